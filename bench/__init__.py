@@ -1,0 +1,1 @@
+"""vkml's performance comparison tool (``python -m bench``, ``vkml-bench``)."""

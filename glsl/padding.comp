@@ -1,0 +1,111 @@
+#version 450
+// DML_PADDING_OPERATOR_DESC / DML_PADDING1_OPERATOR_DESC: moves elements by size, so one
+// variant per element width serves every data type (float64 and int64 included).
+//
+// vkml:variant padding_e1 ELEM_BYTES=1
+// vkml:variant padding_e2 ELEM_BYTES=2
+// vkml:variant padding_e4 ELEM_BYTES=4
+// vkml:variant padding_e8 ELEM_BYTES=8
+// vkml:variant padding_e1_packed ELEM_BYTES=1 PACKED=1
+// vkml:variant padding_e2_packed ELEM_BYTES=2 PACKED=1
+//
+// A dispatch covers one box (origin, extent) of output coordinates: the whole output, a
+// border box when the copy engine copies the interior, or a window of a tensor too large
+// to bind whole.  Each output coordinate c maps to input coordinate c - start by the mode.
+#include "vkml_index.glsl"
+
+#if ELEM_BYTES == 1 && !defined(PACKED)
+#extension GL_EXT_shader_8bit_storage : require
+#define ELEM uint8_t
+#elif ELEM_BYTES == 2 && !defined(PACKED)
+#extension GL_EXT_shader_16bit_storage : require
+#define ELEM uint16_t
+#elif ELEM_BYTES == 8
+#define ELEM uvec2
+#else
+#define ELEM uint
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int RANK = 8;      // dimensions after merging (loops unroll)
+
+layout(std430, set = 0, binding = 0) readonly buffer In { ELEM x[]; };
+layout(std430, set = 0, binding = 1) buffer Out { ELEM y[]; };
+// Parameters live in a uniform buffer: drivers load uniform-offset UBO members once per
+// subgroup (lavapipe scalarizes SSBO loads per lane even at uniform offsets).
+layout(std140, set = 0, binding = 2) uniform Params {
+    uvec4 mode_value;             // mode, value bits (packed variants), -, -
+    uvec4 in_size[2];             // per dimension, 4 to a uvec4
+    ivec4 start[2];
+    uvec4 in_stride[2];
+    uvec4 out_stride[2];
+};
+layout(std430, set = 0, binding = 3) readonly buffer Value { ELEM value[]; };
+
+// The box of output coordinates this dispatch writes.  Grid: x runs along the last
+// dimension, y along the one before, z over the rest; so every index but x is the same
+// for a whole workgroup and its arithmetic is done once, not per lane.
+layout(push_constant) uniform Push {
+    uvec4 origin[2];
+    uvec4 extent[2];
+    uint in_base, out_base;       // element index of the first bound element
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+const uint CONSTANT = 0u, EDGE = 1u, REFLECTION = 2u, SYMMETRIC = 3u, WRAP = 4u;
+
+int fold_index(uint mode, int c, int n) {
+    if (mode == EDGE) return clamp(c, 0, n - 1);
+    if (mode == WRAP) { int m = c % n; return m < 0 ? m + n : m; }
+    if (mode == REFLECTION) {
+        if (n == 1) return 0;     // a single element reflects onto itself (as numpy.pad)
+        int p = 2 * (n - 1);
+        int m = c % p; if (m < 0) m += p;
+        return m < n ? m : p - m;
+    }
+    int p = 2 * n;                // SYMMETRIC
+    int m = c % p; if (m < 0) m += p;
+    return m < n ? m : p - 1 - m;
+}
+
+uint mode;
+uint out_off = 0u, in_off = 0u;
+bool inside = true;
+
+void visit(int d, uint oc) {
+    out_off += oc * AT(out_stride, d);
+    int c = int(oc) - AT(start, d);
+    int n = int(AT(in_size, d));
+    if (c < 0 || c >= n) {
+        if (mode == CONSTANT) { inside = false; return; }
+        c = fold_index(mode, c, n);
+    }
+    in_off += uint(c) * AT(in_stride, d);
+}
+
+void main() {
+    uint gx = gl_GlobalInvocationID.x;
+    if (gx >= AT(extent, RANK - 1)) return;
+    mode = mode_value.x;
+    uint z = gl_GlobalInvocationID.z;
+    for (int d = RANK - 3; d >= 0; d--) {
+        uint e = AT(extent, d);
+        visit(d, AT(origin, d) + z % e);
+        z /= e;
+    }
+    if (RANK >= 2) visit(RANK - 2, AT(origin, RANK - 2) + gl_GlobalInvocationID.y);
+    visit(RANK - 1, AT(origin, RANK - 1) + gx);
+    uint o = out_off - out_base;
+#ifdef PACKED
+    uint v = inside ? (ELEM_BYTES == 2 ? VKML_LD16(x, in_off - in_base)
+                                       : VKML_LD8(x, in_off - in_base))
+                    : mode_value.y;
+#if ELEM_BYTES == 2
+    VKML_ST16(y, o, v)
+#else
+    VKML_ST8(y, o, v)
+#endif
+#else
+    if (inside) y[o] = x[in_off - in_base]; else y[o] = value[0];
+#endif
+}

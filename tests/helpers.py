@@ -1,0 +1,50 @@
+"""Test helpers: random data per data type and independent NumPy references."""
+from __future__ import annotations
+
+import numpy as np
+
+ALL_DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
+              "uint8", "uint16", "uint32", "uint64"]
+
+
+def random_bits(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    """Random raw bits viewed as ``dtype``: data-movement operators must move every bit
+    pattern (NaN payloads, negative zero, subnormals) unchanged."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape)) * dt.itemsize
+    return rng.integers(0, 256, n, dtype=np.uint8).view(dt).reshape(shape)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    return np.array_equal(a.view(u), b.view(u))
+
+
+def strided_view(rng, base_shape, dtype, kind: str):
+    """An array with a non-packed layout and the DML element strides describing it.
+
+    kind: "padded" (row strides larger than packed), "broadcast" (a stride of 0),
+    "permuted" (another dimension order in memory).  Returns (buffer, strides, logical).
+    """
+    dt = np.dtype(dtype)
+    rank = len(base_shape)
+    if kind == "padded":
+        phys = [s + int(rng.integers(0, 3)) for s in base_shape]
+        buf = random_bits(rng, phys, dt)
+        logical = buf[tuple(slice(0, s) for s in base_shape)]
+    elif kind == "broadcast":
+        d = int(rng.integers(0, rank))
+        small = list(base_shape)
+        small[d] = 1
+        buf = random_bits(rng, small, dt)
+        logical = np.broadcast_to(buf, base_shape)
+    else:
+        perm = rng.permutation(rank)
+        buf = np.ascontiguousarray(random_bits(rng, base_shape, dt).transpose(perm))
+        logical = buf.transpose(np.argsort(perm))
+    strides = tuple(st // dt.itemsize for st in logical.strides)
+    flat = np.ascontiguousarray(buf).reshape(-1)
+    return flat, strides, np.array(logical)

@@ -1,0 +1,288 @@
+"""DML_PADDING_OPERATOR_DESC / DML_PADDING1_OPERATOR_DESC and vkml.pad, on every device.
+
+References: the page's four examples verbatim, and ``numpy.pad`` (constant, edge,
+reflect, symmetric, wrap) over random shapes, paddings, data types and layouts.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vkml
+from vkml import dml
+from vkml.errors import ValidationError
+
+from helpers import ALL_DTYPES, random_bits, same_bits, strided_view
+
+NUMPY_MODE = {"constant": "constant", "edge": "edge", "reflection": "reflect",
+              "symmetric": "symmetric", "wrap": "wrap"}
+
+EXAMPLE_INPUT = np.array([[[[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4], [5, 6, 7, 8]]]])
+# The page's outputs, verbatim (StartPadding {0,0,1,2}, EndPadding {0,0,3,4}).
+EXAMPLES = {
+    "constant": [[9, 9, 9, 9, 9, 9, 9, 9, 9, 9], [9, 9, 1, 2, 3, 4, 9, 9, 9, 9],
+                 [9, 9, 5, 6, 7, 8, 9, 9, 9, 9], [9, 9, 1, 2, 3, 4, 9, 9, 9, 9],
+                 [9, 9, 5, 6, 7, 8, 9, 9, 9, 9], [9, 9, 9, 9, 9, 9, 9, 9, 9, 9],
+                 [9, 9, 9, 9, 9, 9, 9, 9, 9, 9], [9, 9, 9, 9, 9, 9, 9, 9, 9, 9]],
+    "edge": [[1, 1, 1, 2, 3, 4, 4, 4, 4, 4], [1, 1, 1, 2, 3, 4, 4, 4, 4, 4],
+             [5, 5, 5, 6, 7, 8, 8, 8, 8, 8], [1, 1, 1, 2, 3, 4, 4, 4, 4, 4],
+             [5, 5, 5, 6, 7, 8, 8, 8, 8, 8], [5, 5, 5, 6, 7, 8, 8, 8, 8, 8],
+             [5, 5, 5, 6, 7, 8, 8, 8, 8, 8], [5, 5, 5, 6, 7, 8, 8, 8, 8, 8]],
+    "reflection": [[7, 6, 5, 6, 7, 8, 7, 6, 5, 6], [3, 2, 1, 2, 3, 4, 3, 2, 1, 2],
+                   [7, 6, 5, 6, 7, 8, 7, 6, 5, 6], [3, 2, 1, 2, 3, 4, 3, 2, 1, 2],
+                   [7, 6, 5, 6, 7, 8, 7, 6, 5, 6], [3, 2, 1, 2, 3, 4, 3, 2, 1, 2],
+                   [7, 6, 5, 6, 7, 8, 7, 6, 5, 6], [3, 2, 1, 2, 3, 4, 3, 2, 1, 2]],
+    "symmetric": [[2, 1, 1, 2, 3, 4, 4, 3, 2, 1], [2, 1, 1, 2, 3, 4, 4, 3, 2, 1],
+                  [6, 5, 5, 6, 7, 8, 8, 7, 6, 5], [2, 1, 1, 2, 3, 4, 4, 3, 2, 1],
+                  [6, 5, 5, 6, 7, 8, 8, 7, 6, 5], [6, 5, 5, 6, 7, 8, 8, 7, 6, 5],
+                  [2, 1, 1, 2, 3, 4, 4, 3, 2, 1], [6, 5, 5, 6, 7, 8, 8, 7, 6, 5]],
+}
+
+
+def run_desc(device, desc, *inputs):
+    """create -> compile -> execute, with the output buffer sized by its descriptor."""
+    op = device.create_operator(desc)
+    compiled = device.compile_operator(op)
+    ins = [device.tensor(x) for x in inputs]
+    out_desc = desc.outputs()[0]
+    out = device.empty(out_desc.total_tensor_size_in_bytes // out_desc.data_type.size,
+                       out_desc.dtype)
+    compiled.execute(ins, [out])
+    compiled.release()
+    return out.numpy()
+
+
+@pytest.mark.parametrize("mode", list(EXAMPLES))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint8", "int16", "int64",
+                                   "float64"])
+def test_page_examples(device, mode, dtype):
+    x = EXAMPLE_INPUT.astype(dtype)
+    expect = np.array([[EXAMPLES[mode]]], dtype=dtype)
+    desc = dml.PaddingOperatorDesc(
+        dml.TensorDesc(dtype, (1, 1, 4, 4)), dml.TensorDesc(dtype, (1, 1, 8, 10)),
+        dml.PaddingMode[mode.upper()], 9.0, (0, 0, 1, 2), (0, 0, 3, 4))
+    got = run_desc(device, desc, x).reshape(1, 1, 8, 10)
+    np.testing.assert_array_equal(got, expect)
+    # the same through DML_PADDING1_OPERATOR_DESC and the functional form
+    desc1 = dml.Padding1OperatorDesc(desc.input_tensor, desc.output_tensor, mode, dtype, 9,
+                                     (0, 0, 1, 2), (0, 0, 3, 4))
+    np.testing.assert_array_equal(run_desc(device, desc1, x).reshape(1, 1, 8, 10), expect)
+    np.testing.assert_array_equal(vkml.pad(x, [0, 0, 1, 2], [0, 0, 3, 4], mode, 9,
+                                           device=device), expect)
+
+
+def _random_case(rng, max_elems):
+    rank = int(rng.integers(1, 9))
+    while True:
+        shape = [int(rng.integers(1, 6)) for _ in range(rank)]
+        start = [int(rng.integers(0, 3 * s + 2)) if rng.random() < 0.6 else 0 for s in shape]
+        end = [int(rng.integers(0, 3 * s + 2)) if rng.random() < 0.6 else 0 for s in shape]
+        out = np.prod([s + a + b for s, a, b in zip(shape, start, end)])
+        if out <= max_elems:
+            return shape, start, end
+        rank = max(1, rank - 1)
+
+
+@pytest.mark.parametrize("mode", list(NUMPY_MODE))
+def test_random_against_numpy(device, budget, mode):
+    """Random ranks 1-8, every data type, paddings from 0 to several times the size."""
+    rng = np.random.default_rng(hash(mode) % 2**32)
+    for case in range(budget):
+        dtype = ALL_DTYPES[case % len(ALL_DTYPES)]
+        shape, start, end = _random_case(rng, 20000)
+        x = random_bits(rng, shape, dtype)
+        value = 7 if np.dtype(dtype).kind in "iu" else -2.5
+        got = vkml.pad(x, start, end, mode, value, device=device)
+        kw = {"constant_values": np.array(value, dtype)} if mode == "constant" else {}
+        expect = np.pad(x, list(zip(start, end)), NUMPY_MODE[mode], **kw)
+        assert same_bits(got, expect), (dtype, shape, start, end)
+
+
+@pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])
+@pytest.mark.parametrize("mode", ["constant", "reflection", "wrap"])
+def test_strided_layouts(device, kind, mode):
+    """Input and output TensorDesc strides are honoured (DML_BUFFER_TENSOR_DESC.Strides)."""
+    rng = np.random.default_rng(3)
+    for dtype in ["float32", "uint8", "float16", "int64"]:
+        shape = [2, 3, 4, 5]
+        flat, strides, logical = strided_view(rng, shape, dtype, kind)
+        start, end = [0, 1, 2, 1], [1, 0, 3, 6]
+        out_shape = [s + a + b for s, a, b in zip(shape, start, end)]
+        # an output with padded rows and a permuted order
+        out_phys = [out_shape[1], out_shape[0], out_shape[2], out_shape[3] + 3]
+        out_strides = (out_phys[2] * out_phys[3], out_phys[0] * out_phys[2] * out_phys[3],
+                       out_phys[3], 1)
+        desc = dml.PaddingOperatorDesc(
+            dml.TensorDesc(dtype, shape, strides), dml.TensorDesc(dtype, out_shape, out_strides),
+            mode, 3.0, start, end)
+        raw = run_desc(device, desc, flat)
+        got = np.lib.stride_tricks.as_strided(
+            raw, out_shape, [s * raw.itemsize for s in out_strides])
+        expect = np.pad(logical, list(zip(start, end)), NUMPY_MODE[mode],
+                        **({"constant_values": np.array(3, dtype)} if mode == "constant" else {}))
+        assert same_bits(np.array(got), expect), (dtype, kind)
+
+
+def test_tensor_in_tensor_out(device):
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = vkml.tensor(x, device=device)
+    y = vkml.pad(t, [1, 0, 2], [0, 1, 1], "edge")
+    assert isinstance(y, vkml.Tensor) and y.device is device
+    assert y.shape == (3, 4, 7)
+    np.testing.assert_array_equal(y.numpy(), np.pad(x, [(1, 0), (0, 1), (2, 1)], "edge"))
+    z = vkml.pad(y, [0, 0, 1], [0, 0, 1], "symmetric")   # chained on the device
+    np.testing.assert_array_equal(
+        z.numpy(), np.pad(np.pad(x, [(1, 0), (0, 1), (2, 1)], "edge"), [(0, 0), (0, 0), (1, 1)],
+                          "symmetric"))
+
+
+@pytest.mark.parametrize("dtype,value,expect", [
+    ("int32", 10.6, 10), ("int32", -10.6, -10), ("uint8", 300.0, 255), ("uint8", -4.0, 0),
+    ("int8", float("nan"), 0), ("float16", 10.6, np.float16(10.6)), ("float32", 1e-3, 1e-3)])
+def test_constant_conversion(device, dtype, value, expect):
+    """PaddingValue is a FLOAT: truncated for integer types (10.6 -> 10, as the page says),
+    then saturated to the type's range."""
+    y = vkml.pad(np.zeros(2, dtype), [1], [0], "constant", value, device=device)
+    assert y[0] == np.array(expect, dtype) and y[1] == 0
+
+
+def test_padding1_exact_64bit_constants(device):
+    """DML_PADDING1's typed PaddingValue keeps int64/uint64 constants exact."""
+    for dtype, value in (("int64", -(2**62) - 3), ("uint64", 2**64 - 5)):
+        x = np.arange(3, dtype=dtype)
+        desc = dml.Padding1OperatorDesc(dml.TensorDesc(dtype, (3,)), dml.TensorDesc(dtype, (5,)),
+                                        "constant", dtype, value, (1,), (1,))
+        got = run_desc(device, desc, x)
+        assert got[0] == value and got[4] == value, got
+        assert vkml.pad(x, [1], [1], value=value, device=device)[0] == value
+
+
+def test_reflection_on_size_one(device):
+    """Reflection on a dimension of size 1 repeats the element (numpy.pad's choice)."""
+    x = np.array([[5.0], [6.0]], np.float32)
+    y = vkml.pad(x, [0, 3], [0, 2], "reflection", device=device)
+    np.testing.assert_array_equal(y, np.pad(x, [(0, 0), (3, 2)], "reflect"))
+
+
+def test_large_padding_fold_periodically(device):
+    x = np.arange(1, 5, dtype=np.int32)
+    for mode in ("reflection", "symmetric", "wrap", "edge"):
+        y = vkml.pad(x, [13], [17], mode, device=device)
+        np.testing.assert_array_equal(y, np.pad(x, (13, 17), NUMPY_MODE[mode]))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflection"])
+def test_windows_beyond_max_storage_buffer_range(device, mode):
+    """A tensor larger than maxStorageBufferRange is split into windows: tested with a
+    lowered limit on every device (the real 128 MiB case is in test_reliability)."""
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
+        rng = np.random.default_rng(5)
+        for dtype, shape in (("float32", (3, 5, 40, 33)), ("uint8", (2, 300, 17)),
+                             ("float16", (6000,))):
+            x = random_bits(rng, shape, dtype)
+            start = [1] * len(shape)
+            end = [2] * len(shape)
+            got = vkml.pad(x, start, end, mode, 1, device=small)
+            kw = {"constant_values": np.array(1, dtype)} if mode == "constant" else {}
+            assert same_bits(got, np.pad(x, list(zip(start, end)), NUMPY_MODE[mode], **kw))
+
+
+def test_packed_path_on_every_device(device):
+    """Devices without 8/16-bit storage take the packed-word kernels: force that path."""
+    with vkml.Device(device.index, disable_features=["storage8", "storage16"]) as dev:
+        rng = np.random.default_rng(11)
+        for dtype in ("uint8", "int16", "float16"):
+            x = random_bits(rng, (3, 7, 5), dtype)
+            got = vkml.pad(x, [1, 2, 3], [2, 1, 0], "reflection", device=dev)
+            assert same_bits(got, np.pad(x, [(1, 2), (2, 1), (3, 0)], "reflect"))
+
+
+def test_staging_path(device):
+    """Discrete GPUs keep tensors in device-only memory: the staging path, forced here."""
+    with vkml.Device(device.index, force_staging=True) as dev:
+        x = np.random.default_rng(0).random((5, 6)).astype(np.float32)
+        np.testing.assert_array_equal(vkml.pad(x, [1, 1], [1, 1], "wrap", device=dev),
+                                      np.pad(x, 1, "wrap"))
+
+
+# -- validation: every rule of the page names its field ------------------------------------
+def _desc(**kw):
+    args = dict(input_tensor=dml.TensorDesc("float32", (1, 1, 4, 4)),
+                output_tensor=dml.TensorDesc("float32", (1, 1, 8, 10)),
+                padding_mode="constant", padding_value=0.0,
+                start_padding=(0, 0, 1, 2), end_padding=(0, 0, 3, 4))
+    args.update(kw)
+    return dml.PaddingOperatorDesc(**args)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 1, 8, 11))), "output_tensor.sizes[3]"),
+    (dict(output_tensor=dml.TensorDesc("float16", (1, 1, 8, 10))), "output_tensor.data_type"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 8, 10))), "output_tensor.sizes"),
+    (dict(start_padding=(0, 1, 2)), "start_padding"),
+    (dict(end_padding=(0, 0, 3, 4, 0)), "end_padding"),
+    (dict(end_padding=(0, 0, 3, -1)), "end_padding[3]"),
+    (dict(padding_mode="mirror"), "padding_mode"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 1, 8, 10), (80, 80, 5, 1))),
+     "output_tensor.strides"),
+    (dict(input_tensor=None), "input_tensor"),
+])
+def test_validation_names_the_field(device, kw, field):
+    with pytest.raises(ValidationError) as err:
+        device.create_operator(_desc(**kw))
+    assert f"PaddingOperatorDesc.{field}" in str(err.value)
+    # the device stays usable after an error
+    assert vkml.pad(np.ones(2, np.float32), [1], [1], device=device).shape == (4,)
+
+
+def test_padding1_value_rules(device):
+    d_in, d_out = dml.TensorDesc("uint8", (2,)), dml.TensorDesc("uint8", (4,))
+    with pytest.raises(ValidationError, match="padding_value_data_type"):
+        device.create_operator(dml.Padding1OperatorDesc(d_in, d_out, "constant", "int8", 1,
+                                                        (1,), (1,)))
+    with pytest.raises(ValidationError, match="padding_value"):
+        device.create_operator(dml.Padding1OperatorDesc(d_in, d_out, "constant", "uint8", 256,
+                                                        (1,), (1,)))
+
+
+@pytest.mark.parametrize("build,field", [
+    (lambda: dml.TensorDesc("float32", (1, 0, 3)), "TensorDesc.sizes[1]"),
+    (lambda: dml.TensorDesc("float32", ()), "TensorDesc.sizes"),
+    (lambda: dml.TensorDesc("float32", (1,) * 9), "TensorDesc.sizes"),
+    (lambda: dml.TensorDesc("float32", (2, 3), (3,)), "TensorDesc.strides"),
+    (lambda: dml.TensorDesc("float32", (2, 3), None, 20), "TensorDesc.total_tensor_size_in_bytes"),
+    (lambda: dml.TensorDesc("float32", (2, 3), None, None, 3),
+     "TensorDesc.guaranteed_base_offset_alignment"),
+    (lambda: dml.TensorDesc("complex64", (2,)), "TensorDesc.data_type"),
+    (lambda: dml.TensorDesc("float32", (65536, 65536)), "TensorDesc.sizes"),
+])
+def test_tensor_desc_rules(build, field):
+    with pytest.raises(ValidationError) as err:
+        build()
+    assert field in str(err.value)
+
+
+def test_calc_buffer_tensor_size():
+    """DMLCalcBufferTensorSize, with the page's rounding to 4 bytes."""
+    assert dml.calc_buffer_tensor_size("float16", (1, 1, 3, 5)) == 32
+    assert dml.calc_buffer_tensor_size("float32", (1, 1, 3, 5), (15, 15, 5, 1)) == 60
+    assert dml.calc_buffer_tensor_size("uint8", (2, 3), (0, 1)) == 4
+    assert dml.calc_buffer_tensor_size("int64", (2, 3), (6, 2)) == 8 * 11
+
+
+def test_feature_levels(device):
+    assert device.feature_level == dml.FeatureLevel.FL_6_4
+    assert _desc(padding_mode="wrap").feature_level() == dml.FeatureLevel.FL_6_4
+    assert _desc(padding_mode="symmetric").feature_level() == dml.FeatureLevel.FL_3_0
+    assert _desc().feature_level() == dml.FeatureLevel.FL_1_0
+
+
+def test_bindings_are_checked(device):
+    compiled = device.compile_operator(device.create_operator(_desc()))
+    small = device.empty((4,), np.float32)
+    out = device.empty((80,), np.float32)
+    with pytest.raises(ValidationError, match=r"inputs\[0\]"):
+        compiled.execute([small], [out])
+    with pytest.raises(ValidationError, match="outputs"):
+        compiled.execute([device.empty((16,), np.float32)], [])
+    compiled.release()

@@ -1,0 +1,223 @@
+"""``vkml.Device``: choosing a Vulkan device and the DML create -> compile -> execute flow.
+
+Selection (``vkml.Device()`` with no argument): ``$VKML_DEVICE`` (an index, or a
+substring of the name, case-insensitive), else the best device: discrete > integrated >
+virtual > cpu; among equals the one with more of the optional features vkml uses
+(16/8-bit storage, float16, int64, float64), then the lower index.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from . import runtime
+from .dml.operator import IMPLEMENTED_FEATURE_LEVEL, FeatureLevel, OperatorDesc
+from .errors import DeviceError, ValidationError
+from .tensor import Tensor
+
+_FEATURE_SCORE = ("storage16", "storage8", "fp16", "int64", "fp64", "int16", "int8")
+
+
+def devices() -> list[runtime.DeviceInfo]:
+    """Every Vulkan device, as :class:`DeviceInfo` (index, name, type, limits, features)."""
+    return runtime.devices()
+
+
+def _select(selector) -> runtime.DeviceInfo:
+    infos = runtime.devices()
+    if not infos:
+        raise DeviceError("no Vulkan device found: install a Vulkan driver (a GPU driver, or "
+                          "Mesa's lavapipe / SwiftShader for the CPU)")
+    if selector is None:
+        selector = os.environ.get("VKML_DEVICE") or None
+    if selector is None:
+        def rank(d):
+            score = sum(bool(d.features.get(f)) for f in _FEATURE_SCORE)
+            return (runtime.DEVICE_TYPE_RANK[d.device_type], -score, d.index)
+        return min(infos, key=rank)
+    if isinstance(selector, runtime.DeviceInfo):
+        return infos[selector.index]
+    text = str(selector).strip()
+    if text.lstrip("-").isdigit():
+        i = int(text)
+        if not 0 <= i < len(infos):
+            raise DeviceError(f"no Vulkan device with index {i} (there are {len(infos)}: "
+                              + "; ".join(map(str, infos)) + ")")
+        return infos[i]
+    matches = [d for d in infos if text.lower() in d.name.lower()]
+    if not matches:
+        raise DeviceError(f"no Vulkan device named like {text!r}; there are: "
+                          + "; ".join(map(str, infos)))
+    return matches[0]
+
+
+class Device:
+    """One Vulkan device.  ``Device()``, ``Device(1)`` or ``Device("llvmpipe")``.
+
+    Usable as a context manager; :meth:`close` releases every Vulkan object it holds.
+
+    Testing knobs, so one driver can take the paths another device would take:
+    ``disable_features`` (names from ``runtime.FEATURE_NAMES``: "storage16", "fp64", ...)
+    makes it behave as a device without them; ``limits`` lowers device limits
+    (``{"maxStorageBufferRange": 1 << 20}``); ``force_staging`` keeps tensors in
+    device-only memory with staging copies, as on a discrete GPU.
+    """
+
+    def __init__(self, selector=None, *, disable_features=None, limits=None,
+                 force_staging: bool = False):
+        self.info = _select(selector)
+        self._ctx = runtime.Context(self.info, set(disable_features or ()), limits,
+                                    force_staging)
+        self._compiled: OrderedDict = OrderedDict()   # functional API's compiled operators
+        self._compiled_lock = threading.Lock()
+        self._closed = False
+        _LIVE.add(self)
+
+    # -- identity ----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def index(self) -> int:
+        return self.info.index
+
+    @property
+    def features(self) -> dict:
+        """The optional features this device has enabled (after ``disable_features``)."""
+        return dict(self._ctx.features)
+
+    @property
+    def limits(self) -> dict:
+        return dict(self._ctx.limits)
+
+    @property
+    def feature_level(self) -> FeatureLevel:
+        """The DML feature level vkml implements on this device."""
+        return IMPLEMENTED_FEATURE_LEVEL
+
+    def __repr__(self) -> str:
+        return f"vkml.Device({self.info.index}: {self.info.name!r}, {self.info.driver_name})"
+
+    # -- tensors -----------------------------------------------------------------------
+    def tensor(self, array) -> Tensor:
+        """Upload a NumPy array (or anything ``numpy.asarray`` takes)."""
+        data = np.ascontiguousarray(array)
+        t = self.empty(data.shape, data.dtype)
+        self._ctx.write(t._alloc, data)
+        return t
+
+    def empty(self, shape, dtype=np.float32, nbytes: int | None = None) -> Tensor:
+        """An uninitialised tensor; ``nbytes`` reserves more than ``shape`` needs."""
+        self._check_open()
+        dtype = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = (max(need, nbytes or 0) + 3) & ~3   # DirectML binds DWORD-aligned sizes
+        alloc = self._ctx.allocate(max(size, 4))
+        return Tensor(self, shape, dtype, alloc, size)
+
+    # -- the DML flow --------------------------------------------------------------------
+    def create_operator(self, desc: OperatorDesc) -> "Operator":
+        """``IDMLDevice::CreateOperator``: validate ``desc``; raises ValidationError."""
+        from .ops.base import Operator
+
+        self._check_open()
+        if not isinstance(desc, OperatorDesc):
+            raise ValidationError("desc", f"must be a vkml.dml operator descriptor, got "
+                                  f"{type(desc).__name__}")
+        desc.validate()
+        level = desc.feature_level()
+        if level > self.feature_level:
+            raise ValidationError(type(desc).__name__, f"needs {level}, the device implements "
+                                  f"{self.feature_level}")
+        return Operator(self, desc)
+
+    def compile_operator(self, op: "Operator") -> "CompiledOperator":
+        """``IDMLDevice::CompileOperator``: build the pipelines; raises UnsupportedError
+        when this device cannot run the operator."""
+        from .ops.base import compile_operator
+
+        self._check_open()
+        if op.device is not self:
+            raise ValidationError("op", "was created on another device")
+        return compile_operator(op)
+
+    def compiled(self, desc: OperatorDesc):
+        """A compiled operator for ``desc``, cached (LRU) for the functional API."""
+        with self._compiled_lock:
+            found = self._compiled.get(desc)
+            if found is not None:
+                self._compiled.move_to_end(desc)
+                return found
+        compiled = self.compile_operator(self.create_operator(desc))
+        with self._compiled_lock:
+            self._compiled[desc] = compiled
+            while len(self._compiled) > 64:
+                _, old = self._compiled.popitem(last=False)
+                old.release()
+        return compiled
+
+    def sequence(self, timed: bool = False) -> runtime.Sequence:
+        """A command sequence: record several operators with ``compiled.record(seq, ...)``,
+        then ``seq.run()`` submits them at once; ``run()`` again replays them."""
+        self._check_open()
+        return self._ctx.sequence(timed=timed)
+
+    def memory_stats(self) -> dict:
+        return self._ctx.tensor_heap.stats()
+
+    # -- lifetime ----------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DeviceError("this vkml.Device was closed")
+        self._ctx._require_open()
+
+    def synchronize(self) -> None:
+        self._ctx.wait_idle()
+
+    def close(self) -> None:
+        """Release everything: compiled operators, tensors' memory, pipelines (idempotent).
+        Tensors of a closed device can no longer be read."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._compiled_lock:
+            for c in self._compiled.values():
+                c.release()
+            self._compiled.clear()
+        self._ctx.close()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_LIVE: set = set()
+_default: Device | None = None
+_default_lock = threading.Lock()
+
+
+def default_device() -> Device:
+    """The process-wide default device, created on first use."""
+    global _default
+    with _default_lock:
+        if _default is None or _default._closed:
+            _default = Device()
+        return _default
+
+
+@atexit.register
+def _close_all() -> None:
+    for dev in list(_LIVE):
+        try:
+            dev.close()
+        except Exception:
+            pass

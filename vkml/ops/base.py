@@ -1,0 +1,204 @@
+"""Compiled operators: the common half of every operator implementation.
+
+An implementation subclasses :class:`CompiledOperator`, decorates itself with
+``@implements(SomeOperatorDesc)`` and defines ``build()`` (choose kernels, create
+pipelines and parameter buffers: ``IDMLDevice::CompileOperator``) and
+``encode(seq, inputs, outputs)`` (record its dispatches into a sequence).  Binding
+checks, execution, replay and release are done here.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from .. import runtime
+from ..dml.operator import OperatorDesc
+from ..errors import DeviceError, UnsupportedError, ValidationError
+from ..tensor import Tensor
+
+REGISTRY: dict[type, type["CompiledOperator"]] = {}
+
+
+def implements(*desc_types):
+    """Class decorator: register a CompiledOperator for these descriptor types."""
+    def deco(cls):
+        for t in desc_types:
+            REGISTRY[t] = cls
+        return cls
+    return deco
+
+
+class Operator:
+    """A validated descriptor on a device (``IDMLOperator``)."""
+
+    def __init__(self, device, desc: OperatorDesc):
+        self.device = device
+        self.desc = desc
+
+    def __repr__(self) -> str:
+        return f"vkml.Operator({self.desc.OPERATOR_TYPE})"
+
+
+def compile_operator(op: Operator) -> "CompiledOperator":
+    impl = REGISTRY.get(type(op.desc))
+    if impl is None:
+        raise UnsupportedError(op.desc.OPERATOR_TYPE, "vkml has no implementation of it")
+    return impl(op.device, op.desc)
+
+
+class CompiledOperator:
+    """``IDMLCompiledOperator``: ``execute(inputs, outputs)`` or ``record(seq, ...)``."""
+
+    def __init__(self, device, desc: OperatorDesc):
+        self.device = device
+        self.ctx: runtime.Context = device._ctx
+        self.desc = desc
+        self.features = self.ctx.features
+        self._owned: list = []          # allocations this operator owns (parameters, weights)
+        self._cache = None              # (allocations' ids, weak refs, sequence)
+        self._lock = threading.Lock()
+        self.released = False
+        self.build()
+
+    # -- for subclasses ----------------------------------------------------------------
+    def build(self) -> None:
+        raise NotImplementedError
+
+    def encode(self, seq: runtime.Sequence, inputs: list, outputs: list) -> None:
+        """Record the dispatches; ``inputs``/``outputs`` are Tensors (or None)."""
+        raise NotImplementedError
+
+    def pipeline(self, name: str, kinds: tuple, push_size: int = 0, constants=None):
+        return self.ctx.pipelines.get(name, kinds, push_size, constants)
+
+    def upload(self, array: np.ndarray) -> runtime.Allocation:
+        """A device buffer owned by this operator holding ``array`` (parameters, weights)."""
+        data = np.ascontiguousarray(array)
+        alloc = self.ctx.allocate(max(data.nbytes, 4))
+        self.ctx.write(alloc, data)
+        self._owned.append(alloc)
+        return alloc
+
+    def scratch(self, nbytes: int) -> runtime.Allocation:
+        """A device buffer owned by this operator (temporary results)."""
+        alloc = self.ctx.allocate(max(int(nbytes), 4))
+        self._owned.append(alloc)
+        return alloc
+
+    def require(self, feature: str, why: str) -> None:
+        """Raise UnsupportedError unless the device has ``feature``."""
+        if not self.features.get(feature):
+            raise UnsupportedError(feature, why)
+
+    @property
+    def workgroup_size(self) -> int:
+        """A 1-D workgroup size every device takes (read from its limits)."""
+        lim = self.ctx.limits
+        return int(min(256, lim["maxComputeWorkGroupInvocations"],
+                       lim["maxComputeWorkGroupSize"][0]))
+
+    def groups_for(self, items: int, per_group: int | None = None) -> int:
+        """Workgroups for a grid-stride loop over ``items`` (capped by the device limit)."""
+        per = per_group or self.workgroup_size
+        cap = min(self.ctx.limits["maxComputeWorkGroupCount"][0], 65535)
+        return max(1, min(-(-items // per), cap))
+
+    # -- binding -----------------------------------------------------------------------
+    def _check_bindings(self, inputs, outputs) -> tuple[list, list]:
+        descs_in, descs_out = self.desc.inputs(), self.desc.outputs()
+        inputs = list(inputs) if inputs is not None else []
+        outputs = list(outputs) if outputs is not None else []
+        if len(inputs) != len(descs_in):
+            # optional trailing inputs may be left out
+            if len(inputs) < len(descs_in) and all(d is None for d in descs_in[len(inputs):]):
+                inputs += [None] * (len(descs_in) - len(inputs))
+            else:
+                raise ValidationError("inputs", f"{self.desc.OPERATOR_TYPE} takes "
+                                      f"{len(descs_in)} inputs, got {len(inputs)}")
+        if len(outputs) != len(descs_out):
+            raise ValidationError("outputs", f"{self.desc.OPERATOR_TYPE} takes "
+                                  f"{len(descs_out)} outputs, got {len(outputs)}")
+        for kind, tensors, descs in (("inputs", inputs, descs_in), ("outputs", outputs, descs_out)):
+            for i, (t, d) in enumerate(zip(tensors, descs)):
+                if d is None:
+                    if t is not None:
+                        raise ValidationError(f"{kind}[{i}]", "is bound but its tensor "
+                                              "descriptor is null")
+                    continue
+                if not isinstance(t, Tensor):
+                    raise ValidationError(f"{kind}[{i}]", f"must be a vkml.Tensor, got "
+                                          f"{type(t).__name__}")
+                if t.device is not self.device:
+                    raise ValidationError(f"{kind}[{i}]", "is on another device")
+                if not t._alloc.alive:
+                    raise ValidationError(f"{kind}[{i}]", "was freed")
+                if t.nbytes < d.total_tensor_size_in_bytes:
+                    raise ValidationError(f"{kind}[{i}]", f"holds {t.nbytes} bytes, the "
+                                          f"descriptor needs TotalTensorSizeInBytes = "
+                                          f"{d.total_tensor_size_in_bytes}")
+        return inputs, outputs
+
+    def record(self, seq: runtime.Sequence, inputs, outputs) -> None:
+        """Record this operator into ``seq`` (several operators may share one sequence)."""
+        self._check_live()
+        inputs, outputs = self._check_bindings(inputs, outputs)
+        self.encode(seq, inputs, outputs)
+        seq._keep.append(self)   # the sequence uses this operator's pipelines and buffers
+
+    def execute(self, inputs, outputs) -> None:
+        """Run once and wait.  Repeated calls with the same tensors replay the recorded
+        command buffer instead of recording it again."""
+        self._check_live()
+        inputs, outputs = self._check_bindings(inputs, outputs)
+        allocs = [t._alloc if t is not None else None for t in inputs + outputs]
+        ids = tuple(id(a) for a in allocs)
+        if not self._lock.acquire(blocking=False):
+            with self.ctx.sequence(hold=True) as seq:   # another thread is executing this one
+                self.encode(seq, inputs, outputs)
+                seq.run()
+            return
+        try:
+            c = self._cache
+            if (c is not None and c[0] == ids
+                    and all((r() if r is not None else None) is a for r, a in zip(c[1], allocs))):
+                c[2].run()
+                return
+            if c is not None:
+                c[2].close()
+                self._cache = None
+            seq = self.ctx.sequence(hold=False)
+            try:
+                self.encode(seq, inputs, outputs)
+            except BaseException:
+                seq.close()
+                raise
+            self._cache = (ids, [weakref.ref(a) if a is not None else None for a in allocs], seq)
+            seq.run()
+        finally:
+            self._lock.release()
+
+    def _check_live(self) -> None:
+        if self.released:
+            raise DeviceError("this compiled operator was released")
+        self.device._check_open()
+
+    def release(self) -> None:
+        """Free the operator's buffers and cached command buffer (idempotent)."""
+        if self.released:
+            return
+        self.released = True
+        with self._lock:
+            if self._cache is not None:
+                self._cache[2].close()
+                self._cache = None
+            for a in self._owned:
+                a.free()
+            self._owned.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()

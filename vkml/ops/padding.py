@@ -1,0 +1,315 @@
+"""Padding: ``DML_PADDING_OPERATOR_DESC`` / ``DML_PADDING1_OPERATOR_DESC`` and ``vkml.pad``.
+
+Kernel: ``glsl/padding.comp``, one variant per element width (1, 2, 4, 8 bytes), so all
+eleven data types run on every device: padding moves bits and needs no 64-bit or 16-bit
+arithmetic.  Devices without 8/16-bit storage use the ``_packed`` variants (elements
+inside 32-bit words).
+
+Two ways to fill the output, chosen per device by measurement (see :mod:`.calibrate`):
+the kernel writes every output element; or the copy engine copies the interior
+(``vkCmdCopyBuffer`` regions, one per contiguous run) while the kernel writes only the
+border boxes.  Tensors larger than ``maxStorageBufferRange`` are split into dispatches
+that each bind a window of the input and output.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .. import runtime
+from ..dml.operator import as_tuple
+from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
+from ..dml.tensor_desc import TensorDesc
+from ..runtime import STORAGE, UNIFORM, Bind
+from ..errors import UnsupportedError
+from .base import CompiledOperator, implements
+from .calibrate import copy_costs
+from .functional import as_array, pick_device, run
+
+MAX_RANK = 8
+_KINDS = (STORAGE, STORAGE, UNIFORM, STORAGE)
+_PARAM_WORDS = 4 + 4 * MAX_RANK        # std140 uvec4s, see the GLSL
+_PUSH_BYTES = 72
+
+
+def _merge_dims(in_sizes, out_sizes, in_strides, out_strides, start):
+    """Fold unpadded neighbours into one dimension, and drop unpadded size-1 dimensions."""
+    dims = [list(d) for d in zip(in_sizes, out_sizes, in_strides, out_strides, start)
+            if not (d[0] == 1 and d[1] == 1)]
+    if not dims:
+        return [[1, 1, 1, 1, 0]]
+    merged = [dims[0]]
+    for d in dims[1:]:
+        p = merged[-1]
+        unpadded = p[0] == p[1] and d[0] == d[1]
+        if unpadded and p[2] == d[0] * d[2] and p[3] == d[1] * d[3]:
+            merged[-1] = [p[0] * d[0], p[1] * d[1], d[2], d[3], 0]
+        else:
+            merged.append(d)
+    return merged
+
+
+@implements(PaddingOperatorDesc, Padding1OperatorDesc)
+class CompiledPadding(CompiledOperator):
+    force_kernel = False     # calibration measures the kernel alone
+
+    def build(self) -> None:
+        d = self.desc
+        src, dst = d.input_tensor, d.output_tensor
+        self.esize = esize = src.data_type.size
+        dims = _merge_dims(src.sizes, dst.sizes, src.element_strides, dst.element_strides,
+                           d.start_padding)
+        self.in_size = [x[0] for x in dims]
+        self.out_size = [x[1] for x in dims]
+        self.in_stride = [x[2] for x in dims]
+        self.out_stride = [x[3] for x in dims]
+        self.start = [x[4] for x in dims]
+        self.mode = d.mode
+        native = {1: "storage8", 2: "storage16"}.get(esize)
+        packed = native is not None and not self.features[native]
+        name = f"padding_e{esize}" + ("_packed" if packed else "")
+        self.local = min(64, self.workgroup_size)
+        self.pipe = self.pipeline(name, _KINDS, _PUSH_BYTES, {0: self.local, 1: len(self.out_size)})
+        bits = d.value_bits()
+        self.value = self.upload(np.array([bits], dtype=np.dtype(f"u{esize}")))
+        self.in_bytes = src.total_tensor_size_in_bytes
+        self.out_bytes = dst.total_tensor_size_in_bytes
+        self.total = math.prod(self.out_size)
+        max_range = self.ctx.limits["maxStorageBufferRange"]
+        self.split = max(self.in_bytes, self.out_bytes) > max_range
+        self.copy_regions = None
+        if not self.split and not self.force_kernel and src.is_packed and dst.is_packed:
+            self.copy_regions = self._interior_regions_if_faster()
+        self.boxes = self._border_boxes() if self.copy_regions is not None else \
+            [([0] * len(self.out_size), list(self.out_size))]
+        self.params = self.upload(self._params(bits))
+
+    # -- host-side planning ------------------------------------------------------------
+    def _params(self, bits) -> np.ndarray:
+        p = np.zeros(_PARAM_WORDS, dtype=np.uint32)
+        rank = len(self.out_size)
+        p[0:2] = [int(self.mode), bits & 0xFFFFFFFF]
+        o = 4
+        for arr in (self.in_size, self.start, self.in_stride, self.out_stride):
+            p[o:o + rank] = np.array(arr, dtype=np.int64).astype(np.uint32)
+            o += MAX_RANK
+        return p
+
+    def _border_boxes(self):
+        """Output boxes outside the interior: for each padded dimension d, the start and
+        end slabs with dimensions before d restricted to the interior."""
+        rank = len(self.out_size)
+        boxes = []
+        for d in range(rank):
+            s, n, o = self.start[d], self.in_size[d], self.out_size[d]
+            for lo, hi in ((0, s), (s + n, o)):
+                if hi <= lo:
+                    continue
+                origin = [self.start[j] if j < d else 0 for j in range(rank)]
+                extent = [self.in_size[j] if j < d else self.out_size[j] for j in range(rank)]
+                origin[d], extent[d] = lo, hi - lo
+                boxes.append((origin, extent))
+        return boxes
+
+    def _interior_regions_if_faster(self):
+        """Copy regions (src, dst, bytes) for the interior when the copy engine plus a
+        border kernel beats the kernel alone on this device; else None."""
+        rank = len(self.out_size)
+        padded = [d for d in range(rank) if self.in_size[d] != self.out_size[d]]
+        if not padded:
+            k = -1
+        else:
+            k = padded[-1]
+        run_elems = math.prod(self.in_size[k:]) if k >= 0 else math.prod(self.in_size)
+        outer = self.in_size[:k] if k >= 0 else []
+        nregions = math.prod(outer) if outer else 1
+        interior = nregions * run_elems * self.esize
+        border = (self.total - math.prod(self.in_size)) * self.esize
+        cost = copy_costs(self.device)
+        t_kernel = cost["kernel_s_per_byte"] * self.total * self.esize + cost["dispatch_s"]
+        t_split = (cost["copy_s_per_byte"] * interior + cost["copy_s_per_region"] * nregions
+                   + cost["kernel_s_per_byte"] * border + cost["dispatch_s"] + cost["copy_s"])
+        if t_split >= t_kernel or nregions > 1 << 22:
+            return None
+        e = self.esize
+        if not outer:
+            base_out = sum(self.start[j] * self.out_stride[j] for j in range(rank))
+            return np.array([[0, base_out * e, run_elems * e]], dtype=np.uint64)
+        grids = np.indices(outer, dtype=np.int64).reshape(len(outer), -1)
+        src = sum(grids[j] * self.in_stride[j] for j in range(len(outer)))
+        dst = sum((grids[j] + self.start[j]) * self.out_stride[j] for j in range(len(outer)))
+        dst = dst + sum(self.start[j] * self.out_stride[j] for j in range(len(outer), rank))
+        regions = np.stack([src * e, dst * e, np.full_like(src, run_elems * e)], axis=1)
+        return regions.astype(np.uint64)
+
+    def _mapped_range(self, d: int, lo: int, hi: int) -> tuple[int, int]:
+        """Min and max input coordinate that output coordinates [lo, hi) of dim d read."""
+        n, s = self.in_size[d], self.start[d]
+        cs = np.arange(lo, hi, dtype=np.int64) - s
+        if self.mode == PaddingMode.CONSTANT:
+            cs = cs[(cs >= 0) & (cs < n)]
+            if cs.size == 0:
+                return 0, 0
+        elif self.mode == PaddingMode.EDGE:
+            cs = np.clip(cs, 0, n - 1)
+        elif self.mode == PaddingMode.WRAP:
+            cs = cs % n
+        elif self.mode == PaddingMode.REFLECTION:
+            if n == 1:
+                cs = cs * 0
+            else:
+                p = 2 * (n - 1)
+                m = cs % p
+                cs = np.where(m < n, m, p - m)
+        else:
+            p = 2 * n
+            m = cs % p
+            cs = np.where(m < n, m, p - 1 - m)
+        return int(cs.min()), int(cs.max())
+
+    def _windows(self):
+        """For tensors beyond maxStorageBufferRange: boxes of output coordinates, each with
+        the byte windows of input and output it touches (each window fits the limit):
+        (origin, extent, in_lo, in_hi, out_lo, out_hi)."""
+        e = self.esize
+        align = self.ctx.binding_alignment()
+        limit = self.ctx.limits["maxStorageBufferRange"] - 2 * align
+        rank = len(self.out_size)
+
+        def inner_span(sizes, strides, k):
+            return sum((sizes[j] - 1) * strides[j] for j in range(k + 1, rank)) + 1
+
+        k = next((k for k in range(rank)
+                  if inner_span(self.out_size, self.out_stride, k) * e <= limit // 2
+                  and inner_span(self.in_size, self.in_stride, k) * e <= limit // 2), None)
+        if k is None:
+            raise UnsupportedError("maxStorageBufferRange", "one innermost row of the padding "
+                                   "is larger than the device can bind")
+        in_inner = inner_span(self.in_size, self.in_stride, k)
+        out_inner = inner_span(self.out_size, self.out_stride, k)
+        for prefix in itertools.product(*[range(s) for s in self.out_size[:k]]):
+            out_base = sum(c * self.out_stride[j] for j, c in enumerate(prefix))
+            in_base = sum(self._mapped_range(j, c, c + 1)[0] * self.in_stride[j]
+                          for j, c in enumerate(prefix))
+            a = 0
+            while a < self.out_size[k]:
+                b = a + 1
+                while b < self.out_size[k]:
+                    lo, hi = self._mapped_range(k, a, b + 1)
+                    if ((b - a) * self.out_stride[k] + out_inner) * e > limit or \
+                            ((hi - lo) * self.in_stride[k] + in_inner) * e > limit:
+                        break
+                    b += 1
+                lo, hi = self._mapped_range(k, a, b)
+                origin = list(prefix) + [a] + [0] * (rank - k - 1)
+                extent = [1] * k + [b - a] + list(self.out_size[k + 1:])
+                yield (origin, extent,
+                       (in_base + lo * self.in_stride[k]) * e,
+                       (in_base + hi * self.in_stride[k] + in_inner) * e,
+                       (out_base + a * self.out_stride[k]) * e,
+                       (out_base + (b - 1) * self.out_stride[k] + out_inner) * e)
+                a = b
+
+    def _dispatch_box(self, seq, binds, origin, extent, in_base=0, out_base=0) -> None:
+        """Dispatch the kernel over a box, split where it exceeds the workgroup-count limit."""
+        rank = len(extent)
+        for o, ext in split_box(origin, extent, self.local,
+                                self.ctx.limits["maxComputeWorkGroupCount"]):
+            push = np.zeros(_PUSH_BYTES // 4, dtype=np.uint32)
+            push[0:rank] = o
+            push[8:8 + rank] = ext
+            push[16:18] = [in_base, out_base]
+            seq.dispatch(self.pipe, binds, grid(ext, self.local), push.tobytes())
+
+    def encode(self, seq, inputs, outputs) -> None:
+        x, y = inputs[0]._alloc, outputs[0]._alloc
+        fixed = [Bind(self.params), Bind(self.value, 0, self.value.size)]
+        if not self.split:
+            if self.copy_regions is not None:
+                seq.copy_array(x, y, self.copy_regions)
+            binds = [Bind(x, 0, self.in_bytes), Bind(y, 0, self.out_bytes, "w")] + fixed
+            for origin, extent in self.boxes:
+                self._dispatch_box(seq, binds, origin, extent)
+            return
+        align = self.ctx.binding_alignment()
+        e = self.esize
+        for origin, extent, in_lo, in_hi, out_lo, out_hi in self._windows():
+            in_off = in_lo - in_lo % align
+            out_off = out_lo - out_lo % align
+            in_size = min(-(-(in_hi - in_off) // 4) * 4, x.size - in_off)
+            out_size = min(-(-(out_hi - out_off) // 4) * 4, y.size - out_off)
+            binds = [Bind(x, in_off, in_size), Bind(y, out_off, out_size, "w")] + fixed
+            self._dispatch_box(seq, binds, origin, extent, in_off // e, out_off // e)
+
+
+def grid(extent, local: int) -> tuple[int, int, int]:
+    """Workgroups for a box: x along the last dimension, y the one before, z the rest."""
+    gx = -(-extent[-1] // local)
+    gy = extent[-2] if len(extent) >= 2 else 1
+    gz = math.prod(extent[:-2]) if len(extent) >= 3 else 1
+    return gx, gy, gz
+
+
+def split_box(origin, extent, local: int, max_groups) -> list[tuple[list, list]]:
+    """Split a box until each piece's :func:`grid` fits ``max_groups`` (per axis)."""
+    mx, my, mz = max_groups
+    rank = len(extent)
+    limits = {rank - 1: mx * local, rank - 2: my}
+    for d, lim in limits.items():
+        if d >= 0 and extent[d] > lim:
+            out = []
+            for a in range(0, extent[d], lim):
+                o, e = list(origin), list(extent)
+                o[d] += a
+                e[d] = min(lim, extent[d] - a)
+                out += split_box(o, e, local, max_groups)
+            return out
+    if rank >= 3 and math.prod(extent[:-2]) > mz:
+        # split the outermost dimension that still has extent > 1
+        d = next(j for j in range(rank - 2) if extent[j] > 1)
+        inner = math.prod(extent[d + 1:-2])
+        step = max(1, mz // inner)
+        out = []
+        for a in range(0, extent[d], step):
+            o, e = list(origin), list(extent)
+            o[d] += a
+            e[d] = min(step, extent[d] - a)
+            out += split_box(o, e, local, max_groups)
+        return out
+    return [(list(origin), list(extent))]
+
+
+def pad(x, start_padding, end_padding, mode="constant", value=0.0, *, device=None):
+    """Pad ``x`` (1 to 8 dimensions, any of the 11 data types): ``DML_PADDING_OPERATOR_DESC``.
+
+    ``mode``: "constant" | "edge" | "reflection" | "symmetric" | "wrap".  Reflection and
+    symmetric paddings larger than the dimension fold periodically (as ``numpy.pad``'s
+    "reflect"/"symmetric"); "wrap" repeats the tensor (ONNX "wrap", DML feature level 6_4).
+    ``value`` is converted to the data type as the page says (10.6 -> 10 for integers,
+    saturated to the type's range); int64/uint64 integers are exact.
+    """
+    dev = pick_device(device, x)
+    x = as_array(x, "x")
+    rank = len(x.shape)
+    start = as_tuple(start_padding, 0, rank)
+    end = as_tuple(end_padding, 0, rank)
+    in_desc = TensorDesc(x.dtype, x.shape)
+    out_sizes = tuple(s + a + b for s, a, b in zip(x.shape, start, end)) \
+        if len(start) == rank and len(end) == rank else x.shape
+    out_desc = TensorDesc(x.dtype, out_sizes)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        desc = Padding1OperatorDesc(in_desc, out_desc, mode, in_desc.data_type,
+                                    _exact_or_float(value, in_desc), start, end)
+    else:
+        desc = PaddingOperatorDesc(in_desc, out_desc, mode, float(value), start, end)
+    return run(dev, desc, [x])
+
+
+def _exact_or_float(value, desc: TensorDesc):
+    """An integer constant stays exact when the type can hold it; else the float rule."""
+    if desc.data_type.is_float:
+        return float(value)
+    info = np.iinfo(desc.dtype)
+    return int(value) if info.min <= int(value) <= info.max else int(max(min(value, info.max), info.min))

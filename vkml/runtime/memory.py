@@ -1,0 +1,341 @@
+"""Device memory: large blocks, sub-allocated, each block one ``VkBuffer``.
+
+* Where the device has host-visible device-local memory that reads back fast (CPU
+  drivers, integrated GPUs, or any host-cached type) tensors live there and are mapped
+  once; uploads and downloads are plain memory copies.
+* Otherwise (discrete GPUs) tensors live in device-local memory and transfers go
+  through staging blocks with ``vkCmdCopyBuffer``.  ``VKML_FORCE_STAGING=1`` takes this
+  path on any device, so the CPU drivers test it too.
+* Allocations larger than half a block get a dedicated block.  A request larger than
+  ``maxMemoryAllocationSize`` or than what is left of the heap raises
+  :class:`~vkml.DeviceError` before the driver is asked, naming both figures.
+"""
+from __future__ import annotations
+
+import bisect
+import gc
+import os
+import threading
+import weakref
+
+import numpy as np
+
+from ..errors import DeviceError
+from . import vk
+from .vk import ffi, lib
+
+MiB = 1 << 20
+BUFFER_USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT
+                | vk.VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT
+                | vk.VK_BUFFER_USAGE_STORAGE_TEXEL_BUFFER_BIT
+                | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+_DL = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+_HV = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+_HC = vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+_CACHED = vk.VK_MEMORY_PROPERTY_HOST_CACHED_BIT
+
+
+def _fmt(n: int) -> str:
+    return f"{n} bytes ({n / MiB:.1f} MiB)"
+
+
+class Block:
+    """One ``VkDeviceMemory`` with a ``VkBuffer`` over all of it and a free list."""
+
+    def __init__(self, heap: "Heap", size: int, dedicated: bool):
+        ctx = heap.ctx
+        self.heap, self.size, self.dedicated = heap, size, dedicated
+        self.device = ctx.device
+        info = ffi.new("VkBufferCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size,
+            "usage": BUFFER_USAGE, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+        buf = ffi.new("VkBuffer*")
+        vk.check(lib.vkCreateBuffer(self.device, info, vk.NULL, buf), "vkCreateBuffer")
+        self.buffer = buf[0]
+        req = ffi.new("VkMemoryRequirements*")
+        lib.vkGetBufferMemoryRequirements(self.device, self.buffer, req)
+        alloc = ffi.new("VkMemoryAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+            "allocationSize": req.size, "memoryTypeIndex": heap.type_index})
+        mem = ffi.new("VkDeviceMemory*")
+        result = lib.vkAllocateMemory(self.device, alloc, vk.NULL, mem)
+        if result < 0:
+            lib.vkDestroyBuffer(self.device, self.buffer, vk.NULL)
+            raise DeviceError(f"out of device memory: vkAllocateMemory of {_fmt(req.size)} "
+                              f"failed with {vk.result_name(result)} ({heap.describe()})", result)
+        self.memory = mem[0]
+        self.footprint = req.size
+        vk.check(lib.vkBindBufferMemory(self.device, self.buffer, self.memory, 0),
+                 "vkBindBufferMemory")
+        self.host = None
+        if heap.mappable:
+            ptr = ffi.new("void**")
+            vk.check(lib.vkMapMemory(self.device, self.memory, 0, size, 0, ptr), "vkMapMemory")
+            self.host = np.frombuffer(ffi.buffer(ptr[0], size), dtype=np.uint8)
+        self.free_list = [(0, size)]          # sorted (offset, size)
+        self.used = 0
+
+    def try_alloc(self, size: int, align: int) -> int | None:
+        for i, (off, length) in enumerate(self.free_list):
+            start = -(-off // align) * align
+            if start + size <= off + length:
+                del self.free_list[i]
+                if start + size < off + length:
+                    self.free_list.insert(i, (start + size, off + length - start - size))
+                if start > off:
+                    self.free_list.insert(i, (off, start - off))
+                self.used += size
+                return start
+        return None
+
+    def release(self, offset: int, size: int) -> None:
+        i = bisect.bisect_left(self.free_list, (offset, 0))
+        self.free_list.insert(i, (offset, size))
+        # merge with the neighbours
+        if i + 1 < len(self.free_list) and offset + size == self.free_list[i + 1][0]:
+            self.free_list[i] = (offset, size + self.free_list[i + 1][1])
+            del self.free_list[i + 1]
+        if i > 0 and self.free_list[i - 1][0] + self.free_list[i - 1][1] == offset:
+            prev = self.free_list[i - 1]
+            self.free_list[i - 1] = (prev[0], prev[1] + self.free_list[i][1])
+            del self.free_list[i]
+        self.used -= size
+
+    def destroy(self) -> None:
+        if self.memory is None:
+            return
+        self.host = None
+        lib.vkDestroyBuffer(self.device, self.buffer, vk.NULL)
+        lib.vkFreeMemory(self.device, self.memory, vk.NULL)
+        self.memory = None
+
+
+class Allocation:
+    """A sub-range of a block: what a tensor or a parameter buffer owns."""
+
+    __slots__ = ("heap", "block", "offset", "size", "_views", "__weakref__")
+
+    def __init__(self, heap: "Heap", block: Block, offset: int, size: int):
+        self.heap, self.block, self.offset, self.size = heap, block, offset, size
+        self._views: dict | None = None
+
+    @property
+    def buffer(self):
+        return self.block.buffer
+
+    @property
+    def host(self) -> np.ndarray | None:
+        """The mapped bytes of this allocation (``None`` for device-only memory)."""
+        if self.block.host is None:
+            return None
+        return self.block.host[self.offset:self.offset + self.size]
+
+    def view(self, fmt: int, offset: int, size: int):
+        """A ``VkBufferView`` over ``[offset, offset+size)`` of this allocation (cached)."""
+        key = (fmt, offset, size)
+        if self._views is None:
+            self._views = {}
+        v = self._views.get(key)
+        if v is None:
+            info = ffi.new("VkBufferViewCreateInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, "buffer": self.buffer,
+                "format": fmt, "offset": self.offset + offset, "range": size})
+            h = ffi.new("VkBufferView*")
+            vk.check(lib.vkCreateBufferView(self.heap.ctx.device, info, vk.NULL, h),
+                     "vkCreateBufferView")
+            v = self._views[key] = h[0]
+        return v
+
+    def free(self) -> None:
+        if self.block is not None:
+            self.heap.release(self)
+
+    @property
+    def alive(self) -> bool:
+        return self.block is not None
+
+
+class Heap:
+    """Blocks of one memory type, and the policy to carve them."""
+
+    def __init__(self, ctx, type_index: int, heap_index: int, heap_size: int, mappable: bool,
+                 block_size: int, alignment: int, max_alloc: int, name: str):
+        self.ctx, self.type_index, self.heap_index = ctx, type_index, heap_index
+        self.heap_size, self.mappable, self.block_size = heap_size, mappable, block_size
+        self.alignment, self.max_alloc, self.name = alignment, max_alloc, name
+        self.blocks: list[Block] = []
+        self.lock = threading.Lock()
+        self.reserved = 0             # bytes of device memory held by blocks
+        self.live: "weakref.WeakSet[Allocation]" = weakref.WeakSet()
+        self.pending: list[Allocation] = []   # freed by garbage collection, see defer_free
+
+    def describe(self) -> str:
+        return (f"{self.name} memory type {self.type_index}: heap of {_fmt(self.heap_size)}, "
+                f"{_fmt(self.reserved)} held by vkml, at most {_fmt(self.max_alloc)} "
+                f"per allocation (maxMemoryAllocationSize)")
+
+    def allocate(self, size: int, align: int = 0) -> Allocation:
+        size = max(int(size), 4)
+        align = max(align, self.alignment)
+        size = -(-size // align) * align
+        if size > self.max_alloc:
+            raise DeviceError(
+                f"cannot allocate {_fmt(size)}: the device allows at most {_fmt(self.max_alloc)} "
+                f"in one allocation (maxMemoryAllocationSize)")
+        if size > self.heap_size:
+            raise DeviceError(
+                f"cannot allocate {_fmt(size)}: the device's memory heap holds "
+                f"{_fmt(self.heap_size)}")
+        with self.lock:
+            self._drain()
+            if size <= self.block_size // 2:
+                for block in self.blocks:
+                    if not block.dedicated and block.size - block.used >= size:
+                        off = block.try_alloc(size, align)
+                        if off is not None:
+                            return self._track(Allocation(self, block, off, size))
+                block = self._new_block(self.block_size, dedicated=False)
+            else:
+                block = self._new_block(size, dedicated=True)
+            off = block.try_alloc(size, align)
+            return self._track(Allocation(self, block, off, size))
+
+    def _track(self, a: Allocation) -> Allocation:
+        self.live.add(a)
+        return a
+
+    def _new_block(self, size: int, dedicated: bool) -> Block:
+        if self.reserved + size > self.heap_size:
+            self._trim()
+            if self.reserved + size > self.heap_size:
+                gc.collect()     # tensors dropped by the user but not yet collected
+                self._drain()
+                self._trim()
+            if self.reserved + size > self.heap_size:
+                raise DeviceError(
+                    f"out of device memory: cannot allocate {_fmt(size)}; "
+                    f"{_fmt(self.reserved)} of the {_fmt(self.heap_size)} heap is in use")
+        try:
+            block = Block(self, size, dedicated)
+        except DeviceError as err:
+            if err.result not in vk.OUT_OF_MEMORY:
+                raise
+            gc.collect()
+            self._drain()
+            self._trim()
+            block = Block(self, size, dedicated)
+        self.blocks.append(block)
+        self.reserved += block.footprint
+        return block
+
+    def _trim(self) -> None:
+        """Give back every empty block (the caller holds the lock)."""
+        for block in [b for b in self.blocks if b.used == 0]:
+            self._destroy_block(block)
+
+    def _destroy_block(self, block: Block) -> None:
+        self.blocks.remove(block)
+        self.reserved -= block.footprint
+        block.destroy()
+
+    def defer_free(self, a: Allocation) -> None:
+        """Free ``a`` at the next safe point: for finalizers, which may run anywhere."""
+        self.pending.append(a)
+
+    def _drain(self) -> None:
+        while self.pending:
+            self._release(self.pending.pop())
+
+    def release(self, a: Allocation) -> None:
+        with self.lock:
+            self._release(a)
+            self._drain()
+
+    def _release(self, a: Allocation) -> None:
+        block = a.block
+        if block is None:
+            return
+        if a._views:
+            for v in a._views.values():
+                lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
+            a._views = None
+        a.block = None
+        block.release(a.offset, a.size)
+        if block.used == 0:
+            spare = [b for b in self.blocks if b.used == 0 and not b.dedicated]
+            if block.dedicated or len(spare) > 1:
+                self._destroy_block(block)
+
+    def stats(self) -> dict:
+        with self.lock:
+            self._drain()
+            return {"blocks": len(self.blocks), "reserved": self.reserved,
+                    "used": sum(b.used for b in self.blocks)}
+
+    def destroy(self) -> None:
+        with self.lock:
+            for a in list(self.live):
+                if a.block is not None and a._views:
+                    for v in a._views.values():
+                        lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
+                    a._views = None
+                a.block = None
+            for block in list(self.blocks):
+                self._destroy_block(block)
+
+
+def choose_heaps(ctx, pd, info, force_staging: bool = False) -> tuple[Heap, Heap]:
+    """Pick the tensor heap and the staging heap of a device (see module doc)."""
+    props = ffi.new("VkPhysicalDeviceMemoryProperties*")
+    lib.vkGetPhysicalDeviceMemoryProperties(pd, props)
+    types = [(i, props.memoryTypes[i].propertyFlags, props.memoryTypes[i].heapIndex)
+             for i in range(props.memoryTypeCount)]
+    heaps = [props.memoryHeaps[i].size for i in range(props.memoryHeapCount)]
+    limits = ctx.limits
+    align = max(16, limits["minStorageBufferOffsetAlignment"],
+                limits["minTexelBufferOffsetAlignment"], limits["minUniformBufferOffsetAlignment"],
+                limits["nonCoherentAtomSize"])
+    max_alloc = _max_allocation(pd, info)
+    force_staging = force_staging or os.environ.get("VKML_FORCE_STAGING", "0") not in ("", "0")
+    unified = info.device_type in ("cpu", "integrated")
+
+    def pick(want, prefer=0, avoid=0):
+        best = None
+        for i, flags, h in types:
+            if flags & want != want:
+                continue
+            score = (bool(flags & prefer), not (flags & avoid), heaps[h])
+            if best is None or score > best[0]:
+                best = (score, i, flags, h)
+        return best
+
+    direct = pick(_DL | _HV | _HC, prefer=_CACHED)
+    if direct and not force_staging and (unified or direct[2] & _CACHED):
+        _, ti, _, hi = direct
+        tensor_heap = Heap(ctx, ti, hi, heaps[hi], True, _block_size(heaps[hi], max_alloc),
+                           align, max_alloc, "host-visible device-local")
+        return tensor_heap, tensor_heap
+    dev = pick(_DL, avoid=_HV) or pick(_DL)
+    stage = pick(_HV | _HC, prefer=_CACHED, avoid=_DL) or pick(_HV | _HC)
+    if dev is None or stage is None:
+        raise DeviceError("the device exposes no usable memory type")
+    tensor_heap = Heap(ctx, dev[1], dev[3], heaps[dev[3]], False,
+                       _block_size(heaps[dev[3]], max_alloc), align, max_alloc, "device-local")
+    staging_heap = Heap(ctx, stage[1], stage[3], heaps[stage[3]], True,
+                        _block_size(heaps[stage[3]], max_alloc), align, max_alloc, "staging")
+    return tensor_heap, staging_heap
+
+
+def _block_size(heap_size: int, max_alloc: int) -> int:
+    return int(min(64 * MiB, max_alloc, max(heap_size // 16, 4 * MiB)))
+
+
+def _max_allocation(pd, info) -> int:
+    """``maxMemoryAllocationSize`` (Vulkan 1.1), or the largest heap where it is unknown."""
+    m3 = ffi.new("VkPhysicalDeviceMaintenance3Properties*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES})
+    p2 = ffi.new("VkPhysicalDeviceProperties2*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": m3})
+    lib.vkGetPhysicalDeviceProperties2(pd, p2)
+    value = int(m3.maxMemoryAllocationSize)
+    return value if value > 0 else max(size for size, _ in info.memory_heaps)

@@ -1,0 +1,440 @@
+"""The command-buffer scheduler: record dispatches and copies, submit, wait, replay.
+
+A :class:`Sequence` is one command buffer.  Operators record into it (several operators
+may share one, submitted once); :meth:`Sequence.run` submits it and waits on its fence,
+and may be called again to replay it without re-recording: the hot path of repeated
+inference calls the cffi ``lib`` functions with structs built once at recording time.
+
+Barriers are inserted automatically from what each command reads and writes: a
+command that reads or writes a byte range written earlier in the sequence, or writes
+a range read earlier, is preceded by a memory barrier; independent commands (the
+interior copy and the border kernel of a padding, say) run without one.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from dataclasses import dataclass
+
+from ..errors import DeviceError
+from . import vk
+from .memory import Allocation
+from .pipelines import STORAGE, STORAGE_TEXEL, UNIFORM, UNIFORM_TEXEL, Pipeline
+from .vk import ffi, lib
+
+_SHADER_RW = vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT
+_XFER_RW = vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+_STAGES = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
+_WRITES = vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
+TIMEOUT_NS = int(float(os.environ.get("VKML_TIMEOUT", "120")) * 1e9)
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One kernel binding: ``size`` bytes of ``alloc`` from ``offset`` (bytes).
+
+    ``access`` is "r", "w" or "rw"; ``fmt`` is the ``VkFormat`` of a texel-buffer binding.
+    """
+
+    alloc: Allocation
+    offset: int = 0
+    size: int | None = None
+    access: str = "r"
+    fmt: int = 0
+
+    def span(self) -> tuple[int, int]:
+        size = self.alloc.size - self.offset if self.size is None else self.size
+        return self.offset, size
+
+
+class CommandPool:
+    """A command pool for one recording thread; its lock guards every ``vkCmd*`` call."""
+
+    def __init__(self, ctx):
+        self.device = ctx.device
+        self.lock = threading.Lock()
+        info = ffi.new("VkCommandPoolCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+            "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+            "queueFamilyIndex": ctx.queue_family})
+        h = ffi.new("VkCommandPool*")
+        vk.check(lib.vkCreateCommandPool(self.device, info, vk.NULL, h), "vkCreateCommandPool")
+        self.handle = h[0]
+
+    def allocate(self):
+        info = ffi.new("VkCommandBufferAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, "commandPool": self.handle,
+            "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1})
+        h = ffi.new("VkCommandBuffer*")
+        with self.lock:
+            vk.check(lib.vkAllocateCommandBuffers(self.device, info, h), "vkAllocateCommandBuffers")
+        return h
+
+    def free(self, cmd_ptr) -> None:
+        with self.lock:
+            lib.vkFreeCommandBuffers(self.device, self.handle, 1, cmd_ptr)
+
+    def destroy(self) -> None:
+        lib.vkDestroyCommandPool(self.device, self.handle, vk.NULL)
+
+
+class DescriptorPools:
+    """Descriptor sets for devices without push descriptors: pools grown on demand."""
+
+    SETS_PER_POOL = 256
+
+    def __init__(self, ctx):
+        self.device = ctx.device
+        self.lock = threading.Lock()
+        self.pools: list = []
+
+    def _new_pool(self):
+        n = self.SETS_PER_POOL
+        sizes = ffi.new("VkDescriptorPoolSize[]", [
+            {"type": STORAGE, "descriptorCount": 8 * n},
+            {"type": UNIFORM, "descriptorCount": 2 * n},
+            {"type": UNIFORM_TEXEL, "descriptorCount": 4 * n},
+            {"type": STORAGE_TEXEL, "descriptorCount": 2 * n}])
+        info = ffi.new("VkDescriptorPoolCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+            "flags": vk.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,
+            "maxSets": n, "poolSizeCount": 4, "pPoolSizes": sizes})
+        h = ffi.new("VkDescriptorPool*")
+        vk.check(lib.vkCreateDescriptorPool(self.device, info, vk.NULL, h), "vkCreateDescriptorPool")
+        self.pools.append(h[0])
+        return h[0]
+
+    def allocate(self, set_layout):
+        layouts = ffi.new("VkDescriptorSetLayout[]", [set_layout])
+        out = ffi.new("VkDescriptorSet*")
+        with self.lock:
+            for pool in reversed(self.pools):
+                if self._try(pool, layouts, out):
+                    return pool, out[0]
+            pool = self._new_pool()
+            if not self._try(pool, layouts, out):
+                raise DeviceError("vkAllocateDescriptorSets failed on a fresh pool")
+            return pool, out[0]
+
+    def _try(self, pool, layouts, out) -> bool:
+        info = ffi.new("VkDescriptorSetAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorPool": pool,
+            "descriptorSetCount": 1, "pSetLayouts": layouts})
+        result = lib.vkAllocateDescriptorSets(self.device, info, out)
+        if result in (vk.VK_ERROR_OUT_OF_POOL_MEMORY, vk.VK_ERROR_FRAGMENTED_POOL):
+            return False
+        vk.check(result, "vkAllocateDescriptorSets")
+        return True
+
+    def free(self, pool, dset) -> None:
+        sets = ffi.new("VkDescriptorSet[]", [dset])
+        with self.lock:
+            lib.vkFreeDescriptorSets(self.device, pool, 1, sets)
+
+    def destroy(self) -> None:
+        for pool in self.pools:
+            lib.vkDestroyDescriptorPool(self.device, pool, vk.NULL)
+        self.pools.clear()
+
+
+class Sequence:
+    """A recorded command buffer that can be submitted any number of times."""
+
+    def __init__(self, ctx, timed: bool = False, hold: bool = True):
+        self.ctx = ctx
+        self.device = ctx.device
+        self.pool = ctx.command_pool()
+        self._res = _Resources(ctx, self.pool)
+        self._cmd_ptr = self._res.cmd_ptr
+        self.cmd = self._cmd_ptr[0]
+        self._fence = self._res.fence
+        self._hold = hold
+        self._allocs: list = []        # weak references to every bound allocation
+        self._keep: list = []          # strong references (allocations if hold, cffi data)
+        self._seen: set = set()
+        self._written: list = []       # (buffer, lo, hi) since the last barrier
+        self._read: list = []
+        self.dispatches = 0
+        self.ended = False
+        self.closed = False
+        self.gpu_time_ns: float | None = None
+        self._lock = threading.Lock()
+        self._query_pool = None
+        if timed and ctx.features.get("timestamps"):
+            qinfo = ffi.new("VkQueryPoolCreateInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": 2})
+            qp = ffi.new("VkQueryPool*")
+            vk.check(lib.vkCreateQueryPool(self.device, qinfo, vk.NULL, qp), "vkCreateQueryPool")
+            self._query_pool = self._res.query_pool = qp[0]
+            self._stamps = ffi.new("uint64_t[2]")
+        self._finalizer = weakref.finalize(self, ctx.defer_release, self._res)
+        begin = ffi.new("VkCommandBufferBeginInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO})
+        with self.pool.lock:
+            vk.check(lib.vkBeginCommandBuffer(self.cmd, begin), "vkBeginCommandBuffer")
+            if self._query_pool is not None:
+                lib.vkCmdResetQueryPool(self.cmd, self._query_pool, 0, 2)
+                lib.vkCmdWriteTimestamp(self.cmd, vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT,
+                                        self._query_pool, 0)
+            # Whatever earlier submissions wrote is visible to this one.
+            self._barrier(vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, _STAGES,
+                          vk.VK_ACCESS_MEMORY_WRITE_BIT, _SHADER_RW | _XFER_RW)
+        self.submit_info = ffi.new("VkSubmitInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
+            "pCommandBuffers": self._cmd_ptr})
+
+    # -- recording ---------------------------------------------------------------------
+    def _barrier(self, src_stage, dst_stage, src_access, dst_access) -> None:
+        mb = ffi.new("VkMemoryBarrier*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                          "srcAccessMask": src_access, "dstAccessMask": dst_access})
+        lib.vkCmdPipelineBarrier(self.cmd, src_stage, dst_stage, 0, 1, mb, 0, vk.NULL, 0, vk.NULL)
+
+    def _hazard(self, reads, writes) -> None:
+        """Insert a barrier if these accesses depend on ones recorded since the last."""
+        def overlaps(a, ranges):
+            buf, lo, hi = a
+            return any(b == buf and lo < h and l < hi for b, l, h in ranges)
+
+        if (any(overlaps(r, self._written) for r in reads)
+                or any(overlaps(w, self._written) or overlaps(w, self._read) for w in writes)):
+            self._barrier(_STAGES, _STAGES, _WRITES, _SHADER_RW | _XFER_RW)
+            self._written.clear()
+            self._read.clear()
+        self._written.extend(writes)
+        self._read.extend(reads)
+
+    def _use(self, alloc: Allocation) -> None:
+        if not alloc.alive:
+            raise DeviceError("a bound buffer was already freed")
+        key = id(alloc)
+        if key not in self._seen:
+            self._seen.add(key)
+            self._allocs.append(weakref.ref(alloc))
+            if self._hold:
+                self._keep.append(alloc)
+
+    def _check_open(self) -> None:
+        if self.ended:
+            raise DeviceError("this sequence was already submitted; record a new one")
+
+    def dispatch(self, pipeline: Pipeline, binds: list[Bind], groups: tuple[int, int, int],
+                 push: bytes = b"") -> None:
+        """Record one compute dispatch of ``pipeline`` with ``binds`` in binding order."""
+        self._check_open()
+        limits = self.ctx.limits
+        max_groups = limits["maxComputeWorkGroupCount"]
+        if any(g > m for g, m in zip(groups, max_groups)) or min(groups) < 0:
+            raise DeviceError(f"{pipeline.name}: {groups} workgroups exceed the device's "
+                              f"maxComputeWorkGroupCount {max_groups}")
+        if min(groups) == 0:
+            return
+        if len(binds) != len(pipeline.kinds):
+            raise DeviceError(f"{pipeline.name}: {len(binds)} bindings for "
+                              f"{len(pipeline.kinds)} descriptors")
+        reads, writes = [], []
+        infos = []
+        for b, kind in zip(binds, pipeline.kinds):
+            self._use(b.alloc)
+            off, size = b.span()
+            self.ctx.check_binding(pipeline.name, kind, off + b.alloc.offset, size, b.fmt)
+            rng = (b.alloc.buffer, b.alloc.offset + off, b.alloc.offset + off + size)
+            if "r" in b.access:
+                reads.append(rng)
+            if "w" in b.access:
+                writes.append(rng)
+            infos.append((kind, b, off, size))
+        with self.pool.lock:
+            self._hazard(reads, writes)
+            lib.vkCmdBindPipeline(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+            self._bind_descriptors(pipeline, infos)
+            if push:
+                data = ffi.new("char[]", push)
+                lib.vkCmdPushConstants(self.cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                                       0, len(push), data)
+            lib.vkCmdDispatch(self.cmd, *groups)
+        self.dispatches += 1
+
+    def _bind_descriptors(self, pipeline: Pipeline, infos) -> None:
+        n = len(infos)
+        writes = ffi.new("VkWriteDescriptorSet[]", n)
+        buffer_infos = ffi.new("VkDescriptorBufferInfo[]", n)
+        views = ffi.new("VkBufferView[]", n)
+        dset = vk.NULL
+        if self.ctx.push_descriptor is None:
+            pool, dset = self.ctx.descriptor_pools.allocate(pipeline.set_layout)
+            self._res.sets.append((pool, dset))
+        for i, (kind, b, off, size) in enumerate(infos):
+            w = writes[i]
+            w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+            w.dstSet = dset
+            w.dstBinding = i
+            w.descriptorCount = 1
+            w.descriptorType = kind
+            if kind in (UNIFORM_TEXEL, STORAGE_TEXEL):
+                views[i] = b.alloc.view(b.fmt, off, size)
+                w.pTexelBufferView = views + i
+            else:
+                buffer_infos[i].buffer = b.alloc.buffer
+                buffer_infos[i].offset = b.alloc.offset + off
+                buffer_infos[i].range = size
+                w.pBufferInfo = buffer_infos + i
+        if self.ctx.push_descriptor is not None:
+            self.ctx.push_descriptor(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout,
+                                     0, n, writes)
+        else:
+            lib.vkUpdateDescriptorSets(self.device, n, writes, 0, vk.NULL)
+            sets = ffi.new("VkDescriptorSet[]", [dset])
+            lib.vkCmdBindDescriptorSets(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
+                                        pipeline.layout, 0, 1, sets, 0, vk.NULL)
+
+    def copy(self, src: Allocation, dst: Allocation, regions: list[tuple[int, int, int]]) -> None:
+        """Record ``vkCmdCopyBuffer``: regions of (src offset, dst offset, bytes)."""
+        self._check_open()
+        if not regions:
+            return
+        self._use(src)
+        self._use(dst)
+        reads = [(src.buffer, src.offset + s, src.offset + s + n) for s, _, n in regions]
+        writes = [(dst.buffer, dst.offset + d, dst.offset + d + n) for _, d, n in regions]
+        if len(regions) > 64:   # keep the hazard lists short: one range per side
+            reads = [(src.buffer, min(r[1] for r in reads), max(r[2] for r in reads))]
+            writes = [(dst.buffer, min(w[1] for w in writes), max(w[2] for w in writes))]
+        arr = ffi.new("VkBufferCopy[]", len(regions))
+        for i, (s, d, n) in enumerate(regions):
+            arr[i].srcOffset = src.offset + s
+            arr[i].dstOffset = dst.offset + d
+            arr[i].size = n
+        with self.pool.lock:
+            self._hazard(reads, writes)
+            lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer, len(regions), arr)
+
+    def copy_array(self, src: Allocation, dst: Allocation, regions) -> None:
+        """Like :meth:`copy` with an (n, 3) integer array of regions (no Python loop)."""
+        import numpy as np
+
+        self._check_open()
+        regions = np.asarray(regions, dtype=np.uint64).reshape(-1, 3)
+        if not len(regions):
+            return
+        self._use(src)
+        self._use(dst)
+        shifted = regions + np.array([src.offset, dst.offset, 0], dtype=np.uint64)
+        arr = ffi.new("VkBufferCopy[]", len(regions))
+        ffi.memmove(arr, shifted.tobytes(), shifted.nbytes)
+        lo_s, hi_s = int(shifted[:, 0].min()), int((shifted[:, 0] + shifted[:, 2]).max())
+        lo_d, hi_d = int(shifted[:, 1].min()), int((shifted[:, 1] + shifted[:, 2]).max())
+        with self.pool.lock:
+            self._hazard([(src.buffer, lo_s, hi_s)], [(dst.buffer, lo_d, hi_d)])
+            lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer, len(regions), arr)
+            self._keep.append(arr)
+
+    def fill(self, dst: Allocation, offset: int, size: int, word: int) -> None:
+        """Record ``vkCmdFillBuffer`` of a 32-bit word (offset and size multiples of 4)."""
+        self._check_open()
+        self._use(dst)
+        rng = (dst.buffer, dst.offset + offset, dst.offset + offset + size)
+        with self.pool.lock:
+            self._hazard([], [rng])
+            lib.vkCmdFillBuffer(self.cmd, dst.buffer, dst.offset + offset, size, word & 0xFFFFFFFF)
+
+    def barrier(self) -> None:
+        """An explicit full barrier (rarely needed: hazards are tracked)."""
+        with self.pool.lock:
+            self._barrier(_STAGES, _STAGES, _WRITES, _SHADER_RW | _XFER_RW)
+            self._written.clear()
+            self._read.clear()
+
+    # -- submission --------------------------------------------------------------------
+    def end(self) -> None:
+        if self.ended:
+            return
+        with self.pool.lock:
+            # Device writes become visible to the host once the fence signals.
+            self._barrier(_STAGES, vk.VK_PIPELINE_STAGE_HOST_BIT, _WRITES,
+                          vk.VK_ACCESS_HOST_READ_BIT)
+            if self._query_pool is not None:
+                lib.vkCmdWriteTimestamp(self.cmd, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                        self._query_pool, 1)
+            vk.check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
+        self.ended = True
+
+    def run(self) -> "Sequence":
+        """Submit and wait; can be called again to replay the same commands."""
+        if self.closed:
+            raise DeviceError("this sequence was closed")
+        if not self.ended:
+            self.end()
+        for ref in self._allocs:
+            a = ref()
+            if a is None or a.block is None:
+                raise DeviceError("a buffer this sequence uses was freed; record it again")
+        ctx = self.ctx
+        with self._lock:
+            with ctx.queue_lock:
+                result = lib.vkQueueSubmit(ctx.queue, 1, self.submit_info, self._fence[0])
+            if result < 0:
+                ctx.fail(result, "vkQueueSubmit")
+            result = lib.vkWaitForFences(self.device, 1, self._fence, vk.VK_TRUE, TIMEOUT_NS)
+            if result == vk.VK_TIMEOUT:
+                ctx.fail(result, f"waiting for the GPU (more than {TIMEOUT_NS / 1e9:.0f} s)")
+            if result < 0:
+                ctx.fail(result, "vkWaitForFences")
+            lib.vkResetFences(self.device, 1, self._fence)
+            if self._query_pool is not None:
+                r = lib.vkGetQueryPoolResults(
+                    self.device, self._query_pool, 0, 2, 16, self._stamps, 8,
+                    vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
+                if r == vk.VK_SUCCESS:
+                    ticks = ctx.mask_timestamp(self._stamps[1] - self._stamps[0])
+                    self.gpu_time_ns = ticks * ctx.limits["timestampPeriod"]
+        return self
+
+    def close(self) -> None:
+        """Release the command buffer, fence and descriptor sets (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._finalizer.detach()
+        with self._lock:
+            self._res.release()
+        self._keep.clear()
+        self._allocs.clear()
+
+    def __enter__(self) -> "Sequence":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class _Resources:
+    """The Vulkan objects of a sequence, released by ``close`` or, after garbage
+    collection, by the context at its next safe point (never inside ``__del__``)."""
+
+    def __init__(self, ctx, pool: CommandPool):
+        self.ctx, self.pool = ctx, pool
+        self.cmd_ptr = pool.allocate()
+        info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
+        self.fence = ffi.new("VkFence*")
+        vk.check(lib.vkCreateFence(ctx.device, info, vk.NULL, self.fence), "vkCreateFence")
+        self.query_pool = None
+        self.sets: list = []
+        self.released = False
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.ctx.forget(self)
+        if self.ctx.device is None:
+            return
+        device = self.ctx.device
+        for pool, dset in self.sets:
+            self.ctx.descriptor_pools.free(pool, dset)
+        self.sets.clear()
+        self.pool.free(self.cmd_ptr)
+        lib.vkDestroyFence(device, self.fence[0], vk.NULL)
+        if self.query_pool is not None:
+            lib.vkDestroyQueryPool(device, self.query_pool, vk.NULL)
