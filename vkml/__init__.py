@@ -10,7 +10,7 @@ from __future__ import annotations
 from . import dml, ops  # noqa: F401  (ops registers the implementations)
 from .device import Device, default_device, devices
 from .errors import DeviceError, UnsupportedError, ValidationError, VkmlError
-from .ops.padding import pad
+from .ops import *  # noqa: F401,F403  (the functional forms: pad, fold, ...)
 from .runtime import DeviceInfo
 from .tensor import Tensor
 
@@ -28,4 +28,4 @@ def empty(shape, dtype="float32", device=None, nbytes: int | None = None) -> Ten
 
 
 __all__ = ["Device", "DeviceInfo", "Tensor", "devices", "default_device", "tensor", "empty",
-           "pad", "VkmlError", "ValidationError", "UnsupportedError", "DeviceError", "dml"]
+           "VkmlError", "ValidationError", "UnsupportedError", "DeviceError", "dml", *ops.__all__]

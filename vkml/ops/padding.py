@@ -28,6 +28,8 @@ from .base import CompiledOperator, implements
 from .calibrate import copy_costs
 from .functional import as_array, pick_device, run
 
+__all__ = ["pad"]
+
 MAX_RANK = 8
 _KINDS = (STORAGE, STORAGE, UNIFORM, STORAGE)
 _PARAM_WORDS = 4 + 4 * MAX_RANK        # std140 uvec4s, see the GLSL
