@@ -73,7 +73,8 @@ class CompiledPadding(CompiledOperator):
         packed = native is not None and not self.features[native]
         name = f"padding_e{esize}" + ("_packed" if packed else "")
         self.local = min(64, self.workgroup_size)
-        self.pipe = self.pipeline(name, _KINDS, _PUSH_BYTES, {0: self.local, 1: len(self.out_size)})
+        self.pipe = self.pipeline(name, _KINDS, _PUSH_BYTES, {0: self.local, 1: len(self.out_size),
+                                                        2: int(self.mode)})
         bits = d.value_bits()
         self.value = self.upload(np.array([bits], dtype=np.dtype(f"u{esize}")))
         self.in_bytes = src.total_tensor_size_in_bytes
@@ -92,7 +93,7 @@ class CompiledPadding(CompiledOperator):
     def _params(self, bits) -> np.ndarray:
         p = np.zeros(_PARAM_WORDS, dtype=np.uint32)
         rank = len(self.out_size)
-        p[0:2] = [int(self.mode), bits & 0xFFFFFFFF]
+        p[0] = bits & 0xFFFFFFFF
         o = 4
         for arr in (self.in_size, self.start, self.in_stride, self.out_stride):
             p[o:o + rank] = np.array(arr, dtype=np.int64).astype(np.uint32)
