@@ -32,6 +32,9 @@ layout(constant_id = 1) const int RANK = 8;      // dimensions after merging (lo
 // uniform-buffer values that steer branches and rebuilds the shader on every dispatch
 // (1.4 ms each), and the branches vanish for the mode at hand.
 layout(constant_id = 2) const uint MODE = 0u;
+// How many trailing dimensions the grid's x covers: more than one when the last is too
+// short to fill a workgroup (a border box 2 elements wide, say).
+layout(constant_id = 3) const int XDIMS = 1;
 
 layout(std430, set = 0, binding = 0) readonly buffer In { ELEM x[]; };
 layout(std430, set = 0, binding = 1) buffer Out { ELEM y[]; };
@@ -46,13 +49,14 @@ layout(std140, set = 0, binding = 2) uniform Params {
 };
 layout(std430, set = 0, binding = 3) readonly buffer Value { ELEM value[]; };
 
-// The box of output coordinates this dispatch writes.  Grid: x runs along the last
-// dimension, y along the one before, z over the rest; so every index but x is the same
+// The box of output coordinates this dispatch writes.  Grid: x runs along the last XDIMS
+// dimensions, y along the one before, z over the rest; so every index but x is the same
 // for a whole workgroup and its arithmetic is done once, not per lane.
 layout(push_constant) uniform Push {
     uvec4 origin[2];
     uvec4 extent[2];
     uint in_base, out_base;       // element index of the first bound element
+    uint x_count;                 // product of the extents the grid's x covers
 };
 
 #define AT(arr, d) arr[(d) >> 2][(d) & 3]
@@ -88,15 +92,20 @@ void visit(int d, uint oc) {
 
 void main() {
     uint gx = gl_GlobalInvocationID.x;
-    if (gx >= AT(extent, RANK - 1)) return;
+    if (gx >= x_count) return;
+    const int YDIM = RANK - XDIMS - 1;            // the dimension y runs along, if any
     uint z = gl_GlobalInvocationID.z;
-    for (int d = RANK - 3; d >= 0; d--) {
+    for (int d = YDIM - 1; d >= 0; d--) {
         uint e = AT(extent, d);
         visit(d, AT(origin, d) + z % e);
         z /= e;
     }
-    if (RANK >= 2) visit(RANK - 2, AT(origin, RANK - 2) + gl_GlobalInvocationID.y);
-    visit(RANK - 1, AT(origin, RANK - 1) + gx);
+    if (YDIM >= 0) visit(YDIM, AT(origin, YDIM) + gl_GlobalInvocationID.y);
+    for (int d = RANK - 1; d > YDIM; d--) {
+        uint e = AT(extent, d);
+        visit(d, AT(origin, d) + gx % e);
+        gx /= e;
+    }
     uint o = out_off - out_base;
 #ifdef PACKED
     uint v = inside ? (ELEM_BYTES == 2 ? VKML_LD16(x, in_off - in_base)

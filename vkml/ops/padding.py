@@ -33,7 +33,7 @@ __all__ = ["pad"]
 MAX_RANK = 8
 _KINDS = (STORAGE, STORAGE, UNIFORM, STORAGE)
 _PARAM_WORDS = 4 + 4 * MAX_RANK        # std140 uvec4s, see the GLSL
-_PUSH_BYTES = 72
+_PUSH_BYTES = 76
 
 
 def _merge_dims(in_sizes, out_sizes, in_strides, out_strides, start):
@@ -73,8 +73,7 @@ class CompiledPadding(CompiledOperator):
         packed = native is not None and not self.features[native]
         name = f"padding_e{esize}" + ("_packed" if packed else "")
         self.local = min(64, self.workgroup_size)
-        self.pipe = self.pipeline(name, _KINDS, _PUSH_BYTES, {0: self.local, 1: len(self.out_size),
-                                                        2: int(self.mode)})
+        self.kernel = name
         bits = d.value_bits()
         self.value = self.upload(np.array([bits], dtype=np.dtype(f"u{esize}")))
         self.in_bytes = src.total_tensor_size_in_bytes
@@ -218,13 +217,16 @@ class CompiledPadding(CompiledOperator):
     def _dispatch_box(self, seq, binds, origin, extent, in_base=0, out_base=0) -> None:
         """Dispatch the kernel over a box, split where it exceeds the workgroup-count limit."""
         rank = len(extent)
+        xdims = x_dims(extent, self.local)
+        pipe = self.pipeline(self.kernel, _KINDS, _PUSH_BYTES,
+                             {0: self.local, 1: rank, 2: int(self.mode), 3: xdims})
         for o, ext in split_box(origin, extent, self.local,
-                                self.ctx.limits["maxComputeWorkGroupCount"]):
+                                self.ctx.limits["maxComputeWorkGroupCount"], xdims):
             push = np.zeros(_PUSH_BYTES // 4, dtype=np.uint32)
             push[0:rank] = o
             push[8:8 + rank] = ext
-            push[16:18] = [in_base, out_base]
-            seq.dispatch(self.pipe, binds, grid(ext, self.local), push.tobytes())
+            push[16:19] = [in_base, out_base, math.prod(ext[rank - xdims:])]
+            seq.dispatch(pipe, binds, grid(ext, self.local, xdims), push.tobytes())
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0]._alloc, outputs[0]._alloc
@@ -247,41 +249,64 @@ class CompiledPadding(CompiledOperator):
             self._dispatch_box(seq, binds, origin, extent, in_off // e, out_off // e)
 
 
-def grid(extent, local: int) -> tuple[int, int, int]:
-    """Workgroups for a box: x along the last dimension, y the one before, z the rest."""
-    gx = -(-extent[-1] // local)
-    gy = extent[-2] if len(extent) >= 2 else 1
-    gz = math.prod(extent[:-2]) if len(extent) >= 3 else 1
+def x_dims(extent, local: int) -> int:
+    """How many trailing dimensions the grid's x covers: enough to fill a workgroup."""
+    n, count = 1, 0
+    for e in reversed(extent):
+        if count and n >= local:
+            break
+        n *= e
+        count += 1
+    return count
+
+
+def grid(extent, local: int, xdims: int = 1) -> tuple[int, int, int]:
+    """Workgroups for a box: x along the last ``xdims`` dimensions, y the one before,
+    z the rest."""
+    rank = len(extent)
+    gx = -(-math.prod(extent[rank - xdims:]) // local)
+    gy = extent[rank - xdims - 1] if rank > xdims else 1
+    gz = math.prod(extent[:rank - xdims - 1]) if rank > xdims + 1 else 1
     return gx, gy, gz
 
 
-def split_box(origin, extent, local: int, max_groups) -> list[tuple[list, list]]:
+def split_box(origin, extent, local: int, max_groups, xdims: int = 1) -> list[tuple[list, list]]:
     """Split a box until each piece's :func:`grid` fits ``max_groups`` (per axis)."""
     mx, my, mz = max_groups
     rank = len(extent)
-    limits = {rank - 1: mx * local, rank - 2: my}
-    for d, lim in limits.items():
-        if d >= 0 and extent[d] > lim:
-            out = []
-            for a in range(0, extent[d], lim):
-                o, e = list(origin), list(extent)
-                o[d] += a
-                e[d] = min(lim, extent[d] - a)
-                out += split_box(o, e, local, max_groups)
-            return out
-    if rank >= 3 and math.prod(extent[:-2]) > mz:
-        # split the outermost dimension that still has extent > 1
-        d = next(j for j in range(rank - 2) if extent[j] > 1)
-        inner = math.prod(extent[d + 1:-2])
-        step = max(1, mz // inner)
-        out = []
-        for a in range(0, extent[d], step):
-            o, e = list(origin), list(extent)
-            o[d] += a
-            e[d] = min(step, extent[d] - a)
-            out += split_box(o, e, local, max_groups)
-        return out
-    return [(list(origin), list(extent))]
+    pieces = [(list(origin), list(extent))]
+    # x: split the outermost of the x dimensions while the x count is too large
+    for d in range(rank - xdims, rank):
+        inner = math.prod(extent[d + 1:])
+        if math.prod(extent[d:]) > mx * local:
+            step = max(1, (mx * local) // inner)
+            return [p for a in range(0, extent[d], step)
+                    for p in split_box(_shift(origin, d, a), _clip(extent, d, a, step),
+                                       local, max_groups, xdims)]
+    ydim = rank - xdims - 1
+    if ydim >= 0 and extent[ydim] > my:
+        return [p for a in range(0, extent[ydim], my)
+                for p in split_box(_shift(origin, ydim, a), _clip(extent, ydim, a, my),
+                                   local, max_groups, xdims)]
+    if ydim >= 1 and math.prod(extent[:ydim]) > mz:
+        d = next(j for j in range(ydim) if extent[j] > 1)
+        step = max(1, mz // math.prod(extent[d + 1:ydim]))
+        return [p for a in range(0, extent[d], step)
+                for p in split_box(_shift(origin, d, a), _clip(extent, d, a, step),
+                                   local, max_groups, xdims)]
+    return pieces
+
+
+def _shift(origin, d, a):
+    o = list(origin)
+    o[d] += a
+    return o
+
+
+def _clip(extent, d, a, step):
+    e = list(extent)
+    e[d] = min(step, extent[d] - a)
+    return e
 
 
 def pad(x, start_padding, end_padding, mode="constant", value=0.0, *, device=None):
