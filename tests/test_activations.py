@@ -1,0 +1,211 @@
+"""The activations fusable into Convolution (dml-fused-activations.md), each against the
+formula of its own page, written out here independently of vkml.
+
+The convolution under test is a 1x1 identity (one channel, weight 1, no bias), so the
+activation sees the chosen points exactly; a second test fuses each activation into a
+random convolution on every kernel path.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+
+import vkml
+from vkml import dml
+from vkml.errors import ValidationError
+
+from test_convolution import reference, run_desc
+
+conv_ops = importlib.import_module("vkml.ops.convolution")   # vkml.ops.convolution: the function
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sp(z):
+    """ln(1 + exp(z)) without overflow."""
+    return np.logaddexp(0.0, z)
+
+
+# name -> (parameters to test besides the defaults, formula(x, **params) from the page)
+FORMULAS = {
+    "linear": (dict(alpha=-1.5, beta=0.25), lambda x, alpha, beta: alpha * x + beta),
+    "sigmoid": ({}, lambda x: 1 / (1 + np.exp(-x))),
+    "hard_sigmoid": (dict(alpha=0.3, beta=0.1),
+                     lambda x, alpha, beta: np.maximum(0, np.minimum(alpha * x + beta, 1))),
+    "tanh": ({}, lambda x: np.tanh(x)),
+    "scaled_tanh": (dict(alpha=2.0, beta=1.5), lambda x, alpha, beta: alpha * np.tanh(beta * x)),
+    "relu": ({}, lambda x: np.maximum(0, x)),
+    "leaky_relu": (dict(alpha=0.3), lambda x, alpha: np.where(x >= 0, x, alpha * x)),
+    "thresholded_relu": (dict(alpha=-0.5), lambda x, alpha: np.where(x > alpha, x, 0)),
+    "elu": (dict(alpha=0.7), lambda x, alpha: np.where(x >= 0, x, alpha * np.expm1(x))),
+    "celu": (dict(alpha=2.5), lambda x, alpha: np.maximum(0, x) + np.minimum(
+        0, alpha * np.expm1(x / alpha))),
+    "scaled_elu": (dict(alpha=1.2, gamma=0.8), lambda x, alpha, gamma: np.where(
+        x > 0, gamma * x, gamma * (alpha * np.exp(x) - alpha))),
+    "softplus": (dict(steepness=3.0), lambda x, steepness: _sp(steepness * x) / steepness),
+    "parametric_softplus": (dict(alpha=0.5, beta=2.0),
+                            lambda x, alpha, beta: alpha * _sp(beta * x)),
+    "softsign": ({}, lambda x: x / (1 + np.abs(x))),
+    "identity": ({}, lambda x: x),
+    "shrink": (dict(bias=0.25, threshold=1.0), lambda x, bias, threshold: np.where(
+        x > threshold, x - bias, np.where(x < -threshold, x + bias, 0))),
+    "gelu": ({}, lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2)))),
+    "clip": (dict(min=-0.5, max=2.0, scale_bias=dml.ScaleBias(2.0, 0.5)),
+             lambda x, min, max, scale_bias=None: np.minimum(max, np.maximum(  # noqa: A002
+                 min, x * (scale_bias.scale if scale_bias else 1)
+                 + (scale_bias.bias if scale_bias else 0)))),
+}
+
+# The page's "typical default" of every parameter (ONNX's where the page gives none).
+DEFAULTS = {
+    "linear": dict(alpha=1.0, beta=0.0), "hard_sigmoid": dict(alpha=0.2, beta=0.5),
+    "scaled_tanh": dict(alpha=1.0, beta=0.5), "leaky_relu": dict(alpha=0.01),
+    "thresholded_relu": dict(alpha=1.0), "elu": dict(alpha=1.0), "celu": dict(alpha=1.0),
+    "scaled_elu": dict(alpha=1.6732, gamma=1.0507), "softplus": dict(steepness=1.0),
+    "parametric_softplus": dict(alpha=1.0, beta=1.0), "shrink": dict(bias=0.0, threshold=0.5),
+    "clip": dict(scale_bias=None, min=-dml.FLT_MAX, max=dml.FLT_MAX),
+}
+
+POINTS = np.concatenate([np.linspace(-12, 12, 481), [0.0, -0.0, 1e-3, -1e-3, 1e-6, -1e-6,
+                         0.5, -0.5, 1.0, -1.0, 40.0, -40.0, 95.0, -95.0]]).astype(np.float32)
+
+
+def test_the_fusable_list_is_the_pages():
+    assert list(dml.ACTIVATIONS) == list(FORMULAS)
+    types = [s.operator_type for s in dml.ACTIVATION_TABLE.values()]
+    assert types == ["DML_OPERATOR_ACTIVATION_" + n.upper() for n in FORMULAS if n != "clip"] \
+        + ["DML_OPERATOR_ELEMENT_WISE_CLIP"]
+
+
+@pytest.mark.parametrize("name", list(FORMULAS))
+def test_defaults(name):
+    cls = dml.ACTIVATIONS[name]
+    desc = cls()
+    assert desc.input_tensor is None and desc.output_tensor is None
+    for field, value in DEFAULTS.get(name, {}).items():
+        assert getattr(desc, field) == value, field
+    assert dml.activation(name) == desc
+    assert dml.activation(name.upper()) == desc
+    assert dml.activation(cls.OPERATOR_TYPE) == desc
+
+
+def _identity_conv(device, x, act, dtype="float32"):
+    """x (1-D) through a 1x1 convolution with weight 1: the activation of x."""
+    n = x.size
+    desc = dml.ConvolutionOperatorDesc(
+        dml.TensorDesc(dtype, (1, 1, n)), dml.TensorDesc(dtype, (1, 1, 1)), None,
+        dml.TensorDesc(dtype, (1, 1, n)), fused_activation=act)
+    got, _ = run_desc(device, desc, x.reshape(1, 1, n).astype(dtype), np.ones((1, 1, 1), dtype))
+    return got.reshape(-1)[:n]
+
+
+@pytest.mark.parametrize("name", list(FORMULAS))
+@pytest.mark.parametrize("which", ["defaults", "parameters"])
+def test_formula(device, name, which):
+    params, formula = FORMULAS[name]
+    kwargs = DEFAULTS.get(name, {}) if which == "defaults" else params
+    act = dml.ACTIVATIONS[name](**kwargs)
+    got = _identity_conv(device, POINTS, act)
+    with np.errstate(over="ignore"):
+        want = formula(POINTS.astype(np.float64), **kwargs)
+    # float32 transcendental functions: Vulkan allows exp/log a few ulp (more for large |x|)
+    np.testing.assert_allclose(got, want, rtol=3e-5, atol=2e-6, err_msg=name)
+    if which == "parameters" and not kwargs:
+        return
+    if name in ("identity", "relu"):      # exact
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "gelu", "clip", "softplus"])
+def test_formula_float16(device, name):
+    """float16 output: the float32 activation rounded once (to nearest even)."""
+    params, formula = FORMULAS[name]
+    act = dml.ACTIVATIONS[name](**params)
+    x = POINTS[np.abs(POINTS) < 60].astype(np.float16)
+    got = _identity_conv(device, x, act, "float16")
+    want = formula(x.astype(np.float64), **params)
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(FORMULAS))
+def test_fused_in_every_path(device, name):
+    """Each activation inside a real convolution, on every kernel path that accepts the
+    shape (3x3 stride 1, 8 -> 8 channels: the shape every path takes)."""
+    params, formula = FORMULAS[name]
+    act = dml.ACTIVATIONS[name](**params)
+    rng = np.random.default_rng(list(FORMULAS).index(name))
+    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    w = (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    want = formula(reference(x, w, b, start=[1, 1], end=[1, 1]), **params)
+    desc = dml.ConvolutionOperatorDesc(
+        dml.TensorDesc("float32", x.shape), dml.TensorDesc("float32", w.shape),
+        dml.TensorDesc("float32", (1, 8, 1, 1)), dml.TensorDesc("float32", x.shape),
+        start_padding=(1, 1), end_padding=(1, 1), fused_activation=act)
+    geo = conv_ops.Geometry.of(desc)
+    op = device.compile_operator(device.create_operator(desc))
+    accepting = [p.name for p in conv_ops.PATHS if p.accepts(op, geo)]
+    op.release()
+    assert "direct" in accepting
+    for path in accepting:
+        got, compiled = run_desc(device, desc, x, w, b, path=path)
+        assert compiled.path.name == path
+        np.testing.assert_allclose(got.reshape(x.shape), want, rtol=1e-4, atol=2e-4,
+                                   err_msg=path)
+
+
+def test_functional_names_and_instances(device):
+    x = np.linspace(-3, 3, 16, dtype=np.float32).reshape(1, 1, 16)
+    w = np.ones((1, 1, 1), np.float32)
+    a = vkml.convolution(x, w, fused_activation="leaky_relu", device=device)
+    np.testing.assert_allclose(a, np.where(x >= 0, x, 0.01 * x), rtol=1e-6)
+    b = vkml.convolution(x, w, fused_activation=dml.ActivationLeakyReluOperatorDesc(alpha=0.5),
+                         device=device)
+    np.testing.assert_allclose(b, np.where(x >= 0, x, 0.5 * x), rtol=1e-6)
+    c = vkml.convolution(x, w, fused_activation="DML_OPERATOR_ELEMENT_WISE_CLIP", device=device)
+    np.testing.assert_array_equal(c, x)
+    d = vkml.convolution(x, w, fused_activation=dml.ActivationEluOperatorDesc, device=device)
+    np.testing.assert_allclose(d, np.where(x >= 0, x, np.expm1(x)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, kwargs, field", [
+    ("elu", dict(alpha=float("nan")), "alpha"),
+    ("linear", dict(beta=float("inf")), "beta"),
+    ("leaky_relu", dict(alpha="0.1"), "alpha"),
+    ("leaky_relu", dict(alpha=True), "alpha"),
+    ("softplus", dict(steepness=0.0), "steepness"),
+    ("celu", dict(alpha=0.0), "alpha"),
+    ("clip", dict(min=float("nan")), "min"),
+    ("clip", dict(scale_bias=dml.ScaleBias(1.0, float("nan"))), "scale_bias.bias"),
+    ("clip", dict(scale_bias=1.0), "scale_bias"),
+])
+def test_parameter_validation(name, kwargs, field):
+    desc = dml.ACTIVATIONS[name](**kwargs)
+
+    def fail(f, rule):
+        raise ValidationError(f, rule)
+
+    with pytest.raises(ValidationError) as info:
+        desc.validate_parameters(fail)
+    assert info.value.field == field
+
+
+def test_clip_infinite_bounds_are_allowed(device):
+    act = dml.ElementWiseClipOperatorDesc(min=float("-inf"), max=1.0)
+    got = _identity_conv(device, np.array([-1e30, 0.5, 3.0], np.float32), act)
+    np.testing.assert_array_equal(got, np.array([-1e30, 0.5, 1.0], np.float32))
+
+
+def test_standalone_descriptor_rules():
+    """As an operator of its own, the tensors follow the pages' tensor constraints."""
+    t = dml.TensorDesc("float32", (2, 3))
+    dml.ActivationReluOperatorDesc(t, t).validate()
+    with pytest.raises(ValidationError, match="output_tensor.sizes"):
+        dml.ActivationReluOperatorDesc(t, dml.TensorDesc("float32", (3, 2))).validate()
+    with pytest.raises(ValidationError, match="output_tensor.data_type"):
+        dml.ActivationReluOperatorDesc(t, dml.TensorDesc("float16", (2, 3))).validate()
+    with pytest.raises(ValidationError, match="input_tensor"):
+        dml.ActivationReluOperatorDesc(None, t).validate()

@@ -1,0 +1,534 @@
+"""DML_CONVOLUTION_OPERATOR_DESC and vkml.convolution, on every device.
+
+Reference: PyTorch's CPU ``conv{1,2,3}d`` / ``conv_transpose{1,2,3}d`` in float64 (test-only
+dependency).  Asymmetric padding is applied to the input (forward) or cropped from the
+full transposed result (backward); output padding is appended as the page says; the
+CONVOLUTION mode is the reference's kernel flipped on every spatial axis.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vkml
+from vkml import dml
+from vkml.errors import ValidationError
+
+conv_ops = importlib.import_module("vkml.ops.convolution")   # vkml.ops.convolution: the function
+
+CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+def reference(x, w, b=None, strides=None, dilations=None, start=None, end=None, outpad=None,
+              groups=1, mode="cross_correlation", direction="forward"):
+    """The convolution in float64 through PyTorch (see the module doc)."""
+    nd = x.ndim - 2
+    strides = strides or [1] * nd
+    dilations = dilations or [1] * nd
+    start, end, outpad = start or [0] * nd, end or [0] * nd, outpad or [0] * nd
+    xt = torch.from_numpy(np.asarray(x, np.float64))
+    wt = torch.from_numpy(np.asarray(w, np.float64))
+    if mode == "convolution":
+        wt = torch.flip(wt, dims=list(range(2, 2 + nd)))
+    tail = []
+    for p in reversed(outpad):
+        tail += [0, p]
+    if direction == "forward":
+        pads = []
+        for a, e in zip(reversed(start), reversed(end)):
+            pads += [a, e]
+        y = CONV[nd](F.pad(xt, pads), wt, None, strides, 0, dilations, groups)
+        y = F.pad(y, tail)
+    else:
+        y = F.pad(CONV_T[nd](xt, wt, None, strides, 0, 0, groups, dilations), tail)
+        y = y[(slice(None), slice(None)) + tuple(
+            slice(a, y.shape[2 + i] - e) for i, (a, e) in enumerate(zip(start, end)))]
+    y = y.numpy()
+    if b is not None:
+        y = y + np.asarray(b, np.float64).reshape((1, -1) + (1,) * nd)
+    return y
+
+
+def tolerance(w, dtype=np.float32):
+    """float32: accumulation error of a dot product of len(filter window) terms;
+    float16 adds the final rounding (2^-11 relative) and the rounding of a float16 sum."""
+    terms = math.prod(w.shape[1:]) if w.ndim else 1
+    if np.dtype(dtype) == np.float16:
+        return dict(rtol=2e-3, atol=2e-3 * math.sqrt(terms))
+    return dict(rtol=1e-5, atol=2e-5 * math.sqrt(terms))
+
+
+def run_desc(device, desc, *arrays, path=None):
+    """create -> compile -> execute (optionally forcing a path by name)."""
+    op = device.create_operator(desc)
+    if path is not None:
+        saved = conv_ops.PATHS[:]
+        conv_ops.PATHS[:] = [p for p in conv_ops.PATHS if p.name == path]
+        try:
+            compiled = device.compile_operator(op)
+        finally:
+            conv_ops.PATHS[:] = saved
+    else:
+        compiled = device.compile_operator(op)
+    ins = [device.tensor(a) if a is not None else None for a in arrays]
+    od = desc.output_tensor
+    out = device.empty(od.total_tensor_size_in_bytes // od.data_type.size, od.dtype)
+    try:
+        compiled.execute(ins, [out])
+        return out.numpy(), compiled
+    finally:
+        compiled.release()
+
+
+def random_case(rng, small: bool):
+    """A random valid configuration (kwargs of vkml.convolution plus arrays)."""
+    while True:
+        nd = int(rng.integers(1, 4))
+        backward = bool(rng.integers(0, 2))
+        g = int(rng.choice([1, 1, 2, 3]))
+        cin = g * int(rng.integers(1, 3 if small else 5))
+        cout = g * int(rng.integers(1, 3 if small else 5))
+        n = int(rng.integers(1, 3))
+        hi = {1: 12, 2: 7, 3: 5}[nd] if small else {1: 24, 2: 12, 3: 7}[nd]
+        sp = [int(rng.integers(1, hi)) for _ in range(nd)]
+        k = [int(rng.integers(1, 4)) for _ in range(nd)]
+        s = [int(rng.integers(1, 4)) for _ in range(nd)]
+        d = [int(rng.integers(1, 3)) for _ in range(nd)]
+        st = [int(rng.integers(0, 3)) for _ in range(nd)]
+        en = [int(rng.integers(0, 3)) for _ in range(nd)]
+        op = [int(rng.integers(0, 3)) if rng.random() < 0.3 else 0 for _ in range(nd)]
+        for i in range(nd):
+            if backward:
+                full = (sp[i] - 1) * s[i] + d[i] * (k[i] - 1) + 1
+                ok = full - st[i] - en[i] >= 1
+            else:
+                ok = sp[i] + st[i] + en[i] >= d[i] * (k[i] - 1) + 1
+            if not ok:
+                break
+        else:
+            wshape = ((cin, cout // g) if backward else (cout, cin // g)) + tuple(k)
+            x = rng.standard_normal((n, cin, *sp)).astype(np.float32)
+            w = rng.standard_normal(wshape).astype(np.float32)
+            b = rng.standard_normal(cout).astype(np.float32) if rng.random() < 0.6 else None
+            mode = "convolution" if rng.random() < 0.3 else "cross_correlation"
+            return dict(x=x, w=w, b=b, strides=s, dilations=d, start=st, end=en, outpad=op,
+                        groups=g, mode=mode, direction="backward" if backward else "forward")
+
+
+def call(case, device, **extra):
+    return vkml.convolution(case["x"], case["w"], case["b"], strides=case["strides"],
+                            dilations=case["dilations"], start_padding=case["start"],
+                            end_padding=case["end"], output_padding=case["outpad"],
+                            group_count=case["groups"], mode=case["mode"],
+                            direction=case["direction"], device=device, **extra)
+
+
+def expect(case):
+    return reference(case["x"], case["w"], case["b"], case["strides"], case["dilations"],
+                     case["start"], case["end"], case["outpad"], case["groups"], case["mode"],
+                     case["direction"])
+
+
+# -- correctness ----------------------------------------------------------------------------
+def test_random_against_torch(device, budget):
+    """The whole parameter space: 1-3 spatial dims, batch, both directions and modes,
+    groups, strides, dilations, asymmetric padding, output padding, optional bias."""
+    rng = np.random.default_rng(5)
+    small = budget < 40
+    for _ in range(budget * 2):
+        case = random_case(rng, small)
+        got = call(case, device)
+        np.testing.assert_allclose(got, expect(case), **tolerance(case["w"]),
+                                   err_msg=str({k: v for k, v in case.items()
+                                                if k not in ("x", "w", "b")}))
+
+
+@pytest.mark.parametrize("nd", [1, 2, 3])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_each_rank_and_direction(device, nd, direction):
+    rng = np.random.default_rng(nd)
+    sp = {1: (9,), 2: (6, 5), 3: (4, 5, 3)}[nd]
+    k = {1: (3,), 2: (3, 2), 3: (2, 3, 2)}[nd]
+    x = rng.standard_normal((2, 4) + sp).astype(np.float32)
+    g = 2       # forward filter (C_out=6, C_in/g=2, ...); backward (C_in=4, C_out/g=3, ...)
+    w = rng.standard_normal(((4, 3) if direction == "backward" else (6, 2)) + k).astype(
+        np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    kw = dict(strides=[2] * nd, dilations=[1] * (nd - 1) + [2], start_padding=[1] * nd,
+              end_padding=[0] * (nd - 1) + [2], group_count=g, direction=direction)
+    got = vkml.convolution(x, w, b, **kw, device=device)
+    ref = reference(x, w, b, [2] * nd, [1] * (nd - 1) + [2], [1] * nd, [0] * (nd - 1) + [2],
+                    None, g, "cross_correlation", direction)
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, **tolerance(w))
+
+
+def test_mode_table(device):
+    """The page's mode-interaction table on a 1-D asymmetric kernel, values by hand.
+
+    x = [1, 2, 3, 4], w = [1, 10, 100]:
+    * cross-correlation forward (identity orientation): y[o] = sum_k x[o+k] w[k]
+    * convolution forward (flipped): y[o] = sum_k x[o+k] w[2-k]
+    * cross-correlation backward (ConvTranspose): y[i+k] += x[i] w[k]
+    * convolution backward (identity orientation of the flipped one): y[i+k] += x[i] w[2-k]
+    """
+    x = np.array([[[1, 2, 3, 4]]], np.float32)
+    w = np.array([[[1, 10, 100]]], np.float32)
+    table = {
+        ("cross_correlation", "forward"): [1 + 20 + 300, 2 + 30 + 400],
+        ("convolution", "forward"): [100 + 20 + 3, 200 + 30 + 4],
+        ("cross_correlation", "backward"): [1, 12, 123, 234, 340, 400],
+        ("convolution", "backward"): [100, 210, 321, 432, 43, 4],
+    }
+    for (mode, direction), want in table.items():
+        got = vkml.convolution(x, w, mode=mode, direction=direction, device=device)
+        np.testing.assert_array_equal(got[0, 0], np.array(want, np.float32), err_msg=mode + direction)
+        ref = reference(x, w, mode=mode, direction=direction)
+        np.testing.assert_array_equal(got, ref.astype(np.float32))
+    # the DML enum members and names work as well as the strings
+    got = vkml.convolution(x, w, mode=dml.ConvolutionMode.CONVOLUTION,
+                           direction="DML_CONVOLUTION_DIRECTION_BACKWARD", device=device)
+    np.testing.assert_array_equal(got[0, 0], table[("convolution", "backward")])
+
+
+def test_mode_table_2d_3d(device):
+    """Flipping is along every spatial axis, in both directions."""
+    rng = np.random.default_rng(3)
+    for nd in (2, 3):
+        x = rng.standard_normal((1, 2) + (4,) * nd).astype(np.float32)
+        for direction in ("forward", "backward"):
+            chans = (2, 3) if direction == "backward" else (3, 2)    # C_in=2, C_out=3
+            ww = rng.standard_normal(chans + (2, 3, 2)[:nd]).astype(np.float32)
+            for mode in ("convolution", "cross_correlation"):
+                got = vkml.convolution(x, ww, mode=mode, direction=direction, device=device)
+                np.testing.assert_allclose(got, reference(x, ww, mode=mode, direction=direction),
+                                           **tolerance(ww))
+
+
+def test_depthwise_and_channel_multiplier(device):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 6, 9, 8)).astype(np.float32)
+    for mult in (1, 3):                            # depthwise, then 3 outputs per channel
+        w = rng.standard_normal((6 * mult, 1, 3, 3)).astype(np.float32)
+        b = rng.standard_normal(6 * mult).astype(np.float32)
+        got = vkml.convolution(x, w, b, start_padding=[1, 1], end_padding=[1, 1],
+                               group_count=6, device=device)
+        np.testing.assert_allclose(got, reference(x, w, b, start=[1, 1], end=[1, 1], groups=6),
+                                   **tolerance(w))
+        # transposed depthwise
+        wt = rng.standard_normal((6, mult, 3, 3)).astype(np.float32)
+        got = vkml.convolution(x, wt, strides=[2, 2], group_count=6, direction="backward",
+                               device=device)
+        np.testing.assert_allclose(got, reference(x, wt, strides=[2, 2], groups=6,
+                                                  direction="backward"), **tolerance(wt))
+
+
+def test_bias_shapes(device):
+    """Bias as (C_out,) or the DML shape (1, C_out, 1, 1): the same result."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 3, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    a = vkml.convolution(x, w, b, device=device)
+    c = vkml.convolution(x, w, b.reshape(1, 4, 1, 1), device=device)
+    np.testing.assert_array_equal(a, c)
+    np.testing.assert_allclose(a, reference(x, w, b), **tolerance(w))
+
+
+def test_transposed_output_padding_holds_values(device):
+    """Positions added by output_padding hold what ConvTranspose puts there (torch's
+    output_padding with symmetric padding), not zeros."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 2, 4, 5)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    got = vkml.convolution(x, w, b, strides=[3, 2], start_padding=[2, 1], end_padding=[2, 1],
+                           output_padding=[2, 1], direction="backward", device=device)
+    want = F.conv_transpose2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                              torch.from_numpy(b).double(), stride=(3, 2), padding=(2, 1),
+                              output_padding=(2, 1)).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, **tolerance(w))
+    assert np.abs(got[0, :, -1, :] - b[:, None]).max() > 1e-3   # real contributions there
+
+
+def test_forward_output_padding_is_zero_padding_plus_bias(device):
+    """Forward: the added positions are the literal zero padding of the result, then the
+    bias and the activation like every output element (documented choice)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 2, 6)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3)).astype(np.float32)
+    b = np.array([0.5, -2.0, 1.5], np.float32)
+    got = vkml.convolution(x, w, b, output_padding=[2], fused_activation="relu", device=device)
+    assert got.shape == (1, 3, 6)
+    np.testing.assert_allclose(got[..., :4], np.maximum(reference(x, w, b), 0),
+                               **tolerance(w))
+    np.testing.assert_array_equal(got[0, :, 4:], np.maximum(b, 0)[:, None].repeat(2, 1))
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_float16(device, budget, packed):
+    """float16 tensors, float32 accumulation: within 2^-9 relative + 2e-3*sqrt(terms)
+    absolute of the float64 result of the same float16 inputs.  ``packed`` forces the
+    path of devices without 16-bit storage (halves packed in 32-bit words)."""
+    if packed and device.features.get("storage16"):
+        dev = vkml.Device(device.index, disable_features=["storage16", "storage8"])
+    elif packed:
+        dev = device                         # already the packed path (SwiftShader)
+    else:
+        dev = device
+    try:
+        rng = np.random.default_rng(21 + packed)
+        for _ in range(max(3, budget // 4)):
+            case = random_case(rng, True)
+            for k in ("x", "w", "b"):
+                if case[k] is not None:
+                    case[k] = case[k].astype(np.float16)
+            got = call(case, dev)
+            assert got.dtype == np.float16
+            ref = expect(case)
+            np.testing.assert_allclose(got.astype(np.float64), ref, **tolerance(case["w"],
+                                                                                 np.float16))
+    finally:
+        if dev is not device:
+            dev.close()
+
+
+def test_float16_rounding_is_to_nearest_even(device):
+    """The float32 result is rounded to nearest even: 1 + 2^-11 (a tie) -> 1,
+    1 + 3*2^-11 (a tie) -> 1 + 2^-9... via a 1x1 convolution summing two exact halves."""
+    x = np.array([[[1.0], [2.0 ** -11]], [[1.0], [3 * 2.0 ** -11]]], np.float16)  # (2, 2, 1)
+    w = np.ones((1, 2, 1), np.float16)
+    got = vkml.convolution(x, w, device=device)
+    assert got[0, 0, 0] == np.float16(1.0)
+    assert got[1, 0, 0] == np.float16(1 + 2 * 2.0 ** -10)
+
+
+def test_strided_tensors(device):
+    """Any DML layout: a channels-last input, a padded filter, a strided bias and output."""
+    rng = np.random.default_rng(4)
+    n, c, h, wd, co = 2, 3, 5, 6, 4
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((co, c, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(co).astype(np.float32)
+    x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    x_desc = dml.TensorDesc("float32", (n, c, h, wd), (h * wd * c, 1, wd * c, c))
+    w_pad = np.zeros((co, c, 3, 4), np.float32)
+    w_pad[..., :3] = w
+    w_desc = dml.TensorDesc("float32", (co, c, 3, 3), (c * 12, 12, 4, 1))
+    b_buf = np.zeros(2 * co, np.float32)
+    b_buf[::2] = b
+    b_desc = dml.TensorDesc("float32", (1, co, 1, 1), (0, 2, 0, 0))
+    y_desc = dml.TensorDesc("float32", (n, co, h, wd), (co * h * wd * 2, h * wd * 2, wd * 2, 2))
+    desc = dml.ConvolutionOperatorDesc(x_desc, w_desc, b_desc, y_desc,
+                                       start_padding=(1, 1), end_padding=(1, 1))
+    got, _ = run_desc(device, desc, x_nhwc, w_pad, b_buf)
+    got = np.lib.stride_tricks.as_strided(got, (n, co, h, wd),
+                                          tuple(4 * s for s in y_desc.strides))
+    np.testing.assert_allclose(got, reference(x, w, b, start=[1, 1], end=[1, 1]),
+                               **tolerance(w))
+
+
+def test_large_tensors_are_split(device):
+    """Tensors larger than maxStorageBufferRange are bound a batch window at a time, and
+    dispatches larger than maxComputeWorkGroupCount are split."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 3, 7, 9)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096,
+                                           "maxComputeWorkGroupCount": (1, 2, 3)}) as small:
+        got = vkml.convolution(x, w, b, start_padding=[1, 0], strides=[1, 2], device=small)
+        np.testing.assert_allclose(got, reference(x, w, b, start=[1, 0], strides=[1, 2]),
+                                   **tolerance(w))
+        got = vkml.convolution(x, w.transpose(1, 0, 2, 3).copy(), b, strides=[2, 1],
+                               direction="backward", device=small)
+        np.testing.assert_allclose(got, reference(x, w.transpose(1, 0, 2, 3), b,
+                                                  strides=[2, 1], direction="backward"),
+                                   **tolerance(w))
+
+
+def test_device_tensors_stay_on_device(device):
+    rng = np.random.default_rng(0)
+    x = vkml.tensor(rng.standard_normal((1, 2, 5, 5)).astype(np.float32), device=device)
+    w = vkml.tensor(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), device=device)
+    b = vkml.tensor(rng.standard_normal(3).astype(np.float32), device=device)
+    y = vkml.convolution(x, w, b, fused_activation="tanh")
+    assert isinstance(y, vkml.Tensor) and y.shape == (1, 3, 3, 3)
+    np.testing.assert_allclose(y.numpy(), np.tanh(reference(x.numpy(), w.numpy(), b.numpy())),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_dml_flow_and_replay(device):
+    """create -> compile -> execute through the descriptor; a second execute replays."""
+    rng = np.random.default_rng(9)
+    xd = dml.TensorDesc("float32", (1, 2, 6, 6))
+    wd = dml.TensorDesc("float32", (4, 1, 3, 3))
+    bd = dml.TensorDesc("float32", (1, 4, 1, 1))
+    yd = dml.TensorDesc("float32", (1, 4, 3, 3))
+    desc = dml.ConvolutionOperatorDesc(
+        xd, wd, bd, yd, dml.ConvolutionMode.CROSS_CORRELATION,
+        dml.ConvolutionDirection.FORWARD, (2, 2), (1, 1), (1, 1), (0, 0), (0, 0), 2,
+        dml.ActivationLeakyReluOperatorDesc(alpha=0.25))
+    op = device.create_operator(desc)
+    compiled = device.compile_operator(op)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    tx, tw, tb = device.tensor(x), device.tensor(w), device.tensor(b)
+    ty = device.empty((1, 4, 3, 3))
+    for scale in (1, 2):          # the second execute replays with new input contents
+        tx.write(x * scale)
+        compiled.execute([tx, tw, tb], [ty])
+        ref = reference(x * scale, w, b, strides=[2, 2], start=[1, 1], groups=2)
+        np.testing.assert_allclose(ty.numpy(), np.where(ref >= 0, ref, 0.25 * ref),
+                                   **tolerance(w))
+    compiled.release()
+
+
+# -- validation -----------------------------------------------------------------------------
+def _desc(**over):
+    """A valid 2-D forward descriptor with fields replaced by ``over``."""
+    base = dict(input_tensor=dml.TensorDesc("float32", (2, 4, 8, 8)),
+                filter_tensor=dml.TensorDesc("float32", (6, 2, 3, 3)),
+                bias_tensor=dml.TensorDesc("float32", (1, 6, 1, 1)),
+                output_tensor=dml.TensorDesc("float32", (2, 6, 6, 6)),
+                group_count=2)
+    base.update(over)
+    return dml.ConvolutionOperatorDesc(**base)
+
+
+def _fails(device, field, desc_or_fn):
+    with pytest.raises(ValidationError) as info:
+        d = desc_or_fn() if callable(desc_or_fn) else desc_or_fn
+        device.create_operator(d)
+    assert field in str(info.value), str(info.value)
+    return str(info.value)
+
+
+T = dml.TensorDesc
+
+
+@pytest.mark.parametrize("field, over", [
+    ("input_tensor.sizes", dict(input_tensor=T("float32", (2, 4)))),
+    ("input_tensor.sizes", dict(input_tensor=T("float32", (1, 2, 4, 8, 8, 8)))),
+    ("input_tensor.data_type", dict(input_tensor=T("float64", (2, 4, 8, 8)))),
+    ("filter_tensor.data_type", dict(filter_tensor=T("float16", (6, 2, 3, 3)))),
+    ("bias_tensor.data_type", dict(bias_tensor=T("float16", (1, 6, 1, 1)))),
+    ("output_tensor.data_type", dict(output_tensor=T("float16", (2, 6, 6, 6)))),
+    ("input_tensor.data_type", dict(input_tensor=T("int32", (2, 4, 8, 8)))),
+    ("filter_tensor.sizes", dict(filter_tensor=T("float32", (6, 2, 3)))),
+    ("bias_tensor.sizes", dict(bias_tensor=T("float32", (6,)))),
+    ("bias_tensor.sizes", dict(bias_tensor=T("float32", (1, 5, 1, 1)))),
+    ("output_tensor.sizes", dict(output_tensor=T("float32", (2, 6, 6, 6, 1)))),
+    ("group_count", dict(group_count=3)),
+    ("group_count", dict(group_count=0)),
+    ("filter_tensor.sizes[0]", dict(filter_tensor=T("float32", (5, 2, 3, 3)),
+                                    bias_tensor=None, output_tensor=T("float32", (2, 5, 6, 6)))),
+    ("filter_tensor.sizes[1]", dict(filter_tensor=T("float32", (6, 4, 3, 3)))),
+    ("output_tensor.sizes[0]", dict(output_tensor=T("float32", (1, 6, 6, 6)))),
+    ("output_tensor.sizes[1]", dict(output_tensor=T("float32", (2, 4, 6, 6)))),
+    ("output_tensor.sizes[2]", dict(output_tensor=T("float32", (2, 6, 7, 6)))),
+    ("output_tensor.sizes[3]", dict(output_tensor=T("float32", (2, 6, 6, 5)))),
+    ("strides", dict(strides=(1,))),
+    ("strides[1]", dict(strides=(1, 0))),
+    ("dilations", dict(dilations=(1, 1, 1))),
+    ("dilations[0]", dict(dilations=(0, 1))),
+    ("start_padding", dict(start_padding=(1,))),
+    ("end_padding", dict(end_padding=(0, 0, 0))),
+    ("output_padding", dict(output_padding=(0,))),
+    ("start_padding[0]", dict(start_padding=(-1, 0))),
+    ("strides", dict(strides=3)),
+    ("filter_tensor.sizes[2]", dict(filter_tensor=T("float32", (6, 2, 9, 3)))),
+    ("output_tensor.strides", dict(output_tensor=T("float32", (2, 6, 6, 6), (0, 36, 6, 1)))),
+    ("fused_activation", dict(fused_activation="swish")),
+    ("fused_activation", dict(fused_activation=3)),
+    ("fused_activation.input_tensor", dict(
+        fused_activation=dml.ActivationReluOperatorDesc(input_tensor=T("float32", (2, 6, 6, 6))))),
+    ("fused_activation.output_tensor", dict(
+        fused_activation=dml.ActivationReluOperatorDesc(output_tensor=T("float32", (1, 1, 1))))),
+    ("fused_activation.alpha", dict(fused_activation=dml.ActivationEluOperatorDesc(
+        alpha=float("nan")))),
+    ("fused_activation.steepness", dict(fused_activation=dml.ActivationSoftplusOperatorDesc(
+        steepness=0.0))),
+    ("fused_activation.alpha", dict(fused_activation=dml.ActivationCeluOperatorDesc(alpha=0))),
+    ("fused_activation.scale_bias", dict(fused_activation=dml.ElementWiseClipOperatorDesc(
+        scale_bias=(1, 2)))),
+    ("fused_activation.scale_bias.scale", dict(fused_activation=dml.ElementWiseClipOperatorDesc(
+        scale_bias=dml.ScaleBias(float("inf"), 0)))),
+    ("fused_activation.min", dict(fused_activation=dml.ElementWiseClipOperatorDesc(min="x"))),
+    ("mode", dict(mode="diagonal")),
+    ("direction", dict(direction=7)),
+])
+def test_validation(device, field, over):
+    msg = _fails(device, "ConvolutionOperatorDesc." + field, lambda: _desc(**over))
+    assert "ConvolutionOperatorDesc" in msg
+
+
+def test_validation_backward(device):
+    """Backward: filter {C_in, C_out/groups, ...}, output by the transposed formula."""
+    x = T("float32", (1, 4, 5, 5))
+    good = dict(input_tensor=x, filter_tensor=T("float32", (4, 3, 3, 3)), bias_tensor=None,
+                output_tensor=T("float32", (1, 6, 9, 9)), group_count=2, strides=(2, 2),
+                start_padding=(1, 1), end_padding=(1, 1), output_padding=(0, 0),
+                direction="backward")
+    device.create_operator(dml.ConvolutionOperatorDesc(**good))
+    for field, over in [
+        ("filter_tensor.sizes[0]", dict(filter_tensor=T("float32", (2, 3, 3, 3)))),
+        ("output_tensor.sizes[1]", dict(filter_tensor=T("float32", (4, 2, 3, 3)))),
+        ("output_tensor.sizes[2]", dict(output_padding=(1, 0))),
+        ("output_tensor.sizes[3]", dict(end_padding=(1, 0))),
+        ("end_padding[0]", dict(start_padding=(9, 1), end_padding=(5, 1))),
+    ]:
+        _fails(device, "ConvolutionOperatorDesc." + field,
+               lambda: dml.ConvolutionOperatorDesc(**{**good, **over}))
+    # through the functional form the output size is computed, the rule still holds
+    with pytest.raises(ValidationError, match="end_padding"):
+        vkml.convolution(np.zeros((1, 1, 2), np.float32), np.zeros((1, 1, 2), np.float32),
+                         start_padding=[2], end_padding=[2], direction="backward",
+                         device=device)
+
+
+def test_validation_functional(device):
+    x = np.zeros((1, 4, 6, 6), np.float32)
+    w = np.zeros((2, 4, 3, 3), np.float32)
+    with pytest.raises(ValidationError, match="filter_tensor.data_type"):
+        vkml.convolution(x, w.astype(np.float16), device=device)
+    with pytest.raises(ValidationError, match="input_tensor.data_type"):
+        vkml.convolution(x.astype(np.float64), w.astype(np.float64), device=device)
+    with pytest.raises(ValidationError, match="strides"):
+        vkml.convolution(x, w, strides=[1, 1, 1], device=device)
+    with pytest.raises(ValidationError, match="group_count"):
+        vkml.convolution(x, w, group_count=3, device=device)
+    with pytest.raises(ValidationError, match="filter_tensor.sizes"):
+        vkml.convolution(x, w[:, :, :, :, None], device=device)
+    with pytest.raises(ValidationError, match="input_tensor.sizes"):
+        vkml.convolution(x[0, 0], w[0, 0], device=device)
+    with pytest.raises(ValidationError, match="bias_tensor.sizes"):
+        vkml.convolution(x, w, np.zeros(3, np.float32), device=device)
+    with pytest.raises(ValidationError, match="mode"):
+        vkml.convolution(x, w, mode="correlation", device=device)
+    with pytest.raises(ValidationError, match="fused_activation"):
+        vkml.convolution(x, w, fused_activation="hardmax", device=device)
+
+
+def test_feature_levels():
+    """3-D tensors need DML_FEATURE_LEVEL_4_0; a fused activation raises the level to the
+    one that introduced it (CELU 3_0, SHRINK 2_0, GELU 5_1, CLIP fused 6_0, SOFTPLUS with
+    steepness < 1: 6_4)."""
+    FL = dml.FeatureLevel
+    assert _desc().feature_level() == FL.FL_1_0
+    d3 = dml.ConvolutionOperatorDesc(T("float32", (1, 1, 4)), T("float32", (1, 1, 2)), None,
+                                     T("float32", (1, 1, 3)))
+    assert d3.feature_level() == FL.FL_4_0
+    for act, level in [("celu", FL.FL_3_0), ("shrink", FL.FL_2_0), ("gelu", FL.FL_5_1),
+                       ("clip", FL.FL_6_0), ("relu", FL.FL_1_0),
+                       (dml.ActivationSoftplusOperatorDesc(steepness=0.5), FL.FL_6_4),
+                       (dml.ActivationSoftplusOperatorDesc(steepness=2.0), FL.FL_1_0)]:
+        assert _desc(fused_activation=act).feature_level() == level, act

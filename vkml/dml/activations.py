@@ -1,0 +1,223 @@
+"""The activation descriptors DirectML can fuse into Convolution (and GEMM).
+
+Source: ``dml-fused-activations.md`` ("Activations that are supported for fusion") and each
+activation's page ``DML_ACTIVATION_<NAME>_OPERATOR_DESC`` / ``DML_ELEMENT_WISE_CLIP_OPERATOR_DESC``.
+One table, :data:`ACTIVATION_TABLE`, holds for each of them the DML operator type, the
+parameters with the page's "typical default", the feature level that introduced it, the
+formula (from its page) and the kernel's id for it (``glsl/include/vkml_activation.glsl``).
+The descriptor classes (``ActivationReluOperatorDesc``, ``ElementWiseClipOperatorDesc``, ...)
+are generated from that table.
+
+Rules:
+* When fused, ``input_tensor`` and ``output_tensor`` must be None ("you must set the
+  *InputTensor* and *OutputTensor* parameters for the activation function to NULL"); the
+  fusing operator checks that.
+* Every parameter is a FLOAT (stored as float32) and must be a number; NaN is refused.
+  Infinities are refused except for Clip's ``min``/``max`` (an unbounded side).
+* SOFTPLUS: ``steepness`` "cannot be less than 1" before DML_FEATURE_LEVEL_6_4, which
+  "allow[s] Steepness < 1": a steepness below 1 raises the descriptor's feature level to 6_4.
+  Zero is refused at every level (the formula divides by it).
+* CELU divides by ``alpha`` (``exp(x / Alpha)``): zero is refused.
+
+Where a page gives no default (LINEAR's and PARAMETRIC_SOFTPLUS's alpha/beta, CLIP's
+min/max) vkml chooses the ONNX ones: Affine alpha=1, beta=0; ParametricSoftplus alpha=1,
+beta=1; Clip min=-FLT_MAX, max=+FLT_MAX (the type's lowest and highest values).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, make_dataclass
+
+import numpy as np
+
+from .operator import FeatureLevel, OperatorDesc
+
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclass(frozen=True)
+class ScaleBias:
+    """``DML_SCALE_BIAS``: ``g(x) = x * scale + bias`` (Clip applies it before clamping)."""
+
+    scale: float = 1.0
+    bias: float = 0.0
+
+
+@dataclass(frozen=True)
+class ActivationSpec:
+    """One row of :data:`ACTIVATION_TABLE`."""
+
+    name: str                   # snake_case name, as vkml.convolution(fused_activation=name)
+    operator_type: str          # DML_OPERATOR_TYPE
+    class_name: str
+    params: tuple               # ((field, default), ...) in the struct's order
+    feature_level: FeatureLevel
+    formula: str                # from the page
+    kernel_id: int              # ACT_* in glsl/include/vkml_activation.glsl
+
+
+_FL = FeatureLevel
+#: name, DML type suffix, parameters (struct order, page default), introduced, formula.
+_ROWS = [
+    ("linear", "ACTIVATION_LINEAR", (("alpha", 1.0), ("beta", 0.0)), _FL.FL_1_0,
+     "f(x) = Alpha * x + Beta"),
+    ("sigmoid", "ACTIVATION_SIGMOID", (), _FL.FL_1_0, "f(x) = 1 / (1 + exp(-x))"),
+    ("hard_sigmoid", "ACTIVATION_HARD_SIGMOID", (("alpha", 0.2), ("beta", 0.5)), _FL.FL_1_0,
+     "f(x) = max(0, min(Alpha * x + Beta, 1))"),
+    ("tanh", "ACTIVATION_TANH", (), _FL.FL_1_0,
+     "f(x) = (1 - exp(-2 * x)) / (1 + exp(-2 * x))"),
+    ("scaled_tanh", "ACTIVATION_SCALED_TANH", (("alpha", 1.0), ("beta", 0.5)), _FL.FL_1_0,
+     "f(x) = Alpha * tanh(Beta * x)"),
+    ("relu", "ACTIVATION_RELU", (), _FL.FL_1_0, "f(x) = max(0, x)"),
+    ("leaky_relu", "ACTIVATION_LEAKY_RELU", (("alpha", 0.01),), _FL.FL_1_0,
+     "f(x) = x if x >= 0 else Alpha * x"),
+    ("thresholded_relu", "ACTIVATION_THRESHOLDED_RELU", (("alpha", 1.0),), _FL.FL_1_0,
+     "f(x) = x if x > Alpha else 0"),
+    ("elu", "ACTIVATION_ELU", (("alpha", 1.0),), _FL.FL_1_0,
+     "f(x) = x if x >= 0 else Alpha * (exp(x) - 1)"),
+    ("celu", "ACTIVATION_CELU", (("alpha", 1.0),), _FL.FL_3_0,
+     "f(x) = max(0, x) + min(0, Alpha * (exp(x / Alpha) - 1))"),
+    ("scaled_elu", "ACTIVATION_SCALED_ELU", (("alpha", 1.6732), ("gamma", 1.0507)), _FL.FL_1_0,
+     "f(x) = Gamma * x if x > 0 else Gamma * (Alpha * exp(x) - Alpha)"),
+    ("softplus", "ACTIVATION_SOFTPLUS", (("steepness", 1.0),), _FL.FL_1_0,
+     "f(x) = ln(1 + exp(Steepness * x)) / Steepness"),
+    ("parametric_softplus", "ACTIVATION_PARAMETRIC_SOFTPLUS", (("alpha", 1.0), ("beta", 1.0)),
+     _FL.FL_1_0, "f(x) = Alpha * ln(1 + exp(Beta * x))"),
+    ("softsign", "ACTIVATION_SOFTSIGN", (), _FL.FL_1_0, "f(x) = x / (1 + abs(x))"),
+    ("identity", "ACTIVATION_IDENTITY", (), _FL.FL_1_0, "f(x) = x"),
+    ("shrink", "ACTIVATION_SHRINK", (("bias", 0.0), ("threshold", 0.5)), _FL.FL_2_0,
+     "f(x) = x - Bias if x > Threshold; x + Bias if x < -Threshold; else 0"),
+    ("gelu", "ACTIVATION_GELU", (), _FL.FL_5_1, "f(x) = 0.5 * x * (1 + erf(x / sqrt(2)))"),
+    # ELEMENT_WISE_CLIP is fusable "for Convolution and GEMM only", since feature level 6_0.
+    ("clip", "ELEMENT_WISE_CLIP", (("scale_bias", None), ("min", -FLT_MAX), ("max", FLT_MAX)),
+     _FL.FL_6_0, "f(x) = min(Max, max(Min, x * Scale + Bias))"),
+]
+
+
+def _class_name(suffix: str) -> str:
+    return "".join(w.capitalize() for w in suffix.split("_")) + "OperatorDesc"
+
+
+#: name -> ActivationSpec, in the order of the fused-activation page.
+ACTIVATION_TABLE: dict[str, ActivationSpec] = {
+    name: ActivationSpec(name, "DML_OPERATOR_" + suffix, _class_name(suffix), params, level,
+                         formula, kernel_id)
+    for kernel_id, (name, suffix, params, level, formula) in enumerate(_ROWS, start=1)
+}
+
+
+class ActivationDesc(OperatorDesc):
+    """Base of the generated activation descriptors (frozen dataclasses)."""
+
+    SPEC: ActivationSpec
+
+    def inputs(self):
+        return [self.input_tensor]
+
+    def outputs(self):
+        return [self.output_tensor]
+
+    def feature_level(self) -> FeatureLevel:
+        level = self.SPEC.feature_level
+        if self.SPEC.name == "softplus" and self.steepness < 1:
+            level = max(level, FeatureLevel.FL_6_4)   # "allow Steepness < 1" (6_4)
+        return level
+
+    def validate(self) -> None:
+        """The parameter rules (module docstring); the tensors, when given, as the page's
+        'Tensor constraints': same DataType, DimensionCount and Sizes, FLOAT32/FLOAT16."""
+        from .data_type import DataType
+
+        self.validate_parameters(self.fail)
+        floats = (DataType.FLOAT32, DataType.FLOAT16)
+        self.check_tensor("input_tensor", self.input_tensor, range(1, 9), floats)
+        self.check_tensor("output_tensor", self.output_tensor, range(1, 9), floats)
+        self.check_same_type(["input_tensor", "output_tensor"])
+        if self.input_tensor.sizes != self.output_tensor.sizes:
+            self.fail("output_tensor.sizes", "InputTensor and OutputTensor must have the same "
+                      f"Sizes, got {self.input_tensor.sizes} and {self.output_tensor.sizes}")
+
+    def validate_parameters(self, fail) -> None:
+        """Check the parameters; ``fail(field, rule)`` raises (it names the field)."""
+        for name, _ in self.SPEC.params:
+            value = getattr(self, name)
+            if name == "scale_bias":
+                if value is None:
+                    continue
+                if not isinstance(value, ScaleBias):
+                    fail(name, f"must be a ScaleBias (DML_SCALE_BIAS) or None, got "
+                               f"{type(value).__name__}")
+                for sub in ("scale", "bias"):
+                    _check_float(fail, f"scale_bias.{sub}", getattr(value, sub), False)
+                continue
+            _check_float(fail, name, value, name in ("min", "max"))
+        if self.SPEC.name == "softplus" and self.steepness == 0:
+            fail("steepness", "must not be 0 (the formula divides by Steepness)")
+        if self.SPEC.name == "celu" and self.alpha == 0:
+            fail("alpha", "must not be 0 (the formula divides by Alpha: exp(x / Alpha))")
+
+    def kernel_parameters(self) -> np.ndarray:
+        """The four float32 values the kernel's activation reads (see vkml_activation.glsl)."""
+        values = [float(getattr(self, n)) for n, _ in self.SPEC.params if n != "scale_bias"]
+        if self.SPEC.name == "clip":
+            sb = self.scale_bias or ScaleBias()
+            values = [float(sb.scale), float(sb.bias)] + values
+        values += [0.0] * (4 - len(values))
+        return np.array(values, dtype=np.float32)
+
+
+def _check_float(fail, name, value, allow_inf: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        fail(name, f"must be a FLOAT, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        fail(name, f"must be a finite FLOAT, got {v}")
+
+
+def _make_class(spec: ActivationSpec) -> type:
+    params = [(n, object, field(default=v)) for n, v in spec.params]
+    cls = make_dataclass(
+        spec.class_name,
+        [("input_tensor", object, field(default=None)),
+         ("output_tensor", object, field(default=None))] + params,
+        bases=(ActivationDesc,), frozen=True,
+        namespace={"SPEC": spec, "OPERATOR_TYPE": spec.operator_type,
+                   "FEATURE_LEVEL": spec.feature_level})
+    cls.__module__ = __name__
+    args = ", ".join(f"{n}={v!r}" for n, v in spec.params)
+    cls.__doc__ = (f"``{spec.operator_type.replace('DML_OPERATOR_', 'DML_')}_OPERATOR_DESC``"
+                   f" ({spec.feature_level}): {spec.formula}.\n\n"
+                   f"Fields: input_tensor=None, output_tensor=None" + (f", {args}" if args else "")
+                   + " (defaults: the page's typical values).")
+    return cls
+
+
+#: name -> descriptor class.
+ACTIVATIONS: dict[str, type] = {}
+for _spec in ACTIVATION_TABLE.values():
+    ACTIVATIONS[_spec.name] = globals()[_spec.class_name] = _make_class(_spec)
+del _spec
+
+
+def activation(value) -> ActivationDesc | None:
+    """An activation descriptor from None, an instance, its class, or a name: "relu",
+    "leaky_relu", "DML_OPERATOR_ACTIVATION_ELU", "element_wise_clip" (any case)."""
+    from ..errors import ValidationError
+
+    if value is None or isinstance(value, ActivationDesc):
+        return value
+    if isinstance(value, type) and issubclass(value, ActivationDesc):
+        return value()
+    if isinstance(value, str):
+        key = value.strip().lower()
+        for prefix in ("dml_operator_activation_", "dml_operator_", "activation_"):
+            key = key.removeprefix(prefix)
+        key = {"element_wise_clip": "clip"}.get(key, key)
+        if key in ACTIVATIONS:
+            return ACTIVATIONS[key]()
+    raise ValidationError("fused_activation", f"{value!r} is not an activation that can be "
+                          f"fused ({', '.join(ACTIVATIONS)}), nor one of their descriptors")
+
+
+__all__ = ["ACTIVATION_TABLE", "ACTIVATIONS", "ActivationDesc", "ActivationSpec", "ScaleBias",
+           "activation", "FLT_MAX"] + [s.class_name for s in ACTIVATION_TABLE.values()]
