@@ -1,0 +1,246 @@
+"""The device's own limits, measured in the same run as the workloads.
+
+Microkernels (``glsl/bench_*.comp``, shipped as ``vkml/shaders/bench_*.spv``) measure
+float32 FMA throughput and compute-shader copy bandwidth; ``vkCmdCopyBuffer`` gives the
+copy engine's bandwidth.  Host-side figures: the CPU's own copy bandwidth, and vkml's
+upload/download bandwidth next to it.  The hot-path figures measure what a submission
+costs: a replayed recorded sequence, and many tiny paddings batched into one submit.
+
+Bandwidths count bytes read plus bytes written (a copy of N bytes moves 2N), the same
+convention as the workloads' GB/s, so a workload's percentage of a limit is like for like.
+GPU time comes from timestamp queries where the device has them, else wall time.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+import vkml
+from vkml.runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
+
+_LOCAL = 64
+_PER = 4                  # uvec4s per invocation in bench_copy.comp
+_FMA_ITERS = 256
+_FMA_FLOPS_PER_INVOCATION = _FMA_ITERS * 8 * 4 * 2   # ITERS x CHAINS x vec4 x (mul+add)
+
+#: What issue 6 asks of the hot path on lavapipe (shown next to the figures).
+TARGETS = {"replay_us_per_submit": 80.0, "batched_us_per_padding": 40.0,
+           "upload_vs_cpu_copy": 0.5, "download_vs_cpu_copy": 0.5}
+
+
+def _timed_runs(ctx, record, reps: int) -> tuple[list[float], list[float]]:
+    """Record once into a timed sequence, run it ``reps`` times after one warm-up run:
+    (GPU seconds per run or [] without timestamps, wall seconds per run)."""
+    gpu, wall = [], []
+    with ctx.sequence(timed=True) as seq:
+        record(seq)
+        seq.run()
+        for _ in range(reps):
+            t = time.perf_counter()
+            seq.run()
+            wall.append(time.perf_counter() - t)
+            if seq.gpu_time_ns:
+                gpu.append(seq.gpu_time_ns * 1e-9)
+    return gpu, wall
+
+
+def _best_time(gpu, wall) -> float:
+    return min(gpu) if gpu else min(wall)
+
+
+def _grid(groups: int, max_x: int) -> tuple[int, int]:
+    gx = max(1, min(groups, max_x))
+    return gx, -(-groups // gx)
+
+
+def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
+    """Float32 FMA throughput: grow the grid until one dispatch lasts ``target_s``."""
+    ctx = dev._ctx
+    local = min(_LOCAL, ctx.limits["maxComputeWorkGroupInvocations"],
+                ctx.limits["maxComputeWorkGroupSize"][0])
+    max_x = min(ctx.limits["maxComputeWorkGroupCount"][0], 65535)
+    max_y = ctx.limits["maxComputeWorkGroupCount"][1]
+    pipe = ctx.pipelines.get("bench_fma", (STORAGE,), 16, {0: local, 1: _FMA_ITERS})
+    out = ctx.allocate(65536 * 16)
+    try:
+        groups, best = 16, None
+        while True:
+            gx, gy = _grid(groups, max_x)
+            push = np.array([0.999999, 1e-6], np.float32).tobytes() + \
+                np.array([groups * local, gx * local], np.uint32).tobytes()
+
+            def record(seq):
+                seq.dispatch(pipe, [Bind(out, 0, out.size, "w")], (gx, gy, 1), push)
+
+            gpu, wall = _timed_runs(ctx, record, reps)
+            t = _best_time(gpu, wall)
+            best = (groups, t)
+            if t >= target_s or gy * 4 > max_y:
+                break
+            groups *= max(2, min(16, int(target_s / max(t, 1e-6))))
+        groups, t = best
+        flops = groups * local * _FMA_FLOPS_PER_INVOCATION
+        return {"gflops": flops / t / 1e9, "flops": flops, "seconds": t,
+                "invocations": groups * local, "timer": "gpu" if gpu else "wall"}
+    finally:
+        out.free()
+
+
+def _copy_windows(size: int, window: int):
+    off = 0
+    while off < size:
+        n = min(window, size - off)
+        yield off, n
+        off += n
+
+
+def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
+    """Compute-shader copy bandwidth of each read path (SSBO, uniform texel buffer), the
+    best of a few workgroup sizes each."""
+    ctx = dev._ctx
+    lim = ctx.limits
+    max_local = min(lim["maxComputeWorkGroupInvocations"], lim["maxComputeWorkGroupSize"][0])
+    locals_ = sorted({min(n, max_local) for n in (64, 256)})
+    max_x = min(lim["maxComputeWorkGroupCount"][0], 65535)
+    src, dst = ctx.allocate(size), ctx.allocate(size)
+    out = {}
+    try:
+        ctx.write(src, np.arange(size // 4, dtype=np.uint32))
+        for variant, kind, limit in (
+                ("ssbo", STORAGE, lim["maxStorageBufferRange"]),
+                ("texel", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16)):
+            window = max(1 << 16, (min(size, limit) >> 16) << 16)
+            fmt = FORMAT_RGBA32_UINT if kind == UNIFORM_TEXEL else 0
+            for local in locals_:
+                pipe = ctx.pipelines.get(f"bench_copy_{variant}", (kind, STORAGE), 8, {0: local})
+
+                def record(seq, pipe=pipe, window=window, fmt=fmt, local=local):
+                    for off, n in _copy_windows(size, window):
+                        count = n // 16
+                        gx, gy = _grid(-(-count // (local * _PER)), max_x)
+                        push = np.array([count, gx * local], np.uint32).tobytes()
+                        seq.dispatch(pipe, [Bind(src, off, n, "r", fmt),
+                                            Bind(dst, off, n, "w")], (gx, gy, 1), push)
+
+                try:
+                    gpu, wall = _timed_runs(ctx, record, reps)
+                except vkml.VkmlError as exc:        # a path this device cannot bind
+                    out[variant] = {"error": str(exc)}
+                    break
+                t = _best_time(gpu, wall)
+                if variant not in out or out[variant]["seconds"] > t:
+                    out[variant] = {"gbs": 2 * size / t / 1e9, "seconds": t, "local_size": local}
+        check = np.empty(size // 4, np.uint32)
+        ctx.read(dst, check)
+        if not np.array_equal(check, np.arange(size // 4, dtype=np.uint32)):
+            raise AssertionError("bench_copy microkernel copied wrong data")
+    finally:
+        src.free()
+        dst.free()
+    speeds = [v["gbs"] for v in out.values() if "gbs" in v]
+    return {"gbs": max(speeds) if speeds else None, "bytes": size, "variants": out}
+
+
+def copy_buffer_gbs(dev, size: int, reps: int = 3) -> dict:
+    """``vkCmdCopyBuffer`` bandwidth (one region)."""
+    ctx = dev._ctx
+    src, dst = ctx.allocate(size), ctx.allocate(size)
+    try:
+        gpu, wall = _timed_runs(ctx, lambda seq: seq.copy(src, dst, [(0, 0, size)]), reps)
+    finally:
+        src.free()
+        dst.free()
+    t = _best_time(gpu, wall)
+    return {"gbs": 2 * size / t / 1e9, "bytes": size, "seconds": t}
+
+
+def host_copy_gbs(dev, size: int, reps: int = 5) -> dict:
+    """CPU copy bandwidth (NumPy), and vkml's upload and download next to it."""
+    a = np.random.default_rng(0).integers(0, 255, size, dtype=np.uint8)
+    b = np.empty_like(a)
+    t = dev.empty(size, np.uint8)
+
+    def best(fn):
+        fn()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    try:
+        cpu = best(lambda: np.copyto(b, a))
+        up = best(lambda: t.write(a))
+        down = best(lambda: dev._ctx.read(t._alloc, b))
+        if not np.array_equal(a, b):
+            raise AssertionError("upload/download round trip changed the data")
+    finally:
+        t.free()
+    g = lambda s: 2 * size / s / 1e9   # noqa: E731
+    return {"cpu_copy_gbs": g(cpu), "upload_gbs": g(up), "download_gbs": g(down),
+            "upload_vs_cpu_copy": cpu / up, "download_vs_cpu_copy": cpu / down, "bytes": size}
+
+
+def measure(dev, quick: bool = False) -> dict:
+    """Every device limit the report uses."""
+    size = (16 << 20) if quick else (64 << 20)
+    size = min(size, dev.limits["maxStorageBufferRange"] // 2)
+    size = max(1 << 16, (size >> 16) << 16)
+    fma = fma_gflops(dev, target_s=0.02 if quick else 0.08)
+    shader = shader_copy_gbs(dev, size)
+    engine = copy_buffer_gbs(dev, size)
+    host = host_copy_gbs(dev, size)
+    return {"fma_gflops": fma["gflops"], "shader_copy_gbs": shader["gbs"],
+            "copy_buffer_gbs": engine["gbs"], **{k: v for k, v in host.items() if k != "bytes"},
+            "details": {"fma": fma, "shader_copy": shader, "copy_buffer": engine,
+                        "host_bytes": host["bytes"]}}
+
+
+def hot_path(dev, quick: bool = False) -> dict:
+    """Per-submit costs of the fast paths: a replayed recorded sequence (one tiny padding),
+    ``execute()`` replaying its cached command buffer, 100 tiny paddings recorded into one
+    submit, and the functional ``vkml.pad`` on a tiny NumPy array."""
+    from vkml import dml
+
+    runs = 100 if quick else 400
+    shape_in, shape_out = (1, 16), (1, 18)
+    desc = dml.PaddingOperatorDesc(dml.TensorDesc("float32", shape_in),
+                                   dml.TensorDesc("float32", shape_out),
+                                   dml.PaddingMode.CONSTANT, 0.0, (0, 1), (0, 1))
+    compiled = dev.compile_operator(dev.create_operator(desc))
+    x0 = np.arange(16, dtype=np.float32).reshape(shape_in)
+    xs = [dev.tensor(x0) for _ in range(100)]
+    ys = [dev.empty(shape_out, np.float32) for _ in range(100)]
+
+    def per_call(fn, n):
+        fn()
+        times = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) * 1e6
+
+    try:
+        with dev.sequence() as seq:
+            compiled.record(seq, [xs[0]], [ys[0]])
+            replay = per_call(seq.run, runs)
+        execute = per_call(lambda: compiled.execute([xs[0]], [ys[0]]), runs)
+        with dev.sequence() as seq:
+            for x, y in zip(xs, ys):
+                compiled.record(seq, [x], [y])
+            batched = per_call(seq.run, max(5, runs // 20)) / len(xs)
+        expect = np.pad(x0, [(0, 0), (1, 1)])
+        if not all(np.array_equal(y.numpy(), expect) for y in ys):
+            raise AssertionError("batched tiny paddings gave wrong results")
+        functional = per_call(lambda: vkml.pad(x0, [0, 1], [0, 1], device=dev), runs // 2)
+    finally:
+        compiled.release()
+        for t in xs + ys:
+            t.free()
+    return {"replay_us_per_submit": replay, "execute_us": execute,
+            "batched_us_per_padding": batched, "functional_tiny_pad_us": functional,
+            "batch": len(xs), "targets": TARGETS}

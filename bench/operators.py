@@ -1,0 +1,321 @@
+"""What the bench knows about each vkml operator: its parameters as a workload file
+writes them, inputs, a NumPy reference (float64 for correctness; the NumPy peer runs the
+same algorithm in the workload's type), the work it does (FLOPs or bytes moved), the call
+of vkml's functional form, and its DML descriptor (for GPU-timed replay).
+
+An operator vkml does not have yet (``hasattr(vkml, spec.function)`` is false) makes its
+workloads report vkml as absent; they run as soon as the operator lands.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+PAD_MODES = ("constant", "edge", "reflection", "symmetric", "wrap")
+_NP_PAD_MODE = {"constant": "constant", "edge": "edge", "reflection": "reflect",
+                "symmetric": "symmetric", "wrap": "wrap"}
+
+
+def _per_dim(value, neutral: int, n: int) -> tuple[int, ...]:
+    if value is None:
+        return (neutral,) * n
+    if isinstance(value, int):
+        return (value,) * n
+    return tuple(int(v) for v in value)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One operator: ``function`` is its name in ``vkml`` (``vkml.pad``), ``desc`` the
+    ``vkml.dml`` descriptor class name, ``metric`` "flops" or "bytes"."""
+
+    name: str
+    function: str
+    desc: str
+    metric: str
+
+
+OPS = {
+    "pad": OpSpec("pad", "pad", "PaddingOperatorDesc", "bytes"),
+    "fold": OpSpec("fold", "fold", "FoldOperatorDesc", "bytes"),
+    "unfold": OpSpec("unfold", "unfold", "UnfoldOperatorDesc", "bytes"),
+    "convolution": OpSpec("convolution", "convolution", "ConvolutionOperatorDesc", "flops"),
+    "lp_pooling": OpSpec("lp_pooling", "lp_pooling", "LpPooling1OperatorDesc", "bytes"),
+}
+
+
+# -- parameters -----------------------------------------------------------------------
+def normalize(op: str, p: dict) -> dict:
+    """Fill the defaults of a workload's parameters and derive the shapes."""
+    p = dict(p)
+    if op == "pad":
+        n = len(p["shape"])
+        p["start"] = _per_dim(p.get("start"), 0, n)
+        p["end"] = _per_dim(p.get("end"), 0, n)
+        p.setdefault("mode", "constant")
+        p.setdefault("value", 0.0)
+        if p["mode"] not in PAD_MODES:
+            raise ValueError(f"pad mode {p['mode']!r} is not one of {', '.join(PAD_MODES)}")
+        p["out_shape"] = [s + a + b for s, a, b in zip(p["shape"], p["start"], p["end"])]
+    elif op in ("fold", "unfold"):
+        image = list(p["output_size"] if op == "fold" else p["shape"][2:])
+        n = len(image)
+        k = _per_dim(p["window"], 1, n)
+        p["window"] = k
+        for key, neutral in (("strides", 1), ("dilations", 1), ("start_padding", 0),
+                             ("end_padding", 0)):
+            p[key] = _per_dim(p.get(key), neutral, n)
+        blocks = [(s + a + b - d * (w - 1) - 1) // st + 1 for s, w, st, d, a, b in zip(
+            image, k, p["strides"], p["dilations"], p["start_padding"], p["end_padding"])]
+        p["blocks"] = blocks
+        if op == "fold":
+            nb, c = p.get("batch", 1), p["channels"]
+            p["image_shape"] = [nb, c, *image]
+        else:
+            nb, c = p["shape"][0], p["shape"][1]
+            p["image_shape"] = list(p["shape"])
+        p["columns_shape"] = [nb, c * math.prod(k), math.prod(blocks)]
+        p["shape"], p["out_shape"] = ((p["columns_shape"], p["image_shape"]) if op == "fold"
+                                      else (p["image_shape"], p["columns_shape"]))
+    elif op == "convolution":
+        x, f = list(p["input"]), list(p["filter"])
+        n = len(x) - 2
+        for key, neutral in (("strides", 1), ("dilations", 1), ("start_padding", 0),
+                             ("end_padding", 0), ("output_padding", 0)):
+            p[key] = _per_dim(p.get(key), neutral, n)
+        p.setdefault("groups", 1)
+        p.setdefault("bias", True)
+        p.setdefault("direction", "forward")
+        p.setdefault("mode", "cross_correlation")
+        p.setdefault("activation", None)
+        g = p["groups"]
+        back = p["direction"] == "backward"
+        cout = f[1] * g if back else f[0]
+        out = []
+        for i, k, s, d, a, b, op_ in zip(x[2:], f[2:], p["strides"], p["dilations"],
+                                         p["start_padding"], p["end_padding"],
+                                         p["output_padding"]):
+            size = ((i - 1) * s + d * (k - 1) + 1 - a - b) if back else \
+                ((i + a + b - d * (k - 1) - 1) // s + 1)
+            out.append(size + op_)
+        p["out_shape"] = [x[0], cout, *out]
+        p["shape"] = x
+    elif op == "lp_pooling":
+        n = len(p["shape"]) - 2
+        p["window"] = _per_dim(p["window"], 1, n)
+        for key, neutral in (("strides", 1), ("dilations", 1), ("start_padding", 0),
+                             ("end_padding", 0)):
+            p[key] = _per_dim(p.get(key), neutral, n)
+        p.setdefault("p", 2)
+        out = [(i + a + b - d * (w - 1) - 1) // s + 1 for i, w, s, d, a, b in zip(
+            p["shape"][2:], p["window"], p["strides"], p["dilations"], p["start_padding"],
+            p["end_padding"])]
+        p["out_shape"] = list(p["shape"][:2]) + out
+    else:
+        raise ValueError(f"unknown operator {op!r} (known: {', '.join(OPS)})")
+    return p
+
+
+# -- inputs ---------------------------------------------------------------------------
+def make_inputs(op: str, p: dict, dtype: np.dtype, seed: int = 0) -> list:
+    """The operator's inputs in binding order (None for an absent optional one)."""
+    rng = np.random.default_rng(seed)
+
+    def normal(shape, scale=1.0):
+        return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(dtype)
+
+    if op == "convolution":
+        f = p["filter"]
+        fan_in = math.prod(f[1:]) if p["direction"] == "forward" else f[0] * math.prod(f[2:])
+        bias = normal((p["out_shape"][1],), 0.1) if p["bias"] else None
+        return [normal(p["input"]), normal(f, 1.0 / math.sqrt(fan_in)), bias]
+    return [normal(p["shape"])]
+
+
+# -- work -----------------------------------------------------------------------------
+def flops(op: str, p: dict) -> float:
+    """Direct-algorithm FLOPs (one multiply-add = 2), 0 for data movement."""
+    if op == "convolution":
+        g = p["groups"]
+        f = p["filter"]
+        if p["direction"] == "backward":    # every input element meets C_out/g x kernel
+            return 2.0 * math.prod(p["input"]) * f[1] * math.prod(f[2:])
+        return 2.0 * math.prod(p["out_shape"]) * (p["input"][1] // g) * math.prod(f[2:])
+    return 0.0
+
+
+def bytes_moved(op: str, p: dict, inputs: list, itemsize: int) -> int:
+    """Bytes read plus bytes written, each tensor once."""
+    return sum(a.nbytes for a in inputs if a is not None) + math.prod(p["out_shape"]) * itemsize
+
+
+# -- reference algorithms (NumPy, in the type of their inputs) --------------------------
+def _conv_forward(x, w, p):
+    n, g = len(x.shape) - 2, p["groups"]
+    pads = [(0, 0), (0, 0)] + list(zip(p["start_padding"], p["end_padding"]))
+    xp = np.pad(x, pads)
+    if p["mode"] == "convolution":
+        w = np.flip(w, axis=tuple(range(2, 2 + n)))
+    nb, cin = x.shape[:2]
+    cout = w.shape[0]
+    out_sp = [o - op_ for o, op_ in zip(p["out_shape"][2:], p["output_padding"])]
+    y = np.zeros((nb, g, cout // g, math.prod(out_sp)), dtype=x.dtype)
+    wg = w.reshape(g, cout // g, cin // g, *w.shape[2:])
+    for off in itertools.product(*[range(k) for k in w.shape[2:]]):
+        sl = tuple(slice(o * d, o * d + (size - 1) * s + 1, s) for o, d, s, size in
+                   zip(off, p["dilations"], p["strides"], out_sp))
+        xs = xp[(slice(None), slice(None)) + sl].reshape(nb, g, cin // g, -1)
+        y += np.matmul(wg[(...,) + off], xs)
+    y = y.reshape(nb, cout, *out_sp)
+    if any(p["output_padding"]):
+        y = np.pad(y, [(0, 0), (0, 0)] + [(0, a) for a in p["output_padding"]])
+    return y
+
+
+def _conv_backward(x, w, p):
+    n, g = len(x.shape) - 2, p["groups"]
+    if p["mode"] == "convolution":
+        w = np.flip(w, axis=tuple(range(2, 2 + n)))
+    nb, cin = x.shape[:2]
+    cog = w.shape[1]
+    full = [(i - 1) * s + d * (k - 1) + 1 + op_ for i, s, d, k, op_ in zip(
+        x.shape[2:], p["strides"], p["dilations"], w.shape[2:], p["output_padding"])]
+    y = np.zeros((nb, g, cog, *full), dtype=x.dtype)
+    xg = x.reshape(nb, g, cin // g, -1)
+    wg = w.reshape(g, cin // g, cog, *w.shape[2:])
+    for off in itertools.product(*[range(k) for k in w.shape[2:]]):
+        contrib = np.matmul(np.swapaxes(wg[(...,) + off], 1, 2), xg)   # (nb, g, cog, in)
+        sl = tuple(slice(o * d, o * d + (i - 1) * s + 1, s) for o, d, s, i in
+                   zip(off, p["dilations"], p["strides"], x.shape[2:]))
+        y[(slice(None),) * 3 + sl] += contrib.reshape(nb, g, cog, *x.shape[2:])
+    crop = tuple(slice(a, a + o) for a, o in zip(p["start_padding"], p["out_shape"][2:]))
+    return y.reshape(nb, g * cog, *full)[(slice(None), slice(None)) + crop]
+
+
+def _fold(cols, p):
+    nb, c = p["image_shape"][:2]
+    k, blocks = p["window"], p["blocks"]
+    padded = [s + a + b for s, a, b in zip(p["image_shape"][2:], p["start_padding"],
+                                           p["end_padding"])]
+    y = np.zeros((nb, c, *padded), dtype=cols.dtype)
+    cols = cols.reshape(nb, c, *k, *blocks)
+    for off in itertools.product(*[range(w) for w in k]):
+        sl = tuple(slice(o * d, o * d + (b - 1) * s + 1, s) for o, d, s, b in
+                   zip(off, p["dilations"], p["strides"], blocks))
+        y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + off]
+    crop = tuple(slice(a, a + s) for a, s in zip(p["start_padding"], p["image_shape"][2:]))
+    return y[(slice(None), slice(None)) + crop]
+
+
+def _unfold(x, p):
+    nb, c = x.shape[:2]
+    k, blocks = p["window"], p["blocks"]
+    xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(p["start_padding"], p["end_padding"])))
+    out = np.empty((nb, c, *k, *blocks), dtype=x.dtype)
+    for off in itertools.product(*[range(w) for w in k]):
+        sl = tuple(slice(o * d, o * d + (b - 1) * s + 1, s) for o, d, s, b in
+                   zip(off, p["dilations"], p["strides"], blocks))
+        out[(slice(None), slice(None)) + off] = xp[(slice(None), slice(None)) + sl]
+    return out.reshape(p["columns_shape"])
+
+
+def _lp_pool(x, p):
+    pw = p["p"]
+    xp = np.abs(np.pad(x, [(0, 0), (0, 0)] + list(zip(p["start_padding"], p["end_padding"]))))
+    out_sp = p["out_shape"][2:]
+    acc = np.zeros(p["out_shape"], dtype=x.dtype)
+    for off in itertools.product(*[range(w) for w in p["window"]]):
+        sl = tuple(slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, s, n in
+                   zip(off, p["dilations"], p["strides"], out_sp))
+        v = xp[(slice(None), slice(None)) + sl]
+        acc += v * v if pw == 2 else (v if pw == 1 else v ** pw)
+    return np.sqrt(acc) if pw == 2 else (acc if pw == 1 else acc ** (1.0 / pw))
+
+
+def _activation(y, name):
+    if name is None:
+        return y
+    if name == "relu":
+        return np.maximum(y, 0)
+    raise ValueError(f"the bench's reference has no activation {name!r} (it knows relu)")
+
+
+def compute(op: str, p: dict, inputs: list, dtype=np.float64) -> np.ndarray:
+    """The operator by the reference algorithm, computed in ``dtype``."""
+    xs = [None if a is None else a.astype(dtype, copy=False) for a in inputs]
+    if op == "pad":
+        pads = list(zip(p["start"], p["end"]))
+        mode = _NP_PAD_MODE[p["mode"]]
+        kw = {"constant_values": p["value"]} if mode == "constant" else {}
+        return np.pad(xs[0], pads, mode, **kw)
+    if op == "fold":
+        return _fold(xs[0], p)
+    if op == "unfold":
+        return _unfold(xs[0], p)
+    if op == "lp_pooling":
+        return _lp_pool(xs[0], p)
+    x, w, b = xs
+    y = _conv_backward(x, w, p) if p["direction"] == "backward" else _conv_forward(x, w, p)
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * (y.ndim - 2))
+    return _activation(y, p["activation"])
+
+
+# -- vkml -----------------------------------------------------------------------------
+def vkml_call(vkml, op: str, p: dict, inputs: list, device):
+    """vkml's functional form (NumPy in, NumPy out)."""
+    if op == "pad":
+        return vkml.pad(inputs[0], list(p["start"]), list(p["end"]), p["mode"], p["value"],
+                        device=device)
+    if op == "fold":
+        return vkml.fold(inputs[0], list(p["image_shape"][2:]), list(p["window"]),
+                         strides=p["strides"], dilations=p["dilations"],
+                         start_padding=p["start_padding"], end_padding=p["end_padding"],
+                         device=device)
+    if op == "unfold":
+        return vkml.unfold(inputs[0], list(p["window"]), strides=p["strides"],
+                           dilations=p["dilations"], start_padding=p["start_padding"],
+                           end_padding=p["end_padding"], device=device)
+    if op == "lp_pooling":
+        return vkml.lp_pooling(inputs[0], list(p["window"]), strides=p["strides"],
+                               start_padding=p["start_padding"], end_padding=p["end_padding"],
+                               dilations=p["dilations"], p=p["p"], device=device)
+    x, w, b = inputs
+    return vkml.convolution(x, w, b, strides=p["strides"], dilations=p["dilations"],
+                            start_padding=p["start_padding"], end_padding=p["end_padding"],
+                            output_padding=p["output_padding"], group_count=p["groups"],
+                            mode=p["mode"], direction=p["direction"],
+                            fused_activation=p["activation"], device=device)
+
+
+def dml_desc(dml, op: str, p: dict, dtype: np.dtype):
+    """The DML descriptor of the workload, and the input shapes in binding order
+    (None for an absent optional input)."""
+    T = dml.TensorDesc
+    x = T(dtype, tuple(p["shape"]))
+    y = T(dtype, tuple(p["out_shape"]))
+    if op == "pad":
+        desc = dml.PaddingOperatorDesc(x, y, p["mode"], float(p["value"]), tuple(p["start"]),
+                                       tuple(p["end"]))
+        return desc, [tuple(p["shape"])]
+    if op in ("fold", "unfold"):
+        cls = dml.FoldOperatorDesc if op == "fold" else dml.UnfoldOperatorDesc
+        desc = cls(x, y, tuple(p["window"]), tuple(p["strides"]), tuple(p["dilations"]),
+                   tuple(p["start_padding"]), tuple(p["end_padding"]))
+        return desc, [tuple(p["shape"])]
+    if op == "lp_pooling":
+        desc = dml.LpPooling1OperatorDesc(x, y, tuple(p["strides"]), tuple(p["window"]),
+                                          tuple(p["start_padding"]), tuple(p["end_padding"]),
+                                          tuple(p["dilations"]), p["p"])
+        return desc, [tuple(p["shape"])]
+    n = len(p["input"]) - 2
+    bias_shape = (1, p["out_shape"][1]) + (1,) * n if p["bias"] else None
+    desc = dml.ConvolutionOperatorDesc(
+        x, T(dtype, tuple(p["filter"])), T(dtype, bias_shape) if bias_shape else None, y,
+        p["mode"], p["direction"], tuple(p["strides"]), tuple(p["dilations"]),
+        tuple(p["start_padding"]), tuple(p["end_padding"]), tuple(p["output_padding"]),
+        p["groups"], p["activation"])
+    return desc, [tuple(p["input"]), tuple(p["filter"]), bias_shape]

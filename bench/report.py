@@ -1,0 +1,353 @@
+"""Reports of a run: the terminal tables (rich), JSON, CSV, the schema check, and the
+comparison of two runs."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from .run import SCHEMA
+
+# -- formatting -----------------------------------------------------------------------
+
+
+def ms(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if v < 1 else (f"{v:.2f}" if v < 100 else f"{v:.0f}")
+
+
+def rate(row: dict) -> str:
+    if row.get("gflops") is not None:
+        return f"{row['gflops']:.1f} GFLOP/s"
+    if row.get("gbs") is not None:
+        return f"{row['gbs']:.2f} GB/s"
+    return "-"
+
+
+def pct(row: dict) -> str:
+    parts = []
+    for key, name in (("pct_fma", "FMA"), ("pct_shader_copy", "shader"),
+                      ("pct_copy_buffer", "copy")):
+        if row.get(key) is not None:
+            parts.append(f"{row[key]:.0f}% {name}")
+    return ", ".join(parts) or "-"
+
+
+def err(row: dict) -> str:
+    if row.get("max_rel_err") is None:
+        return row.get("error_note", "-") if row.get("flagged") else "-"
+    text = f"{row['max_rel_err']:.1e}"
+    return f"[bold red]{text} > {row['tolerance']:.0e}[/]" if row["flagged"] else text
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+# -- the terminal ---------------------------------------------------------------------
+
+
+def device_tables(doc: dict) -> list[Table]:
+    out = []
+    for d in doc["devices"]:
+        t = Table(title=f"[{d['index']}] {d['name']} - {d['driver_name']} {d['driver_info']} "
+                        f"(Vulkan {d['api_version']}, {d['device_type']})",
+                  title_justify="left", show_header=True)
+        t.add_column("device limit (measured now)")
+        t.add_column("value", justify="right")
+        t.add_column("note")
+        lim = d.get("limits")
+        if lim:
+            det = lim["details"]
+            variants = ", ".join(f"{k} {v['gbs']:.2f}" for k, v in
+                                 det["shader_copy"]["variants"].items() if "gbs" in v)
+            t.add_row("FMA throughput", f"{lim['fma_gflops']:.1f} GFLOP/s",
+                      f"bench_fma, {det['fma']['timer']} time")
+            t.add_row("compute-shader copy", f"{lim['shader_copy_gbs']:.2f} GB/s",
+                      f"bench_copy: {variants}")
+            t.add_row("vkCmdCopyBuffer", f"{lim['copy_buffer_gbs']:.2f} GB/s",
+                      f"{det['copy_buffer']['bytes'] >> 20} MiB, one region")
+            t.add_row("CPU copy (NumPy)", f"{lim['cpu_copy_gbs']:.2f} GB/s", "host memory")
+            t.add_row("upload", f"{lim['upload_gbs']:.2f} GB/s",
+                      f"{100 * lim['upload_vs_cpu_copy']:.0f}% of CPU copy (target >= 50%)")
+            t.add_row("download", f"{lim['download_gbs']:.2f} GB/s",
+                      f"{100 * lim['download_vs_cpu_copy']:.0f}% of CPU copy (target >= 50%)")
+        elif d.get("limits_error"):
+            t.add_row("limits", "[red]error[/]", d["limits_error"])
+        hp = d.get("hot_path")
+        if hp:
+            tg = hp["targets"]
+            t.add_row("replayed sequence, per submit", f"{hp['replay_us_per_submit']:.0f} us",
+                      f"one tiny padding (target on lavapipe <= {tg['replay_us_per_submit']:.0f} us)")
+            t.add_row("execute() replay", f"{hp['execute_us']:.0f} us", "compiled.execute, same tensors")
+            t.add_row(f"{hp['batch']} paddings in one submit", f"{hp['batched_us_per_padding']:.1f} us",
+                      f"per padding (target on lavapipe <= {tg['batched_us_per_padding']:.0f} us)")
+            t.add_row("vkml.pad on a tiny array", f"{hp['functional_tiny_pad_us']:.0f} us",
+                      "NumPy in/out, end to end")
+        elif d.get("hot_path_error"):
+            t.add_row("hot path", "[red]error[/]", d["hot_path_error"])
+        out.append(t)
+    return out
+
+
+def results_table(doc: dict) -> Table:
+    multi = len(doc["devices"]) > 1
+    t = Table(title="Workloads (times in ms, median of hot runs; vkml's rate and share of the "
+                    "device limits from its device time)", title_justify="left")
+    right = {"justify": "right", "no_wrap": True}
+    for name, kw in (("workload", {"no_wrap": True}), ("runner", {"no_wrap": True}),
+                     ("median", right), ("p10-p90", right), ("cold", right), ("GPU", right),
+                     ("up / down", right), ("rate", right), ("of device limit", {"no_wrap": True}),
+                     ("rel err", right),
+                     ("vkml speedup e2e / dev", {"no_wrap": True, "max_width": 30,
+                                                 "overflow": "ellipsis"})):
+        t.add_column(name, **kw)
+    vk = {(r["workload"], r["device"]): r for r in doc["results"] if r["runner"] == "vkml"}
+    last = None
+    for r in doc["results"]:
+        label = r["runner"] + (f" [{r['device']}]" if multi and r["device"] is not None else "")
+        wl = r["workload"] if r["workload"] != last else ""
+        if wl and last is not None:
+            t.add_section()
+        last = r["workload"]
+        if r["status"] != "ok":
+            style = "dim" if r["status"] == "absent" else "red"
+            t.add_row(wl, f"[{style}]{label}[/]", f"[{style}]{r['status']}[/]", "", "", "", "",
+                      "", "", "", f"[{style}]{r['reason'] or ''}[/]")
+            continue
+        w = r["wall_ms"]
+        ph = r.get("phases_ms") or {}
+        updown = (f"{ms(ph['upload']['median'])} / {ms(ph['download']['median'])}"
+                  if ph.get("upload") and ph.get("download") else "")
+        gpu = ms(r["gpu_ms"]["median"]) if r.get("gpu_ms") else ""
+        if r["runner"] == "vkml":
+            speed = f"[yellow]{r['phases_error']}[/]" if r.get("phases_error") else ""
+        else:
+            parts = []
+            for (name, dev), v in vk.items():
+                if name != r["workload"] or (r["device"] is not None and dev != r["device"]):
+                    continue
+                sp = (v.get("speedup") or {}).get(r["runner"])
+                if sp:
+                    best = sp["compute"] or sp["e2e"]
+                    colour = "green" if best >= 1 else "yellow"
+                    tag = f"[{dev}] " if multi else ""
+                    parts.append(f"[{colour}]{tag}{_x(sp['e2e'])} / {_x(sp['compute'])}[/]")
+            speed = "; ".join(parts)
+        t.add_row(wl, label, ms(w["median"]), f"{ms(w['p10'])}-{ms(w['p90'])}",
+                  ms(r.get("cold_ms")), gpu, updown, rate(r), pct(r), err(r), speed)
+    return t
+
+
+def absent_notes(doc: dict) -> list[str]:
+    """Each runner's reasons for being absent, once each, with the workloads."""
+    seen: dict[tuple, list] = {}
+    for r in doc["results"]:
+        if r["status"] == "absent":
+            seen.setdefault((r["runner"], r["reason"]), []).append(r["workload"])
+    return [f"{runner}: {reason} ({', '.join(ws) if len(ws) < 4 else f'{len(ws)} workloads'})"
+            for (runner, reason), ws in seen.items()]
+
+
+def print_report(doc: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    host = doc["host"]
+    console.print(f"[bold]vkml-bench[/] {doc['created']}  {host['processor']} "
+                  f"({host['cpus']} CPUs), Python {host['python']}")
+    vers = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
+    console.print(f"versions: {vers}")
+    for name, p in doc["peers"].items():
+        if not p["available"]:
+            console.print(f"[dim]peer {name} absent: {p['reason']}[/]")
+    for t in device_tables(doc):
+        console.print(t)
+    console.print(results_table(doc))
+    notes = absent_notes(doc)
+    if notes:
+        console.print("[bold]absent[/]")
+        for n in notes:
+            console.print(f"  [dim]{n}[/]")
+    flagged = [r for r in doc["results"] if r.get("flagged")]
+    for r in flagged:
+        console.print(f"[bold red]correctness: {r['workload']} on {r['runner']}: "
+                      f"max rel err {r.get('max_rel_err')} over tolerance {r['tolerance']}"
+                      f"{' (' + r['error_note'] + ')' if r.get('error_note') else ''}[/]")
+    console.print("[dim]vkml speedup = the peer's median / vkml's: 'e2e' against vkml's "
+                  "NumPy-in/NumPy-out call, 'dev' against its device time (GPU timestamps). "
+                  "rel err = max |y - ref| / max |ref| against a float64 NumPy reference. "
+                  "GB/s count bytes read + written.[/]")
+
+
+# -- files ----------------------------------------------------------------------------
+
+
+def write_json(doc: dict, path) -> None:
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, default=_plain)
+        f.write("\n")
+
+
+def _plain(v):
+    if hasattr(v, "item"):
+        return v.item()
+    if isinstance(v, (set, tuple)):
+        return list(v)
+    return str(v)
+
+
+CSV_COLUMNS = [
+    "kind", "device", "device_name", "workload", "op", "dtype", "runner", "status", "reason",
+    "value", "cold_ms", "median_ms", "min_ms", "max_ms", "p10_ms", "p90_ms", "gpu_median_ms",
+    "compute_wall_median_ms", "upload_median_ms", "download_median_ms", "flops", "bytes",
+    "gflops", "gbs", "pct_fma", "pct_shader_copy", "pct_copy_buffer", "max_abs_err",
+    "max_rel_err", "tolerance", "flagged", "speedups"]
+
+
+def csv_rows(doc: dict):
+    """One row per figure: versions, device limits and hot-path figures, then results."""
+    for k, v in doc["versions"].items():
+        yield {"kind": "version", "workload": k, "value": v}
+    for d in doc["devices"]:
+        base = {"device": d["index"], "device_name": d["name"]}
+        yield dict(base, kind="driver", workload=d["driver_name"], value=d["driver_info"])
+        for section in ("limits", "hot_path"):
+            for k, v in (d.get(section) or {}).items():
+                if isinstance(v, (int, float)):
+                    yield dict(base, kind=section, workload=k, value=v)
+    for r in doc["results"]:
+        row = {k: r.get(k) for k in ("device", "device_name", "workload", "op", "dtype",
+                                     "runner", "status", "reason", "cold_ms", "flops", "bytes",
+                                     "gflops", "gbs", "pct_fma", "pct_shader_copy",
+                                     "pct_copy_buffer", "max_abs_err", "max_rel_err",
+                                     "tolerance", "flagged")}
+        row["kind"] = "result"
+        w = r.get("wall_ms") or {}
+        for k in ("median", "min", "max", "p10", "p90"):
+            row[f"{k}_ms"] = w.get(k)
+        ph = r.get("phases_ms") or {}
+        for k, col in (("compute_gpu", "gpu_median_ms"), ("compute_wall", "compute_wall_median_ms"),
+                       ("upload", "upload_median_ms"), ("download", "download_median_ms")):
+            row[col] = (ph.get(k) or {}).get("median")
+        if r.get("speedup"):
+            row["speedups"] = json.dumps(r["speedup"])
+        yield row
+
+
+def write_csv(doc: dict, path) -> None:
+    with open(path, "w", newline="") as f:
+        out = csv.DictWriter(f, CSV_COLUMNS)
+        out.writeheader()
+        for row in csv_rows(doc):
+            out.writerow(row)
+
+
+# -- the schema -----------------------------------------------------------------------
+
+_TOP = {"schema": str, "created": str, "command": list, "quick": bool, "budget": dict,
+        "host": dict, "versions": dict, "peers": dict, "devices": list, "workloads": list,
+        "results": list}
+_DEVICE = {"index": int, "name": str, "driver_name": str, "api_version": str,
+           "timestamps": bool}
+_RESULT = {"workload": str, "op": str, "dtype": str, "runner": str, "status": str,
+           "flops": (int, float), "bytes": int, "tolerance": float}
+_RESULT_OK = {"cold_ms": float, "wall_ms": dict, "max_abs_err": (int, float),
+              "max_rel_err": (int, float), "flagged": bool}
+_STATS = ("n", "median", "min", "max", "p10", "p90", "mean")
+_LIMITS = ("fma_gflops", "shader_copy_gbs", "copy_buffer_gbs", "cpu_copy_gbs", "upload_gbs",
+           "download_gbs")
+
+
+def validate(doc: dict) -> list[str]:
+    """Problems with a result document (empty when it follows :data:`SCHEMA`)."""
+    problems = []
+
+    def need(obj, spec, where):
+        for k, t in spec.items():
+            if k not in obj:
+                problems.append(f"{where}: missing {k!r}")
+            elif not isinstance(obj[k], t) or (t is not bool and isinstance(obj[k], bool)
+                                                and bool not in (t if isinstance(t, tuple) else (t,))):
+                problems.append(f"{where}.{k}: expected {t}, got {type(obj[k]).__name__}")
+
+    need(doc, _TOP, "doc")
+    if doc.get("schema") != SCHEMA:
+        problems.append(f"doc.schema: expected {SCHEMA!r}, got {doc.get('schema')!r}")
+    for i, d in enumerate(doc.get("devices", [])):
+        need(d, _DEVICE, f"devices[{i}]")
+        if d.get("limits"):
+            for k in _LIMITS:
+                v = d["limits"].get(k)
+                if not isinstance(v, (int, float)) or not v > 0:
+                    problems.append(f"devices[{i}].limits.{k}: expected a positive number")
+    for i, r in enumerate(doc.get("results", [])):
+        where = f"results[{i}] ({r.get('workload')}, {r.get('runner')})"
+        need(r, _RESULT, where)
+        if r.get("status") not in ("ok", "absent", "error"):
+            problems.append(f"{where}.status: {r.get('status')!r}")
+        if r.get("status") == "ok":
+            need(r, _RESULT_OK, where)
+            for k in _STATS:
+                if not isinstance((r.get("wall_ms") or {}).get(k), (int, float)):
+                    problems.append(f"{where}.wall_ms.{k}: missing")
+        elif not r.get("reason"):
+            problems.append(f"{where}: status {r.get('status')} without a reason")
+        if r.get("runner") == "vkml" and r.get("status") == "ok" and "speedup" not in r:
+            problems.append(f"{where}: vkml row without speedups")
+    return problems
+
+
+# -- comparing two runs -----------------------------------------------------------------
+
+
+def compare(a: dict, b: dict, threshold: float = 0.05) -> tuple[Table, int]:
+    """A table of the change from run ``a`` to run ``b`` per (workload, runner, device),
+    and the number of regressions (slower by more than ``threshold``)."""
+    def key(r):
+        return (r["workload"], r["runner"], r.get("device_name"))
+
+    def timing(r):
+        if r.get("status") != "ok":
+            return None
+        if r["runner"] == "vkml" and r.get("compute_ms"):
+            return r["compute_ms"]
+        return (r.get("wall_ms") or {}).get("median")
+
+    old = {key(r): r for r in a["results"]}
+    t = Table(title=f"{a.get('created', '?')} -> {b.get('created', '?')}: median time "
+                    f"(vkml: device time); regressions over {threshold:.0%} in red",
+              title_justify="left")
+    for name in ("workload", "runner", "device", "before ms", "after ms", "change",
+                 "max rel err"):
+        t.add_column(name, justify="right" if "ms" in name or name == "change" else "left")
+    regressions = 0
+    for r in b["results"]:
+        o = old.get(key(r))
+        ta, tb = (timing(o) if o else None), timing(r)
+        if ta and tb:
+            change = tb / ta - 1
+            if change > threshold:
+                style, regressions = "bold red", regressions + 1
+            elif change < -threshold:
+                style = "green"
+            else:
+                style = ""
+            text = f"[{style}]{change:+.1%}[/]" if style else f"{change:+.1%}"
+        else:
+            text = "new" if o is None else (r["status"] if tb is None else "was " + o["status"])
+        errb = err(r) if r.get("status") == "ok" else "-"
+        t.add_row(r["workload"], r["runner"], r.get("device_name") or "cpu", ms(ta), ms(tb),
+                  text, errb)
+    for d in b.get("devices", []):
+        da = next((x for x in a.get("devices", []) if x["name"] == d["name"]), None)
+        if not (da and da.get("limits") and d.get("limits")):
+            continue
+        for k in _LIMITS:
+            va, vb = da["limits"].get(k), d["limits"].get(k)
+            if va and vb and not (math.isnan(va) or math.isnan(vb)):
+                t.add_row(f"limit {k}", "", d["name"], f"{va:.2f}", f"{vb:.2f}",
+                          f"{vb / va - 1:+.1%}", "")
+    return t, regressions

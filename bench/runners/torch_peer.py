@@ -1,0 +1,112 @@
+"""PyTorch on the CPU (``torch.nn.functional``), with every CPU core.
+
+Padding: ``F.pad`` (constant, replicate = edge, reflect = reflection, circular = wrap;
+PyTorch has no symmetric mode).  Fold/Unfold: ``F.fold``/``F.unfold`` (2-D, equal start
+and end padding).  Convolution: ``F.conv{1,2,3}d`` (asymmetric padding through ``F.pad``)
+and ``F.conv_transpose{1,2,3}d`` (equal padding).  LP pooling: ``F.pad`` + ``F.lp_pool{2,3}d``
+(no dilations; ``|x|`` first for odd P, where PyTorch's formula differs).
+"""
+from __future__ import annotations
+
+import os
+
+from . import Absent, Runner, require
+
+_PAD_MODE = {"constant": "constant", "edge": "replicate", "reflection": "reflect",
+             "wrap": "circular"}
+
+
+class TorchPeer(Runner):
+    name = "torch-cpu"
+
+    @classmethod
+    def probe(cls) -> str:
+        torch = require("torch")
+        return torch.__version__
+
+    def prepare(self, workload, inputs):
+        torch = require("torch")
+        F = torch.nn.functional
+        torch.set_num_threads(os.cpu_count() or 1)
+        op, p = workload.op, workload.p
+        ts = [None if a is None else torch.from_numpy(a) for a in inputs]
+        x = ts[0]
+
+        def torch_pads(start, end):       # F.pad: last dimension first
+            out = []
+            for a, b in zip(reversed(start), reversed(end)):
+                out += [a, b]
+            return out
+
+        if op == "pad":
+            mode = _PAD_MODE.get(p["mode"])
+            if mode is None:
+                raise Absent(f"PyTorch has no {p['mode']} padding")
+            pads = torch_pads(p["start"], p["end"])
+            while len(pads) > 2 and pads[-2:] == [0, 0]:
+                pads = pads[:-2]
+            if mode == "constant":
+                fn = lambda: F.pad(x, pads, "constant", p["value"])   # noqa: E731
+            else:
+                fn = lambda: F.pad(x, pads, mode)   # noqa: E731
+        elif op in ("fold", "unfold"):
+            if len(p["window"]) != 2:
+                raise Absent(f"torch {op} is 2-D only")
+            if p["start_padding"] != p["end_padding"]:
+                raise Absent(f"torch {op} pads both ends equally")
+            kw = dict(kernel_size=p["window"], dilation=p["dilations"],
+                      padding=p["start_padding"], stride=p["strides"])
+            if op == "fold":
+                fn = lambda: F.fold(x, p["image_shape"][2:], **kw)   # noqa: E731
+            else:
+                fn = lambda: F.unfold(x, **kw)   # noqa: E731
+        elif op == "lp_pooling":
+            n = len(p["window"])
+            if n not in (2, 3):
+                raise Absent("torch lp_pool is 2-D or 3-D")
+            if any(d != 1 for d in p["dilations"]):
+                raise Absent("torch lp_pool has no dilations")
+            pool = F.lp_pool2d if n == 2 else F.lp_pool3d
+            pads = torch_pads(p["start_padding"], p["end_padding"])
+            pw = p["p"]
+
+            def fn():
+                v = x.abs() if pw % 2 else x
+                if any(pads):
+                    v = F.pad(v, pads)
+                return pool(v, pw, p["window"], p["strides"])
+        else:
+            fn = self._convolution(torch, F, p, ts)
+        return lambda: fn().numpy()
+
+    @staticmethod
+    def _convolution(torch, F, p, ts):
+        x, w, b = ts
+        n = len(p["input"]) - 2
+        if n not in (1, 2, 3):
+            raise Absent(f"torch has no {n}-D convolution")
+        if p["mode"] == "convolution":
+            w = torch.flip(w, dims=list(range(2, 2 + n)))
+        if p["activation"] not in (None, "relu"):
+            raise Absent(f"the torch runner has no fused {p['activation']}")
+        act = (lambda y: torch.relu_(y)) if p["activation"] == "relu" else (lambda y: y)
+        if p["direction"] == "backward":
+            if p["start_padding"] != p["end_padding"]:
+                raise Absent("torch conv_transpose pads both ends equally")
+            conv = getattr(F, f"conv_transpose{n}d")
+            return lambda: act(conv(x, w, b, p["strides"], p["start_padding"],
+                                    p["output_padding"], p["groups"], p["dilations"]))
+        if any(p["output_padding"]):
+            raise Absent("torch conv has no output_padding")
+        conv = getattr(F, f"conv{n}d")
+        if p["start_padding"] == p["end_padding"]:
+            return lambda: act(conv(x, w, b, p["strides"], p["start_padding"], p["dilations"],
+                                    p["groups"]))
+        pads = []
+        for a, e in zip(reversed(p["start_padding"]), reversed(p["end_padding"])):
+            pads += [a, e]
+        return lambda: act(conv(F.pad(x, pads), w, b, p["strides"], 0, p["dilations"],
+                                p["groups"]))
+
+
+RUNNERS = [TorchPeer]

@@ -1,0 +1,88 @@
+"""vkml on one Vulkan device, measured three ways.
+
+* **cold**: the first call of the functional form (``vkml.pad(numpy, ...)``): descriptor
+  validation, compilation and pipeline creation, upload, compute, download.
+* **end to end (hot)**: the same call again: NumPy in, NumPy out.
+* **phases**, through the DML layer (create -> compile -> ``record`` into a timed
+  sequence): upload of the inputs into device tensors, compute (the recorded sequence
+  replayed; GPU time from timestamp queries where the device has them, and wall time of
+  submit + wait), and download of the output.
+
+An operator vkml does not have yet (``hasattr(vkml, "fold")`` false) is absent.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import vkml
+from vkml import dml
+
+from .. import operators
+from ..stats import sample
+from . import Absent, Runner
+
+
+class VkmlRunner(Runner):
+    name = "vkml"
+    on_device = True
+
+    @classmethod
+    def probe(cls) -> str:
+        return vkml.__version__
+
+    def check(self, workload) -> None:
+        spec = workload.spec
+        if not hasattr(vkml, spec.function):
+            raise Absent(f"vkml.{spec.function} is not implemented yet")
+
+    def prepare(self, workload, inputs):
+        self.check(workload)
+        dev, op, p = self.device, workload.op, workload.p
+        return lambda: operators.vkml_call(vkml, op, p, inputs, dev)
+
+    def phases(self, workload, inputs, budget):
+        """Upload, compute (GPU and wall) and download samples, in seconds, and the
+        output of the DML-layer path: (dict of sample lists, output array)."""
+        dev = self.device
+        if not hasattr(dml, workload.spec.desc):
+            raise Absent(f"vkml.dml.{workload.spec.desc} is not implemented yet")
+        desc, shapes = operators.dml_desc(dml, workload.op, workload.p, workload.np_dtype)
+        compiled = dev.compile_operator(dev.create_operator(desc))
+        ins = [None if a is None else dev.empty(a.shape, a.dtype) for a in inputs]
+        out_desc = desc.outputs()[0]
+        out = dev.empty(tuple(workload.p["out_shape"]), workload.np_dtype,
+                        nbytes=out_desc.total_tensor_size_in_bytes)
+        result = np.empty(tuple(workload.p["out_shape"]), workload.np_dtype)
+        seq = dev.sequence(timed=True)
+        try:
+            def upload():
+                for t, a in zip(ins, inputs):
+                    if t is not None:
+                        t.write(a)
+
+            def download():
+                dev._ctx.read(out._alloc, result)
+
+            up = sample(upload, budget)
+            compiled.record(seq, ins, [out])
+            gpu = []
+
+            def compute():
+                seq.run()
+                if seq.gpu_time_ns:
+                    gpu.append(seq.gpu_time_ns * 1e-9)
+
+            wall = sample(compute, budget)
+            gpu = gpu[-len(wall):]
+            down = sample(download, budget)
+            return {"upload": up, "compute_wall": wall, "compute_gpu": gpu,
+                    "download": down}, result
+        finally:
+            seq.close()
+            compiled.release()
+            for tensor in ins + [out]:
+                if tensor is not None:
+                    tensor.free()
+
+
+RUNNERS = [VkmlRunner]
