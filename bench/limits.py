@@ -184,9 +184,9 @@ def host_copy_gbs(dev, size: int, reps: int = 5) -> dict:
             "upload_vs_cpu_copy": cpu / up, "download_vs_cpu_copy": cpu / down, "bytes": size}
 
 
-def measure(dev, quick: bool = False) -> dict:
-    """Every device limit the report uses."""
-    size = (16 << 20) if quick else (64 << 20)
+def measure(dev, quick: bool = False, size: int | None = None) -> dict:
+    """Every device limit the report uses (``size``: bytes of the copy measurements)."""
+    size = size or ((16 << 20) if quick else (64 << 20))
     size = min(size, dev.limits["maxStorageBufferRange"] // 2)
     size = max(1 << 16, (size >> 16) << 16)
     fma = fma_gflops(dev, target_s=0.02 if quick else 0.08)
@@ -199,13 +199,13 @@ def measure(dev, quick: bool = False) -> dict:
                         "host_bytes": host["bytes"]}}
 
 
-def hot_path(dev, quick: bool = False) -> dict:
+def hot_path(dev, quick: bool = False, runs: int | None = None) -> dict:
     """Per-submit costs of the fast paths: a replayed recorded sequence (one tiny padding),
     ``execute()`` replaying its cached command buffer, 100 tiny paddings recorded into one
     submit, and the functional ``vkml.pad`` on a tiny NumPy array."""
     from vkml import dml
 
-    runs = 100 if quick else 400
+    runs = runs or (100 if quick else 400)
     shape_in, shape_out = (1, 16), (1, 18)
     desc = dml.PaddingOperatorDesc(dml.TensorDesc("float32", shape_in),
                                    dml.TensorDesc("float32", shape_out),

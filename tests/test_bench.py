@@ -1,0 +1,320 @@
+"""The benchmark tool itself (``python -m bench``): a tiny workload end to end on every
+device, the result document's schema and its CSV, an absent peer and an absent operator,
+the device-limit microkernels, DxDispatch model files, --compare and --plot.  Timings
+are never asserted: only that they exist and are positive."""
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vkml
+from bench import dxdispatch, limits, operators, report
+from bench import workloads as wl
+from bench.__main__ import main
+from bench.runners import Absent
+from bench.runners.torch_peer import TorchPeer
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "bench" / "models"
+
+TINY = {"workloads": [
+    {"name": "tiny-pad-reflection", "op": "pad", "shape": [1, 2, 8, 8], "start": [0, 0, 2, 1],
+     "end": [0, 0, 1, 2], "mode": "reflection", "sets": ["quick", "full"]},
+    {"name": "tiny-pad-symmetric-f16", "op": "pad", "dtype": "float16", "shape": [3, 5],
+     "start": [1, 2], "end": [2, 1], "mode": "symmetric", "sets": ["quick", "full"]},
+]}
+FAST = ["--repeats", "2", "--warmup", "0"]
+
+
+def _run(tmp_path, device, *extra, workloads=TINY):
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(workloads))
+    out = tmp_path / "run.json"
+    rc = main(["--device", str(device.index), "--workloads", str(path), "--json", str(out),
+               *FAST, *extra])
+    return rc, json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def tiny_run(device, tmp_path_factory):
+    """One end-to-end run per device: vkml, NumPy and PyTorch, limits and hot path."""
+    tmp = tmp_path_factory.mktemp(f"bench{device.index}")
+    rc, doc = _run(tmp, device, "--quick", "--peers", "numpy,torch-cpu", "--csv",
+                   str(tmp / "run.csv"))
+    return rc, doc, tmp
+
+
+def test_tiny_workload_end_to_end(tiny_run, device):
+    rc, doc, _ = tiny_run
+    assert rc == 0
+    assert [d["name"] for d in doc["devices"]] == [device.name]
+    rows = {(r["workload"], r["runner"]): r for r in doc["results"]}
+    assert set(rows) == {(w["name"], r) for w in TINY["workloads"]
+                         for r in ("vkml", "numpy", "torch-cpu")}
+    for name in ("tiny-pad-reflection", "tiny-pad-symmetric-f16"):
+        v = rows[name, "vkml"]
+        assert v["status"] == "ok", v.get("reason")
+        assert v["max_abs_err"] == 0 and not v["flagged"]
+        assert v["wall_ms"]["n"] == 2 and v["wall_ms"]["median"] > 0
+        assert v["cold_ms"] > 0 and v["compute_ms"] > 0
+        for phase in ("upload", "compute_wall", "download"):
+            assert v["phases_ms"][phase]["median"] > 0
+        if doc["devices"][0]["timestamps"]:
+            assert v["gpu_ms"]["median"] > 0 and v["compute_timer"] == "gpu"
+        assert v["gbs"] > 0 and v["pct_shader_copy"] > 0 and v["pct_copy_buffer"] > 0
+        assert rows[name, "numpy"]["status"] == "ok"
+        assert set(v["speedup"]) >= {"numpy"}
+        assert v["speedup"]["numpy"]["e2e"] > 0
+    # PyTorch has no symmetric padding: absent with the reason, not an error
+    t = rows["tiny-pad-symmetric-f16", "torch-cpu"]
+    assert t["status"] == "absent" and "symmetric" in t["reason"]
+    assert rows["tiny-pad-reflection", "torch-cpu"]["status"] == "ok"
+
+
+def test_json_schema(tiny_run):
+    _, doc, _ = tiny_run
+    assert report.validate(doc) == []
+    assert doc["schema"] == "vkml-bench/1"
+    assert doc["versions"]["vkml"] == vkml.__version__ and "numpy" in doc["versions"]
+    d = doc["devices"][0]
+    for key in limits.TARGETS:
+        assert key in d["hot_path"] or key in d["limits"]
+    assert d["limits"]["fma_gflops"] > 0 and d["limits"]["copy_buffer_gbs"] > 0
+    assert d["hot_path"]["replay_us_per_submit"] > 0
+    assert d["hot_path"]["batched_us_per_padding"] > 0
+    # the checker notices a broken document
+    bad = copy.deepcopy(doc)
+    del bad["results"][0]["wall_ms"]
+    bad["devices"][0]["limits"]["fma_gflops"] = -1
+    bad["schema"] = "other/0"
+    problems = report.validate(bad)
+    assert any("wall_ms" in p for p in problems)
+    assert any("fma_gflops" in p for p in problems)
+    assert any("schema" in p for p in problems)
+
+
+def test_csv_has_every_figure(tiny_run):
+    _, doc, tmp = tiny_run
+    with open(tmp / "run.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == report.CSV_COLUMNS
+    kinds = {r["kind"] for r in rows}
+    assert kinds >= {"version", "driver", "limits", "hot_path", "result"}
+    results = [r for r in rows if r["kind"] == "result"]
+    assert len(results) == len(doc["results"])
+    vk = next(r for r in results if r["runner"] == "vkml")
+    assert float(vk["median_ms"]) > 0 and json.loads(vk["speedups"])
+
+
+def test_absent_peer_and_operator(tmp_path, device, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)     # as if not installed
+    monkeypatch.delattr(vkml, "pad")                          # as if not written yet
+    one = {"workloads": TINY["workloads"][:1]}
+    rc, doc = _run(tmp_path, device, "--peers", "onnxruntime-cpu,numpy", "--no-limits",
+                   workloads=one)
+    assert rc == 0
+    assert doc["peers"]["onnxruntime-cpu"]["available"] is False
+    rows = {r["runner"]: r for r in doc["results"]}
+    assert rows["onnxruntime-cpu"]["status"] == "absent"
+    assert "not installed" in rows["onnxruntime-cpu"]["reason"]
+    assert rows["vkml"]["status"] == "absent"
+    assert "vkml.pad is not implemented yet" in rows["vkml"]["reason"]
+    assert rows["numpy"]["status"] == "ok"
+    assert report.validate(doc) == []
+
+
+def test_peer_refuses_what_it_lacks():
+    w = wl.parse({"name": "x", "op": "lp_pooling", "shape": [1, 2, 6, 6], "window": 3,
+                  "dilations": 2})
+    with pytest.raises(Absent, match="dilations"):
+        TorchPeer().prepare(w, operators.make_inputs(w.op, w.p, w.np_dtype))
+
+
+def test_shipped_workloads():
+    ws = wl.load()
+    assert len({w.name for w in ws}) == len(ws)
+    assert {w.op for w in ws} == set(operators.OPS)
+    assert {w.p["mode"] for w in ws if w.op == "pad"} == set(operators.PAD_MODES)
+    quick = wl.select(ws, quick=True)
+    assert quick and {w.op for w in quick} == set(operators.OPS)
+    assert wl.select(ws, filters=["conv2d-64-64"]) and not wl.select(ws, filters=["nothing"])
+    with pytest.raises(ValueError, match="unknown op"):
+        wl.parse({"name": "bad", "op": "gemm"})
+
+
+@pytest.mark.parametrize("case", [
+    ("convolution", {"input": [2, 4, 7, 9], "filter": [6, 2, 3, 2], "groups": 2,
+                     "strides": [2, 1], "dilations": [1, 2], "start_padding": [1, 0],
+                     "end_padding": [1, 0]}),
+    ("convolution", {"input": [1, 4, 5, 6], "filter": [4, 3, 4, 4], "direction": "backward",
+                     "strides": 2, "start_padding": 1, "end_padding": 1}),
+    ("fold", {"channels": 3, "output_size": [7, 8], "window": [3, 2], "strides": [2, 1],
+              "dilations": [1, 2], "start_padding": 1, "end_padding": 1, "batch": 2}),
+    ("unfold", {"shape": [2, 3, 7, 8], "window": [3, 2], "strides": [2, 1],
+                "dilations": [1, 2], "start_padding": 1, "end_padding": 1}),
+    ("lp_pooling", {"shape": [1, 3, 9, 9], "window": 3, "strides": 2, "p": 2}),
+], ids=lambda c: c[0])
+def test_reference_matches_torch(case):
+    """The float64 references the bench checks every runner against agree with PyTorch."""
+    op, params = case
+    w = wl.parse(dict(params, name="ref", op=op))
+    ins = operators.make_inputs(op, w.p, np.float32)
+    ref = operators.compute(op, w.p, ins)
+    got = TorchPeer().prepare(w, ins)()
+    assert got.shape == ref.shape
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+# -- DxDispatch model files ---------------------------------------------------------------
+def _model_ops(path: Path) -> set[str]:
+    model = dxdispatch.loads(path.read_text())
+    return {d["type"] for d in model["dispatchables"].values()}
+
+
+@pytest.mark.parametrize("path", sorted(p for p in MODELS.glob("*.json")
+                                        if "timing" not in p.name), ids=lambda p: p.stem)
+def test_model_files(path, device):
+    """Every shipped model runs where vkml has its operator, and names it where not."""
+    from vkml.ops.base import REGISTRY
+
+    implemented = {cls.OPERATOR_TYPE for cls in REGISTRY}
+    lines = []
+    timing = dxdispatch.Timing(iterations=2, verbosity=1)
+    if _model_ops(path) <= implemented:
+        dxdispatch.run_model(path, device, timing, lines.append)
+        assert any(line.startswith("Dispatch '") for line in lines)
+        assert any(line.startswith("Resource 'output': ") for line in lines)
+    else:
+        with pytest.raises(dxdispatch.ModelError, match="DML_OPERATOR_"):
+            dxdispatch.run_model(path, device, timing, lines.append)
+
+
+def test_model_values_padding(device):
+    lines = []
+    dxdispatch.run_model(MODELS / "padding_reflection.json", device, out=lines.append)
+    out = [float(v) for v in lines[-1].split(": ", 1)[1].split(", ")]
+    x = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+    assert out == np.pad(x, [(0, 0), (0, 0), (1, 3), (2, 4)], "reflect").ravel().tolist()
+    lines.clear()
+    dxdispatch.run_model(MODELS / "padding1_wrap_int64.json", device, out=lines.append)
+    out = [int(v) for v in lines[-1].split(": ", 1)[1].split(", ")]
+    x = np.array([[10, 20, 30], [40, 50, 60]], np.int64)
+    assert out == np.pad(x, [(1, 1), (2, 1)], "wrap").ravel().tolist()
+
+
+def test_model_cli(device, tmp_path, capsys):
+    out = tmp_path / "t.json"
+    npy = tmp_path / "o.npy"
+    model = dxdispatch.loads((MODELS / "padding_constant.json").read_text())
+    model["commands"].append({"type": "writeFile", "targetPath": str(npy), "resource": "output"})
+    path = tmp_path / "m.json"
+    path.write_text("// a comment, as DxDispatch allows\n" + json.dumps(model, indent=1))
+    rc = dxdispatch.main([str(path), "-a", str(device.index), "-i", "3", "-r", "2", "-v", "2",
+                          "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "Dispatch 'pad': 3 iterations" in text and "iteration 2:" in text
+    rec = json.loads(out.read_text())["dispatches"][0]
+    assert rec["iterations"] == 3 and rec["repeat"] == 2 and len(rec["cpu_ms"]) == 3
+    assert np.load(npy).tolist()[5:10] == [9.5, 1, 2, 3, 9.5]
+
+
+def _model(dispatchable: dict, bindings=None, resources=None) -> dict:
+    return {"resources": resources or {
+                "input": {"initialValuesDataType": "FLOAT32", "initialValues": [1, 2, 3]},
+                "output": {"initialValuesDataType": "FLOAT32",
+                           "initialValues": {"valueCount": 5, "value": 0}}},
+            "dispatchables": {"op": dispatchable},
+            "commands": [{"type": "dispatch", "dispatchable": "op",
+                          "bindings": bindings or {"InputTensor": "input",
+                                                   "OutputTensor": "output"}}]}
+
+
+_PAD = {"type": "DML_OPERATOR_PADDING", "desc": {
+    "InputTensor": {"DataType": "FLOAT32", "Sizes": [3]},
+    "OutputTensor": {"DataType": "FLOAT32", "Sizes": [5]},
+    "PaddingMode": "DML_PADDING_MODE_EDGE", "PaddingValue": 0, "DimensionCount": 1,
+    "StartPadding": [1], "EndPadding": [1]}}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["dispatchables"]["op"].update(type="DML_OPERATOR_ELEMENT_WISE_ADD"),
+     "vkml has no DML_OPERATOR_ELEMENT_WISE_ADD"),
+    (lambda m: m["dispatchables"]["op"]["desc"].update(Bogus=1), "field 'Bogus'"),
+    (lambda m: m["dispatchables"]["op"].update(type="hlsl"), "type 'hlsl' is not supported"),
+    (lambda m: m["dispatchables"]["op"]["desc"].update(DimensionCount=2), "DimensionCount"),
+    (lambda m: m["resources"]["output"]["initialValues"].update(valueCount=4),
+     "TotalTensorSizeInBytes = 20"),
+    (lambda m: m["commands"][0]["bindings"].update(Foo="input"), "no bind point 'Foo'"),
+    (lambda m: m["commands"][0]["bindings"].pop("OutputTensor"), "'OutputTensor' is not bound"),
+    (lambda m: m["commands"][0]["bindings"].update(
+        InputTensor={"name": "input", "elementCount": 2}), "sub-ranges"),
+    (lambda m: m["resources"]["input"].update(initialValues={"sourcePath": "x.png"}),
+     "not found"),
+    (lambda m: m["commands"].append({"type": "sleep"}), "type 'sleep' is not supported"),
+], ids=["op-type", "field", "hlsl", "dimension-count", "small-buffer", "bind-point",
+        "unbound", "sub-range", "source", "command"])
+def test_model_errors_name_the_problem(change, message, device, tmp_path):
+    model = copy.deepcopy(_model(_PAD))
+    change(model)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model))
+    with pytest.raises(dxdispatch.ModelError, match=message):
+        dxdispatch.run_model(path, device, out=lambda line: None)
+
+
+def test_model_parsing_rules(device, tmp_path):
+    """Abbreviated enums, sequence initializers, comments and trailing commas."""
+    model = _model(dict(_PAD, type="PADDING", desc=dict(_PAD["desc"], PaddingMode="WRAP")),
+                   resources={
+                       "input": {"initialValuesDataType": "DML_TENSOR_DATA_TYPE_FLOAT32",
+                                 "initialValues": {"valueCount": 3, "valueStart": 0.5,
+                                                   "valueDelta": 2}},
+                       "output": {"initialValuesDataType": "FLOAT32", "sizeInBytes": 64,
+                                  "initialValues": ["nan", "inf", "-inf", 0, 0]}})
+    model["commands"].append({"type": "print", "resource": "output"})
+    text = json.dumps(model, indent=1).replace('"commands": [', '"commands": [ /* c */')
+    text = text[:text.rindex("}")] + ",}"            # a trailing comma
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    lines = []
+    dxdispatch.run_model(path, device, out=lines.append)
+    assert lines[-1] == "Resource 'output': 4.5, 0.5, 2.5, 4.5, 0.5"
+
+
+# -- comparing runs and plotting --------------------------------------------------------------
+def test_compare_marks_regressions(tiny_run, tmp_path):
+    _, doc, _ = tiny_run
+    slower = copy.deepcopy(doc)
+    for r in slower["results"]:
+        if r["runner"] == "vkml" and r["status"] == "ok":
+            r["compute_ms"] *= 2
+    table, regressions = report.compare(doc, slower)
+    assert regressions == 2
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    report.write_json(doc, a)
+    report.write_json(slower, b)
+    assert main(["--compare", str(a), str(b)]) == 0
+    assert main(["--compare", str(a), str(b), "--fail-on-regression"]) == 1
+    assert main(["--compare", str(a), str(a), "--fail-on-regression"]) == 0
+
+
+def test_plot(tiny_run, tmp_path):
+    pytest.importorskip("matplotlib")
+    from bench.plot import plot
+
+    _, doc, _ = tiny_run
+    png = tmp_path / "p.png"
+    plot(doc, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_list(capsys):
+    assert main(["--list", "--quick"]) == 0
+    assert "pad-constant-1x64x256x256" in capsys.readouterr().out
