@@ -187,6 +187,36 @@ def test_windows_beyond_max_storage_buffer_range(device, mode):
             assert same_bits(got, np.pad(x, list(zip(start, end)), NUMPY_MODE[mode], **kw))
 
 
+@pytest.mark.parametrize("path", ["kernel", "copy"])
+def test_both_paths(device, path):
+    """The kernel alone, and the copy engine for the interior with kernels for the border
+    boxes, give the same bits (the choice between them is measured per device)."""
+    from vkml.ops.padding import CompiledPadding
+
+    class Forced(CompiledPadding):
+        pass
+
+    Forced.path = path
+    rng = np.random.default_rng(7)
+    for dtype, shape, start, end in (("float32", (3, 17, 9), (0, 2, 1), (1, 0, 3)),
+                                     ("uint8", (2, 5, 6, 7), (1, 0, 2, 2), (0, 3, 1, 0)),
+                                     ("float64", (40,), (3,), (5,))):
+        x = random_bits(rng, shape, dtype)
+        for mode in NUMPY_MODE:
+            desc = dml.PaddingOperatorDesc(
+                dml.TensorDesc(dtype, shape),
+                dml.TensorDesc(dtype, [s + a + b for s, a, b in zip(shape, start, end)]),
+                mode, 2.0, start, end)
+            op = Forced(device, desc)
+            assert (op.copy_regions is not None) == (path == "copy")
+            src, dst = device.tensor(x), device.empty(desc.output_tensor.sizes, dtype)
+            op.execute([src], [dst])
+            op.release()
+            kw = {"constant_values": np.array(2, dtype)} if mode == "constant" else {}
+            assert same_bits(dst.numpy(), np.pad(x, list(zip(start, end)), NUMPY_MODE[mode],
+                                                 **kw)), (dtype, mode, path)
+
+
 def test_packed_path_on_every_device(device):
     """Devices without 8/16-bit storage take the packed-word kernels: force that path."""
     with vkml.Device(device.index, disable_features=["storage8", "storage16"]) as dev:

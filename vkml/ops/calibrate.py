@@ -15,7 +15,7 @@ import numpy as np
 
 from ..runtime.pipelines import cache_dir
 
-VERSION = 2
+VERSION = 3
 _lock = threading.Lock()
 _SIZE = 4 << 20
 _REGIONS = 4096
@@ -44,17 +44,24 @@ def copy_costs(device) -> dict:
     return found
 
 
+def _key(ctx) -> str:
+    """Measurements depend on the kernels a device gets, hence on its enabled features."""
+    return ",".join(sorted(k for k, v in ctx.features.items() if v))
+
+
+def _read(path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if data.get("version") == VERSION else {}
+
+
 def _load(ctx):
     path = _path(ctx.info)
     if path is None or not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if data.get("version") != VERSION or ctx.features != data.get("features"):
-        return None
-    return data["copy_costs"]
+    return _read(path).get("copy_costs", {}).get(_key(ctx))
 
 
 def _timed(ctx, record, reps: int = 3) -> float:
@@ -75,7 +82,7 @@ def _measure(device) -> dict:
     from .padding import CompiledPadding
 
     class KernelOnly(CompiledPadding):      # not registered: calibration only
-        force_kernel = True
+        path = "kernel"
 
     ctx = device._ctx
     src = device.empty(_SIZE // 4, np.float32)
@@ -112,8 +119,10 @@ def _measure(device) -> dict:
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"version": VERSION, "features": ctx.features,
-                                        "copy_costs": costs}, indent=1))
+            data = _read(path) if path.exists() else {}
+            data["version"] = VERSION
+            data.setdefault("copy_costs", {})[_key(ctx)] = costs
+            path.write_text(json.dumps(data, indent=1))
         except OSError:
             pass
     return costs

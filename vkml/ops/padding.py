@@ -55,7 +55,8 @@ def _merge_dims(in_sizes, out_sizes, in_strides, out_strides, start):
 
 @implements(PaddingOperatorDesc, Padding1OperatorDesc)
 class CompiledPadding(CompiledOperator):
-    force_kernel = False     # calibration measures the kernel alone
+    #: None: choose by measurement; "kernel" or "copy" force a path (calibration, tests).
+    path: str | None = None
 
     def build(self) -> None:
         d = self.desc
@@ -82,7 +83,9 @@ class CompiledPadding(CompiledOperator):
         max_range = self.ctx.limits["maxStorageBufferRange"]
         self.split = max(self.in_bytes, self.out_bytes) > max_range
         self.copy_regions = None
-        if not self.split and not self.force_kernel and src.is_packed and dst.is_packed:
+        # Small outputs: one kernel dispatch is as good as anything (no need to measure).
+        if (not self.split and self.path != "kernel" and src.is_packed and dst.is_packed
+                and (self.out_bytes >= 1 << 20 or self.path == "copy")):
             self.copy_regions = self._interior_regions_if_faster()
         self.boxes = self._border_boxes() if self.copy_regions is not None else \
             [([0] * len(self.out_size), list(self.out_size))]
@@ -129,12 +132,13 @@ class CompiledPadding(CompiledOperator):
         nregions = math.prod(outer) if outer else 1
         interior = nregions * run_elems * self.esize
         border = (self.total - math.prod(self.in_size)) * self.esize
-        cost = copy_costs(self.device)
-        t_kernel = cost["kernel_s_per_byte"] * self.total * self.esize + cost["dispatch_s"]
-        t_split = (cost["copy_s_per_byte"] * interior + cost["copy_s_per_region"] * nregions
-                   + cost["kernel_s_per_byte"] * border + cost["dispatch_s"] + cost["copy_s"])
-        if t_split >= t_kernel or nregions > 1 << 22:
-            return None
+        if self.path != "copy":
+            cost = copy_costs(self.device)
+            t_kernel = cost["kernel_s_per_byte"] * self.total * self.esize + cost["dispatch_s"]
+            t_split = (cost["copy_s_per_byte"] * interior + cost["copy_s_per_region"] * nregions
+                       + cost["kernel_s_per_byte"] * border + cost["dispatch_s"] + cost["copy_s"])
+            if t_split >= t_kernel or nregions > 1 << 22:
+                return None
         e = self.esize
         if not outer:
             base_out = sum(self.start[j] * self.out_stride[j] for j in range(rank))
