@@ -2,13 +2,22 @@
 
 NumPy in -> NumPy out; Tensor in -> Tensor out (the result stays on the device).
 ``device=None`` means the device of a Tensor argument, else the default device.
+
+For NumPy calls the device tensors that carry the arrays are kept with the compiled
+operator (up to ``REUSE_BYTES``) and reused by the next call with the same descriptor,
+so a repeated call is: copy in, replay the recorded command buffer, copy out.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
 from ..errors import ValidationError
 from ..tensor import Tensor
+
+#: Largest total size of NumPy-call tensors kept for reuse per compiled operator.
+REUSE_BYTES = 32 << 20
 
 
 def pick_device(device, *args):
@@ -40,29 +49,71 @@ def run(device, desc, args: list, out_shapes: list[tuple] | None = None):
     """Compile (cached) and execute ``desc`` on ``args``; return the output(s) in the
     kind the arguments came in (one output -> not a list)."""
     compiled = device.compiled(desc)
-    want_tensor = any(isinstance(a, Tensor) for a in args)
-    temps = []
-    inputs = []
-    for a in args:
-        if a is None or isinstance(a, Tensor):
-            inputs.append(a)
-        else:
-            t = device.tensor(a)
-            temps.append(t)
-            inputs.append(t)
-    outs = []
-    for i, d in enumerate(desc.outputs()):
-        shape = out_shapes[i] if out_shapes else d.sizes
-        outs.append(device.empty(shape, d.dtype, nbytes=d.total_tensor_size_in_bytes))
-    try:
+    out_descs = desc.outputs()
+    shapes = out_shapes or [d.sizes for d in out_descs]
+    if any(isinstance(a, Tensor) for a in args):
+        inputs = [a if a is None or isinstance(a, Tensor) else device.tensor(a) for a in args]
+        outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
+                for s, d in zip(shapes, out_descs)]
         compiled.execute(inputs, outs)
-        if want_tensor:
-            result = outs
-        else:
+        return outs[0] if len(outs) == 1 else outs
+    lock = _io_lock(compiled)
+    if lock.acquire(blocking=False):
+        try:
+            inputs, outs, kept = _io_tensors(device, compiled, args, shapes, out_descs)
+            for t, a in zip(inputs, args):
+                if a is not None:
+                    t.write(a)
+            compiled.execute(inputs, outs)
             result = [o.numpy() for o in outs]
-            for o in outs:
-                o.free()
-    finally:
-        for t in temps:
-            t.free()
+            if not kept:
+                for t in inputs + outs:
+                    if t is not None:
+                        t.free()
+        finally:
+            lock.release()
+    else:   # another thread is using this operator's tensors: use fresh ones
+        inputs = [None if a is None else device.tensor(a) for a in args]
+        outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
+                for s, d in zip(shapes, out_descs)]
+        compiled.execute(inputs, outs)
+        result = [o.numpy() for o in outs]
+        for t in inputs + outs:
+            if t is not None:
+                t.free()
     return result[0] if len(result) == 1 else result
+
+
+_locks_guard = threading.Lock()
+
+
+def _io_lock(compiled) -> threading.Lock:
+    lock = getattr(compiled, "_io_lock", None)
+    if lock is None:
+        with _locks_guard:
+            lock = getattr(compiled, "_io_lock", None)
+            if lock is None:
+                lock = compiled._io_lock = threading.Lock()
+    return lock
+
+
+def _io_tensors(device, compiled, args, shapes, out_descs):
+    """The compiled operator's reusable input/output tensors for these arguments."""
+    key = tuple(None if a is None else (a.shape, a.dtype.str) for a in args)
+    cached = getattr(compiled, "_io", None)
+    if cached is not None:
+        if cached[0] == key and all(t is None or t._alloc.alive for t in cached[1] + cached[2]):
+            return cached[1], cached[2], True
+        for t in cached[1] + cached[2]:
+            if t is not None:
+                t.free()
+        compiled._io = None
+    inputs = [None if a is None else device.empty(a.shape, a.dtype) for a in args]
+    outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
+            for s, d in zip(shapes, out_descs)]
+    total = sum(t.nbytes for t in inputs + outs if t is not None)
+    if total > REUSE_BYTES:
+        return inputs, outs, False
+    compiled._io = (key, inputs, outs)
+    compiled._owned += [t._alloc for t in inputs + outs if t is not None]  # freed on release
+    return inputs, outs, True
