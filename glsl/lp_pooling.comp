@@ -1,0 +1,227 @@
+#version 450
+// DML_LP_POOLING_OPERATOR_DESC / DML_LP_POOLING1_OPERATOR_DESC:
+//     Y = (|X1|^P + ... + |Xn|^P)^(1/P) over each (dilated) window; padding adds nothing.
+// Arithmetic in float32 for float32 and float16 tensors.
+//   P = 1:  the sum of |x| (no pow).
+//   P = 2, SCALE off (float16 data: its squares cannot overflow or underflow float32):
+//           sqrt of the sum of squares (no pow).
+//   SCALE on (float32 with P = 2, every P > 2): scaled by the window's largest |x| = m,
+//           m * (sum (|x|/m)^P)^(1/P), so the result is finite and accurate wherever the
+//           true one is: for P = 2 the scale is an exact power of two and the root a
+//           sqrt (no pow), for P > 2 a division and the power by repeated squaring.
+//           With HOLD the window's values stay in registers between the two sums (one
+//           read); without (large windows) the window is read twice.  No branch: lavapipe
+//           runs both sides of a divergent branch, so a "rare" fallback would cost always.
+// A NaN in the window gives NaN; an infinity (and no NaN) gives +inf.
+//
+// vkml:variant lp_pooling_f32 F32=1
+// vkml:variant lp_pooling_f32_texel F32=1 TEXEL=1
+// vkml:variant lp_pooling_f16 F16=1
+// vkml:variant lp_pooling_f16_packed F16_PACKED=1
+#extension GL_EXT_control_flow_attributes : enable
+#include "vkml_float.glsl"
+
+#ifdef TEXEL
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;
+#define LOAD(i) texelFetch(Xt, int(i)).x
+#else
+layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
+#define LOAD(i) FLOAD(x, i)
+#endif
+layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
+#ifdef F32
+layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 23) in;
+layout(constant_id = 1) const int RANK = 4;      // 4 or 5: N, C, 2 or 3 spatial
+layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
+// The window geometry is specialized (the window loops unroll).
+layout(constant_id = 3) const uint W0 = 1u;
+layout(constant_id = 4) const uint W1 = 1u;
+layout(constant_id = 5) const uint W2 = 1u;
+layout(constant_id = 9) const uint S0 = 1u;
+layout(constant_id = 10) const uint S1 = 1u;
+layout(constant_id = 11) const uint S2 = 1u;
+layout(constant_id = 15) const uint L0 = 1u;     // dilations
+layout(constant_id = 16) const uint L1 = 1u;
+layout(constant_id = 17) const uint L2 = 1u;
+layout(constant_id = 21) const uint V = 1u;      // outputs of the last dimension per invocation
+layout(constant_id = 22) const bool VEC_STORE = false;   // V = 4 or 8 stored as vec4s
+layout(constant_id = 24) const uint P = 2u;
+layout(constant_id = 25) const bool SCALE = false;
+layout(constant_id = 26) const bool HOLD = false;   // K * V <= 64: values kept in registers
+
+uint win(int d) { return d == 0 ? W0 : d == 1 ? W1 : W2; }
+uint stride(int d) { return d == 0 ? S0 : d == 1 ? S1 : S2; }
+uint dil(int d) { return d == 0 ? L0 : d == 1 ? L1 : L2; }
+
+layout(std140, set = 0, binding = 2) uniform Params {
+    uvec4 out_stride[2];          // per output dimension
+    uvec4 in_stride[2];           // per input dimension
+    uvec4 in_size;                // spatial sizes
+    ivec4 start;                  // StartPadding
+};
+
+layout(push_constant) uniform Push {
+    uvec4 origin[2];
+    uvec4 extent[2];
+    uint in_base, out_base;       // element index of the first bound element
+    uint x_count;                 // invocations along x
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+const int D = RANK - 2;
+const int LAST = RANK - 1;
+const uint WL = RANK == 4 ? W1 : W2;   // the last spatial dimension's window
+const uint KO = W0 * W1 * W2 / WL;    // window positions of the outer spatial dimensions
+
+uint coord[8];
+uint base;
+
+// a^P for 0 <= a <= 1, by repeated squaring (P is a constant: this unrolls).
+float pow_p(float a) {
+    float r = 1.0, b = a;
+    [[unroll]] for (int bit = 0; bit < 32; bit++) {
+        if ((P >> bit) == 0u) break;
+        if (((P >> bit) & 1u) != 0u) r *= b;
+        b *= b;
+    }
+    return r;
+}
+
+// Offset of the outer window row `ko` of this invocation (all but the last spatial
+// dimension), or false where it lies in the padding.
+bool outer_row(uint ko, out uint off) {
+    uint rem = ko;
+    off = base;
+    bool ok = true;
+    [[unroll]] for (int d = D - 2; d >= 0; d--) {
+        uint k = rem % win(d);
+        rem /= win(d);
+        int i = int(coord[2 + d] * stride(d) + k * dil(d)) - start[d];
+        ok = ok && uint(i) < in_size[d];
+        off += uint(i) * AT(in_stride, 2 + d);
+    }
+    return ok;
+}
+
+// Input element kl (last window dimension) of output element j of row `off`; 0 in the
+// padding (row_ok false: the whole row is).
+float element(bool row_ok, uint off, uint j, uint kl) {
+    int i = int((coord[LAST] + j) * stride(D - 1) + kl * dil(D - 1)) - start[D - 1];
+    bool ok = row_ok && uint(i) < in_size[D - 1];
+    float v = LOAD(ok ? off + uint(i) * AT(in_stride, LAST) : 0u);
+    return ok ? v : 0.0;
+}
+
+// One value's share of the scaled sum: (|v| * scale)^2 for P = 2 (scale a power of two
+// given as two factors, each a normal float), (|v| / m)^P otherwise.
+float share(float v, float m, float s1, float s2) {
+    float a = abs(v);
+    if (P == 2u) { float t = a * s1 * s2; return t * t; }
+    return pow_p(a / m);
+}
+
+float vals[64];    // HOLD: the window's values, [(ko * WL + kl) * V + j]
+float acc[8], mx[8];
+
+// First read of outer window row ko: P = 1 or unscaled P = 2 sums; with SCALE the
+// largest |x| and the sum of |x| (it detects NaN), and with HOLD the values.
+void first_read(uint ko) {
+    uint off;
+    bool row_ok = outer_row(ko, off);
+    [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            float v = element(row_ok, off, j, kl);
+            float a = abs(v);
+            acc[j] += (P == 2u && !SCALE) ? v * v : a;
+            if (SCALE) mx[j] = max(mx[j], a);
+            if (HOLD) vals[(ko * WL + kl) * V + j] = v;
+        }
+    }
+}
+
+void main() {
+    uint gx = gl_GlobalInvocationID.x;
+    const int YDIM = RANK - XDIMS - 1;
+    if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
+    uint z = gl_GlobalInvocationID.z;
+    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
+        uint e = AT(extent, d);
+        coord[d] = AT(origin, d) + z % e;
+        z /= e;
+    }
+    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
+    [[unroll]] for (int d = LAST; d > YDIM; d--) {
+        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
+            coord[d] = AT(origin, d) + gx * V;
+        } else {
+            uint e = AT(extent, d);
+            coord[d] = AT(origin, d) + gx % e;
+            gx /= e;
+        }
+    }
+    uint count = min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);
+    uint out_off = 0u;
+    [[unroll]] for (int d = 0; d < RANK; d++) out_off += coord[d] * AT(out_stride, d);
+    base = coord[0] * in_stride[0].x + coord[1] * in_stride[0].y - in_base;
+
+    // First read: P = 1 or unscaled P = 2 sum; with SCALE the largest |x| and the sum
+    // of |x| (NaN and inf detection), and with HOLD the values.
+    [[unroll]] for (uint j = 0u; j < 8u; j++) { acc[j] = 0.0; mx[j] = 0.0; }
+    if (HOLD) {
+        [[unroll]] for (uint ko = 0u; ko < KO; ko++) first_read(ko);
+    } else {
+        for (uint ko = 0u; ko < KO; ko++) first_read(ko);
+    }
+    float r[8];
+    if (!SCALE) {
+        [[unroll]] for (uint j = 0u; j < V; j++) r[j] = P == 2u ? sqrt(acc[j]) : acc[j];
+    } else {
+        float s1[8], s2[8], sum[8];
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            // 2^(127 - e) for m's biased exponent e (m * it in [1, 2)), as two normal
+            // factors (the whole may be below the smallest normal float)
+            int e = clamp(int(floatBitsToUint(mx[j]) >> 23), 1, 254);
+            int h = (127 - e) / 2;
+            s1[j] = uintBitsToFloat(uint(127 + h) << 23);
+            s2[j] = uintBitsToFloat(uint(127 + (127 - e - h)) << 23);
+            sum[j] = 0.0;
+        }
+        if (HOLD) {
+            [[unroll]] for (uint kk = 0u; kk < KO * WL; kk++) {
+                [[unroll]] for (uint j = 0u; j < V; j++)
+                    sum[j] += share(vals[kk * V + j], mx[j], s1[j], s2[j]);
+            }
+        } else {
+            for (uint ko = 0u; ko < KO; ko++) {
+                uint off;
+                bool row_ok = outer_row(ko, off);
+                [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
+                    [[unroll]] for (uint j = 0u; j < V; j++)
+                        sum[j] += share(element(row_ok, off, j, kl), mx[j], s1[j], s2[j]);
+                }
+            }
+        }
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            float m = mx[j];
+            float y = P == 2u ? sqrt(sum[j]) / s1[j] / s2[j] : m * pow(sum[j], 1.0 / float(P));
+            y = m == 0.0 ? 0.0 : y;
+            y = isinf(m) ? m : y;
+            r[j] = isnan(acc[j]) ? acc[j] : y;     // acc: the sum of |x|, NaN if one is
+        }
+    }
+    uint o = out_off - out_base;
+#ifdef F32
+    if (VEC_STORE && count == V) {    // V = 4 or 8, o a multiple of 4
+        y4[o >> 2] = vec4(r[0], r[1], r[2], r[3]);
+        if (V == 8u) y4[(o >> 2) + 1u] = vec4(r[4], r[5], r[6], r[7]);
+        return;
+    }
+#endif
+    uint ostep = AT(out_stride, LAST);
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        if (j < count) FSTORE(y, o + j * ostep, r[j]);
+    }
+}

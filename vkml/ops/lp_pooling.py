@@ -1,0 +1,161 @@
+"""LP pooling: ``DML_LP_POOLING_OPERATOR_DESC`` / ``DML_LP_POOLING1_OPERATOR_DESC`` and
+``vkml.lp_pooling``.
+
+Kernel: ``glsl/lp_pooling.comp``: one invocation computes V neighbouring outputs of the
+last dimension, each a gather over its (dilated) window, in float32 for float32 and
+float16 tensors (float16 stored as halves, or packed in 32-bit words on devices without
+16-bit storage).  P = 1 and P = 2 are exact fast paths without ``pow``; P = 2 sums
+again scaled by the window's largest magnitude where its sum of squares overflows or
+underflows, and every other P is always scaled, so no result is inf or 0 where the true
+one is finite and non-zero.  P is a specialization constant (the power unrolls).
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from ..dml.data_type import DataType
+from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc, lp_pooling_output_sizes
+from ..dml.operator import as_tuple
+from ..dml.tensor_desc import TensorDesc
+from ..errors import ValidationError
+from ..runtime import FORMAT_R32_SFLOAT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
+from .base import implements
+from .fold import PUSH_BYTES, BoxKernel, spec_geometry
+from .functional import as_array, pick_device, run
+
+__all__ = ["lp_pooling"]
+
+
+@implements(LpPooling1OperatorDesc, LpPoolingOperatorDesc)
+class CompiledLpPooling(BoxKernel):
+    """LP pooling on this device: see the module doc."""
+
+    #: "ssbo" or "texel" (float32 through an R32 uniform texel buffer: lavapipe
+    #: vectorizes texel reads); None chooses the fastest the tensor and device allow.
+    force_read: str | None = None
+    #: Output elements along the last dimension per invocation (1, 4 or 8).
+    vec: int = 8
+
+    def build(self) -> None:
+        d = self.desc
+        src, dst = d.input_tensor, d.output_tensor
+        if src.data_type == DataType.FLOAT32:
+            self.kernel = "lp_pooling_f32"
+        else:
+            self.kernel = ("lp_pooling_f16" if self.features.get("storage16")
+                           else "lp_pooling_f16_packed")
+        self.in_esize = self.out_esize = src.data_type.size
+        self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
+        self.out_bytes = dst.total_tensor_size_in_bytes
+        self.rank = dst.dimension_count
+        self.box = list(dst.sizes)
+        self.box_out_strides = list(dst.element_strides)
+        self.in_sizes = src.sizes
+        self.in_strides = src.element_strides
+        self.win = d.window_size
+        self.strides = d.strides
+        self.dil = d.dilation_values
+        self.start = d.start_padding
+        self.p = int(d.p)
+        # scaled sums: every P > 2, and P = 2 on float32 (float16 squares cannot
+        # overflow or underflow float32)
+        self.scale = self.p > 2 or (self.p == 2 and src.data_type == DataType.FLOAT32)
+        self.window_count = math.prod(self.win)
+        self.local = min(64, self.workgroup_size)
+        self.windows = self.plan_windows()
+        texels = self.ctx.limits["maxTexelBufferElements"]
+        texel_ok = (self.kernel == "lp_pooling_f32" and self.windows is None
+                    and self.in_bytes // 4 <= texels)
+        want = self.force_read or "texel"
+        self.read = "texel" if want == "texel" and texel_ok else "ssbo"
+        self.in_kind, self.in_fmt = STORAGE, 0
+        if self.read == "texel":
+            self.kernel += "_texel"
+            self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_R32_SFLOAT
+        self.vec_store_ok = src.data_type == DataType.FLOAT32
+        self.params = self.upload(self._params())
+        self.consts = {1: self.rank, 24: self.p,
+                       **spec_geometry(self.win, self.strides, self.dil)}
+
+    def _params(self) -> np.ndarray:
+        p = np.zeros(4 * 6, dtype=np.uint32)
+        p[0:self.rank] = self.box_out_strides
+        p[8:8 + self.rank] = self.in_strides
+        n = self.rank - 2
+        p[16:16 + n] = self.in_sizes[2:]
+        p[20:20 + n] = self.start
+        return p
+
+    def vector_width(self, origin, extent, out_base) -> int:
+        return next((v for v in (8, 4) if v <= self.vec and extent[-1] >= v), 1)
+
+    def in_span(self, origin, extent):
+        lo = hi = 0
+        for dim in range(self.rank):
+            a, h = origin[dim], origin[dim] + extent[dim] - 1
+            if dim >= 2:
+                i = dim - 2
+                reach = self.dil[i] * (self.win[i] - 1)
+                a = max(0, a * self.strides[i] - self.start[i])
+                h = min(self.in_sizes[dim] - 1, h * self.strides[i] - self.start[i] + reach)
+                if a > h:
+                    return 0, 0
+            lo += a * self.in_strides[dim]
+            hi += h * self.in_strides[dim]
+        return lo, hi + 1
+
+    def encode(self, seq, inputs, outputs) -> None:
+        x, y = inputs[0]._alloc, outputs[0]._alloc
+        kinds = (self.in_kind, STORAGE, UNIFORM)
+
+        def pipeline_for(local, ly, xdims, v, vec_store):
+            return self.pipeline(self.kernel, kinds, PUSH_BYTES,
+                                 {0: local, 23: ly, 2: xdims, 21: v,
+                                  22: int(vec_store and self.vec_store_ok), 25: int(self.scale),
+                                  26: int(self.scale and self.window_count * v <= 64),
+                                  **self.consts})
+
+        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
+                              self.in_kind, self.in_fmt)
+
+
+def lp_pooling(x, window_size, *, strides=None, start_padding=None, end_padding=None,
+               dilations=None, p=2, device=None):
+    """LP pooling, ``DML_LP_POOLING1_OPERATOR_DESC``: ``(sum |x|^p)^(1/p)`` over each
+    (dilated) window of ``x`` (N, C, *spatial), 2 or 3 spatial dimensions, float32 or
+    float16; zero padding contributes nothing.
+
+    Output size per spatial dimension: ``(in + start + end - dilation * (window - 1) - 1)
+    // stride + 1`` (the page's formula omits the dilation; with dilations vkml uses the
+    dilated window's extent, as ONNX LpPool does).  Per-dimension arguments take one int
+    per spatial dimension or one int for all; ``None`` is 1 for strides and dilations, 0
+    for padding.  ``p`` is an integer >= 1.
+    """
+    dev = pick_device(device, x)
+    x = as_array(x, "x")
+    if len(x.shape) not in (4, 5):
+        raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
+                              f"shape {tuple(x.shape)}")
+    try:
+        p = operator.index(p)
+    except TypeError:
+        raise ValidationError("p", f"must be an integer >= 1, got {p!r}") from None
+    n = len(x.shape) - 2
+    window = as_tuple(window_size, 1, n)
+    strides = as_tuple(strides, 1, n)
+    start = as_tuple(start_padding, 0, n)
+    end = as_tuple(end_padding, 0, n)
+    dil = as_tuple(dilations, 1, n)
+    in_desc = TensorDesc(x.dtype, tuple(x.shape))
+    if all(len(a) == n for a in (window, strides, start, end, dil)) and \
+            all(s > 0 for s in strides):
+        out = lp_pooling_output_sizes(x.shape, strides, window, start, end, dil)
+        out = tuple(max(1, s) for s in out)     # the descriptor reports a window too large
+    else:
+        out = tuple(x.shape)                    # the descriptor reports the bad argument
+    out_desc = TensorDesc(x.dtype, out)
+    desc = LpPooling1OperatorDesc(in_desc, out_desc, strides, window, start, end, dil, p)
+    return run(dev, desc, [x])
