@@ -80,42 +80,56 @@ class CommandPool:
 
 
 class DescriptorPools:
-    """Descriptor sets for devices without push descriptors: pools grown on demand."""
+    """Descriptor sets for devices without push descriptors: pools grown on demand.
+
+    Capacity is tracked here (sets and descriptors of each type), so a new pool is made
+    before one is over-committed, whatever a driver would return.
+    """
 
     SETS_PER_POOL = 256
+    PER_SET = {STORAGE: 8, UNIFORM: 2, UNIFORM_TEXEL: 4, STORAGE_TEXEL: 2}
 
     def __init__(self, ctx):
         self.device = ctx.device
         self.lock = threading.Lock()
-        self.pools: list = []
+        self.pools: list = []            # [handle, sets used, {type: descriptors used}]
+        self.capacity = {t: n * self.SETS_PER_POOL for t, n in self.PER_SET.items()}
 
-    def _new_pool(self):
-        n = self.SETS_PER_POOL
+    def _new_pool(self, need: dict):
+        cap = {t: max(c, need.get(t, 0)) for t, c in self.capacity.items()}
         sizes = ffi.new("VkDescriptorPoolSize[]", [
-            {"type": STORAGE, "descriptorCount": 8 * n},
-            {"type": UNIFORM, "descriptorCount": 2 * n},
-            {"type": UNIFORM_TEXEL, "descriptorCount": 4 * n},
-            {"type": STORAGE_TEXEL, "descriptorCount": 2 * n}])
+            {"type": t, "descriptorCount": c} for t, c in cap.items()])
         info = ffi.new("VkDescriptorPoolCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
             "flags": vk.VK_DESCRIPTOR_POOL_CREATE_FREE_DESCRIPTOR_SET_BIT,
-            "maxSets": n, "poolSizeCount": 4, "pPoolSizes": sizes})
+            "maxSets": self.SETS_PER_POOL, "poolSizeCount": len(cap), "pPoolSizes": sizes})
         h = ffi.new("VkDescriptorPool*")
         vk.check(lib.vkCreateDescriptorPool(self.device, info, vk.NULL, h), "vkCreateDescriptorPool")
-        self.pools.append(h[0])
-        return h[0]
+        entry = [h[0], 0, {t: 0 for t in cap}, cap]
+        self.pools.append(entry)
+        return entry
 
-    def allocate(self, set_layout):
+    @staticmethod
+    def _fits(entry, need: dict, sets: int) -> bool:
+        return entry[1] < sets and all(entry[2][t] + n <= entry[3][t] for t, n in need.items())
+
+    def allocate(self, set_layout, kinds: tuple):
+        need: dict = {}
+        for k in kinds:
+            need[k] = need.get(k, 0) + 1
         layouts = ffi.new("VkDescriptorSetLayout[]", [set_layout])
         out = ffi.new("VkDescriptorSet*")
         with self.lock:
-            for pool in reversed(self.pools):
-                if self._try(pool, layouts, out):
-                    return pool, out[0]
-            pool = self._new_pool()
-            if not self._try(pool, layouts, out):
-                raise DeviceError("vkAllocateDescriptorSets failed on a fresh pool")
-            return pool, out[0]
+            entry = next((e for e in reversed(self.pools)
+                          if self._fits(e, need, self.SETS_PER_POOL)), None)
+            if entry is None or not self._try(entry[0], layouts, out):
+                entry = self._new_pool(need)
+                if not self._try(entry[0], layouts, out):
+                    raise DeviceError("vkAllocateDescriptorSets failed on a fresh pool")
+            entry[1] += 1
+            for t, n in need.items():
+                entry[2][t] += n
+            return (entry, need), out[0]
 
     def _try(self, pool, layouts, out) -> bool:
         info = ffi.new("VkDescriptorSetAllocateInfo*", {
@@ -127,14 +141,18 @@ class DescriptorPools:
         vk.check(result, "vkAllocateDescriptorSets")
         return True
 
-    def free(self, pool, dset) -> None:
+    def free(self, token, dset) -> None:
+        entry, need = token
         sets = ffi.new("VkDescriptorSet[]", [dset])
         with self.lock:
-            lib.vkFreeDescriptorSets(self.device, pool, 1, sets)
+            lib.vkFreeDescriptorSets(self.device, entry[0], 1, sets)
+            entry[1] -= 1
+            for t, n in need.items():
+                entry[2][t] -= n
 
     def destroy(self) -> None:
-        for pool in self.pools:
-            lib.vkDestroyDescriptorPool(self.device, pool, vk.NULL)
+        for entry in self.pools:
+            lib.vkDestroyDescriptorPool(self.device, entry[0], vk.NULL)
         self.pools.clear()
 
 
@@ -263,7 +281,7 @@ class Sequence:
         views = ffi.new("VkBufferView[]", n)
         dset = vk.NULL
         if self.ctx.push_descriptor is None:
-            pool, dset = self.ctx.descriptor_pools.allocate(pipeline.set_layout)
+            pool, dset = self.ctx.descriptor_pools.allocate(pipeline.set_layout, pipeline.kinds)
             self._res.sets.append((pool, dset))
         for i, (kind, b, off, size) in enumerate(infos):
             w = writes[i]

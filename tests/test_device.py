@@ -1,0 +1,83 @@
+"""vkml.devices(), device selection, features and limits (vkml/device.py, runtime/instance.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vkml
+from vkml import dml
+from vkml.errors import DeviceError
+
+
+def test_devices_describe_themselves():
+    infos = vkml.devices()
+    assert infos, "no Vulkan device"
+    for i, info in enumerate(infos):
+        assert info.index == i
+        assert info.name and info.device_type in ("discrete", "integrated", "virtual", "cpu", "other")
+        assert info.api_version.count(".") == 2
+        for key in ("maxStorageBufferRange", "maxComputeWorkGroupCount", "subgroupSize",
+                    "minStorageBufferOffsetAlignment"):
+            assert key in info.limits
+        assert info.limits["subgroupSize"] >= 1
+        for key in ("fp16", "fp64", "int64", "storage16", "storage8", "push_descriptor"):
+            assert isinstance(info.features[key], bool)
+
+
+def test_select_by_index_and_name(device):
+    info = device.info
+    with vkml.Device(info.index) as by_index:
+        assert by_index.name == info.name
+    word = info.name.split()[0].lower()
+    with vkml.Device(word) as by_name:
+        assert word in by_name.name.lower()
+
+
+def test_select_by_environment(monkeypatch, device):
+    monkeypatch.setenv("VKML_DEVICE", str(device.index))
+    with vkml.Device() as dev:
+        assert dev.index == device.index
+
+
+def test_default_prefers_type_then_features():
+    from vkml.runtime import DEVICE_TYPE_RANK
+
+    with vkml.Device() as dev:
+        best = min(DEVICE_TYPE_RANK[d.device_type] for d in vkml.devices())
+        assert DEVICE_TYPE_RANK[dev.info.device_type] == best
+
+
+@pytest.mark.parametrize("selector", [99, "no-such-gpu"])
+def test_unknown_device_is_a_clear_error(selector):
+    with pytest.raises(DeviceError, match="no Vulkan device"):
+        vkml.Device(selector)
+
+
+def test_disabled_features_and_lowered_limits(device):
+    with vkml.Device(device.index, disable_features=["fp64", "storage16"],
+                     limits={"maxStorageBufferRange": 1 << 20}) as dev:
+        assert not dev.features["fp64"] and not dev.features["storage16"]
+        assert dev.limits["maxStorageBufferRange"] == 1 << 20
+    with pytest.raises(DeviceError, match="unknown feature"):
+        vkml.Device(device.index, disable_features=["warp-drive"])
+
+
+def test_feature_level(device):
+    assert device.feature_level == dml.FeatureLevel.FL_6_4
+    assert str(device.feature_level) == "DML_FEATURE_LEVEL_6_4"
+
+
+def test_tensor_round_trip_every_dtype(device):
+    from helpers import ALL_DTYPES, random_bits, same_bits
+
+    rng = np.random.default_rng(1)
+    for dtype in ALL_DTYPES:
+        x = random_bits(rng, (3, 5, 7), dtype)
+        t = vkml.tensor(x, device=device)
+        assert t.shape == (3, 5, 7) and t.dtype == np.dtype(dtype) and t.device is device
+        assert same_bits(t.numpy(), x)
+        assert same_bits(np.asarray(t), x)
+
+
+def test_default_device_is_shared():
+    assert vkml.default_device() is vkml.default_device()

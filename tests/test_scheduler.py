@@ -1,0 +1,144 @@
+"""Command sequences: batching, replay, barriers, timestamps, descriptors (runtime/scheduler.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import vkml
+from vkml import dml
+from vkml.errors import DeviceError
+
+
+def _pad_op(device, shape, start, end, mode="constant", dtype="float32"):
+    out = [s + a + b for s, a, b in zip(shape, start, end)]
+    desc = dml.PaddingOperatorDesc(dml.TensorDesc(dtype, shape), dml.TensorDesc(dtype, out),
+                                   mode, 1.0, start, end)
+    return device.compile_operator(device.create_operator(desc)), out
+
+
+def test_dependent_operators_in_one_sequence(device):
+    """pad -> pad -> pad recorded once: each reads what the previous wrote (the scheduler
+    inserts the barriers), submitted once, replayed after new input."""
+    a, s1 = _pad_op(device, (4, 5), (1, 0), (0, 2), "reflection")
+    b, s2 = _pad_op(device, s1, (0, 3), (2, 0), "wrap")
+    c, s3 = _pad_op(device, s2, (1, 1), (1, 1), "edge")
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    t0 = device.tensor(x)
+    t1, t2, t3 = device.empty(s1), device.empty(s2), device.empty(s3)
+    seq = device.sequence()
+    a.record(seq, [t0], [t1])
+    b.record(seq, [t1], [t2])
+    c.record(seq, [t2], [t3])
+
+    def expect(v):
+        v = np.pad(v, [(1, 0), (0, 2)], "reflect")
+        v = np.pad(v, [(0, 2), (3, 0)], "wrap")
+        return np.pad(v, 1, "edge")
+
+    seq.run()
+    np.testing.assert_array_equal(t3.numpy(), expect(x))
+    t0.write(x * 3)                 # new input, same command buffer
+    seq.run()
+    np.testing.assert_array_equal(t3.numpy(), expect(x * 3))
+    seq.close()
+    for op in (a, b, c):
+        op.release()
+
+
+def test_many_operators_batched(device):
+    op, out = _pad_op(device, (3, 3), (1, 1), (1, 1), "symmetric")
+    x = device.tensor(np.arange(9, dtype=np.float32).reshape(3, 3))
+    outs = [device.empty(out) for _ in range(300)]   # more sets than one descriptor pool holds
+    with device.sequence() as seq:
+        for o in outs:
+            op.record(seq, [x], [o])
+        seq.run()
+        seq.run()
+    expect = np.pad(np.arange(9, dtype=np.float32).reshape(3, 3), 1, "symmetric")
+    for o in outs[::37]:
+        np.testing.assert_array_equal(o.numpy(), expect)
+    op.release()
+
+
+def test_descriptor_pools_without_push_descriptors(device):
+    """Devices without VK_KHR_push_descriptor get descriptor sets from pools grown on demand."""
+    with vkml.Device(device.index, disable_features=["push_descriptor"]) as dev:
+        assert dev._ctx.push_descriptor is None
+        op, out = _pad_op(dev, (2, 2), (1, 0), (0, 1), "edge")
+        x = dev.tensor(np.ones((2, 2), np.float32))
+        ys = [dev.empty(out) for _ in range(600)]
+        with dev.sequence() as seq:
+            for y in ys:
+                op.record(seq, [x], [y])
+            seq.run()
+        assert len(dev._ctx.descriptor_pools.pools) >= 2
+        np.testing.assert_array_equal(ys[-1].numpy(), np.ones((3, 3), np.float32))
+        op.release()
+
+
+def test_gpu_timestamps(device):
+    if not device.features["timestamps"]:
+        pytest.skip("no timestamps on this device")
+    op, out = _pad_op(device, (64, 64), (2, 2), (2, 2))
+    x, y = device.tensor(np.ones((64, 64), np.float32)), device.empty(out)
+    with device.sequence(timed=True) as seq:
+        op.record(seq, [x], [y])
+        seq.run()
+        assert seq.gpu_time_ns is not None and seq.gpu_time_ns > 0
+    op.release()
+
+
+def test_submitted_sequence_refuses_more_commands(device):
+    op, out = _pad_op(device, (2,), (1,), (1,))
+    x, y = device.tensor(np.ones(2, np.float32)), device.empty(out)
+    seq = device.sequence()
+    op.record(seq, [x], [y])
+    seq.run()
+    with pytest.raises(DeviceError, match="already submitted"):
+        op.record(seq, [x], [y])
+    seq.close()
+    with pytest.raises(DeviceError, match="closed"):
+        seq.run()
+    op.release()
+
+
+def test_freed_tensor_is_refused_on_replay(device):
+    op, out = _pad_op(device, (2,), (1,), (1,))
+    x, y = device.tensor(np.ones(2, np.float32)), device.empty(out)
+    seq = device.sequence()
+    op.record(seq, [x], [y])
+    seq.run()
+    op.release()
+    with pytest.raises(DeviceError):
+        seq.run()
+    seq.close()
+
+
+def test_execute_replays_and_rerecords(device):
+    """execute() replays its command buffer for the same tensors, records anew for others."""
+    op, out = _pad_op(device, (3,), (1,), (2,), "wrap")
+    x1, x2 = device.tensor(np.arange(3, dtype=np.float32)), device.tensor(np.ones(3, np.float32))
+    y = device.empty(out)
+    op.execute([x1], [y])
+    first = op._cache[2]
+    op.execute([x1], [y])
+    assert op._cache[2] is first
+    op.execute([x2], [y])
+    assert op._cache[2] is not first
+    np.testing.assert_array_equal(y.numpy(), np.pad(np.ones(3, np.float32), (1, 2), "wrap"))
+    op.release()
+
+
+def test_pipeline_cache_is_saved(tmp_path, monkeypatch, device):
+    monkeypatch.setenv("VKML_CACHE_DIR", str(tmp_path))
+    with vkml.Device(device.index) as dev:
+        vkml.pad(np.ones(3, np.float32), [1], [1], "symmetric", device=dev)
+    files = list(tmp_path.glob("*.bin"))
+    assert files and files[0].stat().st_size >= 32
+    header = files[0].read_bytes()[:32]
+    assert int.from_bytes(header[8:12], "little") == device.info.vendor_id
+    # a second device reads it back (and a corrupt file is ignored, not trusted)
+    files[0].write_bytes(b"\0" * 64)
+    with vkml.Device(device.index) as dev:
+        np.testing.assert_array_equal(vkml.pad(np.ones(3, np.float32), [1], [1], device=dev),
+                                      [0, 1, 1, 1, 0])
