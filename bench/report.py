@@ -143,6 +143,27 @@ def results_table(doc: dict) -> Table:
     return t
 
 
+def targets_table(doc: dict) -> Table | None:
+    rows = doc.get("targets") or []
+    if not rows:
+        return None
+    multi = len(doc["devices"]) > 1
+    t = Table(title="Targets the issues set (stated for lavapipe; vkml is still being "
+                    "optimised)", title_justify="left")
+    for name in ("issue", "target", "value", "needed", "met"):
+        t.add_column(name, justify="right" if name in ("value", "needed") else "left")
+    for r in rows:
+        v = r["value"]
+        text = f"{v:.3g}" + (" (geomean)" if r["aggregate"] == "geomean" else
+                             " (worst)" if len(r["values"]) > 1 else "")
+        met = "[green]yes[/]" if r["met"] else "[red]no[/]"
+        if r["notes"]:
+            met += f" [red]({'; '.join(r['notes'])})[/]"
+        label = (f"[{r['device']}] " if multi else "") + r["target"]
+        t.add_row(f"#{r['issue']}", label, text, f"{r['direction']} {r['threshold']:g}", met)
+    return t
+
+
 def absent_notes(doc: dict) -> list[str]:
     """Each runner's reasons for being absent, once each, with the workloads."""
     seen: dict[tuple, list] = {}
@@ -171,6 +192,9 @@ def print_report(doc: dict, console: Console | None = None) -> None:
         console.print("[bold]absent[/]")
         for n in notes:
             console.print(f"  [dim]{n}[/]")
+    table = targets_table(doc)
+    if table is not None:
+        console.print(table)
     flagged = [r for r in doc["results"] if r.get("flagged")]
     for r in flagged:
         console.print(f"[bold red]correctness: {r['workload']} on {r['runner']}: "
@@ -218,6 +242,10 @@ def csv_rows(doc: dict):
             for k, v in (d.get(section) or {}).items():
                 if isinstance(v, (int, float)):
                     yield dict(base, kind=section, workload=k, value=v)
+    for tg in doc.get("targets", []):
+        yield {"kind": "target", "device": tg["device"], "device_name": tg["device_name"],
+               "workload": f"#{tg['issue']} {tg['target']}", "value": tg["value"],
+               "status": "met" if tg["met"] else "not met"}
     for r in doc["results"]:
         row = {k: r.get(k) for k in ("device", "device_name", "workload", "op", "dtype",
                                      "runner", "status", "reason", "cold_ms", "flops", "bytes",
@@ -249,7 +277,7 @@ def write_csv(doc: dict, path) -> None:
 
 _TOP = {"schema": str, "created": str, "command": list, "quick": bool, "budget": dict,
         "host": dict, "versions": dict, "peers": dict, "devices": list, "workloads": list,
-        "results": list}
+        "results": list, "targets": list}
 _DEVICE = {"index": int, "name": str, "driver_name": str, "api_version": str,
            "timestamps": bool}
 _RESULT = {"workload": str, "op": str, "dtype": str, "runner": str, "status": str,

@@ -14,7 +14,7 @@ import numpy as np
 
 import vkml
 
-from . import limits, operators
+from . import limits, operators, targets
 from .runners import Absent, peer_classes
 from .runners.vkml_runner import VkmlRunner
 from .stats import Budget, Stats, sample
@@ -100,8 +100,8 @@ class Bench:
         peers = self.peer_list()
         on_dev = sum(1 for c in peers if c.on_device)
         cpu = len(peers) - on_dev
-        return n_dev * (int(self.opts.limits) + len(self.opts.workloads) * (1 + on_dev)) + \
-            len(self.opts.workloads) * cpu
+        return n_dev * (1 + int(self.opts.limits) + len(self.opts.workloads) * (1 + on_dev)) \
+            + len(self.opts.workloads) * cpu
 
     def peer_list(self):
         if not hasattr(self, "_peers"):
@@ -192,7 +192,7 @@ class Bench:
             finally:
                 dev.close()
         _speedups(self.results)
-        return {
+        doc = {
             "schema": SCHEMA,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": list(opts.command),
@@ -210,6 +210,8 @@ class Bench:
             "workloads": [dict(w.as_dict(), describe=w.describe()) for w in opts.workloads],
             "results": self.results,
         }
+        doc["targets"] = targets.check(doc)
+        return doc
 
     def _run_device(self, dev, info, cpu_peers: bool, peers: dict) -> None:
         opts = self.opts

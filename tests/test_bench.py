@@ -88,6 +88,10 @@ def test_json_schema(tiny_run):
     assert d["limits"]["fma_gflops"] > 0 and d["limits"]["copy_buffer_gbs"] > 0
     assert d["hot_path"]["replay_us_per_submit"] > 0
     assert d["hot_path"]["batched_us_per_padding"] > 0
+    # the issues' device targets are checked in every run (workload ones need their workloads)
+    checked = {t["target"] for t in doc["targets"]}
+    assert "a replayed recorded sequence <= 80 us per submit" in checked
+    assert all(isinstance(t["met"], bool) and t["value"] > 0 for t in doc["targets"])
     # the checker notices a broken document
     bad = copy.deepcopy(doc)
     del bad["results"][0]["wall_ms"]

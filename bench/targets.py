@@ -1,0 +1,126 @@
+"""The performance targets the issues set, checked against a run.
+
+Each target reads one figure per workload (or a device figure), aggregates them (each must
+pass, or their geometric mean), and compares with a threshold.  The issues state them for
+lavapipe; the report shows them for every device, marked as such.  A vkml result over its
+tolerance never meets a target.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    issue: int
+    what: str
+    figure: str                     # "speedup.<peer>.<e2e|compute>", "pct_fma", "hot_path.<key>",
+    #                                 "limits.<key>"
+    workloads: tuple = ()           # name patterns (fnmatch); empty for device figures
+    exclude: tuple = ()
+    aggregate: str = "each"         # "each" | "geomean"
+    at_least: float | None = None
+    at_most: float | None = None
+
+
+_PAD = ("pad-constant-1x64x256x256", "pad-reflection-1x64x256x256", "pad-constant-64MiB",
+        "pad-reflection-64MiB")
+_CONV2D = ("conv2d-*",)
+
+TARGETS = [
+    Target(6, "padding device time beats numpy.pad", "speedup.numpy.compute", _PAD,
+           at_least=1.0),
+    Target(6, "padding end to end (NumPy in/out) vs numpy.pad: aim for parity",
+           "speedup.numpy.e2e", _PAD, at_least=1.0),
+    Target(6, "uploads >= 50% of the CPU copy bandwidth", "limits.upload_vs_cpu_copy",
+           at_least=0.5),
+    Target(6, "downloads >= 50% of the CPU copy bandwidth", "limits.download_vs_cpu_copy",
+           at_least=0.5),
+    Target(6, "a replayed recorded sequence <= 80 us per submit",
+           "hot_path.replay_us_per_submit", at_most=80.0),
+    Target(6, "100 paddings in one submit <= 40 us each", "hot_path.batched_us_per_padding",
+           at_most=40.0),
+    Target(2, "fold ahead of PyTorch CPU (device time)", "speedup.torch-cpu.compute",
+           ("fold-*",), at_least=1.0),
+    Target(2, "LP pooling ahead of PyTorch CPU (device time)", "speedup.torch-cpu.compute",
+           ("lp-pool-*",), at_least=1.0),
+    Target(5, "float32 conv2d >= 4x ncnn-vulkan (geometric mean, device time)",
+           "speedup.ncnn-vulkan.compute", _CONV2D, ("*-f16",), "geomean", at_least=4.0),
+    Target(5, "float32 conv2d >= 50% of the FMA peak (geometric mean)", "pct_fma", _CONV2D,
+           ("*-f16",), "geomean", at_least=50.0),
+    Target(5, "conv3d and transposed conv2d >= 30% of the FMA peak", "pct_fma",
+           ("conv3d-*", "convT2d-*"), at_least=30.0),
+]
+
+
+def _figure(row: dict, figure: str):
+    parts = figure.split(".")
+    if parts[0] == "speedup":
+        v = ((row.get("speedup") or {}).get(parts[1]) or {}).get(parts[2])
+        return v
+    return row.get(figure)
+
+
+def _match(name: str, t: Target) -> bool:
+    return (any(fnmatch.fnmatch(name, p) for p in t.workloads)
+            and not any(fnmatch.fnmatch(name, p) for p in t.exclude))
+
+
+def _summary(kind: str, names: list[str]) -> list[str]:
+    if not names:
+        return []
+    return [f"{kind}: {', '.join(names) if len(names) <= 2 else f'{len(names)} workloads'}"]
+
+
+def check(doc: dict) -> list[dict]:
+    """Every target on every device of the run (those with no figure are left out)."""
+    flagged_peers = {(r["workload"], r["runner"], r["device"]) for r in doc["results"]
+                     if r["runner"] != "vkml" and r.get("flagged")}
+    out = []
+    for dev in doc["devices"]:
+        for t in TARGETS:
+            values, wrong, peer_wrong = {}, [], []
+            if not t.workloads:
+                section, key = t.figure.split(".")
+                v = (dev.get(section) or {}).get(key)
+                if v is not None:
+                    values[section] = v
+            else:
+                for r in doc["results"]:
+                    if r["runner"] != "vkml" or r["device"] != dev["index"]:
+                        continue
+                    if not _match(r["workload"], t) or r["status"] != "ok":
+                        continue
+                    v = _figure(r, t.figure)
+                    if v is None:
+                        continue
+                    if r.get("flagged"):
+                        wrong.append(r["workload"])
+                    if t.figure.startswith("speedup.") and any(
+                            (r["workload"], t.figure.split(".")[1], d) in flagged_peers
+                            for d in (None, dev["index"])):
+                        peer_wrong.append(r["workload"])
+                    values[r["workload"]] = v
+            if not values:
+                continue
+            notes = _summary("vkml result wrong", wrong) + _summary(
+                f"{t.figure.split('.')[1] if t.figure.startswith('speedup.') else ''} result "
+                "wrong (ratio kept)", peer_wrong)
+            if t.aggregate == "geomean":
+                value = math.exp(sum(math.log(max(v, 1e-12)) for v in values.values())
+                                 / len(values))
+                checked = [value]
+            else:
+                checked = list(values.values())
+                value = min(checked) if t.at_least is not None else max(checked)
+            met = all((t.at_least is None or v >= t.at_least)
+                      and (t.at_most is None or v <= t.at_most) for v in checked)
+            out.append({"issue": t.issue, "target": t.what, "device": dev["index"],
+                        "device_name": dev["name"], "aggregate": t.aggregate,
+                        "value": value, "values": values,
+                        "threshold": t.at_least if t.at_least is not None else t.at_most,
+                        "direction": ">=" if t.at_least is not None else "<=",
+                        "met": met and not wrong, "notes": notes})
+    return out
