@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
                                                      "versions")
     out.add_argument("--csv", metavar="PATH", help="the same as CSV rows")
     out.add_argument("--plot", metavar="PNG", help="chart of vkml vs peers and vs limits")
+    out.add_argument("--markdown", metavar="PATH", help="the tables as Markdown "
+                                                        "(for bench/RESULTS.md)")
     out.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                      help="show the change between two runs (regressions in red) and exit")
     out.add_argument("--threshold", type=float, default=0.05,
@@ -164,6 +166,10 @@ def main(argv=None) -> int:
     if args.csv:
         report.write_csv(doc, args.csv)
         console.print(f"wrote {args.csv}")
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.markdown(doc))
+        console.print(f"wrote {args.markdown}")
     if args.plot:
         from .plot import plot
         plot(doc, args.plot)

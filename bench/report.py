@@ -273,6 +273,68 @@ def write_csv(doc: dict, path) -> None:
             out.writerow(row)
 
 
+def markdown(doc: dict) -> str:
+    """The run as Markdown (for bench/RESULTS.md): command, versions, device limits and
+    hot path, targets, and every workload."""
+    import re
+
+    plain = lambda text: re.sub(r"\[/?[a-z ]*\]", "", text)   # noqa: E731  (drop rich markup)
+    host = doc["host"]
+    lines = [f"Command: `{' '.join(doc['command'])}`  ", f"Run: {doc['created']} on "
+             f"{host['processor']} ({host['cpus']} CPUs), Python {host['python']}  ",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in doc["versions"].items()), ""]
+    for d in doc["devices"]:
+        lines += [f"**[{d['index']}] {d['name']}** ({d['driver_name']} {d['driver_info']}, "
+                  f"Vulkan {d['api_version']})", "", "| device figure | value |", "|---|---|"]
+        lim, hp = d.get("limits") or {}, d.get("hot_path") or {}
+        for key, name, unit in (("fma_gflops", "FMA throughput (bench_fma)", "GFLOP/s"),
+                                ("shader_copy_gbs", "compute-shader copy (bench_copy)", "GB/s"),
+                                ("copy_buffer_gbs", "vkCmdCopyBuffer", "GB/s"),
+                                ("cpu_copy_gbs", "CPU copy (NumPy)", "GB/s"),
+                                ("upload_gbs", "upload", "GB/s"), ("download_gbs", "download", "GB/s")):
+            if lim.get(key) is not None:
+                lines.append(f"| {name} | {lim[key]:.2f} {unit} |")
+        for key, name in (("replay_us_per_submit", "replayed sequence, per submit"),
+                          ("execute_us", "execute() replay"),
+                          ("batched_us_per_padding", "100 paddings in one submit, each"),
+                          ("functional_tiny_pad_us", "vkml.pad on a tiny NumPy array")):
+            if hp.get(key) is not None:
+                lines.append(f"| {name} | {hp[key]:.1f} us |")
+        lines.append("")
+    if doc.get("targets"):
+        lines += ["| issue | target | device | value | needed | met |", "|---|---|---|---|---|---|"]
+        for t in doc["targets"]:
+            note = f" ({'; '.join(t['notes'])})" if t["notes"] else ""
+            agg = " geomean" if t["aggregate"] == "geomean" else (
+                " worst" if len(t["values"]) > 1 else "")
+            lines.append(f"| #{t['issue']} | {t['target']} | [{t['device']}] | "
+                         f"{t['value']:.3g}{agg} | {t['direction']} {t['threshold']:g} | "
+                         f"{'yes' if t['met'] else 'no'}{note} |")
+        lines.append("")
+    multi = len(doc["devices"]) > 1
+    lines += ["| workload | runner | median ms | p10-p90 | cold ms | GPU ms | rate | of device "
+              "limit | rel err | vkml speedup e2e / dev |", "|---|---|---|---|---|---|---|---|---|---|"]
+    vk = {(r["workload"], r["device"]): r for r in doc["results"] if r["runner"] == "vkml"}
+    for r in doc["results"]:
+        label = r["runner"] + (f" [{r['device']}]" if multi and r["device"] is not None else "")
+        if r["status"] != "ok":
+            lines.append(f"| {r['workload']} | {label} | {r['status']} | | | | | | | "
+                         f"{r['reason']} |")
+            continue
+        w = r["wall_ms"]
+        sp = []
+        if r["runner"] != "vkml":
+            for (name, dev), v in vk.items():
+                s_ = (v.get("speedup") or {}).get(r["runner"])
+                if name == r["workload"] and s_ and (r["device"] in (None, dev)):
+                    sp.append((f"[{dev}] " if multi else "") + f"{_x(s_['e2e'])} / {_x(s_['compute'])}")
+        gpu = ms(r["gpu_ms"]["median"]) if r.get("gpu_ms") else ""
+        lines.append(f"| {r['workload']} | {label} | {ms(w['median'])} | {ms(w['p10'])}-"
+                     f"{ms(w['p90'])} | {ms(r.get('cold_ms'))} | {gpu} | {rate(r)} | {pct(r)} | "
+                     f"{plain(err(r))} | {'; '.join(sp)} |")
+    return "\n".join(lines) + "\n"
+
+
 # -- the schema -----------------------------------------------------------------------
 
 _TOP = {"schema": str, "created": str, "command": list, "quick": bool, "budget": dict,

@@ -114,6 +114,8 @@ def test_csv_has_every_figure(tiny_run):
     assert len(results) == len(doc["results"])
     vk = next(r for r in results if r["runner"] == "vkml")
     assert float(vk["median_ms"]) > 0 and json.loads(vk["speedups"])
+    md = report.markdown(doc)
+    assert "| workload | runner |" in md and "tiny-pad-reflection" in md and "[/" not in md
 
 
 def test_absent_peer_and_operator(tmp_path, device, monkeypatch):
