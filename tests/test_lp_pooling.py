@@ -1,0 +1,340 @@
+"""DML_LP_POOLING_OPERATOR_DESC / DML_LP_POOLING1_OPERATOR_DESC and vkml.lp_pooling.
+
+References: a NumPy float64 reference written from the page (y = (sum |x|^P)^(1/P) over
+each dilated window, zero padding contributing nothing), and
+``torch.nn.functional.lp_pool2d/3d`` where its semantics coincide (no padding, no
+dilation, positive inputs: torch has neither and drops the absolute value for odd P).
+
+Tolerances: float32 within 4e-6 relative to each result for P = 1 and 2 (no pow),
+2e-5 for other P (``pow`` with 1/P); float16 within one float16 ulp of the float64
+reference (vkml computes in float32 and rounds once).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vkml
+from vkml import dml
+from vkml.errors import ValidationError
+
+
+def out_size(s, w, st, a, b, d):
+    return (s + a + b - d * (w - 1) - 1) // st + 1
+
+
+def lp_ref(x, window, strides, start, end, dil, p):
+    """The page's formula in float64 with a max-scaled sum (no overflow)."""
+    x = np.abs(x.astype(np.float64))
+    spatial = x.shape[2:]
+    padded = np.zeros(x.shape[:2] + tuple(s + a + b for s, a, b in zip(spatial, start, end)))
+    padded[(slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(start, spatial))] = x
+    outs = [out_size(s, w, st, a, b, d)
+            for s, w, st, a, b, d in zip(spatial, window, strides, start, end, dil)]
+    views = []
+    for kpos in itertools.product(*[range(w) for w in window]):
+        sl = tuple(slice(k * d, k * d + (o - 1) * st + 1, st)
+                   for k, d, o, st in zip(kpos, dil, outs, strides))
+        views.append(padded[(slice(None), slice(None)) + sl])
+    stack = np.stack(views)
+    m = stack.max(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = ((stack / np.where(m > 0, m, 1)) ** p).sum(axis=0)
+        return np.where(m > 0, m * s ** (1.0 / p), 0.0)
+
+
+def assert_close(got, ref, dtype, p):
+    if np.dtype(dtype) == np.float16:
+        want = ref.astype(np.float16)
+        finite = np.isfinite(want)
+        assert np.array_equal(np.isfinite(got), finite)
+        ulp = np.spacing(np.abs(want[finite])).astype(np.float64)
+        err = np.abs(got[finite].astype(np.float64) - ref[finite])
+        assert np.all(err <= ulp), (err / ulp).max()
+    else:
+        rtol = 4e-6 if p in (1, 2) else 2e-5
+        np.testing.assert_allclose(got, ref, rtol=rtol, atol=0)
+
+
+def random_case(rng, dims, max_elems):
+    while True:
+        window = [int(rng.integers(1, 5)) for _ in range(dims)]
+        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
+        start = [int(rng.integers(0, 3)) for _ in range(dims)]
+        end = [int(rng.integers(0, 3)) for _ in range(dims)]
+        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
+        spatial = [int(rng.integers(l, l + (12 if dims == 2 else 6))) for l in lo]
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
+        if math.prod(shape) * math.prod(window) <= max_elems:
+            return shape, window, strides, start, end, dil
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_random_against_numpy(device, budget, dims, dtype):
+    rng = np.random.default_rng(dims * 10 + len(dtype))
+    for case in range(budget):
+        p = [1, 2, 3, 4, 5, 8][case % 6]
+        shape, window, strides, start, end, dil = random_case(
+            rng, dims, 6000 if budget < 40 else 100000)
+        x = (rng.standard_normal(shape) * 4).astype(dtype)
+        got = vkml.lp_pooling(x, window, strides=strides, start_padding=start,
+                              end_padding=end, dilations=dil, p=p, device=device)
+        assert got.dtype == np.dtype(dtype)
+        assert_close(got, lp_ref(x, window, strides, start, end, dil, p), dtype, p)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_against_torch(device, budget, dims):
+    """torch.nn.functional.lp_pool2d/3d: no padding, no dilation, positive inputs."""
+    rng = np.random.default_rng(40 + dims)
+    pool = F.lp_pool2d if dims == 2 else F.lp_pool3d
+    for case in range(max(4, budget // 2)):
+        p = [1, 2, 3, 6][case % 4]
+        shape, window, strides, *_ = random_case(rng, dims, 20000)
+        spatial = [max(s, w) for s, w in zip(shape[2:], window)]
+        x = rng.uniform(0.1, 3.0, (*shape[:2], *spatial)).astype(np.float32)
+        got = vkml.lp_pooling(x, window, strides=strides, p=p, device=device)
+        ref = pool(torch.from_numpy(x).double(), p, window, strides).numpy()
+        assert_close(got, ref, "float32", p)
+
+
+def test_output_size_uses_the_dilated_window(device):
+    """The page's formula (PaddedSize - WindowSize) / Strides + 1 omits the dilation;
+    vkml uses the dilated window's extent (as ONNX LpPool)."""
+    x = np.arange(1, 1 + 2 * 11 * 9, dtype=np.float32).reshape(1, 2, 11, 9)
+    got = vkml.lp_pooling(x, (3, 2), dilations=(2, 3), strides=(1, 2), start_padding=(1, 0),
+                          end_padding=(0, 1), p=2, device=device)
+    assert got.shape == (1, 2, (11 + 1 - 2 * 2 - 1) // 1 + 1, (9 + 1 - 3 * 1 - 1) // 2 + 1)
+    assert_close(got, lp_ref(x, (3, 2), (1, 2), (1, 0), (0, 1), (2, 3), 2), "float32", 2)
+    desc = dml.LpPooling1OperatorDesc(dml.TensorDesc("float32", (1, 2, 11, 9)),
+                                      dml.TensorDesc("float32", (1, 2, 8, 4)), (1, 2), (3, 2),
+                                      (1, 0), (0, 1), (2, 3), 2)
+    device.create_operator(desc)                        # valid
+    bad = dml.LpPooling1OperatorDesc(dml.TensorDesc("float32", (1, 2, 11, 9)),
+                                     dml.TensorDesc("float32", (1, 2, 10, 5)), (1, 2), (3, 2),
+                                     (1, 0), (0, 1), (2, 3), 2)  # the undilated formula
+    with pytest.raises(ValidationError, match=r"output_tensor.sizes\[2\]"):
+        device.create_operator(bad)
+
+
+def test_lp_pooling_without_dilations(device):
+    """DML_LP_POOLING_OPERATOR_DESC: the page's output formula exactly."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 3, 8, 10)).astype(np.float32)
+    osz = (2, 3, (8 + 1 + 0 - 3) // 2 + 1, (10 + 2 + 1 - 2) // 1 + 1)
+    desc = dml.LpPoolingOperatorDesc(dml.TensorDesc("float32", x.shape),
+                                     dml.TensorDesc("float32", osz), (2, 1), (3, 2), (1, 2),
+                                     (0, 1), 3)
+    compiled = device.compile_operator(device.create_operator(desc))
+    t, y = device.tensor(x), device.empty(osz, np.float32)
+    compiled.execute([t], [y])
+    compiled.release()
+    assert_close(y.numpy(), lp_ref(x, (3, 2), (2, 1), (1, 2), (0, 1), (1, 1), 3), "float32", 3)
+    assert desc.feature_level() == dml.FeatureLevel.FL_1_0
+
+
+def test_absolute_value_and_exact_fast_paths(device):
+    """|x| is taken (odd P included); P = 1 is an exact sum for integer-valued data."""
+    x = np.array([[[[-1, 2, -3], [4, -5, 6], [-7, 8, -9]]]], np.float32)
+    np.testing.assert_array_equal(vkml.lp_pooling(x, 3, p=1, device=device), [[[[45.0]]]])
+    np.testing.assert_allclose(vkml.lp_pooling(x, 3, p=2, device=device),
+                               [[[[math.sqrt(285)]]]], rtol=1e-7)
+    np.testing.assert_allclose(vkml.lp_pooling(x, 3, p=3, device=device),
+                               [[[[2025 ** (1 / 3)]]]], rtol=2e-6)
+    np.testing.assert_array_equal(vkml.lp_pooling(x, 2, strides=1, p=1, device=device),
+                                  [[[[12, 16], [24, 28]]]])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_large_and_small_magnitudes(device, dtype):
+    """No overflow or underflow where the true result is representable: float32 values
+    near 1e30 and 1e-30 with P = 2 and 3; float16 values whose P-th powers overflow
+    float32 (P = 20) or whose squares are below float16's range."""
+    big, small = (3e30, 2e-30) if dtype == "float32" else (300.0, 1e-4)
+    for p in (2, 3, 20):
+        for scale in (big, small):
+            x = (np.arange(1, 19, dtype=np.float64).reshape(1, 2, 3, 3) / 18 * scale).astype(dtype)
+            got = vkml.lp_pooling(x, (2, 2), p=p, device=device)
+            ref = lp_ref(x, (2, 2), (1, 1), (0, 0), (0, 0), (1, 1), p)
+            assert np.all(np.isfinite(got)) and np.all(got > 0)
+            assert_close(got, ref, dtype, p)
+    # a true result beyond the type's range is inf
+    x = np.full((1, 1, 2, 2), 60000 if dtype == "float16" else 3e38, dtype)
+    assert np.isinf(vkml.lp_pooling(x, 2, p=2, device=device)).all()
+
+
+def test_nan_and_inf(device):
+    for p in (1, 2, 3):
+        x = np.ones((1, 1, 2, 4), np.float32)
+        x[0, 0, 0, 0] = np.inf
+        x[0, 0, 1, 3] = np.nan
+        got = vkml.lp_pooling(x, 2, strides=2, p=p, device=device)
+        assert np.isinf(got[0, 0, 0, 0]) and np.isnan(got[0, 0, 0, 1]), (p, got)
+        x[0, 0, 0, 3] = -np.inf                  # inf and NaN in one window: NaN
+        assert np.isnan(vkml.lp_pooling(x, 2, strides=2, p=p, device=device)[0, 0, 0, 1])
+
+
+def test_zero_windows_and_all_padding(device):
+    """All-zero windows give 0 (every P); windows wholly in the padding too."""
+    x = np.zeros((1, 1, 3, 3), np.float32)
+    x[0, 0, 2, 2] = 5
+    for p in (1, 2, 4):
+        got = vkml.lp_pooling(x, 2, strides=3, start_padding=2, end_padding=1, p=p,
+                              device=device)
+        np.testing.assert_allclose(got, [[[[0, 0], [0, 5]]]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("read", ["ssbo", "texel"])
+@pytest.mark.parametrize("vec", [1, 4, 8])
+def test_read_paths(device, read, vec, monkeypatch):
+    from vkml.ops.lp_pooling import CompiledLpPooling
+
+    monkeypatch.setattr(CompiledLpPooling, "force_read", read)
+    monkeypatch.setattr(CompiledLpPooling, "vec", vec)
+    rng = np.random.default_rng(vec)
+    for p in (1, 2, 3):
+        for shape, window, strides, start, end, dil in (
+                ((2, 3, 9, 37), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+                ((1, 2, 5, 13), (2, 4), (1, 1), (0, 2), (1, 3), (2, 1)),
+                ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 2))):
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = vkml.lp_pooling(x, window, strides=strides, start_padding=start,
+                                  end_padding=end, dilations=dil, p=p, device=device)
+            assert_close(got, lp_ref(x, window, strides, start, end, dil, p), "float32", p)
+
+
+def test_large_windows(device):
+    """Windows too large to keep in registers are read twice (P > 2, float32 P = 2)."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((1, 2, 20, 20)) * 1e20).astype(np.float32)
+    for p in (2, 3):
+        got = vkml.lp_pooling(x, (9, 9), strides=(5, 3), start_padding=2, p=p, device=device)
+        assert_close(got, lp_ref(x, (9, 9), (5, 3), (2, 2), (0, 0), (1, 1), p), "float32", p)
+
+
+def test_packed_float16(device):
+    with vkml.Device(device.index, disable_features=["storage16"]) as dev:
+        rng = np.random.default_rng(12)
+        x = rng.standard_normal((2, 3, 7, 9)).astype(np.float16)
+        for p in (1, 2, 3):
+            got = vkml.lp_pooling(x, (2, 3), strides=(1, 2), start_padding=1, p=p, device=dev)
+            assert_close(got, lp_ref(x, (2, 3), (1, 2), (1, 1), (0, 0), (1, 1), p), "float16", p)
+
+
+def test_strided_layouts(device):
+    """A channels-last input and an output with padded rows."""
+    rng = np.random.default_rng(8)
+    for dtype in ("float32", "float16"):
+        x = rng.standard_normal((2, 3, 6, 7)).astype(dtype)
+        phys = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        in_desc = dml.TensorDesc(dtype, x.shape, (126, 1, 21, 3))
+        osz = (2, 3, 5, 3)
+        ost = (3 * 5 * 8, 5 * 8, 8, 2)
+        desc = dml.LpPooling1OperatorDesc(in_desc, dml.TensorDesc(dtype, osz, ost), (1, 2),
+                                          (2, 3), (0, 0), (0, 0), (1, 1), 2)
+        compiled = device.compile_operator(device.create_operator(desc))
+        t = device.tensor(phys.reshape(-1))
+        y = device.empty(desc.output_tensor.total_tensor_size_in_bytes // x.itemsize, dtype)
+        compiled.execute([t], [y])
+        compiled.release()
+        raw = y.numpy()
+        got = np.lib.stride_tricks.as_strided(raw, osz, [s * raw.itemsize for s in ost])
+        assert_close(np.array(got), lp_ref(x, (2, 3), (1, 2), (0, 0), (0, 0), (1, 1), 2), dtype, 2)
+
+
+def test_windows_beyond_max_storage_buffer_range(device):
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
+        rng = np.random.default_rng(13)
+        for dtype, shape in (("float32", (2, 3, 20, 30)), ("float16", (1, 2, 6, 20, 30))):
+            x = rng.standard_normal(shape).astype(dtype)
+            window = (3,) * (len(shape) - 2)
+            got = vkml.lp_pooling(x, window, strides=2, start_padding=1, end_padding=1, p=2,
+                                  device=small)
+            d = len(window)
+            assert_close(got, lp_ref(x, window, (2,) * d, (1,) * d, (1,) * d, (1,) * d, 2),
+                         dtype, 2)
+
+
+def test_tensor_in_tensor_out(device):
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    t = vkml.tensor(x, device=device)
+    y = vkml.lp_pooling(t, 2, strides=2, p=1)
+    assert isinstance(y, vkml.Tensor) and y.shape == (1, 1, 2, 2)
+    np.testing.assert_array_equal(y.numpy(), [[[[10, 18], [42, 50]]]])
+
+
+# -- validation -------------------------------------------------------------------------
+def _desc(cls=dml.LpPooling1OperatorDesc, **kw):
+    args = dict(input_tensor=dml.TensorDesc("float32", (1, 2, 8, 8)),
+                output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4)),
+                strides=(2, 2), window_size=(3, 3), start_padding=(1, 1), end_padding=(0, 0),
+                dilations=(1, 1), p=2)
+    if cls is dml.LpPoolingOperatorDesc:
+        args.pop("dilations")
+    args.update(kw)
+    return cls(**args)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 5))), "output_tensor.sizes[3]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 3, 4))), "output_tensor.sizes[2]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 3, 4, 4))), "output_tensor.sizes[1]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (2, 2, 4, 4))), "output_tensor.sizes[0]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4, 1))), "output_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (2, 4, 4))), "input_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 4, 4))), "input_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("int32", (1, 2, 8, 8)),
+          output_tensor=dml.TensorDesc("int32", (1, 2, 4, 4))), "input_tensor.data_type"),
+    (dict(output_tensor=dml.TensorDesc("float16", (1, 2, 4, 4))), "output_tensor.data_type"),
+    (dict(window_size=(3, 10)), "window_size[1]"),
+    (dict(window_size=(3, 0)), "window_size[1]"),
+    (dict(window_size=(3,)), "window_size"),
+    (dict(strides=(0, 2)), "strides[0]"),
+    (dict(strides=(2, 2, 2)), "strides"),
+    (dict(start_padding=(1,)), "start_padding"),
+    (dict(end_padding=(0, -1)), "end_padding[1]"),
+    (dict(dilations=(1, 0)), "dilations[1]"),
+    (dict(dilations=(1, 1, 1)), "dilations"),
+    (dict(dilations=(1, 5)), "window_size[1]"),
+    (dict(p=0), "p"),
+    (dict(p=2.5), "p"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
+     "output_tensor.strides"),
+    (dict(input_tensor=None), "input_tensor"),
+])
+def test_validation_names_the_field(device, kw, field):
+    with pytest.raises(ValidationError) as err:
+        device.create_operator(_desc(**kw))
+    assert f"LpPooling1OperatorDesc.{field}" in str(err.value)
+    if "dilations" not in kw:
+        with pytest.raises(ValidationError) as err:
+            device.create_operator(_desc(dml.LpPoolingOperatorDesc, **kw))
+        assert f"LpPoolingOperatorDesc.{field}" in str(err.value)
+
+
+def test_functional_argument_errors(device):
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(ValidationError, match="p"):
+        vkml.lp_pooling(x, 2, p=1.5, device=device)
+    with pytest.raises(ValidationError, match="p"):
+        vkml.lp_pooling(x, 2, p=0, device=device)
+    with pytest.raises(ValidationError, match="x"):
+        vkml.lp_pooling(np.zeros((4, 4), np.float32), 2, device=device)
+    with pytest.raises(ValidationError, match="window_size"):
+        vkml.lp_pooling(x, 5, device=device)
+    with pytest.raises(ValidationError, match="data_type"):
+        vkml.lp_pooling(x.astype(np.float64), 2, device=device)
+
+
+def test_feature_levels():
+    assert _desc().feature_level() == dml.FeatureLevel.FL_6_2
+    assert _desc(dml.LpPoolingOperatorDesc).feature_level() == dml.FeatureLevel.FL_1_0
