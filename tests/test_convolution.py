@@ -7,6 +7,7 @@ CONVOLUTION mode is the reference's kernel flipped on every spatial axis.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 
@@ -390,6 +391,109 @@ def test_dml_flow_and_replay(device):
         np.testing.assert_allclose(ty.numpy(), np.where(ref >= 0, ref, 0.25 * ref),
                                    **tolerance(w))
     compiled.release()
+
+
+# -- the fast paths -----------------------------------------------------------------------
+def dense_case(rng, small: bool, dtype="float32"):
+    """A random configuration with enough output channels per group for the dense paths,
+    as a descriptor and its arrays."""
+    while True:
+        nd = int(rng.integers(1, 4))
+        back = bool(rng.integers(0, 2))
+        g = int(rng.choice([1, 1, 2]))
+        cig, cog = int(rng.integers(1, 4 if small else 7)), int(rng.integers(4, 10 if small else 21))
+        k = [int(rng.integers(1, 5)) for _ in range(nd)]
+        s = [int(rng.integers(1, 4)) for _ in range(nd)]
+        d = [int(rng.integers(1, 3)) for _ in range(nd)]
+        hi = {1: 24, 2: 9, 3: 5} if small else {1: 48, 2: 16, 3: 8}
+        sp = [int(rng.integers(1, hi[nd])) for _ in range(nd)]
+        st = [int(rng.integers(0, 3)) for _ in range(nd)]
+        en = [int(rng.integers(0, 3)) for _ in range(nd)]
+        op = [int(rng.integers(0, 3)) if back and rng.random() < 0.4 else 0 for _ in range(nd)]
+        n = int(rng.integers(1, 3))
+        cin, cout = g * cig, g * cog
+        xd = dml.TensorDesc(dtype, (n, cin, *sp))
+        wd = dml.TensorDesc(dtype, ((cin, cog) if back else (cout, cig)) + tuple(k))
+        kw = dict(strides=tuple(s), dilations=tuple(d), start_padding=tuple(st),
+                  end_padding=tuple(en), output_padding=tuple(op), group_count=g,
+                  mode="convolution" if rng.random() < 0.3 else "cross_correlation",
+                  direction="backward" if back else "forward")
+        out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+        if min(out) < 1:
+            continue
+        bias = rng.random() < 0.6
+        desc = dml.ConvolutionOperatorDesc(
+            xd, wd, dml.TensorDesc(dtype, (1, cout) + (1,) * nd) if bias else None,
+            dml.TensorDesc(dtype, out), **kw)
+        x = rng.standard_normal(xd.sizes).astype(dtype)
+        w = rng.standard_normal(wd.sizes).astype(dtype)
+        b = rng.standard_normal(cout).astype(dtype) if bias else None
+        return desc, x, w, b
+
+
+def desc_reference(desc, x, w, b):
+    return reference(x, w, b, list(desc.strides), list(desc.dilations),
+                     list(desc.start_padding), list(desc.end_padding),
+                     list(desc.output_padding), desc.group_count,
+                     desc.conv_mode.name.lower(), desc.conv_direction.name.lower())
+
+
+def accepting_paths(device, desc):
+    op = device.compile_operator(device.create_operator(desc))
+    geo = conv_ops.Geometry.of(desc)
+    names = [p.name for p in conv_ops.PATHS if p.accepts(op, geo)]
+    op.release()
+    return names
+
+
+@pytest.mark.parametrize("path", ["gemm"])
+def test_dense_paths_against_torch(device, budget, path):
+    """Each dense path, forced, over random configurations it accepts (forward and
+    transposed, 1-3 spatial dims, groups, strides, dilations, padding, output padding)."""
+    rng = np.random.default_rng(31)
+    done = 0
+    while done < budget:
+        desc, x, w, b = dense_case(rng, budget < 40)
+        if path not in accepting_paths(device, desc):
+            continue
+        got, compiled = run_desc(device, desc, x, w, b, path=path)
+        assert compiled.path.name == path
+        ref = desc_reference(desc, x, w, b)
+        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref, **tolerance(w),
+                                   err_msg=str(desc))
+        done += 1
+
+
+@pytest.mark.parametrize("case", ["float16", "float16-packed", "storage-buffers", "strided"])
+def test_gemm_variants(device, case):
+    """The implicit GEMM with float16 tensors (native and packed storage), with storage
+    buffers where texel buffers are too small (maxTexelBufferElements), and with strided
+    tensors (the re-layout pass reads any layout)."""
+    rng = np.random.default_rng(41)
+    kwargs = {}
+    if case == "float16-packed":
+        kwargs["disable_features"] = ["storage16", "storage8"]
+    if case == "storage-buffers":
+        kwargs["limits"] = {"maxTexelBufferElements": 64}
+    dtype = "float16" if case.startswith("float16") else "float32"
+    with vkml.Device(device.index, **kwargs) as dev:
+        for _ in range(4):
+            desc, x, w, b = dense_case(rng, True, dtype)
+            if "gemm" not in accepting_paths(dev, desc):
+                continue
+            if case == "strided":        # the same data through a transposed input layout
+                perm = (0, *range(2, x.ndim), 1)
+                buf = np.ascontiguousarray(x.transpose(perm))
+                st = np.array(buf.strides)[np.argsort(perm)] // 4
+                desc = dml.ConvolutionOperatorDesc(
+                    dml.TensorDesc(dtype, x.shape, tuple(int(v) for v in st)),
+                    *[getattr(desc, f.name) for f in dataclasses.fields(desc)][1:])
+                got, compiled = run_desc(dev, desc, buf, w, b, path="gemm")
+            else:
+                got, compiled = run_desc(dev, desc, x, w, b, path="gemm")
+            ref = desc_reference(desc, x, w, b)
+            np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
+                                       **tolerance(w, dtype))
 
 
 # -- validation -----------------------------------------------------------------------------

@@ -223,13 +223,14 @@ class ConvolutionOperatorDesc(OperatorDesc):
                           f"Count, InputChannelCount / GroupCount, ...}}: must be "
                           f"{c_in} / {g} = {c_in // g}, got {f[1]}")
         conv = self.convolution_sizes()
-        for i, c in enumerate(conv):
-            if c < 1:
-                rule = ("(in-1)*stride + dilation*(kernel-1) + 1 - start - end" if
-                        self.is_backward else "the padded input must hold the dilated kernel: "
-                        "in + start + end >= dilation*(kernel-1) + 1")
-                self.fail(f"filter_tensor.sizes[{i + 2}]" if not self.is_backward else
-                          f"end_padding[{i}]", f"{rule}; gives an output size of {c}")
+        for i, (c, op) in enumerate(zip(conv, self.output_padding)):
+            if self.is_backward and c + op < 1:
+                self.fail(f"end_padding[{i}]", "(in-1)*stride + dilation*(kernel-1) + 1 - start "
+                          f"- end + output_padding must be at least 1, got {c + op}")
+            if not self.is_backward and c < 1:
+                self.fail(f"filter_tensor.sizes[{i + 2}]", "the padded input must hold the "
+                          "dilated kernel: in + start + end >= dilation*(kernel-1) + 1; gives "
+                          f"an output size of {c}")
         expect = self.expected_output_sizes()
         got = self.output_tensor.sizes
         formula = ("(in-1)*stride + dilation*(kernel-1) + 1 - start - end + output_padding"

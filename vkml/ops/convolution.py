@@ -22,7 +22,7 @@ from ..dml.convolution import (ConvolutionDirection, ConvolutionMode, Convolutio
                                filter_is_flipped)
 from ..dml.data_type import DataType
 from ..dml.operator import as_tuple, enum_of
-from ..dml.tensor_desc import TensorDesc
+from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import STORAGE, UNIFORM, Bind
 from ..tensor import Tensor
@@ -224,8 +224,325 @@ class DirectPath(Path):
                                                         min(mz, z_hi - z0)), push.tobytes())
 
 
+# -- the re-layout pass and the implicit GEMM ----------------------------------------------
+RELAYOUT_PARAM_WORDS = 44      # std140: 11 ivec4 (glsl/convolution_relayout.comp)
+
+
+class Relayout:
+    """One ``convolution_relayout`` pass: an 8-D float32 box ``dst[c . dstride]`` filled
+    from a strided source (``src[base + c . stride]`` where ``lo_k <= c_k < hi_k``, else 0).
+    ``dst_image``: the destination stride of the outermost given dimension (default dense).
+    """
+
+    DIMS = 8
+
+    def __init__(self, op: CompiledOperator, dtype: DataType, size, stride, lo, hi, base: int,
+                 src_bytes: int, dst_image: int | None = None):
+        first = self.DIMS - len(size)
+        pad = [0] * first
+        size, stride, hi = ([1] * first + list(v) for v in (size, stride, hi))
+        lo = pad + list(lo)
+        dstride = list(packed_strides(size))
+        if dst_image is not None:
+            dstride[first] = dst_image
+        self.op, self.size = op, size
+        self.local = min(64, op.workgroup_size)
+        self.src_bytes = src_bytes
+        self.texel = _texel_ok(op, src_bytes // dtype.size)
+        self.fmt = (runtime.FORMAT_R32_SFLOAT if dtype == DataType.FLOAT32 else
+                    runtime.vk.VK_FORMAT_R16_SFLOAT) if self.texel else 0
+        name = "convolution_relayout_" + ("texel" if self.texel else storage_suffix(op, dtype))
+        v4 = size[-1] % 4 == 0 and all(d % 4 == 0 for d in dstride[:-1]) and dstride[-1] == 1
+        self.pipe = op.pipeline(name, (runtime.UNIFORM_TEXEL if self.texel else STORAGE,
+                                       STORAGE, UNIFORM), 12, {0: self.local, 1: int(v4)})
+        self.v4 = v4
+        gx = -(-size[-1] // (self.local * (4 if self.v4 else 1)))
+        outer = math.prod(size[:-2])
+        # rows of dimension 6 per workgroup: a few hundred workgroups in all
+        self.rpg = max(1, min(size[-2], -(-outer * gx * size[-2] // 256)))
+        groups = -(-size[-2] // self.rpg)
+        self.gx, self.gz = gx, outer * groups
+        p = np.zeros(RELAYOUT_PARAM_WORDS, np.int64)
+        p[0:8], p[8:16], p[16:24], p[24:32], p[32:40] = size, stride, lo, hi, dstride
+        p[40:43] = base, self.rpg, groups
+        self.params = op.upload(p.astype(np.int32))
+        self.count = math.prod(size)
+
+    def encode(self, seq, src, dst, dst_offset_elems: int = 0) -> None:
+        binds = [Bind(src, 0, self.src_bytes, "r", self.fmt), Bind(dst, 0, None, "w"),
+                 Bind(self.params)]
+        mz = self.op.ctx.limits["maxComputeWorkGroupCount"][2]
+        for z0 in range(0, self.gz, mz):
+            seq.dispatch(self.pipe, binds, (self.gx, 1, min(mz, self.gz - z0)),
+                         np.array([0, dst_offset_elems, z0], np.uint32).tobytes())
+
+
+GEMM_PARAM_WORDS = 28 + 256 * 4   # std140 (glsl/convolution_gemm.comp)
+GEMM_PUSH = 56
+
+
+def _texel_ok(op: CompiledOperator, elements: int) -> bool:
+    return elements <= op.ctx.limits["maxTexelBufferElements"]
+
+
+def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool) -> tuple[int, int]:
+    """Register block (output channels MB, pixels NB) of the implicit GEMM.
+
+    CPU drivers (lavapipe, SwiftShader) run an invocation's registers as SIMD lanes with
+    spills to cache: large blocks (16 x 16) amortize the operand loads best (measured on
+    lavapipe).  GPUs keep the block in registers: 8 x 4.  MB is the largest of 16/12/8/4
+    that wastes at most ~12% of the padded channels; NB the pixel count that splits the
+    row most evenly (a multiple of 4 where rows are read as float4).
+    """
+    cpu = op.device.info.device_type == "cpu"
+    mb_max, nb_max = (16, 16) if cpu else (8, 4)
+    mb = next((m for m in (16, 12, 8, 4) if m <= mb_max
+               and cog / (-(-cog // m) * m) >= 0.88), 4)
+    if row <= nb_max and not vec4:
+        return mb, max(1, row)
+    step = 4 if vec4 else 1
+    cands = range(max(step, (nb_max // 2) // step * step), nb_max + 1, step)
+    return mb, min(cands, key=lambda nb: ((-(-row // nb)) * nb - row, -nb))
+
+
+@dataclass
+class Axis:
+    """One spatial axis of one GEMM dispatch: output positions ``o = o0 + q * ostep`` for
+    ``q < count`` read input ``q * istep + c`` for each tap (kernel index ``k``, input
+    offset ``c``), taps in increasing ``c``."""
+
+    o0: int
+    ostep: int
+    count: int
+    istep: int
+    taps: list          # [(k, c)]
+
+
+def forward_axes(geo: Geometry) -> list[list[Axis]]:
+    """The single dispatch of a forward convolution: q = o, input o*stride + k*dilation - start."""
+    return [[Axis(0, 1, geo.valid[a], geo.stride[a],
+                  [(k, k * geo.dilation[a] - geo.start[a]) for k in range(geo.kernel[a])])
+             for a in range(3)]]
+
+
+def transposed_axes(geo: Geometry) -> list[list[Axis]]:
+    """Transposed convolution without inserted zeros: per axis and output phase p
+    (outputs o = p + q*stride), the taps with ``o + start - k*dilation`` divisible by the
+    stride, reading input ``q + (p + start - k*dilation) / stride``."""
+    per_axis = []
+    for a in range(3):
+        s, d, st, K, out = geo.stride[a], geo.dilation[a], geo.start[a], geo.kernel[a], \
+            geo.out_size[a]
+        phases = []
+        for p in range(min(s, out)):
+            taps = [(k, (p + st - k * d) // s) for k in range(K) if (p + st - k * d) % s == 0]
+            phases.append(Axis(p, s, -(-(out - p) // s), 1, sorted(taps, key=lambda t: t[1])))
+        per_axis.append(phases)
+    return [[ad, ah, aw] for ad in per_axis[0] for ah in per_axis[1] for aw in per_axis[2]]
+
+
+class GemmPath(Path):
+    """Dense convolution as an implicit GEMM (``glsl/convolution_gemm.comp``), forward or
+    transposed (one dispatch per stride phase: no inserted zeros, no wasted products).
+
+    Per execution, ``convolution_relayout`` copies the input into zero-padded float32
+    planes (the hot loop needs no bounds checks; float16 and strided inputs become the
+    same dense float32) -- except an unpadded 1x1 forward convolution of a packed float32
+    input, read in place -- and the filter into [group][row tap][channel][column tap]
+    [output channel padded to the block] (flipped in the CONVOLUTION mode).  Output pixels
+    go along rows in blocks of NB; a stride-1 convolution with short rows has its planes
+    flattened (the padded row pitch as the row length) so lanes stay busy.
+    """
+
+    name = "gemm"
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        lim = op.ctx.limits
+        rows = geo.kernel[0] * geo.kernel[1]
+        if geo.backward:
+            rows = -(-geo.kernel[0] // geo.stride[0]) * -(-geo.kernel[1] // geo.stride[1]) \
+                * math.prod(geo.stride[:2])
+        big = max(op.desc.input_tensor.total_tensor_size_in_bytes,
+                  op.desc.output_tensor.total_tensor_size_in_bytes) * 2
+        return (geo.cout_per_group >= 4 and rows <= 1024 and big < lim["maxStorageBufferRange"]
+                and (geo.backward or geo.valid == geo.out_size)
+                and math.prod(geo.stride) <= 64)
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        g = geo
+        cig, cog = g.cin_per_group, g.cout_per_group
+        phases = transposed_axes(g) if g.backward else forward_axes(g)
+        # Padding of the input planes: every tap offset becomes >= 0, rows are long
+        # enough for the last block.
+        lo = [max([0] + [-c for ph in phases for _, c in ph[a].taps]) for a in range(3)]
+        one_by_one = (not g.backward and g.kernel == (1, 1, 1) and g.stride == (1, 1, 1)
+                      and g.start == (0, 0, 0))
+        self.in_place = in_place = (one_by_one and g.dtype == DataType.FLOAT32
+                                    and op.desc.input_tensor.is_packed)
+        unit = all(ph[2].istep == 1 for ph in phases)
+        cpu = op.device.info.device_type == "cpu"
+        flat = (not g.backward and g.stride[1:] == (1, 1)
+                and (one_by_one or (g.valid[2] < 12 and g.valid[1] > 1)))
+        ext = []
+        for a in range(3):
+            need = g.in_size[a] + lo[a]
+            for ph in phases:
+                ax = ph[a]
+                if ax.taps:
+                    need = max(need, (ax.count - 1) * ax.istep + ax.taps[-1][1] + lo[a] + 1)
+            ext.append(need)
+        if in_place:
+            ext = list(g.in_size)
+        Dp, Hp, Wp = ext
+        if not in_place and unit:
+            Wp = -(-Wp // 4) * 4          # float4-aligned rows
+        plane = Dp * Hp * Wp
+        self.texel = texel = True
+        # rows: the output pixels each dispatch walks (flat: whole planes, pitch Wp)
+        row_len = [g.valid[1] * Wp if flat else ph[2].count for ph in phases]
+        vec4_rows = unit and cpu
+        self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows)
+        co_pad = -(-cog // mb) * mb
+        x_img = g.x_strides[0] if in_place else -(-(g.c_in * plane) // 4) * 4
+        x_chan = g.x_strides[1] if in_place else plane
+        # dispatches
+        self.dispatches = []
+        row_offsets, w_texels, max_read = [], 0, 0
+        for ph, rl in zip(phases, row_len):
+            ad, ah, aw = ph
+            rows = [(cd + lo[0]) * Hp * Wp + (ch + lo[1]) * Wp + (aw.taps[0][1] + lo[2]
+                                                                   if aw.taps else 0)
+                    for _, cd in ad.taps for _, ch in ah.taps] if aw.taps else []
+            kw = max(1, len(aw.taps))
+            dw = aw.taps[1][1] - aw.taps[0][1] if len(aw.taps) > 1 else 1
+            per_row = -(-rl // nb)
+            if flat:
+                qsize = (ad.count, 1, rl, per_row)
+                pitch = Wp
+            else:
+                qsize = (ad.count, ah.count, aw.count, per_row)
+                pitch = 0
+            xvec4 = (texel and aw.istep == 1 and nb % 4 == 0 and x_img % 4 == 0
+                     and x_chan % 4 == 0 and all(r % 4 == 0 for r in rows)
+                     and (ad.istep * Hp * Wp) % 4 == 0 and (ah.istep * Wp) % 4 == 0)
+            span = (nb - 1) * aw.istep + (kw - 1) * dw + 1
+            if rows:
+                max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * Hp * Wp
+                               + (qsize[1] - 1) * ah.istep * Wp
+                               + (per_row * nb - 1) * aw.istep + (kw - 1) * dw
+                               + (-(-span // 4) * 4 - span))
+            self.dispatches.append(dict(
+                qsize=qsize, yorg=(ad.o0, ah.o0, aw.o0, len(row_offsets)), nrows=len(rows),
+                w_base=w_texels, pitch=pitch, sw=aw.istep, kw=kw, dw=dw, xvec4=xvec4,
+                axes=ph))
+            row_offsets += rows
+            w_texels += g.groups * len(rows) * cig * kw * co_pad // 4
+        if len(row_offsets) > 1024:
+            raise UnsupportedError("convolution", "more than 1024 kernel rows")
+        last = (g.n - 1) * x_img + (g.c_in - 1) * x_chan + max_read
+        self.xp_floats = max(last + 1, g.n * x_img)
+        # the padded input copy
+        if not in_place:
+            xs = g.x_strides
+            self.x_relayout = Relayout(
+                op, g.dtype, (g.n, g.c_in, Dp, Hp, Wp), xs, (0, 0, *lo),
+                (g.n, g.c_in, lo[0] + g.in_size[0], lo[1] + g.in_size[1], lo[2] + g.in_size[2]),
+                -(lo[0] * xs[2] + lo[1] * xs[3] + lo[2] * xs[4]),
+                op.desc.input_tensor.total_tensor_size_in_bytes, dst_image=x_img)
+            self.xp = op.scratch(4 * self.xp_floats)
+        # the filter, one re-layout per dispatch
+        self.w_relayouts = []
+        ws = g.w_strides
+        for d in self.dispatches:
+            if not d["nrows"]:
+                continue
+            axes = d["axes"]
+            sizes, strides, base = [g.groups], [], 0
+            if g.backward:       # filter (C_in, C_out/groups, *k)
+                strides = [cig * ws[0]]
+                chan, outc = ws[0], ws[1]
+            else:                # filter (C_out, C_in/groups, *k)
+                strides = [cog * ws[0]]
+                chan, outc = ws[1], ws[0]
+            kst = []
+            for a in range(3):
+                ks = [k for k, _ in axes[a].taps]
+                K = g.kernel[a]
+                if g.flip:
+                    ks = [K - 1 - k for k in ks]
+                step = ks[1] - ks[0] if len(ks) > 1 else 0
+                base += ks[0] * ws[2 + a]
+                kst.append((len(ks), step * ws[2 + a]))
+            sizes = [g.groups, kst[0][0], kst[1][0], cig, kst[2][0], co_pad]
+            strides = [strides[0], kst[0][1], kst[1][1], chan, kst[2][1], outc]
+            hi = sizes[:5] + [cog]
+            self.w_relayouts.append((Relayout(op, g.dtype, sizes, strides, (0,) * 6, hi, base,
+                                              op.desc.filter_tensor.total_tensor_size_in_bytes),
+                                     d["w_base"] * 4))
+        self.wt = op.scratch(16 * max(w_texels, 1))
+        self.texel = texel = _texel_ok(op, self.xp_floats) and _texel_ok(op, w_texels)
+        if not texel:
+            for d in self.dispatches:
+                d["xvec4"] = False
+        name = "convolution_gemm_" + storage_suffix(op, g.dtype) + ("" if texel else "_ssbo")
+        self.local = min(64, op.workgroup_size)
+        kinds = ((runtime.UNIFORM_TEXEL,) * 2 if texel else (STORAGE,) * 2) + \
+            (STORAGE, STORAGE, UNIFORM)
+        for d in self.dispatches:
+            d["pipe"] = op.pipeline(name, kinds, GEMM_PUSH, {
+                0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id, 5: int(d["xvec4"]),
+                6: d["kw"], 7: d["dw"]})
+        ph0 = phases[0]
+        p = np.zeros(28, np.int64)
+        p[0:4] = [cig, co_pad, cog, 0]
+        p[4:8] = [x_img, x_chan, ph0[0].istep * Hp * Wp, ph0[1].istep * Wp]
+        p[8:12] = [*g.out_size, int(g.b_stride is not None)]
+        p[12:16] = [ph0[0].ostep, ph0[1].ostep, ph0[2].ostep, g.b_stride or 0]
+        p[16:20] = g.y_strides[:4]
+        p[20:24] = [g.y_strides[4], 0, 0, 0]
+        words = np.zeros(GEMM_PARAM_WORDS, np.int32)
+        words[:24] = p[:24].astype(np.int32)
+        words[24:28] = self.act_params.view(np.int32)
+        words[28:28 + len(row_offsets)] = row_offsets
+        self.params = op.upload(words)
+        self.x_bytes = 4 * self.xp_floats
+        self.groups_y = g.groups * co_pad // mb
+
+    def encode(self, seq, x, w, b, y) -> None:
+        g, op = self.geo, self.op
+        for rl, dst_off in self.w_relayouts:
+            rl.encode(seq, w, self.wt, dst_off)
+        if self.in_place:
+            src, nbytes = x, min(x.size, self.x_bytes)
+        else:
+            self.x_relayout.encode(seq, x, self.xp)
+            src, nbytes = self.xp, self.x_bytes
+        wb = Bind(self.wt, 0, self.wt.size, "r",
+                  runtime.FORMAT_RGBA32_SFLOAT if self.texel else 0)
+        # without a bias any storage buffer fills the binding (the kernel reads none)
+        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.wt)
+        yb = Bind(y, 0, min(y.size, op.desc.output_tensor.total_tensor_size_in_bytes), "w")
+        mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
+        for d in self.dispatches:
+            if self.texel:
+                fmt = runtime.FORMAT_RGBA32_SFLOAT if d["xvec4"] else runtime.FORMAT_R32_SFLOAT
+                xb = Bind(src, 0, nbytes - nbytes % (16 if d["xvec4"] else 4), "r", fmt)
+            else:
+                xb = Bind(src, 0, nbytes)
+            binds = [xb, wb, bb, yb, Bind(self.params)]
+            qs = d["qsize"]
+            gx = -(-(qs[0] * qs[1] * qs[3]) // self.local)
+            for n0 in range(0, g.n, mz):
+                push = np.array([*qs, *d["yorg"], d["nrows"], d["w_base"], 0, 0, n0,
+                                 d["pitch"]], np.int32)
+                seq.dispatch(d["pipe"], binds, (gx, self.groups_y, min(mz, g.n - n0)),
+                             push.tobytes())
+
+
 #: Paths in order of preference; the first that accepts a geometry runs it.
-PATHS: list[type[Path]] = [DirectPath]
+PATHS: list[type[Path]] = [GemmPath, DirectPath]
 
 
 def choose_path(op: CompiledOperator, geo: Geometry) -> Path:

@@ -1,0 +1,184 @@
+#version 450
+// Convolution as an implicit GEMM, register-blocked: each invocation computes MB output
+// channels x NB consecutive output pixels of one row, summing over (input channel, tap)
+// pairs.  No im2col buffer: the B operand is read straight from float32 input planes
+// (the padded copy made by convolution_relayout.comp, or the input itself when it needs
+// no padding), at
+//     X[image][channel][pixel(q) + tap_offset]       pixel(q) = qd*XS.z + qh*XS.w + qw*SW
+// and the A operand from filters re-laid as [group][row tap][channel][column tap][output
+// channel].  Row taps (kernel positions along d and h) are offsets in a uniform table;
+// column taps (along w) are unrolled (KW, DW): with unit pixel step one row of X is
+// loaded once per (row tap, channel) and reused by every column tap.
+//
+// One kernel serves every fast dense path (ops/convolution.py):
+// * forward convolution (any stride, dilation, padding; groups with enough channels):
+//   taps = the kernel window's offsets in the padded plane;
+// * 1x1 convolution as a plain GEMM: one tap, the plane as one row;
+// * transposed convolution without zero insertion: one dispatch per stride phase, the
+//   taps that reach that phase, output pixels stepping by the stride (YSTEP);
+// * Winograd's batched GEMM: image = transform point, raw float32 store.
+// The epilogue adds the bias, applies the fused activation and stores through the
+// output's DML strides (float32 / float16 / packed float16).
+//
+// Operands come through uniform texel buffers where the device can bind them (lavapipe
+// vectorizes texel fetches but runs storage-buffer loads one lane at a time), else
+// through storage buffers.
+//
+// vkml:variant convolution_gemm_f32 F32=1 TEXEL=1
+// vkml:variant convolution_gemm_f16 F16=1 TEXEL=1
+// vkml:variant convolution_gemm_f16_packed F16_PACKED=1 TEXEL=1
+// vkml:variant convolution_gemm_f32_ssbo F32=1
+// vkml:variant convolution_gemm_f16_ssbo F16=1
+// vkml:variant convolution_gemm_f16_packed_ssbo F16_PACKED=1
+#extension GL_EXT_control_flow_attributes : require
+#include "vkml_float.glsl"
+#include "vkml_activation.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int MB = 8;      // output channels per invocation (x4)
+layout(constant_id = 2) const int NB = 8;      // output pixels per invocation
+layout(constant_id = 3) const int SW = 1;      // X elements between consecutive pixels
+layout(constant_id = 4) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
+layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bound RGBA32F;
+                                               // SW == 1, NB and every row offset x4)
+layout(constant_id = 6) const int KW = 1;      // column taps (innermost kernel axis)
+layout(constant_id = 7) const int DW = 1;      // X elements between column taps
+
+// X elements one row tap reads for the block (SW == 1: one load per element, reused by
+// every column tap), rounded up to whole float4 for XVEC4.
+const int SPAN = (NB - 1) * SW + (KW - 1) * DW + 1;
+const int SPAN4 = (SPAN + 3) / 4 * 4;
+
+#ifdef TEXEL
+layout(set = 0, binding = 0) uniform samplerBuffer X;      // R32F (RGBA32F with XVEC4)
+layout(set = 0, binding = 1) uniform samplerBuffer Wt;     // RGBA32F
+#define LOAD_X(i) texelFetch(X, i).x
+#define LOAD_X4(i) texelFetch(X, i)
+#define LOAD_W(i) texelFetch(Wt, i)
+#else
+layout(std430, set = 0, binding = 0) readonly buffer Xs { float xs_[]; };
+layout(std430, set = 0, binding = 1) readonly buffer Ws { vec4 ws_[]; };
+#define LOAD_X(i) xs_[i]
+#define LOAD_X4(i) vec4(xs_[(i) * 4], xs_[(i) * 4 + 1], xs_[(i) * 4 + 2], xs_[(i) * 4 + 3])
+#define LOAD_W(i) ws_[i]
+#endif
+layout(std430, set = 0, binding = 2) readonly buffer Bias { FSTORE_T bias[]; };
+layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
+layout(std140, set = 0, binding = 4) uniform Params {
+    ivec4 geo;          // input channels per group, padded output channels per group
+                        // (multiple of MB), output channels per group, weight texels per image
+    ivec4 XS;           // X element strides: image, channel, qd, qh
+    ivec4 ysz;          // output D, H, W (positions that exist), has bias
+    ivec4 ystep;        // output positions per q step in d, h, w; bias stride
+    uvec4 ys;           // Y element strides: image, channel, d, h
+    uvec4 ys2;          // Y element stride w, -, -, -
+    vec4 act;           // activation parameters
+    ivec4 rows[256];    // row-tap offsets in X elements (kernel (d, h) positions), 4 per ivec4
+};
+layout(push_constant) uniform Push {
+    ivec4 qsize;        // q extents of this dispatch: QD, QH, QW, blocks per row
+    ivec4 yorg;         // output position of q = 0 (d, h, w); first row tap of this dispatch
+    int nrows;          // row taps of this dispatch
+    int w_base;         // first weight texel of this dispatch
+    int x_base;         // X element index of the first element bound (batch windows)
+    int y_base;         // Y element index of the first element bound
+    int n0;             // first image of this dispatch
+    int pitch;          // > 0: the q row is a whole plane flattened, pitch q per output row
+};
+
+void main() {
+    int blk = int(gl_GlobalInvocationID.x);
+    int per_row = qsize.w;
+    if (blk >= qsize.x * qsize.y * per_row) return;
+    // Per-lane pixel block (once), everything else uniform per workgroup.
+    int qwb = blk % per_row;
+    int r = blk / per_row;
+    int qh = r % qsize.y;
+    int qd = r / qsize.y;
+    int qw0 = qwb * NB;
+    int cb = int(gl_WorkGroupID.y) * MB;             // padded output channel of the block
+    int g = cb / geo.y;
+    int col0 = cb - g * geo.y;
+    int n = n0 + int(gl_WorkGroupID.z);
+    int cig = geo.x;
+
+    vec4 acc[MB / 4][NB];
+    [[unroll]] for (int i = 0; i < MB / 4; i++)
+        [[unroll]] for (int j = 0; j < NB; j++) acc[i][j] = vec4(0.0);
+
+    // Filters are re-laid as [image][group][row tap][channel][column tap][padded channel]
+    int xb = n * XS.x + g * cig * XS.y + qd * XS.z + qh * XS.w + qw0 * SW - x_base;
+    int wstep = geo.y / 4;
+    int wi = w_base + n * geo.w + g * nrows * cig * KW * wstep + col0 / 4;
+    [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
+        int t = yorg.w + rt;
+        int xo = xb + rows[t >> 2][t & 3];
+        [[dont_unroll]] for (int ci = 0; ci < cig; ci++) {
+            if (SW == 1) {
+                float b[SPAN4];
+                if (XVEC4) {
+                    [[unroll]] for (int e = 0; e < SPAN4; e += 4) {
+                        vec4 v = LOAD_X4((xo + e) >> 2);
+                        b[e] = v.x; b[e + 1] = v.y; b[e + 2] = v.z; b[e + 3] = v.w;
+                    }
+                } else {
+                    [[unroll]] for (int e = 0; e < SPAN; e++) b[e] = LOAD_X(xo + e);
+                }
+                [[unroll]] for (int kw = 0; kw < KW; kw++) {
+                    vec4 a[MB / 4];
+                    [[unroll]] for (int i = 0; i < MB / 4; i++) a[i] = LOAD_W(wi + kw * wstep + i);
+                    [[unroll]] for (int i = 0; i < MB / 4; i++)
+                        [[unroll]] for (int j = 0; j < NB; j++)
+                            acc[i][j] = fma(a[i], vec4(b[kw * DW + j]), acc[i][j]);
+                }
+            } else {
+                [[unroll]] for (int kw = 0; kw < KW; kw++) {
+                    float b[NB];
+                    [[unroll]] for (int j = 0; j < NB; j++) b[j] = LOAD_X(xo + kw * DW + j * SW);
+                    vec4 a[MB / 4];
+                    [[unroll]] for (int i = 0; i < MB / 4; i++) a[i] = LOAD_W(wi + kw * wstep + i);
+                    [[unroll]] for (int i = 0; i < MB / 4; i++)
+                        [[unroll]] for (int j = 0; j < NB; j++)
+                            acc[i][j] = fma(a[i], vec4(b[j]), acc[i][j]);
+                }
+            }
+            xo += XS.y;
+            wi += KW * wstep;
+        }
+    }
+
+    int od = yorg.x + qd * ystep.x;
+    if (od < 0 || od >= ysz.x) return;
+    // output offset of each pixel of the block; -1 where there is no output element
+    int yo[NB];
+    [[unroll]] for (int j = 0; j < NB; j++) {
+        int q = qw0 + j;
+        int oh = yorg.y + qh * ystep.y, ow;
+        if (pitch > 0) {                 // flattened plane: q = row * pitch + column
+            oh += (q / pitch) * ystep.y;
+            ow = yorg.z + (q % pitch) * ystep.z;
+        } else {
+            ow = yorg.z + q * ystep.z;
+        }
+        bool ok = q < qsize.z && oh >= 0 && oh < ysz.y && ow >= 0 && ow < ysz.z;
+        yo[j] = ok ? int(uint(n) * ys.x + uint(od) * ys.z + uint(oh) * ys.w
+                         + uint(ow) * ys2.x - uint(y_base)) : -1;
+    }
+    // (constant trip counts only: the block must stay in registers, a dynamic index
+    // into acc would move it to memory)
+    [[unroll]] for (int i4 = 0; i4 < MB / 4; i4++) {
+        [[unroll]] for (int c = 0; c < 4; c++) {
+            int col = col0 + i4 * 4 + c;
+            int co = g * geo.z + col;
+            bool has = col < geo.z;
+            float bv = (has && ysz.w != 0) ? FLOAD(bias, uint(co * ystep.w)) : 0.0;
+            uint yc = uint(co) * ys.y;
+            [[unroll]] for (int j = 0; j < NB; j++) {
+                if (has && yo[j] >= 0) {
+                    float v = vkml_activation(ACT, acc[i4][j][c] + bv, act);
+                    FSTORE(y, yc + uint(yo[j]), v);
+                }
+            }
+        }
+    }
+}
