@@ -14,16 +14,25 @@
 //           runs both sides of a divergent branch, so a "rare" fallback would cost always.
 // A NaN in the window gives NaN; an infinity (and no NaN) gives +inf.
 //
+// Reads: an invocation computes V neighbouring outputs of the last dimension; along it
+// their windows cover T = S*(V-1) + L*(W-1) + 1 neighbouring inputs per window row (ROWS:
+// T <= 32), each read once -- with TEXEL4 as aligned 4-element texels shifted into place
+// (lavapipe gathers a texel per lane in one instruction; storage-buffer reads are scalar).
+//
 // vkml:variant lp_pooling_f32 F32=1
 // vkml:variant lp_pooling_f32_texel F32=1 TEXEL=1
+// vkml:variant lp_pooling_f32_texel4 F32=1 TEXEL4=1
 // vkml:variant lp_pooling_f16 F16=1
 // vkml:variant lp_pooling_f16_packed F16_PACKED=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 
-#ifdef TEXEL
+#if defined(TEXEL)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 #define LOAD(i) texelFetch(Xt, int(i)).x
+#elif defined(TEXEL4)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
+#define LOAD(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
 #define LOAD(i) FLOAD(x, i)
@@ -50,7 +59,7 @@ layout(constant_id = 21) const uint V = 1u;      // outputs of the last dimensio
 layout(constant_id = 22) const bool VEC_STORE = false;   // V = 4 or 8 stored as vec4s
 layout(constant_id = 24) const uint P = 2u;
 layout(constant_id = 25) const bool SCALE = false;
-layout(constant_id = 26) const bool HOLD = false;   // K * V <= 64: values kept in registers
+layout(constant_id = 26) const bool HOLD = false;   // KO * T <= 64: values kept in registers
 
 uint win(int d) { return d == 0 ? W0 : d == 1 ? W1 : W2; }
 uint stride(int d) { return d == 0 ? S0 : d == 1 ? S1 : S2; }
@@ -61,6 +70,7 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 in_stride[2];           // per input dimension
     uvec4 in_size;                // spatial sizes
     ivec4 start;                  // StartPadding
+    uint in_texels;               // TEXEL4: 4-element texels bound
 };
 
 layout(push_constant) uniform Push {
@@ -73,8 +83,13 @@ layout(push_constant) uniform Push {
 #define AT(arr, d) arr[(d) >> 2][(d) & 3]
 const int D = RANK - 2;
 const int LAST = RANK - 1;
-const uint WL = RANK == 4 ? W1 : W2;   // the last spatial dimension's window
+const uint WL = RANK == 4 ? W1 : W2;  // the last spatial dimension's window,
+const uint SL = RANK == 4 ? S1 : S2;  // stride
+const uint LL = RANK == 4 ? L1 : L2;  // and dilation
 const uint KO = W0 * W1 * W2 / WL;    // window positions of the outer spatial dimensions
+const uint T = SL * (V - 1u) + LL * (WL - 1u) + 1u;   // inputs of a window row
+const bool ROWS = T <= 32u;
+const uint TR = ROWS ? T : 1u;
 
 uint coord[8];
 uint base;
@@ -106,13 +121,78 @@ bool outer_row(uint ko, out uint off) {
     return ok;
 }
 
-// Input element kl (last window dimension) of output element j of row `off`; 0 in the
-// padding (row_ok false: the whole row is).
-float element(bool row_ok, uint off, uint j, uint kl) {
-    int i = int((coord[LAST] + j) * stride(D - 1) + kl * dil(D - 1)) - start[D - 1];
+// Input t of a window row: last coordinate i0 + t, 0 in the padding.
+float row_element(bool row_ok, uint off, int i0, uint t) {
+    int i = i0 + int(t);
     bool ok = row_ok && uint(i) < in_size[D - 1];
     float v = LOAD(ok ? off + uint(i) * AT(in_stride, LAST) : 0u);
     return ok ? v : 0.0;
+}
+
+#ifdef TEXEL4
+// Elements sh..sh+3 of the 8 in (a, b).
+vec4 shift4(vec4 a, vec4 b, uint sh) {
+    vec4 h = (sh & 2u) != 0u ? vec4(a.zw, b.xy) : a;
+    vec4 g = (sh & 2u) != 0u ? vec4(b.zw, b.zw) : b;
+    return (sh & 1u) != 0u ? vec4(h.yzw, g.x) : h;
+}
+#endif
+
+// The T inputs of window row `off` from last coordinate i0 (ROWS).
+float row[32];
+void load_row(bool row_ok, uint off, int i0) {
+#ifdef TEXEL4
+    // unit last input stride: T neighbours, as ceil(T / 4) + 1 aligned texels
+    int e0 = int(off) + i0;
+    int q = e0 >> 2;
+    uint sh = uint(e0) & 3u;
+    int last = int(in_texels) - 1;
+    vec4 prev = texelFetch(Xt, clamp(q, 0, last));
+    [[unroll]] for (uint i = 0u; i < (TR + 3u) / 4u; i++) {
+        vec4 next = texelFetch(Xt, clamp(q + int(i) + 1, 0, last));
+        vec4 r = shift4(prev, next, sh);
+        uvec4 c = uvec4(ivec4(i0 + int(4u * i)) + ivec4(0, 1, 2, 3));
+        bvec4 ok = lessThan(c, uvec4(in_size[D - 1]));
+        r = mix(vec4(0.0), r, ok);
+        r = row_ok ? r : vec4(0.0);
+        row[4u * i] = r.x;
+        if (4u * i + 1u < TR) row[4u * i + 1u] = r.y;
+        if (4u * i + 2u < TR) row[4u * i + 2u] = r.z;
+        if (4u * i + 3u < TR) row[4u * i + 3u] = r.w;
+        prev = next;
+    }
+#else
+    [[unroll]] for (uint t = 0u; t < TR; t++) row[t] = row_element(row_ok, off, i0, t);
+#endif
+}
+
+float vals[64];    // HOLD: the window's inputs, [ko * T + t]
+float acc[8], mx[8];
+
+// The input of window position (ko, kl) for output j: from `row` (ROWS), else read.
+float value(bool row_ok, uint off, int i0, uint j, uint kl) {
+    if (ROWS) return row[SL * j + LL * kl];
+    return row_element(row_ok, off, i0, SL * j + LL * kl);
+}
+
+// First read of outer window row ko: P = 1 or unscaled P = 2 sums; with SCALE the
+// largest |x| and the sum of |x| (it detects NaN), and with HOLD the values.
+void first_read(uint ko) {
+    uint off;
+    bool row_ok = outer_row(ko, off);
+    int i0 = int(coord[LAST] * SL) - start[D - 1];
+    if (ROWS) load_row(row_ok, off, i0);
+    [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            float v = value(row_ok, off, i0, j, kl);
+            float a = abs(v);
+            acc[j] += (P == 2u && !SCALE) ? v * v : a;
+            if (SCALE) mx[j] = max(mx[j], a);
+        }
+    }
+    if (HOLD) {
+        [[unroll]] for (uint t = 0u; t < TR; t++) vals[ko * TR + t] = row[t];
+    }
 }
 
 // One value's share of the scaled sum: (|v| * scale)^2 for P = 2 (scale a power of two
@@ -121,25 +201,6 @@ float share(float v, float m, float s1, float s2) {
     float a = abs(v);
     if (P == 2u) { float t = a * s1 * s2; return t * t; }
     return pow_p(a / m);
-}
-
-float vals[64];    // HOLD: the window's values, [(ko * WL + kl) * V + j]
-float acc[8], mx[8];
-
-// First read of outer window row ko: P = 1 or unscaled P = 2 sums; with SCALE the
-// largest |x| and the sum of |x| (it detects NaN), and with HOLD the values.
-void first_read(uint ko) {
-    uint off;
-    bool row_ok = outer_row(ko, off);
-    [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
-        [[unroll]] for (uint j = 0u; j < V; j++) {
-            float v = element(row_ok, off, j, kl);
-            float a = abs(v);
-            acc[j] += (P == 2u && !SCALE) ? v * v : a;
-            if (SCALE) mx[j] = max(mx[j], a);
-            if (HOLD) vals[(ko * WL + kl) * V + j] = v;
-        }
-    }
 }
 
 void main() {
@@ -167,8 +228,6 @@ void main() {
     [[unroll]] for (int d = 0; d < RANK; d++) out_off += coord[d] * AT(out_stride, d);
     base = coord[0] * in_stride[0].x + coord[1] * in_stride[0].y - in_base;
 
-    // First read: P = 1 or unscaled P = 2 sum; with SCALE the largest |x| and the sum
-    // of |x| (NaN and inf detection), and with HOLD the values.
     [[unroll]] for (uint j = 0u; j < 8u; j++) { acc[j] = 0.0; mx[j] = 0.0; }
     if (HOLD) {
         [[unroll]] for (uint ko = 0u; ko < KO; ko++) first_read(ko);
@@ -190,17 +249,21 @@ void main() {
             sum[j] = 0.0;
         }
         if (HOLD) {
-            [[unroll]] for (uint kk = 0u; kk < KO * WL; kk++) {
-                [[unroll]] for (uint j = 0u; j < V; j++)
-                    sum[j] += share(vals[kk * V + j], mx[j], s1[j], s2[j]);
+            [[unroll]] for (uint ko = 0u; ko < KO; ko++) {
+                [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
+                    [[unroll]] for (uint j = 0u; j < V; j++)
+                        sum[j] += share(vals[ko * TR + SL * j + LL * kl], mx[j], s1[j], s2[j]);
+                }
             }
         } else {
             for (uint ko = 0u; ko < KO; ko++) {
                 uint off;
                 bool row_ok = outer_row(ko, off);
+                int i0 = int(coord[LAST] * SL) - start[D - 1];
+                if (ROWS) load_row(row_ok, off, i0);
                 [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
                     [[unroll]] for (uint j = 0u; j < V; j++)
-                        sum[j] += share(element(row_ok, off, j, kl), mx[j], s1[j], s2[j]);
+                        sum[j] += share(value(row_ok, off, i0, j, kl), mx[j], s1[j], s2[j]);
                 }
             }
         }

@@ -191,9 +191,12 @@ def test_zero_windows_and_all_padding(device):
         np.testing.assert_allclose(got, [[[[0, 0], [0, 5]]]], rtol=1e-6)
 
 
-@pytest.mark.parametrize("read", ["ssbo", "texel"])
+@pytest.mark.parametrize("read", ["ssbo", "texel", "texel4"])
 @pytest.mark.parametrize("vec", [1, 4, 8])
 def test_read_paths(device, read, vec, monkeypatch):
+    """Each input path forced (storage buffer, R32 texels, RGBA32 texels shifted into
+    place), with 1, 4 or 8 outputs per invocation: row tails, strides, dilations,
+    padding on both sides."""
     from vkml.ops.lp_pooling import CompiledLpPooling
 
     monkeypatch.setattr(CompiledLpPooling, "force_read", read)
@@ -211,12 +214,16 @@ def test_read_paths(device, read, vec, monkeypatch):
 
 
 def test_large_windows(device):
-    """Windows too large to keep in registers are read twice (P > 2, float32 P = 2)."""
+    """Windows too large to keep in registers are read twice (P > 2, float32 P = 2), and
+    window rows too long to read at once are read element by element."""
     rng = np.random.default_rng(2)
-    x = (rng.standard_normal((1, 2, 20, 20)) * 1e20).astype(np.float32)
-    for p in (2, 3):
-        got = vkml.lp_pooling(x, (9, 9), strides=(5, 3), start_padding=2, p=p, device=device)
-        assert_close(got, lp_ref(x, (9, 9), (5, 3), (2, 2), (0, 0), (1, 1), p), "float32", p)
+    x = (rng.standard_normal((1, 2, 20, 40)) * 1e20).astype(np.float32)
+    for p in (1, 2, 3):
+        for window, strides, dil in (((9, 9), (5, 3), (1, 1)), ((2, 5), (1, 2), (1, 8))):
+            got = vkml.lp_pooling(x, window, strides=strides, dilations=dil, start_padding=2,
+                                  p=p, device=device)
+            ref = lp_ref(x, window, strides, (2, 2), (0, 0), dil, p)
+            assert_close(got, ref, "float32", p)
 
 
 def test_packed_float16(device):

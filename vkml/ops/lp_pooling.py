@@ -21,7 +21,7 @@ from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc, lp_p
 from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import FORMAT_R32_SFLOAT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
+from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
 from .base import implements
 from .fold import PUSH_BYTES, BoxKernel, spec_geometry
 from .functional import as_array, pick_device, run
@@ -33,11 +33,27 @@ __all__ = ["lp_pooling"]
 class CompiledLpPooling(BoxKernel):
     """LP pooling on this device: see the module doc."""
 
-    #: "ssbo" or "texel" (float32 through an R32 uniform texel buffer: lavapipe
-    #: vectorizes texel reads); None chooses the fastest the tensor and device allow.
+    #: "ssbo", "texel" (float32 through an R32 uniform texel buffer: lavapipe
+    #: vectorizes texel reads) or "texel4" (RGBA32 texels, 4 neighbours at once); None
+    #: chooses the fastest the tensor and device allow (tests force each).
     force_read: str | None = None
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 8
+
+    def _choose_read(self, src) -> str:
+        texels = self.ctx.limits["maxTexelBufferElements"]
+        whole = self.kernel == "lp_pooling_f32" and self.windows is None
+        ok = {"ssbo": True,
+              "texel": whole and self.in_bytes // 4 <= texels,
+              "texel4": (whole and -(-self.in_bytes // 16) <= texels
+                         and self.in_strides[-1] == 1)}
+        if self.force_read is not None:
+            return self.force_read if ok[self.force_read] else "ssbo"
+        return "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
+
+    def _row_inputs(self, v: int) -> int:
+        """T: inputs of one window row along the last dimension for v outputs."""
+        return self.strides[-1] * (v - 1) + self.dil[-1] * (self.win[-1] - 1) + 1
 
     def build(self) -> None:
         d = self.desc
@@ -66,27 +82,34 @@ class CompiledLpPooling(BoxKernel):
         self.window_count = math.prod(self.win)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
-        texels = self.ctx.limits["maxTexelBufferElements"]
-        texel_ok = (self.kernel == "lp_pooling_f32" and self.windows is None
-                    and self.in_bytes // 4 <= texels)
-        want = self.force_read or "texel"
-        self.read = "texel" if want == "texel" and texel_ok else "ssbo"
+        self.read = self._choose_read(src)
         self.in_kind, self.in_fmt = STORAGE, 0
         if self.read == "texel":
             self.kernel += "_texel"
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_R32_SFLOAT
+        elif self.read == "texel4":
+            self.kernel += "_texel4"
+            self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
+            self.in_bind = -(-self.in_bytes // 16) * 16
         self.vec_store_ok = src.data_type == DataType.FLOAT32
         self.params = self.upload(self._params())
         self.consts = {1: self.rank, 24: self.p,
                        **spec_geometry(self.win, self.strides, self.dil)}
 
+    def hold(self, v: int) -> bool:
+        """Keep the window's inputs in registers between the two sums of a scaled P: when
+        a window row's inputs are read as one row (T <= 32) and all rows make <= 64."""
+        t = self._row_inputs(v)
+        return self.scale and t <= 32 and self.window_count // self.win[-1] * t <= 64
+
     def _params(self) -> np.ndarray:
-        p = np.zeros(4 * 6, dtype=np.uint32)
+        p = np.zeros(4 * 7, dtype=np.uint32)
         p[0:self.rank] = self.box_out_strides
         p[8:8 + self.rank] = self.in_strides
         n = self.rank - 2
         p[16:16 + n] = self.in_sizes[2:]
         p[20:20 + n] = self.start
+        p[24] = self.in_bind // 16
         return p
 
     def vector_width(self, origin, extent, out_base) -> int:
@@ -115,7 +138,7 @@ class CompiledLpPooling(BoxKernel):
             return self.pipeline(self.kernel, kinds, PUSH_BYTES,
                                  {0: local, 23: ly, 2: xdims, 21: v,
                                   22: int(vec_store and self.vec_store_ok), 25: int(self.scale),
-                                  26: int(self.scale and self.window_count * v <= 64),
+                                  26: int(self.hold(v)),
                                   **self.consts})
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
