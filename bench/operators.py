@@ -292,30 +292,26 @@ def vkml_call(vkml, op: str, p: dict, inputs: list, device):
 
 
 def dml_desc(dml, op: str, p: dict, dtype: np.dtype):
-    """The DML descriptor of the workload, and the input shapes in binding order
-    (None for an absent optional input)."""
+    """The DML descriptor of the workload (inputs in binding order, as vkml's functional
+    form builds them)."""
     T = dml.TensorDesc
     x = T(dtype, tuple(p["shape"]))
     y = T(dtype, tuple(p["out_shape"]))
     if op == "pad":
-        desc = dml.PaddingOperatorDesc(x, y, p["mode"], float(p["value"]), tuple(p["start"]),
+        return dml.PaddingOperatorDesc(x, y, p["mode"], float(p["value"]), tuple(p["start"]),
                                        tuple(p["end"]))
-        return desc, [tuple(p["shape"])]
     if op in ("fold", "unfold"):
         cls = dml.FoldOperatorDesc if op == "fold" else dml.UnfoldOperatorDesc
-        desc = cls(x, y, tuple(p["window"]), tuple(p["strides"]), tuple(p["dilations"]),
+        return cls(x, y, tuple(p["window"]), tuple(p["strides"]), tuple(p["dilations"]),
                    tuple(p["start_padding"]), tuple(p["end_padding"]))
-        return desc, [tuple(p["shape"])]
     if op == "lp_pooling":
-        desc = dml.LpPooling1OperatorDesc(x, y, tuple(p["strides"]), tuple(p["window"]),
+        return dml.LpPooling1OperatorDesc(x, y, tuple(p["strides"]), tuple(p["window"]),
                                           tuple(p["start_padding"]), tuple(p["end_padding"]),
                                           tuple(p["dilations"]), p["p"])
-        return desc, [tuple(p["shape"])]
     n = len(p["input"]) - 2
     bias_shape = (1, p["out_shape"][1]) + (1,) * n if p["bias"] else None
-    desc = dml.ConvolutionOperatorDesc(
+    return dml.ConvolutionOperatorDesc(
         x, T(dtype, tuple(p["filter"])), T(dtype, bias_shape) if bias_shape else None, y,
         p["mode"], p["direction"], tuple(p["strides"]), tuple(p["dilations"]),
         tuple(p["start_padding"]), tuple(p["end_padding"]), tuple(p["output_padding"]),
         p["groups"], p["activation"])
-    return desc, [tuple(p["input"]), tuple(p["filter"]), bias_shape]

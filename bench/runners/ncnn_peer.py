@@ -59,10 +59,10 @@ def _layer(workload) -> tuple[str, str, bytes, int]:
         return "Unfold", params, b"", 3
     if op == "lp_pooling":
         raise Absent("ncnn has no LP pooling layer")
-    return _conv_layer(workload, p)
+    return _conv_layer(p)
 
 
-def _conv_layer(workload, p):
+def _conv_layer(p):
     n = len(p["input"]) - 2
     if p["mode"] == "convolution" or p["activation"] is not None:
         raise Absent("the ncnn runner does cross-correlation without a fused activation")

@@ -46,7 +46,7 @@ class VkmlRunner(Runner):
         dev = self.device
         if not hasattr(dml, workload.spec.desc):
             raise Absent(f"vkml.dml.{workload.spec.desc} is not implemented yet")
-        desc, shapes = operators.dml_desc(dml, workload.op, workload.p, workload.np_dtype)
+        desc = operators.dml_desc(dml, workload.op, workload.p, workload.np_dtype)
         compiled = dev.compile_operator(dev.create_operator(desc))
         ins = [None if a is None else dev.empty(a.shape, a.dtype) for a in inputs]
         out_desc = desc.outputs()[0]
