@@ -78,9 +78,20 @@ layout(push_constant) uniform Push {
     uvec4 extent[2];
     uint in_base, out_base;       // element index of the first bound element
     uint x_count;                 // invocations along x
+    uint pad_;
+    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
 };
 
 #define AT(arr, d) arr[(d) >> 2][(d) & 3]
+
+// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
+// a * ceil(2^32 / extent), exact there.  lavapipe runs an integer division as one scalar
+// division per lane; the multiply-high is a vector instruction.
+uint divide(uint a, int d) {
+    uint hi, lo;
+    umulExtended(a, AT(magic, d), hi, lo);
+    return AT(extent, d) == 1u ? a : hi;
+}
 const int D = RANK - 2;
 const int LAST = RANK - 1;
 const uint WL = RANK == 4 ? W1 : W2;  // the last spatial dimension's window,
@@ -209,18 +220,18 @@ void main() {
     if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
     uint z = gl_GlobalInvocationID.z;
     [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
-        uint e = AT(extent, d);
-        coord[d] = AT(origin, d) + z % e;
-        z /= e;
+        uint q = divide(z, d);
+        coord[d] = AT(origin, d) + z - q * AT(extent, d);
+        z = q;
     }
     if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
     [[unroll]] for (int d = LAST; d > YDIM; d--) {
         if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
             coord[d] = AT(origin, d) + gx * V;
         } else {
-            uint e = AT(extent, d);
-            coord[d] = AT(origin, d) + gx % e;
-            gx /= e;
+            uint q = divide(gx, d);
+            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
+            gx = q;
         }
     }
     uint count = min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);

@@ -33,7 +33,19 @@ __all__ = ["fold"]
 
 MAX_RANK = 8
 MAX_SPATIAL = 6
-PUSH_BYTES = 76          # origin[8], extent[8], in_base, out_base, x_count
+# origin[8], extent[8], in_base, out_base, x_count, (pad), magic[8]
+PUSH_BYTES = 112
+#: Grid coordinates the kernels divide (z, and x over several dimensions) stay below
+#: this, so the division by an extent is a multiply-high by ``magic`` (see div_magic).
+GRID_LIMIT = 1 << 16
+
+
+def div_magic(e: int) -> int:
+    """``ceil(2^32 / e)``: for z, e < 2^16, ``floor(z / e)`` is the high word of
+    ``z * magic`` (the error z * (magic - 2^32/e) / 2^32 < 2^-16 < 1/e cannot carry
+    past the next multiple).  lavapipe runs an integer division as 8 scalar divisions
+    per 8 lanes; a multiply-high is a vector instruction.  e = 1 is handled apart."""
+    return 0 if e <= 1 else -(-(1 << 32) // e)
 
 
 # -- grids over boxes ------------------------------------------------------------------
@@ -84,12 +96,13 @@ def split_groups(origin, extent, local: int, max_groups, xdims: int, v: int = 1,
             out += split_groups(o, e, local, max_groups, xdims, v, ly)
         return out
 
-    if x_invocations(extent, xdims, v) > mx * local:
-        if xdims == 1:
-            return pieces(rank - 1, mx * local * v)
+    if xdims == 1 and x_invocations(extent, xdims, v) > mx * local:
+        return pieces(rank - 1, mx * local * v)
+    if xdims > 1 and x_invocations(extent, xdims, v) > min(mx * local, GRID_LIMIT - 1):
+        cap = min(mx * local, GRID_LIMIT - 1)
         for d in range(rank - xdims, rank):
-            if math.prod(extent[d:]) > mx * local:
-                return pieces(d, max(1, (mx * local) // math.prod(extent[d + 1:])))
+            if math.prod(extent[d:]) > cap:
+                return pieces(d, max(1, cap // math.prod(extent[d + 1:])))
     ydim = rank - xdims - 1
     if ydim >= 0 and -(-extent[ydim] // ly) > my:
         return pieces(ydim, my * ly)
@@ -164,8 +177,8 @@ class BoxKernel(CompiledOperator):
                          in_fmt=0) -> None:
         """Record the kernel over the whole box (``windows`` None) or each window.
 
-        ``pipeline_for(local_x, local_y, xdims, v, vector_store)`` gives the pipeline; ``fixed`` are the bindings after the
-        input and output ones (parameters)."""
+        ``pipeline_for(local_x, local_y, xdims, v, vector_store)`` gives the pipeline;
+        ``fixed`` are the bindings after the input and output ones (parameters)."""
         local = self.local
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         rank = len(self.box)
@@ -201,6 +214,7 @@ class BoxKernel(CompiledOperator):
                 push[0:rank] = o
                 push[8:8 + rank] = e
                 push[16:19] = [in_base, out_base, x_invocations(e, xdims, v)]
+                push[20:20 + rank] = [div_magic(n) for n in e]
                 seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly), push.tobytes())
 
     @property
@@ -212,10 +226,10 @@ class BoxKernel(CompiledOperator):
         return 1
 
     def vector_store(self, origin, out_base, v) -> bool:
-        """Whether the V = 4 elements of an invocation are stored as one vector: the last
+        """Whether the V = 4 or 8 elements of an invocation are stored as vec4s: the last
         dimension is packed and every invocation's first element is 4-aligned."""
         st = self.box_out_strides
-        return (v == 4 and st[-1] == 1 and all(s % 4 == 0 for s in st[:-1])
+        return (v in (4, 8) and st[-1] == 1 and all(s % 4 == 0 for s in st[:-1])
                 and origin[-1] % 4 == 0 and out_base % 4 == 0)
 
 
