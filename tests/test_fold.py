@@ -403,3 +403,17 @@ def test_dimension_count_limit():
 
 def test_feature_level():
     assert _desc().feature_level() == dml.FeatureLevel.FL_6_4
+
+
+def test_grids_beyond_max_workgroup_count(device):
+    """Dispatches larger than maxComputeWorkGroupCount are split (lowered here): along x,
+    y and z, with rows of several invocations and with x over several dimensions."""
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
+        rng = np.random.default_rng(15)
+        for out, window in (((5, 3, 600), (2, 1, 3)), ((4, 3, 5, 2), (2, 2, 2, 1))):
+            d = len(out)
+            blocks = blocks_ref(out, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d)
+            x = random_values(rng, (2, 3 * math.prod(window), math.prod(blocks)), "float32")
+            got = vkml.fold(x, out, window, start_padding=1, device=dev)
+            assert_close(got, fold_ref(x, out, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d),
+                         "float32")

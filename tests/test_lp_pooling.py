@@ -345,3 +345,14 @@ def test_functional_argument_errors(device):
 def test_feature_levels():
     assert _desc().feature_level() == dml.FeatureLevel.FL_6_2
     assert _desc(dml.LpPoolingOperatorDesc).feature_level() == dml.FeatureLevel.FL_1_0
+
+
+def test_grids_beyond_max_workgroup_count(device):
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
+        rng = np.random.default_rng(17)
+        for shape, window in (((2, 3, 7, 600), (2, 3)), ((1, 3, 4, 5, 3), (2, 2, 2))):
+            x = rng.standard_normal(shape).astype(np.float32)
+            d = len(window)
+            got = vkml.lp_pooling(x, window, start_padding=1, p=2, device=dev)
+            assert_close(got, lp_ref(x, window, (1,) * d, (1,) * d, (0,) * d, (1,) * d, 2),
+                         "float32", 2)

@@ -267,3 +267,13 @@ def test_functional_argument_errors(device):
 
 def test_feature_level():
     assert _desc().feature_level() == dml.FeatureLevel.FL_6_4
+
+
+def test_grids_beyond_max_workgroup_count(device):
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
+        rng = np.random.default_rng(16)
+        for shape, window in (((2, 3, 5, 600), (2, 3)), ((1, 2, 4, 3, 5, 2), (2, 2, 1, 2))):
+            x = random_bits(rng, shape, "int16")
+            d = len(window)
+            got = vkml.unfold(x, window, end_padding=1, device=dev)
+            assert same_bits(got, unfold_ref(x, window, (1,) * d, (1,) * d, (0,) * d, (1,) * d))
