@@ -374,6 +374,7 @@ def _desc(**kw):
     (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 4, 0))),
      "output_tensor.strides"),
     (dict(input_tensor=None), "input_tensor"),
+    (dict(strides=2), "strides"),
 ])
 def test_validation_names_the_field(device, kw, field):
     with pytest.raises(ValidationError) as err:

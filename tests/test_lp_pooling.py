@@ -317,6 +317,7 @@ def _desc(cls=dml.LpPooling1OperatorDesc, **kw):
     (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
      "output_tensor.strides"),
     (dict(input_tensor=None), "input_tensor"),
+    (dict(window_size=3), "window_size"),
 ])
 def test_validation_names_the_field(device, kw, field):
     with pytest.raises(ValidationError) as err:
@@ -334,6 +335,8 @@ def test_functional_argument_errors(device):
         vkml.lp_pooling(x, 2, p=1.5, device=device)
     with pytest.raises(ValidationError, match="p"):
         vkml.lp_pooling(x, 2, p=0, device=device)
+    with pytest.raises(ValidationError, match="p"):
+        vkml.lp_pooling(x, 2, p=True, device=device)
     with pytest.raises(ValidationError, match="x"):
         vkml.lp_pooling(np.zeros((4, 4), np.float32), 2, device=device)
     with pytest.raises(ValidationError, match="window_size"):

@@ -52,11 +52,12 @@ class SlidingWindowDesc(OperatorDesc):
             v = getattr(self, name)
             if v is None and rank is not None and rank > 0:
                 v = (neutral,) * rank      # None: the neutral value (API.md)
-            if v is not None and not isinstance(v, tuple):
+            if v is not None and not isinstance(v, tuple) and not isinstance(v, (int, str)):
                 v = tuple(v)
             set_(self, name, v)
-        if self.window_sizes is not None and not isinstance(self.window_sizes, tuple):
-            set_(self, "window_sizes", tuple(self.window_sizes))
+        v = self.window_sizes
+        if v is not None and not isinstance(v, tuple) and not isinstance(v, (int, str)):
+            set_(self, "window_sizes", tuple(v))
 
     def inputs(self):
         return [self.input_tensor]
@@ -111,6 +112,9 @@ class SlidingWindowDesc(OperatorDesc):
                 self.fail(f"{col_name}.sizes[{i}]", "the dimensions before (N, C x "
                           f"prod(WindowSizes), BlockCount) must have size 1, got {cols.sizes[i]}")
         what = f"DimensionCount = {d}, the spatial dimensions of {img_name}"
+        for name in ("window_sizes", "strides", "dilations", "start_padding", "end_padding"):
+            if not isinstance(getattr(self, name), tuple):
+                self.fail(name, f"must be a sequence of {d} UINTs, got {getattr(self, name)!r}")
         window = self.check_uints("window_sizes", self.window_sizes, d, 1, what)
         self.check_uints("strides", self.strides, d, 1, what)
         self.check_uints("dilations", self.dilations, d, 1, what)

@@ -41,7 +41,7 @@ class _LpPoolingRules(OperatorDesc):
             v = getattr(self, name)
             if v is None and name != "window_size" and rank is not None and rank > 0:
                 v = (1 if name in ("strides", "dilations") else 0,) * rank
-            if v is not None and not isinstance(v, tuple):
+            if v is not None and not isinstance(v, tuple) and not isinstance(v, (int, str)):
                 v = tuple(v)
             set_(self, name, v)
 
@@ -64,6 +64,9 @@ class _LpPoolingRules(OperatorDesc):
         check_no_overlap(self, "output_tensor", self.output_tensor)
         d = self.input_tensor.dimension_count - 2
         what = f"DimensionCount = {d}: 2 for 4D tensors, 3 for 5D"
+        for name in self._PER_DIM:
+            if hasattr(self, name) and not isinstance(getattr(self, name), tuple):
+                self.fail(name, f"must be a sequence of {d} UINTs, got {getattr(self, name)!r}")
         window = self.check_uints("window_size", self.window_size, d, 1, what)
         strides = self.check_uints("strides", self.strides, d, 1, what)
         start = self.check_uints("start_padding", self.start_padding, d, 0, what)

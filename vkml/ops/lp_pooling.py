@@ -163,6 +163,8 @@ def lp_pooling(x, window_size, *, strides=None, start_padding=None, end_padding=
         raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
                               f"shape {tuple(x.shape)}")
     try:
+        if isinstance(p, bool):
+            raise TypeError
         p = operator.index(p)
     except TypeError:
         raise ValidationError("p", f"must be an integer >= 1, got {p!r}") from None
