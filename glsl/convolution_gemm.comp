@@ -44,10 +44,13 @@ layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bo
 layout(constant_id = 6) const int KW = 1;      // column taps (innermost kernel axis)
 layout(constant_id = 7) const int DW = 1;      // X elements between column taps
 
-// X elements one row tap reads for the block (SW == 1: one load per element, reused by
-// every column tap), rounded up to whole float4 for XVEC4.
+// X elements one row tap reads for the block.  Where that is no more than the products'
+// operands (KW * NB) the row is loaded once and reused by every column tap (ROWLOAD);
+// else (1xK strided kernels) each column tap loads its NB pixels.  Rounded up to whole
+// float4 for XVEC4.
 const int SPAN = (NB - 1) * SW + (KW - 1) * DW + 1;
 const int SPAN4 = (SPAN + 3) / 4 * 4;
+const bool ROWLOAD = SPAN <= KW * NB;
 
 #ifdef TEXEL
 layout(set = 0, binding = 0) uniform samplerBuffer X;      // R32F (RGBA32F with XVEC4)
@@ -84,19 +87,24 @@ layout(push_constant) uniform Push {
     int y_base;         // Y element index of the first element bound
     int n0;             // first image of this dispatch
     int pitch;          // > 0: the q row is a whole plane flattened, pitch q per output row
+    int cbl;            // channel blocks spread over the lanes (few pixels: lanes stay busy)
+    int cb_count;       // channel blocks in all (groups * padded channels / MB)
 };
 
 void main() {
-    int blk = int(gl_GlobalInvocationID.x);
     int per_row = qsize.w;
-    if (blk >= qsize.x * qsize.y * per_row) return;
+    int nblk = qsize.x * qsize.y * per_row;
+    int lane = int(gl_GlobalInvocationID.x);
+    int blk = lane % nblk;
+    int cbi = int(gl_WorkGroupID.y) * cbl + lane / nblk;   // channel block of this lane
+    if (lane >= nblk * cbl || cbi >= cb_count) return;
     // Per-lane pixel block (once), everything else uniform per workgroup.
     int qwb = blk % per_row;
     int r = blk / per_row;
     int qh = r % qsize.y;
     int qd = r / qsize.y;
     int qw0 = qwb * NB;
-    int cb = int(gl_WorkGroupID.y) * MB;             // padded output channel of the block
+    int cb = cbi * MB;                               // padded output channel of the block
     int g = cb / geo.y;
     int col0 = cb - g * geo.y;
     int n = n0 + int(gl_WorkGroupID.z);
@@ -114,7 +122,7 @@ void main() {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
         [[dont_unroll]] for (int ci = 0; ci < cig; ci++) {
-            if (SW == 1) {
+            if (ROWLOAD) {
                 float b[SPAN4];
                 if (XVEC4) {
                     [[unroll]] for (int e = 0; e < SPAN4; e += 4) {
@@ -129,7 +137,7 @@ void main() {
                     [[unroll]] for (int i = 0; i < MB / 4; i++) a[i] = LOAD_W(wi + kw * wstep + i);
                     [[unroll]] for (int i = 0; i < MB / 4; i++)
                         [[unroll]] for (int j = 0; j < NB; j++)
-                            acc[i][j] = fma(a[i], vec4(b[kw * DW + j]), acc[i][j]);
+                            acc[i][j] = fma(a[i], vec4(b[kw * DW + j * SW]), acc[i][j]);
                 }
             } else {
                 [[unroll]] for (int kw = 0; kw < KW; kw++) {

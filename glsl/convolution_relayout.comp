@@ -8,9 +8,9 @@
 //   dst[sum_k c_k * dstride_k] = src[base + sum_k c_k * stride_k]  if lo_k <= c_k < hi_k
 //                                                                  for every k, else 0
 // over an 8-D box c (source strides may be negative: flipped axes).  Lanes run along the
-// innermost dimension; each workgroup walks RPG consecutive rows of the next one, its
-// other coordinates decomposed once (lavapipe pays ~1 us per workgroup, and integer
-// division per row or per lane costs more than the copy).
+// two innermost dimensions; each workgroup walks RPG consecutive rows of the next one,
+// its other coordinates decomposed once (lavapipe pays microseconds per workgroup, and
+// integer division per element costs more than the copy).
 //
 // vkml:variant convolution_relayout_f32 F32=1
 // vkml:variant convolution_relayout_f16 F16=1
@@ -59,18 +59,22 @@ layout(push_constant) uniform Push {
 
 void main() {
     const int E = V4 ? 4 : 1;
-    int c7 = int(gl_GlobalInvocationID.x) * E;
-    if (c7 >= AT(size, 7)) return;
-    // Workgroup z -> dimensions 0..5 and a group of RPG rows along dimension 6: all
-    // uniform, decomposed once per workgroup.
+    // Lanes over the two innermost dimensions flattened (one division per lane);
+    // workgroup z -> dimensions 0..4 and a group of RPG rows along dimension 5, decomposed
+    // once per workgroup.
+    int inner = int(gl_GlobalInvocationID.x) * E;
+    int s7 = AT(size, 7);
+    if (inner >= AT(size, 6) * s7) return;
+    int c7 = inner % s7;
+    int c6 = inner / s7;
     int rpg = base.y;
     int z = int(z0 + gl_WorkGroupID.z);
     int r0 = (z % base.z) * rpg;
     z /= base.z;
-    bool inside = true;
-    int si = base.x + c7 * AT(stride, 7);
-    int di = c7 * AT(dstride, 7);
-    [[unroll]] for (int k = 5; k >= 0; k--) {
+    bool inside = c6 >= AT(lo, 6) && c6 < AT(hi, 6);
+    int si = base.x + c6 * AT(stride, 6) + c7 * AT(stride, 7);
+    int di = c6 * AT(dstride, 6) + c7 * AT(dstride, 7);
+    [[unroll]] for (int k = 4; k >= 0; k--) {
         int s = AT(size, k);
         int ck = z % s;
         z /= s;
@@ -80,18 +84,18 @@ void main() {
     }
     bool in7[4];
     [[unroll]] for (int e = 0; e < E; e++) in7[e] = c7 + e >= AT(lo, 7) && c7 + e < AT(hi, 7);
-    int r1 = min(r0 + rpg, AT(size, 6));
-    si += r0 * AT(stride, 6);
-    di += r0 * AT(dstride, 6);
+    int r1 = min(r0 + rpg, AT(size, 5));
+    si += r0 * AT(stride, 5);
+    di += r0 * AT(dstride, 5);
     for (int r = r0; r < r1; r++) {
-        bool row = inside && r >= AT(lo, 6) && r < AT(hi, 6);
+        bool row = inside && r >= AT(lo, 5) && r < AT(hi, 5);
         vec4 v = vec4(0.0);
         [[unroll]] for (int e = 0; e < E; e++) {
             if (row && in7[e]) v[e] = LOAD(uint(si + e * AT(stride, 7)) - src_base);
         }
         if (V4) dst4[(dst_base + uint(di)) >> 2] = v;
         else dst[dst_base + uint(di)] = v.x;
-        si += AT(stride, 6);
-        di += AT(dstride, 6);
+        si += AT(stride, 5);
+        di += AT(dstride, 5);
     }
 }

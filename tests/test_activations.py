@@ -130,30 +130,34 @@ def test_formula_float16(device, name):
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", ["dense", "depthwise"])
 @pytest.mark.parametrize("name", list(FORMULAS))
-def test_fused_in_every_path(device, name):
+def test_fused_in_every_path(device, name, shape):
     """Each activation inside a real convolution, on every kernel path that accepts the
-    shape (3x3 stride 1, 8 -> 8 channels: the shape every path takes)."""
+    shape: 16 -> 16 channels 3x3 over 24x24 (direct, implicit GEMM, Winograd), and a
+    depthwise 3x3 (direct, depthwise)."""
     params, formula = FORMULAS[name]
     act = dml.ACTIVATIONS[name](**params)
     rng = np.random.default_rng(list(FORMULAS).index(name))
-    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
-    w = (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32)
-    b = rng.standard_normal(8).astype(np.float32)
-    want = formula(reference(x, w, b, start=[1, 1], end=[1, 1]), **params)
+    groups = 16 if shape == "depthwise" else 1
+    x = rng.standard_normal((1, 16, 24, 24)).astype(np.float32)
+    w = (rng.standard_normal((16, 16 // groups, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    want = formula(reference(x, w, b, start=[1, 1], end=[1, 1], groups=groups), **params)
     desc = dml.ConvolutionOperatorDesc(
         dml.TensorDesc("float32", x.shape), dml.TensorDesc("float32", w.shape),
-        dml.TensorDesc("float32", (1, 8, 1, 1)), dml.TensorDesc("float32", x.shape),
-        start_padding=(1, 1), end_padding=(1, 1), fused_activation=act)
+        dml.TensorDesc("float32", (1, 16, 1, 1)), dml.TensorDesc("float32", x.shape),
+        start_padding=(1, 1), end_padding=(1, 1), group_count=groups, fused_activation=act)
     geo = conv_ops.Geometry.of(desc)
     op = device.compile_operator(device.create_operator(desc))
     accepting = [p.name for p in conv_ops.PATHS if p.accepts(op, geo)]
     op.release()
-    assert "direct" in accepting
+    assert set(accepting) == ({"direct", "depthwise"} if groups > 1 else
+                              {"direct", "gemm", "winograd"})
     for path in accepting:
         got, compiled = run_desc(device, desc, x, w, b, path=path)
         assert compiled.path.name == path
-        np.testing.assert_allclose(got.reshape(x.shape), want, rtol=1e-4, atol=2e-4,
+        np.testing.assert_allclose(got.reshape(x.shape), want, rtol=1e-4, atol=3e-4,
                                    err_msg=path)
 
 

@@ -446,29 +446,101 @@ def accepting_paths(device, desc):
     return names
 
 
-@pytest.mark.parametrize("path", ["gemm"])
-def test_dense_paths_against_torch(device, budget, path):
-    """Each dense path, forced, over random configurations it accepts (forward and
-    transposed, 1-3 spatial dims, groups, strides, dilations, padding, output padding)."""
+def winograd_case(rng, small: bool, dtype="float32"):
+    """3x3 stride 1 with 16-24 channels and >= 32 output tiles (Winograd's domain)."""
+    n = int(rng.integers(1, 3))
+    cin, cout = int(rng.integers(16, 25)), int(rng.integers(16, 25))
+    h, w = (int(rng.integers(18, 26)), int(rng.integers(18, 26))) if n == 1 else \
+        (int(rng.integers(14, 20)), int(rng.integers(14, 20)))
+    st = tuple(int(v) for v in rng.integers(0, 3, 2))
+    en = tuple(int(v) for v in rng.integers(0, 3, 2))
+    xd = dml.TensorDesc(dtype, (n, cin, h, w))
+    wd = dml.TensorDesc(dtype, (cout, cin, 3, 3))
+    mode = "convolution" if rng.random() < 0.3 else "cross_correlation"
+    out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, start_padding=st,
+                                      end_padding=en).expected_output_sizes()
+    bias = rng.random() < 0.6
+    desc = dml.ConvolutionOperatorDesc(xd, wd, dml.TensorDesc(dtype, (1, cout, 1, 1)) if bias
+                                       else None, dml.TensorDesc(dtype, out), mode=mode,
+                                       start_padding=st, end_padding=en)
+    return (desc, rng.standard_normal(xd.sizes).astype(dtype),
+            rng.standard_normal(wd.sizes).astype(dtype),
+            rng.standard_normal(cout).astype(dtype) if bias else None)
+
+
+def depthwise_case(rng, small: bool, dtype="float32"):
+    """Depthwise (group count = input channels), channel multiplier 1-3, any stride,
+    dilation and padding, 1-3 spatial dims; rows sometimes a multiple of 4 (float4 paths)."""
+    while True:
+        nd = int(rng.integers(1, 4))
+        c, m = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+        k = [int(rng.integers(1, 6)) for _ in range(nd)]
+        s = [int(rng.integers(1, 3)) for _ in range(nd)]
+        d = [int(rng.integers(1, 3)) for _ in range(nd)]
+        hi = {1: 40, 2: 14, 3: 7}[nd]
+        sp = [int(rng.integers(1, hi)) for _ in range(nd)]
+        if rng.random() < 0.5:
+            sp[-1] = 4 * int(rng.integers(2, 6))
+        st = [int(rng.integers(0, 3)) for _ in range(nd)]
+        en = [int(rng.integers(0, 3)) for _ in range(nd)]
+        n = int(rng.integers(1, 3))
+        xd = dml.TensorDesc(dtype, (n, c, *sp))
+        wd = dml.TensorDesc(dtype, (c * m, 1, *k))
+        kw = dict(strides=tuple(s), dilations=tuple(d), start_padding=tuple(st),
+                  end_padding=tuple(en), group_count=c,
+                  mode="convolution" if rng.random() < 0.3 else "cross_correlation")
+        probe = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw)
+        if min(probe.convolution_sizes()) < 1:
+            continue
+        bias = rng.random() < 0.6
+        desc = dml.ConvolutionOperatorDesc(xd, wd, dml.TensorDesc(dtype, (1, c * m) + (1,) * nd)
+                                           if bias else None,
+                                           dml.TensorDesc(dtype, probe.expected_output_sizes()),
+                                           **kw)
+        return (desc, rng.standard_normal(xd.sizes).astype(dtype),
+                rng.standard_normal(wd.sizes).astype(dtype),
+                rng.standard_normal(c * m).astype(dtype) if bias else None)
+
+
+CASES = {"gemm": dense_case, "winograd": winograd_case, "depthwise": depthwise_case}
+
+
+def path_tolerance(path, w, dtype="float32"):
+    """Winograd F(4x4,3x3) adds its transforms' rounding: 10x the direct float32 bound."""
+    tol = tolerance(w, dtype)
+    if path == "winograd" and np.dtype(dtype) == np.float32:
+        tol = {k: v * 10 for k, v in tol.items()}
+    return tol
+
+
+@pytest.mark.parametrize("path", list(CASES))
+def test_fast_paths_against_torch(device, budget, path):
+    """Each fast path, forced, over random configurations it accepts (gemm: forward and
+    transposed, 1-3 spatial dims, groups, strides, dilations, padding, output padding;
+    winograd: 3x3 stride 1 with padding; depthwise: multipliers, strides, dilations)."""
     rng = np.random.default_rng(31)
-    done = 0
-    while done < budget:
-        desc, x, w, b = dense_case(rng, budget < 40)
+    done, tries = 0, 0
+    count = budget if path != "winograd" else max(2, budget // 8)
+    while done < count:
+        tries += 1
+        assert tries < 50 * count, f"no case {path} accepts"
+        desc, x, w, b = CASES[path](rng, budget < 40)
         if path not in accepting_paths(device, desc):
             continue
         got, compiled = run_desc(device, desc, x, w, b, path=path)
         assert compiled.path.name == path
         ref = desc_reference(desc, x, w, b)
-        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref, **tolerance(w),
-                                   err_msg=str(desc))
+        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref,
+                                   **path_tolerance(path, w), err_msg=str(desc))
         done += 1
 
 
+@pytest.mark.parametrize("path", list(CASES))
 @pytest.mark.parametrize("case", ["float16", "float16-packed", "storage-buffers", "strided"])
-def test_gemm_variants(device, case):
-    """The implicit GEMM with float16 tensors (native and packed storage), with storage
-    buffers where texel buffers are too small (maxTexelBufferElements), and with strided
-    tensors (the re-layout pass reads any layout)."""
+def test_fast_path_variants(device, path, case):
+    """Each fast path with float16 tensors (native and packed storage), with storage
+    buffers where texel buffers are too small (maxTexelBufferElements), and with a
+    strided (channels-last) input."""
     rng = np.random.default_rng(41)
     kwargs = {}
     if case == "float16-packed":
@@ -477,23 +549,46 @@ def test_gemm_variants(device, case):
         kwargs["limits"] = {"maxTexelBufferElements": 64}
     dtype = "float16" if case.startswith("float16") else "float32"
     with vkml.Device(device.index, **kwargs) as dev:
-        for _ in range(4):
-            desc, x, w, b = dense_case(rng, True, dtype)
-            if "gemm" not in accepting_paths(dev, desc):
+        done = 0
+        while done < (2 if path != "winograd" else 1):
+            desc, x, w, b = CASES[path](rng, True, dtype)
+            if path not in accepting_paths(dev, desc):
                 continue
-            if case == "strided":        # the same data through a transposed input layout
+            if case == "strided":        # the same data through a channels-last layout
                 perm = (0, *range(2, x.ndim), 1)
                 buf = np.ascontiguousarray(x.transpose(perm))
-                st = np.array(buf.strides)[np.argsort(perm)] // 4
+                st = np.array(buf.strides)[np.argsort(perm)] // x.itemsize
                 desc = dml.ConvolutionOperatorDesc(
                     dml.TensorDesc(dtype, x.shape, tuple(int(v) for v in st)),
                     *[getattr(desc, f.name) for f in dataclasses.fields(desc)][1:])
-                got, compiled = run_desc(dev, desc, buf, w, b, path="gemm")
+                got, compiled = run_desc(dev, desc, buf, w, b, path=path)
             else:
-                got, compiled = run_desc(dev, desc, x, w, b, path="gemm")
+                got, compiled = run_desc(dev, desc, x, w, b, path=path)
             ref = desc_reference(desc, x, w, b)
             np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
-                                       **tolerance(w, dtype))
+                                       **path_tolerance(path, w, dtype))
+            done += 1
+
+
+def test_path_choice(device):
+    """Which path takes which shape (the per-shape dispatch of the module doc)."""
+    def path_of(x, w, **kw):
+        xd, wd = dml.TensorDesc("float32", x), dml.TensorDesc("float32", w)
+        probe = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw)
+        desc = dml.ConvolutionOperatorDesc(xd, wd, None,
+                                           dml.TensorDesc("float32", probe.expected_output_sizes()),
+                                           **kw)
+        return accepting_paths(device, desc)[0]
+    assert path_of((1, 32, 24, 24), (32, 32, 3, 3), start_padding=(1, 1),
+                   end_padding=(1, 1)) == "winograd"
+    assert path_of((1, 32, 8, 8), (32, 32, 3, 3)) == "gemm"          # too few tiles
+    assert path_of((1, 8, 16, 16), (8, 1, 3, 3), group_count=8) == "depthwise"
+    assert path_of((1, 16, 16, 16), (8, 16, 1, 1)) == "gemm"
+    assert path_of((1, 8, 8, 8), (8, 4, 4, 4), strides=(2, 2),
+                   direction="backward") == "gemm"
+    assert path_of((1, 4, 8, 8), (2, 4, 3, 3)) == "direct"            # 2 output channels
+    assert path_of((1, 8, 8, 8), (8, 1, 3, 3), group_count=8, direction="backward") in (
+        "direct", "gemm")
 
 
 # -- validation -----------------------------------------------------------------------------

@@ -256,11 +256,11 @@ class Relayout:
         self.pipe = op.pipeline(name, (runtime.UNIFORM_TEXEL if self.texel else STORAGE,
                                        STORAGE, UNIFORM), 12, {0: self.local, 1: int(v4)})
         self.v4 = v4
-        gx = -(-size[-1] // (self.local * (4 if self.v4 else 1)))
-        outer = math.prod(size[:-2])
-        # rows of dimension 6 per workgroup: a few hundred workgroups in all
-        self.rpg = max(1, min(size[-2], -(-outer * gx * size[-2] // 256)))
-        groups = -(-size[-2] // self.rpg)
+        gx = -(-(size[-1] * size[-2]) // (self.local * (4 if v4 else 1)))
+        outer = math.prod(size[:-3])
+        # rows of dimension 5 per workgroup: a few hundred workgroups in all
+        self.rpg = max(1, min(size[-3], -(-outer * gx * size[-3] // 256)))
+        groups = -(-size[-3] // self.rpg)
         self.gx, self.gz = gx, outer * groups
         p = np.zeros(RELAYOUT_PARAM_WORDS, np.int64)
         p[0:8], p[8:16], p[16:24], p[24:32], p[32:40] = size, stride, lo, hi, dstride
@@ -278,24 +278,26 @@ class Relayout:
 
 
 GEMM_PARAM_WORDS = 28 + 256 * 4   # std140 (glsl/convolution_gemm.comp)
-GEMM_PUSH = 56
+GEMM_PUSH = 64
 
 
 def _texel_ok(op: CompiledOperator, elements: int) -> bool:
     return elements <= op.ctx.limits["maxTexelBufferElements"]
 
 
-def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool) -> tuple[int, int]:
+def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
+                taps: int) -> tuple[int, int]:
     """Register block (output channels MB, pixels NB) of the implicit GEMM.
 
-    CPU drivers (lavapipe, SwiftShader) run an invocation's registers as SIMD lanes with
-    spills to cache: large blocks (16 x 16) amortize the operand loads best (measured on
-    lavapipe).  GPUs keep the block in registers: 8 x 4.  MB is the largest of 16/12/8/4
-    that wastes at most ~12% of the padded channels; NB the pixel count that splits the
-    row most evenly (a multiple of 4 where rows are read as float4).
+    CPU drivers run an invocation's registers as SIMD lanes, spilling to cache; measured
+    on lavapipe, a 1x1 GEMM (one tap per loaded row) does best with 16 x 16 blocks and a
+    kernel with several taps per row (3x3: the row is loaded once for three taps) with
+    8 x 8.  GPUs keep the block in registers: 8 x 4.  MB is the largest of 16/12/8/4 up
+    to that which wastes at most ~12% of the padded channels; NB the pixel count that
+    splits the row most evenly (a multiple of 4 where rows are read as float4).
     """
     cpu = op.device.info.device_type == "cpu"
-    mb_max, nb_max = (16, 16) if cpu else (8, 4)
+    mb_max, nb_max = ((16, 16) if taps <= 1 else (8, 8)) if cpu else (8, 4)
     mb = next((m for m in (16, 12, 8, 4) if m <= mb_max
                and cog / (-(-cog // m) * m) >= 0.88), 4)
     if row <= nb_max and not vec4:
@@ -378,7 +380,7 @@ class GemmPath(Path):
         # enough for the last block.
         lo = [max([0] + [-c for ph in phases for _, c in ph[a].taps]) for a in range(3)]
         one_by_one = (not g.backward and g.kernel == (1, 1, 1) and g.stride == (1, 1, 1)
-                      and g.start == (0, 0, 0))
+                      and g.start == (0, 0, 0) and g.valid == g.in_size)
         self.in_place = in_place = (one_by_one and g.dtype == DataType.FLOAT32
                                     and op.desc.input_tensor.is_packed)
         unit = all(ph[2].istep == 1 for ph in phases)
@@ -396,14 +398,15 @@ class GemmPath(Path):
         if in_place:
             ext = list(g.in_size)
         Dp, Hp, Wp = ext
-        if not in_place and unit:
+        if not in_place:
             Wp = -(-Wp // 4) * 4          # float4-aligned rows
         plane = Dp * Hp * Wp
         self.texel = texel = True
         # rows: the output pixels each dispatch walks (flat: whole planes, pitch Wp)
         row_len = [g.valid[1] * Wp if flat else ph[2].count for ph in phases]
         vec4_rows = unit and cpu
-        self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows)
+        self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows,
+                                                max(len(ph[2].taps) for ph in phases))
         co_pad = -(-cog // mb) * mb
         x_img = g.x_strides[0] if in_place else -(-(g.c_in * plane) // 4) * 4
         x_chan = g.x_strides[1] if in_place else plane
@@ -424,10 +427,11 @@ class GemmPath(Path):
             else:
                 qsize = (ad.count, ah.count, aw.count, per_row)
                 pitch = 0
-            xvec4 = (texel and aw.istep == 1 and nb % 4 == 0 and x_img % 4 == 0
+            span = (nb - 1) * aw.istep + (kw - 1) * dw + 1
+            rowload = span <= kw * nb          # as ROWLOAD in the kernel
+            xvec4 = (texel and rowload and (nb * aw.istep) % 4 == 0 and x_img % 4 == 0
                      and x_chan % 4 == 0 and all(r % 4 == 0 for r in rows)
                      and (ad.istep * Hp * Wp) % 4 == 0 and (ah.istep * Wp) % 4 == 0)
-            span = (nb - 1) * aw.istep + (kw - 1) * dw + 1
             if rows:
                 max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * Hp * Wp
                                + (qsize[1] - 1) * ah.istep * Wp
@@ -533,16 +537,245 @@ class GemmPath(Path):
                 xb = Bind(src, 0, nbytes)
             binds = [xb, wb, bb, yb, Bind(self.params)]
             qs = d["qsize"]
-            gx = -(-(qs[0] * qs[1] * qs[3]) // self.local)
+            blocks = qs[0] * qs[1] * qs[3]
+            # few pixel blocks: spread channel blocks over the lanes too
+            cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
+            gx = -(-(blocks * cbl) // self.local)
+            gy = -(-self.groups_y // cbl)
             for n0 in range(0, g.n, mz):
                 push = np.array([*qs, *d["yorg"], d["nrows"], d["w_base"], 0, 0, n0,
-                                 d["pitch"]], np.int32)
-                seq.dispatch(d["pipe"], binds, (gx, self.groups_y, min(mz, g.n - n0)),
-                             push.tobytes())
+                                 d["pitch"], cbl, self.groups_y], np.int32)
+                seq.dispatch(d["pipe"], binds, (gx, gy, min(mz, g.n - n0)), push.tobytes())
+
+
+WINO_PARAM_WORDS = 36     # std140 (glsl/convolution_winograd.comp)
+
+
+def gemm_params(geo4, xs4, ysz4, ystep4, ys4, ys_w: int, act_params, rows) -> np.ndarray:
+    """The parameter block of ``convolution_gemm.comp`` (see its ``Params``)."""
+    words = np.zeros(GEMM_PARAM_WORDS, np.int32)
+    for i, v in enumerate((geo4, xs4, ysz4, ystep4, ys4)):
+        words[4 * i:4 * i + 4] = np.array(v, np.int64).astype(np.int32)
+    words[20] = ys_w
+    words[24:28] = np.asarray(act_params, np.float32).view(np.int32)
+    words[28:28 + len(rows)] = rows
+    return words
+
+
+class WinogradPath(Path):
+    """Winograd F(4x4, 3x3) (``glsl/convolution_winograd.comp``): 3x3, stride 1, dilation 1,
+    one group, forward, enough channels for the transforms to pay off.  Per execution:
+    the filter transform U = G g G^T, the input transform V = B^T d B (zero padding by
+    bounds), 36 GEMMs M = U^T V on ``convolution_gemm.comp`` (a quarter of the direct
+    products), and the output transform y = A^T M A with bias and activation.  Results
+    differ from the direct sum by rounding (measured: within 1e-5 x sqrt(9 C_in) of the
+    float64 result for unit-variance data).  Taken from 32 tiles up: the filter transform
+    runs every execution and costs as much as the GEMMs of a few tiles."""
+
+    name = "winograd"
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        lim = op.ctx.limits
+        tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
+        big = 36 * max(geo.c_in, geo.c_out) * (tiles + 16) * 4
+        return (not geo.backward and geo.kernel == (1, 3, 3) and geo.stride == (1, 1, 1)
+                and geo.dilation == (1, 1, 1) and geo.groups == 1
+                and geo.valid == geo.out_size and geo.in_size[0] == 1
+                and geo.c_in >= 16 and geo.c_out >= 16 and tiles >= 32
+                and big < lim["maxStorageBufferRange"]
+                and geo.c_in <= lim["maxComputeWorkGroupCount"][1]
+                and geo.c_out <= lim["maxComputeWorkGroupCount"][1])
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        g = geo
+        d = op.desc
+        cin, cout = g.c_in, g.c_out
+        OH, OW = g.out_size[1:]
+        TH, TW = -(-OH // 4), -(-OW // 4)
+        T = g.n * TH * TW
+        T4 = -(-T // 4) * 4
+        self.T = T
+        mb, nb = gemm_blocks(op, cout, T, True, 1)
+        co_pad = -(-cout // mb) * mb
+        self.mb, self.nb, self.co_pad = mb, nb, co_pad
+        self.local = min(64, op.workgroup_size)
+        per_row = -(-T // nb)
+        u_floats = 36 * cin * co_pad
+        v_floats = 36 * cin * T4 + per_row * nb
+        m_floats = 36 * co_pad * T4
+        self.u = op.scratch(4 * u_floats)
+        self.v = op.scratch(4 * v_floats)
+        self.m = op.scratch(4 * m_floats)
+        esize = g.dtype.size
+        half = runtime.vk.VK_FORMAT_R16_SFLOAT
+        src_fmt = runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32 else half
+        self.w_texel = _texel_ok(op, d.filter_tensor.total_tensor_size_in_bytes // esize)
+        self.x_texel = _texel_ok(op, d.input_tensor.total_tensor_size_in_bytes // esize)
+        self.m_texel = _texel_ok(op, m_floats)
+        self.gemm_texel = _texel_ok(op, v_floats) and _texel_ok(op, u_floats)
+        self.w_fmt = src_fmt if self.w_texel else 0
+        self.x_fmt = src_fmt if self.x_texel else 0
+        suffix = storage_suffix(op, g.dtype)
+        U, UT, S = UNIFORM, runtime.UNIFORM_TEXEL, STORAGE
+        consts = {0: self.local, 1: self.act_id}
+        self.p_weights = op.pipeline("convolution_winograd_weights_" +
+                                     ("texel" if self.w_texel else suffix),
+                                     (UT if self.w_texel else S, S, S, U), 0, consts)
+        self.p_input = op.pipeline("convolution_winograd_input_" +
+                                   ("texel" if self.x_texel else suffix),
+                                   (UT if self.x_texel else S, S, S, U), 0, consts)
+        self.p_output = op.pipeline("convolution_winograd_output_" + suffix +
+                                    ("" if self.m_texel else "_ssbo"),
+                                    (UT if self.m_texel else S, S, S, U), 0, consts)
+        p = np.zeros(WINO_PARAM_WORDS, np.int64)
+        p[0:4] = [cin, co_pad, cout, T]
+        p[4:8] = [TW, TH * TW, T4, 0]
+        p[8:12] = [*g.in_size[1:], *g.start[1:]]
+        p[12:16] = [g.x_strides[0], g.x_strides[1], g.x_strides[3], g.x_strides[4]]
+        p[16:20] = [g.w_strides[0], g.w_strides[1], g.w_strides[3], g.w_strides[4]]
+        p[20:24] = [OH, OW, int(g.flip), int(g.b_stride is not None)]
+        p[24:28] = [g.y_strides[0], g.y_strides[1], g.y_strides[3], g.y_strides[4]]
+        p[28:32] = [g.b_stride or 0, 0, 0, 0]
+        words = p.astype(np.int32)
+        words[32:36] = self.act_params.view(np.int32)
+        self.params = op.upload(words)
+        # the 36 GEMMs: image = transform point, one row of T "pixels" (tiles), one tap
+        xvec4 = self.gemm_texel and nb % 4 == 0
+        kinds = ((UT, UT) if self.gemm_texel else (S, S)) + (S, S, U)
+        self.p_gemm = op.pipeline("convolution_gemm_f32" + ("" if self.gemm_texel else "_ssbo"),
+                                  kinds, GEMM_PUSH, {0: self.local, 1: mb, 2: nb, 3: 1,
+                                                     4: 0, 5: int(xvec4), 6: 1, 7: 1})
+        self.xvec4 = xvec4
+        self.gemm_params = op.upload(gemm_params(
+            (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
+            (1, 1, 1, 0), (co_pad * T4, T4, 0, 0), 1, np.zeros(4, np.float32), [0]))
+        self.qsize = (1, 1, T, per_row)
+        self.groups_y = co_pad // mb
+        self.v_bytes, self.u_bytes, self.m_bytes = 4 * v_floats, 4 * u_floats, 4 * m_floats
+
+    def encode(self, seq, x, w, b, y) -> None:
+        g, d, L = self.geo, self.op.desc, self.local
+        pb = Bind(self.params)
+        seq.dispatch(self.p_weights, [
+            Bind(w, 0, d.filter_tensor.total_tensor_size_in_bytes, "r", self.w_fmt),
+            Bind(self.params), Bind(self.u, 0, self.u_bytes, "w"), pb],
+            (-(-self.co_pad // L), g.c_in, 1))
+        seq.dispatch(self.p_input, [
+            Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r", self.x_fmt),
+            Bind(self.params), Bind(self.v, 0, self.v_bytes, "w"), pb],
+            (-(-self.T // L), g.c_in, 1))
+        if self.gemm_texel:
+            vb = Bind(self.v, 0, self.v_bytes - self.v_bytes % 16, "r",
+                      runtime.FORMAT_RGBA32_SFLOAT if self.xvec4 else runtime.FORMAT_R32_SFLOAT)
+            ub = Bind(self.u, 0, self.u_bytes, "r", runtime.FORMAT_RGBA32_SFLOAT)
+        else:
+            vb, ub = Bind(self.v, 0, self.v_bytes), Bind(self.u, 0, self.u_bytes)
+        qs = self.qsize
+        blocks = qs[3]
+        cbl = max(1, min(self.groups_y, (4 * L) // blocks))
+        push = np.array([*qs, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, cbl, self.groups_y], np.int32)
+        seq.dispatch(self.p_gemm, [vb, ub, Bind(self.params), Bind(self.m, 0, self.m_bytes, "w"),
+                                   Bind(self.gemm_params)],
+                     (-(-(blocks * cbl) // L), -(-self.groups_y // cbl), 36), push.tobytes())
+        mb_ = Bind(self.m, 0, self.m_bytes, "r", runtime.FORMAT_R32_SFLOAT if self.m_texel else 0)
+        bb = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else Bind(self.params)
+        seq.dispatch(self.p_output, [mb_, bb, Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes,
+                                                    "w"), pb],
+                     (-(-self.T // L), g.c_out, 1))
+
+
+DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
+
+
+class DepthwisePath(Path):
+    """Depthwise forward convolution (``glsl/convolution_depthwise.comp``): group count =
+    input channels, any channel multiplier, stride, dilation and padding.  It reads the
+    input in place through its strides (padding is a mask, not a copy: the operation is
+    memory-bound), each invocation NB pixels of one row, the kernel row's input span
+    loaded once and reused by every kernel column."""
+
+    name = "depthwise"
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        lim = op.ctx.limits
+        return (not geo.backward and geo.cin_per_group == 1 and geo.valid == geo.out_size
+                and math.prod(geo.kernel) <= 64
+                and max(op.desc.input_tensor.total_tensor_size_in_bytes,
+                        op.desc.output_tensor.total_tensor_size_in_bytes)
+                < lim["maxStorageBufferRange"])
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        g = geo
+        d = op.desc
+        cpu = op.device.info.device_type == "cpu"
+        ow = g.out_size[2]
+        nb = 32 if cpu else 4        # lavapipe: wider blocks amortize the per-lane setup
+        nb = min(nb, -(-ow // 4) * 4)
+        self.nb = nb
+        per_row = -(-ow // nb)
+        self.blocks = g.out_size[0] * g.out_size[1] * per_row
+        esize = g.dtype.size
+        x_el = d.input_tensor.total_tensor_size_in_bytes // esize
+        w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
+        f32 = g.dtype == DataType.FLOAT32
+        self.texel = _texel_ok(op, x_el) and _texel_ok(op, w_el)
+        self.fmt = (runtime.FORMAT_R32_SFLOAT if f32 else
+                    runtime.vk.VK_FORMAT_R16_SFLOAT) if self.texel else 0
+        # float4 input rows / float4 output stores (see the kernel)
+        self.x4 = (self.texel and f32 and g.x_strides[4] == 1 and x_el % 4 == 0
+                   and all(s_ % 4 == 0 for s_ in g.x_strides[:4])
+                   and (nb * g.stride[2]) % 4 == 0)
+        y_el = d.output_tensor.total_tensor_size_in_bytes // esize
+        self.img = (self.texel and f32 and g.y_strides[4] == 1 and ow % 4 == 0
+                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and nb % 4 == 0
+                    and _texel_ok(op, y_el // 4) and y_el % 4 == 0)
+        name = "convolution_depthwise_" + storage_suffix(op, g.dtype) + \
+            ("_img" if self.img else "" if self.texel else "_ssbo")
+        kinds = ((runtime.UNIFORM_TEXEL,) * 2 if self.texel else (STORAGE,) * 2) + \
+            (STORAGE, runtime.STORAGE_TEXEL if self.img else STORAGE, UNIFORM)
+        self.local = min(64, op.workgroup_size)
+        self.pipe = op.pipeline(name, kinds, 8, {
+            0: self.local, 1: nb, 2: g.stride[2], 3: g.kernel[2], 4: g.dilation[2],
+            5: self.act_id, 6: g.kernel[1], 7: g.kernel[0], 8: int(self.x4),
+            9: (-g.start[2]) % 4})
+        p = np.zeros(DW_PARAM_WORDS, np.int64)
+        p[0:4] = [*g.in_size, g.cout_per_group]
+        p[4:8] = [*g.out_size, per_row]
+        p[8:12] = [g.kernel[0], g.kernel[1], 0, int(g.b_stride is not None)]
+        p[12:16] = [g.stride[0], g.stride[1], 0, g.b_stride or 0]
+        p[16:20] = [g.dilation[0], g.dilation[1], 0, 0]
+        p[20:23] = g.start
+        p[24:28] = g.x_strides[:4]
+        p[28:32] = [g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]]
+        p[32:36] = g.y_strides[:4]
+        p[36:40] = [g.x_strides[4], g.y_strides[4], int(g.flip), 0]
+        words = p.astype(np.int32)
+        words[40:44] = self.act_params.view(np.int32)
+        self.params = op.upload(words)
+
+    def encode(self, seq, x, w, b, y) -> None:
+        g, op, d = self.geo, self.op, self.op.desc
+        xb = Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r",
+                  runtime.FORMAT_RGBA32_SFLOAT if self.x4 else self.fmt)
+        wb = Bind(w, 0, d.filter_tensor.total_tensor_size_in_bytes, "r", self.fmt)
+        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.params)
+        yb = Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w",
+                  runtime.FORMAT_RGBA32_SFLOAT if self.img else 0)
+        binds = [xb, wb, bb, yb, Bind(self.params)]
+        _, my, mz = self.ctx.limits["maxComputeWorkGroupCount"]
+        gx = -(-self.blocks // self.local)
+        for c0 in range(0, g.c_out, my):
+            for n0 in range(0, g.n, mz):
+                seq.dispatch(self.pipe, binds, (gx, min(my, g.c_out - c0), min(mz, g.n - n0)),
+                             np.array([n0, c0], np.int32).tobytes())
 
 
 #: Paths in order of preference; the first that accepts a geometry runs it.
-PATHS: list[type[Path]] = [GemmPath, DirectPath]
+PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmPath, DirectPath]
 
 
 def choose_path(op: CompiledOperator, geo: Geometry) -> Path:

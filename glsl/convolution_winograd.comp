@@ -1,0 +1,206 @@
+#version 450
+// Winograd F(4x4, 3x3) for 3x3 stride-1 convolutions (Lavin & Gray 2015): each 4x4
+// output tile is A^T [ (G g G^T) . (B^T d B) ] A over a 6x6 input tile, so the channel
+// sums become 36 independent GEMMs (run by convolution_gemm.comp) with a quarter of the
+// direct convolution's products.  Three passes live here, one per variant family:
+//
+//   WEIGHTS  U[p][ci][co] = (G g[co][ci] G^T)[p]    (kernel flipped in CONVOLUTION mode;
+//                                                   output channels padded to the block)
+//   INPUT    V[p][ci][t]  = (B^T d[t][ci] B)[p]     (t: tile over batch and space; zero
+//                                                   outside the input: padding)
+//   OUTPUT   y[n][co][tile] = act(A^T M[.][co][t] A + bias), stored through the output's
+//            DML strides (partial tiles at the border are cut).
+//
+// The passes read their source through uniform texel buffers (R32F/R16F views: any
+// float storage reads as float) where the device can bind it, else storage buffers.
+//
+// vkml:variant convolution_winograd_weights_texel WEIGHTS=1 TEXEL=1 F32=1
+// vkml:variant convolution_winograd_weights_f32 WEIGHTS=1 F32=1
+// vkml:variant convolution_winograd_weights_f16 WEIGHTS=1 F16=1
+// vkml:variant convolution_winograd_weights_f16_packed WEIGHTS=1 F16_PACKED=1
+// vkml:variant convolution_winograd_input_texel INPUT=1 TEXEL=1 F32=1
+// vkml:variant convolution_winograd_input_f32 INPUT=1 F32=1
+// vkml:variant convolution_winograd_input_f16 INPUT=1 F16=1
+// vkml:variant convolution_winograd_input_f16_packed INPUT=1 F16_PACKED=1
+// vkml:variant convolution_winograd_output_f32 OUTPUT=1 TEXEL=1 F32=1
+// vkml:variant convolution_winograd_output_f16 OUTPUT=1 TEXEL=1 F16=1
+// vkml:variant convolution_winograd_output_f16_packed OUTPUT=1 TEXEL=1 F16_PACKED=1
+// vkml:variant convolution_winograd_output_f32_ssbo OUTPUT=1 F32=1
+// vkml:variant convolution_winograd_output_f16_ssbo OUTPUT=1 F16=1
+// vkml:variant convolution_winograd_output_f16_packed_ssbo OUTPUT=1 F16_PACKED=1
+#extension GL_EXT_control_flow_attributes : require
+#include "vkml_float.glsl"
+#include "vkml_activation.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int ACT = 0;
+
+layout(std140, set = 0, binding = 3) uniform Params {
+    ivec4 dims;      // C_in, padded C_out (co_pad), C_out, tiles T
+    ivec4 tiles;     // tiles per row TW, tiles per image TH*TW, T rounded up to 4 (T4), -
+    ivec4 in_size;   // H, W, start padding h, w
+    ivec4 xs;        // input strides n, c, h, w
+    ivec4 fs;        // filter strides co, ci, kh, kw
+    ivec4 out_size;  // OH, OW, flip, has bias
+    uvec4 ys;        // output strides n, c, h, w
+    ivec4 misc;      // bias stride, -, -, -
+    vec4 act;
+};
+
+// source reads: float from any storage
+#if defined(OUTPUT) || defined(TEXEL)
+#ifdef TEXEL
+layout(set = 0, binding = 0) uniform samplerBuffer src;
+#define LOAD(i) texelFetch(src, int(i)).x
+#else
+layout(std430, set = 0, binding = 0) readonly buffer Src { float src[]; };
+#define LOAD(i) src[i]
+#endif
+#else
+layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
+#define LOAD(i) FLOAD(src, uint(i))
+#endif
+
+#ifdef OUTPUT
+layout(std430, set = 0, binding = 1) readonly buffer Bias { FSTORE_T bias[]; };
+layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
+#else
+layout(std430, set = 0, binding = 1) readonly buffer Unused { float unused_[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Dst { float dst[]; };
+#endif
+
+#ifdef WEIGHTS
+// U[p][ci][co]: one invocation per (co, ci); lanes along co (contiguous stores).
+void main() {
+    int co = int(gl_GlobalInvocationID.x);
+    int ci = int(gl_WorkGroupID.y);
+    int cin = dims.x, co_pad = dims.y;
+    if (co >= co_pad) return;
+    float g[3][3];
+    bool flip = out_size.z != 0;
+    [[unroll]] for (int r = 0; r < 3; r++)
+        [[unroll]] for (int c = 0; c < 3; c++) {
+            int fr = flip ? 2 - r : r, fc = flip ? 2 - c : c;
+            g[r][c] = co < dims.z ? LOAD(co * fs.x + ci * fs.y + fr * fs.z + fc * fs.w) : 0.0;
+        }
+    // G g: 6x3
+    float t[6][3];
+    [[unroll]] for (int c = 0; c < 3; c++) {
+        float a = g[0][c], b = g[1][c], d = g[2][c];
+        t[0][c] = a * 0.25;
+        t[1][c] = -(a + b + d) * (1.0 / 6.0);
+        t[2][c] = -(a - b + d) * (1.0 / 6.0);
+        t[3][c] = a * (1.0 / 24.0) + b * (1.0 / 12.0) + d * (1.0 / 6.0);
+        t[4][c] = a * (1.0 / 24.0) - b * (1.0 / 12.0) + d * (1.0 / 6.0);
+        t[5][c] = d;
+    }
+    // (G g) G^T: 6x6
+    int plane = cin * co_pad;
+    int o = ci * co_pad + co;
+    [[unroll]] for (int r = 0; r < 6; r++) {
+        float a = t[r][0], b = t[r][1], d = t[r][2];
+        float u[6];
+        u[0] = a * 0.25;
+        u[1] = -(a + b + d) * (1.0 / 6.0);
+        u[2] = -(a - b + d) * (1.0 / 6.0);
+        u[3] = a * (1.0 / 24.0) + b * (1.0 / 12.0) + d * (1.0 / 6.0);
+        u[4] = a * (1.0 / 24.0) - b * (1.0 / 12.0) + d * (1.0 / 6.0);
+        u[5] = d;
+        [[unroll]] for (int c = 0; c < 6; c++) dst[(r * 6 + c) * plane + o] = u[c];
+    }
+}
+#endif
+
+#ifdef INPUT
+// V[p][ci][t]: one invocation per (tile, ci); lanes along tiles (contiguous stores).
+void main() {
+    int t = int(gl_GlobalInvocationID.x);
+    int ci = int(gl_WorkGroupID.y);
+    if (t >= dims.w) return;
+    int n = t / tiles.y;
+    int rem = t - n * tiles.y;
+    int th = rem / tiles.x;
+    int tw = rem - th * tiles.x;
+    int h0 = th * 4 - in_size.z, w0 = tw * 4 - in_size.w;
+    int base = n * xs.x + ci * xs.y;
+    float d[6][6];
+    [[unroll]] for (int r = 0; r < 6; r++) {
+        int h = h0 + r;
+        bool hok = h >= 0 && h < in_size.x;
+        [[unroll]] for (int c = 0; c < 6; c++) {
+            int w = w0 + c;
+            bool ok = hok && w >= 0 && w < in_size.y;
+            d[r][c] = ok ? LOAD(base + h * xs.z + w * xs.w) : 0.0;
+        }
+    }
+    // B^T d: rows
+    float e[6][6];
+    [[unroll]] for (int c = 0; c < 6; c++) {
+        float z0 = d[0][c], z1 = d[1][c], z2 = d[2][c], z3 = d[3][c], z4 = d[4][c], z5 = d[5][c];
+        e[0][c] = 4.0 * z0 - 5.0 * z2 + z4;
+        e[1][c] = -4.0 * (z1 + z2) + z3 + z4;
+        e[2][c] = 4.0 * (z1 - z2) - z3 + z4;
+        e[3][c] = 2.0 * (z3 - z1) - z2 + z4;
+        e[4][c] = 2.0 * (z1 - z3) - z2 + z4;
+        e[5][c] = 4.0 * z1 - 5.0 * z3 + z5;
+    }
+    // (B^T d) B: columns
+    int plane = dims.x * tiles.z;
+    int o = ci * tiles.z + t;
+    [[unroll]] for (int r = 0; r < 6; r++) {
+        float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
+        float v[6];
+        v[0] = 4.0 * z0 - 5.0 * z2 + z4;
+        v[1] = -4.0 * (z1 + z2) + z3 + z4;
+        v[2] = 4.0 * (z1 - z2) - z3 + z4;
+        v[3] = 2.0 * (z3 - z1) - z2 + z4;
+        v[4] = 2.0 * (z1 - z3) - z2 + z4;
+        v[5] = 4.0 * z1 - 5.0 * z3 + z5;
+        [[unroll]] for (int c = 0; c < 6; c++) dst[(r * 6 + c) * plane + o] = v[c];
+    }
+}
+#endif
+
+#ifdef OUTPUT
+// y = A^T M A + bias: one invocation per (tile, co); lanes along tiles.
+void main() {
+    int t = int(gl_GlobalInvocationID.x);
+    int co = int(gl_WorkGroupID.y);
+    if (t >= dims.w) return;
+    int n = t / tiles.y;
+    int rem = t - n * tiles.y;
+    int th = rem / tiles.x;
+    int tw = rem - th * tiles.x;
+    int plane = dims.y * tiles.z;
+    int o = co * tiles.z + t;
+    float m[6][6];
+    [[unroll]] for (int r = 0; r < 6; r++)
+        [[unroll]] for (int c = 0; c < 6; c++) m[r][c] = LOAD((r * 6 + c) * plane + o);
+    // A^T m: 4x6
+    float e[4][6];
+    [[unroll]] for (int c = 0; c < 6; c++) {
+        float z0 = m[0][c], z1 = m[1][c], z2 = m[2][c], z3 = m[3][c], z4 = m[4][c], z5 = m[5][c];
+        e[0][c] = z0 + z1 + z2 + z3 + z4;
+        e[1][c] = z1 - z2 + 2.0 * (z3 - z4);
+        e[2][c] = z1 + z2 + 4.0 * (z3 + z4);
+        e[3][c] = z1 - z2 + 8.0 * (z3 - z4) + z5;
+    }
+    float bv = out_size.w != 0 ? FLOAD(bias, uint(co * misc.x)) : 0.0;
+    uint yb = uint(n) * ys.x + uint(co) * ys.y;
+    [[unroll]] for (int r = 0; r < 4; r++) {
+        float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
+        float v[4];
+        v[0] = z0 + z1 + z2 + z3 + z4;
+        v[1] = z1 - z2 + 2.0 * (z3 - z4);
+        v[2] = z1 + z2 + 4.0 * (z3 + z4);
+        v[3] = z1 - z2 + 8.0 * (z3 - z4) + z5;
+        int oh = th * 4 + r;
+        [[unroll]] for (int c = 0; c < 4; c++) {
+            int ow = tw * 4 + c;
+            if (oh < out_size.x && ow < out_size.y)
+                FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w,
+                       vkml_activation(ACT, v[c] + bv, act));
+        }
+    }
+}
+#endif
