@@ -47,5 +47,5 @@ def plot(doc: dict, path) -> None:
     names = "; ".join(f"[{i}] {n}" for i, n in devices.items())
     fig.suptitle(f"vkml-bench {doc['created']} - {names}", fontsize="medium")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")   # keeps the legends below the axes
     plt.close(fig)
