@@ -168,6 +168,8 @@ class Heap:
         self.reserved = 0             # bytes of device memory held by blocks
         self.live: "weakref.WeakSet[Allocation]" = weakref.WeakSet()
         self.pending: list[Allocation] = []   # freed by garbage collection, see defer_free
+        #: Empty dedicated blocks kept for reuse, in bytes (given back under pressure).
+        self.spare_budget = min(256 << 20, heap_size // 8)
 
     def describe(self) -> str:
         return (f"{self.name} memory type {self.type_index}: heap of {_fmt(self.heap_size)}, "
@@ -196,9 +198,17 @@ class Heap:
                             return self._track(Allocation(self, block, off, size))
                 block = self._new_block(self.block_size, dedicated=False)
             else:
-                block = self._new_block(size, dedicated=True)
+                block = self._spare_dedicated(size) or self._new_block(size, dedicated=True)
             off = block.try_alloc(size, align)
             return self._track(Allocation(self, block, off, size))
+
+    def _spare_dedicated(self, size: int) -> Block | None:
+        """An empty dedicated block that fits ``size`` without wasting half of itself:
+        reusing it skips the driver's allocation and the first-touch page faults (a
+        64 MiB tensor allocated afresh on every call cost more than the operator)."""
+        fits = [b for b in self.blocks
+                if b.dedicated and b.used == 0 and size <= b.size <= 2 * size]
+        return min(fits, key=lambda b: b.size) if fits else None
 
     def _track(self, a: Allocation) -> Allocation:
         self.live.add(a)
@@ -262,8 +272,11 @@ class Heap:
         a.block = None
         block.release(a.offset, a.size)
         if block.used == 0:
-            spare = [b for b in self.blocks if b.used == 0 and not b.dedicated]
-            if block.dedicated or len(spare) > 1:
+            if block.dedicated:
+                spare = sum(b.size for b in self.blocks if b.dedicated and b.used == 0)
+                if spare > self.spare_budget:
+                    self._destroy_block(block)
+            elif sum(1 for b in self.blocks if b.used == 0 and not b.dedicated) > 1:
                 self._destroy_block(block)
 
     def stats(self) -> dict:
