@@ -277,3 +277,27 @@ def test_grids_beyond_max_workgroup_count(device):
             d = len(window)
             got = vkml.unfold(x, window, end_padding=1, device=dev)
             assert same_bits(got, unfold_ref(x, window, (1,) * d, (1,) * d, (0,) * d, (1,) * d))
+
+
+@pytest.mark.parametrize("read", ["ssbo", "texel4"])
+@pytest.mark.parametrize("vec", [1, 4, 8])
+def test_read_paths(device, read, vec, monkeypatch):
+    """Each input path forced (storage buffer; RGBA32 texels shifted into place for
+    4-byte elements) with 1, 4 or 8 outputs per invocation: row tails, strides,
+    dilations, padding on both sides, 1-D to 3-D."""
+    from vkml.ops.unfold import CompiledUnfold
+
+    monkeypatch.setattr(CompiledUnfold, "force_read", read)
+    monkeypatch.setattr(CompiledUnfold, "vec", vec)
+    rng = np.random.default_rng(vec)
+    for dtype in ("float32", "int8", "float64"):
+        for shape, window, strides, dil, start, end in (
+                ((2, 3, 9, 37), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+                ((1, 2, 5, 13), (2, 4), (1, 2), (2, 1), (0, 2), (1, 3)),
+                ((2, 2, 40), (5,), (1,), (3,), (2,), (0,)),
+                ((1, 2, 3, 4, 21), (2, 1, 3), (1, 2, 1), (1, 1, 2), (1, 0, 1), (0, 1, 1))):
+            x = random_bits(rng, shape, dtype)
+            got = vkml.unfold(x, window, strides=strides, dilations=dil, start_padding=start,
+                              end_padding=end, device=device)
+            assert same_bits(got, unfold_ref(x, window, strides, dil, start, end)), \
+                (dtype, shape, window)

@@ -1,9 +1,10 @@
 """Unfold: ``DML_UNFOLD_OPERATOR_DESC`` (im2col) and ``vkml.unfold``.
 
-Kernel: ``glsl/unfold.comp``, one invocation per output element, over the box
-(N, C x prod(WindowSizes), *BlocksPerDimension): the output's last dimension seen as the
-blocks' own dimensions, so the grid's x runs along the last block dimension and only it
-is decomposed per invocation.  Data movement only: one variant per element width (1, 2,
+Kernel: ``glsl/unfold.comp``, over the box (N, C, *BlocksPerDimension): the output's
+last dimension seen as the blocks' own dimensions, so the grid's x runs along the last
+block dimension.  An invocation writes the K = prod(WindowSizes) rows of its channel for
+V neighbouring blocks (uvec4 stores where aligned), reading each window row's inputs
+once -- for 4-byte elements as RGBA32UI texels shifted into place.  Data movement only: one variant per element width (1, 2,
 4, 8 bytes; 8/16-bit elements packed in 32-bit words on devices without 8/16-bit
 storage), every data type on every device, every bit pattern kept.
 """
@@ -18,7 +19,7 @@ from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
 from ..dml.unfold import UnfoldOperatorDesc
 from ..errors import ValidationError
-from ..runtime import STORAGE, UNIFORM, Bind
+from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
 from .base import implements
 from .fold import MAX_SPATIAL, PUSH_BYTES, BoxKernel, spec_geometry
 from .functional import as_array, pick_device, run
@@ -29,6 +30,13 @@ __all__ = ["unfold"]
 @implements(UnfoldOperatorDesc)
 class CompiledUnfold(BoxKernel):
     """Unfold on this device: see the module doc."""
+
+    #: "ssbo" or "texel4" (4-byte elements as RGBA32UI texels, 4 neighbours at once);
+    #: None chooses the fastest the tensor and device allow (tests force each).
+    force_read: str | None = None
+    #: Output elements along the last dimension per invocation (1, 4 or 8): 4 measured
+    #: fastest on lavapipe (each invocation writes K x V outputs).
+    vec: int = 4
 
     def build(self) -> None:
         d = self.desc
@@ -51,28 +59,59 @@ class CompiledUnfold(BoxKernel):
         n, rows, _ = d.columns_sizes()
         sn, sr, sc = d.columns_strides()
         spatial = len(self.win)
-        self.box = [n, rows] + list(self.blocks)
-        self.box_out_strides = [sn, sr] + [sc * math.prod(self.blocks[i + 1:])
-                                           for i in range(spatial)]
+        # The grid runs over (N, C, blocks...), each invocation writing the K rows of its
+        # channel, row_stride apart; or -- when the tensors must be bound in windows, as
+        # a channel's K rows may not fit one -- over (N, C x K, blocks...), one row each.
+        lim = self.ctx.limits["maxStorageBufferRange"]
+        self.per_row = self.in_bytes > lim or self.out_bytes > lim
+        self.row_stride = sr
+        self.box = [n, rows if self.per_row else rows // self.k] + list(self.blocks)
+        self.box_out_strides = ([sn, sr if self.per_row else sr * self.k]
+                                + [sc * math.prod(self.blocks[i + 1:]) for i in range(spatial)])
         self.rank = len(self.box)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
+        texels = self.ctx.limits["maxTexelBufferElements"]
+        texel4 = (self.kernel == "unfold_e4" and self.windows is None
+                  and -(-self.in_bytes // 16) <= texels and self.in_strides[-1] == 1)
+        self.read = "texel4" if texel4 and self.force_read in (None, "texel4") else "ssbo"
+        self.in_kind, self.in_fmt = STORAGE, 0
+        if self.read == "texel4":
+            self.kernel += "_texel4"
+            self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_UINT
+            self.in_bind = -(-self.in_bytes // 16) * 16
+        self.vec_store_ok = esize == 4 and not packed
         self.params = self.upload(self._params())
         self.consts = {1: self.rank, **spec_geometry(self.win, self.strides, self.dil)}
 
     def _params(self) -> np.ndarray:
-        p = np.zeros(4 * 8, dtype=np.uint32)
+        p = np.zeros(4 * 9, dtype=np.uint32)
         p[0:self.rank] = self.box_out_strides
+        p[1] = self.row_stride
         p[8:8 + self.rank] = self.in_strides
         n = len(self.win)
         p[16:16 + n] = self.in_sizes[2:]
         p[24:24 + n] = self.start
+        p[32] = self.in_bind // 16
         return p
 
+    def vector_width(self, origin, extent, out_base) -> int:
+        return next((v for v in (8, 4) if v <= self.vec and extent[-1] >= v), 1)
+
+    def out_span(self, origin, extent):
+        lo, hi = super().out_span(origin, extent)
+        if self.per_row:
+            return lo, hi
+        return lo, hi + (self.k - 1) * self.row_stride     # the channel's K rows
+
+    def vector_store(self, origin, out_base, v) -> bool:
+        return super().vector_store(origin, out_base, v) and self.row_stride % 4 == 0
+
     def in_span(self, origin, extent):
-        k = self.k
-        c_lo = origin[1] // k
-        c_hi = (origin[1] + extent[1] - 1) // k
+        c_lo = origin[1]
+        c_hi = origin[1] + extent[1] - 1
+        if self.per_row:
+            c_lo, c_hi = c_lo // self.k, c_hi // self.k
         lo = origin[0] * self.in_strides[0] + c_lo * self.in_strides[1]
         hi = (origin[0] + extent[0] - 1) * self.in_strides[0] + c_hi * self.in_strides[1]
         for i in range(len(self.win)):
@@ -88,13 +127,15 @@ class CompiledUnfold(BoxKernel):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0]._alloc, outputs[0]._alloc
-        kinds = (STORAGE, STORAGE, UNIFORM)
+        kinds = (self.in_kind, STORAGE, UNIFORM)
 
         def pipeline_for(local, ly, xdims, v, vec_store):
             return self.pipeline(self.kernel, kinds, PUSH_BYTES,
-                                 {0: local, 23: ly, 2: xdims, **self.consts})
+                                 {0: local, 23: ly, 2: xdims, 21: v, 27: int(self.per_row),
+                                  22: int(vec_store and self.vec_store_ok), **self.consts})
 
-        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)])
+        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
+                              self.in_kind, self.in_fmt)
 
 
 def unfold(x, window_sizes, *, strides=None, dilations=None, start_padding=None,
