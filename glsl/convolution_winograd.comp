@@ -7,7 +7,8 @@
 //   WEIGHTS  U[p][ci][co] = (G g[co][ci] G^T)[p]    (kernel flipped in CONVOLUTION mode;
 //                                                   output channels padded to the block)
 //   INPUT    V[p][ci][t]  = (B^T d[t][ci] B)[p]     (t: tile over batch and space; zero
-//                                                   outside the input: padding)
+//                                                   outside the input: padding; tiles
+//                                                   padded to a multiple of 4)
 //   OUTPUT   y[n][co][tile] = act(A^T M[.][co][t] A + bias), stored through the output's
 //            DML strides (partial tiles at the border are cut).
 //
@@ -48,14 +49,17 @@ layout(std140, set = 0, binding = 3) uniform Params {
 };
 
 // source reads: float from any storage
-#if defined(OUTPUT) || defined(TEXEL)
+#if defined(OUTPUT)
 #ifdef TEXEL
+layout(set = 0, binding = 0) uniform samplerBuffer src;      // RGBA32F view of M
+#define LOAD4(i) texelFetch(src, int(i))
+#else
+layout(std430, set = 0, binding = 0) readonly buffer Src { vec4 src[]; };
+#define LOAD4(i) src[i]
+#endif
+#elif defined(TEXEL)
 layout(set = 0, binding = 0) uniform samplerBuffer src;
 #define LOAD(i) texelFetch(src, int(i)).x
-#else
-layout(std430, set = 0, binding = 0) readonly buffer Src { float src[]; };
-#define LOAD(i) src[i]
-#endif
 #else
 layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
 #define LOAD(i) FLOAD(src, uint(i))
@@ -66,6 +70,8 @@ layout(std430, set = 0, binding = 1) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer Unused { float unused_[]; };
+#endif
+#ifdef WEIGHTS
 layout(std430, set = 0, binding = 2) writeonly buffer Dst { float dst[]; };
 #endif
 
@@ -112,94 +118,110 @@ void main() {
 #endif
 
 #ifdef INPUT
-// V[p][ci][t]: one invocation per (tile, ci); lanes along tiles (contiguous stores).
+layout(std430, set = 0, binding = 2) writeonly buffer Dst4 { vec4 dst4[]; };
+
+// V[p][ci][t]: one invocation per four consecutive tiles of one channel, stored as one
+// float4 per transform point (a quarter of the stores; storage-buffer stores go one
+// lane at a time on lavapipe).
 void main() {
-    int t = int(gl_GlobalInvocationID.x);
+    int t0 = int(gl_GlobalInvocationID.x) * 4;
     int ci = int(gl_WorkGroupID.y);
-    if (t >= dims.w) return;
-    int n = t / tiles.y;
-    int rem = t - n * tiles.y;
-    int th = rem / tiles.x;
-    int tw = rem - th * tiles.x;
-    int h0 = th * 4 - in_size.z, w0 = tw * 4 - in_size.w;
-    int base = n * xs.x + ci * xs.y;
-    float d[6][6];
-    [[unroll]] for (int r = 0; r < 6; r++) {
-        int h = h0 + r;
-        bool hok = h >= 0 && h < in_size.x;
+    if (t0 >= dims.w) return;
+    float v[6][6][4];
+    [[unroll]] for (int q = 0; q < 4; q++) {
+        int t = t0 + q;
+        int n = t / tiles.y;
+        int rem = t - n * tiles.y;
+        int th = rem / tiles.x;
+        int tw = rem - th * tiles.x;
+        int h0 = th * 4 - in_size.z, w0 = tw * 4 - in_size.w;
+        int base = n * xs.x + ci * xs.y;
+        bool tok = t < dims.w;
+        float d[6][6];
+        [[unroll]] for (int r = 0; r < 6; r++) {
+            int h = h0 + r;
+            bool hok = tok && h >= 0 && h < in_size.x;
+            [[unroll]] for (int c = 0; c < 6; c++) {
+                int w = w0 + c;
+                bool ok = hok && w >= 0 && w < in_size.y;
+                d[r][c] = ok ? LOAD(base + h * xs.z + w * xs.w) : 0.0;
+            }
+        }
+        // B^T d: rows
+        float e[6][6];
         [[unroll]] for (int c = 0; c < 6; c++) {
-            int w = w0 + c;
-            bool ok = hok && w >= 0 && w < in_size.y;
-            d[r][c] = ok ? LOAD(base + h * xs.z + w * xs.w) : 0.0;
+            float z0 = d[0][c], z1 = d[1][c], z2 = d[2][c], z3 = d[3][c], z4 = d[4][c], z5 = d[5][c];
+            e[0][c] = 4.0 * z0 - 5.0 * z2 + z4;
+            e[1][c] = -4.0 * (z1 + z2) + z3 + z4;
+            e[2][c] = 4.0 * (z1 - z2) - z3 + z4;
+            e[3][c] = 2.0 * (z3 - z1) - z2 + z4;
+            e[4][c] = 2.0 * (z1 - z3) - z2 + z4;
+            e[5][c] = 4.0 * z1 - 5.0 * z3 + z5;
+        }
+        // (B^T d) B: columns
+        [[unroll]] for (int r = 0; r < 6; r++) {
+            float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
+            v[r][0][q] = 4.0 * z0 - 5.0 * z2 + z4;
+            v[r][1][q] = -4.0 * (z1 + z2) + z3 + z4;
+            v[r][2][q] = 4.0 * (z1 - z2) - z3 + z4;
+            v[r][3][q] = 2.0 * (z3 - z1) - z2 + z4;
+            v[r][4][q] = 2.0 * (z1 - z3) - z2 + z4;
+            v[r][5][q] = 4.0 * z1 - 5.0 * z3 + z5;
         }
     }
-    // B^T d: rows
-    float e[6][6];
-    [[unroll]] for (int c = 0; c < 6; c++) {
-        float z0 = d[0][c], z1 = d[1][c], z2 = d[2][c], z3 = d[3][c], z4 = d[4][c], z5 = d[5][c];
-        e[0][c] = 4.0 * z0 - 5.0 * z2 + z4;
-        e[1][c] = -4.0 * (z1 + z2) + z3 + z4;
-        e[2][c] = 4.0 * (z1 - z2) - z3 + z4;
-        e[3][c] = 2.0 * (z3 - z1) - z2 + z4;
-        e[4][c] = 2.0 * (z1 - z3) - z2 + z4;
-        e[5][c] = 4.0 * z1 - 5.0 * z3 + z5;
-    }
-    // (B^T d) B: columns
-    int plane = dims.x * tiles.z;
-    int o = ci * tiles.z + t;
-    [[unroll]] for (int r = 0; r < 6; r++) {
-        float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
-        float v[6];
-        v[0] = 4.0 * z0 - 5.0 * z2 + z4;
-        v[1] = -4.0 * (z1 + z2) + z3 + z4;
-        v[2] = 4.0 * (z1 - z2) - z3 + z4;
-        v[3] = 2.0 * (z3 - z1) - z2 + z4;
-        v[4] = 2.0 * (z1 - z3) - z2 + z4;
-        v[5] = 4.0 * z1 - 5.0 * z3 + z5;
-        [[unroll]] for (int c = 0; c < 6; c++) dst[(r * 6 + c) * plane + o] = v[c];
-    }
+    int plane4 = dims.x * tiles.z / 4;
+    int o4 = (ci * tiles.z + t0) / 4;
+    [[unroll]] for (int r = 0; r < 6; r++)
+        [[unroll]] for (int c = 0; c < 6; c++)
+            dst4[(r * 6 + c) * plane4 + o4] = vec4(v[r][c][0], v[r][c][1], v[r][c][2], v[r][c][3]);
 }
 #endif
 
 #ifdef OUTPUT
-// y = A^T M A + bias: one invocation per (tile, co); lanes along tiles.
+// y = A^T M A + bias: one invocation per four consecutive tiles of one output channel,
+// each transform point read as one float4 (four tiles).
 void main() {
-    int t = int(gl_GlobalInvocationID.x);
+    int t0 = int(gl_GlobalInvocationID.x) * 4;
     int co = int(gl_WorkGroupID.y);
-    if (t >= dims.w) return;
-    int n = t / tiles.y;
-    int rem = t - n * tiles.y;
-    int th = rem / tiles.x;
-    int tw = rem - th * tiles.x;
-    int plane = dims.y * tiles.z;
-    int o = co * tiles.z + t;
-    float m[6][6];
+    if (t0 >= dims.w) return;
+    int plane4 = dims.y * tiles.z / 4;
+    int o4 = (co * tiles.z + t0) / 4;
+    vec4 m[6][6];
     [[unroll]] for (int r = 0; r < 6; r++)
-        [[unroll]] for (int c = 0; c < 6; c++) m[r][c] = LOAD((r * 6 + c) * plane + o);
-    // A^T m: 4x6
-    float e[4][6];
-    [[unroll]] for (int c = 0; c < 6; c++) {
-        float z0 = m[0][c], z1 = m[1][c], z2 = m[2][c], z3 = m[3][c], z4 = m[4][c], z5 = m[5][c];
-        e[0][c] = z0 + z1 + z2 + z3 + z4;
-        e[1][c] = z1 - z2 + 2.0 * (z3 - z4);
-        e[2][c] = z1 + z2 + 4.0 * (z3 + z4);
-        e[3][c] = z1 - z2 + 8.0 * (z3 - z4) + z5;
-    }
+        [[unroll]] for (int c = 0; c < 6; c++) m[r][c] = LOAD4((r * 6 + c) * plane4 + o4);
     float bv = out_size.w != 0 ? FLOAD(bias, uint(co * misc.x)) : 0.0;
-    uint yb = uint(n) * ys.x + uint(co) * ys.y;
-    [[unroll]] for (int r = 0; r < 4; r++) {
-        float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
-        float v[4];
-        v[0] = z0 + z1 + z2 + z3 + z4;
-        v[1] = z1 - z2 + 2.0 * (z3 - z4);
-        v[2] = z1 + z2 + 4.0 * (z3 + z4);
-        v[3] = z1 - z2 + 8.0 * (z3 - z4) + z5;
-        int oh = th * 4 + r;
-        [[unroll]] for (int c = 0; c < 4; c++) {
-            int ow = tw * 4 + c;
-            if (oh < out_size.x && ow < out_size.y)
-                FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w,
-                       vkml_activation(ACT, v[c] + bv, act));
+    [[unroll]] for (int q = 0; q < 4; q++) {
+        int t = t0 + q;
+        if (t >= dims.w) break;
+        int n = t / tiles.y;
+        int rem = t - n * tiles.y;
+        int th = rem / tiles.x;
+        int tw = rem - th * tiles.x;
+        // A^T m: 4x6
+        float e[4][6];
+        [[unroll]] for (int c = 0; c < 6; c++) {
+            float z0 = m[0][c][q], z1 = m[1][c][q], z2 = m[2][c][q], z3 = m[3][c][q],
+                  z4 = m[4][c][q], z5 = m[5][c][q];
+            e[0][c] = z0 + z1 + z2 + z3 + z4;
+            e[1][c] = z1 - z2 + 2.0 * (z3 - z4);
+            e[2][c] = z1 + z2 + 4.0 * (z3 + z4);
+            e[3][c] = z1 - z2 + 8.0 * (z3 - z4) + z5;
+        }
+        uint yb = uint(n) * ys.x + uint(co) * ys.y;
+        [[unroll]] for (int r = 0; r < 4; r++) {
+            float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
+            float v[4];
+            v[0] = z0 + z1 + z2 + z3 + z4;
+            v[1] = z1 - z2 + 2.0 * (z3 - z4);
+            v[2] = z1 + z2 + 4.0 * (z3 + z4);
+            v[3] = z1 - z2 + 8.0 * (z3 - z4) + z5;
+            int oh = th * 4 + r;
+            [[unroll]] for (int c = 0; c < 4; c++) {
+                int ow = tw * 4 + c;
+                if (oh < out_size.x && ow < out_size.y)
+                    FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w,
+                           vkml_activation(ACT, v[c] + bv, act));
+            }
         }
     }
 }

@@ -26,7 +26,7 @@ beta=1; Clip min=-FLT_MAX, max=+FLT_MAX (the type's lowest and highest values).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields, make_dataclass
+from dataclasses import dataclass, field, make_dataclass
 
 import numpy as np
 
@@ -188,7 +188,7 @@ def _make_class(spec: ActivationSpec) -> type:
     cls.__doc__ = (f"``{spec.operator_type.replace('DML_OPERATOR_', 'DML_')}_OPERATOR_DESC``"
                    f" ({spec.feature_level}): {spec.formula}.\n\n"
                    f"Fields: input_tensor=None, output_tensor=None" + (f", {args}" if args else "")
-                   + " (defaults: the page's typical values).")
+                   + " (defaults: the page's typical values; ONNX's where it gives none).")
     return cls
 
 
