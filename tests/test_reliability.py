@@ -351,3 +351,258 @@ def test_unsupported_is_clear(device):
 
     with pytest.raises(UnsupportedError, match="DML_OPERATOR_FAKE"):
         device.compile_operator(device.create_operator(Fake()))
+
+
+# -- fold / unfold ------------------------------------------------------------------------
+def _blocks(spatial, window, strides, dilations, start, end):
+    out = []
+    for s, w, st, dl, a, b in zip(spatial, window, strides, dilations, start, end):
+        num = s + a + b - dl * (w - 1) - 1
+        out.append(num // st + 1 if num >= 0 else 0)
+    return out
+
+
+def _unfold_reference(x, window, strides, dilations, start, end):
+    """im2col by direct gathering, written independently of vkml: (N, C*K, L)."""
+    n, c = x.shape[:2]
+    spatial = x.shape[2:]
+    blocks = _blocks(spatial, window, strides, dilations, start, end)
+    padded = np.zeros((n, c) + tuple(s + a + b for s, a, b in zip(spatial, start, end)), x.dtype)
+    padded[(slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(start, spatial))] = x
+    cols = np.zeros((n, c, int(np.prod(window)), int(np.prod(blocks))), x.dtype)
+    for bi, block in enumerate(np.ndindex(*blocks)):
+        for ki, k in enumerate(np.ndindex(*window)):
+            idx = tuple(b * st + kk * dl for b, st, kk, dl in zip(block, strides, k, dilations))
+            cols[:, :, ki, bi] = padded[(slice(None), slice(None)) + idx]
+    return cols.reshape(n, c * int(np.prod(window)), -1)
+
+
+def _fold_reference(cols, out_spatial, window, strides, dilations, start, end):
+    """col2im by scattering with np.add.at (integer sums wrap, as in the device)."""
+    n, ck, _ = cols.shape
+    k = int(np.prod(window))
+    c = ck // k
+    blocks = _blocks(out_spatial, window, strides, dilations, start, end)
+    acc_dtype = np.float64 if cols.dtype.kind == "f" else cols.dtype
+    padded = np.zeros((n, c) + tuple(s + a + b for s, a, b in zip(out_spatial, start, end)),
+                      acc_dtype)
+    cols4 = cols.reshape(n, c, k, -1).astype(acc_dtype)
+    for bi, block in enumerate(np.ndindex(*blocks)):
+        for ki, kk in enumerate(np.ndindex(*window)):
+            idx = tuple(b * st + q * dl for b, st, q, dl in zip(block, strides, kk, dilations))
+            padded[(slice(None), slice(None)) + idx] += cols4[:, :, ki, bi]
+    inner = padded[(slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in
+                                                      zip(start, out_spatial))]
+    return inner.astype(cols.dtype)
+
+
+@st.composite
+def window_cases(draw):
+    d = draw(st.integers(1, 3))
+    spatial = draw(st.lists(st.integers(1, 6), min_size=d, max_size=d))
+    window = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
+    strides = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
+    dilations = draw(st.lists(st.integers(1, 2), min_size=d, max_size=d))
+    start = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    end = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    # keep valid cases common: shrink windows that do not fit
+    for i in range(d):
+        while window[i] > 1 and dilations[i] * (window[i] - 1) + 1 > spatial[i] + start[i] + end[i]:
+            window[i] -= 1
+    mutation = draw(st.sampled_from(["none"] * 8 + ["rows", "count", "batch", "stride0",
+                                                    "too_big", "arr_len", "dtype"]))
+    return dict(n=draw(st.integers(1, 2)), c=draw(st.integers(1, 3)), spatial=spatial,
+                window=window, strides=strides, dilations=dilations, start=start, end=end,
+                dtype=draw(st.sampled_from(ALL_DTYPES)), mutation=mutation,
+                seed=draw(st.integers(0, 2**31)))
+
+
+_WINDOW_ERRORS = {"stride0": "strides", "too_big": "window_sizes", "arr_len": "strides",
+                  "dtype": "data_type"}
+
+
+def _window_descs(case, op: str):
+    """(image sizes, columns sizes, desc) for fold or unfold with the case's mutation."""
+    from vkml.dml import FoldOperatorDesc, UnfoldOperatorDesc
+
+    n, c, spatial = case["n"], case["c"], list(case["spatial"])
+    window, strides = list(case["window"]), list(case["strides"])
+    m = case["mutation"]
+    if m == "stride0":
+        strides[0] = 0
+    if m == "too_big":
+        window[0] = spatial[0] + case["start"][0] + case["end"][0] + 1
+    if m == "arr_len":
+        strides = strides + [1]
+    blocks = _blocks(spatial, case["window"], case["strides"], case["dilations"],
+                     case["start"], case["end"])
+    cols = [n, c * int(np.prod(case["window"])), int(np.prod(blocks))]
+    if m == "rows":
+        cols[1] += 1
+    if m == "count":
+        cols[2] += 1
+    if m == "batch":
+        cols[0] += 1
+    image = [n, c] + spatial
+    dt = case["dtype"]
+    other = "int8" if dt != "int8" else "uint8"
+    img_dt, col_dt = dt, dt
+    if m == "dtype":
+        img_dt = other
+    if op == "fold":
+        desc = FoldOperatorDesc(dml.TensorDesc(col_dt, cols), dml.TensorDesc(img_dt, image),
+                                window, strides, case["dilations"], case["start"], case["end"])
+    else:
+        desc = UnfoldOperatorDesc(dml.TensorDesc(img_dt, image), dml.TensorDesc(col_dt, cols),
+                                  window, strides, case["dilations"], case["start"], case["end"])
+    return image, cols, desc
+
+
+def _window_expected_errors(case, op):
+    m = case["mutation"]
+    if m in ("rows", "count", "batch"):
+        return ["input_tensor.sizes" if op == "fold" else "output_tensor.sizes"]
+    return [_WINDOW_ERRORS[m]] if m in _WINDOW_ERRORS else []
+
+
+def _allowed_unsupported(device, dtype) -> bool:
+    return dtype == "float64" and not device.features["fp64"]
+
+
+def _run_window_case(device, case, op):
+    rng = np.random.default_rng(case["seed"])
+    want = _window_expected_errors(case, op)
+    try:
+        image, cols, desc = _window_descs(case, op)
+        compiled = device.compile_operator(device.create_operator(desc))
+    except ValidationError as err:
+        assert want, f"valid case refused: {err}"
+        assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+        return
+    except UnsupportedError as err:
+        assert not want and _allowed_unsupported(device, case["dtype"]), str(err)
+        return
+    assert not want, f"invalid case accepted ({want})"
+    dt = np.dtype(case["dtype"])
+    if dt.kind == "f":
+        x = rng.uniform(-4, 4, image if op == "unfold" else cols).astype(dt)
+    else:
+        x = random_bits(rng, image if op == "unfold" else cols, dt)
+    out_sizes = cols if op == "unfold" else image
+    src = bind_with_canary(device, x.nbytes, x)
+    dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+    compiled.execute([src], [dst])
+    compiled.release()
+    got = dst.read_bytes(int(np.prod(out_sizes)) * dt.itemsize).view(dt).reshape(out_sizes)
+    args = (case["window"], case["strides"], case["dilations"], case["start"], case["end"])
+    if op == "unfold":
+        assert same_bits(got, _unfold_reference(x, *args))
+    else:
+        expect = _fold_reference(x, case["spatial"], *args)
+        if dt.kind == "f":
+            np.testing.assert_allclose(got.astype(np.float64), expect.astype(np.float64),
+                                       rtol=1e-2 if dt == np.float16 else 1e-5, atol=1e-2)
+        else:
+            assert same_bits(got, expect)
+    assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+    assert same_bits(src.read_bytes(x.nbytes).view(dt).reshape(x.shape), x), "input changed"
+
+
+@pytest.mark.parametrize("op", ["fold", "unfold"])
+def test_fuzz_fold_unfold(device, speed, op):
+    @settings(max_examples=fuzz_examples(speed), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(window_cases())
+    def check(case):
+        _run_window_case(device, case, op)
+
+    check()
+
+
+# -- LP pooling ---------------------------------------------------------------------------
+def _lp_reference(x, window, strides, dilations, start, end, p):
+    """(sum |x|^p)^(1/p) over each dilated window of the zero-padded input, in float64."""
+    d = len(window)
+    xp = np.pad(np.abs(x.astype(np.float64)), [(0, 0), (0, 0)] + list(zip(start, end)))
+    out_sp = [(s + a + b - dl * (w - 1) - 1) // st + 1 for s, a, b, dl, w, st in
+              zip(x.shape[2:], start, end, dilations, window, strides)]
+    y = np.zeros(x.shape[:2] + tuple(out_sp))
+    for o in np.ndindex(*out_sp):
+        acc = 0.0
+        for k in np.ndindex(*window):
+            idx = tuple(oo * st + kk * dl for oo, st, kk, dl in zip(o, strides, k, dilations))
+            acc = acc + xp[(slice(None), slice(None)) + idx] ** p
+        y[(slice(None), slice(None)) + o] = acc ** (1.0 / p)
+    return y
+
+
+@st.composite
+def lp_cases(draw):
+    d = draw(st.integers(2, 3))
+    spatial = draw(st.lists(st.integers(1, 6), min_size=d, max_size=d))
+    window = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
+    dil = draw(st.lists(st.integers(1, 2), min_size=d, max_size=d))
+    start = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    end = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    for i in range(d):
+        while window[i] > 1 and dil[i] * (window[i] - 1) + 1 > spatial[i] + start[i] + end[i]:
+            window[i] -= 1
+    return dict(shape=[draw(st.integers(1, 2)), draw(st.integers(1, 3))] + spatial,
+                window=window, strides=draw(st.lists(st.integers(1, 3), min_size=d, max_size=d)),
+                dilations=dil, start=start, end=end, p=draw(st.integers(1, 5)),
+                dtype=draw(st.sampled_from(["float32", "float16"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["out", "p0", "stride0", "int",
+                                                              "rank3"])),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_lp_pooling(device, speed):
+    @settings(max_examples=fuzz_examples(speed), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(lp_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        m = case["mutation"]
+        want = {"out": ["output_tensor.sizes"], "p0": ["p"], "stride0": ["strides"],
+                "int": ["data_type"], "rank3": ["input_tensor.sizes", "window_size",
+                                                 "output_tensor.sizes"]}.get(m, [])
+        shape, strides, p, dtype = list(case["shape"]), list(case["strides"]), case["p"], \
+            case["dtype"]
+        out = [(s + a + b - dl * (w - 1) - 1) // st + 1 for s, a, b, dl, w, st in
+               zip(shape[2:], case["start"], case["end"], case["dilations"], case["window"],
+                   strides)]
+        out = shape[:2] + out
+        if m == "out":
+            out[-1] += 1
+        if m == "p0":
+            p = 0
+        if m == "stride0":
+            strides[0] = 0
+        if m == "int":
+            dtype = "int32"
+        if m == "rank3":
+            shape, out = shape[:3], out[:3]
+        try:
+            desc = dml.LpPooling1OperatorDesc(
+                dml.TensorDesc(dtype, shape), dml.TensorDesc(dtype, out), strides,
+                case["window"], case["start"], case["end"], case["dilations"], p)
+            compiled = device.compile_operator(device.create_operator(desc))
+        except ValidationError as err:
+            assert want, f"valid case refused: {err}"
+            assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+            return
+        assert not want, f"invalid case accepted ({want})"
+        x = rng.uniform(-3, 3, shape).astype(dtype)
+        src = bind_with_canary(device, x.nbytes, x)
+        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+        compiled.execute([src], [dst])
+        compiled.release()
+        got = dst.read_bytes(int(np.prod(out)) * np.dtype(dtype).itemsize).view(dtype)
+        expect = _lp_reference(x, case["window"], strides, case["dilations"], case["start"],
+                               case["end"], p)
+        tol = 2e-3 if dtype == "float16" else 1e-5
+        np.testing.assert_allclose(got.reshape(out).astype(np.float64), expect, rtol=tol,
+                                   atol=tol)
+        assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    check()
