@@ -199,13 +199,50 @@ VEC4 shift4(VEC4 a, VEC4 b, uint sh) {
 }
 #endif
 
+const int D = RANK - 2;
+const int LAST = RANK - 1;
+const uint WL = D == 1 ? W0 : D == 2 ? W1 : D == 3 ? W2 : D == 4 ? W3 : D == 5 ? W4 : W5;
+const uint KO = (W0 * W1 * W2 * W3 * W4 * W5) / WL;
+uint coord[8];
+ACC acc[8];
+#ifdef TEXEL4
+VEC4 acc4[2];
+#endif
+
+// Window position (ko, kl) of the V outputs: add its inputs (window row `row`).
+void add_position(uint row, uint kl) {
+#ifdef TEXEL4
+    // Unit last stride and packed columns: the V elements are neighbours in the
+    // input, read as V/4 + 1 aligned 4-element texels and shifted into place.
+    int t0 = int(coord[LAST]) + AT(start, D - 1) - int(kl * dil(D - 1));
+    int e0 = int(row + kl * in_stride.y) + t0;
+    int q = e0 >> 2;
+    uint sh = uint(e0) & 3u;
+    int last = int(in_texels) - 1;
+    VEC4 w0 = texelFetch(Xt, clamp(q, 0, last));
+    VEC4 w1 = texelFetch(Xt, clamp(q + 1, 0, last));
+    VEC4 r0 = shift4(w0, w1, sh);
+    uvec4 b0 = uvec4(ivec4(t0) + ivec4(0, 1, 2, 3));
+    acc4[0] += mix(VEC4(ZERO), r0, lessThan(b0, uvec4(AT(blocks, D - 1))));
+    if (V == 8u) {
+        VEC4 w2 = texelFetch(Xt, clamp(q + 2, 0, last));
+        VEC4 r1 = shift4(w1, w2, sh);
+        acc4[1] += mix(VEC4(ZERO), r1, lessThan(b0 + 4u, uvec4(AT(blocks, D - 1))));
+    }
+#else
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        bool okl;
+        uint b = block_of(D - 1, coord[LAST] + j, kl, okl);
+        ACC v = LOAD(okl ? row + kl * in_stride.y + b * in_stride.z : 0u);
+        acc[j] = ADD(acc[j], okl ? v : ZERO);
+    }
+#endif
+}
+
 void main() {
     uint gx = gl_GlobalInvocationID.x;
-    const int D = RANK - 2;
     const int YDIM = RANK - XDIMS - 1;
     if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
-    const int LAST = RANK - 1;
-    uint coord[8];
     uint z = gl_GlobalInvocationID.z;
     [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
         uint q = divide(z, d);
@@ -231,12 +268,10 @@ void main() {
 
     // Window positions in row-major order: the outer spatial dimensions (all but the
     // last) as `ko`, the last as `kl`; the outer check is the same for all V elements.
-    const uint WL = win(D - 1);
-    const uint KO = (W0 * W1 * W2 * W3 * W4 * W5) / WL;
-    ACC acc[8];
     [[unroll]] for (uint j = 0u; j < 8u; j++) acc[j] = ZERO;
 #ifdef TEXEL4
-    VEC4 acc4[2] = VEC4[2](VEC4(ZERO), VEC4(ZERO));
+    acc4[0] = VEC4(ZERO);
+    acc4[1] = VEC4(ZERO);
 #endif
     for (uint ko = 0u; ko < KO; ko++) {
         uint rem = ko;
@@ -251,33 +286,10 @@ void main() {
         }
         if (!ok) continue;
         uint row = base + ko * WL * in_stride.y + col * in_stride.z;
-        [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
-#ifdef TEXEL4
-            // Unit last stride and packed columns: the V elements are neighbours in the
-            // input, read as V/4 + 1 aligned 4-element texels and shifted into place.
-            int t0 = int(coord[LAST]) + AT(start, D - 1) - int(kl * dil(D - 1));
-            int e0 = int(row + kl * in_stride.y) + t0;
-            int q = e0 >> 2;
-            uint sh = uint(e0) & 3u;
-            int last = int(in_texels) - 1;
-            VEC4 w0 = texelFetch(Xt, clamp(q, 0, last));
-            VEC4 w1 = texelFetch(Xt, clamp(q + 1, 0, last));
-            VEC4 r0 = shift4(w0, w1, sh);
-            uvec4 b0 = uvec4(ivec4(t0) + ivec4(0, 1, 2, 3));
-            acc4[0] += mix(VEC4(ZERO), r0, lessThan(b0, uvec4(AT(blocks, D - 1))));
-            if (V == 8u) {
-                VEC4 w2 = texelFetch(Xt, clamp(q + 2, 0, last));
-                VEC4 r1 = shift4(w1, w2, sh);
-                acc4[1] += mix(VEC4(ZERO), r1, lessThan(b0 + 4u, uvec4(AT(blocks, D - 1))));
-            }
-#else
-            [[unroll]] for (uint j = 0u; j < V; j++) {
-                bool okl;
-                uint b = block_of(D - 1, coord[LAST] + j, kl, okl);
-                ACC v = LOAD(okl ? row + kl * in_stride.y + b * in_stride.z : 0u);
-                acc[j] = ADD(acc[j], okl ? v : ZERO);
-            }
-#endif
+        if (WL <= 32u) {              // unrolled (bounded: a large window compiles slowly)
+            [[unroll]] for (uint kl = 0u; kl < WL; kl++) add_position(row, kl);
+        } else {
+            for (uint kl = 0u; kl < WL; kl++) add_position(row, kl);
         }
     }
 #ifdef TEXEL4

@@ -188,18 +188,24 @@ float value(bool row_ok, uint off, int i0, uint j, uint kl) {
 
 // First read of outer window row ko: P = 1 or unscaled P = 2 sums; with SCALE the
 // largest |x| and the sum of |x| (it detects NaN), and with HOLD the values.
+void first_position(bool row_ok, uint off, int i0, uint kl) {
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        float v = value(row_ok, off, i0, j, kl);
+        float a = abs(v);
+        acc[j] += (P == 2u && !SCALE) ? v * v : a;
+        if (SCALE) mx[j] = max(mx[j], a);
+    }
+}
+
 void first_read(uint ko) {
     uint off;
     bool row_ok = outer_row(ko, off);
     int i0 = int(coord[LAST] * SL) - start[D - 1];
-    if (ROWS) load_row(row_ok, off, i0);
-    [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
-        [[unroll]] for (uint j = 0u; j < V; j++) {
-            float v = value(row_ok, off, i0, j, kl);
-            float a = abs(v);
-            acc[j] += (P == 2u && !SCALE) ? v * v : a;
-            if (SCALE) mx[j] = max(mx[j], a);
-        }
+    if (ROWS) {             // unrolled only then: a long window row compiles slowly
+        load_row(row_ok, off, i0);
+        [[unroll]] for (uint kl = 0u; kl < WL; kl++) first_position(row_ok, off, i0, kl);
+    } else {
+        for (uint kl = 0u; kl < WL; kl++) first_position(row_ok, off, i0, kl);
     }
     if (HOLD) {
         [[unroll]] for (uint t = 0u; t < TR; t++) vals[ko * TR + t] = row[t];
@@ -271,10 +277,17 @@ void main() {
                 uint off;
                 bool row_ok = outer_row(ko, off);
                 int i0 = int(coord[LAST] * SL) - start[D - 1];
-                if (ROWS) load_row(row_ok, off, i0);
-                [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
-                    [[unroll]] for (uint j = 0u; j < V; j++)
-                        sum[j] += share(value(row_ok, off, i0, j, kl), mx[j], s1[j], s2[j]);
+                if (ROWS) {
+                    load_row(row_ok, off, i0);
+                    [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
+                        [[unroll]] for (uint j = 0u; j < V; j++)
+                            sum[j] += share(value(row_ok, off, i0, j, kl), mx[j], s1[j], s2[j]);
+                    }
+                } else {
+                    for (uint kl = 0u; kl < WL; kl++) {
+                        [[unroll]] for (uint j = 0u; j < V; j++)
+                            sum[j] += share(value(row_ok, off, i0, j, kl), mx[j], s1[j], s2[j]);
+                    }
                 }
             }
         }

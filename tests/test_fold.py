@@ -418,3 +418,17 @@ def test_grids_beyond_max_workgroup_count(device):
             got = vkml.fold(x, out, window, start_padding=1, device=dev)
             assert_close(got, fold_ref(x, out, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d),
                          "float32")
+
+
+def test_large_windows(device):
+    """Windows longer than 32 along the last dimension take the loop that is not unrolled
+    (a window of 300 compiles as fast as one of 3)."""
+    rng = np.random.default_rng(18)
+    for dtype, out, window, strides, dil in (("float32", (310,), (300,), (1,), (1,)),
+                                             ("int32", (4, 90), (2, 40), (1, 3), (1, 2))):
+        d = len(out)
+        blocks = blocks_ref(out, window, strides, dil, (1,) * d, (2,) * d)
+        x = random_values(rng, (1, 2 * math.prod(window), math.prod(blocks)), dtype)
+        got = vkml.fold(x, out, window, strides=strides, dilations=dil, start_padding=1,
+                        end_padding=2, device=device)
+        assert_close(got, fold_ref(x, out, window, strides, dil, (1,) * d, (2,) * d), dtype)

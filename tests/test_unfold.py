@@ -301,3 +301,17 @@ def test_read_paths(device, read, vec, monkeypatch):
                               end_padding=end, device=device)
             assert same_bits(got, unfold_ref(x, window, strides, dil, start, end)), \
                 (dtype, shape, window)
+
+
+def test_large_windows(device):
+    """Window rows too long to read at once (more than 32 inputs) are read element by
+    element, in a loop that is not unrolled."""
+    rng = np.random.default_rng(19)
+    for dtype, shape, window, strides, dil in (("float32", (1, 2, 330), (300,), (1,), (1,)),
+                                               ("uint16", (2, 1, 5, 100), (2, 40), (1, 3),
+                                                (1, 2))):
+        x = random_bits(rng, shape, dtype)
+        d = len(window)
+        got = vkml.unfold(x, window, strides=strides, dilations=dil, start_padding=1,
+                          end_padding=2, device=device)
+        assert same_bits(got, unfold_ref(x, window, strides, dil, (1,) * d, (2,) * d))
