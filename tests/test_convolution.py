@@ -570,6 +570,31 @@ def test_fast_path_variants(device, path, case):
             done += 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_gemm_filter_transpose(device, dtype):
+    """The blocked filter transpose (packed filters, C_in/groups * kernel a multiple of
+    4) with groups, both modes and padded output channels, against torch."""
+    rng = np.random.default_rng(12)
+    for g, cig, cog, k, mode in [(1, 4, 5, (3, 3), "cross_correlation"),
+                                 (2, 8, 6, (1, 1), "convolution"),
+                                 (3, 2, 7, (2, 2), "convolution"),
+                                 (1, 4, 9, (1, 4), "cross_correlation")]:
+        xd = dml.TensorDesc(dtype, (2, g * cig, 7, 9))
+        wd = dml.TensorDesc(dtype, (g * cog, cig) + k)
+        kw = dict(group_count=g, start_padding=(1, 0), end_padding=(0, 1))
+        out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+        desc = dml.ConvolutionOperatorDesc(xd, wd, dml.TensorDesc(dtype, (1, g * cog, 1, 1)),
+                                           dml.TensorDesc(dtype, out), mode=mode, **kw)
+        x = rng.standard_normal(xd.sizes).astype(dtype)
+        w = rng.standard_normal(wd.sizes).astype(dtype)
+        b = rng.standard_normal(g * cog).astype(dtype)
+        got, compiled = run_desc(device, desc, x, w, b, path="gemm")
+        assert any(isinstance(r, conv_ops.FilterTranspose) for r, _ in compiled.path.w_relayouts)
+        ref = desc_reference(desc, x, w, b)
+        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
+                                   **tolerance(w, dtype))
+
+
 def test_path_choice(device):
     """Which path takes which shape (the per-shape dispatch of the module doc)."""
     def path_of(x, w, **kw):

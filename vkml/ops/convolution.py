@@ -307,6 +307,40 @@ class Relayout:
                          np.array([0, dst_offset_elems, z0], np.uint32).tobytes())
 
 
+class FilterTranspose:
+    """``convolution_filter.comp``: a packed forward filter into the implicit GEMM's
+    [group][kd][kh][channel][kw][padded output channel] as 4x4 blocked transposes, lanes
+    along output channels (stores contiguous, reads re-use cached lines).  Needs a packed
+    filter with C_in/groups * KD*KH*KW a multiple of 4."""
+
+    def __init__(self, op: CompiledOperator, geo: Geometry, co_pad: int):
+        g = geo
+        self.op = op
+        self.K = g.cin_per_group * math.prod(g.kernel)
+        self.local = min(64, op.workgroup_size)
+        self.fmt = (runtime.FORMAT_RGBA32_SFLOAT if g.dtype == DataType.FLOAT32
+                    else runtime.vk.VK_FORMAT_R16G16B16A16_SFLOAT)
+        self.pipe = op.pipeline("convolution_filter_texel", (runtime.UNIFORM_TEXEL, STORAGE,
+                                                             UNIFORM), 0,
+                                {0: self.local, 1: g.kernel[0], 2: g.kernel[1],
+                                 3: g.kernel[2], 4: int(g.flip)})
+        self.params = op.upload(np.array([g.cin_per_group, g.cout_per_group, co_pad, self.K,
+                                          g.groups, 0, 0, 0], np.int32))
+        self.grid = (-(-(g.groups * co_pad // 4) // self.local), self.K // 4, 1)
+        self.src_bytes = g.c_out * self.K * g.dtype.size      # whole RGBA texels (K % 4 == 0)
+
+    @staticmethod
+    def applies(op: CompiledOperator, geo: Geometry) -> bool:
+        K = geo.cin_per_group * math.prod(geo.kernel)
+        return (not geo.backward and op.desc.filter_tensor.is_packed and K % 4 == 0
+                and K // 4 <= op.ctx.limits["maxComputeWorkGroupCount"][1]
+                and _texel_ok(op, K * geo.c_out // 4))
+
+    def encode(self, seq, w, dst, dst_offset_elems: int = 0) -> None:
+        seq.dispatch(self.pipe, [Bind(w, 0, self.src_bytes, "r", self.fmt),
+                                 Bind(dst, 0, None, "w"), Bind(self.params)], self.grid)
+
+
 GEMM_PARAM_WORDS = 28 + 256 * 4   # std140 (glsl/convolution_gemm.comp)
 GEMM_PUSH = 64
 
@@ -489,7 +523,9 @@ class GemmPath(Path):
         # the filter, one re-layout per dispatch
         self.w_relayouts = []
         ws = g.w_strides
-        for d in self.dispatches:
+        if FilterTranspose.applies(op, g):
+            self.w_relayouts.append((FilterTranspose(op, g, co_pad), 0))
+        for d in self.dispatches if not self.w_relayouts else []:
             if not d["nrows"]:
                 continue
             axes = d["axes"]
