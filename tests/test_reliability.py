@@ -153,19 +153,52 @@ def test_fuzz_padding(device, speed):
 # -- leaks ----------------------------------------------------------------------------------
 _LEAK_CHILD = r"""
 import gc, json, sys
-import numpy as np, psutil, vkml
+import numpy as np, psutil, torch, vkml
+import torch.nn.functional as F
 from vkml import dml
 dev = vkml.Device(int(sys.argv[1]))
-cycles = int(sys.argv[2])
-x = dev.tensor(np.arange(12, dtype=np.float32).reshape(3, 4))
-y = dev.empty((5, 8), np.float32)
-desc = dml.PaddingOperatorDesc(dml.TensorDesc("float32", (3, 4)),
-                               dml.TensorDesc("float32", (5, 8)), "reflection", 0.0,
-                               (1, 2), (1, 2))
+op_name, cycles = sys.argv[2], int(sys.argv[3])
+T = dml.TensorDesc
+rng = np.random.default_rng(0)
+if op_name == "padding":
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    desc = dml.PaddingOperatorDesc(T("float32", (3, 4)), T("float32", (5, 8)), "reflection",
+                                   0.0, (1, 2), (1, 2))
+    arrays, expect = [a], np.pad(a, [(1, 1), (2, 2)], "reflect")
+elif op_name == "fold":
+    a = rng.standard_normal((1, 8, 9)).astype(np.float32)
+    desc = dml.FoldOperatorDesc(T("float32", (1, 8, 9)), T("float32", (1, 2, 4, 4)), (2, 2),
+                                (1, 1), (1, 1), (0, 0), (0, 0))
+    arrays = [a]
+    expect = F.fold(torch.from_numpy(a), (4, 4), (2, 2)).numpy()
+elif op_name == "unfold":
+    a = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    desc = dml.UnfoldOperatorDesc(T("float32", (1, 2, 4, 4)), T("float32", (1, 8, 9)), (2, 2),
+                                  (1, 1), (1, 1), (0, 0), (0, 0))
+    arrays, expect = [a], F.unfold(torch.from_numpy(a), (2, 2)).numpy()
+elif op_name == "lp_pooling":
+    a = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    desc = dml.LpPooling1OperatorDesc(T("float32", (1, 2, 5, 5)), T("float32", (1, 2, 2, 2)),
+                                      (2, 2), (3, 3), (0, 0), (0, 0), (1, 1), 2)
+    arrays = [a]
+    expect = F.lp_pool2d(torch.from_numpy(np.abs(a)), 2, 3, 2).numpy()
+else:
+    a = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal((1, 4, 1, 1)).astype(np.float32)
+    desc = dml.ConvolutionOperatorDesc(T("float32", (1, 3, 6, 6)), T("float32", (4, 3, 3, 3)),
+                                       T("float32", (1, 4, 1, 1)), T("float32", (1, 4, 6, 6)),
+                                       start_padding=(1, 1), end_padding=(1, 1),
+                                       fused_activation="relu")
+    arrays = [a, w, b]
+    expect = F.relu(F.conv2d(torch.from_numpy(a), torch.from_numpy(w),
+                             torch.from_numpy(b.reshape(4)), padding=1)).numpy()
+ins = [dev.tensor(v) for v in arrays]
+y = dev.empty(desc.output_tensor.sizes, np.float32)
 def cycle():
     op = dev.create_operator(desc)
     compiled = dev.compile_operator(op)
-    compiled.execute([x], [y])
+    compiled.execute(ins, [y])
     compiled.release()
 for _ in range(max(500, cycles // 10)):
     cycle()
@@ -176,24 +209,27 @@ for _ in range(cycles):
     cycle()
 gc.collect()
 rss1, mem1 = proc.memory_info().rss, dev.memory_stats()
-ok = np.array_equal(y.numpy(), np.pad(np.arange(12, dtype=np.float32).reshape(3, 4),
-                                      [(1, 1), (2, 2)], "reflect"))
-print(json.dumps({"rss_growth": rss1 - rss0, "mem0": mem0, "mem1": mem1, "ok": bool(ok)}))
+ok = bool(np.allclose(y.numpy(), expect, rtol=1e-5, atol=1e-5))
+print(json.dumps({"rss_growth": rss1 - rss0, "mem0": mem0, "mem1": mem1, "ok": ok}))
 """
 
+LEAK_OPS = ["padding", "fold", "unfold", "lp_pooling", "convolution"]
 
-def test_no_leaks_create_compile_execute_release(device, speed):
-    """10,000 create/compile/execute/release cycles (2,000 on a slow device): host RSS and
-    device memory stay flat after warm-up.  Measured in a child process without the
-    validation layer, whose own bookkeeping grows by ~3 KiB per submission."""
+
+@pytest.mark.parametrize("op", LEAK_OPS)
+def test_no_leaks_create_compile_execute_release(device, speed, op):
+    """10,000 create/compile/execute/release cycles of each operator (2,000 on a slow
+    device): host RSS and device memory stay flat after warm-up, and the last result is
+    right.  Measured in a child process without the validation layer, whose own
+    bookkeeping grows by ~3 KiB per submission."""
     import json
     import subprocess
     import sys
 
     cycles = int(os.environ.get("VKML_LEAK_CYCLES", 10000 if speed < 0.2 else 2000))
     env = dict(os.environ, VKML_VALIDATION="0")
-    out = subprocess.run([sys.executable, "-c", _LEAK_CHILD, str(device.index), str(cycles)],
-                         capture_output=True, text=True, env=env, timeout=1200)
+    out = subprocess.run([sys.executable, "-c", _LEAK_CHILD, str(device.index), op,
+                          str(cycles)], capture_output=True, text=True, env=env, timeout=1200)
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["ok"]
@@ -263,6 +299,55 @@ def test_padding_beyond_max_storage_buffer_range(device):
     np.testing.assert_array_equal(y, np.pad(x, [(1, 0), (0, 1), (2, 3)], "reflect"))
 
 
+def _needs_real_limit(device):
+    limit = device.limits["maxStorageBufferRange"]
+    if limit > 256 << 20:
+        pytest.skip(f"maxStorageBufferRange is {limit >> 20} MiB here; the windowed path is "
+                    "covered with a lowered limit in the operator's own tests")
+    return limit
+
+
+def test_fold_beyond_max_storage_buffer_range(device):
+    """Fold whose columns and image are each larger than maxStorageBufferRange."""
+    import torch
+    import torch.nn.functional as F
+
+    limit = _needs_real_limit(device)
+    c = limit // (4 * 1024 * 1024) + 2          # float32 1024x1024 planes
+    rng = np.random.default_rng(3)
+    cols = rng.standard_normal((1, c * 4, 512 * 512), dtype=np.float32)
+    y = vkml.fold(cols, (1024, 1024), (2, 2), strides=(2, 2), device=device)
+    assert y.nbytes > limit and cols.nbytes > limit
+    np.testing.assert_array_equal(y, F.fold(torch.from_numpy(cols), (1024, 1024), (2, 2),
+                                            stride=2).numpy())
+    # overlapping windows (sums), padded, columns beyond the limit
+    cols = rng.standard_normal((1, 4 * 9, 1022 * 1024), dtype=np.float32)
+    assert cols.nbytes > limit
+    y = vkml.fold(cols, (1024, 1024), (3, 3), start_padding=(0, 1), end_padding=(0, 1),
+                  device=device)
+    np.testing.assert_allclose(y, F.fold(torch.from_numpy(cols), (1024, 1024), (3, 3),
+                                         padding=(0, 1)).numpy(), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_convolution_beyond_max_storage_buffer_range(device):
+    """A convolution whose input and output are larger than maxStorageBufferRange."""
+    import torch
+    import torch.nn.functional as F
+
+    limit = _needs_real_limit(device)
+    n = limit // (4 * 4 * 128 * 128) + 4
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((n, 4, 128, 128), dtype=np.float32)
+    w = rng.standard_normal((4, 4, 3, 3), dtype=np.float32)
+    b = rng.standard_normal(4, dtype=np.float32)
+    y = vkml.convolution(x, w, b, start_padding=(1, 1), end_padding=(1, 1), device=device)
+    assert x.nbytes > limit and y.nbytes > limit
+    expect = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b),
+                      padding=1).numpy()
+    np.testing.assert_allclose(y, expect, rtol=1e-4, atol=1e-4)
+
+
 def test_allocation_beyond_the_device_raises_device_error(device):
     too_big = device._ctx.tensor_heap.max_alloc + (1 << 20)
     with pytest.raises(DeviceError) as err:
@@ -322,6 +407,68 @@ def test_eight_threads_on_one_device(device):
                     errors.append((k, i, mode))
                 shared.execute([x_dev], [out])
                 if not np.array_equal(out.numpy(), expect_shared):
+                    errors.append((k, i, "shared"))
+        except Exception as exc:  # noqa: BLE001
+            errors.append((k, repr(exc)))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    shared.release()
+    assert not errors, errors[:5]
+
+
+def test_every_operator_from_eight_threads(device):
+    """Fold, Unfold, LP pooling, Convolution and Padding called concurrently from 8
+    threads, each on its own shapes (so each compiles its own operators), and on one
+    shared compiled convolution executed from every thread."""
+    import torch
+    import torch.nn.functional as F
+
+    errors = []
+    rng0 = np.random.default_rng(99)
+    wx = rng0.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    ww = rng0.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    shared_expect = F.conv2d(torch.from_numpy(wx), torch.from_numpy(ww), padding=1).numpy()
+    shared = device.compile_operator(device.create_operator(dml.ConvolutionOperatorDesc(
+        dml.TensorDesc("float32", wx.shape), dml.TensorDesc("float32", ww.shape), None,
+        dml.TensorDesc("float32", shared_expect.shape), start_padding=(1, 1),
+        end_padding=(1, 1))))
+    shared_in = [device.tensor(wx), device.tensor(ww), None]
+
+    def close(a, b):
+        return np.allclose(a, b, rtol=1e-4, atol=1e-4)
+
+    def work(k):
+        try:
+            rng = np.random.default_rng(k)
+            out = device.empty(shared_expect.shape, np.float32)
+            for i in range(6):
+                h = 5 + (k + i) % 4
+                x = rng.standard_normal((1, 2, h, h + 1)).astype(np.float32)
+                xt = torch.from_numpy(x)
+                cols = vkml.unfold(x, (2, 2), device=device)
+                if not close(cols, F.unfold(xt, (2, 2)).numpy()):
+                    errors.append((k, i, "unfold"))
+                img = vkml.fold(cols, (h, h + 1), (2, 2), device=device)
+                if not close(img, F.fold(torch.from_numpy(cols), (h, h + 1), (2, 2)).numpy()):
+                    errors.append((k, i, "fold"))
+                lp = vkml.lp_pooling(x, (2, 2), strides=(2, 2), device=device)
+                if not close(lp, F.lp_pool2d(xt.abs(), 2, 2, 2).numpy()):
+                    errors.append((k, i, "lp_pooling"))
+                w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+                y = vkml.convolution(x, w, start_padding=(1, 1), end_padding=(1, 1),
+                                     fused_activation="relu", device=device)
+                if not close(y, F.relu(F.conv2d(xt, torch.from_numpy(w), padding=1)).numpy()):
+                    errors.append((k, i, "convolution"))
+                p = vkml.pad(x, [0, 0, 1, k % 3], [0, 0, 2, 1], "symmetric", device=device)
+                if not np.array_equal(p, np.pad(x, [(0, 0), (0, 0), (1, 2), (k % 3, 1)],
+                                                "symmetric")):
+                    errors.append((k, i, "padding"))
+                shared.execute(shared_in, [out])
+                if not close(out.numpy(), shared_expect):
                     errors.append((k, i, "shared"))
         except Exception as exc:  # noqa: BLE001
             errors.append((k, repr(exc)))
@@ -604,5 +751,191 @@ def test_fuzz_lp_pooling(device, speed):
         np.testing.assert_allclose(got.reshape(out).astype(np.float64), expect, rtol=tol,
                                    atol=tol)
         assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    check()
+
+
+# -- convolution --------------------------------------------------------------------------
+_CONV_ACTS = {None: lambda y: y, "relu": lambda y: np.maximum(y, 0),
+              "sigmoid": lambda y: 1 / (1 + np.exp(-y)), "tanh": np.tanh,
+              "leaky_relu": lambda y: np.where(y >= 0, y, 0.01 * y)}
+
+
+def _conv_reference(x, w, b, strides, dilations, start, end, outpad, groups, backward, flip):
+    """The convolution in float64 by summing shifted slices per kernel tap (forward) or
+    scattering them (backward), written independently of vkml and of PyTorch."""
+    d = x.ndim - 2
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    if flip:
+        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * d]
+    n, cin = x.shape[:2]
+    cin_g = cin // groups
+    if not backward:
+        cout = w.shape[0]
+        cout_g = cout // groups
+        xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(start, end)))
+        conv = [(i + a + e - dl * (k - 1) - 1) // s + 1 for i, a, e, dl, k, s in
+                zip(x.shape[2:], start, end, dilations, w.shape[2:], strides)]
+        y = np.zeros((n, cout) + tuple(conv))
+        for g in range(groups):
+            xs_g = xp[:, g * cin_g:(g + 1) * cin_g]
+            for tap in np.ndindex(*w.shape[2:]):
+                sl = tuple(slice(t * dl, t * dl + s * (o - 1) + 1, s)
+                           for t, dl, s, o in zip(tap, dilations, strides, conv))
+                wt = w[(slice(g * cout_g, (g + 1) * cout_g), slice(None)) + tap]
+                y[:, g * cout_g:(g + 1) * cout_g] += np.einsum(
+                    "nc...,oc->no...", xs_g[(slice(None), slice(None)) + sl], wt)
+        y = np.pad(y, [(0, 0), (0, 0)] + [(0, p) for p in outpad])
+    else:
+        cout_g = w.shape[1]
+        cout = cout_g * groups
+        full = [(i - 1) * s + dl * (k - 1) + 1 for i, s, dl, k in
+                zip(x.shape[2:], strides, dilations, w.shape[2:])]
+        yf = np.zeros((n, cout) + tuple(f + p for f, p in zip(full, outpad)))
+        for g in range(groups):
+            for tap in np.ndindex(*w.shape[2:]):
+                sl = tuple(slice(t * dl, t * dl + s * (i - 1) + 1, s)
+                           for t, dl, s, i in zip(tap, dilations, strides, x.shape[2:]))
+                wt = w[(slice(g * cin_g, (g + 1) * cin_g), slice(None)) + tap]
+                yf[(slice(None), slice(g * cout_g, (g + 1) * cout_g)) + sl] += np.einsum(
+                    "nc...,co->no...", x[:, g * cin_g:(g + 1) * cin_g], wt)
+        y = yf[(slice(None), slice(None)) + tuple(
+            slice(a, f + p - e) for a, f, p, e in zip(start, full, outpad, end))]
+    if b is not None:
+        y = y + b.astype(np.float64).reshape((1, -1) + (1,) * d)
+    return y
+
+
+@st.composite
+def conv_cases(draw):
+    d = draw(st.integers(1, 3))
+    backward = draw(st.booleans())
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    hi = {1: 9, 2: 6, 3: 4}[d]
+    spatial = draw(st.lists(st.integers(1, hi), min_size=d, max_size=d))
+    kernel = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
+    strides = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
+    dilations = draw(st.lists(st.integers(1, 2), min_size=d, max_size=d))
+    start = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    end = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    outpad = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d)) \
+        if draw(st.integers(0, 3)) == 0 else [0] * d
+    for i in range(d):      # keep valid cases common: shrink what does not fit
+        if backward:
+            full = (spatial[i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1
+            while start[i] + end[i] >= full + outpad[i]:
+                start[i], end[i] = start[i] // 2, end[i] // 2
+                if start[i] + end[i] == 0:
+                    break
+        else:
+            while kernel[i] > 1 and dilations[i] * (kernel[i] - 1) + 1 > \
+                    spatial[i] + start[i] + end[i]:
+                kernel[i] -= 1
+    return dict(d=d, backward=backward, groups=groups, n=draw(st.integers(1, 2)),
+                cin=groups * draw(st.integers(1, 3)), cout=groups * draw(st.integers(1, 3)),
+                spatial=spatial, kernel=kernel, strides=strides, dilations=dilations,
+                start=start, end=end, outpad=outpad, flip=draw(st.booleans()),
+                bias=draw(st.sampled_from([None, "dml"])),
+                act=draw(st.sampled_from(list(_CONV_ACTS))),
+                dtype=draw(st.sampled_from(["float32", "float16"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + [
+                    "group", "filter", "out", "bias", "dtype", "arr_len", "stride0",
+                    "rank6"])),
+                seed=draw(st.integers(0, 2**31)))
+
+
+_CONV_ERRORS = {"group": ["group_count", "filter_tensor.sizes"],
+                "filter": ["filter_tensor.sizes"], "out": ["output_tensor.sizes"],
+                "bias": ["bias_tensor.sizes"], "dtype": ["data_type"],
+                "arr_len": ["strides"], "stride0": ["strides"],
+                "rank6": ["input_tensor", "filter_tensor", "bias_tensor", "output_tensor"]}
+
+
+def _conv_desc(case):
+    """(shapes of x, w, b and y; the descriptor) with the case's mutation applied."""
+    g, cin, cout, sp = case["groups"], case["cin"], case["cout"], list(case["spatial"])
+    m, n, d = case["mutation"], case["n"], case["d"]
+    strides, kernel = list(case["strides"]), list(case["kernel"])
+    if case["backward"]:
+        wshape = [cin, cout // g] + kernel
+        conv = [(i - 1) * s + dl * (k - 1) + 1 - a - e + p for i, s, dl, k, a, e, p in
+                zip(sp, strides, case["dilations"], kernel, case["start"], case["end"],
+                    case["outpad"])]
+    else:
+        wshape = [cout, cin // g] + kernel
+        conv = [(i + a + e - dl * (k - 1) - 1) // s + 1 + p for i, a, e, dl, k, s, p in
+                zip(sp, case["start"], case["end"], case["dilations"], kernel, strides,
+                    case["outpad"])]
+    xshape, yshape = [n, cin] + sp, [n, cout] + conv
+    bshape = [1, cout] + [1] * d if case["bias"] else None
+    dt, ydt = case["dtype"], case["dtype"]
+    if m == "group":
+        xshape[1] += 1
+    elif m == "filter":
+        wshape[0 if case["backward"] else 1] += 1
+    elif m == "out":
+        yshape[-1] += 1
+    elif m == "bias":
+        bshape = [1, cout + 1] + [1] * d
+    elif m == "dtype":
+        ydt = "float16" if dt == "float32" else "float32"
+    elif m == "arr_len":
+        strides = strides + [1]
+    elif m == "stride0":
+        strides[0] = 0
+    elif m == "rank6":
+        xshape, wshape, yshape = (s + [1] * (6 - len(s)) for s in (xshape, wshape, yshape))
+        bshape = bshape and [1, cout, 1, 1, 1, 1]
+    T = dml.TensorDesc
+    desc = dml.ConvolutionOperatorDesc(
+        T(dt, xshape), T(dt, wshape), T(dt, bshape) if bshape else None, T(ydt, yshape),
+        "convolution" if case["flip"] else "cross_correlation",
+        "backward" if case["backward"] else "forward", strides, case["dilations"],
+        case["start"], case["end"], case["outpad"], g, case["act"])
+    return xshape, wshape, bshape, yshape, desc
+
+
+def _run_conv_case(device, case):
+    rng = np.random.default_rng(case["seed"])
+    want = _CONV_ERRORS.get(case["mutation"], [])
+    try:
+        xshape, wshape, bshape, yshape, desc = _conv_desc(case)
+        compiled = device.compile_operator(device.create_operator(desc))
+    except ValidationError as err:
+        assert want, f"valid case refused: {err}"
+        assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+        return
+    assert not want, f"invalid case accepted ({want})"
+    dt = np.dtype(case["dtype"])
+    x = rng.uniform(-1, 1, xshape).astype(dt)
+    w = rng.uniform(-1, 1, wshape).astype(dt)
+    b = rng.uniform(-1, 1, bshape).astype(dt) if bshape else None
+    ins = [bind_with_canary(device, a.nbytes, a) if a is not None else None for a in (x, w, b)]
+    out = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+    compiled.execute(ins, [out])
+    compiled.release()
+    got = out.read_bytes(int(np.prod(yshape)) * dt.itemsize).view(dt).reshape(yshape)
+    args = (case["strides"], case["dilations"], case["start"], case["end"], case["outpad"],
+            case["groups"], case["backward"], case["flip"])
+    expect = _CONV_ACTS[case["act"]](_conv_reference(x, w, b, *args))
+    # error bound: the sum of |terms| of each output, scaled by the type's precision
+    scale = _conv_reference(np.abs(x), np.abs(w), np.abs(b) if b is not None else None, *args)
+    tol = (2e-3 * scale + 2e-3) if dt == np.float16 else (2e-6 * scale + 1e-6)
+    err = np.abs(got.astype(np.float64) - expect)
+    assert np.all(err <= tol), f"max error {err.max():.3g} (tolerance {tol.max():.3g})"
+    for t, a in zip(ins, (x, w, b)):
+        if t is not None:
+            assert canaries_intact(t), "wrote outside an input"
+            assert same_bits(t.read_bytes(a.nbytes).view(dt).reshape(a.shape), a), \
+                "input changed"
+    assert canaries_intact(out), "wrote outside the output"
+
+
+def test_fuzz_convolution(device, speed):
+    @settings(max_examples=fuzz_examples(speed), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(conv_cases())
+    def check(case):
+        _run_conv_case(device, case)
 
     check()
