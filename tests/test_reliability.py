@@ -51,6 +51,56 @@ def canaries_intact(t) -> bool:
     return bool(np.all(raw[t.nbytes:] == CANARY))
 
 
+LAYOUTS = ["packed"] * 3 + ["padded", "permuted", "broadcast"]
+
+
+def lay_out(rng, logical: np.ndarray, kind: str):
+    """``logical`` stored in a non-packed layout: (flat buffer, DML element strides or
+    None, the logical array those describe).  "padded" fills the gaps with NaN (floats)
+    or random bits, so a kernel that reads them gives a wrong answer; "broadcast" makes
+    one dimension a stride-0 repeat (the logical array changes accordingly)."""
+    dt, shape, rank = logical.dtype, logical.shape, logical.ndim
+    if kind == "packed" or rank == 0:
+        return logical.reshape(-1), None, logical
+    if kind == "padded":
+        phys = [n + int(rng.integers(0, 3)) for n in shape]
+        buf = np.full(phys, np.nan, dt) if dt.kind == "f" else random_bits(rng, phys, dt)
+        buf[tuple(slice(0, n) for n in shape)] = logical
+        return buf.reshape(-1), tuple(st // dt.itemsize for st in buf.strides), logical
+    if kind == "permuted":
+        perm = rng.permutation(rank)
+        buf = np.ascontiguousarray(logical.transpose(perm))
+        view = buf.transpose(np.argsort(perm))
+        return buf.reshape(-1), tuple(st // dt.itemsize for st in view.strides), logical
+    d = int(rng.integers(0, rank))
+    small = np.ascontiguousarray(logical[(slice(None),) * d + (slice(0, 1),)])
+    strides = [st // dt.itemsize for st in small.strides]
+    strides[d] = 0
+    return small.reshape(-1), tuple(strides), np.broadcast_to(small, shape).copy()
+
+
+def padded_output(rng, shape, dtype, padded: bool):
+    """Element strides of an output stored with gaps (or None), and a reader returning
+    (logical result, whether every byte outside it is still the canary)."""
+    dt = np.dtype(dtype)
+    if not padded:
+        return None, lambda t: (t.read_bytes(int(np.prod(shape)) * dt.itemsize).view(dt)
+                                .reshape(shape), True)
+    phys = [n + int(rng.integers(0, 3)) for n in shape]
+    strides = tuple(int(np.prod(phys[i + 1:])) for i in range(len(phys)))
+
+    def read(t):
+        count = sum((n - 1) * st for n, st in zip(shape, strides)) + 1
+        raw = t.read_bytes(count * dt.itemsize)
+        got = np.lib.stride_tricks.as_strided(raw.view(dt), shape,
+                                              [st * dt.itemsize for st in strides]).copy()
+        mask = np.ones(count, bool)
+        mask[np.ravel_multi_index(np.indices(shape).reshape(len(shape), -1), phys)] = False
+        gaps = raw.reshape(count, dt.itemsize)[mask]
+        return got, bool(np.all(gaps == CANARY))
+    return strides, read
+
+
 # -- padding ------------------------------------------------------------------------------
 @st.composite
 def padding_cases(draw):
@@ -561,6 +611,7 @@ def window_cases(draw):
     return dict(n=draw(st.integers(1, 2)), c=draw(st.integers(1, 3)), spatial=spatial,
                 window=window, strides=strides, dilations=dilations, start=start, end=end,
                 dtype=draw(st.sampled_from(ALL_DTYPES)), mutation=mutation,
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**31)))
 
 
@@ -568,7 +619,7 @@ _WINDOW_ERRORS = {"stride0": "strides", "too_big": "window_sizes", "arr_len": "s
                   "dtype": "data_type"}
 
 
-def _window_descs(case, op: str):
+def _window_descs(case, op: str, in_strides=None, out_strides=None):
     """(image sizes, columns sizes, desc) for fold or unfold with the case's mutation."""
     from vkml.dml import FoldOperatorDesc, UnfoldOperatorDesc
 
@@ -597,10 +648,12 @@ def _window_descs(case, op: str):
     if m == "dtype":
         img_dt = other
     if op == "fold":
-        desc = FoldOperatorDesc(dml.TensorDesc(col_dt, cols), dml.TensorDesc(img_dt, image),
+        desc = FoldOperatorDesc(dml.TensorDesc(col_dt, cols, in_strides),
+                                dml.TensorDesc(img_dt, image, out_strides),
                                 window, strides, case["dilations"], case["start"], case["end"])
     else:
-        desc = UnfoldOperatorDesc(dml.TensorDesc(img_dt, image), dml.TensorDesc(col_dt, cols),
+        desc = UnfoldOperatorDesc(dml.TensorDesc(img_dt, image, in_strides),
+                                  dml.TensorDesc(col_dt, cols, out_strides),
                                   window, strides, case["dilations"], case["start"], case["end"])
     return image, cols, desc
 
@@ -619,8 +672,17 @@ def _allowed_unsupported(device, dtype) -> bool:
 def _run_window_case(device, case, op):
     rng = np.random.default_rng(case["seed"])
     want = _window_expected_errors(case, op)
+    dt = np.dtype(case["dtype"])
+    image, cols, _ = _window_descs(case, op)
+    in_sizes, out_sizes = (image, cols) if op == "unfold" else (cols, image)
+    if dt.kind == "f":
+        x = rng.uniform(-4, 4, in_sizes).astype(dt)
+    else:
+        x = random_bits(rng, in_sizes, dt)
+    flat, in_strides, x = lay_out(rng, x, case["layout"])
+    out_strides, read = padded_output(rng, out_sizes, dt, case["out_padded"])
     try:
-        image, cols, desc = _window_descs(case, op)
+        _, _, desc = _window_descs(case, op, in_strides, out_strides)
         compiled = device.compile_operator(device.create_operator(desc))
     except ValidationError as err:
         assert want, f"valid case refused: {err}"
@@ -630,17 +692,11 @@ def _run_window_case(device, case, op):
         assert not want and _allowed_unsupported(device, case["dtype"]), str(err)
         return
     assert not want, f"invalid case accepted ({want})"
-    dt = np.dtype(case["dtype"])
-    if dt.kind == "f":
-        x = rng.uniform(-4, 4, image if op == "unfold" else cols).astype(dt)
-    else:
-        x = random_bits(rng, image if op == "unfold" else cols, dt)
-    out_sizes = cols if op == "unfold" else image
-    src = bind_with_canary(device, x.nbytes, x)
+    src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
     dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
     compiled.execute([src], [dst])
     compiled.release()
-    got = dst.read_bytes(int(np.prod(out_sizes)) * dt.itemsize).view(dt).reshape(out_sizes)
+    got, gaps_intact = read(dst)
     args = (case["window"], case["strides"], case["dilations"], case["start"], case["end"])
     if op == "unfold":
         assert same_bits(got, _unfold_reference(x, *args))
@@ -651,8 +707,9 @@ def _run_window_case(device, case, op):
                                        rtol=1e-2 if dt == np.float16 else 1e-5, atol=1e-2)
         else:
             assert same_bits(got, expect)
+    assert gaps_intact, "wrote into the gaps of a non-packed output"
     assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
-    assert same_bits(src.read_bytes(x.nbytes).view(dt).reshape(x.shape), x), "input changed"
+    assert same_bits(src.read_bytes(flat.nbytes).view(dt), flat), "input changed"
 
 
 @pytest.mark.parametrize("op", ["fold", "unfold"])
@@ -700,6 +757,7 @@ def lp_cases(draw):
                 dtype=draw(st.sampled_from(["float32", "float16"])),
                 mutation=draw(st.sampled_from(["none"] * 8 + ["out", "p0", "stride0", "int",
                                                               "rank3"])),
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**31)))
 
 
@@ -729,9 +787,13 @@ def test_fuzz_lp_pooling(device, speed):
             dtype = "int32"
         if m == "rank3":
             shape, out = shape[:3], out[:3]
+        x = rng.uniform(-3, 3, shape).astype(dtype if dtype != "int32" else "float32")
+        flat, in_strides, x = lay_out(rng, x, case["layout"])
+        out_strides, read = padded_output(rng, out, dtype, case["out_padded"])
         try:
             desc = dml.LpPooling1OperatorDesc(
-                dml.TensorDesc(dtype, shape), dml.TensorDesc(dtype, out), strides,
+                dml.TensorDesc(dtype, shape, in_strides), dml.TensorDesc(dtype, out, out_strides),
+                strides,
                 case["window"], case["start"], case["end"], case["dilations"], p)
             compiled = device.compile_operator(device.create_operator(desc))
         except ValidationError as err:
@@ -739,17 +801,16 @@ def test_fuzz_lp_pooling(device, speed):
             assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
             return
         assert not want, f"invalid case accepted ({want})"
-        x = rng.uniform(-3, 3, shape).astype(dtype)
-        src = bind_with_canary(device, x.nbytes, x)
+        src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
         dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
         compiled.execute([src], [dst])
         compiled.release()
-        got = dst.read_bytes(int(np.prod(out)) * np.dtype(dtype).itemsize).view(dtype)
+        got, gaps_intact = read(dst)
         expect = _lp_reference(x, case["window"], strides, case["dilations"], case["start"],
                                case["end"], p)
         tol = 2e-3 if dtype == "float16" else 1e-5
-        np.testing.assert_allclose(got.reshape(out).astype(np.float64), expect, rtol=tol,
-                                   atol=tol)
+        np.testing.assert_allclose(got.astype(np.float64), expect, rtol=tol, atol=tol)
+        assert gaps_intact, "wrote into the gaps of a non-packed output"
         assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
 
     check()
@@ -841,6 +902,8 @@ def conv_cases(draw):
                 mutation=draw(st.sampled_from(["none"] * 8 + [
                     "group", "filter", "out", "bias", "dtype", "arr_len", "stride0",
                     "rank6"])),
+                x_layout=draw(st.sampled_from(LAYOUTS)), w_layout=draw(st.sampled_from(LAYOUTS)),
+                out_padded=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**31)))
 
 
@@ -851,8 +914,9 @@ _CONV_ERRORS = {"group": ["group_count", "filter_tensor.sizes"],
                 "rank6": ["input_tensor", "filter_tensor", "bias_tensor", "output_tensor"]}
 
 
-def _conv_desc(case):
-    """(shapes of x, w, b and y; the descriptor) with the case's mutation applied."""
+def _conv_desc(case, strides_of=lambda name: None):
+    """(shapes of x, w, b and y; the descriptor) with the case's mutation applied;
+    ``strides_of("x" | "w" | "y")`` gives each tensor's element strides."""
     g, cin, cout, sp = case["groups"], case["cin"], case["cout"], list(case["spatial"])
     m, n, d = case["mutation"], case["n"], case["d"]
     strides, kernel = list(case["strides"]), list(case["kernel"])
@@ -888,7 +952,8 @@ def _conv_desc(case):
         bshape = bshape and [1, cout, 1, 1, 1, 1]
     T = dml.TensorDesc
     desc = dml.ConvolutionOperatorDesc(
-        T(dt, xshape), T(dt, wshape), T(dt, bshape) if bshape else None, T(ydt, yshape),
+        T(dt, xshape, strides_of("x")), T(dt, wshape, strides_of("w")),
+        T(dt, bshape) if bshape else None, T(ydt, yshape, strides_of("y")),
         "convolution" if case["flip"] else "cross_correlation",
         "backward" if case["backward"] else "forward", strides, case["dilations"],
         case["start"], case["end"], case["outpad"], g, case["act"])
@@ -898,23 +963,34 @@ def _conv_desc(case):
 def _run_conv_case(device, case):
     rng = np.random.default_rng(case["seed"])
     want = _CONV_ERRORS.get(case["mutation"], [])
+    dt = np.dtype(case["dtype"])
     try:
-        xshape, wshape, bshape, yshape, desc = _conv_desc(case)
+        xshape, wshape, bshape, yshape, _ = _conv_desc(case)
+    except ValidationError as err:          # a malformed TensorDesc (rank 6)
+        assert any(f in str(err) for f in ["TensorDesc"] + want), str(err)
+        return
+    x = rng.uniform(-1, 1, xshape).astype(dt)
+    w = rng.uniform(-1, 1, wshape).astype(dt)
+    b = rng.uniform(-1, 1, bshape).astype(dt) if bshape else None
+    x_flat, x_strides, x = lay_out(rng, x, case["x_layout"])
+    w_flat, w_strides, w = lay_out(rng, w, case["w_layout"])
+    y_strides, read = padded_output(rng, yshape, dt, case["out_padded"])
+    strides = {"x": x_strides, "w": w_strides, "y": y_strides}
+    try:
+        desc = _conv_desc(case, strides.get)[-1]
         compiled = device.compile_operator(device.create_operator(desc))
     except ValidationError as err:
         assert want, f"valid case refused: {err}"
         assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
         return
     assert not want, f"invalid case accepted ({want})"
-    dt = np.dtype(case["dtype"])
-    x = rng.uniform(-1, 1, xshape).astype(dt)
-    w = rng.uniform(-1, 1, wshape).astype(dt)
-    b = rng.uniform(-1, 1, bshape).astype(dt) if bshape else None
-    ins = [bind_with_canary(device, a.nbytes, a) if a is not None else None for a in (x, w, b)]
+    flats = (x_flat, w_flat, b.reshape(-1) if b is not None else None)
+    ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, f) if f is not None else None
+           for t, f in zip(desc.inputs(), flats)]
     out = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
     compiled.execute(ins, [out])
     compiled.release()
-    got = out.read_bytes(int(np.prod(yshape)) * dt.itemsize).view(dt).reshape(yshape)
+    got, gaps_intact = read(out)
     args = (case["strides"], case["dilations"], case["start"], case["end"], case["outpad"],
             case["groups"], case["backward"], case["flip"])
     expect = _CONV_ACTS[case["act"]](_conv_reference(x, w, b, *args))
@@ -923,11 +999,11 @@ def _run_conv_case(device, case):
     tol = (2e-3 * scale + 2e-3) if dt == np.float16 else (2e-6 * scale + 1e-6)
     err = np.abs(got.astype(np.float64) - expect)
     assert np.all(err <= tol), f"max error {err.max():.3g} (tolerance {tol.max():.3g})"
-    for t, a in zip(ins, (x, w, b)):
+    assert gaps_intact, "wrote into the gaps of a non-packed output"
+    for t, f in zip(ins, flats):
         if t is not None:
             assert canaries_intact(t), "wrote outside an input"
-            assert same_bits(t.read_bytes(a.nbytes).view(dt).reshape(a.shape), a), \
-                "input changed"
+            assert same_bits(t.read_bytes(f.nbytes).view(dt), f), "input changed"
     assert canaries_intact(out), "wrote outside the output"
 
 
