@@ -432,6 +432,21 @@ def test_workgroup_limit_is_split(device):
                 np.pad(x, [(1, 2), (2, 0), (0, 1), (3, 1)], NUMPY_MODE[mode]))
 
 
+def run_in_threads(work, errors: list, count: int = 8) -> None:
+    """Run ``work(k)`` for k in range(count) concurrently; an exception is an error."""
+    def guarded(k):
+        try:
+            work(k)
+        except Exception as exc:  # noqa: BLE001
+            errors.append((k, repr(exc)))
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+
+
 # -- threads ----------------------------------------------------------------------------
 def test_eight_threads_on_one_device(device):
     """Operators called concurrently from 8 threads give correct results (the scheduler
@@ -444,28 +459,21 @@ def test_eight_threads_on_one_device(device):
     expect_shared = np.pad(src, [(1, 2), (1, 1)], "wrap")
 
     def work(k):
-        try:
-            rng = np.random.default_rng(k)
-            x_dev = device.tensor(src)
-            out = device.empty((9, 9), np.int32)
-            for i in range(25):
-                x = rng.random((3 + k, 5), dtype=np.float32)
-                mode = MODES[(i + k) % len(MODES)]
-                got = vkml.pad(x, [k % 3, 1], [1, k % 2], mode, device=device)
-                if not np.array_equal(got, np.pad(x, [(k % 3, 1), (1, k % 2)],
-                                                  NUMPY_MODE[mode])):
-                    errors.append((k, i, mode))
-                shared.execute([x_dev], [out])
-                if not np.array_equal(out.numpy(), expect_shared):
-                    errors.append((k, i, "shared"))
-        except Exception as exc:  # noqa: BLE001
-            errors.append((k, repr(exc)))
+        rng = np.random.default_rng(k)
+        x_dev = device.tensor(src)
+        out = device.empty((9, 9), np.int32)
+        for i in range(25):
+            x = rng.random((3 + k, 5), dtype=np.float32)
+            mode = MODES[(i + k) % len(MODES)]
+            got = vkml.pad(x, [k % 3, 1], [1, k % 2], mode, device=device)
+            if not np.array_equal(got, np.pad(x, [(k % 3, 1), (1, k % 2)],
+                                              NUMPY_MODE[mode])):
+                errors.append((k, i, mode))
+            shared.execute([x_dev], [out])
+            if not np.array_equal(out.numpy(), expect_shared):
+                errors.append((k, i, "shared"))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
+    run_in_threads(work, errors)
     shared.release()
     assert not errors, errors[:5]
 
@@ -492,42 +500,35 @@ def test_every_operator_from_eight_threads(device):
         return np.allclose(a, b, rtol=1e-4, atol=1e-4)
 
     def work(k):
-        try:
-            rng = np.random.default_rng(k)
-            out = device.empty(shared_expect.shape, np.float32)
-            for i in range(6):
-                h = 5 + (k + i) % 4
-                x = rng.standard_normal((1, 2, h, h + 1)).astype(np.float32)
-                xt = torch.from_numpy(x)
-                cols = vkml.unfold(x, (2, 2), device=device)
-                if not close(cols, F.unfold(xt, (2, 2)).numpy()):
-                    errors.append((k, i, "unfold"))
-                img = vkml.fold(cols, (h, h + 1), (2, 2), device=device)
-                if not close(img, F.fold(torch.from_numpy(cols), (h, h + 1), (2, 2)).numpy()):
-                    errors.append((k, i, "fold"))
-                lp = vkml.lp_pooling(x, (2, 2), strides=(2, 2), device=device)
-                if not close(lp, F.lp_pool2d(xt.abs(), 2, 2, 2).numpy()):
-                    errors.append((k, i, "lp_pooling"))
-                w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
-                y = vkml.convolution(x, w, start_padding=(1, 1), end_padding=(1, 1),
-                                     fused_activation="relu", device=device)
-                if not close(y, F.relu(F.conv2d(xt, torch.from_numpy(w), padding=1)).numpy()):
-                    errors.append((k, i, "convolution"))
-                p = vkml.pad(x, [0, 0, 1, k % 3], [0, 0, 2, 1], "symmetric", device=device)
-                if not np.array_equal(p, np.pad(x, [(0, 0), (0, 0), (1, 2), (k % 3, 1)],
-                                                "symmetric")):
-                    errors.append((k, i, "padding"))
-                shared.execute(shared_in, [out])
-                if not close(out.numpy(), shared_expect):
-                    errors.append((k, i, "shared"))
-        except Exception as exc:  # noqa: BLE001
-            errors.append((k, repr(exc)))
+        rng = np.random.default_rng(k)
+        out = device.empty(shared_expect.shape, np.float32)
+        for i in range(6):
+            h = 5 + (k + i) % 4
+            x = rng.standard_normal((1, 2, h, h + 1)).astype(np.float32)
+            xt = torch.from_numpy(x)
+            cols = vkml.unfold(x, (2, 2), device=device)
+            if not close(cols, F.unfold(xt, (2, 2)).numpy()):
+                errors.append((k, i, "unfold"))
+            img = vkml.fold(cols, (h, h + 1), (2, 2), device=device)
+            if not close(img, F.fold(torch.from_numpy(cols), (h, h + 1), (2, 2)).numpy()):
+                errors.append((k, i, "fold"))
+            lp = vkml.lp_pooling(x, (2, 2), strides=(2, 2), device=device)
+            if not close(lp, F.lp_pool2d(xt.abs(), 2, 2, 2).numpy()):
+                errors.append((k, i, "lp_pooling"))
+            w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+            y = vkml.convolution(x, w, start_padding=(1, 1), end_padding=(1, 1),
+                                 fused_activation="relu", device=device)
+            if not close(y, F.relu(F.conv2d(xt, torch.from_numpy(w), padding=1)).numpy()):
+                errors.append((k, i, "convolution"))
+            p = vkml.pad(x, [0, 0, 1, k % 3], [0, 0, 2, 1], "symmetric", device=device)
+            if not np.array_equal(p, np.pad(x, [(0, 0), (0, 0), (1, 2), (k % 3, 1)],
+                                            "symmetric")):
+                errors.append((k, i, "padding"))
+            shared.execute(shared_in, [out])
+            if not close(out.numpy(), shared_expect):
+                errors.append((k, i, "shared"))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
+    run_in_threads(work, errors)
     shared.release()
     assert not errors, errors[:5]
 
@@ -793,8 +794,7 @@ def test_fuzz_lp_pooling(device, speed):
         try:
             desc = dml.LpPooling1OperatorDesc(
                 dml.TensorDesc(dtype, shape, in_strides), dml.TensorDesc(dtype, out, out_strides),
-                strides,
-                case["window"], case["start"], case["end"], case["dilations"], p)
+                strides, case["window"], case["start"], case["end"], case["dilations"], p)
             compiled = device.compile_operator(device.create_operator(desc))
         except ValidationError as err:
             assert want, f"valid case refused: {err}"
