@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import vkml
-from vkml import dml
+from vkml import dml, runtime
 from vkml.errors import DeviceError
 
 
@@ -81,3 +81,25 @@ def test_tensor_round_trip_every_dtype(device):
 
 def test_default_device_is_shared():
     assert vkml.default_device() is vkml.default_device()
+
+
+def test_validation_layer_reports_misuse(device):
+    """With VKML_VALIDATION=1 (as tools/test runs) the Khronos layer is active and its
+    messages reach ``validation_messages`` (which fail the test that caused them): a
+    zero-sized buffer, which Vulkan forbids, is reported."""
+    from vkml.runtime import vk
+    from vkml.runtime.instance import Instance
+
+    if not Instance.get().validation:
+        pytest.skip("VKML_VALIDATION is off")
+    info = vk.new("VkBufferCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": 0,
+        "usage": vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+        "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+    buf = vk.ffi.new("VkBuffer*")
+    result = vk.lib.vkCreateBuffer(device._ctx.device, info, vk.NULL, buf)
+    if result == vk.VK_SUCCESS:
+        vk.lib.vkDestroyBuffer(device._ctx.device, buf[0], vk.NULL)
+    seen = [text for _, text in runtime.validation_messages]
+    runtime.validation_messages.clear()
+    assert any("VkBufferCreateInfo-size" in text for text in seen), seen
