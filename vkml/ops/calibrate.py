@@ -15,7 +15,7 @@ import numpy as np
 
 from ..runtime.pipelines import cache_dir
 
-VERSION = 3
+VERSION = 4
 _lock = threading.Lock()
 _SIZE = 4 << 20
 _REGIONS = 4096
@@ -30,8 +30,9 @@ def _path(info):
 
 
 def copy_costs(device) -> dict:
-    """Seconds per byte of the padding kernel and of ``vkCmdCopyBuffer``, seconds per copy
-    region, and the fixed cost of a dispatch and of a copy command."""
+    """Seconds per byte of the padding kernels (element and rows) and of
+    ``vkCmdCopyBuffer``, seconds per copy region, and the fixed cost of a dispatch and of a
+    copy command."""
     ctx = device._ctx
     found = getattr(ctx, "_copy_costs", None)
     if found is not None:
@@ -84,19 +85,25 @@ def _measure(device) -> dict:
     class KernelOnly(CompiledPadding):      # not registered: calibration only
         path = "kernel"
 
+    class RowsOnly(CompiledPadding):
+        path = "rows"
+
     ctx = device._ctx
     src = device.empty(_SIZE // 4, np.float32)
     dst = device.empty(_SIZE // 4, np.float32)
     ops = []
     try:
-        def kernel_time(count):
+        def kernel_time(count, cls=KernelOnly):
             d = TensorDesc("float32", (count,))
-            op = KernelOnly(device, PaddingOperatorDesc(d, d, "constant", 0.0, (0,), (0,)))
+            op = cls(device, PaddingOperatorDesc(d, d, "constant", 0.0, (0,), (0,)))
             ops.append(op)
+            if cls is RowsOnly and op.rows is None:
+                return None                 # the device cannot bind it as texels
             return _timed(ctx, lambda seq: op.encode(seq, [src], [dst]))
 
         t_small = kernel_time(16)
         t_kernel = kernel_time(_SIZE // 4)
+        t_rows = kernel_time(_SIZE // 4, RowsOnly)
         a, b = src._alloc, dst._alloc
         c_small = _timed(ctx, lambda seq: seq.copy(a, b, [(0, 0, 64)]))
         c_one = _timed(ctx, lambda seq: seq.copy(a, b, [(0, 0, _SIZE)]))
@@ -115,6 +122,8 @@ def _measure(device) -> dict:
         "copy_s_per_byte": max(c_one - c_small, 1e-12) / _SIZE,
         "copy_s_per_region": max(c_many - c_one, 0.0) / _REGIONS,
     }
+    if t_rows is not None:
+        costs["rows_s_per_byte"] = max(t_rows - t_small, 1e-12) / _SIZE
     path = _path(ctx.info)
     if path is not None:
         try:
