@@ -33,7 +33,7 @@ from ..dml.tensor_desc import TensorDesc
 from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
 from ..errors import UnsupportedError
 from .base import CompiledOperator, implements
-from .calibrate import copy_costs
+from .calibrate import path_costs
 from .fold import GRID_LIMIT, box_grid, div_magic, split_groups
 from .functional import as_array, pick_device, run
 
@@ -48,6 +48,8 @@ _ROWS_PUSH = 112                        # origin[8], extent[8], bases, x_count, 
 #: 16-byte words per invocation of the rows kernel (lavapipe: 4 beat 2 and 8 at 16 and
 #: 64 MiB; more words per lane amortize the row's arithmetic and the extra texel).
 ROWS_PER = 4
+#: Outputs below this many bytes take the element kernel without measuring anything.
+SMALL_BYTES = 64 << 10
 #: Edge elements per invocation of the rows path: one row's (up to 16, unrolled), so its
 #: arithmetic is shared (lavapipe: a row per vector lane, 2x faster than a slot per lane).
 EDGE_PER = 16
@@ -103,19 +105,44 @@ class CompiledPadding(CompiledOperator):
         self.copy_regions = None
         self.rows = None
         rows = self._rows_plan() if self.path in (None, "rows") else None
-        if rows is not None and (self.path == "rows" or self._rows_pay(rows)):
+        copy_ok = not self.split and src.is_packed and dst.is_packed and self.path != "kernel"
+        path = self.path or self._cheapest(rows, copy_ok)
+        if path == "rows" and rows is not None:
             self.rows = rows
             self.rows_kernel = "padding_rows" + suffix
             self.params = self.upload(self._rows_params(rows))
             return
         self.value = self.upload(np.array([bits], dtype=np.dtype(f"u{esize}")))
-        # Small outputs: one kernel dispatch is as good as anything (no need to measure).
-        if (not self.split and self.path not in ("kernel", "rows") and src.is_packed
-                and dst.is_packed and (self.out_bytes >= 1 << 20 or self.path == "copy")):
-            self.copy_regions = self._interior_regions_if_faster()
+        if path == "copy" and copy_ok:
+            self.copy_regions = self._interior_regions()
         self.boxes = self._border_boxes() if self.copy_regions is not None else \
             [([0] * len(self.out_size), list(self.out_size))]
         self.params = self.upload(self._params(bits))
+
+    def _cheapest(self, rows: dict | None, copy_ok: bool) -> str:
+        """The path of least estimated device time, from this device's measured costs
+        (:func:`.calibrate.path_costs`: fixed + per row + per byte).  Small outputs take the
+        element kernel: one dispatch is as good as anything there, nothing to measure."""
+        if self.out_bytes < SMALL_BYTES or (rows is None and not copy_ok):
+            return "kernel"
+        cost = path_costs(self.device)
+        out_rows = math.prod(self.out_size[:-1])
+        nbytes = self.total * self.esize
+        est = {}
+        for path, (fixed, per_row, per_byte) in cost.items():
+            if path == "kernel":
+                est[path] = fixed + per_row * out_rows + per_byte * nbytes
+            elif path == "rows" and rows is not None:
+                # calibrated with 8 edge elements a row; wider borders cost proportionally
+                slots = (rows["left"] + rows["right"]) / 8
+                est[path] = fixed + per_row * out_rows * max(1.0, slots) + per_byte * nbytes
+            elif path == "copy" and copy_ok:
+                nregions = self._interior_extent()[0]
+                border = (self.total - math.prod(self.in_size)) * self.esize
+                if nregions <= 1 << 22 and "kernel" in cost:
+                    est[path] = (fixed + per_row * nregions + per_byte * nbytes
+                                 + cost["kernel"][2] * border)
+        return min(est, key=est.get) if est else "kernel"
 
     # -- host-side planning ------------------------------------------------------------
     def _rows_plan(self) -> dict | None:
@@ -157,17 +184,6 @@ class CompiledPadding(CompiledOperator):
         if self.mode == PaddingMode.REFLECTION:
             return max(s, e) <= n - 1
         return max(s, e) <= n
-
-    def _rows_pay(self, rows: dict) -> bool:
-        """Whether the rows path beats the element kernel on this device (measured)."""
-        cost = copy_costs(self.device)
-        if "rows_s_per_byte" not in cost:
-            return False
-        e = self.esize
-        t_rows = (2 * cost["dispatch_s"] + cost["rows_s_per_byte"] * rows["word_bytes"]
-                  + cost["kernel_s_per_byte"] * rows["edge_elems"] * e)
-        t_kernel = cost["dispatch_s"] + cost["kernel_s_per_byte"] * self.total * e
-        return t_rows < t_kernel
 
     def _rows_params(self, rows: dict) -> np.ndarray:
         e = self.esize
@@ -214,27 +230,23 @@ class CompiledPadding(CompiledOperator):
                 boxes.append((origin, extent))
         return boxes
 
-    def _interior_regions_if_faster(self):
-        """Copy regions (src, dst, bytes) for the interior when the copy engine plus a
-        border kernel beats the kernel alone on this device; else None."""
+    def _interior_last(self) -> int:
+        """The last padded dimension (-1: none): the interior is contiguous after it."""
+        padded = [d for d in range(len(self.out_size)) if self.in_size[d] != self.out_size[d]]
+        return padded[-1] if padded else -1
+
+    def _interior_extent(self) -> tuple[int, int]:
+        """Copy regions the interior takes, and its bytes."""
+        k = self._interior_last()
+        nregions = math.prod(self.in_size[:k]) if k > 0 else 1
+        return nregions, math.prod(self.in_size) * self.esize
+
+    def _interior_regions(self):
+        """Copy regions (src, dst, bytes) of the interior: one per contiguous run."""
         rank = len(self.out_size)
-        padded = [d for d in range(rank) if self.in_size[d] != self.out_size[d]]
-        if not padded:
-            k = -1
-        else:
-            k = padded[-1]
+        k = self._interior_last()
         run_elems = math.prod(self.in_size[k:]) if k >= 0 else math.prod(self.in_size)
         outer = self.in_size[:k] if k >= 0 else []
-        nregions = math.prod(outer) if outer else 1
-        interior = nregions * run_elems * self.esize
-        border = (self.total - math.prod(self.in_size)) * self.esize
-        if self.path != "copy":
-            cost = copy_costs(self.device)
-            t_kernel = cost["kernel_s_per_byte"] * self.total * self.esize + cost["dispatch_s"]
-            t_split = (cost["copy_s_per_byte"] * interior + cost["copy_s_per_region"] * nregions
-                       + cost["kernel_s_per_byte"] * border + cost["dispatch_s"] + cost["copy_s"])
-            if t_split >= t_kernel or nregions > 1 << 22:
-                return None
         e = self.esize
         if not outer:
             base_out = sum(self.start[j] * self.out_stride[j] for j in range(rank))
