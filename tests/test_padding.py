@@ -337,6 +337,33 @@ def test_rows_path_workgroup_limit_is_split(device):
                 _check_forced(small, cls, x, list(start), list(end), mode)
 
 
+def test_path_choice_follows_the_measured_costs(device, monkeypatch):
+    """The path is the cheapest by the device's calibrated model (never its name): with
+    made-up costs each path wins where it should; small outputs skip the model."""
+    from vkml.ops import padding
+
+    def choose(costs, shape, start, end):
+        monkeypatch.setattr(padding, "path_costs", lambda dev: costs)
+        out = [s + a + b for s, a, b in zip(shape, start, end)]
+        op = device.compile_operator(device.create_operator(dml.PaddingOperatorDesc(
+            dml.TensorDesc("float32", shape), dml.TensorDesc("float32", out), "reflection",
+            0.0, start, end)))
+        path = "rows" if op.rows else "copy" if op.copy_regions is not None else "kernel"
+        op.release()
+        return path
+
+    fast_rows = {"kernel": (0, 0, 1e-9), "rows": (0, 0, 1e-10), "copy": (0, 1e-6, 1e-10)}
+    assert choose(fast_rows, (64, 1024), (0, 2), (0, 2)) == "rows"
+    # a copy engine with cheap regions wins on a few long rows
+    cheap_regions = dict(fast_rows, copy=(0, 1e-8, 1e-11))
+    assert choose(cheap_regions, (4, 65536), (0, 2), (0, 2)) == "copy"
+    assert choose(dict(fast_rows, kernel=(0, 0, 1e-12)), (64, 1024), (0, 2), (0, 2)) == "kernel"
+    # rows too short for the rows path, and outputs too small to measure
+    assert choose(fast_rows, (8192, 5), (0, 2), (0, 2)) == "kernel"
+    assert choose(dict(fast_rows, copy=(0, 0, 1e-11)), (8192, 5), (0, 2), (0, 2)) == "copy"
+    assert choose(fast_rows, (16, 32), (0, 2), (0, 2)) == "kernel"
+
+
 def test_packed_path_on_every_device(device):
     """Devices without 8/16-bit storage take the packed-word kernels: force that path."""
     with vkml.Device(device.index, disable_features=["storage8", "storage16"]) as dev:

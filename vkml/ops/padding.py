@@ -75,7 +75,7 @@ def _merge_dims(in_sizes, out_sizes, in_strides, out_strides, start):
 @implements(PaddingOperatorDesc, Padding1OperatorDesc)
 class CompiledPadding(CompiledOperator):
     #: None: choose by measurement; "rows", "kernel" or "copy" force a path (calibration,
-    #: tests; "rows" falls back to the others where it does not apply).
+    #: tests; "rows" and "copy" fall back to the element kernel where they do not apply).
     path: str | None = None
 
     def build(self) -> None:
@@ -341,6 +341,7 @@ class CompiledPadding(CompiledOperator):
             seq.dispatch(pipe, binds, grid(ext, self.local, xdims), push.tobytes())
 
     def _encode_rows(self, seq, x, y) -> None:
+        """The rows path: the words pass, then the edge pass (see glsl/padding_rows.comp)."""
         rows = self.rows
         rank = len(self.out_size)
         binds = [Bind(x, 0, rows["in_bind"], "r", FORMAT_RGBA32_UINT),
