@@ -32,9 +32,9 @@ _NOT_READY = vk.VK_NOT_READY
 TIMEOUT_NS = int(float(os.environ.get("VKML_TIMEOUT", "120")) * 1e9)
 #: How long :meth:`Sequence.run` polls the fence before sleeping in vkWaitForFences, for
 #: sequences whose last run was short.  A sleeping thread's wake-up is one more hop on the
-#: hot path: a replayed tiny padding on lavapipe with both cores busy took 84 us blocking,
-#: 65 us polling (17 and 15 us on an idle machine).  Long runs never poll (it would take a
-#: core from a CPU driver's own threads).
+#: hot path: a replayed tiny padding on lavapipe, other processes loading both cores, took
+#: 73-92 us blocking and 30 us polling (15-17 us either way on an idle machine).  Long runs
+#: never poll (it would take a core from a CPU driver's own threads).
 SPIN_S = 100e-6
 _perf = time.perf_counter
 
