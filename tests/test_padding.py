@@ -275,6 +275,21 @@ def test_rows_path_against_numpy(device, budget, mode):
         _check_forced(device, cls, random_bits(rng, shape, dtype), start, end, mode)
 
 
+def test_rows_path_words_per_lane(device, monkeypatch):
+    """Large tensors take fewer 16-byte words per lane: forced on small ones here."""
+    from vkml.ops import padding
+
+    monkeypatch.setattr(padding, "ROWS_PER_BYTES", 0)
+    cls = _forced("rows")
+    rng = np.random.default_rng(21)
+    for dtype, shape, start, end in (("float32", (3, 2, 77), (1, 0, 3), (0, 1, 2)),
+                                     ("uint8", (5, 150), (2, 7), (1, 9)),
+                                     ("float64", (2, 31), (0, 1), (1, 0))):
+        for mode in ("constant", "symmetric"):
+            _check_forced(device, cls, random_bits(rng, shape, dtype), list(start), list(end),
+                          mode)
+
+
 def test_rows_path_packed_variants(device):
     """Devices without 8/16-bit storage: the edge pass stores sub-word elements with
     atomics (neighbouring rows share 32-bit words)."""
