@@ -217,6 +217,168 @@ def test_both_paths(device, path):
                                                  **kw)), (dtype, mode, path)
 
 
+def _forced(path):
+    from vkml.ops.padding import CompiledPadding
+
+    return type(f"Forced_{path}", (CompiledPadding,), {"path": path})
+
+
+def _check_forced(device, cls, x, start, end, mode, in_strides=None, logical=None,
+                  out_strides=None, expect_path=True):
+    """Run ``cls`` on x (flat buffer + strides, or a packed array) and compare with
+    numpy.pad bit for bit; returns the compiled operator's rows plan."""
+    logical = x if logical is None else logical
+    dtype = logical.dtype
+    shape = list(logical.shape)
+    out_shape = [s + a + b for s, a, b in zip(shape, start, end)]
+    desc = dml.PaddingOperatorDesc(
+        dml.TensorDesc(dtype, shape, in_strides), dml.TensorDesc(dtype, out_shape, out_strides),
+        mode, 3.0, start, end)
+    op = cls(device, desc)
+    assert (op.rows is not None) == expect_path, (shape, start, end, mode)
+    src = device.tensor(x)
+    nbytes = desc.output_tensor.total_tensor_size_in_bytes
+    dst = device.empty(nbytes // dtype.itemsize, dtype)
+    op.execute([src], [dst])
+    rows = op.rows
+    op.release()
+    raw = dst.numpy()
+    strides = out_strides or [int(np.prod(out_shape[d + 1:])) for d in range(len(shape))]
+    got = np.lib.stride_tricks.as_strided(raw, out_shape, [st * dtype.itemsize for st in strides])
+    kw = {"constant_values": np.array(3, dtype)} if mode == "constant" else {}
+    expect = np.pad(logical, list(zip(start, end)), NUMPY_MODE[mode], **kw)
+    assert same_bits(np.array(got), expect), (str(dtype), shape, start, end, mode)
+    return rows
+
+
+@pytest.mark.parametrize("mode", list(NUMPY_MODE))
+def test_rows_path_against_numpy(device, budget, mode):
+    """The rows path (whole 16-byte words of each row's copied run, texel reads shifted
+    into place, plus an edge pass) forced on random shapes: every data type, ranks 1-5,
+    run starts at every byte offset, paddings up to several periods, tiny outer sizes."""
+    cls = _forced("rows")
+    rng = np.random.default_rng(hash(mode) % 2**32 + 1)
+    for case in range(budget):
+        dtype = np.dtype(ALL_DTYPES[case % len(ALL_DTYPES)])
+        e = dtype.itemsize
+        rank = int(rng.integers(1, 6))
+        inner = int(rng.integers(-(-32 // e), 160 // e + 3))        # >= 32 bytes
+        shape = [int(rng.integers(1, 4)) for _ in range(rank - 1)] + [inner]
+        start = [int(rng.integers(0, 3)) if rng.random() < 0.5 else 0 for _ in shape]
+        end = [int(rng.integers(0, 3)) if rng.random() < 0.5 else 0 for _ in shape]
+        start[-1] = int(rng.integers(0, 17 // e + 2))
+        end[-1] = int(rng.integers(0, 17 // e + 2))
+        if case % 4 == 3:                      # beyond one period: the modulo folding
+            start[-1], end[-1] = inner + 5, 2 * inner + 1
+            if rank > 1:
+                start[0] = 2 * shape[0] + 1
+        _check_forced(device, cls, random_bits(rng, shape, dtype), start, end, mode)
+
+
+def test_rows_path_words_per_lane(device, monkeypatch):
+    """Large tensors take fewer 16-byte words per lane: forced on small ones here."""
+    from vkml.ops import padding
+
+    monkeypatch.setattr(padding, "ROWS_PER_BYTES", 0)
+    cls = _forced("rows")
+    rng = np.random.default_rng(21)
+    for dtype, shape, start, end in (("float32", (3, 2, 77), (1, 0, 3), (0, 1, 2)),
+                                     ("uint8", (5, 150), (2, 7), (1, 9)),
+                                     ("float64", (2, 31), (0, 1), (1, 0))):
+        for mode in ("constant", "symmetric"):
+            _check_forced(device, cls, random_bits(rng, shape, dtype), list(start), list(end),
+                          mode)
+
+
+def test_rows_path_packed_variants(device):
+    """Devices without 8/16-bit storage: the edge pass stores sub-word elements with
+    atomics (neighbouring rows share 32-bit words)."""
+    cls = _forced("rows")
+    with vkml.Device(device.index, disable_features=["storage8", "storage16"]) as dev:
+        rng = np.random.default_rng(12)
+        for dtype, shape, start, end in (("uint8", (3, 5, 37), (1, 0, 3), (0, 2, 5)),
+                                         ("int16", (4, 21), (2, 1), (1, 3)),
+                                         ("float16", (2, 3, 50), (0, 1, 7), (1, 0, 1)),
+                                         ("int8", (7, 33), (0, 1), (0, 2))):
+            x = random_bits(rng, shape, dtype)
+            for mode in NUMPY_MODE:
+                _check_forced(dev, cls, x, start, end, mode)
+
+
+@pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])
+def test_rows_path_strided_layouts(device, kind):
+    """Outer strides of any size (rows starting at any byte, broadcast rows) and output
+    rows with gaps between them; permuted layouts without a unit innermost stride fall
+    back to the element kernel."""
+    cls = _forced("rows")
+    rng = np.random.default_rng(4)
+    for dtype in ("float32", "uint8", "int64", "float16"):
+        e = np.dtype(dtype).itemsize
+        shape = [2, 3, max(9, 40 // e)]
+        flat, strides, logical = strided_view(rng, shape, dtype, kind)
+        start, end = [1, 0, 3], [0, 2, 2]
+        out_shape = [s + a + b for s, a, b in zip(shape, start, end)]
+        row = out_shape[2] + 5                 # output rows with a gap after each
+        out_strides = [out_shape[1] * row, row, 1]
+        for mode in ("constant", "reflection", "wrap"):
+            _check_forced(device, cls, flat, start, end, mode, strides, logical,
+                          out_strides, expect_path=strides[-1] == 1)
+
+
+def test_rows_path_falls_back(device):
+    """Rows too short for a whole 16-byte word, or an input beyond maxTexelBufferElements,
+    take the element kernel even when the rows path is asked for."""
+    cls = _forced("rows")
+    rng = np.random.default_rng(2)
+    _check_forced(device, cls, random_bits(rng, (5, 7), "float32"), [1, 2], [0, 1], "edge",
+                  expect_path=False)
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 16}) as small:
+        _check_forced(small, cls, random_bits(rng, (4, 40), "float32"), [1, 2], [0, 1],
+                      "symmetric", expect_path=False)
+        _check_forced(small, cls, random_bits(rng, (2, 70), "int16"), [0, 2], [0, 1],
+                      "symmetric", expect_path=False)
+
+
+def test_rows_path_workgroup_limit_is_split(device):
+    """Both passes of the rows path split their dispatches at maxComputeWorkGroupCount."""
+    cls = _forced("rows")
+    rng = np.random.default_rng(9)
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (2, 3, 2)}) as small:
+        for shape, start, end in (((5, 3, 4, 300), (1, 0, 2, 3), (0, 1, 1, 2)),
+                                  ((7000,), (5,), (3,)),
+                                  ((3, 40, 70), (0, 30, 9), (2, 41, 40))):
+            x = random_bits(rng, shape, "int32")
+            for mode in ("constant", "symmetric"):
+                _check_forced(small, cls, x, list(start), list(end), mode)
+
+
+def test_path_choice_follows_the_measured_costs(device, monkeypatch):
+    """The path is the cheapest by the device's calibrated model (never its name): with
+    made-up costs each path wins where it should; small outputs skip the model."""
+    from vkml.ops import padding
+
+    def choose(costs, shape, start, end):
+        monkeypatch.setattr(padding, "path_costs", lambda dev: costs)
+        out = [s + a + b for s, a, b in zip(shape, start, end)]
+        op = device.compile_operator(device.create_operator(dml.PaddingOperatorDesc(
+            dml.TensorDesc("float32", shape), dml.TensorDesc("float32", out), "reflection",
+            0.0, start, end)))
+        path = "rows" if op.rows else "copy" if op.copy_regions is not None else "kernel"
+        op.release()
+        return path
+
+    fast_rows = {"kernel": (0, 0, 1e-9), "rows": (0, 0, 1e-10), "copy": (0, 1e-6, 1e-10)}
+    assert choose(fast_rows, (64, 1024), (0, 2), (0, 2)) == "rows"
+    # a copy engine with cheap regions wins on a few long rows
+    cheap_regions = dict(fast_rows, copy=(0, 1e-8, 1e-11))
+    assert choose(cheap_regions, (4, 65536), (0, 2), (0, 2)) == "copy"
+    assert choose(dict(fast_rows, kernel=(0, 0, 1e-12)), (64, 1024), (0, 2), (0, 2)) == "kernel"
+    # rows too short for the rows path, and outputs too small to measure
+    assert choose(fast_rows, (8192, 5), (0, 2), (0, 2)) == "kernel"
+    assert choose(dict(fast_rows, copy=(0, 0, 1e-11)), (8192, 5), (0, 2), (0, 2)) == "copy"
+    assert choose(fast_rows, (16, 32), (0, 2), (0, 2)) == "kernel"
+
+
 def test_packed_path_on_every_device(device):
     """Devices without 8/16-bit storage take the packed-word kernels: force that path."""
     with vkml.Device(device.index, disable_features=["storage8", "storage16"]) as dev:

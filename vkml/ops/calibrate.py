@@ -1,13 +1,20 @@
-"""One-time measurements that choose between the copy engine and kernels, per device.
+"""One-time measurements that choose between padding's three paths (element kernel, rows
+kernel, copy engine for the interior), per device.
 
 Measured on the device itself (GPU timestamps where it has them, else wall time), the
 first time an operator asks, then kept in memory and in the cache folder next to the
 pipeline cache.  Nothing here looks at a device's name.
+
+Each path is timed on two float32 paddings with the same bytes and different row counts
+(4096 rows of 256 elements and 256 of 4096, padded by 2 on each side of the rows) and on
+a tiny one, and modelled as ``seconds = fixed + per_row * rows + per_byte * output bytes``
+(rows: copy regions for the copy engine, which on lavapipe pays ~0.25 us per region).  The
+fast paths are timed at 16 MiB, the element kernel at 4 MiB: lavapipe's copy engine moves
+4 MiB at 0.07 ns/byte (cache) but 64 MiB at 0.14, the rows kernel 0.14-0.16 at both.
 """
 from __future__ import annotations
 
 import json
-import statistics
 import threading
 import time
 
@@ -15,10 +22,13 @@ import numpy as np
 
 from ..runtime.pipelines import cache_dir
 
-VERSION = 3
+VERSION = 5
 _lock = threading.Lock()
-_SIZE = 4 << 20
-_REGIONS = 4096
+#: (rows, elements per row) of the two float32 paddings each path is timed on.
+_SHAPES = ((4096, 256), (256, 4096))
+_SCALE = {"kernel": 1, "rows": 4, "copy": 4}     # rows multiplied by this
+_PAD = 2
+PATHS = ("kernel", "rows", "copy")
 
 
 def _path(info):
@@ -29,18 +39,18 @@ def _path(info):
                      f"{info.driver_version:08x}-{info.pipeline_cache_uuid}.json")
 
 
-def copy_costs(device) -> dict:
-    """Seconds per byte of the padding kernel and of ``vkCmdCopyBuffer``, seconds per copy
-    region, and the fixed cost of a dispatch and of a copy command."""
+def path_costs(device) -> dict:
+    """``{path: (fixed_s, per_row_s, per_byte_s)}`` for the padding paths this device can
+    take (see the module doc)."""
     ctx = device._ctx
-    found = getattr(ctx, "_copy_costs", None)
+    found = getattr(ctx, "_padding_costs", None)
     if found is not None:
         return found
     with _lock:
-        found = getattr(ctx, "_copy_costs", None)
+        found = getattr(ctx, "_padding_costs", None)
         if found is None:
             found = _load(ctx) or _measure(device)
-            ctx._copy_costs = found
+            ctx._padding_costs = found
     return found
 
 
@@ -61,10 +71,12 @@ def _load(ctx):
     path = _path(ctx.info)
     if path is None or not path.exists():
         return None
-    return _read(path).get("copy_costs", {}).get(_key(ctx))
+    found = _read(path).get("padding_paths", {}).get(_key(ctx))
+    return {k: tuple(v) for k, v in found.items()} if found else None
 
 
-def _timed(ctx, record, reps: int = 3) -> float:
+def _timed(ctx, record, reps: int = 5) -> float:
+    """The fastest of ``reps`` runs after a warm-up (other load only adds time)."""
     times = []
     for _ in range(reps + 1):
         with ctx.sequence(timed=True) as seq:
@@ -73,56 +85,63 @@ def _timed(ctx, record, reps: int = 3) -> float:
             seq.run()
             wall = time.perf_counter() - t0
             times.append(seq.gpu_time_ns * 1e-9 if seq.gpu_time_ns else wall)
-    return statistics.median(times[1:])
+    return min(times[1:])
 
 
 def _measure(device) -> dict:
-    from ..dml.padding import PaddingOperatorDesc
-    from ..dml.tensor_desc import TensorDesc
     from .padding import CompiledPadding
 
-    class KernelOnly(CompiledPadding):      # not registered: calibration only
-        path = "kernel"
-
     ctx = device._ctx
-    src = device.empty(_SIZE // 4, np.float32)
-    dst = device.empty(_SIZE // 4, np.float32)
-    ops = []
-    try:
-        def kernel_time(count):
-            d = TensorDesc("float32", (count,))
-            op = KernelOnly(device, PaddingOperatorDesc(d, d, "constant", 0.0, (0,), (0,)))
-            ops.append(op)
-            return _timed(ctx, lambda seq: op.encode(seq, [src], [dst]))
-
-        t_small = kernel_time(16)
-        t_kernel = kernel_time(_SIZE // 4)
-        a, b = src._alloc, dst._alloc
-        c_small = _timed(ctx, lambda seq: seq.copy(a, b, [(0, 0, 64)]))
-        c_one = _timed(ctx, lambda seq: seq.copy(a, b, [(0, 0, _SIZE)]))
-        step = _SIZE // _REGIONS
-        regions = np.array([[i * step, i * step, step] for i in range(_REGIONS)])
-        c_many = _timed(ctx, lambda seq: seq.copy_array(a, b, regions))
-    finally:
-        for op in ops:
-            op.release()
-        src.free()
-        dst.free()
-    costs = {
-        "dispatch_s": t_small,
-        "kernel_s_per_byte": max(t_kernel - t_small, 1e-12) / _SIZE,
-        "copy_s": c_small,
-        "copy_s_per_byte": max(c_one - c_small, 1e-12) / _SIZE,
-        "copy_s_per_region": max(c_many - c_one, 0.0) / _REGIONS,
-    }
+    texels = ctx.limits["maxTexelBufferElements"]
+    costs = {}
+    for path in PATHS:
+        cls = type(f"Only_{path}", (CompiledPadding,), {"path": path})   # not registered
+        points = []
+        for rows, width in ((2, 64),) + tuple((r * _SCALE[path], w) for r, w in _SHAPES):
+            if path == "rows":      # the input is bound as 16-byte texels: shrink to fit
+                rows = min(rows, max(1, texels * 4 // width))
+            t = _time_padding(device, cls, rows, width)
+            if t is None:
+                break               # the device cannot take this path
+            points.append((rows, rows * (width + 2 * _PAD) * 4, t))
+        if len(points) < 3:
+            continue
+        fixed = points[0][2]
+        a = np.array([p[:2] for p in points[1:]], dtype=np.float64)
+        per_row, per_byte = np.linalg.lstsq(a, np.array([p[2] - fixed for p in points[1:]]),
+                                            rcond=None)[0]
+        costs[path] = (fixed, max(float(per_row), 0.0), max(float(per_byte), 1e-13))
     path = _path(ctx.info)
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             data = _read(path) if path.exists() else {}
             data["version"] = VERSION
-            data.setdefault("copy_costs", {})[_key(ctx)] = costs
+            data.setdefault("padding_paths", {})[_key(ctx)] = costs
             path.write_text(json.dumps(data, indent=1))
         except OSError:
             pass
     return costs
+
+
+def _time_padding(device, cls, rows: int, width: int) -> float | None:
+    """Device seconds of ``cls`` padding float32 (rows, width) by _PAD on each side of the
+    rows (reflection), or None where it falls back to another path."""
+    from ..dml.padding import PaddingOperatorDesc
+    from ..dml.tensor_desc import TensorDesc
+
+    out = (rows, width + 2 * _PAD)
+    op = cls(device, PaddingOperatorDesc(TensorDesc("float32", (rows, width)),
+                                         TensorDesc("float32", out), "reflection", 0.0,
+                                         (0, _PAD), (0, _PAD)))
+    src = device.tensor(np.zeros((rows, width), np.float32))    # touched: no page faults
+    dst = device.tensor(np.zeros(out, np.float32))
+    try:
+        if (cls.path == "rows" and op.rows is None) or (cls.path == "copy"
+                                                         and op.copy_regions is None):
+            return None
+        return _timed(device._ctx, lambda seq: op.encode(seq, [src], [dst]))
+    finally:
+        op.release()
+        src.free()
+        dst.free()

@@ -1,0 +1,216 @@
+#version 450
+// DML_PADDING_OPERATOR_DESC, the rows path (ops/padding.py: path "rows"): for tensors whose
+// innermost dimension has unit stride in the input and output, so that each output row is
+// [start border | a contiguous copy of an input row | end border].  Two dispatches of this
+// shader write disjoint bytes of the output:
+//
+// * main (EDGE = false): the 16-byte words (absolute, aligned) lying wholly inside a row's
+//   copied run.  An invocation writes PER consecutive words with uvec4 stores, reading the
+//   input as RGBA32UI texels (PER + 1 of them) shifted into place by the run's byte offset.
+//   Measured on lavapipe: texel reads are vectorized and a uvec4 store is one per-lane loop
+//   (storage-buffer loads and narrower stores are per-lane scalar loops); together they are
+//   what the device's own copy reaches (bench_copy).  Rows whose outer coordinate is in a
+//   constant border are the constant.
+// * edge (EDGE = true): every other element of the row (the borders and the few copied
+//   elements next to them that share a 16-byte word with a border), each row's in a loop
+//   of one invocation, stored at their own width (a neighbouring row may share the 32-bit
+//   word).
+//
+// Measured on lavapipe, which decides the shape of the code:
+// * Every parameter load comes before any divergent branch: uniform-buffer and push-constant
+//   loads made under a partial execution mask become 8-lane gathers (8 scalar loads with
+//   bounds checks) that are not hoisted; unmasked ones are hoisted out of the lanes' loop
+//   (an early `return` instead of the `valid` flag: 8.2 -> 5.8 ms CPU on 16 MiB).
+// * Both sides of a divergent branch always run (masks, no jumps): no slow path in a
+//   branch, the edge elements are a second dispatch.
+// * Lanes are packed along local_size_x only: local_size_x = 1 runs 1 lane in 8.
+//
+// vkml:variant padding_rows_e1 ELEM_BYTES=1
+// vkml:variant padding_rows_e2 ELEM_BYTES=2
+// vkml:variant padding_rows_e4 ELEM_BYTES=4
+// vkml:variant padding_rows_e8 ELEM_BYTES=8
+// vkml:variant padding_rows_e1_packed ELEM_BYTES=1 PACKED=1
+// vkml:variant padding_rows_e2_packed ELEM_BYTES=2 PACKED=1
+#extension GL_EXT_control_flow_attributes : enable
+#include "vkml_index.glsl"
+
+#if ELEM_BYTES == 1 && !defined(PACKED)
+#extension GL_EXT_shader_8bit_storage : require
+#define ELEM uint8_t
+#elif ELEM_BYTES == 2 && !defined(PACKED)
+#extension GL_EXT_shader_16bit_storage : require
+#define ELEM uint16_t
+#elif ELEM_BYTES == 8
+#define ELEM uvec2
+#else
+#define ELEM uint
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 1) in;
+layout(constant_id = 2) const int RANK = 2;      // dimensions after merging, >= 1
+layout(constant_id = 3) const uint MODE = 0u;
+layout(constant_id = 4) const bool EDGE = false;
+// Per invocation: 16-byte words (main), or edge slots of one row (edge: the row's
+// arithmetic is paid once for them all).
+layout(constant_id = 5) const uint PER = 4u;
+// Every padding is at most one period: one reflection folds a coordinate (no modulo).
+layout(constant_id = 6) const bool SIMPLE = true;
+// The byte shift between output words and input texels when the host knows it is the same
+// for every row (0..15), else 16: the shift folds into constant swizzles.
+layout(constant_id = 7) const uint SHIFT = 16u;
+
+layout(set = 0, binding = 0) uniform usamplerBuffer X;
+layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
+#ifdef PACKED
+layout(std430, set = 0, binding = 1) buffer Out { uint y[]; };
+#else
+layout(std430, set = 0, binding = 1) buffer Out { ELEM y[]; };
+#endif
+layout(std140, set = 0, binding = 2) uniform Params {
+    ivec4 in_size[2];             // outer dimensions (all but the innermost)
+    ivec4 start[2];
+    ivec4 in_stride[2];           // bytes
+    uvec4 out_stride[2];          // bytes
+    uvec4 value4;                 // the constant, repeated over 16 bytes
+    ivec4 row;                    // bytes: start of the copied run in a row, its length,
+                                  // the row's length; the last texel bound
+    ivec4 inner;                  // innermost dimension: StartPadding, input size, output
+                                  // size (elements)
+    ivec4 slots;                  // edge slots from the left, from the right
+};
+
+// The box of (outer coordinates, word or edge slot) this dispatch covers: x along the
+// last, y the one before, z the rest (divided by multiply-high, see ops/fold.py).
+layout(push_constant) uniform Push {
+    uvec4 origin[2];
+    uvec4 extent[2];
+    uint in_base, out_base;       // bytes: where the bound input and output start
+    uint x_count;                 // invocations along x
+    uint pad_;
+    uvec4 magic[2];
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+const uint CONSTANT = 0u, EDGE_MODE = 1u, REFLECTION = 2u, SYMMETRIC = 3u, WRAP = 4u;
+const int LAST = RANK - 1;
+const int YDIM = RANK - 2;
+
+uint divide(uint a, int d) {
+    uint hi, lo;
+    umulExtended(a, AT(magic, d), hi, lo);
+    return AT(extent, d) == 1u ? a : hi;
+}
+
+// The input coordinate output coordinate c - start maps to (c inside [0, n) unchanged).
+int fold_index(int c, int n) {
+    if (MODE == EDGE_MODE) return clamp(c, 0, n - 1);
+    if (SIMPLE) {
+        if (MODE == WRAP) return c < 0 ? c + n : (c >= n ? c - n : c);
+        if (MODE == REFLECTION) return c < 0 ? -c : (c >= n ? 2 * n - 2 - c : c);
+        return c < 0 ? -1 - c : (c >= n ? 2 * n - 1 - c : c);        // SYMMETRIC
+    }
+    if (c >= 0 && c < n) return c;
+    if (MODE == WRAP) { int m = c % n; return m < 0 ? m + n : m; }
+    if (MODE == REFLECTION) {
+        if (n == 1) return 0;     // a single element reflects onto itself (as numpy.pad)
+        int p = 2 * (n - 1);
+        int m = c % p; if (m < 0) m += p;
+        return m < n ? m : p - m;
+    }
+    int p = 2 * n;
+    int m = c % p; if (m < 0) m += p;
+    return m < n ? m : p - 1 - m;
+}
+
+// Bytes b..b+15 of the 32 in (t0, t1).
+uvec4 shift16(uvec4 t0, uvec4 t1, uint b) {
+    uint ws = b >> 2u;
+    uint bs = (b & 3u) * 8u;
+    uvec4 h = (ws & 2u) != 0u ? uvec4(t0.zw, t1.xy) : t0;
+    uvec2 g = (ws & 2u) != 0u ? t1.zw : t1.xy;
+    uvec4 lo = (ws & 1u) != 0u ? uvec4(h.yzw, g.x) : h;
+    if (bs == 0u) return lo;
+    uint nx = (ws & 1u) != 0u ? g.y : g.x;
+    return (lo >> bs) | (uvec4(lo.yzw, nx) << (32u - bs));
+}
+
+uint ob;                          // byte of the row's first element in the output binding
+int ib;                           // byte of the row's input row in the input binding
+bool inside = true;               // false: the row is in a constant border
+
+void outer(int d, uint c) {
+    ob += c * AT(out_stride, d);
+    int i = int(c) - AT(start, d);
+    int n = AT(in_size, d);
+    if (MODE == CONSTANT) inside = inside && uint(i) < uint(n);
+    else i = fold_index(i, n);
+    ib += i * AT(in_stride, d);
+}
+
+#define OUTER(D) if (D < YDIM) { uint q = divide(z, D); outer(D, AT(origin, D) + z - q * AT(extent, D)); z = q; }
+
+void main() {
+    // main: the grid's x runs along the innermost dimension (words), y along dimension YDIM.
+    // edge: the other way round, so a vector of lanes is 8 rows and a row's slots a loop
+    // (lavapipe vectorizes along x only).
+    const bool SWAP = EDGE && YDIM >= 0;
+    uint gx = SWAP ? gl_GlobalInvocationID.y : gl_GlobalInvocationID.x;
+    uint gy = SWAP ? gl_GlobalInvocationID.x : gl_GlobalInvocationID.y;
+    bool valid = gx < x_count && (YDIM < 0 || gy < AT(extent, max(YDIM, 0)));
+    ivec4 rw = row, in1 = inner, sl = slots;
+    uvec4 val = value4;
+    ob = out_base;
+    ib = int(in_base);
+    if (YDIM >= 0) outer(max(YDIM, 0), AT(origin, max(YDIM, 0)) + gy);
+    uint z = gl_GlobalInvocationID.z;
+    OUTER(5) OUTER(4) OUTER(3) OUTER(2) OUTER(1) OUTER(0)
+    uint run = ob + uint(rw.x);                   // the copied run: [run, run + rw.y)
+    uint first = (run + 15u) >> 4u;               // its whole 16-byte words: [first, endw)
+    uint endw = (run + uint(rw.y)) >> 4u;
+    uint j = AT(origin, LAST) + gx * PER;
+    if (!EDGE) {
+        uint w0 = first + j;
+        int a = ib + int(w0 * 16u - run);         // input byte of word w0's first byte
+        int q = a >> 4;
+        uint b = SHIFT < 16u ? SHIFT : uint(a) & 15u;
+        uvec4 t[PER + 1u];
+        [[unroll]] for (uint k = 0u; k <= PER; k++) t[k] = texelFetch(X, min(q + int(k), rw.w));
+        [[unroll]] for (uint k = 0u; k < PER; k++) {
+            uvec4 w = (MODE == CONSTANT && !inside) ? val : shift16(t[k], t[k + 1u], b);
+            if (valid && w0 + k < endw) y4[w0 + k] = w;
+        }
+        return;
+    }
+    // Edge slots j..j+PER-1: element j of the row, or (past the left slots) one of its
+    // last ones.
+    int left = int(first * 16u - ob) / ELEM_BYTES;               // elements before word first
+    int right = int(ob + uint(rw.z) - endw * 16u) / ELEM_BYTES;  // elements from word endw
+    [[unroll]] for (uint k = 0u; k < PER; k++) {
+        int jk = int(j + k);
+        bool from_left = jk < sl.x;
+        int c = from_left ? jk : in1.z - sl.y + (jk - sl.x);
+        bool mine = valid && jk < sl.x + sl.y && (from_left ? c < left : c >= in1.z - right);
+        int cl = c - in1.x;
+        bool value = MODE == CONSTANT && (!inside || uint(cl) >= uint(in1.y));
+        int i = MODE == CONSTANT ? clamp(cl, 0, in1.y - 1) : fold_index(cl, in1.y);
+        int a = ib + i * ELEM_BYTES;
+        uvec4 tx = texelFetch(X, min(a >> 4, rw.w));
+        uint wi = (uint(a) >> 2u) & 3u;
+        uint v0 = wi == 0u ? tx.x : wi == 1u ? tx.y : wi == 2u ? tx.z : tx.w;
+        uint o = (ob + uint(c * ELEM_BYTES)) / ELEM_BYTES;
+        if (mine) {
+#if ELEM_BYTES == 8
+            y[o] = value ? val.xy : uvec2(v0, wi == 0u ? tx.y : tx.w);
+#else
+            uint v = value ? val.x : v0 >> ((uint(a) & 3u) * 8u);
+#if defined(PACKED) && ELEM_BYTES == 2
+            VKML_ST16(y, o, v)
+#elif defined(PACKED)
+            VKML_ST8(y, o, v)
+#else
+            y[o] = ELEM(v);
+#endif
+#endif
+        }
+    }
+}
