@@ -502,7 +502,8 @@ def depthwise_case(rng, small: bool, dtype="float32"):
                 rng.standard_normal(c * m).astype(dtype) if bias else None)
 
 
-CASES = {"gemm": dense_case, "winograd": winograd_case, "depthwise": depthwise_case}
+CASES = {"gemm": dense_case, "gemm_sg": dense_case, "winograd": winograd_case,
+         "depthwise": depthwise_case}
 
 
 def path_tolerance(path, w, dtype="float32"):
@@ -548,6 +549,8 @@ def test_fast_path_variants(device, path, case):
     if case == "storage-buffers":
         kwargs["limits"] = {"maxTexelBufferElements": 64}
     dtype = "float16" if case.startswith("float16") else "float32"
+    if path == "gemm_sg" and case == "storage-buffers":
+        pytest.skip("gemm_sg reads through texel views only (gemm is its fallback)")
     with vkml.Device(device.index, **kwargs) as dev:
         done = 0
         while done < (2 if path != "winograd" else 1):
@@ -595,6 +598,14 @@ def test_gemm_filter_transpose(device, dtype):
                                    **tolerance(w, dtype))
 
 
+def _probe_op(device):
+    xd = dml.TensorDesc("float32", (1, 4, 4, 4))
+    op = device.compile_operator(device.create_operator(dml.ConvolutionOperatorDesc(
+        xd, dml.TensorDesc("float32", (4, 4, 1, 1)), None, xd)))
+    op.release()
+    return op
+
+
 def test_path_choice(device):
     """Which path takes which shape (the per-shape dispatch of the module doc)."""
     def path_of(x, w, **kw):
@@ -606,11 +617,14 @@ def test_path_choice(device):
         return accepting_paths(device, desc)[0]
     assert path_of((1, 32, 24, 24), (32, 32, 3, 3), start_padding=(1, 1),
                    end_padding=(1, 1)) == "winograd"
-    assert path_of((1, 32, 8, 8), (32, 32, 3, 3)) == "gemm"          # too few tiles
+    # the implicit GEMM: gemm_sg on CPU devices with subgroup shuffles, else gemm
+    gemm = "gemm_sg" if (device.info.device_type == "cpu"
+                         and conv_ops.subgroup_shuffle_size(_probe_op(device)) >= 4) else "gemm"
+    assert path_of((1, 32, 8, 8), (32, 32, 3, 3)) == gemm            # too few tiles
     assert path_of((1, 8, 16, 16), (8, 1, 3, 3), group_count=8) == "depthwise"
-    assert path_of((1, 16, 16, 16), (8, 16, 1, 1)) == "gemm"
+    assert path_of((1, 16, 16, 16), (8, 16, 1, 1)) == gemm
     assert path_of((1, 8, 8, 8), (8, 4, 4, 4), strides=(2, 2),
-                   direction="backward") == "gemm"
+                   direction="backward") == gemm
     assert path_of((1, 4, 8, 8), (2, 4, 3, 3)) == "direct"            # 2 output channels
     assert path_of((1, 8, 8, 8), (8, 1, 3, 3), group_count=8, direction="backward") in (
         "direct", "gemm")

@@ -342,11 +342,43 @@ class FilterTranspose:
 
 
 GEMM_PARAM_WORDS = 28 + 256 * 4   # std140 (glsl/convolution_gemm.comp)
+GEMM_SG_PARAM_WORDS = GEMM_PARAM_WORDS + 8 + 256 * 4      # SGW variants
+
+
+class Decline(Exception):
+    """A path's constructor found the geometry does not suit it after all; the next
+    path is tried."""
 GEMM_PUSH = 64
 
 
 def _texel_ok(op: CompiledOperator, elements: int) -> bool:
     return elements <= op.ctx.limits["maxTexelBufferElements"]
+
+
+_SUBGROUP_SHUFFLE: dict = {}
+#: SG: most pixels per lane (NB) and a weight's shuffle in FMAs of the block
+SG_BLOCKS = (16, 16)
+SG_SHUFFLE_COST = 6
+
+
+def subgroup_shuffle_size(op: CompiledOperator) -> int:
+    """The subgroup size where compute shaders have subgroup shuffles, else 0 (asked of
+    the physical device once)."""
+    pd = op.ctx.physical_device
+    info = op.device.info
+    key = (info.index, info.name, info.driver_version)
+    if key not in _SUBGROUP_SHUFFLE:
+        vk = runtime.vk
+        sub = vk.ffi.new("VkPhysicalDeviceSubgroupProperties*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES})
+        props = vk.ffi.new("VkPhysicalDeviceProperties2*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": sub})
+        vk.lib.vkGetPhysicalDeviceProperties2(pd, props)
+        ok = (sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+              and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
+              and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_BASIC_BIT)
+        _SUBGROUP_SHUFFLE[key] = int(sub.subgroupSize) if ok else 0
+    return _SUBGROUP_SHUFFLE[key]
 
 
 def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
@@ -369,6 +401,26 @@ def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
     step = 4 if vec4 else 1
     cands = range(max(step, (nb_max // 2) // step * step), nb_max + 1, step)
     return mb, min(cands, key=lambda nb: ((-(-row // nb)) * nb - row, -nb))
+
+
+def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]:
+    """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
+    blocks to whole subgroups, and each weight a lane gets costs a shuffle (measured on
+    lavapipe: ~6 FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel count
+    (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they can."""
+    mb = next((m for m in (32, 24, 16, 12, 8, 4) if m <= SG_BLOCKS[0]
+               and cog / (-(-cog // m) * m) >= 0.88), 4)
+    best = None
+    for nb in range(4, SG_BLOCKS[1] + 1):
+        cost = 0
+        for ph, rl in zip(phases, row_len):
+            per_row = -(-rl // nb)
+            blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
+            v4 = ph[2].istep == 1 and ((nb * ph[2].istep) % 4 == 0 or per_row == 1)
+            cost += -(-blocks // sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else 4))
+        if best is None or cost <= best[0]:
+            best = (cost, nb)
+    return mb, best[1]
 
 
 @dataclass
@@ -407,6 +459,22 @@ def transposed_axes(geo: Geometry) -> list[list[Axis]]:
     return [[ad, ah, aw] for ad in per_axis[0] for ah in per_axis[1] for aw in per_axis[2]]
 
 
+def padded_extents(geo: Geometry, phases) -> tuple[list, list]:
+    """The implicit GEMM's zero-padded input planes: the padding before the input along
+    each axis (every tap offset becomes >= 0) and the planes' extents (rows long enough
+    for every output position's taps)."""
+    lo = [max([0] + [-c for ph in phases for _, c in ph[a].taps]) for a in range(3)]
+    ext = []
+    for a in range(3):
+        need = geo.in_size[a] + lo[a]
+        for ph in phases:
+            ax = ph[a]
+            if ax.taps:
+                need = max(need, (ax.count - 1) * ax.istep + ax.taps[-1][1] + lo[a] + 1)
+        ext.append(need)
+    return lo, ext
+
+
 class GemmPath(Path):
     """Dense convolution as an implicit GEMM (``glsl/convolution_gemm.comp``), forward or
     transposed (one dispatch per stride phase: no inserted zeros, no wasted products).
@@ -421,6 +489,7 @@ class GemmPath(Path):
     """
 
     name = "gemm"
+    SG = False
 
     @classmethod
     def accepts(cls, op, geo) -> bool:
@@ -440,25 +509,24 @@ class GemmPath(Path):
         g = geo
         cig, cog = g.cin_per_group, g.cout_per_group
         phases = transposed_axes(g) if g.backward else forward_axes(g)
-        # Padding of the input planes: every tap offset becomes >= 0, rows are long
-        # enough for the last block.
-        lo = [max([0] + [-c for ph in phases for _, c in ph[a].taps]) for a in range(3)]
+        lo, ext = padded_extents(g, phases)
+        self.local = min(64, op.workgroup_size)
         one_by_one = (not g.backward and g.kernel == (1, 1, 1) and g.stride == (1, 1, 1)
                       and g.start == (0, 0, 0) and g.valid == g.in_size)
         self.in_place = in_place = (one_by_one and g.dtype == DataType.FLOAT32
                                     and op.desc.input_tensor.is_packed)
         unit = all(ph[2].istep == 1 for ph in phases)
         cpu = op.device.info.device_type == "cpu"
+        sg = self.SG and subgroup_shuffle_size(op)
+        fd = op.desc.filter_tensor
+        w_elems = fd.total_tensor_size_in_bytes // fd.data_type.size
+        if self.SG and not (sg and self.local % sg == 0 and _texel_ok(op, w_elems)):
+            raise Decline("no subgroup shuffles, or the filter is too large for a texel view")
+        self.sg = sg
+        # flattened planes keep lanes busy on short rows, but compute the padding columns
+        # too; SG fills its subgroups with short rows instead (see sg_blocks)
         flat = (not g.backward and g.stride[1:] == (1, 1)
-                and (one_by_one or (g.valid[2] < 12 and g.valid[1] > 1)))
-        ext = []
-        for a in range(3):
-            need = g.in_size[a] + lo[a]
-            for ph in phases:
-                ax = ph[a]
-                if ax.taps:
-                    need = max(need, (ax.count - 1) * ax.istep + ax.taps[-1][1] + lo[a] + 1)
-            ext.append(need)
+                and (one_by_one or (g.valid[2] < 12 and g.valid[1] > 1 and not sg)))
         if in_place:
             ext = list(g.in_size)
         Dp, Hp, Wp = ext
@@ -469,14 +537,18 @@ class GemmPath(Path):
         # rows: the output pixels each dispatch walks (flat: whole planes, pitch Wp)
         row_len = [g.valid[1] * Wp if flat else ph[2].count for ph in phases]
         vec4_rows = unit and cpu
-        self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows,
-                                                max(len(ph[2].taps) for ph in phases))
+        if sg:
+            self.mb, self.nb = mb, nb = sg_blocks(cog, phases, row_len, flat, sg)
+        else:
+            self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows,
+                                                    max(len(ph[2].taps) for ph in phases))
         co_pad = -(-cog // mb) * mb
         x_img = g.x_strides[0] if in_place else -(-(g.c_in * plane) // 4) * 4
         x_chan = g.x_strides[1] if in_place else plane
         # dispatches
         self.dispatches = []
         row_offsets, w_texels, max_read = [], 0, 0
+        w_rows, w_kw = [], set()          # SG: the filter read in place (see _filter_taps)
         for ph, rl in zip(phases, row_len):
             ad, ah, aw = ph
             rows = [(cd + lo[0]) * Hp * Wp + (ch + lo[1]) * Wp + (aw.taps[0][1] + lo[2]
@@ -493,7 +565,8 @@ class GemmPath(Path):
                 pitch = 0
             span = (nb - 1) * aw.istep + (kw - 1) * dw + 1
             rowload = span <= kw * nb          # as ROWLOAD in the kernel
-            xvec4 = (texel and rowload and (nb * aw.istep) % 4 == 0 and x_img % 4 == 0
+            xvec4 = (texel and rowload and ((nb * aw.istep) % 4 == 0 or per_row == 1)
+                     and x_img % 4 == 0
                      and x_chan % 4 == 0 and all(r % 4 == 0 for r in rows)
                      and (ad.istep * Hp * Wp) % 4 == 0 and (ah.istep * Wp) % 4 == 0)
             if rows:
@@ -507,6 +580,13 @@ class GemmPath(Path):
                 axes=ph))
             row_offsets += rows
             w_texels += g.groups * len(rows) * cig * kw * co_pad // 4
+            if sg and rows:
+                wr, step = self._filter_taps(ph)
+                w_rows += wr
+                if len(aw.taps) > 1:
+                    w_kw.add(step)
+        if len(w_kw) > 1:
+            raise Decline("column taps of the phases step differently through the filter")
         if len(row_offsets) > 1024:
             raise UnsupportedError("convolution", "more than 1024 kernel rows")
         last = (g.n - 1) * x_img + (g.c_in - 1) * x_chan + max_read
@@ -523,9 +603,11 @@ class GemmPath(Path):
         # the filter, one re-layout per dispatch
         self.w_relayouts = []
         ws = g.w_strides
-        if FilterTranspose.applies(op, g):
+        if sg:
+            pass
+        elif FilterTranspose.applies(op, g):
             self.w_relayouts.append((FilterTranspose(op, g, co_pad), 0))
-        for d in self.dispatches if not self.w_relayouts else []:
+        for d in self.dispatches if not (self.w_relayouts or sg) else []:
             if not d["nrows"]:
                 continue
             axes = d["axes"]
@@ -551,19 +633,30 @@ class GemmPath(Path):
             self.w_relayouts.append((Relayout(op, g.dtype, sizes, strides, (0,) * 6, hi, base,
                                               op.desc.filter_tensor.total_tensor_size_in_bytes),
                                      d["w_base"] * 4))
-        self.wt = op.scratch(16 * max(w_texels, 1))
-        self.texel = texel = _texel_ok(op, self.xp_floats) and _texel_ok(op, w_texels)
+        if sg:
+            if not _texel_ok(op, self.xp_floats):
+                raise Decline("the padded input is too large for a texel view")
+            self.texel = texel = True
+            self.wt = None
+            self.w_bytes = fd.total_tensor_size_in_bytes
+            self.w_fmt = (runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32
+                          else runtime.vk.VK_FORMAT_R16_SFLOAT)
+            name = "convolution_gemm_sg_" + storage_suffix(op, g.dtype)
+        else:
+            self.wt = op.scratch(16 * max(w_texels, 1))
+            self.texel = texel = _texel_ok(op, self.xp_floats) and _texel_ok(op, w_texels)
+            name = "convolution_gemm_" + storage_suffix(op, g.dtype) + ("" if texel else "_ssbo")
         if not texel:
             for d in self.dispatches:
                 d["xvec4"] = False
-        name = "convolution_gemm_" + storage_suffix(op, g.dtype) + ("" if texel else "_ssbo")
-        self.local = min(64, op.workgroup_size)
         kinds = ((runtime.UNIFORM_TEXEL,) * 2 if texel else (STORAGE,) * 2) + \
             (STORAGE, STORAGE, UNIFORM)
         for d in self.dispatches:
-            d["pipe"] = op.pipeline(name, kinds, GEMM_PUSH, {
-                0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id, 5: int(d["xvec4"]),
-                6: d["kw"], 7: d["dw"]})
+            consts = {0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id,
+                      5: int(d["xvec4"]), 6: d["kw"], 7: d["dw"]}
+            if sg:
+                consts[8] = sg
+            d["pipe"] = op.pipeline(name, kinds, GEMM_PUSH, consts)
         ph0 = phases[0]
         p = np.zeros(28, np.int64)
         p[0:4] = [cig, co_pad, cog, 0]
@@ -572,27 +665,55 @@ class GemmPath(Path):
         p[12:16] = [ph0[0].ostep, ph0[1].ostep, ph0[2].ostep, g.b_stride or 0]
         p[16:20] = g.y_strides[:4]
         p[20:24] = [g.y_strides[4], 0, 0, 0]
-        words = np.zeros(GEMM_PARAM_WORDS, np.int32)
+        words = np.zeros(GEMM_SG_PARAM_WORDS if sg else GEMM_PARAM_WORDS, np.int32)
         words[:24] = p[:24].astype(np.int32)
         words[24:28] = self.act_params.view(np.int32)
         words[28:28 + len(row_offsets)] = row_offsets
+        if sg:
+            ws = g.w_strides
+            if g.backward:       # filter (C_in, C_out/groups, *k)
+                col_s, ci_s, grp_s = ws[1], ws[0], cig * ws[0]
+            else:                # filter (C_out, C_in/groups, *k)
+                col_s, ci_s, grp_s = ws[0], ws[1], cog * ws[0]
+            o = GEMM_PARAM_WORDS
+            words[o:o + 8] = [col_s, ci_s, w_kw.pop() if w_kw else 0, 0, grp_s, 0, 0, 0]
+            words[o + 8:o + 8 + len(w_rows)] = w_rows
         self.params = op.upload(words)
         self.x_bytes = 4 * self.xp_floats
         self.groups_y = g.groups * co_pad // mb
+
+    def _filter_taps(self, axes) -> tuple[list, int]:
+        """SG: filter element offsets of one dispatch's row taps (first column tap
+        included) and the step between its column taps (kernel flipped in the
+        CONVOLUTION mode)."""
+        g = self.geo
+        ws = g.w_strides
+
+        def f(a, k):
+            return g.kernel[a] - 1 - k if g.flip else k
+        ad, ah, aw = axes
+        k0 = f(2, aw.taps[0][0])
+        step = (f(2, aw.taps[1][0]) - k0) * ws[4] if len(aw.taps) > 1 else 0
+        return [f(0, kd) * ws[2] + f(1, kh) * ws[3] + k0 * ws[4]
+                for kd, _ in ad.taps for kh, _ in ah.taps], step
 
     def encode(self, seq, x, w, b, y) -> None:
         g, op = self.geo, self.op
         for rl, dst_off in self.w_relayouts:
             rl.encode(seq, w, self.wt, dst_off)
+        sg = self.sg
         if self.in_place:
             src, nbytes = x, min(x.size, self.x_bytes)
         else:
             self.x_relayout.encode(seq, x, self.xp)
             src, nbytes = self.xp, self.x_bytes
-        wb = Bind(self.wt, 0, self.wt.size, "r",
-                  runtime.FORMAT_RGBA32_SFLOAT if self.texel else 0)
+        if sg:
+            wb = Bind(w, 0, self.w_bytes, "r", self.w_fmt)
+        else:
+            wb = Bind(self.wt, 0, self.wt.size, "r",
+                      runtime.FORMAT_RGBA32_SFLOAT if self.texel else 0)
         # without a bias any storage buffer fills the binding (the kernel reads none)
-        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.wt)
+        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.params)
         yb = Bind(y, 0, min(y.size, op.desc.output_tensor.total_tensor_size_in_bytes), "w")
         mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
         for d in self.dispatches:
@@ -604,6 +725,8 @@ class GemmPath(Path):
             binds = [xb, wb, bb, yb, Bind(self.params)]
             qs = d["qsize"]
             blocks = qs[0] * qs[1] * qs[3]
+            if sg:                       # whole subgroups per channel block
+                blocks = -(-blocks // sg) * sg
             # few pixel blocks: spread channel blocks over the lanes too
             cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
             gx = -(-(blocks * cbl) // self.local)
@@ -626,6 +749,30 @@ def gemm_params(geo4, xs4, ysz4, ystep4, ys4, ys_w: int, act_params, rows) -> np
     words[24:28] = np.asarray(act_params, np.float32).view(np.int32)
     words[28:28 + len(rows)] = rows
     return words
+
+
+class GemmSgPath(GemmPath):
+    """The implicit GEMM reading the filter in place through its DML strides, shared
+    across a subgroup by shuffles (``convolution_gemm.comp``, SGW variants): no
+    re-laid filter per execution.  CPU devices with subgroup shuffles (see the kernel)."""
+
+    name = "gemm_sg"
+    SG = True
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        if not (super().accepts(op, geo) and op.device.info.device_type == "cpu"
+                and subgroup_shuffle_size(op) >= 4):
+            return False
+        fd = op.desc.filter_tensor
+        # texel views of the filter and of the padded input (a bound on its size: the
+        # last block's row may run past the planes)
+        phases = transposed_axes(geo) if geo.backward else forward_axes(geo)
+        _, ext = padded_extents(geo, phases)
+        tail = (SG_BLOCKS[1] + 4) * geo.stride[2] + geo.kernel[2] * geo.dilation[2] + 4
+        x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (-(-ext[2] // 4) * 4) + tail
+        return (_texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
+                and _texel_ok(op, x_bound))
 
 
 class WinogradPath(Path):
@@ -844,13 +991,16 @@ class DepthwisePath(Path):
 
 
 #: Paths in order of preference; the first that accepts a geometry runs it.
-PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmPath, DirectPath]
+PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath]
 
 
 def choose_path(op: CompiledOperator, geo: Geometry) -> Path:
     for cls in PATHS:
         if cls.accepts(op, geo):
-            return cls(op, geo)
+            try:
+                return cls(op, geo)
+            except Decline:
+                continue
     raise AssertionError("DirectPath accepts every geometry")
 
 
