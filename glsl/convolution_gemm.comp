@@ -58,6 +58,7 @@ layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bo
 layout(constant_id = 6) const int KW = 1;      // column taps (innermost kernel axis)
 layout(constant_id = 7) const int DW = 1;      // X elements between column taps
 layout(constant_id = 8) const int SG = 8;      // SGW: subgroup size
+layout(constant_id = 9) const int CU = 1;      // input channels per loop iteration (divides them)
 
 // X elements one row tap reads for the block.  Where that is no more than the products'
 // operands (KW * NB) the row is loaded once and reused by every column tap (ROWLOAD);
@@ -125,6 +126,48 @@ layout(push_constant) uniform Push {
     a[i_] = LOAD_W(wi + (kw) * wstep + i_)
 #endif
 
+// One input channel of one row tap: load the row (or the column taps' pixels), the
+// weights, and add the MB x NB products; then step to the next channel.
+#ifdef SGW
+#define STEP_W() float wl[GW]; \
+    [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[k_] = LOAD_W1(wo + woff[k_]);
+#define STEP_NEXT() xo += XS.y; wo += wsg.y;
+#else
+#define STEP_W()
+#define STEP_NEXT() xo += XS.y; wi += KW * wstep;
+#endif
+#define GEMM_STEP() { \
+    STEP_W() \
+    if (ROWLOAD) { \
+        float b[SPAN4]; \
+        if (XVEC4) { \
+            [[unroll]] for (int e = 0; e < SPAN4; e += 4) { \
+                vec4 v = LOAD_X4((xo + e) >> 2); \
+                b[e] = v.x; b[e + 1] = v.y; b[e + 2] = v.z; b[e + 3] = v.w; \
+            } \
+        } else { \
+            [[unroll]] for (int e = 0; e < SPAN; e++) b[e] = LOAD_X(xo + e); \
+        } \
+        [[unroll]] for (int kw = 0; kw < KW; kw++) { \
+            vec4 a[MB / 4]; \
+            LOAD_A(a, kw); \
+            [[unroll]] for (int i = 0; i < MB / 4; i++) \
+                [[unroll]] for (int j = 0; j < NB; j++) \
+                    acc[i][j] = fma(a[i], vec4(b[kw * DW + j * SW]), acc[i][j]); \
+        } \
+    } else { \
+        [[unroll]] for (int kw = 0; kw < KW; kw++) { \
+            float b[NB]; \
+            [[unroll]] for (int j = 0; j < NB; j++) b[j] = LOAD_X(xo + kw * DW + j * SW); \
+            vec4 a[MB / 4]; \
+            LOAD_A(a, kw); \
+            [[unroll]] for (int i = 0; i < MB / 4; i++) \
+                [[unroll]] for (int j = 0; j < NB; j++) \
+                    acc[i][j] = fma(a[i], vec4(b[j]), acc[i][j]); \
+        } \
+    } \
+    STEP_NEXT() }
+
 void main() {
     int per_row = qsize.w;
     int nblk = qsize.x * qsize.y * per_row;
@@ -181,9 +224,10 @@ void main() {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
         int wo = wrows[t >> 2][t & 3];
-        [[dont_unroll]] for (int ci = 0; ci < cig; ci++) {
-            float wl[GW];
-            [[unroll]] for (int k = 0; k < GW; k++) wl[k] = LOAD_W1(wo + woff[k]);
+        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) {      // (CU divides cig)
+            [[unroll]] for (int u = 0; u < CU; u++) { GEMM_STEP(); }
+        }
+    }
 #else
     // Filters are re-laid as [image][group][row tap][channel][column tap][padded channel]
     int wstep = geo.y / 4;
@@ -191,44 +235,11 @@ void main() {
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
-        [[dont_unroll]] for (int ci = 0; ci < cig; ci++) {
-#endif
-            if (ROWLOAD) {
-                float b[SPAN4];
-                if (XVEC4) {
-                    [[unroll]] for (int e = 0; e < SPAN4; e += 4) {
-                        vec4 v = LOAD_X4((xo + e) >> 2);
-                        b[e] = v.x; b[e + 1] = v.y; b[e + 2] = v.z; b[e + 3] = v.w;
-                    }
-                } else {
-                    [[unroll]] for (int e = 0; e < SPAN; e++) b[e] = LOAD_X(xo + e);
-                }
-                [[unroll]] for (int kw = 0; kw < KW; kw++) {
-                    vec4 a[MB / 4];
-                    LOAD_A(a, kw);
-                    [[unroll]] for (int i = 0; i < MB / 4; i++)
-                        [[unroll]] for (int j = 0; j < NB; j++)
-                            acc[i][j] = fma(a[i], vec4(b[kw * DW + j * SW]), acc[i][j]);
-                }
-            } else {
-                [[unroll]] for (int kw = 0; kw < KW; kw++) {
-                    float b[NB];
-                    [[unroll]] for (int j = 0; j < NB; j++) b[j] = LOAD_X(xo + kw * DW + j * SW);
-                    vec4 a[MB / 4];
-                    LOAD_A(a, kw);
-                    [[unroll]] for (int i = 0; i < MB / 4; i++)
-                        [[unroll]] for (int j = 0; j < NB; j++)
-                            acc[i][j] = fma(a[i], vec4(b[j]), acc[i][j]);
-                }
-            }
-            xo += XS.y;
-#ifdef SGW
-            wo += wsg.y;
-#else
-            wi += KW * wstep;
-#endif
+        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) {      // (CU divides cig)
+            [[unroll]] for (int u = 0; u < CU; u++) { GEMM_STEP(); }
         }
     }
+#endif
     if (!live) return;
 
     int od = yorg.x + qd * ystep.x;

@@ -345,6 +345,22 @@ GEMM_PARAM_WORDS = 28 + 256 * 4   # std140 (glsl/convolution_gemm.comp)
 GEMM_SG_PARAM_WORDS = GEMM_PARAM_WORDS + 8 + 256 * 4      # SGW variants
 
 
+GEMM_UNROLL = 1024     # products in the GEMM's unrolled channel-loop body (CPU devices)
+
+
+def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
+    """Input channels per iteration of the GEMM's channel loop (a divisor of them).
+    lavapipe runs a loop under an execution mask and blends every loop-carried sum with
+    it once per iteration (116 blends next to 336 products in a 16 x 7 x 3 block), so
+    a few channels per iteration pay -- until the body outgrows the instruction cache
+    (a 16 x 16 x 3 block took 2x longer with 4 channels per iteration).  ``block``:
+    the products of one channel; GPUs keep one channel per iteration."""
+    if op.device.info.device_type != "cpu":
+        return 1
+    return next(c for c in (8, 4, 2, 1) if channels % c == 0 and c * block <= GEMM_UNROLL
+                or c == 1)
+
+
 class Decline(Exception):
     """A path's constructor found the geometry does not suit it after all; the next
     path is tried."""
@@ -653,7 +669,8 @@ class GemmPath(Path):
             (STORAGE, STORAGE, UNIFORM)
         for d in self.dispatches:
             consts = {0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id,
-                      5: int(d["xvec4"]), 6: d["kw"], 7: d["dw"]}
+                      5: int(d["xvec4"]), 6: d["kw"], 7: d["dw"],
+                      9: gemm_cu(op, cig, mb * nb * d["kw"])}
             if sg:
                 consts[8] = sg
             d["pipe"] = op.pipeline(name, kinds, GEMM_PUSH, consts)
@@ -859,7 +876,8 @@ class WinogradPath(Path):
         kinds = ((UT, UT) if self.gemm_texel else (S, S)) + (S, S, U)
         self.p_gemm = op.pipeline("convolution_gemm_f32" + ("" if self.gemm_texel else "_ssbo"),
                                   kinds, GEMM_PUSH, {0: self.local, 1: mb, 2: nb, 3: 1,
-                                                     4: 0, 5: int(xvec4), 6: 1, 7: 1})
+                                                     4: 0, 5: int(xvec4), 6: 1, 7: 1,
+                                                     9: gemm_cu(op, cin, mb * nb)})
         self.xvec4 = xvec4
         self.gemm_params = op.upload(gemm_params(
             (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
