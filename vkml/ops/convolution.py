@@ -257,6 +257,7 @@ class DirectPath(Path):
 
 # -- the re-layout pass and the implicit GEMM ----------------------------------------------
 RELAYOUT_PARAM_WORDS = 44      # std140: 11 ivec4 (glsl/convolution_relayout.comp)
+RELAYOUT_GROUPS = {False: 256, True: 32}     # workgroups a relayout aims at [CPU device]
 
 
 class Relayout:
@@ -276,21 +277,38 @@ class Relayout:
         dstride = list(packed_strides(size))
         if dst_image is not None:
             dstride[first] = dst_image
-        self.op, self.size = op, size
+        # Lanes run over dimensions 6 and 7, a workgroup walks rows of dimension 5, the
+        # others are one per workgroup z.  Planes larger than a workgroup with rows that
+        # fill half of one have their rows (6) walked instead (lanes along 7 only, a
+        # size-1 dimension takes 6's place), and
+        # the largest outer dimension becomes the walked one: fewer, longer workgroups
+        # (lavapipe pays microseconds for each).
+        v4 = size[-1] % 4 == 0 and all(d % 4 == 0 for d in dstride[:-1]) and dstride[-1] == 1
+        lists = (size, stride, lo, hi, dstride)
         self.local = min(64, op.workgroup_size)
+        ones = [i for i in range(6) if size[i] == 1]
+        lanes_row = self.local * (4 if v4 else 1)
+        if size[6] * size[7] > lanes_row and 2 * size[7] >= lanes_row and ones:
+            for v in lists:
+                v[ones[0]], v[6] = v[6], v[ones[0]]
+        k = max(range(6), key=lambda i: (size[i], i))
+        for v in lists:
+            v[k], v[5] = v[5], v[k]
+        self.op, self.size = op, size
         self.src_bytes = src_bytes
         self.texel = _texel_ok(op, src_bytes // dtype.size)
         self.fmt = (runtime.FORMAT_R32_SFLOAT if dtype == DataType.FLOAT32 else
                     runtime.vk.VK_FORMAT_R16_SFLOAT) if self.texel else 0
         name = "convolution_relayout_" + ("texel" if self.texel else storage_suffix(op, dtype))
-        v4 = size[-1] % 4 == 0 and all(d % 4 == 0 for d in dstride[:-1]) and dstride[-1] == 1
         self.pipe = op.pipeline(name, (runtime.UNIFORM_TEXEL if self.texel else STORAGE,
                                        STORAGE, UNIFORM), 12, {0: self.local, 1: int(v4)})
         self.v4 = v4
         gx = -(-(size[-1] * size[-2]) // (self.local * (4 if v4 else 1)))
         outer = math.prod(size[:-3])
-        # rows of dimension 5 per workgroup: a few hundred workgroups in all
-        self.rpg = max(1, min(size[-3], -(-outer * gx * size[-3] // 256)))
+        # rows of dimension 5 per workgroup: a few hundred workgroups in all (CPU
+        # devices: a few dozen, each costs microseconds)
+        target = RELAYOUT_GROUPS[op.device.info.device_type == "cpu"]
+        self.rpg = max(1, min(size[-3], -(-outer * gx * size[-3] // target)))
         groups = -(-size[-3] // self.rpg)
         self.gx, self.gz = gx, outer * groups
         p = np.zeros(RELAYOUT_PARAM_WORDS, np.int64)
