@@ -442,7 +442,7 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (measured on
     lavapipe: ~6 FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel count
     (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they can."""
-    mb = next((m for m in (32, 24, 16, 12, 8, 4) if m <= SG_BLOCKS[0]
+    mb = next((m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
                and cog / (-(-cog // m) * m) >= 0.88), 4)
     best = None
     for nb in range(4, SG_BLOCKS[1] + 1):
@@ -450,7 +450,7 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]
         for ph, rl in zip(phases, row_len):
             per_row = -(-rl // nb)
             blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
-            v4 = ph[2].istep == 1 and ((nb * ph[2].istep) % 4 == 0 or per_row == 1)
+            v4 = (nb * ph[2].istep) % 4 == 0 or per_row == 1
             cost += -(-blocks // sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else 4))
         if best is None or cost <= best[0]:
             best = (cost, nb)
