@@ -59,6 +59,8 @@ layout(constant_id = 6) const int KW = 1;      // column taps (innermost kernel 
 layout(constant_id = 7) const int DW = 1;      // X elements between column taps
 layout(constant_id = 8) const int SG = 8;      // SGW: subgroup size
 layout(constant_id = 9) const int CU = 1;      // input channels per loop iteration (divides them)
+layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per workgroup, one
+                                               // per subgroup (local size CBW * SG)
 
 // X elements one row tap reads for the block.  Where that is no more than the products'
 // operands (KW * NB) the row is loaded once and reused by every column tap (ROWLOAD);
@@ -175,12 +177,21 @@ void main() {
     // Lanes numbered so that a subgroup's lanes are consecutive; pixel blocks padded to
     // whole subgroups, so every lane of a subgroup has the same channel block (the
     // padding lanes compute a copy of the last block and store nothing).
-    int nblk_pad = (nblk + SG - 1) / SG * SG;
-    int lane = int(gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_SubgroupID * gl_SubgroupSize
-                   + gl_SubgroupInvocationID);
-    int blk = lane % nblk_pad;
-    int cbi = int(gl_WorkGroupID.y) * cbl + lane / nblk_pad;
-    if (lane >= nblk_pad * cbl || cbi >= cb_count) return;      // (whole subgroups)
+    int blk, cbi;
+    if (CBW > 0) {
+        // the workgroup's subgroups: CBW channel blocks of the same SG pixel blocks
+        // (the input rows they read are still in cache for the next channel block)
+        blk = int(gl_WorkGroupID.x) * SG + int(gl_SubgroupInvocationID);
+        cbi = int(gl_WorkGroupID.y) * CBW + int(gl_SubgroupID);
+        if (cbi >= cb_count) return;                             // (whole subgroups)
+    } else {
+        int nblk_pad = (nblk + SG - 1) / SG * SG;
+        int lane = int(gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_SubgroupID * gl_SubgroupSize
+                       + gl_SubgroupInvocationID);
+        blk = lane % nblk_pad;
+        cbi = int(gl_WorkGroupID.y) * cbl + lane / nblk_pad;
+        if (lane >= nblk_pad * cbl || cbi >= cb_count) return;  // (whole subgroups)
+    }
     bool live = blk < nblk;
     blk = min(blk, nblk - 1);
 #else
