@@ -653,6 +653,22 @@ def test_gemm_sg_strided_filter(device):
                                **tolerance(w))
 
 
+@pytest.mark.parametrize("width, v4", [(20, True), (21, False)])
+def test_winograd_row_stores(device, width, v4):
+    """Winograd's output transform stores whole tile rows as float4 where the output rows
+    are packed float32 of a multiple of 4, else element by element."""
+    rng = np.random.default_rng(90 + width)
+    desc = _conv_desc("float32", (2, 16, 18, width), (17, 16, 3, 3), start_padding=(1, 1),
+                      end_padding=(1, 1), fused_activation="relu")
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(17).astype(np.float32)
+    got, compiled = run_desc(device, desc, x, w, b, path="winograd")
+    assert compiled.path.y4 == v4
+    ref = np.maximum(desc_reference(desc, x, w, b), 0)
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
+
+
 # depthwise blocks: strips and bands with remainders, strided/dilated rows, 3-D, float4
 # rows and stores, the unrolled-body cap (a 4x4x4 kernel)
 DW_EDGES = [

@@ -902,8 +902,11 @@ class WinogradPath(Path):
         self.p_input = op.pipeline("convolution_winograd_input_" +
                                    ("texel" if self.x_texel else suffix),
                                    (UT if self.x_texel else S, S, S, U), 0, consts)
+        ys = g.y_strides
+        self.y4 = (self.m_texel and g.dtype == DataType.FLOAT32 and OW % 4 == 0
+                   and ys[4] == 1 and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
         self.p_output = op.pipeline("convolution_winograd_output_" + suffix +
-                                    ("" if self.m_texel else "_ssbo"),
+                                    ("_v4" if self.y4 else "" if self.m_texel else "_ssbo"),
                                     (UT if self.m_texel else S, S, S, U), 0, consts)
         p = np.zeros(WINO_PARAM_WORDS, np.int64)
         p[0:4] = [cin, co_pad, cout, T]
