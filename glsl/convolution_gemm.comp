@@ -59,6 +59,7 @@ layout(constant_id = 6) const int KW = 1;      // column taps (innermost kernel 
 layout(constant_id = 7) const int DW = 1;      // X elements between column taps
 layout(constant_id = 8) const int SG = 8;      // SGW: subgroup size
 layout(constant_id = 9) const int CU = 1;      // input channels per loop iteration (divides them)
+layout(constant_id = 11) const bool YV4 = false; // F32: pixels stored 4 at a time
 layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per workgroup, one
                                                // per subgroup (local size CBW * SG)
 
@@ -86,6 +87,11 @@ layout(std430, set = 0, binding = 1) readonly buffer Ws { vec4 ws_[]; };
 #endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
+#ifdef F32
+// YV4: four pixels of a channel as one float4 store (lavapipe stores a vec4 in one lane
+// turn, a float in one turn each)
+layout(std430, set = 0, binding = 3) buffer Y4 { vec4 y4[]; };
+#endif
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 geo;          // input channels per group, padded output channels per group
                         // (multiple of MB), output channels per group, weight texels per image
@@ -279,6 +285,19 @@ void main() {
             bool has = col < geo.z;
             float bv = (has && ysz.w != 0) ? FLOAD(bias, uint(co * ystep.w)) : 0.0;
             uint yc = uint(co) * ys.y;
+#ifdef F32
+            if (YV4) {              // (groups of 4 pixels all exist or none, aligned)
+                [[unroll]] for (int j = 0; j < NB; j += 4) {
+                    if (has && yo[j] >= 0)
+                        y4[(yc + uint(yo[j])) >> 2] = vec4(
+                            vkml_activation(ACT, acc[i4][j][c] + bv, act),
+                            vkml_activation(ACT, acc[i4][j + 1][c] + bv, act),
+                            vkml_activation(ACT, acc[i4][j + 2][c] + bv, act),
+                            vkml_activation(ACT, acc[i4][j + 3][c] + bv, act));
+                }
+                continue;
+            }
+#endif
             [[unroll]] for (int j = 0; j < NB; j++) {
                 if (has && yo[j] >= 0) {
                     float v = vkml_activation(ACT, acc[i4][j][c] + bv, act);

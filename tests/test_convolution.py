@@ -669,6 +669,31 @@ def test_winograd_row_stores(device, width, v4):
     np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
 
 
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((2, 5, 6, 12), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
+    ((1, 6, 5, 12), (8, 6, 1, 1), {}),                       # flattened plane, in place
+    ((1, 4, 3, 5, 12), (6, 4, 1, 2, 3), dict(start_padding=(0, 1, 1), end_padding=(0, 0, 1))),
+])
+def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
+    """The implicit GEMM stores 4 pixels at a time where output rows are packed float32
+    of a multiple of 4 (float16 and other rows element by element)."""
+    if path == "gemm_sg" and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(95)
+    for dtype in ("float32", "float16"):
+        desc = _conv_desc(dtype, x_shape, w_shape, fused_activation="leaky_relu", **kw)
+        x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+        w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+        b = rng.standard_normal(w_shape[0]).astype(dtype)
+        got, compiled = run_desc(device, desc, x, w, b, path=path)
+        assert all(d["yv4"] == (dtype == "float32") for d in compiled.path.dispatches)
+        ref = desc_reference(desc, x, w, b)
+        ref = np.where(ref >= 0, ref, 0.01 * ref)
+        np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                                   **tolerance(w, dtype))
+
+
 # depthwise blocks: strips and bands with remainders, strided/dilated rows, 3-D, float4
 # rows and stores, the unrolled-body cap (a 4x4x4 kernel)
 DW_EDGES = [

@@ -704,6 +704,9 @@ class GemmPath(Path):
             consts = {0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id,
                       5: int(d["xvec4"]), 6: d["kw"], 7: d["dw"],
                       9: gemm_cu(op, cig, mb * nb * d["kw"])}
+            d["yv4"] = self._yv4(d)
+            if d["yv4"]:
+                consts[11] = 1
             if sg:
                 consts[8] = sg
                 blocks = d["qsize"][0] * d["qsize"][1] * d["qsize"][3]
@@ -740,6 +743,18 @@ class GemmPath(Path):
         self.params = op.upload(words)
         self.x_bytes = 4 * self.xp_floats
         self.groups_y = g.groups * co_pad // mb
+
+    def _yv4(self, d) -> bool:
+        """Whether a dispatch stores its pixels 4 at a time: float32 output rows packed
+        and aligned, pixels of a block consecutive along them, in whole groups of 4."""
+        g = self.geo
+        ys = g.y_strides
+        aw = d["axes"][2]
+        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
+        return (g.dtype == DataType.FLOAT32 and aw.ostep == 1 and aw.o0 == 0 and ys[4] == 1
+                and all(v % 4 == 0 for v in ys[:4]) and self.nb % 4 == 0
+                and rows % 4 == 0 and g.out_size[2] % 4 == 0
+                and (d["pitch"] == 0 or d["pitch"] == g.out_size[2]))
 
     def _filter_taps(self, axes) -> tuple[list, int]:
         """SG: filter element offsets of one dispatch's row taps (first column tap
