@@ -4,11 +4,13 @@ Every configuration goes through :class:`Geometry`, the descriptor reduced to th
 spatial dimensions (1-D and 2-D convolutions get leading spatial dimensions of size 1)
 with the element strides of each tensor.  A *path* turns a geometry into dispatches;
 :func:`choose_path` takes the first path in :data:`PATHS` that accepts the geometry on
-this device (limits, texel-buffer sizes and device type decide; never its name):
+this device and prefers it (limits, texel-buffer sizes, subgroup properties and device
+type decide; never its name):
 
 =============  ==========================================================================
 winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4x4, 3x3)
-               transforms around 36 GEMMs (``convolution_winograd.comp``).
+               transforms around 36 GEMMs (``convolution_winograd.comp``); where gemm_sg
+               can run the shape only from 64 channels and 49 tiles up (measured).
 depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
                NB pixels per invocation, input read in place (``convolution_depthwise``).
 gemm_sg        CPU devices with subgroup shuffles: the implicit GEMM below, but the filter
@@ -177,7 +179,14 @@ class Path:
 
     @classmethod
     def accepts(cls, op: CompiledOperator, geo: Geometry) -> bool:
+        """Whether this path can run the geometry on this device (tests force any
+        path that accepts)."""
         raise NotImplementedError
+
+    @classmethod
+    def prefers(cls, op: CompiledOperator, geo: Geometry) -> bool:
+        """Whether :func:`choose_path` takes it for the geometry when it accepts it."""
+        return True
 
     def encode(self, seq, x, w, b, y) -> None:
         raise NotImplementedError
@@ -878,6 +887,20 @@ class WinogradPath(Path):
                 and geo.c_in <= lim["maxComputeWorkGroupCount"][1]
                 and geo.c_out <= lim["maxComputeWorkGroupCount"][1])
 
+    @classmethod
+    def prefers(cls, op, geo) -> bool:
+        """Where gemm_sg can run the geometry, Winograd only where it wins: the
+        transforms cost per tile and channel, the filter transform per channel pair.
+        Measured on lavapipe (ms CPU, Winograd / gemm_sg; C channels in and out, T
+        tiles): C=64 T=196 6.7/7.2, C=128 T=196 19.2/28.2, C=96 T=100 8.0/8.8, C=256
+        T=49 26.4/27.5, 4x C=64 T=196 6.3/7.7 -- but C=128 T=49 8.0/6.8, C=64 T=100
+        4.5/3.9, C=48 T=196 4.9/4.3, C=256 T=36 21.8/18.5, C=32 T=36 1.86/0.43."""
+        if not GemmSgPath.accepts(op, geo):
+            return True
+        c = min(geo.c_in, geo.c_out)
+        tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
+        return c >= 64 and tiles >= 49 and tiles * c >= 9000
+
     def __init__(self, op, geo):
         super().__init__(op, geo)
         g = geo
@@ -1096,12 +1119,15 @@ PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, Di
 
 
 def choose_path(op: CompiledOperator, geo: Geometry) -> Path:
-    for cls in PATHS:
-        if cls.accepts(op, geo):
-            try:
-                return cls(op, geo)
-            except Decline:
-                continue
+    """The first path of :data:`PATHS` that accepts and prefers the geometry (then, where
+    PATHS was narrowed to paths that do not prefer it, the first that accepts it)."""
+    for preferred in (True, False):
+        for cls in PATHS:
+            if cls.accepts(op, geo) and (not preferred or cls.prefers(op, geo)):
+                try:
+                    return cls(op, geo)
+                except Decline:
+                    continue
     raise AssertionError("DirectPath accepts every geometry")
 
 
