@@ -661,9 +661,7 @@ class GemmPath(Path):
         # the filter, one re-layout per dispatch
         self.w_relayouts = []
         ws = g.w_strides
-        if sg:
-            pass
-        elif FilterTranspose.applies(op, g):
+        if not sg and FilterTranspose.applies(op, g):   # (gemm_sg reads it in place)
             self.w_relayouts.append((FilterTranspose(op, g, co_pad), 0))
         for d in self.dispatches if not (self.w_relayouts or sg) else []:
             if not d["nrows"]:
@@ -841,7 +839,9 @@ def gemm_params(geo4, xs4, ysz4, ystep4, ys4, ys_w: int, act_params, rows) -> np
 class GemmSgPath(GemmPath):
     """The implicit GEMM reading the filter in place through its DML strides, shared
     across a subgroup by shuffles (``convolution_gemm.comp``, SGW variants): no
-    re-laid filter per execution.  CPU devices with subgroup shuffles (see the kernel)."""
+    re-laid filter per execution.  CPU devices with subgroup shuffles: the kernel needs
+    full subgroups of the reported size, which the CPU drivers (lavapipe: 8 lanes,
+    SwiftShader: 4) run; GPUs may split workgroups into smaller or varying subgroups."""
 
     name = "gemm_sg"
     SG = True
