@@ -1,20 +1,27 @@
 #version 450
-// Depthwise convolution (group count = input channels, any channel multiplier), forward:
-// each invocation computes NB consecutive output pixels of one row of one output channel,
-// reading the input in place through its DML strides.  Per kernel row it loads the
-// input span the block needs once (zero outside the input: padding is a mask, there is
-// no padded copy) and reuses it for every kernel column.  The channel is uniform per
-// workgroup, so the filter taps are uniform loads.
+// Depthwise convolution (group count = input channels, any channel multiplier, stride,
+// dilation, padding, 1-3 spatial dimensions), forward, reading the input in place
+// through its DML strides (padding is a mask, there is no padded copy).
 //
-// Memory-bound, so the widths of the accesses decide (lavapipe, per 8 lanes: an RGBA32F
-// texel fetch ~8 ns, an R32F one ~5 ns, a storage-buffer access one lane at a time):
-// X4 reads the rows as float4 texels (packed float32 rows, the block start aligned: the
-// misalignment (-start padding) mod 4 is the constant SHIFT), and the _img variants
-// store float4 texels through a storage texel buffer (packed float32 output rows of a
-// multiple of 4).
+// Each invocation computes an R x NB block of one output channel: R output rows of a
+// band, NB pixels of a strip.  It walks the band's input rows once: every input row is
+// loaded once and added into each output row it reaches (the row loop is unrolled, so
+// which accumulator row a kernel row feeds is a constant).  Lanes run along (channel,
+// strip); workgroup y is the band, z the image and output depth.
+//
+// Measured on lavapipe, which decide the shape:
+// * the body has no branches: a branch lavapipe cannot prove uniform (a row outside the
+//   input) makes every accumulator update inside it a masked blend; rows outside the
+//   input are loaded clamped and zeroed by the same mask as the columns (2x faster);
+// * a storage-buffer store runs one lane at a time but stores all of a vec4 in that
+//   lane's turn, while a texel-buffer imageStore takes a turn per component: float4
+//   SSBO stores (V4: packed float32 rows of a multiple of 4) were 2x faster than RGBA
+//   imageStores for the whole kernel;
+// * X4 reads the rows as float4 texels (packed float32 rows, the strip start aligned:
+//   the misalignment (-start padding) mod 4 is the constant SHIFT).
 //
 // vkml:variant convolution_depthwise_f32 F32=1 TEXEL=1
-// vkml:variant convolution_depthwise_f32_img F32=1 TEXEL=1 IMG_OUT=1
+// vkml:variant convolution_depthwise_f32_v4 F32=1 TEXEL=1 V4=1
 // vkml:variant convolution_depthwise_f16 F16=1 TEXEL=1
 // vkml:variant convolution_depthwise_f16_packed F16_PACKED=1 TEXEL=1
 // vkml:variant convolution_depthwise_f32_ssbo F32=1
@@ -25,17 +32,21 @@
 #include "vkml_activation.glsl"
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const int NB = 8;      // output pixels per invocation
+layout(constant_id = 1) const int NB = 8;      // output pixels per invocation (strip)
 layout(constant_id = 2) const int SW = 1;      // stride along w
 layout(constant_id = 3) const int KW = 3;      // kernel width
 layout(constant_id = 4) const int DW = 1;      // dilation along w
 layout(constant_id = 5) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
-layout(constant_id = 6) const int KH = 3;      // kernel height (unrolled)
-layout(constant_id = 7) const int KD = 1;      // kernel depth (unrolled)
+layout(constant_id = 6) const int KH = 3;      // kernel height
+layout(constant_id = 7) const int KD = 1;      // kernel depth
 layout(constant_id = 8) const bool X4 = false; // rows read as float4 texels
 layout(constant_id = 9) const int SHIFT = 0;   // X4: (-start padding along w) mod 4
+layout(constant_id = 10) const int R = 1;      // output rows per invocation (band)
+layout(constant_id = 11) const int SH = 1;     // stride along h
+layout(constant_id = 12) const int DH = 1;     // dilation along h
 const int SPAN = (NB - 1) * SW + (KW - 1) * DW + 1;
 const int T4 = (SPAN + SHIFT + 3) / 4;         // X4: texels per row span
+const int NI = (R - 1) * SH + (KH - 1) * DH + 1;   // input rows of a band
 
 #ifdef TEXEL
 layout(set = 0, binding = 0) uniform samplerBuffer X;      // R32F/R16F (RGBA32F with X4)
@@ -51,14 +62,14 @@ layout(std430, set = 0, binding = 1) readonly buffer Ws { FSTORE_T ws_[]; };
 #define LOAD_X4(t) vec4(0.0)          // (X4 is a texel-buffer mode)
 #endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { FSTORE_T bias[]; };
-#ifdef IMG_OUT
-layout(set = 0, binding = 3, rgba32f) uniform writeonly imageBuffer Yimg;
+#ifdef V4
+layout(std430, set = 0, binding = 3) writeonly buffer Y4 { vec4 y4[]; };
 #else
 layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
 #endif
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 in_size;      // D, H, W, channel multiplier
-    ivec4 out_size;     // D, H, W (valid positions), pixel blocks per row
+    ivec4 out_size;     // D, H, W (valid positions), strips per row
     ivec4 misc;         // -, -, -, has bias
     ivec4 stride;       // d, h, -, bias stride
     ivec4 dil;          // d, h, -, -
@@ -66,7 +77,7 @@ layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 xs;           // input strides n, c, d, h
     ivec4 ws;           // filter strides co, kd, kh, kw
     uvec4 ys;           // output strides n, c, d, h
-    ivec4 last;         // input stride w, output stride w, flip, -
+    ivec4 last;         // input stride w, output stride w, flip, output channels
     vec4 act;
 };
 layout(push_constant) uniform Push {
@@ -75,71 +86,95 @@ layout(push_constant) uniform Push {
 };
 
 void main() {
-    int per_row = out_size.w;
-    int blk = int(gl_GlobalInvocationID.x);
-    if (blk >= out_size.x * out_size.y * per_row) return;
-    int owb = blk % per_row;
-    int r = blk / per_row;
-    int oh = r % out_size.y;
-    int od = r / out_size.y;
-    int ow0 = owb * NB;
-    int co = c0 + int(gl_WorkGroupID.y);
-    int n = n0 + int(gl_WorkGroupID.z);
+    int strips = out_size.w;
+    int lane = int(gl_GlobalInvocationID.x);
+    int co = lane / strips;                 // (once per lane)
+    int strip = lane - co * strips;
+    co += c0;
+    if (co >= last.w) return;
+    int oh0 = int(gl_WorkGroupID.y) * R;
+    int z = int(gl_WorkGroupID.z);
+    int od = z % out_size.x;
+    int n = n0 + z / out_size.x;
     int ci = co / in_size.w;
     bool flip = last.z != 0;
-
-    float acc[NB];
-    [[unroll]] for (int j = 0; j < NB; j++) acc[j] = 0.0;
-    int xc = n * xs.x + ci * xs.y;
+    int ow0 = strip * NB;
     int iw0 = ow0 * SW - pad.z;
+    int ih0 = oh0 * SH - pad.y;
+
+    // which elements of a row span lie inside the input (the same for every row);
+    // element e is input column iw0 - SHIFT + e (X4) or iw0 + e
+    const int E = X4 ? T4 * 4 : SPAN;
+    bool inw[E];
+    int cw[E];                  // clamped column offsets (scalar loads)
+    [[unroll]] for (int e = 0; e < E; e++) {
+        int iw = X4 ? iw0 - SHIFT + e : iw0 + e;
+        inw[e] = iw >= 0 && iw < in_size.z;
+        cw[e] = clamp(iw, 0, in_size.z - 1) * last.x;
+    }
+    float acc[R][NB];
+    [[unroll]] for (int r = 0; r < R; r++)
+        [[unroll]] for (int j = 0; j < NB; j++) acc[r][j] = 0.0;
+    int xc = n * xs.x + ci * xs.y;
     [[unroll]] for (int kd = 0; kd < KD; kd++) {
         int id = od * stride.x - pad.x + kd * dil.x;
-        if (id < 0 || id >= in_size.x) continue;
-        [[unroll]] for (int kh = 0; kh < KH; kh++) {
-            int ih = oh * stride.y - pad.y + kh * dil.y;
-            if (ih < 0 || ih >= in_size.y) continue;
-            int xrow = xc + id * xs.z + ih * xs.w;
-            float b[T4 * 4];        // (>= SPAN)
-            if (X4) {               // b[e] = input w position iw0 - SHIFT + e
+        bool dok = id >= 0 && id < in_size.x;
+        int fd = flip ? KD - 1 - kd : kd;
+        float wv[KH][KW];
+        [[unroll]] for (int kh = 0; kh < KH; kh++)
+            [[unroll]] for (int kw = 0; kw < KW; kw++)
+                wv[kh][kw] = LOAD_W(co * ws.x + fd * ws.y + (flip ? KH - 1 - kh : kh) * ws.z
+                                    + (flip ? KW - 1 - kw : kw) * ws.w);
+        int xd = xc + clamp(id, 0, in_size.x - 1) * xs.z;
+        [[unroll]] for (int i = 0; i < NI; i++) {
+            int ih = ih0 + i;
+            bool ok = dok && ih >= 0 && ih < in_size.y;
+            int xrow = xd + clamp(ih, 0, in_size.y - 1) * xs.w;
+            float b[E];
+            if (X4) {
                 int t0 = (xrow + iw0 - SHIFT) >> 2;
                 [[unroll]] for (int t = 0; t < T4; t++) {
                     vec4 v = LOAD_X4(t0 + t);
-                    [[unroll]] for (int q = 0; q < 4; q++) {
-                        int iw = iw0 - SHIFT + t * 4 + q;
-                        b[t * 4 + q] = (iw >= 0 && iw < in_size.z) ? v[q] : 0.0;
-                    }
+                    [[unroll]] for (int q = 0; q < 4; q++)
+                        b[t * 4 + q] = (ok && inw[t * 4 + q]) ? v[q] : 0.0;
                 }
-            } else {                // b[e] = input w position iw0 + e
-                [[unroll]] for (int e = 0; e < SPAN; e++) {
-                    int iw = iw0 + e;
-                    bool ok = iw >= 0 && iw < in_size.z;
-                    b[e] = ok ? LOAD_X(xrow + clamp(iw, 0, in_size.z - 1) * last.x) : 0.0;
+            } else {
+                [[unroll]] for (int e = 0; e < E; e++) {
+                    float v = LOAD_X(xrow + cw[e]);
+                    b[e] = (ok && inw[e]) ? v : 0.0;
                 }
             }
-            int fd = flip ? KD - 1 - kd : kd;
-            int fh = flip ? KH - 1 - kh : kh;
-            int wrow = co * ws.x + fd * ws.y + fh * ws.z;
-            [[unroll]] for (int kw = 0; kw < KW; kw++) {
-                float wv = LOAD_W(wrow + (flip ? KW - 1 - kw : kw) * ws.w);
-                [[unroll]] for (int j = 0; j < NB; j++)
-                    acc[j] = fma(wv, b[(X4 ? SHIFT : 0) + kw * DW + j * SW], acc[j]);
+            [[unroll]] for (int kh = 0; kh < KH; kh++) {
+                int rr = i - kh * DH;
+                if (rr >= 0 && rr % SH == 0 && rr / SH < R) {       // (constants)
+                    [[unroll]] for (int kw = 0; kw < KW; kw++)
+                        [[unroll]] for (int j = 0; j < NB; j++)
+                            acc[rr / SH][j] = fma(wv[kh][kw],
+                                                  b[(X4 ? SHIFT : 0) + kw * DW + j * SW],
+                                                  acc[rr / SH][j]);
+                }
             }
         }
     }
     float bv = misc.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
-    uint yb = uint(n) * ys.x + uint(co) * ys.y + uint(od) * ys.z + uint(oh) * ys.w;
-#ifdef IMG_OUT
-    [[unroll]] for (int j = 0; j < NB; j += 4) {
-        if (ow0 + j < out_size.z) {
-            vec4 v;
-            [[unroll]] for (int q = 0; q < 4; q++) v[q] = vkml_activation(ACT, acc[j + q] + bv, act);
-            imageStore(Yimg, int(yb + uint(ow0 + j)) >> 2, v);
+    [[unroll]] for (int r = 0; r < R; r++) {
+        int oh = oh0 + r;
+        if (oh >= out_size.y) break;
+        uint yb = uint(n) * ys.x + uint(co) * ys.y + uint(od) * ys.z + uint(oh) * ys.w;
+#ifdef V4
+        [[unroll]] for (int j = 0; j < NB; j += 4) {
+            if (ow0 + j < out_size.z) {
+                vec4 v;
+                [[unroll]] for (int q = 0; q < 4; q++)
+                    v[q] = vkml_activation(ACT, acc[r][j + q] + bv, act);
+                y4[(yb + uint(ow0 + j)) >> 2] = v;
+            }
         }
-    }
 #else
-    [[unroll]] for (int j = 0; j < NB; j++) {
-        if (ow0 + j < out_size.z)
-            FSTORE(y, yb + uint((ow0 + j) * last.y), vkml_activation(ACT, acc[j] + bv, act));
-    }
+        [[unroll]] for (int j = 0; j < NB; j++) {
+            if (ow0 + j < out_size.z)
+                FSTORE(y, yb + uint((ow0 + j) * last.y), vkml_activation(ACT, acc[r][j] + bv, act));
+        }
 #endif
+    }
 }

@@ -30,7 +30,21 @@
 // vkml:variant convolution_gemm_f32_ssbo F32=1
 // vkml:variant convolution_gemm_f16_ssbo F16=1
 // vkml:variant convolution_gemm_f16_packed_ssbo F16_PACKED=1
+// vkml:variant convolution_gemm_sg_f32 F32=1 TEXEL=1 SGW=1
+// vkml:variant convolution_gemm_sg_f16 F16=1 TEXEL=1 SGW=1
+// vkml:variant convolution_gemm_sg_f16_packed F16_PACKED=1 TEXEL=1 SGW=1
+//
+// SGW variants read the filter in place through its DML strides (no re-laid copy) and
+// share it across a subgroup: the lanes of a subgroup work on the same output channels
+// (different pixel blocks), each lane fetches a few of the block's MB x KW weights of a
+// (channel, row tap) and the others get them by subgroup shuffles at constant lanes.
+// On lavapipe a texel fetch costs the same whether its address is uniform or not, so
+// this turns MB/4 RGBA fetches per tap per lane into MB*KW/SG R32F ones per row tap.
 #extension GL_EXT_control_flow_attributes : require
+#ifdef SGW
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
@@ -43,6 +57,11 @@ layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bo
                                                // SW == 1, NB and every row offset x4)
 layout(constant_id = 6) const int KW = 1;      // column taps (innermost kernel axis)
 layout(constant_id = 7) const int DW = 1;      // X elements between column taps
+layout(constant_id = 8) const int SG = 8;      // SGW: subgroup size
+layout(constant_id = 9) const int CU = 1;      // input channels per loop iteration (divides them)
+layout(constant_id = 11) const bool YV4 = false; // F32: pixels stored 4 at a time
+layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per workgroup, one
+                                               // per subgroup (local size CBW * SG)
 
 // X elements one row tap reads for the block.  Where that is no more than the products'
 // operands (KW * NB) the row is loaded once and reused by every column tap (ROWLOAD);
@@ -54,10 +73,11 @@ const bool ROWLOAD = SPAN <= KW * NB;
 
 #ifdef TEXEL
 layout(set = 0, binding = 0) uniform samplerBuffer X;      // R32F (RGBA32F with XVEC4)
-layout(set = 0, binding = 1) uniform samplerBuffer Wt;     // RGBA32F
+layout(set = 0, binding = 1) uniform samplerBuffer Wt;     // RGBA32F (SGW: R32F/R16F)
 #define LOAD_X(i) texelFetch(X, i).x
 #define LOAD_X4(i) texelFetch(X, i)
 #define LOAD_W(i) texelFetch(Wt, i)
+#define LOAD_W1(i) texelFetch(Wt, i).x
 #else
 layout(std430, set = 0, binding = 0) readonly buffer Xs { float xs_[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Ws { vec4 ws_[]; };
@@ -67,6 +87,11 @@ layout(std430, set = 0, binding = 1) readonly buffer Ws { vec4 ws_[]; };
 #endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
+#ifdef F32
+// YV4: four pixels of a channel as one float4 store (lavapipe stores a vec4 in one lane
+// turn, a float in one turn each)
+layout(std430, set = 0, binding = 3) buffer Y4 { vec4 y4[]; };
+#endif
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 geo;          // input channels per group, padded output channels per group
                         // (multiple of MB), output channels per group, weight texels per image
@@ -77,6 +102,12 @@ layout(std140, set = 0, binding = 4) uniform Params {
     uvec4 ys2;          // Y element stride w, -, -, -
     vec4 act;           // activation parameters
     ivec4 rows[256];    // row-tap offsets in X elements (kernel (d, h) positions), 4 per ivec4
+#ifdef SGW
+    ivec4 wsg;          // filter element strides: output channel (within the group),
+                        // input channel, column tap (signed: flipped); element of tap 0
+    ivec4 wsg2;         // filter elements between groups, -, -, -
+    ivec4 wrows[256];   // row-tap offsets in filter elements, as rows
+#endif
 };
 layout(push_constant) uniform Push {
     ivec4 qsize;        // q extents of this dispatch: QD, QH, QW, blocks per row
@@ -91,13 +122,91 @@ layout(push_constant) uniform Push {
     int cb_count;       // channel blocks in all (groups * padded channels / MB)
 };
 
+#ifdef SGW
+// a[i] = weights of channels 4i..4i+3 at column tap kw: slot (4i + c) * KW + kw, held by
+// lane slot % SG in wl[slot / SG]
+#define LOAD_A(a, kw) [[unroll]] for (int i_ = 0; i_ < MB / 4; i_++) \
+    [[unroll]] for (int c_ = 0; c_ < 4; c_++) { \
+        int e_ = (i_ * 4 + c_) * KW + (kw); \
+        a[i_][c_] = subgroupShuffle(wl[e_ / SG], uint(e_ % SG)); }
+#else
+#define LOAD_A(a, kw) [[unroll]] for (int i_ = 0; i_ < MB / 4; i_++) \
+    a[i_] = LOAD_W(wi + (kw) * wstep + i_)
+#endif
+
+// One input channel of one row tap: load the row (or the column taps' pixels), the
+// weights, and add the MB x NB products; then step to the next channel.
+#ifdef SGW
+#define STEP_W() float wl[GW]; \
+    [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[k_] = LOAD_W1(wo + woff[k_]);
+#define STEP_NEXT() xo += XS.y; wo += wsg.y;
+#else
+#define STEP_W()
+#define STEP_NEXT() xo += XS.y; wi += KW * wstep;
+#endif
+#define GEMM_STEP() { \
+    STEP_W() \
+    if (ROWLOAD) { \
+        float b[SPAN4]; \
+        if (XVEC4) { \
+            [[unroll]] for (int e = 0; e < SPAN4; e += 4) { \
+                vec4 v = LOAD_X4((xo + e) >> 2); \
+                b[e] = v.x; b[e + 1] = v.y; b[e + 2] = v.z; b[e + 3] = v.w; \
+            } \
+        } else { \
+            [[unroll]] for (int e = 0; e < SPAN; e++) b[e] = LOAD_X(xo + e); \
+        } \
+        [[unroll]] for (int kw = 0; kw < KW; kw++) { \
+            vec4 a[MB / 4]; \
+            LOAD_A(a, kw); \
+            [[unroll]] for (int i = 0; i < MB / 4; i++) \
+                [[unroll]] for (int j = 0; j < NB; j++) \
+                    acc[i][j] = fma(a[i], vec4(b[kw * DW + j * SW]), acc[i][j]); \
+        } \
+    } else { \
+        [[unroll]] for (int kw = 0; kw < KW; kw++) { \
+            float b[NB]; \
+            [[unroll]] for (int j = 0; j < NB; j++) b[j] = LOAD_X(xo + kw * DW + j * SW); \
+            vec4 a[MB / 4]; \
+            LOAD_A(a, kw); \
+            [[unroll]] for (int i = 0; i < MB / 4; i++) \
+                [[unroll]] for (int j = 0; j < NB; j++) \
+                    acc[i][j] = fma(a[i], vec4(b[j]), acc[i][j]); \
+        } \
+    } \
+    STEP_NEXT() }
+
 void main() {
     int per_row = qsize.w;
     int nblk = qsize.x * qsize.y * per_row;
+#ifdef SGW
+    // Lanes numbered so that a subgroup's lanes are consecutive; pixel blocks padded to
+    // whole subgroups, so every lane of a subgroup has the same channel block (the
+    // padding lanes compute a copy of the last block and store nothing).
+    int blk, cbi;
+    if (CBW > 0) {
+        // the workgroup's subgroups: CBW channel blocks of the same SG pixel blocks
+        // (the input rows they read are still in cache for the next channel block)
+        blk = int(gl_WorkGroupID.x) * SG + int(gl_SubgroupInvocationID);
+        cbi = int(gl_WorkGroupID.y) * CBW + int(gl_SubgroupID);
+        if (cbi >= cb_count) return;                             // (whole subgroups)
+    } else {
+        int nblk_pad = (nblk + SG - 1) / SG * SG;
+        int lane = int(gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_SubgroupID * gl_SubgroupSize
+                       + gl_SubgroupInvocationID);
+        blk = lane % nblk_pad;
+        cbi = int(gl_WorkGroupID.y) * cbl + lane / nblk_pad;
+        if (lane >= nblk_pad * cbl || cbi >= cb_count) return;  // (whole subgroups)
+    }
+    bool live = blk < nblk;
+    blk = min(blk, nblk - 1);
+#else
     int lane = int(gl_GlobalInvocationID.x);
     int blk = lane % nblk;
     int cbi = int(gl_WorkGroupID.y) * cbl + lane / nblk;   // channel block of this lane
     if (lane >= nblk * cbl || cbi >= cb_count) return;
+    const bool live = true;
+#endif
     // Per-lane pixel block (once), everything else uniform per workgroup.
     int qwb = blk % per_row;
     int r = blk / per_row;
@@ -114,46 +223,41 @@ void main() {
     [[unroll]] for (int i = 0; i < MB / 4; i++)
         [[unroll]] for (int j = 0; j < NB; j++) acc[i][j] = vec4(0.0);
 
-    // Filters are re-laid as [image][group][row tap][channel][column tap][padded channel]
     int xb = n * XS.x + g * cig * XS.y + qd * XS.z + qh * XS.w + qw0 * SW - x_base;
+#ifdef SGW
+    // This lane's share of the block's weights: slot e = k * SG + lane is (channel
+    // e / KW, column tap e % KW) of every (input channel, row tap); channels past the
+    // group's are clamped (their results are never stored).
+    const int SLOTS = MB * KW;
+    const int GW = (SLOTS + SG - 1) / SG;
+    int sl = int(gl_SubgroupInvocationID);
+    int woff[GW];
+    [[unroll]] for (int k = 0; k < GW; k++) {
+        int e = min(k * SG + sl, SLOTS - 1);
+        int col = min(col0 + e / KW, geo.z - 1);
+        woff[k] = wsg.w + g * wsg2.x + col * wsg.x + (e % KW) * wsg.z;
+    }
+    [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
+        int t = yorg.w + rt;
+        int xo = xb + rows[t >> 2][t & 3];
+        int wo = wrows[t >> 2][t & 3];
+        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) {      // (CU divides cig)
+            [[unroll]] for (int u = 0; u < CU; u++) { GEMM_STEP(); }
+        }
+    }
+#else
+    // Filters are re-laid as [image][group][row tap][channel][column tap][padded channel]
     int wstep = geo.y / 4;
     int wi = w_base + n * geo.w + g * nrows * cig * KW * wstep + col0 / 4;
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
-        [[dont_unroll]] for (int ci = 0; ci < cig; ci++) {
-            if (ROWLOAD) {
-                float b[SPAN4];
-                if (XVEC4) {
-                    [[unroll]] for (int e = 0; e < SPAN4; e += 4) {
-                        vec4 v = LOAD_X4((xo + e) >> 2);
-                        b[e] = v.x; b[e + 1] = v.y; b[e + 2] = v.z; b[e + 3] = v.w;
-                    }
-                } else {
-                    [[unroll]] for (int e = 0; e < SPAN; e++) b[e] = LOAD_X(xo + e);
-                }
-                [[unroll]] for (int kw = 0; kw < KW; kw++) {
-                    vec4 a[MB / 4];
-                    [[unroll]] for (int i = 0; i < MB / 4; i++) a[i] = LOAD_W(wi + kw * wstep + i);
-                    [[unroll]] for (int i = 0; i < MB / 4; i++)
-                        [[unroll]] for (int j = 0; j < NB; j++)
-                            acc[i][j] = fma(a[i], vec4(b[kw * DW + j * SW]), acc[i][j]);
-                }
-            } else {
-                [[unroll]] for (int kw = 0; kw < KW; kw++) {
-                    float b[NB];
-                    [[unroll]] for (int j = 0; j < NB; j++) b[j] = LOAD_X(xo + kw * DW + j * SW);
-                    vec4 a[MB / 4];
-                    [[unroll]] for (int i = 0; i < MB / 4; i++) a[i] = LOAD_W(wi + kw * wstep + i);
-                    [[unroll]] for (int i = 0; i < MB / 4; i++)
-                        [[unroll]] for (int j = 0; j < NB; j++)
-                            acc[i][j] = fma(a[i], vec4(b[j]), acc[i][j]);
-                }
-            }
-            xo += XS.y;
-            wi += KW * wstep;
+        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) {      // (CU divides cig)
+            [[unroll]] for (int u = 0; u < CU; u++) { GEMM_STEP(); }
         }
     }
+#endif
+    if (!live) return;
 
     int od = yorg.x + qd * ystep.x;
     if (od < 0 || od >= ysz.x) return;
@@ -181,6 +285,19 @@ void main() {
             bool has = col < geo.z;
             float bv = (has && ysz.w != 0) ? FLOAD(bias, uint(co * ystep.w)) : 0.0;
             uint yc = uint(co) * ys.y;
+#ifdef F32
+            if (YV4) {              // (groups of 4 pixels all exist or none, aligned)
+                [[unroll]] for (int j = 0; j < NB; j += 4) {
+                    if (has && yo[j] >= 0)
+                        y4[(yc + uint(yo[j])) >> 2] = vec4(
+                            vkml_activation(ACT, acc[i4][j][c] + bv, act),
+                            vkml_activation(ACT, acc[i4][j + 1][c] + bv, act),
+                            vkml_activation(ACT, acc[i4][j + 2][c] + bv, act),
+                            vkml_activation(ACT, acc[i4][j + 3][c] + bv, act));
+                }
+                continue;
+            }
+#endif
             [[unroll]] for (int j = 0; j < NB; j++) {
                 if (has && yo[j] >= 0) {
                     float v = vkml_activation(ACT, acc[i4][j][c] + bv, act);

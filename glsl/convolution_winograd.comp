@@ -24,6 +24,7 @@
 // vkml:variant convolution_winograd_input_f16 INPUT=1 F16=1
 // vkml:variant convolution_winograd_input_f16_packed INPUT=1 F16_PACKED=1
 // vkml:variant convolution_winograd_output_f32 OUTPUT=1 TEXEL=1 F32=1
+// vkml:variant convolution_winograd_output_f32_v4 OUTPUT=1 TEXEL=1 F32=1 V4=1
 // vkml:variant convolution_winograd_output_f16 OUTPUT=1 TEXEL=1 F16=1
 // vkml:variant convolution_winograd_output_f16_packed OUTPUT=1 TEXEL=1 F16_PACKED=1
 // vkml:variant convolution_winograd_output_f32_ssbo OUTPUT=1 F32=1
@@ -68,6 +69,9 @@ layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
 #ifdef OUTPUT
 layout(std430, set = 0, binding = 1) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
+// V4: a tile row is one float4 store (packed float32 rows of a multiple of 4; lavapipe
+// stores a vec4 in one lane turn, a float in one turn each)
+layout(std430, set = 0, binding = 2) buffer Y4 { vec4 y4[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer Unused { float unused_[]; };
 #endif
@@ -216,12 +220,19 @@ void main() {
             v[2] = z1 + z2 + 4.0 * (z3 + z4);
             v[3] = z1 - z2 + 8.0 * (z3 - z4) + z5;
             int oh = th * 4 + r;
+#ifdef V4
+            if (oh < out_size.x)
+                y4[(yb + uint(oh) * ys.z + uint(tw * 4)) >> 2] = vec4(
+                    vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
+                    vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
+#else
             [[unroll]] for (int c = 0; c < 4; c++) {
                 int ow = tw * 4 + c;
                 if (oh < out_size.x && ow < out_size.y)
                     FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w,
                            vkml_activation(ACT, v[c] + bv, act));
             }
+#endif
         }
     }
 }

@@ -502,7 +502,8 @@ def depthwise_case(rng, small: bool, dtype="float32"):
                 rng.standard_normal(c * m).astype(dtype) if bias else None)
 
 
-CASES = {"gemm": dense_case, "winograd": winograd_case, "depthwise": depthwise_case}
+CASES = {"gemm": dense_case, "gemm_sg": dense_case, "winograd": winograd_case,
+         "depthwise": depthwise_case}
 
 
 def path_tolerance(path, w, dtype="float32"):
@@ -548,6 +549,8 @@ def test_fast_path_variants(device, path, case):
     if case == "storage-buffers":
         kwargs["limits"] = {"maxTexelBufferElements": 64}
     dtype = "float16" if case.startswith("float16") else "float32"
+    if path == "gemm_sg" and case == "storage-buffers":
+        pytest.skip("gemm_sg reads through texel views only (gemm is its fallback)")
     with vkml.Device(device.index, **kwargs) as dev:
         done = 0
         while done < (2 if path != "winograd" else 1):
@@ -568,6 +571,155 @@ def test_fast_path_variants(device, path, case):
             np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
                                        **path_tolerance(path, w, dtype))
             done += 1
+
+
+def _has_sg(device) -> bool:
+    return (device.info.device_type == "cpu"
+            and conv_ops.subgroup_shuffle_size(_probe_op(device)) >= 4)
+
+
+def _conv_desc(dtype, x_shape, w_shape, bias=True, **kw):
+    """A descriptor with the output size of the page's formula."""
+    xd, wd = dml.TensorDesc(dtype, x_shape), dml.TensorDesc(dtype, w_shape)
+    out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+    cout = out[1]
+    bd = dml.TensorDesc(dtype, (1, cout) + (1,) * (len(x_shape) - 2)) if bias else None
+    return dml.ConvolutionOperatorDesc(xd, wd, bd, dml.TensorDesc(dtype, out), **kw)
+
+
+def _check_forced(device, desc, path, rng, tol_scale=1.0):
+    dtype = desc.input_tensor.dtype
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+    b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(dtype)
+         if desc.bias_tensor is not None else None)
+    got, compiled = run_desc(device, desc, x, w, b, path=path)
+    assert compiled.path.name == path
+    ref = desc_reference(desc, x, w, b)
+    tol = {k: v * tol_scale for k, v in tolerance(w, dtype).items()}
+    np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
+                               err_msg=str(desc), **tol)
+    return compiled
+
+
+# (input, filter, descriptor fields): the subgroup's padding lanes (pixel blocks not a
+# multiple of the subgroup size), output channels not a multiple of the block, C_in not
+# a multiple of 4, batch, groups, strides and dilations, short rows (one block per row,
+# NB not a multiple of 4), transposed phases, flipped kernels, 3-D
+SG_EDGES = [
+    ((2, 5, 7, 7), (20, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
+    ((1, 6, 5, 13), (10, 3, 2, 3), dict(group_count=2, strides=(2, 1), dilations=(1, 2),
+                                        mode="convolution")),
+    ((2, 3, 9, 9), (7, 3, 1, 1), {}),
+    ((1, 4, 6, 5), (4, 6, 4, 4), dict(strides=(2, 2), start_padding=(1, 1),
+                                      end_padding=(1, 1), direction="backward")),
+    ((1, 4, 5, 5), (4, 5, 3, 3), dict(strides=(3, 2), group_count=2, start_padding=(1, 0),
+                                      end_padding=(0, 1), output_padding=(1, 1),
+                                      direction="backward", mode="convolution")),
+    ((1, 3, 4, 5, 6), (5, 3, 2, 3, 3), dict(start_padding=(1, 1, 1), end_padding=(0, 1, 1))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SG_EDGES)))
+def test_gemm_sg_edges(device, case):
+    """gemm_sg (the filter read in place, shared by subgroup shuffles) on edge shapes,
+    float32 and float16, against torch."""
+    xs, ws, kw = SG_EDGES[case]
+    rng = np.random.default_rng(60 + case)
+    for dtype in ("float32", "float16"):
+        desc = _conv_desc(dtype, xs, ws, **kw)
+        if not _has_sg(device):
+            pytest.skip("no subgroup shuffles on this device")
+        assert "gemm_sg" in accepting_paths(device, desc)
+        _check_forced(device, desc, "gemm_sg", rng)
+
+
+def test_gemm_sg_strided_filter(device):
+    """gemm_sg reads the filter through its DML strides: a channels-last filter."""
+    rng = np.random.default_rng(70)
+    co, ci, k = 8, 5, 3
+    w = rng.standard_normal((co, ci, k, k)).astype(np.float32)
+    w_nhwc = np.ascontiguousarray(w.transpose(0, 2, 3, 1))
+    wd = dml.TensorDesc("float32", (co, ci, k, k), (k * k * ci, 1, k * ci, ci))
+    xd = dml.TensorDesc("float32", (2, ci, 6, 7))
+    desc = dml.ConvolutionOperatorDesc(xd, wd, None, dml.TensorDesc("float32", (2, co, 6, 7)),
+                                       start_padding=(1, 1), end_padding=(1, 1))
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    x = rng.standard_normal(xd.sizes).astype(np.float32)
+    got, compiled = run_desc(device, desc, x, w_nhwc, None, path="gemm_sg")
+    assert compiled.path.name == "gemm_sg"
+    np.testing.assert_allclose(got.reshape(2, co, 6, 7), reference(x, w, start=[1, 1], end=[1, 1]),
+                               **tolerance(w))
+
+
+@pytest.mark.parametrize("width, v4", [(20, True), (21, False)])
+def test_winograd_row_stores(device, width, v4):
+    """Winograd's output transform stores whole tile rows as float4 where the output rows
+    are packed float32 of a multiple of 4, else element by element."""
+    rng = np.random.default_rng(90 + width)
+    desc = _conv_desc("float32", (2, 16, 18, width), (17, 16, 3, 3), start_padding=(1, 1),
+                      end_padding=(1, 1), fused_activation="relu")
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(17).astype(np.float32)
+    got, compiled = run_desc(device, desc, x, w, b, path="winograd")
+    assert compiled.path.y4 == v4
+    ref = np.maximum(desc_reference(desc, x, w, b), 0)
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
+
+
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((2, 5, 6, 12), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
+    ((1, 6, 5, 12), (8, 6, 1, 1), {}),                       # flattened plane, in place
+    ((1, 4, 3, 5, 12), (6, 4, 1, 2, 3), dict(start_padding=(0, 1, 1), end_padding=(0, 0, 1))),
+])
+def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
+    """The implicit GEMM stores 4 pixels at a time where output rows are packed float32
+    of a multiple of 4 (float16 and other rows element by element)."""
+    if path == "gemm_sg" and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(95)
+    for dtype in ("float32", "float16"):
+        desc = _conv_desc(dtype, x_shape, w_shape, fused_activation="leaky_relu", **kw)
+        x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+        w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+        b = rng.standard_normal(w_shape[0]).astype(dtype)
+        got, compiled = run_desc(device, desc, x, w, b, path=path)
+        assert all(d["yv4"] == (dtype == "float32") for d in compiled.path.dispatches)
+        ref = desc_reference(desc, x, w, b)
+        ref = np.where(ref >= 0, ref, 0.01 * ref)
+        np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                                   **tolerance(w, dtype))
+
+
+# depthwise blocks: strips and bands with remainders, strided/dilated rows, 3-D, float4
+# rows and stores, the unrolled-body cap (a 4x4x4 kernel)
+DW_EDGES = [
+    ((2, 3, 19, 13), (3, 1, 3, 3), dict(group_count=3, start_padding=(1, 1),
+                                        end_padding=(1, 1))),
+    ((1, 2, 17, 24), (4, 1, 3, 5), dict(group_count=2, strides=(2, 2), dilations=(2, 1),
+                                        start_padding=(2, 3), end_padding=(1, 0),
+                                        mode="convolution")),
+    ((1, 2, 5, 6, 8), (2, 1, 4, 4, 4), dict(group_count=2, start_padding=(1, 2, 1),
+                                            end_padding=(2, 1, 2))),
+    ((2, 4, 30), (8, 1, 5), dict(group_count=4, strides=(3,), start_padding=(2,))),
+]
+
+
+@pytest.mark.parametrize("block", [(4, 1), (8, 3), (16, 8)])
+@pytest.mark.parametrize("case", range(len(DW_EDGES)))
+def test_depthwise_blocks(device, case, block, monkeypatch):
+    """The depthwise kernel's R x NB blocks (forced sizes), float32 and float16."""
+    monkeypatch.setattr(conv_ops, "DW_BLOCK", block)
+    xs, ws, kw = DW_EDGES[case]
+    rng = np.random.default_rng(80 + case)
+    for dtype in ("float32", "float16"):
+        desc = _conv_desc(dtype, xs, ws, **kw)
+        compiled = _check_forced(device, desc, "depthwise", rng)
+        if device.info.device_type == "cpu":
+            assert compiled.path.nb <= block[0] and compiled.path.R <= block[1]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -595,6 +747,14 @@ def test_gemm_filter_transpose(device, dtype):
                                    **tolerance(w, dtype))
 
 
+def _probe_op(device):
+    xd = dml.TensorDesc("float32", (1, 4, 4, 4))
+    op = device.compile_operator(device.create_operator(dml.ConvolutionOperatorDesc(
+        xd, dml.TensorDesc("float32", (4, 4, 1, 1)), None, xd)))
+    op.release()
+    return op
+
+
 def test_path_choice(device):
     """Which path takes which shape (the per-shape dispatch of the module doc)."""
     def path_of(x, w, **kw):
@@ -603,14 +763,25 @@ def test_path_choice(device):
         desc = dml.ConvolutionOperatorDesc(xd, wd, None,
                                            dml.TensorDesc("float32", probe.expected_output_sizes()),
                                            **kw)
-        return accepting_paths(device, desc)[0]
-    assert path_of((1, 32, 24, 24), (32, 32, 3, 3), start_padding=(1, 1),
-                   end_padding=(1, 1)) == "winograd"
-    assert path_of((1, 32, 8, 8), (32, 32, 3, 3)) == "gemm"          # too few tiles
+        op = device.compile_operator(device.create_operator(desc))
+        name = op.path.name
+        op.release()
+        return name
+    # the implicit GEMM: gemm_sg on CPU devices with subgroup shuffles, else gemm
+    gemm = "gemm_sg" if _has_sg(device) else "gemm"
+    pad = dict(start_padding=(1, 1), end_padding=(1, 1))
+    # Winograd: where gemm_sg can run it, only with enough channels and tiles
+    small = path_of((1, 32, 24, 24), (32, 32, 3, 3), **pad)
+    big = path_of((1, 64, 56, 56), (64, 64, 3, 3), **pad)
+    sg_small = "gemm_sg" in accepting_paths(device, _conv_desc("float32", (1, 32, 24, 24),
+                                                               (32, 32, 3, 3), **pad))
+    assert small == ("gemm_sg" if sg_small else "winograd")
+    assert big == "winograd"
+    assert path_of((1, 32, 8, 8), (32, 32, 3, 3)) == gemm            # too few tiles
     assert path_of((1, 8, 16, 16), (8, 1, 3, 3), group_count=8) == "depthwise"
-    assert path_of((1, 16, 16, 16), (8, 16, 1, 1)) == "gemm"
+    assert path_of((1, 16, 16, 16), (8, 16, 1, 1)) == gemm
     assert path_of((1, 8, 8, 8), (8, 4, 4, 4), strides=(2, 2),
-                   direction="backward") == "gemm"
+                   direction="backward") == gemm
     assert path_of((1, 4, 8, 8), (2, 4, 3, 3)) == "direct"            # 2 output channels
     assert path_of((1, 8, 8, 8), (8, 1, 3, 3), group_count=8, direction="backward") in (
         "direct", "gemm")

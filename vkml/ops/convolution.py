@@ -4,13 +4,18 @@ Every configuration goes through :class:`Geometry`, the descriptor reduced to th
 spatial dimensions (1-D and 2-D convolutions get leading spatial dimensions of size 1)
 with the element strides of each tensor.  A *path* turns a geometry into dispatches;
 :func:`choose_path` takes the first path in :data:`PATHS` that accepts the geometry on
-this device (limits, texel-buffer sizes and device type decide; never its name):
+this device and prefers it (limits, texel-buffer sizes, subgroup properties and device
+type decide; never its name):
 
 =============  ==========================================================================
 winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4x4, 3x3)
-               transforms around 36 GEMMs (``convolution_winograd.comp``).
-depthwise      group count = input channels (any multiplier, stride, dilation):
-               whole rows per invocation, input read in place (``convolution_depthwise``).
+               transforms around 36 GEMMs (``convolution_winograd.comp``); where gemm_sg
+               can run the shape only from 64 channels and 49 tiles up (measured).
+depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
+               NB pixels per invocation, input read in place (``convolution_depthwise``).
+gemm_sg        CPU devices with subgroup shuffles: the implicit GEMM below, but the filter
+               is read in place through its DML strides and shared across a subgroup by
+               shuffles -- no re-laid filter per execution (SGW variants).
 gemm           dense forward convolutions (>= 4 output channels per group) and transposed
                ones, one dispatch per stride phase (no inserted zeros): an implicit GEMM
                on zero-padded float32 planes (``convolution_gemm.comp`` after
@@ -21,25 +26,36 @@ direct         everything else: any layout, both directions and modes, groups
 
 Every path takes float32 and float16 (packed float16 where the device lacks 16-bit
 storage), accumulates in float32, adds the bias and applies the fused activation in the
-kernel that stores the output.  Filters are re-laid (or transformed) per execution: DML
-binds them at execution unless ``DML_TENSOR_FLAG_OWNED_BY_DML``, which vkml has no
-initializer for yet.
+kernel that stores the output.  gemm and winograd re-lay (transform) the filter per
+execution: DML binds it at execution unless ``DML_TENSOR_FLAG_OWNED_BY_DML``, which vkml
+has no initializer for yet; gemm_sg and depthwise read it where it is.
 
-Measured on lavapipe (Mesa 22.3, LLVM 15, AVX2; one thread, CPU time, so other load on
-the machine does not count) -- these decide the shapes of the kernels:
+Measured on lavapipe (Mesa 22.3, LLVM 15, AVX2; CPU time of the process, so other load
+on the machine does not count) -- these decide the shapes of the kernels:
 
 * a uniform-texel-buffer fetch costs ~8 ns per 8 lanes for RGBA32F, ~5 ns for R32F,
   whether the address is uniform or not; a UBO load at a dynamically uniform index
   ~11 ns; storage-buffer and shared-memory loads ~200 ns (one lane at a time).  So both
   GEMM operands come through texel buffers, as float4 wherever alignment allows.
-* an 8-wide FMA costs ~0.45 ns (the FMA microkernel's 35-40 GFLOP per CPU-second); a
-  register block spills to cache.  Blocks of 8 channels x 8 pixels for kernels with
-  several taps per row (the row is loaded once for all of them), 16 x 16 for 1x1.
+* a subgroup shuffle at a constant lane is one ``vpermps`` plus overhead, ~6 products'
+  worth: sharing the filter over the subgroup (gemm_sg) beat every lane fetching its
+  own re-laid copy, and needs no copy (512->512 3x3 on 7x7: 44.5 -> 7.9 ms CPU).
+* ``fma()`` compiles to a multiply and an add (seen in the JIT code; the FMA microkernel
+  calls ``fma()`` too, so the peak counts the same); a register block spills to cache.  Blocks: 16 x 16 for gemm_sg (NB chosen to fill subgroups: a 7x7
+  output takes 7-pixel rows, not the padded flattened plane), 8 x 8 for gemm.
 * a dynamically indexed local array lives in memory: every register-block loop is
   unrolled (``[[unroll]]``) and indexes with constants only.
+* control flow lavapipe cannot prove uniform runs under a mask: every loop-carried sum
+  is blended with it once per iteration (the GEMM's channel loop takes several channels
+  per iteration, ``gemm_cu``), and a branch around accumulation blends every update
+  (the depthwise body has none).
+* a storage-buffer store goes one lane at a time, all of a vec4 in that lane's turn; a
+  texel-buffer ``imageStore`` takes a turn per component (depthwise: float4 SSBO stores
+  halved the kernel's time).
 * integer division per lane is slow and each workgroup costs microseconds: index math
-  is done once per lane or per workgroup, and small outputs spread channel blocks
-  across the lanes so that workgroups stay full.
+  is done once per lane or per workgroup, small outputs spread channel blocks across
+  the lanes so that workgroups stay full, and the re-layout pass walks rows in a few
+  dozen workgroups (a 221 KB padded copy went from 1.09 to 0.20 ms).
 """
 from __future__ import annotations
 
@@ -163,7 +179,14 @@ class Path:
 
     @classmethod
     def accepts(cls, op: CompiledOperator, geo: Geometry) -> bool:
+        """Whether this path can run the geometry on this device (tests force any
+        path that accepts)."""
         raise NotImplementedError
+
+    @classmethod
+    def prefers(cls, op: CompiledOperator, geo: Geometry) -> bool:
+        """Whether :func:`choose_path` takes it for the geometry when it accepts it."""
+        return True
 
     def encode(self, seq, x, w, b, y) -> None:
         raise NotImplementedError
@@ -257,6 +280,7 @@ class DirectPath(Path):
 
 # -- the re-layout pass and the implicit GEMM ----------------------------------------------
 RELAYOUT_PARAM_WORDS = 44      # std140: 11 ivec4 (glsl/convolution_relayout.comp)
+RELAYOUT_GROUPS = {False: 256, True: 32}     # workgroups a relayout aims at [CPU device]
 
 
 class Relayout:
@@ -276,21 +300,38 @@ class Relayout:
         dstride = list(packed_strides(size))
         if dst_image is not None:
             dstride[first] = dst_image
-        self.op, self.size = op, size
+        # Lanes run over dimensions 6 and 7, a workgroup walks rows of dimension 5, the
+        # others are one per workgroup z.  Planes larger than a workgroup with rows that
+        # fill half of one have their rows (6) walked instead (lanes along 7 only, a
+        # size-1 dimension takes 6's place), and
+        # the largest outer dimension becomes the walked one: fewer, longer workgroups
+        # (lavapipe pays microseconds for each).
+        v4 = size[-1] % 4 == 0 and all(d % 4 == 0 for d in dstride[:-1]) and dstride[-1] == 1
+        lists = (size, stride, lo, hi, dstride)
         self.local = min(64, op.workgroup_size)
+        ones = [i for i in range(6) if size[i] == 1]
+        lanes_row = self.local * (4 if v4 else 1)
+        if size[6] * size[7] > lanes_row and 2 * size[7] >= lanes_row and ones:
+            for v in lists:
+                v[ones[0]], v[6] = v[6], v[ones[0]]
+        k = max(range(6), key=lambda i: (size[i], i))
+        for v in lists:
+            v[k], v[5] = v[5], v[k]
+        self.op, self.size = op, size
         self.src_bytes = src_bytes
         self.texel = _texel_ok(op, src_bytes // dtype.size)
         self.fmt = (runtime.FORMAT_R32_SFLOAT if dtype == DataType.FLOAT32 else
                     runtime.vk.VK_FORMAT_R16_SFLOAT) if self.texel else 0
         name = "convolution_relayout_" + ("texel" if self.texel else storage_suffix(op, dtype))
-        v4 = size[-1] % 4 == 0 and all(d % 4 == 0 for d in dstride[:-1]) and dstride[-1] == 1
         self.pipe = op.pipeline(name, (runtime.UNIFORM_TEXEL if self.texel else STORAGE,
                                        STORAGE, UNIFORM), 12, {0: self.local, 1: int(v4)})
         self.v4 = v4
         gx = -(-(size[-1] * size[-2]) // (self.local * (4 if v4 else 1)))
         outer = math.prod(size[:-3])
-        # rows of dimension 5 per workgroup: a few hundred workgroups in all
-        self.rpg = max(1, min(size[-3], -(-outer * gx * size[-3] // 256)))
+        # rows of dimension 5 per workgroup: a few hundred workgroups in all (CPU
+        # devices: a few dozen, each costs microseconds)
+        target = RELAYOUT_GROUPS[op.device.info.device_type == "cpu"]
+        self.rpg = max(1, min(size[-3], -(-outer * gx * size[-3] // target)))
         groups = -(-size[-3] // self.rpg)
         self.gx, self.gz = gx, outer * groups
         p = np.zeros(RELAYOUT_PARAM_WORDS, np.int64)
@@ -342,11 +383,60 @@ class FilterTranspose:
 
 
 GEMM_PARAM_WORDS = 28 + 256 * 4   # std140 (glsl/convolution_gemm.comp)
+GEMM_SG_PARAM_WORDS = GEMM_PARAM_WORDS + 8 + 256 * 4      # SGW variants
+
+
+GEMM_UNROLL = 1024     # products in the GEMM's unrolled channel-loop body (CPU devices)
+
+
+def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
+    """Input channels per iteration of the GEMM's channel loop (a divisor of them).
+    lavapipe runs a loop under an execution mask and blends every loop-carried sum with
+    it once per iteration (116 blends next to 336 products in a 16 x 7 x 3 block), so
+    a few channels per iteration pay -- until the body outgrows the instruction cache
+    (a 16 x 16 x 3 block took 2x longer with 4 channels per iteration).  ``block``:
+    the products of one channel; GPUs keep one channel per iteration."""
+    if op.device.info.device_type != "cpu":
+        return 1
+    return next(c for c in (8, 4, 2, 1) if channels % c == 0 and c * block <= GEMM_UNROLL
+                or c == 1)
+
+
+class Decline(Exception):
+    """A path's constructor found the geometry does not suit it after all; the next
+    path is tried."""
 GEMM_PUSH = 64
 
 
 def _texel_ok(op: CompiledOperator, elements: int) -> bool:
     return elements <= op.ctx.limits["maxTexelBufferElements"]
+
+
+_SUBGROUP_SHUFFLE: dict = {}
+#: SG: most pixels per lane (NB) and a weight's shuffle in FMAs of the block
+SG_BLOCKS = (16, 16)
+SG_SHUFFLE_COST = 6
+SG_CBW = True
+
+
+def subgroup_shuffle_size(op: CompiledOperator) -> int:
+    """The subgroup size where compute shaders have subgroup shuffles, else 0 (asked of
+    the physical device once)."""
+    pd = op.ctx.physical_device
+    info = op.device.info
+    key = (info.index, info.name, info.driver_version)
+    if key not in _SUBGROUP_SHUFFLE:
+        vk = runtime.vk
+        sub = vk.ffi.new("VkPhysicalDeviceSubgroupProperties*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES})
+        props = vk.ffi.new("VkPhysicalDeviceProperties2*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": sub})
+        vk.lib.vkGetPhysicalDeviceProperties2(pd, props)
+        ok = (sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+              and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
+              and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_BASIC_BIT)
+        _SUBGROUP_SHUFFLE[key] = int(sub.subgroupSize) if ok else 0
+    return _SUBGROUP_SHUFFLE[key]
 
 
 def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
@@ -369,6 +459,26 @@ def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
     step = 4 if vec4 else 1
     cands = range(max(step, (nb_max // 2) // step * step), nb_max + 1, step)
     return mb, min(cands, key=lambda nb: ((-(-row // nb)) * nb - row, -nb))
+
+
+def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]:
+    """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
+    blocks to whole subgroups, and each weight a lane gets costs a shuffle (measured on
+    lavapipe: ~6 FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel count
+    (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they can."""
+    mb = next((m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
+               and cog / (-(-cog // m) * m) >= 0.88), 4)
+    best = None
+    for nb in range(4, SG_BLOCKS[1] + 1):
+        cost = 0
+        for ph, rl in zip(phases, row_len):
+            per_row = -(-rl // nb)
+            blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
+            v4 = (nb * ph[2].istep) % 4 == 0 or per_row == 1
+            cost += -(-blocks // sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else 4))
+        if best is None or cost <= best[0]:
+            best = (cost, nb)
+    return mb, best[1]
 
 
 @dataclass
@@ -407,6 +517,22 @@ def transposed_axes(geo: Geometry) -> list[list[Axis]]:
     return [[ad, ah, aw] for ad in per_axis[0] for ah in per_axis[1] for aw in per_axis[2]]
 
 
+def padded_extents(geo: Geometry, phases) -> tuple[list, list]:
+    """The implicit GEMM's zero-padded input planes: the padding before the input along
+    each axis (every tap offset becomes >= 0) and the planes' extents (rows long enough
+    for every output position's taps)."""
+    lo = [max([0] + [-c for ph in phases for _, c in ph[a].taps]) for a in range(3)]
+    ext = []
+    for a in range(3):
+        need = geo.in_size[a] + lo[a]
+        for ph in phases:
+            ax = ph[a]
+            if ax.taps:
+                need = max(need, (ax.count - 1) * ax.istep + ax.taps[-1][1] + lo[a] + 1)
+        ext.append(need)
+    return lo, ext
+
+
 class GemmPath(Path):
     """Dense convolution as an implicit GEMM (``glsl/convolution_gemm.comp``), forward or
     transposed (one dispatch per stride phase: no inserted zeros, no wasted products).
@@ -421,6 +547,7 @@ class GemmPath(Path):
     """
 
     name = "gemm"
+    SG = False
 
     @classmethod
     def accepts(cls, op, geo) -> bool:
@@ -440,25 +567,24 @@ class GemmPath(Path):
         g = geo
         cig, cog = g.cin_per_group, g.cout_per_group
         phases = transposed_axes(g) if g.backward else forward_axes(g)
-        # Padding of the input planes: every tap offset becomes >= 0, rows are long
-        # enough for the last block.
-        lo = [max([0] + [-c for ph in phases for _, c in ph[a].taps]) for a in range(3)]
+        lo, ext = padded_extents(g, phases)
+        self.local = min(64, op.workgroup_size)
         one_by_one = (not g.backward and g.kernel == (1, 1, 1) and g.stride == (1, 1, 1)
                       and g.start == (0, 0, 0) and g.valid == g.in_size)
         self.in_place = in_place = (one_by_one and g.dtype == DataType.FLOAT32
                                     and op.desc.input_tensor.is_packed)
         unit = all(ph[2].istep == 1 for ph in phases)
         cpu = op.device.info.device_type == "cpu"
+        sg = self.SG and subgroup_shuffle_size(op)
+        fd = op.desc.filter_tensor
+        w_elems = fd.total_tensor_size_in_bytes // fd.data_type.size
+        if self.SG and not (sg and self.local % sg == 0 and _texel_ok(op, w_elems)):
+            raise Decline("no subgroup shuffles, or the filter is too large for a texel view")
+        self.sg = sg
+        # flattened planes keep lanes busy on short rows, but compute the padding columns
+        # too; SG fills its subgroups with short rows instead (see sg_blocks)
         flat = (not g.backward and g.stride[1:] == (1, 1)
-                and (one_by_one or (g.valid[2] < 12 and g.valid[1] > 1)))
-        ext = []
-        for a in range(3):
-            need = g.in_size[a] + lo[a]
-            for ph in phases:
-                ax = ph[a]
-                if ax.taps:
-                    need = max(need, (ax.count - 1) * ax.istep + ax.taps[-1][1] + lo[a] + 1)
-            ext.append(need)
+                and (one_by_one or (g.valid[2] < 12 and g.valid[1] > 1 and not sg)))
         if in_place:
             ext = list(g.in_size)
         Dp, Hp, Wp = ext
@@ -469,14 +595,18 @@ class GemmPath(Path):
         # rows: the output pixels each dispatch walks (flat: whole planes, pitch Wp)
         row_len = [g.valid[1] * Wp if flat else ph[2].count for ph in phases]
         vec4_rows = unit and cpu
-        self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows,
-                                                max(len(ph[2].taps) for ph in phases))
+        if sg:
+            self.mb, self.nb = mb, nb = sg_blocks(cog, phases, row_len, flat, sg)
+        else:
+            self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows,
+                                                    max(len(ph[2].taps) for ph in phases))
         co_pad = -(-cog // mb) * mb
         x_img = g.x_strides[0] if in_place else -(-(g.c_in * plane) // 4) * 4
         x_chan = g.x_strides[1] if in_place else plane
         # dispatches
         self.dispatches = []
         row_offsets, w_texels, max_read = [], 0, 0
+        w_rows, w_kw = [], set()          # SG: the filter read in place (see _filter_taps)
         for ph, rl in zip(phases, row_len):
             ad, ah, aw = ph
             rows = [(cd + lo[0]) * Hp * Wp + (ch + lo[1]) * Wp + (aw.taps[0][1] + lo[2]
@@ -493,7 +623,8 @@ class GemmPath(Path):
                 pitch = 0
             span = (nb - 1) * aw.istep + (kw - 1) * dw + 1
             rowload = span <= kw * nb          # as ROWLOAD in the kernel
-            xvec4 = (texel and rowload and (nb * aw.istep) % 4 == 0 and x_img % 4 == 0
+            xvec4 = (texel and rowload and ((nb * aw.istep) % 4 == 0 or per_row == 1)
+                     and x_img % 4 == 0
                      and x_chan % 4 == 0 and all(r % 4 == 0 for r in rows)
                      and (ad.istep * Hp * Wp) % 4 == 0 and (ah.istep * Wp) % 4 == 0)
             if rows:
@@ -507,6 +638,13 @@ class GemmPath(Path):
                 axes=ph))
             row_offsets += rows
             w_texels += g.groups * len(rows) * cig * kw * co_pad // 4
+            if sg and rows:
+                wr, step = self._filter_taps(ph)
+                w_rows += wr
+                if len(aw.taps) > 1:
+                    w_kw.add(step)
+        if len(w_kw) > 1:
+            raise Decline("column taps of the phases step differently through the filter")
         if len(row_offsets) > 1024:
             raise UnsupportedError("convolution", "more than 1024 kernel rows")
         last = (g.n - 1) * x_img + (g.c_in - 1) * x_chan + max_read
@@ -523,9 +661,9 @@ class GemmPath(Path):
         # the filter, one re-layout per dispatch
         self.w_relayouts = []
         ws = g.w_strides
-        if FilterTranspose.applies(op, g):
+        if not sg and FilterTranspose.applies(op, g):   # (gemm_sg reads it in place)
             self.w_relayouts.append((FilterTranspose(op, g, co_pad), 0))
-        for d in self.dispatches if not self.w_relayouts else []:
+        for d in self.dispatches if not (self.w_relayouts or sg) else []:
             if not d["nrows"]:
                 continue
             axes = d["axes"]
@@ -551,19 +689,43 @@ class GemmPath(Path):
             self.w_relayouts.append((Relayout(op, g.dtype, sizes, strides, (0,) * 6, hi, base,
                                               op.desc.filter_tensor.total_tensor_size_in_bytes),
                                      d["w_base"] * 4))
-        self.wt = op.scratch(16 * max(w_texels, 1))
-        self.texel = texel = _texel_ok(op, self.xp_floats) and _texel_ok(op, w_texels)
+        if sg:
+            if not _texel_ok(op, self.xp_floats):
+                raise Decline("the padded input is too large for a texel view")
+            self.texel = texel = True
+            self.wt = None
+            self.w_bytes = fd.total_tensor_size_in_bytes
+            self.w_fmt = (runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32
+                          else runtime.vk.VK_FORMAT_R16_SFLOAT)
+            name = "convolution_gemm_sg_" + storage_suffix(op, g.dtype)
+        else:
+            self.wt = op.scratch(16 * max(w_texels, 1))
+            self.texel = texel = _texel_ok(op, self.xp_floats) and _texel_ok(op, w_texels)
+            name = "convolution_gemm_" + storage_suffix(op, g.dtype) + ("" if texel else "_ssbo")
         if not texel:
             for d in self.dispatches:
                 d["xvec4"] = False
-        name = "convolution_gemm_" + storage_suffix(op, g.dtype) + ("" if texel else "_ssbo")
-        self.local = min(64, op.workgroup_size)
         kinds = ((runtime.UNIFORM_TEXEL,) * 2 if texel else (STORAGE,) * 2) + \
             (STORAGE, STORAGE, UNIFORM)
         for d in self.dispatches:
-            d["pipe"] = op.pipeline(name, kinds, GEMM_PUSH, {
-                0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id, 5: int(d["xvec4"]),
-                6: d["kw"], 7: d["dw"]})
+            consts = {0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id,
+                      5: int(d["xvec4"]), 6: d["kw"], 7: d["dw"],
+                      9: gemm_cu(op, cig, mb * nb * d["kw"])}
+            d["yv4"] = self._yv4(d)
+            if d["yv4"]:
+                consts[11] = 1
+            if sg:
+                consts[8] = sg
+                blocks = d["qsize"][0] * d["qsize"][1] * d["qsize"][3]
+                # channel blocks of the same pixels as subgroups of a workgroup: the
+                # input rows stay in cache between them (1x1 256->64: 4.45 -> 4.00 ms CPU)
+                cbw = min(self.local // sg, g.groups * co_pad // mb)
+                cbw = cbw if SG_CBW and cbw >= 2 else 0
+                if cbw and -(-blocks // sg) <= op.ctx.limits["maxComputeWorkGroupCount"][0]:
+                    consts[10] = cbw
+                    consts[0] = cbw * sg
+                d["cbw"] = consts.get(10, 0)
+            d["pipe"] = op.pipeline(name, kinds, GEMM_PUSH, consts)
         ph0 = phases[0]
         p = np.zeros(28, np.int64)
         p[0:4] = [cig, co_pad, cog, 0]
@@ -572,27 +734,67 @@ class GemmPath(Path):
         p[12:16] = [ph0[0].ostep, ph0[1].ostep, ph0[2].ostep, g.b_stride or 0]
         p[16:20] = g.y_strides[:4]
         p[20:24] = [g.y_strides[4], 0, 0, 0]
-        words = np.zeros(GEMM_PARAM_WORDS, np.int32)
+        words = np.zeros(GEMM_SG_PARAM_WORDS if sg else GEMM_PARAM_WORDS, np.int32)
         words[:24] = p[:24].astype(np.int32)
         words[24:28] = self.act_params.view(np.int32)
         words[28:28 + len(row_offsets)] = row_offsets
+        if sg:
+            ws = g.w_strides
+            if g.backward:       # filter (C_in, C_out/groups, *k)
+                col_s, ci_s, grp_s = ws[1], ws[0], cig * ws[0]
+            else:                # filter (C_out, C_in/groups, *k)
+                col_s, ci_s, grp_s = ws[0], ws[1], cog * ws[0]
+            o = GEMM_PARAM_WORDS
+            words[o:o + 8] = [col_s, ci_s, w_kw.pop() if w_kw else 0, 0, grp_s, 0, 0, 0]
+            words[o + 8:o + 8 + len(w_rows)] = w_rows
         self.params = op.upload(words)
         self.x_bytes = 4 * self.xp_floats
         self.groups_y = g.groups * co_pad // mb
+
+    def _yv4(self, d) -> bool:
+        """Whether a dispatch stores its pixels 4 at a time: float32 output rows packed
+        and aligned, pixels of a block consecutive along them, in whole groups of 4."""
+        g = self.geo
+        ys = g.y_strides
+        aw = d["axes"][2]
+        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
+        return (g.dtype == DataType.FLOAT32 and aw.ostep == 1 and aw.o0 == 0 and ys[4] == 1
+                and all(v % 4 == 0 for v in ys[:4]) and self.nb % 4 == 0
+                and rows % 4 == 0 and g.out_size[2] % 4 == 0
+                and (d["pitch"] == 0 or d["pitch"] == g.out_size[2]))
+
+    def _filter_taps(self, axes) -> tuple[list, int]:
+        """SG: filter element offsets of one dispatch's row taps (first column tap
+        included) and the step between its column taps (kernel flipped in the
+        CONVOLUTION mode)."""
+        g = self.geo
+        ws = g.w_strides
+
+        def f(a, k):
+            return g.kernel[a] - 1 - k if g.flip else k
+        ad, ah, aw = axes
+        k0 = f(2, aw.taps[0][0])
+        step = (f(2, aw.taps[1][0]) - k0) * ws[4] if len(aw.taps) > 1 else 0
+        return [f(0, kd) * ws[2] + f(1, kh) * ws[3] + k0 * ws[4]
+                for kd, _ in ad.taps for kh, _ in ah.taps], step
 
     def encode(self, seq, x, w, b, y) -> None:
         g, op = self.geo, self.op
         for rl, dst_off in self.w_relayouts:
             rl.encode(seq, w, self.wt, dst_off)
+        sg = self.sg
         if self.in_place:
             src, nbytes = x, min(x.size, self.x_bytes)
         else:
             self.x_relayout.encode(seq, x, self.xp)
             src, nbytes = self.xp, self.x_bytes
-        wb = Bind(self.wt, 0, self.wt.size, "r",
-                  runtime.FORMAT_RGBA32_SFLOAT if self.texel else 0)
+        if sg:
+            wb = Bind(w, 0, self.w_bytes, "r", self.w_fmt)
+        else:
+            wb = Bind(self.wt, 0, self.wt.size, "r",
+                      runtime.FORMAT_RGBA32_SFLOAT if self.texel else 0)
         # without a bias any storage buffer fills the binding (the kernel reads none)
-        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.wt)
+        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.params)
         yb = Bind(y, 0, min(y.size, op.desc.output_tensor.total_tensor_size_in_bytes), "w")
         mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
         for d in self.dispatches:
@@ -604,10 +806,16 @@ class GemmPath(Path):
             binds = [xb, wb, bb, yb, Bind(self.params)]
             qs = d["qsize"]
             blocks = qs[0] * qs[1] * qs[3]
-            # few pixel blocks: spread channel blocks over the lanes too
-            cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
-            gx = -(-(blocks * cbl) // self.local)
-            gy = -(-self.groups_y // cbl)
+            if sg and d["cbw"]:          # subgroups: channel blocks of the same pixels
+                cbl = 1
+                gx, gy = -(-blocks // sg), -(-self.groups_y // d["cbw"])
+            else:
+                if sg:                   # whole subgroups per channel block
+                    blocks = -(-blocks // sg) * sg
+                # few pixel blocks: spread channel blocks over the lanes too
+                cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
+                gx = -(-(blocks * cbl) // self.local)
+                gy = -(-self.groups_y // cbl)
             for n0 in range(0, g.n, mz):
                 push = np.array([*qs, *d["yorg"], d["nrows"], d["w_base"], 0, 0, n0,
                                  d["pitch"], cbl, self.groups_y], np.int32)
@@ -626,6 +834,32 @@ def gemm_params(geo4, xs4, ysz4, ystep4, ys4, ys_w: int, act_params, rows) -> np
     words[24:28] = np.asarray(act_params, np.float32).view(np.int32)
     words[28:28 + len(rows)] = rows
     return words
+
+
+class GemmSgPath(GemmPath):
+    """The implicit GEMM reading the filter in place through its DML strides, shared
+    across a subgroup by shuffles (``convolution_gemm.comp``, SGW variants): no
+    re-laid filter per execution.  CPU devices with subgroup shuffles: the kernel needs
+    full subgroups of the reported size, which the CPU drivers (lavapipe: 8 lanes,
+    SwiftShader: 4) run; GPUs may split workgroups into smaller or varying subgroups."""
+
+    name = "gemm_sg"
+    SG = True
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        if not (super().accepts(op, geo) and op.device.info.device_type == "cpu"
+                and subgroup_shuffle_size(op) >= 4):
+            return False
+        fd = op.desc.filter_tensor
+        # texel views of the filter and of the padded input (a bound on its size: the
+        # last block's row may run past the planes)
+        phases = transposed_axes(geo) if geo.backward else forward_axes(geo)
+        _, ext = padded_extents(geo, phases)
+        tail = (SG_BLOCKS[1] + 4) * geo.stride[2] + geo.kernel[2] * geo.dilation[2] + 4
+        x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (-(-ext[2] // 4) * 4) + tail
+        return (_texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
+                and _texel_ok(op, x_bound))
 
 
 class WinogradPath(Path):
@@ -652,6 +886,20 @@ class WinogradPath(Path):
                 and big < lim["maxStorageBufferRange"]
                 and geo.c_in <= lim["maxComputeWorkGroupCount"][1]
                 and geo.c_out <= lim["maxComputeWorkGroupCount"][1])
+
+    @classmethod
+    def prefers(cls, op, geo) -> bool:
+        """Where gemm_sg can run the geometry, Winograd only where it wins: the
+        transforms cost per tile and channel, the filter transform per channel pair.
+        Measured on lavapipe (ms CPU, Winograd / gemm_sg; C channels in and out, T
+        tiles): C=64 T=196 6.7/7.2, C=128 T=196 19.2/28.2, C=96 T=100 8.0/8.8, C=256
+        T=49 26.4/27.5, 4x C=64 T=196 6.3/7.7 -- but C=128 T=49 8.0/6.8, C=64 T=100
+        4.5/3.9, C=48 T=196 4.9/4.3, C=256 T=36 21.8/18.5, C=32 T=36 1.86/0.43."""
+        if not GemmSgPath.accepts(op, geo):
+            return True
+        c = min(geo.c_in, geo.c_out)
+        tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
+        return c >= 64 and tiles >= 49 and tiles * c >= 9000
 
     def __init__(self, op, geo):
         super().__init__(op, geo)
@@ -692,8 +940,11 @@ class WinogradPath(Path):
         self.p_input = op.pipeline("convolution_winograd_input_" +
                                    ("texel" if self.x_texel else suffix),
                                    (UT if self.x_texel else S, S, S, U), 0, consts)
+        ys = g.y_strides
+        self.y4 = (self.m_texel and g.dtype == DataType.FLOAT32 and OW % 4 == 0
+                   and ys[4] == 1 and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
         self.p_output = op.pipeline("convolution_winograd_output_" + suffix +
-                                    ("" if self.m_texel else "_ssbo"),
+                                    ("_v4" if self.y4 else "" if self.m_texel else "_ssbo"),
                                     (UT if self.m_texel else S, S, S, U), 0, consts)
         p = np.zeros(WINO_PARAM_WORDS, np.int64)
         p[0:4] = [cin, co_pad, cout, T]
@@ -712,7 +963,8 @@ class WinogradPath(Path):
         kinds = ((UT, UT) if self.gemm_texel else (S, S)) + (S, S, U)
         self.p_gemm = op.pipeline("convolution_gemm_f32" + ("" if self.gemm_texel else "_ssbo"),
                                   kinds, GEMM_PUSH, {0: self.local, 1: mb, 2: nb, 3: 1,
-                                                     4: 0, 5: int(xvec4), 6: 1, 7: 1})
+                                                     4: 0, 5: int(xvec4), 6: 1, 7: 1,
+                                                     9: gemm_cu(op, cin, mb * nb)})
         self.xvec4 = xvec4
         self.gemm_params = op.upload(gemm_params(
             (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
@@ -754,14 +1006,15 @@ class WinogradPath(Path):
 
 
 DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
+DW_BLOCK = (16, 8)        # CPU devices: pixels per strip, rows per band (NB, R)
 
 
 class DepthwisePath(Path):
     """Depthwise forward convolution (``glsl/convolution_depthwise.comp``): group count =
-    input channels, any channel multiplier, stride, dilation and padding.  It reads the
-    input in place through its strides (padding is a mask, not a copy: the operation is
-    memory-bound), each invocation NB pixels of one row, the kernel row's input span
-    loaded once and reused by every kernel column."""
+    input channels, any channel multiplier, stride, dilation and padding.  The input is
+    read in place through its strides (padding is a mask, not a copy: the operation is
+    memory-bound); each invocation computes R output rows x NB pixels of one channel,
+    loading each input row of its band once."""
 
     name = "depthwise"
 
@@ -779,14 +1032,24 @@ class DepthwisePath(Path):
         g = geo
         d = op.desc
         cpu = op.device.info.device_type == "cpu"
-        ow = g.out_size[2]
-        # lavapipe: whole rows per invocation (up to 64 pixels) amortize the per-lane
-        # setup, measured 2.5x faster than 8-pixel blocks on 56-wide rows
-        nb = 64 if cpu else 4
-        nb = min(nb, -(-ow // 4) * 4)
-        self.nb = nb
-        per_row = -(-ow // nb)
-        self.blocks = g.out_size[0] * g.out_size[1] * per_row
+        ow, oh = g.out_size[2], g.out_size[1]
+        # lavapipe: 16 x 8 blocks (a 128-channel 56x56 3x3 took 1.08 ms of CPU with
+        # 16 x 8, 1.20 with 8 x 8, 1.51 with 4 x 14); other devices: 4 x 1
+        nb, r = DW_BLOCK if cpu else (4, 1)
+        nb = max(1, min(nb, -(-ow // 4) * 4))
+        r = max(1, min(r, oh))
+        kd, kh, kw = g.kernel
+
+        def unrolled(nb_, r_):      # products in the unrolled body
+            return kd * ((r_ - 1) * g.stride[1] + (kh - 1) * g.dilation[1] + 1) * kw * nb_
+
+        while unrolled(nb, r) > 4096 and (r > 1 or nb > 4):
+            if r > 1:
+                r = (r + 1) // 2
+            else:
+                nb = max(4, nb // 2)
+        self.nb, self.R = nb, r
+        self.strips = -(-ow // nb)
         esize = g.dtype.size
         x_el = d.input_tensor.total_tensor_size_in_bytes // esize
         w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
@@ -799,29 +1062,30 @@ class DepthwisePath(Path):
                    and all(s_ % 4 == 0 for s_ in g.x_strides[:4])
                    and (nb * g.stride[2]) % 4 == 0)
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
-        self.img = (self.texel and f32 and g.y_strides[4] == 1 and ow % 4 == 0
-                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and nb % 4 == 0
-                    and _texel_ok(op, y_el // 4) and y_el % 4 == 0)
+        self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
+                   and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
         name = "convolution_depthwise_" + storage_suffix(op, g.dtype) + \
-            ("_img" if self.img else "" if self.texel else "_ssbo")
+            ("_v4" if self.v4 and self.texel else "" if self.texel else "_ssbo")
+        if self.v4 and not self.texel:
+            self.v4 = False
         kinds = ((runtime.UNIFORM_TEXEL,) * 2 if self.texel else (STORAGE,) * 2) + \
-            (STORAGE, runtime.STORAGE_TEXEL if self.img else STORAGE, UNIFORM)
+            (STORAGE, STORAGE, UNIFORM)
         self.local = min(64, op.workgroup_size)
         self.pipe = op.pipeline(name, kinds, 8, {
-            0: self.local, 1: nb, 2: g.stride[2], 3: g.kernel[2], 4: g.dilation[2],
-            5: self.act_id, 6: g.kernel[1], 7: g.kernel[0], 8: int(self.x4),
-            9: (-g.start[2]) % 4})
+            0: self.local, 1: nb, 2: g.stride[2], 3: kw, 4: g.dilation[2], 5: self.act_id,
+            6: kh, 7: kd, 8: int(self.x4), 9: (-g.start[2]) % 4, 10: r, 11: g.stride[1],
+            12: g.dilation[1]})
         p = np.zeros(DW_PARAM_WORDS, np.int64)
         p[0:4] = [*g.in_size, g.cout_per_group]
-        p[4:8] = [*g.out_size, per_row]
-        p[8:12] = [g.kernel[0], g.kernel[1], 0, int(g.b_stride is not None)]
+        p[4:8] = [*g.out_size, self.strips]
+        p[8:12] = [kd, kh, 0, int(g.b_stride is not None)]
         p[12:16] = [g.stride[0], g.stride[1], 0, g.b_stride or 0]
         p[16:20] = [g.dilation[0], g.dilation[1], 0, 0]
         p[20:23] = g.start
         p[24:28] = g.x_strides[:4]
         p[28:32] = [g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]]
         p[32:36] = g.y_strides[:4]
-        p[36:40] = [g.x_strides[4], g.y_strides[4], int(g.flip), 0]
+        p[36:40] = [g.x_strides[4], g.y_strides[4], int(g.flip), g.c_out]
         words = p.astype(np.int32)
         words[40:44] = self.act_params.view(np.int32)
         self.params = op.upload(words)
@@ -832,25 +1096,38 @@ class DepthwisePath(Path):
                   runtime.FORMAT_RGBA32_SFLOAT if self.x4 else self.fmt)
         wb = Bind(w, 0, d.filter_tensor.total_tensor_size_in_bytes, "r", self.fmt)
         bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.params)
-        yb = Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w",
-                  runtime.FORMAT_RGBA32_SFLOAT if self.img else 0)
+        yb = Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w")
         binds = [xb, wb, bb, yb, Bind(self.params)]
-        _, my, mz = self.ctx.limits["maxComputeWorkGroupCount"]
-        gx = -(-self.blocks // self.local)
-        for c0 in range(0, g.c_out, my):
-            for n0 in range(0, g.n, mz):
-                seq.dispatch(self.pipe, binds, (gx, min(my, g.c_out - c0), min(mz, g.n - n0)),
+        mx, my, mz = self.ctx.limits["maxComputeWorkGroupCount"]
+        # x: (channel, strip) lanes, y: bands, z: image x output depth
+        per_x = max(1, mx * self.local // self.strips)         # channels per dispatch
+        od = g.out_size[0]
+        per_z = max(1, mz // od)                                # images per dispatch
+        gy = -(-g.out_size[1] // self.R)
+        if gy > my:
+            raise UnsupportedError("maxComputeWorkGroupCount", "too many output rows")
+        for c0 in range(0, g.c_out, per_x):
+            cn = min(per_x, g.c_out - c0)
+            for n0 in range(0, g.n, per_z):
+                seq.dispatch(self.pipe, binds, (-(-(cn * self.strips) // self.local), gy,
+                                                min(per_z, g.n - n0) * od),
                              np.array([n0, c0], np.int32).tobytes())
 
 
 #: Paths in order of preference; the first that accepts a geometry runs it.
-PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmPath, DirectPath]
+PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath]
 
 
 def choose_path(op: CompiledOperator, geo: Geometry) -> Path:
-    for cls in PATHS:
-        if cls.accepts(op, geo):
-            return cls(op, geo)
+    """The first path of :data:`PATHS` that accepts and prefers the geometry (then, where
+    PATHS was narrowed to paths that do not prefer it, the first that accepts it)."""
+    for preferred in (True, False):
+        for cls in PATHS:
+            if cls.accepts(op, geo) and (not preferred or cls.prefers(op, geo)):
+                try:
+                    return cls(op, geo)
+                except Decline:
+                    continue
     raise AssertionError("DirectPath accepts every geometry")
 
 
