@@ -875,16 +875,34 @@ def _conv_reference(x, w, b, strides, dilations, start, end, outpad, groups, bac
 
 @st.composite
 def conv_cases(draw):
-    d = draw(st.integers(1, 3))
-    backward = draw(st.booleans())
-    groups = draw(st.sampled_from([1, 1, 2, 3]))
-    hi = {1: 9, 2: 6, 3: 4}[d]
-    spatial = draw(st.lists(st.integers(1, hi), min_size=d, max_size=d))
-    kernel = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
-    strides = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
-    dilations = draw(st.lists(st.integers(1, 2), min_size=d, max_size=d))
-    start = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
-    end = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    """Small random convolutions of every kind, plus two shapes in the domains of the
+    fast paths: "wide" (3x3 stride 1, 16-20 channels, 20-26 pixels a side: Winograd,
+    GEMM) and "depthwise" (group count = input channels, channel multipliers)."""
+    kind = draw(st.sampled_from(["small"] * 5 + ["wide"] * 2 + ["depthwise"]))
+    d = 2 if kind != "small" else draw(st.integers(1, 3))
+    backward = draw(st.booleans()) if kind != "depthwise" else False
+    lists = {"small": lambda lo, hi: draw(st.lists(st.integers(lo, hi), min_size=d,
+                                                   max_size=d)),
+             "wide": lambda lo, hi: [lo] * d if hi < 6 else
+             draw(st.lists(st.integers(20, 26), min_size=d, max_size=d)),
+             "depthwise": lambda lo, hi: draw(st.lists(st.integers(lo, min(hi, 12)),
+                                                       min_size=d, max_size=d))}[kind]
+    spatial = lists(1 if kind == "small" else 6, {1: 9, 2: 6, 3: 4}[d] if kind == "small"
+                    else 12)
+    kernel = lists(1, 3) if kind != "wide" else [3] * d
+    strides = lists(1, 3 if kind == "small" else 2)
+    dilations = lists(1, 2)
+    start = lists(0, 2) if kind != "wide" else lists(0, 1)
+    end = lists(0, 2) if kind != "wide" else lists(0, 1)
+    if kind == "wide":
+        groups = 1
+        cin, cout = draw(st.integers(16, 20)), draw(st.integers(16, 20))
+    elif kind == "depthwise":
+        groups = cin = draw(st.integers(4, 8))
+        cout = cin * draw(st.integers(1, 2))
+    else:
+        groups = draw(st.sampled_from([1, 1, 2, 3]))
+        cin, cout = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
     outpad = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d)) \
         if draw(st.integers(0, 3)) == 0 else [0] * d
     for i in range(d):      # keep valid cases common: shrink what does not fit
@@ -899,8 +917,7 @@ def conv_cases(draw):
                     spatial[i] + start[i] + end[i]:
                 kernel[i] -= 1
     return dict(d=d, backward=backward, groups=groups, n=draw(st.integers(1, 2)),
-                cin=groups * draw(st.integers(1, 3)), cout=groups * draw(st.integers(1, 3)),
-                spatial=spatial, kernel=kernel, strides=strides, dilations=dilations,
+                cin=cin, cout=cout, path=draw(st.integers(0, 7)), spatial=spatial, kernel=kernel, strides=strides, dilations=dilations,
                 start=start, end=end, outpad=outpad, flip=draw(st.booleans()),
                 bias=draw(st.sampled_from([None, "dml"])),
                 act=draw(st.sampled_from(list(_CONV_ACTS))),
@@ -966,6 +983,24 @@ def _conv_desc(case, strides_of=lambda name: None):
     return xshape, wshape, bshape, yshape, desc
 
 
+def _with_drawn_path(device, compiled, desc, draw: int):
+    """Recompile with one of the kernel paths that accept the descriptor on this device
+    (the drawn index modulo their count), so every path meets random descriptors."""
+    import importlib
+
+    conv_ops = importlib.import_module("vkml.ops.convolution")
+    geo = conv_ops.Geometry.of(desc)
+    accepting = [p for p in conv_ops.PATHS if p.accepts(compiled, geo)]
+    chosen = accepting[draw % len(accepting)]
+    compiled.release()
+    saved = conv_ops.PATHS[:]
+    conv_ops.PATHS[:] = [chosen]
+    try:
+        return device.compile_operator(device.create_operator(desc))
+    finally:
+        conv_ops.PATHS[:] = saved
+
+
 def _run_conv_case(device, case):
     rng = np.random.default_rng(case["seed"])
     want = _CONV_ERRORS.get(case["mutation"], [])
@@ -990,6 +1025,7 @@ def _run_conv_case(device, case):
         assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
         return
     assert not want, f"invalid case accepted ({want})"
+    compiled = _with_drawn_path(device, compiled, desc, case["path"])
     flats = (x_flat, w_flat, b.reshape(-1) if b is not None else None)
     ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, f) if f is not None else None
            for t, f in zip(desc.inputs(), flats)]
