@@ -56,6 +56,11 @@ class Context:
             raise DeviceError(f"unknown feature names to disable: {sorted(unknown)} "
                               f"(known: {', '.join(FEATURE_NAMES)})")
         self.features = {k: (v and k not in off) for k, v in info.features.items()}
+        # Not one of ``features``: those choose kernels (and key the calibrations made for
+        # them); this only chooses how NumPy arrays reach the kernels.
+        self.host_import = (info.features.get("external_memory_host", False)
+                            and "host_import" not in off
+                            and 0 < info.limits["minImportedHostPointerAlignment"] <= 1 << 16)
         # Limits may be lowered (never raised), so tests reach the paths of small devices.
         self.limits = dict(info.limits)
         for key, value in (limits or {}).items():
@@ -79,8 +84,7 @@ class Context:
         self.mappable = self.tensor_heap.mappable
         #: Host memory imports (see the module doc), or None where they are not used.
         self.host_imports = None
-        if (self.features["host_import"] and self.mappable
-                and info.device_type in ("cpu", "integrated")):
+        if self.host_import and self.mappable and info.device_type in ("cpu", "integrated"):
             self.host_imports = HostImports(self, self.tensor_heap)
         self.pipelines = PipelineCache(self)
         self.descriptor_pools = DescriptorPools(self)
@@ -109,7 +113,7 @@ class Context:
         enable = []
         if f["push_descriptor"]:
             enable.append("VK_KHR_push_descriptor")
-        if f["host_import"]:
+        if self.host_import:
             enable.append("VK_EXT_external_memory_host")
             if "VK_KHR_external_memory" in exts and not api11:
                 enable.append("VK_KHR_external_memory")

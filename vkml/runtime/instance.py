@@ -239,9 +239,6 @@ class Instance:
         features.update({
             "push_descriptor": "VK_KHR_push_descriptor" in exts,
             "external_memory_host": "VK_EXT_external_memory_host" in exts,
-            # host memory imported as device memory, with a usable alignment
-            "host_import": ("VK_EXT_external_memory_host" in exts
-                            and 0 < limits["minImportedHostPointerAlignment"] <= 1 << 16),
             "timestamps": bool(ts_bits) and bool(props.limits.timestampComputeAndGraphics
                                                  or ts_bits),
             "compute_queue": bool(compute),
