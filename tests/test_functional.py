@@ -279,6 +279,21 @@ def test_driver_refusal_falls_back(device, monkeypatch):
     np.testing.assert_array_equal(y, np.pad(x, [(0, 0), (1, 1), (1, 1)], "symmetric"))
 
 
+def test_imports_beyond_the_heap_are_refused(device, monkeypatch):
+    """An import larger than its memory heap or maxMemoryAllocationSize is refused (and
+    the call copies), as Vulkan requires of every allocation."""
+    imports = imports_of(device)
+    monkeypatch.setattr(imports, "max_span", [1 << 20] * len(imports.max_span))
+    monkeypatch.setattr(imports, "idle_budget", 0)        # no pooled buffer to reuse
+    gc.collect()
+    imports.stats()
+    x = aligned(np.random.default_rng(11).standard_normal((2, 512, 512), dtype=np.float32))
+    before = counts(imports)
+    y = vkml.pad(x, [0, 1, 1], [0, 1, 1], "wrap", device=device)
+    assert delta(before, counts(imports)) == {"imported": 0, "reused": 0, "refused": 2}
+    np.testing.assert_array_equal(y, np.pad(x, [(0, 0), (1, 1), (1, 1)], "wrap"))
+
+
 def test_turned_off(device, monkeypatch):
     """disable_features=["host_import"], force_staging, VKML_FORCE_STAGING=1 and
     VKML_DISABLE_FEATURES=host_import all keep the copy path, with the same results."""
@@ -300,9 +315,12 @@ def test_turned_off(device, monkeypatch):
 def test_eight_threads_import_concurrently(device, monkeypatch):
     """8 threads calling large functional operators at once (each on its own shapes,
     and all on one shared shape): correct results; afterwards the only imports left are
-    the pool's idle pages."""
+    the pool's idle pages (and results held before)."""
     imports = imports_of(device)
     monkeypatch.setattr(functional, "IMPORT_BYTES", 64 << 10)
+    gc.collect()
+    s = imports.stats()
+    held = s["live"] - s["idle"]            # results other tests still hold
     errors = []
     shared = np.random.default_rng(10).standard_normal((2, 128, 128), dtype=np.float32)
     shared_expect = np.pad(shared, [(0, 0), (1, 1), (1, 1)], "symmetric")
@@ -328,7 +346,7 @@ def test_eight_threads_import_concurrently(device, monkeypatch):
     assert not errors, errors[:5]
     gc.collect()
     s = imports.stats()
-    assert s["live"] == s["idle"], s
+    assert s["live"] - s["idle"] == held, s
 
 
 def _guard(work, k, errors):

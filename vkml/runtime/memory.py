@@ -418,6 +418,12 @@ class HostImports:
                              lim["minTexelBufferOffsetAlignment"],
                              lim["minUniformBufferOffsetAlignment"])
         self.preferred_type = heap.type_index
+        props = ffi.new("VkPhysicalDeviceMemoryProperties*")
+        lib.vkGetPhysicalDeviceMemoryProperties(ctx.physical_device, props)
+        #: The most one import may span, per memory type: its heap's size (a Vulkan rule
+        #: for every allocation) and maxMemoryAllocationSize.
+        self.max_span = [min(props.memoryHeaps[props.memoryTypes[i].heapIndex].size,
+                             heap.max_alloc) for i in range(props.memoryTypeCount)]
         self.lock = threading.Lock()
         self.live: set[Allocation] = set()    # every import not yet released
         self.pending: list[Allocation] = []
@@ -484,6 +490,10 @@ class HostImports:
             return None
         type_index = (self.preferred_type if types >> self.preferred_type & 1
                       else (types & -types).bit_length() - 1)
+        if span > self.max_span[type_index]:
+            lib.vkDestroyBuffer(device, buf[0], vk.NULL)
+            self._refuse()
+            return None
         host = ffi.new("VkImportMemoryHostPointerInfoEXT*", {
             "sType": vk.VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
             "handleType": _HOST_ALLOCATION, "pHostPointer": ptr})
