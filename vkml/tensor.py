@@ -18,14 +18,16 @@ class Tensor:
 
     __slots__ = ("device", "shape", "dtype", "nbytes", "_alloc", "_finalizer", "__weakref__")
 
-    def __init__(self, device, shape, dtype, alloc, nbytes: int):
+    def __init__(self, device, shape, dtype, alloc, nbytes: int, owner: bool = True):
         self.device = device
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         #: Bytes the tensor's buffer holds for binding: at least ``size * itemsize``.
         self.nbytes = int(nbytes)
         self._alloc = alloc
-        self._finalizer = weakref.finalize(self, alloc.heap.defer_free, alloc)
+        # A tensor that does not own its allocation (vkml's own view of memory held
+        # elsewhere, e.g. a result array's pages) never frees it.
+        self._finalizer = weakref.finalize(self, alloc.heap.defer_free, alloc) if owner else None
 
     @property
     def size(self) -> int:
@@ -60,7 +62,7 @@ class Tensor:
 
     def free(self) -> None:
         """Give the memory back now (otherwise it goes with the last reference)."""
-        if self._finalizer.detach() is not None:
+        if self._finalizer is not None and self._finalizer.detach() is not None:
             self._alloc.free()
 
     def __array__(self, dtype=None, copy=None):

@@ -2,8 +2,14 @@
 
 Optional features are enabled when the device has them (16/8-bit storage, float16 and
 int8 arithmetic, int16, int64, float64).  ``VKML_DISABLE_FEATURES`` (comma separated:
-``storage16,storage8,fp16,int8,int16,int64,fp64,push_descriptor``) turns some off, so
-one driver can exercise the fallback paths another driver would take.
+``storage16,storage8,fp16,int8,int16,int64,fp64,push_descriptor,host_import``) turns
+some off, so one driver can exercise the fallback paths another driver would take.
+
+``host_import`` (VK_EXT_external_memory_host) lets the functional NumPy path bind the
+caller's arrays and the result's pages as device memory instead of copying them; it is
+used only where tensors live in host memory anyway (CPU drivers, integrated GPUs: a
+discrete GPU would read the imported pages over PCIe), never with ``force_staging`` /
+``VKML_FORCE_STAGING=1``.
 """
 from __future__ import annotations
 
@@ -15,13 +21,13 @@ import numpy as np
 from ..errors import DeviceError
 from . import vk
 from .instance import DeviceInfo, Instance
-from .memory import choose_heaps, Allocation
+from .memory import Allocation, HostImports, choose_heaps
 from .pipelines import STORAGE, STORAGE_TEXEL, UNIFORM, UNIFORM_TEXEL, PipelineCache
 from .scheduler import CommandPool, DescriptorPools, Sequence
 from .vk import ffi, lib
 
 FEATURE_NAMES = ("storage16", "storage8", "fp16", "int8", "int16", "int64", "fp64",
-                 "push_descriptor")
+                 "push_descriptor", "host_import")
 _TEXEL_BYTES = {vk.VK_FORMAT_R32_UINT: 4, vk.VK_FORMAT_R32_SFLOAT: 4,
                 vk.VK_FORMAT_R32G32_UINT: 8, vk.VK_FORMAT_R32G32_SFLOAT: 8,
                 vk.VK_FORMAT_R32G32B32A32_UINT: 16, vk.VK_FORMAT_R32G32B32A32_SFLOAT: 16,
@@ -50,6 +56,11 @@ class Context:
             raise DeviceError(f"unknown feature names to disable: {sorted(unknown)} "
                               f"(known: {', '.join(FEATURE_NAMES)})")
         self.features = {k: (v and k not in off) for k, v in info.features.items()}
+        # Not one of ``features``: those choose kernels (and key the calibrations made for
+        # them); this only chooses how NumPy arrays reach the kernels.
+        self.host_import = (info.features.get("external_memory_host", False)
+                            and "host_import" not in off
+                            and 0 < info.limits["minImportedHostPointerAlignment"] <= 1 << 16)
         # Limits may be lowered (never raised), so tests reach the paths of small devices.
         self.limits = dict(info.limits)
         for key, value in (limits or {}).items():
@@ -71,6 +82,10 @@ class Context:
                                 if self.features["push_descriptor"] else None)
         self.tensor_heap, self.staging_heap = choose_heaps(self, pd, info, force_staging)
         self.mappable = self.tensor_heap.mappable
+        #: Host memory imports (see the module doc), or None where they are not used.
+        self.host_imports = None
+        if self.host_import and self.mappable and info.device_type in ("cpu", "integrated"):
+            self.host_imports = HostImports(self, self.tensor_heap)
         self.pipelines = PipelineCache(self)
         self.descriptor_pools = DescriptorPools(self)
         self._pool = CommandPool(self)
@@ -93,10 +108,15 @@ class Context:
     def _create_device(self, pd, info: DeviceInfo):
         f = self.features
         exts = info.extensions
-        api12 = tuple(int(x) for x in info.api_version.split(".")[:2]) >= (1, 2)
+        api = tuple(int(x) for x in info.api_version.split(".")[:2])
+        api12, api11 = api >= (1, 2), api >= (1, 1)
         enable = []
         if f["push_descriptor"]:
             enable.append("VK_KHR_push_descriptor")
+        if self.host_import:
+            enable.append("VK_EXT_external_memory_host")
+            if "VK_KHR_external_memory" in exts and not api11:
+                enable.append("VK_KHR_external_memory")
         for name in ("VK_KHR_portability_subset", "VK_KHR_storage_buffer_storage_class"):
             if name in exts:
                 enable.append(name)
@@ -164,6 +184,15 @@ class Context:
     def allocate(self, nbytes: int) -> Allocation:
         self._require_open()
         return self.tensor_heap.allocate(nbytes)
+
+    def import_host(self, address: int, nbytes: int) -> Allocation | None:
+        """Host memory at ``address`` as an allocation, without a copy (see
+        :class:`~vkml.runtime.memory.HostImports`); ``None`` where imports are off or the
+        range cannot be imported."""
+        self._require_open()
+        if self.host_imports is None:
+            return None
+        return self.host_imports.allocate_at(address, nbytes)
 
     def _require_open(self) -> None:
         if self.device is None:
@@ -266,6 +295,8 @@ class Context:
         self.pipelines.destroy()
         self.descriptor_pools.destroy()
         self._pool.destroy()
+        if self.host_imports is not None:
+            self.host_imports.destroy()
         self.tensor_heap.destroy()
         if self.staging_heap is not self.tensor_heap:
             self.staging_heap.destroy()
