@@ -165,6 +165,10 @@ class DescriptorPools:
         self.pools.clear()
 
 
+#: Regions per ``vkCmdCopyBuffer`` (see :meth:`Sequence.copy_array`).
+COPY_CHUNK = 256
+
+
 class Sequence:
     """A recorded command buffer that can be submitted any number of times."""
 
@@ -339,7 +343,13 @@ class Sequence:
             lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer, len(regions), arr)
 
     def copy_array(self, src: Allocation, dst: Allocation, regions) -> None:
-        """Like :meth:`copy` with an (n, 3) integer array of regions (no Python loop)."""
+        """Like :meth:`copy` with an (n, 3) integer array of regions (no Python loop).
+
+        Recorded as one ``vkCmdCopyBuffer`` per :data:`COPY_CHUNK` regions: the validation
+        layer checks every pair of a command's regions for overlap (src and dst may be one
+        sub-allocated ``VkBuffer``): recording 16384 regions took 123 s on lavapipe (the
+        padding calibration 129 s), in chunks of 256 the calibration takes 2.7 s, and
+        lavapipe runs the chunks at the same ~0.3 us per region as one command."""
         import numpy as np
 
         self._check_open()
@@ -355,7 +365,9 @@ class Sequence:
         lo_d, hi_d = int(shifted[:, 1].min()), int((shifted[:, 1] + shifted[:, 2]).max())
         with self.pool.lock:
             self._hazard([(src.buffer, lo_s, hi_s)], [(dst.buffer, lo_d, hi_d)])
-            lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer, len(regions), arr)
+            for a in range(0, len(regions), COPY_CHUNK):     # disjoint regions: no barriers
+                lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer,
+                                    min(COPY_CHUNK, len(regions) - a), arr + a)
             self._keep.append(arr)
 
     def fill(self, dst: Allocation, offset: int, size: int, word: int) -> None:
