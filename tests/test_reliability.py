@@ -51,6 +51,25 @@ def canaries_intact(t) -> bool:
     return bool(np.all(raw[t.nbytes:] == CANARY))
 
 
+def compiled_or_refused(device, make_desc, want: list, may_be_unsupported=False):
+    """(desc, compiled operator) for a case the independent checker calls valid (``want``
+    empty), or (None, None) after checking that an invalid case was refused with a
+    ValidationError naming one of the ``want`` fields (or, where ``may_be_unsupported``,
+    refused with UnsupportedError)."""
+    try:
+        desc = make_desc()
+        compiled = device.compile_operator(device.create_operator(desc))
+    except ValidationError as err:
+        assert want, f"valid case refused: {err}"
+        assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+        return None, None
+    except UnsupportedError as err:
+        assert not want and may_be_unsupported, str(err)
+        return None, None
+    assert not want, f"invalid case accepted ({want})"
+    return desc, compiled
+
+
 LAYOUTS = ["packed"] * 3 + ["padded", "permuted", "broadcast"]
 
 
@@ -688,17 +707,11 @@ def _run_window_case(device, case, op):
         x = random_bits(rng, in_sizes, dt)
     flat, in_strides, x = lay_out(rng, x, case["layout"])
     out_strides, read = padded_output(rng, out_sizes, dt, case["out_padded"])
-    try:
-        _, _, desc = _window_descs(case, op, in_strides, out_strides)
-        compiled = device.compile_operator(device.create_operator(desc))
-    except ValidationError as err:
-        assert want, f"valid case refused: {err}"
-        assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+    desc, compiled = compiled_or_refused(
+        device, lambda: _window_descs(case, op, in_strides, out_strides)[2], want,
+        _allowed_unsupported(device, case["dtype"]))
+    if desc is None:
         return
-    except UnsupportedError as err:
-        assert not want and _allowed_unsupported(device, case["dtype"]), str(err)
-        return
-    assert not want, f"invalid case accepted ({want})"
     src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
     dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
     compiled.execute([src], [dst])
@@ -797,16 +810,11 @@ def test_fuzz_lp_pooling(device, speed):
         x = rng.uniform(-3, 3, shape).astype(dtype if dtype != "int32" else "float32")
         flat, in_strides, x = lay_out(rng, x, case["layout"])
         out_strides, read = padded_output(rng, out, dtype, case["out_padded"])
-        try:
-            desc = dml.LpPooling1OperatorDesc(
-                dml.TensorDesc(dtype, shape, in_strides), dml.TensorDesc(dtype, out, out_strides),
-                strides, case["window"], case["start"], case["end"], case["dilations"], p)
-            compiled = device.compile_operator(device.create_operator(desc))
-        except ValidationError as err:
-            assert want, f"valid case refused: {err}"
-            assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+        desc, compiled = compiled_or_refused(device, lambda: dml.LpPooling1OperatorDesc(
+            dml.TensorDesc(dtype, shape, in_strides), dml.TensorDesc(dtype, out, out_strides),
+            strides, case["window"], case["start"], case["end"], case["dilations"], p), want)
+        if desc is None:
             return
-        assert not want, f"invalid case accepted ({want})"
         src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
         dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
         compiled.execute([src], [dst])
@@ -1017,14 +1025,10 @@ def _run_conv_case(device, case):
     w_flat, w_strides, w = lay_out(rng, w, case["w_layout"])
     y_strides, read = padded_output(rng, yshape, dt, case["out_padded"])
     strides = {"x": x_strides, "w": w_strides, "y": y_strides}
-    try:
-        desc = _conv_desc(case, strides.get)[-1]
-        compiled = device.compile_operator(device.create_operator(desc))
-    except ValidationError as err:
-        assert want, f"valid case refused: {err}"
-        assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+    desc, compiled = compiled_or_refused(device, lambda: _conv_desc(case, strides.get)[-1],
+                                         want)
+    if desc is None:
         return
-    assert not want, f"invalid case accepted ({want})"
     compiled = _with_drawn_path(device, compiled, desc, case["path"])
     flats = (x_flat, w_flat, b.reshape(-1) if b is not None else None)
     ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, f) if f is not None else None

@@ -159,7 +159,34 @@ class Allocation:
         return self.block is not None
 
 
-class Heap:
+class _Releasing:
+    """Release of allocations under ``self.lock``, and of those that finalizers free."""
+
+    def defer_free(self, a: "Allocation") -> None:
+        """Free ``a`` at the next safe point: for finalizers, which may run anywhere."""
+        self.pending.append(a)
+
+    def _drain(self) -> None:
+        while self.pending:
+            self._release(self.pending.pop())
+
+    def release(self, a: "Allocation") -> None:
+        with self.lock:
+            self._release(a)
+            self._drain()
+
+    def _detach(self, a: "Allocation"):
+        """``a``'s block, its views destroyed and ``a`` marked released; None if it was."""
+        block = a.block
+        if block is not None:
+            for v in (a._views or {}).values():
+                lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
+            a._views = None
+            a.block = None
+        return block
+
+
+class Heap(_Releasing):
     """Blocks of one memory type, and the policy to carve them."""
 
     def __init__(self, ctx, type_index: int, heap_index: int, heap_size: int, mappable: bool,
@@ -252,28 +279,10 @@ class Heap:
         self.reserved -= block.footprint
         block.destroy()
 
-    def defer_free(self, a: Allocation) -> None:
-        """Free ``a`` at the next safe point: for finalizers, which may run anywhere."""
-        self.pending.append(a)
-
-    def _drain(self) -> None:
-        while self.pending:
-            self._release(self.pending.pop())
-
-    def release(self, a: Allocation) -> None:
-        with self.lock:
-            self._release(a)
-            self._drain()
-
     def _release(self, a: Allocation) -> None:
-        block = a.block
+        block = self._detach(a)
         if block is None:
             return
-        if a._views:
-            for v in a._views.values():
-                lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
-            a._views = None
-        a.block = None
         block.release(a.offset, a.size)
         if block.used == 0:
             if block.dedicated:
@@ -362,9 +371,9 @@ def _max_allocation(pd, info) -> int:
 _HOST_ALLOCATION = vk.VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT
 
 
-class ImportedBlock:
+class ImportedBlock(Block):
     """Pages of host memory imported as one ``VkDeviceMemory`` with a ``VkBuffer`` over all
-    of them: a dedicated block holding one allocation."""
+    of them: a dedicated block holding one allocation (``destroy`` as for any block)."""
 
     dedicated = True
 
@@ -376,16 +385,8 @@ class ImportedBlock:
         self.footprint = 0            # the pages belong to the host array, not to vkml
         self.host = np.frombuffer(ffi.buffer(ffi.cast("void *", base), size), np.uint8)
 
-    def destroy(self) -> None:
-        if self.memory is None:
-            return
-        self.host = None
-        lib.vkDestroyBuffer(self.device, self.buffer, vk.NULL)
-        lib.vkFreeMemory(self.device, self.memory, vk.NULL)
-        self.memory = None
 
-
-class HostImports:
+class HostImports(_Releasing):
     """Host memory (a NumPy array's pages) bound as device memory without a copy.
 
     :meth:`allocate_at` imports the pages that hold ``[address, address + size)`` (the
@@ -519,23 +520,10 @@ class HostImports:
             self.imported += 1
         return a
 
-    def defer_free(self, a: Allocation) -> None:
-        self.pending.append(a)
-
-    def release(self, a: Allocation) -> None:
-        with self.lock:
-            self._release(a)
-            self._drain()
-
     def _release(self, a: Allocation) -> None:
-        block = a.block
+        block = self._detach(a)
         if block is None:
             return
-        if a._views:
-            for v in a._views.values():
-                lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
-            a._views = None
-        a.block = None
         self.live.discard(a)
         block.destroy()
 
@@ -590,8 +578,7 @@ class HostImports:
         self.returned.append(pages)
 
     def _drain(self) -> None:
-        while self.pending:
-            self._release(self.pending.pop())
+        super()._drain()
         while self.returned:
             pages = self.returned.pop()
             if pages.alloc.alive:
