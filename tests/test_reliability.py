@@ -579,9 +579,9 @@ def test_unsupported_is_clear(device):
 # -- fold / unfold ------------------------------------------------------------------------
 def _blocks(spatial, window, strides, dilations, start, end):
     out = []
-    for s, w, st, dl, a, b in zip(spatial, window, strides, dilations, start, end):
+    for s, w, step, dl, a, b in zip(spatial, window, strides, dilations, start, end):
         num = s + a + b - dl * (w - 1) - 1
-        out.append(num // st + 1 if num >= 0 else 0)
+        out.append(num // step + 1 if num >= 0 else 0)
     return out
 
 
@@ -746,7 +746,6 @@ def test_fuzz_fold_unfold(device, speed, op):
 # -- LP pooling ---------------------------------------------------------------------------
 def _lp_reference(x, window, strides, dilations, start, end, p):
     """(sum |x|^p)^(1/p) over each dilated window of the zero-padded input, in float64."""
-    d = len(window)
     xp = np.pad(np.abs(x.astype(np.float64)), [(0, 0), (0, 0)] + list(zip(start, end)))
     out_sp = [(s + a + b - dl * (w - 1) - 1) // st + 1 for s, a, b, dl, w, st in
               zip(x.shape[2:], start, end, dilations, window, strides)]

@@ -29,7 +29,6 @@ import math
 
 import numpy as np
 
-from .. import runtime
 from ..dml.operator import as_tuple
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
@@ -143,7 +142,7 @@ class CompiledPadding(CompiledOperator):
                 slots = (rows["left"] + rows["right"]) / 8
                 est[path] = fixed + per_row * out_rows * max(1.0, slots) + per_byte * nbytes
             elif path == "copy" and copy_ok:
-                nregions = self._interior_extent()[0]
+                nregions = self._interior_region_count()
                 border = (self.total - math.prod(self.in_size)) * self.esize
                 if nregions <= 1 << 22 and "kernel" in cost:
                     est[path] = (fixed + per_row * nregions + per_byte * nbytes
@@ -179,9 +178,7 @@ class CompiledPadding(CompiledOperator):
         same = all(b % 16 == 0 for b in outer_out + outer_in)
         simple = all(self._one_period(d) for d in range(rank))
         return {"words": words, "left": left, "right": right, "in_bind": in_bind,
-                "shift": (-s0 * e) % 16 if same else 16, "simple": simple,
-                "edge_elems": math.prod(self.out_size[:-1]) * (left + right),
-                "word_bytes": math.prod(self.out_size[:-1]) * words * 16}
+                "shift": (-s0 * e) % 16 if same else 16, "simple": simple}
 
     def _one_period(self, d: int) -> bool:
         """Whether one reflection (or wrap) folds every coordinate of dimension d."""
@@ -241,11 +238,9 @@ class CompiledPadding(CompiledOperator):
         padded = [d for d in range(len(self.out_size)) if self.in_size[d] != self.out_size[d]]
         return padded[-1] if padded else -1
 
-    def _interior_extent(self) -> tuple[int, int]:
-        """Copy regions the interior takes, and its bytes."""
-        k = self._interior_last()
-        nregions = math.prod(self.in_size[:k]) if k > 0 else 1
-        return nregions, math.prod(self.in_size) * self.esize
+    def _interior_region_count(self) -> int:
+        """Copy regions the interior takes: one per contiguous run."""
+        return math.prod(self.in_size[:max(self._interior_last(), 0)])
 
     def _interior_regions(self):
         """Copy regions (src, dst, bytes) of the interior: one per contiguous run."""
