@@ -230,6 +230,13 @@ def _identity(info) -> dict:
             "pipeline_cache_uuid": info.pipeline_cache_uuid}
 
 
+def _identity_of(stem: str) -> dict:
+    """The identity a file stem (:func:`_stem`) names."""
+    _, vendor, device, driver, uuid = stem.split("-")
+    return {"vendor_id": int(vendor, 16), "device_id": int(device, 16),
+            "driver_version": int(driver, 16), "pipeline_cache_uuid": uuid}
+
+
 def _features(device) -> str:
     """Enabled features, plus limits lowered by ``Device(limits=...)``: both change which
     candidates a device takes and what they cost."""
@@ -366,7 +373,6 @@ class Tuner:
         self.stale_observations = stale_observations
         self._lock = threading.RLock()
         self._entries: dict[str, dict] = {}          # device stem -> {(f, p, c): entry}
-        self._identities: dict[str, dict] = {}
         self._key_locks: dict[TuneKey, threading.Lock] = {}
         self._observed: dict[tuple, list] = {}
 
@@ -385,7 +391,7 @@ class Tuner:
             if mem is not None and not reload:
                 return mem
             path = self._file(stem)
-            disk = _parse(_read_json(path), self._identities[stem]) if path else {}
+            disk = _parse(_read_json(path), _identity_of(stem)) if path else {}
             mem = self._entries.setdefault(stem, {})
             for k, e in disk.items():
                 mine = mem.get(k)
@@ -398,7 +404,7 @@ class Tuner:
         on disk (merged with the rest of the file) and in memory."""
         sub = key[1:]
         path = self._file(key.device)
-        identity = self._identities[key.device]
+        identity = _identity_of(key.device)
         if path is not None:
             def update(raw):
                 entries = _parse(raw, identity)
@@ -421,17 +427,13 @@ class Tuner:
     # -- public ------------------------------------------------------------------------
     def key(self, device, path, shape) -> TuneKey:
         p = _resolve(path)
-        stem = _stem(device.info)
-        with self._lock:
-            self._identities.setdefault(stem, _identity(device.info))
-        return TuneKey(stem, _features(device), p.name, str(p.shape_class(shape)))
+        return TuneKey(_stem(device.info), _features(device), p.name, str(p.shape_class(shape)))
 
     def stored(self, device) -> list[tuple[str, Any]]:
         """(path, shape) of every entry stored for ``device`` and its features that
         recorded its shape (``--refresh`` re-measures them)."""
         stem, feats = _stem(device.info), _features(device)
         with self._lock:
-            self._identities.setdefault(stem, _identity(device.info))
             entries = self._load(stem, reload=True)
             return [(pname, e["shape"]) for (f, pname, _), e in sorted(entries.items())
                     if f == feats and "shape" in e]
