@@ -545,6 +545,11 @@ class Tuner:
                         cleanup()
                     declined.append(c.name)
                     continue
+                except BaseException:
+                    seq.close()
+                    if cleanup is not None:
+                        cleanup()
+                    raise
                 prepared.append((c, seq, cleanup, []))
             if not prepared:
                 return None
