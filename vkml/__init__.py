@@ -13,6 +13,7 @@ from .errors import DeviceError, UnsupportedError, ValidationError, VkmlError
 from .ops import *  # noqa: F401,F403  (the functional forms: pad, fold, ...)
 from .runtime import DeviceInfo
 from .tensor import Tensor
+from .tuning import tune  # noqa: F401  (python -m vkml.tune: the same, from a shell)
 
 __version__ = "0.1.0"
 
@@ -28,4 +29,5 @@ def empty(shape, dtype="float32", device=None, nbytes: int | None = None) -> Ten
 
 
 __all__ = ["Device", "DeviceInfo", "Tensor", "devices", "default_device", "tensor", "empty",
-           "VkmlError", "ValidationError", "UnsupportedError", "DeviceError", "dml", *ops.__all__]
+           "VkmlError", "ValidationError", "UnsupportedError", "DeviceError", "dml", "tune",
+           *ops.__all__]

@@ -1,0 +1,365 @@
+"""vkml.tuning: the tuner keeps what it measured fastest, off/fast/full/force behave as
+documented, choices are reused across tuners and processes, bad files are never trusted,
+concurrent writers merge, observe() marks stale, and the CLI prints its table.
+
+The synthetic path's candidates record known amounts of real work (1, 4 or 20 copies of
+the same buffer), so which one is fastest is known on every device."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vkml
+from vkml import tuning
+from vkml.tuning import Candidate, Tuner
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZE = 1 << 20
+
+
+def copies_path(calls: list, fast=("x4", "x20"), name="syn") -> tuning.TunablePath:
+    """Candidates x1, x4, x20: that many copies of ``shape`` bytes; default x20."""
+    def run(device, seq, cand, shape):
+        calls.append(cand.name)
+        ctx = device._ctx
+        n = int(shape)
+        src, dst = ctx.allocate(n), ctx.allocate(n)
+        ctx.write(src, bytearray_words(n))
+        for _ in range(cand.params["copies"]):
+            seq.copy(src, dst, [(0, 0, n)])
+
+        def cleanup():
+            src.free()
+            dst.free()
+        return cleanup
+
+    cands = [Candidate(f"x{k}", {"copies": k}, fast=f"x{k}" in fast) for k in (1, 4, 20)]
+    return tuning.tunable_path(name, cands, "x20", lambda s: f"{int(s)}B", run)
+
+
+def bytearray_words(n: int):
+    import numpy as np
+    return np.arange(n // 4, dtype=np.uint32)
+
+
+def tuning_file(folder, device) -> Path:
+    return Path(folder) / f"{tuning._stem(device.info)}.json"
+
+
+def entries(folder, device) -> dict:
+    raw = tuning._read_json(tuning_file(folder, device))
+    return tuning._parse(raw, tuning._identity(device.info))
+
+
+def test_keeps_the_fastest(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    c = Tuner("full", folder=tmp_path, rounds=2).choose(device, path, SIZE)
+    assert (c.name, c.source) == ("x1", "measured")
+    assert set(calls) == {"x1", "x4", "x20"}
+    assert c.times["x1"] < c.times["x4"] < c.times["x20"]
+    assert c.speedup() > 2 and c.runner_up()[0] == "x4"
+    stored = entries(tmp_path, device)[c.key[1:]]
+    assert stored["choice"] == "x1" and stored["mode"] == "full" and stored["rounds"] == 2
+    assert stored["shape"] == SIZE
+
+
+def test_off_uses_the_default_without_timing(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    t = Tuner("full", folder=tmp_path, rounds=1)
+    t.choose(device, path, SIZE)                   # a stored choice that off must ignore
+    calls.clear()
+    for _ in range(2):
+        c = Tuner("off", folder=tmp_path).choose(device, path, SIZE)
+        assert (c.name, c.source, c.seconds) == ("x20", "default", None)
+    assert calls == []
+    c = Tuner(folder=tmp_path / "other").choose(device, path, SIZE, mode="off")
+    assert c.name == "x20" and not (tmp_path / "other").exists() and calls == []
+
+
+def test_fast_times_its_list_within_the_budget(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
+    assert (c.name, c.source) == ("x4", "measured")
+    assert set(calls) == {"x4", "x20"}         # x1 is not in the fast list
+    assert entries(tmp_path, device)[c.key[1:]]["rounds"] == 1     # budget spent: one round
+    c = Tuner("fast", folder=tmp_path / "b", budget_s=60.0).choose(device, path, SIZE)
+    assert entries(tmp_path / "b", device)[c.key[1:]]["rounds"] == tuning.FAST_ROUNDS
+    calls.clear()
+    assert Tuner("fast", folder=tmp_path).choose(device, path, SIZE).source == "stored"
+    assert calls == []
+    c = Tuner("full", folder=tmp_path, rounds=1).choose(device, path, SIZE)  # fast is not full
+    assert (c.name, c.source) == ("x1", "measured") and "x1" in calls
+
+
+def test_env_selects_the_mode(device, tmp_path, monkeypatch):
+    calls = []
+    path = copies_path(calls)
+    monkeypatch.setenv("VKML_TUNE", "off")
+    assert Tuner(folder=tmp_path).choose(device, path, SIZE).source == "default"
+    monkeypatch.setenv("VKML_TUNE", "sometimes")
+    with pytest.raises(vkml.ValidationError, match="VKML_TUNE"):
+        Tuner(folder=tmp_path).choose(device, path, SIZE)
+    assert calls == []
+
+
+_CHILD = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import vkml
+from vkml import tuning
+from test_tuning import copies_path
+calls = []
+dev = vkml.Device({index})
+path = copies_path(calls)
+out = []
+for shape in {shapes!r}:
+    c = tuning.Tuner({mode!r}, rounds=1).choose(dev, path, shape)
+    out.append([c.name, c.source])
+print(json.dumps({{"choices": out, "calls": calls}}))
+dev.close()
+"""
+
+
+def child(device, folder, shapes, mode="full") -> subprocess.Popen:
+    code = _CHILD.format(tests=str(ROOT / "tests"), index=device.index, shapes=list(shapes),
+                         mode=mode)
+    env = dict(os.environ, VKML_CACHE_DIR=str(folder))
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc) -> dict:
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_stored_choice_is_reused_by_another_tuner_and_process(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    first = Tuner("full", folder=tmp_path, rounds=1).choose(device, path, SIZE)
+    assert first.source == "measured" and calls
+    calls.clear()
+    again = Tuner("full", folder=tmp_path).choose(device, path, SIZE)
+    assert (again.name, again.source, again.seconds) == (first.name, "stored", first.seconds)
+    assert calls == []
+    got = finish(child(device, tmp_path, [SIZE]))
+    assert got == {"choices": [[first.name, "stored"]], "calls": []}
+
+
+def test_refresh_measures_again(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    t = Tuner("full", folder=tmp_path, rounds=1)
+    t.choose(device, path, SIZE)
+    calls.clear()
+    assert t.choose(device, path, SIZE, refresh=True).source == "measured" and calls
+
+
+_BAD_TIMES = st.sampled_from([math.nan, -1.0, math.inf, "fast", True, None, [1.0]])
+
+
+def _mutations(good: dict):
+    """Strategies of documents derived from a valid one that must all be refused."""
+    feats = next(iter(good["entries"]))
+    def entry_edit(field, values):
+        def apply(v):
+            doc = json.loads(json.dumps(good))
+            e = doc["entries"][feats]["syn"][str(SIZE) + "B"]
+            if field == "times":
+                e["times"][e["choice"]] = v
+            else:
+                e[field] = v
+            return doc
+        return values.map(apply)
+
+    def top(field, values):
+        def apply(v):
+            doc = json.loads(json.dumps(good))
+            doc[field] = v
+            return doc
+        return values.map(apply)
+
+    return st.one_of(
+        top("version", st.sampled_from([0, 2, "1", None, 1.5])),
+        top("device", st.fixed_dictionaries({"vendor_id": st.integers(0, 2**32)})),
+        top("entries", st.sampled_from([[], "x", None, 3])),
+        entry_edit("times", _BAD_TIMES),
+        entry_edit("seconds", _BAD_TIMES | st.just(123.0)),
+        entry_edit("choice", st.sampled_from(["nope", 3, None, ""])),
+        entry_edit("rounds", st.sampled_from([0, -1, "3", 2.5, True])),
+        entry_edit("stale", st.sampled_from(["no", 0, None])),
+        entry_edit("mode", st.sampled_from(["slow", None, 1])),
+        entry_edit("declined", st.sampled_from(["x1", [1], None])),
+        entry_edit("measured_at", _BAD_TIMES),
+    ).map(lambda doc: json.dumps(doc, allow_nan=True).encode())
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(max_size=8),
+                     lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=12)
+
+
+@pytest.mark.parametrize("kind", ["garbage", "json", "mutated"])
+def test_corrupt_or_foreign_files_are_ignored_and_rewritten(device, kind):
+    calls = []
+    path = copies_path(calls)
+    shape = SIZE
+    with tempfile.TemporaryDirectory() as good_dir:
+        Tuner("full", folder=good_dir, rounds=1).choose(device, path, shape)
+        good = json.loads(tuning_file(good_dir, device).read_bytes())
+    strategy = {"garbage": st.binary(max_size=200),
+                "json": _JSON.map(lambda v: json.dumps(v, allow_nan=True).encode()),
+                "mutated": _mutations(good)}[kind]
+
+    @settings(max_examples=15, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(content=strategy)
+    def check(content):
+        with tempfile.TemporaryDirectory() as d:
+            f = tuning_file(d, device)
+            f.write_bytes(content)
+            calls.clear()
+            c = Tuner("full", folder=d, rounds=1).choose(device, path, shape)
+            assert c.source == "measured" and calls, "a bad file was trusted"
+            e = entries(d, device)[c.key[1:]]
+            assert e["choice"] == c.name and not e["stale"]
+            assert json.loads(f.read_bytes())["version"] == tuning.VERSION
+            calls.clear()
+            assert Tuner("full", folder=d).choose(device, path, shape).source == "stored"
+            assert calls == []
+
+    check()
+
+
+def test_concurrent_threads_merge(device, tmp_path):
+    shapes = [4096 + 64 * i for i in range(6)]
+    start = threading.Barrier(len(shapes))
+    errors = []
+
+    def work(shape):
+        try:
+            path = copies_path([])
+            start.wait()
+            Tuner("full", folder=tmp_path, rounds=1).choose(device, path, shape)
+        except Exception as exc:          # noqa: BLE001  (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in shapes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    got = {cls for (_, p, cls) in entries(tmp_path, device)}
+    assert got == {f"{s}B" for s in shapes}
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_concurrent_processes_merge(device, tmp_path):
+    a = child(device, tmp_path, [4096 + 64 * i for i in range(4)])
+    b = child(device, tmp_path, [8192 + 64 * i for i in range(4)])
+    finish(a)
+    finish(b)
+    got = {cls for (_, p, cls) in entries(tmp_path, device)}
+    assert len(got) == 8
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_observe_marks_stale(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    t = Tuner("full", folder=tmp_path, rounds=1, stale_observations=4)
+    c = t.choose(device, path, SIZE)
+    assert not any(t.observe(c.key, c.name, c.seconds * 1.2) for _ in range(8))
+    assert not t.observe(c.key, "unknown", 1.0)
+    assert [t.observe(c.key, c.name, c.seconds * 10) for _ in range(4)] == [False] * 3 + [True]
+    assert t.lookup(c.key)["stale"]
+    assert Tuner("full", folder=tmp_path).lookup(c.key)["stale"]     # on disk too
+    calls.clear()
+    again = t.choose(device, path, SIZE)
+    assert again.source == "measured" and calls and not t.lookup(c.key)["stale"]
+    # much faster than stored is a disagreement too (the first measurement was loaded)
+    assert [t.observe(c.key, again.name, again.seconds / 10) for _ in range(4)][-1]
+
+
+def test_force_a_candidate_by_name(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    t = Tuner("full", folder=tmp_path)
+    c = t.choose(device, path, SIZE, force="x4")
+    assert (c.name, c.source, c.params["copies"]) == ("x4", "forced", 4)
+    assert calls == [] and not tmp_path.exists() or not list(tmp_path.iterdir())
+    with pytest.raises(vkml.ValidationError, match="force.*no candidate 'x3'"):
+        t.choose(device, path, SIZE, force="x3")
+
+
+def test_copy_client(device, tmp_path):
+    """The registered copy path: every candidate runs; a texel limit below the shape makes
+    the texel candidates decline (and keys the choice apart)."""
+    c = Tuner("full", folder=tmp_path, rounds=1).choose(device, "copy", 64 << 10)
+    assert c.source == "measured"
+    assert set(c.times) == {x.name for x in tuning.COPY.candidates}
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 1024}) as small:
+        d = Tuner("full", folder=tmp_path, rounds=1).choose(small, "copy", 64 << 10)
+    assert d.key.features != c.key.features and "maxTexelBufferElements=1024" in d.key.features
+    assert set(d.times) == {"copy-engine", "ssbo-256", "ssbo-64"}
+    assert entries(tmp_path, device)[d.key[1:]]["declined"] == ["texel-256", "texel-64"]
+
+
+def test_registry(device):
+    assert "copy" in tuning.registered_paths()
+    with pytest.raises(vkml.ValidationError, match="path"):
+        Tuner("off").choose(device, "no-such-path", 1)
+    with pytest.raises(vkml.ValidationError, match="default"):
+        tuning.tunable_path("p", ["a", "b"], "c", str, None)
+    with pytest.raises(vkml.ValidationError, match="candidates"):
+        tuning.tunable_path("p", ["a", "a"], "a", str, None)
+
+
+def cli(*args, folder) -> subprocess.CompletedProcess:
+    env = dict(os.environ, VKML_CACHE_DIR=str(folder))
+    return subprocess.run([sys.executable, "-m", "vkml.tune", *args], cwd=ROOT, env=env,
+                          text=True, capture_output=True, timeout=240)
+
+
+def test_cli_help():
+    r = cli("--help", folder="off")
+    assert r.returncode == 0 and "VKML_TUNE" in r.stdout and "--refresh" in r.stdout
+
+
+def test_cli_tunes_the_copy_path(device, tmp_path):
+    r = cli("--path", "copy", "--mode", "fast", "--device", str(device.index), folder=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for text in ("Tuned choices", "runner-up", "speedup vs default", "2^16B", "2^22B", "measured"):
+        assert text in r.stdout
+    r = cli("--path", "copy", "--mode", "fast", "--device", str(device.index), folder=tmp_path)
+    assert r.returncode == 0 and "stored" in r.stdout and "measured" not in r.stdout
+    r = cli("--path", "copy", "--refresh", "--mode", "fast", "--device", str(device.index),
+            folder=tmp_path)
+    assert r.returncode == 0 and "measured" in r.stdout and "stored" not in r.stdout
+    r = cli("--bench", "--device", str(device.index), folder=tmp_path)
+    assert r.returncode == 0 and "no registered tunable path takes them" in r.stdout
+
+
+def test_tune_api(device, tmp_path):
+    calls = []
+    path = copies_path(calls)
+    seen = []
+    out = vkml.tune([(path, SIZE), (path, SIZE // 2)], device, "full",
+                    tuner=Tuner(folder=tmp_path, rounds=1),
+                    progress=lambda i, n, p, s: seen.append((i, n)))
+    assert [c.name for c in out] == ["x1", "x1"] and seen[-1] == (2, 2)

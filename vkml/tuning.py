@@ -1,0 +1,864 @@
+"""One tuner for every operator path: choose among candidates by the device's own measurements.
+
+What: an operator path (a padding's interior copy, a convolution's kernel family, ...)
+declares its *candidates* (a name plus parameters: kernel variant, register blocks,
+workgroup size, vector width, read path, copy engine or kernel), a *default*, a
+*shape-class* function (which shapes share one choice) and a *run* function that records
+one candidate's work for one shape into a sequence.  :meth:`Tuner.choose` answers which
+candidate to use for (device, path, shape); it measures only when nothing valid is stored.
+
+Why measure, never look at names: the CPU drivers and real GPUs want opposite things
+(texel vs SSBO reads, copy engine vs kernel: docs/DEVELOPING.md), and so do two GPUs.
+
+How (the rules a client can rely on):
+
+- Key: device identity (vendor_id, device_id, driver_version, pipeline_cache_uuid; one
+  file per device), enabled features (plus any limit lowered by ``Device(limits=...)``),
+  path name, shape class.
+- ``VKML_TUNE=off|fast|full`` (default ``fast``; a ``mode=`` argument overrides it):
+  ``off`` returns the path's default candidate and reads and writes nothing (the same on
+  every run); ``fast`` uses a stored choice, else times the path's fast list within
+  :data:`FAST_BUDGET_S` (0.2 s) per shape class; ``full`` times every candidate (and
+  re-tunes an entry that did not consider them all).  ``choose(..., force=name)`` returns
+  that candidate without timing or storing (tests; no global state).
+- Timing: each accepted candidate is recorded once into its own
+  ``device.sequence(timed=True)`` and run once to warm up; then rounds run round robin
+  (the order rotated each round), each round running every candidate
+  :data:`RUNS_PER_ROUND` times.  A run's time is ``seq.gpu_time_ns`` (timestamps) where
+  the device has them, else wall time.  Score = the *minimum over rounds of each round's
+  median*: the median drops a one-off spike inside a round, the minimum picks the least
+  disturbed round, and interleaving makes a burst of load hit all candidates alike.
+  ``fast`` stops after the round during which the budget ran out (at least one round:
+  a choice needs a time per candidate), at most :data:`FAST_ROUNDS`; ``full`` runs
+  :data:`FULL_ROUNDS`.  A candidate whose run function raises :class:`Declined` or any
+  ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
+- Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
+  median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
+  from its stored time by more than :data:`STALE_FACTOR` (2x, either way), the entry is
+  marked stale (in memory and on disk) and re-tuned at the next ``choose``.  Measurements
+  taken under load are thus not kept forever.  ``python -m vkml.tune --refresh``
+  re-measures on demand.
+- Storage: versioned JSON ``tuning-<vendor>-<device>-<driver>-<uuid>.json`` in
+  :func:`vkml.runtime.pipelines.cache_dir` (beside the pipeline cache; none with
+  ``VKML_CACHE_DIR=off``).  Writes take an advisory file lock where the OS has one, merge
+  with what is on disk at write time, and replace the file atomically (temp file +
+  ``os.replace``), so concurrent threads and processes leave a valid merged file.  A file
+  that is not ours (garbage bytes, another JSON shape, another version or device) and any
+  entry with wrong types, NaN or negative times is ignored and rewritten, never trusted.
+  All file access is :func:`_read_json` / :func:`_write_json`.
+
+A path is registered with :func:`register_path` (``python -m vkml.tune`` iterates the
+registry); :func:`tunable_path` builds one without registering it (tests).  The copy
+example (:data:`COPY`: SSBO and texel copy kernels vs ``vkCmdCopyBuffer``) is registered
+here; it measures nothing until asked.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
+
+from .errors import ValidationError, VkmlError
+from .runtime.pipelines import cache_dir
+
+VERSION = 1
+MODES = ("off", "fast", "full")
+#: Seconds of timing per shape class in ``fast`` mode (checked after each round).
+FAST_BUDGET_S = 0.2
+FAST_ROUNDS = 3
+FULL_ROUNDS = 5
+RUNS_PER_ROUND = 3
+#: An observed median this many times off the stored time (either way) marks it stale...
+STALE_FACTOR = 2.0
+#: ...over this many observations.
+STALE_OBSERVATIONS = 8
+_perf = time.perf_counter
+
+
+class Declined(Exception):
+    """Raised by a run function: this candidate does not take this shape."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run a path: ``name`` (unique in the path), ``params`` (what the path
+    needs to build it), ``fast`` (in the short list ``VKML_TUNE=fast`` times)."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    fast: bool = True
+
+
+@dataclass(frozen=True)
+class TunablePath:
+    """An operator path the tuner chooses for; see :func:`tunable_path`."""
+
+    name: str
+    candidates: tuple
+    default: str
+    shape_class: Callable[[Any], str]
+    run: Callable
+    examples: tuple = ()
+    from_workload: Callable | None = None
+
+    def candidate(self, name: str) -> Candidate:
+        for c in self.candidates:
+            if c.name == name:
+                return c
+        raise ValidationError("force", f"{self.name!r} has no candidate {name!r} (it has "
+                              f"{', '.join(c.name for c in self.candidates)})")
+
+    def listed(self, mode: str) -> tuple:
+        """The candidates ``mode`` times: every one for full, the fast list for fast (the
+        default alone where no candidate is marked fast)."""
+        if mode == "full":
+            return self.candidates
+        return tuple(c for c in self.candidates if c.fast) or (self.candidate(self.default),)
+
+
+def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
+                 examples=(), from_workload=None) -> TunablePath:
+    """Declare a path (without registering it).
+
+    ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
+    ``default``: the candidate ``VKML_TUNE=off`` uses (and the baseline of "speedup").
+    ``shape_class_fn(shape) -> str``: shapes with one class share one choice.
+    ``run_fn(device, seq, candidate, shape)`` records the candidate's work for ``shape``
+    into ``seq`` (a timed sequence, replayed several times) and returns None or a
+    callable that frees what it allocated (called after timing); it raises
+    :class:`Declined` (or a ``VkmlError``) where the candidate does not take the shape,
+    freeing what it allocated first.
+    ``examples``: shapes ``python -m vkml.tune`` tunes when given no workloads (shapes
+    should be JSON values, so ``--refresh`` can re-measure stored ones).
+    ``from_workload(dict) -> shape | None``: a bench workload (bench/workloads/*.json)
+    as this path's shape, None where it does not use this path.
+    """
+    cands = []
+    for c in candidates:
+        if isinstance(c, str):
+            c = Candidate(c)
+        elif not isinstance(c, Candidate):
+            c = Candidate(*c)
+        cands.append(c)
+    names = [c.name for c in cands]
+    if not cands or len(set(names)) != len(names):
+        raise ValidationError("candidates", f"{name}: need at least one, names unique ({names})")
+    if default not in names:
+        raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
+    return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
+                       from_workload)
+
+
+_REGISTRY: dict[str, TunablePath] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def register_path(name: str, candidates, default: str, shape_class_fn, run_fn, **kw) -> TunablePath:
+    """:func:`tunable_path`, registered under ``name`` (a later registration replaces it)."""
+    p = tunable_path(name, candidates, default, shape_class_fn, run_fn, **kw)
+    with _REGISTRY_LOCK:
+        _REGISTRY[name] = p
+    return p
+
+
+def registered_paths() -> dict[str, TunablePath]:
+    with _REGISTRY_LOCK:
+        return dict(_REGISTRY)
+
+
+class TuneKey(NamedTuple):
+    """What one stored choice is for (``device``: the file stem of the device identity)."""
+
+    device: str
+    features: str
+    path: str
+    shape_class: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The answer of :meth:`Tuner.choose`.
+
+    ``source``: "measured" (timed now), "stored" (from memory or disk), "default"
+    (mode off, or no candidate took the shape), "forced".  ``times``: the scores of the
+    candidates timed (seconds), ``seconds`` the chosen one's (None when not timed)."""
+
+    path: str
+    candidate: Candidate
+    key: TuneKey
+    source: str
+    seconds: float | None = None
+    times: Mapping[str, float] = field(default_factory=dict, compare=False)
+    default: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.candidate.name
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self.candidate.params
+
+    def runner_up(self) -> tuple[str, float] | None:
+        rest = sorted((t, n) for n, t in self.times.items() if n != self.name)
+        return (rest[0][1], rest[0][0]) if rest else None
+
+    def speedup(self) -> float | None:
+        """Default's time over the chosen one's (None when the default was not timed)."""
+        d = self.times.get(self.default)
+        return d / self.seconds if d and self.seconds else None
+
+
+# -- identity --------------------------------------------------------------------------
+
+def _stem(info) -> str:
+    return (f"tuning-{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:08x}-"
+            f"{info.pipeline_cache_uuid}")
+
+
+def _identity(info) -> dict:
+    return {"vendor_id": info.vendor_id, "device_id": info.device_id,
+            "driver_version": info.driver_version,
+            "pipeline_cache_uuid": info.pipeline_cache_uuid}
+
+
+def _identity_of(stem: str) -> dict:
+    """The identity a file stem (:func:`_stem`) names."""
+    _, vendor, device, driver, uuid = stem.split("-")
+    return {"vendor_id": int(vendor, 16), "device_id": int(device, 16),
+            "driver_version": int(driver, 16), "pipeline_cache_uuid": uuid}
+
+
+def _features(device) -> str:
+    """Enabled features, plus limits lowered by ``Device(limits=...)``: both change which
+    candidates a device takes and what they cost."""
+    ctx = device._ctx
+    out = sorted(k for k, v in ctx.features.items() if v)
+    out += sorted(f"{k}={v}" for k, v in ctx.limits.items() if v != ctx.info.limits.get(k))
+    return ",".join(out)
+
+
+# -- file access (swap for the shared cache helper on merge) ----------------------------
+
+def _read_json(path: Path):
+    """The JSON in ``path``, or None (absent, unreadable, not JSON)."""
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return None
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+def _write_json(path: Path, update: Callable[[Any], Any]) -> Any:
+    """Replace ``path`` by ``update(what is on disk now, or None)``, atomically, under an
+    advisory lock (``<path>.lock``) so concurrent writers merge instead of losing updates.
+    Returns what was written (None when the folder cannot be written)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _WRITE_LOCK, open(path.with_suffix(".lock"), "a+b") as lock:
+            _lock_file(lock)
+            data = update(_read_json(path))
+            text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+            return data
+    except OSError:
+        return None                # a read-only cache folder is no reason to fail
+
+
+def _lock_file(f) -> None:
+    try:
+        import fcntl
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)      # released when the file closes
+    except ImportError:
+        try:
+            import msvcrt
+            msvcrt.locking(f.fileno(), msvcrt.LK_LOCK, 1)
+        except (ImportError, OSError):
+            pass        # no lock: os.replace still keeps the file whole
+
+
+# -- validation of what is read ---------------------------------------------------------
+
+def _time_ok(t) -> bool:
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+
+
+def _entry_ok(e) -> bool:
+    if not isinstance(e, dict):
+        return False
+    times, declined = e.get("times"), e.get("declined", [])
+    return (isinstance(times, dict) and times and all(isinstance(k, str) and _time_ok(v)
+                                                      for k, v in times.items())
+            and isinstance(e.get("choice"), str) and e["choice"] in times
+            and _time_ok(e.get("seconds")) and e["seconds"] == times[e["choice"]]
+            and isinstance(declined, list) and all(isinstance(d, str) for d in declined)
+            and isinstance(e.get("stale", False), bool)
+            and isinstance(e.get("rounds"), int) and not isinstance(e["rounds"], bool)
+            and e["rounds"] >= 1 and e.get("mode") in ("fast", "full")
+            and _time_ok(e.get("measured_at")))
+
+
+def _parse(raw, identity: dict) -> dict:
+    """``{(features, path, shape class): entry}`` of a file's contents; {} for anything
+    that is not a version-:data:`VERSION` file of this device; bad entries dropped."""
+    out = {}
+    if (not isinstance(raw, dict) or raw.get("version") != VERSION
+            or raw.get("device") != identity or not isinstance(raw.get("entries"), dict)):
+        return out
+    for feats, paths in raw["entries"].items():
+        if not isinstance(paths, dict):
+            continue
+        for pname, classes in paths.items():
+            if not isinstance(classes, dict):
+                continue
+            for cls, e in classes.items():
+                if _entry_ok(e):
+                    out[(feats, pname, cls)] = e
+    return out
+
+
+def _document(entries: dict, identity: dict) -> dict:
+    tree: dict = {}
+    for (feats, pname, cls), e in entries.items():
+        tree.setdefault(feats, {}).setdefault(pname, {})[cls] = e
+    return {"version": VERSION, "kind": "vkml-tuning", "device": identity, "entries": tree}
+
+
+# -- the tuner --------------------------------------------------------------------------
+
+def _mode_from_env() -> str:
+    mode = os.environ.get("VKML_TUNE", "fast").strip().lower() or "fast"
+    if mode not in MODES:
+        raise ValidationError("VKML_TUNE", f"must be off, fast or full, got {mode!r}")
+    return mode
+
+
+class Tuner:
+    """Chooses candidates and keeps the choices (in memory and in the cache folder).
+
+    ``mode``: "off" | "fast" | "full", or None for ``$VKML_TUNE`` at each call.
+    ``folder``: where the files live (None: ``cache_dir()`` at each use; "off": memory
+    only).  ``budget_s``: fast mode's time per shape class; ``rounds``: overrides
+    :data:`FAST_ROUNDS` / :data:`FULL_ROUNDS`.  Thread safe; one measurement per key
+    at a time.
+    """
+
+    def __init__(self, mode: str | None = None, *, folder=None, budget_s: float = FAST_BUDGET_S,
+                 rounds: int | None = None, stale_factor: float = STALE_FACTOR,
+                 stale_observations: int = STALE_OBSERVATIONS):
+        if mode is not None and mode not in MODES:
+            raise ValidationError("mode", f"must be one of {MODES}, got {mode!r}")
+        self.mode = mode
+        self.folder = folder
+        self.budget_s = budget_s
+        self.rounds = rounds
+        self.stale_factor = stale_factor
+        self.stale_observations = stale_observations
+        self._lock = threading.RLock()
+        self._entries: dict[str, dict] = {}          # device stem -> {(f, p, c): entry}
+        self._key_locks: dict[TuneKey, threading.Lock] = {}
+        self._observed: dict[tuple, list] = {}
+
+    # -- where -------------------------------------------------------------------------
+    def _file(self, stem: str) -> Path | None:
+        folder = self.folder
+        if folder is None:
+            folder = cache_dir()
+        elif isinstance(folder, str) and folder.lower() == "off":
+            folder = None
+        return None if folder is None else Path(folder) / f"{stem}.json"
+
+    def _load(self, stem: str, reload: bool = False) -> dict:
+        with self._lock:
+            mem = self._entries.get(stem)
+            if mem is not None and not reload:
+                return mem
+            path = self._file(stem)
+            disk = _parse(_read_json(path), _identity_of(stem)) if path else {}
+            mem = self._entries.setdefault(stem, {})
+            for k, e in disk.items():
+                mine = mem.get(k)
+                if mine is None or e["measured_at"] >= mine["measured_at"]:
+                    mem[k] = e
+            return mem
+
+    def _store(self, key: TuneKey, change: Callable[[dict], dict | None]) -> None:
+        """Apply ``change(entry on disk or None) -> new entry or None`` to ``key``'s entry
+        on disk (merged with the rest of the file) and in memory."""
+        sub = key[1:]
+        path = self._file(key.device)
+        identity = _identity_of(key.device)
+        if path is not None:
+            def update(raw):
+                entries = _parse(raw, identity)
+                new = change(entries.get(sub))
+                if new is not None:
+                    entries[sub] = new
+                return _document(entries, identity)
+
+            written = _write_json(path, update)
+            if written is not None:
+                with self._lock:
+                    self._entries[key.device] = _parse(written, identity)
+                return
+        with self._lock:
+            mem = self._entries.setdefault(key.device, {})
+            new = change(mem.get(sub))
+            if new is not None:
+                mem[sub] = new
+
+    # -- public ------------------------------------------------------------------------
+    def key(self, device, path, shape) -> TuneKey:
+        p = _resolve(path)
+        return TuneKey(_stem(device.info), _features(device), p.name, str(p.shape_class(shape)))
+
+    def stored(self, device) -> list[tuple[str, Any]]:
+        """(path, shape) of every entry stored for ``device`` and its features that
+        recorded its shape (``--refresh`` re-measures them)."""
+        stem, feats = _stem(device.info), _features(device)
+        with self._lock:
+            entries = self._load(stem, reload=True)
+            return [(pname, e["shape"]) for (f, pname, _), e in sorted(entries.items())
+                    if f == feats and "shape" in e]
+
+    def lookup(self, key: TuneKey) -> dict | None:
+        """The stored entry of ``key`` (a copy), or None."""
+        with self._lock:
+            e = self._load(key.device).get(key[1:])
+            return None if e is None else dict(e)
+
+    def choose(self, device, path, shape, *, mode: str | None = None, force: str | None = None,
+               refresh: bool = False) -> Choice:
+        """The candidate of ``path`` (a registered name or a :class:`TunablePath`) for
+        ``shape`` on ``device``: forced, stored, or measured now (see the module doc).
+        ``refresh`` re-measures even when a valid choice is stored."""
+        p = _resolve(path)
+        key = self.key(device, p, shape)
+        if force is not None:
+            return Choice(p.name, p.candidate(force), key, "forced", default=p.default)
+        mode = mode or self.mode or _mode_from_env()
+        if mode not in MODES:
+            raise ValidationError("mode", f"must be one of {MODES}, got {mode!r}")
+        if mode == "off":
+            return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
+        listed = p.listed(mode)
+        if not refresh:
+            found = self._usable(p, key, listed, reload=False)
+            if found is not None:
+                return found
+        with self._lock:
+            klock = self._key_locks.setdefault(key, threading.Lock())
+        with klock:
+            if not refresh:            # another thread or process may have tuned it
+                found = self._usable(p, key, listed, reload=True)
+                if found is not None:
+                    return found
+            entry = self._measure(device, p, shape, listed, mode)
+            if entry is None:
+                return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
+            self._store(key, lambda _old: entry)
+            with self._lock:
+                self._observed = {k: v for k, v in self._observed.items() if k[0] != key}
+            return Choice(p.name, p.candidate(entry["choice"]), key, "measured",
+                          entry["seconds"], dict(entry["times"]), p.default)
+
+    def _usable(self, p: TunablePath, key: TuneKey, listed, reload: bool) -> Choice | None:
+        with self._lock:
+            e = self._load(key.device, reload).get(key[1:])
+        if e is None or e.get("stale"):
+            return None
+        names = {c.name for c in p.candidates}
+        considered = set(e["times"]) | set(e.get("declined", ()))
+        if e["choice"] not in names or not {c.name for c in listed} <= considered:
+            return None                # the path changed since, or fast ran before full
+        return Choice(p.name, p.candidate(e["choice"]), key, "stored", e["seconds"],
+                      dict(e["times"]), p.default)
+
+    def observe(self, key: TuneKey, candidate: str, seconds: float) -> bool:
+        """Record a time an operator saw for ``candidate`` under ``key`` (cheap: a list
+        append).  Marks the entry stale, and returns True, when the median of the last
+        ``stale_observations`` differs from the stored time by more than
+        ``stale_factor``; the next :meth:`choose` then re-tunes."""
+        if not _time_ok(seconds):
+            return False
+        with self._lock:
+            e = self._entries.get(key.device, {}).get(key[1:])
+            stored = None if e is None or e.get("stale") else e["times"].get(candidate)
+            if not stored:
+                return False
+            obs = self._observed.setdefault((key, candidate), [])
+            obs.append(float(seconds))
+            if len(obs) < self.stale_observations:
+                return False
+            med = statistics.median(obs[-self.stale_observations:])
+            self._observed.pop((key, candidate), None)
+            ratio = med / stored
+            if 1 / self.stale_factor <= ratio <= self.stale_factor:
+                return False
+            stamp = e["measured_at"]
+
+        def mark(old):
+            if old is None or old["measured_at"] != stamp:
+                return None            # re-tuned meanwhile by someone else: leave it
+            return {**old, "stale": True}
+
+        self._store(key, mark)
+        with self._lock:               # memory-only folder, or a write that failed
+            mem = self._entries.get(key.device, {})
+            if key[1:] in mem and mem[key[1:]]["measured_at"] == stamp:
+                mem[key[1:]] = {**mem[key[1:]], "stale": True}
+        return True
+
+    # -- measuring ---------------------------------------------------------------------
+    def _measure(self, device, p: TunablePath, shape, listed, mode: str) -> dict | None:
+        rounds = self.rounds or (FULL_ROUNDS if mode == "full" else FAST_ROUNDS)
+        budget = self.budget_s if mode == "fast" else None
+        t0 = _perf()
+        prepared, declined = [], []
+        try:
+            for c in listed:
+                seq = device.sequence(timed=True)
+                cleanup = None
+                try:
+                    cleanup = p.run(device, seq, c, shape)
+                    seq.run()                                # warm-up
+                except (Declined, VkmlError):
+                    seq.close()
+                    if cleanup is not None:
+                        cleanup()
+                    declined.append(c.name)
+                    continue
+                except BaseException:
+                    seq.close()
+                    if cleanup is not None:
+                        cleanup()
+                    raise
+                prepared.append((c, seq, cleanup, []))
+            if not prepared:
+                return None
+            done = 0
+            while done < rounds:
+                k = done % len(prepared)
+                for c, seq, _, medians in prepared[k:] + prepared[:k]:
+                    medians.append(statistics.median(_run_once(seq)
+                                                     for _ in range(RUNS_PER_ROUND)))
+                done += 1
+                if budget is not None and _perf() - t0 >= budget:
+                    break
+        finally:
+            for c, seq, cleanup, _ in prepared:
+                seq.close()
+                if cleanup is not None:
+                    cleanup()
+        times = {c.name: min(m) for c, _, _, m in prepared}
+        choice = min(times, key=lambda n: (times[n], n != p.default))
+        return {"choice": choice, "seconds": times[choice], "times": times,
+                "declined": declined, "rounds": done, "mode": mode, "stale": False,
+                "measured_at": time.time(), "elapsed_s": _perf() - t0,
+                **({"shape": shape} if _jsonable(shape) else {})}
+
+
+def _run_once(seq) -> float:
+    t = _perf()
+    seq.run()
+    wall = _perf() - t
+    gpu = seq.gpu_time_ns
+    return gpu * 1e-9 if gpu else wall
+
+
+def _jsonable(x) -> bool:
+    try:
+        json.dumps(x, allow_nan=False)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _resolve(path) -> TunablePath:
+    if isinstance(path, TunablePath):
+        return path
+    found = registered_paths().get(path)
+    if found is None:
+        raise ValidationError("path", f"no tunable path named {path!r} (registered: "
+                              f"{', '.join(sorted(registered_paths())) or 'none'})")
+    return found
+
+
+_DEFAULT: Tuner | None = None
+
+
+def default_tuner() -> Tuner:
+    """The process's tuner (mode from ``$VKML_TUNE``, files in ``cache_dir()``)."""
+    global _DEFAULT
+    with _REGISTRY_LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = Tuner()
+        return _DEFAULT
+
+
+def choose(device, path, shape, **kw) -> Choice:
+    """:meth:`Tuner.choose` of the default tuner."""
+    return default_tuner().choose(device, path, shape, **kw)
+
+
+def observe(key: TuneKey, candidate: str, seconds: float) -> bool:
+    """:meth:`Tuner.observe` of the default tuner."""
+    return default_tuner().observe(key, candidate, seconds)
+
+
+def tune(workloads: Iterable, device=None, mode: str = "full", *, refresh: bool = False,
+         tuner: Tuner | None = None, progress: Callable | None = None) -> list[Choice]:
+    """Tune ahead of time: ``workloads`` is (path, shape) pairs; ``device`` defaults to
+    ``vkml.default_device()``.  ``progress(done, total, path, shape)`` is called before
+    each.  Returns the choices, in order."""
+    if device is None:
+        from .device import default_device
+        device = default_device()
+    tuner = tuner or default_tuner()
+    work = list(workloads)
+    out = []
+    for i, (path, shape) in enumerate(work):
+        if progress is not None:
+            progress(i, len(work), path, shape)
+        out.append(tuner.choose(device, path, shape, mode=mode, refresh=refresh))
+    if progress is not None and work:
+        progress(len(work), len(work), None, None)
+    return out
+
+
+# -- the copy example: the device's own copy kernels vs the copy engine -----------------
+
+_COPY_LOCAL = 4      # uvec4s per invocation in glsl/bench_copy.comp
+
+
+def _copy_class(nbytes) -> str:
+    """Copies within a power of two of each other share a choice."""
+    n = max(int(nbytes), 1)
+    return f"2^{n.bit_length() - 1}B"
+
+
+def _copy_run(device, seq, cand: Candidate, nbytes):
+    from .runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
+    import numpy as np
+
+    ctx = device._ctx
+    lim = ctx.limits
+    n = max(16, -(-int(nbytes) // 16) * 16)
+    read = cand.params.get("read")
+    if read == "texel" and n // 16 > lim["maxTexelBufferElements"]:
+        raise Declined(f"{n} bytes is more than maxTexelBufferElements texels")
+    if read and n > lim["maxStorageBufferRange"]:
+        raise Declined(f"{n} bytes is more than maxStorageBufferRange")
+    src, dst = ctx.allocate(n), ctx.allocate(n)
+    try:
+        ctx.write(src, np.arange(n // 4, dtype=np.uint32))
+        ctx.write(dst, np.zeros(n // 4, dtype=np.uint32))      # pages touched
+        if read is None:
+            seq.copy(src, dst, [(0, 0, n)])
+        else:
+            local = min(cand.params["local_size"], lim["maxComputeWorkGroupInvocations"],
+                        lim["maxComputeWorkGroupSize"][0])
+            kind = UNIFORM_TEXEL if read == "texel" else STORAGE
+            fmt = FORMAT_RGBA32_UINT if read == "texel" else 0
+            pipe = ctx.pipelines.get(f"bench_copy_{read}", (kind, STORAGE), 8, {0: local})
+            count = n // 16
+            groups = -(-count // (local * _COPY_LOCAL))
+            gx = max(1, min(groups, lim["maxComputeWorkGroupCount"][0], 65535))
+            gy = -(-groups // gx)
+            push = np.array([count, gx * local], np.uint32).tobytes()
+            seq.dispatch(pipe, [Bind(src, 0, n, "r", fmt), Bind(dst, 0, n, "w")], (gx, gy, 1), push)
+    except BaseException:
+        src.free()
+        dst.free()
+        raise
+
+    def cleanup():
+        src.free()
+        dst.free()
+    return cleanup
+
+
+#: The copy example: candidates ``copy-engine`` (``vkCmdCopyBuffer``, the default: every
+#: device has it), ``ssbo-<local>`` and ``texel-<local>`` (glsl/bench_copy.comp read
+#: through a storage buffer or a uniform texel buffer; the 64-wide ones only in full mode).
+COPY = register_path(
+    "copy",
+    [Candidate("copy-engine", {"engine": "vkCmdCopyBuffer"}),
+     Candidate("ssbo-256", {"read": "ssbo", "local_size": 256}),
+     Candidate("texel-256", {"read": "texel", "local_size": 256}),
+     Candidate("ssbo-64", {"read": "ssbo", "local_size": 64}, fast=False),
+     Candidate("texel-64", {"read": "texel", "local_size": 64}, fast=False)],
+    "copy-engine", _copy_class, _copy_run, examples=(64 << 10, 1 << 20, 4 << 20))
+
+
+# -- python -m vkml.tune ----------------------------------------------------------------
+
+def _bench_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "bench" / "workloads"
+
+
+def _parser():
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        prog="python -m vkml.tune",
+        description="Tune vkml's operator paths on this device ahead of time: time each "
+                    "candidate, keep the fastest per shape class in the cache folder "
+                    "(VKML_CACHE_DIR). At run time VKML_TUNE=off|fast|full (default fast) "
+                    "decides what is timed on first use.")
+    ap.add_argument("workloads", nargs="*", metavar="WORKLOADS.json",
+                    help="bench workload files (bench/workloads/*.json); without them, each "
+                         "registered path's example shapes")
+    ap.add_argument("--bench", action="store_true", help="every bench/workloads/*.json")
+    ap.add_argument("--path", action="append", default=[], metavar="NAME",
+                    help="only this registered path (repeatable)")
+    ap.add_argument("--mode", choices=("fast", "full"), default="full",
+                    help="full: every candidate (default); fast: the short list")
+    ap.add_argument("--refresh", action="store_true",
+                    help="re-measure even where a choice is stored (without workloads: the "
+                         "stored shapes too)")
+    ap.add_argument("--device", default=None, help="device index or name (default: vkml's)")
+    ap.add_argument("--list", action="store_true", help="list the registered paths and exit")
+    return ap
+
+
+def _workloads(args, paths: dict, device, tuner: Tuner, say) -> list:
+    files = [Path(f) for f in args.workloads]
+    if args.bench:
+        files += sorted(_bench_dir().glob("*.json"))
+    work = []
+    if files:
+        skipped: dict[str, int] = {}
+        for f in files:
+            raw = _read_json(f)
+            entries = raw.get("workloads", []) if isinstance(raw, dict) else None
+            if not isinstance(entries, list):
+                say(f"{f}: not a workload file (skipped)")
+                continue
+            for w in entries:
+                used = False
+                for p in paths.values():
+                    shape = p.from_workload(w) if p.from_workload else None
+                    if shape is not None:
+                        work.append((p.name, shape))
+                        used = True
+                if not used:
+                    op = w.get("op", "?") if isinstance(w, dict) else "?"
+                    skipped[op] = skipped.get(op, 0) + 1
+        for op, n in sorted(skipped.items()):
+            say(f"{n} workload(s) of op {op!r}: no registered tunable path takes them yet")
+        return work
+    for p in paths.values():
+        work += [(p.name, s) for s in p.examples]
+    if args.refresh:               # and what is stored for this device and its features
+        for pname, shape in tuner.stored(device):
+            if pname in paths and (pname, shape) not in work:
+                work.append((pname, shape))
+    return work
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.table import Table
+    except ImportError:           # plain text without rich
+        Console = None
+    console = None
+    if Console is not None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=max(console.width, 160))
+    say = console.print if console else print
+    paths = registered_paths()
+    if args.path:
+        unknown = [n for n in args.path if n not in paths]
+        if unknown:
+            say(f"no tunable path named {', '.join(unknown)} (registered: {', '.join(paths)})")
+            return 2
+        paths = {n: paths[n] for n in args.path}
+    if args.list:
+        for p in paths.values():
+            say(f"{p.name}: default {p.default}; candidates "
+                + ", ".join(c.name + ("" if c.fast else " (full)") for c in p.candidates))
+        return 0
+    from .device import Device
+
+    device = Device(args.device)
+    try:
+        tuner = Tuner(args.mode)
+        work = _workloads(args, paths, device, tuner, say)
+        if not work:
+            say("nothing to tune")
+            return 0
+        say(f"tuning {len(work)} shape(s) on {device.info} (mode {args.mode}"
+            f"{', refresh' if args.refresh else ''})")
+        if console is not None:
+            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          console=console, transient=True) as bar:
+                task = bar.add_task("tuning", total=len(work))
+
+                def progress(i, n, path, shape):
+                    bar.update(task, completed=i,
+                               description=f"{path} {shape}" if path else "done")
+                choices = tune(work, device, args.mode, refresh=args.refresh, tuner=tuner,
+                               progress=progress)
+        else:
+            choices = tune(work, device, args.mode, refresh=args.refresh, tuner=tuner)
+        _report(choices, console, Table if console else None)
+    finally:
+        device.close()
+    return 0
+
+
+def _fmt_s(t) -> str:
+    if t is None:
+        return "-"
+    return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
+
+
+def _report(choices, console, Table) -> None:
+    rows, seen = [], set()
+    for c in choices:
+        if c.key in seen:
+            continue
+        seen.add(c.key)
+        ru = c.runner_up()
+        sp = c.speedup()
+        rows.append((c.path, c.key.shape_class, c.name, _fmt_s(c.seconds),
+                     f"{ru[0]} {_fmt_s(ru[1])}" if ru else "-",
+                     f"{sp:.2f}x" if sp else "-", c.source))
+    head = ("path", "shape class", "chosen", "time", "runner-up", "speedup vs default", "source")
+    if Table is None:
+        print("  ".join(head))
+        for r in rows:
+            print("  ".join(r))
+        return
+    t = Table(title="Tuned choices", title_justify="left")
+    for h in head:
+        t.add_column(h, justify="right" if h in ("time", "speedup vs default") else "left")
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+
+
+if __name__ == "__main__":     # python -m vkml.tuning works too
+    sys.exit(main())
