@@ -1196,7 +1196,8 @@ class WinogradPath(Path):
 
 DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
 DW_BLOCK = (16, 8)        # CPU devices: pixels per strip, rows per band (NB, R)
-DW_UNROLL = 4096          # most loads or products in the depthwise kernel's unrolled body
+DW_UNROLL = 4096          # most products (or twice the loads) the depthwise kernel unrolls
+DW_SPAN = 128             # most input elements of one unrolled row load
 
 
 class DepthwisePath(Path):
@@ -1239,7 +1240,9 @@ class DepthwisePath(Path):
         def unrolled(nb_, r_):      # loads and products in the unrolled body
             rows = (r_ - 1) * sh + (kh - 1) * dh + 1
             span = (nb_ - 1) * sw + (kw - 1) * dw + 1 + 3
-            return max(kd * rows * span, kd * kh * kw * r_ * nb_)
+            if span > DW_SPAN:      # (LLVM's time grows faster than the loads: a
+                return DW_UNROLL + 1    # 3004-element row took 45 s to compile)
+            return max(2 * kd * rows * span, kd * kh * kw * r_ * nb_)
 
         while unrolled(nb, r) > DW_UNROLL and (r > 1 or nb > 1):
             if r > 1:
