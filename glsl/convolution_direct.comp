@@ -11,6 +11,11 @@
 // (g = co / Cog, Cig = C_in / groups, Cog = C_out / groups; flip(k) = K-1-k in the
 // CONVOLUTION mode.)  Then bias, then the fused activation, then one store.
 //
+// Only outputs o in [vlo, vhi) per axis are computed (the others have no contribution:
+// bias and activation only); the host (ops/convolution.py, _axis_forward/_backward)
+// rebases the geometry to o - vlo, trims the input (x_off) and the taps (w_off) to the
+// ones that reach the output, so that every index below fits int32 exactly.
+//
 // vkml:variant convolution_direct_f32 F32=1
 // vkml:variant convolution_direct_f16 F16=1
 // vkml:variant convolution_direct_f16_packed F16_PACKED=1
@@ -32,12 +37,14 @@ layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 stride;       // d, h, w, flip (CONVOLUTION mode)
     ivec4 dil;          // d, h, w, has bias
     ivec4 pad;          // start padding d, h, w
-    ivec4 valid;        // forward: output positions the convolution covers (output_padding)
+    ivec4 valid;        // vhi: outputs at or past it have no contribution (output_padding)
     uvec4 xs;           // input strides n, c, d, h
     uvec4 ys;           // output strides n, c, d, h
     uvec4 ws;           // filter strides 0, 1, kd, kh
     uvec4 ws_last;      // x w, y w, filter kw, bias c
     vec4 act;           // activation parameters
+    ivec4 vlo;          // first output with a contribution d, h, w
+    uvec4 offs;         // filter element offset, input element offset, -, -
 };
 layout(push_constant) uniform Push {
     uvec4 origin;       // first ow, oh, z (z = (n * C_out + co) * OD + od) of this dispatch
@@ -59,10 +66,14 @@ void main() {
     uint c0 = g * uint(cig);
     bool flip = stride.w != 0;
     float acc = 0.0;
-    uint xn = n * xs.x + c0 * xs.y - x_base;
-    int o[3] = int[3](int(od), int(oh), int(ow));
-    if (!BACKWARD) {
-        if (int(od) < valid.x && int(oh) < valid.y && int(ow) < valid.z) {
+    uint xn = n * xs.x + c0 * xs.y - x_base + offs.y;
+    // (out_size < 2^31: the host refuses larger outputs)
+    int o[3] = int[3](int(od) - vlo.x, int(oh) - vlo.y, int(ow) - vlo.z);
+    bool live = o[0] >= 0 && o[1] >= 0 && o[2] >= 0
+        && int(od) < valid.x && int(oh) < valid.y && int(ow) < valid.z;
+    if (!live) {
+    } else if (!BACKWARD) {
+        {
             for (int kd = 0; kd < ksize.x; kd++) {
                 int id = o[0] * stride.x - pad.x + kd * dil.x;
                 if (id < 0 || id >= in_size.x) continue;
@@ -73,7 +84,7 @@ void main() {
                         int iw = o[2] * stride.z - pad.z + kw * dil.z;
                         if (iw < 0 || iw >= in_size.z) continue;
                         uint xi = xn + uint(id) * xs.z + uint(ih) * xs.w + uint(iw) * ws_last.x;
-                        uint wi = co * ws.x
+                        uint wi = offs.x + co * ws.x
                             + uint(flip ? ksize.x - 1 - kd : kd) * ws.z
                             + uint(flip ? ksize.y - 1 - kh : kh) * ws.w
                             + uint(flip ? ksize.z - 1 - kw : kw) * ws_last.z;
@@ -101,7 +112,7 @@ void main() {
                     if (tw < 0 || tw % stride.z != 0 || tw / stride.z >= in_size.z) continue;
                     int iw = tw / stride.z;
                     uint xi = xn + uint(id) * xs.z + uint(ih) * xs.w + uint(iw) * ws_last.x;
-                    uint wi = c0 * ws.x + col * ws.y
+                    uint wi = offs.x + c0 * ws.x + col * ws.y
                         + uint(flip ? ksize.x - 1 - kd : kd) * ws.z
                         + uint(flip ? ksize.y - 1 - kh : kh) * ws.w
                         + uint(flip ? ksize.z - 1 - kw : kw) * ws_last.z;

@@ -90,9 +90,156 @@ def _pad3(values, fill) -> tuple[int, ...]:
     return (fill,) * (3 - len(values)) + tuple(values)
 
 
+#: Index arithmetic in the kernels is 32-bit (SwiftShader has no int64).  A geometry
+#: whose positions all stay below SMALL is run as given; any other is reduced per axis
+#: (see :func:`_axis_forward`, :func:`_axis_backward`) to the outputs, taps and input
+#: positions that meet, which only the direct path runs.
+SMALL = 1 << 30
+INT_MAX = (1 << 31) - 1
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+def _axis_forward(i_n: int, k_n: int, s: int, d: int, a: int, v: int):
+    """One forward axis ``y[o] = sum_k x[o*s + k*d - a] w[k]`` for ``o < v`` (Python ints,
+    exact) reduced to the outputs and taps that reach the input.
+
+    Tap ``k`` reads the input at ``o`` in ``[ceil((a - k d)/s), floor((a - k d + I - 1)/s)]``
+    (clipped to ``[0, v)``).  Outputs outside the union ``[vlo, vhi)`` of those ranges
+    and taps whose range is empty contribute nothing, so with ``o' = o - vlo`` and
+    ``k' = k - k0`` the same sum is ``x[o' s + k' d - a']`` with
+    ``a' = a - vlo s - k0 d`` over the ``K' = k1 - k0 + 1`` taps that meet (exactly the
+    same input positions and taps for every output).  One output left: ``o' = 0``, so any
+    stride gives the same sum (s' = 1); one tap: likewise d' = 1.  Returns
+    ``(I, K', s', d', a', vlo, vhi, k0)`` or None where no output meets the input."""
+    lo_o = hi_o = k0 = k1 = None
+    for k in range(k_n):
+        lo = max(0, _ceil_div(a - k * d, s))
+        hi = min(v - 1, (a - k * d + i_n - 1) // s)
+        if lo > hi:
+            continue
+        lo_o = lo if lo_o is None else min(lo_o, lo)
+        hi_o = hi if hi_o is None else max(hi_o, hi)
+        k0 = k if k0 is None else k0
+        k1 = k
+    if lo_o is None:
+        return None
+    kk = k1 - k0 + 1
+    s2 = 1 if hi_o == lo_o else s
+    d2 = 1 if kk == 1 else d
+    a2 = a - lo_o * s - k0 * d
+    return (i_n, kk, s2, d2, a2, lo_o, hi_o + 1, k0)
+
+
+def _axis_backward(i_n: int, k_n: int, s: int, d: int, a: int, o_n: int):
+    """One backward axis ``y[i*s + k*d - a] += x[i] w[k]`` for outputs ``[0, o_n)``
+    reduced to the inputs, taps and outputs that meet.
+
+    Tap ``k`` lands inside the output from inputs ``i`` in
+    ``[ceil((a - k d)/s), floor((a - k d + O - 1)/s)]`` (clipped to ``[0, I)``), on outputs
+    ``i s + k d - a``.  With ``i' = i - i0``, ``k' = k - k0``, ``o' = o - vlo`` the same
+    scatter is ``o' = i' s + k' d - a'``, ``a' = a + vlo - i0 s - k0 d``: the same pairs
+    land on the same outputs, the trimmed inputs and taps land nowhere.  One input left:
+    ``i' = 0``, any stride divides 0 (s' = 1); one tap: d' = 1.  Returns
+    ``(I', K', s', d', a', vlo, vhi, k0, i0)`` or None where nothing lands inside."""
+    i0 = i1 = k0 = k1 = vlo = vhi = None
+    for k in range(k_n):
+        lo = max(0, _ceil_div(a - k * d, s))
+        hi = min(i_n - 1, (a - k * d + o_n - 1) // s)
+        if lo > hi:
+            continue
+        i0 = lo if i0 is None else min(i0, lo)
+        i1 = hi if i1 is None else max(i1, hi)
+        k0 = k if k0 is None else k0
+        k1 = k
+        p_lo, p_hi = lo * s + k * d - a, hi * s + k * d - a
+        vlo = p_lo if vlo is None else min(vlo, p_lo)
+        vhi = p_hi + 1 if vhi is None else max(vhi, p_hi + 1)
+    if i0 is None:
+        return None
+    ii, kk = i1 - i0 + 1, k1 - k0 + 1
+    s2 = 1 if ii == 1 else s
+    d2 = 1 if kk == 1 else d
+    a2 = a + vlo - i0 * s - k0 * d
+    return (ii, kk, s2, d2, a2, vlo, vhi, k0, i0)
+
+
+def _reduce(d: ConvolutionOperatorDesc, geo: "Geometry") -> "Geometry":
+    """The geometry with every axis reduced (see _axis_forward/_backward) and checked to
+    fit the kernels' 32-bit arithmetic; ValidationError naming the field where it does
+    not (the positions an output and a tap meet would be 2^31 or more apart)."""
+    n_sp = d.spatial_count
+    first = 3 - n_sp
+    fields = dict(in_size=list(geo.in_size), kernel=list(geo.kernel), stride=list(geo.stride),
+                  dilation=list(geo.dilation), start=list(geo.start))
+    vlo, vhi = [0, 0, 0], list(geo.out_size if geo.backward else geo.valid)
+    x_off = w_off = 0
+    for ax in range(3):
+        if ax < first:
+            continue
+        field = ax - first
+        i_n, k_n, s, dl, a = (geo.in_size[ax], geo.kernel[ax], geo.stride[ax],
+                              geo.dilation[ax], geo.start[ax])
+        if geo.backward:
+            r = _axis_backward(i_n, k_n, s, dl, a, geo.out_size[ax])
+        else:
+            r = _axis_forward(i_n, k_n, s, dl, a, geo.valid[ax])
+        if r is None:                   # no output meets the input: bias only everywhere
+            return _replace(geo, in_size=(1, 1, 1), kernel=(1, 1, 1), stride=(1, 1, 1),
+                            dilation=(1, 1, 1), start=(0, 0, 0), vrange=((0,) * 3, (0,) * 3),
+                            x_off=0, w_off=0, plain=False)
+        i2, k2, s2, d2, a2, lo, hi, k0 = r[:8]
+        i0 = r[8] if geo.backward else 0
+        # the kernel's values for the outputs [lo, hi) and taps [0, K'):
+        # forward o' s + k' d - a', backward o' + a' - k' d (= i' s where they meet)
+        if geo.backward:
+            low, high = a2 - (k2 - 1) * d2, (hi - lo - 1) + a2
+        else:
+            low, high = -a2, (hi - lo - 1) * s2 + (k2 - 1) * d2 - a2
+        if low < -INT_MAX or high > INT_MAX or max(s2, d2, abs(a2), hi) > INT_MAX:
+            name = "dilations" if k2 > 1 and (k2 - 1) * d2 > (hi - lo) * s2 else "strides"
+            d.fail(f"{name}[{field}]", "vkml indexes with 32-bit arithmetic: the input "
+                   "positions that the outputs and filter taps which meet reach must lie "
+                   f"within 2^31 - 1 of each other; this one spans [{low}, {high}]")
+        fields["in_size"][ax], fields["kernel"][ax] = i2, k2
+        fields["stride"][ax], fields["dilation"][ax], fields["start"][ax] = s2, d2, a2
+        vlo[ax], vhi[ax] = lo, hi
+        x_off += i0 * geo.x_strides[2 + ax]
+        w_off += ((k_n - k2 - k0) if geo.flip else k0) * geo.w_strides[2 + ax]
+    return _replace(geo, **{k: tuple(v) for k, v in fields.items()},
+                    vrange=(tuple(vlo), tuple(vhi)), x_off=x_off, w_off=w_off, plain=False)
+
+
+def _replace(geo, **kw):
+    import dataclasses
+    return dataclasses.replace(geo, **kw)
+
+
+def _is_small(geo: "Geometry") -> bool:
+    """Whether every position the kernels compute stays below SMALL as given (forward:
+    o*s + k*d - a lies in [-start, in + start + end); backward: o + start - k*d in
+    [-(K-1) d, (in-1) s + (K-1) d]), so no reduction is needed."""
+    for ax in range(3):
+        i_n, k_n, s, dl, a, o_n = (geo.in_size[ax], geo.kernel[ax], geo.stride[ax],
+                                   geo.dilation[ax], geo.start[ax], geo.out_size[ax])
+        reach = (k_n - 1) * dl
+        span = (i_n + a + geo.valid[ax] * s + reach) if not geo.backward else \
+            ((i_n - 1) * s + reach + a + o_n)
+        if max(span, s, dl, o_n) >= SMALL:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Geometry:
-    """A convolution descriptor as three spatial dimensions (d, h, w)."""
+    """A convolution descriptor as three spatial dimensions (d, h, w).
+
+    ``plain``: the descriptor's own values (every path may take it); else the reduced
+    geometry of :func:`_reduce` (the direct path only): outputs outside
+    ``vrange = (vlo, vhi)`` have no contribution, the input is read from element
+    ``x_off`` and the filter from ``w_off`` (taps trimmed to the ones that meet)."""
 
     n: int
     c_in: int
@@ -113,12 +260,16 @@ class Geometry:
     y_strides: tuple
     b_stride: int | None    # bias channel stride, None without bias
     packed: bool            # input, filter and output packed (NCDHW) tensors
+    vrange: tuple | None = None
+    x_off: int = 0
+    w_off: int = 0
+    plain: bool = True
 
     @classmethod
     def of(cls, d: ConvolutionOperatorDesc) -> "Geometry":
         spatial = d.spatial_count
         tensors = [d.input_tensor, d.filter_tensor, d.output_tensor]
-        return cls(
+        geo = cls(
             n=d.input_tensor.sizes[0], c_in=d.input_channels, c_out=d.output_channels,
             groups=d.group_count,
             in_size=_pad3(d.input_tensor.sizes[2:], 1),
@@ -132,6 +283,14 @@ class Geometry:
             y_strides=_strides5(d.output_tensor),
             b_stride=(d.bias_tensor.element_strides[1] if d.bias_tensor is not None else None),
             packed=all(t.is_packed for t in tensors))
+        for i, o in enumerate(d.output_tensor.sizes[2:]):
+            if o > INT_MAX:
+                d.fail(f"output_tensor.sizes[{i + 2}]", "vkml indexes with 32-bit "
+                       f"arithmetic: an output dimension must be below 2^31, got {o}")
+        if _is_small(geo):
+            return _replace(geo, vrange=((0, 0, 0), geo.out_size if geo.backward
+                                         else geo.valid))
+        return _reduce(d, geo)
 
     @property
     def cin_per_group(self) -> int:
@@ -158,6 +317,15 @@ def storage_suffix(op: CompiledOperator, dtype: DataType) -> str:
     if dtype == DataType.FLOAT32:
         return "f32"
     return "f16" if op.features.get("storage16") else "f16_packed"
+
+
+def _words(values) -> np.ndarray:
+    """32-bit parameter words, refusing (instead of wrapping) any value that fits
+    neither int32 nor uint32 (the geometry keeps them in range; a bug otherwise)."""
+    v = np.asarray(values, dtype=object)
+    if any(not -(1 << 31) <= int(e) < (1 << 32) for e in v.ravel()):
+        raise AssertionError(f"convolution parameter out of 32-bit range: {list(v)}")
+    return np.array([int(e) & 0xFFFFFFFF for e in v.ravel()], np.uint32)
 
 
 def _span(sizes, strides) -> int:
@@ -220,13 +388,16 @@ class DirectPath(Path):
         p[12:16] = [*g.stride, int(g.flip)]
         p[16:20] = [*g.dilation, int(g.b_stride is not None)]
         p[20:23] = g.start
-        p[24:27] = g.valid if not g.backward else g.out_size
+        p[24:27] = g.vrange[1]
         p[28:32] = g.x_strides[:4]
         p[32:36] = g.y_strides[:4]
         p[36:40] = g.w_strides[:4]
         p[40:44] = [g.x_strides[4], g.y_strides[4], g.w_strides[4], g.b_stride or 0]
-        words = p.astype(np.uint32)
-        params = np.concatenate([words.view(np.uint8), self.act_params.view(np.uint8)])
+        tail = np.zeros(8, np.int64)
+        tail[0:3] = g.vrange[0]
+        tail[4:6] = [g.w_off, g.x_off]
+        params = np.concatenate([_words(p).view(np.uint8), self.act_params.view(np.uint8),
+                                 _words(tail).view(np.uint8)])
         self.params = op.upload(params)
         self.esize = g.dtype.size
         self.windows = self._batch_windows()
@@ -236,7 +407,9 @@ class DirectPath(Path):
         device's maxStorageBufferRange."""
         g, e = self.geo, self.esize
         limit = self.ctx.limits["maxStorageBufferRange"] - 2 * self.ctx.binding_alignment()
-        x_item = _span((g.c_in, *g.in_size), g.x_strides[1:])
+        # (the descriptor's input: a reduced geometry reads a part of it from x_off)
+        x_item = _span((g.c_in, *_pad3(self.op.desc.input_tensor.sizes[2:], 1)),
+                       g.x_strides[1:])
         y_item = _span((g.c_out, *g.out_size), g.y_strides[1:])
         if max(x_item, y_item) * e > limit:
             raise UnsupportedError("maxStorageBufferRange", "one batch item of this "
@@ -337,7 +510,7 @@ class Relayout:
         p = np.zeros(RELAYOUT_PARAM_WORDS, np.int64)
         p[0:8], p[8:16], p[16:24], p[24:32], p[32:40] = size, stride, lo, hi, dstride
         p[40:43] = base, self.rpg, groups
-        self.params = op.upload(p.astype(np.int32))
+        self.params = op.upload(_words(p))
 
     def encode(self, seq, src, dst, dst_offset_elems: int = 0) -> None:
         binds = [Bind(src, 0, self.src_bytes, "r", self.fmt), Bind(dst, 0, None, "w"),
@@ -387,6 +560,8 @@ GEMM_SG_PARAM_WORDS = GEMM_PARAM_WORDS + 8 + 256 * 4      # SGW variants
 
 
 GEMM_UNROLL = 1024     # products in the GEMM's unrolled channel-loop body (CPU devices)
+GEMM_MAX_KW = 32       # most column taps the GEMM unrolls
+GEMM_MAX_REACH = 4096  # most input elements between the first and last column tap
 
 
 def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
@@ -558,9 +733,22 @@ class GemmPath(Path):
                 * math.prod(geo.stride[:2])
         big = max(op.desc.input_tensor.total_tensor_size_in_bytes,
                   op.desc.output_tensor.total_tensor_size_in_bytes) * 2
-        return (geo.cout_per_group >= 4 and rows <= 1024 and big < lim["maxStorageBufferRange"]
+        if not (geo.plain and geo.cout_per_group >= 4 and rows <= 1024
+                and big < lim["maxStorageBufferRange"]
                 and (geo.backward or geo.valid == geo.out_size)
-                and math.prod(geo.stride) <= 64)
+                and math.prod(geo.stride) <= 64):
+            return False
+        # column taps are unrolled (KW, DW specialization constants: the row span a
+        # block loads is (NB-1)*SW + (KW-1)*DW + 1), the padded planes are allocated:
+        # both bounded by the work, never by a parameter
+        if geo.kernel[2] > GEMM_MAX_KW or (geo.kernel[2] - 1) * geo.dilation[2] > GEMM_MAX_REACH:
+            return False
+        phases = transposed_axes(geo) if geo.backward else forward_axes(geo)
+        _, ext = padded_extents(geo, phases)
+        planes = geo.n * geo.c_in * math.prod(ext[:2]) * (-(-ext[2] // 4) * 4)
+        work = (geo.n * geo.c_in * math.prod(geo.in_size)
+                + geo.n * geo.c_out * math.prod(geo.out_size))
+        return planes <= 4 * work + (1 << 16)
 
     def __init__(self, op, geo):
         super().__init__(op, geo)
@@ -735,7 +923,7 @@ class GemmPath(Path):
         p[16:20] = g.y_strides[:4]
         p[20:24] = [g.y_strides[4], 0, 0, 0]
         words = np.zeros(GEMM_SG_PARAM_WORDS if sg else GEMM_PARAM_WORDS, np.int32)
-        words[:24] = p[:24].astype(np.int32)
+        words[:24] = _words(p[:24]).view(np.int32)
         words[24:28] = self.act_params.view(np.int32)
         words[28:28 + len(row_offsets)] = row_offsets
         if sg:
@@ -829,7 +1017,7 @@ def gemm_params(geo4, xs4, ysz4, ystep4, ys4, ys_w: int, act_params, rows) -> np
     """The parameter block of ``convolution_gemm.comp`` (see its ``Params``)."""
     words = np.zeros(GEMM_PARAM_WORDS, np.int32)
     for i, v in enumerate((geo4, xs4, ysz4, ystep4, ys4)):
-        words[4 * i:4 * i + 4] = np.array(v, np.int64).astype(np.int32)
+        words[4 * i:4 * i + 4] = _words(v).view(np.int32)
     words[20] = ys_w
     words[24:28] = np.asarray(act_params, np.float32).view(np.int32)
     words[28:28 + len(rows)] = rows
@@ -879,7 +1067,8 @@ class WinogradPath(Path):
         lim = op.ctx.limits
         tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
         big = 36 * max(geo.c_in, geo.c_out) * (tiles + 16) * 4
-        return (not geo.backward and geo.kernel == (1, 3, 3) and geo.stride == (1, 1, 1)
+        return (geo.plain and not geo.backward and geo.kernel == (1, 3, 3)
+                and geo.stride == (1, 1, 1)
                 and geo.dilation == (1, 1, 1) and geo.groups == 1
                 and geo.valid == geo.out_size and geo.in_size[0] == 1
                 and geo.c_in >= 16 and geo.c_out >= 16 and tiles >= 32
@@ -955,7 +1144,7 @@ class WinogradPath(Path):
         p[20:24] = [OH, OW, int(g.flip), int(g.b_stride is not None)]
         p[24:28] = [g.y_strides[0], g.y_strides[1], g.y_strides[3], g.y_strides[4]]
         p[28:32] = [g.b_stride or 0, 0, 0, 0]
-        words = p.astype(np.int32)
+        words = _words(p).view(np.int32)
         words[32:36] = self.act_params.view(np.int32)
         self.params = op.upload(words)
         # the 36 GEMMs: image = transform point, one row of T "pixels" (tiles), one tap
@@ -1007,6 +1196,8 @@ class WinogradPath(Path):
 
 DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
 DW_BLOCK = (16, 8)        # CPU devices: pixels per strip, rows per band (NB, R)
+DW_UNROLL = 4096          # most products (or twice the loads) the depthwise kernel unrolls
+DW_SPAN = 128             # most input elements of one unrolled row load
 
 
 class DepthwisePath(Path):
@@ -1021,33 +1212,52 @@ class DepthwisePath(Path):
     @classmethod
     def accepts(cls, op, geo) -> bool:
         lim = op.ctx.limits
-        return (not geo.backward and geo.cin_per_group == 1 and geo.valid == geo.out_size
+        return (geo.plain and not geo.backward and geo.cin_per_group == 1
+                and geo.valid == geo.out_size
                 and math.prod(geo.kernel) <= 64
                 and max(op.desc.input_tensor.total_tensor_size_in_bytes,
                         op.desc.output_tensor.total_tensor_size_in_bytes)
-                < lim["maxStorageBufferRange"])
+                < lim["maxStorageBufferRange"]
+                and cls.blocks(op, geo) is not None)
 
-    def __init__(self, op, geo):
-        super().__init__(op, geo)
-        g = geo
-        d = op.desc
+    @staticmethod
+    def blocks(op, geo):
+        """(NB, R) for the geometry, or None where even a 1 x 1 block would unroll more
+        than DW_UNROLL loads or products.  The kernel unrolls KD x NI input rows of E
+        elements (NI = (R-1)*SH + (KH-1)*DH + 1, E = (NB-1)*SW + (KW-1)*DW + 1, plus 3
+        for float4 rows) and KD*KH*KW*R*NB products: strides and dilations enter the
+        unrolled size, so they are bounded here, not by the kernel."""
         cpu = op.device.info.device_type == "cpu"
-        ow, oh = g.out_size[2], g.out_size[1]
+        ow, oh = geo.out_size[2], geo.out_size[1]
         # lavapipe: 16 x 8 blocks (a 128-channel 56x56 3x3 took 1.08 ms of CPU with
         # 16 x 8, 1.20 with 8 x 8, 1.51 with 4 x 14); other devices: 4 x 1
         nb, r = DW_BLOCK if cpu else (4, 1)
         nb = max(1, min(nb, -(-ow // 4) * 4))
         r = max(1, min(r, oh))
-        kd, kh, kw = g.kernel
+        kd, kh, kw = geo.kernel
+        sh, sw, dh, dw = geo.stride[1], geo.stride[2], geo.dilation[1], geo.dilation[2]
 
-        def unrolled(nb_, r_):      # products in the unrolled body
-            return kd * ((r_ - 1) * g.stride[1] + (kh - 1) * g.dilation[1] + 1) * kw * nb_
+        def unrolled(nb_, r_):      # loads and products in the unrolled body
+            rows = (r_ - 1) * sh + (kh - 1) * dh + 1
+            span = (nb_ - 1) * sw + (kw - 1) * dw + 1 + 3
+            if span > DW_SPAN:      # (LLVM's time grows faster than the loads: a
+                return DW_UNROLL + 1    # 3004-element row took 45 s to compile)
+            return max(2 * kd * rows * span, kd * kh * kw * r_ * nb_)
 
-        while unrolled(nb, r) > 4096 and (r > 1 or nb > 4):
+        while unrolled(nb, r) > DW_UNROLL and (r > 1 or nb > 1):
             if r > 1:
                 r = (r + 1) // 2
             else:
-                nb = max(4, nb // 2)
+                nb = nb // 2 if nb > 4 else 1
+        return (nb, r) if unrolled(nb, r) <= DW_UNROLL else None
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        g = geo
+        d = op.desc
+        ow = g.out_size[2]
+        kd, kh, kw = g.kernel
+        nb, r = self.blocks(op, geo)
         self.nb, self.R = nb, r
         self.strips = -(-ow // nb)
         esize = g.dtype.size
@@ -1086,7 +1296,7 @@ class DepthwisePath(Path):
         p[28:32] = [g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]]
         p[32:36] = g.y_strides[:4]
         p[36:40] = [g.x_strides[4], g.y_strides[4], int(g.flip), g.c_out]
-        words = p.astype(np.int32)
+        words = _words(p).view(np.int32)
         words[40:44] = self.act_params.view(np.int32)
         self.params = op.upload(words)
 
