@@ -239,6 +239,7 @@ class GraphDesc:
                     raise ValidationError(f"GraphDesc.nodes[{i}]", f"input {slot} "
                                           f"({descs[i].OPERATOR_TYPE}) is not connected: every "
                                           "input with a tensor descriptor needs one edge")
+        for i in range(n):
             for k in range(len(outs[i])):
                 if not consumers[i][k] and not graph_outputs[i][k]:
                     raise ValidationError(f"GraphDesc.nodes[{i}]", f"output {k} "
