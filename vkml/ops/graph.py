@@ -102,8 +102,10 @@ class CompiledGraph(CompiledOperator):
     """``IDMLCompiledOperator`` of a graph: ``initialize``, ``execute``, ``record``.
 
     ``nodes``: the compiled nodes' descriptors in execution order; ``fusions``: what
-    fusion did (text); ``arena_bytes`` / ``intermediate_bytes``: the arena's size and the
-    sum of the intermediates' sizes.
+    fusion did (text); ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum
+    of the intermediates' sizes each rounded up to the binding alignment (what they would
+    take without sharing); ``intermediate_tensor_bytes``: the sum of their
+    TotalTensorSizeInBytes.
     """
 
     def __init__(self, device, graph: GraphDesc, fuse: bool = True, constants=None):
@@ -248,7 +250,9 @@ class CompiledGraph(CompiledOperator):
                 off = max(off, -(-hi // align) * align)
             placed.append((off, size, first, last))
             self.offsets[key] = (off, size)
-        self.intermediate_bytes = sum(s for _, s, _, _ in items)
+        # what the intermediates take apart, each at a binding-aligned offset
+        self.intermediate_bytes = sum(-(-s // align) * align for _, s, _, _ in items)
+        self.intermediate_tensor_bytes = sum(s for _, s, _, _ in items)
         self.arena_bytes = max((o + s for o, s, _, _ in placed), default=0)
         self.arena = None
         self._views: dict = {}
