@@ -262,6 +262,8 @@ class CompiledGraph(CompiledOperator):
             for key, (off, size) in self.offsets.items():
                 view = Allocation(self.arena.heap, self.arena.block, self.arena.offset + off,
                                   size)
+                # the heap destroys a live allocation's buffer views when the device closes
+                self.arena.heap.live.add(view)
                 self._views[key] = Tensor(self.device, (size,), np.uint8, view, size,
                                           owner=False)
 
