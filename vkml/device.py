@@ -147,6 +147,13 @@ class Device:
             raise ValidationError("op", "was created on another device")
         return compile_operator(op)
 
+    def compile_graph(self, graph_desc, *, fuse: bool = True, constants=None):
+        """``IDMLDevice1::CompileGraph``: validate a ``vkml.dml.GraphDesc``, fuse, plan
+        its intermediates in one arena and compile its nodes (``vkml/ops/graph.py``)."""
+        from .ops.graph import compile_graph
+
+        return compile_graph(self, graph_desc, fuse=fuse, constants=constants)
+
     def compiled(self, desc: OperatorDesc):
         """A compiled operator for ``desc``, cached (LRU) for the functional API."""
         with self._compiled_lock:

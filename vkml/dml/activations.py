@@ -9,6 +9,10 @@ The descriptor classes (``ActivationReluOperatorDesc``, ``ElementWiseClipOperato
 are generated from that table.
 
 Rules:
+* The same descriptor serves both uses: with ``input_tensor``/``output_tensor`` set it is an
+  operator of its own (``vkml/ops/activation.py``; the pages' "Tensor constraints":
+  FLOAT32/FLOAT16, 1 to 8 dimensions, the same DataType, DimensionCount and Sizes); with
+  both None it is fused (``standalone()`` / ``fused()`` convert between the two).
 * When fused, ``input_tensor`` and ``output_tensor`` must be None ("you must set the
   *InputTensor* and *OutputTensor* parameters for the activation function to NULL"); the
   fusing operator checks that.
@@ -128,14 +132,40 @@ class ActivationDesc(OperatorDesc):
         'Tensor constraints': same DataType, DimensionCount and Sizes, FLOAT32/FLOAT16."""
         from .data_type import DataType
 
+        from .operator import check_no_overlap
+
         self.validate_parameters(self.fail)
+        for name in ("input_tensor", "output_tensor"):
+            if getattr(self, name) is None:
+                self.fail(name, "is required when the activation runs as an operator of its "
+                          "own (None is only for an activation fused into another operator)")
         floats = (DataType.FLOAT32, DataType.FLOAT16)
         self.check_tensor("input_tensor", self.input_tensor, range(1, 9), floats)
         self.check_tensor("output_tensor", self.output_tensor, range(1, 9), floats)
         self.check_same_type(["input_tensor", "output_tensor"])
+        if self.input_tensor.dimension_count != self.output_tensor.dimension_count:
+            self.fail("output_tensor.sizes", "InputTensor and OutputTensor must have the same "
+                      f"DimensionCount, got {self.input_tensor.dimension_count} and "
+                      f"{self.output_tensor.dimension_count}")
         if self.input_tensor.sizes != self.output_tensor.sizes:
             self.fail("output_tensor.sizes", "InputTensor and OutputTensor must have the same "
                       f"Sizes, got {self.input_tensor.sizes} and {self.output_tensor.sizes}")
+        check_no_overlap(self, "output_tensor", self.output_tensor)
+
+    @property
+    def is_fused_form(self) -> bool:
+        """Both tensors None: the form another operator fuses (``fused_activation``)."""
+        return self.input_tensor is None and self.output_tensor is None
+
+    def standalone(self, input_tensor, output_tensor) -> "ActivationDesc":
+        """This activation (same parameters) as an operator of its own on these tensors."""
+        from dataclasses import replace
+
+        return replace(self, input_tensor=input_tensor, output_tensor=output_tensor)
+
+    def fused(self) -> "ActivationDesc":
+        """This activation (same parameters) with its tensors None, ready to be fused."""
+        return self.standalone(None, None)
 
     def validate_parameters(self, fail) -> None:
         """Check the parameters; ``fail(field, rule)`` raises (it names the field)."""

@@ -1,0 +1,463 @@
+"""DML graphs (``Device.compile_graph``): every validation rule naming its edge or node,
+random DAGs of padding / convolution / activation / LP pooling nodes against NumPy run one
+operator at a time, fused == unfused, the arena shared by lifetime, replay, constants
+(OWNED_BY_DML) bound once, and composition with ``Sequence``."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vkml
+from vkml import dml
+from vkml.errors import ValidationError
+
+from test_activations import FORMULAS
+from test_reliability import _conv_reference, _lp_reference
+
+F = dml.TensorDesc
+N = dml.OperatorGraphNodeDesc
+IN, OUT, MID = dml.InputGraphEdgeDesc, dml.OutputGraphEdgeDesc, dml.IntermediateGraphEdgeDesc
+OWNED = dml.TensorFlags.OWNED_BY_DML
+
+
+def f32(*s, flags=0):
+    return F("float32", s, flags=flags)
+
+
+def chain(n=3, shape=(1, 2, 4, 4)):
+    """x -> relu -> sigmoid -> ... (n activations), one graph output."""
+    t = f32(*shape)
+    acts = [dml.ActivationReluOperatorDesc, dml.ActivationSigmoidOperatorDesc,
+            dml.ActivationTanhOperatorDesc]
+    nodes = [N(acts[i % 3](t, t)) for i in range(n)]
+    return dml.GraphDesc(1, 1, nodes, [IN(0, 0, 0)], [OUT(n - 1, 0, 0)],
+                         [MID(i, 0, i + 1, 0) for i in range(n - 1)])
+
+
+def conv_graph(owned=True, act=True, pad=True):
+    """x -> zero pad -> conv(w, b) -> relu: the fusable pattern."""
+    x, xp = f32(1, 2, 5, 5), f32(1, 2, 7, 7)
+    w, b, y = f32(3, 2, 3, 3, flags=OWNED if owned else 0), f32(1, 3, 1, 1), f32(1, 3, 5, 5)
+    nodes = [N(dml.PaddingOperatorDesc(x, xp, start_padding=(0, 0, 1, 1),
+                                       end_padding=(0, 0, 1, 1))),
+             N(dml.ConvolutionOperatorDesc(xp, w, b, y)),
+             N(dml.ActivationLeakyReluOperatorDesc(y, y, alpha=0.1))]
+    return dml.GraphDesc(3, 1, nodes, [IN(0, 0, 0), IN(1, 1, 1), IN(2, 1, 2)], [OUT(2, 0, 0)],
+                         [MID(0, 0, 1, 0), MID(1, 0, 2, 0)])
+
+
+def conv_inputs(rng):
+    return (rng.standard_normal((1, 2, 5, 5)).astype(np.float32),
+            (rng.standard_normal((3, 2, 3, 3)) * 0.5).astype(np.float32),
+            rng.standard_normal((1, 3, 1, 1)).astype(np.float32))
+
+
+def conv_want(x, w, b):
+    y = _conv_reference(x, w, b.reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1], [0, 0], 1,
+                        False, False)
+    return np.where(y >= 0, y, 0.1 * y)
+
+
+# -- validation ------------------------------------------------------------------------------
+def _replace(g, **kw):
+    from dataclasses import replace
+    return replace(g, **kw)
+
+
+def _raises(device, g, field, match=None):
+    with pytest.raises(ValidationError) as info:
+        device.compile_graph(g)
+    assert info.value.field in ((field,) if isinstance(field, str) else field), str(info.value)
+    if match:
+        assert match in info.value.rule, str(info.value)
+    return info.value
+
+
+def test_valid_graphs_compile(device):
+    for g in (chain(), conv_graph()):
+        g.validate()
+
+
+@pytest.mark.parametrize("case, field, match", [
+    ("input index", "GraphDesc.input_edges[0].graph_input_index", "InputCount"),
+    ("to node", "GraphDesc.input_edges[0].to_node_index", "NodeCount"),
+    ("to slot", "GraphDesc.input_edges[0].to_node_input_index", "has 1 inputs"),
+    ("output index", "GraphDesc.output_edges[0].graph_output_index", "OutputCount"),
+    ("from node", "GraphDesc.output_edges[0].from_node_index", "NodeCount"),
+    ("from slot", "GraphDesc.output_edges[0].from_node_output_index", "has 1 outputs"),
+    ("mid from", "GraphDesc.intermediate_edges[1].from_node_index", "NodeCount"),
+    ("mid to slot", "GraphDesc.intermediate_edges[1].to_node_input_index", "has 1 inputs"),
+    ("negative", "GraphDesc.intermediate_edges[0].to_node_index", "UINT"),
+])
+def test_indices_in_range(device, case, field, match):
+    g = chain()
+    ie, oe, me = list(g.input_edges), list(g.output_edges), list(g.intermediate_edges)
+    if case == "input index":
+        ie[0] = IN(1, 0, 0)
+    elif case == "to node":
+        ie[0] = IN(0, 3, 0)
+    elif case == "to slot":
+        ie[0] = IN(0, 0, 1)
+    elif case == "output index":
+        oe[0] = OUT(2, 0, 1)
+    elif case == "from node":
+        oe[0] = OUT(5, 0, 0)
+    elif case == "from slot":
+        oe[0] = OUT(2, 1, 0)
+    elif case == "mid from":
+        me[1] = MID(7, 0, 2, 0)
+    elif case == "mid to slot":
+        me[1] = MID(1, 0, 2, 3)
+    else:
+        me[0] = MID(0, 0, -1, 0)
+    _raises(device, _replace(g, input_edges=ie, output_edges=oe, intermediate_edges=me),
+            field, match)
+
+
+def test_each_input_connected_exactly_once(device):
+    g = chain()
+    _raises(device, _replace(g, intermediate_edges=g.intermediate_edges[:1]),
+            "GraphDesc.nodes[2]", "input 0")
+    _raises(device, _replace(g, input_edges=g.input_edges + (IN(0, 1, 0),)),
+            "GraphDesc.intermediate_edges[0]", "already connected by GraphDesc.input_edges[1]")
+
+
+def test_every_output_connected(device):
+    g = chain()
+    _raises(device, _replace(g, output_edges=()), "GraphDesc.output_edges", "graph output 0")
+    _raises(device, _replace(g, output_edges=g.output_edges + (OUT(1, 0, 0),)),
+            "GraphDesc.output_edges[1]", "already connected")
+    # a node output nobody reads
+    _raises(device, _replace(g, output_count=1, output_edges=(OUT(1, 0, 0),),
+                             intermediate_edges=g.intermediate_edges[:1] + (MID(0, 0, 2, 0),)),
+            "GraphDesc.nodes[2]", "output 0")
+
+
+def test_optional_input(device):
+    """A convolution's null bias is not connected; connecting it is refused."""
+    g = conv_graph()
+    nodes = list(g.nodes)
+    nodes[1] = N(dml.ConvolutionOperatorDesc(f32(1, 2, 7, 7), f32(3, 2, 3, 3, flags=OWNED), None,
+                                             f32(1, 3, 5, 5)))
+    ok = _replace(g, input_count=2, nodes=nodes, input_edges=g.input_edges[:2])
+    device.compile_graph(ok, constants={1: np.zeros((3, 2, 3, 3), np.float32)}).release()
+    _raises(device, _replace(ok, input_count=3, input_edges=g.input_edges),
+            "GraphDesc.input_edges[2]", "absent optional input")
+    _raises(device, _replace(g, input_edges=g.input_edges[:2], input_count=2),
+            "GraphDesc.nodes[1]", "input 2")
+
+
+def test_no_cycles(device):
+    g = chain()
+    cyc = _replace(g, input_count=1, input_edges=(IN(0, 0, 0),),
+                   intermediate_edges=(MID(0, 0, 1, 0), MID(2, 0, 1, 0)))
+    _raises(device, cyc, "GraphDesc.intermediate_edges[1]", "already connected")
+    loop = dml.GraphDesc(0, 1, chain().nodes[:2], (), (OUT(1, 0, 0),),
+                         (MID(0, 0, 1, 0), MID(1, 0, 0, 0)))
+    err = _raises(device, loop, ("GraphDesc.intermediate_edges[0]",
+                                 "GraphDesc.intermediate_edges[1]"), "cycle")
+    assert "directed acyclic" in err.rule
+    self_loop = dml.GraphDesc(0, 1, chain().nodes[:1], (), (OUT(0, 0, 0),), (MID(0, 0, 0, 0),))
+    _raises(device, self_loop, "GraphDesc.intermediate_edges[0]", "cycle")
+
+
+def test_edge_sizes(device):
+    """The page's rule: connected tensors' TotalTensorSizeInBytes are identical (other
+    sizes and types are legal reinterpretations)."""
+    t, u = f32(1, 2, 4, 4), f32(1, 2, 4, 5)
+    nodes = [N(dml.ActivationReluOperatorDesc(t, t)), N(dml.ActivationReluOperatorDesc(u, u))]
+    g = dml.GraphDesc(1, 1, nodes, [IN(0, 0, 0)], [OUT(1, 0, 0)], [MID(0, 0, 1, 0)])
+    _raises(device, g, "GraphDesc.intermediate_edges[0]", "TotalTensorSizeInBytes")
+    # same bytes, other sizes: legal, and computed as a reinterpretation
+    v = f32(32)
+    nodes[1] = N(dml.ActivationNegativeOperatorDesc(v, v)) if hasattr(
+        dml, "ActivationNegativeOperatorDesc") else N(dml.ActivationLinearOperatorDesc(
+            v, v, alpha=-1.0))
+    g = _replace(g, nodes=nodes)
+    cg = device.compile_graph(g)
+    x = np.linspace(-1, 1, 32, dtype=np.float32).reshape(1, 2, 4, 4)
+    out = device.empty(32)
+    cg.execute([device.tensor(x)], [out])
+    np.testing.assert_array_equal(out.numpy(), -np.maximum(x, 0).reshape(-1))
+    cg.release()
+
+
+def test_node_descriptor_errors_name_the_node(device):
+    g = chain()
+    nodes = list(g.nodes)
+    t = f32(1, 2, 4, 4)
+    nodes[1] = N(dml.ActivationEluOperatorDesc(t, f32(1, 2, 4, 5)))
+    err = _raises(device, _replace(g, nodes=nodes), "GraphDesc.nodes[1].operator")
+    assert "ActivationEluOperatorDesc.output_tensor.sizes" in err.rule
+    nodes[1] = "relu"
+    _raises(device, _replace(g, nodes=nodes), "GraphDesc.nodes[1]", "OperatorGraphNodeDesc")
+    _raises(device, dml.GraphDesc(1, 1, ()), "GraphDesc.nodes", "NodeCount")
+    _raises(device, _replace(g, input_edges=[OUT(0, 0, 0)]), "GraphDesc.input_edges[0]",
+            "InputGraphEdgeDesc")
+
+
+def test_owned_by_dml_rules(device):
+    g = conv_graph()
+    # the flag on an input connected by an intermediate edge
+    t = f32(1, 2, 5, 5, flags=OWNED)
+    nodes = [N(dml.ActivationReluOperatorDesc(f32(1, 2, 5, 5), f32(1, 2, 5, 5))),
+             N(dml.ActivationReluOperatorDesc(t, f32(1, 2, 5, 5)))]
+    bad = dml.GraphDesc(1, 1, nodes, [IN(0, 0, 0)], [OUT(1, 0, 0)], [MID(0, 0, 1, 0)])
+    _raises(device, bad, "GraphDesc.intermediate_edges[0]", "graph input")
+    # one graph input to inputs that use and omit the flag
+    mixed = dml.GraphDesc(1, 2, [N(dml.ActivationReluOperatorDesc(t, f32(1, 2, 5, 5))),
+                                 N(dml.ActivationReluOperatorDesc(f32(1, 2, 5, 5),
+                                                                  f32(1, 2, 5, 5)))],
+                          [IN(0, 0, 0), IN(0, 1, 0)], [OUT(0, 0, 0), OUT(1, 0, 1)])
+    _raises(device, mixed, "GraphDesc.input_edges[1]", "equivalently")
+    # on an output
+    out_flag = dml.GraphDesc(1, 1, [N(dml.ActivationReluOperatorDesc(
+        f32(4), f32(4, flags=OWNED)))], [IN(0, 0, 0)], [OUT(0, 0, 0)])
+    _raises(device, out_flag, "GraphDesc.nodes[0].operator", "only be used on input")
+    # bound at execution / not initialized
+    rng = np.random.default_rng(0)
+    x, w, b = conv_inputs(rng)
+    cg = device.compile_graph(g)
+    out = device.empty((1, 3, 5, 5))
+    with pytest.raises(ValidationError, match="initialize"):
+        cg.execute([device.tensor(x), None, device.tensor(b)], [out])
+    with pytest.raises(ValidationError) as info:
+        cg.execute([device.tensor(x), device.tensor(w), device.tensor(b)], [out])
+    assert info.value.field == "inputs[1]"
+    with pytest.raises(ValidationError) as info:
+        cg.initialize({0: x})
+    assert info.value.field == "constants[0]"
+    cg.initialize({1: w})
+    cg.execute([device.tensor(x), None, device.tensor(b)], [out])
+    np.testing.assert_allclose(out.numpy(), conv_want(x, w, b), rtol=1e-5, atol=1e-5)
+    cg.release()
+
+
+# -- execution -------------------------------------------------------------------------------
+@pytest.mark.parametrize("fuse", [True, False])
+def test_fused_pattern(device, fuse):
+    rng = np.random.default_rng(1)
+    x, w, b = conv_inputs(rng)
+    cg = device.compile_graph(conv_graph(), fuse=fuse, constants={1: w})
+    if fuse:
+        assert [type(d).__name__ for d in cg.nodes] == ["ConvolutionOperatorDesc"]
+        assert cg.nodes[0].start_padding == (1, 1) and cg.nodes[0].fused_activation.alpha == 0.1
+        assert len(cg.fusions) == 2 and cg.arena_bytes == 0
+    else:
+        assert len(cg.nodes) == 3 and not cg.fusions
+    out = device.empty((1, 3, 5, 5))
+    xt, bt = device.tensor(x), device.tensor(b)
+    cg.execute([xt, None, bt], [out])
+    np.testing.assert_allclose(out.numpy(), conv_want(x, w, b), rtol=1e-5, atol=1e-5)
+    # replay with new data in the same tensors: no re-recording
+    seq = cg._cache[2]
+    x2 = x[:, ::-1].copy()
+    xt.write(x2)
+    cg.execute([xt, None, bt], [out])
+    assert cg._cache[2] is seq
+    np.testing.assert_allclose(out.numpy(), conv_want(x2, w, b), rtol=1e-5, atol=1e-5)
+    cg.release()
+
+
+def test_no_fusion_where_not_exact(device):
+    """The convolution's output read by a second node, a non-zero padding value, padding
+    of the channel dimension: nothing fuses."""
+    x, xp = f32(1, 2, 5, 5), f32(1, 2, 7, 7)
+    w, y = f32(3, 2, 3, 3), f32(1, 3, 5, 5)
+    conv = dml.ConvolutionOperatorDesc(xp, w, None, y)
+    nodes = [N(dml.PaddingOperatorDesc(x, xp, padding_value=1.0, start_padding=(0, 0, 1, 1),
+                                       end_padding=(0, 0, 1, 1))),
+             N(conv), N(dml.ActivationReluOperatorDesc(y, y))]
+    g = dml.GraphDesc(2, 2, nodes, [IN(0, 0, 0), IN(1, 1, 1)], [OUT(2, 0, 0), OUT(1, 0, 1)],
+                      [MID(0, 0, 1, 0), MID(1, 0, 2, 0)])
+    cg = device.compile_graph(g)
+    assert not cg.fusions and len(cg.nodes) == 3
+    cg.release()
+    xc = f32(1, 1, 5, 5)
+    chan = [N(dml.PaddingOperatorDesc(xc, xp, start_padding=(0, 1, 1, 1),
+                                      end_padding=(0, 0, 1, 1))), N(conv)]
+    g = dml.GraphDesc(2, 1, chan, [IN(0, 0, 0), IN(1, 1, 1)], [OUT(1, 0, 0)], [MID(0, 0, 1, 0)])
+    cg = device.compile_graph(g)
+    assert not cg.fusions
+    cg.release()
+
+
+def test_arena_shares_memory_in_a_chain(device):
+    cg = device.compile_graph(chain(6, (1, 4, 8, 8)))
+    assert cg.intermediate_bytes == 5 * 4 * 64 * 4
+    assert cg.arena_bytes < cg.intermediate_bytes
+    align = device.limits["minStorageBufferOffsetAlignment"]
+    assert all(off % align == 0 for off, _ in cg.offsets.values())
+    x = np.linspace(-3, 3, 256, dtype=np.float32).reshape(1, 4, 8, 8)
+    out = device.empty(x.shape)
+    cg.execute([device.tensor(x)], [out])
+    want = x.astype(np.float64)
+    for i in range(6):
+        want = [np.maximum(want, 0), 1 / (1 + np.exp(-want)), np.tanh(want)][i % 3]
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    cg.release()
+
+
+def test_sequence_composition(device):
+    """Two graphs and an operator recorded into one sequence, run twice."""
+    rng = np.random.default_rng(2)
+    x, w, b = conv_inputs(rng)
+    g1 = device.compile_graph(conv_graph(), constants={1: w})
+    g2 = device.compile_graph(chain(3, (1, 3, 5, 5)))
+    t = f32(1, 3, 5, 5)
+    op = device.compile_operator(device.create_operator(dml.ActivationLinearOperatorDesc(
+        t, t, alpha=2.0, beta=1.0)))
+    xt, bt = device.tensor(x), device.tensor(b)
+    mid, mid2, out = device.empty((1, 3, 5, 5)), device.empty((1, 3, 5, 5)), device.empty((1, 3, 5, 5))
+    seq = device.sequence()
+    g1.record(seq, [xt, None, bt], [mid])
+    g2.record(seq, [mid], [mid2])
+    op.record(seq, [mid2], [out])
+    for _ in range(2):
+        seq.run()
+        y = conv_want(x, w, b)
+        y = np.tanh(1 / (1 + np.exp(-np.maximum(y, 0))))
+        np.testing.assert_allclose(out.numpy(), 2 * y + 1, rtol=1e-5, atol=1e-5)
+    seq.close()
+    for c in (g1, g2, op):
+        c.release()
+
+
+def test_release(device):
+    cg = device.compile_graph(chain())
+    cg.release()
+    cg.release()
+    with pytest.raises(vkml.DeviceError):
+        cg.execute([device.empty((1, 2, 4, 4))], [device.empty((1, 2, 4, 4))])
+
+
+# -- random DAGs -----------------------------------------------------------------------------
+ACTS = ["relu", "leaky_relu", "sigmoid", "tanh", "elu", "clip", "softplus", "gelu"]
+
+
+@st.composite
+def dags(draw):
+    """A random DAG over small NCHW tensors: each node takes one of the values so far
+    (the graph input or a node's output), so values fan out; conv filters and biases are
+    graph inputs (filters sometimes OWNED_BY_DML)."""
+    rng_seed = draw(st.integers(0, 2**31))
+    values = [(1, draw(st.integers(1, 3)), draw(st.integers(3, 6)), draw(st.integers(3, 6)))]
+    ops = []
+    for _ in range(draw(st.integers(1, 6))):
+        src = draw(st.integers(0, len(values) - 1))
+        n, c, h, w = values[src]
+        kind = draw(st.sampled_from(["pad", "pad", "conv", "conv", "act", "act", "lp"]))
+        if kind == "pad":
+            s = draw(st.lists(st.integers(0, 2), min_size=2, max_size=2))
+            e = draw(st.lists(st.integers(0, 2), min_size=2, max_size=2))
+            mode = draw(st.sampled_from(["constant", "constant", "constant", "edge"]))
+            value = draw(st.sampled_from([0.0, 0.0, 0.5]))
+            ops.append(("pad", src, dict(start=s, end=e, mode=mode, value=value)))
+            values.append((n, c, h + s[0] + e[0], w + s[1] + e[1]))
+        elif kind == "conv":
+            k = [draw(st.integers(1, min(3, h))), draw(st.integers(1, min(3, w)))]
+            pad = draw(st.lists(st.integers(0, 1), min_size=4, max_size=4))
+            co = draw(st.integers(1, 3))
+            bias = draw(st.booleans())
+            owned = draw(st.booleans())
+            ops.append(("conv", src, dict(k=k, pad=pad, co=co, bias=bias, owned=owned)))
+            values.append((n, co, h + pad[0] + pad[2] - k[0] + 1, w + pad[1] + pad[3] - k[1] + 1))
+        elif kind == "act":
+            ops.append(("act", src, dict(name=draw(st.sampled_from(ACTS)))))
+            values.append((n, c, h, w))
+        else:
+            k = [draw(st.integers(1, min(2, h))), draw(st.integers(1, min(2, w)))]
+            pad = draw(st.lists(st.integers(0, 1), min_size=4, max_size=4))
+            p = draw(st.sampled_from([1, 2, 3]))
+            ops.append(("lp", src, dict(k=k, pad=pad, p=p)))
+            values.append((n, c, h + pad[0] + pad[2] - k[0] + 1, w + pad[1] + pad[3] - k[1] + 1))
+    extra = draw(st.lists(st.integers(1, len(values) - 1), max_size=2))   # also graph outputs
+    return rng_seed, values, ops, extra
+
+
+def build_dag(values, ops, extra, rng):
+    """(GraphDesc, input arrays, constants, references of the outputs) for a drawn DAG."""
+    nodes, in_edges, mid_edges = [], [], []
+    arrays = [rng.standard_normal(values[0]).astype(np.float32)]
+    refs = [arrays[0].astype(np.float64)]
+    constants = {}
+    used = set()
+
+    def connect(src, node, slot):
+        used.add(src)
+        if src == 0:
+            in_edges.append(IN(0, node, slot))
+        else:
+            mid_edges.append(MID(src - 1, 0, node, slot))
+
+    for vi, (kind, src, a) in enumerate(ops, start=1):
+        i = len(nodes)
+        shp, out = values[src], values[vi]
+        x = refs[src]
+        if kind == "pad":
+            mode = dml.PaddingMode.CONSTANT if a["mode"] == "constant" else dml.PaddingMode.EDGE
+            nodes.append(N(dml.PaddingOperatorDesc(
+                f32(*shp), f32(*out), mode, a["value"], (0, 0, *a["start"]), (0, 0, *a["end"]))))
+            widths = [(0, 0), (0, 0)] + list(zip(a["start"], a["end"]))
+            y = (np.pad(x, widths, constant_values=a["value"]) if a["mode"] == "constant"
+                 else np.pad(x, widths, mode="edge"))
+        elif kind == "conv":
+            co, ci = out[1], shp[1]
+            wshape = (co, ci, *a["k"])
+            wt = (rng.standard_normal(wshape) * 0.5).astype(np.float32)
+            bt = rng.standard_normal((1, co, 1, 1)).astype(np.float32) if a["bias"] else None
+            g = len(arrays)
+            arrays.append(None if a["owned"] else wt)
+            if a["owned"]:
+                constants[g] = wt
+            nodes.append(N(dml.ConvolutionOperatorDesc(
+                f32(*shp), f32(*wshape, flags=OWNED if a["owned"] else 0),
+                f32(1, co, 1, 1) if a["bias"] else None, f32(*out),
+                start_padding=a["pad"][:2], end_padding=a["pad"][2:])))
+            in_edges.append(IN(g, i, 1))
+            if a["bias"]:
+                in_edges.append(IN(len(arrays), i, 2))
+                arrays.append(bt)
+            y = _conv_reference(x, wt, None if bt is None else bt.reshape(-1), [1, 1], [1, 1],
+                                a["pad"][:2], a["pad"][2:], [0, 0], 1, False, False)
+        elif kind == "act":
+            params = dict(FORMULAS[a["name"]][0])
+            nodes.append(N(dml.ACTIVATIONS[a["name"]](f32(*shp), f32(*out), **params)))
+            with np.errstate(over="ignore"):
+                y = FORMULAS[a["name"]][1](x, **params)
+        else:
+            nodes.append(N(dml.LpPooling1OperatorDesc(
+                f32(*shp), f32(*out), (1, 1), tuple(a["k"]), tuple(a["pad"][:2]),
+                tuple(a["pad"][2:]), (1, 1), a["p"])))
+            y = _lp_reference(x, a["k"], [1, 1], [1, 1], a["pad"][:2], a["pad"][2:], a["p"])
+        connect(src, i, 0)
+        refs.append(y.astype(np.float32).astype(np.float64))   # each operator rounds once
+    outs = sorted({v for v in range(1, len(values)) if v not in used} | set(extra))
+    out_edges = [OUT(v - 1, 0, g) for g, v in enumerate(outs)]
+    g = dml.GraphDesc(len(arrays), len(outs), nodes, in_edges, out_edges, mid_edges)
+    return g, arrays, constants, [refs[v] for v in outs], [values[v] for v in outs]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=dags())
+def test_random_dags(device, case):
+    seed, values, ops, extra = case
+    rng = np.random.default_rng(seed)
+    g, arrays, constants, refs, shapes = build_dag(values, ops, extra, rng)
+    results = []
+    for fuse in (True, False):
+        cg = device.compile_graph(g, fuse=fuse, constants=constants)
+        assert cg.arena_bytes <= cg.intermediate_bytes
+        ins = [None if a is None else device.tensor(a) for a in arrays]
+        outs = [device.empty(s) for s in shapes]
+        cg.execute(ins, outs)
+        cg.execute(ins, outs)                       # replayed
+        got = [o.numpy() for o in outs]
+        for r, w in zip(got, refs):
+            np.testing.assert_allclose(r, w, rtol=2e-4, atol=2e-4)
+        results.append(got)
+        cg.release()
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,369 @@
+"""Compiled graphs: ``IDMLDevice1::CompileGraph`` on Vulkan (``Device.compile_graph``).
+
+Compilation, after :meth:`vkml.dml.GraphDesc.validate` (every rule, before any Vulkan
+work):
+
+1. Fusion (``fuse=True``), each rewrite kept only where the rewritten descriptor
+   validates, so the result is exactly that of the unfused graph:
+
+   * an activation node (``DML_ACTIVATION_*`` / ``ELEMENT_WISE_CLIP``) whose input is a
+     Convolution output that nothing else reads (no other node, no graph output), read
+     with the layout the convolution wrote it in, becomes that convolution's
+     ``fused_activation``; the convolution writes the activation's output tensor;
+   * a Padding node in CONSTANT mode with value +0, padding only the spatial dimensions
+     (not N and C), whose output feeds only the input of one forward Convolution or LP
+     pooling (read with the layout it was written in), folds into that operator's
+     start/end padding: both pad with zeros, so the sums are the same.
+
+2. Each remaining node is compiled as an operator.
+
+3. Memory: node outputs that are graph outputs are written straight into the bound
+   output tensors; every other output (an intermediate) gets a range of one arena,
+   planned by lifetime in the topological order: an intermediate lives from the node
+   that writes it to the last node that reads it, and two whose lifetimes do not overlap
+   may share bytes (first fit, largest first; offsets aligned to the device's storage and
+   texel buffer offset alignments).  ``arena_bytes`` <= ``intermediate_bytes``.
+
+4. Constant inputs: graph inputs whose consumers' tensors carry
+   ``DML_TENSOR_FLAG_OWNED_BY_DML`` are bound once, by :meth:`CompiledGraph.initialize`
+   (``IDMLOperatorInitializer``) or ``compile_graph(..., constants={index: array})``,
+   which copies them into device memory the graph owns; binding them at execution is an
+   error, as the flag's page says.
+
+Execution: :meth:`CompiledGraph.execute` records every node into one command buffer
+(barriers where data flows, see ``runtime.Sequence``) and replays it while the same
+tensors are bound; :meth:`CompiledGraph.record` adds the graph to a caller's sequence,
+to compose several graphs and operators in one submission.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..dml.activations import ActivationDesc
+from ..dml.convolution import ConvolutionOperatorDesc
+from ..dml.graph import GraphDesc
+from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
+from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
+from ..errors import UnsupportedError, ValidationError
+from ..runtime import UNIFORM_TEXEL
+from ..runtime.memory import Allocation
+from ..tensor import Tensor
+from .base import CompiledOperator
+
+__all__: list[str] = []
+
+
+@dataclass
+class _Node:
+    """A node of the graph being compiled: its descriptor, where each input comes from
+    (``("input", g)``, ``("node", id, k)`` or None) and the original nodes it stands for."""
+
+    desc: object
+    sources: list
+    origin: list = field(default_factory=list)
+    compiled: CompiledOperator | None = None
+
+
+class _GraphBindings:
+    """What ``CompiledOperator``'s binding checks read: the graph's inputs and outputs as
+    tensor descriptors (None for a constant or unused input: it is not bound)."""
+
+    OPERATOR_TYPE = "DML graph"
+
+    def __init__(self, ins, outs):
+        self._ins, self._outs = ins, outs
+
+    def inputs(self):
+        return list(self._ins)
+
+    def outputs(self):
+        return list(self._outs)
+
+
+def _same_layout(a, b) -> bool:
+    return (a.data_type == b.data_type and a.sizes == b.sizes
+            and a.element_strides == b.element_strides)
+
+
+def _is_zero_padding(d) -> bool:
+    if not isinstance(d, (PaddingOperatorDesc, Padding1OperatorDesc)):
+        return False
+    if d.mode != PaddingMode.CONSTANT:
+        return False
+    v = float(d.padding_value)
+    return v == 0 and math.copysign(1.0, v) > 0 and not any(d.start_padding[:2]) \
+        and not any(d.end_padding[:2])
+
+
+class CompiledGraph(CompiledOperator):
+    """``IDMLCompiledOperator`` of a graph: ``initialize``, ``execute``, ``record``.
+
+    ``nodes``: the compiled nodes' descriptors in execution order; ``fusions``: what
+    fusion did (text); ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum
+    of the intermediates' sizes each rounded up to the binding alignment (what they would
+    take without sharing); ``intermediate_tensor_bytes``: the sum of their
+    TotalTensorSizeInBytes.
+    """
+
+    def __init__(self, device, graph: GraphDesc, fuse: bool = True, constants=None):
+        self.graph = graph
+        self.fuse = fuse
+        self.topology = graph.validate()          # every rule, before any Vulkan work
+        self._constants_given = constants
+        topo = self.topology
+        descs = [n.desc for n in graph.nodes]
+        in_descs: list = [None] * graph.input_count
+        for i, d in enumerate(descs):
+            for slot, src in enumerate(topo.sources[i]):
+                if src is not None and src[0] == "input":
+                    t = d.inputs()[slot]
+                    g = src[1]
+                    if in_descs[g] is None or (t.total_tensor_size_in_bytes
+                                               > in_descs[g].total_tensor_size_in_bytes):
+                        in_descs[g] = t
+        self.constant_inputs = sorted(topo.owned_inputs)
+        self._input_descs = in_descs
+        bind_ins = [None if g in topo.owned_inputs else t for g, t in enumerate(in_descs)]
+        out_descs = [descs[i].outputs()[k] for i, k in topo.output_source]
+        super().__init__(device, _GraphBindings(bind_ins, out_descs))
+
+    # -- compilation ---------------------------------------------------------------------
+    def build(self) -> None:
+        topo = self.topology
+        nodes = {i: _Node(n.desc, list(topo.sources[i]), [i])
+                 for i, n in enumerate(self.graph.nodes)}
+        order = list(topo.order)
+        graph_out = {(i, k) for i, k in topo.output_source}
+        self.fusions: list[str] = []
+        if self.fuse:
+            self._fuse(nodes, order, graph_out)
+        self.order = order
+        self.nodes = [nodes[i].desc for i in order]
+        self._graph_nodes = nodes
+        self._graph_out = {src: g for g, src in enumerate(topo.output_source)}
+        try:
+            for i in order:
+                n = nodes[i]
+                op = self.device.create_operator(n.desc)
+                n.compiled = self.device.compile_operator(op)
+            self._plan_arena(nodes, order)
+        except BaseException:
+            self._release_nodes()
+            raise
+        self._constants: dict = {}
+        if self._constants_given is not None:
+            self.initialize(self._constants_given)
+
+    def _consumers(self, nodes, i, k):
+        return [(j, s) for j, n in nodes.items() for s, src in enumerate(n.sources)
+                if src == ("node", i, k)]
+
+    def _try(self, desc):
+        try:
+            self.device.create_operator(desc)
+        except (ValidationError, UnsupportedError):
+            return False
+        return True
+
+    def _fuse(self, nodes, order, graph_out) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for i in list(order):
+                n = nodes[i]
+                src = n.sources[0] if n.sources else None
+                if src is None or src[0] != "node" or (src[1], src[2]) in graph_out:
+                    continue
+                p = nodes[src[1]]
+                if self._consumers(nodes, src[1], src[2]) != [(i, 0)]:
+                    continue
+                produced = p.desc.outputs()[src[2]]
+                if not _same_layout(produced, n.desc.inputs()[0]):
+                    continue
+                new = None
+                if (isinstance(n.desc, ActivationDesc) and not n.desc.is_fused_form
+                        and isinstance(p.desc, ConvolutionOperatorDesc)
+                        and p.desc.fused_activation is None):
+                    new = replace(p.desc, output_tensor=n.desc.output_tensor,
+                                  fused_activation=n.desc.fused())
+                    what = (f"nodes{n.origin} ({n.desc.SPEC.name}) fused into the convolution "
+                            f"nodes{p.origin}")
+                elif (_is_zero_padding(p.desc)
+                      and isinstance(n.desc, (LpPooling1OperatorDesc, LpPoolingOperatorDesc,
+                                              ConvolutionOperatorDesc))
+                      and not (isinstance(n.desc, ConvolutionOperatorDesc)
+                               and n.desc.is_backward)):
+                    start = [a + b for a, b in zip(n.desc.start_padding, p.desc.start_padding[2:])]
+                    end = [a + b for a, b in zip(n.desc.end_padding, p.desc.end_padding[2:])]
+                    new = replace(n.desc, input_tensor=p.desc.input_tensor,
+                                  start_padding=tuple(start), end_padding=tuple(end))
+                    what = f"the zero padding nodes{p.origin} folded into nodes{n.origin}"
+                if new is None or not self._try(new):
+                    continue
+                # the pair becomes one node, in the producer's place (activation) or the
+                # consumer's (padding): either way after all the pair's other inputs
+                if isinstance(n.desc, ActivationDesc):
+                    keep, drop = src[1], i
+                    nodes[keep] = _Node(new, p.sources, p.origin + n.origin)
+                    for m in nodes.values():          # readers of the activation's output
+                        m.sources = [("node", keep, 0) if s == ("node", i, 0) else s
+                                     for s in m.sources]
+                    for gk in [x for x in graph_out if x[0] == i]:
+                        graph_out.discard(gk)
+                        graph_out.add((keep, 0))
+                        self.topology.output_source = [(keep, 0) if s == gk else s
+                                                       for s in self.topology.output_source]
+                else:
+                    keep, drop = i, src[1]
+                    nodes[keep] = _Node(new, [p.sources[0]] + n.sources[1:],
+                                        p.origin + n.origin)
+                del nodes[drop]
+                order.remove(drop)
+                self.fusions.append(what)
+                changed = True
+                break
+
+    def _plan_arena(self, nodes, order) -> None:
+        """Offsets of the intermediates in one arena (module doc, step 3)."""
+        ctx = self.ctx
+        align = max(16, ctx.binding_alignment(), ctx.binding_alignment(UNIFORM_TEXEL))
+        step = {i: s for s, i in enumerate(order)}
+        items = []
+        for i in order:
+            for k, t in enumerate(nodes[i].desc.outputs()):
+                if (i, k) in self._graph_out:
+                    continue
+                readers = [step[j] for j, _ in self._consumers(nodes, i, k)]
+                size = -(-t.total_tensor_size_in_bytes // 4) * 4
+                items.append(((i, k), size, step[i], max(readers, default=step[i])))
+        placed = []       # (offset, size, first, last)
+        self.offsets: dict = {}
+        for key, size, first, last in sorted(items, key=lambda x: (-x[1], x[2])):
+            busy = sorted((o, o + s) for o, s, f, la in placed if f <= last and first <= la)
+            off = 0
+            for lo, hi in busy:
+                if off + size <= lo:
+                    break
+                off = max(off, -(-hi // align) * align)
+            placed.append((off, size, first, last))
+            self.offsets[key] = (off, size)
+        # what the intermediates take apart, each at a binding-aligned offset
+        self.intermediate_bytes = sum(-(-s // align) * align for _, s, _, _ in items)
+        self.intermediate_tensor_bytes = sum(s for _, s, _, _ in items)
+        self.arena_bytes = max((o + s for o, s, _, _ in placed), default=0)
+        self.arena = None
+        self._views: dict = {}
+        if self.arena_bytes:
+            self.arena = ctx.tensor_heap.allocate(self.arena_bytes, align)
+            self._owned.append(self.arena)
+            for key, (off, size) in self.offsets.items():
+                view = Allocation(self.arena.heap, self.arena.block, self.arena.offset + off,
+                                  size)
+                # the heap destroys a live allocation's buffer views when the device closes
+                self.arena.heap.live.add(view)
+                self._views[key] = Tensor(self.device, (size,), np.uint8, view, size,
+                                          owner=False)
+
+    # -- constants -----------------------------------------------------------------------
+    def initialize(self, constants) -> None:
+        """Bind the graph inputs marked ``DML_TENSOR_FLAG_OWNED_BY_DML`` once
+        (``IDMLOperatorInitializer``): ``{graph input index: array or Tensor}``; they are
+        copied into device memory the graph owns.  May be called again to replace them."""
+        self._check_live()
+        if not isinstance(constants, dict):
+            constants = dict(enumerate(constants))
+        for g in constants:
+            if g not in self.constant_inputs:
+                raise ValidationError(f"constants[{g}]", "is not a graph input whose tensors "
+                                      "use DML_TENSOR_FLAG_OWNED_BY_DML (those are "
+                                      f"{self.constant_inputs})")
+        for g in self.constant_inputs:
+            if g not in constants:
+                raise ValidationError(f"constants[{g}]", "is missing: graph input "
+                                      f"{g} is OWNED_BY_DML and must be bound at initialization")
+        new = {}
+        for g, value in constants.items():
+            d = self._input_descs[g]
+            data = value.numpy() if isinstance(value, Tensor) else np.ascontiguousarray(value)
+            if data.nbytes < d.total_tensor_size_in_bytes - 3:
+                raise ValidationError(f"constants[{g}]", f"holds {data.nbytes} bytes, the "
+                                      "descriptor needs TotalTensorSizeInBytes = "
+                                      f"{d.total_tensor_size_in_bytes}")
+            t = self.device.empty(data.shape, data.dtype, nbytes=d.total_tensor_size_in_bytes)
+            t.write(data)
+            new[g] = t
+        with self._lock:
+            old, self._constants = self._constants, new
+            if self._cache is not None:          # recorded with the old constants
+                self._cache[2].close()
+                self._cache = None
+        for t in old.values():
+            t.free()
+
+    # -- binding and recording -----------------------------------------------------------
+    def _check_bindings(self, inputs, outputs):
+        inputs = list(inputs) if inputs is not None else []
+        for g in self.constant_inputs:
+            if g < len(inputs) and inputs[g] is not None:
+                raise ValidationError(f"inputs[{g}]", "is OWNED_BY_DML: it is bound once at "
+                                      "initialization, binding it at execution is an error")
+        if self.constant_inputs and len(self._constants) != len(self.constant_inputs):
+            raise ValidationError("initialize", "the graph has OWNED_BY_DML inputs "
+                                  f"{self.constant_inputs}: call initialize() first")
+        return super()._check_bindings(inputs, outputs)
+
+    def encode(self, seq, inputs, outputs) -> None:
+        consts = self._constants
+        for i in self.order:
+            n = self._graph_nodes[i]
+            ins = []
+            for src in n.sources:
+                if src is None:
+                    ins.append(None)
+                elif src[0] == "input":
+                    ins.append(consts[src[1]] if src[1] in consts else inputs[src[1]])
+                else:
+                    ins.append(self._tensor_of(src[1], src[2], outputs))
+            outs = [self._tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
+            n.compiled.record(seq, ins, outs)
+        seq._keep.append(self)
+
+    def _tensor_of(self, i, k, outputs):
+        g = self._graph_out.get((i, k))
+        return outputs[g] if g is not None else self._views[(i, k)]
+
+    # -- lifetime ------------------------------------------------------------------------
+    def _release_nodes(self) -> None:
+        for n in getattr(self, "_graph_nodes", {}).values():
+            if n.compiled is not None:
+                n.compiled.release()
+        for t in getattr(self, "_views", {}).values():
+            t._alloc.heap._detach(t._alloc)      # its buffer views; the arena is freed apart
+        for t in getattr(self, "_constants", {}).values():
+            t.free()
+
+    def release(self) -> None:
+        if self.released:
+            return
+        super().release()
+        self._release_nodes()
+        self._constants = {}
+
+
+def compile_graph(device, graph_desc, *, fuse: bool = True, constants=None) -> CompiledGraph:
+    """``IDMLDevice1::CompileGraph`` (module doc).  ``fuse=False`` compiles every node as
+    given (to compare with the fused graph); ``constants`` initializes the OWNED_BY_DML
+    inputs at once (else call ``initialize``)."""
+    device._check_open()
+    if not isinstance(graph_desc, GraphDesc):
+        raise ValidationError("graph_desc", f"must be a vkml.dml.GraphDesc, got "
+                              f"{type(graph_desc).__name__}")
+    for i, node in enumerate(graph_desc.nodes):
+        op = getattr(node, "operator", None)
+        if getattr(op, "device", device) is not device:
+            raise ValidationError(f"GraphDesc.nodes[{i}].operator", "was created on another "
+                                  "device")
+    return CompiledGraph(device, graph_desc, fuse=fuse, constants=constants)
