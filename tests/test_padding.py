@@ -157,7 +157,7 @@ def test_large_padding_fold_periodically(device):
 @pytest.mark.parametrize("mode", ["constant", "reflection"])
 def test_windows_beyond_max_storage_buffer_range(device, mode):
     """A tensor larger than maxStorageBufferRange is split into windows: tested with a
-    lowered limit on every device (the real 128 MiB case is in test_reliability)."""
+    lowered limit on every device (the real 128 MiB case is in test_lifetime)."""
     with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
         rng = np.random.default_rng(5)
         for dtype, shape in (("float32", (3, 5, 40, 33)), ("uint8", (2, 300, 17)),
