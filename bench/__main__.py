@@ -80,7 +80,7 @@ def _list(ws, console) -> None:
 
     t = Table(title="Workloads", title_justify="left")
     for c in ("name", "op", "dtype", "shape", "sets", "vkml"):
-        t.add_column(c)
+        t.add_column(c, no_wrap=c == "name")        # a name is what -k takes: keep it whole
     for w in ws:
         have = "yes" if hasattr(vkml, w.spec.function) else "[dim]not yet[/]"
         t.add_row(w.name, w.op, w.dtype, w.describe(), ",".join(w.sets), have)
