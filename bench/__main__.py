@@ -3,6 +3,7 @@ device's own limits.
 
     python -m bench                      # every workload on the default device, all peers
     python -m bench --quick              # the quick set (what tools/demo runs)
+    python -m bench --quick --wide       # every figure in the workload table (~170 columns)
     python -m bench --all-devices --json run.json --csv run.csv --plot run.png
     python -m bench -k conv2d --peers torch-cpu,ncnn-vulkan --repeats 20
     python -m bench --compare before.json after.json
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import vkml
@@ -55,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     tm.add_argument("--seconds", type=float, default=None,
                     help="time budget per measurement (default 1.0, quick 0.25)")
     out = ap.add_argument_group("output")
+    out.add_argument("--wide", action="store_true",
+                     help="the full workload table: spread, cold and GPU times, transfers, "
+                          "rate, every device limit (about 170 columns; the default fits 100)")
     out.add_argument("--json", metavar="PATH", help="every figure, with device/driver/peer "
                                                      "versions")
     out.add_argument("--csv", metavar="PATH", help="the same as CSV rows")
@@ -75,7 +80,7 @@ def _list(ws, console) -> None:
 
     t = Table(title="Workloads", title_justify="left")
     for c in ("name", "op", "dtype", "shape", "sets", "vkml"):
-        t.add_column(c)
+        t.add_column(c, no_wrap=c == "name")        # a name is what -k takes: keep it whole
     for w in ws:
         have = "yes" if hasattr(vkml, w.spec.function) else "[dim]not yet[/]"
         t.add_row(w.name, w.op, w.dtype, w.describe(), ",".join(w.sets), have)
@@ -98,8 +103,8 @@ def main(argv=None) -> int:
 
     args = _parser().parse_args(argv)
     console = Console()
-    if not console.is_terminal:      # a file or a pipe: room for the whole table
-        console = Console(width=max(console.width, 200))
+    if not console.is_terminal and "COLUMNS" not in os.environ:   # a file or a pipe
+        console = Console(width=200 if args.wide else 100)
     if args.compare:
         a, b = (json.load(open(p)) for p in args.compare)
         table, regressions = report.compare(a, b, args.threshold)
@@ -155,7 +160,7 @@ def main(argv=None) -> int:
 
         bench.progress = step
         doc = bench.run()
-    report.print_report(doc, console)
+    report.print_report(doc, console, wide=args.wide)
     problems = report.validate(doc)
     if problems:       # a bug of the tool itself: say so loudly
         console.print("[bold red]the result document breaks its schema:[/]\n  "

@@ -25,7 +25,7 @@ _PER = 4                  # uvec4s per invocation in bench_copy.comp
 _FMA_ITERS = 64
 _FMA_FLOPS_PER_INVOCATION = _FMA_ITERS * 8 * 4 * 2   # ITERS x chains x vec4 x (mul+add)
 
-#: What issue 6 asks of the hot path on lavapipe (shown next to the figures).
+#: The hot-path and transfer goals on lavapipe (shown next to the figures).
 TARGETS = {"replay_us_per_submit": 80.0, "batched_us_per_padding": 40.0,
            "upload_vs_cpu_copy": 0.5, "download_vs_cpu_copy": 0.5}
 

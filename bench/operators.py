@@ -1,22 +1,21 @@
 """What the bench knows about each vkml operator: its parameters as a workload file
-writes them, inputs, a NumPy reference (float64 for correctness; the NumPy peer runs the
-same algorithm in the workload's type), the work it does (FLOPs or bytes moved), the call
-of vkml's functional form, and its DML descriptor (for GPU-timed replay).
+writes them, inputs, its float64 reference (``bench/references.py``, which the tests use
+too), the work it does (FLOPs or bytes moved), the call of vkml's functional form, and
+its DML descriptor (for GPU-timed replay).
 
 An operator vkml does not have yet (``hasattr(vkml, spec.function)`` is false) makes its
 workloads report vkml as absent; they run as soon as the operator lands.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-PAD_MODES = ("constant", "edge", "reflection", "symmetric", "wrap")
-_NP_PAD_MODE = {"constant": "constant", "edge": "edge", "reflection": "reflect",
-                "symmetric": "symmetric", "wrap": "wrap"}
+from . import references
+
+PAD_MODES = tuple(references.PAD_MODES)
 
 
 def _per_dim(value, neutral: int, n: int) -> tuple[int, ...]:
@@ -152,116 +151,25 @@ def bytes_moved(op: str, p: dict, inputs: list, itemsize: int) -> int:
     return sum(a.nbytes for a in inputs if a is not None) + math.prod(p["out_shape"]) * itemsize
 
 
-# -- reference algorithms (NumPy, in the type of their inputs) --------------------------
-def _conv_forward(x, w, p):
-    n, g = len(x.shape) - 2, p["groups"]
-    pads = [(0, 0), (0, 0)] + list(zip(p["start_padding"], p["end_padding"]))
-    xp = np.pad(x, pads)
-    if p["mode"] == "convolution":
-        w = np.flip(w, axis=tuple(range(2, 2 + n)))
-    nb, cin = x.shape[:2]
-    cout = w.shape[0]
-    out_sp = [o - op_ for o, op_ in zip(p["out_shape"][2:], p["output_padding"])]
-    y = np.zeros((nb, g, cout // g, math.prod(out_sp)), dtype=x.dtype)
-    wg = w.reshape(g, cout // g, cin // g, *w.shape[2:])
-    for off in itertools.product(*[range(k) for k in w.shape[2:]]):
-        sl = tuple(slice(o * d, o * d + (size - 1) * s + 1, s) for o, d, s, size in
-                   zip(off, p["dilations"], p["strides"], out_sp))
-        xs = xp[(slice(None), slice(None)) + sl].reshape(nb, g, cin // g, -1)
-        y += np.matmul(wg[(...,) + off], xs)
-    y = y.reshape(nb, cout, *out_sp)
-    if any(p["output_padding"]):
-        y = np.pad(y, [(0, 0), (0, 0)] + [(0, a) for a in p["output_padding"]])
-    return y
-
-
-def _conv_backward(x, w, p):
-    n, g = len(x.shape) - 2, p["groups"]
-    if p["mode"] == "convolution":
-        w = np.flip(w, axis=tuple(range(2, 2 + n)))
-    nb, cin = x.shape[:2]
-    cog = w.shape[1]
-    full = [(i - 1) * s + d * (k - 1) + 1 + op_ for i, s, d, k, op_ in zip(
-        x.shape[2:], p["strides"], p["dilations"], w.shape[2:], p["output_padding"])]
-    y = np.zeros((nb, g, cog, *full), dtype=x.dtype)
-    xg = x.reshape(nb, g, cin // g, -1)
-    wg = w.reshape(g, cin // g, cog, *w.shape[2:])
-    for off in itertools.product(*[range(k) for k in w.shape[2:]]):
-        contrib = np.matmul(np.swapaxes(wg[(...,) + off], 1, 2), xg)   # (nb, g, cog, in)
-        sl = tuple(slice(o * d, o * d + (i - 1) * s + 1, s) for o, d, s, i in
-                   zip(off, p["dilations"], p["strides"], x.shape[2:]))
-        y[(slice(None),) * 3 + sl] += contrib.reshape(nb, g, cog, *x.shape[2:])
-    crop = tuple(slice(a, a + o) for a, o in zip(p["start_padding"], p["out_shape"][2:]))
-    return y.reshape(nb, g * cog, *full)[(slice(None), slice(None)) + crop]
-
-
-def _fold(cols, p):
-    nb, c = p["image_shape"][:2]
-    k, blocks = p["window"], p["blocks"]
-    padded = [s + a + b for s, a, b in zip(p["image_shape"][2:], p["start_padding"],
-                                           p["end_padding"])]
-    y = np.zeros((nb, c, *padded), dtype=cols.dtype)
-    cols = cols.reshape(nb, c, *k, *blocks)
-    for off in itertools.product(*[range(w) for w in k]):
-        sl = tuple(slice(o * d, o * d + (b - 1) * s + 1, s) for o, d, s, b in
-                   zip(off, p["dilations"], p["strides"], blocks))
-        y[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + off]
-    crop = tuple(slice(a, a + s) for a, s in zip(p["start_padding"], p["image_shape"][2:]))
-    return y[(slice(None), slice(None)) + crop]
-
-
-def _unfold(x, p):
-    nb, c = x.shape[:2]
-    k, blocks = p["window"], p["blocks"]
-    xp = np.pad(x, [(0, 0), (0, 0)] + list(zip(p["start_padding"], p["end_padding"])))
-    out = np.empty((nb, c, *k, *blocks), dtype=x.dtype)
-    for off in itertools.product(*[range(w) for w in k]):
-        sl = tuple(slice(o * d, o * d + (b - 1) * s + 1, s) for o, d, s, b in
-                   zip(off, p["dilations"], p["strides"], blocks))
-        out[(slice(None), slice(None)) + off] = xp[(slice(None), slice(None)) + sl]
-    return out.reshape(p["columns_shape"])
-
-
-def _lp_pool(x, p):
-    pw = p["p"]
-    xp = np.abs(np.pad(x, [(0, 0), (0, 0)] + list(zip(p["start_padding"], p["end_padding"]))))
-    out_sp = p["out_shape"][2:]
-    acc = np.zeros(p["out_shape"], dtype=x.dtype)
-    for off in itertools.product(*[range(w) for w in p["window"]]):
-        sl = tuple(slice(o * d, o * d + (n - 1) * s + 1, s) for o, d, s, n in
-                   zip(off, p["dilations"], p["strides"], out_sp))
-        v = xp[(slice(None), slice(None)) + sl]
-        acc += v * v if pw == 2 else (v if pw == 1 else v ** pw)
-    return np.sqrt(acc) if pw == 2 else (acc if pw == 1 else acc ** (1.0 / pw))
-
-
-def _activation(y, name):
-    if name is None:
-        return y
-    if name == "relu":
-        return np.maximum(y, 0)
-    raise ValueError(f"the bench's reference has no activation {name!r} (it knows relu)")
-
-
+# -- the reference ----------------------------------------------------------------------
 def compute(op: str, p: dict, inputs: list, dtype=np.float64) -> np.ndarray:
-    """The operator by the reference algorithm, computed in ``dtype``."""
+    """The operator by its independent reference (``bench/references.py``, the tests'
+    too), the inputs converted to ``dtype`` first; floats are computed in float64."""
     xs = [None if a is None else a.astype(dtype, copy=False) for a in inputs]
     if op == "pad":
-        pads = list(zip(p["start"], p["end"]))
-        mode = _NP_PAD_MODE[p["mode"]]
-        kw = {"constant_values": p["value"]} if mode == "constant" else {}
-        return np.pad(xs[0], pads, mode, **kw)
+        return references.pad_reference(xs[0], p["start"], p["end"], p["mode"], p["value"])
+    if op == "convolution":
+        x, w, b = xs
+        y = references.convolution_reference(
+            x, w, b, p["strides"], p["dilations"], p["start_padding"], p["end_padding"],
+            p["output_padding"], p["groups"], p["mode"], p["direction"])
+        return references.activation_reference(y, p["activation"])
+    window = (p["window"], p["strides"], p["dilations"], p["start_padding"], p["end_padding"])
     if op == "fold":
-        return _fold(xs[0], p)
+        return references.fold_reference(xs[0], p["image_shape"][2:], *window)
     if op == "unfold":
-        return _unfold(xs[0], p)
-    if op == "lp_pooling":
-        return _lp_pool(xs[0], p)
-    x, w, b = xs
-    y = _conv_backward(x, w, p) if p["direction"] == "backward" else _conv_forward(x, w, p)
-    if b is not None:
-        y = y + b.reshape((1, -1) + (1,) * (y.ndim - 2))
-    return _activation(y, p["activation"])
+        return references.unfold_reference(xs[0], *window)
+    return references.lp_pooling_reference(xs[0], *window, p["p"])
 
 
 # -- vkml -----------------------------------------------------------------------------

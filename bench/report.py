@@ -6,7 +6,9 @@ import csv
 import json
 import math
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .run import SCHEMA
@@ -28,13 +30,17 @@ def rate(row: dict) -> str:
     return "-"
 
 
-def pct(row: dict) -> str:
+def pct(row: dict, first_only: bool = False) -> str:
+    """vkml's share of the device limits: FMA peak (FLOP workloads), compute-shader copy
+    and vkCmdCopyBuffer bandwidth (data movement); ``first_only``: the first of them."""
     parts = []
     for key, name in (("pct_fma", "FMA"), ("pct_shader_copy", "shader"),
                       ("pct_copy_buffer", "copy")):
         if row.get(key) is not None:
             parts.append(f"{row[key]:.0f}% {name}")
-    return ", ".join(parts) or "-"
+    if not parts:
+        return "-"
+    return parts[0] if first_only else ", ".join(parts)
 
 
 def err(row: dict) -> str:
@@ -46,6 +52,13 @@ def err(row: dict) -> str:
 
 def _x(v) -> str:
     return "-" if v is None else f"{v:.2f}x"
+
+
+def _x3(v) -> str:
+    """A speedup in at most four digits: 1234x, 123x, 12.3x, 1.23x."""
+    if v is None:
+        return "-"
+    return f"{v:.0f}x" if v >= 99.5 else (f"{v:.1f}x" if v >= 9.95 else f"{v:.2f}x")
 
 
 # -- the terminal ---------------------------------------------------------------------
@@ -77,7 +90,7 @@ def device_tables(doc: dict) -> list[Table]:
             t.add_row("download", f"{lim['download_gbs']:.2f} GB/s",
                       f"{100 * lim['download_vs_cpu_copy']:.0f}% of CPU copy (target >= 50%)")
         elif d.get("limits_error"):
-            t.add_row("limits", "[red]error[/]", d["limits_error"])
+            t.add_row("limits", "[red]error[/]", escape(d["limits_error"]))
         hp = d.get("hot_path")
         if hp:
             tg = hp["targets"]
@@ -89,55 +102,80 @@ def device_tables(doc: dict) -> list[Table]:
             t.add_row("vkml.pad on a tiny array", f"{hp['functional_tiny_pad_us']:.0f} us",
                       "NumPy in/out, end to end")
         elif d.get("hot_path_error"):
-            t.add_row("hot path", "[red]error[/]", d["hot_path_error"])
+            t.add_row("hot path", "[red]error[/]", escape(d["hot_path_error"]))
         out.append(t)
     return out
 
 
-def results_table(doc: dict) -> Table:
+def _speedups(r: dict, vk: dict, multi: bool, fmt=_x) -> str:
+    """A peer row's vkml speedups (e2e / device time), per vkml device."""
+    parts = []
+    for (name, dev), v in vk.items():
+        if name != r["workload"] or (r["device"] is not None and dev != r["device"]):
+            continue
+        sp = (v.get("speedup") or {}).get(r["runner"])
+        if sp:
+            best = sp["compute"] or sp["e2e"]
+            colour = "green" if best >= 1 else "yellow"
+            tag = f"[{dev}] " if multi else ""
+            parts.append(f"[{colour}]{escape(tag)}{fmt(sp['e2e'])} / {fmt(sp['compute'])}[/]")
+    return "; ".join(parts)
+
+
+def results_table(doc: dict, wide: bool = False) -> Table:
+    """Every (workload, runner) row.  The default fits 100 columns: workload, runner,
+    median, vkml's speedup over the peer, its share of one device limit, rel err; the
+    reasons of absent and failed rows are listed after the table.  ``wide`` adds the
+    spread, cold and GPU times, transfers, rate, every device limit and the reasons."""
     multi = len(doc["devices"]) > 1
-    t = Table(title="Workloads (times in ms, median of hot runs; vkml's rate and share of the "
-                    "device limits from its device time)", title_justify="left")
     right = {"justify": "right", "no_wrap": True}
-    for name, kw in (("workload", {"no_wrap": True}), ("runner", {"no_wrap": True}),
-                     ("median", right), ("p10-p90", right), ("cold", right), ("GPU", right),
-                     ("up / down", right), ("rate", right), ("of device limit", {"no_wrap": True}),
-                     ("rel err", right),
-                     ("vkml speedup e2e / dev", {"no_wrap": True, "max_width": 30,
-                                                 "overflow": "ellipsis"})):
+    if wide:
+        t = Table(title="Workloads (times in ms, median of hot runs; vkml's rate and share of "
+                        "the device limits from its device time)", title_justify="left")
+        columns = (("workload", {"no_wrap": True}), ("runner", {"no_wrap": True}),
+                   ("median", right), ("p10-p90", right), ("cold", right), ("GPU", right),
+                   ("up / down", right), ("rate", right),
+                   ("of device limit", {"no_wrap": True}), ("rel err", right),
+                   ("vkml speedup e2e / dev", {"overflow": "fold"}))
+    else:
+        t = Table(title="Workloads (median ms of hot runs; --wide for every figure)",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        columns = (("workload", {"no_wrap": True}), ("runner", {"no_wrap": True}),
+                   ("median", right), ("vkml speedup", {"overflow": "fold"}),
+                   ("of limit", {"no_wrap": True}), ("rel err", {"overflow": "fold"}))
+    for name, kw in columns:
         t.add_column(name, **kw)
     vk = {(r["workload"], r["device"]): r for r in doc["results"] if r["runner"] == "vkml"}
     last = None
     for r in doc["results"]:
         label = r["runner"] + (f" [{r['device']}]" if multi and r["device"] is not None else "")
+        label = escape(label)
         wl = r["workload"] if r["workload"] != last else ""
         if wl and last is not None:
             t.add_section()
         last = r["workload"]
         if r["status"] != "ok":
             style = "dim" if r["status"] == "absent" else "red"
-            t.add_row(wl, f"[{style}]{label}[/]", f"[{style}]{r['status']}[/]", "", "", "", "",
-                      "", "", "", f"[{style}]{r['reason'] or ''}[/]")
+            cells = [wl, f"[{style}]{label}[/]", f"[{style}]{r['status']}[/]"]
+            if wide:
+                cells += [""] * 7 + [f"[{style}]{escape(r['reason'] or '')}[/]"]
+            else:
+                cells += [""] * 3
+            t.add_row(*cells)
             continue
         w = r["wall_ms"]
+        if r["runner"] == "vkml":
+            speed = f"[yellow]{escape(r['phases_error'])}[/]" if r.get("phases_error") else ""
+        else:
+            speed = _speedups(r, vk, multi, _x if wide else _x3)
+        if not wide:
+            t.add_row(wl, label, ms(w["median"]), speed,
+                      pct(r, first_only=True) if r["runner"] == "vkml" else "", err(r))
+            continue
         ph = r.get("phases_ms") or {}
         updown = (f"{ms(ph['upload']['median'])} / {ms(ph['download']['median'])}"
                   if ph.get("upload") and ph.get("download") else "")
         gpu = ms(r["gpu_ms"]["median"]) if r.get("gpu_ms") else ""
-        if r["runner"] == "vkml":
-            speed = f"[yellow]{r['phases_error']}[/]" if r.get("phases_error") else ""
-        else:
-            parts = []
-            for (name, dev), v in vk.items():
-                if name != r["workload"] or (r["device"] is not None and dev != r["device"]):
-                    continue
-                sp = (v.get("speedup") or {}).get(r["runner"])
-                if sp:
-                    best = sp["compute"] or sp["e2e"]
-                    colour = "green" if best >= 1 else "yellow"
-                    tag = f"[{dev}] " if multi else ""
-                    parts.append(f"[{colour}]{tag}{_x(sp['e2e'])} / {_x(sp['compute'])}[/]")
-            speed = "; ".join(parts)
         t.add_row(wl, label, ms(w["median"]), f"{ms(w['p10'])}-{ms(w['p90'])}",
                   ms(r.get("cold_ms")), gpu, updown, rate(r), pct(r), err(r), speed)
     return t
@@ -148,9 +186,9 @@ def targets_table(doc: dict) -> Table | None:
     if not rows:
         return None
     multi = len(doc["devices"]) > 1
-    t = Table(title="Targets the issues set (stated for lavapipe; vkml is still being "
-                    "optimised)", title_justify="left")
-    for name in ("issue", "target", "value", "needed", "met"):
+    t = Table(title="Performance goals (stated for lavapipe; vkml is still being optimised)",
+              title_justify="left")
+    for name in ("area", "target", "value", "needed", "met"):
         t.add_column(name, justify="right" if name in ("value", "needed") else "left")
     for r in rows:
         v = r["value"]
@@ -158,52 +196,59 @@ def targets_table(doc: dict) -> Table | None:
                              " (worst)" if len(r["values"]) > 1 else "")
         met = "[green]yes[/]" if r["met"] else "[red]no[/]"
         if r["notes"]:
-            met += f" [red]({'; '.join(r['notes'])})[/]"
+            met += f" [red]({escape('; '.join(r['notes']))})[/]"
         label = (f"[{r['device']}] " if multi else "") + r["target"]
-        t.add_row(f"#{r['issue']}", label, text, f"{r['direction']} {r['threshold']:g}", met)
+        t.add_row(r["area"], label, text, f"{r['direction']} {r['threshold']:g}", met)
     return t
 
 
-def absent_notes(doc: dict) -> list[str]:
-    """Each runner's reasons for being absent, once each, with the workloads."""
+def absent_notes(doc: dict, status: str = "absent") -> list[str]:
+    """Each runner's reasons for rows of ``status`` ("absent" or "error"), once each, with
+    the workloads."""
     seen: dict[tuple, list] = {}
     for r in doc["results"]:
-        if r["status"] == "absent":
+        if r["status"] == status:
             seen.setdefault((r["runner"], r["reason"]), []).append(r["workload"])
     return [f"{runner}: {reason} ({', '.join(ws) if len(ws) < 4 else f'{len(ws)} workloads'})"
             for (runner, reason), ws in seen.items()]
 
 
-def print_report(doc: dict, console: Console | None = None) -> None:
+def print_report(doc: dict, console: Console | None = None, wide: bool = False) -> None:
+    """The run on the terminal; the workload table compact (fits 100 columns) unless
+    ``wide``."""
     console = console or Console()
     host = doc["host"]
-    console.print(f"[bold]vkml-bench[/] {doc['created']}  {host['processor']} "
-                  f"({host['cpus']} CPUs), Python {host['python']}")
+    console.print(f"[bold]vkml-bench[/] {escape(doc['created'])}  {escape(host['processor'])} "
+                  f"({host['cpus']} CPUs), Python {escape(host['python'])}")
     vers = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
-    console.print(f"versions: {vers}")
+    console.print(f"versions: {escape(vers)}")
     for name, p in doc["peers"].items():
         if not p["available"]:
-            console.print(f"[dim]peer {name} absent: {p['reason']}[/]")
+            console.print(f"[dim]peer {escape(name)} absent: {escape(p['reason'])}[/]")
     for t in device_tables(doc):
         console.print(t)
-    console.print(results_table(doc))
-    notes = absent_notes(doc)
-    if notes:
-        console.print("[bold]absent[/]")
-        for n in notes:
-            console.print(f"  [dim]{n}[/]")
+    console.print(results_table(doc, wide))
+    for status, style in (("absent", "dim"), ("error", "red")):
+        notes = absent_notes(doc, status)
+        if notes and (status == "absent" or not wide):
+            console.print(f"[bold]{status}[/]")
+            for n in notes:
+                console.print(f"  [{style}]{escape(n)}[/]")
     table = targets_table(doc)
     if table is not None:
         console.print(table)
     flagged = [r for r in doc["results"] if r.get("flagged")]
     for r in flagged:
-        console.print(f"[bold red]correctness: {r['workload']} on {r['runner']}: "
-                      f"max rel err {r.get('max_rel_err')} over tolerance {r['tolerance']}"
-                      f"{' (' + r['error_note'] + ')' if r.get('error_note') else ''}[/]")
+        note = f" ({r['error_note']})" if r.get("error_note") else ""
+        console.print(f"[bold red]correctness: {escape(r['workload'])} on "
+                      f"{escape(r['runner'])}: max rel err {r.get('max_rel_err')} over "
+                      f"tolerance {r['tolerance']}{escape(note)}[/]")
     console.print("[dim]vkml speedup = the peer's median / vkml's: 'e2e' against vkml's "
                   "NumPy-in/NumPy-out call, 'dev' against its device time (GPU timestamps). "
                   "rel err = max |y - ref| / max |ref| against a float64 NumPy reference. "
-                  "GB/s count bytes read + written.[/]")
+                  + ("GB/s count bytes read + written." if wide else
+                     "'of limit': vkml's share of the FMA peak or the copy bandwidth "
+                     "measured above.") + "[/]")
 
 
 # -- files ----------------------------------------------------------------------------
@@ -244,7 +289,7 @@ def csv_rows(doc: dict):
                     yield dict(base, kind=section, workload=k, value=v)
     for tg in doc.get("targets", []):
         yield {"kind": "target", "device": tg["device"], "device_name": tg["device_name"],
-               "workload": f"#{tg['issue']} {tg['target']}", "value": tg["value"],
+               "workload": f"{tg['area']}: {tg['target']}", "value": tg["value"],
                "status": "met" if tg["met"] else "not met"}
     for r in doc["results"]:
         row = {k: r.get(k) for k in ("device", "device_name", "workload", "op", "dtype",
@@ -302,12 +347,12 @@ def markdown(doc: dict) -> str:
                 lines.append(f"| {name} | {hp[key]:.1f} us |")
         lines.append("")
     if doc.get("targets"):
-        lines += ["| issue | target | device | value | needed | met |", "|---|---|---|---|---|---|"]
+        lines += ["| area | target | device | value | needed | met |", "|---|---|---|---|---|---|"]
         for t in doc["targets"]:
             note = f" ({'; '.join(t['notes'])})" if t["notes"] else ""
             agg = " geomean" if t["aggregate"] == "geomean" else (
                 " worst" if len(t["values"]) > 1 else "")
-            lines.append(f"| #{t['issue']} | {t['target']} | [{t['device']}] | "
+            lines.append(f"| {t['area']} | {t['target']} | [{t['device']}] | "
                          f"{t['value']:.3g}{agg} | {t['direction']} {t['threshold']:g} | "
                          f"{'yes' if t['met'] else 'no'}{note} |")
         lines.append("")

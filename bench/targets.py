@@ -1,7 +1,7 @@
-"""The performance targets the issues set, checked against a run.
+"""The performance goals vkml works towards, checked against a run.
 
 Each target reads one figure per workload (or a device figure), aggregates them (each must
-pass, or their geometric mean), and compares with a threshold.  The issues state them for
+pass, or their geometric mean), and compares with a threshold.  They are stated for
 lavapipe; the report shows them for every device, marked as such.  A vkml result over its
 tolerance never meets a target.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Target:
-    issue: int
+    area: str                       # what the goal is about: "padding", "convolution", ...
     what: str
     figure: str                     # "speedup.<peer>.<e2e|compute>", "pct_fma", "hot_path.<key>",
     #                                 "limits.<key>"
@@ -30,27 +30,27 @@ _PAD = ("pad-constant-1x64x256x256", "pad-reflection-1x64x256x256", "pad-constan
 _CONV2D = ("conv2d-*",)
 
 TARGETS = [
-    Target(6, "padding device time beats numpy.pad", "speedup.numpy.compute", _PAD,
+    Target("padding", "padding device time beats numpy.pad", "speedup.numpy.compute", _PAD,
            at_least=1.0),
-    Target(6, "padding end to end (NumPy in/out) vs numpy.pad: aim for parity",
+    Target("padding", "padding end to end (NumPy in/out) vs numpy.pad: aim for parity",
            "speedup.numpy.e2e", _PAD, at_least=1.0),
-    Target(6, "uploads >= 50% of the CPU copy bandwidth", "limits.upload_vs_cpu_copy",
-           at_least=0.5),
-    Target(6, "downloads >= 50% of the CPU copy bandwidth", "limits.download_vs_cpu_copy",
-           at_least=0.5),
-    Target(6, "a replayed recorded sequence <= 80 us per submit",
+    Target("transfers", "uploads >= 50% of the CPU copy bandwidth",
+           "limits.upload_vs_cpu_copy", at_least=0.5),
+    Target("transfers", "downloads >= 50% of the CPU copy bandwidth",
+           "limits.download_vs_cpu_copy", at_least=0.5),
+    Target("hot path", "a replayed recorded sequence <= 80 us per submit",
            "hot_path.replay_us_per_submit", at_most=80.0),
-    Target(6, "100 paddings in one submit <= 40 us each", "hot_path.batched_us_per_padding",
-           at_most=40.0),
-    Target(2, "fold ahead of PyTorch CPU (device time)", "speedup.torch-cpu.compute",
+    Target("hot path", "100 paddings in one submit <= 40 us each",
+           "hot_path.batched_us_per_padding", at_most=40.0),
+    Target("fold", "fold ahead of PyTorch CPU (device time)", "speedup.torch-cpu.compute",
            ("fold-*",), at_least=1.0),
-    Target(2, "LP pooling ahead of PyTorch CPU (device time)", "speedup.torch-cpu.compute",
-           ("lp-pool-*",), at_least=1.0),
-    Target(5, "float32 conv2d >= 4x ncnn-vulkan (geometric mean, device time)",
+    Target("LP pooling", "LP pooling ahead of PyTorch CPU (device time)",
+           "speedup.torch-cpu.compute", ("lp-pool-*",), at_least=1.0),
+    Target("convolution", "float32 conv2d >= 4x ncnn-vulkan (geometric mean, device time)",
            "speedup.ncnn-vulkan.compute", _CONV2D, ("*-f16",), "geomean", at_least=4.0),
-    Target(5, "float32 conv2d >= 50% of the FMA peak (geometric mean)", "pct_fma", _CONV2D,
-           ("*-f16",), "geomean", at_least=50.0),
-    Target(5, "conv3d and transposed conv2d >= 30% of the FMA peak", "pct_fma",
+    Target("convolution", "float32 conv2d >= 50% of the FMA peak (geometric mean)",
+           "pct_fma", _CONV2D, ("*-f16",), "geomean", at_least=50.0),
+    Target("convolution", "conv3d and transposed conv2d >= 30% of the FMA peak", "pct_fma",
            ("conv3d-*", "convT2d-*"), at_least=30.0),
 ]
 
@@ -117,7 +117,7 @@ def check(doc: dict) -> list[dict]:
                 value = min(checked) if t.at_least is not None else max(checked)
             met = all((t.at_least is None or v >= t.at_least)
                       and (t.at_most is None or v <= t.at_most) for v in checked)
-            out.append({"issue": t.issue, "target": t.what, "device": dev["index"],
+            out.append({"area": t.area, "target": t.what, "device": dev["index"],
                         "device_name": dev["name"], "aggregate": t.aggregate,
                         "value": value, "values": values,
                         "threshold": t.at_least if t.at_least is not None else t.at_most,

@@ -1,4 +1,5 @@
-"""Test helpers: random data per data type and independent NumPy references."""
+"""Test helpers: random data per data type, strided layouts, and running one descriptor.
+The references are in tests/references.py, the fuzzers' helpers in tests/fuzzing.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,3 +49,36 @@ def strided_view(rng, base_shape, dtype, kind: str):
     strides = tuple(st // dt.itemsize for st in logical.strides)
     flat = np.ascontiguousarray(buf).reshape(-1)
     return flat, strides, np.array(logical)
+
+
+def run_desc(device, desc, *inputs, compiled=None):
+    """create -> compile -> execute ``desc`` on NumPy ``inputs`` (None: an absent optional
+    tensor), the output buffer sized by its descriptor's TotalTensorSizeInBytes; returns
+    that buffer's elements (a strided output is read through ``as_strided``).
+    ``compiled``: an operator already compiled from ``desc`` (e.g. on a forced path);
+    it is released either way."""
+    if compiled is None:
+        compiled = device.compile_operator(device.create_operator(desc))
+    ins = [device.tensor(x) if x is not None else None for x in inputs]
+    out_desc = desc.outputs()[0]
+    out = device.empty(out_desc.total_tensor_size_in_bytes // out_desc.data_type.size,
+                       out_desc.dtype)
+    try:
+        compiled.execute(ins, [out])
+        return out.numpy()
+    finally:
+        compiled.release()
+
+
+def compile_on_path(device, desc, path: str):
+    """``desc`` (a ConvolutionOperatorDesc) compiled with only the kernel path named
+    ``path`` offered, so a test reaches a path the cost model would not choose."""
+    import importlib
+
+    conv_ops = importlib.import_module("vkml.ops.convolution")   # the module, not the function
+    saved = conv_ops.PATHS[:]
+    conv_ops.PATHS[:] = [p for p in conv_ops.PATHS if p.name == path]
+    try:
+        return device.compile_operator(device.create_operator(desc))
+    finally:
+        conv_ops.PATHS[:] = saved

@@ -1,5 +1,5 @@
 """The activations fusable into Convolution (dml-fused-activations.md), each against the
-formula of its own page, written out here independently of vkml.
+formula of its own page (tests/references.py, written independently of vkml).
 
 The convolution under test is a 1x1 identity (one channel, weight 1, no bias), so the
 activation sees the chosen points exactly; a second test fuses each activation into a
@@ -8,7 +8,6 @@ random convolution on every kernel path.
 from __future__ import annotations
 
 import importlib
-import math
 
 import numpy as np
 import pytest
@@ -17,57 +16,24 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from test_convolution import reference, run_desc
+from helpers import compile_on_path, run_desc
+from references import ACTIVATION_DEFAULTS, ACTIVATION_FORMULAS, convolution_reference
 
 conv_ops = importlib.import_module("vkml.ops.convolution")   # vkml.ops.convolution: the function
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _sp(z):
-    """ln(1 + exp(z)) without overflow."""
-    return np.logaddexp(0.0, z)
-
-
-# name -> (parameters to test besides the defaults, formula(x, **params) from the page)
-FORMULAS = {
-    "linear": (dict(alpha=-1.5, beta=0.25), lambda x, alpha, beta: alpha * x + beta),
-    "sigmoid": ({}, lambda x: 1 / (1 + np.exp(-x))),
-    "hard_sigmoid": (dict(alpha=0.3, beta=0.1),
-                     lambda x, alpha, beta: np.maximum(0, np.minimum(alpha * x + beta, 1))),
-    "tanh": ({}, lambda x: np.tanh(x)),
-    "scaled_tanh": (dict(alpha=2.0, beta=1.5), lambda x, alpha, beta: alpha * np.tanh(beta * x)),
-    "relu": ({}, lambda x: np.maximum(0, x)),
-    "leaky_relu": (dict(alpha=0.3), lambda x, alpha: np.where(x >= 0, x, alpha * x)),
-    "thresholded_relu": (dict(alpha=-0.5), lambda x, alpha: np.where(x > alpha, x, 0)),
-    "elu": (dict(alpha=0.7), lambda x, alpha: np.where(x >= 0, x, alpha * np.expm1(x))),
-    "celu": (dict(alpha=2.5), lambda x, alpha: np.maximum(0, x) + np.minimum(
-        0, alpha * np.expm1(x / alpha))),
-    "scaled_elu": (dict(alpha=1.2, gamma=0.8), lambda x, alpha, gamma: np.where(
-        x > 0, gamma * x, gamma * (alpha * np.exp(x) - alpha))),
-    "softplus": (dict(steepness=3.0), lambda x, steepness: _sp(steepness * x) / steepness),
-    "parametric_softplus": (dict(alpha=0.5, beta=2.0),
-                            lambda x, alpha, beta: alpha * _sp(beta * x)),
-    "softsign": ({}, lambda x: x / (1 + np.abs(x))),
-    "identity": ({}, lambda x: x),
-    "shrink": (dict(bias=0.25, threshold=1.0), lambda x, bias, threshold: np.where(
-        x > threshold, x - bias, np.where(x < -threshold, x + bias, 0))),
-    "gelu": ({}, lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2)))),
-    "clip": (dict(min=-0.5, max=2.0, scale_bias=dml.ScaleBias(2.0, 0.5)),
-             lambda x, min, max, scale_bias=None: np.minimum(max, np.maximum(  # noqa: A002
-                 min, x * (scale_bias.scale if scale_bias else 1)
-                 + (scale_bias.bias if scale_bias else 0)))),
+# name -> parameters to test besides the page's defaults (the formulas and defaults are
+# ACTIVATION_FORMULAS / ACTIVATION_DEFAULTS of tests/references.py)
+PARAMETERS = {
+    "linear": dict(alpha=-1.5, beta=0.25), "hard_sigmoid": dict(alpha=0.3, beta=0.1),
+    "scaled_tanh": dict(alpha=2.0, beta=1.5), "leaky_relu": dict(alpha=0.3),
+    "thresholded_relu": dict(alpha=-0.5), "elu": dict(alpha=0.7), "celu": dict(alpha=2.5),
+    "scaled_elu": dict(alpha=1.2, gamma=0.8), "softplus": dict(steepness=3.0),
+    "parametric_softplus": dict(alpha=0.5, beta=2.0), "shrink": dict(bias=0.25, threshold=1.0),
+    "clip": dict(min=-0.5, max=2.0, scale_bias=dml.ScaleBias(2.0, 0.5)),
 }
-
-# The page's "typical default" of every parameter (ONNX's where the page gives none).
-DEFAULTS = {
-    "linear": dict(alpha=1.0, beta=0.0), "hard_sigmoid": dict(alpha=0.2, beta=0.5),
-    "scaled_tanh": dict(alpha=1.0, beta=0.5), "leaky_relu": dict(alpha=0.01),
-    "thresholded_relu": dict(alpha=1.0), "elu": dict(alpha=1.0), "celu": dict(alpha=1.0),
-    "scaled_elu": dict(alpha=1.6732, gamma=1.0507), "softplus": dict(steepness=1.0),
-    "parametric_softplus": dict(alpha=1.0, beta=1.0), "shrink": dict(bias=0.0, threshold=0.5),
-    "clip": dict(scale_bias=None, min=-dml.FLT_MAX, max=dml.FLT_MAX),
-}
+FORMULAS = {name: (PARAMETERS.get(name, {}), formula)
+            for name, formula in ACTIVATION_FORMULAS.items()}
+DEFAULTS = ACTIVATION_DEFAULTS
 
 POINTS = np.concatenate([np.linspace(-12, 12, 481), [0.0, -0.0, 1e-3, -1e-3, 1e-6, -1e-6,
                          0.5, -0.5, 1.0, -1.0, 40.0, -40.0, 95.0, -95.0]]).astype(np.float32)
@@ -98,7 +64,7 @@ def _identity_conv(device, x, act, dtype="float32"):
     desc = dml.ConvolutionOperatorDesc(
         dml.TensorDesc(dtype, (1, 1, n)), dml.TensorDesc(dtype, (1, 1, 1)), None,
         dml.TensorDesc(dtype, (1, 1, n)), fused_activation=act)
-    got, _ = run_desc(device, desc, x.reshape(1, 1, n).astype(dtype), np.ones((1, 1, 1), dtype))
+    got = run_desc(device, desc, x.reshape(1, 1, n).astype(dtype), np.ones((1, 1, 1), dtype))
     return got.reshape(-1)[:n]
 
 
@@ -143,7 +109,8 @@ def test_fused_in_every_path(device, name, shape):
     x = rng.standard_normal((1, 16, 24, 24)).astype(np.float32)
     w = (rng.standard_normal((16, 16 // groups, 3, 3)) * 0.3).astype(np.float32)
     b = rng.standard_normal(16).astype(np.float32)
-    want = formula(reference(x, w, b, start=[1, 1], end=[1, 1], groups=groups), **params)
+    want = formula(convolution_reference(x, w, b, start=[1, 1], end=[1, 1], groups=groups),
+                   **params)
     desc = dml.ConvolutionOperatorDesc(
         dml.TensorDesc("float32", x.shape), dml.TensorDesc("float32", w.shape),
         dml.TensorDesc("float32", (1, 16, 1, 1)), dml.TensorDesc("float32", x.shape),
@@ -156,7 +123,8 @@ def test_fused_in_every_path(device, name, shape):
     assert set(accepting) == ({"direct", "depthwise"} if groups > 1 else
                               {"direct", "gemm", "winograd"} | ({"gemm_sg"} if sg else set()))
     for path in accepting:
-        got, compiled = run_desc(device, desc, x, w, b, path=path)
+        compiled = compile_on_path(device, desc, path)
+        got = run_desc(device, desc, x, w, b, compiled=compiled)
         assert compiled.path.name == path
         np.testing.assert_allclose(got.reshape(x.shape), want, rtol=1e-4, atol=3e-4,
                                    err_msg=path)

@@ -324,3 +324,114 @@ def test_plot(tiny_run, tmp_path):
 def test_list(capsys):
     assert main(["--list", "--quick"]) == 0
     assert "pad-constant-1x64x256x256" in capsys.readouterr().out
+
+
+# -- the report as a newcomer reads it ----------------------------------------------------------
+def _rendered(doc, wide=False, width=100) -> str:
+    from rich.console import Console
+
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    report.print_report(doc, console, wide=wide)
+    return console.export_text()
+
+
+def _crowded(doc) -> dict:
+    """The tiny run made as wide as a real one gets: two devices, the longest workload name
+    of the shipped sets, a flagged result, a failed row and an absent peer with a long
+    reason, every speedup in three digits."""
+    doc = copy.deepcopy(doc)
+    longest = max((w.name for w in wl.load(None)), key=len)
+    second = dict(doc["devices"][0], index=doc["devices"][0]["index"] + 1,
+                  name="Another Vulkan device with a long name")
+    doc["devices"].append(second)
+    rows = []
+    for r in doc["results"]:
+        r = dict(r, workload=longest if r["workload"] == "tiny-pad-reflection" else r["workload"])
+        if r["runner"] == "vkml":
+            rows += [r, dict(r, device=second["index"], device_name=second["name"])]
+            for s in (r.get("speedup") or {}).values():
+                s.update(e2e=123.456, compute=234.567)
+        else:
+            rows.append(dict(r, device=None))
+    vk = next(r for r in rows if r["runner"] == "vkml" and r["status"] == "ok")
+    vk.update(flagged=True, max_rel_err=0.0123, tolerance=1e-3)
+    rows.append({"workload": longest, "runner": "onnxruntime-cpu", "device": None,
+                 "status": "absent", "reason": "onnxruntime is not installed (ModuleNotFound"
+                 "Error: No module named 'onnxruntime'); pip install onnxruntime (or every "
+                 "peer: pip install 'vkml[bench]')"})
+    rows.append({"workload": longest, "runner": "ncnn-vulkan", "device": None,
+                 "status": "error", "reason": "RuntimeError: " + "a long failure " * 12})
+    doc["results"] = rows
+    return doc
+
+
+def test_default_report_fits_100_columns(tiny_run):
+    """The default (compact) report fits a 100-column terminal, nothing cut with an
+    ellipsis; the crowded case too.  --wide keeps every figure."""
+    _, doc, _ = tiny_run
+    for d in (doc, _crowded(doc)):
+        text = _rendered(d)
+        too_long = [line for line in text.splitlines() if len(line) > 100]
+        assert not too_long, too_long[:3]
+        assert "…" not in text and "..." not in text
+        for column in ("workload", "runner", "median", "vkml speedup", "of limit", "rel err"):
+            assert column in text
+        assert "p10-p90" not in text and "up / down" not in text
+        assert all(r["workload"] in text for r in d["results"])
+    crowded = _rendered(_crowded(doc))
+    assert "123x / 235x" in crowded and "1.2e-02 >" in crowded
+    assert "a long failure" in crowded                 # the failure's reason, after the table
+    wide = _rendered(doc, wide=True, width=250)
+    assert "p10-p90" in wide and "up / down" in wide and "GB/s" in wide
+
+
+def test_wide_flag_and_pipe_width(tmp_path, device, capsys, monkeypatch):
+    """Piped (not a terminal), the report is 100 columns wide, 200 with --wide."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    one = {"workloads": TINY["workloads"][:1]}
+    for extra, width, columns in (((), 100, "of limit"), (("--wide",), 200, "p10-p90")):
+        rc, _ = _run(tmp_path, device, "--peers", "none", "--no-limits", *extra, workloads=one)
+        out = capsys.readouterr().out
+        assert rc == 0 and columns in out
+        assert max(len(line) for line in out.splitlines()) <= width
+
+
+def test_output_states_goals_not_issue_numbers(tiny_run):
+    """What the tool prints and writes names goals, not the tracker's issue numbers."""
+    import re
+
+    from bench import targets
+
+    _, doc, tmp = tiny_run
+    assert all(isinstance(t.area, str) and t.area for t in targets.TARGETS)
+    assert doc["targets"] and all("area" in t and "issue" not in t for t in doc["targets"])
+    texts = [_rendered(doc), _rendered(doc, wide=True, width=250), report.markdown(doc),
+             (tmp / "run.csv").read_text()]
+    for text in texts:
+        assert not re.search(r"#\d", text), re.search(r".{30}#\d.{30}", text)
+        assert "issue" not in text.lower()
+    assert "Performance goals" in texts[0]
+
+
+def test_absent_peer_names_what_to_install(monkeypatch):
+    """The hint names the package and the pyproject extra that installs every peer, and
+    the report prints the extra's brackets (rich would take '[bench]' for markup)."""
+    import re
+
+    from bench.runners import require
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(Absent) as exc:
+        require("onnxruntime")
+    reason = str(exc.value)
+    assert "pip install onnxruntime" in reason and "pip install 'vkml[bench]'" in reason
+    bench_extra = re.search(r"^bench = \[(.*)\]$", (ROOT / "pyproject.toml").read_text(),
+                            re.M).group(1)
+    assert '"onnxruntime' in bench_extra
+    doc = {"created": "now", "host": {"processor": "cpu", "cpus": 1, "python": "3"},
+           "versions": {}, "peers": {"onnxruntime-cpu": {"available": False, "reason": reason}},
+           "devices": [], "results": [{"workload": "w", "runner": "onnxruntime-cpu",
+                                       "device": None, "status": "absent",
+                                       "reason": reason}]}
+    text = _rendered(doc)
+    assert "'vkml[bench]'" in text and "'vkml'" not in text

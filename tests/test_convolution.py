@@ -1,9 +1,8 @@
 """DML_CONVOLUTION_OPERATOR_DESC and vkml.convolution, on every device.
 
-Reference: PyTorch's CPU ``conv{1,2,3}d`` / ``conv_transpose{1,2,3}d`` in float64 (test-only
-dependency).  Asymmetric padding is applied to the input (forward) or cropped from the
-full transposed result (backward); output padding is appended as the page says; the
-CONVOLUTION mode is the reference's kernel flipped on every spatial axis.
+Reference: ``convolution_reference`` of tests/references.py in float64 (NumPy, checked
+against PyTorch's ``conv{1,2,3}d`` / ``conv_transpose{1,2,3}d`` in test_references.py;
+the tests named "against_torch" compare with it).  A few tests use torch directly.
 """
 from __future__ import annotations
 
@@ -20,41 +19,10 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
+from helpers import compile_on_path, run_desc
+from references import convolution_reference
+
 conv_ops = importlib.import_module("vkml.ops.convolution")   # vkml.ops.convolution: the function
-
-CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
-
-
-def reference(x, w, b=None, strides=None, dilations=None, start=None, end=None, outpad=None,
-              groups=1, mode="cross_correlation", direction="forward"):
-    """The convolution in float64 through PyTorch (see the module doc)."""
-    nd = x.ndim - 2
-    strides = strides or [1] * nd
-    dilations = dilations or [1] * nd
-    start, end, outpad = start or [0] * nd, end or [0] * nd, outpad or [0] * nd
-    xt = torch.from_numpy(np.asarray(x, np.float64))
-    wt = torch.from_numpy(np.asarray(w, np.float64))
-    if mode == "convolution":
-        wt = torch.flip(wt, dims=list(range(2, 2 + nd)))
-    tail = []
-    for p in reversed(outpad):
-        tail += [0, p]
-    if direction == "forward":
-        pads = []
-        for a, e in zip(reversed(start), reversed(end)):
-            pads += [a, e]
-        y = CONV[nd](F.pad(xt, pads), wt, None, strides, 0, dilations, groups)
-        y = F.pad(y, tail)
-    else:
-        y = F.pad(CONV_T[nd](xt, wt, None, strides, 0, 0, groups, dilations), tail)
-        y = y[(slice(None), slice(None)) + tuple(
-            slice(a, y.shape[2 + i] - e) for i, (a, e) in enumerate(zip(start, end)))]
-    y = y.numpy()
-    if b is not None:
-        y = y + np.asarray(b, np.float64).reshape((1, -1) + (1,) * nd)
-    return y
-
 
 def tolerance(w, dtype=np.float32):
     """float32: accumulation error of a dot product of len(filter window) terms;
@@ -65,26 +33,10 @@ def tolerance(w, dtype=np.float32):
     return dict(rtol=1e-5, atol=2e-5 * math.sqrt(terms))
 
 
-def run_desc(device, desc, *arrays, path=None):
-    """create -> compile -> execute (optionally forcing a path by name)."""
-    op = device.create_operator(desc)
-    if path is not None:
-        saved = conv_ops.PATHS[:]
-        conv_ops.PATHS[:] = [p for p in conv_ops.PATHS if p.name == path]
-        try:
-            compiled = device.compile_operator(op)
-        finally:
-            conv_ops.PATHS[:] = saved
-    else:
-        compiled = device.compile_operator(op)
-    ins = [device.tensor(a) if a is not None else None for a in arrays]
-    od = desc.output_tensor
-    out = device.empty(od.total_tensor_size_in_bytes // od.data_type.size, od.dtype)
-    try:
-        compiled.execute(ins, [out])
-        return out.numpy(), compiled
-    finally:
-        compiled.release()
+def run_path(device, desc, *arrays, path):
+    """(output, compiled operator) of ``desc`` run on the kernel path named ``path``."""
+    compiled = compile_on_path(device, desc, path)
+    return run_desc(device, desc, *arrays, compiled=compiled), compiled
 
 
 def random_case(rng, small: bool):
@@ -131,8 +83,9 @@ def call(case, device, **extra):
 
 
 def expect(case):
-    return reference(case["x"], case["w"], case["b"], case["strides"], case["dilations"],
-                     case["start"], case["end"], case["outpad"], case["groups"], case["mode"],
+    return convolution_reference(case["x"], case["w"], case["b"], case["strides"],
+                                 case["dilations"], case["start"], case["end"], case["outpad"],
+                                 case["groups"], case["mode"],
                      case["direction"])
 
 
@@ -164,8 +117,8 @@ def test_each_rank_and_direction(device, nd, direction):
     kw = dict(strides=[2] * nd, dilations=[1] * (nd - 1) + [2], start_padding=[1] * nd,
               end_padding=[0] * (nd - 1) + [2], group_count=g, direction=direction)
     got = vkml.convolution(x, w, b, **kw, device=device)
-    ref = reference(x, w, b, [2] * nd, [1] * (nd - 1) + [2], [1] * nd, [0] * (nd - 1) + [2],
-                    None, g, "cross_correlation", direction)
+    ref = convolution_reference(x, w, b, [2] * nd, [1] * (nd - 1) + [2], [1] * nd,
+                                [0] * (nd - 1) + [2], None, g, "cross_correlation", direction)
     assert got.shape == ref.shape
     np.testing.assert_allclose(got, ref, **tolerance(w))
 
@@ -190,7 +143,7 @@ def test_mode_table(device):
     for (mode, direction), want in table.items():
         got = vkml.convolution(x, w, mode=mode, direction=direction, device=device)
         np.testing.assert_array_equal(got[0, 0], np.array(want, np.float32), err_msg=mode + direction)
-        ref = reference(x, w, mode=mode, direction=direction)
+        ref = convolution_reference(x, w, mode=mode, direction=direction)
         np.testing.assert_array_equal(got, ref.astype(np.float32))
     # the DML enum members and names work as well as the strings
     got = vkml.convolution(x, w, mode=dml.ConvolutionMode.CONVOLUTION,
@@ -208,8 +161,9 @@ def test_mode_table_2d_3d(device):
             ww = rng.standard_normal(chans + (2, 3, 2)[:nd]).astype(np.float32)
             for mode in ("convolution", "cross_correlation"):
                 got = vkml.convolution(x, ww, mode=mode, direction=direction, device=device)
-                np.testing.assert_allclose(got, reference(x, ww, mode=mode, direction=direction),
-                                           **tolerance(ww))
+                np.testing.assert_allclose(
+                    got, convolution_reference(x, ww, mode=mode, direction=direction),
+                    **tolerance(ww))
 
 
 def test_depthwise_and_channel_multiplier(device):
@@ -220,13 +174,14 @@ def test_depthwise_and_channel_multiplier(device):
         b = rng.standard_normal(6 * mult).astype(np.float32)
         got = vkml.convolution(x, w, b, start_padding=[1, 1], end_padding=[1, 1],
                                group_count=6, device=device)
-        np.testing.assert_allclose(got, reference(x, w, b, start=[1, 1], end=[1, 1], groups=6),
-                                   **tolerance(w))
+        np.testing.assert_allclose(
+            got, convolution_reference(x, w, b, start=[1, 1], end=[1, 1], groups=6),
+            **tolerance(w))
         # transposed depthwise
         wt = rng.standard_normal((6, mult, 3, 3)).astype(np.float32)
         got = vkml.convolution(x, wt, strides=[2, 2], group_count=6, direction="backward",
                                device=device)
-        np.testing.assert_allclose(got, reference(x, wt, strides=[2, 2], groups=6,
+        np.testing.assert_allclose(got, convolution_reference(x, wt, strides=[2, 2], groups=6,
                                                   direction="backward"), **tolerance(wt))
 
 
@@ -239,7 +194,7 @@ def test_bias_shapes(device):
     a = vkml.convolution(x, w, b, device=device)
     c = vkml.convolution(x, w, b.reshape(1, 4, 1, 1), device=device)
     np.testing.assert_array_equal(a, c)
-    np.testing.assert_allclose(a, reference(x, w, b), **tolerance(w))
+    np.testing.assert_allclose(a, convolution_reference(x, w, b), **tolerance(w))
 
 
 def test_transposed_output_padding_holds_values(device):
@@ -268,7 +223,7 @@ def test_forward_output_padding_is_zero_padding_plus_bias(device):
     b = np.array([0.5, -2.0, 1.5], np.float32)
     got = vkml.convolution(x, w, b, output_padding=[2], fused_activation="relu", device=device)
     assert got.shape == (1, 3, 6)
-    np.testing.assert_allclose(got[..., :4], np.maximum(reference(x, w, b), 0),
+    np.testing.assert_allclose(got[..., :4], np.maximum(convolution_reference(x, w, b), 0),
                                **tolerance(w))
     np.testing.assert_array_equal(got[0, :, 4:], np.maximum(b, 0)[:, None].repeat(2, 1))
 
@@ -329,10 +284,10 @@ def test_strided_tensors(device):
     y_desc = dml.TensorDesc("float32", (n, co, h, wd), (co * h * wd * 2, h * wd * 2, wd * 2, 2))
     desc = dml.ConvolutionOperatorDesc(x_desc, w_desc, b_desc, y_desc,
                                        start_padding=(1, 1), end_padding=(1, 1))
-    got, _ = run_desc(device, desc, x_nhwc, w_pad, b_buf)
+    got = run_desc(device, desc, x_nhwc, w_pad, b_buf)
     got = np.lib.stride_tricks.as_strided(got, (n, co, h, wd),
                                           tuple(4 * s for s in y_desc.strides))
-    np.testing.assert_allclose(got, reference(x, w, b, start=[1, 1], end=[1, 1]),
+    np.testing.assert_allclose(got, convolution_reference(x, w, b, start=[1, 1], end=[1, 1]),
                                **tolerance(w))
 
 
@@ -346,11 +301,11 @@ def test_large_tensors_are_split(device):
     with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096,
                                            "maxComputeWorkGroupCount": (1, 2, 3)}) as small:
         got = vkml.convolution(x, w, b, start_padding=[1, 0], strides=[1, 2], device=small)
-        np.testing.assert_allclose(got, reference(x, w, b, start=[1, 0], strides=[1, 2]),
-                                   **tolerance(w))
+        np.testing.assert_allclose(
+            got, convolution_reference(x, w, b, start=[1, 0], strides=[1, 2]), **tolerance(w))
         got = vkml.convolution(x, w.transpose(1, 0, 2, 3).copy(), b, strides=[2, 1],
                                direction="backward", device=small)
-        np.testing.assert_allclose(got, reference(x, w.transpose(1, 0, 2, 3), b,
+        np.testing.assert_allclose(got, convolution_reference(x, w.transpose(1, 0, 2, 3), b,
                                                   strides=[2, 1], direction="backward"),
                                    **tolerance(w))
 
@@ -362,8 +317,9 @@ def test_device_tensors_stay_on_device(device):
     b = vkml.tensor(rng.standard_normal(3).astype(np.float32), device=device)
     y = vkml.convolution(x, w, b, fused_activation="tanh")
     assert isinstance(y, vkml.Tensor) and y.shape == (1, 3, 3, 3)
-    np.testing.assert_allclose(y.numpy(), np.tanh(reference(x.numpy(), w.numpy(), b.numpy())),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        y.numpy(), np.tanh(convolution_reference(x.numpy(), w.numpy(), b.numpy())),
+        rtol=1e-5, atol=1e-5)
 
 
 def test_dml_flow_and_replay(device):
@@ -387,7 +343,7 @@ def test_dml_flow_and_replay(device):
     for scale in (1, 2):          # the second execute replays with new input contents
         tx.write(x * scale)
         compiled.execute([tx, tw, tb], [ty])
-        ref = reference(x * scale, w, b, strides=[2, 2], start=[1, 1], groups=2)
+        ref = convolution_reference(x * scale, w, b, strides=[2, 2], start=[1, 1], groups=2)
         np.testing.assert_allclose(ty.numpy(), np.where(ref >= 0, ref, 0.25 * ref),
                                    **tolerance(w))
     compiled.release()
@@ -432,7 +388,7 @@ def dense_case(rng, small: bool, dtype="float32"):
 
 
 def desc_reference(desc, x, w, b):
-    return reference(x, w, b, list(desc.strides), list(desc.dilations),
+    return convolution_reference(x, w, b, list(desc.strides), list(desc.dilations),
                      list(desc.start_padding), list(desc.end_padding),
                      list(desc.output_padding), desc.group_count,
                      desc.conv_mode.name.lower(), desc.conv_direction.name.lower())
@@ -528,7 +484,7 @@ def test_fast_paths_against_torch(device, budget, path):
         desc, x, w, b = CASES[path](rng, budget < 40)
         if path not in accepting_paths(device, desc):
             continue
-        got, compiled = run_desc(device, desc, x, w, b, path=path)
+        got, compiled = run_path(device, desc, x, w, b, path=path)
         assert compiled.path.name == path
         ref = desc_reference(desc, x, w, b)
         np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref,
@@ -564,9 +520,9 @@ def test_fast_path_variants(device, path, case):
                 desc = dml.ConvolutionOperatorDesc(
                     dml.TensorDesc(dtype, x.shape, tuple(int(v) for v in st)),
                     *[getattr(desc, f.name) for f in dataclasses.fields(desc)][1:])
-                got, compiled = run_desc(dev, desc, buf, w, b, path=path)
+                got, compiled = run_path(dev, desc, buf, w, b, path=path)
             else:
-                got, compiled = run_desc(dev, desc, x, w, b, path=path)
+                got, compiled = run_path(dev, desc, x, w, b, path=path)
             ref = desc_reference(desc, x, w, b)
             np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
                                        **path_tolerance(path, w, dtype))
@@ -593,7 +549,7 @@ def _check_forced(device, desc, path, rng, tol_scale=1.0):
     w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
     b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(dtype)
          if desc.bias_tensor is not None else None)
-    got, compiled = run_desc(device, desc, x, w, b, path=path)
+    got, compiled = run_path(device, desc, x, w, b, path=path)
     assert compiled.path.name == path
     ref = desc_reference(desc, x, w, b)
     tol = {k: v * tol_scale for k, v in tolerance(w, dtype).items()}
@@ -647,9 +603,10 @@ def test_gemm_sg_strided_filter(device):
     if not _has_sg(device):
         pytest.skip("no subgroup shuffles on this device")
     x = rng.standard_normal(xd.sizes).astype(np.float32)
-    got, compiled = run_desc(device, desc, x, w_nhwc, None, path="gemm_sg")
+    got, compiled = run_path(device, desc, x, w_nhwc, None, path="gemm_sg")
     assert compiled.path.name == "gemm_sg"
-    np.testing.assert_allclose(got.reshape(2, co, 6, 7), reference(x, w, start=[1, 1], end=[1, 1]),
+    np.testing.assert_allclose(got.reshape(2, co, 6, 7),
+                               convolution_reference(x, w, start=[1, 1], end=[1, 1]),
                                **tolerance(w))
 
 
@@ -663,7 +620,7 @@ def test_winograd_row_stores(device, width, v4):
     x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
     w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
     b = rng.standard_normal(17).astype(np.float32)
-    got, compiled = run_desc(device, desc, x, w, b, path="winograd")
+    got, compiled = run_path(device, desc, x, w, b, path="winograd")
     assert compiled.path.y4 == v4
     ref = np.maximum(desc_reference(desc, x, w, b), 0)
     np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
@@ -686,7 +643,7 @@ def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
         x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
         w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
         b = rng.standard_normal(w_shape[0]).astype(dtype)
-        got, compiled = run_desc(device, desc, x, w, b, path=path)
+        got, compiled = run_path(device, desc, x, w, b, path=path)
         assert all(d["yv4"] == (dtype == "float32") for d in compiled.path.dispatches)
         ref = desc_reference(desc, x, w, b)
         ref = np.where(ref >= 0, ref, 0.01 * ref)
@@ -740,7 +697,7 @@ def test_gemm_filter_transpose(device, dtype):
         x = rng.standard_normal(xd.sizes).astype(dtype)
         w = rng.standard_normal(wd.sizes).astype(dtype)
         b = rng.standard_normal(g * cog).astype(dtype)
-        got, compiled = run_desc(device, desc, x, w, b, path="gemm")
+        got, compiled = run_path(device, desc, x, w, b, path="gemm")
         assert any(isinstance(r, conv_ops.FilterTranspose) for r, _ in compiled.path.w_relayouts)
         ref = desc_reference(desc, x, w, b)
         np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,

@@ -2,7 +2,7 @@
 
 References: the page's three examples verbatim (float32, and as float16 and int32);
 ``torch.nn.functional.fold`` for 2-D with symmetric padding; an independent NumPy
-reference (written from the page's formulas) for 1-D to 6-D and every data type.
+reference (tests/references.py) for 1-D to 6-D and every data type.
 
 Tolerances: integer types exact (sums wrap around modulo 2^bits, as NumPy's); float32
 within 1e-5 relative to the largest magnitude of the result (the order of summation
@@ -11,7 +11,6 @@ differs from the references'); float16 within one float16 ulp of a float64 refer
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -23,7 +22,8 @@ import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
-from helpers import ALL_DTYPES
+from helpers import ALL_DTYPES, run_desc
+from references import fold_reference, window_counts
 
 # -- the page's examples, verbatim ------------------------------------------------------
 EX1_OUT = [[0., 5., 13., 9.], [14., 38., 54., 32.], [38., 86., 102., 56.], [26., 57., 65., 35.]]
@@ -37,19 +37,6 @@ EXAMPLES = {
     "example2": ((1, 9, 8), (1, 0), (1, 0), (1, 1, 4, 4), [[EX2_OUT]]),
     "example3": ((1, 18, 8), (1, 0), (1, 0), (1, 2, 4, 4), [[EX2_OUT, EX3_OUT2]]),
 }
-
-
-def run_desc(device, desc, *inputs):
-    """create -> compile -> execute, the output buffer sized by its descriptor."""
-    op = device.create_operator(desc)
-    compiled = device.compile_operator(op)
-    ins = [device.tensor(x) for x in inputs]
-    out_desc = desc.outputs()[0]
-    out = device.empty(out_desc.total_tensor_size_in_bytes // out_desc.data_type.size,
-                       out_desc.dtype)
-    compiled.execute(ins, [out])
-    compiled.release()
-    return out.numpy()
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))
@@ -74,33 +61,6 @@ def test_same_dimension_count_input(device):
                                 dml.TensorDesc("float32", (1, 1, 4, 4)), (3, 3))
     got = run_desc(device, desc, x).reshape(1, 1, 4, 4)
     np.testing.assert_array_equal(got, np.array([[EX1_OUT]], np.float32))
-
-
-# -- references -------------------------------------------------------------------------
-def blocks_ref(spatial, window, strides, dilations, start, end):
-    return [(s + a + b - d * (w - 1) - 1) // st + 1
-            for s, w, st, d, a, b in zip(spatial, window, strides, dilations, start, end)]
-
-
-def fold_ref(x, out_spatial, window, strides, dilations, start, end):
-    """col2im from the page's formulas: scatter-add every window into a zero-padded image
-    (in float64 for floats, in the type itself -- wrapping -- for integers)."""
-    n, rows, count = x.shape
-    k = math.prod(window)
-    c = rows // k
-    blocks = blocks_ref(out_spatial, window, strides, dilations, start, end)
-    assert math.prod(blocks) == count
-    acc = np.float64 if x.dtype.kind == "f" else x.dtype
-    padded = [o + a + b for o, a, b in zip(out_spatial, start, end)]
-    img = np.zeros((n, c, *padded), dtype=acc)
-    cols = x.astype(acc).reshape(n, c, *window, *blocks)
-    for kpos in itertools.product(*[range(w) for w in window]):
-        sl = tuple(slice(kd * dl, kd * dl + (b - 1) * st + 1, st)
-                   for kd, dl, b, st in zip(kpos, dilations, blocks, strides))
-        with np.errstate(over="ignore"):
-            img[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + kpos]
-    crop = tuple(slice(a, a + o) for a, o in zip(start, out_spatial))
-    return img[(slice(None), slice(None)) + crop]
 
 
 def assert_close(got, ref, dtype):
@@ -138,7 +98,7 @@ def random_case(rng, dims, max_elems, symmetric=False):
         lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
         out = [int(rng.integers(l, l + (6 if dims <= 3 else 3))) for l in lo]
         n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
-        blocks = blocks_ref(out, window, strides, dil, start, end)
+        blocks = window_counts(out, window, strides, dil, start, end)
         size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(out)
         if size <= max_elems:
             return n, c, out, window, strides, dil, start, end
@@ -153,7 +113,7 @@ def test_random_2d_against_torch(device, budget):
         if dtype == "float64" and not device.features["fp64"]:
             dtype = "float32"
         n, c, out, window, strides, dil, start, _ = random_case(rng, 2, 20000, symmetric=True)
-        blocks = blocks_ref(out, window, strides, dil, start, start)
+        blocks = window_counts(out, window, strides, dil, start, start)
         x = random_values(rng, (n, c * math.prod(window), math.prod(blocks)), dtype)
         got = vkml.fold(x, out, window, strides=strides, dilations=dil, start_padding=start,
                         end_padding=start, device=device)
@@ -170,12 +130,12 @@ def test_random_against_numpy(device, budget, dims):
         dtype = types[case % len(types)]
         n, c, out, window, strides, dil, start, end = random_case(
             rng, dims, 6000 if budget < 40 else 30000)
-        blocks = blocks_ref(out, window, strides, dil, start, end)
+        blocks = window_counts(out, window, strides, dil, start, end)
         x = random_values(rng, (n, c * math.prod(window), math.prod(blocks)), dtype)
         got = vkml.fold(x, out, window, strides=strides, dilations=dil, start_padding=start,
                         end_padding=end, device=device)
         assert got.shape == (n, c, *out) and got.dtype == np.dtype(dtype)
-        assert_close(got, fold_ref(x, out, window, strides, dil, start, end), dtype)
+        assert_close(got, fold_reference(x, out, window, strides, dil, start, end), dtype)
 
 
 def test_integer_sums_wrap(device):
@@ -185,7 +145,7 @@ def test_integer_sums_wrap(device):
         x = np.full((1, 9, 4), info.max, dtype=dtype)
         x[0, ::2] = info.max - 1
         got = vkml.fold(x, (4, 4), (3, 3), device=device)
-        np.testing.assert_array_equal(got, fold_ref(x, (4, 4), (3, 3), (1, 1), (1, 1),
+        np.testing.assert_array_equal(got, fold_reference(x, (4, 4), (3, 3), (1, 1), (1, 1),
                                                      (0, 0), (0, 0)))
 
 
@@ -225,11 +185,11 @@ def test_read_paths(device, read, vec, monkeypatch):
                 ((5, 37), (2, 4), (1, 1), (1, 2), (0, 3), (1, 2)),
                 ((6, 21), (3, 2), (2, 3), (1, 1), (2, 1), (0, 2)),
                 ((3, 8), (1, 8), (1, 1), (1, 1), (0, 0), (0, 0))):
-            blocks = blocks_ref(out, window, strides, dil, start, end)
+            blocks = window_counts(out, window, strides, dil, start, end)
             x = random_values(rng, (2, 3 * math.prod(window), math.prod(blocks)), dtype)
             got = vkml.fold(x, out, window, strides=strides, dilations=dil,
                             start_padding=start, end_padding=end, device=device)
-            assert_close(got, fold_ref(x, out, window, strides, dil, start, end), dtype)
+            assert_close(got, fold_reference(x, out, window, strides, dil, start, end), dtype)
 
 
 @pytest.mark.parametrize("kind", ["input", "output"])
@@ -239,10 +199,10 @@ def test_strided_layouts(device, kind):
     rng = np.random.default_rng(3)
     for dtype in ("float32", "float16", "int8", "int64"):
         out, window, start = (6, 7), (2, 3), (1, 0)
-        blocks = blocks_ref(out, window, (1, 1), (1, 1), start, start)
+        blocks = window_counts(out, window, (1, 1), (1, 1), start, start)
         n, c, count = 2, 3, math.prod(blocks)
         x = random_values(rng, (n, c * 6, count), dtype)
-        expect = fold_ref(x, out, window, (1, 1), (1, 1), start, start)
+        expect = fold_reference(x, out, window, (1, 1), (1, 1), start, start)
         out_sizes = (n, c, *out)
         if kind == "input":
             phys = np.ascontiguousarray(x.transpose(2, 0, 1))          # (count, n, rows)
@@ -271,14 +231,14 @@ def test_packed_path_on_every_device(device):
             x = random_values(rng, (2, 2 * 9, 24), dtype)
             got = vkml.fold(x, (7, 9), (3, 3), start_padding=(1, 0), end_padding=(0, 1),
                             strides=(1, 2), device=dev)
-            assert_close(got, fold_ref(x, (7, 9), (3, 3), (1, 2), (1, 1), (1, 0), (0, 1)), dtype)
+            assert_close(got, fold_reference(x, (7, 9), (3, 3), (1, 2), (1, 1), (1, 0), (0, 1)), dtype)
 
 
 def test_float64_needs_shader_float64(device):
     """float64 sums need shaderFloat64: UnsupportedError naming it where it is missing
     (SwiftShader; lavapipe with the feature disabled), exact results where present."""
     x = np.arange(36, dtype=np.float64).reshape(1, 9, 4) / 3
-    ref = fold_ref(x, (4, 4), (3, 3), (1, 1), (1, 1), (0, 0), (0, 0))
+    ref = fold_reference(x, (4, 4), (3, 3), (1, 1), (1, 1), (0, 0), (0, 0))
     if device.features["fp64"]:
         assert_close(vkml.fold(x, (4, 4), (3, 3), device=device), ref, "float64")
     else:
@@ -290,7 +250,7 @@ def test_float64_needs_shader_float64(device):
         # 64-bit integers add as 32-bit pairs with carry: no shaderInt64 needed
         xi = (np.arange(36, dtype=np.int64).reshape(1, 9, 4) - 18) * (2 ** 40 + 7)
         np.testing.assert_array_equal(vkml.fold(xi, (4, 4), (3, 3), device=dev),
-                                      fold_ref(xi, (4, 4), (3, 3), (1, 1), (1, 1), (0, 0), (0, 0)))
+                                      fold_reference(xi, (4, 4), (3, 3), (1, 1), (1, 1), (0, 0), (0, 0)))
 
 
 def test_windows_beyond_max_storage_buffer_range(device):
@@ -306,12 +266,12 @@ def test_windows_beyond_max_storage_buffer_range(device):
                                                ("int64", 2, (3, 3, 4), (2, 2, 1), (1, 1, 1))):
             d = len(out)
             ones, pads = (1,) * d, (1,) * d
-            blocks = blocks_ref(out, window, strides, ones, pads, pads)
+            blocks = window_counts(out, window, strides, ones, pads, pads)
             x = random_values(rng, (2, c * math.prod(window), math.prod(blocks)), dtype)
             assert x.nbytes > 4096
             got = vkml.fold(x, out, window, strides=strides, start_padding=pads,
                             end_padding=pads, device=small)
-            assert_close(got, fold_ref(x, out, window, strides, ones, pads, pads), dtype)
+            assert_close(got, fold_reference(x, out, window, strides, ones, pads, pads), dtype)
         # one output element reading more than the device can bind: refused up front
         x = np.zeros((1, 2000, 1), np.float32)
         with pytest.raises(UnsupportedError, match="maxStorageBufferRange"):
@@ -322,7 +282,7 @@ def test_staging_path(device):
     with vkml.Device(device.index, force_staging=True) as dev:
         x = np.random.default_rng(0).random((1, 18, 8)).astype(np.float32)
         got = vkml.fold(x, (4, 4), (3, 3), start_padding=(1, 0), end_padding=(1, 0), device=dev)
-        assert_close(got, fold_ref(x, (4, 4), (3, 3), (1, 1), (1, 1), (1, 0), (1, 0)), "float32")
+        assert_close(got, fold_reference(x, (4, 4), (3, 3), (1, 1), (1, 1), (1, 0), (1, 0)), "float32")
 
 
 def test_tensor_in_tensor_out(device):
@@ -413,10 +373,10 @@ def test_grids_beyond_max_workgroup_count(device):
         rng = np.random.default_rng(15)
         for out, window in (((5, 3, 600), (2, 1, 3)), ((4, 3, 5, 2), (2, 2, 2, 1))):
             d = len(out)
-            blocks = blocks_ref(out, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d)
+            blocks = window_counts(out, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d)
             x = random_values(rng, (2, 3 * math.prod(window), math.prod(blocks)), "float32")
             got = vkml.fold(x, out, window, start_padding=1, device=dev)
-            assert_close(got, fold_ref(x, out, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d),
+            assert_close(got, fold_reference(x, out, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d),
                          "float32")
 
 
@@ -427,8 +387,8 @@ def test_large_windows(device):
     for dtype, out, window, strides, dil in (("float32", (310,), (300,), (1,), (1,)),
                                              ("int32", (4, 90), (2, 40), (1, 3), (1, 2))):
         d = len(out)
-        blocks = blocks_ref(out, window, strides, dil, (1,) * d, (2,) * d)
+        blocks = window_counts(out, window, strides, dil, (1,) * d, (2,) * d)
         x = random_values(rng, (1, 2 * math.prod(window), math.prod(blocks)), dtype)
         got = vkml.fold(x, out, window, strides=strides, dilations=dil, start_padding=1,
                         end_padding=2, device=device)
-        assert_close(got, fold_ref(x, out, window, strides, dil, (1,) * d, (2,) * d), dtype)
+        assert_close(got, fold_reference(x, out, window, strides, dil, (1,) * d, (2,) * d), dtype)

@@ -1,7 +1,7 @@
 """DML_LP_POOLING_OPERATOR_DESC / DML_LP_POOLING1_OPERATOR_DESC and vkml.lp_pooling.
 
-References: a NumPy float64 reference written from the page (y = (sum |x|^P)^(1/P) over
-each dilated window, zero padding contributing nothing), and
+References: a NumPy float64 reference written from the page (tests/references.py:
+y = (sum |x|^P)^(1/P) over each dilated window, zero padding contributing nothing), and
 ``torch.nn.functional.lp_pool2d/3d`` where its semantics coincide (no padding, no
 dilation, positive inputs: torch has neither and drops the absolute value for odd P).
 
@@ -11,7 +11,6 @@ reference (vkml computes in float32 and rounds once).
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -23,29 +22,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-
-def out_size(s, w, st, a, b, d):
-    return (s + a + b - d * (w - 1) - 1) // st + 1
-
-
-def lp_ref(x, window, strides, start, end, dil, p):
-    """The page's formula in float64 with a max-scaled sum (no overflow)."""
-    x = np.abs(x.astype(np.float64))
-    spatial = x.shape[2:]
-    padded = np.zeros(x.shape[:2] + tuple(s + a + b for s, a, b in zip(spatial, start, end)))
-    padded[(slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(start, spatial))] = x
-    outs = [out_size(s, w, st, a, b, d)
-            for s, w, st, a, b, d in zip(spatial, window, strides, start, end, dil)]
-    views = []
-    for kpos in itertools.product(*[range(w) for w in window]):
-        sl = tuple(slice(k * d, k * d + (o - 1) * st + 1, st)
-                   for k, d, o, st in zip(kpos, dil, outs, strides))
-        views.append(padded[(slice(None), slice(None)) + sl])
-    stack = np.stack(views)
-    m = stack.max(axis=0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        s = ((stack / np.where(m > 0, m, 1)) ** p).sum(axis=0)
-        return np.where(m > 0, m * s ** (1.0 / p), 0.0)
+from references import lp_pooling_reference
 
 
 def assert_close(got, ref, dtype, p):
@@ -87,7 +64,7 @@ def test_random_against_numpy(device, budget, dims, dtype):
         got = vkml.lp_pooling(x, window, strides=strides, start_padding=start,
                               end_padding=end, dilations=dil, p=p, device=device)
         assert got.dtype == np.dtype(dtype)
-        assert_close(got, lp_ref(x, window, strides, start, end, dil, p), dtype, p)
+        assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p), dtype, p)
 
 
 @pytest.mark.parametrize("dims", [2, 3])
@@ -112,7 +89,8 @@ def test_output_size_uses_the_dilated_window(device):
     got = vkml.lp_pooling(x, (3, 2), dilations=(2, 3), strides=(1, 2), start_padding=(1, 0),
                           end_padding=(0, 1), p=2, device=device)
     assert got.shape == (1, 2, (11 + 1 - 2 * 2 - 1) // 1 + 1, (9 + 1 - 3 * 1 - 1) // 2 + 1)
-    assert_close(got, lp_ref(x, (3, 2), (1, 2), (1, 0), (0, 1), (2, 3), 2), "float32", 2)
+    assert_close(got,
+                 lp_pooling_reference(x, (3, 2), (1, 2), (2, 3), (1, 0), (0, 1), 2), "float32", 2)
     desc = dml.LpPooling1OperatorDesc(dml.TensorDesc("float32", (1, 2, 11, 9)),
                                       dml.TensorDesc("float32", (1, 2, 8, 4)), (1, 2), (3, 2),
                                       (1, 0), (0, 1), (2, 3), 2)
@@ -136,7 +114,8 @@ def test_lp_pooling_without_dilations(device):
     t, y = device.tensor(x), device.empty(osz, np.float32)
     compiled.execute([t], [y])
     compiled.release()
-    assert_close(y.numpy(), lp_ref(x, (3, 2), (2, 1), (1, 2), (0, 1), (1, 1), 3), "float32", 3)
+    assert_close(y.numpy(),
+                 lp_pooling_reference(x, (3, 2), (2, 1), (1, 1), (1, 2), (0, 1), 3), "float32", 3)
     assert desc.feature_level() == dml.FeatureLevel.FL_1_0
 
 
@@ -162,7 +141,7 @@ def test_large_and_small_magnitudes(device, dtype):
         for scale in (big, small):
             x = (np.arange(1, 19, dtype=np.float64).reshape(1, 2, 3, 3) / 18 * scale).astype(dtype)
             got = vkml.lp_pooling(x, (2, 2), p=p, device=device)
-            ref = lp_ref(x, (2, 2), (1, 1), (0, 0), (0, 0), (1, 1), p)
+            ref = lp_pooling_reference(x, (2, 2), (1, 1), (1, 1), (0, 0), (0, 0), p)
             assert np.all(np.isfinite(got)) and np.all(got > 0)
             assert_close(got, ref, dtype, p)
     # a true result beyond the type's range is inf
@@ -210,7 +189,8 @@ def test_read_paths(device, read, vec, monkeypatch):
             x = rng.standard_normal(shape).astype(np.float32)
             got = vkml.lp_pooling(x, window, strides=strides, start_padding=start,
                                   end_padding=end, dilations=dil, p=p, device=device)
-            assert_close(got, lp_ref(x, window, strides, start, end, dil, p), "float32", p)
+            assert_close(got,
+                         lp_pooling_reference(x, window, strides, dil, start, end, p), "float32", p)
 
 
 def test_large_windows(device):
@@ -222,7 +202,7 @@ def test_large_windows(device):
         for window, strides, dil in (((9, 9), (5, 3), (1, 1)), ((2, 5), (1, 2), (1, 8))):
             got = vkml.lp_pooling(x, window, strides=strides, dilations=dil, start_padding=2,
                                   p=p, device=device)
-            ref = lp_ref(x, window, strides, (2, 2), (0, 0), dil, p)
+            ref = lp_pooling_reference(x, window, strides, dil, (2, 2), (0, 0), p)
             assert_close(got, ref, "float32", p)
 
 
@@ -232,7 +212,9 @@ def test_packed_float16(device):
         x = rng.standard_normal((2, 3, 7, 9)).astype(np.float16)
         for p in (1, 2, 3):
             got = vkml.lp_pooling(x, (2, 3), strides=(1, 2), start_padding=1, p=p, device=dev)
-            assert_close(got, lp_ref(x, (2, 3), (1, 2), (1, 1), (0, 0), (1, 1), p), "float16", p)
+            assert_close(got,
+                         lp_pooling_reference(x, (2, 3), (1, 2), (1, 1), (1, 1), (0, 0), p),
+                         "float16", p)
 
 
 def test_strided_layouts(device):
@@ -253,7 +235,8 @@ def test_strided_layouts(device):
         compiled.release()
         raw = y.numpy()
         got = np.lib.stride_tricks.as_strided(raw, osz, [s * raw.itemsize for s in ost])
-        assert_close(np.array(got), lp_ref(x, (2, 3), (1, 2), (0, 0), (0, 0), (1, 1), 2), dtype, 2)
+        assert_close(np.array(got),
+                     lp_pooling_reference(x, (2, 3), (1, 2), (1, 1), (0, 0), (0, 0), 2), dtype, 2)
 
 
 def test_windows_beyond_max_storage_buffer_range(device):
@@ -265,7 +248,8 @@ def test_windows_beyond_max_storage_buffer_range(device):
             got = vkml.lp_pooling(x, window, strides=2, start_padding=1, end_padding=1, p=2,
                                   device=small)
             d = len(window)
-            assert_close(got, lp_ref(x, window, (2,) * d, (1,) * d, (1,) * d, (1,) * d, 2),
+            assert_close(got,
+                         lp_pooling_reference(x, window, (2,) * d, (1,) * d, (1,) * d, (1,) * d, 2),
                          dtype, 2)
 
 
@@ -357,5 +341,6 @@ def test_grids_beyond_max_workgroup_count(device):
             x = rng.standard_normal(shape).astype(np.float32)
             d = len(window)
             got = vkml.lp_pooling(x, window, start_padding=1, p=2, device=dev)
-            assert_close(got, lp_ref(x, window, (1,) * d, (1,) * d, (0,) * d, (1,) * d, 2),
+            assert_close(got,
+                         lp_pooling_reference(x, window, (1,) * d, (1,) * d, (1,) * d, (0,) * d, 2),
                          "float32", 2)

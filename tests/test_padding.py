@@ -1,7 +1,7 @@
 """DML_PADDING_OPERATOR_DESC / DML_PADDING1_OPERATOR_DESC and vkml.pad, on every device.
 
-References: the page's four examples verbatim, and ``numpy.pad`` (constant, edge,
-reflect, symmetric, wrap) over random shapes, paddings, data types and layouts.
+References: the page's four examples verbatim, and ``pad_reference`` (tests/references.py:
+``numpy.pad`` with the page's modes) over random shapes, paddings, data types and layouts.
 """
 from __future__ import annotations
 
@@ -12,10 +12,8 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import ALL_DTYPES, random_bits, same_bits, strided_view
-
-NUMPY_MODE = {"constant": "constant", "edge": "edge", "reflection": "reflect",
-              "symmetric": "symmetric", "wrap": "wrap"}
+from helpers import ALL_DTYPES, random_bits, run_desc, same_bits, strided_view
+from references import PAD_MODES, pad_reference
 
 EXAMPLE_INPUT = np.array([[[[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4], [5, 6, 7, 8]]]])
 # The page's outputs, verbatim (StartPadding {0,0,1,2}, EndPadding {0,0,3,4}).
@@ -37,19 +35,6 @@ EXAMPLES = {
                   [6, 5, 5, 6, 7, 8, 8, 7, 6, 5], [6, 5, 5, 6, 7, 8, 8, 7, 6, 5],
                   [2, 1, 1, 2, 3, 4, 4, 3, 2, 1], [6, 5, 5, 6, 7, 8, 8, 7, 6, 5]],
 }
-
-
-def run_desc(device, desc, *inputs):
-    """create -> compile -> execute, with the output buffer sized by its descriptor."""
-    op = device.create_operator(desc)
-    compiled = device.compile_operator(op)
-    ins = [device.tensor(x) for x in inputs]
-    out_desc = desc.outputs()[0]
-    out = device.empty(out_desc.total_tensor_size_in_bytes // out_desc.data_type.size,
-                       out_desc.dtype)
-    compiled.execute(ins, [out])
-    compiled.release()
-    return out.numpy()
 
 
 @pytest.mark.parametrize("mode", list(EXAMPLES))
@@ -83,7 +68,7 @@ def _random_case(rng, max_elems):
         rank = max(1, rank - 1)
 
 
-@pytest.mark.parametrize("mode", list(NUMPY_MODE))
+@pytest.mark.parametrize("mode", list(PAD_MODES))
 def test_random_against_numpy(device, budget, mode):
     """Random ranks 1-8, every data type, paddings from 0 to several times the size."""
     rng = np.random.default_rng(hash(mode) % 2**32)
@@ -93,8 +78,7 @@ def test_random_against_numpy(device, budget, mode):
         x = random_bits(rng, shape, dtype)
         value = 7 if np.dtype(dtype).kind in "iu" else -2.5
         got = vkml.pad(x, start, end, mode, value, device=device)
-        kw = {"constant_values": np.array(value, dtype)} if mode == "constant" else {}
-        expect = np.pad(x, list(zip(start, end)), NUMPY_MODE[mode], **kw)
+        expect = pad_reference(x, start, end, mode, value)
         assert same_bits(got, expect), (dtype, shape, start, end)
 
 
@@ -118,8 +102,7 @@ def test_strided_layouts(device, kind, mode):
         raw = run_desc(device, desc, flat)
         got = np.lib.stride_tricks.as_strided(
             raw, out_shape, [s * raw.itemsize for s in out_strides])
-        expect = np.pad(logical, list(zip(start, end)), NUMPY_MODE[mode],
-                        **({"constant_values": np.array(3, dtype)} if mode == "constant" else {}))
+        expect = pad_reference(logical, start, end, mode, 3)
         assert same_bits(np.array(got), expect), (dtype, kind)
 
 
@@ -168,13 +151,13 @@ def test_large_padding_fold_periodically(device):
     x = np.arange(1, 5, dtype=np.int32)
     for mode in ("reflection", "symmetric", "wrap", "edge"):
         y = vkml.pad(x, [13], [17], mode, device=device)
-        np.testing.assert_array_equal(y, np.pad(x, (13, 17), NUMPY_MODE[mode]))
+        np.testing.assert_array_equal(y, pad_reference(x, [13], [17], mode))
 
 
 @pytest.mark.parametrize("mode", ["constant", "reflection"])
 def test_windows_beyond_max_storage_buffer_range(device, mode):
     """A tensor larger than maxStorageBufferRange is split into windows: tested with a
-    lowered limit on every device (the real 128 MiB case is in test_reliability)."""
+    lowered limit on every device (the real 128 MiB case is in test_lifetime)."""
     with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
         rng = np.random.default_rng(5)
         for dtype, shape in (("float32", (3, 5, 40, 33)), ("uint8", (2, 300, 17)),
@@ -183,8 +166,7 @@ def test_windows_beyond_max_storage_buffer_range(device, mode):
             start = [1] * len(shape)
             end = [2] * len(shape)
             got = vkml.pad(x, start, end, mode, 1, device=small)
-            kw = {"constant_values": np.array(1, dtype)} if mode == "constant" else {}
-            assert same_bits(got, np.pad(x, list(zip(start, end)), NUMPY_MODE[mode], **kw))
+            assert same_bits(got, pad_reference(x, start, end, mode, 1))
 
 
 @pytest.mark.parametrize("path", ["kernel", "copy"])
@@ -202,7 +184,7 @@ def test_both_paths(device, path):
                                      ("uint8", (2, 5, 6, 7), (1, 0, 2, 2), (0, 3, 1, 0)),
                                      ("float64", (40,), (3,), (5,))):
         x = random_bits(rng, shape, dtype)
-        for mode in NUMPY_MODE:
+        for mode in PAD_MODES:
             desc = dml.PaddingOperatorDesc(
                 dml.TensorDesc(dtype, shape),
                 dml.TensorDesc(dtype, [s + a + b for s, a, b in zip(shape, start, end)]),
@@ -212,9 +194,8 @@ def test_both_paths(device, path):
             src, dst = device.tensor(x), device.empty(desc.output_tensor.sizes, dtype)
             op.execute([src], [dst])
             op.release()
-            kw = {"constant_values": np.array(2, dtype)} if mode == "constant" else {}
-            assert same_bits(dst.numpy(), np.pad(x, list(zip(start, end)), NUMPY_MODE[mode],
-                                                 **kw)), (dtype, mode, path)
+            assert same_bits(dst.numpy(), pad_reference(x, start, end, mode, 2)), \
+                (dtype, mode, path)
 
 
 def _forced(path):
@@ -245,13 +226,12 @@ def _check_forced(device, cls, x, start, end, mode, in_strides=None, logical=Non
     raw = dst.numpy()
     strides = out_strides or [int(np.prod(out_shape[d + 1:])) for d in range(len(shape))]
     got = np.lib.stride_tricks.as_strided(raw, out_shape, [st * dtype.itemsize for st in strides])
-    kw = {"constant_values": np.array(3, dtype)} if mode == "constant" else {}
-    expect = np.pad(logical, list(zip(start, end)), NUMPY_MODE[mode], **kw)
+    expect = pad_reference(logical, start, end, mode, 3)
     assert same_bits(np.array(got), expect), (str(dtype), shape, start, end, mode)
     return rows
 
 
-@pytest.mark.parametrize("mode", list(NUMPY_MODE))
+@pytest.mark.parametrize("mode", list(PAD_MODES))
 def test_rows_path_against_numpy(device, budget, mode):
     """The rows path (whole 16-byte words of each row's copied run, texel reads shifted
     into place, plus an edge pass) forced on random shapes: every data type, ranks 1-5,
@@ -301,7 +281,7 @@ def test_rows_path_packed_variants(device):
                                          ("float16", (2, 3, 50), (0, 1, 7), (1, 0, 1)),
                                          ("int8", (7, 33), (0, 1), (0, 2))):
             x = random_bits(rng, shape, dtype)
-            for mode in NUMPY_MODE:
+            for mode in PAD_MODES:
                 _check_forced(dev, cls, x, start, end, mode)
 
 

@@ -1,13 +1,13 @@
 """DML_UNFOLD_OPERATOR_DESC (im2col) and vkml.unfold, on every device.
 
 References: the page's two examples verbatim; ``torch.nn.functional.unfold`` for 2-D
-(symmetric padding); an independent NumPy reference for 1-D to 6-D.  Unfold moves data,
-so every comparison is bit-exact (random bit patterns, NaN payloads included).  And the
+(symmetric padding); an independent NumPy reference (tests/references.py) for 1-D to
+6-D.  Unfold moves data, so every comparison is bit-exact (random bit patterns, NaN
+payloads included).  And the
 identity ``fold(unfold(x)) == x * overlap_counts`` (the counts: fold(unfold(ones))).
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -19,7 +19,8 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import ALL_DTYPES, random_bits, same_bits
+from helpers import ALL_DTYPES, random_bits, run_desc, same_bits
+from references import unfold_reference, window_counts
 
 EX1 = [[0, 1, 2, 5, 6, 7, 10, 11, 12], [1, 2, 3, 6, 7, 8, 11, 12, 13],
        [2, 3, 4, 7, 8, 9, 12, 13, 14], [5, 6, 7, 10, 11, 12, 15, 16, 17],
@@ -39,18 +40,6 @@ EXAMPLES = {"example1": ((0, 0), (0, 0), (1, 9, 9), [EX1]),
             "example2": ((1, 0), (1, 0), (1, 9, 15), [EX2])}
 
 
-def run_desc(device, desc, *inputs):
-    op = device.create_operator(desc)
-    compiled = device.compile_operator(op)
-    ins = [device.tensor(x) for x in inputs]
-    out_desc = desc.outputs()[0]
-    out = device.empty(out_desc.total_tensor_size_in_bytes // out_desc.data_type.size,
-                       out_desc.dtype)
-    compiled.execute(ins, [out])
-    compiled.release()
-    return out.numpy()
-
-
 @pytest.mark.parametrize("name", list(EXAMPLES))
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "uint8", "int64"])
 def test_page_examples(device, name, dtype):
@@ -65,27 +54,6 @@ def test_page_examples(device, name, dtype):
     np.testing.assert_array_equal(got, expect)
 
 
-def blocks_ref(spatial, window, strides, dilations, start, end):
-    return [(s + a + b - d * (w - 1) - 1) // st + 1
-            for s, w, st, d, a, b in zip(spatial, window, strides, dilations, start, end)]
-
-
-def unfold_ref(x, window, strides, dilations, start, end):
-    """im2col from the page: pad with zeros, then take each window position's strided
-    view of the blocks."""
-    n, c = x.shape[:2]
-    spatial = x.shape[2:]
-    blocks = blocks_ref(spatial, window, strides, dilations, start, end)
-    padded = np.zeros((n, c, *[s + a + b for s, a, b in zip(spatial, start, end)]), x.dtype)
-    padded[(slice(None), slice(None)) + tuple(slice(a, a + s) for a, s in zip(start, spatial))] = x
-    out = np.zeros((n, c, *window, *blocks), x.dtype)
-    for kpos in itertools.product(*[range(w) for w in window]):
-        sl = tuple(slice(k * d, k * d + (b - 1) * st + 1, st)
-                   for k, d, b, st in zip(kpos, dilations, blocks, strides))
-        out[(slice(None), slice(None)) + kpos] = padded[(slice(None), slice(None)) + sl]
-    return out.reshape(n, c * math.prod(window), math.prod(blocks))
-
-
 def random_case(rng, dims, max_elems, symmetric=False):
     while True:
         window = [int(rng.integers(1, 4)) for _ in range(dims)]
@@ -96,7 +64,7 @@ def random_case(rng, dims, max_elems, symmetric=False):
         lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
         spatial = [int(rng.integers(l, l + (6 if dims <= 3 else 3))) for l in lo]
         n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
-        blocks = blocks_ref(spatial, window, strides, dil, start, end)
+        blocks = window_counts(spatial, window, strides, dil, start, end)
         size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(spatial)
         if size <= max_elems:
             return (n, c, *spatial), window, strides, dil, start, end
@@ -124,7 +92,7 @@ def test_random_against_numpy(device, budget, dims):
         x = random_bits(rng, shape, dtype)
         got = vkml.unfold(x, window, strides=strides, dilations=dil, start_padding=start,
                           end_padding=end, device=device)
-        assert same_bits(got, unfold_ref(x, window, strides, dil, start, end)), \
+        assert same_bits(got, unfold_reference(x, window, strides, dil, start, end)), \
             (dtype, shape, window, strides, dil, start, end)
 
 
@@ -148,7 +116,7 @@ def test_fold_of_unfold_is_x_times_overlap_counts(device, budget, dims):
         per_dim = []
         for s, w, st, d, a, b in zip(shape[2:], window, strides, dil, start, end):
             cnt = np.zeros(s, np.int64)
-            for blk in range(blocks_ref([s], [w], [st], [d], [a], [b])[0]):
+            for blk in range(window_counts([s], [w], [st], [d], [a], [b])[0]):
                 for k in range(w):
                     i = blk * st - a + k * d
                     if 0 <= i < s:
@@ -171,7 +139,7 @@ def test_packed_path_on_every_device(device):
             x = random_bits(rng, (2, 3, 7, 5), dtype)
             got = vkml.unfold(x, (2, 3), strides=(2, 1), start_padding=(1, 0),
                               end_padding=(0, 2), device=dev)
-            assert same_bits(got, unfold_ref(x, (2, 3), (2, 1), (1, 1), (1, 0), (0, 2)))
+            assert same_bits(got, unfold_reference(x, (2, 3), (2, 1), (1, 1), (1, 0), (0, 2)))
 
 
 def test_strided_layouts(device):
@@ -181,7 +149,7 @@ def test_strided_layouts(device):
         x = random_bits(rng, (2, 3, 6, 5), dtype)
         phys = np.ascontiguousarray(x.transpose(0, 2, 3, 1))            # NHWC
         in_desc = dml.TensorDesc(dtype, x.shape, (90, 1, 15, 3))
-        blocks = blocks_ref((6, 5), (3, 2), (1, 2), (1, 1), (1, 1), (1, 0))
+        blocks = window_counts((6, 5), (3, 2), (1, 2), (1, 1), (1, 1), (1, 0))
         count = math.prod(blocks)
         out_sizes = (2, 18, count)
         out_strides = (18 * (count + 3), count + 3, 1)
@@ -190,7 +158,7 @@ def test_strided_layouts(device):
                                                       (1, 1), (1, 0)), phys.reshape(-1))
         got = np.lib.stride_tricks.as_strided(raw, out_sizes,
                                               [s * raw.itemsize for s in out_strides])
-        assert same_bits(np.array(got), unfold_ref(x, (3, 2), (1, 2), (1, 1), (1, 1), (1, 0)))
+        assert same_bits(np.array(got), unfold_reference(x, (3, 2), (1, 2), (1, 1), (1, 1), (1, 0)))
 
 
 def test_windows_beyond_max_storage_buffer_range(device):
@@ -203,7 +171,7 @@ def test_windows_beyond_max_storage_buffer_range(device):
             d = len(window)
             got = vkml.unfold(x, window, start_padding=1, end_padding=1, device=small)
             assert got.nbytes > 4096
-            assert same_bits(got, unfold_ref(x, window, (1,) * d, (1,) * d, (1,) * d, (1,) * d))
+            assert same_bits(got, unfold_reference(x, window, (1,) * d, (1,) * d, (1,) * d, (1,) * d))
 
 
 def test_tensor_in_tensor_out(device):
@@ -276,7 +244,7 @@ def test_grids_beyond_max_workgroup_count(device):
             x = random_bits(rng, shape, "int16")
             d = len(window)
             got = vkml.unfold(x, window, end_padding=1, device=dev)
-            assert same_bits(got, unfold_ref(x, window, (1,) * d, (1,) * d, (0,) * d, (1,) * d))
+            assert same_bits(got, unfold_reference(x, window, (1,) * d, (1,) * d, (0,) * d, (1,) * d))
 
 
 @pytest.mark.parametrize("read", ["ssbo", "texel4"])
@@ -299,7 +267,7 @@ def test_read_paths(device, read, vec, monkeypatch):
             x = random_bits(rng, shape, dtype)
             got = vkml.unfold(x, window, strides=strides, dilations=dil, start_padding=start,
                               end_padding=end, device=device)
-            assert same_bits(got, unfold_ref(x, window, strides, dil, start, end)), \
+            assert same_bits(got, unfold_reference(x, window, strides, dil, start, end)), \
                 (dtype, shape, window)
 
 
@@ -314,4 +282,4 @@ def test_large_windows(device):
         d = len(window)
         got = vkml.unfold(x, window, strides=strides, dilations=dil, start_padding=1,
                           end_padding=2, device=device)
-        assert same_bits(got, unfold_ref(x, window, strides, dil, (1,) * d, (2,) * d))
+        assert same_bits(got, unfold_reference(x, window, strides, dil, (1,) * d, (2,) * d))

@@ -40,12 +40,15 @@ class Runner:
 
 
 def require(module: str, package: str | None = None):
-    """Import a peer's package or raise :class:`Absent` naming what to install."""
+    """Import a peer's package or raise :class:`Absent` naming what to install: the
+    package itself, or the ``bench`` extra (every peer, as pyproject.toml lists them)."""
     try:
         return importlib.import_module(module)
     except Exception as exc:          # noqa: BLE001  (ImportError, or a broken install)
-        raise Absent(f"{package or module} is not installed ({type(exc).__name__}: {exc}); "
-                     f"pip install 'vkml[bench]'") from None
+        package = package or module
+        raise Absent(f"{package} is not installed ({type(exc).__name__}: {exc}); "
+                     f"pip install {package} (or every peer: pip install 'vkml[bench]')"
+                     ) from None
 
 
 #: Peer modules, in report order.  vkml itself is ``bench.runners.vkml_runner``.

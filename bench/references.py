@@ -1,0 +1,246 @@
+"""One independent NumPy reference per operator, written from the DirectML pages and
+nothing of vkml: the tests compare vkml with these (through ``tests/references.py``), and
+the bench checks every runner's result against them.  They live in the bench because
+the bench is installed (``vkml-bench``) and must not import the tests; the tests import
+the bench.
+
+Floats are computed in float64; integer Fold sums in the type itself, wrapping modulo
+2^bits as the device does.  Index arithmetic is in Python ints (every parameter goes
+through ``int()``), so strides, dilations and paddings up to 2^32-1 and beyond never
+wrap, and the zero padding is never materialized: a start padding of 2^32-1 costs nothing.
+
+The window operators (Unfold, Fold, LP pooling, Convolution in both directions) share one
+relation between a window position ``o`` (a "block") and an image element ``i``:
+``i = o * stride + tap * dilation - start_padding``.  :func:`window_taps` gives, per tap,
+the blocks whose element lies inside the image and those elements, as strided slices.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+# DML_PADDING_MODE -> numpy.pad mode (the page's examples match these)
+PAD_MODES = {"constant": "constant", "edge": "edge", "reflection": "reflect",
+             "symmetric": "symmetric", "wrap": "wrap"}
+
+
+def _ints(values, n: int, neutral: int) -> tuple[int, ...]:
+    """A per-dimension parameter as Python ints (None -> ``neutral``; an int -> repeated)."""
+    if values is None:
+        return (neutral,) * n
+    if isinstance(values, (int, np.integer)):
+        return (int(values),) * n
+    return tuple(int(v) for v in values)
+
+
+def pad_reference(x: np.ndarray, start, end, mode: str = "constant", value=0) -> np.ndarray:
+    """DML_PADDING_OPERATOR_DESC: ``numpy.pad`` with the page's modes; the constant is
+    converted to the tensor's type first (DML_PADDING1's PaddingValue)."""
+    pads = list(zip(_ints(start, x.ndim, 0), _ints(end, x.ndim, 0)))
+    kw = {"constant_values": np.asarray(value).astype(x.dtype)} if mode == "constant" else {}
+    return np.pad(x, pads, PAD_MODES[mode], **kw)
+
+
+def window_counts(spatial, window, strides, dilations, start, end) -> list[int]:
+    """Window positions per dimension, ``(size + start + end - dilation * (window - 1)
+    - 1) // stride + 1``, or 0 where the dilated window does not fit the padded size."""
+    out = []
+    for s, w, st, d, a, b in zip(spatial, window, strides, dilations, start, end):
+        num = int(s) + int(a) + int(b) - int(d) * (int(w) - 1) - 1
+        out.append(num // int(st) + 1 if num >= 0 else 0)
+    return out
+
+
+def window_taps(image, blocks, window, strides, dilations, start):
+    """Yield ``(tap, block slices, image slices)`` for every window tap that reaches the
+    image: the blocks ``o`` whose element ``o * stride + tap * dilation - start`` lies in
+    ``[0, image)``, and those elements (same count per dimension)."""
+    per_dim = []
+    for size, count, w, st, d, a in zip(image, blocks, window, strides, dilations, start):
+        size, count, st, d, a = int(size), int(count), int(st), int(d), int(a)
+        options = []
+        for k in range(int(w)):
+            first = k * d - a                       # image element of block 0
+            lo = max(0, -(first // st))             # ceil(-first / st)
+            hi = min(count - 1, (size - 1 - first) // st)
+            if hi >= lo:
+                options.append((k, slice(lo, hi + 1),
+                                slice(lo * st + first, hi * st + first + 1, st)))
+        per_dim.append(options)
+    for combo in itertools.product(*per_dim):
+        yield (tuple(k for k, _, _ in combo), tuple(b for _, b, _ in combo),
+               tuple(i for _, _, i in combo))
+
+
+def _window_params(n, window, strides, dilations, start, end):
+    return (_ints(window, n, 1), _ints(strides, n, 1), _ints(dilations, n, 1),
+            _ints(start, n, 0), _ints(end, n, 0))
+
+
+def unfold_reference(x: np.ndarray, window, strides=None, dilations=None, start=None,
+                     end=None) -> np.ndarray:
+    """DML_UNFOLD_OPERATOR_DESC (im2col): ``(N, C * prod(window), prod(blocks))``, each
+    column one window position of the zero-padded input, taps in row-major order."""
+    n, c = x.shape[:2]
+    window, strides, dilations, start, end = _window_params(x.ndim - 2, window, strides,
+                                                            dilations, start, end)
+    blocks = window_counts(x.shape[2:], window, strides, dilations, start, end)
+    out = np.zeros((n, c, *window, *blocks), x.dtype)
+    for tap, b_sl, i_sl in window_taps(x.shape[2:], blocks, window, strides, dilations, start):
+        out[(slice(None), slice(None)) + tap + b_sl] = x[(slice(None), slice(None)) + i_sl]
+    return out.reshape(n, c * math.prod(window), math.prod(blocks))
+
+
+def fold_reference(cols: np.ndarray, out_spatial, window, strides=None, dilations=None,
+                   start=None, end=None) -> np.ndarray:
+    """DML_FOLD_OPERATOR_DESC (col2im): every column scattered back and summed (float64
+    for floats; integers in their own type, wrapping)."""
+    n, rows = cols.shape[:2]
+    out_spatial = [int(s) for s in out_spatial]
+    window, strides, dilations, start, end = _window_params(len(out_spatial), window,
+                                                            strides, dilations, start, end)
+    c = rows // math.prod(window)
+    blocks = window_counts(out_spatial, window, strides, dilations, start, end)
+    acc = np.float64 if cols.dtype.kind == "f" else cols.dtype
+    y = np.zeros((n, c, *out_spatial), acc)
+    cols = cols.astype(acc).reshape(n, c, *window, *blocks)
+    with np.errstate(over="ignore"):
+        for tap, b_sl, i_sl in window_taps(out_spatial, blocks, window, strides, dilations,
+                                           start):
+            y[(slice(None), slice(None)) + i_sl] += cols[(slice(None), slice(None)) + tap + b_sl]
+    return y
+
+
+def lp_pooling_reference(x: np.ndarray, window, strides=None, dilations=None, start=None,
+                         end=None, p: int = 2) -> np.ndarray:
+    """DML_LP_POOLING1_OPERATOR_DESC: ``(sum |x|^p)^(1/p)`` over each dilated window of
+    the zero-padded input, in float64, scaled by the window's largest magnitude so that
+    no power overflows or underflows.  A NaN in a window gives NaN, else an infinity
+    gives infinity."""
+    window, strides, dilations, start, end = _window_params(x.ndim - 2, window, strides,
+                                                            dilations, start, end)
+    ax = np.abs(x.astype(np.float64))
+    outs = window_counts(x.shape[2:], window, strides, dilations, start, end)
+    taps = list(window_taps(x.shape[2:], outs, window, strides, dilations, start))
+    peak = np.zeros(x.shape[:2] + tuple(outs))
+    for _, o_sl, i_sl in taps:
+        at = (slice(None), slice(None)) + o_sl
+        peak[at] = np.fmax(peak[at], ax[(slice(None), slice(None)) + i_sl])
+    nan = np.zeros(peak.shape, bool)
+    total = np.zeros(peak.shape)
+    scale = np.where(peak > 0, peak, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        for _, o_sl, i_sl in taps:
+            at = (slice(None), slice(None)) + o_sl
+            v = ax[(slice(None), slice(None)) + i_sl]
+            nan[at] |= np.isnan(v)
+            total[at] += np.where(np.isinf(scale[at]), np.isinf(v), v / scale[at]) ** p
+        y = np.where(peak > 0, peak * total ** (1.0 / p), 0.0)
+    return np.where(nan, np.nan, y)
+
+
+def convolution_reference(x: np.ndarray, w: np.ndarray, b=None, strides=None, dilations=None,
+                          start=None, end=None, outpad=None, groups: int = 1,
+                          mode: str = "cross_correlation",
+                          direction: str = "forward") -> np.ndarray:
+    """DML_CONVOLUTION_OPERATOR_DESC in float64.  Forward: each output sums the filter
+    times its window of the zero-padded input; backward (transposed): each input element
+    scatters the filter times itself into the output, cropped by the paddings.  Output
+    padding appends zeros (the bias is added to them too); CONVOLUTION mode flips the
+    filter on every spatial axis; ``b`` is any shape with ``C_out`` elements."""
+    d = x.ndim - 2
+    strides, dilations, start, end, outpad = (_ints(strides, d, 1), _ints(dilations, d, 1),
+                                              _ints(start, d, 0), _ints(end, d, 0),
+                                              _ints(outpad, d, 0))
+    groups = int(groups)
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    if mode == "convolution":
+        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * d]
+    n, cin = x.shape[:2]
+    cin_g, window = cin // groups, w.shape[2:]
+    if direction == "forward":
+        cout = w.shape[0]
+        conv = window_counts(x.shape[2:], window, strides, dilations, start, end)
+        y = np.zeros((n, cout) + tuple(c + p for c, p in zip(conv, outpad)))
+        wg = w.reshape(groups, cout // groups, cin_g, *window)
+        for tap, o_sl, i_sl in window_taps(x.shape[2:], conv, window, strides, dilations,
+                                           start):
+            xs = x[(slice(None), slice(None)) + i_sl]
+            part = wg[(slice(None),) * 3 + tap] @ xs.reshape(n, groups, cin_g, -1)
+            y[(slice(None), slice(None)) + o_sl] += part.reshape(n, cout, *xs.shape[2:])
+    else:
+        cout_g = w.shape[1]
+        cout = cout_g * groups
+        size = [(i - 1) * s + dl * (k - 1) + 1 - a - e + p for i, s, dl, k, a, e, p in
+                zip(x.shape[2:], strides, dilations, window, start, end, outpad)]
+        y = np.zeros((n, cout, *size))
+        wg = np.swapaxes(w.reshape(groups, cin_g, cout_g, *window), 1, 2)
+        for tap, i_sl, o_sl in window_taps(size, x.shape[2:], window, strides, dilations,
+                                           start):
+            xs = x[(slice(None), slice(None)) + i_sl]
+            part = wg[(slice(None),) * 3 + tap] @ xs.reshape(n, groups, cin_g, -1)
+            y[(slice(None), slice(None)) + o_sl] += part.reshape(n, cout, *xs.shape[2:])
+    if b is not None:
+        y += np.asarray(b, np.float64).reshape((1, -1) + (1,) * d)
+    return y
+
+
+# -- fused activations (dml-fused-activations.md): each page's formula -----------------------
+def _softplus(z):
+    return np.logaddexp(0.0, z)          # ln(1 + exp(z)) without overflow
+
+
+def _erf(z):
+    return np.vectorize(math.erf, otypes=[np.float64])(z)
+
+
+def _clip(x, min, max, scale_bias=None):  # noqa: A002 (the page's names)
+    scale = scale_bias.scale if scale_bias is not None else 1.0
+    bias = scale_bias.bias if scale_bias is not None else 0.0
+    return np.minimum(max, np.maximum(min, x * scale + bias))
+
+
+# name -> formula(x, **parameters), in the page's order
+ACTIVATION_FORMULAS = {
+    "linear": lambda x, alpha, beta: alpha * x + beta,
+    "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "hard_sigmoid": lambda x, alpha, beta: np.maximum(0, np.minimum(alpha * x + beta, 1)),
+    "tanh": lambda x: np.tanh(x),
+    "scaled_tanh": lambda x, alpha, beta: alpha * np.tanh(beta * x),
+    "relu": lambda x: np.maximum(0, x),
+    "leaky_relu": lambda x, alpha: np.where(x >= 0, x, alpha * x),
+    "thresholded_relu": lambda x, alpha: np.where(x > alpha, x, 0),
+    "elu": lambda x, alpha: np.where(x >= 0, x, alpha * np.expm1(x)),
+    "celu": lambda x, alpha: np.maximum(0, x) + np.minimum(0, alpha * np.expm1(x / alpha)),
+    "scaled_elu": lambda x, alpha, gamma: np.where(x > 0, gamma * x,
+                                                   gamma * (alpha * np.exp(x) - alpha)),
+    "softplus": lambda x, steepness: _softplus(steepness * x) / steepness,
+    "parametric_softplus": lambda x, alpha, beta: alpha * _softplus(beta * x),
+    "softsign": lambda x: x / (1 + np.abs(x)),
+    "identity": lambda x: x,
+    "shrink": lambda x, bias, threshold: np.where(
+        x > threshold, x - bias, np.where(x < -threshold, x + bias, 0)),
+    "gelu": lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))),
+    "clip": _clip,
+}
+
+_FLT_MAX = float(np.finfo(np.float32).max)
+# The page's "typical default" of every parameter (ONNX's where the page gives none).
+ACTIVATION_DEFAULTS = {
+    "linear": dict(alpha=1.0, beta=0.0), "hard_sigmoid": dict(alpha=0.2, beta=0.5),
+    "scaled_tanh": dict(alpha=1.0, beta=0.5), "leaky_relu": dict(alpha=0.01),
+    "thresholded_relu": dict(alpha=1.0), "elu": dict(alpha=1.0), "celu": dict(alpha=1.0),
+    "scaled_elu": dict(alpha=1.6732, gamma=1.0507), "softplus": dict(steepness=1.0),
+    "parametric_softplus": dict(alpha=1.0, beta=1.0), "shrink": dict(bias=0.0, threshold=0.5),
+    "clip": dict(scale_bias=None, min=-_FLT_MAX, max=_FLT_MAX),
+}
+
+
+def activation_reference(y: np.ndarray, name: str | None, **params) -> np.ndarray:
+    """The fused activation ``name`` (None: none) of ``y``; parameters not given take the
+    page's defaults."""
+    if name is None:
+        return y
+    return ACTIVATION_FORMULAS[name](y, **{**ACTIVATION_DEFAULTS.get(name, {}), **params})

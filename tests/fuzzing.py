@@ -1,0 +1,115 @@
+"""Shared pieces of the fuzzers (tests/test_fuzz_*.py): hypothesis draws descriptors,
+valid and invalid (shapes, paddings, modes, data types, tensor strides); an independent
+checker in each fuzzer decides whether the case is valid; valid ones must equal the
+reference (tests/references.py), invalid ones must raise ValidationError, and nothing may
+touch memory outside the output (canary bytes after every bound buffer, in the gaps of a
+non-packed output) or change the input.  ``VKML_FUZZ_EXAMPLES`` sets the number of
+examples per operator and device (default 200 on a fast device, 50 on a slow one).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+
+from vkml.errors import UnsupportedError, ValidationError
+
+from helpers import random_bits
+
+CANARY = 0xA5
+def fuzz_examples(speed: float) -> int:
+    default = 50 if speed > 0.2 else 200
+    return int(os.environ.get("VKML_FUZZ_EXAMPLES", default))
+
+
+def fuzz_settings(speed: float):
+    """The hypothesis settings of every fuzzer: ``fuzz_examples`` cases, no deadline, no
+    example database, no health checks (the device's speed varies)."""
+    return settings(max_examples=fuzz_examples(speed), deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck))
+
+
+def bind_with_canary(device, nbytes: int, data: np.ndarray | None = None):
+    """A tensor of ``nbytes`` (or the data's size, rounded to 4) followed by 64 canary bytes."""
+    size = (max(nbytes, data.nbytes if data is not None else 0) + 3) & ~3
+    raw = np.full(size + 64, CANARY, dtype=np.uint8)
+    if data is not None:
+        raw[:data.nbytes] = data.reshape(-1).view(np.uint8)
+    t = device.tensor(raw)
+    t.nbytes = size            # bind only the tensor's bytes; the canaries sit after them
+    return t
+
+
+def canaries_intact(t) -> bool:
+    raw = t.read_bytes(t.nbytes + 64)
+    return bool(np.all(raw[t.nbytes:] == CANARY))
+
+
+def compiled_or_refused(device, make_desc, want: list, may_be_unsupported=False):
+    """(desc, compiled operator) for a case the independent checker calls valid (``want``
+    empty), or (None, None) after checking that an invalid case was refused with a
+    ValidationError naming one of the ``want`` fields (or, where ``may_be_unsupported``,
+    refused with UnsupportedError)."""
+    try:
+        desc = make_desc()
+        compiled = device.compile_operator(device.create_operator(desc))
+    except ValidationError as err:
+        assert want, f"valid case refused: {err}"
+        assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+        return None, None
+    except UnsupportedError as err:
+        assert not want and may_be_unsupported, str(err)
+        return None, None
+    assert not want, f"invalid case accepted ({want})"
+    return desc, compiled
+
+
+LAYOUTS = ["packed"] * 3 + ["padded", "permuted", "broadcast"]
+
+
+def lay_out(rng, logical: np.ndarray, kind: str):
+    """``logical`` stored in a non-packed layout: (flat buffer, DML element strides or
+    None, the logical array those describe).  "padded" fills the gaps with NaN (floats)
+    or random bits, so a kernel that reads them gives a wrong answer; "broadcast" makes
+    one dimension a stride-0 repeat (the logical array changes accordingly)."""
+    dt, shape, rank = logical.dtype, logical.shape, logical.ndim
+    if kind == "packed" or rank == 0:
+        return logical.reshape(-1), None, logical
+    if kind == "padded":
+        phys = [n + int(rng.integers(0, 3)) for n in shape]
+        buf = np.full(phys, np.nan, dt) if dt.kind == "f" else random_bits(rng, phys, dt)
+        buf[tuple(slice(0, n) for n in shape)] = logical
+        return buf.reshape(-1), tuple(st // dt.itemsize for st in buf.strides), logical
+    if kind == "permuted":
+        perm = rng.permutation(rank)
+        buf = np.ascontiguousarray(logical.transpose(perm))
+        view = buf.transpose(np.argsort(perm))
+        return buf.reshape(-1), tuple(st // dt.itemsize for st in view.strides), logical
+    d = int(rng.integers(0, rank))
+    small = np.ascontiguousarray(logical[(slice(None),) * d + (slice(0, 1),)])
+    strides = [st // dt.itemsize for st in small.strides]
+    strides[d] = 0
+    return small.reshape(-1), tuple(strides), np.broadcast_to(small, shape).copy()
+
+
+def padded_output(rng, shape, dtype, padded: bool):
+    """Element strides of an output stored with gaps (or None), and a reader returning
+    (logical result, whether every byte outside it is still the canary)."""
+    dt = np.dtype(dtype)
+    if not padded:
+        return None, lambda t: (t.read_bytes(int(np.prod(shape)) * dt.itemsize).view(dt)
+                                .reshape(shape), True)
+    phys = [n + int(rng.integers(0, 3)) for n in shape]
+    strides = tuple(int(np.prod(phys[i + 1:])) for i in range(len(phys)))
+
+    def read(t):
+        count = sum((n - 1) * st for n, st in zip(shape, strides)) + 1
+        raw = t.read_bytes(count * dt.itemsize)
+        got = np.lib.stride_tricks.as_strided(raw.view(dt), shape,
+                                              [st * dt.itemsize for st in strides]).copy()
+        mask = np.ones(count, bool)
+        mask[np.ravel_multi_index(np.indices(shape).reshape(len(shape), -1), phys)] = False
+        gaps = raw.reshape(count, dt.itemsize)[mask]
+        return got, bool(np.all(gaps == CANARY))
+    return strides, read

@@ -1,0 +1,139 @@
+"""Fuzzed Fold and Unfold descriptors (see tests/fuzzing.py): 1-3 spatial dimensions,
+strides, dilations, asymmetric paddings, every data type, non-packed layouts, and one
+broken rule at a time."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vkml import dml
+
+from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact, compiled_or_refused,
+                     fuzz_settings, lay_out, padded_output)
+from helpers import ALL_DTYPES, random_bits, same_bits
+from references import fold_reference, unfold_reference, window_counts
+
+
+@st.composite
+def window_cases(draw):
+    d = draw(st.integers(1, 3))
+    spatial = draw(st.lists(st.integers(1, 6), min_size=d, max_size=d))
+    window = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
+    strides = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
+    dilations = draw(st.lists(st.integers(1, 2), min_size=d, max_size=d))
+    start = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    end = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
+    # keep valid cases common: shrink windows that do not fit
+    for i in range(d):
+        while window[i] > 1 and dilations[i] * (window[i] - 1) + 1 > spatial[i] + start[i] + end[i]:
+            window[i] -= 1
+    mutation = draw(st.sampled_from(["none"] * 8 + ["rows", "count", "batch", "stride0",
+                                                    "too_big", "arr_len", "dtype"]))
+    return dict(n=draw(st.integers(1, 2)), c=draw(st.integers(1, 3)), spatial=spatial,
+                window=window, strides=strides, dilations=dilations, start=start, end=end,
+                dtype=draw(st.sampled_from(ALL_DTYPES)), mutation=mutation,
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31)))
+
+
+_WINDOW_ERRORS = {"stride0": "strides", "too_big": "window_sizes", "arr_len": "strides",
+                  "dtype": "data_type"}
+
+
+def _window_descs(case, op: str, in_strides=None, out_strides=None):
+    """(image sizes, columns sizes, desc) for fold or unfold with the case's mutation."""
+    from vkml.dml import FoldOperatorDesc, UnfoldOperatorDesc
+
+    n, c, spatial = case["n"], case["c"], list(case["spatial"])
+    window, strides = list(case["window"]), list(case["strides"])
+    m = case["mutation"]
+    if m == "stride0":
+        strides[0] = 0
+    if m == "too_big":
+        window[0] = spatial[0] + case["start"][0] + case["end"][0] + 1
+    if m == "arr_len":
+        strides = strides + [1]
+    blocks = window_counts(spatial, case["window"], case["strides"], case["dilations"],
+                     case["start"], case["end"])
+    cols = [n, c * int(np.prod(case["window"])), int(np.prod(blocks))]
+    if m == "rows":
+        cols[1] += 1
+    if m == "count":
+        cols[2] += 1
+    if m == "batch":
+        cols[0] += 1
+    image = [n, c] + spatial
+    dt = case["dtype"]
+    other = "int8" if dt != "int8" else "uint8"
+    img_dt, col_dt = dt, dt
+    if m == "dtype":
+        img_dt = other
+    if op == "fold":
+        desc = FoldOperatorDesc(dml.TensorDesc(col_dt, cols, in_strides),
+                                dml.TensorDesc(img_dt, image, out_strides),
+                                window, strides, case["dilations"], case["start"], case["end"])
+    else:
+        desc = UnfoldOperatorDesc(dml.TensorDesc(img_dt, image, in_strides),
+                                  dml.TensorDesc(col_dt, cols, out_strides),
+                                  window, strides, case["dilations"], case["start"], case["end"])
+    return image, cols, desc
+
+
+def _window_expected_errors(case, op):
+    m = case["mutation"]
+    if m in ("rows", "count", "batch"):
+        return ["input_tensor.sizes" if op == "fold" else "output_tensor.sizes"]
+    return [_WINDOW_ERRORS[m]] if m in _WINDOW_ERRORS else []
+
+
+def _allowed_unsupported(device, dtype) -> bool:
+    return dtype == "float64" and not device.features["fp64"]
+
+
+def _run_window_case(device, case, op):
+    rng = np.random.default_rng(case["seed"])
+    want = _window_expected_errors(case, op)
+    dt = np.dtype(case["dtype"])
+    image, cols, _ = _window_descs(case, op)
+    in_sizes, out_sizes = (image, cols) if op == "unfold" else (cols, image)
+    if dt.kind == "f":
+        x = rng.uniform(-4, 4, in_sizes).astype(dt)
+    else:
+        x = random_bits(rng, in_sizes, dt)
+    flat, in_strides, x = lay_out(rng, x, case["layout"])
+    out_strides, read = padded_output(rng, out_sizes, dt, case["out_padded"])
+    desc, compiled = compiled_or_refused(
+        device, lambda: _window_descs(case, op, in_strides, out_strides)[2], want,
+        _allowed_unsupported(device, case["dtype"]))
+    if desc is None:
+        return
+    src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
+    dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+    compiled.execute([src], [dst])
+    compiled.release()
+    got, gaps_intact = read(dst)
+    args = (case["window"], case["strides"], case["dilations"], case["start"], case["end"])
+    if op == "unfold":
+        assert same_bits(got, unfold_reference(x, *args))
+    else:
+        expect = fold_reference(x, case["spatial"], *args)
+        if dt.kind == "f":
+            np.testing.assert_allclose(got.astype(np.float64), expect.astype(np.float64),
+                                       rtol=1e-2 if dt == np.float16 else 1e-5, atol=1e-2)
+        else:
+            assert same_bits(got, expect)
+    assert gaps_intact, "wrote into the gaps of a non-packed output"
+    assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+    assert same_bits(src.read_bytes(flat.nbytes).view(dt), flat), "input changed"
+
+
+@pytest.mark.parametrize("op", ["fold", "unfold"])
+def test_fuzz_fold_unfold(device, speed, op):
+    @fuzz_settings(speed)
+    @given(window_cases())
+    def check(case):
+        _run_window_case(device, case, op)
+
+    check()
