@@ -14,7 +14,7 @@ from vkml import dml
 from vkml.errors import ValidationError
 
 from test_activations import FORMULAS
-from test_reliability import _conv_reference, _lp_reference
+from references import convolution_reference, lp_pooling_reference
 
 F = dml.TensorDesc
 N = dml.OperatorGraphNodeDesc
@@ -55,8 +55,8 @@ def conv_inputs(rng):
 
 
 def conv_want(x, w, b):
-    y = _conv_reference(x, w, b.reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1], [0, 0], 1,
-                        False, False)
+    y = convolution_reference(x, w, b.reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1], [0, 0], 1,
+                              "cross_correlation", "forward")
     return np.where(y >= 0, y, 0.1 * y)
 
 
@@ -420,8 +420,9 @@ def build_dag(values, ops, extra, rng):
             if a["bias"]:
                 in_edges.append(IN(len(arrays), i, 2))
                 arrays.append(bt)
-            y = _conv_reference(x, wt, None if bt is None else bt.reshape(-1), [1, 1], [1, 1],
-                                a["pad"][:2], a["pad"][2:], [0, 0], 1, False, False)
+            y = convolution_reference(x, wt, None if bt is None else bt.reshape(-1), [1, 1],
+                                      [1, 1], a["pad"][:2], a["pad"][2:], [0, 0], 1,
+                                      "cross_correlation", "forward")
         elif kind == "act":
             params = dict(FORMULAS[a["name"]][0])
             nodes.append(N(dml.ACTIVATIONS[a["name"]](f32(*shp), f32(*out), **params)))
@@ -431,7 +432,7 @@ def build_dag(values, ops, extra, rng):
             nodes.append(N(dml.LpPooling1OperatorDesc(
                 f32(*shp), f32(*out), (1, 1), tuple(a["k"]), tuple(a["pad"][:2]),
                 tuple(a["pad"][2:]), (1, 1), a["p"])))
-            y = _lp_reference(x, a["k"], [1, 1], [1, 1], a["pad"][:2], a["pad"][2:], a["p"])
+            y = lp_pooling_reference(x, a["k"], [1, 1], [1, 1], a["pad"][:2], a["pad"][2:], a["p"])
         connect(src, i, 0)
         refs.append(y.astype(np.float32).astype(np.float64))   # each operator rounds once
     outs = sorted({v for v in range(1, len(values)) if v not in used} | set(extra))
