@@ -33,6 +33,9 @@ MAX_SPATIAL = 6
 #: The kernels compute window positions in 32-bit signed integers (SwiftShader has no
 #: int64): every position, start padding and image size stays below this.
 POSITION_LIMIT = 1 << 31
+#: LP pooling: window positions per dimension, after dropping those that only meet
+#: padding, that one output loops over (a longer loop would outlast the device's timeout).
+MAX_TAPS = 1 << 20
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -122,6 +125,10 @@ def safe_geometry(desc, spatial, blocks, window, strides, dilations, start,
                       f"(BlocksPerDimension - 1) * Strides + (WindowSizes - 1) * Dilations "
                       f"must stay below 2^31 = {POSITION_LIMIT} (after reducing the windows to "
                       f"equivalent ones), got {a} + {s} and {(b - 1) * st + (w - 1) * dl}")
+        if shrink_window and got[0] > MAX_TAPS:
+            desc.fail(f"window_size[{i}]", f"at most {MAX_TAPS} window positions per "
+                      f"dimension that can reach the input are supported (vkml loops over "
+                      f"them for every output), got {got[0]}")
         for lst, v in zip(out, got):
             lst.append(v)
     return out

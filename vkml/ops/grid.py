@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..errors import UnsupportedError
+from ..errors import DeviceError, UnsupportedError
 from ..runtime import STORAGE, Bind
 from .base import CompiledOperator
 
@@ -94,9 +94,10 @@ def split_groups(origin, extent, local: int, max_groups, xdims: int = 1, v: int 
         return pieces(rank - 1, mx * local * v)
     cap = min(mx * local, GRID_LIMIT - 1) if magic else mx * local
     if xdims > 1 and x_invocations(extent, xdims, v) > cap:
-        for d in range(rank - xdims, rank):
-            if math.prod(extent[d:]) > cap:
-                return pieces(d, max(1, cap // math.prod(extent[d + 1:])))
+        # the innermost dimension whose trailing product exceeds the cap: the dimensions
+        # inside it fit, so whole slices of it do (an outer one could loop forever)
+        d = max(j for j in range(rank - xdims, rank) if math.prod(extent[j:]) > cap)
+        return pieces(d, max(1, cap // math.prod(extent[d + 1:])))
     ydim = rank - xdims - 1
     if ydim >= 0 and -(-extent[ydim] // ly) > my:
         return pieces(ydim, my * ly)
@@ -155,6 +156,16 @@ def plan_windows(box, in_span, out_span, in_esize: int, out_esize: int, room: in
     return out
 
 
+def check_allocatable(ctx, nbytes: int, what: str) -> None:
+    """DeviceError, before anything is allocated, for a tensor no allocation of this
+    device can hold (maxMemoryAllocationSize, the heap's size)."""
+    heap = ctx.tensor_heap
+    limit = min(heap.max_alloc, heap.heap_size)
+    if nbytes > limit:
+        raise DeviceError(f"{what} takes {nbytes} bytes, more than one allocation of this "
+                          f"device can hold ({limit} bytes: maxMemoryAllocationSize, heap)")
+
+
 def strided_span(origin, extent, strides) -> tuple[int, int]:
     """[lo, hi) element offsets ``sum(coord[d] * strides[d])`` takes over a box."""
     lo = sum(o * s for o, s in zip(origin, strides))
@@ -188,6 +199,8 @@ class BoxKernel(CompiledOperator):
     def plan_windows(self, limit: int | None = None, in_align: int | None = None):
         """Boxes (origin, extent, in_lo, in_hi, out_lo, out_hi), spans in elements, each
         of whose bindings fit ``limit`` bytes; ``None`` when the whole tensors fit."""
+        check_allocatable(self.ctx, self.in_bytes, "the input tensor")
+        check_allocatable(self.ctx, self.out_bytes, "the output tensor")
         lim = self.ctx.limits["maxStorageBufferRange"]
         limit = lim if limit is None else min(limit, lim)
         if self.in_bytes <= limit and self.out_bytes <= limit:

@@ -34,7 +34,8 @@ from ..dml.tensor_desc import TensorDesc
 from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
 from .base import CompiledOperator, implements
 from .calibrate import path_costs
-from .grid import binding_window, box_grid, div_magic, pick_xdims, plan_windows, split_groups, strided_span
+from .grid import (binding_window, box_grid, check_allocatable, div_magic, pick_xdims,
+                   plan_windows, split_groups, strided_span)
 from .functional import as_array, pick_device, run
 
 __all__ = ["pad"]
@@ -103,6 +104,8 @@ class CompiledPadding(CompiledOperator):
         self.in_bytes = src.total_tensor_size_in_bytes
         self.out_bytes = dst.total_tensor_size_in_bytes
         self.total = math.prod(self.out_size)
+        check_allocatable(self.ctx, self.in_bytes, "the input tensor")
+        check_allocatable(self.ctx, self.out_bytes, "the output tensor")
         max_range = self.ctx.limits["maxStorageBufferRange"]
         self.split = max(self.in_bytes, self.out_bytes) > max_range
         self.copy_regions = None
