@@ -19,6 +19,8 @@ from ..errors import DeviceError, UnsupportedError
 from ..runtime import STORAGE, Bind
 from .base import CompiledOperator
 
+__all__: list[str] = []     # helpers only: no functional form
+
 #: Grid coordinates the kernels divide (z, and x over several dimensions) stay below
 #: this, so the division by an extent is a multiply-high by ``magic`` (see div_magic).
 GRID_LIMIT = 1 << 16
