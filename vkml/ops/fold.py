@@ -68,7 +68,8 @@ def safe_window_dim(size: int, blocks: int, window: int, stride: int, dilation: 
       with the roles of blocks and taps exchanged.
     * ``shrink_window`` (LP pooling, whose window is no tensor dimension and whose padding
       adds nothing): taps outside the reachable range ``[k_lo, k_hi]`` are dropped:
-      window' = ``k_hi - k_lo + 1``, start' = ``start - k_lo*dilation``.
+      window' = ``k_hi - k_lo + 1``, start' = ``start - k_lo*dilation`` (k_lo at most
+      ``start // dilation``, so start' >= 0).
 
     The result is safe when ``start + size < 2^31`` and the largest padded position
     ``(blocks-1)*stride + (window-1)*dilation < 2^31``: then every position (and the
@@ -88,9 +89,10 @@ def safe_window_dim(size: int, blocks: int, window: int, stride: int, dilation: 
             w = 1 if shrink_window else w
             st, dl, a = 1, 1, blocks + w - 1
             break
-        if shrink_window and (k_lo > 0 or k_hi < w - 1):
-            a -= k_lo * dl
-            w = k_hi - k_lo + 1
+        first = min(k_lo, a // dl)               # keeps start >= 0 (one tap more at most)
+        if shrink_window and (first > 0 or k_hi < w - 1):
+            a -= first * dl
+            w = k_hi - first + 1
             continue
         if b_lo == b_hi and st > (w - 1) * dl + s:
             new = (w - 1) * dl + s
