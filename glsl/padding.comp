@@ -43,7 +43,7 @@ layout(std430, set = 0, binding = 1) buffer Out { ELEM y[]; };
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 value_bits;             // .x: the constant's bits (packed variants)
     uvec4 in_size[2];             // per dimension, 4 to a uvec4
-    ivec4 start[2];
+    uvec4 start[2];
     uvec4 in_stride[2];
     uvec4 out_stride[2];
 };
@@ -62,18 +62,21 @@ layout(push_constant) uniform Push {
 #define AT(arr, d) arr[(d) >> 2][(d) & 3]
 const uint CONSTANT = 0u, EDGE = 1u, REFLECTION = 2u, SYMMETRIC = 3u, WRAP = 4u;
 
-int fold_index(int c, int n) {
-    if (MODE == EDGE) return clamp(c, 0, n - 1);
-    if (MODE == WRAP) { int m = c % n; return m < 0 ? m + n : m; }
-    if (MODE == REFLECTION) {
-        if (n == 1) return 0;     // a single element reflects onto itself (as numpy.pad)
-        int p = 2 * (n - 1);
-        int m = c % p; if (m < 0) m += p;
-        return m < n ? m : p - m;
+// The input coordinate of an output coordinate outside the input, |oc - start| = dist
+// away before (or past) its start: every step in 32-bit unsigned arithmetic, exact for
+// any UINT size and padding (a signed difference would wrap past 2^31).
+uint fold_index(bool before, uint dist, uint n) {
+    if (MODE == EDGE) return before ? 0u : n - 1u;
+    if (MODE == WRAP) { uint r = dist % n; return before ? (r == 0u ? 0u : n - r) : r; }
+    if (MODE == REFLECTION) {     // -dist reflects onto dist; period 2 (n - 1)
+        if (n == 1u) return 0u;   // a single element reflects onto itself (as numpy.pad)
+        uint m = n - 1u;
+        uint q = dist / m, r = dist - q * m;
+        return (q & 1u) == 0u ? r : m - r;
     }
-    int p = 2 * n;                // SYMMETRIC
-    int m = c % p; if (m < 0) m += p;
-    return m < n ? m : p - 1 - m;
+    uint t = before ? dist - 1u : dist;   // SYMMETRIC: -1 mirrors 0; period 2 n
+    uint q = t / n, r = t - q * n;
+    return (q & 1u) == 0u ? r : n - 1u - r;
 }
 
 uint out_off = 0u, in_off = 0u;
@@ -81,13 +84,16 @@ bool inside = true;
 
 void visit(int d, uint oc) {
     out_off += oc * AT(out_stride, d);
-    int c = int(oc) - AT(start, d);
-    int n = int(AT(in_size, d));
-    if (c < 0 || c >= n) {
+    uint s = AT(start, d);
+    uint n = AT(in_size, d);
+    bool before = oc < s;
+    uint dist = before ? s - oc : oc - s;
+    uint c = dist;
+    if (before || dist >= n) {
         if (MODE == CONSTANT) { inside = false; return; }
-        c = fold_index(c, n);
+        c = fold_index(before, dist, n);
     }
-    in_off += uint(c) * AT(in_stride, d);
+    in_off += c * AT(in_stride, d);
 }
 
 void main() {

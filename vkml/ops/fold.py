@@ -7,11 +7,7 @@ packed in 32-bit words on devices without 16-bit storage), float64 (needs shader
 8/16/32-bit integers added in 32 bits and stored wrapping, 64-bit integers added as
 32-bit pairs with carry (exact on every device, no shaderInt64 needed).
 
-This module also holds :class:`BoxKernel`, the dispatch machinery Fold, Unfold and LP
-pooling share: a kernel runs over a box of coordinates (x along the trailing dimension(s),
-y the one before, z the rest, so all but x is uniform per workgroup), split where it
-exceeds ``maxComputeWorkGroupCount``, and -- for tensors larger than
-``maxStorageBufferRange`` -- into boxes whose input and output spans each fit one binding.
+The dispatch machinery (:class:`.grid.BoxKernel`) is shared with Unfold and LP pooling.
 """
 from __future__ import annotations
 
@@ -22,215 +18,122 @@ import numpy as np
 from ..dml.fold import FoldOperatorDesc
 from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
-from ..errors import UnsupportedError, ValidationError
+from ..errors import ValidationError
 from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
                        FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind)
 from ..dml.data_type import DataType
-from .base import CompiledOperator, implements
+from .base import implements
+from .grid import PUSH_BYTES, BoxKernel
 from .functional import as_array, pick_device, run
 
 __all__ = ["fold"]
 
 MAX_RANK = 8
 MAX_SPATIAL = 6
-# origin[8], extent[8], in_base, out_base, x_count, (pad), magic[8]
-PUSH_BYTES = 112
-#: Grid coordinates the kernels divide (z, and x over several dimensions) stay below
-#: this, so the division by an extent is a multiply-high by ``magic`` (see div_magic).
-GRID_LIMIT = 1 << 16
+#: The kernels compute window positions in 32-bit signed integers (SwiftShader has no
+#: int64): every position, start padding and image size stays below this.
+POSITION_LIMIT = 1 << 31
+#: LP pooling: window positions per dimension, after dropping those that only meet
+#: padding, that one output loops over (a longer loop would outlast the device's timeout).
+MAX_TAPS = 1 << 20
 
 
-def div_magic(e: int) -> int:
-    """``ceil(2^32 / e)``: for z, e < 2^16, ``floor(z / e)`` is the high word of
-    ``z * magic`` (the error z * (magic - 2^32/e) / 2^32 < 2^-16 < 1/e cannot carry
-    past the next multiple).  lavapipe runs an integer division as 8 scalar divisions
-    per 8 lanes; a multiply-high is a vector instruction.  e = 1 is handled apart."""
-    return 0 if e <= 1 else -(-(1 << 32) // e)
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
-# -- grids over boxes ------------------------------------------------------------------
-def pick_xdims(extent, local: int) -> int:
-    """How many trailing dimensions the grid's x covers: the last alone when it fills
-    half a workgroup (no per-lane division), else enough of them to fill one."""
-    if extent[-1] * 2 >= local:
-        return 1
-    n, count = 1, 0
-    for e in reversed(extent):
-        if count and n >= local:
-            break
-        n *= e
-        count += 1
-    return count
+def safe_window_dim(size: int, blocks: int, window: int, stride: int, dilation: int,
+                    start: int, shrink_window: bool = False):
+    """An equivalent (window, stride, dilation, start) for one spatial dimension whose
+    positions fit 32-bit arithmetic, or None where none is found.
 
+    Block ``b`` (of ``blocks``) and window tap ``k`` (of ``window``) address image
+    position ``p = b * stride + k * dilation - start``, inside the image when
+    ``0 <= p < size``; positions outside are padding (zero).  Two descriptors are
+    equivalent when every (b, k) is inside in both or in neither, at the same ``p``.
+    The rewrites, each exact (Python ints):
 
-def box_grid(extent, local: int, xdims: int, v: int = 1, ly: int = 1) -> tuple[int, int, int]:
-    """Workgroups for a box: x along the last ``xdims`` dimensions (``v`` elements of the
-    last per invocation when ``xdims`` is 1), y the one before (``ly`` rows a workgroup),
-    z the rest."""
-    rank = len(extent)
-    gx = -(-x_invocations(extent, xdims, v) // local)
-    gy = -(-extent[rank - xdims - 1] // ly) if rank > xdims else 1
-    gz = math.prod(extent[:rank - xdims - 1]) if rank > xdims + 1 else 1
-    return gx, gy, gz
+    * ``blocks == 1``: the stride multiplies 0 -> 1; ``window == 1``: the dilation -> 1.
+    * Blocks whose window ``[b*stride - start, b*stride - start + (window-1)*dilation]``
+      misses the image, or taps whose ``k*dilation - start + [0, (blocks-1)*stride]``
+      misses it, address only padding.  If no block (or no tap) can reach the image,
+      everything is padding: stride 1, dilation 1, start ``blocks + window - 1`` puts
+      every position below 0.
+    * One block ``b0`` can reach the image and ``stride > (window-1)*dilation + size``:
+      stride' = ``(window-1)*dilation + size`` and start' = ``start - b0*(stride -
+      stride')`` keep b0's positions; any other block's positions then lie at least
+      ``stride'`` past b0's first (>= size) or end before b0's first minus
+      ``stride' - (window-1)*dilation`` (< 0): padding, as before.
+    * One tap ``k0`` can reach it and ``dilation > (blocks-1)*stride + size``: the same
+      with the roles of blocks and taps exchanged.
+    * ``shrink_window`` (LP pooling, whose window is no tensor dimension and whose padding
+      adds nothing): taps outside the reachable range ``[k_lo, k_hi]`` are dropped:
+      window' = ``k_hi - k_lo + 1``, start' = ``start - k_lo*dilation`` (k_lo at most
+      ``start // dilation``, so start' >= 0).
 
-
-def x_invocations(extent, xdims: int, v: int = 1) -> int:
-    if xdims == 1:
-        return -(-extent[-1] // v)
-    return math.prod(extent[len(extent) - xdims:])
-
-
-def split_groups(origin, extent, local: int, max_groups, xdims: int, v: int = 1,
-                 ly: int = 1) -> list:
-    """Split a box until each piece's :func:`box_grid` fits ``max_groups`` per axis
-    (pieces along the last dimension keep multiples of ``v``)."""
-    mx, my, mz = max_groups
-    rank = len(extent)
-
-    def pieces(d, step):
-        out = []
-        for a in range(0, extent[d], step):
-            o, e = list(origin), list(extent)
-            o[d] += a
-            e[d] = min(step, extent[d] - a)
-            out += split_groups(o, e, local, max_groups, xdims, v, ly)
-        return out
-
-    if xdims == 1 and x_invocations(extent, xdims, v) > mx * local:
-        return pieces(rank - 1, mx * local * v)
-    if xdims > 1 and x_invocations(extent, xdims, v) > min(mx * local, GRID_LIMIT - 1):
-        cap = min(mx * local, GRID_LIMIT - 1)
-        for d in range(rank - xdims, rank):
-            if math.prod(extent[d:]) > cap:
-                return pieces(d, max(1, cap // math.prod(extent[d + 1:])))
-    ydim = rank - xdims - 1
-    if ydim >= 0 and -(-extent[ydim] // ly) > my:
-        return pieces(ydim, my * ly)
-    if ydim >= 1 and math.prod(extent[:ydim]) > mz:
-        d = next(j for j in range(ydim) if extent[j] > 1)
-        return pieces(d, max(1, mz // math.prod(extent[d + 1:ydim])))
-    return [(list(origin), list(extent))]
-
-
-class BoxKernel(CompiledOperator):
-    """A kernel over a box of coordinates ``self.box`` (at most 8 dimensions) whose
-    output element offsets are ``sum(coord[d] * self.box_out_strides[d])``.
-
-    Subclasses set ``box``, ``box_out_strides``, ``in_esize``/``out_esize`` (bytes of
-    one element; the packed variants address sub-word elements in 32-bit words),
-    ``in_bytes``/``out_bytes`` and implement :meth:`in_span` (the input elements a box
-    reads).  :meth:`plan_windows` then splits the box where a binding would exceed
-    ``maxStorageBufferRange`` (or ``limit``), and :meth:`dispatch_windows` records it.
+    The result is safe when ``start + size < 2^31`` and the largest padded position
+    ``(blocks-1)*stride + (window-1)*dilation < 2^31``: then every position (and the
+    Fold kernel's ``o + start - k*dilation``) lies in (-2^31, 2^31).
     """
+    s, w, st, dl, a = size, window, stride, dilation, start
+    for _ in range(8):
+        if blocks == 1:
+            st = 1
+        if w == 1:
+            dl = 1
+        b_lo = max(0, _ceil_div(a - (w - 1) * dl, st))
+        b_hi = min(blocks - 1, (a + s - 1) // st)
+        k_lo = max(0, _ceil_div(a - (blocks - 1) * st, dl))
+        k_hi = min(w - 1, (a + s - 1) // dl)
+        if b_lo > b_hi or k_lo > k_hi:        # only padding
+            w = 1 if shrink_window else w
+            st, dl, a = 1, 1, blocks + w - 1
+            break
+        first = min(k_lo, a // dl)               # keeps start >= 0 (one tap more at most)
+        if shrink_window and (first > 0 or k_hi < w - 1):
+            a -= first * dl
+            w = k_hi - first + 1
+            continue
+        if b_lo == b_hi and st > (w - 1) * dl + s:
+            new = (w - 1) * dl + s
+            a -= b_lo * (st - new)
+            st = new
+            continue
+        if k_lo == k_hi and dl > (blocks - 1) * st + s:
+            new = (blocks - 1) * st + s
+            a -= k_lo * (dl - new)
+            dl = new
+            continue
+        break
+    if a + s >= POSITION_LIMIT or (blocks - 1) * st + (w - 1) * dl >= POSITION_LIMIT:
+        return None
+    return w, st, dl, a
 
-    box: list
-    box_out_strides: list
 
-    def in_span(self, origin, extent) -> tuple[int, int]:
-        """[lo, hi) input element indices the box reads (lo >= hi: none)."""
-        raise NotImplementedError
-
-    def out_span(self, origin, extent) -> tuple[int, int]:
-        st = self.box_out_strides
-        lo = sum(o * s for o, s in zip(origin, st))
-        hi = sum((o + e - 1) * s for o, e, s in zip(origin, extent, st)) + 1
-        return lo, hi
-
-    def plan_windows(self, limit: int | None = None, in_align: int | None = None):
-        """Boxes (origin, extent, in_lo, in_hi, out_lo, out_hi), spans in elements, each
-        of whose bindings fit ``limit`` bytes; ``None`` when the whole tensors fit."""
-        lim = self.ctx.limits["maxStorageBufferRange"]
-        limit = lim if limit is None else min(limit, lim)
-        if self.in_bytes <= limit and self.out_bytes <= limit:
-            return None
-        align = max(self.ctx.binding_alignment(), in_align or 0)
-        room = limit - 2 * align
-        ei, eo = self.in_esize, self.out_esize
-        out = []
-        todo = [([0] * len(self.box), list(self.box))]
-        while todo:
-            origin, extent = todo.pop()
-            ilo, ihi = self.in_span(origin, extent)
-            if ihi <= ilo:
-                ilo, ihi = 0, 1
-            olo, ohi = self.out_span(origin, extent)
-            if (ihi - ilo) * ei <= room and (ohi - olo) * eo <= room:
-                out.append((origin, extent, ilo, ihi, olo, ohi))
-                continue
-            d = next((j for j in range(len(extent)) if extent[j] > 1), None)
-            if d is None:
-                raise UnsupportedError("maxStorageBufferRange", f"one output element of "
-                                       f"{self.desc.OPERATOR_TYPE} reads {(ihi - ilo) * ei} "
-                                       f"bytes, more than the device can bind ({lim})")
-            half = extent[d] // 2
-            a, b = list(extent), list(extent)
-            a[d] = half
-            b[d] = extent[d] - half
-            ob = list(origin)
-            ob[d] += half
-            todo.append((ob, b))
-            todo.append((origin, a))
-        out.reverse()
-        return out
-
-    def dispatch_windows(self, seq, x, y, windows, pipeline_for, fixed, in_kind=STORAGE,
-                         in_fmt=0) -> None:
-        """Record the kernel over the whole box (``windows`` None) or each window.
-
-        ``pipeline_for(local_x, local_y, xdims, v, vector_store)`` gives the pipeline;
-        ``fixed`` are the bindings after the input and output ones (parameters)."""
-        local = self.local
-        max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
-        rank = len(self.box)
-        if windows is None:
-            binds = [Bind(x, 0, self.in_bind, "r", in_fmt), Bind(y, 0, self.out_bytes, "w")]
-            items = [([0] * rank, list(self.box), binds, 0, 0)]
-        else:
-            items = []
-            ialign = self.ctx.binding_alignment(in_kind)
-            oalign = self.ctx.binding_alignment()
-            ei, eo = self.in_esize, self.out_esize
-            for origin, extent, ilo, ihi, olo, ohi in windows:
-                ioff = ilo * ei - (ilo * ei) % ialign
-                ooff = olo * eo - (olo * eo) % oalign
-                isize = min(-(-(ihi * ei - ioff) // 4) * 4, x.size - ioff)
-                osize = min(-(-(ohi * eo - ooff) // 4) * 4, y.size - ooff)
-                binds = [Bind(x, ioff, isize, "r", in_fmt), Bind(y, ooff, osize, "w")]
-                items.append((origin, extent, binds, ioff // ei, ooff // eo))
-        for origin, extent, binds, in_base, out_base in items:
-            xdims = pick_xdims(extent, local)
-            v = self.vector_width(origin, extent, out_base) if xdims == 1 else 1
-            lx, ly = local, 1
-            ydim = rank - xdims - 1
-            if xdims == 1:
-                # a short row: a narrower workgroup spanning several rows (lavapipe's cost
-                # per workgroup is high), not idle invocations
-                lx = min(local, max(8, -(-x_invocations(extent, 1, v) // 8) * 8))
-                if ydim >= 0:
-                    ly = max(1, min(local // lx, extent[ydim], self.max_local_y))
-            pipe = pipeline_for(lx, ly, xdims, v, self.vector_store(origin, out_base, v))
-            for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-                push = np.zeros(PUSH_BYTES // 4, dtype=np.uint32)
-                push[0:rank] = o
-                push[8:8 + rank] = e
-                push[16:19] = [in_base, out_base, x_invocations(e, xdims, v)]
-                push[20:20 + rank] = [div_magic(n) for n in e]
-                seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly), push.tobytes())
-
-    @property
-    def max_local_y(self) -> int:
-        return int(self.ctx.limits["maxComputeWorkGroupSize"][1])
-
-    def vector_width(self, origin, extent, out_base) -> int:
-        """Elements of the last dimension one invocation computes (kernels with V)."""
-        return 1
-
-    def vector_store(self, origin, out_base, v) -> bool:
-        """Whether the V = 4 or 8 elements of an invocation are stored as vec4s: the last
-        dimension is packed and every invocation's first element is 4-aligned."""
-        st = self.box_out_strides
-        return (v in (4, 8) and st[-1] == 1 and all(s % 4 == 0 for s in st[:-1])
-                and origin[-1] % 4 == 0 and out_base % 4 == 0)
+def safe_geometry(desc, spatial, blocks, window, strides, dilations, start,
+                  shrink_window: bool = False):
+    """:func:`safe_window_dim` for every spatial dimension: (window, strides, dilations,
+    start) lists, or a ValidationError naming the field where 32-bit positions cannot
+    hold the descriptor's windows."""
+    out = ([], [], [], [])
+    for i, args in enumerate(zip(spatial, blocks, window, strides, dilations, start)):
+        got = safe_window_dim(*args, shrink_window=shrink_window)
+        if got is None:
+            s, b, w, st, dl, a = args
+            field = (f"start_padding[{i}]" if a + s >= POSITION_LIMIT else
+                     f"strides[{i}]" if (b - 1) * st >= (w - 1) * dl else f"dilations[{i}]")
+            desc.fail(field, f"vkml computes window positions in 32-bit integers: the start "
+                      f"padding plus the spatial size and the last padded position "
+                      f"(BlocksPerDimension - 1) * Strides + (WindowSizes - 1) * Dilations "
+                      f"must stay below 2^31 = {POSITION_LIMIT} (after reducing the windows to "
+                      f"equivalent ones), got {a} + {s} and {(b - 1) * st + (w - 1) * dl}")
+        if shrink_window and got[0] > MAX_TAPS:
+            desc.fail(f"window_size[{i}]", f"at most {MAX_TAPS} window positions per "
+                      f"dimension that can reach the input are supported (vkml loops over "
+                      f"them for every output), got {got[0]}")
+        for lst, v in zip(out, got):
+            lst.append(v)
+    return out
 
 
 def spec_geometry(window, strides, dilations) -> dict[int, int]:
@@ -297,12 +200,12 @@ class CompiledFold(BoxKernel):
         self.rank = dst.dimension_count
         self.box = list(dst.sizes)
         self.box_out_strides = list(dst.element_strides)
-        self.win = d.window_sizes
         self.k = d.window_count
         self.blocks = d.blocks
-        self.start = d.start_padding
-        self.strides = d.strides
-        self.dil = d.dilations
+        # equivalent windows whose positions fit 32-bit arithmetic (or a ValidationError)
+        self.win, self.strides, self.dil, self.start = safe_geometry(
+            d, dst.sizes[2:], self.blocks, d.window_sizes, d.strides, d.dilations,
+            d.start_padding)
         self.col_strides = d.columns_strides()
         spatial = len(self.win)
         self.block_strides = [math.prod(self.blocks[i + 1:]) for i in range(spatial)]
@@ -336,9 +239,6 @@ class CompiledFold(BoxKernel):
         p[28:28 + n] = self.block_strides
         p[36] = self.in_bind // 16
         return p
-
-    def vector_width(self, origin, extent, out_base) -> int:
-        return next((v for v in (8, 4) if v <= self.vec and extent[-1] >= v), 1)
 
     def in_span(self, origin, extent):
         sn, sr, sc = self.col_strides

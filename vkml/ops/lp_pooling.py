@@ -23,7 +23,8 @@ from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
 from .base import implements
-from .fold import PUSH_BYTES, BoxKernel, spec_geometry
+from .fold import safe_geometry, spec_geometry
+from .grid import PUSH_BYTES, BoxKernel
 from .functional import as_array, pick_device, run
 
 __all__ = ["lp_pooling"]
@@ -71,10 +72,11 @@ class CompiledLpPooling(BoxKernel):
         self.box_out_strides = list(dst.element_strides)
         self.in_sizes = src.sizes
         self.in_strides = src.element_strides
-        self.win = d.window_size
-        self.strides = d.strides
-        self.dil = d.dilation_values
-        self.start = d.start_padding
+        # equivalent windows whose positions fit 32-bit arithmetic (or a ValidationError);
+        # taps that only ever meet padding are dropped (they add nothing)
+        self.win, self.strides, self.dil, self.start = safe_geometry(
+            d, src.sizes[2:], dst.sizes[2:], d.window_size, d.strides, d.dilation_values,
+            d.start_padding, shrink_window=True)
         self.p = int(d.p)
         # scaled sums: every P > 2, and P = 2 on float32 (float16 squares cannot
         # overflow or underflow float32)
@@ -111,9 +113,6 @@ class CompiledLpPooling(BoxKernel):
         p[20:20 + n] = self.start
         p[24] = self.in_bind // 16
         return p
-
-    def vector_width(self, origin, extent, out_base) -> int:
-        return next((v for v in (8, 4) if v <= self.vec and extent[-1] >= v), 1)
 
     def in_span(self, origin, extent):
         lo = hi = 0

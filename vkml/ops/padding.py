@@ -20,11 +20,10 @@ Three ways to fill the output, chosen per device from a calibrated cost model
   (lavapipe: ~0.25-0.4 us per region).
 
 Tensors larger than ``maxStorageBufferRange`` are split into dispatches that each bind a
-window of the input and output (element kernel).
+window of the input and output (element kernel; :func:`.grid.plan_windows`).
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -33,10 +32,10 @@ from ..dml.operator import as_tuple
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
-from ..errors import UnsupportedError
 from .base import CompiledOperator, implements
 from .calibrate import path_costs
-from .fold import GRID_LIMIT, box_grid, div_magic, split_groups
+from .grid import (binding_window, box_grid, check_allocatable, div_magic, pick_xdims,
+                   plan_windows, split_groups, strided_span)
 from .functional import as_array, pick_device, run
 
 __all__ = ["pad"]
@@ -105,6 +104,8 @@ class CompiledPadding(CompiledOperator):
         self.in_bytes = src.total_tensor_size_in_bytes
         self.out_bytes = dst.total_tensor_size_in_bytes
         self.total = math.prod(self.out_size)
+        check_allocatable(self.ctx, self.in_bytes, "the input tensor")
+        check_allocatable(self.ctx, self.out_bytes, "the output tensor")
         max_range = self.ctx.limits["maxStorageBufferRange"]
         self.split = max(self.in_bytes, self.out_bytes) > max_range
         self.copy_regions = None
@@ -260,86 +261,71 @@ class CompiledPadding(CompiledOperator):
         return regions.astype(np.uint64)
 
     def _mapped_range(self, d: int, lo: int, hi: int) -> tuple[int, int]:
-        """Min and max input coordinate that output coordinates [lo, hi) of dim d read."""
+        """Min and max input coordinate that output coordinates [lo, hi) of dim d read
+        ((0, -1): none), in O(1): the mode's map is piecewise monotone, so the extremes
+        are at the ends unless the range holds a turning (or wrapping) point."""
         n, s = self.in_size[d], self.start[d]
-        cs = np.arange(lo, hi, dtype=np.int64) - s
+        a, b = lo - s, hi - 1 - s                 # input coordinates before folding
         if self.mode == PaddingMode.CONSTANT:
-            cs = cs[(cs >= 0) & (cs < n)]
-            if cs.size == 0:
+            a, b = max(a, 0), min(b, n - 1)
+            return (a, b) if a <= b else (0, -1)
+        if self.mode == PaddingMode.EDGE:
+            return min(max(a, 0), n - 1), min(max(b, 0), n - 1)
+        if n == 1:
+            return 0, 0
+
+        def holds(r, p):                          # some c in [a, b] with c = r (mod p)
+            return a + (r - a) % p <= b
+
+        if self.mode == PaddingMode.WRAP:
+            if a + n - a % n <= b:               # wraps from n - 1 to 0 inside
+                return 0, n - 1
+            return a % n, b % n
+        if self.mode == PaddingMode.REFLECTION:
+            p, bottoms, tops = 2 * (n - 1), (0,), (n - 1,)
+        else:                                     # SYMMETRIC
+            p, bottoms, tops = 2 * n, (0, 2 * n - 1), (n - 1, n)
+        fa, fb = (m if m < n else (p - m if self.mode == PaddingMode.REFLECTION
+                                   else p - 1 - m) for m in (a % p, b % p))
+        low = 0 if any(holds(r, p) for r in bottoms) else min(fa, fb)
+        high = n - 1 if any(holds(r, p) for r in tops) else max(fa, fb)
+        return low, high
+
+    def in_span(self, origin, extent) -> tuple[int, int]:
+        """[lo, hi) input elements an output box reads (lo >= hi: none)."""
+        lo = hi = 0
+        for d, (o, e) in enumerate(zip(origin, extent)):
+            a, b = self._mapped_range(d, o, o + e)
+            if a > b:
                 return 0, 0
-        elif self.mode == PaddingMode.EDGE:
-            cs = np.clip(cs, 0, n - 1)
-        elif self.mode == PaddingMode.WRAP:
-            cs = cs % n
-        elif self.mode == PaddingMode.REFLECTION:
-            if n == 1:
-                cs = cs * 0
-            else:
-                p = 2 * (n - 1)
-                m = cs % p
-                cs = np.where(m < n, m, p - m)
-        else:
-            p = 2 * n
-            m = cs % p
-            cs = np.where(m < n, m, p - 1 - m)
-        return int(cs.min()), int(cs.max())
+            lo += a * self.in_stride[d]
+            hi += b * self.in_stride[d]
+        return lo, hi + 1
 
     def _windows(self):
         """For tensors beyond maxStorageBufferRange: boxes of output coordinates, each with
-        the byte windows of input and output it touches (each window fits the limit):
+        the elements of input and output it touches (each fits one binding):
         (origin, extent, in_lo, in_hi, out_lo, out_hi)."""
-        e = self.esize
-        align = self.ctx.binding_alignment()
-        limit = self.ctx.limits["maxStorageBufferRange"] - 2 * align
-        rank = len(self.out_size)
-
-        def inner_span(sizes, strides, k):
-            return sum((sizes[j] - 1) * strides[j] for j in range(k + 1, rank)) + 1
-
-        k = next((k for k in range(rank)
-                  if inner_span(self.out_size, self.out_stride, k) * e <= limit // 2
-                  and inner_span(self.in_size, self.in_stride, k) * e <= limit // 2), None)
-        if k is None:
-            raise UnsupportedError("maxStorageBufferRange", "one innermost row of the padding "
-                                   "is larger than the device can bind")
-        in_inner = inner_span(self.in_size, self.in_stride, k)
-        out_inner = inner_span(self.out_size, self.out_stride, k)
-        for prefix in itertools.product(*[range(s) for s in self.out_size[:k]]):
-            out_base = sum(c * self.out_stride[j] for j, c in enumerate(prefix))
-            in_base = sum(self._mapped_range(j, c, c + 1)[0] * self.in_stride[j]
-                          for j, c in enumerate(prefix))
-            a = 0
-            while a < self.out_size[k]:
-                b = a + 1
-                while b < self.out_size[k]:
-                    lo, hi = self._mapped_range(k, a, b + 1)
-                    if ((b - a) * self.out_stride[k] + out_inner) * e > limit or \
-                            ((hi - lo) * self.in_stride[k] + in_inner) * e > limit:
-                        break
-                    b += 1
-                lo, hi = self._mapped_range(k, a, b)
-                origin = list(prefix) + [a] + [0] * (rank - k - 1)
-                extent = [1] * k + [b - a] + list(self.out_size[k + 1:])
-                yield (origin, extent,
-                       (in_base + lo * self.in_stride[k]) * e,
-                       (in_base + hi * self.in_stride[k] + in_inner) * e,
-                       (out_base + a * self.out_stride[k]) * e,
-                       (out_base + (b - 1) * self.out_stride[k] + out_inner) * e)
-                a = b
+        room = self.ctx.limits["maxStorageBufferRange"] - 2 * self.ctx.binding_alignment()
+        return plan_windows(self.out_size, self.in_span,
+                            lambda o, e: strided_span(o, e, self.out_stride),
+                            self.esize, self.esize, room, "one output element of the padding")
 
     def _dispatch_box(self, seq, binds, origin, extent, in_base=0, out_base=0) -> None:
         """Dispatch the kernel over a box, split where it exceeds the workgroup-count limit."""
         rank = len(extent)
-        xdims = x_dims(extent, self.local)
+        xdims = pick_xdims(extent, self.local, whole_row=False)
         pipe = self.pipeline(self.kernel, _KINDS, _PUSH_BYTES,
                              {0: self.local, 1: rank, 2: int(self.mode), 3: xdims})
-        for o, ext in split_box(origin, extent, self.local,
-                                self.ctx.limits["maxComputeWorkGroupCount"], xdims):
+        # the element kernel divides with `/` and `%`: no div_magic cap on the grid
+        for o, ext in split_groups(origin, extent, self.local,
+                                   self.ctx.limits["maxComputeWorkGroupCount"], xdims,
+                                   magic=False):
             push = np.zeros(_PUSH_BYTES // 4, dtype=np.uint32)
             push[0:rank] = o
             push[8:8 + rank] = ext
             push[16:19] = [in_base, out_base, math.prod(ext[rank - xdims:])]
-            seq.dispatch(pipe, binds, grid(ext, self.local, xdims), push.tobytes())
+            seq.dispatch(pipe, binds, box_grid(ext, self.local, xdims), push.tobytes())
 
     def _encode_rows(self, seq, x, y) -> None:
         """The rows path: the words pass, then the edge pass (see glsl/padding_rows.comp)."""
@@ -348,8 +334,7 @@ class CompiledPadding(CompiledOperator):
         binds = [Bind(x, 0, rows["in_bind"], "r", FORMAT_RGBA32_UINT),
                  Bind(y, 0, self.out_bytes, "w"), Bind(self.params)]
         lim = self.ctx.limits
-        mx, my, mz = lim["maxComputeWorkGroupCount"]
-        max_groups = (mx, my, min(mz, GRID_LIMIT - 1))
+        max_groups = lim["maxComputeWorkGroupCount"]
         consts = {2: rank, 3: int(self.mode), 6: int(rows["simple"]), 7: rows["shift"]}
         slots = rows["left"] + rows["right"]
         local_y = int(lim["maxComputeWorkGroupSize"][1])
@@ -411,72 +396,10 @@ class CompiledPadding(CompiledOperator):
         align = self.ctx.binding_alignment()
         e = self.esize
         for origin, extent, in_lo, in_hi, out_lo, out_hi in self._windows():
-            in_off = in_lo - in_lo % align
-            out_off = out_lo - out_lo % align
-            in_size = min(-(-(in_hi - in_off) // 4) * 4, x.size - in_off)
-            out_size = min(-(-(out_hi - out_off) // 4) * 4, y.size - out_off)
+            in_off, in_size = binding_window(in_lo * e, in_hi * e, x.size, align)
+            out_off, out_size = binding_window(out_lo * e, out_hi * e, y.size, align)
             binds = [Bind(x, in_off, in_size), Bind(y, out_off, out_size, "w")] + fixed
             self._dispatch_box(seq, binds, origin, extent, in_off // e, out_off // e)
-
-
-def x_dims(extent, local: int) -> int:
-    """How many trailing dimensions the grid's x covers: enough to fill a workgroup."""
-    n, count = 1, 0
-    for e in reversed(extent):
-        if count and n >= local:
-            break
-        n *= e
-        count += 1
-    return count
-
-
-def grid(extent, local: int, xdims: int = 1) -> tuple[int, int, int]:
-    """Workgroups for a box: x along the last ``xdims`` dimensions, y the one before,
-    z the rest."""
-    rank = len(extent)
-    gx = -(-math.prod(extent[rank - xdims:]) // local)
-    gy = extent[rank - xdims - 1] if rank > xdims else 1
-    gz = math.prod(extent[:rank - xdims - 1]) if rank > xdims + 1 else 1
-    return gx, gy, gz
-
-
-def split_box(origin, extent, local: int, max_groups, xdims: int = 1) -> list[tuple[list, list]]:
-    """Split a box until each piece's :func:`grid` fits ``max_groups`` (per axis)."""
-    mx, my, mz = max_groups
-    rank = len(extent)
-    pieces = [(list(origin), list(extent))]
-    # x: split the outermost of the x dimensions while the x count is too large
-    for d in range(rank - xdims, rank):
-        inner = math.prod(extent[d + 1:])
-        if math.prod(extent[d:]) > mx * local:
-            step = max(1, (mx * local) // inner)
-            return [p for a in range(0, extent[d], step)
-                    for p in split_box(_shift(origin, d, a), _clip(extent, d, a, step),
-                                       local, max_groups, xdims)]
-    ydim = rank - xdims - 1
-    if ydim >= 0 and extent[ydim] > my:
-        return [p for a in range(0, extent[ydim], my)
-                for p in split_box(_shift(origin, ydim, a), _clip(extent, ydim, a, my),
-                                   local, max_groups, xdims)]
-    if ydim >= 1 and math.prod(extent[:ydim]) > mz:
-        d = next(j for j in range(ydim) if extent[j] > 1)
-        step = max(1, mz // math.prod(extent[d + 1:ydim]))
-        return [p for a in range(0, extent[d], step)
-                for p in split_box(_shift(origin, d, a), _clip(extent, d, a, step),
-                                   local, max_groups, xdims)]
-    return pieces
-
-
-def _shift(origin, d, a):
-    o = list(origin)
-    o[d] += a
-    return o
-
-
-def _clip(extent, d, a, step):
-    e = list(extent)
-    e[d] = min(step, extent[d] - a)
-    return e
 
 
 def pad(x, start_padding, end_padding, mode="constant", value=0.0, *, device=None):

@@ -21,7 +21,8 @@ from ..dml.unfold import UnfoldOperatorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
 from .base import implements
-from .fold import MAX_SPATIAL, PUSH_BYTES, BoxKernel, spec_geometry
+from .fold import MAX_SPATIAL, safe_geometry, spec_geometry
+from .grid import PUSH_BYTES, BoxKernel
 from .functional import as_array, pick_device, run
 
 __all__ = ["unfold"]
@@ -48,12 +49,12 @@ class CompiledUnfold(BoxKernel):
         self.in_esize = self.out_esize = esize
         self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
         self.out_bytes = dst.total_tensor_size_in_bytes
-        self.win = d.window_sizes
         self.k = d.window_count
-        self.strides = d.strides
-        self.dil = d.dilations
-        self.start = d.start_padding
         self.blocks = d.blocks
+        # equivalent windows whose positions fit 32-bit arithmetic (or a ValidationError)
+        self.win, self.strides, self.dil, self.start = safe_geometry(
+            d, src.sizes[2:], self.blocks, d.window_sizes, d.strides, d.dilations,
+            d.start_padding)
         self.in_sizes = src.sizes
         self.in_strides = src.element_strides
         n, rows, _ = d.columns_sizes()
@@ -94,9 +95,6 @@ class CompiledUnfold(BoxKernel):
         p[24:24 + n] = self.start
         p[32] = self.in_bind // 16
         return p
-
-    def vector_width(self, origin, extent, out_base) -> int:
-        return next((v for v in (8, 4) if v <= self.vec and extent[-1] >= v), 1)
 
     def out_span(self, origin, extent):
         lo, hi = super().out_span(origin, extent)

@@ -1,0 +1,145 @@
+"""vkml/ops/grid.py: grid splitting, window planning and aligned bindings.
+
+Pure-Python properties (hypothesis): every element of a box is covered exactly once, and
+every piece fits the limits; then the operators on both drivers with lowered
+``maxComputeWorkGroupCount`` / ``maxStorageBufferRange``, against NumPy.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import vkml
+from vkml.ops.grid import (GRID_LIMIT, binding_window, box_grid, div_magic, pick_xdims,
+                           plan_windows, split_groups, strided_span, vector_width)
+
+FAST = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=list(HealthCheck))
+
+
+def _cells(origin, extent):
+    return itertools.product(*[range(o, o + e) for o, e in zip(origin, extent)])
+
+
+@st.composite
+def boxes(draw):
+    rank = draw(st.integers(1, 5))
+    extent = draw(st.lists(st.integers(1, 9), min_size=rank, max_size=rank))
+    origin = draw(st.lists(st.integers(0, 3), min_size=rank, max_size=rank))
+    return origin, extent
+
+
+@FAST
+@given(boxes(), st.sampled_from([1, 2, 8, 64]), st.tuples(*[st.integers(1, 5)] * 3),
+       st.sampled_from([1, 4, 8]), st.integers(1, 3), st.booleans(), st.integers(0, 3))
+def test_split_groups_covers_once_within_limits(box, local, max_groups, v, ly, magic, xd):
+    origin, extent = box
+    xdims = max(1, min(len(extent), xd or pick_xdims(extent, local)))
+    v = v if xdims == 1 else 1
+    pieces = split_groups(origin, extent, local, max_groups, xdims, v, ly, magic)
+    seen = [c for o, e in pieces for c in _cells(o, e)]
+    assert sorted(seen) == sorted(_cells(origin, extent))       # each cell exactly once
+    for o, e in pieces:
+        gx, gy, gz = box_grid(e, local, xdims, v, ly)
+        assert gx <= max_groups[0] and gy <= max_groups[1] and gz <= max_groups[2]
+        if xdims == 1 and o[-1] != origin[-1]:
+            assert (o[-1] - origin[-1]) % v == 0      # vector pieces stay aligned
+
+
+def test_split_groups_caps_divided_coordinates_below_grid_limit():
+    """z (and a multi-dimension x) is divided by div_magic multiply-highs, exact below
+    2^16 only: a device reporting 2^20 workgroups still gets z below 2^16."""
+    big = (1 << 20, 1 << 20, 1 << 20)
+    for o, e in split_groups([0, 0, 0, 0], [300, 300, 2, 8], 8, big, 1):
+        assert box_grid(e, 8, 1)[2] < GRID_LIMIT
+    for o, e in split_groups([0, 0], [2, 1 << 17], 64, big, 2):
+        assert math.prod(e) < GRID_LIMIT
+    # without division (the padding element kernel) only the device's limits apply
+    assert len(split_groups([0, 0, 0, 0], [300, 300, 2, 8], 8, big, 1, magic=False)) == 1
+
+
+@FAST
+@given(st.integers(0, GRID_LIMIT - 1), st.integers(1, GRID_LIMIT - 1))
+def test_div_magic_exact_below_grid_limit(z, e):
+    q = z if e == 1 else (z * div_magic(e)) >> 32
+    assert q == z // e
+
+
+@FAST
+@given(boxes(), st.integers(1, 5), st.integers(8, 200))
+def test_plan_windows_covers_once_within_room(box, esize, room):
+    _, extent = box
+    strides = [math.prod(extent[i + 1:]) for i in range(len(extent))]
+    span = lambda o, e: strided_span(o, e, strides)
+    if esize > room:
+        with pytest.raises(vkml.UnsupportedError):
+            plan_windows(extent, span, span, esize, esize, room)
+        return
+    windows = plan_windows(extent, span, span, esize, esize, room)
+    seen = [c for o, e, *_ in windows for c in _cells(o, e)]
+    assert sorted(seen) == sorted(_cells([0] * len(extent), extent))
+    for o, e, ilo, ihi, olo, ohi in windows:
+        assert (ihi - ilo) * esize <= room and (ohi - olo) * esize <= room
+        flat = [sum(c * s for c, s in zip(cell, strides)) for cell in _cells(o, e)]
+        assert olo == min(flat) and ohi == max(flat) + 1
+
+
+@FAST
+@given(st.integers(0, 1 << 20), st.integers(1, 1 << 12), st.sampled_from([4, 16, 64, 256]),
+       st.integers(0, 64))
+def test_binding_window_aligned_and_covering(lo, length, align, slack):
+    hi = lo + length
+    size = -(-hi // 4) * 4 + slack
+    off, n = binding_window(lo, hi, size, align)
+    assert off % align == 0 and off <= lo and off + n >= hi and off + n <= size
+    assert n % 4 == 0 or off + n == size
+
+
+def test_vector_width():
+    assert [vector_width([n], 8) for n in (1, 3, 4, 7, 8, 100)] == [1, 1, 4, 4, 8, 8]
+    assert vector_width([100], 4) == 4 and vector_width([100], 1) == 1
+
+
+# -- the operators at lowered limits, both drivers ------------------------------------------
+def _lowered(device, groups=(3, 2, 2), range_=4096):
+    return vkml.Device(device.index, limits={"maxComputeWorkGroupCount": groups,
+                                             "maxStorageBufferRange": range_})
+
+
+@pytest.mark.parametrize("mode,np_mode", [("constant", "constant"), ("reflection", "reflect"),
+                                          ("symmetric", "symmetric"), ("wrap", "wrap")])
+def test_padding_at_lowered_limits(device, mode, np_mode):
+    dev = _lowered(device)
+    x = np.arange(3 * 7 * 40, dtype=np.float32).reshape(3, 7, 40)
+    got = vkml.pad(x, [1, 2, 5], [2, 3, 50], mode, device=dev)
+    np.testing.assert_array_equal(got, np.pad(x, [(1, 2), (2, 3), (5, 50)], np_mode))
+
+
+def test_fold_unfold_at_lowered_limits(device):
+    dev = _lowered(device)
+    x = np.arange(2 * 3 * 12 * 11, dtype=np.float32).reshape(2, 3, 12, 11)
+    args = dict(strides=[2, 1], dilations=[1, 2], start_padding=[1, 2], end_padding=[2, 1])
+    cols = vkml.unfold(x, [3, 2], device=dev, **args)
+    want = F.unfold(torch.from_numpy(np.pad(x, [(0, 0), (0, 0), (1, 2), (2, 1)])), [3, 2],
+                    dilation=[1, 2], stride=[2, 1]).numpy()
+    np.testing.assert_array_equal(cols, want)
+    got = vkml.fold(cols, [12, 11], [3, 2], device=dev, **args)
+    ref = F.fold(torch.from_numpy(want), [15, 14], [3, 2], dilation=[1, 2], stride=[2, 1])
+    np.testing.assert_allclose(got, ref.numpy()[:, :, 1:13, 2:13], rtol=1e-6)
+
+
+def test_lp_pooling_at_lowered_limits(device):
+    dev = _lowered(device)
+    x = np.random.default_rng(0).standard_normal((2, 3, 14, 30)).astype(np.float32)
+    got = vkml.lp_pooling(x, [3, 2], strides=[1, 2], start_padding=[1, 0],
+                          end_padding=[1, 1], p=2, device=dev)
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (1, 1), (0, 1)])
+    want = np.sqrt(F.avg_pool2d(torch.from_numpy(xp ** 2), [3, 2], [1, 2]).numpy() * 6)
+    np.testing.assert_allclose(got, want, rtol=1e-5)

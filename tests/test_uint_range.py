@@ -1,0 +1,326 @@
+"""Sizes, strides, dilations and paddings across the whole UINT range DML allows.
+
+Padding, Fold, Unfold and LP pooling either compute the right answer or refuse with a
+ValidationError naming the field (DeviceError where memory cannot hold the output),
+never a wrapped one.  References iterate over Python ints (exact arithmetic), visiting
+only the window positions that land inside the image, so huge paddings, strides and
+dilations cost nothing.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import vkml
+from vkml import dml
+from vkml.errors import DeviceError, ValidationError
+
+UINT_MAX = 2**32 - 1
+EDGES = [2**31 - 2, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 2, UINT_MAX]
+#: Outputs above this many bytes are neither computed nor expected to fail.
+SMALL = 1 << 14
+#: Outputs above this many bytes cannot be allocated on either CPU driver.
+HUGE = 1 << 33
+
+
+def uints(lo=0):
+    """A UINT >= lo, biased to 0..8, the 2^31 and 2^32 edges and their neighbours."""
+    return st.one_of(st.integers(max(lo, 0), 8), st.sampled_from(EDGES),
+                     st.integers(lo, UINT_MAX))
+
+
+def small_uints(lo=0):
+    return st.one_of(st.integers(max(lo, 0), 4), st.sampled_from(EDGES))
+
+
+def _blocks(spatial, window, strides, dilations, start, end):
+    out = []
+    for s, w, step, dl, a, b in zip(spatial, window, strides, dilations, start, end):
+        num = s + a + b - dl * (w - 1) - 1
+        out.append(num // step + 1 if num >= 0 else 0)
+    return out
+
+
+def _taps(o, s, w, step, dl, a):
+    """(k, p) of the window positions k of block o landing inside [0, s): p = o*step +
+    k*dl - a, enumerated by p so huge windows cost nothing."""
+    base = o * step - a
+    k_lo = max(0, -(-(-base) // dl))
+    k_hi = min(w - 1, (s - 1 - base) // dl)
+    return [(k, base + k * dl) for k in range(k_lo, k_hi + 1)]
+
+
+def unfold_reference(x, window, strides, dilations, start, end):
+    n, c = x.shape[:2]
+    spatial = x.shape[2:]
+    blocks = _blocks(spatial, window, strides, dilations, start, end)
+    k_all = math.prod(window)
+    y = np.zeros((n, c, k_all, math.prod(blocks)), x.dtype)
+    for bi, block in enumerate(itertools.product(*map(range, blocks))):
+        per_dim = [_taps(o, *args) for o, args in
+                   zip(block, zip(spatial, window, strides, dilations, start))]
+        for combo in itertools.product(*per_dim):
+            ki = np.ravel_multi_index([k for k, _ in combo], window)
+            y[:, :, ki, bi] = x[(slice(None), slice(None)) + tuple(p for _, p in combo)]
+    return y.reshape(n, c * k_all, -1)
+
+
+def fold_reference(cols, spatial, window, strides, dilations, start, end):
+    n, ck, _ = cols.shape
+    k_all = math.prod(window)
+    c = ck // k_all
+    blocks = _blocks(spatial, window, strides, dilations, start, end)
+    y = np.zeros((n, c) + tuple(spatial), np.float64)
+    c4 = cols.reshape(n, c, k_all, -1).astype(np.float64)
+    for bi, block in enumerate(itertools.product(*map(range, blocks))):
+        per_dim = [_taps(o, *args) for o, args in
+                   zip(block, zip(spatial, window, strides, dilations, start))]
+        for combo in itertools.product(*per_dim):
+            ki = np.ravel_multi_index([k for k, _ in combo], window)
+            y[(slice(None), slice(None)) + tuple(p for _, p in combo)] += c4[:, :, ki, bi]
+    return y
+
+
+def lp_reference(x, window, strides, dilations, start, end, p):
+    spatial = x.shape[2:]
+    out = _blocks(spatial, window, strides, dilations, start, end)
+    ax = np.abs(x.astype(np.float64))
+    y = np.zeros(x.shape[:2] + tuple(out))
+    for o in itertools.product(*map(range, out)):
+        per_dim = [_taps(oo, *args) for oo, args in
+                   zip(o, zip(spatial, window, strides, dilations, start))]
+        acc = np.zeros(x.shape[:2])
+        for combo in itertools.product(*per_dim):
+            acc += ax[(slice(None), slice(None)) + tuple(q for _, q in combo)] ** p
+        y[(slice(None), slice(None)) + o] = acc ** (1.0 / p)
+    return y
+
+
+def _fields(err) -> str:
+    return str(err).split(":")[0]
+
+
+# -- the examples of the task, verbatim -------------------------------------------------
+def test_fold_stride_and_padding_2_31(device):
+    got = vkml.fold(np.array([[[10., 20.]]], np.float32), [4], [1], strides=[2**31],
+                    start_padding=[2**31], device=device)
+    np.testing.assert_array_equal(got, [[[20., 0., 0., 0.]]])
+
+
+def test_unfold_stride_and_padding_2_32_minus_1(device):
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 4)
+    got = vkml.unfold(x, [1], strides=[2**32 - 1], start_padding=[2**32 - 1], device=device)
+    np.testing.assert_array_equal(got, [[[0., 1.]]])
+
+
+def test_lp_pooling_huge_window_and_padding(device):
+    """A window of 2^31 taps, 2^31 - 2 of them in the padding: only the reachable taps
+    run (the rest add nothing)."""
+    x = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
+    args = ([2**31, 1], [1, 1], [1, 1], [2**31 - 2, 0], [0, 0], 1)
+    got = vkml.lp_pooling(x, args[0], strides=args[1], dilations=args[2],
+                          start_padding=args[3], end_padding=args[4], p=1, device=device)
+    np.testing.assert_allclose(got, lp_reference(x, *args), rtol=1e-6)
+    assert got.shape == (1, 1, 3, 4)
+
+
+def test_padding_output_beyond_uint_or_memory(device):
+    x = np.zeros(1, np.uint8)
+    with pytest.raises(ValidationError, match="sizes"):
+        vkml.pad(x, [2**32 - 1], [1], device=device)
+    with pytest.raises((DeviceError, ValidationError)):
+        vkml.pad(np.zeros(1, np.float64), [2**32 - 2], [0], device=device)
+    assert vkml.pad(np.ones(2, np.float32), [1], [1], device=device).tolist() == [0, 1, 1, 0]
+
+
+def test_padding_huge_stride_on_size_one_dimension(device):
+    """A size-1 input dimension padded by edge mode reads coordinate 0 whatever its
+    stride (2^32 - 1 here)."""
+    x = np.arange(1, 4, dtype=np.float32)
+    src = dml.TensorDesc("float32", (1, 3), strides=(UINT_MAX, 1))
+    dst = dml.TensorDesc("float32", (3, 5))
+    desc = dml.PaddingOperatorDesc(src, dst, dml.PaddingMode.EDGE, 0.0, (1, 1), (1, 1))
+    op = device.compile_operator(device.create_operator(desc))
+    out = device.empty((3, 5), "float32")
+    op.execute([device.tensor(x)], [out])
+    np.testing.assert_array_equal(out.numpy(), np.pad(x[None], [(1, 1), (1, 1)], "edge"))
+    op.release()
+
+
+def test_unsafe_windows_are_refused_by_field(device):
+    """LP pooling whose two outputs reach the input through taps 2^31 apart has no
+    equivalent 32-bit window: refused, naming the field."""
+    x = np.ones((1, 1, 4, 4), np.float32)
+    with pytest.raises(ValidationError, match=r"(start_padding|strides|dilations|"
+                                              r"window_size)\[0\]"):
+        vkml.lp_pooling(x, [2**31, 1], strides=[2**31, 1], start_padding=[2**31 - 1, 0],
+                        end_padding=[2**31, 0], device=device)
+
+
+# -- whole-range properties ---------------------------------------------------------------
+MODES = {"constant": "constant", "edge": "edge", "reflection": "reflect",
+         "symmetric": "symmetric", "wrap": "wrap"}
+
+
+@st.composite
+def padding_cases(draw):
+    rank = draw(st.integers(1, 3))
+    return dict(shape=draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank)),
+                start=draw(st.lists(uints(), min_size=rank, max_size=rank)),
+                end=draw(st.lists(uints(), min_size=rank, max_size=rank)),
+                mode=draw(st.sampled_from(sorted(MODES))),
+                dtype=draw(st.sampled_from(["uint8", "float32", "int64"])))
+
+
+def _settings(budget):
+    return settings(max_examples=budget * 2, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+def test_padding_whole_range(device, budget):
+    @_settings(budget)
+    @given(padding_cases())
+    def check(case):
+        x = np.arange(1, math.prod(case["shape"]) + 1).reshape(case["shape"]).astype(
+            case["dtype"])
+        out = [s + a + b for s, a, b in zip(case["shape"], case["start"], case["end"])]
+        nbytes = math.prod(out) * x.itemsize
+        call = lambda: vkml.pad(x, case["start"], case["end"], case["mode"], device=device)
+        if max(out) > UINT_MAX or math.prod(out) > UINT_MAX:
+            with pytest.raises(ValidationError, match="sizes"):
+                call()
+            return
+        if nbytes > HUGE:
+            with pytest.raises((DeviceError, ValidationError)):
+                call()
+            return
+        assume(nbytes <= SMALL)
+        want = np.pad(x, list(zip(case["start"], case["end"])), MODES[case["mode"]])
+        np.testing.assert_array_equal(call(), want)
+
+    check()
+
+
+@st.composite
+def window_cases(draw, lp=False):
+    d = draw(st.integers(2, 2) if lp else st.integers(1, 2))
+    lists = lambda s: st.lists(s, min_size=d, max_size=d)
+    case = dict(spatial=draw(lists(st.integers(1, 4))),
+                window=draw(lists(uints(1) if lp else st.integers(1, 3))),
+                strides=draw(lists(uints(1))), dilations=draw(lists(uints(1))),
+                start=draw(lists(uints())), end=draw(lists(small_uints())),
+                p=draw(st.integers(1, 3)))
+    for i in range(d):        # mostly windows that fit: the end padding they need, or a bit more
+        need = (case["dilations"][i] * (case["window"][i] - 1) + 1 - case["spatial"][i]
+                - case["start"][i])
+        if need > case["end"][i] and draw(st.integers(0, 4)):
+            case["end"][i] = min(UINT_MAX, need + draw(st.integers(0, 2)))
+    return case
+
+
+def _geometry(case):
+    return (case["window"], case["strides"], case["dilations"], case["start"], case["end"])
+
+
+def _small(case) -> bool:
+    """Every value below 2^30: nothing to reduce, so nothing may be refused."""
+    return all(v < 2**30 for v in itertools.chain(*_geometry(case)))
+
+
+def _check_refusal(err, case, names):
+    assert not _small(case), err
+    assert any(f"{n}[" in _fields(err) for n in names), err
+
+
+def test_fold_whole_range(device, budget):
+    @_settings(budget)
+    @given(window_cases())
+    def check(case):
+        blocks = _blocks(case["spatial"], *_geometry(case))
+        k = math.prod(case["window"])
+        fold = lambda cols: vkml.fold(cols, case["spatial"], case["window"],
+                                      strides=case["strides"], dilations=case["dilations"],
+                                      start_padding=case["start"], end_padding=case["end"],
+                                      device=device)
+        if min(blocks) < 1:
+            with pytest.raises(ValidationError, match="window_sizes|sizes"):
+                fold(np.zeros((1, k, 1), np.float32))
+            return
+        count = math.prod(blocks)
+        assume(count * k <= 256)
+        cols = np.arange(1, k * count + 1, dtype=np.float32).reshape(1, k, count)
+        try:
+            got = fold(cols)
+        except ValidationError as err:
+            _check_refusal(err, case, ("start_padding", "strides", "dilations"))
+            return
+        want = fold_reference(cols, case["spatial"], *_geometry(case))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+    check()
+
+
+def test_unfold_whole_range(device, budget):
+    @_settings(budget)
+    @given(window_cases())
+    def check(case):
+        x = np.arange(1, math.prod(case["spatial"]) + 1, dtype=np.float32).reshape(
+            [1, 1] + case["spatial"])
+        blocks = _blocks(case["spatial"], *_geometry(case))
+        unfold = lambda: vkml.unfold(x, case["window"], strides=case["strides"],
+                                     dilations=case["dilations"], start_padding=case["start"],
+                                     end_padding=case["end"], device=device)
+        if min(blocks) < 1:
+            with pytest.raises(ValidationError, match="window_sizes|sizes"):
+                unfold()
+            return
+        nbytes = math.prod(blocks) * math.prod(case["window"]) * 4
+        if math.prod(blocks) > UINT_MAX or nbytes > HUGE:
+            with pytest.raises((DeviceError, ValidationError)):
+                unfold()
+            return
+        assume(nbytes <= SMALL)
+        try:
+            got = unfold()
+        except ValidationError as err:
+            _check_refusal(err, case, ("start_padding", "strides", "dilations"))
+            return
+        np.testing.assert_array_equal(got, unfold_reference(x, *_geometry(case)))
+
+    check()
+
+
+def test_lp_pooling_whole_range(device, budget):
+    @_settings(budget)
+    @given(window_cases(lp=True))
+    def check(case):
+        x = (np.arange(math.prod(case["spatial"]), dtype=np.float32) % 5 - 2).reshape(
+            [1, 1] + case["spatial"])
+        out = _blocks(case["spatial"], *_geometry(case))
+        lp = lambda: vkml.lp_pooling(x, case["window"], strides=case["strides"],
+                                     dilations=case["dilations"], start_padding=case["start"],
+                                     end_padding=case["end"], p=case["p"], device=device)
+        if min(out) < 1:
+            with pytest.raises(ValidationError, match="window_size|sizes"):
+                lp()
+            return
+        nbytes = math.prod(out) * 4
+        if math.prod(out) > UINT_MAX or nbytes > HUGE:
+            with pytest.raises((DeviceError, ValidationError)):
+                lp()
+            return
+        assume(nbytes <= SMALL)
+        try:
+            got = lp()
+        except ValidationError as err:
+            _check_refusal(err, case, ("start_padding", "strides", "dilations", "window_size"))
+            return
+        want = lp_reference(x, *_geometry(case), case["p"])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-30)
+
+    check()

@@ -1,0 +1,270 @@
+"""Grids and windows: fitting work into ``maxComputeWorkGroupCount`` and bindings into
+``maxStorageBufferRange``, shared by Padding, Fold, Unfold and LP pooling.
+
+A kernel runs over a *box* of coordinates (origin, extent; at most 8 dimensions): the
+grid's x along the trailing dimension(s), y the one before, z the rest, so all but x is
+uniform per workgroup (see docs/DEVELOPING.md).  :func:`split_groups` cuts a box until
+every dispatch's grid fits the device; :func:`plan_windows` cuts it until the input and
+output elements it touches each fit one binding, and :func:`binding_window` turns such
+an element span into an aligned (offset, size) binding.  :class:`BoxKernel` is the
+operator base class putting these together.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import DeviceError, UnsupportedError
+from ..runtime import STORAGE, Bind
+from .base import CompiledOperator
+
+__all__: list[str] = []     # helpers only: no functional form
+
+#: Grid coordinates the kernels divide (z, and x over several dimensions) stay below
+#: this, so the division by an extent is a multiply-high by ``magic`` (see div_magic).
+GRID_LIMIT = 1 << 16
+# origin[8], extent[8], in_base, out_base, x_count, (pad), magic[8]
+PUSH_BYTES = 112
+
+
+def div_magic(e: int) -> int:
+    """``ceil(2^32 / e)``: for z, e < 2^16, ``floor(z / e)`` is the high word of
+    ``z * magic`` (the error z * (magic - 2^32/e) / 2^32 < 2^-16 < 1/e cannot carry
+    past the next multiple).  lavapipe runs an integer division as 8 scalar divisions
+    per 8 lanes; a multiply-high is a vector instruction.  e = 1 is handled apart."""
+    return 0 if e <= 1 else -(-(1 << 32) // e)
+
+
+def pick_xdims(extent, local: int, whole_row: bool = True) -> int:
+    """How many trailing dimensions the grid's x covers: enough of them to fill a
+    workgroup; with ``whole_row`` the last alone when it fills half a workgroup (no
+    per-lane division)."""
+    if whole_row and extent[-1] * 2 >= local:
+        return 1
+    n, count = 1, 0
+    for e in reversed(extent):
+        if count and n >= local:
+            break
+        n *= e
+        count += 1
+    return count
+
+
+def x_invocations(extent, xdims: int, v: int = 1) -> int:
+    """Invocations along x: the last ``xdims`` extents (``v`` elements of the last per
+    invocation when ``xdims`` is 1)."""
+    if xdims == 1:
+        return -(-extent[-1] // v)
+    return math.prod(extent[len(extent) - xdims:])
+
+
+def box_grid(extent, local: int, xdims: int = 1, v: int = 1,
+             ly: int = 1) -> tuple[int, int, int]:
+    """Workgroups for a box: x along the last ``xdims`` dimensions, y the one before
+    (``ly`` rows a workgroup), z the rest."""
+    rank = len(extent)
+    gx = -(-x_invocations(extent, xdims, v) // local)
+    gy = -(-extent[rank - xdims - 1] // ly) if rank > xdims else 1
+    gz = math.prod(extent[:rank - xdims - 1]) if rank > xdims + 1 else 1
+    return gx, gy, gz
+
+
+def split_groups(origin, extent, local: int, max_groups, xdims: int = 1, v: int = 1,
+                 ly: int = 1, magic: bool = True) -> list[tuple[list, list]]:
+    """Split a box until each piece's :func:`box_grid` fits ``max_groups`` per axis
+    (pieces along the last dimension keep multiples of ``v``).
+
+    ``magic``: the kernel divides grid coordinates by :func:`div_magic` multiply-highs,
+    exact below :data:`GRID_LIMIT` only, so z and a multi-dimension x stay below it
+    whatever larger counts the device reports."""
+    mx, my, mz = max_groups
+    if magic:
+        mz = min(mz, GRID_LIMIT - 1)
+    rank = len(extent)
+
+    def pieces(d, step):
+        out = []
+        for a in range(0, extent[d], step):
+            o, e = list(origin), list(extent)
+            o[d] += a
+            e[d] = min(step, extent[d] - a)
+            out += split_groups(o, e, local, (mx, my, mz), xdims, v, ly, magic)
+        return out
+
+    if xdims == 1 and x_invocations(extent, xdims, v) > mx * local:
+        return pieces(rank - 1, mx * local * v)
+    cap = min(mx * local, GRID_LIMIT - 1) if magic else mx * local
+    if xdims > 1 and x_invocations(extent, xdims, v) > cap:
+        # the innermost dimension whose trailing product exceeds the cap: the dimensions
+        # inside it fit, so whole slices of it do (an outer one could loop forever)
+        d = max(j for j in range(rank - xdims, rank) if math.prod(extent[j:]) > cap)
+        return pieces(d, max(1, cap // math.prod(extent[d + 1:])))
+    ydim = rank - xdims - 1
+    if ydim >= 0 and -(-extent[ydim] // ly) > my:
+        return pieces(ydim, my * ly)
+    if ydim >= 1 and math.prod(extent[:ydim]) > mz:
+        d = next(j for j in range(ydim) if extent[j] > 1)
+        return pieces(d, max(1, mz // math.prod(extent[d + 1:ydim])))
+    return [(list(origin), list(extent))]
+
+
+def vector_width(extent, vec: int) -> int:
+    """Elements of the last dimension one invocation computes: 8 or 4 (at most ``vec``)
+    where the box's last extent has that many, else 1."""
+    return next((v for v in (8, 4) if v <= vec and extent[-1] >= v), 1)
+
+
+def binding_window(lo: int, hi: int, alloc_size: int, align: int) -> tuple[int, int]:
+    """The (offset, size) in bytes of a binding holding bytes [lo, hi) of a buffer of
+    ``alloc_size`` bytes: the offset rounded down to ``align`` (the device's
+    min*BufferOffsetAlignment), the size rounded up to whole 32-bit words but not past
+    the buffer's end."""
+    off = lo - lo % align
+    return off, min(-(-(hi - off) // 4) * 4, alloc_size - off)
+
+
+def plan_windows(box, in_span, out_span, in_esize: int, out_esize: int, room: int,
+                 what: str = "one output element"):
+    """Boxes (origin, extent, in_lo, in_hi, out_lo, out_hi), spans in elements, whose
+    input and output spans each take at most ``room`` bytes, covering ``box`` exactly
+    once (row-major order).  ``in_span(origin, extent)`` / ``out_span`` give [lo, hi)
+    elements (lo >= hi: none).  A box is halved along its outermost dimension larger
+    than 1 until it fits: O(pieces x rank) span evaluations."""
+    out = []
+    todo = [([0] * len(box), list(box))]
+    while todo:
+        origin, extent = todo.pop()
+        ilo, ihi = in_span(origin, extent)
+        if ihi <= ilo:
+            ilo, ihi = 0, 1
+        olo, ohi = out_span(origin, extent)
+        if (ihi - ilo) * in_esize <= room and (ohi - olo) * out_esize <= room:
+            out.append((origin, extent, ilo, ihi, olo, ohi))
+            continue
+        d = next((j for j in range(len(extent)) if extent[j] > 1), None)
+        if d is None:
+            raise UnsupportedError("maxStorageBufferRange", f"{what} reads "
+                                   f"{(ihi - ilo) * in_esize} bytes, more than the device "
+                                   f"can bind ({room} with alignment)")
+        half = extent[d] // 2
+        a, b = list(extent), list(extent)
+        a[d] = half
+        b[d] = extent[d] - half
+        ob = list(origin)
+        ob[d] += half
+        todo.append((ob, b))
+        todo.append((origin, a))
+    return out
+
+
+def check_allocatable(ctx, nbytes: int, what: str) -> None:
+    """DeviceError, before anything is allocated, for a tensor no allocation of this
+    device can hold (maxMemoryAllocationSize, the heap's size)."""
+    heap = ctx.tensor_heap
+    limit = min(heap.max_alloc, heap.heap_size)
+    if nbytes > limit:
+        raise DeviceError(f"{what} takes {nbytes} bytes, more than one allocation of this "
+                          f"device can hold ({limit} bytes: maxMemoryAllocationSize, heap)")
+
+
+def strided_span(origin, extent, strides) -> tuple[int, int]:
+    """[lo, hi) element offsets ``sum(coord[d] * strides[d])`` takes over a box."""
+    lo = sum(o * s for o, s in zip(origin, strides))
+    hi = sum((o + e - 1) * s for o, e, s in zip(origin, extent, strides)) + 1
+    return lo, hi
+
+
+class BoxKernel(CompiledOperator):
+    """A kernel over a box of coordinates ``self.box`` (at most 8 dimensions) whose
+    output element offsets are ``sum(coord[d] * self.box_out_strides[d])``.
+
+    Subclasses set ``box``, ``box_out_strides``, ``in_esize``/``out_esize`` (bytes of
+    one element; the packed variants address sub-word elements in 32-bit words),
+    ``in_bytes``/``out_bytes`` and implement :meth:`in_span` (the input elements a box
+    reads).  :meth:`plan_windows` then splits the box where a binding would exceed
+    ``maxStorageBufferRange`` (or ``limit``), and :meth:`dispatch_windows` records it.
+    """
+
+    box: list
+    box_out_strides: list
+    #: Output elements along the last dimension per invocation (1, 4 or 8).
+    vec: int = 1
+
+    def in_span(self, origin, extent) -> tuple[int, int]:
+        """[lo, hi) input element indices the box reads (lo >= hi: none)."""
+        raise NotImplementedError
+
+    def out_span(self, origin, extent) -> tuple[int, int]:
+        return strided_span(origin, extent, self.box_out_strides)
+
+    def plan_windows(self, limit: int | None = None, in_align: int | None = None):
+        """Boxes (origin, extent, in_lo, in_hi, out_lo, out_hi), spans in elements, each
+        of whose bindings fit ``limit`` bytes; ``None`` when the whole tensors fit."""
+        check_allocatable(self.ctx, self.in_bytes, "the input tensor")
+        check_allocatable(self.ctx, self.out_bytes, "the output tensor")
+        lim = self.ctx.limits["maxStorageBufferRange"]
+        limit = lim if limit is None else min(limit, lim)
+        if self.in_bytes <= limit and self.out_bytes <= limit:
+            return None
+        align = max(self.ctx.binding_alignment(), in_align or 0)
+        return plan_windows(self.box, self.in_span, self.out_span, self.in_esize,
+                            self.out_esize, limit - 2 * align,
+                            f"one output element of {self.desc.OPERATOR_TYPE}")
+
+    def dispatch_windows(self, seq, x, y, windows, pipeline_for, fixed, in_kind=STORAGE,
+                         in_fmt=0) -> None:
+        """Record the kernel over the whole box (``windows`` None) or each window.
+
+        ``pipeline_for(local_x, local_y, xdims, v, vector_store)`` gives the pipeline;
+        ``fixed`` are the bindings after the input and output ones (parameters)."""
+        local = self.local
+        max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
+        rank = len(self.box)
+        if windows is None:
+            binds = [Bind(x, 0, self.in_bind, "r", in_fmt), Bind(y, 0, self.out_bytes, "w")]
+            items = [([0] * rank, list(self.box), binds, 0, 0)]
+        else:
+            items = []
+            ialign = self.ctx.binding_alignment(in_kind)
+            oalign = self.ctx.binding_alignment()
+            ei, eo = self.in_esize, self.out_esize
+            for origin, extent, ilo, ihi, olo, ohi in windows:
+                ioff, isize = binding_window(ilo * ei, ihi * ei, x.size, ialign)
+                ooff, osize = binding_window(olo * eo, ohi * eo, y.size, oalign)
+                binds = [Bind(x, ioff, isize, "r", in_fmt), Bind(y, ooff, osize, "w")]
+                items.append((origin, extent, binds, ioff // ei, ooff // eo))
+        for origin, extent, binds, in_base, out_base in items:
+            xdims = pick_xdims(extent, local)
+            v = self.vector_width(origin, extent, out_base) if xdims == 1 else 1
+            lx, ly = local, 1
+            ydim = rank - xdims - 1
+            if xdims == 1:
+                # a short row: a narrower workgroup spanning several rows (lavapipe's cost
+                # per workgroup is high), not idle invocations
+                lx = min(local, max(8, -(-x_invocations(extent, 1, v) // 8) * 8))
+                if ydim >= 0:
+                    ly = max(1, min(local // lx, extent[ydim], self.max_local_y))
+            pipe = pipeline_for(lx, ly, xdims, v, self.vector_store(origin, out_base, v))
+            for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
+                push = np.zeros(PUSH_BYTES // 4, dtype=np.uint32)
+                push[0:rank] = o
+                push[8:8 + rank] = e
+                push[16:19] = [in_base, out_base, x_invocations(e, xdims, v)]
+                push[20:20 + rank] = [div_magic(n) for n in e]
+                seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly), push.tobytes())
+
+    @property
+    def max_local_y(self) -> int:
+        return int(self.ctx.limits["maxComputeWorkGroupSize"][1])
+
+    def vector_width(self, origin, extent, out_base) -> int:
+        """Elements of the last dimension one invocation computes (kernels with V)."""
+        return vector_width(extent, self.vec)
+
+    def vector_store(self, origin, out_base, v) -> bool:
+        """Whether the V = 4 or 8 elements of an invocation are stored as vec4s: the last
+        dimension is packed and every invocation's first element is 4-aligned."""
+        st = self.box_out_strides
+        return (v in (4, 8) and st[-1] == 1 and all(s % 4 == 0 for s in st[:-1])
+                and origin[-1] % 4 == 0 and out_base % 4 == 0)
