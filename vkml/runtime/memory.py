@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from . import vk
+from . import lifetime
 from .vk import ffi, lib
 
 MiB = 1 << 20
@@ -170,9 +171,16 @@ class _Releasing:
         while self.pending:
             self._release(self.pending.pop())
 
+    @lifetime.release
     def release(self, a: "Allocation") -> None:
         with self.lock:
             self._release(a)
+            self._drain()
+
+    @lifetime.release
+    def _drain_released(self) -> None:
+        """Free what finalizers handed over (nothing to do once the device closes)."""
+        with self.lock:
             self._drain()
 
     def _detach(self, a: "Allocation"):
@@ -207,6 +215,7 @@ class Heap(_Releasing):
                 f"{_fmt(self.reserved)} held by vkml, at most {_fmt(self.max_alloc)} "
                 f"per allocation (maxMemoryAllocationSize)")
 
+    @lifetime.entry
     def allocate(self, size: int, align: int = 0) -> Allocation:
         size = max(int(size), 4)
         align = max(align, self.alignment)
@@ -293,13 +302,15 @@ class Heap(_Releasing):
                 self._destroy_block(block)
 
     def stats(self) -> dict:
+        self._drain_released()
         with self.lock:
-            self._drain()
             return {"blocks": len(self.blocks), "reserved": self.reserved,
                     "used": sum(b.used for b in self.blocks)}
 
     def destroy(self) -> None:
+        """Destroy every block (``Context.close``, after the device's last entry)."""
         with self.lock:
+            self.pending.clear()
             for a in list(self.live):
                 if a.block is not None and a._views:
                     for v in a._views.values():
@@ -461,6 +472,7 @@ class HostImports(_Releasing):
         with self.lock:
             self.refused += 1
 
+    @lifetime.entry
     def allocate_at(self, address: int, nbytes: int) -> Allocation | None:
         """Import the pages holding ``nbytes`` at ``address``; ``None`` (counted in
         ``refused``) where :meth:`fits` says no or the driver refuses the pointer."""
@@ -528,6 +540,7 @@ class HostImports(_Releasing):
         block.destroy()
 
     # -- result pages ------------------------------------------------------------------
+    @lifetime.entry
     def take(self, nbytes: int) -> "HostPages | None":
         """Page-aligned host memory of at least ``nbytes`` (rounded up to the alignment),
         imported: an idle buffer whose array died, else a new one.  Reuse skips the
@@ -590,8 +603,8 @@ class HostImports(_Releasing):
             self._release(old.alloc)
 
     def stats(self) -> dict:
+        self._drain_released()
         with self.lock:
-            self._drain()
             return {"live": len(self.live), "imported": self.imported, "refused": self.refused,
                     "reused": self.reused, "idle": len(self.idle),
                     "idle_bytes": sum(p.size for p in self.idle)}
