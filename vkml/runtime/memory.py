@@ -78,6 +78,9 @@ class Block:
             vk.check(lib.vkMapMemory(self.device, self.memory, 0, size, 0, ptr), "vkMapMemory")
             self.host = np.frombuffer(ffi.buffer(ptr[0], size), dtype=np.uint8)
         self.free_list = [(0, size)]          # sorted (offset, size)
+        #: Buffer views over this block, also listed by their allocation: destroyed with
+        #: the block even where the allocation was dropped without being freed.
+        self.views: set = set()
         self.used = 0
 
     def try_alloc(self, size: int, align: int) -> int | None:
@@ -110,6 +113,9 @@ class Block:
         if self.memory is None:
             return
         self.host = None
+        for v in self.views:
+            lib.vkDestroyBufferView(self.device, v, vk.NULL)
+        self.views.clear()
         lib.vkDestroyBuffer(self.device, self.buffer, vk.NULL)
         lib.vkFreeMemory(self.device, self.memory, vk.NULL)
         self.memory = None
@@ -149,6 +155,7 @@ class Allocation:
             vk.check(lib.vkCreateBufferView(self.heap.ctx.device, info, vk.NULL, h),
                      "vkCreateBufferView")
             v = self._views[key] = h[0]
+            self.block.views.add(v)
         return v
 
     def free(self) -> None:
@@ -189,6 +196,7 @@ class _Releasing:
         if block is not None:
             for v in (a._views or {}).values():
                 lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
+                block.views.discard(v)
             a._views = None
             a.block = None
         return block
@@ -308,15 +316,13 @@ class Heap(_Releasing):
                     "used": sum(b.used for b in self.blocks)}
 
     def destroy(self) -> None:
-        """Destroy every block (``Context.close``, after the device's last entry)."""
+        """Destroy every block and its views (``Context.close``, after the device's last
+        entry); allocations still held become dead (``alive`` is False)."""
         with self.lock:
-            self.pending.clear()
             for a in list(self.live):
-                if a.block is not None and a._views:
-                    for v in a._views.values():
-                        lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
-                    a._views = None
+                a._views = None
                 a.block = None
+            self.pending.clear()
             for block in list(self.blocks):
                 self._destroy_block(block)
 
@@ -394,6 +400,7 @@ class ImportedBlock(Block):
         self.buffer, self.memory, self.base, self.size = buffer, memory, base, size
         self.used = size
         self.footprint = 0            # the pages belong to the host array, not to vkml
+        self.views = set()
         self.host = np.frombuffer(ffi.buffer(ffi.cast("void *", base), size), np.uint8)
 
 
