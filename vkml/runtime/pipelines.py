@@ -51,6 +51,17 @@ def valid_blob(data: bytes, info) -> bool:
             and data[16:32].hex() == info.pipeline_cache_uuid)
 
 
+def cache_files(info, folder=None) -> tuple:
+    """The pipeline cache blob and its manifest for device ``info`` in ``folder`` (by
+    default the cache folder; None, None when the disk cache is off)."""
+    folder = cache_dir() if folder is None else folder
+    if folder is None:
+        return None, None
+    stem = (f"{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:08x}-"
+            f"{info.pipeline_cache_uuid}")
+    return folder / f"{stem}.bin", folder / f"pipelines-{stem}.json"
+
+
 def _valid_manifest(data: dict) -> bool:
     keys = data["keys"]
     return (set(data) == {"version", "blob_sha256", "keys"}
@@ -87,13 +98,7 @@ class PipelineCache:
         self.layouts: dict[tuple, tuple] = {}
         self.pipelines: dict[tuple, Pipeline] = {}
         info = ctx.info
-        self.path = self.manifest = None
-        folder = cache_dir()
-        if folder is not None:
-            stem = (f"{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:08x}-"
-                    f"{info.pipeline_cache_uuid}")
-            self.path = folder / f"{stem}.bin"
-            self.manifest = folder / f"pipelines-{stem}.json"
+        self.path, self.manifest = cache_files(info)
         initial = self._read_disk(info)
         #: Keys (see :meth:`_key`) of the pipelines the loaded blob holds, and of those
         #: created by this process.
