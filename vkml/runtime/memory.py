@@ -25,8 +25,7 @@ import weakref
 import numpy as np
 
 from ..errors import DeviceError
-from . import vk
-from . import lifetime
+from . import lifetime, vk
 from .vk import ffi, lib
 
 MiB = 1 << 20

@@ -19,8 +19,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import DeviceError
-from . import vk
-from . import lifetime
+from . import lifetime, vk
 from .memory import Allocation
 from .pipelines import STORAGE, STORAGE_TEXEL, UNIFORM, UNIFORM_TEXEL, Pipeline
 from .vk import ffi, lib
