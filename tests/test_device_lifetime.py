@@ -214,7 +214,8 @@ def _run_child(*args: str) -> list[dict]:
     out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
                          timeout=240, cwd=os.path.dirname(os.path.dirname(__file__)),
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    assert out.returncode == 0, f"child ended with {out.returncode}:\n{out.stdout}\n{out.stderr[-4000:]}"
+    assert out.returncode == 0, (f"child ended with {out.returncode}:\n{out.stdout}\n"
+                                 f"{out.stderr[-4000:]}")
     assert "vkml-validation" not in out.stderr, out.stderr[-4000:]
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 

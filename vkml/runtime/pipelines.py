@@ -24,7 +24,7 @@ from importlib import resources
 
 from ..errors import DeviceError
 from . import cache, vk
-from .cache import cache_dir  # noqa: F401 - the folder's old home; ops import it here
+from .cache import cache_dir
 from .vk import ffi, lib
 
 #: Descriptor kinds a kernel binding may have.
