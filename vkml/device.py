@@ -188,16 +188,18 @@ class Device:
         self._ctx.wait_idle()
 
     def close(self) -> None:
-        """Release everything: compiled operators, tensors' memory, pipelines (idempotent).
-        Tensors of a closed device can no longer be read."""
-        if self._closed:
-            return
+        """Release everything: compiled operators, tensors' memory, pipelines (idempotent,
+        and safe while other threads use the device: their calls already inside Vulkan
+        finish, later ones raise ``DeviceError``; see ``runtime/lifetime.py``).
+        Tensors, compiled operators and sequences of a closed device raise
+        ``DeviceError`` when used; releasing them is a no-op."""
         self._closed = True
+        self._ctx.close()            # waits for calls in flight, then destroys
         with self._compiled_lock:
-            for c in self._compiled.values():
-                c.release()
+            compiled = list(self._compiled.values())
             self._compiled.clear()
-        self._ctx.close()
+        for c in compiled:
+            c.release()              # Python bookkeeping only: the device is gone
         _LIVE.discard(self)
 
     def __enter__(self) -> "Device":

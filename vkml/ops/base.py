@@ -133,6 +133,7 @@ class CompiledOperator:
                 if t.device is not self.device:
                     raise ValidationError(f"{kind}[{i}]", "is on another device")
                 if not t._alloc.alive:
+                    self._check_live()      # a closed device's tensors: DeviceError
                     raise ValidationError(f"{kind}[{i}]", "was freed")
                 if t.nbytes < d.total_tensor_size_in_bytes:
                     raise ValidationError(f"{kind}[{i}]", f"holds {t.nbytes} bytes, the "

@@ -11,18 +11,25 @@ a tiny one, and modelled as ``seconds = fixed + per_row * rows + per_byte * outp
 (rows: copy regions for the copy engine, which on lavapipe pays ~0.25 us per region).  The
 fast paths are timed at 16 MiB, the element kernel at 4 MiB: lavapipe's copy engine moves
 4 MiB at 0.07 ns/byte (cache) but 64 MiB at 0.14, the rows kernel 0.14-0.16 at both.
+
+The file is input, not trusted (:mod:`vkml.runtime.cache`): one that is not exactly
+``{"version": VERSION, "padding_paths": {features: {path: [fixed, per_row, per_byte]}}}``
+with finite costs in ``[0, MAX_COST_S]`` is ignored, measured again and replaced.
 """
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import numpy as np
 
-from ..runtime.pipelines import cache_dir
+from ..runtime import cache
+from ..runtime.cache import cache_dir
 
 VERSION = 5
+#: The largest cost a calibration file may hold for one term (seconds; per row and per
+#: byte too): measured ones are micro- to milliseconds, so anything above is corrupt.
+MAX_COST_S = 60.0
 _lock = threading.Lock()
 #: (rows, elements per row) of the two float32 paddings each path is timed on.
 _SHAPES = ((4096, 256), (256, 4096))
@@ -59,20 +66,37 @@ def _key(ctx) -> str:
     return ",".join(sorted(k for k, v in ctx.features.items() if v))
 
 
-def _read(path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if data.get("version") == VERSION else {}
+def _valid(data: dict) -> bool:
+    """The calibration file's schema (see the module doc)."""
+    paths = data["padding_paths"]
+    return (set(data) == {"version", "padding_paths"} and isinstance(paths, dict)
+            and all(isinstance(key, str) and isinstance(costs, dict)
+                    and all(p in PATHS and isinstance(c, list) and len(c) == 3
+                            and all(cache.is_number(v, 0.0, MAX_COST_S) for v in c)
+                            for p, c in costs.items())
+                    for key, costs in paths.items()))
 
 
 def _load(ctx):
     path = _path(ctx.info)
-    if path is None or not path.exists():
+    if path is None:
         return None
-    found = _read(path).get("padding_paths", {}).get(_key(ctx))
-    return {k: tuple(v) for k, v in found.items()} if found else None
+    data = cache.read_json(path, VERSION, _valid)
+    found = data["padding_paths"].get(_key(ctx)) if data else None
+    return {k: tuple(float(x) for x in v) for k, v in found.items()} if found else None
+
+
+def _store(ctx, costs: dict) -> None:
+    """Add this device's costs to its calibration file (atomically; an invalid file is
+    replaced, valid entries of other feature sets are kept)."""
+    path = _path(ctx.info)
+    if path is None:
+        return
+
+    def change(data):
+        data.setdefault("padding_paths", {})[_key(ctx)] = {
+            k: [float(x) for x in v] for k, v in costs.items()}
+    cache.update_json(path, VERSION, _valid, change)
 
 
 def _timed(ctx, record, reps: int = 5) -> float:
@@ -111,16 +135,7 @@ def _measure(device) -> dict:
         per_row, per_byte = np.linalg.lstsq(a, np.array([p[2] - fixed for p in points[1:]]),
                                             rcond=None)[0]
         costs[path] = (fixed, max(float(per_row), 0.0), max(float(per_byte), 1e-13))
-    path = _path(ctx.info)
-    if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            data = _read(path) if path.exists() else {}
-            data["version"] = VERSION
-            data.setdefault("padding_paths", {})[_key(ctx)] = costs
-            path.write_text(json.dumps(data, indent=1))
-        except OSError:
-            pass
+    _store(ctx, costs)
     return costs
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import DeviceError
 from . import vk
 from .instance import DeviceInfo, Instance
+from .lifetime import Lifetime
 from .memory import Allocation, HostImports, choose_heaps
 from .pipelines import STORAGE, STORAGE_TEXEL, UNIFORM, UNIFORM_TEXEL, PipelineCache
 from .scheduler import CommandPool, DescriptorPools, Sequence
@@ -77,7 +78,8 @@ class Context:
         lib.vkGetDeviceQueue(self.device, self.queue_family, 0, q)
         self.queue = q[0]
         self.queue_lock = threading.Lock()
-        self.lost = False
+        #: Every call into Vulkan goes through this guard (see :mod:`.lifetime`).
+        self.lifetime = Lifetime()
         self.push_descriptor = (vk.proc(self.device, "vkCmdPushDescriptorSetKHR", device=True)
                                 if self.features["push_descriptor"] else None)
         self.tensor_heap, self.staging_heap = choose_heaps(self, pd, info, force_staging)
@@ -158,6 +160,14 @@ class Context:
         return h[0]
 
     # -- services for the layers above -------------------------------------------------
+    @property
+    def lost(self) -> bool:
+        return self.lifetime.lost
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        self.lifetime.lost = bool(value)
+
     def command_pool(self) -> CommandPool:
         self._require_open()
         self._drain()
@@ -165,24 +175,30 @@ class Context:
 
     def sequence(self, timed: bool = False, hold: bool = True) -> Sequence:
         """A new command sequence (see :class:`~vkml.runtime.scheduler.Sequence`)."""
-        seq = Sequence(self, timed=timed, hold=hold)
-        with self._res_lock:
-            self._resources.add(seq._res)
-        return seq
+        return Sequence(self, timed=timed, hold=hold)
 
     def defer_release(self, res) -> None:
         self._pending.append(res)
 
     def _drain(self) -> None:
-        while self._pending:
-            self._pending.pop().release()
+        while True:
+            try:
+                res = self._pending.pop()
+            except IndexError:      # empty (another thread may have taken the last)
+                return
+            res.release()
+
+    def track(self, res) -> None:
+        """Remember ``res`` (a sequence's Vulkan objects) until it is released, so
+        :meth:`close` destroys it; called inside an entry, so never after close began."""
+        with self._res_lock:
+            self._resources.add(res)
 
     def forget(self, res) -> None:
         with self._res_lock:
             self._resources.discard(res)
 
     def allocate(self, nbytes: int) -> Allocation:
-        self._require_open()
         return self.tensor_heap.allocate(nbytes)
 
     def import_host(self, address: int, nbytes: int) -> Allocation | None:
@@ -195,10 +211,8 @@ class Context:
         return self.host_imports.allocate_at(address, nbytes)
 
     def _require_open(self) -> None:
-        if self.device is None:
-            raise DeviceError("the device was closed")
-        if self.lost:
-            raise DeviceError("the device was lost; create a new vkml.Device")
+        """Raise :class:`DeviceError` if the device is closing, closed or lost."""
+        self.lifetime.check()
 
     def check_binding(self, name: str, kind: int, offset: int, size: int, fmt: int) -> None:
         """Refuse up front a binding the device cannot take (see the limits named)."""
@@ -230,10 +244,10 @@ class Context:
 
     def fail(self, result: int, what: str):
         if result == vk.VK_ERROR_DEVICE_LOST:
-            self.lost = True
+            self.lifetime.lost = True
             raise DeviceError(f"{what}: the device was lost (VK_ERROR_DEVICE_LOST)", result)
         if result == vk.VK_TIMEOUT:
-            self.lost = True
+            self.lifetime.lost = True
             raise DeviceError(f"{what}: timed out; the device is considered lost", result)
         raise DeviceError(f"{what} failed with {vk.result_name(result)}", result)
 
@@ -241,19 +255,30 @@ class Context:
     def write(self, alloc: Allocation, data: np.ndarray, offset: int = 0) -> None:
         """Copy the bytes of C-contiguous ``data`` into ``alloc`` at ``offset``."""
         raw = data.reshape(-1).view(np.uint8)
-        if alloc.block.host is not None:
-            np.copyto(alloc.host[offset:offset + raw.size], raw)
-            return
-        self._staged(alloc, offset, raw.size, raw, upload=True)
+        with self.lifetime:
+            block = self._block(alloc)
+            if block.host is not None:
+                np.copyto(alloc.host[offset:offset + raw.size], raw)
+                return
+            self._staged(alloc, offset, raw.size, raw, upload=True)
 
     def read(self, alloc: Allocation, out: np.ndarray, offset: int = 0) -> np.ndarray:
         """Copy ``out.nbytes`` bytes of ``alloc`` from ``offset`` into C-contiguous ``out``."""
         raw = out.reshape(-1).view(np.uint8)
-        if alloc.block.host is not None:
-            np.copyto(raw, alloc.host[offset:offset + raw.size])
-            return out
-        self._staged(alloc, offset, raw.size, raw, upload=False)
+        with self.lifetime:
+            block = self._block(alloc)
+            if block.host is not None:
+                np.copyto(raw, alloc.host[offset:offset + raw.size])
+                return out
+            self._staged(alloc, offset, raw.size, raw, upload=False)
         return out
+
+    @staticmethod
+    def _block(alloc: Allocation):
+        block = alloc.block
+        if block is None:
+            raise DeviceError("the tensor's memory was freed")
+        return block
 
     def _staged(self, alloc, offset, nbytes, raw, upload: bool) -> None:
         chunk = min(self.staging_heap.block_size // 2, 32 << 20)
@@ -278,27 +303,39 @@ class Context:
 
     # -- teardown ----------------------------------------------------------------------
     def wait_idle(self) -> None:
-        if self.device is not None:
-            with self.queue_lock:
-                lib.vkDeviceWaitIdle(self.device)
+        """Wait for the queue to drain (nothing to wait for once closing)."""
+        if self.lifetime.try_enter():
+            try:
+                with self.queue_lock:
+                    lib.vkDeviceWaitIdle(self.device)
+            finally:
+                self.lifetime.__exit__()
 
     def close(self) -> None:
-        """Release every Vulkan object of this device (idempotent)."""
-        if self.device is None:
+        """Release every Vulkan object of this device (idempotent, thread safe).
+
+        New calls raise ``DeviceError`` from here on; calls already inside Vulkan finish
+        first (see :mod:`.lifetime`), then everything is destroyed at once."""
+        if not self.lifetime.close():
             return
-        self.wait_idle()
-        self._drain()
-        with self._res_lock:
-            alive = list(self._resources)
-        for res in alive:
-            res.release()
-        self.pipelines.destroy()
-        self.descriptor_pools.destroy()
-        self._pool.destroy()
-        if self.host_imports is not None:
-            self.host_imports.destroy()
-        self.tensor_heap.destroy()
-        if self.staging_heap is not self.tensor_heap:
-            self.staging_heap.destroy()
-        lib.vkDestroyDevice(self.device, vk.NULL)
-        self.device = None
+        try:
+            with self.queue_lock:
+                lib.vkDeviceWaitIdle(self.device)
+            self._pending.clear()        # their objects are in _resources too
+            with self._res_lock:
+                alive = list(self._resources)
+                self._resources.clear()
+            for res in alive:
+                res.destroy()
+            self.pipelines.destroy()
+            self.descriptor_pools.destroy()
+            self._pool.destroy()
+            if self.host_imports is not None:
+                self.host_imports.destroy()
+            self.tensor_heap.destroy()
+            if self.staging_heap is not self.tensor_heap:
+                self.staging_heap.destroy()
+            lib.vkDestroyDevice(self.device, vk.NULL)
+            self.device = None
+        finally:
+            self.lifetime.destroyed()

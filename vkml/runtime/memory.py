@@ -25,7 +25,7 @@ import weakref
 import numpy as np
 
 from ..errors import DeviceError
-from . import vk
+from . import lifetime, vk
 from .vk import ffi, lib
 
 MiB = 1 << 20
@@ -77,6 +77,9 @@ class Block:
             vk.check(lib.vkMapMemory(self.device, self.memory, 0, size, 0, ptr), "vkMapMemory")
             self.host = np.frombuffer(ffi.buffer(ptr[0], size), dtype=np.uint8)
         self.free_list = [(0, size)]          # sorted (offset, size)
+        #: Buffer views over this block, also listed by their allocation: destroyed with
+        #: the block even where the allocation was dropped without being freed.
+        self.views: set = set()
         self.used = 0
 
     def try_alloc(self, size: int, align: int) -> int | None:
@@ -109,6 +112,9 @@ class Block:
         if self.memory is None:
             return
         self.host = None
+        for v in self.views:
+            lib.vkDestroyBufferView(self.device, v, vk.NULL)
+        self.views.clear()
         lib.vkDestroyBuffer(self.device, self.buffer, vk.NULL)
         lib.vkFreeMemory(self.device, self.memory, vk.NULL)
         self.memory = None
@@ -148,6 +154,7 @@ class Allocation:
             vk.check(lib.vkCreateBufferView(self.heap.ctx.device, info, vk.NULL, h),
                      "vkCreateBufferView")
             v = self._views[key] = h[0]
+            self.block.views.add(v)
         return v
 
     def free(self) -> None:
@@ -170,9 +177,16 @@ class _Releasing:
         while self.pending:
             self._release(self.pending.pop())
 
+    @lifetime.release
     def release(self, a: "Allocation") -> None:
         with self.lock:
             self._release(a)
+            self._drain()
+
+    @lifetime.release
+    def _drain_released(self) -> None:
+        """Free what finalizers handed over (nothing to do once the device closes)."""
+        with self.lock:
             self._drain()
 
     def _detach(self, a: "Allocation"):
@@ -181,6 +195,7 @@ class _Releasing:
         if block is not None:
             for v in (a._views or {}).values():
                 lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
+                block.views.discard(v)
             a._views = None
             a.block = None
         return block
@@ -207,6 +222,7 @@ class Heap(_Releasing):
                 f"{_fmt(self.reserved)} held by vkml, at most {_fmt(self.max_alloc)} "
                 f"per allocation (maxMemoryAllocationSize)")
 
+    @lifetime.entry
     def allocate(self, size: int, align: int = 0) -> Allocation:
         size = max(int(size), 4)
         align = max(align, self.alignment)
@@ -293,19 +309,19 @@ class Heap(_Releasing):
                 self._destroy_block(block)
 
     def stats(self) -> dict:
+        self._drain_released()
         with self.lock:
-            self._drain()
             return {"blocks": len(self.blocks), "reserved": self.reserved,
                     "used": sum(b.used for b in self.blocks)}
 
     def destroy(self) -> None:
+        """Destroy every block and its views (``Context.close``, after the device's last
+        entry); allocations still held become dead (``alive`` is False)."""
         with self.lock:
             for a in list(self.live):
-                if a.block is not None and a._views:
-                    for v in a._views.values():
-                        lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
-                    a._views = None
+                a._views = None
                 a.block = None
+            self.pending.clear()
             for block in list(self.blocks):
                 self._destroy_block(block)
 
@@ -383,6 +399,7 @@ class ImportedBlock(Block):
         self.buffer, self.memory, self.base, self.size = buffer, memory, base, size
         self.used = size
         self.footprint = 0            # the pages belong to the host array, not to vkml
+        self.views = set()
         self.host = np.frombuffer(ffi.buffer(ffi.cast("void *", base), size), np.uint8)
 
 
@@ -461,6 +478,7 @@ class HostImports(_Releasing):
         with self.lock:
             self.refused += 1
 
+    @lifetime.entry
     def allocate_at(self, address: int, nbytes: int) -> Allocation | None:
         """Import the pages holding ``nbytes`` at ``address``; ``None`` (counted in
         ``refused``) where :meth:`fits` says no or the driver refuses the pointer."""
@@ -528,6 +546,7 @@ class HostImports(_Releasing):
         block.destroy()
 
     # -- result pages ------------------------------------------------------------------
+    @lifetime.entry
     def take(self, nbytes: int) -> "HostPages | None":
         """Page-aligned host memory of at least ``nbytes`` (rounded up to the alignment),
         imported: an idle buffer whose array died, else a new one.  Reuse skips the
@@ -590,8 +609,8 @@ class HostImports(_Releasing):
             self._release(old.alloc)
 
     def stats(self) -> dict:
+        self._drain_released()
         with self.lock:
-            self._drain()
             return {"live": len(self.live), "imported": self.imported, "refused": self.refused,
                     "reused": self.reused, "idle": len(self.idle),
                     "idle_bytes": sum(p.size for p in self.idle)}

@@ -2,21 +2,29 @@
 
 In process, pipelines are cached by (kernel variant, specialization constants).  Across
 processes a ``VkPipelineCache`` is kept on disk, one file per device and driver version
-(vendor, device, driver version, ``pipelineCacheUUID``), in ``$VKML_CACHE_DIR`` or the
-user's cache folder.  ``VKML_CACHE_DIR=off`` disables the disk cache.
+(vendor, device, driver version, ``pipelineCacheUUID``), in the cache folder
+(:func:`~vkml.runtime.cache.cache_dir`; ``VKML_CACHE_DIR=off`` disables it).
+
+The file is input, not trusted: its header (Vulkan's ``VkPipelineCacheHeaderVersionOne``:
+length, version, vendorID, deviceID, pipelineCacheUUID) must name this device before the
+driver sees it, and a file over :data:`~vkml.runtime.cache.MAX_BYTES` is ignored.  A
+manifest next to it (``pipelines-<same name>.json``) lists the pipelines the blob holds,
+bound to the blob by its SHA-256; the blob is written back only when this process created
+a pipeline the manifest does not list.  SwiftShader returns the data it was created with
+plus a header of its own, so a cache saved by every process would grow by 32 bytes per
+process forever.
 """
 from __future__ import annotations
 
-import os
+import hashlib
 import struct
-import sys
 import threading
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
 from ..errors import DeviceError
-from . import vk
+from . import cache, vk
+from .cache import cache_dir
 from .vk import ffi, lib
 
 #: Descriptor kinds a kernel binding may have.
@@ -24,18 +32,41 @@ STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
 UNIFORM = vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
 UNIFORM_TEXEL = vk.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
 STORAGE_TEXEL = vk.VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER
+#: VK_PIPELINE_CACHE_HEADER_VERSION_ONE and its header's length (4 uint32 + a 16-byte UUID).
+HEADER_VERSION_ONE = 1
+HEADER_BYTES = 32
+#: Version of the manifest's JSON layout.
+MANIFEST_VERSION = 1
 
 
-def cache_dir() -> Path | None:
-    env = os.environ.get("VKML_CACHE_DIR")
-    if env:
-        return None if env.lower() == "off" else Path(env)
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA", Path.home() / "AppData" / "Local"))
-        return base / "vkml" / "cache"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "vkml"
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vkml"
+def valid_blob(data: bytes, info) -> bool:
+    """Whether ``data`` starts with a pipeline cache header for this device (Vulkan spec,
+    "Pipeline Cache Header": little-endian headerSize >= 32 and within the data,
+    headerVersion ONE, vendorID, deviceID and pipelineCacheUUID of the device)."""
+    if len(data) < HEADER_BYTES:
+        return False
+    size, version, vendor, device = struct.unpack_from("<IIII", data)
+    return (HEADER_BYTES <= size <= len(data) and version == HEADER_VERSION_ONE
+            and vendor == info.vendor_id and device == info.device_id
+            and data[16:32].hex() == info.pipeline_cache_uuid)
+
+
+def cache_files(info, folder=None) -> tuple:
+    """The pipeline cache blob and its manifest for device ``info`` in ``folder`` (by
+    default the cache folder; None, None when the disk cache is off)."""
+    folder = cache_dir() if folder is None else folder
+    if folder is None:
+        return None, None
+    stem = (f"{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:08x}-"
+            f"{info.pipeline_cache_uuid}")
+    return folder / f"{stem}.bin", folder / f"pipelines-{stem}.json"
+
+
+def _valid_manifest(data: dict) -> bool:
+    keys = data["keys"]
+    return (set(data) == {"version", "blob_sha256", "keys"}
+            and isinstance(data["blob_sha256"], str) and len(data["blob_sha256"]) == 64
+            and isinstance(keys, list) and all(isinstance(k, str) and len(k) == 32 for k in keys))
 
 
 def load_spirv(name: str) -> bytes:
@@ -67,12 +98,13 @@ class PipelineCache:
         self.layouts: dict[tuple, tuple] = {}
         self.pipelines: dict[tuple, Pipeline] = {}
         info = ctx.info
-        self.path = None
-        folder = cache_dir()
-        if folder is not None:
-            self.path = folder / (f"{info.vendor_id:04x}-{info.device_id:04x}-"
-                                  f"{info.driver_version:08x}-{info.pipeline_cache_uuid}.bin")
+        self.path, self.manifest = cache_files(info)
         initial = self._read_disk(info)
+        #: Keys (see :meth:`_key`) of the pipelines the loaded blob holds, and of those
+        #: created by this process.
+        self.known = self._read_keys(initial)
+        self.made: set[str] = set()
+        self._spirv_hash: dict[str, bytes] = {}
         data = ffi.new("char[]", initial) if initial else vk.NULL
         create = ffi.new("VkPipelineCacheCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
@@ -84,43 +116,55 @@ class PipelineCache:
         self.created = 0
 
     def _read_disk(self, info) -> bytes:
-        """The saved cache, if its header names this exact device and driver."""
-        if self.path is None or not self.path.exists():
+        """The saved blob if it is one for this exact device (:func:`valid_blob`)."""
+        if self.path is None:
             return b""
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            return b""
-        if len(data) < 32:
-            return b""
-        size, version, vendor, device = struct.unpack_from("<IIII", data)
-        uuid = data[16:32].hex()
-        if (size < 32 or version != 1 or vendor != info.vendor_id or device != info.device_id
-                or uuid != info.pipeline_cache_uuid):
-            return b""
-        return data
+        data = cache.read_bytes(self.path)
+        return data if data is not None and valid_blob(data, info) else b""
+
+    def _read_keys(self, blob: bytes) -> set[str]:
+        """The manifest's keys, if it describes ``blob``; else none are known."""
+        if not blob:
+            return set()
+        found = cache.read_json(self.manifest, MANIFEST_VERSION, _valid_manifest)
+        if found is None or found["blob_sha256"] != hashlib.sha256(blob).hexdigest():
+            return set()
+        return set(found["keys"])
+
+    def _key(self, name, kinds, push_size, consts) -> str:
+        """What makes a pipeline: its SPIR-V, bindings, push constants, constants, and the
+        device features in use (they change the layouts and the compiled code)."""
+        text = repr((self._spirv_hash[name].hex(), kinds, push_size, consts,
+                     self.ctx.push_descriptor is not None,
+                     sorted(k for k, v in self.ctx.features.items() if v)))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def save(self) -> None:
-        if self.path is None or not self.created:
+        """Write the blob and its manifest, only if this process created pipelines the
+        saved blob lacks (see the module doc)."""
+        if self.path is None or self.made <= self.known:
             return
         size = ffi.new("size_t*")
         if lib.vkGetPipelineCacheData(self.device, self.handle, size, vk.NULL) < 0 or not size[0]:
             return
-        buf = ffi.new("char[]", size[0])
-        if lib.vkGetPipelineCacheData(self.device, self.handle, size, buf) < 0:
+        if size[0] > cache.MAX_BYTES:
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_bytes(ffi.buffer(buf, size[0])[:])
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # a read-only home is no reason to fail
+        buf = ffi.new("char[]", size[0])
+        if lib.vkGetPipelineCacheData(self.device, self.handle, size, buf) != vk.VK_SUCCESS:
+            return
+        blob = ffi.buffer(buf, size[0])[:]
+        if not valid_blob(blob, self.ctx.info):
+            return
+        keys = sorted(self.known | self.made)
+        if cache.write_bytes(self.path, blob):
+            cache.write_json(self.manifest, MANIFEST_VERSION,
+                             {"blob_sha256": hashlib.sha256(blob).hexdigest(), "keys": keys})
 
     def module(self, name: str):
         mod = self.modules.get(name)
         if mod is None:
             code = load_spirv(name)
+            self._spirv_hash[name] = hashlib.sha256(code).digest()
             words = ffi.new("char[]", code)
             info = ffi.new("VkShaderModuleCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -171,7 +215,7 @@ class PipelineCache:
         p = self.pipelines.get(key)
         if p is not None:
             return p
-        with self.lock:
+        with self.ctx.lifetime, self.lock:
             p = self.pipelines.get(key)
             if p is None:
                 p = self.pipelines[key] = self._create(name, kinds, push_size, consts)
@@ -200,6 +244,7 @@ class PipelineCache:
         vk.check(lib.vkCreateComputePipelines(self.device, self.handle, 1, info, vk.NULL, h),
                  f"vkCreateComputePipelines({name})")
         self.created += 1
+        self.made.add(self._key(name, kinds, push_size, consts))
         return Pipeline(h[0], layout, set_layout, kinds, push_size, name)
 
     def destroy(self) -> None:

@@ -19,7 +19,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import DeviceError
-from . import vk
+from . import lifetime, vk
 from .memory import Allocation
 from .pipelines import STORAGE, STORAGE_TEXEL, UNIFORM, UNIFORM_TEXEL, Pipeline
 from .vk import ffi, lib
@@ -174,6 +174,10 @@ class Sequence:
 
     def __init__(self, ctx, timed: bool = False, hold: bool = True):
         self.ctx = ctx
+        with ctx.lifetime:
+            self._create(ctx, timed, hold)
+
+    def _create(self, ctx, timed: bool, hold: bool) -> None:
         self.device = ctx.device
         self.pool = ctx.command_pool()
         self._res = _Resources(ctx, self.pool)
@@ -251,6 +255,7 @@ class Sequence:
         if self.ended:
             raise DeviceError("this sequence was already submitted; record a new one")
 
+    @lifetime.entry
     def dispatch(self, pipeline: Pipeline, binds: list[Bind], groups: tuple[int, int, int],
                  push: bytes = b"") -> None:
         """Record one compute dispatch of ``pipeline`` with ``binds`` in binding order."""
@@ -321,6 +326,7 @@ class Sequence:
             lib.vkCmdBindDescriptorSets(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE,
                                         pipeline.layout, 0, 1, sets, 0, vk.NULL)
 
+    @lifetime.entry
     def copy(self, src: Allocation, dst: Allocation, regions: list[tuple[int, int, int]]) -> None:
         """Record ``vkCmdCopyBuffer``: regions of (src offset, dst offset, bytes)."""
         self._check_open()
@@ -342,6 +348,7 @@ class Sequence:
             self._hazard(reads, writes)
             lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer, len(regions), arr)
 
+    @lifetime.entry
     def copy_array(self, src: Allocation, dst: Allocation, regions) -> None:
         """Like :meth:`copy` with an (n, 3) integer array of regions (no Python loop).
 
@@ -370,6 +377,7 @@ class Sequence:
                                     min(COPY_CHUNK, len(regions) - a), arr + a)
             self._keep.append(arr)
 
+    @lifetime.entry
     def fill(self, dst: Allocation, offset: int, size: int, word: int) -> None:
         """Record ``vkCmdFillBuffer`` of a 32-bit word (offset and size multiples of 4)."""
         self._check_open()
@@ -379,6 +387,7 @@ class Sequence:
             self._hazard([], [rng])
             lib.vkCmdFillBuffer(self.cmd, dst.buffer, dst.offset + offset, size, word & 0xFFFFFFFF)
 
+    @lifetime.entry
     def barrier(self) -> None:
         """An explicit full barrier (rarely needed: hazards are tracked)."""
         with self.pool.lock:
@@ -387,6 +396,7 @@ class Sequence:
             self._read.clear()
 
     # -- submission --------------------------------------------------------------------
+    @lifetime.entry
     def end(self) -> None:
         if self.ended:
             return
@@ -400,6 +410,7 @@ class Sequence:
             vk.check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
         self.ended = True
 
+    @lifetime.entry
     def run(self) -> "Sequence":
         """Submit and wait; can be called again to replay the same commands."""
         if self.closed:
@@ -446,7 +457,7 @@ class Sequence:
         self.closed = True
         self._finalizer.detach()
         with self._lock:
-            self._res.release()
+            self._res.release()     # nothing to do once the device is closing
         self._keep.clear()
         self._allocs.clear()
 
@@ -459,25 +470,36 @@ class Sequence:
 
 class _Resources:
     """The Vulkan objects of a sequence, released by ``close`` or, after garbage
-    collection, by the context at its next safe point (never inside ``__del__``)."""
+    collection, by the context at its next safe point (never inside ``__del__``).
+    Created inside an entry of the device (see :mod:`.lifetime`) and tracked by the
+    context, which destroys those still alive when it closes."""
 
     def __init__(self, ctx, pool: CommandPool):
         self.ctx, self.pool = ctx, pool
-        self.cmd_ptr = pool.allocate()
-        info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
-        self.fence = ffi.new("VkFence*")
-        vk.check(lib.vkCreateFence(ctx.device, info, vk.NULL, self.fence), "vkCreateFence")
         self.query_pool = None
         self.sets: list = []
         self.released = False
+        self.cmd_ptr = pool.allocate()
+        info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
+        self.fence = ffi.new("VkFence*")
+        try:
+            vk.check(lib.vkCreateFence(ctx.device, info, vk.NULL, self.fence), "vkCreateFence")
+        except DeviceError:
+            pool.free(self.cmd_ptr)
+            raise
+        ctx.track(self)
 
+    @lifetime.release
     def release(self) -> None:
+        if not self.released:
+            self.destroy()
+
+    def destroy(self) -> None:
+        """Destroy the objects now (unguarded: ``release``, or the closing context)."""
         if self.released:
             return
         self.released = True
         self.ctx.forget(self)
-        if self.ctx.device is None:
-            return
         device = self.ctx.device
         for pool, dset in self.sets:
             self.ctx.descriptor_pools.free(pool, dset)
