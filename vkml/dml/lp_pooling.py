@@ -2,7 +2,6 @@
 (``dml-docs/DML_LP_POOLING_OPERATOR_DESC.md``, ``seeds/DML_LP_POOLING1_OPERATOR_DESC.md``)."""
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 from .data_type import FLOAT_TYPES
@@ -75,14 +74,7 @@ class _LpPoolingRules(OperatorDesc):
             dil = self.check_uints("dilations", self.dilations, d, 1, what)
         else:
             dil = (1,) * d
-        p = self.p
-        try:
-            p = operator.index(p) if not isinstance(p, bool) else None
-        except TypeError:
-            p = None
-        if p is None or not 1 <= p <= 0xFFFFFFFF:
-            self.fail("p", f"P must be a UINT of at least 1 (Y = (X1^P + ... + Xn^P)^(1/P)), "
-                      f"got {self.p!r}")
+        self.check_uint("p", 1)     # P >= 1: Y = (X1^P + ... + Xn^P)^(1/P)
         sizes_in = self.input_tensor.sizes
         for i in range(d):
             padded = sizes_in[2 + i] + start[i] + end[i]
