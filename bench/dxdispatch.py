@@ -294,7 +294,7 @@ def _check_commands(model: dict, limits: dict) -> None:
     for i, cmd in enumerate(model["commands"]):
         path = f"commands[{i}]"
         kind = cmd.get("type")
-        if kind not in COMMAND:
+        if not isinstance(kind, str) or kind not in COMMAND:
             raise ModelError(_join(path, "type"), f"type {kind!r} is not supported (dispatch, "
                                                   "print, writeFile)")
         check(cmd, COMMAND[kind], path, limits)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .data_type import FLOAT_TYPES
-from .operator import FeatureLevel, OperatorDesc, check_no_overlap
+from .operator import FeatureLevel, OperatorDesc, check_no_overlap, field_tuple
 from .tensor_desc import TensorDesc
 
 __all__ = ["LpPoolingOperatorDesc", "LpPooling1OperatorDesc", "lp_pooling_output_sizes"]
@@ -40,8 +40,7 @@ class _LpPoolingRules(OperatorDesc):
             v = getattr(self, name)
             if v is None and name != "window_size" and rank is not None and rank > 0:
                 v = (1 if name in ("strides", "dilations") else 0,) * rank
-            if v is not None and not isinstance(v, tuple) and not isinstance(v, (int, str)):
-                v = tuple(v)
+            v = field_tuple(v)
             set_(self, name, v)
 
     def inputs(self):

@@ -211,6 +211,12 @@ def as_tuple(value, default, count: int, field: str = "argument",
     return values
 
 
+def field_tuple(value):
+    """A per-dimension descriptor field as stored: a list or array becomes a tuple (so the
+    frozen descriptor hashes); anything else is kept for ``validate`` to name."""
+    return tuple(value) if _is_sequence(value) and not isinstance(value, tuple) else value
+
+
 def _is_sequence(value) -> bool:
     return not isinstance(value, (str, bytes)) and hasattr(value, "__len__") \
         and hasattr(value, "__getitem__")

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data_type import ALL_TYPES, DataType
-from .operator import FeatureLevel, OperatorDesc, as_real, check_no_overlap, enum_of
+from .operator import (FeatureLevel, OperatorDesc, as_real, check_no_overlap, enum_of,
+                       field_tuple)
 from .tensor_desc import TensorDesc
 
 
@@ -57,8 +58,8 @@ class _PaddingRules(OperatorDesc):
     """The rules both padding descriptors share (see PaddingOperatorDesc)."""
 
     def __post_init__(self):
-        object.__setattr__(self, "start_padding", tuple(self.start_padding))
-        object.__setattr__(self, "end_padding", tuple(self.end_padding))
+        object.__setattr__(self, "start_padding", field_tuple(self.start_padding))
+        object.__setattr__(self, "end_padding", field_tuple(self.end_padding))
 
     @property
     def mode(self) -> PaddingMode:
