@@ -200,7 +200,7 @@ def check(value, schema, path: str, limits: dict) -> None:
     elif isinstance(schema, Obj):
         for key, (sub, required) in schema.fields.items():
             if required and key not in value:
-                raise ModelError(path, f"{key!r} is required")
+                raise ModelError(_join(path, key), "is required")
         for key, v in value.items():
             if key in schema.fields:
                 check(v, schema.fields[key][0], _join(path, key), limits)

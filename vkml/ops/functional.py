@@ -107,6 +107,11 @@ def run(device, desc, args: list, out_shapes: list[tuple] | None = None):
     out_descs = desc.outputs()
     shapes = out_shapes or [d.sizes for d in out_descs]
     check_outputs(device, shapes, out_descs)
+    try:
+        hash(desc)                  # the compiled-operator cache's key
+    except TypeError:               # a field of a wrong type (a list as a mode): name it
+        desc.validate()
+        raise
     compiled = device.compiled(desc)
     if any(isinstance(a, Tensor) for a in args):
         inputs = [a if a is None or isinstance(a, Tensor) else device.tensor(a) for a in args]
