@@ -44,13 +44,355 @@ from vkml import dml
 
 
 class ModelError(Exception):
-    """The model file is invalid, or uses something vkml does not support."""
+    """The model file is invalid, or uses something vkml does not support.
+
+    ``path`` is the place in the file, as a JSON path
+    (``resources.input.initialValues.valueCount``, ``commands[0].bindings``)."""
+
+    def __init__(self, path: str, rule: str = ""):
+        if not rule:                      # ModelError("message") with no place
+            path, rule = "", path
+        self.path, self.rule = path, rule
+        super().__init__(f"{path}: {rule}" if path else rule)
+
+
+def _join(path: str, key) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
 
 
 # -- reading the file -------------------------------------------------------------------
 _STRING = r'"(?:\\.|[^"\\])*"'
 _COMMENT = re.compile(_STRING + r"|//[^\n]*|/\*[\s\S]*?\*/")
 _TRAILING = re.compile(_STRING + r"|,(?=\s*[}\]])")
+
+
+# -- the schema ---------------------------------------------------------------------------
+# One checker for the whole file: every value is checked for its type, its required keys
+# and its range before anything is read from it or allocated for it, so a malformed file
+# gets one ModelError naming the place, never a traceback.  Sizes are checked against the
+# device: one resource at most ``limits["resource"]`` bytes (maxMemoryAllocationSize or the
+# heap, whichever is smaller; not maxStorageBufferRange, as vkml binds larger tensors in
+# windows), all of them together at most ``limits["total"]`` (the heap).
+UINT32_MAX = 0xFFFFFFFF
+NUMBER_STRINGS = ("nan", "inf", "-inf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Int:
+    lo: int = 0
+    hi: int | str = UINT32_MAX    # a number, or a key of the limits
+
+
+@dataclasses.dataclass(frozen=True)
+class Num:
+    """A JSON number; ``special``: also "nan", "inf", "-inf"."""
+    special: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Str:
+    choices: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Arr:
+    item: object
+    lo: int = 0
+    hi: int | str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Obj:
+    """``fields``: name -> (schema, required); ``values``: the schema of keys not in
+    ``fields`` (a map of names), None: unknown keys are refused."""
+    fields: dict = dataclasses.field(default_factory=dict)
+    values: object = None
+    what: str = "field"
+
+
+@dataclasses.dataclass(frozen=True)
+class Either:
+    """The first option whose JSON type matches (object, array, string, number, null)."""
+    options: tuple
+    what: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Null:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Any:
+    """Anything (checked later by a schema chosen from its contents)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+    """An object whose schema depends on its keys: ``choose(value)`` gives it."""
+    choose: object
+
+
+_JSON_TYPE = {Int: "integer", Num: "number", Str: "string", Arr: "array", Obj: "object",
+              Null: "null", Pick: "object"}
+
+
+def _json_type(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _matches(schema, value) -> bool:
+    if isinstance(schema, Any):
+        return True
+    t = _json_type(value)
+    want = _JSON_TYPE[type(schema)]
+    return t == want or (want == "number" and t == "integer") or \
+        (isinstance(schema, Num) and schema.special and t == "string")
+
+
+def check(value, schema, path: str, limits: dict) -> None:
+    """Raise ModelError(path, rule) where ``value`` breaks ``schema``."""
+    if isinstance(schema, Any):
+        return
+    if isinstance(schema, Either):
+        for option in schema.options:
+            if _matches(option, value):
+                return check(value, option, path, limits)
+        kinds = schema.what or " or ".join(_JSON_TYPE[type(o)] for o in schema.options)
+        raise ModelError(path, f"must be {kinds}, got {_json_type(value)} {_short(value)}")
+    if not _matches(schema, value):
+        want = _JSON_TYPE[type(schema)]
+        if isinstance(schema, Num) and schema.special:
+            want += ' (or "nan", "inf", "-inf")'
+        raise ModelError(path, f"must be {'an' if want[0] in 'aeiou' else 'a'} {want}, got "
+                               f"{_json_type(value)} {_short(value)}")
+    if isinstance(schema, Pick):
+        return check(value, schema.choose(value), path, limits)
+    if isinstance(schema, Int):
+        hi = limits[schema.hi] if isinstance(schema.hi, str) else schema.hi
+        if not schema.lo <= value <= hi:
+            raise ModelError(path, f"must be in [{schema.lo}, {hi}], got {value}" + (
+                f" (the device's limit: {schema.hi})" if isinstance(schema.hi, str) else ""))
+    elif isinstance(schema, Num):
+        if isinstance(value, str) and value.lower() not in NUMBER_STRINGS:
+            raise ModelError(path, f'must be a number, "nan", "inf" or "-inf", got {value!r}')
+    elif isinstance(schema, Str):
+        if schema.choices and value not in schema.choices:
+            raise ModelError(path, f"{value!r} is not supported ({', '.join(schema.choices)})")
+    elif isinstance(schema, Arr):
+        hi = limits[schema.hi] if isinstance(schema.hi, str) else schema.hi
+        if len(value) < schema.lo or (hi is not None and len(value) > hi):
+            raise ModelError(path, f"must have {schema.lo} to {hi} entries, got {len(value)}"
+                             if hi is not None else
+                             f"must have at least {schema.lo} entries, got {len(value)}")
+        for i, v in enumerate(value):
+            check(v, schema.item, _join(path, i), limits)
+    elif isinstance(schema, Obj):
+        for key, (sub, required) in schema.fields.items():
+            if required and key not in value:
+                raise ModelError(_join(path, key), "is required")
+        for key, v in value.items():
+            if key in schema.fields:
+                check(v, schema.fields[key][0], _join(path, key), limits)
+            elif schema.values is not None:
+                check(v, schema.values, _join(path, key), limits)
+            else:
+                raise ModelError(_join(path, key), f"unsupported {schema.what} {key!r} (vkml "
+                                 f"reads {', '.join(schema.fields)})")
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_UINT = Int(0, UINT32_MAX)
+TENSOR_DESC = Obj({
+    "Type": (Str(("BUFFER", "DML_TENSOR_TYPE_BUFFER")), False),
+    "DataType": (Either((Str(), Int(0, 11))), True),
+    "Sizes": (Arr(_UINT, 1, 8), True),
+    "Strides": (Either((Arr(_UINT, 1, 8), Null())), False),
+    "TotalTensorSizeInBytes": (Either((Int(0, (1 << 64) - 1), Null())), False),
+    "GuaranteedBaseOffsetAlignment": (_UINT, False),
+    "Flags": (Str(), False),
+    "DimensionCount": (Int(1, 8), False),
+}, what="DML_BUFFER_TENSOR_DESC field")
+#: A DML_TENSOR_DESC: the buffer desc itself, or {Type, Desc: buffer desc}.
+WRAPPED_TENSOR_DESC = Obj({"Type": (Str(("BUFFER", "DML_TENSOR_TYPE_BUFFER")), False),
+                           "Desc": (TENSOR_DESC, True)}, what="DML_TENSOR_DESC field")
+#: A value in an operator desc: a tensor desc, a nested operator desc (a fused
+#: activation), a struct of numbers (DML_SCALE_BIAS), an array of UINTs, an enum name,
+#: a number, or null (an optional tensor left out).
+DESC_VALUE = Either((
+    Pick(lambda v: _desc_object(v)),
+    Arr(Either((Int(-(1 << 63), (1 << 64) - 1), Num()), "a number"), 0, 8),
+    Str(), Num(), Null()),
+    "a tensor desc, an operator desc, an array, a string, a number or null")
+OPERATOR_DESC = Obj(values=DESC_VALUE)
+NESTED_DESC = Obj({"Type": (Str(), True), "Desc": (OPERATOR_DESC, False)}, values=DESC_VALUE)
+STRUCT = Obj(values=Num())
+
+
+def _desc_object(value: dict):
+    """Which object a desc value is, by its keys (as ``_convert`` reads it)."""
+    if "DataType" in value or "Sizes" in value:
+        return TENSOR_DESC
+    if isinstance(value.get("Desc"), dict) and "Sizes" in value["Desc"]:
+        return WRAPPED_TENSOR_DESC
+    if "Type" in value:
+        return NESTED_DESC
+    return STRUCT
+
+
+BINDING_OBJECT = Obj({"name": (Str(), True), "elementOffset": (Int(0), False),
+                      "elementCount": (Int(0), False), "format": (Str(), False),
+                      "elementStride": (Int(0), False), "counterName": (Str(), False),
+                      "counterOffset": (Int(0), False)}, what="binding field")
+BINDING = Either((Str(), BINDING_OBJECT, Arr(Either((Str(), BINDING_OBJECT)), 1, 1)),
+                 'a resource name, {"name": ...} or [one of them]')
+RESOURCE = Obj({
+    "initialValuesDataType": (Str(), False),
+    "initialValues": (Either((
+        Arr(Num(special=True), 1, "elements"),
+        Obj({"valueCount": (Int(1, "elements"), False), "value": (Num(special=True), False),
+             "valueStart": (Num(special=True), False), "valueDelta": (Num(special=True), False),
+             "sourcePath": (Str(), False)}, what="initializer field"))), True),
+    "sizeInBytes": (Int(0, "resource"), False),
+}, what="resource field")
+COMMAND = {
+    "dispatch": Obj({"type": (Str(), True), "dispatchable": (Str(), True),
+                     "bindings": (Obj(values=BINDING), False)},
+                    what="dispatch field"),
+    "print": Obj({"type": (Str(), True), "resource": (Str(), True)}, what="print field"),
+    "writeFile": Obj({"type": (Str(), True), "resource": (Str(), True),
+                      "targetPath": (Str(), True)}, what="writeFile field"),
+}
+MODEL = Obj({
+    "$schema": (Str(), False),
+    "resources": (Obj(values=RESOURCE), True),
+    "dispatchables": (Obj(values=Obj({"type": (Str(), True), "desc": (Obj(values=DESC_VALUE),
+                                                                       False),
+                                      "Desc": (Obj(values=DESC_VALUE), False),
+                                      "executionFlags": (Either((Str(), Arr(Str()))), False),
+                                      "dmlCompileType": (Str(), False)},
+                                     what="dispatchable field")), True),
+    "commands": (Arr(Either((Obj(values=Any()),), "an object")), True),
+}, what="top-level key")
+
+
+def _check_commands(model: dict, limits: dict) -> None:
+    for i, cmd in enumerate(model["commands"]):
+        path = f"commands[{i}]"
+        kind = cmd.get("type")
+        if not isinstance(kind, str) or kind not in COMMAND:
+            raise ModelError(_join(path, "type"), f"type {kind!r} is not supported (dispatch, "
+                                                  "print, writeFile)")
+        check(cmd, COMMAND[kind], path, limits)
+
+
+def check_model(model, limits: dict, base: Path = Path(".")) -> None:
+    """The whole file against the schema (types, required keys, ranges; sizes against
+    ``limits``), then the sizes of the resources together."""
+    if not isinstance(model, dict):
+        raise ModelError("$", f"a model is a JSON object, got {_json_type(model)}")
+    check(model, MODEL, "", limits)
+    _check_commands(model, limits)
+    total = 0
+    for name, r in model["resources"].items():
+        path = _join("resources", name)
+        total += _resource_bytes(r, path, limits, base)
+        if total > limits["total"]:
+            raise ModelError(path, f"the resources up to this one need {total} bytes; the "
+                             f"device holds at most {limits['total']} (its memory heap)")
+
+
+def _resource_bytes(r: dict, path: str, limits: dict, base: Path) -> int:
+    """The bytes a resource will take, known before anything is read or allocated."""
+    init = r["initialValues"]
+    ipath = _join(path, "initialValues")
+    npy = isinstance(init, dict) and str(init.get("sourcePath", "")).endswith(".npy")
+    dtype = np.dtype(np.float32) if npy else _data_type(r.get("initialValuesDataType"), path)
+    if isinstance(init, list):
+        count = len(init)
+    elif "sourcePath" in init:
+        extra = set(init) - {"sourcePath"}
+        if extra:
+            raise ModelError(_join(ipath, sorted(extra)[0]), "a sourcePath initializer has no "
+                             "other fields")
+        count, dtype = _file_count(init["sourcePath"], dtype, _join(ipath, "sourcePath"), base)
+    else:
+        if "valueCount" not in init:
+            raise ModelError(ipath, "'valueCount' is required (or give 'sourcePath')")
+        if "value" not in init and not ("valueStart" in init and "valueDelta" in init):
+            raise ModelError(ipath, "give 'value', or 'valueStart' and 'valueDelta'")
+        if "value" in init and ("valueStart" in init or "valueDelta" in init):
+            raise ModelError(ipath, "give 'value' or 'valueStart' and 'valueDelta', not both")
+        count = init["valueCount"]
+    nbytes = count * dtype.itemsize
+    where = _join(ipath, "valueCount") if isinstance(init, dict) and "valueCount" in init \
+        else ipath
+    if nbytes > limits["resource"]:
+        raise ModelError(where, f"{count} values of {dtype} need {nbytes} bytes; the device "
+                         f"allows at most {limits['resource']} in one resource")
+    size = r.get("sizeInBytes", nbytes)
+    if size < nbytes:
+        raise ModelError(_join(path, "sizeInBytes"), f"sizeInBytes {size} is smaller than "
+                         f"its initial values ({nbytes} bytes)")
+    return (size + 3) & ~3
+
+
+def _file_count(source: str, dtype: np.dtype, path: str, base: Path):
+    """(element count, dtype) of a ``sourcePath`` file, from its size or ``.npy`` header."""
+    file = _source(source, path, base)
+    if file.suffix == ".npy":
+        try:
+            with open(file, "rb") as f:
+                fmt = np.lib.format
+                version = fmt.read_magic(f)
+                read = fmt.read_array_header_1_0 if version == (1, 0) else \
+                    fmt.read_array_header_2_0
+                shape, _, dt = read(f)
+        except Exception as exc:  # noqa: BLE001  (any corrupt header)
+            raise ModelError(path, f"{file.name} is not a valid .npy file ({exc})") from None
+        if dt.hasobject or dt.kind not in "biuf":
+            raise ModelError(path, f"{file.name} holds {dt}, not numbers")
+        count = 1
+        for s in shape:
+            count *= s
+        return count, dt
+    if file.suffix in (".dat", ".bin"):
+        size = file.stat().st_size
+        if size % dtype.itemsize:
+            raise ModelError(path, f"{file.name} has {size} bytes, not a whole number of "
+                             f"{dtype} values")
+        return size // dtype.itemsize, dtype
+    raise ModelError(path, f"sourcePath {file.name}: only .npy, .dat and .bin files are "
+                           "supported by vkml (no images)")
+
+
+def _source(source: str, path: str, base: Path) -> Path:
+    for cand in (base / source, Path.cwd() / source):
+        if cand.is_file():
+            return cand
+    raise ModelError(path, f"sourcePath {source!r} not found next to the model or in the "
+                           "current folder")
+
+
+def device_limits(device) -> dict:
+    """The limits the schema checks sizes against (see the schema's comment)."""
+    heap = device._ctx.tensor_heap
+    one = min(heap.max_alloc, heap.heap_size)
+    return {"resource": one, "total": heap.heap_size, "elements": one}
 
 
 def loads(text: str) -> dict:
@@ -80,81 +422,77 @@ class Resource:
 
 
 def _data_type(value, where: str) -> np.dtype:
+    path = _join(where, "initialValuesDataType")
     if value in (None, "UNKNOWN", "DML_TENSOR_DATA_TYPE_UNKNOWN"):
-        raise ModelError(f"{where}: initialValuesDataType {value!r} (a list initializer for "
+        raise ModelError(path, f"initialValuesDataType {value!r} (a list initializer for "
                          "HLSL constant buffers) is not supported by vkml")
     try:
         return dml.DataType.of(value).numpy
     except vkml.ValidationError as exc:
-        raise ModelError(f"{where}: {exc.rule}") from None
+        raise ModelError(path, exc.rule) from None
 
 
-def _values(init, dtype: np.dtype, base: Path, where: str) -> np.ndarray:
-    def typed(vals):
-        if dtype.kind == "f":
-            vals = [float(v) if isinstance(v, str) else v for v in vals]
-        try:
-            return np.array(vals, dtype=dtype if dtype.kind != "f" else np.float64).astype(dtype)
-        except (ValueError, OverflowError, TypeError) as exc:
-            raise ModelError(f"{where}: initial values do not fit {dtype}: {exc}") from None
+def _typed(vals: list, dtype: np.dtype, path: str) -> np.ndarray:
+    """JSON numbers as ``dtype``: floats through float64 ("nan", "inf", "-inf" allowed),
+    integers exactly, each in the type's range (else the entry is named)."""
+    if dtype.kind == "f":
+        return np.array([float(v) for v in vals], dtype=np.float64).astype(dtype)
+    info = np.iinfo(dtype)
+    for i, v in enumerate(vals):
+        if isinstance(v, str) or (isinstance(v, float) and not v.is_integer()):
+            raise ModelError(_join(path, i) if len(vals) > 1 else path,
+                             f"{v!r} is not an integer of type {dtype}")
+        if not info.min <= int(v) <= info.max:
+            raise ModelError(_join(path, i) if len(vals) > 1 else path,
+                             f"{v!r} does not fit {dtype} ({info.min}..{info.max})")
+    return np.array([int(v) for v in vals], dtype=dtype)
 
+
+def _sequence(start, delta, count: int, dtype: np.dtype, path: str) -> np.ndarray:
+    """``start + delta * i`` for ``i < count``, made by NumPy (never a Python list)."""
+    if dtype.kind == "f":
+        return (float(start) + float(delta) * np.arange(count, dtype=np.float64)).astype(dtype)
+    for key, v in (("valueStart", start), ("valueDelta", delta)):
+        _typed([v], np.dtype(np.int64) if key == "valueDelta" else dtype, _join(path, key))
+    last = int(start) + int(delta) * (count - 1)
+    _typed([last], dtype, _join(path, "valueCount"))    # the last value fits the type
+    wide = np.uint64 if dtype == np.uint64 else np.int64
+    i = np.arange(count, dtype=wide)
+    if delta < 0:
+        return (np.asarray(int(start), wide) - i * wide(-int(delta))).astype(dtype)
+    return (np.asarray(int(start), wide) + i * wide(int(delta))).astype(dtype)
+
+
+def _values(init, dtype: np.dtype, path: str, base: Path) -> np.ndarray:
+    """The initial values (the schema and the size check have passed)."""
     if isinstance(init, list):
-        if not init:
-            raise ModelError(f"{where}: initialValues is an empty array")
-        return typed(init)
-    if not isinstance(init, dict):
-        raise ModelError(f"{where}: initialValues must be an array or an object")
+        return _typed(init, dtype, path)
     if "sourcePath" in init:
-        path = Path(init["sourcePath"])
-        for cand in (base / path, Path.cwd() / path):
-            if cand.exists():
-                path = cand
-                break
-        else:
-            raise ModelError(f"{where}: sourcePath {init['sourcePath']!r} not found next to "
-                             "the model or in the current folder")
-        if path.suffix == ".npy":
-            return np.load(path).reshape(-1)
-        if path.suffix in (".dat", ".bin"):
-            return np.fromfile(path, dtype=dtype)
-        raise ModelError(f"{where}: sourcePath {path.name}: only .npy, .dat and .bin files "
-                         "are supported by vkml (no images)")
-    count = init.get("valueCount")
-    if not isinstance(count, int) or count < 1:
-        raise ModelError(f"{where}: valueCount must be an integer > 0")
-    unknown = set(init) - {"valueCount", "value", "valueStart", "valueDelta"}
-    if unknown:
-        raise ModelError(f"{where}: unknown initializer field(s) {sorted(unknown)}")
+        spath = _join(path, "sourcePath")
+        file = _source(init["sourcePath"], spath, base)
+        try:
+            if file.suffix == ".npy":
+                return np.load(file, allow_pickle=False).reshape(-1)
+            return np.fromfile(file, dtype=dtype)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ModelError(spath, f"{file.name} cannot be read ({exc})") from None
+    count = init["valueCount"]
     if "value" in init:
-        return np.full(count, typed([init["value"]])[0], dtype=dtype)
-    if "valueStart" in init and "valueDelta" in init:
-        start, delta = init["valueStart"], init["valueDelta"]
-        if dtype.kind == "f":
-            return (float(start) + float(delta) * np.arange(count, dtype=np.float64)).astype(dtype)
-        return typed([start + delta * i for i in range(count)])
-    raise ModelError(f"{where}: give 'value', or 'valueStart' and 'valueDelta'")
+        return np.full(count, _typed([init["value"]], dtype, _join(path, "value"))[0],
+                       dtype=dtype)
+    return _sequence(init["valueStart"], init["valueDelta"], count, dtype, path)
 
 
 def parse_resources(model: dict, base: Path) -> dict[str, Resource]:
     out = {}
-    for name, r in (model.get("resources") or {}).items():
-        where = f"resource '{name}'"
-        if not isinstance(r, dict):
-            raise ModelError(f"{where}: must be an object")
-        unknown = set(r) - {"initialValuesDataType", "initialValues", "sizeInBytes"}
-        if unknown:
-            raise ModelError(f"{where}: unsupported field(s) {sorted(unknown)} (vkml reads "
-                             "initialValuesDataType, initialValues, sizeInBytes)")
-        if "initialValues" not in r:
-            raise ModelError(f"{where}: initialValues is required")
+    for name, r in model["resources"].items():
+        where = _join("resources", name)
         src = r["initialValues"]
-        dtype = (None if isinstance(src, dict) and str(src.get("sourcePath", "")).endswith(".npy")
-                 else _data_type(r.get("initialValuesDataType"), where))
-        values = _values(src, dtype or np.dtype(np.float32), base, where)
-        size = int(r.get("sizeInBytes", values.nbytes))
-        if size < values.nbytes:
-            raise ModelError(f"{where}: sizeInBytes {size} is smaller than its initial values "
-                             f"({values.nbytes} bytes)")
+        npy = isinstance(src, dict) and str(src.get("sourcePath", "")).endswith(".npy")
+        dtype = np.dtype(np.float32) if npy else _data_type(r.get("initialValuesDataType"),
+                                                            where)
+        values = _values(src, dtype, _join(where, "initialValues"), base)
+        size = r.get("sizeInBytes", values.nbytes)
         out[name] = Resource(name, values.dtype, values, (size + 3) & ~3)
     return out
 
@@ -176,82 +514,105 @@ def _desc_fields(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
 
 
-def _tensor_desc(value: dict, where: str) -> dml.TensorDesc:
-    if "Desc" in value and "DataType" not in value:
-        kind = str(value.get("Type", "BUFFER")).removeprefix("DML_TENSOR_TYPE_")
-        if kind != "BUFFER":
-            raise ModelError(f"{where}: tensor type {value.get('Type')!r} is not supported "
-                             "(DML_TENSOR_TYPE_BUFFER only)")
-        value = value["Desc"]
-    allowed = {"Type", "DataType", "Sizes", "Strides", "TotalTensorSizeInBytes",
-               "GuaranteedBaseOffsetAlignment", "Flags", "DimensionCount"}
-    unknown = set(value) - allowed
-    if unknown:
-        raise ModelError(f"{where}: unknown DML_BUFFER_TENSOR_DESC field(s) {sorted(unknown)}")
-    if "Sizes" not in value or "DataType" not in value:
-        raise ModelError(f"{where}: a tensor desc needs DataType and Sizes")
+def _field_path(where: str, field: str) -> str:
+    """A vkml field name in a ValidationError (``PaddingOperatorDesc.start_padding[1]``,
+    ``TensorDesc.sizes[0]``) as the JSON path below ``where`` (``...StartPadding[1]``)."""
+    parts = field.split(".")
+    if parts and parts[0][:1].isupper():          # the class name
+        parts = parts[1:]
+    for p in parts:
+        name, _, index = p.partition("[")
+        where = _join(where, pascal(name)) + (f"[{index}" if index else "")
+    return where
+
+
+def _tensor_desc(value: dict, where: str, limits: dict) -> dml.TensorDesc:
+    if "DataType" not in value:                   # DML_TENSOR_DESC {Type, Desc}
+        value, where = value["Desc"], _join(where, "Desc")
     if "DimensionCount" in value and value["DimensionCount"] != len(value["Sizes"]):
-        raise ModelError(f"{where}: DimensionCount {value['DimensionCount']} but Sizes has "
-                         f"{len(value['Sizes'])} entries")
+        raise ModelError(_join(where, "DimensionCount"), f"DimensionCount "
+                         f"{value['DimensionCount']} but Sizes has {len(value['Sizes'])} "
+                         "entries")
     flags = dml.TensorFlags.NONE
     for f in (value.get("Flags") or "NONE").replace(" ", "").split("|"):
         key = f.removeprefix("DML_TENSOR_FLAG_").removeprefix("DML_TENSOR_FLAGS_")
         if key not in dml.TensorFlags.__members__:
-            raise ModelError(f"{where}: unknown tensor flag {f!r}")
+            raise ModelError(_join(where, "Flags"), f"unknown tensor flag {f!r}")
         flags |= dml.TensorFlags[key]
-    return dml.TensorDesc(value["DataType"], tuple(value["Sizes"]),
-                          tuple(value["Strides"]) if value.get("Strides") else None,
-                          value.get("TotalTensorSizeInBytes"),
-                          value.get("GuaranteedBaseOffsetAlignment", 0), flags)
+    try:
+        desc = dml.TensorDesc(value["DataType"], tuple(value["Sizes"]),
+                              tuple(value["Strides"]) if value.get("Strides") else None,
+                              value.get("TotalTensorSizeInBytes"),
+                              value.get("GuaranteedBaseOffsetAlignment", 0), flags)
+    except vkml.ValidationError as exc:
+        raise ModelError(_field_path(where, exc.field), exc.rule) from None
+    if desc.total_tensor_size_in_bytes > limits["resource"]:
+        raise ModelError(_join(where, "Sizes"), f"the tensor needs "
+                         f"{desc.total_tensor_size_in_bytes} bytes; the device allows at most "
+                         f"{limits['resource']} in one resource")
+    return desc
 
 
-def _convert(value, field: str, where: str, enums: dict):
+def _convert(value, field: str, where: str, enums: dict, limits: dict):
+    """A checked desc value (see DESC_VALUE) as the descriptor field wants it."""
     if isinstance(value, dict):
-        if "DataType" in value or ("Desc" in value and "Sizes" in value.get("Desc", {})):
-            return _tensor_desc(value, where)
-        if "Type" in value:            # a nested operator desc (a fused activation)
+        schema = _desc_object(value)
+        if schema is TENSOR_DESC or schema is WRAPPED_TENSOR_DESC:
+            return _tensor_desc(value, where, limits)
+        if schema is NESTED_DESC:       # a nested operator desc (a fused activation)
             inner = value.get("Desc", {k: v for k, v in value.items() if k != "Type"})
-            return build_desc(value["Type"], inner, where)
+            return build_desc(value["Type"], inner,
+                              _join(where, "Desc") if "Desc" in value else where, limits,
+                              validate=False)
         struct = {"scale_bias": "ScaleBias"}.get(field)
         if struct and hasattr(dml, struct):
-            try:
-                return getattr(dml, struct)(**{snake(k): v for k, v in value.items()})
-            except TypeError as exc:
-                raise ModelError(f"{where}: {exc}") from None
-        raise ModelError(f"{where}: cannot read the object {value!r}")
+            cls = getattr(dml, struct)
+            names = [f.name for f in dataclasses.fields(cls)]
+            for k in value:
+                if snake(k) not in names:
+                    raise ModelError(_join(where, k), f"is not a field of DML_SCALE_BIAS "
+                                     f"({', '.join(pascal(n) for n in names)})")
+            return cls(**{snake(k): v for k, v in value.items()})
+        raise ModelError(where, f"cannot read the object {_short(value)}")
     if isinstance(value, list):
-        return tuple(_convert(v, field, where, enums) for v in value)
+        return tuple(value)
     if isinstance(value, str):
         if field.endswith("data_type"):
-            return dml.DataType.of(value)
+            try:
+                return dml.DataType.of(value)
+            except vkml.ValidationError as exc:
+                raise ModelError(where, exc.rule) from None
         for prefix, cls in enums.items():
             if value.startswith(prefix) and value[len(prefix):] in cls.__members__:
                 return cls[value[len(prefix):]]
     return value
 
 
-def build_desc(type_name: str, desc: dict, where: str = ""):
-    """The vkml descriptor of a DxDispatch ``desc`` for ``DML_OPERATOR_<type>``."""
+def build_desc(type_name: str, desc: dict, where: str = "", limits: dict | None = None,
+               validate: bool = True):
+    """The vkml descriptor of a DxDispatch ``desc`` (at JSON path ``where``) for
+    ``DML_OPERATOR_<type>``; ModelError names the place of anything wrong."""
+    limits = limits or {"resource": 1 << 62}
     ops, enums = _classes()
     full = type_name if type_name.startswith("DML_OPERATOR_") else "DML_OPERATOR_" + type_name
-    where = f"{where}{' / ' if where else ''}{full}"
     cls = ops.get(full)
     if cls is None:
-        raise ModelError(f"{where}: vkml has no {full} (it implements: "
+        raise ModelError(_join(where, "Type") if where.endswith("Desc") or not where else
+                         where, f"vkml has no {full} (it implements: "
                          f"{', '.join(sorted(t for t in ops if 'ACTIVATION' not in t))})")
     if not isinstance(desc, dict):
-        raise ModelError(f"{where}: desc must be an object")
+        raise ModelError(where, "desc must be an object")
     fields = _desc_fields(cls)
     kwargs = {}
     counts = {}
     for key, value in desc.items():
         name = snake(key)
         if name in fields:
-            kwargs[name] = _convert(value, name, f"{where}.{key}", enums)
-        elif key.endswith("Count") and isinstance(value, int):
+            kwargs[name] = _convert(value, name, _join(where, key), enums, limits)
+        elif key.endswith("Count") and isinstance(value, int) and not isinstance(value, bool):
             counts[key] = value        # implied by the arrays in vkml (checked below)
         else:
-            raise ModelError(f"{where}: field {key!r} is not a field of "
+            raise ModelError(_join(where, key), f"field {key!r} is not a field of "
                              f"{full.replace('DML_OPERATOR_', 'DML_')}_OPERATOR_DESC as vkml "
                              f"implements it (fields: {', '.join(pascal(f) for f in fields)})")
     for name in fields:       # optional (_Maybenull_) fields left out are null, as in DxDispatch
@@ -259,20 +620,26 @@ def build_desc(type_name: str, desc: dict, where: str = ""):
             kwargs[name] = None
     dim = counts.pop("DimensionCount", None)
     if counts:
-        raise ModelError(f"{where}: field(s) {sorted(counts)} are not supported by vkml")
+        raise ModelError(_join(where, sorted(counts)[0]), f"field(s) {sorted(counts)} are not "
+                         "supported by vkml")
     if dim is not None:
         for name, v in kwargs.items():
             if isinstance(v, tuple) and v and all(isinstance(x, int) for x in v) \
                     and len(v) != dim:
-                raise ModelError(f"{where}: DimensionCount is {dim} but {pascal(name)} has "
-                                 f"{len(v)} entries")
+                raise ModelError(_join(where, "DimensionCount"), f"DimensionCount is {dim} but "
+                                 f"{pascal(name)} has {len(v)} entries")
+    required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING}
+    missing = [pascal(f) for f in fields if f not in kwargs and f in required]
+    if missing:
+        raise ModelError(where, f"{full} needs {', '.join(missing)}")
     try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        missing = [pascal(f) for f in fields if f not in kwargs]
-        raise ModelError(f"{where}: {exc} (fields not given: {', '.join(missing)})") from None
+        desc_obj = cls(**kwargs)
+        if validate:                  # a fused activation: by the operator that fuses it
+            desc_obj.validate()
     except vkml.ValidationError as exc:
-        raise ModelError(f"{where}: {exc}") from None
+        raise ModelError(_field_path(where, exc.field), exc.rule) from None
+    return desc_obj
 
 
 def bind_points(desc) -> dict[str, tuple[str, int]]:
@@ -302,24 +669,19 @@ class Dispatchable:
     init_ms: float = 0.0
 
 
-def parse_dispatchables(model: dict) -> dict[str, Dispatchable]:
+def parse_dispatchables(model: dict, limits: dict) -> dict[str, Dispatchable]:
     out = {}
-    for name, d in (model.get("dispatchables") or {}).items():
-        where = f"dispatchable '{name}'"
-        if not isinstance(d, dict) or "type" not in d:
-            raise ModelError(f"{where}: needs a 'type'")
+    for name, d in model["dispatchables"].items():
+        where = _join("dispatchables", name)
         kind = d["type"]
-        if not str(kind).upper().startswith("DML_OPERATOR_") and not str(kind).isupper():
-            raise ModelError(f"{where}: type {kind!r} is not supported by vkml (it runs "
-                             "DirectML operators, DML_OPERATOR_*; not HLSL, ONNX or serialized "
-                             "graphs)")
-        unknown = set(d) - {"type", "desc", "Desc", "executionFlags", "dmlCompileType"}
-        if unknown:
-            raise ModelError(f"{where}: unsupported field(s) {sorted(unknown)}")
-        desc = d.get("desc", d.get("Desc"))
-        if desc is None:
-            raise ModelError(f"{where}: needs a 'desc'")
-        out[name] = Dispatchable(name, build_desc(kind, desc, where))
+        if not kind.upper().startswith("DML_OPERATOR_") and not kind.isupper():
+            raise ModelError(_join(where, "type"), f"type {kind!r} is not supported by vkml (it "
+                             "runs DirectML operators, DML_OPERATOR_*; not HLSL, ONNX or "
+                             "serialized graphs)")
+        key = "desc" if "desc" in d else "Desc"
+        if key not in d:
+            raise ModelError(where, "needs a 'desc'")
+        out[name] = Dispatchable(name, build_desc(kind, d[key], _join(where, key), limits))
     return out
 
 
@@ -341,15 +703,31 @@ def _stats_line(label: str, samples: list[float]) -> str:
 
 
 class Executor:
-    def __init__(self, model: dict, base: Path, device, timing: Timing, out=print):
+    """Runs a model that :func:`check_model` accepted; every reference (dispatchable,
+    resource, bind point) and binding size is checked in ``__init__``, before anything is
+    allocated on the device."""
+
+    def __init__(self, model: dict, base: Path, device, timing: Timing, out=print,
+                 limits: dict | None = None):
         self.device = device
         self.timing = timing
         self.out = out
+        limits = limits or device_limits(device)
         self.resources = parse_resources(model, base)
-        self.dispatchables = parse_dispatchables(model)
-        self.commands = model.get("commands")
-        if not isinstance(self.commands, list):
-            raise ModelError("the model needs a 'commands' array")
+        self.dispatchables = parse_dispatchables(model, limits)
+        self.commands = model["commands"]
+        self.bound = {}
+        for i, cmd in enumerate(self.commands):
+            where = f"commands[{i}]"
+            if cmd["type"] == "dispatch":
+                name = cmd["dispatchable"]
+                if name not in self.dispatchables:
+                    raise ModelError(_join(where, "dispatchable"), f"no dispatchable named "
+                                     f"{name!r}")
+                self.bound[i] = self._bindings(self.dispatchables[name], cmd.get("bindings"),
+                                               _join(where, "bindings"))
+            else:
+                self._resource(cmd["resource"], _join(where, "resource"))
         self.records: list[dict] = []
 
     def setup(self) -> None:
@@ -361,15 +739,15 @@ class Executor:
         from vkml.ops.base import REGISTRY
 
         for d in self.dispatchables.values():
+            where = _join("dispatchables", d.name)
             if type(d.desc) not in REGISTRY:
-                raise ModelError(f"dispatchable '{d.name}': vkml does not implement "
-                                 f"{d.desc.OPERATOR_TYPE} yet (its descriptor exists)")
+                raise ModelError(where, f"vkml does not implement {d.desc.OPERATOR_TYPE} yet "
+                                 "(its descriptor exists)")
             t = time.perf_counter()
             try:
                 d.compiled = dev.compile_operator(dev.create_operator(d.desc))
             except (vkml.ValidationError, vkml.UnsupportedError) as exc:
-                raise ModelError(f"dispatchable '{d.name}' ({d.desc.OPERATOR_TYPE}): "
-                                 f"{exc}") from None
+                raise ModelError(where, f"{d.desc.OPERATOR_TYPE}: {exc}") from None
             d.init_ms = (time.perf_counter() - t) * 1e3
             if self.timing.verbosity >= 1:
                 self.out(f"Initialize '{d.name}': {d.init_ms:.4f} ms")
@@ -377,65 +755,59 @@ class Executor:
     def run(self) -> list[dict]:
         self.setup()
         for i, cmd in enumerate(self.commands):
-            kind = cmd.get("type") if isinstance(cmd, dict) else None
+            kind = cmd["type"]
             if kind == "dispatch":
                 self.dispatch(cmd, i)
             elif kind == "print":
                 self.print_(cmd, i)
-            elif kind == "writeFile":
-                self.write_file(cmd, i)
             else:
-                raise ModelError(f"command {i}: type {kind!r} is not supported (dispatch, "
-                                 "print, writeFile)")
+                self.write_file(cmd, i)
         return self.records
 
     def _resource(self, name, where) -> Resource:
         if isinstance(name, dict):
             extra = set(name) - {"name"}
             if extra - {"elementOffset"} or name.get("elementOffset", 0):
-                raise ModelError(f"{where}: binding options {sorted(extra)} (sub-ranges and "
+                raise ModelError(where, f"binding options {sorted(extra)} (sub-ranges and "
                                  "views) are not supported by vkml; bind whole resources")
-            name = name.get("name")
+            where, name = _join(where, "name"), name["name"]
         if name not in self.resources:
-            raise ModelError(f"{where}: no resource named {name!r}")
+            raise ModelError(where, f"no resource named {name!r}")
         return self.resources[name]
 
     def _bindings(self, d: Dispatchable, bindings: dict, where: str):
+        """The resources bound to the inputs and outputs (None: an absent optional)."""
         points = bind_points(d.desc)
         ins = [None] * len(d.desc.inputs())
         outs = [None] * len(d.desc.outputs())
         for point, target in (bindings or {}).items():
+            at = _join(where, point)
             if point not in points:
-                raise ModelError(f"{where}: {d.desc.OPERATOR_TYPE} has no bind point {point!r} "
+                raise ModelError(at, f"{d.desc.OPERATOR_TYPE} has no bind point {point!r} "
                                  f"(bind points: {', '.join(points)})")
             if isinstance(target, list):
-                if len(target) != 1:
-                    raise ModelError(f"{where}: bind point {point!r} takes one resource")
-                target = target[0]
-            r = self._resource(target, f"{where}, {point}")
+                target, at = target[0], _join(at, 0)
+            r = self._resource(target, at)
             kind, idx = points[point]
             tdesc = (d.desc.inputs() if kind == "in" else d.desc.outputs())[idx]
             if tdesc is None:
-                raise ModelError(f"{where}: bind point {point!r} has a null tensor desc")
+                raise ModelError(at, f"bind point {point!r} has a null tensor desc")
             need = tdesc.total_tensor_size_in_bytes
             if r.nbytes < need:
-                raise ModelError(f"{where}: {point} -> resource '{r.name}' holds {r.nbytes} "
+                raise ModelError(at, f"{point} -> resource '{r.name}' holds {r.nbytes} "
                                  f"bytes; the tensor needs TotalTensorSizeInBytes = {need}")
-            (ins if kind == "in" else outs)[idx] = r.tensor
+            (ins if kind == "in" else outs)[idx] = r
         for kind, lst, descs in (("in", ins, d.desc.inputs()), ("out", outs, d.desc.outputs())):
             for idx, (t, tdesc) in enumerate(zip(lst, descs)):
                 if t is None and tdesc is not None:
                     name = next(p for p, v in points.items() if v == (kind, idx))
-                    raise ModelError(f"{where}: bind point {name!r} is not bound")
+                    raise ModelError(where, f"bind point {name!r} is not bound")
         return ins, outs
 
     def dispatch(self, cmd: dict, index: int) -> None:
-        name = cmd.get("dispatchable")
-        where = f"command {index} (dispatch '{name}')"
-        if name not in self.dispatchables:
-            raise ModelError(f"{where}: no dispatchable named {name!r}")
+        name = cmd["dispatchable"]
         d = self.dispatchables[name]
-        ins, outs = self._bindings(d, cmd.get("bindings"), where)
+        ins, outs = ([None if r is None else r.tensor for r in lst] for lst in self.bound[index])
         tm = self.timing
         cpu, gpu = [], []
         with self.device.sequence(timed=True) as seq:
@@ -482,24 +854,21 @@ class Executor:
         return raw[:r.values.nbytes].view(r.dtype).copy()
 
     def print_(self, cmd: dict, index: int) -> None:
-        r = self._resource(cmd.get("resource"), f"command {index} (print)")
+        r = self._resource(cmd["resource"], f"commands[{index}].resource")
         vals = self._read(r)
         text = ", ".join(_fmt(v) for v in vals.tolist())
         self.out(f"Resource '{r.name}': {text}")
 
     def write_file(self, cmd: dict, index: int) -> None:
-        where = f"command {index} (writeFile)"
-        r = self._resource(cmd.get("resource"), where)
-        target = cmd.get("targetPath")
-        if not target:
-            raise ModelError(f"{where}: needs a targetPath")
-        path = Path(target)
+        where = f"commands[{index}].targetPath"
+        r = self._resource(cmd["resource"], f"commands[{index}].resource")
+        path = Path(cmd["targetPath"])
         if path.suffix == ".npy":
             np.save(path, self._read(r))
         elif path.suffix in (".dat", ".bin"):
             path.write_bytes(r.tensor.read_bytes(r.nbytes).tobytes())
         else:
-            raise ModelError(f"{where}: {path.name}: vkml writes .npy, .dat and .bin "
+            raise ModelError(where, f"{path.name}: vkml writes .npy, .dat and .bin "
                              "(no images)")
         self.out(f"Resource '{r.name}' written to '{path}'")
 
@@ -511,18 +880,19 @@ def _fmt(v) -> str:
 
 
 def run_model(path, device, timing: Timing | None = None, out=print) -> list[dict]:
-    """Run a model file on ``device``; returns one record per dispatch command."""
+    """Run a model file on ``device``; returns one record per dispatch command.  A
+    malformed model raises ModelError naming the place before anything is allocated."""
     path = Path(path)
     try:
         model = loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ModelError(f"not valid JSON: {exc}") from None
-    if not isinstance(model, dict):
-        raise ModelError("a model is a JSON object")
-    for key in ("resources", "dispatchables", "commands"):
-        if key not in model:
-            raise ModelError(f"the model has no {key!r}")
-    ex = Executor(model, path.parent, device, timing or Timing(), out)
+        raise ModelError(f"line {exc.lineno} column {exc.colno}", f"not valid JSON: "
+                         f"{exc.msg}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelError("", f"cannot read the model: {exc}") from None
+    limits = device_limits(device)
+    check_model(model, limits, path.parent)
+    ex = Executor(model, path.parent, device, timing or Timing(), out, limits)
     try:
         return ex.run()
     finally:
@@ -535,6 +905,8 @@ def run_model(path, device, timing: Timing | None = None, out=print) -> list[dic
 
 
 def main(argv=None) -> int:
+    """The command line; a malformed model prints one line naming the place (stderr) and
+    returns 2."""
     ap = argparse.ArgumentParser(prog="python -m bench dispatch",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="DxDispatch model file (.json)")
@@ -563,7 +935,7 @@ def main(argv=None) -> int:
             records = run_model(args.model, dev, timing)
             info = {"index": dev.index, "name": dev.name, "driver_name": dev.info.driver_name,
                     "driver_info": dev.info.driver_info}
-    except ModelError as exc:
+    except (ModelError, vkml.VkmlError) as exc:
         print(f"vkml-bench dispatch: {args.model}: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import runtime
 from .dml.operator import IMPLEMENTED_FEATURE_LEVEL, FeatureLevel, OperatorDesc
+from .dml.tensor_desc import allocation_size
 from .errors import DeviceError, ValidationError
 from .tensor import Tensor
 
@@ -114,11 +115,8 @@ class Device:
     def empty(self, shape, dtype=np.float32, nbytes: int | None = None) -> Tensor:
         """An uninitialised tensor; ``nbytes`` reserves more than ``shape`` needs."""
         self._check_open()
-        dtype = np.dtype(dtype)
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        size = (max(need, nbytes or 0) + 3) & ~3   # DirectML binds DWORD-aligned sizes
-        alloc = self._ctx.allocate(max(size, 4))
+        shape, dtype, size = allocation_size(shape, dtype, nbytes, self._ctx.tensor_heap)
+        alloc = self._ctx.allocate(size)
         return Tensor(self, shape, dtype, alloc, size)
 
     # -- the DML flow --------------------------------------------------------------------

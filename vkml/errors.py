@@ -18,6 +18,13 @@ class ValidationError(VkmlError, ValueError):
         super().__init__(f"{field}: {rule}")
 
 
+class ArgumentTypeError(ValidationError, TypeError):
+    """A field or argument of the wrong type (a float, string, None or bool where an
+    integer is needed; a non-number where a FLOAT is).  A :class:`TypeError`, as NumPy
+    and PyTorch raise for such arguments, and a :class:`ValidationError` (the contract:
+    a bad argument raises ValidationError naming the field)."""
+
+
 class UnsupportedError(VkmlError):
     """Valid, but this device cannot run it; the message names the missing feature."""
 

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field, make_dataclass
 
 import numpy as np
 
-from .operator import FeatureLevel, OperatorDesc
+from ..errors import ArgumentTypeError
+from .operator import FeatureLevel, OperatorDesc, as_real
+from .tensor_desc import fail_with
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -175,8 +177,8 @@ class ActivationDesc(OperatorDesc):
                 if value is None:
                     continue
                 if not isinstance(value, ScaleBias):
-                    fail(name, f"must be a ScaleBias (DML_SCALE_BIAS) or None, got "
-                               f"{type(value).__name__}")
+                    fail_with(name, "must be a ScaleBias (DML_SCALE_BIAS) or None, got "
+                              f"{type(value).__name__}", fail, ArgumentTypeError)
                 for sub in ("scale", "bias"):
                     _check_float(fail, f"scale_bias.{sub}", getattr(value, sub), False)
                 continue
@@ -197,9 +199,9 @@ class ActivationDesc(OperatorDesc):
 
 
 def _check_float(fail, name, value, allow_inf: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        fail(name, f"must be a FLOAT, got {value!r}")
-    v = float(value)
+    """A FLOAT parameter: a real number (:func:`~vkml.dml.operator.as_real`: strings,
+    None and bools raise ArgumentTypeError), finite unless ``allow_inf``, never NaN."""
+    v = float(as_real(value, name, fail))
     if math.isnan(v) or (math.isinf(v) and not allow_inf):
         fail(name, f"must be a finite FLOAT, got {v}")
 
@@ -245,7 +247,8 @@ def activation(value) -> ActivationDesc | None:
         key = {"element_wise_clip": "clip"}.get(key, key)
         if key in ACTIVATIONS:
             return ACTIVATIONS[key]()
-    raise ValidationError("fused_activation", f"{value!r} is not an activation that can be "
+    error = ValidationError if isinstance(value, (str, type)) else ArgumentTypeError
+    raise error("fused_activation", f"{value!r} is not an activation that can be "
                           f"fused ({', '.join(ACTIVATIONS)}), nor one of their descriptors")
 
 

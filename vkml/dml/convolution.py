@@ -202,9 +202,7 @@ class ConvolutionOperatorDesc(OperatorDesc):
         self.check_uints("start_padding", self.start_padding, n, 0, what)
         self.check_uints("end_padding", self.end_padding, n, 0, what)
         self.check_uints("output_padding", self.output_padding, n, 0, what)
-        g = self.group_count
-        if isinstance(g, bool) or not isinstance(g, int) or not 1 <= g <= 0xFFFFFFFF:
-            self.fail("group_count", f"must be a UINT >= 1, got {g!r}")
+        g = self.check_uint("group_count", 1)
         c_in = self.input_channels
         if c_in % g:
             self.fail("group_count", f"must divide InputChannelCount ({c_in}), got {g}")

@@ -5,7 +5,7 @@ import enum
 
 import numpy as np
 
-from ..errors import ValidationError
+from ..errors import ArgumentTypeError, ValidationError
 
 
 class DataType(enum.IntEnum):
@@ -43,19 +43,39 @@ class DataType(enum.IntEnum):
 
     @classmethod
     def of(cls, value, field: str = "data_type") -> "DataType":
-        """A DataType from a DataType, a DML name ("FLOAT32"), a numpy dtype or its name."""
+        """A DataType from a DataType, a DML name ("FLOAT32", any case, with or without
+        ``DML_TENSOR_DATA_TYPE_``), its integer value, or a NumPy dtype, type or name.
+
+        None, bools, floats and other objects raise ArgumentTypeError (``numpy.dtype(None)``
+        is float64, which is never what a missing type means); an unknown name or value,
+        or a NumPy type DML lacks (bool, complex), raises ValidationError."""
+        allowed = ", ".join(_NUMPY.values())
         if isinstance(value, DataType):
             result = value
-        elif isinstance(value, str) and value.upper().removeprefix("DML_TENSOR_DATA_TYPE_") in cls.__members__:
-            result = cls[value.upper().removeprefix("DML_TENSOR_DATA_TYPE_")]
-        elif isinstance(value, int) and not isinstance(value, bool) and value in cls._value2member_map_:
-            result = cls(value)
-        else:
+        elif isinstance(value, str):
+            key = value.upper().removeprefix("DML_TENSOR_DATA_TYPE_")
+            if key in cls.__members__:
+                result = cls[key]
+            else:
+                try:
+                    result = _FROM_NUMPY[np.dtype(value)]
+                except (TypeError, KeyError):
+                    raise ValidationError(field, f"{value!r} is not a DML_TENSOR_DATA_TYPE "
+                                                 f"vkml supports ({allowed})") from None
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            if int(value) not in cls._value2member_map_:
+                raise ValidationError(field, f"{int(value)} is not a DML_TENSOR_DATA_TYPE "
+                                             "value (0 to 11)")
+            result = cls(int(value))
+        elif isinstance(value, (np.dtype, type)):
             try:
                 result = _FROM_NUMPY[np.dtype(value)]
             except (TypeError, KeyError):
                 raise ValidationError(field, f"{value!r} is not a DML_TENSOR_DATA_TYPE vkml "
-                                             f"supports ({', '.join(_NUMPY.values())})") from None
+                                             f"supports ({allowed})") from None
+        else:
+            raise ArgumentTypeError(field, f"must be a DML_TENSOR_DATA_TYPE, its name or a NumPy "
+                                           f"dtype, got {value!r} ({type(value).__name__})")
         if result is DataType.UNKNOWN:
             raise ValidationError(field, "DML_TENSOR_DATA_TYPE_UNKNOWN is never valid")
         return result

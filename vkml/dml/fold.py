@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from .data_type import ALL_TYPES
-from .operator import FeatureLevel, OperatorDesc, check_no_overlap
+from .operator import FeatureLevel, OperatorDesc, check_no_overlap, field_tuple
 from .tensor_desc import TensorDesc
 
 __all__ = ["FoldOperatorDesc", "blocks_per_dimension"]
@@ -52,12 +52,10 @@ class SlidingWindowDesc(OperatorDesc):
             v = getattr(self, name)
             if v is None and rank is not None and rank > 0:
                 v = (neutral,) * rank      # None: the neutral value (API.md)
-            if v is not None and not isinstance(v, tuple) and not isinstance(v, (int, str)):
-                v = tuple(v)
+            v = field_tuple(v)
             set_(self, name, v)
         v = self.window_sizes
-        if v is not None and not isinstance(v, tuple) and not isinstance(v, (int, str)):
-            set_(self, "window_sizes", tuple(v))
+        set_(self, "window_sizes", field_tuple(v))
 
     def inputs(self):
         return [self.input_tensor]

@@ -2,11 +2,10 @@
 (``dml-docs/DML_LP_POOLING_OPERATOR_DESC.md``, ``seeds/DML_LP_POOLING1_OPERATOR_DESC.md``)."""
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass
 
 from .data_type import FLOAT_TYPES
-from .operator import FeatureLevel, OperatorDesc, check_no_overlap
+from .operator import FeatureLevel, OperatorDesc, check_no_overlap, field_tuple
 from .tensor_desc import TensorDesc
 
 __all__ = ["LpPoolingOperatorDesc", "LpPooling1OperatorDesc", "lp_pooling_output_sizes"]
@@ -41,8 +40,7 @@ class _LpPoolingRules(OperatorDesc):
             v = getattr(self, name)
             if v is None and name != "window_size" and rank is not None and rank > 0:
                 v = (1 if name in ("strides", "dilations") else 0,) * rank
-            if v is not None and not isinstance(v, tuple) and not isinstance(v, (int, str)):
-                v = tuple(v)
+            v = field_tuple(v)
             set_(self, name, v)
 
     def inputs(self):
@@ -75,14 +73,7 @@ class _LpPoolingRules(OperatorDesc):
             dil = self.check_uints("dilations", self.dilations, d, 1, what)
         else:
             dil = (1,) * d
-        p = self.p
-        try:
-            p = operator.index(p) if not isinstance(p, bool) else None
-        except TypeError:
-            p = None
-        if p is None or not 1 <= p <= 0xFFFFFFFF:
-            self.fail("p", f"P must be a UINT of at least 1 (Y = (X1^P + ... + Xn^P)^(1/P)), "
-                      f"got {self.p!r}")
+        self.check_uint("p", 1)     # P >= 1: Y = (X1^P + ... + Xn^P)^(1/P)
         sizes_in = self.input_tensor.sizes
         for i in range(d):
             padded = sizes_in[2 + i] + start[i] + end[i]

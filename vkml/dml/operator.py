@@ -8,10 +8,14 @@ of the operator's page and raises :class:`~vkml.ValidationError` naming the fiel
 from __future__ import annotations
 
 import enum
+import numbers
+import operator
 from dataclasses import fields
 
-from ..errors import ValidationError
-from .tensor_desc import TensorDesc
+import numpy as np
+
+from ..errors import ArgumentTypeError, ValidationError
+from .tensor_desc import UINT32_MAX, TensorDesc, as_int, as_ints, fail_with
 
 
 class FeatureLevel(enum.IntEnum):
@@ -41,24 +45,51 @@ class FeatureLevel(enum.IntEnum):
 IMPLEMENTED_FEATURE_LEVEL = FeatureLevel.FL_6_4
 
 
-def enum_of(cls: type[enum.Enum], value, field: str, prefix: str = ""):
+def enum_of(cls: type[enum.Enum], value, field: str, prefix: str = "", fail=None):
     """An enum member from a member, its int value or its name in any case, with or
-    without the DirectML prefix (``"reflection"``, ``"DML_PADDING_MODE_REFLECTION"``)."""
+    without the DirectML prefix (``"reflection"``, ``"DML_PADDING_MODE_REFLECTION"``).
+    Anything but a string or an integer (bools included) raises ArgumentTypeError; an
+    unknown name or value, ValidationError."""
     if isinstance(value, cls):
         return value
+    names = ", ".join(m.lower() for m in cls.__members__)
     if isinstance(value, str):
         key = value.upper()
         if prefix and key.startswith(prefix):
             key = key[len(prefix):]
         if key in cls.__members__:
             return cls[key]
-    elif isinstance(value, int) and not isinstance(value, bool):
+    else:
+        number = as_int(value, field, fail=fail, what=f"one of {names} (or its value)")
         try:
-            return cls(value)
+            return cls(number)
         except ValueError:
             pass
-    names = ", ".join(m.lower() for m in cls.__members__)
-    raise ValidationError(field, f"{value!r} is not one of {names}")
+    fail_with(field, f"{value!r} is not one of {names}", fail)
+
+
+def as_uint(value, field: str, minimum: int = 0, maximum: int = UINT32_MAX, fail=None) -> int:
+    """A UINT field: an integer (:func:`as_int`) in ``[minimum, maximum]``."""
+    v = as_int(value, field, fail=fail)
+    if not minimum <= v <= maximum:
+        fail_with(field, f"must be a UINT >= {minimum}" + (
+            f" and <= {maximum}" if maximum != UINT32_MAX else " (at most 2^32 - 1)")
+            + f", got {v}", fail)
+    return v
+
+
+def as_real(value, field: str, fail=None):
+    """A FLOAT field or argument: a real number -- int (kept exact: PADDING1's int64
+    constants), float, or a NumPy integer/floating scalar; NaN and infinities pass (the
+    field's own rules decide).  Strings, None, bools, complex numbers and other objects
+    raise ArgumentTypeError: ``float("1.5")`` and ``float(True)`` would succeed, but a
+    string or a bool given for a number is a mistake, not a value."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        fail_with(field, f"must be a real number, got {value!r} ({type(value).__name__})",
+                  fail, ArgumentTypeError)
+    if isinstance(value, numbers.Integral):
+        return operator.index(value)
+    return float(value)
 
 
 class OperatorDesc:
@@ -107,16 +138,22 @@ class OperatorDesc:
 
     def check_uints(self, name: str, values, count: int, minimum: int = 0,
                     what: str = "") -> tuple[int, ...]:
-        """A per-dimension array: ``count`` entries, each a UINT >= ``minimum``."""
+        """A per-dimension array: ``count`` entries, each a UINT >= ``minimum``
+        (types as :func:`as_ints`: integers only, ArgumentTypeError otherwise)."""
         if values is None:
             self.fail(name, "is required")
+        values = as_ints(values, name, fail=self.fail)
         if len(values) != count:
             self.fail(name, f"must have {count} entries ({what or 'DimensionCount'}), "
                       f"got {len(values)}")
         for i, v in enumerate(values):
-            if not minimum <= v <= 0xFFFFFFFF:
+            if not minimum <= v <= UINT32_MAX:
                 self.fail(f"{name}[{i}]", f"must be a UINT >= {minimum}, got {v}")
-        return tuple(values)
+        return values
+
+    def check_uint(self, name: str, minimum: int = 0) -> int:
+        """A scalar UINT field (``group_count``, ``p``): an integer >= ``minimum``."""
+        return as_uint(getattr(self, name), name, minimum, fail=self.fail)
 
     def check_same_type(self, names: list[str]) -> None:
         tensors = [(n, getattr(self, n)) for n in names if getattr(self, n) is not None]
@@ -149,13 +186,40 @@ def _span(ranks) -> str:
         " or ".join(map(str, r))
 
 
-def as_tuple(value, default: int, count: int) -> tuple[int, ...]:
-    """A per-dimension argument: ``None`` -> ``count`` copies of ``default``."""
+def as_tuple(value, default, count: int, field: str = "argument",
+             minimum: int = 0) -> tuple[int, ...]:
+    """A per-dimension argument of a functional form (``strides``, ``start_padding``, ...):
+    ``None`` -> ``count`` copies of ``default``; one integer -> ``count`` copies of it; a
+    sequence -> its integers (any length: the descriptor checks the count).
+
+    Integers are what ``operator.index`` accepts (Python ints, NumPy integer scalars, as
+    ``numpy.pad`` does); bools, floats (1.5, inf, nan, even 2.0), strings ("0011" is not
+    four digits), None entries and nested sequences raise ArgumentTypeError (a TypeError)
+    naming the field and entry; values below ``minimum`` or above 2^32 - 1 raise
+    ValidationError before any size is computed from them."""
     if value is None:
+        if default is None:
+            fail_with(field, "is required", None, ArgumentTypeError)
         return (default,) * count
-    if isinstance(value, int):
-        return (value,) * count
-    return tuple(int(v) for v in value)
+    if isinstance(value, (numbers.Integral, np.integer)) or not _is_sequence(value):
+        one = as_uint(value, field, minimum)
+        return (one,) * count
+    values = as_ints(value, field)
+    for i, v in enumerate(values):
+        if not minimum <= v <= UINT32_MAX:
+            raise ValidationError(f"{field}[{i}]", f"must be a UINT >= {minimum}, got {v}")
+    return values
+
+
+def field_tuple(value):
+    """A per-dimension descriptor field as stored: a list or array becomes a tuple (so the
+    frozen descriptor hashes); anything else is kept for ``validate`` to name."""
+    return tuple(value) if _is_sequence(value) and not isinstance(value, tuple) else value
+
+
+def _is_sequence(value) -> bool:
+    return not isinstance(value, (str, bytes)) and hasattr(value, "__len__") \
+        and hasattr(value, "__getitem__")
 
 
 def check_no_overlap(desc: OperatorDesc, name: str, t: TensorDesc) -> None:

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data_type import ALL_TYPES, DataType
-from .operator import FeatureLevel, OperatorDesc, check_no_overlap, enum_of
+from .operator import (FeatureLevel, OperatorDesc, as_real, check_no_overlap, enum_of,
+                       field_tuple)
 from .tensor_desc import TensorDesc
 
 
@@ -32,6 +33,7 @@ def padding_value_bits(value, data_type: DataType, exact: bool, field: str, fail
     range (NaN -> 0); float16 rounds to nearest.  ``exact=True`` (PADDING1's typed
     DML_SCALAR_UNION): the value must be representable in the type.
     """
+    value = as_real(value, field, fail)       # a real number; None, strings, bools refused
     dt = data_type.numpy
     if data_type.is_float:
         bits = np.array([value], dtype=dt)
@@ -56,8 +58,8 @@ class _PaddingRules(OperatorDesc):
     """The rules both padding descriptors share (see PaddingOperatorDesc)."""
 
     def __post_init__(self):
-        object.__setattr__(self, "start_padding", tuple(self.start_padding))
-        object.__setattr__(self, "end_padding", tuple(self.end_padding))
+        object.__setattr__(self, "start_padding", field_tuple(self.start_padding))
+        object.__setattr__(self, "end_padding", field_tuple(self.end_padding))
 
     @property
     def mode(self) -> PaddingMode:

@@ -8,17 +8,103 @@ Rules (``DML_BUFFER_TENSOR_DESC.md``, ``dml-helper-functions.md``):
   last element plus one, times the element size, rounded up to 4 bytes;
 * the tensor may not exceed 2^32 - 1 elements;
 * ``GuaranteedBaseOffsetAlignment`` is 0 or a power of two at least the element size.
+
+Field types (every descriptor, through :func:`as_int` / :func:`as_ints`): integers are
+what ``operator.index`` accepts -- Python ints and NumPy integer scalars, as ``numpy.pad``
+takes them; bools are refused although Python makes them ints (no DML field is a BOOL,
+and ``True`` as a size is a mistake), as are floats (``2.5``; ``2.0`` too, as NumPy's
+``pad_width`` refuses it), strings and None: :class:`~vkml.errors.ArgumentTypeError`, a
+TypeError that is also a ValidationError naming the field.  ``data_type`` None is refused
+(``numpy.dtype(None)`` would quietly be float64).
 """
 from __future__ import annotations
 
 import enum
 import math
+import operator
 from dataclasses import dataclass, field
 
-from ..errors import ValidationError
+import numpy as np
+
+from ..errors import ArgumentTypeError, DeviceError, ValidationError
 from .data_type import DataType
 
 MAX_DIMENSIONS = 8
+UINT32_MAX = 0xFFFFFFFF
+UINT64_MAX = (1 << 64) - 1
+
+
+def fail_with(field: str, rule: str, fail=None, error: type = ValidationError):
+    """Raise ``error(field, rule)``; through ``fail`` (a descriptor's ``fail``, which
+    prefixes its class name) when given, keeping ``error``'s class."""
+    if fail is not None:
+        try:
+            fail(field, rule)
+        except ValidationError as exc:
+            if error is ValidationError or isinstance(exc, error):
+                raise
+            raise error(exc.field, exc.rule) from None
+    raise error(field, rule)
+
+
+def as_int(value, field: str, fail=None, what: str = "an integer") -> int:
+    """``operator.index(value)``, bools refused (see the module docstring)."""
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    fail_with(field, f"must be {what}, got {value!r} ({type(value).__name__})", fail,
+              ArgumentTypeError)
+
+
+def as_ints(value, field: str, fail=None) -> tuple[int, ...]:
+    """A sequence of integers (list, tuple, range, 1-d NumPy array); a string, a mapping,
+    a set or a scalar is not one; each entry as :func:`as_int`, named ``field[i]``."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist() if value.dtype.kind in "iu" else list(value)
+    if isinstance(value, (str, bytes, dict, set, frozenset)) or not (
+            hasattr(value, "__len__") and hasattr(value, "__getitem__")):
+        fail_with(field, f"must be a sequence of integers, got {value!r} "
+                  f"({type(value).__name__})", fail, ArgumentTypeError)
+    return tuple(as_int(v, f"{field}[{i}]", fail) for i, v in enumerate(value))
+
+
+def allocation_size(shape, dtype, nbytes=None, heap=None, what: str = "a tensor"):
+    """``(shape, dtype, bytes)`` of a tensor allocation (``vkml.empty``, results), checked
+    before anything is allocated: ``shape`` integers >= 0 (or one integer), ``dtype`` a
+    NumPy dtype, ``nbytes`` an integer >= 0; bytes (DWORD-aligned, at least 4) within the
+    ``heap``'s ``maxMemoryAllocationSize`` and heap size, else DeviceError naming both."""
+    if isinstance(shape, (bool, np.bool_)) or not hasattr(shape, "__len__"):
+        shape = (as_int(shape, "shape"),)
+    else:
+        shape = as_ints(shape, "shape")
+    for i, s in enumerate(shape):
+        if s < 0:
+            raise ValidationError(f"shape[{i}]", f"must be >= 0, got {s}")
+    if dtype is None:
+        raise ArgumentTypeError("dtype", "must be a NumPy dtype or a DML data type name, "
+                                "got None")
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise ArgumentTypeError("dtype", f"{dtype!r} is not a NumPy dtype") from None
+    need = math.prod(shape) * dtype.itemsize
+    if nbytes is not None:
+        nbytes = as_int(nbytes, "nbytes")
+        if nbytes < 0:
+            raise ValidationError("nbytes", f"must be >= 0, got {nbytes}")
+        need = max(need, nbytes)
+    size = max((need + 3) & ~3, 4)        # DirectML binds DWORD-aligned sizes
+    if heap is not None:
+        limit, name = heap.max_alloc, "maxMemoryAllocationSize"
+        if heap.heap_size < limit:
+            limit, name = heap.heap_size, "the size of its memory heap"
+        if size > limit:
+            raise DeviceError(f"out of device memory: {what} of shape {shape} and dtype "
+                              f"{dtype} needs {size} bytes; the device allows at most "
+                              f"{limit} ({name})")
+    return shape, dtype, size
 
 
 class TensorFlags(enum.IntFlag):
@@ -47,14 +133,6 @@ def calc_buffer_tensor_size(data_type, sizes, strides=None) -> int:
     return (count * dt.size + 3) & ~3
 
 
-def _uint_list(value, field_name: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(v) for v in value)
-    except TypeError:
-        raise ValidationError(field_name, f"must be a sequence of integers, got {value!r}") from None
-    return out
-
-
 @dataclass(frozen=True)
 class TensorDesc:
     """``DML_BUFFER_TENSOR_DESC`` (wrapped, as DirectML does, in ``DML_TENSOR_DESC``).
@@ -74,7 +152,7 @@ class TensorDesc:
         f = "TensorDesc."
         set_ = object.__setattr__
         set_(self, "data_type", DataType.of(self.data_type, f + "data_type"))
-        sizes = _uint_list(self.sizes, f + "sizes")
+        sizes = as_ints(self.sizes, f + "sizes")
         set_(self, "sizes", sizes)
         if not 1 <= len(sizes) <= MAX_DIMENSIONS:
             raise ValidationError(f + "sizes", f"DimensionCount must be 1 to {MAX_DIMENSIONS}, "
@@ -87,7 +165,7 @@ class TensorDesc:
             raise ValidationError(f + "sizes", "the total size of a buffer tensor may not exceed "
                                   f"2^32 - 1 elements, got {math.prod(sizes)}")
         if self.strides is not None:
-            strides = _uint_list(self.strides, f + "strides")
+            strides = as_ints(self.strides, f + "strides")
             if len(strides) != len(sizes):
                 raise ValidationError(f + "strides", f"must have DimensionCount ({len(sizes)}) "
                                       f"entries, got {len(strides)}")
@@ -100,20 +178,23 @@ class TensorDesc:
         if self.total_tensor_size_in_bytes is None:
             set_(self, "total_tensor_size_in_bytes", minimum)
         else:
-            total = int(self.total_tensor_size_in_bytes)
+            total = as_int(self.total_tensor_size_in_bytes, f + "total_tensor_size_in_bytes")
             set_(self, "total_tensor_size_in_bytes", total)
+            if total > UINT64_MAX:
+                raise ValidationError(f + "total_tensor_size_in_bytes",
+                                      f"must be a UINT64, got {total}")
             if total < minimum:
                 raise ValidationError(f + "total_tensor_size_in_bytes",
                                       f"must be at least DMLCalcBufferTensorSize = {minimum}, "
                                       f"got {total}")
-        a = int(self.guaranteed_base_offset_alignment)
+        a = as_int(self.guaranteed_base_offset_alignment, f + "guaranteed_base_offset_alignment")
         set_(self, "guaranteed_base_offset_alignment", a)
-        if a and (a & (a - 1) or a < self.data_type.size):
+        if a < 0 or a > UINT32_MAX or a and (a & (a - 1) or a < self.data_type.size):
             raise ValidationError(f + "guaranteed_base_offset_alignment",
                                   f"must be 0 or a power of two at least the element size "
                                   f"({self.data_type.size}), got {a}")
         try:
-            set_(self, "flags", TensorFlags(int(self.flags)))
+            set_(self, "flags", TensorFlags(as_int(self.flags, f + "flags")))
         except ValueError:
             raise ValidationError(f + "flags", f"unknown DML_TENSOR_FLAGS {self.flags!r}") from None
 

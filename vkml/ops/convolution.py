@@ -69,7 +69,7 @@ from ..dml.activations import activation as activation_desc
 from ..dml.convolution import (ConvolutionDirection, ConvolutionMode, ConvolutionOperatorDesc,
                                filter_is_flipped)
 from ..dml.data_type import DataType
-from ..dml.operator import as_tuple, enum_of
+from ..dml.operator import as_tuple, as_uint, enum_of
 from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import STORAGE, UNIFORM, Bind
@@ -1394,11 +1394,12 @@ def convolution(x, filter, bias=None, *, strides=None, dilations=None, start_pad
     dev = pick_device(device, x, filter, bias)
     x = as_array(x, "x")
     filter = as_array(filter, "filter")  # noqa: A001
-    bias = as_array(bias, "bias")
+    bias = as_array(bias, "bias", optional=True)
+    group_count = as_uint(group_count, "group_count", 1)
     xd = _desc_of(x, "x")
     fd = _desc_of(filter, "filter")
     n = max(xd.dimension_count - 2, 0)
-    args = {name: as_tuple(v, neutral, n) for name, v, neutral in (
+    args = {name: as_tuple(v, neutral, n, name) for name, v, neutral in (
         ("strides", strides, 1), ("dilations", dilations, 1), ("start_padding", start_padding, 0),
         ("end_padding", end_padding, 0), ("output_padding", output_padding, 0))}
     mode_e = enum_of(ConvolutionMode, mode, "mode", "DML_CONVOLUTION_MODE_")

@@ -286,9 +286,7 @@ def fold(x, output_size, window_sizes, *, strides=None, dilations=None, start_pa
     """
     dev = pick_device(device, x)
     x = as_array(x, "x")
-    if isinstance(output_size, (int, np.integer)):
-        output_size = (int(output_size),)
-    output_size = tuple(int(s) for s in output_size)
+    output_size = as_tuple(output_size, None, 1, "output_size", 1)
     d = len(output_size)
     if not 1 <= d <= MAX_SPATIAL:
         raise ValidationError("output_size", f"must have 1 to {MAX_SPATIAL} spatial sizes, "
@@ -296,11 +294,11 @@ def fold(x, output_size, window_sizes, *, strides=None, dilations=None, start_pa
     if len(x.shape) != 3:
         raise ValidationError("x", "must have 3 dimensions (N, C x prod(window_sizes), "
                               f"BlockCount), got shape {tuple(x.shape)}")
-    window = as_tuple(window_sizes, 1, d)
-    strides = as_tuple(strides, 1, d)
-    dilations = as_tuple(dilations, 1, d)
-    start = as_tuple(start_padding, 0, d)
-    end = as_tuple(end_padding, 0, d)
+    window = as_tuple(window_sizes, 1, d, "window_sizes")
+    strides = as_tuple(strides, 1, d, "strides")
+    dilations = as_tuple(dilations, 1, d, "dilations")
+    start = as_tuple(start_padding, 0, d, "start_padding")
+    end = as_tuple(end_padding, 0, d, "end_padding")
     n, rows, _ = x.shape
     k = math.prod(window) if len(window) == d and all(w > 0 for w in window) else 1
     channels = max(1, rows // k)

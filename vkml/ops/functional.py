@@ -24,7 +24,9 @@ import threading
 
 import numpy as np
 
-from ..errors import ValidationError
+from ..dml.operator import as_real, as_tuple, as_uint  # noqa: F401  (the coercion helpers)
+from ..dml.tensor_desc import allocation_size
+from ..errors import ArgumentTypeError, ValidationError
 from ..tensor import Tensor
 
 #: Largest total size of NumPy-call tensors kept for reuse per compiled operator.  Beyond
@@ -57,22 +59,60 @@ def pick_device(device, *args):
     return device
 
 
-def as_array(x, name: str):
-    """A Tensor stays a Tensor; anything else becomes a C-contiguous NumPy array."""
-    if x is None or isinstance(x, Tensor):
-        return x
-    try:
-        return np.ascontiguousarray(x)
-    except Exception as exc:  # noqa: BLE001
-        raise ValidationError(name, f"must be a numpy array or a vkml.Tensor ({exc})") from None
+def as_array(x, name: str, optional: bool = False):
+    """A Tensor stays a Tensor; anything else becomes a C-contiguous NumPy array.
+
+    Argument types, for every functional form (the per-dimension and scalar arguments
+    go through ``vkml.dml.operator.as_tuple`` / ``as_uint`` / ``as_real``):
+    * None raises ArgumentTypeError (a TypeError) unless the input is ``optional``
+      (``bias``); so does an array of strings, objects, complex numbers or dates, or a
+      nested list NumPy cannot make numeric.  A bool array is refused by the data type
+      rule (DML has no boolean type): ValidationError.
+    * A 0-d input (a NumPy scalar, ``np.float32(1)``) is refused with ValidationError:
+      ``numpy.pad`` returns it unchanged, but DML tensors have 1 to 8 dimensions and no
+      operator here has a dimension to work on in a scalar.
+    """
+    if x is None:
+        if optional:
+            return None
+        raise ArgumentTypeError(name, "must be a numpy array or a vkml.Tensor, got None")
+    if not isinstance(x, Tensor):
+        try:
+            x = np.asarray(x)
+            if x.ndim:            # (ascontiguousarray would make a 0-d array 1-d)
+                x = np.ascontiguousarray(x)
+        except Exception as exc:  # noqa: BLE001
+            raise ArgumentTypeError(name, f"must be a numpy array or a vkml.Tensor ({exc})") \
+                from None
+        if x.dtype.kind not in "biuf":
+            raise ArgumentTypeError(name, f"must hold numbers, got an array of {x.dtype} "
+                                    f"({type(x).__name__})")
+    if len(x.shape) == 0:
+        raise ValidationError(name, "a 0-d array (a scalar) has no dimension to work on; "
+                              "DML tensors have 1 to 8 dimensions")
+    return x
+
+
+def check_outputs(device, shapes, out_descs) -> None:
+    """Refuse, before anything is allocated (host pages included), a result larger than
+    the device can hold in one allocation: DeviceError naming the size and the limit."""
+    heap = device._ctx.tensor_heap
+    for s, d in zip(shapes, out_descs):
+        allocation_size(s, d.dtype, d.total_tensor_size_in_bytes, heap, what="a result")
 
 
 def run(device, desc, args: list, out_shapes: list[tuple] | None = None):
     """Compile (cached) and execute ``desc`` on ``args``; return the output(s) in the
     kind the arguments came in (one output -> not a list)."""
-    compiled = device.compiled(desc)
     out_descs = desc.outputs()
     shapes = out_shapes or [d.sizes for d in out_descs]
+    check_outputs(device, shapes, out_descs)
+    try:
+        hash(desc)                  # the compiled-operator cache's key
+    except TypeError:               # a field of a wrong type (a list as a mode): name it
+        desc.validate()
+        raise
+    compiled = device.compiled(desc)
     if any(isinstance(a, Tensor) for a in args):
         inputs = [a if a is None or isinstance(a, Tensor) else device.tensor(a) for a in args]
         outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..dml.data_type import DataType
 from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc, lp_pooling_output_sizes
-from ..dml.operator import as_tuple
+from ..dml.operator import as_tuple, as_uint
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
@@ -161,18 +161,13 @@ def lp_pooling(x, window_size, *, strides=None, start_padding=None, end_padding=
     if len(x.shape) not in (4, 5):
         raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
                               f"shape {tuple(x.shape)}")
-    try:
-        if isinstance(p, bool):
-            raise TypeError
-        p = operator.index(p)
-    except TypeError:
-        raise ValidationError("p", f"must be an integer >= 1, got {p!r}") from None
+    p = as_uint(p, "p", 1)
     n = len(x.shape) - 2
-    window = as_tuple(window_size, 1, n)
-    strides = as_tuple(strides, 1, n)
-    start = as_tuple(start_padding, 0, n)
-    end = as_tuple(end_padding, 0, n)
-    dil = as_tuple(dilations, 1, n)
+    window = as_tuple(window_size, 1, n, "window_size")
+    strides = as_tuple(strides, 1, n, "strides")
+    start = as_tuple(start_padding, 0, n, "start_padding")
+    end = as_tuple(end_padding, 0, n, "end_padding")
+    dil = as_tuple(dilations, 1, n, "dilations")
     in_desc = TensorDesc(x.dtype, tuple(x.shape))
     if all(len(a) == n for a in (window, strides, start, end, dil)) and \
             all(s > 0 for s in strides):

@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ..dml.operator import as_tuple
+from ..dml.operator import as_real, as_tuple
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
@@ -414,8 +414,9 @@ def pad(x, start_padding, end_padding, mode="constant", value=0.0, *, device=Non
     dev = pick_device(device, x)
     x = as_array(x, "x")
     rank = len(x.shape)
-    start = as_tuple(start_padding, 0, rank)
-    end = as_tuple(end_padding, 0, rank)
+    start = as_tuple(start_padding, 0, rank, "start_padding")
+    end = as_tuple(end_padding, 0, rank, "end_padding")
+    value = as_real(value, "value")
     in_desc = TensorDesc(x.dtype, x.shape)
     out_sizes = tuple(s + a + b for s, a, b in zip(x.shape, start, end)) \
         if len(start) == rank and len(end) == rank else x.shape

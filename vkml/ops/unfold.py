@@ -153,11 +153,11 @@ def unfold(x, window_sizes, *, strides=None, dilations=None, start_padding=None,
         raise ValidationError("x", f"must have 3 to {2 + MAX_SPATIAL} dimensions (N, C, "
                               f"1 to {MAX_SPATIAL} spatial), got shape {tuple(x.shape)}")
     d = rank - 2
-    window = as_tuple(window_sizes, 1, d)
-    strides = as_tuple(strides, 1, d)
-    dilations = as_tuple(dilations, 1, d)
-    start = as_tuple(start_padding, 0, d)
-    end = as_tuple(end_padding, 0, d)
+    window = as_tuple(window_sizes, 1, d, "window_sizes")
+    strides = as_tuple(strides, 1, d, "strides")
+    dilations = as_tuple(dilations, 1, d, "dilations")
+    start = as_tuple(start_padding, 0, d, "start_padding")
+    end = as_tuple(end_padding, 0, d, "end_padding")
     n, c = x.shape[:2]
     args = (window, strides, dilations, start, end)
     if all(len(a) == d for a in args) and all(v > 0 for v in strides):

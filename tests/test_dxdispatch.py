@@ -1,0 +1,200 @@
+"""Malformed DxDispatch model files: mutations of the shipped models in bench/models/.
+
+Each one must end in exactly one line naming the place in the file (a JSON path) and
+exit status 2: no traceback, and no large allocation (the schema checks sizes against
+the device before anything is allocated).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench import dxdispatch
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = sorted((ROOT / "bench" / "models").glob("*.json"))
+LOADED = {p.stem: dxdispatch.loads(p.read_text()) for p in MODELS}
+
+#: Values of every wrong kind a field can get.
+BAD_VALUES = st.one_of(
+    st.none(), st.booleans(), st.just(-1), st.just(-2), st.just(10 ** 12),
+    st.just(1e12), st.just(2.5), st.just(float("inf")), st.just("abc"), st.just("FLOAT99"),
+    st.just([]), st.just([1]), st.just(["pad"]), st.just([-2, 3]), st.just({}),
+    st.just({"x": 1}), st.just([[1, 2]]), st.just(1 << 70))
+
+
+def _paths(value, prefix=()):
+    """Every (path, value) in a JSON document."""
+    yield prefix, value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, prefix + (i,))
+
+
+def _set(doc, path, value):
+    for k in path[:-1]:
+        doc = doc[k]
+    doc[path[-1]] = value
+
+
+def _delete(doc, path):
+    for k in path[:-1]:
+        doc = doc[k]
+    del doc[path[-1]]
+
+
+@st.composite
+def mutated(draw):
+    """A shipped model with one field replaced by a wrong value, one key deleted, or
+    one size made huge or negative."""
+    name = draw(st.sampled_from(sorted(k for k in LOADED if "timing" not in k)))
+    model = copy.deepcopy(LOADED[name])
+    paths = [p for p, _ in _paths(model) if p and p[-1] != "$schema"]
+    path = draw(st.sampled_from(paths))
+    how = draw(st.sampled_from(["replace", "delete", "huge"]))
+    if how == "delete" and isinstance(path[-1], str):
+        _delete(model, path)
+    elif how == "huge":
+        sizes = [p for p in paths if p[-1] in ("valueCount", "sizeInBytes")
+                 or (len(p) > 1 and p[-2] == "Sizes")]
+        _set(model, draw(st.sampled_from(sizes)),
+             draw(st.sampled_from([10 ** 12, 1 << 40, -2, 0, 1e12, 3 * 10 ** 9])))
+    else:
+        _set(model, path, draw(BAD_VALUES))
+    return name, model
+
+
+def _run(model: dict, tmp_path: Path, device) -> tuple[int, str]:
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model))
+    lines = []
+    try:
+        dxdispatch.run_model(path, device, dxdispatch.Timing(), lines.append)
+    except dxdispatch.ModelError as exc:
+        return 2, str(exc)
+    return 0, "\n".join(lines)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=mutated())
+def test_malformed_models_name_the_place(case, device, tmp_path):
+    """Every mutation runs (some are still valid) or is refused with one line naming a
+    JSON path of the file; nothing else escapes and no large allocation is made."""
+    name, model = case
+    before = _peak_rss_mb()
+    rc, text = _run(model, tmp_path, device)
+    assert _peak_rss_mb() - before < 512, "a malformed model allocated a lot of memory"
+    if rc == 2:
+        assert "\n" not in text and "Traceback" not in text
+        place = text.split(": ", 1)[0]
+        assert place and " " not in place.split("line ")[-1], text   # a JSON path
+        top = place.split(".")[0].split("[")[0]
+        assert top in ("resources", "dispatchables", "commands", "$") or place == "", text
+
+
+@pytest.mark.parametrize("change, place", [
+    (lambda m: m["resources"]["input"].update(initialValues={"valueCount": 10 ** 12,
+                                                             "value": 0}),
+     "resources.input.initialValues.valueCount"),
+    (lambda m: m["resources"]["output"].update(sizeInBytes=1e12),
+     "resources.output.sizeInBytes"),
+    (lambda m: m["resources"]["output"].update(sizeInBytes=10 ** 12),
+     "resources.output.sizeInBytes"),
+    (lambda m: m["resources"]["output"].update(initialValues={
+        "valueCount": 10 ** 9, "valueStart": 0, "valueDelta": 1}),
+     "resources.output.initialValues.valueCount"),
+    (lambda m: m["dispatchables"]["pad"]["desc"]["InputTensor"].update(Sizes=[-2, 3]),
+     "dispatchables.pad.desc.InputTensor.Sizes[0]"),
+    (lambda m: m["dispatchables"]["pad"]["desc"]["InputTensor"].update(DataType="FLOAT99"),
+     "dispatchables.pad.desc.InputTensor.DataType"),
+    (lambda m: m.update(resources=[1]), "resources"),
+    (lambda m: m["commands"][0].update(bindings="abc"), "commands[0].bindings"),
+    (lambda m: m["dispatchables"].update(pad=["pad"]), "dispatchables.pad"),
+    (lambda m: m["resources"]["input"].update(initialValues=[1, "x", 3]),
+     "resources.input.initialValues[1]"),
+    (lambda m: m["dispatchables"]["pad"]["desc"].update(StartPadding=[1.5, 1]),
+     "dispatchables.pad.desc.StartPadding[0]"),
+    (lambda m: m["dispatchables"]["pad"]["desc"].update(PaddingValue=None),
+     "dispatchables.pad.desc.PaddingValue"),
+    (lambda m: m["commands"].append({"type": "print", "resource": "nope"}),
+     "commands[2].resource"),
+    (lambda m: m["resources"]["input"].update(initialValuesDataType="INT8",
+                                              initialValues=[1, 300]),
+     "resources.input.initialValues[1]"),
+], ids=["count", "size-float", "size", "sequence", "negative-size", "data-type",
+        "resources-list", "bindings-string", "dispatchable-list", "string-value",
+        "float-padding", "null-value", "unknown-resource", "int8-range"])
+def test_issue_examples(change, place, device, tmp_path):
+    model = copy.deepcopy(LOADED["padding_constant"])
+    change(model)
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 2 and text.startswith(place + ": "), text
+
+
+def test_corrupt_npy(device, tmp_path):
+    model = copy.deepcopy(LOADED["padding_constant"])
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"\x93NUMPY\x01\x00garbage")
+    model["resources"]["input"]["initialValues"] = {"sourcePath": str(bad)}
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 2 and text.startswith("resources.input.initialValues.sourcePath: ")
+    # a valid header claiming far more data than the file holds
+    np.save(bad, np.zeros(6, np.float32))
+    raw = bad.read_bytes().replace(b"(6,)", b"(9,)")
+    bad.write_bytes(raw)
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 2 and text.startswith("resources.input.initialValues.sourcePath: ")
+    np.save(bad, np.zeros(6, np.float32))     # and a good one runs
+    assert _run(model, tmp_path, device)[0] == 0
+
+
+def test_sequences_are_numpy(device, tmp_path):
+    """valueStart/valueDelta sequences of integer types, exact at the type's edges."""
+    model = copy.deepcopy(LOADED["padding1_wrap_int64"])
+    init = {"valueCount": 6, "valueStart": 2 ** 62, "valueDelta": -(2 ** 60)}
+    model["resources"]["input"]["initialValues"] = init
+    model["commands"] = [{"type": "print", "resource": "input"}]
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 0
+    assert text.split(": ", 1)[1] == ", ".join(str(2 ** 62 - i * 2 ** 60) for i in range(6))
+    init["valueDelta"] = 2 ** 62                           # the last value overflows int64
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 2 and text.startswith("resources.input.initialValues.valueCount: ")
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m["resources"]["output"]["initialValues"].update(valueCount=10 ** 12),
+    lambda m: m["dispatchables"].update(pad=["pad"]),
+], ids=["huge", "list"])
+def test_cli_exit_status(change, device, tmp_path):
+    """The command line: one line on stderr, exit status 2, no traceback."""
+    model = copy.deepcopy(LOADED["padding_constant"])
+    change(model)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(model))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "bench", "dispatch", str(path), "-a",
+                           str(device.index)], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert ": resources.output" in lines[0] or ": dispatchables.pad" in lines[0]
