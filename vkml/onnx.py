@@ -64,9 +64,9 @@ class _HostFallback(Exception):
 class Step:
     """One device operation: ``desc`` (a vkml.dml descriptor, or None for an alias: the
     output is the input tensor, e.g. Identity) reading ``inputs`` and writing ``outputs``
-    (value names; None for an absent optional tensor).  ``views`` gives, per value name,
-    the logical shape its tensor is allocated with when it differs from the descriptor's
-    (LpPool 1-D runs as 2-D with a trailing 1)."""
+    (value names; None for an absent optional tensor).  A tensor is bound as raw memory,
+    so a descriptor may view it with other sizes of the same element count (LpPool 1-D
+    runs as 2-D with a trailing 1)."""
 
     desc: object
     inputs: list
@@ -243,15 +243,18 @@ def _lower_lp_pool(lw: _Lowering, node, act):
     p = int(p)
     start, end = _auto_pads(a.get("auto_pad"), xs[2:], kernel, strides, dil, a.get("pads"))
     if a.get("ceil_mode", 0):
-        # ceil_mode: the last window may hang over the end; zeros add nothing to an Lp norm,
-        # so it is more end padding.  A window must start inside the input or start padding.
+        # ceil_mode: a last window may hang over the end.  ONNX's reference (and torch's
+        # lp_pool, both an average pool times the kernel size) scale such a window by
+        # kernel size / elements inside; DML_LP_POOLING1 sums the elements it covers.
+        # Only where no window hangs over does ceil_mode equal floor on the device.
         for i in range(n):
             span = xs[2 + i] + start[i] + end[i] - ((kernel[i] - 1) * dil[i] + 1)
-            out = -(-span // strides[i]) + 1
-            if (out - 1) * strides[i] >= xs[2 + i] + start[i]:
-                out -= 1
-            end[i] += max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
-                          - (xs[2 + i] + start[i] + end[i]))
+            if span >= 0 and span % strides[i]:
+                out = span // strides[i] + 2
+                if (out - 1) * strides[i] < xs[2 + i] + start[i]:
+                    raise _HostFallback("ceil_mode with a window hanging over the end (ONNX "
+                                        "scales it by kernel size / elements inside; "
+                                        "DML_LP_POOLING1 does not)")
     view = list(xs)
     if n == 1:                                      # 1-D: run as 2-D with a trailing 1
         view, kernel, strides, dil = view + [1], kernel + [1], strides + [1], dil + [1]
@@ -439,13 +442,43 @@ class _HostPartition:
                 [helper.make_value_info(o, onnx.TypeProto()) for o in self.outputs])
             sub = helper.make_model(g, opset_imports=m.opset_import, ir_version=m.ir_version,
                                     functions=m.functions)
-            self._evaluator = ReferenceEvaluator(sub)
+            self._evaluator = ReferenceEvaluator(sub, new_ops=_host_ops(m))
         return self._evaluator
 
     def run(self, env: dict) -> None:
         feeds = {i: _host(env[i]) for i in self.inputs}
         for name, value in zip(self.outputs, self.evaluator().run(None, feeds)):
             env[name] = value
+
+
+def _host_ops(model) -> list:
+    """Replacements for the reference evaluator's kernels where it lacks a case: Pad with
+    negative pads (cropping, allowed by the ONNX spec; the reference's ``np.pad`` refuses
+    them) crops, then pads with the rest.  Opset 11 and up (pads as an input)."""
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                default=0)
+    if opset < 11:
+        return []
+    from onnx.reference.ops.op_pad import Pad_18
+
+    class Pad(Pad_18):
+        op_domain = ""
+
+        def _run(self, data, pads, constant_value=None, axes=None, mode=None):
+            pads = np.asarray(pads, dtype=np.int64).reshape(-1)
+            if (pads < 0).any():
+                rank = data.ndim
+                ax = (list(range(rank)) if axes is None else
+                      [int(a) + rank if a < 0 else int(a) for a in np.asarray(axes).reshape(-1)])
+                k = len(ax)
+                index = [slice(None)] * rank
+                for j, a in enumerate(ax):
+                    index[a] = slice(max(-pads[j], 0), data.shape[a] - max(-pads[j + k], 0))
+                data = data[tuple(index)]
+                pads = np.maximum(pads, 0)
+            return super()._run(data, pads, constant_value, axes, mode)
+
+    return [Pad]
 
 
 def _host(value):
