@@ -398,3 +398,20 @@ def test_backend_interface(device):
 def test_importing_vkml_does_not_import_onnx():
     code = "import sys, vkml; assert 'onnx' not in sys.modules, 'onnx imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_activation_parameters_dml_refuses_run_on_the_host(device):
+    """Celu with alpha=0 is valid ONNX, but DML's CELU refuses it (it divides by Alpha): not
+    fused, it runs on the host (ONNX's reference evaluator)."""
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
+             helper.make_node("Celu", ["c"], ["y"], name="celu0", alpha=0.0)]
+    model = _model(nodes, [_vi("x", [1, 1, 3, 3])], [_vi("y", None)],
+                   [numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "W")])
+    rep = vonnx.prepare(model, device=device)
+    assert rep.partitions == [("device", [("conv", "Conv")]), ("host", [("celu0", "Celu")])]
+    x = np.linspace(-1, 1, 9, dtype=np.float32).reshape(1, 1, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = _reference(model, {"x": x})[0]
+        got = rep.run([x])[0]
+    np.testing.assert_array_equal(got, want)

@@ -35,7 +35,7 @@ with ``strict=True`` that raises :class:`vkml.UnsupportedError`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -224,7 +224,6 @@ def _lower_conv(lw: _Lowering, node, act):
         raise ValidationError(f"{node.op_type} {node.name!r}", "the output would be empty: "
                               f"{desc.expected_output_sizes()}")
     out_shape = desc.expected_output_sizes()
-    from dataclasses import replace
     desc = replace(desc, output_tensor=_tdesc(out_shape, dt))
     lw.emit(desc, [node.input[0], node.input[1], node.input[2] if has_bias else None],
             [node.output[0]], [(out_shape, dt)])
@@ -735,7 +734,7 @@ class VkmlRep(BackendRep):
         where = {}          # value name -> "device"/"host"
         placed = []         # (index, node, where, fused activation or None)
         fused_nodes = set()
-        for pos, (i, node) in enumerate(rest):
+        for i, node in rest:
             if id(node) in fused_nodes:
                 continue
             why = self._device_ok(node, where)
@@ -748,8 +747,13 @@ class VkmlRep(BackendRep):
                         and users[0].domain in ("", "ai.onnx")
                         and users[0].input[0] == out
                         and all(x in self.consts for x in users[0].input[1:] if x)):
-                    act = FUSABLE_ACTIVATIONS[users[0].op_type](
-                        users[0], _attrs(users[0]), self.consts)
+                    try:
+                        act = FUSABLE_ACTIVATIONS[users[0].op_type](
+                            users[0], _attrs(users[0]), self.consts)
+                        if act is not None:
+                            act.validate_parameters(act.fail)
+                    except ValidationError:
+                        act = None     # parameters DML refuses (e.g. Celu alpha=0): host
                     if act is not None:
                         fused_nodes.add(id(users[0]))
                         self.fused_into[id(node)] = users[0]
