@@ -43,6 +43,8 @@ OPS = {
     "unfold": OpSpec("unfold", "unfold", "UnfoldOperatorDesc", "bytes"),
     "convolution": OpSpec("convolution", "convolution", "ConvolutionOperatorDesc", "flops"),
     "lp_pooling": OpSpec("lp_pooling", "lp_pooling", "LpPooling1OperatorDesc", "bytes"),
+    # Pad -> Conv -> Relu -> LpPool -> Conv as one DML graph (bench/graph.py)
+    "graph": OpSpec("graph", "Device.compile_graph", "GraphDesc", "flops"),
 }
 
 
@@ -113,6 +115,9 @@ def normalize(op: str, p: dict) -> dict:
             p["shape"][2:], p["window"], p["strides"], p["dilations"], p["start_padding"],
             p["end_padding"])]
         p["out_shape"] = list(p["shape"][:2]) + out
+    elif op == "graph":
+        from . import graph
+        p = graph.normalize(p)
     else:
         raise ValueError(f"unknown operator {op!r} (known: {', '.join(OPS)})")
     return p
@@ -126,6 +131,9 @@ def make_inputs(op: str, p: dict, dtype: np.dtype, seed: int = 0) -> list:
     def normal(shape, scale=1.0):
         return (rng.standard_normal(shape, dtype=np.float32) * scale).astype(dtype)
 
+    if op == "graph":
+        from . import graph
+        return graph.make_inputs(p, dtype, rng)
     if op == "convolution":
         f = p["filter"]
         fan_in = math.prod(f[1:]) if p["direction"] == "forward" else f[0] * math.prod(f[2:])
@@ -137,6 +145,9 @@ def make_inputs(op: str, p: dict, dtype: np.dtype, seed: int = 0) -> list:
 # -- work -----------------------------------------------------------------------------
 def flops(op: str, p: dict) -> float:
     """Direct-algorithm FLOPs (one multiply-add = 2), 0 for data movement."""
+    if op == "graph":                   # its two convolutions
+        from . import graph
+        return float(graph.flops(p))
     if op == "convolution":
         g = p["groups"]
         f = p["filter"]
@@ -156,6 +167,9 @@ def compute(op: str, p: dict, inputs: list, dtype=np.float64) -> np.ndarray:
     """The operator by its independent reference (``bench/references.py``, the tests'
     too), the inputs converted to ``dtype`` first; floats are computed in float64."""
     xs = [None if a is None else a.astype(dtype, copy=False) for a in inputs]
+    if op == "graph":
+        from . import graph
+        return graph.reference(p, xs)
     if op == "pad":
         return references.pad_reference(xs[0], p["start"], p["end"], p["mode"], p["value"])
     if op == "convolution":

@@ -122,6 +122,13 @@ def _speedups(r: dict, vk: dict, multi: bool, fmt=_x) -> str:
     return "; ".join(parts)
 
 
+def graph_note(g: dict) -> str:
+    """A graph row's arena next to the sum of its intermediates (bench/graph.py)."""
+    unit, div = ("MiB", 1 << 20) if g["intermediate_bytes"] >= 1 << 20 else ("KiB", 1024)
+    return (f"arena {g['arena_bytes'] / div:.1f} of {g['intermediate_bytes'] / div:.1f} {unit}, "
+            f"{g['nodes']} nodes")
+
+
 def results_table(doc: dict, wide: bool = False) -> Table:
     """Every (workload, runner) row.  The default fits 100 columns: workload, runner,
     median, vkml's speedup over the peer, its share of one device limit, rel err; the
@@ -166,6 +173,8 @@ def results_table(doc: dict, wide: bool = False) -> Table:
         w = r["wall_ms"]
         if r["runner"] == "vkml":
             speed = f"[yellow]{escape(r['phases_error'])}[/]" if r.get("phases_error") else ""
+            if r.get("graph"):
+                speed = graph_note(r["graph"])
         else:
             speed = _speedups(r, vk, multi, _x if wide else _x3)
         if not wide:

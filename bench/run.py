@@ -14,7 +14,7 @@ import numpy as np
 
 import vkml
 
-from . import limits, operators, targets
+from . import graph, limits, operators, targets
 from .runners import Absent, peer_classes
 from .runners.vkml_runner import VkmlRunner
 from .stats import Budget, Stats, sample
@@ -243,6 +243,10 @@ class Bench:
                   and not peers[c.name]["available"]]
         vk = VkmlRunner(dev)
         for w in opts.workloads:
+            if w.op == "graph":             # its own three ways (bench/graph.py)
+                self.progress(f"{w.name}: graph, one by one, onnxruntime on {info.name}")
+                self.results += graph.measure(self, w, device, dev, cpu_peers)
+                continue
             self.progress(f"{w.name}: vkml on {info.name}")
             self.results.append(self.measure_vkml(vk, w, device, lim))
             for r in runners:

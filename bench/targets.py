@@ -52,6 +52,8 @@ TARGETS = [
            "pct_fma", _CONV2D, ("*-f16",), "geomean", at_least=50.0),
     Target("convolution", "conv3d and transposed conv2d >= 30% of the FMA peak", "pct_fma",
            ("conv3d-*", "convT2d-*"), at_least=30.0),
+    Target("graph", "a compiled graph >= 1.3x its operators executed one by one",
+           "speedup.vkml-ops.e2e", ("graph-*",), at_least=1.3),
 ]
 
 

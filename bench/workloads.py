@@ -3,7 +3,7 @@
 A file is ``{"workloads": [...]}``; each workload is an object with
 
 * ``name`` (unique), ``op`` (``pad``, ``fold``, ``unfold``, ``convolution``,
-  ``lp_pooling``), ``dtype`` (``float32`` by default, ``float16``);
+  ``lp_pooling``, ``graph``: Pad -> Conv -> Relu -> LpPool -> Conv, see ``bench/graph.py``), ``dtype`` (``float32`` by default, ``float16``);
 * the operator's parameters (see :func:`bench.operators.normalize`), e.g. for ``pad``:
   ``shape``, ``start``, ``end``, ``mode``, ``value``; for ``convolution``: ``input``,
   ``filter``, ``bias``, ``strides``, ``dilations``, ``start_padding``, ``end_padding``,
@@ -31,6 +31,7 @@ _TOLERANCE = {
     ("unfold", "float16"): 0.0, ("fold", "float32"): 1e-6, ("fold", "float16"): 2e-3,
     ("convolution", "float32"): 1e-4, ("convolution", "float16"): 1e-2,
     ("lp_pooling", "float32"): 1e-5, ("lp_pooling", "float16"): 2e-3,
+    ("graph", "float32"): 1e-4, ("graph", "float16"): 1e-2,
 }
 
 

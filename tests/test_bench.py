@@ -435,3 +435,54 @@ def test_absent_peer_names_what_to_install(monkeypatch):
                                        "reason": reason}]}
     text = _rendered(doc)
     assert "'vkml[bench]'" in text and "'vkml'" not in text
+
+
+# -- the graph workload (bench/graph.py) ----------------------------------------------------
+TINY_GRAPH = {"workloads": [
+    {"name": "graph-tiny", "op": "graph", "input": [1, 3, 8, 8], "channels": 4,
+     "sets": ["quick", "full"]}]}
+
+
+def test_graph_workload_reports_arena(tmp_path, device, monkeypatch):
+    """The graph workload in the tiny quick mode: the compiled graph and the operators one
+    by one both correct, the arena next to the sum of the intermediates, the speedup over
+    one-by-one, its goal checked; ONNX Runtime absent where it is not installed."""
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)     # as if not installed
+    rc, doc = _run(tmp_path, device, "--quick", "--no-limits", workloads=TINY_GRAPH)
+    assert rc == 0 and report.validate(doc) == []
+    rows = {r["runner"]: r for r in doc["results"]}
+    assert set(rows) == {"vkml", "vkml-ops", "onnxruntime-cpu"}
+    g, ops = rows["vkml"], rows["vkml-ops"]
+    assert g["status"] == ops["status"] == "ok"
+    assert not g["flagged"] and not ops["flagged"]
+    a = g["graph"]
+    # padding folded into the first convolution, relu fused into it: 3 nodes, and two
+    # intermediates (conv1+relu -> pool, pool -> conv2) that share nothing (both alive
+    # at the pooling) -- the arena holds both, never more than their sum
+    assert a["nodes"] == 3 and len(a["fusions"]) == 2
+    assert 0 < a["arena_bytes"] <= a["intermediate_bytes"]
+    assert a["intermediate_tensor_bytes"] == 4 * (4 * 8 * 8 + 4 * 4 * 4)
+    assert a["speedup_vs_one_by_one"] > 0
+    assert g["speedup"]["vkml-ops"]["e2e"] == pytest.approx(a["speedup_vs_one_by_one"])
+    assert rows["onnxruntime-cpu"]["status"] == "absent"
+    goal = [t for t in doc["targets"] if t["area"] == "graph"]
+    assert len(goal) == 1 and goal[0]["threshold"] == 1.3
+    assert goal[0]["values"] == {"graph-tiny": a["speedup_vs_one_by_one"]}
+
+
+def test_graph_workload_onnx_model():
+    """The ONNX model of the graph workload is valid and, by the ONNX reference
+    evaluator, computes the bench's float64 reference."""
+    onnx = pytest.importorskip("onnx")
+    from onnx.reference import ReferenceEvaluator
+
+    from bench import graph
+    w = wl.parse(TINY_GRAPH["workloads"][0])
+    p = w.p
+    assert p["out_shape"] == [1, 4, 4, 4]
+    inputs = operators.make_inputs(w.op, p, w.np_dtype)
+    model = graph.onnx_model(p, inputs)
+    onnx.checker.check_model(model)
+    got = ReferenceEvaluator(model).run(None, {"x": inputs[0]})[0]
+    want = operators.compute(w.op, p, inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

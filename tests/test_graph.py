@@ -462,3 +462,62 @@ def test_random_dags(device, case):
         cg.release()
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+# -- owned filters through a graph -------------------------------------------------------------
+def winograd_graph(owned):
+    """x -> zero pad 1 -> conv 3x3 16->16 (Winograd's shape, filter a graph input) -> relu."""
+    x, xp, y = f32(1, 16, 22, 22), f32(1, 16, 24, 24), f32(1, 16, 22, 22)
+    w = f32(16, 16, 3, 3, flags=OWNED if owned else 0)
+    nodes = [N(dml.PaddingOperatorDesc(x, xp, start_padding=(0, 0, 1, 1),
+                                       end_padding=(0, 0, 1, 1))),
+             N(dml.ConvolutionOperatorDesc(xp, w, None, y)),
+             N(dml.ActivationReluOperatorDesc(y, y))]
+    return dml.GraphDesc(2, 1, nodes, [IN(0, 0, 0), IN(1, 1, 1)], [OUT(2, 0, 0)],
+                         [MID(0, 0, 1, 0), MID(1, 0, 2, 0)])
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_owned_filter_constant_transformed_once(device, fuse, monkeypatch):
+    """A graph's OWNED_BY_DML filter is handed to its convolution node, which transforms
+    it at initialization (paths narrowed to those that transform it: winograd, gemm):
+    the graph records fewer dispatches than with the filter bound at execution, keeps no
+    copy of its own, gives the same results, and later writes to the initializing tensor
+    change nothing."""
+    import importlib
+    conv_ops = importlib.import_module("vkml.ops.convolution")
+    monkeypatch.setattr(conv_ops, "PATHS", [p for p in conv_ops.PATHS
+                                            if p.name in ("winograd", "gemm")])
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 16, 22, 22)).astype(np.float32)
+    w = (rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32)
+    tw = device.tensor(w)
+    owned = device.compile_graph(winograd_graph(True), fuse=fuse, constants={1: tw})
+    plain = device.compile_graph(winograd_graph(False), fuse=fuse)
+    conv = [n.compiled for n in owned._graph_nodes.values()
+            if isinstance(n.desc, dml.ConvolutionOperatorDesc)][0]
+    assert conv.owned_inputs == [1] and owned._constants == {}
+    xt = device.tensor(x)
+    y1, y2 = device.empty((1, 16, 22, 22)), device.empty((1, 16, 22, 22))
+    plain.execute([xt, tw], [y1])
+    owned.execute([xt, None], [y2])
+    want = np.maximum(convolution_reference(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1],
+                                            [0, 0], 1, "cross_correlation", "forward"), 0)
+    np.testing.assert_allclose(y2.numpy(), want, rtol=1e-3, atol=1e-3)
+    np.testing.assert_array_equal(y2.numpy(), y1.numpy())
+    counts = []
+    for cg, ins, out in ((plain, [xt, tw], y1), (owned, [xt, None], y2)):
+        seq = device.sequence()
+        cg.record(seq, ins, [out])
+        counts.append(seq.dispatches)
+        seq.close()
+    assert conv.path.name in ("winograd", "gemm") and conv.path.filter_ready
+    assert counts[1] < counts[0], counts           # the filter transform is not recorded
+    tw.write(np.zeros_like(w))
+    owned.execute([xt, None], [y2])
+    np.testing.assert_array_equal(y2.numpy(), y1.numpy())
+    with pytest.raises(ValidationError) as info:
+        owned.execute([xt, tw], [y2])
+    assert info.value.field == "inputs[1]"
+    owned.release()
+    plain.release()

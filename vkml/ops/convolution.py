@@ -27,8 +27,17 @@ direct         everything else: any layout, both directions and modes, groups
 Every path takes float32 and float16 (packed float16 where the device lacks 16-bit
 storage), accumulates in float32, adds the bias and applies the fused activation in the
 kernel that stores the output.  gemm and winograd re-lay (transform) the filter per
-execution: DML binds it at execution unless ``DML_TENSOR_FLAG_OWNED_BY_DML``, which vkml
-has no initializer for yet; gemm_sg and depthwise read it where it is.
+execution, since DML binds it at execution; gemm_sg, depthwise and direct read it where
+it is.
+
+Owned filters: a filter tensor flagged ``DML_TENSOR_FLAG_OWNED_BY_DML`` is bound once, by
+:meth:`CompiledConvolution.initialize` (``IDMLOperatorInitializer``; a graph's
+``initialize`` hands its constants to each node), and binding it at execution is a
+ValidationError, as the flag's page says ("DirectML makes a copy of the tensor data during
+initialization ... This allows DirectML to perform reformatting of the tensor data into
+other, more efficient forms").  gemm and winograd run the filter re-layout / transform
+then, into the buffer the operator owns, and their executions skip those dispatches; the
+other paths (and any other owned input) get a copy.
 
 Measured on lavapipe (Mesa 22.3, LLVM 15, AVX2; CPU time of the process, so other load
 on the machine does not count) -- these decide the shapes of the kernels:
@@ -73,8 +82,10 @@ from ..dml.operator import as_tuple, as_uint, enum_of
 from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import STORAGE, UNIFORM, Bind
+from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
+from .owned import device_copy, initializer_inputs, owned_slots, refuse_owned_at_execution
 
 __all__ = ["convolution"]
 
@@ -355,6 +366,19 @@ class Path:
     def prefers(cls, op: CompiledOperator, geo: Geometry) -> bool:
         """Whether :func:`choose_path` takes it for the geometry when it accepts it."""
         return True
+
+    #: Set once an OWNED_BY_DML filter was transformed at initialization: ``encode``
+    #: then skips :meth:`encode_filter` (``w`` is not read).
+    filter_ready = False
+
+    def filter_buffer(self):
+        """The buffer :meth:`encode_filter` writes (the re-laid or transformed filter), or
+        None where the path reads the filter in place."""
+        return None
+
+    def encode_filter(self, seq, w) -> None:
+        """The dispatches that re-lay (transform) the filter ``w`` into
+        :meth:`filter_buffer`: per execution, or once at initialization."""
 
     def encode(self, seq, x, w, b, y) -> None:
         raise NotImplementedError
@@ -966,10 +990,17 @@ class GemmPath(Path):
         return [f(0, kd) * ws[2] + f(1, kh) * ws[3] + k0 * ws[4]
                 for kd, _ in ad.taps for kh, _ in ah.taps], step
 
-    def encode(self, seq, x, w, b, y) -> None:
-        g, op = self.geo, self.op
+    def filter_buffer(self):
+        return self.wt if self.w_relayouts else None
+
+    def encode_filter(self, seq, w) -> None:
         for rl, dst_off in self.w_relayouts:
             rl.encode(seq, w, self.wt, dst_off)
+
+    def encode(self, seq, x, w, b, y) -> None:
+        g, op = self.geo, self.op
+        if not self.filter_ready:
+            self.encode_filter(seq, w)
         sg = self.sg
         if self.in_place:
             src, nbytes = x, min(x.size, self.x_bytes)
@@ -1162,13 +1193,22 @@ class WinogradPath(Path):
         self.groups_y = co_pad // mb
         self.v_bytes, self.u_bytes, self.m_bytes = 4 * v_floats, 4 * u_floats, 4 * m_floats
 
+    def filter_buffer(self):
+        return self.u
+
+    def encode_filter(self, seq, w) -> None:
+        """U = G g G^T for every channel pair."""
+        pb = Bind(self.params)
+        seq.dispatch(self.p_weights, [
+            Bind(w, 0, self.op.desc.filter_tensor.total_tensor_size_in_bytes, "r", self.w_fmt),
+            pb, Bind(self.u, 0, self.u_bytes, "w"), pb],
+            (-(-self.co_pad // self.local), self.geo.c_in, 1))
+
     def encode(self, seq, x, w, b, y) -> None:
         g, d, L = self.geo, self.op.desc, self.local
         pb = Bind(self.params)
-        seq.dispatch(self.p_weights, [
-            Bind(w, 0, d.filter_tensor.total_tensor_size_in_bytes, "r", self.w_fmt),
-            Bind(self.params), Bind(self.u, 0, self.u_bytes, "w"), pb],
-            (-(-self.co_pad // L), g.c_in, 1))
+        if not self.filter_ready:
+            self.encode_filter(seq, w)
         seq.dispatch(self.p_input, [
             Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r", self.x_fmt),
             Bind(self.params), Bind(self.v, 0, self.v_bytes, "w"), pb],
@@ -1343,11 +1383,80 @@ def choose_path(op: CompiledOperator, geo: Geometry) -> Path:
 
 @implements(ConvolutionOperatorDesc)
 class CompiledConvolution(CompiledOperator):
-    """Chooses a path for the descriptor on this device (see the module doc)."""
+    """Chooses a path for the descriptor on this device (see the module doc).
+
+    ``owned_inputs``: the input slots (0 input, 1 filter, 2 bias) whose tensors carry
+    ``DML_TENSOR_FLAG_OWNED_BY_DML``; they are bound by :meth:`initialize`, not at
+    execution (see "Owned filters" in the module doc)."""
+
+    INPUT_NAMES = ("input", "filter", "bias")
 
     def build(self) -> None:
         self.geometry = Geometry.of(self.desc)
         self.path = choose_path(self, self.geometry)
+        self.owned_inputs = owned_slots(self.desc.inputs())
+        self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
+
+    # -- DML_TENSOR_FLAG_OWNED_BY_DML ----------------------------------------------------
+    def initialize(self, inputs=None, **named) -> None:
+        """``IDMLOperatorInitializer`` for this operator: bind the OWNED_BY_DML inputs once,
+        by slot (``initialize({1: w})``, ``initialize([None, w, None])``) or by name
+        (``initialize(filter=w)``), each a Tensor or an array.  A path that re-lays or
+        transforms the filter (gemm, winograd) does so now, into a buffer this operator
+        owns, and its executions skip those dispatches; every other owned input (and the
+        filter of a path that reads it in place) is copied into such a buffer.  Later
+        changes to the given tensors do not reach the operator.  May be called again."""
+        self._check_live()
+        given = dict(inputs) if isinstance(inputs, dict) else (
+            {i: v for i, v in enumerate(inputs) if v is not None} if inputs is not None else {})
+        for name, value in named.items():
+            if name not in self.INPUT_NAMES:
+                raise ValidationError(name, f"is not an input of {self.desc.OPERATOR_TYPE} "
+                                      f"(those are {', '.join(self.INPUT_NAMES)})")
+            given[self.INPUT_NAMES.index(name)] = value
+        given = initializer_inputs(self.owned_inputs, given, "inputs")
+        descs = self.desc.inputs()
+        temps, persistent = [], {}
+        with self._lock:
+            try:
+                with self.ctx.sequence(hold=True) as seq:
+                    for i, value in sorted(given.items()):
+                        t, temp = device_copy(self.device, value, descs[i], f"inputs[{i}]")
+                        if temp:
+                            temps.append(t)
+                        persistent[i] = self._initialize_input(seq, i, t)
+                    seq.run()
+            finally:
+                for t in temps:
+                    t.free()
+            if 1 in persistent and self.path.filter_buffer() is not None:
+                self.path.filter_ready = True
+            self._persistent = persistent
+            # a recorded execution reads the same buffers: the cache stays valid
+
+    def _initialize_input(self, seq, i: int, t):
+        """Record the initialization of input slot ``i`` from ``t``; the Tensor (not
+        owning) that executions bind in its place."""
+        d = self.desc.inputs()[i]
+        dst = self.path.filter_buffer() if i == 1 else None
+        if dst is not None:
+            self.path.encode_filter(seq, t._alloc)
+        else:
+            old = self._persistent.get(i)
+            dst = old._alloc if old is not None else self.scratch(
+                -(-d.total_tensor_size_in_bytes // 4) * 4)
+            seq.copy(t._alloc, dst, [(0, 0, min(dst.size, t._alloc.size))])
+        return Tensor(self.device, (dst.size,), np.uint8, dst, max(dst.size,
+                      d.total_tensor_size_in_bytes), owner=False)
+
+    def _check_bindings(self, inputs, outputs):
+        inputs = list(inputs) if inputs is not None else []
+        refuse_owned_at_execution(self.owned_inputs, inputs,
+                                  len(self._persistent) == len(self.owned_inputs))
+        for i, t in self._persistent.items():
+            inputs += [None] * (i + 1 - len(inputs))
+            inputs[i] = t
+        return super()._check_bindings(inputs, outputs)
 
     def whole(self, alloc, what: str) -> int:
         """Bytes to bind of a tensor bound whole (refused beyond maxStorageBufferRange)."""

@@ -26,9 +26,12 @@ work):
 
 4. Constant inputs: graph inputs whose consumers' tensors carry
    ``DML_TENSOR_FLAG_OWNED_BY_DML`` are bound once, by :meth:`CompiledGraph.initialize`
-   (``IDMLOperatorInitializer``) or ``compile_graph(..., constants={index: array})``,
-   which copies them into device memory the graph owns; binding them at execution is an
-   error, as the flag's page says.
+   (``IDMLOperatorInitializer``) or ``compile_graph(..., constants={index: array})``;
+   binding them at execution is an error, as the flag's page says (the rule is
+   ``ops/owned.py``'s, shared with single operators).  A node that owns the input
+   itself (a convolution's OWNED_BY_DML filter) is initialized with it and keeps its
+   own copy or transformed form (the filter re-layout / Winograd transform run once);
+   any other consumer binds a copy the graph owns.
 
 Execution: :meth:`CompiledGraph.execute` records every node into one command buffer
 (barriers where data flows, see ``runtime.Sequence``) and replays it while the same
@@ -52,6 +55,7 @@ from ..runtime import UNIFORM_TEXEL
 from ..runtime.memory import Allocation
 from ..tensor import Tensor
 from .base import CompiledOperator
+from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 
 __all__: list[str] = []
 
@@ -154,6 +158,7 @@ class CompiledGraph(CompiledOperator):
             self._release_nodes()
             raise
         self._constants: dict = {}
+        self._initialized = not self.constant_inputs
         if self._constants_given is not None:
             self.initialize(self._constants_given)
 
@@ -270,33 +275,45 @@ class CompiledGraph(CompiledOperator):
     # -- constants -----------------------------------------------------------------------
     def initialize(self, constants) -> None:
         """Bind the graph inputs marked ``DML_TENSOR_FLAG_OWNED_BY_DML`` once
-        (``IDMLOperatorInitializer``): ``{graph input index: array or Tensor}``; they are
-        copied into device memory the graph owns.  May be called again to replace them."""
+        (``IDMLOperatorInitializer``): ``{graph input index: array or Tensor}``.  Each
+        node that owns such an input (a convolution's filter) is initialized with it --
+        it copies or transforms it into memory of its own (``CompiledConvolution.
+        initialize``); any other consumer binds a copy the graph owns.  May be called
+        again to replace them."""
         self._check_live()
-        if not isinstance(constants, dict):
-            constants = dict(enumerate(constants))
-        for g in constants:
-            if g not in self.constant_inputs:
-                raise ValidationError(f"constants[{g}]", "is not a graph input whose tensors "
-                                      "use DML_TENSOR_FLAG_OWNED_BY_DML (those are "
-                                      f"{self.constant_inputs})")
-        for g in self.constant_inputs:
-            if g not in constants:
-                raise ValidationError(f"constants[{g}]", "is missing: graph input "
-                                      f"{g} is OWNED_BY_DML and must be bound at initialization")
-        new = {}
-        for g, value in constants.items():
-            d = self._input_descs[g]
-            data = value.numpy() if isinstance(value, Tensor) else np.ascontiguousarray(value)
-            if data.nbytes < d.total_tensor_size_in_bytes - 3:
-                raise ValidationError(f"constants[{g}]", f"holds {data.nbytes} bytes, the "
-                                      "descriptor needs TotalTensorSizeInBytes = "
-                                      f"{d.total_tensor_size_in_bytes}")
-            t = self.device.empty(data.shape, data.dtype, nbytes=d.total_tensor_size_in_bytes)
-            t.write(data)
-            new[g] = t
+        constants = initializer_inputs(self.constant_inputs, constants, "constants")
+        given, temps, new = {}, [], {}
+        try:
+            for g, value in constants.items():
+                t, temp = device_copy(self.device, value, self._input_descs[g],
+                                      f"constants[{g}]")
+                given[g] = t
+                if temp:
+                    temps.append(t)
+            bound = set()                 # constants some node binds at execution
+            for n in self._graph_nodes.values():
+                owned = getattr(n.compiled, "owned_inputs", ())
+                bound |= {src[1] for slot, src in enumerate(n.sources) if src is not None
+                          and src[0] == "input" and src[1] in given and slot not in owned}
+                if owned:
+                    n.compiled.initialize({slot: given[n.sources[slot][1]] for slot in owned})
+            for g in sorted(bound):       # the graph's own copy of what nodes bind
+                t = given[g]
+                if t in temps:
+                    temps.remove(t)
+                else:
+                    t = self.device.tensor(t.read_bytes())
+                new[g] = t
+        except BaseException:
+            for t in new.values():
+                t.free()
+            raise
+        finally:
+            for t in temps:
+                t.free()
         with self._lock:
             old, self._constants = self._constants, new
+            self._initialized = True
             if self._cache is not None:          # recorded with the old constants
                 self._cache[2].close()
                 self._cache = None
@@ -306,22 +323,17 @@ class CompiledGraph(CompiledOperator):
     # -- binding and recording -----------------------------------------------------------
     def _check_bindings(self, inputs, outputs):
         inputs = list(inputs) if inputs is not None else []
-        for g in self.constant_inputs:
-            if g < len(inputs) and inputs[g] is not None:
-                raise ValidationError(f"inputs[{g}]", "is OWNED_BY_DML: it is bound once at "
-                                      "initialization, binding it at execution is an error")
-        if self.constant_inputs and len(self._constants) != len(self.constant_inputs):
-            raise ValidationError("initialize", "the graph has OWNED_BY_DML inputs "
-                                  f"{self.constant_inputs}: call initialize() first")
+        refuse_owned_at_execution(self.constant_inputs, inputs, self._initialized)
         return super()._check_bindings(inputs, outputs)
 
     def encode(self, seq, inputs, outputs) -> None:
         consts = self._constants
         for i in self.order:
             n = self._graph_nodes[i]
+            owned = getattr(n.compiled, "owned_inputs", ())
             ins = []
-            for src in n.sources:
-                if src is None:
+            for slot, src in enumerate(n.sources):
+                if src is None or slot in owned:     # owned: bound at its initialization
                     ins.append(None)
                 elif src[0] == "input":
                     ins.append(consts[src[1]] if src[1] in consts else inputs[src[1]])
