@@ -97,14 +97,20 @@ def allocation_size(shape, dtype, nbytes=None, heap=None, what: str = "a tensor"
         need = max(need, nbytes)
     size = max((need + 3) & ~3, 4)        # DirectML binds DWORD-aligned sizes
     if heap is not None:
-        limit, name = heap.max_alloc, "maxMemoryAllocationSize"
-        if heap.heap_size < limit:
-            limit, name = heap.heap_size, "the size of its memory heap"
-        if size > limit:
-            raise DeviceError(f"out of device memory: {what} of shape {shape} and dtype "
-                              f"{dtype} needs {size} bytes; the device allows at most "
-                              f"{limit} ({name})")
+        check_allocation(heap, size, f"{what} of shape {shape} and dtype {dtype}")
     return shape, dtype, size
+
+
+def check_allocation(heap, nbytes: int, what: str) -> None:
+    """DeviceError, before anything is allocated, when ``nbytes`` exceed what one
+    allocation from ``heap`` can hold (maxMemoryAllocationSize, or the heap's size);
+    the message names the size asked and the limit."""
+    limit, name = heap.max_alloc, "maxMemoryAllocationSize"
+    if heap.heap_size < limit:
+        limit, name = heap.heap_size, "the size of its memory heap"
+    if nbytes > limit:
+        raise DeviceError(f"out of device memory: {what} needs {nbytes} bytes; the device "
+                          f"allows at most {limit} ({name})")
 
 
 class TensorFlags(enum.IntFlag):

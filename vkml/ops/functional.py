@@ -106,13 +106,15 @@ def run(device, desc, args: list, out_shapes: list[tuple] | None = None):
     kind the arguments came in (one output -> not a list)."""
     out_descs = desc.outputs()
     shapes = out_shapes or [d.sizes for d in out_descs]
-    check_outputs(device, shapes, out_descs)
     try:
         hash(desc)                  # the compiled-operator cache's key
     except TypeError:               # a field of a wrong type (a list as a mode): name it
         desc.validate()
         raise
+    # Validation first (a descriptor the kernels cannot index is a ValidationError naming
+    # its field), then the result sizes against the device, before NumPy allocates them.
     compiled = device.compiled(desc)
+    check_outputs(device, shapes, out_descs)
     if any(isinstance(a, Tensor) for a in args):
         inputs = [a if a is None or isinstance(a, Tensor) else device.tensor(a) for a in args]
         outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import DeviceError, UnsupportedError
 from ..runtime import STORAGE, Bind
+from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
 
 __all__: list[str] = []     # helpers only: no functional form
@@ -160,12 +161,8 @@ def plan_windows(box, in_span, out_span, in_esize: int, out_esize: int, room: in
 
 def check_allocatable(ctx, nbytes: int, what: str) -> None:
     """DeviceError, before anything is allocated, for a tensor no allocation of this
-    device can hold (maxMemoryAllocationSize, the heap's size)."""
-    heap = ctx.tensor_heap
-    limit = min(heap.max_alloc, heap.heap_size)
-    if nbytes > limit:
-        raise DeviceError(f"{what} takes {nbytes} bytes, more than one allocation of this "
-                          f"device can hold ({limit} bytes: maxMemoryAllocationSize, heap)")
+    device can hold (see :func:`vkml.dml.tensor_desc.check_allocation`)."""
+    check_allocation(ctx.tensor_heap, nbytes, what)
 
 
 def strided_span(origin, extent, strides) -> tuple[int, int]:
