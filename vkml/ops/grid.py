@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from ..errors import DeviceError, UnsupportedError
+from ..errors import UnsupportedError
 from ..runtime import STORAGE, Bind
 from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
