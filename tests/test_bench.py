@@ -486,3 +486,30 @@ def test_graph_workload_onnx_model():
     got = ReferenceEvaluator(model).run(None, {"x": inputs[0]})[0]
     want = operators.compute(w.op, p, inputs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_torch_gpu_peer():
+    """torch-gpu runs the torch-cpu functions on the GPU PyTorch sees: absent with the
+    reason without one; its results equal torch-cpu's (checked on the CPU here by
+    pointing it at the CPU device, on a GPU for real)."""
+    import torch
+
+    from bench.runners.torch_peer import TorchGpuPeer
+    if not torch.cuda.is_available():
+        with pytest.raises(Absent, match="sees no GPU"):
+            TorchGpuPeer.probe()
+
+    class OnCpu(TorchGpuPeer):
+        torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+
+        def _result(self, torch_, y):
+            return y.cpu().numpy() if self.torch_device == "cpu" else super()._result(torch_, y)
+
+    for spec in ({"name": "c", "op": "convolution", "input": [1, 3, 9, 9], "filter": [4, 3, 3, 3],
+                  "start_padding": [1, 1], "end_padding": [1, 1]},
+                 {"name": "p", "op": "pad", "shape": [1, 2, 5, 5], "start": [0, 0, 1, 2],
+                  "end": [0, 0, 2, 1], "mode": "reflection"}):
+        w = wl.parse(spec)
+        inputs = operators.make_inputs(w.op, w.p, w.np_dtype)
+        np.testing.assert_allclose(OnCpu().prepare(w, inputs)(),
+                                   TorchPeer().prepare(w, inputs)(), rtol=1e-5, atol=1e-5)

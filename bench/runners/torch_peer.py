@@ -5,6 +5,11 @@ PyTorch has no symmetric mode).  Fold/Unfold: ``F.fold``/``F.unfold`` (2-D, equa
 and end padding).  Convolution: ``F.conv{1,2,3}d`` (asymmetric padding through ``F.pad``)
 and ``F.conv_transpose{1,2,3}d`` (equal padding).  LP pooling: ``F.pad`` + ``F.lp_pool{2,3}d``
 (no dilations; ``|x|`` first for odd P, where PyTorch's formula differs).
+
+``torch-gpu`` runs the same functions on the GPU PyTorch sees (CUDA, so cuDNN; or ROCm,
+so MIOpen), whenever it sees one: the inputs are uploaded once, each run is timed to the
+end of a device synchronization, and the result is read back (NumPy out, like every
+runner).  Without a GPU it is absent, with the reason.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ _PAD_MODE = {"constant": "constant", "edge": "replicate", "reflection": "reflect
 
 class TorchPeer(Runner):
     name = "torch-cpu"
+    #: ``torch.device`` the functions run on.
+    torch_device = "cpu"
 
     @classmethod
     def probe(cls) -> str:
@@ -26,10 +33,19 @@ class TorchPeer(Runner):
 
     def prepare(self, workload, inputs):
         torch = require("torch")
+        fn = self._function(torch, workload, [
+            None if a is None else torch.from_numpy(a).to(self.torch_device) for a in inputs])
+        return lambda: self._result(torch, fn())
+
+    def _result(self, torch, y):
+        """The output as NumPy (read back after the device finished, on a GPU)."""
+        return y.numpy()
+
+    def _function(self, torch, workload, ts):
+        """A callable computing ``workload`` on the tensors ``ts`` (a torch tensor out)."""
         F = torch.nn.functional
         torch.set_num_threads(os.cpu_count() or 1)
         op, p = workload.op, workload.p
-        ts = [None if a is None else torch.from_numpy(a) for a in inputs]
         x = ts[0]
 
         def torch_pads(start, end):       # F.pad: last dimension first
@@ -77,7 +93,7 @@ class TorchPeer(Runner):
                 return pool(v, pw, p["window"], p["strides"])
         else:
             fn = self._convolution(torch, F, p, ts)
-        return lambda: fn().numpy()
+        return fn
 
     @staticmethod
     def _convolution(torch, F, p, ts):
@@ -109,4 +125,25 @@ class TorchPeer(Runner):
                                 p["groups"]))
 
 
-RUNNERS = [TorchPeer]
+class TorchGpuPeer(TorchPeer):
+    """The same PyTorch functions on the GPU PyTorch sees (cuDNN / MIOpen)."""
+
+    name = "torch-gpu"
+    torch_device = "cuda"
+
+    @classmethod
+    def probe(cls) -> str:
+        torch = require("torch")
+        if not torch.cuda.is_available():
+            raise Absent(f"PyTorch {torch.__version__} sees no GPU (a CUDA or ROCm build "
+                         "and a GPU are needed)")
+        backend = f"ROCm {torch.version.hip}" if torch.version.hip else \
+            f"CUDA {torch.version.cuda}"
+        return f"{torch.__version__} ({backend}, {torch.cuda.get_device_name(0)})"
+
+    def _result(self, torch, y):
+        torch.cuda.synchronize()
+        return y.cpu().numpy()
+
+
+RUNNERS = [TorchPeer, TorchGpuPeer]
