@@ -3,7 +3,8 @@
 The node cases are those behind ``onnx.backend.test.BackendTest`` for the ops vkml.onnx maps
 (``_expanded`` function-body variants included), compared as BackendTest compares them
 (``Runner.assert_similar_outputs`` with the case's rtol/atol), on every device.  A case for
-an op in ``vkml.onnx.DEVICE_OPS`` must also have run on the device: no host fallback.
+an op in ``vkml.onnx.DEVICE_OPS`` (activations included) on a data type it takes must also
+have run on the device: no host fallback, unless HOST_BY_DESIGN says why.
 """
 from __future__ import annotations
 
@@ -72,6 +73,7 @@ def test_cases_cover_every_op():
     assert len(CASE_NAMES) > 110
     assert any(n.endswith("_expanded") for n in CASE_NAMES)
     assert set(EXCLUDED) <= set(CASE_NAMES)
+    assert OPS <= set(vonnx.DEVICE_OPS), OPS - set(vonnx.DEVICE_OPS)   # all run on the device
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

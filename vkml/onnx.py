@@ -15,22 +15,29 @@ How a model runs (``prepare``):
    ``torch.onnx.export`` writes for ``Pad``'s pads) are evaluated once by ONNX's own
    reference evaluator (``onnx.reference.ReferenceEvaluator``) and become constants.
 3. Every other node is placed: on the device when :data:`DEVICE_OPS` has a lowering for its
-   op type and its data types (activations: when :data:`FUSABLE_ACTIVATIONS` maps it and it
-   is the only consumer of a device Conv/ConvTranspose, it is fused into it); else on the
-   host (the reference evaluator), between device partitions, as ONNX Runtime does with
-   nodes its GPU providers lack.  ``prepare(model, strict=True)`` instead raises
-   :class:`vkml.UnsupportedError` naming the node and its op type.
+   op type and its data types (the activations, :data:`ACTIVATION_OPS`, as DML's
+   activation operators, float32/float16; :data:`HOST_ACTIVATIONS` lists what DML cannot
+   express); else on the host (the reference evaluator), between device partitions, as
+   ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
+   instead raises :class:`vkml.UnsupportedError` naming the node and its op type.
    Consecutive nodes with the same placement form a partition (``rep.partitions``).
-4. Initializers that device nodes read as tensors are uploaded once.
+4. Device partitions whose input shapes the model declares (and whose parameter inputs
+   are constants) are compiled at once, so ``rep.partitions`` shows what the graph
+   compiler fused ("Relu (fused into Conv)", "Pad (folded into Conv)").
 
-At ``run``, a device partition is lowered for the input shapes (and the values of its
-parameter inputs, e.g. ``Pad``'s pads) into a list of :class:`Step` (a ``vkml.dml``
-descriptor, input value names, output value names), compiled and recorded into one
-command sequence by :class:`SequenceExecutor`, and replayed on later runs with the same
-shapes.  When the device cannot run a partition (``UnsupportedError`` at compile, e.g.
-float64 arithmetic on SwiftShader, or an ONNX case vkml has no descriptor for, such as a
-negative (cropping) Pad) it runs on the host instead and is listed in ``rep.fallbacks``;
-with ``strict=True`` that raises :class:`vkml.UnsupportedError`.
+A device partition is lowered, for its input shapes (and the values of its parameter
+inputs, e.g. ``Pad``'s pads), into :class:`Step` s (a ``vkml.dml`` descriptor, input and
+output value names) and from them into one ``vkml.dml.GraphDesc``: values passed between
+steps are intermediate edges, the partition's inputs graph inputs -- constants
+(initializers, folded values) marked ``DML_TENSOR_FLAG_OWNED_BY_DML`` and bound once --
+and its outputs graph outputs.  :class:`GraphExecutor` compiles it with
+``Device.compile_graph`` (which fuses an activation into the convolution before it and a
+zero padding into the convolution or LP pooling after it: the one place that fuses, see
+``vkml/ops/graph.py``) and replays its command buffer on later runs with the same shapes.
+When the device cannot run a partition (``UnsupportedError`` at compile, e.g. float64
+arithmetic on SwiftShader, or an ONNX case vkml has no descriptor for, such as a negative
+(cropping) Pad) it runs on the host instead and is listed in ``rep.fallbacks``; with
+``strict=True`` that raises :class:`vkml.UnsupportedError`.
 """
 from __future__ import annotations
 
