@@ -747,6 +747,7 @@ class _DevicePartition:
                 if self.rep.strict:
                     raise UnsupportedError("an operator for " + names, str(exc)) from None
                 self.rep.fallbacks.append((names, str(exc)))
+                self.last = None                    # the partitions report no fusion
                 self.host = _HostPartition(self.rep, [(n, None) for n in self.nodes],
                                            self.inputs, self.outputs)
                 return self.host.run(env)
