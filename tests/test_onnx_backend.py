@@ -3,7 +3,8 @@
 The node cases are those behind ``onnx.backend.test.BackendTest`` for the ops vkml.onnx maps
 (``_expanded`` function-body variants included), compared as BackendTest compares them
 (``Runner.assert_similar_outputs`` with the case's rtol/atol), on every device.  A case for
-an op in ``vkml.onnx.DEVICE_OPS`` must also have run on the device: no host fallback.
+an op in ``vkml.onnx.DEVICE_OPS`` (activations included) on a data type it takes must also
+have run on the device: no host fallback, unless HOST_BY_DESIGN says why.
 """
 from __future__ import annotations
 
@@ -31,10 +32,13 @@ OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", 
 #: case passes on lavapipe and SwiftShader.
 EXCLUDED: dict[str, str] = {}
 
-#: Cases of a device op that run on the host by design (their values are not tensors).
+#: Cases of a device op that run on the host by design (what vkml.onnx.HOST_ACTIVATIONS
+#: lists, and values that are not tensors).
 HOST_BY_DESIGN = {
     "test_identity_sequence": "a sequence value: vkml tensors are tensors only",
     "test_identity_opt": "an optional value: vkml tensors are tensors only",
+    "test_gelu_tanh_1": vonnx.HOST_ACTIVATIONS["gelu_tanh"],
+    "test_gelu_tanh_2": vonnx.HOST_ACTIVATIONS["gelu_tanh"],
 }
 
 
@@ -69,6 +73,7 @@ def test_cases_cover_every_op():
     assert len(CASE_NAMES) > 110
     assert any(n.endswith("_expanded") for n in CASE_NAMES)
     assert set(EXCLUDED) <= set(CASE_NAMES)
+    assert OPS <= set(vonnx.DEVICE_OPS), OPS - set(vonnx.DEVICE_OPS)   # all run on the device
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
@@ -80,12 +85,19 @@ def test_onnx_node_case(name, device):
     for inputs, expected in case.data_sets:
         outputs = rep.run(inputs)
         Runner.assert_similar_outputs(expected, outputs, rtol=case.rtol, atol=case.atol)
-    on_device = [n for n in case.model.graph.node if n.op_type in vonnx.DEVICE_OPS]
+    # every node of a device op (activations included) on a data type it takes must have
+    # run on the device: no quiet host fallback
+    on_device = [n for n in case.model.graph.node if n.op_type in vonnx.DEVICE_OPS
+                 and rep.types.get(n.input[0]) in vonnx.DEVICE_OPS[n.op_type].dtypes]
     if on_device and name not in HOST_BY_DESIGN:
         assert not rep.fallbacks, rep.fallbacks
-        device_ops = {op for where, nodes in rep.partitions if where == "device"
+        device_ops = {op.split(" ")[0] for where, nodes in rep.partitions if where == "device"
                       for _, op in nodes}
         assert {n.op_type for n in on_device} <= device_ops, rep.partitions
+
+
+def test_host_by_design_cases_exist():
+    assert set(HOST_BY_DESIGN) <= set(CASE_NAMES)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -108,7 +120,7 @@ def _reference(model, feeds):
     return ReferenceEvaluator(model).run(None, feeds)
 
 
-# -- activations fused into Conv ----------------------------------------------------------------
+# -- activations: fused into Conv by the graph compiler, or standalone --------------------------
 
 ACTIVATION_CASES = [
     ("Relu", {}), ("LeakyRelu", {"alpha": 0.3}), ("Sigmoid", {}), ("Tanh", {}),
@@ -141,23 +153,88 @@ def test_activation_fused_into_conv(op, attrs, device):
     np.testing.assert_allclose(y, _reference(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
-def test_activation_not_fused_runs_on_host(device):
-    """An activation whose producer has another consumer (or is no Conv) runs on the host;
-    strict=True refuses it, naming the node."""
+def test_activation_not_fused_runs_standalone(device):
+    """An activation whose producer has another consumer is not fused: it runs as an
+    operator of its own on the device; Gelu approximate="tanh" (HOST_ACTIVATIONS) runs on
+    the host, and strict=True refuses it, naming the node."""
     nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
-             helper.make_node("Gelu", ["c"], ["y"], name="gelu_tanh", approximate="tanh"),
-             helper.make_node("Relu", ["c"], ["z"], name="relu2")]
+             helper.make_node("Relu", ["c"], ["z"], name="relu2"),
+             helper.make_node("Gelu", ["c"], ["y"], name="gelu_tanh", approximate="tanh")]
     w = np.ones((1, 1, 2, 2), np.float32)
     model = _model(nodes, [_vi("x", [1, 1, 3, 3])], [_vi("y", None), _vi("z", None)],
                    [numpy_helper.from_array(w, "W")], opset=20)
     rep = vonnx.prepare(model, device=device)
-    assert rep.partitions == [("device", [("conv", "Conv")]),
-                              ("host", [("gelu_tanh", "Gelu"), ("relu2", "Relu")])]
+    assert rep.partitions == [("device", [("conv", "Conv"), ("relu2", "Relu")]),
+                              ("host", [("gelu_tanh", "Gelu")])]
     x = np.linspace(-2, 2, 9, dtype=np.float32).reshape(1, 1, 3, 3)
     for got, want in zip(rep.run([x]), _reference(model, {"x": x})):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    with pytest.raises(vkml.UnsupportedError, match="gelu_tanh.*Gelu"):
+    assert rep._parts[0].last.compiled.fusions == []
+    with pytest.raises(vkml.UnsupportedError, match="gelu_tanh.*Gelu.*tanh"):
         vonnx.prepare(model, device=device, strict=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_standalone_activations(dtype, device):
+    """Every activation op on the device as an operator of its own, float32 and float16,
+    after a host node (Sin) and with Clip's bounds as model inputs (read at run)."""
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("Sin", ["x"], ["s"], name="sin")]
+    outs = []
+    for op, attrs in ACTIVATION_CASES + [("Identity", {})]:
+        ins = ["s", "lo", "hi"] if op == "Clip" else ["s"]
+        nodes.append(helper.make_node(op, ins, [f"y_{op}"], name=op.lower(), **attrs))
+        outs.append(_vi(f"y_{op}", [2, 3, 4], t))
+    model = _model(nodes, [_vi("x", [2, 3, 4], t), _vi("lo", [], t), _vi("hi", [], t)],
+                   outs, opset=20)
+    rep = vonnx.prepare(model, device=device, strict=False)
+    assert rep.partitions[0] == ("host", [("sin", "Sin")])
+    assert rep.partitions[1][0] == "device" and len(rep.partitions) == 2
+    x = np.linspace(-3, 3, 24).reshape(2, 3, 4).astype(dtype)
+    lo, hi = np.array(-0.5, dtype), np.array(0.25, dtype)
+    got = rep.run([x, lo, hi])
+    assert not rep.fallbacks
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = _reference(model, {"x": x, "lo": lo, "hi": hi})
+    tol = 1e-5 if dtype == np.float32 else 5e-3
+    for (op, _), g, w in zip(ACTIVATION_CASES + [("Identity", {})], got, want):
+        assert g.dtype == w.dtype, op
+        np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=tol,
+                                   atol=tol, err_msg=op)
+
+
+def test_pad_conv_relu_lppool_conv_is_one_graph(device):
+    """Pad (constant 0, spatial) -> Conv -> Relu -> LpPool -> Conv: one device partition,
+    one compiled graph; the graph compiler folds the padding into the first Conv and fuses
+    the Relu into it, and rep.partitions says so; the weights are OWNED_BY_DML constants."""
+    rng = np.random.default_rng(11)
+    w1 = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    b1 = rng.standard_normal(3).astype(np.float32)
+    w2 = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["xp"], name="pad"),
+             helper.make_node("Conv", ["xp", "W1", "B1"], ["c"], name="conv1"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("LpPool", ["r"], ["l"], name="lppool", kernel_shape=[2, 2],
+                              strides=[2, 2], p=2),
+             helper.make_node("Conv", ["l", "W2"], ["y"], name="conv2")]
+    inits = [numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 1, 0], np.int64), "pads"),
+             numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b1, "B1"),
+             numpy_helper.from_array(w2, "W2")]
+    model = _model(nodes, [_vi("x", [1, 2, 7, 8])], [_vi("y", None)], inits)
+    rep = vonnx.prepare(model, device=device, strict=True)
+    assert rep.partitions == [("device", [
+        ("pad", "Pad (folded into Conv)"), ("conv1", "Conv"),
+        ("relu", "Relu (fused into Conv)"), ("lppool", "LpPool"), ("conv2", "Conv")])]
+    (part,) = rep._parts
+    graph = part.last.compiled
+    assert len(graph.fusions) == 2 and len(graph.nodes) == 3
+    assert sorted(graph.constant_inputs) == [1, 2, 3]        # W1, B1, W2
+    for x in (rng.standard_normal((1, 2, 7, 8)).astype(np.float32),
+              rng.standard_normal((2, 2, 6, 9)).astype(np.float32)):   # replay, new shape
+        (y,) = rep.run([x])
+        np.testing.assert_allclose(y, _reference(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    assert len(part._cache) == 2 and not rep.fallbacks
 
 
 # -- exported and hand-built models -------------------------------------------------------------

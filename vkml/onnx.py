@@ -15,22 +15,29 @@ How a model runs (``prepare``):
    ``torch.onnx.export`` writes for ``Pad``'s pads) are evaluated once by ONNX's own
    reference evaluator (``onnx.reference.ReferenceEvaluator``) and become constants.
 3. Every other node is placed: on the device when :data:`DEVICE_OPS` has a lowering for its
-   op type and its data types (activations: when :data:`FUSABLE_ACTIVATIONS` maps it and it
-   is the only consumer of a device Conv/ConvTranspose, it is fused into it); else on the
-   host (the reference evaluator), between device partitions, as ONNX Runtime does with
-   nodes its GPU providers lack.  ``prepare(model, strict=True)`` instead raises
-   :class:`vkml.UnsupportedError` naming the node and its op type.
+   op type and its data types (the activations, :data:`ACTIVATION_OPS`, as DML's
+   activation operators, float32/float16; :data:`HOST_ACTIVATIONS` lists what DML cannot
+   express); else on the host (the reference evaluator), between device partitions, as
+   ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
+   instead raises :class:`vkml.UnsupportedError` naming the node and its op type.
    Consecutive nodes with the same placement form a partition (``rep.partitions``).
-4. Initializers that device nodes read as tensors are uploaded once.
+4. Device partitions whose input shapes the model declares (and whose parameter inputs
+   are constants) are compiled at once, so ``rep.partitions`` shows what the graph
+   compiler fused ("Relu (fused into Conv)", "Pad (folded into Conv)").
 
-At ``run``, a device partition is lowered for the input shapes (and the values of its
-parameter inputs, e.g. ``Pad``'s pads) into a list of :class:`Step` (a ``vkml.dml``
-descriptor, input value names, output value names), compiled and recorded into one
-command sequence by :class:`SequenceExecutor`, and replayed on later runs with the same
-shapes.  When the device cannot run a partition (``UnsupportedError`` at compile, e.g.
-float64 arithmetic on SwiftShader, or an ONNX case vkml has no descriptor for, such as a
-negative (cropping) Pad) it runs on the host instead and is listed in ``rep.fallbacks``;
-with ``strict=True`` that raises :class:`vkml.UnsupportedError`.
+A device partition is lowered, for its input shapes (and the values of its parameter
+inputs, e.g. ``Pad``'s pads), into :class:`Step` s (a ``vkml.dml`` descriptor, input and
+output value names) and from them into one ``vkml.dml.GraphDesc``: values passed between
+steps are intermediate edges, the partition's inputs graph inputs -- constants
+(initializers, folded values) marked ``DML_TENSOR_FLAG_OWNED_BY_DML`` and bound once --
+and its outputs graph outputs.  :class:`GraphExecutor` compiles it with
+``Device.compile_graph`` (which fuses an activation into the convolution before it and a
+zero padding into the convolution or LP pooling after it: the one place that fuses, see
+``vkml/ops/graph.py``) and replays its command buffer on later runs with the same shapes.
+When the device cannot run a partition (``UnsupportedError`` at compile, e.g. float64
+arithmetic on SwiftShader, or an ONNX case vkml has no descriptor for, such as a negative
+(cropping) Pad) it runs on the host instead and is listed in ``rep.fallbacks``; with
+``strict=True`` that raises :class:`vkml.UnsupportedError`.
 """
 from __future__ import annotations
 
@@ -48,8 +55,8 @@ from .device import Device
 from .errors import UnsupportedError, ValidationError
 from .tensor import Tensor
 
-__all__ = ["VkmlBackend", "VkmlRep", "Step", "SequenceExecutor", "DEVICE_OPS",
-           "FUSABLE_ACTIVATIONS", "prepare", "run_model", "run_node", "supports_device"]
+__all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
+           "HOST_ACTIVATIONS", "prepare", "run_model", "run_node", "supports_device"]
 
 #: Ops whose nodes run on the host even when all their inputs are constant (not folded).
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -71,6 +78,7 @@ class Step:
     desc: object
     inputs: list
     outputs: list
+    origin: int = -1            # the ONNX node's index in its partition
 
 
 # -- lowering helpers -------------------------------------------------------------------------
@@ -116,6 +124,7 @@ class _Lowering:
         self.values = values
         self.infos = infos
         self.steps: list[Step] = []
+        self.origin = -1            # the index (in the partition) of the node being lowered
 
     def param(self, node, i, default=None):
         if i >= len(node.input) or not node.input[i]:
@@ -126,12 +135,12 @@ class _Lowering:
         return self.infos[name]
 
     def emit(self, desc, inputs, outputs, out_infos):
-        self.steps.append(Step(desc, list(inputs), list(outputs)))
+        self.steps.append(Step(desc, list(inputs), list(outputs), self.origin))
         for name, inf in zip(outputs, out_infos):
             self.infos[name] = inf
 
 
-def _lower_pad(lw: _Lowering, node, act):
+def _lower_pad(lw: _Lowering, node):
     shape, dtype = lw.info(node.input[0])
     rank = len(shape)
     a = _attrs(node)
@@ -168,7 +177,7 @@ def _lower_pad(lw: _Lowering, node, act):
     lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
 
 
-def _lower_conv(lw: _Lowering, node, act):
+def _lower_conv(lw: _Lowering, node):
     (xs, dt), (ws, _) = lw.info(node.input[0]), lw.info(node.input[1])
     has_bias = len(node.input) > 2 and bool(node.input[2])
     a = _attrs(node)
@@ -218,8 +227,7 @@ def _lower_conv(lw: _Lowering, node, act):
         direction=(dml.ConvolutionDirection.BACKWARD if transposed
                    else dml.ConvolutionDirection.FORWARD),
         strides=tuple(strides), dilations=tuple(dil), start_padding=tuple(start),
-        end_padding=tuple(end), output_padding=tuple(out_pad), group_count=group,
-        fused_activation=act)
+        end_padding=tuple(end), output_padding=tuple(out_pad), group_count=group)
     if min(desc.expected_output_sizes()) < 1:
         raise ValidationError(f"{node.op_type} {node.name!r}", "the output would be empty: "
                               f"{desc.expected_output_sizes()}")
@@ -229,7 +237,7 @@ def _lower_conv(lw: _Lowering, node, act):
             [node.output[0]], [(out_shape, dt)])
 
 
-def _lower_lp_pool(lw: _Lowering, node, act):
+def _lower_lp_pool(lw: _Lowering, node):
     xs, dt = lw.info(node.input[0])
     a = _attrs(node)
     n = len(xs) - 2
@@ -267,7 +275,7 @@ def _lower_lp_pool(lw: _Lowering, node, act):
     lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
 
 
-def _lower_col2im(lw: _Lowering, node, act):
+def _lower_col2im(lw: _Lowering, node):
     xs, dt = lw.info(node.input[0])
     image = [int(v) for v in lw.param(node, 1).reshape(-1)]
     block = [int(v) for v in lw.param(node, 2).reshape(-1)]
@@ -283,8 +291,99 @@ def _lower_col2im(lw: _Lowering, node, act):
     lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
 
 
-def _lower_identity(lw: _Lowering, node, act):
-    lw.emit(None, [node.input[0]], [node.output[0]], [lw.info(node.input[0])])
+def _lower_identity(lw: _Lowering, node):
+    shape, dt = lw.info(node.input[0])
+    if np.dtype(dt) in _FLOATS:                     # DML_ACTIVATION_IDENTITY: a node (a copy)
+        return _lower_activation(lw, node)
+    lw.emit(None, [node.input[0]], [node.output[0]], [(shape, dt)])   # other types: alias
+
+
+# -- activations ------------------------------------------------------------------------------
+
+#: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
+#: there at ``prepare`` when their parameters are constants, else listed in
+#: ``rep.fallbacks`` at ``run``).  Reason key -> why.
+HOST_ACTIVATIONS: dict[str, str] = {
+    "gelu_tanh": 'Gelu approximate="tanh": DML_ACTIVATION_GELU is the erf form only',
+    "refused": "parameters the DML descriptor refuses (its rule, e.g. Celu alpha=0: "
+               "DML_ACTIVATION_CELU divides by Alpha; NaN bounds of Clip)",
+    "dtype": "a data type other than float32/float16 (the activation operators' only types; "
+             "Identity of other types is an alias, on the device)",
+    "rank": "more than 8 dimensions (DML tensors have 1 to 8)",
+    "empty": "an empty tensor (DML sizes are at least 1)",
+}
+
+
+def _host_activation(key: str, detail: str = "") -> _HostFallback:
+    return _HostFallback(HOST_ACTIVATIONS[key] + (f" ({detail})" if detail else ""))
+
+
+def _clip_bounds(node, a, param):
+    if "min" in a or "max" in a:                   # opset 6: attributes
+        return a.get("min", -dml.FLT_MAX), a.get("max", dml.FLT_MAX)
+
+    def get(i, default):
+        v = param(i)
+        return default if v is None else float(np.asarray(v).reshape(-1)[0])
+    return get(1, -dml.FLT_MAX), get(2, dml.FLT_MAX)
+
+
+#: ONNX activation op -> f(attributes) giving (DML activation name, its parameters).
+#: Each runs through ``vkml.dml.ACTIVATIONS[name]``: standalone (its tensors set), or fused
+#: into the convolution before it by the graph compiler (``Device.compile_graph``).
+ACTIVATION_OPS = {
+    "Relu": lambda a: ("relu", {}),
+    "LeakyRelu": lambda a: ("leaky_relu", {"alpha": a.get("alpha", 0.01)}),
+    "Sigmoid": lambda a: ("sigmoid", {}),
+    "Tanh": lambda a: ("tanh", {}),
+    "HardSigmoid": lambda a: ("hard_sigmoid", {"alpha": a.get("alpha", 0.2),
+                                               "beta": a.get("beta", 0.5)}),
+    "Elu": lambda a: ("elu", {"alpha": a.get("alpha", 1.0)}),
+    "Selu": lambda a: ("scaled_elu", {"alpha": a.get("alpha", 1.67326319217681884765625),
+                                      "gamma": a.get("gamma", 1.05070102214813232421875)}),
+    "Celu": lambda a: ("celu", {"alpha": a.get("alpha", 1.0)}),
+    "Softplus": lambda a: ("softplus", {"steepness": 1.0}),
+    "Softsign": lambda a: ("softsign", {}),
+    "ThresholdedRelu": lambda a: ("thresholded_relu", {"alpha": a.get("alpha", 1.0)}),
+    "Shrink": lambda a: ("shrink", {"bias": a.get("bias", 0.0),
+                                    "threshold": a.get("lambd", 0.5)}),
+    "Gelu": lambda a: ("gelu", {}),
+    "Clip": None,                                  # bounds: attributes or inputs 1, 2
+    "Identity": lambda a: ("identity", {}),
+}
+
+
+def _activation_desc(node, param):
+    """The vkml.dml activation descriptor (tensors None) for an ONNX activation node;
+    ``param(i)`` gives the host value of input i (None: absent).  Raises _HostFallback
+    with a :data:`HOST_ACTIVATIONS` reason where DML cannot express it."""
+    a = _attrs(node)
+    if node.op_type == "Gelu" and _s(a.get("approximate", "none")) != "none":
+        raise _host_activation("gelu_tanh")
+    if node.op_type == "Clip":
+        lo, hi = _clip_bounds(node, a, param)
+        name, params = "clip", {"min": lo, "max": hi}
+    else:
+        name, params = ACTIVATION_OPS[node.op_type](a)
+    desc = dml.ACTIVATIONS[name](**params)
+    try:
+        desc.validate_parameters(desc.fail)
+    except ValidationError as exc:
+        raise _host_activation("refused", f"{exc.field}: {exc.rule}") from None
+    return desc
+
+
+def _lower_activation(lw: _Lowering, node):
+    shape, dt = lw.info(node.input[0])
+    if np.dtype(dt) not in _FLOATS:
+        raise _host_activation("dtype", str(np.dtype(dt)))
+    if len(shape) > 8:
+        raise _host_activation("rank", str(len(shape)))
+    if 0 in shape:
+        raise _host_activation("empty", str(tuple(shape)))
+    desc = _activation_desc(node, lambda i: lw.param(node, i))
+    t = _tdesc(tuple(shape) or (1,), dt)            # a scalar runs as one element
+    lw.emit(desc.standalone(t, t), [node.input[0]], [node.output[0]], [(tuple(shape), dt)])
 
 
 _FLOATS = {np.dtype(np.float32), np.dtype(np.float16)}
@@ -303,9 +402,10 @@ class DeviceOp:
     tensors: tuple = (0,)       # indices of inputs bound as device tensors
 
 
-#: THE list of ONNX ops that run on the vkml device (op type -> DeviceOp).  Activations are
-#: not here: they run on the device only fused into a Conv/ConvTranspose (see
-#: FUSABLE_ACTIVATIONS); standalone activation operators, once vkml has them, go here.
+#: THE list of ONNX ops that run on the vkml device (op type -> DeviceOp).  Activations
+#: run as operators of their own (fused into a Conv/ConvTranspose before them by the graph
+#: compiler where it is their only consumer); :data:`HOST_ACTIVATIONS` lists what stays on
+#: the host.
 DEVICE_OPS: dict[str, DeviceOp] = {
     "Pad": DeviceOp(_lower_pad, frozenset(_ALL), params=(1, 2, 3)),
     "Conv": DeviceOp(_lower_conv, frozenset(_FLOATS), tensors=(0, 1, 2)),
@@ -314,96 +414,180 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "Col2Im": DeviceOp(_lower_col2im, frozenset(_ALL), params=(1, 2)),
     "Identity": DeviceOp(_lower_identity, frozenset(_ALL)),
 }
+DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
+                                params=(1, 2) if op == "Clip" else ())
+                   for op in ACTIVATION_OPS if op != "Identity"})
 
 
-def _act(name, **params):
-    return dml.ACTIVATIONS[name](**params)
+# -- executing a device partition: one DML graph ---------------------------------------------
+
+#: Descriptor fields of each input slot (to mark constant inputs OWNED_BY_DML).
+_INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor")}
 
 
-def _clip(node, a, consts):
-    if "min" in a or "max" in a:                   # opset 6: attributes
-        lo, hi = a.get("min", -dml.FLT_MAX), a.get("max", dml.FLT_MAX)
-    else:
-        def get(i, default):
-            if i >= len(node.input) or not node.input[i]:
-                return default
-            if node.input[i] not in consts:
-                return None
-            return float(np.asarray(consts[node.input[i]]).reshape(-1)[0])
-        lo, hi = get(1, -dml.FLT_MAX), get(2, dml.FLT_MAX)
-        if lo is None or hi is None:
-            return None                            # bounds computed at run time: host
-    return _act("clip", min=float(lo), max=float(hi))
+@dataclass
+class _Lowered:
+    """A device partition lowered to a DML graph: the GraphDesc; the value names of its
+    graph inputs (in order) and which of them are constants (OWNED_BY_DML, with values);
+    per graph output its value names; (shape, dtype) of every value; aliases (an output
+    that is an input value, e.g. Identity of an int tensor); per graph node the index of
+    the ONNX node (in the partition) it comes from."""
+
+    graph: object
+    inputs: list
+    constants: dict
+    outputs: list
+    infos: dict
+    aliases: dict
+    origins: list
 
 
-#: ONNX activation op -> f(node, attributes, constants) giving the vkml.dml activation
-#: descriptor to fuse (None: not fusable with these attributes).
-FUSABLE_ACTIVATIONS = {
-    "Relu": lambda n, a, c: _act("relu"),
-    "LeakyRelu": lambda n, a, c: _act("leaky_relu", alpha=a.get("alpha", 0.01)),
-    "Sigmoid": lambda n, a, c: _act("sigmoid"),
-    "Tanh": lambda n, a, c: _act("tanh"),
-    "HardSigmoid": lambda n, a, c: _act("hard_sigmoid", alpha=a.get("alpha", 0.2),
-                                        beta=a.get("beta", 0.5)),
-    "Elu": lambda n, a, c: _act("elu", alpha=a.get("alpha", 1.0)),
-    "Selu": lambda n, a, c: _act("scaled_elu", alpha=a.get("alpha", 1.67326319217681884765625),
-                                 gamma=a.get("gamma", 1.05070102214813232421875)),
-    "Celu": lambda n, a, c: _act("celu", alpha=a.get("alpha", 1.0)),
-    "Softplus": lambda n, a, c: _act("softplus", steepness=1.0),
-    "Softsign": lambda n, a, c: _act("softsign"),
-    "ThresholdedRelu": lambda n, a, c: _act("thresholded_relu", alpha=a.get("alpha", 1.0)),
-    "Shrink": lambda n, a, c: _act("shrink", bias=a.get("bias", 0.0),
-                                   threshold=a.get("lambd", 0.5)),
-    "Gelu": lambda n, a, c: (_act("gelu") if _s(a.get("approximate", "none")) == "none"
-                             else None),
-    "Clip": _clip,
-}
+def _lower_graph(steps: list, outputs: list, consts: dict, infos: dict) -> _Lowered:
+    """Steps -> a ``vkml.dml.GraphDesc``: a step's input read from another step is an
+    intermediate edge, else a graph input (OWNED_BY_DML when a constant); the partition's
+    outputs (and outputs nothing reads) are graph outputs."""
+    alias: dict = {}
+
+    def res(name):
+        while name in alias:
+            name = alias[name]
+        return name
+
+    producer: dict = {}
+    nodes, origins, in_names = [], [], []
+    in_edges, inter = [], []
+    read = set()
+    for st in steps:
+        if st.desc is None:
+            alias[st.outputs[0]] = res(st.inputs[0])
+            continue
+        i = len(nodes)
+        desc = st.desc
+        fields = _INPUT_FIELDS.get(type(desc), ("input_tensor",))
+        for slot, name in enumerate(st.inputs):
+            if not name:
+                continue
+            name = res(name)
+            if name in producer:
+                inter.append(dml.IntermediateGraphEdgeDesc(*producer[name], i, slot))
+                read.add(producer[name])
+                continue
+            if name not in in_names:
+                in_names.append(name)
+            in_edges.append(dml.InputGraphEdgeDesc(in_names.index(name), i, slot))
+            if name in consts:
+                t = getattr(desc, fields[slot])
+                desc = replace(desc, **{fields[slot]: replace(
+                    t, flags=dml.TensorFlags.OWNED_BY_DML)})
+        for k, name in enumerate(st.outputs):
+            producer[name] = (i, k)
+        nodes.append(dml.OperatorGraphNodeDesc(desc, name=st.outputs[0]))
+        origins.append(st.origin)
+    out_of: dict = {}                  # (node, output) -> graph output index
+    out_names: list = []
+    aliases = {}
+    for name in outputs:
+        r = res(name)
+        if r not in producer:
+            aliases[name] = r
+            continue
+        g = out_of.setdefault(producer[r], len(out_of))
+        if g == len(out_names):
+            out_names.append([])
+        out_names[g].append(name)
+    for name, src in producer.items():           # outputs nothing reads: bound anyway
+        if src not in read and src not in out_of:
+            out_of[src] = len(out_of)
+            out_names.append([name])
+    graph = None
+    if nodes:
+        graph = dml.GraphDesc(
+            input_count=len(in_names), output_count=len(out_of), nodes=nodes,
+            input_edges=in_edges, intermediate_edges=inter,
+            output_edges=[dml.OutputGraphEdgeDesc(i, k, g) for (i, k), g in out_of.items()])
+    return _Lowered(graph, in_names, {n: consts[n] for n in in_names if n in consts},
+                    out_names, infos, aliases, origins)
 
 
-# -- executing a device partition ------------------------------------------------------------
+class GraphExecutor:
+    """Runs one lowered device partition: ``device.compile_graph`` (fusion, one arena for
+    intermediates, constants bound once), tensors for its inputs and outputs, and
+    :meth:`run` (``execute``: one command buffer, replayed while the same tensors are
+    bound).  ``fusions``: what the graph compiler fused, as ``(absorbed, into)`` pairs of
+    ONNX node indices in the partition."""
 
-class SequenceExecutor:
-    """Runs lowered steps on a device: each descriptor is created and compiled, and all of
-    them are recorded into one command sequence, replayed by :meth:`run`.  (The one place
-    to swap for ``device.compile_graph`` once vkml has DML graphs.)
-
-    ``tensors`` maps value names to the tensors bound for the partition's inputs and
-    constants; ``infos`` gives (shape, dtype) of every value the steps write."""
-
-    def __init__(self, device: Device, steps: list, tensors: dict, infos: dict):
+    def __init__(self, device: Device, lowered: _Lowered):
         self.device = device
-        self.tensors = dict(tensors)
-        self.compiled = []
-        self.seq = None
+        self.lowered = lw = lowered
+        self.compiled = None
+        self.staging: dict = {}
+        self.out_tensors: list = []
+        self.fusions: list = []
+        if lw.graph is None:
+            return
         try:
-            for st in steps:
-                if st.desc is None:                # alias (Identity)
-                    self.tensors[st.outputs[0]] = self.tensors[st.inputs[0]]
-                    continue
-                for name in st.outputs:
-                    shape, dtype = infos[name]
-                    self.tensors[name] = device.empty(shape, dtype)
-                op = device.compile_operator(device.create_operator(st.desc))
-                self.compiled.append((op, st))
-            self.seq = device.sequence()
-            for op, st in self.compiled:
-                op.record(self.seq, [self.tensors[n] if n else None for n in st.inputs],
-                          [self.tensors[n] for n in st.outputs])
+            consts = {g: np.asarray(lw.constants[n]) for g, n in enumerate(lw.inputs)
+                      if n in lw.constants}
+            self.compiled = device.compile_graph(lw.graph, constants=consts or None)
+            self.fusions = self._fusions()
+            bound = self.compiled.desc.inputs()
+            for g, name in enumerate(lw.inputs):
+                if name not in lw.constants:
+                    shape, dt = lw.infos[name]
+                    self.staging[name] = device.empty(
+                        shape, dt, nbytes=bound[g].total_tensor_size_in_bytes)
+            for d, names in zip(self.compiled.desc.outputs(), lw.outputs):
+                shape, dt = lw.infos[names[0]]
+                self.out_tensors.append(device.empty(shape, dt,
+                                                     nbytes=d.total_tensor_size_in_bytes))
         except BaseException:
             self.release()
             raise
 
-    def run(self) -> None:
-        if self.seq is not None and self.compiled:
-            self.seq.run()
+    def _fusions(self) -> list:
+        """``CompiledGraph.fusions`` ("nodes[2] (relu) fused into the convolution
+        nodes[0, 1]", "the zero padding nodes[0] folded into nodes[1]") as ONNX nodes."""
+        import re
+
+        pairs = []
+        for text in self.compiled.fusions:
+            groups = re.findall(r"nodes\[([\d, ]+)\]", text)
+            if len(groups) != 2:
+                continue
+            absorbed, into = ([self.lowered.origins[int(x)] for x in g.split(",")]
+                              for g in groups)
+            pairs.append((absorbed, into))
+        return pairs
+
+    def run(self, env: dict) -> None:
+        lw = self.lowered
+        if self.compiled is not None:
+            ins = []
+            for name in lw.inputs:
+                if name in lw.constants:
+                    ins.append(None)
+                    continue
+                v, t = env[name], self.staging[name]
+                if (isinstance(v, Tensor) and v.device is self.device and v.dtype == t.dtype
+                        and v.nbytes >= t.nbytes):
+                    ins.append(v)                  # a previous partition's output
+                else:
+                    t.write(np.ascontiguousarray(_host(v), dtype=t.dtype))
+                    ins.append(t)
+            self.compiled.execute(ins, self.out_tensors)
+            for t, names in zip(self.out_tensors, lw.outputs):
+                for name in names:
+                    env[name] = t
+        for name, src in lw.aliases.items():
+            env[name] = env[src]
 
     def release(self) -> None:
-        if self.seq is not None:
-            self.seq.close()
-            self.seq = None
-        for op, _ in self.compiled:
-            op.release()
-        self.compiled = []
+        if self.compiled is not None:
+            self.compiled.release()
+            self.compiled = None
+        for t in list(self.staging.values()) + self.out_tensors:
+            t.free()
+        self.staging, self.out_tensors = {}, []
 
 
 # -- partitions -------------------------------------------------------------------------------
@@ -487,19 +671,31 @@ def _host(value):
 class _DevicePartition:
     where = "device"
 
-    def __init__(self, rep, nodes, inputs, outputs, host_nodes):
+    def __init__(self, rep, nodes, inputs, outputs):
         self.rep, self.nodes, self.inputs, self.outputs = rep, nodes, inputs, outputs
-        self.host_nodes = host_nodes                # the ONNX nodes, activations unfused
         self._cache: dict = {}
+        self.last: GraphExecutor | None = None      # the latest built (its fusions)
         self.host: _HostPartition | None = None     # set when the device could not run it
         params, tensors = [], []
-        for node, _ in nodes:
+        for node in nodes:
             spec = DEVICE_OPS[node.op_type]
             for i, name in enumerate(node.input):
                 if name and name in inputs:
                     (params if i in spec.params else tensors).append(name)
         self.params = list(dict.fromkeys(params))
         self.tensor_inputs = [n for n in dict.fromkeys(tensors) if n not in self.params]
+
+    def labels(self, indices) -> list:
+        """(node label, op type) per node; what the latest compiled graph fused says so:
+        "Relu (fused into Conv)", "Pad (folded into Conv)"."""
+        ops = [n.op_type for n in self.nodes]
+        for absorbed, into in (self.last.fusions if self.last is not None else []):
+            main = [j for j in into if self.nodes[j].op_type in
+                    ("Conv", "ConvTranspose", "LpPool")] or into
+            for j in absorbed:
+                how = "folded" if self.nodes[j].op_type == "Pad" else "fused"
+                ops[j] = f"{self.nodes[j].op_type} ({how} into {self.nodes[main[0]].op_type})"
+        return [(_node_label(n, i), op) for n, i, op in zip(self.nodes, indices, ops)]
 
     def _key(self, env):
         key = []
@@ -515,24 +711,27 @@ class _DevicePartition:
         infos = {n: (tuple(env[n].shape), np.dtype(env[n].dtype)) for n in self.tensor_inputs}
         values = {n: _host(env[n]) for n in self.params}
         lw = _Lowering(values, infos)
-        for node, act in self.nodes:
+        for j, node in enumerate(self.nodes):
             spec = DEVICE_OPS[node.op_type]
             dt = infos[node.input[0]][1]
             if dt not in spec.dtypes:
                 raise _HostFallback(f"data type {dt} ({node.op_type} on the device takes "
                                     f"{sorted(map(str, spec.dtypes))})")
-            spec.lower(lw, node, act)
-        dev = self.rep.device
-        tensors = {}
-        for name in self.tensor_inputs:
-            v = env[name]
-            if name in self.rep.device_consts:
-                tensors[name] = self.rep.device_consts[name]
-            elif isinstance(v, Tensor) and v.device is dev:
-                tensors[name] = v
-            else:
-                tensors[name] = dev.empty(infos[name][0], infos[name][1])
-        return SequenceExecutor(dev, lw.steps, tensors, lw.infos)
+            lw.origin = j
+            spec.lower(lw, node)
+        consts = {n: self.rep.consts[n] for n in self.tensor_inputs if n in self.rep.consts}
+        return GraphExecutor(self.rep.device, _lower_graph(lw.steps, self.outputs, consts,
+                                                            lw.infos))
+
+    def warm(self, env) -> None:
+        """Compile for the shapes the model declares (``prepare``), so that
+        ``rep.partitions`` shows what the graph compiler fused; errors wait for ``run``."""
+        try:
+            key = self._key(env)
+            if key not in self._cache:
+                self._cache[key] = self.last = self._build(env)
+        except Exception:
+            pass
 
     def run(self, env: dict) -> None:
         if self.host is not None:
@@ -543,29 +742,24 @@ class _DevicePartition:
             try:
                 ex = self._build(env)
             except (_HostFallback, UnsupportedError) as exc:
-                names = ", ".join(f"{_node_label(n, i)} ({n.op_type})" for (n, _), i
-                                  in zip(self.nodes, range(len(self.nodes))))
+                names = ", ".join(f"{_node_label(n, i)} ({n.op_type})"
+                                  for i, n in enumerate(self.nodes))
                 if self.rep.strict:
                     raise UnsupportedError("an operator for " + names, str(exc)) from None
                 self.rep.fallbacks.append((names, str(exc)))
-                self.host = _HostPartition(self.rep, [(n, None) for n in self.host_nodes],
+                self.last = None                    # the partitions report no fusion
+                self.host = _HostPartition(self.rep, [(n, None) for n in self.nodes],
                                            self.inputs, self.outputs)
                 return self.host.run(env)
             self._cache[key] = ex
-        for name in self.tensor_inputs:
-            t = ex.tensors[name]
-            v = env[name]
-            if v is t or name in self.rep.device_consts:
-                continue
-            t.write(np.ascontiguousarray(_host(v), dtype=t.dtype))
-        ex.run()
-        for name in self.outputs:
-            env[name] = ex.tensors[name]
+        self.last = ex
+        ex.run(env)
 
     def release(self):
         for ex in self._cache.values():
             ex.release()
         self._cache.clear()
+        self.last = None
 
 
 # -- the backend --------------------------------------------------------------------------
@@ -636,7 +830,6 @@ class VkmlRep(BackendRep):
         self.device = device
         self.strict = strict
         self.fallbacks: list = []
-        self.fused_into: dict = {}
         g = model.graph
         inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
         for sp in g.sparse_initializer:
@@ -647,10 +840,14 @@ class VkmlRep(BackendRep):
             inferred = onnx.shape_inference.infer_shapes(model)
         except Exception:
             inferred = model
-        self.types = {}
+        self.types, self.shapes = {}, {}
         for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + \
                 list(inferred.graph.output):
             t = vi.type
+            if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
+                dims = t.tensor_type.shape.dim
+                if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+                    self.shapes[vi.name] = tuple(int(d.dim_value) for d in dims)
             if t.HasField("tensor_type") and t.tensor_type.elem_type:
                 try:
                     self.types[vi.name] = np.dtype(
@@ -663,12 +860,43 @@ class VkmlRep(BackendRep):
             self.types[name] = v.dtype
         self.consts = self._fold(inits)
         self._place()
-        self.device_consts = {}
-        for part in self._parts:
+        self._warm()
+
+    @property
+    def partitions(self) -> list:
+        """[(where, [(node label, op type), ...]), ...] in execution order; a device
+        partition's nodes that its compiled graph fused say so ("Relu (fused into Conv)")."""
+        out = []
+        for part, (w, items) in zip(self._parts, self._groups):
+            idx = [i for i, _ in items]
             if isinstance(part, _DevicePartition):
-                for name in part.tensor_inputs:
-                    if name in self.consts and name not in self.device_consts:
-                        self.device_consts[name] = device.tensor(self.consts[name])
+                out.append((w, part.labels(idx)))
+            else:
+                out.append((w, [(_node_label(n, i), n.op_type) for i, n in items]))
+        return out
+
+    def _warm(self) -> None:
+        """Compile the device partitions for the shapes the model declares, when all of
+        them are static and known and every parameter input is a constant."""
+        env = dict(self.consts)
+        for part in self._parts:
+            if not isinstance(part, _DevicePartition):
+                continue
+            if any(n not in self.consts for n in part.params):
+                continue
+            ok = True
+            for n in part.tensor_inputs:
+                if n in env:
+                    continue
+                shape, dt = self.shapes.get(n), self.types.get(n)
+                if shape is None or dt is None:
+                    ok = False
+                    break
+                # a zero-stride stand-in: the lowering reads only its shape and dtype
+                env[n] = np.lib.stride_tricks.as_strided(np.zeros(1, dt), shape,
+                                                         (0,) * len(shape))
+            if ok:
+                part.warm(env)
 
     # -- prepare ------------------------------------------------------------------------
     def _fold(self, inits: dict) -> dict:
@@ -723,40 +951,25 @@ class VkmlRep(BackendRep):
         if node.op_type == "Pad" and len(node.input) > 1 and node.input[1] in self.consts:
             if (np.asarray(self.consts[node.input[1]]) < 0).any():
                 return "negative pads (cropping): DML_PADDING takes UINT paddings"
+        if spec.lower is _lower_activation:
+            # what HOST_ACTIVATIONS lists, decided here when the parameters are constants
+            def param(i):
+                if i >= len(node.input) or not node.input[i]:
+                    return None
+                return self.consts.get(node.input[i])
+            if all(x in self.consts for x in node.input[1:] if x):
+                try:
+                    _activation_desc(node, param)
+                except _HostFallback as exc:
+                    return str(exc)
         return None
 
     def _place(self) -> None:
         rest = self._rest
-        consumers: dict = {}
-        for _, n in rest:
-            for x in list(n.input) + sorted(_subgraph_inputs(n)):
-                consumers.setdefault(x, []).append(n)
         where = {}          # value name -> "device"/"host"
-        placed = []         # (index, node, where, fused activation or None)
-        fused_nodes = set()
+        placed = []         # (index, node, where)
         for i, node in rest:
-            if id(node) in fused_nodes:
-                continue
             why = self._device_ok(node, where)
-            act = None
-            if why is None and node.op_type in ("Conv", "ConvTranspose"):
-                out = node.output[0]
-                users = consumers.get(out, [])
-                if (len(users) == 1 and out not in self.output_names
-                        and users[0].op_type in FUSABLE_ACTIVATIONS
-                        and users[0].domain in ("", "ai.onnx")
-                        and users[0].input[0] == out
-                        and all(x in self.consts for x in users[0].input[1:] if x)):
-                    try:
-                        act = FUSABLE_ACTIVATIONS[users[0].op_type](
-                            users[0], _attrs(users[0]), self.consts)
-                        if act is not None:
-                            act.validate_parameters(act.fail)
-                    except ValidationError:
-                        act = None     # parameters DML refuses (e.g. Celu alpha=0): host
-                    if act is not None:
-                        fused_nodes.add(id(users[0]))
-                        self.fused_into[id(node)] = users[0]
             if why is not None and self.strict:
                 raise UnsupportedError(
                     f"an operator for node {_node_label(node, i)!r} (op type "
@@ -764,66 +977,37 @@ class VkmlRep(BackendRep):
             w = "device" if why is None else "host"
             for o in node.output:
                 where[o] = w
-            if act is not None:
-                for o in self.fused_into[id(node)].output:
-                    where[o] = w
-            placed.append((i, node, w, act))
+            placed.append((i, node, w))
         # partitions: maximal runs of one placement
         groups = []
-        for i, node, w, act in placed:
+        for i, node, w in placed:
             if not groups or groups[-1][0] != w:
                 groups.append((w, []))
-            groups[-1][1].append((i, node, act))
-        self.partitions = []
+            groups[-1][1].append((i, node))
+        self._groups = groups
         self._parts = []
+        known = set(self.input_names) | set(self.consts) | {o for _, n in rest for o in n.output}
         for gi, (w, items) in enumerate(groups):
             produced = set()
             reads = []
-            for _, node, act in items:
+            for _, node in items:
                 for x in list(node.input) + sorted(_subgraph_inputs(node)):
                     if x and x not in produced:
                         reads.append(x)
                 produced.update(o for o in node.output if o)
-                if act is not None:
-                    produced.update(self.fused_into[id(node)].output)
             later = set(self.output_names)
             for _, its in groups[gi + 1:]:
-                for _, node, act in its:
+                for _, node in its:
                     later |= set(node.input) | _subgraph_inputs(node)
-            inputs = list(dict.fromkeys(x for x in reads if x not in produced))
             # a name read from an outer value that does not exist (subgraph-local) is dropped
-            known = set(self.input_names) | set(self.consts) | {
-                o for _, n in rest for o in n.output}
-            inputs = [x for x in inputs if x in known]
+            inputs = [x for x in dict.fromkeys(reads) if x not in produced and x in known]
             outputs = [o for o in dict.fromkeys(produced) if o in later]
+            nodes = [n for _, n in items]
             if w == "device":
-                # the fused activation's output replaces the conv's
-                for _, node, act in items:
-                    if act is not None:
-                        a_node = self.fused_into[id(node)]
-                        outputs = [o for o in outputs if o != node.output[0]]
-                        if a_node.output[0] in later and a_node.output[0] not in outputs:
-                            outputs.append(a_node.output[0])
-                nodes, host_nodes = [], []
-                for _, node, act in items:
-                    host_nodes.append(node)
-                    if act is not None:
-                        host_nodes.append(self.fused_into[id(node)])
-                        node = _rename_output(node, self.fused_into[id(node)].output[0])
-                    nodes.append((node, act))
-                part = _DevicePartition(self, nodes, inputs, outputs, host_nodes)
-                labels = []
-                for i, node, act in items:
-                    labels.append((_node_label(node, i), node.op_type))
-                    if act is not None:
-                        a_node = self.fused_into[id(node)]
-                        labels.append((_node_label(a_node, _index_of(self.model, a_node)),
-                                       f"{a_node.op_type} (fused into {node.op_type})"))
+                part = _DevicePartition(self, nodes, inputs, outputs)
             else:
-                part = _HostPartition(self, [(n, None) for _, n, _ in items], inputs, outputs)
-                labels = [(_node_label(n, i), n.op_type) for i, n, _ in items]
+                part = _HostPartition(self, [(n, None) for n in nodes], inputs, outputs)
             self._parts.append(part)
-            self.partitions.append((w, labels))
 
     # -- run ----------------------------------------------------------------------------
     def run(self, inputs, **kwargs):
@@ -849,23 +1033,6 @@ class VkmlRep(BackendRep):
         for p in self._parts:
             if isinstance(p, _DevicePartition):
                 p.release()
-        for t in self.device_consts.values():
-            t.free()
-        self.device_consts.clear()
-
-
-def _index_of(model, node) -> int:
-    for i, n in enumerate(model.graph.node):
-        if n is node:
-            return i
-    return -1
-
-
-def _rename_output(node, name):
-    n = onnx.NodeProto()
-    n.CopyFrom(node)
-    n.output[0] = name
-    return n
 
 
 def _sparse_to_dense(sp) -> np.ndarray:
