@@ -34,3 +34,48 @@ def test_every_variant_has_a_source():
     mod = _build_module()
     for name, spec in mod.variants().items():
         assert (mod.GLSL / spec["source"]).exists(), name
+
+
+def test_manifest_matches_the_spirv():
+    """Each variant's recorded interface agrees with its shipped SPIR-V (constant ids and
+    types, binding kinds, block and push-constant offsets), and bindings run 0..n-1."""
+    import json
+    mod = _build_module()
+    manifest = json.loads(mod.MANIFEST.read_text())
+    assert set(manifest) == set(mod.variants())
+    for name, entry in manifest.items():
+        shipped = mod.reflect((mod.OUT / f"{name}.spv").read_bytes())
+        assert not mod.mismatches(entry, shipped), (name, mod.mismatches(entry, shipped))
+        assert [(b["set"], b["binding"]) for b in entry["bindings"]] == \
+            [(0, i) for i in range(len(entry["bindings"]))], name
+        ids = [c["id"] for c in entry["constants"].values()]
+        assert len(ids) == len(set(ids)) and "LOCAL_SIZE_X" in entry["constants"], name
+
+
+def test_manifest_records_the_interface():
+    """Known facts of two kernels, read by hand from their GLSL."""
+    import json
+    manifest = json.loads(_build_module().MANIFEST.read_text())
+    pad = manifest["padding_e4"]
+    assert {n: (c["id"], c["type"]) for n, c in pad["constants"].items()} == {
+        "LOCAL_SIZE_X": (0, "uint"), "RANK": (1, "int"), "MODE": (2, "uint"), "XDIMS": (3, "int")}
+    assert [(b["kind"], b["access"]) for b in pad["bindings"]] == [
+        ("storage_buffer", "readonly"), ("storage_buffer", "readwrite"),
+        ("uniform_buffer", "readonly"), ("storage_buffer", "readonly")]
+    assert pad["push_constants"]["size"] == 76
+    rows = manifest["padding_rows_e4"]
+    assert rows["constants"]["MODE"]["id"] == 3 and rows["constants"]["LOCAL_SIZE_Y"]["id"] == 1
+    assert rows["bindings"][0]["kind"] == "uniform_texel_buffer"
+    assert rows["constants"]["SIMPLE"] == {"id": 6, "type": "bool", "default": True}
+    filt = manifest["convolution_filter_texel"]
+    assert [(b["kind"], b["access"]) for b in filt["bindings"]][:2] == [
+        ("uniform_texel_buffer", "readonly"), ("storage_buffer", "writeonly")]
+    params = filt["bindings"][2]
+    assert params["kind"] == "uniform_buffer" and params["members"][0]["offset"] == 0
+
+
+def test_reflection_rejects_non_spirv():
+    import pytest
+    mod = _build_module()
+    with pytest.raises(ValueError):
+        mod.reflect(b"\0" * 32)

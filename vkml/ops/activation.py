@@ -18,12 +18,16 @@ from ..dml.activations import ACTIVATIONS, ActivationDesc, activation as activat
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import STORAGE, UNIFORM, Bind
+from ..runtime import Bind
 from .base import implements
-from .fold import PUSH_BYTES, BoxKernel
+from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
 
 __all__ = ["activation"]
+
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = dict.fromkeys(["activation_f32", "activation_f16", "activation_f16_packed"],
+                         BOX_CONSTANTS + ("ACT",))
 
 
 @implements(*ACTIVATIONS.values())
@@ -60,12 +64,11 @@ class CompiledActivation(BoxKernel):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0]._alloc, outputs[0]._alloc
-        kinds = (STORAGE, STORAGE, UNIFORM)
         act = self.desc.SPEC.kernel_id
 
         def pipeline_for(local, ly, xdims, v, vec_store):
-            return self.pipeline(self.kernel, kinds, PUSH_BYTES,
-                                 {0: local, 23: ly, 1: self.rank, 2: xdims, 24: act})
+            return self.pipeline(self.kernel, {"LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly,
+                                               "RANK": self.rank, "XDIMS": xdims, "ACT": act})
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)])
 

@@ -70,8 +70,12 @@ class CompiledOperator:
         """Record the dispatches; ``inputs``/``outputs`` are Tensors (or None)."""
         raise NotImplementedError
 
-    def pipeline(self, name: str, kinds: tuple, push_size: int = 0, constants=None):
-        return self.ctx.pipelines.get(name, kinds, push_size, constants)
+    def pipeline(self, name: str, consts: dict | None = None):
+        """The pipeline of kernel variant ``name`` (a ``vkml:variant`` of glsl/) with
+        specialization constants by name; its bindings and push constants are those the
+        kernel declares (vkml/shaders/manifest.json).  A variant or constant the manifest
+        does not list raises ValueError here."""
+        return self.ctx.pipelines.variant(name, consts)
 
     def upload(self, array: np.ndarray) -> runtime.Allocation:
         """A device buffer owned by this operator holding ``array`` (parameters, weights)."""

@@ -81,13 +81,40 @@ from ..dml.data_type import DataType
 from ..dml.operator import as_tuple, as_uint, enum_of
 from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import UnsupportedError, ValidationError
-from ..runtime import STORAGE, UNIFORM, Bind
+from ..runtime import Bind
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
 from .owned import device_copy, initializer_inputs, owned_slots, refuse_owned_at_execution
 
 __all__ = ["convolution"]
+
+#: Kernel variants this module requests (see :func:`variant`) and the specialization
+#: constants it sets.
+_STORAGES = ("f32", "f16", "f16_packed")
+_GEMM = ("LOCAL_SIZE_X", "MB", "NB", "SW", "ACT", "XVEC4", "KW", "DW", "CU", "YV4")
+_DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "SHIFT", "R",
+              "SH", "DH")
+VARIANTS = {
+    **{f"convolution_direct_{s}": ("LOCAL_SIZE_X", "ACT", "BACKWARD") for s in _STORAGES},
+    **{f"convolution_relayout_{s}": ("LOCAL_SIZE_X", "V4") for s in _STORAGES + ("texel",)},
+    "convolution_filter_texel": ("LOCAL_SIZE_X", "KD", "KH", "KW", "FLIP"),
+    **{f"convolution_gemm_{s}{r}": _GEMM for s in _STORAGES for r in ("", "_ssbo")},
+    **{f"convolution_gemm_sg_{s}": _GEMM + ("SG", "CBW") for s in _STORAGES},
+    **{f"convolution_winograd_{k}_{s}": ("LOCAL_SIZE_X", "ACT")
+       for k in ("weights", "input") for s in _STORAGES + ("texel",)},
+    **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
+       for s in _STORAGES for r in ("", "_ssbo")},
+    "convolution_winograd_output_f32_v4": ("LOCAL_SIZE_X", "ACT"),
+    **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in _STORAGES for r in ("", "_ssbo")},
+    "convolution_depthwise_f32_v4": _DEPTHWISE,
+}
+
+
+def variant(kernel: str, storage: str, texel: bool = True, v4: bool = False) -> str:
+    """``convolution_<kernel>_<storage>``, + ``_ssbo`` where the inputs are not read
+    through texel views, or ``_v4`` where float32 outputs are stored four at a time."""
+    return f"convolution_{kernel}_{storage}" + ("_ssbo" if not texel else "_v4" if v4 else "")
 
 
 # -- geometry -----------------------------------------------------------------------------
@@ -391,7 +418,6 @@ class DirectPath(Path):
     time (the kernel subtracts the window's first element index)."""
 
     name = "direct"
-    PUSH = 24
 
     @classmethod
     def accepts(cls, op, geo) -> bool:
@@ -402,9 +428,8 @@ class DirectPath(Path):
         g = geo
         ow = g.out_size[2]
         self.local = min(64, max(8, 1 << (max(ow, 1) - 1).bit_length()), op.workgroup_size)
-        name = "convolution_direct_" + storage_suffix(op, g.dtype)
-        self.pipe = op.pipeline(name, (STORAGE,) * 4 + (UNIFORM,), self.PUSH,
-                                {0: self.local, 1: self.act_id, 2: int(g.backward)})
+        self.pipe = op.pipeline(variant("direct", storage_suffix(op, g.dtype)), {
+            "LOCAL_SIZE_X": self.local, "ACT": self.act_id, "BACKWARD": int(g.backward)})
         p = np.zeros(44, np.int64)          # 11 std140 ivec4s, then the activation vec4
         p[0:4] = [*g.in_size, g.cin_per_group]
         p[4:8] = [*g.out_size, g.c_out]
@@ -520,8 +545,7 @@ class Relayout:
         self.fmt = (runtime.FORMAT_R32_SFLOAT if dtype == DataType.FLOAT32 else
                     runtime.vk.VK_FORMAT_R16_SFLOAT) if self.texel else 0
         name = "convolution_relayout_" + ("texel" if self.texel else storage_suffix(op, dtype))
-        self.pipe = op.pipeline(name, (runtime.UNIFORM_TEXEL if self.texel else STORAGE,
-                                       STORAGE, UNIFORM), 12, {0: self.local, 1: int(v4)})
+        self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "V4": int(v4)})
         self.v4 = v4
         gx = -(-(size[-1] * size[-2]) // (self.local * (4 if v4 else 1)))
         outer = math.prod(size[:-3])
@@ -558,10 +582,9 @@ class FilterTranspose:
         self.local = min(64, op.workgroup_size)
         self.fmt = (runtime.FORMAT_RGBA32_SFLOAT if g.dtype == DataType.FLOAT32
                     else runtime.vk.VK_FORMAT_R16G16B16A16_SFLOAT)
-        self.pipe = op.pipeline("convolution_filter_texel", (runtime.UNIFORM_TEXEL, STORAGE,
-                                                             UNIFORM), 0,
-                                {0: self.local, 1: g.kernel[0], 2: g.kernel[1],
-                                 3: g.kernel[2], 4: int(g.flip)})
+        self.pipe = op.pipeline("convolution_filter_texel", {
+            "LOCAL_SIZE_X": self.local, "KD": g.kernel[0], "KH": g.kernel[1],
+            "KW": g.kernel[2], "FLIP": int(g.flip)})
         self.params = op.upload(np.array([g.cin_per_group, g.cout_per_group, co_pad, self.K,
                                           g.groups, 0, 0, 0], np.int32))
         self.grid = (-(-(g.groups * co_pad // 4) // self.local), self.K // 4, 1)
@@ -604,7 +627,6 @@ def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
 class Decline(Exception):
     """A path's constructor found the geometry does not suit it after all; the next
     path is tried."""
-GEMM_PUSH = 64
 
 
 def _texel_ok(op: CompiledOperator, elements: int) -> bool:
@@ -909,35 +931,33 @@ class GemmPath(Path):
             self.w_bytes = fd.total_tensor_size_in_bytes
             self.w_fmt = (runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32
                           else runtime.vk.VK_FORMAT_R16_SFLOAT)
-            name = "convolution_gemm_sg_" + storage_suffix(op, g.dtype)
+            name = variant("gemm_sg", storage_suffix(op, g.dtype))
         else:
             self.wt = op.scratch(16 * max(w_texels, 1))
             self.texel = texel = _texel_ok(op, self.xp_floats) and _texel_ok(op, w_texels)
-            name = "convolution_gemm_" + storage_suffix(op, g.dtype) + ("" if texel else "_ssbo")
+            name = variant("gemm", storage_suffix(op, g.dtype), texel)
         if not texel:
             for d in self.dispatches:
                 d["xvec4"] = False
-        kinds = ((runtime.UNIFORM_TEXEL,) * 2 if texel else (STORAGE,) * 2) + \
-            (STORAGE, STORAGE, UNIFORM)
         for d in self.dispatches:
-            consts = {0: self.local, 1: mb, 2: nb, 3: d["sw"], 4: self.act_id,
-                      5: int(d["xvec4"]), 6: d["kw"], 7: d["dw"],
-                      9: gemm_cu(op, cig, mb * nb * d["kw"])}
+            consts = {"LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": d["sw"],
+                      "ACT": self.act_id, "XVEC4": int(d["xvec4"]), "KW": d["kw"],
+                      "DW": d["dw"], "CU": gemm_cu(op, cig, mb * nb * d["kw"])}
             d["yv4"] = self._yv4(d)
             if d["yv4"]:
-                consts[11] = 1
+                consts["YV4"] = 1
             if sg:
-                consts[8] = sg
+                consts["SG"] = sg
                 blocks = d["qsize"][0] * d["qsize"][1] * d["qsize"][3]
                 # channel blocks of the same pixels as subgroups of a workgroup: the
                 # input rows stay in cache between them (1x1 256->64: 4.45 -> 4.00 ms CPU)
                 cbw = min(self.local // sg, g.groups * co_pad // mb)
                 cbw = cbw if SG_CBW and cbw >= 2 else 0
                 if cbw and -(-blocks // sg) <= op.ctx.limits["maxComputeWorkGroupCount"][0]:
-                    consts[10] = cbw
-                    consts[0] = cbw * sg
-                d["cbw"] = consts.get(10, 0)
-            d["pipe"] = op.pipeline(name, kinds, GEMM_PUSH, consts)
+                    consts["CBW"] = cbw
+                    consts["LOCAL_SIZE_X"] = cbw * sg
+                d["cbw"] = consts.get("CBW", 0)
+            d["pipe"] = op.pipeline(name, consts)
         ph0 = phases[0]
         p = np.zeros(28, np.int64)
         p[0:4] = [cig, co_pad, cog, 0]
@@ -1152,20 +1172,16 @@ class WinogradPath(Path):
         self.w_fmt = src_fmt if self.w_texel else 0
         self.x_fmt = src_fmt if self.x_texel else 0
         suffix = storage_suffix(op, g.dtype)
-        U, UT, S = UNIFORM, runtime.UNIFORM_TEXEL, STORAGE
-        consts = {0: self.local, 1: self.act_id}
+        consts = {"LOCAL_SIZE_X": self.local, "ACT": self.act_id}
         self.p_weights = op.pipeline("convolution_winograd_weights_" +
-                                     ("texel" if self.w_texel else suffix),
-                                     (UT if self.w_texel else S, S, S, U), 0, consts)
+                                     ("texel" if self.w_texel else suffix), consts)
         self.p_input = op.pipeline("convolution_winograd_input_" +
-                                   ("texel" if self.x_texel else suffix),
-                                   (UT if self.x_texel else S, S, S, U), 0, consts)
+                                   ("texel" if self.x_texel else suffix), consts)
         ys = g.y_strides
         self.y4 = (self.m_texel and g.dtype == DataType.FLOAT32 and OW % 4 == 0
                    and ys[4] == 1 and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
-        self.p_output = op.pipeline("convolution_winograd_output_" + suffix +
-                                    ("_v4" if self.y4 else "" if self.m_texel else "_ssbo"),
-                                    (UT if self.m_texel else S, S, S, U), 0, consts)
+        self.p_output = op.pipeline(variant("winograd_output", suffix, self.m_texel, self.y4),
+                                    consts)
         p = np.zeros(WINO_PARAM_WORDS, np.int64)
         p[0:4] = [cin, co_pad, cout, T]
         p[4:8] = [TW, TH * TW, T4, 0]
@@ -1180,11 +1196,9 @@ class WinogradPath(Path):
         self.params = op.upload(words)
         # the 36 GEMMs: image = transform point, one row of T "pixels" (tiles), one tap
         xvec4 = self.gemm_texel and nb % 4 == 0
-        kinds = ((UT, UT) if self.gemm_texel else (S, S)) + (S, S, U)
-        self.p_gemm = op.pipeline("convolution_gemm_f32" + ("" if self.gemm_texel else "_ssbo"),
-                                  kinds, GEMM_PUSH, {0: self.local, 1: mb, 2: nb, 3: 1,
-                                                     4: 0, 5: int(xvec4), 6: 1, 7: 1,
-                                                     9: gemm_cu(op, cin, mb * nb)})
+        self.p_gemm = op.pipeline(variant("gemm", "f32", self.gemm_texel), {
+            "LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": 1, "ACT": 0,
+            "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)})
         self.xvec4 = xvec4
         self.gemm_params = op.upload(gemm_params(
             (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
@@ -1314,17 +1328,14 @@ class DepthwisePath(Path):
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
-        name = "convolution_depthwise_" + storage_suffix(op, g.dtype) + \
-            ("_v4" if self.v4 and self.texel else "" if self.texel else "_ssbo")
+        name = variant("depthwise", storage_suffix(op, g.dtype), self.texel, self.v4)
         if self.v4 and not self.texel:
             self.v4 = False
-        kinds = ((runtime.UNIFORM_TEXEL,) * 2 if self.texel else (STORAGE,) * 2) + \
-            (STORAGE, STORAGE, UNIFORM)
         self.local = min(64, op.workgroup_size)
-        self.pipe = op.pipeline(name, kinds, 8, {
-            0: self.local, 1: nb, 2: g.stride[2], 3: kw, 4: g.dilation[2], 5: self.act_id,
-            6: kh, 7: kd, 8: int(self.x4), 9: (-g.start[2]) % 4, 10: r, 11: g.stride[1],
-            12: g.dilation[1]})
+        self.pipe = op.pipeline(name, {
+            "LOCAL_SIZE_X": self.local, "NB": nb, "SW": g.stride[2], "KW": kw,
+            "DW": g.dilation[2], "ACT": self.act_id, "KH": kh, "KD": kd, "X4": int(self.x4),
+            "SHIFT": (-g.start[2]) % 4, "R": r, "SH": g.stride[1], "DH": g.dilation[1]})
         p = np.zeros(DW_PARAM_WORDS, np.int64)
         p[0:4] = [*g.in_size, g.cout_per_group]
         p[4:8] = [*g.out_size, self.strips]

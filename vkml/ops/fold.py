@@ -20,10 +20,10 @@ from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
-                       FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind)
+                       FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind)
 from ..dml.data_type import DataType
 from .base import implements
-from .grid import PUSH_BYTES, BoxKernel
+from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
 
 __all__ = ["fold"]
@@ -136,13 +136,29 @@ def safe_geometry(desc, spatial, blocks, window, strides, dilations, start,
     return out
 
 
-def spec_geometry(window, strides, dilations) -> dict[int, int]:
-    """Specialization constants 3..20: window sizes, strides, dilations (6 each)."""
+def geometry_names(slots: int = MAX_SPATIAL) -> tuple[str, ...]:
+    """Names of the window-size (W), stride (S) and dilation (L) constants of a kernel
+    declaring ``slots`` spatial dimensions."""
+    return tuple(f"{p}{i}" for p in "WSL" for i in range(slots))
+
+
+def spec_geometry(window, strides, dilations, slots: int = MAX_SPATIAL) -> dict[str, int]:
+    """Specialization constants W0.., S0.., L0..: window sizes, strides, dilations (1
+    beyond the operator's spatial dimensions, up to the kernel's ``slots``)."""
     consts = {}
-    for base, values in ((3, window), (9, strides), (15, dilations)):
-        for i in range(MAX_SPATIAL):
-            consts[base + i] = int(values[i]) if i < len(values) else 1
+    for p, values in (("W", window), ("S", strides), ("L", dilations)):
+        for i in range(slots):
+            consts[f"{p}{i}"] = int(values[i]) if i < len(values) else 1
     return consts
+
+
+#: Kernel variants this module requests (fold_variant, + "_texel"/"_texel4" reads) and
+#: the specialization constants it sets.
+VARIANTS = dict.fromkeys(
+    ["fold_f32", "fold_f32_texel", "fold_f32_texel4", "fold_f16", "fold_f16_packed", "fold_f64",
+     "fold_i8", "fold_i8_packed", "fold_i16", "fold_i16_packed", "fold_i32", "fold_i32_texel",
+     "fold_i32_texel4", "fold_i64"],
+    BOX_CONSTANTS + ("V", "VEC_STORE") + geometry_names())
 
 
 def fold_variant(desc_type: DataType, features: dict, require) -> tuple[str, int]:
@@ -227,7 +243,7 @@ class CompiledFold(BoxKernel):
             self.in_bind = -(-self.in_bytes // 16) * 16
         self.vec_store_ok = self.kernel.startswith(("fold_f32", "fold_i32"))
         self.params = self.upload(self._params())
-        self.consts = {1: self.rank, **spec_geometry(self.win, self.strides, self.dil)}
+        self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
 
     def _params(self) -> np.ndarray:
         p = np.zeros(4 * (2 + 1 + 2 + 2 + 2 + 1), dtype=np.uint32)
@@ -261,13 +277,12 @@ class CompiledFold(BoxKernel):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0]._alloc, outputs[0]._alloc
-        kinds = (self.in_kind, STORAGE, UNIFORM)
 
         def pipeline_for(local, ly, xdims, v, vec_store):
             vec_store = vec_store and self.vec_store_ok
-            return self.pipeline(self.kernel, kinds, PUSH_BYTES,
-                                 {0: local, 23: ly, 2: xdims, 21: v, 22: int(vec_store),
-                                  **self.consts})
+            return self.pipeline(self.kernel, {
+                "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
+                "VEC_STORE": int(vec_store), **self.consts})
 
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],

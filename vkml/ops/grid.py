@@ -27,6 +27,8 @@ __all__: list[str] = []     # helpers only: no functional form
 GRID_LIMIT = 1 << 16
 # origin[8], extent[8], in_base, out_base, x_count, (pad), magic[8]
 PUSH_BYTES = 112
+#: Specialization constants every box kernel takes (glsl/fold.comp and its kin).
+BOX_CONSTANTS = ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "XDIMS")
 
 
 def div_magic(e: int) -> int:

@@ -21,13 +21,21 @@ from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc, lp_p
 from ..dml.operator import as_tuple, as_uint
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
+from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
 from .base import implements
-from .fold import safe_geometry, spec_geometry
-from .grid import PUSH_BYTES, BoxKernel
+from .fold import geometry_names, safe_geometry, spec_geometry
+from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
 
 __all__ = ["lp_pooling"]
+
+#: Spatial dimensions glsl/lp_pooling.comp declares window constants for.
+KERNEL_SPATIAL = 3
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = dict.fromkeys(
+    ["lp_pooling_f32", "lp_pooling_f32_texel", "lp_pooling_f32_texel4", "lp_pooling_f16",
+     "lp_pooling_f16_packed"],
+    BOX_CONSTANTS + ("V", "VEC_STORE", "P", "SCALE", "HOLD") + geometry_names(KERNEL_SPATIAL))
 
 
 @implements(LpPooling1OperatorDesc, LpPoolingOperatorDesc)
@@ -95,8 +103,8 @@ class CompiledLpPooling(BoxKernel):
             self.in_bind = -(-self.in_bytes // 16) * 16
         self.vec_store_ok = src.data_type == DataType.FLOAT32
         self.params = self.upload(self._params())
-        self.consts = {1: self.rank, 24: self.p,
-                       **spec_geometry(self.win, self.strides, self.dil)}
+        self.consts = {"RANK": self.rank, "P": self.p,
+                       **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
 
     def hold(self, v: int) -> bool:
         """Keep the window's inputs in registers between the two sums of a scaled P: when
@@ -131,14 +139,12 @@ class CompiledLpPooling(BoxKernel):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0]._alloc, outputs[0]._alloc
-        kinds = (self.in_kind, STORAGE, UNIFORM)
 
         def pipeline_for(local, ly, xdims, v, vec_store):
-            return self.pipeline(self.kernel, kinds, PUSH_BYTES,
-                                 {0: local, 23: ly, 2: xdims, 21: v,
-                                  22: int(vec_store and self.vec_store_ok), 25: int(self.scale),
-                                  26: int(self.hold(v)),
-                                  **self.consts})
+            return self.pipeline(self.kernel, {
+                "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
+                "VEC_STORE": int(vec_store and self.vec_store_ok), "SCALE": int(self.scale),
+                "HOLD": int(self.hold(v)), **self.consts})
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)

@@ -31,7 +31,7 @@ import numpy as np
 from ..dml.operator import as_real, as_tuple
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
-from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
+from ..runtime import FORMAT_RGBA32_UINT, Bind
 from .base import CompiledOperator, implements
 from .calibrate import path_costs
 from .grid import (binding_window, box_grid, check_allocatable, div_magic, pick_xdims,
@@ -41,10 +41,16 @@ from .functional import as_array, pick_device, run
 __all__ = ["pad"]
 
 MAX_RANK = 8
-_KINDS = (STORAGE, STORAGE, UNIFORM, STORAGE)
+#: Kernel variants this module requests ("padding" or "padding_rows", + "_e<element
+#: bytes>", + "_packed" without 8/16-bit storage) and the specialization constants it sets.
+_SUFFIXES = ("_e1", "_e1_packed", "_e2", "_e2_packed", "_e4", "_e8")
+VARIANTS = {**dict.fromkeys((f"padding{s}" for s in _SUFFIXES),
+                            ("LOCAL_SIZE_X", "RANK", "MODE", "XDIMS")),
+            **dict.fromkeys((f"padding_rows{s}" for s in _SUFFIXES),
+                            ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "MODE", "EDGE", "PER",
+                             "SIMPLE", "SHIFT"))}
 _PARAM_WORDS = 4 + 4 * MAX_RANK        # std140 uvec4s, see the GLSL
 _PUSH_BYTES = 76
-_ROWS_KINDS = (UNIFORM_TEXEL, STORAGE, UNIFORM)
 _ROWS_PUSH = 112                        # origin[8], extent[8], bases, x_count, magic[8]
 #: 16-byte words per invocation of the rows kernel, for tensors (input + output) up to
 #: ROWS_PER_BYTES and beyond: more words a lane amortize the row's arithmetic and the
@@ -315,8 +321,8 @@ class CompiledPadding(CompiledOperator):
         """Dispatch the kernel over a box, split where it exceeds the workgroup-count limit."""
         rank = len(extent)
         xdims = pick_xdims(extent, self.local, whole_row=False)
-        pipe = self.pipeline(self.kernel, _KINDS, _PUSH_BYTES,
-                             {0: self.local, 1: rank, 2: int(self.mode), 3: xdims})
+        pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.local, "RANK": rank,
+                                           "MODE": int(self.mode), "XDIMS": xdims})
         # the element kernel divides with `/` and `%`: no div_magic cap on the grid
         for o, ext in split_groups(origin, extent, self.local,
                                    self.ctx.limits["maxComputeWorkGroupCount"], xdims,
@@ -335,7 +341,8 @@ class CompiledPadding(CompiledOperator):
                  Bind(y, 0, self.out_bytes, "w"), Bind(self.params)]
         lim = self.ctx.limits
         max_groups = lim["maxComputeWorkGroupCount"]
-        consts = {2: rank, 3: int(self.mode), 6: int(rows["simple"]), 7: rows["shift"]}
+        consts = {"RANK": rank, "MODE": int(self.mode), "SIMPLE": int(rows["simple"]),
+                  "SHIFT": rows["shift"]}
         slots = rows["left"] + rows["right"]
         local_y = int(lim["maxComputeWorkGroupSize"][1])
         if rows["words"]:                 # x along the words, y along dimension rank - 2
@@ -344,8 +351,8 @@ class CompiledPadding(CompiledOperator):
             xinv = -(-rows["words"] // v)
             lx = min(self.local, max(8, -(-xinv // 8) * 8))
             ly = max(1, min(self.local // lx, extent[-2], local_y)) if rank > 1 else 1
-            pipe = self.pipeline(self.rows_kernel, _ROWS_KINDS, _ROWS_PUSH,
-                                 {0: lx, 1: ly, 4: 0, 5: v, **consts})
+            pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                                    "EDGE": 0, "PER": v, **consts})
             for o, ext in split_groups([0] * rank, extent, lx, max_groups, 1, v, ly):
                 self._dispatch_rows(seq, pipe, binds, o, ext, -(-ext[-1] // v),
                                     box_grid(ext, lx, 1, v, ly))
@@ -354,15 +361,15 @@ class CompiledPadding(CompiledOperator):
             groups = -(-slots // v)
             if rank == 1:
                 lx = min(self.local, max(8, -(-groups // 8) * 8)) if groups > 1 else 1
-                pipe = self.pipeline(self.rows_kernel, _ROWS_KINDS, _ROWS_PUSH,
-                                     {0: lx, 1: 1, 4: 1, 5: v, **consts})
+                pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": 1,
+                                                        "EDGE": 1, "PER": v, **consts})
                 for o, ext in split_groups([0], [slots], lx, max_groups, 1, v, 1):
                     self._dispatch_rows(seq, pipe, binds, o, ext, -(-ext[-1] // v),
                                         box_grid(ext, lx, 1, v, 1))
                 return
             lx = min(self.local, max(8, -(-self.out_size[-2] // 8) * 8))
-            pipe = self.pipeline(self.rows_kernel, _ROWS_KINDS, _ROWS_PUSH,
-                                 {0: lx, 1: 1, 4: 1, 5: v, **consts})
+            pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": 1,
+                                                    "EDGE": 1, "PER": v, **consts})
             swapped = list(self.out_size[:-2]) + [groups, self.out_size[-2]]
             for o, ext in split_groups([0] * rank, swapped, lx, max_groups, 1, 1, 1):
                 first = o[-2] * v

@@ -19,13 +19,20 @@ from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
 from ..dml.unfold import UnfoldOperatorDesc
 from ..errors import ValidationError
-from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM, UNIFORM_TEXEL, Bind
+from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
 from .base import implements
-from .fold import MAX_SPATIAL, safe_geometry, spec_geometry
-from .grid import PUSH_BYTES, BoxKernel
+from .fold import MAX_SPATIAL, geometry_names, safe_geometry, spec_geometry
+from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
 
 __all__ = ["unfold"]
+
+#: Kernel variants this module requests (unfold_e<element bytes>[_packed|_texel4]) and the
+#: specialization constants it sets.
+VARIANTS = dict.fromkeys(
+    ["unfold_e1", "unfold_e1_packed", "unfold_e2", "unfold_e2_packed", "unfold_e4",
+     "unfold_e4_texel4", "unfold_e8"],
+    BOX_CONSTANTS + ("V", "VEC_STORE", "PER_ROW") + geometry_names())
 
 
 @implements(UnfoldOperatorDesc)
@@ -83,7 +90,7 @@ class CompiledUnfold(BoxKernel):
             self.in_bind = -(-self.in_bytes // 16) * 16
         self.vec_store_ok = esize == 4 and not packed
         self.params = self.upload(self._params())
-        self.consts = {1: self.rank, **spec_geometry(self.win, self.strides, self.dil)}
+        self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
 
     def _params(self) -> np.ndarray:
         p = np.zeros(4 * 9, dtype=np.uint32)
@@ -125,12 +132,12 @@ class CompiledUnfold(BoxKernel):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0]._alloc, outputs[0]._alloc
-        kinds = (self.in_kind, STORAGE, UNIFORM)
 
         def pipeline_for(local, ly, xdims, v, vec_store):
-            return self.pipeline(self.kernel, kinds, PUSH_BYTES,
-                                 {0: local, 23: ly, 2: xdims, 21: v, 27: int(self.per_row),
-                                  22: int(vec_store and self.vec_store_ok), **self.consts})
+            return self.pipeline(self.kernel, {
+                "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
+                "PER_ROW": int(self.per_row), "VEC_STORE": int(vec_store and self.vec_store_ok),
+                **self.consts})
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)

@@ -16,7 +16,9 @@ process forever.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import struct
 import threading
 from dataclasses import dataclass
@@ -32,6 +34,9 @@ STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
 UNIFORM = vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
 UNIFORM_TEXEL = vk.VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
 STORAGE_TEXEL = vk.VK_DESCRIPTOR_TYPE_STORAGE_TEXEL_BUFFER
+#: The manifest's binding kinds (tools/build_shaders.py) as descriptor kinds.
+KINDS = {"storage_buffer": STORAGE, "uniform_buffer": UNIFORM,
+         "uniform_texel_buffer": UNIFORM_TEXEL, "storage_texel_buffer": STORAGE_TEXEL}
 #: VK_PIPELINE_CACHE_HEADER_VERSION_ONE and its header's length (4 uint32 + a 16-byte UUID).
 HEADER_VERSION_ONE = 1
 HEADER_BYTES = 32
@@ -75,6 +80,37 @@ def load_spirv(name: str) -> bytes:
         return resources.files("vkml.shaders").joinpath(f"{name}.spv").read_bytes()
     except FileNotFoundError:
         raise DeviceError(f"no compiled kernel named {name!r}: run tools/build_shaders.py") from None
+
+
+@functools.cache
+def kernel_manifest() -> dict:
+    """``vkml/shaders/manifest.json``: every kernel variant's specialization constants,
+    bindings and push constants, reflected from its SPIR-V by tools/build_shaders.py."""
+    return json.loads(resources.files("vkml.shaders").joinpath("manifest.json").read_text())
+
+
+def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dict]:
+    """(binding kinds, push-constant bytes, {constant_id: value}) of kernel variant ``name``
+    with specialization ``constants`` given by name; a variant or constant name the
+    manifest does not list raises ValueError naming what it does list."""
+    manifest = kernel_manifest()
+    entry = manifest.get(name)
+    if entry is None:
+        family = sorted(v for v in manifest if v.split("_")[0] == name.split("_")[0])
+        raise ValueError(f"no kernel variant named {name!r} in vkml/shaders/manifest.json"
+                         + (f" (variants of that family: {', '.join(family)})" if family else ""))
+    declared = entry["constants"]
+    ids = {}
+    for cname, value in (constants or {}).items():
+        c = declared.get(cname)
+        if c is None:
+            raise ValueError(f"kernel variant {name!r} has no specialization constant "
+                             f"{cname!r}; it declares {', '.join(declared)}")
+        ids[c["id"]] = float(value) if c["type"] == "float" else int(value)
+    bindings = entry["bindings"]
+    assert [(b["set"], b["binding"]) for b in bindings] == [(0, i) for i in range(len(bindings))], \
+        f"{name}: bindings must be set 0, 0..n-1"
+    return tuple(KINDS[b["kind"]] for b in bindings), entry["push_constants"]["size"], ids
 
 
 @dataclass(frozen=True)
@@ -202,6 +238,12 @@ class PipelineCache:
                  "vkCreatePipelineLayout")
         found = self.layouts[key] = (sl[0], pl[0])
         return found
+
+    def variant(self, name: str, constants: dict[str, int | float] | None = None) -> Pipeline:
+        """The compute pipeline of kernel variant ``name`` with specialization ``constants``
+        by name (``{"MODE": 2}``); bindings and push constants come from the manifest."""
+        kinds, push_size, ids = interface(name, constants)
+        return self.get(name, kinds, push_size, ids)
 
     def get(self, name: str, kinds: tuple, push_size: int = 0,
             constants: dict[int, int | float] | None = None) -> Pipeline:
