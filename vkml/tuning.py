@@ -39,10 +39,11 @@ How (the rules a client can rely on):
   taken under load are thus not kept forever.  ``python -m vkml.tune --refresh``
   re-measures on demand.
 - Storage: versioned JSON ``tuning-<vendor>-<device>-<driver>-<uuid>.json`` in
-  :func:`vkml.runtime.pipelines.cache_dir` (beside the pipeline cache; none with
+  :func:`vkml.runtime.cache.cache_dir` (beside the pipeline cache; none with
   ``VKML_CACHE_DIR=off``).  Writes take an advisory file lock where the OS has one, merge
   with what is on disk at write time, and replace the file atomically (temp file +
-  ``os.replace``), so concurrent threads and processes leave a valid merged file.  A file
+  ``os.replace``, :mod:`vkml.runtime.cache`), so concurrent threads and processes leave
+  a valid merged file; files over :data:`vkml.runtime.cache.MAX_BYTES` are not read.  A file
   that is not ours (garbage bytes, another JSON shape, another version or device) and any
   entry with wrong types, NaN or negative times is ignored and rewritten, never trusted.
   All file access is :func:`_read_json` / :func:`_write_json`.
@@ -59,7 +60,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -67,7 +67,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import ValidationError, VkmlError
-from .runtime.pipelines import cache_dir
+from .runtime import cache
+from .runtime.cache import cache_dir
 
 VERSION = 1
 MODES = ("off", "fast", "full")
@@ -246,38 +247,34 @@ def _features(device) -> str:
     return ",".join(out)
 
 
-# -- file access (swap for the shared cache helper on merge) ----------------------------
+# -- file access (vkml.runtime.cache: size cap, no FIFOs, atomic replace) ---------------
+
+def _doc_ok(raw: dict) -> bool:
+    """The outer shape of a tuning file (entries are checked one by one in :func:`_parse`)."""
+    return (raw.get("kind") == "vkml-tuning" and isinstance(raw.get("device"), dict)
+            and isinstance(raw.get("entries"), dict))
+
 
 def _read_json(path: Path):
-    """The JSON in ``path``, or None (absent, unreadable, not JSON)."""
-    try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        return None
+    """The tuning document in ``path``, or None (absent, unreadable, oversized, not JSON,
+    another version or shape): :func:`vkml.runtime.cache.read_json`."""
+    return cache.read_json(path, VERSION, _doc_ok)
 
 
 _WRITE_LOCK = threading.Lock()
 
 
 def _write_json(path: Path, update: Callable[[Any], Any]) -> Any:
-    """Replace ``path`` by ``update(what is on disk now, or None)``, atomically, under an
-    advisory lock (``<path>.lock``) so concurrent writers merge instead of losing updates.
+    """Replace ``path`` by ``update(what is on disk now, or None)`` under an advisory lock
+    (``<path>.lock``), so concurrent writers merge instead of losing updates; the write
+    itself is :func:`vkml.runtime.cache.write_json` (temp file + ``os.replace``).
     Returns what was written (None when the folder cannot be written)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _WRITE_LOCK, open(path.with_suffix(".lock"), "a+b") as lock:
             _lock_file(lock)
             data = update(_read_json(path))
-            text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(text)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            return data
+            return data if cache.write_json(path, VERSION, data) else None
     except OSError:
         return None                # a read-only cache folder is no reason to fail
 
@@ -739,6 +736,15 @@ def _parser():
     return ap
 
 
+def _read_workloads(path: Path):
+    """A bench workload file's JSON (no version field there), or None."""
+    raw = cache.read_bytes(path)
+    try:
+        return None if raw is None else json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+
+
 def _workloads(args, paths: dict, device, tuner: Tuner, say) -> list:
     files = [Path(f) for f in args.workloads]
     if args.bench:
@@ -747,7 +753,7 @@ def _workloads(args, paths: dict, device, tuner: Tuner, say) -> list:
     if files:
         skipped: dict[str, int] = {}
         for f in files:
-            raw = _read_json(f)
+            raw = _read_workloads(f)
             entries = raw.get("workloads", []) if isinstance(raw, dict) else None
             if not isinstance(entries, list):
                 say(f"{f}: not a workload file (skipped)")
