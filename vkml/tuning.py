@@ -109,6 +109,18 @@ class TunablePath:
     run: Callable
     examples: tuple = ()
     from_workload: Callable | None = None
+    #: ``features(device) -> str``: the key's feature part (None: :func:`_features`).
+    features: Callable | None = None
+    #: A measured model (:func:`measured_model`): ``fit(device, times) -> params``...
+    fit: Callable | None = None
+    #: ...and the params ``VKML_TUNE=off`` (or a device that declines every point) uses.
+    default_model: Mapping | None = None
+    #: How far observed times may drift before a re-check (None: the tuner's).
+    stale_factor: float | None = None
+
+    @property
+    def is_model(self) -> bool:
+        return self.fit is not None
 
     def candidate(self, name: str) -> Candidate:
         for c in self.candidates:
@@ -126,7 +138,7 @@ class TunablePath:
 
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
-                 examples=(), from_workload=None) -> TunablePath:
+                 examples=(), from_workload=None, features_fn=None) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -141,6 +153,8 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     should be JSON values, so ``--refresh`` can re-measure stored ones).
     ``from_workload(dict) -> shape | None``: a bench workload (bench/workloads/*.json)
     as this path's shape, None where it does not use this path.
+    ``features_fn(device) -> str``: the features that change this path's candidates (the
+    key's feature part; default: every enabled feature and every lowered limit).
     """
     cands = []
     for c in candidates:
@@ -155,7 +169,44 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     if default not in names:
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
-                       from_workload)
+                       from_workload, features_fn)
+
+
+#: The one shape class of a measured model: it covers every shape of its operator.
+MODEL_CLASS = "device"
+
+
+def measured_model(name: str, points, default_model: Mapping, fit_fn, run_fn, *,
+                   features_fn=None, stale_factor: float | None = None,
+                   from_workload=None) -> TunablePath:
+    """Declare a *measured model* (without registering it): a cost model whose parameters
+    are fitted to a few timed *points*, so one measurement per device covers every shape.
+
+    The points are candidates that are all timed (never "chosen"): the same interleaved
+    rounds and robust score as any path, stored as one entry of shape class
+    :data:`MODEL_CLASS`, re-measured by ``--refresh``, marked stale by :meth:`Tuner.observe`
+    with ``expected=`` (the model's prediction for the shape observed).
+    ``run_fn(device, seq, point, shape)`` (shape: :data:`MODEL_CLASS`) records a point (as a path's run function).
+    ``fit_fn(device, {point: seconds}) -> params`` (JSON values; points that declined are
+    absent).  ``default_model``: the params ``VKML_TUNE=off`` gives, the same on every run.
+    :meth:`Tuner.model` answers the fitted params.
+    """
+    p = tunable_path(name, [Candidate(c.name, c.params) if isinstance(c, Candidate) else c
+                            for c in points], _first_name(points), lambda _shape: MODEL_CLASS,
+                     run_fn, examples=(MODEL_CLASS,), from_workload=from_workload,
+                     features_fn=features_fn)
+    import dataclasses
+
+    cands = tuple(dataclasses.replace(c, fast=True) for c in p.candidates)   # all timed
+    return dataclasses.replace(p, candidates=cands, fit=fit_fn,
+                               default_model=dict(default_model), stale_factor=stale_factor)
+
+
+def _first_name(points) -> str:
+    first = next(iter(points), None)
+    if isinstance(first, Candidate):
+        return first.name
+    return first if isinstance(first, str) else first[0]
 
 
 _REGISTRY: dict[str, TunablePath] = {}
@@ -165,6 +216,14 @@ _REGISTRY_LOCK = threading.Lock()
 def register_path(name: str, candidates, default: str, shape_class_fn, run_fn, **kw) -> TunablePath:
     """:func:`tunable_path`, registered under ``name`` (a later registration replaces it)."""
     p = tunable_path(name, candidates, default, shape_class_fn, run_fn, **kw)
+    with _REGISTRY_LOCK:
+        _REGISTRY[name] = p
+    return p
+
+
+def register_model(name: str, points, default_model, fit_fn, run_fn, **kw) -> TunablePath:
+    """:func:`measured_model`, registered under ``name``."""
+    p = measured_model(name, points, default_model, fit_fn, run_fn, **kw)
     with _REGISTRY_LOCK:
         _REGISTRY[name] = p
     return p
@@ -218,6 +277,19 @@ class Choice:
         return d / self.seconds if d and self.seconds else None
 
 
+@dataclass(frozen=True)
+class Model:
+    """The answer of :meth:`Tuner.model`: ``params`` fitted to the stored (or just
+    measured) point ``times``, or the path's default (``source`` "default": mode off, or
+    no point could be timed)."""
+
+    path: str
+    params: Mapping[str, Any]
+    key: TuneKey
+    source: str
+    times: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
 # -- identity --------------------------------------------------------------------------
 
 def _stem(info) -> str:
@@ -251,8 +323,9 @@ def _features(device) -> str:
 
 def _doc_ok(raw: dict) -> bool:
     """The outer shape of a tuning file (entries are checked one by one in :func:`_parse`)."""
-    return (raw.get("kind") == "vkml-tuning" and isinstance(raw.get("device"), dict)
-            and isinstance(raw.get("entries"), dict))
+    return (set(raw) == {"version", "kind", "device", "entries"}
+            and raw["kind"] == "vkml-tuning" and isinstance(raw["device"], dict)
+            and isinstance(raw["entries"], dict))
 
 
 def _read_json(path: Path):
@@ -293,8 +366,14 @@ def _lock_file(f) -> None:
 
 # -- validation of what is read ---------------------------------------------------------
 
+#: The longest time a tuning file may hold (seconds): measured ones are micro- to
+#: milliseconds, so anything above is corrupt.
+MAX_TIME_S = 3600.0
+
+
 def _time_ok(t) -> bool:
-    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+    """A finite number of seconds in [0, MAX_TIME_S] (huge ints too: no overflow)."""
+    return cache.is_number(t, 0.0, MAX_TIME_S)
 
 
 def _entry_ok(e) -> bool:
@@ -309,7 +388,7 @@ def _entry_ok(e) -> bool:
             and isinstance(e.get("stale", False), bool)
             and isinstance(e.get("rounds"), int) and not isinstance(e["rounds"], bool)
             and e["rounds"] >= 1 and e.get("mode") in ("fast", "full")
-            and _time_ok(e.get("measured_at")))
+            and cache.is_number(e.get("measured_at"), 0.0, 1e11))
 
 
 def _parse(raw, identity: dict) -> dict:
@@ -372,6 +451,9 @@ class Tuner:
         self._entries: dict[str, dict] = {}          # device stem -> {(f, p, c): entry}
         self._key_locks: dict[TuneKey, threading.Lock] = {}
         self._observed: dict[tuple, list] = {}
+        #: ``{TuneKey: (point times, params)}``: the fits :meth:`model` made (the per-
+        #: device store of measured models; a key names the device and its features).
+        self.fitted: dict[TuneKey, tuple] = {}
 
     # -- where -------------------------------------------------------------------------
     def _file(self, stem: str) -> Path | None:
@@ -424,16 +506,21 @@ class Tuner:
     # -- public ------------------------------------------------------------------------
     def key(self, device, path, shape) -> TuneKey:
         p = _resolve(path)
-        return TuneKey(_stem(device.info), _features(device), p.name, str(p.shape_class(shape)))
+        feats = p.features(device) if p.features is not None else _features(device)
+        return TuneKey(_stem(device.info), feats, p.name, str(p.shape_class(shape)))
 
     def stored(self, device) -> list[tuple[str, Any]]:
         """(path, shape) of every entry stored for ``device`` and its features that
         recorded its shape (``--refresh`` re-measures them)."""
-        stem, feats = _stem(device.info), _features(device)
+        stem, paths = _stem(device.info), registered_paths()
+
+        def feats(pname):
+            p = paths.get(pname)
+            return p.features(device) if p is not None and p.features else _features(device)
         with self._lock:
             entries = self._load(stem, reload=True)
             return [(pname, e["shape"]) for (f, pname, _), e in sorted(entries.items())
-                    if f == feats and "shape" in e]
+                    if f == feats(pname) and "shape" in e]
 
     def lookup(self, key: TuneKey) -> dict | None:
         """The stored entry of ``key`` (a copy), or None."""
@@ -488,26 +575,55 @@ class Tuner:
         return Choice(p.name, p.candidate(e["choice"]), key, "stored", e["seconds"],
                       dict(e["times"]), p.default)
 
-    def observe(self, key: TuneKey, candidate: str, seconds: float) -> bool:
+    def model(self, device, path, *, mode: str | None = None,
+              refresh: bool = False) -> Model:
+        """The params of the measured model ``path`` (:func:`measured_model`) on
+        ``device``: fitted to its stored point times, measured now where none are stored
+        (or they are stale), the path's default in mode off.  Fits are kept in
+        :attr:`fitted` (one per key: device identity, features, path), so asking again is
+        a dictionary look-up."""
+        p = _resolve(path)
+        if not p.is_model:
+            raise ValidationError("path", f"{p.name!r} is not a measured model")
+        c = self.choose(device, p, MODEL_CLASS, mode=mode, refresh=refresh)
+        if c.source == "default":
+            return Model(p.name, p.default_model, c.key, "default")
+        times = tuple(sorted(c.times.items()))
+        with self._lock:
+            memo = self.fitted.get(c.key)
+        if memo is None or memo[0] != times:
+            memo = (times, p.fit(device, dict(times)))
+            with self._lock:
+                self.fitted[c.key] = memo
+        return Model(p.name, memo[1], c.key, c.source, dict(times))
+
+    def observe(self, key: TuneKey, candidate: str, seconds: float, *,
+                expected: float | None = None, factor: float | None = None) -> bool:
         """Record a time an operator saw for ``candidate`` under ``key`` (cheap: a list
-        append).  Marks the entry stale, and returns True, when the median of the last
-        ``stale_observations`` differs from the stored time by more than
-        ``stale_factor``; the next :meth:`choose` then re-tunes."""
-        if not _time_ok(seconds):
+        append).  It is compared with ``expected`` (a measured model's prediction for the
+        shape observed) or else the candidate's stored time.  Marks the entry stale, and
+        returns True, when the median ratio of the last ``stale_observations`` is off by
+        more than ``factor`` (default: the tuner's ``stale_factor``), either way; the
+        next :meth:`choose` then re-tunes."""
+        if not _time_ok(seconds) or (expected is not None and not _time_ok(expected)):
             return False
+        if factor is None:
+            p = registered_paths().get(key.path)
+            factor = (p.stale_factor if p is not None else None) or self.stale_factor
         with self._lock:
             e = self._entries.get(key.device, {}).get(key[1:])
-            stored = None if e is None or e.get("stale") else e["times"].get(candidate)
-            if not stored:
+            if e is None or e.get("stale"):
+                return False
+            ref = expected if expected is not None else e["times"].get(candidate)
+            if not ref:
                 return False
             obs = self._observed.setdefault((key, candidate), [])
-            obs.append(float(seconds))
+            obs.append(float(seconds) / ref)
             if len(obs) < self.stale_observations:
                 return False
-            med = statistics.median(obs[-self.stale_observations:])
+            ratio = statistics.median(obs[-self.stale_observations:])
             self._observed.pop((key, candidate), None)
-            ratio = med / stored
-            if 1 / self.stale_factor <= ratio <= self.stale_factor:
+            if 1 / factor <= ratio <= factor:
                 return False
             stamp = e["measured_at"]
 
@@ -615,9 +731,14 @@ def choose(device, path, shape, **kw) -> Choice:
     return default_tuner().choose(device, path, shape, **kw)
 
 
-def observe(key: TuneKey, candidate: str, seconds: float) -> bool:
+def observe(key: TuneKey, candidate: str, seconds: float, **kw) -> bool:
     """:meth:`Tuner.observe` of the default tuner."""
-    return default_tuner().observe(key, candidate, seconds)
+    return default_tuner().observe(key, candidate, seconds, **kw)
+
+
+def model(device, path, **kw) -> Model:
+    """:meth:`Tuner.model` of the default tuner."""
+    return default_tuner().model(device, path, **kw)
 
 
 def tune(workloads: Iterable, device=None, mode: str = "full", *, refresh: bool = False,
@@ -830,6 +951,10 @@ def main(argv=None) -> int:
         else:
             choices = tune(work, device, args.mode, refresh=args.refresh, tuner=tuner)
         _report(choices, console, Table if console else None)
+        for name in dict.fromkeys(c.path for c in choices):
+            if paths[name].is_model:
+                m = tuner.model(device, name, mode=args.mode)
+                say(f"{name} model ({m.source}): {_fmt_params(m.params)}")
     finally:
         device.close()
     return 0
@@ -841,12 +966,30 @@ def _fmt_s(t) -> str:
     return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
 
 
+def _fmt_params(params) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}"
+        if isinstance(v, (list, tuple)):
+            return "(" + ", ".join(fmt(x) for x in v) + ")"
+        if isinstance(v, Mapping):
+            return "{" + ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) + "}"
+        return str(v)
+    return fmt(params)
+
+
 def _report(choices, console, Table) -> None:
     rows, seen = [], set()
     for c in choices:
         if c.key in seen:
             continue
         seen.add(c.key)
+        p = registered_paths().get(c.path)
+        if p is not None and p.is_model:       # points are all kept, none is "chosen"
+            rows.append((c.path, c.key.shape_class,
+                         f"model of {len(c.times)} points" if c.times else "default model",
+                         "-", "-", "-", c.source))
+            continue
         ru = c.runner_up()
         sp = c.speedup()
         rows.append((c.path, c.key.shape_class, c.name, _fmt_s(c.seconds),
