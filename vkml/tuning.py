@@ -924,6 +924,10 @@ def main(argv=None) -> int:
         paths = {n: paths[n] for n in args.path}
     if args.list:
         for p in paths.values():
+            if p.is_model:
+                say(f"{p.name}: measured model, points "
+                    + ", ".join(c.name for c in p.candidates))
+                continue
             say(f"{p.name}: default {p.default}; candidates "
                 + ", ".join(c.name + ("" if c.fast else " (full)") for c in p.candidates))
         return 0
