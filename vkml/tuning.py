@@ -13,8 +13,8 @@ Why measure, never look at names: the CPU drivers and real GPUs want opposite th
 How (the rules a client can rely on):
 
 - Key: device identity (vendor_id, device_id, driver_version, pipeline_cache_uuid; one
-  file per device), enabled features (plus any limit lowered by ``Device(limits=...)``),
-  path name, shape class.
+  file per device), enabled features (plus any limit lowered by ``Device(limits=...)``;
+  or the path's own ``features_fn``), path name, shape class.
 - ``VKML_TUNE=off|fast|full`` (default ``fast``; a ``mode=`` argument overrides it):
   ``off`` returns the path's default candidate and reads and writes nothing (the same on
   every run); ``fast`` uses a stored choice, else times the path's fast list within
@@ -34,7 +34,7 @@ How (the rules a client can rely on):
   ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
   median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
-  from its stored time by more than :data:`STALE_FACTOR` (2x, either way), the entry is
+  from its stored time (or the ``expected`` time given) by more than :data:`STALE_FACTOR` (2x, either way), the entry is
   marked stale (in memory and on disk) and re-tuned at the next ``choose``.  Measurements
   taken under load are thus not kept forever.  ``python -m vkml.tune --refresh``
   re-measures on demand.
@@ -45,8 +45,22 @@ How (the rules a client can rely on):
   ``os.replace``, :mod:`vkml.runtime.cache`), so concurrent threads and processes leave
   a valid merged file; files over :data:`vkml.runtime.cache.MAX_BYTES` are not read.  A file
   that is not ours (garbage bytes, another JSON shape, another version or device) and any
-  entry with wrong types, NaN or negative times is ignored and rewritten, never trusted.
+  entry with wrong types, NaN, negative or huge (> :data:`MAX_TIME_S`) times is ignored
+  and rewritten, never trusted.
   All file access is :func:`_read_json` / :func:`_write_json`.
+
+- Measured models (:func:`measured_model` / :func:`register_model`): where a choice
+  depends on the shape so finely that shape classes would each need timing, a path
+  declares a cost model instead: a few *points* (candidates that are all timed, by the
+  same rounds and score), a ``fit(device, times) -> params`` and a default.  It is stored
+  as one entry (shape class :data:`MODEL_CLASS`), refreshed by ``--refresh``, and
+  :meth:`Tuner.model` answers the fitted params, memoised in :attr:`Tuner.fitted` per
+  key (device identity, features, path).  Re-checking: ``observe(key, name, seconds,
+  expected=prediction)`` compares observed times with the model's prediction for the
+  shape observed, by the model's own ``stale_factor``.  Padding's choice of path is one
+  (:mod:`vkml.ops.calibrate`, key features ``storage8``/``storage16`` only).
+- A path's key may name fewer features (``features_fn``): only those that change what
+  its candidates do.
 
 A path is registered with :func:`register_path` (``python -m vkml.tune`` iterates the
 registry); :func:`tunable_path` builds one without registering it (tests).  The copy
