@@ -491,7 +491,7 @@ def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, smal
     assert timed == [] and fresh.lookup(loaded.key)["stale"]
     again = fresh.model(device, model)
     assert again.source == "measured" and timed == [model.name]
-    assert not fresh.lookup(loaded.key)["stale"]
+    assert not fresh.lookup(loaded.key)["stale"] and fresh.tolerance == {}
     assert again.params["kernel"][0] < loaded.params["kernel"][0] / 3
 
 

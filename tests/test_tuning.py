@@ -404,6 +404,12 @@ def test_measured_model(device, tmp_path):
            for _ in range(t.stale_observations)]
     assert obs[-1] and not any(obs[:-1]) and t.lookup(m.key)["stale"]
     assert t.model(device, model).source == "measured" and calls
+    # the same times again: the observations were off, not the measurement; this
+    # process widens the key's factor instead of measuring again and again
+    assert t.tolerance == {m.key: 2.0}
+    obs = [t.observe(m.key, "x4", predicted / 4, expected=predicted, factor=3.0)
+           for _ in range(t.stale_observations)]
+    assert not any(obs)
 
 
 def test_cli_refreshes_the_padding_calibration(device, tmp_path):

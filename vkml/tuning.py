@@ -34,10 +34,12 @@ How (the rules a client can rely on):
   ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
   median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
-  from its stored time (or the ``expected`` time given) by more than :data:`STALE_FACTOR` (2x, either way), the entry is
-  marked stale (in memory and on disk) and re-tuned at the next ``choose``.  Measurements
-  taken under load are thus not kept forever.  ``python -m vkml.tune --refresh``
-  re-measures on demand.
+  from its stored time (or the ``expected`` time given) by more than
+  :data:`STALE_FACTOR` (2x, either way), the entry is marked stale (in memory and on disk) and re-tuned at the next ``choose``.  Measurements
+  taken under load are thus not kept forever.  A re-tune that finds the stored times
+  right after all (the observed shapes, not the measurement, were off) doubles that
+  key's factor for the process (:attr:`Tuner.tolerance`): no re-measuring loop.
+  ``python -m vkml.tune --refresh`` re-measures on demand.
 - Storage: versioned JSON ``tuning-<vendor>-<device>-<driver>-<uuid>.json`` in
   :func:`vkml.runtime.cache.cache_dir` (beside the pipeline cache; none with
   ``VKML_CACHE_DIR=off``).  Writes take an advisory file lock where the OS has one, merge
@@ -468,6 +470,9 @@ class Tuner:
         #: ``{TuneKey: (point times, params)}``: the fits :meth:`model` made (the per-
         #: device store of measured models; a key names the device and its features).
         self.fitted: dict[TuneKey, tuple] = {}
+        #: ``{TuneKey: multiplier}`` of the stale factor, doubled each time a re-measure
+        #: that observations asked for found the stored times right after all.
+        self.tolerance: dict[TuneKey, float] = {}
 
     # -- where -------------------------------------------------------------------------
     def _file(self, stem: str) -> Path | None:
@@ -568,14 +573,28 @@ class Tuner:
                 found = self._usable(p, key, listed, reload=True)
                 if found is not None:
                     return found
+            old = self.lookup(key)
             entry = self._measure(device, p, shape, listed, mode)
             if entry is None:
                 return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
+            if old is not None and old.get("stale"):
+                self._recheck_found(key, p, old["times"], entry["times"])
             self._store(key, lambda _old: entry)
             with self._lock:
                 self._observed = {k: v for k, v in self._observed.items() if k[0] != key}
             return Choice(p.name, p.candidate(entry["choice"]), key, "measured",
                           entry["seconds"], dict(entry["times"]), p.default)
+
+    def _recheck_found(self, key: TuneKey, p: TunablePath, old: dict, new: dict) -> None:
+        """After a re-measure that observations asked for: when the new times agree with
+        the old ones (median ratio within the factor), the disagreement was the shapes',
+        not the measurement's (a model that fits some shape poorly), so this process
+        doubles the key's tolerance instead of re-measuring again and again."""
+        ratios = [new[n] / old[n] for n in new if old.get(n)]
+        factor = p.stale_factor or self.stale_factor
+        if ratios and 1 / factor <= statistics.median(ratios) <= factor:
+            with self._lock:
+                self.tolerance[key] = self.tolerance.get(key, 1.0) * 2
 
     def _usable(self, p: TunablePath, key: TuneKey, listed, reload: bool) -> Choice | None:
         with self._lock:
@@ -624,6 +643,7 @@ class Tuner:
         if factor is None:
             p = registered_paths().get(key.path)
             factor = (p.stale_factor if p is not None else None) or self.stale_factor
+        factor *= self.tolerance.get(key, 1.0)
         with self._lock:
             e = self._entries.get(key.device, {}).get(key[1:])
             if e is None or e.get("stale"):
