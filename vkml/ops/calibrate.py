@@ -20,7 +20,9 @@ limits lowered by ``Device(limits=...)`` uses a stored calibration but never mea
 limits would skew it).  ``VKML_TUNE=off`` gives :data:`DEFAULT_COSTS`, nothing timed.
 Padding's ``execute`` re-checks the stored costs: every
 :data:`vkml.ops.padding.OBSERVE_EVERY`-th call runs timed and reports its time against the
-model's prediction; a median off by more than :data:`STALE_FACTOR` either way re-measures.
+model's prediction; a median off by more than :data:`STALE_FACTOR` either way re-measures
+(the model fits some shapes only within ~3x, e.g. SwiftShader's copy engine on 4096 short
+rows: a re-measure finding the same costs doubles the margin for the process).
 ``python -m vkml.tune --refresh`` (or ``--path padding``) re-measures on demand.
 """
 from __future__ import annotations
