@@ -1,7 +1,8 @@
 """Cache files are input, never trusted (vkml/runtime/cache.py and its users).
 
 Hypothesis draws corrupt contents for each file vkml keeps in its cache folder (the
-padding calibration, the Vulkan pipeline cache and its manifest): JSON of the wrong
+tuning file, which holds the padding calibration, the Vulkan pipeline cache and its
+manifest): JSON of the wrong
 shape, wrong keys, types or version, NaN, negative and huge numbers, truncated files,
 random bytes, a directory, a FIFO or an oversized file in the file's place.  Each is
 ignored (no exception, no trust) and replaced by a valid file; a fresh process (this
@@ -36,10 +37,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import vkml
-from vkml.ops import calibrate
+from vkml import tuning
+from vkml.ops import padding
 from vkml.runtime import cache, pipelines
 
-FAKE_COSTS = {"kernel": (2e-5, 1e-8, 1e-10), "rows": (3e-5, 2e-8, 5e-11)}
+#: A padding calibration entry as the tuner stores it (made-up point times).
+FAKE_TIMES = {c.name: 1e-5 * (i + 1) for i, c in enumerate(padding.MODEL.candidates)}
+FAKE_ENTRY = {"choice": padding.MODEL.candidates[0].name, "seconds": 1e-5, "times": FAKE_TIMES,
+              "declined": [], "rounds": 1, "mode": "fast", "stale": False,
+              "measured_at": 1.7e9, "shape": tuning.MODEL_CLASS}
 LARGE = 128       # 128 x 128 float32 = 64 KiB, padded: the calibrated path choice
 SMALL = 16
 
@@ -56,10 +62,22 @@ _bad_numbers = st.sampled_from(["NaN", "Infinity", "-Infinity", "-0.001", "1e308
 _SPECIAL = ("directory", "directory with a file", "fifo", "oversized", "link to /dev/zero")
 
 
-def _valid_calibration(ctx) -> dict:
-    return {"version": calibrate.VERSION,
-            "padding_paths": {calibrate._key(ctx): {k: list(v) for k, v in FAKE_COSTS.items()},
-                              "other,features": {"copy": [1e-5, 0.0, 1e-10]}}}
+def _calibration_key(device) -> tuning.TuneKey:
+    return tuning.Tuner("fast").key(device, padding.MODEL, tuning.MODEL_CLASS)
+
+
+def _tuning_path(folder, device):
+    return folder / f"{tuning._stem(device.info)}.json"
+
+
+def _valid_calibration(device) -> dict:
+    """A tuning file holding this device's padding calibration and another features'."""
+    key = _calibration_key(device)
+    other = dict(FAKE_ENTRY, times={k: 2 * v for k, v in FAKE_TIMES.items()}, seconds=2e-5)
+    return {"version": tuning.VERSION, "kind": "vkml-tuning",
+            "device": tuning._identity(device.info),
+            "entries": {key.features: {"padding": {tuning.MODEL_CLASS: FAKE_ENTRY}},
+                        "other,features": {"padding": {tuning.MODEL_CLASS: other}}}}
 
 
 @st.composite
@@ -92,21 +110,28 @@ def corrupt_json(draw, valid: dict, mutate_leaf) -> bytes | str:
 
 
 def _calibration_leaf(draw, valid: dict) -> str:
-    key = next(iter(valid["padding_paths"]))
-    path = draw(st.sampled_from(sorted(valid["padding_paths"][key])))
-    how = draw(st.sampled_from(["number", "length", "path name", "entry"]))
+    """The device's calibration entry broken one way (the other entry stays valid)."""
+    feats = next(iter(valid["entries"]))
     doc = json.loads(json.dumps(valid))
-    entry = doc["padding_paths"][key]
+    entry = doc["entries"][feats]["padding"][tuning.MODEL_CLASS]
+    how = draw(st.sampled_from(["number", "seconds", "times", "choice", "field", "entry"]))
     if how == "number":
-        i = draw(st.integers(0, 2))
-        entry[path][i] = "@@"
+        entry["times"][draw(st.sampled_from(sorted(entry["times"])))] = "@@"
         return json.dumps(doc).replace('"@@"', draw(_bad_numbers))
-    if how == "length":
-        entry[path] = entry[path][:draw(st.sampled_from([0, 1, 2]))] or entry[path] * 2
-    elif how == "path name":
-        entry[draw(st.sampled_from(["Kernel", "copies", "", "rows "]))] = entry.pop(path)
+    if how == "seconds":
+        entry["seconds"] = "@@"
+        return json.dumps(doc).replace('"@@"', draw(_bad_numbers | st.just("0.5")))
+    if how == "times":
+        entry["times"] = draw(st.sampled_from([{}, [], None, "x"]))
+    elif how == "choice":
+        entry["choice"] = draw(st.sampled_from(["Kernel", "", None, 3]))
+    elif how == "field":
+        field = draw(st.sampled_from(["rounds", "mode", "stale", "declined", "measured_at"]))
+        entry[field] = draw(st.sampled_from([None, "x", -1, [1], 0.5]))
+        assume(not (field == "measured_at" and entry[field] == 0.5))
     else:
-        doc["padding_paths"][key] = draw(_json_values.filter(lambda v: not isinstance(v, dict)))
+        doc["entries"][feats]["padding"][tuning.MODEL_CLASS] = draw(
+            _json_values.filter(lambda v: not isinstance(v, dict)))
     return json.dumps(doc)
 
 
@@ -184,33 +209,36 @@ _SETTINGS = dict(deadline=None, database=None,
 # -- in process: every corrupt content is ignored and replaced ------------------------------
 @settings(max_examples=150, **_SETTINGS)
 @given(data=st.data())
-def test_corrupt_calibration_is_ignored_and_replaced(tmp_path, monkeypatch, device, data):
+def test_corrupt_calibration_is_ignored_and_replaced(tmp_path, device, data):
+    """A corrupt tuning file (or entry) is not trusted: the calibration reads as absent,
+    and storing one writes a valid file (no temporary left beside it)."""
     folder = tmp_path / "cache"
     _clear(folder)
-    monkeypatch.setenv("VKML_CACHE_DIR", str(folder))
-    ctx = device._ctx
-    path = calibrate._path(ctx.info)
-    valid = _valid_calibration(ctx)
-    _place(path, data.draw(corrupt_json(valid, _calibration_leaf)))
-    assert calibrate._load(ctx) is None
-    calibrate._store(ctx, FAKE_COSTS)
-    assert calibrate._load(ctx) == FAKE_COSTS
-    stored = json.loads(path.read_text())
-    assert stored["version"] == calibrate.VERSION and calibrate._valid(stored)
-    assert [p.name for p in folder.iterdir()] == [path.name]      # no temporary left
+    key = _calibration_key(device)
+    path = _tuning_path(folder, device)
+    _place(path, data.draw(corrupt_json(_valid_calibration(device), _calibration_leaf)))
+    assert tuning.Tuner("fast", folder=folder).lookup(key) is None
+    tuning.Tuner("fast", folder=folder)._store(key, lambda old: FAKE_ENTRY)
+    assert tuning.Tuner("fast", folder=folder).lookup(key) == FAKE_ENTRY
+    assert tuning._read_json(path) is not None
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        [path.name, path.with_suffix(".lock").name])     # the lock file, no temporary
 
 
-def test_valid_calibration_is_read_and_other_entries_kept(tmp_path, monkeypatch, device):
-    monkeypatch.setenv("VKML_CACHE_DIR", str(tmp_path))
-    ctx = device._ctx
-    path = calibrate._path(ctx.info)
-    valid = _valid_calibration(ctx)
+def test_valid_calibration_is_read_and_other_entries_kept(tmp_path, device):
+    key = _calibration_key(device)
+    path = _tuning_path(tmp_path, device)
+    valid = _valid_calibration(device)
     path.write_text(json.dumps(valid))
-    assert calibrate._load(ctx) == FAKE_COSTS
-    calibrate._store(ctx, {"kernel": (1e-5, 0.0, 1e-10)})
-    kept = json.loads(path.read_text())["padding_paths"]
-    assert kept["other,features"] == valid["padding_paths"]["other,features"]
-    assert calibrate._load(ctx) == {"kernel": (1e-5, 0.0, 1e-10)}
+    tuner = tuning.Tuner("fast", folder=tmp_path)
+    m = tuner.model(device, padding.MODEL)
+    assert (m.source, m.times) == ("stored", FAKE_TIMES)     # nothing timed
+    assert m.params == padding.MODEL.fit(device, FAKE_TIMES)
+    newer = dict(FAKE_ENTRY, measured_at=1.8e9)
+    tuner._store(key, lambda old: newer)
+    kept = json.loads(path.read_text())["entries"]
+    assert kept["other,features"] == valid["entries"]["other,features"]
+    assert tuning.Tuner("fast", folder=tmp_path).lookup(key) == newer
 
 
 @settings(max_examples=40, **_SETTINGS)
@@ -334,15 +362,16 @@ def test_fresh_process_pads_over_corrupt_cache_files(tmp_path, device, data):
     _clear(folder)
     info = device.info
     blob_path, manifest_path = pipelines.cache_files(info, folder)
-    cal_path = folder / calibrate._path(info).name
-    _place(cal_path, data.draw(corrupt_json(_valid_calibration(device._ctx), _calibration_leaf)))
+    cal_path = _tuning_path(folder, device)
+    _place(cal_path, data.draw(corrupt_json(_valid_calibration(device), _calibration_leaf)))
     _place(blob_path, data.draw(corrupt_blob(info)))
     _place(manifest_path, data.draw(corrupt_json(
         {"version": pipelines.MANIFEST_VERSION, "blob_sha256": "0" * 64, "keys": []},
         _manifest_leaf)))
     _child(folder, device.index, LARGE, validation=False)
-    stored = cache.read_json(cal_path, calibrate.VERSION, calibrate._valid)
-    assert stored is not None and stored["padding_paths"][calibrate._key(device._ctx)]
+    key = _calibration_key(device)
+    stored = tuning._parse(tuning._read_json(cal_path), tuning._identity(info))
+    assert stored[key[1:]]["times"] and stored[key[1:]]["times"] != FAKE_TIMES
     blob = cache.read_bytes(blob_path)
     assert blob is not None and pipelines.valid_blob(blob, info)
 

@@ -5,11 +5,13 @@ References: the page's four examples verbatim, and ``pad_reference`` (tests/refe
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 import vkml
-from vkml import dml
+from vkml import dml, tuning
 from vkml.errors import ValidationError
 
 from helpers import ALL_DTYPES, random_bits, run_desc, same_bits, strided_view
@@ -175,10 +177,6 @@ def test_both_paths(device, path):
     boxes, give the same bits (the choice between them is measured per device)."""
     from vkml.ops.padding import CompiledPadding
 
-    class Forced(CompiledPadding):
-        pass
-
-    Forced.path = path
     rng = np.random.default_rng(7)
     for dtype, shape, start, end in (("float32", (3, 17, 9), (0, 2, 1), (1, 0, 3)),
                                      ("uint8", (2, 5, 6, 7), (1, 0, 2, 2), (0, 3, 1, 0)),
@@ -189,7 +187,7 @@ def test_both_paths(device, path):
                 dml.TensorDesc(dtype, shape),
                 dml.TensorDesc(dtype, [s + a + b for s, a, b in zip(shape, start, end)]),
                 mode, 2.0, start, end)
-            op = Forced(device, desc)
+            op = CompiledPadding(device, desc, path=path)
             assert (op.copy_regions is not None) == (path == "copy")
             src, dst = device.tensor(x), device.empty(desc.output_tensor.sizes, dtype)
             op.execute([src], [dst])
@@ -199,9 +197,10 @@ def test_both_paths(device, path):
 
 
 def _forced(path):
+    """A constructor of paddings forced onto ``path``."""
     from vkml.ops.padding import CompiledPadding
 
-    return type(f"Forced_{path}", (CompiledPadding,), {"path": path})
+    return lambda device, desc: CompiledPadding(device, desc, path=path)
 
 
 def _check_forced(device, cls, x, start, end, mode, in_strides=None, logical=None,
@@ -332,18 +331,35 @@ def test_rows_path_workgroup_limit_is_split(device):
                 _check_forced(small, cls, x, list(start), list(end), mode)
 
 
+def _compile_pad(device, shape, start, end, dtype="float32"):
+    out = [s + a + b for s, a, b in zip(shape, start, end)]
+    return device.compile_operator(device.create_operator(dml.PaddingOperatorDesc(
+        dml.TensorDesc(dtype, shape), dml.TensorDesc(dtype, out), "reflection", 0.0,
+        start, end)))
+
+
+def _path_of(op) -> str:
+    return "rows" if op.rows else "copy" if op.copy_regions is not None else "kernel"
+
+
+class _FixedCosts:
+    """A tuner whose padding model is ``costs`` (as if stored)."""
+
+    def __init__(self, costs):
+        self.costs = costs
+
+    def model(self, device, path, **kw):
+        return tuning.Model(path.name, self.costs,
+                            tuning.TuneKey("test", "", path.name, tuning.MODEL_CLASS), "stored")
+
+
 def test_path_choice_follows_the_measured_costs(device, monkeypatch):
     """The path is the cheapest by the device's calibrated model (never its name): with
     made-up costs each path wins where it should; small outputs skip the model."""
-    from vkml.ops import padding
-
     def choose(costs, shape, start, end):
-        monkeypatch.setattr(padding, "path_costs", lambda dev: costs)
-        out = [s + a + b for s, a, b in zip(shape, start, end)]
-        op = device.compile_operator(device.create_operator(dml.PaddingOperatorDesc(
-            dml.TensorDesc("float32", shape), dml.TensorDesc("float32", out), "reflection",
-            0.0, start, end)))
-        path = "rows" if op.rows else "copy" if op.copy_regions is not None else "kernel"
+        monkeypatch.setattr(tuning, "default_tuner", lambda: _FixedCosts(costs))
+        op = _compile_pad(device, shape, start, end)
+        path = _path_of(op)
         op.release()
         return path
 
@@ -357,6 +373,198 @@ def test_path_choice_follows_the_measured_costs(device, monkeypatch):
     assert choose(fast_rows, (8192, 5), (0, 2), (0, 2)) == "kernel"
     assert choose(dict(fast_rows, copy=(0, 0, 1e-11)), (8192, 5), (0, 2), (0, 2)) == "copy"
     assert choose(fast_rows, (16, 32), (0, 2), (0, 2)) == "kernel"
+
+
+def test_path_argument_is_checked(device):
+    from vkml.ops.padding import CompiledPadding
+
+    desc = dml.PaddingOperatorDesc(dml.TensorDesc("float32", (4, 8)),
+                                   dml.TensorDesc("float32", (4, 12)), "edge", 0.0,
+                                   (0, 2), (0, 2))
+    with pytest.raises(ValidationError, match="path"):
+        CompiledPadding(device, desc, path="fastest")
+    assert CompiledPadding(device, desc, path="kernel").path == "kernel"
+
+
+# -- the calibration: a measured model of the tuner (vkml/ops/calibrate.py) ----------------
+#: A quick calibration (tiny points) for the tests of its mechanism; the real one is timed
+#: by the tests that pad 64 KiB or more (once per device and session).
+SMALL_SHAPES = ((64, 64), (8, 512))
+BIG = ((128, 256), (0, 2), (0, 2))       # 130 KiB out: the model chooses
+
+
+@pytest.fixture
+def small_model(monkeypatch, tmp_path):
+    """Padding calibrated by a quick model, stored in ``tmp_path`` by a fresh default tuner."""
+    from vkml.ops import calibrate, padding
+
+    model = calibrate.padding_model(padding.CompiledPadding, name="padding-test",
+                                    shapes=SMALL_SHAPES, register=False)
+    monkeypatch.setattr(padding, "MODEL", model)
+    tuner = tuning.Tuner(folder=tmp_path)
+    monkeypatch.setattr(tuning, "_DEFAULT", tuner)
+    return model, tuner
+
+
+def _no_timing(monkeypatch) -> list:
+    timed: list = []
+    real = tuning.Tuner._measure
+    monkeypatch.setattr(tuning.Tuner, "_measure",
+                        lambda self, *a, **k: timed.append(a[1].name) or real(self, *a, **k))
+    return timed
+
+
+def test_calibration_off_uses_the_default_without_timing(device, monkeypatch, tmp_path):
+    """VKML_TUNE=off: the documented default costs, nothing timed, read or written, the
+    same choice every time (rows for row-contiguous paddings, the kernel elsewhere)."""
+    from vkml.ops import calibrate, padding
+
+    monkeypatch.setenv("VKML_TUNE", "off")
+    monkeypatch.setattr(tuning, "_DEFAULT", tuning.Tuner(folder=tmp_path))
+    timed = _no_timing(monkeypatch)
+    for _ in range(2):
+        m = tuning.model(device, padding.MODEL)
+        assert m.source == "default" and m.times == {}
+        assert m.params == {k: list(v) for k, v in calibrate.DEFAULT_COSTS.items()}
+        op = _compile_pad(device, *BIG)
+        assert _path_of(op) == "rows" and op.observed is None
+        op.release()
+        op = _compile_pad(device, (8192, 5), (0, 2), (0, 2))    # rows too short, many
+        assert _path_of(op) == "kernel"
+        op.release()
+    assert timed == [] and not (tmp_path.exists() and list(tmp_path.iterdir()))
+
+
+def test_calibration_is_stored_and_keyed_by_padding_features(device, small_model):
+    model, tuner = small_model
+    m = tuner.model(device, model)
+    assert m.source == "measured" and set(m.params) <= {"kernel", "rows", "copy"}
+    assert "kernel" in m.params and all(len(c) == 3 and min(c) >= 0 for c in m.params.values())
+    # the key holds only the features that choose padding kernels
+    assert set(filter(None, m.key.features.split(","))) <= {"storage8", "storage16"}
+    assert tuner.model(device, model).source == "stored"
+    assert m.key in tuner.fitted
+    with vkml.Device(device.index, disable_features=["push_descriptor", "host_import"]) as d:
+        assert tuner.model(d, model).source == "stored"           # the same calibration
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (4, 4, 4)}) as d:
+        assert tuner.model(d, model).source == "stored"           # used, never measured
+    with vkml.Device(device.index, disable_features=["storage8", "storage16"]) as d:
+        other = tuner.model(d, model)
+        assert other.key != m.key or not device.features["storage8"]
+
+
+def test_limited_device_never_calibrates(device, monkeypatch, tmp_path, small_model):
+    model, tuner = small_model
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (4, 4, 4)}) as d:
+        m = tuner.model(d, model)
+        assert m.source == "default" and tuner.lookup(m.key) is None
+
+
+def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, small_model):
+    """A calibration taken under load (every stored time 10x too long) is found out by
+    the times executions observe and measured again."""
+    from vkml.ops import padding
+
+    model, tuner = small_model
+    first = tuner.model(device, model)
+    path = tmp_path / f"{tuning._stem(device.info)}.json"
+    doc = json.loads(path.read_text())
+    entry = doc["entries"][first.key.features][model.name][tuning.MODEL_CLASS]
+    entry["times"] = {k: v * 10 for k, v in entry["times"].items()}
+    entry["seconds"] = entry["times"][entry["choice"]]
+    path.write_text(json.dumps(doc))
+    fresh = tuning.Tuner(folder=tmp_path)
+    monkeypatch.setattr(tuning, "_DEFAULT", fresh)
+    loaded = fresh.model(device, model)
+    assert loaded.source == "stored"
+    assert loaded.params["kernel"][0] == pytest.approx(10 * first.params["kernel"][0])
+
+    monkeypatch.setattr(padding, "OBSERVE_EVERY", 1)
+    op = _compile_pad(device, *BIG)
+    assert op.observed is not None and op.observed[0] == loaded.key
+    x = device.tensor(np.zeros(BIG[0], np.float32))
+    y = device.empty(op.desc.output_tensor.sizes)
+    timed = _no_timing(monkeypatch)
+    for _ in range(fresh.stale_observations):
+        op.execute([x], [y])
+    op.release()
+    assert timed == [] and fresh.lookup(loaded.key)["stale"]
+    again = fresh.model(device, model)
+    assert again.source == "measured" and timed == [model.name]
+    assert not fresh.lookup(loaded.key)["stale"] and fresh.tolerance == {}
+    assert again.params["kernel"][0] < loaded.params["kernel"][0] / 3
+
+
+def test_sampled_observations_only(device, monkeypatch, small_model):
+    """Only every OBSERVE_EVERY-th execution is timed; the others replay as usual."""
+    from vkml.ops import padding
+
+    model, tuner = small_model
+    tuner.model(device, model)
+    seen = []
+    monkeypatch.setattr(tuning.Tuner, "observe", lambda self, *a, **k: seen.append((a, k)))
+    monkeypatch.setattr(padding, "OBSERVE_EVERY", 4)
+    monkeypatch.setattr(padding, "_CALLS", iter(range(1, 100)))
+    op = _compile_pad(device, *BIG)
+    path = _path_of(op)
+    x = device.tensor(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))
+    y = device.empty(op.desc.output_tensor.sizes)
+    for _ in range(8):
+        op.execute([x], [y])
+        assert np.array_equal(y.numpy(), np.pad(x.numpy(), ((0, 0), (2, 2)), "reflect"))
+    op.release()
+    assert len(seen) == 2               # calls 4 and 8
+    for (key, name, seconds), kw in seen:
+        assert (key, name) == op.observed[:2] and name == path and seconds > 0
+        assert kw["expected"] == op.observed[2] > 0 and kw["factor"] == model.stale_factor
+
+
+def test_refresh_measures_the_calibration_again(device, small_model):
+    model, tuner = small_model
+    first = tuner.model(device, model)
+    again = vkml.tune([(model, tuning.MODEL_CLASS)], device, "fast", refresh=True,
+                      tuner=tuner)
+    assert again[0].source == "measured"
+    assert tuner.lookup(first.key)["measured_at"] > 0
+    assert tuner.model(device, model).source == "stored"
+
+
+_CHILD = """
+import json, sys
+import numpy as np
+import vkml
+from vkml import tuning
+from vkml.ops import calibrate, padding
+padding.MODEL = calibrate.padding_model(padding.CompiledPadding, name="padding-test",
+                                        shapes={shapes!r}, register=False)
+timed = []
+real = tuning.Tuner._measure
+tuning.Tuner._measure = lambda self, *a, **k: timed.append(a[1].name) or real(self, *a, **k)
+x = np.arange(128 * 256, dtype=np.float32).reshape(128, 256)
+with vkml.Device({index}) as dev:
+    y = vkml.pad(x, [0, 2], [0, 2], "reflection", device=dev)
+    src = tuning.model(dev, padding.MODEL).source
+assert np.array_equal(y, np.pad(x, ((0, 0), (2, 2)), "reflect"))
+print(json.dumps({{"timed": timed, "source": src}}))
+"""
+
+
+def test_second_process_reuses_the_calibration(device, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    def child():
+        env = dict(os.environ, VKML_CACHE_DIR=str(tmp_path), VKML_TUNE="fast",
+                   PYTHONPATH=os.pathsep.join(sys.path))
+        out = subprocess.run([sys.executable, "-c", _CHILD.format(shapes=SMALL_SHAPES,
+                                                                   index=device.index)],
+                             env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-4000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert child() == {"timed": ["padding-test"], "source": "stored"}
+    assert child() == {"timed": [], "source": "stored"}
 
 
 def test_packed_path_on_every_device(device):

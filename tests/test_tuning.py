@@ -351,7 +351,7 @@ def test_cli_tunes_the_copy_path(device, tmp_path):
     r = cli("--path", "copy", "--refresh", "--mode", "fast", "--device", str(device.index),
             folder=tmp_path)
     assert r.returncode == 0 and "measured" in r.stdout and "stored" not in r.stdout
-    r = cli("--bench", "--device", str(device.index), folder=tmp_path)
+    r = cli("--bench", "--path", "copy", "--device", str(device.index), folder=tmp_path)
     assert r.returncode == 0 and "no registered tunable path takes them" in r.stdout
 
 
@@ -363,3 +363,80 @@ def test_tune_api(device, tmp_path):
                     tuner=Tuner(folder=tmp_path, rounds=1),
                     progress=lambda i, n, p, s: seen.append((i, n)))
     assert [c.name for c in out] == ["x1", "x1"] and seen[-1] == (2, 2)
+
+
+# -- measured models (padding's calibration is one: tests/test_padding.py) -----------------
+def copies_model(calls: list, name="synmodel") -> tuning.TunablePath:
+    """Points x1, x4, x20 (copies of SIZE bytes); the model: seconds per copy."""
+    run = copies_path(calls).run
+
+    def fit(device, times):
+        return {"per_copy": [times[f"x{k}"] / k for k in (1, 4, 20) if f"x{k}" in times]}
+    return tuning.measured_model(name, [Candidate(f"x{k}", {"copies": k}) for k in (1, 4, 20)],
+                                 {"per_copy": [1e-3]}, fit,
+                                 lambda device, seq, cand, shape: run(device, seq, cand, SIZE),
+                                 features_fn=lambda device: "mine", stale_factor=3.0)
+
+
+def test_measured_model(device, tmp_path):
+    """Every point timed (fast mode too), params fitted, stored once per device, keyed by
+    the model's own features; off gives the default; observations against a prediction
+    mark it stale by the model's factor."""
+    calls = []
+    model = copies_model(calls)
+    t = Tuner("fast", folder=tmp_path, rounds=1)
+    m = t.model(device, model)
+    assert m.source == "measured" and sorted(calls) == ["x1", "x20", "x4"]
+    assert m.key.features == "mine" and m.key.shape_class == tuning.MODEL_CLASS
+    assert len(m.params["per_copy"]) == 3 and m.params == model.fit(device, m.times)
+    calls.clear()
+    again = Tuner("fast", folder=tmp_path).model(device, model)
+    assert (again.source, again.params) == ("stored", m.params) and calls == []
+    off = Tuner("off", folder=tmp_path).model(device, model)
+    assert (off.source, off.params) == ("default", {"per_copy": [1e-3]}) and calls == []
+    with pytest.raises(vkml.ValidationError, match="not a measured model"):
+        t.model(device, copies_path([]))
+    predicted = m.params["per_copy"][0] * 4
+    obs = [t.observe(m.key, "x4", predicted * 2.5, expected=predicted, factor=3.0)
+           for _ in range(t.stale_observations)]
+    assert not any(obs)                              # within the model's factor
+    obs = [t.observe(m.key, "x4", predicted / 4, expected=predicted, factor=3.0)
+           for _ in range(t.stale_observations)]
+    assert obs[-1] and not any(obs[:-1]) and t.lookup(m.key)["stale"]
+    assert t.model(device, model).source == "measured" and calls
+    # the same times again: the observations were off, not the measurement; this
+    # process widens the key's factor instead of measuring again and again
+    assert t.tolerance == {m.key: 2.0}
+    obs = [t.observe(m.key, "x4", predicted / 4, expected=predicted, factor=3.0)
+           for _ in range(t.stale_observations)]
+    assert not any(obs)
+
+
+def test_cli_refreshes_the_padding_calibration(device, tmp_path):
+    """``python -m vkml.tune --path padding``: a stored calibration is used as it is,
+    ``--refresh`` measures it again (without the validation layer: it is slow there)."""
+    from vkml.ops import padding
+
+    key = Tuner("fast").key(device, padding.MODEL, tuning.MODEL_CLASS)
+    times = {c.name: 1e-5 * (i + 1) for i, c in enumerate(padding.MODEL.candidates)}
+    first = padding.MODEL.candidates[0].name
+    entry = {"choice": first, "seconds": times[first], "times": times, "declined": [],
+             "rounds": 1, "mode": "fast", "stale": False, "measured_at": 1.7e9,
+             "shape": tuning.MODEL_CLASS}
+    Tuner("fast", folder=tmp_path)._store(key, lambda old: entry)
+    env = dict(os.environ, VKML_CACHE_DIR=str(tmp_path), VKML_VALIDATION="0")
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-m", "vkml.tune", "--path", "padding", "--mode",
+                            "fast", "--device", str(device.index), *args], cwd=ROOT,
+                           env=env, text=True, capture_output=True, timeout=240)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    out = run()
+    assert "model of 9 points" in out and "stored" in out and "measured" not in out
+    assert Tuner("fast", folder=tmp_path).lookup(key) == entry
+    out = run("--refresh")
+    assert "measured" in out and "padding model" in out
+    now = Tuner("fast", folder=tmp_path).lookup(key)
+    assert now["times"] != times and now["measured_at"] > entry["measured_at"]

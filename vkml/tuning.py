@@ -13,8 +13,8 @@ Why measure, never look at names: the CPU drivers and real GPUs want opposite th
 How (the rules a client can rely on):
 
 - Key: device identity (vendor_id, device_id, driver_version, pipeline_cache_uuid; one
-  file per device), enabled features (plus any limit lowered by ``Device(limits=...)``),
-  path name, shape class.
+  file per device), enabled features (plus any limit lowered by ``Device(limits=...)``;
+  or the path's own ``features_fn``), path name, shape class.
 - ``VKML_TUNE=off|fast|full`` (default ``fast``; a ``mode=`` argument overrides it):
   ``off`` returns the path's default candidate and reads and writes nothing (the same on
   every run); ``fast`` uses a stored choice, else times the path's fast list within
@@ -34,18 +34,35 @@ How (the rules a client can rely on):
   ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
   median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
-  from its stored time by more than :data:`STALE_FACTOR` (2x, either way), the entry is
-  marked stale (in memory and on disk) and re-tuned at the next ``choose``.  Measurements
-  taken under load are thus not kept forever.  ``python -m vkml.tune --refresh``
-  re-measures on demand.
+  from its stored time (or the ``expected`` time given) by more than
+  :data:`STALE_FACTOR` (2x, either way), the entry is marked stale (in memory and on disk) and re-tuned at the next ``choose``.  Measurements
+  taken under load are thus not kept forever.  A re-tune that finds the stored times
+  right after all (the observed shapes, not the measurement, were off) doubles that
+  key's factor for the process (:attr:`Tuner.tolerance`): no re-measuring loop.
+  ``python -m vkml.tune --refresh`` re-measures on demand.
 - Storage: versioned JSON ``tuning-<vendor>-<device>-<driver>-<uuid>.json`` in
-  :func:`vkml.runtime.pipelines.cache_dir` (beside the pipeline cache; none with
+  :func:`vkml.runtime.cache.cache_dir` (beside the pipeline cache; none with
   ``VKML_CACHE_DIR=off``).  Writes take an advisory file lock where the OS has one, merge
   with what is on disk at write time, and replace the file atomically (temp file +
-  ``os.replace``), so concurrent threads and processes leave a valid merged file.  A file
+  ``os.replace``, :mod:`vkml.runtime.cache`), so concurrent threads and processes leave
+  a valid merged file; files over :data:`vkml.runtime.cache.MAX_BYTES` are not read.  A file
   that is not ours (garbage bytes, another JSON shape, another version or device) and any
-  entry with wrong types, NaN or negative times is ignored and rewritten, never trusted.
+  entry with wrong types, NaN, negative or huge (> :data:`MAX_TIME_S`) times is ignored
+  and rewritten, never trusted.
   All file access is :func:`_read_json` / :func:`_write_json`.
+
+- Measured models (:func:`measured_model` / :func:`register_model`): where a choice
+  depends on the shape so finely that shape classes would each need timing, a path
+  declares a cost model instead: a few *points* (candidates that are all timed, by the
+  same rounds and score), a ``fit(device, times) -> params`` and a default.  It is stored
+  as one entry (shape class :data:`MODEL_CLASS`), refreshed by ``--refresh``, and
+  :meth:`Tuner.model` answers the fitted params, memoised in :attr:`Tuner.fitted` per
+  key (device identity, features, path).  Re-checking: ``observe(key, name, seconds,
+  expected=prediction)`` compares observed times with the model's prediction for the
+  shape observed, by the model's own ``stale_factor``.  Padding's choice of path is one
+  (:mod:`vkml.ops.calibrate`, key features ``storage8``/``storage16`` only).
+- A path's key may name fewer features (``features_fn``): only those that change what
+  its candidates do.
 
 A path is registered with :func:`register_path` (``python -m vkml.tune`` iterates the
 registry); :func:`tunable_path` builds one without registering it (tests).  The copy
@@ -59,7 +76,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -67,7 +83,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import ValidationError, VkmlError
-from .runtime.pipelines import cache_dir
+from .runtime import cache
+from .runtime.cache import cache_dir
 
 VERSION = 1
 MODES = ("off", "fast", "full")
@@ -108,6 +125,18 @@ class TunablePath:
     run: Callable
     examples: tuple = ()
     from_workload: Callable | None = None
+    #: ``features(device) -> str``: the key's feature part (None: :func:`_features`).
+    features: Callable | None = None
+    #: A measured model (:func:`measured_model`): ``fit(device, times) -> params``...
+    fit: Callable | None = None
+    #: ...and the params ``VKML_TUNE=off`` (or a device that declines every point) uses.
+    default_model: Mapping | None = None
+    #: How far observed times may drift before a re-check (None: the tuner's).
+    stale_factor: float | None = None
+
+    @property
+    def is_model(self) -> bool:
+        return self.fit is not None
 
     def candidate(self, name: str) -> Candidate:
         for c in self.candidates:
@@ -125,7 +154,7 @@ class TunablePath:
 
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
-                 examples=(), from_workload=None) -> TunablePath:
+                 examples=(), from_workload=None, features_fn=None) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -140,6 +169,8 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     should be JSON values, so ``--refresh`` can re-measure stored ones).
     ``from_workload(dict) -> shape | None``: a bench workload (bench/workloads/*.json)
     as this path's shape, None where it does not use this path.
+    ``features_fn(device) -> str``: the features that change this path's candidates (the
+    key's feature part; default: every enabled feature and every lowered limit).
     """
     cands = []
     for c in candidates:
@@ -154,7 +185,44 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     if default not in names:
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
-                       from_workload)
+                       from_workload, features_fn)
+
+
+#: The one shape class of a measured model: it covers every shape of its operator.
+MODEL_CLASS = "device"
+
+
+def measured_model(name: str, points, default_model: Mapping, fit_fn, run_fn, *,
+                   features_fn=None, stale_factor: float | None = None,
+                   from_workload=None) -> TunablePath:
+    """Declare a *measured model* (without registering it): a cost model whose parameters
+    are fitted to a few timed *points*, so one measurement per device covers every shape.
+
+    The points are candidates that are all timed (never "chosen"): the same interleaved
+    rounds and robust score as any path, stored as one entry of shape class
+    :data:`MODEL_CLASS`, re-measured by ``--refresh``, marked stale by :meth:`Tuner.observe`
+    with ``expected=`` (the model's prediction for the shape observed).
+    ``run_fn(device, seq, point, shape)`` (shape: :data:`MODEL_CLASS`) records a point (as a path's run function).
+    ``fit_fn(device, {point: seconds}) -> params`` (JSON values; points that declined are
+    absent).  ``default_model``: the params ``VKML_TUNE=off`` gives, the same on every run.
+    :meth:`Tuner.model` answers the fitted params.
+    """
+    p = tunable_path(name, [Candidate(c.name, c.params) if isinstance(c, Candidate) else c
+                            for c in points], _first_name(points), lambda _shape: MODEL_CLASS,
+                     run_fn, examples=(MODEL_CLASS,), from_workload=from_workload,
+                     features_fn=features_fn)
+    import dataclasses
+
+    cands = tuple(dataclasses.replace(c, fast=True) for c in p.candidates)   # all timed
+    return dataclasses.replace(p, candidates=cands, fit=fit_fn,
+                               default_model=dict(default_model), stale_factor=stale_factor)
+
+
+def _first_name(points) -> str:
+    first = next(iter(points), None)
+    if isinstance(first, Candidate):
+        return first.name
+    return first if isinstance(first, str) else first[0]
 
 
 _REGISTRY: dict[str, TunablePath] = {}
@@ -164,6 +232,14 @@ _REGISTRY_LOCK = threading.Lock()
 def register_path(name: str, candidates, default: str, shape_class_fn, run_fn, **kw) -> TunablePath:
     """:func:`tunable_path`, registered under ``name`` (a later registration replaces it)."""
     p = tunable_path(name, candidates, default, shape_class_fn, run_fn, **kw)
+    with _REGISTRY_LOCK:
+        _REGISTRY[name] = p
+    return p
+
+
+def register_model(name: str, points, default_model, fit_fn, run_fn, **kw) -> TunablePath:
+    """:func:`measured_model`, registered under ``name``."""
+    p = measured_model(name, points, default_model, fit_fn, run_fn, **kw)
     with _REGISTRY_LOCK:
         _REGISTRY[name] = p
     return p
@@ -217,6 +293,19 @@ class Choice:
         return d / self.seconds if d and self.seconds else None
 
 
+@dataclass(frozen=True)
+class Model:
+    """The answer of :meth:`Tuner.model`: ``params`` fitted to the stored (or just
+    measured) point ``times``, or the path's default (``source`` "default": mode off, or
+    no point could be timed)."""
+
+    path: str
+    params: Mapping[str, Any]
+    key: TuneKey
+    source: str
+    times: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
 # -- identity --------------------------------------------------------------------------
 
 def _stem(info) -> str:
@@ -246,38 +335,35 @@ def _features(device) -> str:
     return ",".join(out)
 
 
-# -- file access (swap for the shared cache helper on merge) ----------------------------
+# -- file access (vkml.runtime.cache: size cap, no FIFOs, atomic replace) ---------------
+
+def _doc_ok(raw: dict) -> bool:
+    """The outer shape of a tuning file (entries are checked one by one in :func:`_parse`)."""
+    return (set(raw) == {"version", "kind", "device", "entries"}
+            and raw["kind"] == "vkml-tuning" and isinstance(raw["device"], dict)
+            and isinstance(raw["entries"], dict))
+
 
 def _read_json(path: Path):
-    """The JSON in ``path``, or None (absent, unreadable, not JSON)."""
-    try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
-        return None
+    """The tuning document in ``path``, or None (absent, unreadable, oversized, not JSON,
+    another version or shape): :func:`vkml.runtime.cache.read_json`."""
+    return cache.read_json(path, VERSION, _doc_ok)
 
 
 _WRITE_LOCK = threading.Lock()
 
 
 def _write_json(path: Path, update: Callable[[Any], Any]) -> Any:
-    """Replace ``path`` by ``update(what is on disk now, or None)``, atomically, under an
-    advisory lock (``<path>.lock``) so concurrent writers merge instead of losing updates.
+    """Replace ``path`` by ``update(what is on disk now, or None)`` under an advisory lock
+    (``<path>.lock``), so concurrent writers merge instead of losing updates; the write
+    itself is :func:`vkml.runtime.cache.write_json` (temp file + ``os.replace``).
     Returns what was written (None when the folder cannot be written)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _WRITE_LOCK, open(path.with_suffix(".lock"), "a+b") as lock:
             _lock_file(lock)
             data = update(_read_json(path))
-            text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(text)
-                os.replace(tmp, path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            return data
+            return data if cache.write_json(path, VERSION, data) else None
     except OSError:
         return None                # a read-only cache folder is no reason to fail
 
@@ -296,8 +382,14 @@ def _lock_file(f) -> None:
 
 # -- validation of what is read ---------------------------------------------------------
 
+#: The longest time a tuning file may hold (seconds): measured ones are micro- to
+#: milliseconds, so anything above is corrupt.
+MAX_TIME_S = 3600.0
+
+
 def _time_ok(t) -> bool:
-    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+    """A finite number of seconds in [0, MAX_TIME_S] (huge ints too: no overflow)."""
+    return cache.is_number(t, 0.0, MAX_TIME_S)
 
 
 def _entry_ok(e) -> bool:
@@ -312,7 +404,7 @@ def _entry_ok(e) -> bool:
             and isinstance(e.get("stale", False), bool)
             and isinstance(e.get("rounds"), int) and not isinstance(e["rounds"], bool)
             and e["rounds"] >= 1 and e.get("mode") in ("fast", "full")
-            and _time_ok(e.get("measured_at")))
+            and cache.is_number(e.get("measured_at"), 0.0, 1e11))
 
 
 def _parse(raw, identity: dict) -> dict:
@@ -375,6 +467,12 @@ class Tuner:
         self._entries: dict[str, dict] = {}          # device stem -> {(f, p, c): entry}
         self._key_locks: dict[TuneKey, threading.Lock] = {}
         self._observed: dict[tuple, list] = {}
+        #: ``{TuneKey: (point times, params)}``: the fits :meth:`model` made (the per-
+        #: device store of measured models; a key names the device and its features).
+        self.fitted: dict[TuneKey, tuple] = {}
+        #: ``{TuneKey: multiplier}`` of the stale factor, doubled each time a re-measure
+        #: that observations asked for found the stored times right after all.
+        self.tolerance: dict[TuneKey, float] = {}
 
     # -- where -------------------------------------------------------------------------
     def _file(self, stem: str) -> Path | None:
@@ -427,16 +525,21 @@ class Tuner:
     # -- public ------------------------------------------------------------------------
     def key(self, device, path, shape) -> TuneKey:
         p = _resolve(path)
-        return TuneKey(_stem(device.info), _features(device), p.name, str(p.shape_class(shape)))
+        feats = p.features(device) if p.features is not None else _features(device)
+        return TuneKey(_stem(device.info), feats, p.name, str(p.shape_class(shape)))
 
     def stored(self, device) -> list[tuple[str, Any]]:
         """(path, shape) of every entry stored for ``device`` and its features that
         recorded its shape (``--refresh`` re-measures them)."""
-        stem, feats = _stem(device.info), _features(device)
+        stem, paths = _stem(device.info), registered_paths()
+
+        def feats(pname):
+            p = paths.get(pname)
+            return p.features(device) if p is not None and p.features else _features(device)
         with self._lock:
             entries = self._load(stem, reload=True)
             return [(pname, e["shape"]) for (f, pname, _), e in sorted(entries.items())
-                    if f == feats and "shape" in e]
+                    if f == feats(pname) and "shape" in e]
 
     def lookup(self, key: TuneKey) -> dict | None:
         """The stored entry of ``key`` (a copy), or None."""
@@ -470,14 +573,28 @@ class Tuner:
                 found = self._usable(p, key, listed, reload=True)
                 if found is not None:
                     return found
+            old = self.lookup(key)
             entry = self._measure(device, p, shape, listed, mode)
             if entry is None:
                 return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
+            if old is not None and old.get("stale"):
+                self._recheck_found(key, p, old["times"], entry["times"])
             self._store(key, lambda _old: entry)
             with self._lock:
                 self._observed = {k: v for k, v in self._observed.items() if k[0] != key}
             return Choice(p.name, p.candidate(entry["choice"]), key, "measured",
                           entry["seconds"], dict(entry["times"]), p.default)
+
+    def _recheck_found(self, key: TuneKey, p: TunablePath, old: dict, new: dict) -> None:
+        """After a re-measure that observations asked for: when the new times agree with
+        the old ones (median ratio within the factor), the disagreement was the shapes',
+        not the measurement's (a model that fits some shape poorly), so this process
+        doubles the key's tolerance instead of re-measuring again and again."""
+        ratios = [new[n] / old[n] for n in new if old.get(n)]
+        factor = p.stale_factor or self.stale_factor
+        if ratios and 1 / factor <= statistics.median(ratios) <= factor:
+            with self._lock:
+                self.tolerance[key] = self.tolerance.get(key, 1.0) * 2
 
     def _usable(self, p: TunablePath, key: TuneKey, listed, reload: bool) -> Choice | None:
         with self._lock:
@@ -491,26 +608,56 @@ class Tuner:
         return Choice(p.name, p.candidate(e["choice"]), key, "stored", e["seconds"],
                       dict(e["times"]), p.default)
 
-    def observe(self, key: TuneKey, candidate: str, seconds: float) -> bool:
+    def model(self, device, path, *, mode: str | None = None,
+              refresh: bool = False) -> Model:
+        """The params of the measured model ``path`` (:func:`measured_model`) on
+        ``device``: fitted to its stored point times, measured now where none are stored
+        (or they are stale), the path's default in mode off.  Fits are kept in
+        :attr:`fitted` (one per key: device identity, features, path), so asking again is
+        a dictionary look-up."""
+        p = _resolve(path)
+        if not p.is_model:
+            raise ValidationError("path", f"{p.name!r} is not a measured model")
+        c = self.choose(device, p, MODEL_CLASS, mode=mode, refresh=refresh)
+        if c.source == "default":
+            return Model(p.name, p.default_model, c.key, "default")
+        times = tuple(sorted(c.times.items()))
+        with self._lock:
+            memo = self.fitted.get(c.key)
+        if memo is None or memo[0] != times:
+            memo = (times, p.fit(device, dict(times)))
+            with self._lock:
+                self.fitted[c.key] = memo
+        return Model(p.name, memo[1], c.key, c.source, dict(times))
+
+    def observe(self, key: TuneKey, candidate: str, seconds: float, *,
+                expected: float | None = None, factor: float | None = None) -> bool:
         """Record a time an operator saw for ``candidate`` under ``key`` (cheap: a list
-        append).  Marks the entry stale, and returns True, when the median of the last
-        ``stale_observations`` differs from the stored time by more than
-        ``stale_factor``; the next :meth:`choose` then re-tunes."""
-        if not _time_ok(seconds):
+        append).  It is compared with ``expected`` (a measured model's prediction for the
+        shape observed) or else the candidate's stored time.  Marks the entry stale, and
+        returns True, when the median ratio of the last ``stale_observations`` is off by
+        more than ``factor`` (default: the tuner's ``stale_factor``), either way; the
+        next :meth:`choose` then re-tunes."""
+        if not _time_ok(seconds) or (expected is not None and not _time_ok(expected)):
             return False
+        if factor is None:
+            p = registered_paths().get(key.path)
+            factor = (p.stale_factor if p is not None else None) or self.stale_factor
+        factor *= self.tolerance.get(key, 1.0)
         with self._lock:
             e = self._entries.get(key.device, {}).get(key[1:])
-            stored = None if e is None or e.get("stale") else e["times"].get(candidate)
-            if not stored:
+            if e is None or e.get("stale"):
+                return False
+            ref = expected if expected is not None else e["times"].get(candidate)
+            if not ref:
                 return False
             obs = self._observed.setdefault((key, candidate), [])
-            obs.append(float(seconds))
+            obs.append(float(seconds) / ref)
             if len(obs) < self.stale_observations:
                 return False
-            med = statistics.median(obs[-self.stale_observations:])
+            ratio = statistics.median(obs[-self.stale_observations:])
             self._observed.pop((key, candidate), None)
-            ratio = med / stored
-            if 1 / self.stale_factor <= ratio <= self.stale_factor:
+            if 1 / factor <= ratio <= factor:
                 return False
             stamp = e["measured_at"]
 
@@ -618,9 +765,14 @@ def choose(device, path, shape, **kw) -> Choice:
     return default_tuner().choose(device, path, shape, **kw)
 
 
-def observe(key: TuneKey, candidate: str, seconds: float) -> bool:
+def observe(key: TuneKey, candidate: str, seconds: float, **kw) -> bool:
     """:meth:`Tuner.observe` of the default tuner."""
-    return default_tuner().observe(key, candidate, seconds)
+    return default_tuner().observe(key, candidate, seconds, **kw)
+
+
+def model(device, path, **kw) -> Model:
+    """:meth:`Tuner.model` of the default tuner."""
+    return default_tuner().model(device, path, **kw)
 
 
 def tune(workloads: Iterable, device=None, mode: str = "full", *, refresh: bool = False,
@@ -739,6 +891,15 @@ def _parser():
     return ap
 
 
+def _read_workloads(path: Path):
+    """A bench workload file's JSON (no version field there), or None."""
+    raw = cache.read_bytes(path)
+    try:
+        return None if raw is None else json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+
+
 def _workloads(args, paths: dict, device, tuner: Tuner, say) -> list:
     files = [Path(f) for f in args.workloads]
     if args.bench:
@@ -747,7 +908,7 @@ def _workloads(args, paths: dict, device, tuner: Tuner, say) -> list:
     if files:
         skipped: dict[str, int] = {}
         for f in files:
-            raw = _read_json(f)
+            raw = _read_workloads(f)
             entries = raw.get("workloads", []) if isinstance(raw, dict) else None
             if not isinstance(entries, list):
                 say(f"{f}: not a workload file (skipped)")
@@ -797,6 +958,10 @@ def main(argv=None) -> int:
         paths = {n: paths[n] for n in args.path}
     if args.list:
         for p in paths.values():
+            if p.is_model:
+                say(f"{p.name}: measured model, points "
+                    + ", ".join(c.name for c in p.candidates))
+                continue
             say(f"{p.name}: default {p.default}; candidates "
                 + ", ".join(c.name + ("" if c.fast else " (full)") for c in p.candidates))
         return 0
@@ -824,6 +989,10 @@ def main(argv=None) -> int:
         else:
             choices = tune(work, device, args.mode, refresh=args.refresh, tuner=tuner)
         _report(choices, console, Table if console else None)
+        for name in dict.fromkeys(c.path for c in choices):
+            if paths[name].is_model:
+                m = tuner.model(device, name, mode=args.mode)
+                say(f"{name} model ({m.source}): {_fmt_params(m.params)}")
     finally:
         device.close()
     return 0
@@ -835,12 +1004,30 @@ def _fmt_s(t) -> str:
     return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
 
 
+def _fmt_params(params) -> str:
+    def fmt(v):
+        if isinstance(v, float):
+            return f"{v:.3g}"
+        if isinstance(v, (list, tuple)):
+            return "(" + ", ".join(fmt(x) for x in v) + ")"
+        if isinstance(v, Mapping):
+            return "{" + ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) + "}"
+        return str(v)
+    return fmt(params)
+
+
 def _report(choices, console, Table) -> None:
     rows, seen = [], set()
     for c in choices:
         if c.key in seen:
             continue
         seen.add(c.key)
+        p = registered_paths().get(c.path)
+        if p is not None and p.is_model:       # points are all kept, none is "chosen"
+            rows.append((c.path, c.key.shape_class,
+                         f"model of {len(c.times)} points" if c.times else "default model",
+                         "-", "-", "-", c.source))
+            continue
         ru = c.runner_up()
         sp = c.speedup()
         rows.append((c.path, c.key.shape_class, c.name, _fmt_s(c.seconds),

@@ -1,162 +1,153 @@
-"""One-time measurements that choose between padding's three paths (element kernel, rows
-kernel, copy engine for the interior), per device.
+"""Padding's cost model, a measured model of :mod:`vkml.tuning` (its one calibration).
 
-Measured on the device itself (GPU timestamps where it has them, else wall time), the
-first time an operator asks, then kept in memory and in the cache folder next to the
-pipeline cache.  Nothing here looks at a device's name.
+Padding chooses between three paths (element kernel, rows kernel, copy engine for the
+interior; :mod:`.padding`) by estimated device time, modelled per path as
+``seconds = fixed + per_row * rows + per_byte * output bytes`` (rows: copy regions for
+the copy engine, which on lavapipe pays ~0.25 us per region).  One calibration per device
+covers every shape: each path is timed on a tiny padding (2 x 64, the fixed cost) and on
+two float32 paddings with the same bytes and different row counts (4096 rows of 256
+elements and 256 of 4096, padded by 2 on each side of the rows), and the two other terms
+are fitted to them.  The fast paths are timed at 16 MiB, the element kernel at 4 MiB:
+lavapipe's copy engine moves 4 MiB at 0.07 ns/byte (cache) but 64 MiB at 0.14, the rows
+kernel 0.14-0.16 at both.  Nothing here looks at a device's name.
 
-Each path is timed on two float32 paddings with the same bytes and different row counts
-(4096 rows of 256 elements and 256 of 4096, padded by 2 on each side of the rows) and on
-a tiny one, and modelled as ``seconds = fixed + per_row * rows + per_byte * output bytes``
-(rows: copy regions for the copy engine, which on lavapipe pays ~0.25 us per region).  The
-fast paths are timed at 16 MiB, the element kernel at 4 MiB: lavapipe's copy engine moves
-4 MiB at 0.07 ns/byte (cache) but 64 MiB at 0.14, the rows kernel 0.14-0.16 at both.
-
-The file is input, not trusted (:mod:`vkml.runtime.cache`): one that is not exactly
-``{"version": VERSION, "padding_paths": {features: {path: [fixed, per_row, per_byte]}}}``
-with finite costs in ``[0, MAX_COST_S]`` is ignored, measured again and replaced.
+How the tuner carries it (:func:`vkml.tuning.measured_model`): the nine (path, shape)
+points are the "candidates" of the model ``padding``, all timed, interleaved round robin
+(score: minimum over rounds of each round's median), stored in the tuning file of the
+device under shape class ``device`` and keyed by the only features that change which
+padding kernels run (``storage8``, ``storage16``: the packed variants).  A device with
+limits lowered by ``Device(limits=...)`` uses a stored calibration but never measures (its
+limits would skew it).  ``VKML_TUNE=off`` gives :data:`DEFAULT_COSTS`, nothing timed.
+Padding's ``execute`` re-checks the stored costs: every
+:data:`vkml.ops.padding.OBSERVE_EVERY`-th call runs timed and reports its time against the
+model's prediction; a median off by more than :data:`STALE_FACTOR` either way re-measures
+(the model fits some shapes only within ~3x, e.g. SwiftShader's copy engine on 4096 short
+rows: a re-measure finding the same costs doubles the margin for the process).
+``python -m vkml.tune --refresh`` (or ``--path padding``) re-measures on demand.
 """
 from __future__ import annotations
 
-import threading
-import time
-
 import numpy as np
 
-from ..runtime import cache
-from ..runtime.cache import cache_dir
+from ..dml.padding import PaddingOperatorDesc
+from ..dml.tensor_desc import TensorDesc
+from ..tuning import MODEL_CLASS, Candidate, Declined, measured_model, register_model
 
-VERSION = 5
-#: The largest cost a calibration file may hold for one term (seconds; per row and per
-#: byte too): measured ones are micro- to milliseconds, so anything above is corrupt.
-MAX_COST_S = 60.0
-_lock = threading.Lock()
-#: (rows, elements per row) of the two float32 paddings each path is timed on.
-_SHAPES = ((4096, 256), (256, 4096))
+PATHS = ("kernel", "rows", "copy")
+#: (rows, elements per row) of the two float32 paddings each path is timed on...
+SHAPES = ((4096, 256), (256, 4096))
+#: ...and of the tiny one (its time is the fixed cost).
+TINY = (2, 64)
 _SCALE = {"kernel": 1, "rows": 4, "copy": 4}     # rows multiplied by this
 _PAD = 2
-PATHS = ("kernel", "rows", "copy")
+#: The costs (fixed s, per row s, per byte s) ``VKML_TUNE=off`` uses, the same on every
+#: run: the rows kernel for row-contiguous paddings, the element kernel elsewhere, the
+#: copy engine only where the rows kernel does not apply and runs are few and long (the
+#: order lavapipe and SwiftShader measure).
+DEFAULT_COSTS = {"kernel": (1e-4, 0.0, 2e-9), "rows": (1e-4, 0.0, 3e-10),
+                 "copy": (1e-4, 1e-6, 3e-10)}
+#: Observed times this many times off the model's prediction (median, either way) mark the
+#: calibration stale: wider than the tuner's 2x, as the model is a fit, not a measurement
+#: of the very shape (measurements taken under load are several times off, not 1.5x).
+STALE_FACTOR = 4.0
+_FEATURES = ("storage8", "storage16")
 
 
-def _path(info):
-    folder = cache_dir()
-    if folder is None:
-        return None
-    return folder / (f"calibration-{info.vendor_id:04x}-{info.device_id:04x}-"
-                     f"{info.driver_version:08x}-{info.pipeline_cache_uuid}.json")
+def features(device) -> str:
+    """The key's feature part: only the features that change which padding kernels run."""
+    f = device._ctx.features
+    return ",".join(k for k in _FEATURES if f.get(k))
 
 
-def path_costs(device) -> dict:
-    """``{path: (fixed_s, per_row_s, per_byte_s)}`` for the padding paths this device can
-    take (see the module doc)."""
-    ctx = device._ctx
-    found = getattr(ctx, "_padding_costs", None)
-    if found is not None:
-        return found
-    with _lock:
-        found = getattr(ctx, "_padding_costs", None)
-        if found is None:
-            found = _load(ctx) or _measure(device)
-            ctx._padding_costs = found
-    return found
-
-
-def _key(ctx) -> str:
-    """Measurements depend on the kernels a device gets, hence on its enabled features."""
-    return ",".join(sorted(k for k, v in ctx.features.items() if v))
-
-
-def _valid(data: dict) -> bool:
-    """The calibration file's schema (see the module doc)."""
-    paths = data["padding_paths"]
-    return (set(data) == {"version", "padding_paths"} and isinstance(paths, dict)
-            and all(isinstance(key, str) and isinstance(costs, dict)
-                    and all(p in PATHS and isinstance(c, list) and len(c) == 3
-                            and all(cache.is_number(v, 0.0, MAX_COST_S) for v in c)
-                            for p, c in costs.items())
-                    for key, costs in paths.items()))
-
-
-def _load(ctx):
-    path = _path(ctx.info)
-    if path is None:
-        return None
-    data = cache.read_json(path, VERSION, _valid)
-    found = data["padding_paths"].get(_key(ctx)) if data else None
-    return {k: tuple(float(x) for x in v) for k, v in found.items()} if found else None
-
-
-def _store(ctx, costs: dict) -> None:
-    """Add this device's costs to its calibration file (atomically; an invalid file is
-    replaced, valid entries of other feature sets are kept)."""
-    path = _path(ctx.info)
-    if path is None:
-        return
-
-    def change(data):
-        data.setdefault("padding_paths", {})[_key(ctx)] = {
-            k: [float(x) for x in v] for k, v in costs.items()}
-    cache.update_json(path, VERSION, _valid, change)
-
-
-def _timed(ctx, record, reps: int = 5) -> float:
-    """The fastest of ``reps`` runs after a warm-up (other load only adds time)."""
-    times = []
-    for _ in range(reps + 1):
-        with ctx.sequence(timed=True) as seq:
-            record(seq)
-            t0 = time.perf_counter()
-            seq.run()
-            wall = time.perf_counter() - t0
-            times.append(seq.gpu_time_ns * 1e-9 if seq.gpu_time_ns else wall)
-    return min(times[1:])
-
-
-def _measure(device) -> dict:
-    from .padding import CompiledPadding
-
-    ctx = device._ctx
-    texels = ctx.limits["maxTexelBufferElements"]
-    costs = {}
+def points(shapes=SHAPES, tiny=TINY) -> list[Candidate]:
+    """The (path, rows, width) points timed, named ``<path>-<rows>x<width>``."""
+    out = []
     for path in PATHS:
-        cls = type(f"Only_{path}", (CompiledPadding,), {"path": path})   # not registered
-        points = []
-        for rows, width in ((2, 64),) + tuple((r * _SCALE[path], w) for r, w in _SHAPES):
-            if path == "rows":      # the input is bound as 16-byte texels: shrink to fit
-                rows = min(rows, max(1, texels * 4 // width))
-            t = _time_padding(device, cls, rows, width)
-            if t is None:
-                break               # the device cannot take this path
-            points.append((rows, rows * (width + 2 * _PAD) * 4, t))
-        if len(points) < 3:
+        for rows, width in (tiny,) + tuple((r * _SCALE[path], w) for r, w in shapes):
+            out.append(Candidate(f"{path}-{rows}x{width}",
+                                 {"path": path, "rows": rows, "width": width}))
+    return out
+
+
+def _geometry(device, params) -> tuple[int, int]:
+    rows, width = params["rows"], params["width"]
+    if params["path"] == "rows":      # the input is bound as 16-byte texels: shrink to fit
+        texels = device._ctx.limits["maxTexelBufferElements"]
+        rows = min(rows, max(1, texels * 4 // width))
+    return rows, width
+
+
+def _lowered(ctx) -> bool:
+    return any(v != ctx.info.limits.get(k) for k, v in ctx.limits.items())
+
+
+def fit(model_points, device, times: dict) -> dict:
+    """``{path: [fixed_s, per_row_s, per_byte_s]}`` from the point times (a path missing a
+    point, because it declined, is left out: padding then does not consider it)."""
+    by_path: dict[str, list] = {}
+    for c in model_points:
+        if c.name in times:
+            rows, width = _geometry(device, c.params)
+            by_path.setdefault(c.params["path"], []).append(
+                (rows, rows * (width + 2 * _PAD) * 4, times[c.name]))
+    costs = {}
+    for path, pts in by_path.items():
+        if len(pts) < 3:
             continue
-        fixed = points[0][2]
-        a = np.array([p[:2] for p in points[1:]], dtype=np.float64)
-        per_row, per_byte = np.linalg.lstsq(a, np.array([p[2] - fixed for p in points[1:]]),
+        fixed = pts[0][2]
+        a = np.array([p[:2] for p in pts[1:]], dtype=np.float64)
+        per_row, per_byte = np.linalg.lstsq(a, np.array([p[2] - fixed for p in pts[1:]]),
                                             rcond=None)[0]
-        costs[path] = (fixed, max(float(per_row), 0.0), max(float(per_byte), 1e-13))
-    _store(ctx, costs)
+        costs[path] = [float(fixed), max(float(per_row), 0.0), max(float(per_byte), 1e-13)]
     return costs
 
 
-def _time_padding(device, cls, rows: int, width: int) -> float | None:
-    """Device seconds of ``cls`` padding float32 (rows, width) by _PAD on each side of the
-    rows (reflection), or None where it falls back to another path."""
-    from ..dml.padding import PaddingOperatorDesc
-    from ..dml.tensor_desc import TensorDesc
+def _run(op_class):
+    def run(device, seq, point, _shape):
+        """Record ``op_class(..., path=point's path)`` padding float32 (rows, width) by
+        _PAD on each side of the rows (reflection); Declined where the path does not
+        apply (it would fall back to the element kernel)."""
+        ctx = device._ctx
+        if _lowered(ctx):
+            raise Declined("limits lowered by Device(limits=...): not measured there")
+        path = point.params["path"]
+        rows, width = _geometry(device, point.params)
+        out = (rows, width + 2 * _PAD)
+        op = op_class(device, PaddingOperatorDesc(TensorDesc("float32", (rows, width)),
+                                                  TensorDesc("float32", out), "reflection",
+                                                  0.0, (0, _PAD), (0, _PAD)), path=path)
+        if (path == "rows" and op.rows is None) or (path == "copy"
+                                                     and op.copy_regions is None):
+            op.release()
+            raise Declined(f"the {path} path does not take {rows}x{width}")
+        made = [op]
+        try:
+            src = device.tensor(np.zeros((rows, width), np.float32))  # touched: no faults
+            made.append(src)
+            dst = device.tensor(np.zeros(out, np.float32))
+            made.append(dst)
+            op.record(seq, [src], [dst])
+        except BaseException:
+            _free(made)
+            raise
+        return lambda: _free(made)
+    return run
 
-    out = (rows, width + 2 * _PAD)
-    op = cls(device, PaddingOperatorDesc(TensorDesc("float32", (rows, width)),
-                                         TensorDesc("float32", out), "reflection", 0.0,
-                                         (0, _PAD), (0, _PAD)))
-    src = device.tensor(np.zeros((rows, width), np.float32))    # touched: no page faults
-    dst = device.tensor(np.zeros(out, np.float32))
-    try:
-        if (cls.path == "rows" and op.rows is None) or (cls.path == "copy"
-                                                         and op.copy_regions is None):
-            return None
-        return _timed(device._ctx, lambda seq: op.encode(seq, [src], [dst]))
-    finally:
-        op.release()
-        src.free()
-        dst.free()
+
+def _free(made) -> None:
+    for m in made:
+        m.release() if hasattr(m, "release") else m.free()
+
+
+def padding_model(op_class, *, name: str = "padding", shapes=SHAPES, tiny=TINY,
+                  register: bool = True):
+    """The measured model of ``op_class`` (:class:`.padding.CompiledPadding`, given here
+    so this module does not import padding).  ``shapes``/``tiny`` smaller than the
+    defaults and ``register=False`` make a quick one (tests)."""
+    pts = points(shapes, tiny)
+    make = register_model if register else measured_model
+    return make(name, pts, {k: list(v) for k, v in DEFAULT_COSTS.items()},
+                lambda device, times: fit(pts, device, times), _run(op_class),
+                features_fn=features, stale_factor=STALE_FACTOR,
+                from_workload=lambda w: None if not isinstance(w, dict)
+                or w.get("op") != "pad" else MODEL_CLASS)

@@ -6,7 +6,8 @@ arithmetic.  Devices without 8/16-bit storage use the ``_packed`` variants (elem
 inside 32-bit words).
 
 Three ways to fill the output, chosen per device from a calibrated cost model
-(:mod:`.calibrate`), never by name:
+(:mod:`.calibrate`, a measured model of :mod:`vkml.tuning`), never by name;
+``CompiledPadding(device, desc, path="rows")`` forces one:
 
 * "rows" (``glsl/padding_rows.comp``): when the innermost dimension has unit stride in
   both tensors, each output row is a border, a copy of an input row, a border.  One
@@ -24,16 +25,20 @@ window of the input and output (element kernel; :func:`.grid.plan_windows`).
 """
 from __future__ import annotations
 
+import itertools
 import math
+import time
 
 import numpy as np
 
+from .. import tuning
 from ..dml.operator import as_real, as_tuple
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
+from ..errors import ValidationError
 from ..runtime import FORMAT_RGBA32_UINT, Bind
 from .base import CompiledOperator, implements
-from .calibrate import path_costs
+from .calibrate import PATHS, padding_model
 from .grid import (binding_window, box_grid, check_allocatable, div_magic, pick_xdims,
                    plan_windows, split_groups, strided_span)
 from .functional import as_array, pick_device, run
@@ -60,6 +65,12 @@ ROWS_PER = (8, 4)
 ROWS_PER_BYTES = 64 << 20
 #: Outputs below this many bytes take the element kernel without measuring anything.
 SMALL_BYTES = 64 << 10
+#: Every this-many-th ``execute`` of a padding whose path the model chose (counted over
+#: all paddings of the process) runs in a timed sequence and reports its device time to
+#: the tuner, which re-measures the calibration when the times disagree with the model
+#: (:mod:`.calibrate`).  The other calls pay one counter increment.
+OBSERVE_EVERY = 64
+_CALLS = itertools.count()
 #: Edge elements per invocation of the rows path: one row's (up to 16, unrolled), so its
 #: arithmetic is shared (lavapipe: a row per vector lane, 2x faster than a slot per lane).
 EDGE_PER = 16
@@ -84,9 +95,17 @@ def _merge_dims(in_sizes, out_sizes, in_strides, out_strides, start):
 
 @implements(PaddingOperatorDesc, Padding1OperatorDesc)
 class CompiledPadding(CompiledOperator):
-    #: None: choose by measurement; "rows", "kernel" or "copy" force a path (calibration,
-    #: tests; "rows" and "copy" fall back to the element kernel where they do not apply).
-    path: str | None = None
+    """``path``: None chooses by the device's calibrated costs; "rows", "kernel" or
+    "copy" force that path (calibration, tests; "rows" and "copy" fall back to the
+    element kernel where they do not apply)."""
+
+    def __init__(self, device, desc, path: str | None = None):
+        if path is not None and path not in PATHS:
+            raise ValidationError("path", f"must be None or one of {PATHS}, got {path!r}")
+        self.path = path
+        #: (tuning key, path, predicted seconds) where the model chose the path.
+        self.observed = None
+        super().__init__(device, desc)
 
     def build(self) -> None:
         d = self.desc
@@ -132,12 +151,13 @@ class CompiledPadding(CompiledOperator):
         self.params = self.upload(self._params(bits))
 
     def _cheapest(self, rows: dict | None, copy_ok: bool) -> str:
-        """The path of least estimated device time, from this device's measured costs
-        (:func:`.calibrate.path_costs`: fixed + per row + per byte).  Small outputs take the
-        element kernel: one dispatch is as good as anything there, nothing to measure."""
+        """The path of least estimated device time, from this device's calibrated costs
+        (:data:`MODEL`: fixed + per row + per byte).  Small outputs take the element
+        kernel: one dispatch is as good as anything there, nothing to measure."""
         if self.out_bytes < SMALL_BYTES or (rows is None and not copy_ok):
             return "kernel"
-        cost = path_costs(self.device)
+        model = tuning.default_tuner().model(self.device, MODEL)
+        cost = model.params
         out_rows = math.prod(self.out_size[:-1])
         nbytes = self.total * self.esize
         est = {}
@@ -154,7 +174,12 @@ class CompiledPadding(CompiledOperator):
                 if nregions <= 1 << 22 and "kernel" in cost:
                     est[path] = (fixed + per_row * nregions + per_byte * nbytes
                                  + cost["kernel"][2] * border)
-        return min(est, key=est.get) if est else "kernel"
+        if not est:
+            return "kernel"
+        path = min(est, key=est.get)
+        if model.source != "default":
+            self.observed = (model.key, path, est[path])
+        return path
 
     # -- host-side planning ------------------------------------------------------------
     def _rows_plan(self) -> dict | None:
@@ -387,6 +412,24 @@ class CompiledPadding(CompiledOperator):
         push[20:20 + rank] = [div_magic(n) for n in extent]
         seq.dispatch(pipe, binds, groups, push.tobytes())
 
+    def execute(self, inputs, outputs) -> None:
+        """As every operator's, except every :data:`OBSERVE_EVERY`-th call of one whose
+        path the model chose: that one runs in a timed sequence (GPU timestamps, else wall
+        time, as the calibration) and tells the tuner how long it took."""
+        if self.observed is None or next(_CALLS) % OBSERVE_EVERY:
+            return super().execute(inputs, outputs)
+        self._check_live()
+        inputs, outputs = self._check_bindings(inputs, outputs)
+        with self.ctx.sequence(timed=True) as seq:
+            self.encode(seq, inputs, outputs)
+            t0 = time.perf_counter()
+            seq.run()
+            wall = time.perf_counter() - t0
+            seconds = seq.gpu_time_ns * 1e-9 if seq.gpu_time_ns else wall
+        key, path, predicted = self.observed
+        tuning.default_tuner().observe(key, path, seconds, expected=predicted,
+                                       factor=MODEL.stale_factor)
+
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0]._alloc, outputs[0]._alloc
         if self.rows is not None:
@@ -407,6 +450,10 @@ class CompiledPadding(CompiledOperator):
             out_off, out_size = binding_window(out_lo * e, out_hi * e, y.size, align)
             binds = [Bind(x, in_off, in_size), Bind(y, out_off, out_size, "w")] + fixed
             self._dispatch_box(seq, binds, origin, extent, in_off // e, out_off // e)
+
+
+#: Padding's calibration (:mod:`.calibrate`), registered with the tuner as "padding".
+MODEL = padding_model(CompiledPadding)
 
 
 def pad(x, start_padding, end_padding, mode="constant", value=0.0, *, device=None):
