@@ -72,7 +72,6 @@ here; it measures nothing until asked.
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import sys
