@@ -1362,8 +1362,8 @@ class CompiledConvolution(CompiledOperator):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, w, b = inputs
-        self.path.encode(seq, x._alloc, w._alloc, b._alloc if b is not None else None,
-                         outputs[0]._alloc)
+        self.path.encode(seq, x.allocation, w.allocation,
+                         b.allocation if b is not None else None, outputs[0].allocation)
 
 
 # -- functional form ----------------------------------------------------------------------
