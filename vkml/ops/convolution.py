@@ -74,6 +74,7 @@ from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import STORAGE, UNIFORM, Bind
 from .base import CompiledOperator, implements
+from .grid import binding_window, box_grid, pieces, plan_windows, split_groups, strided_span
 from .functional import as_array, pick_device, run
 
 __all__ = ["convolution"]
@@ -328,11 +329,6 @@ def _words(values) -> np.ndarray:
     return np.array([int(e) & 0xFFFFFFFF for e in v.ravel()], np.uint32)
 
 
-def _span(sizes, strides) -> int:
-    """Elements from the first to one past the last element of a strided tensor."""
-    return sum((s - 1) * st for s, st in zip(sizes, strides)) + 1
-
-
 class Path:
     """A way to run a geometry: ``accepts`` (class method), ``build``, ``encode``."""
 
@@ -408,47 +404,39 @@ class DirectPath(Path):
         g, e = self.geo, self.esize
         limit = self.ctx.limits["maxStorageBufferRange"] - 2 * self.ctx.binding_alignment()
         # (the descriptor's input: a reduced geometry reads a part of it from x_off)
-        x_item = _span((g.c_in, *_pad3(self.op.desc.input_tensor.sizes[2:], 1)),
-                       g.x_strides[1:])
-        y_item = _span((g.c_out, *g.out_size), g.y_strides[1:])
-        if max(x_item, y_item) * e > limit:
+        x_item = (g.c_in, *_pad3(self.op.desc.input_tensor.sizes[2:], 1))
+        y_item = (g.c_out, *g.out_size)
+
+        def x_span(origin, extent):
+            return strided_span((origin[0], 0, 0, 0, 0), (extent[0], *x_item), g.x_strides)
+
+        def y_span(origin, extent):
+            return strided_span((origin[0], 0, 0, 0, 0), (extent[0], *y_item), g.y_strides)
+
+        if max(x_span((0,), (1,))[1], y_span((0,), (1,))[1]) * e > limit:
             raise UnsupportedError("maxStorageBufferRange", "one batch item of this "
                                    "convolution is larger than the device can bind")
-        out, n0 = [], 0
-        while n0 < g.n:
-            n1 = n0 + 1
-            while n1 < g.n and ((n1 - n0) * g.x_strides[0] + x_item) * e <= limit and \
-                    ((n1 - n0) * g.y_strides[0] + y_item) * e <= limit:
-                n1 += 1
-            out.append((n0, n1, n0 * g.x_strides[0] * e,
-                        ((n1 - 1) * g.x_strides[0] + x_item) * e,
-                        n0 * g.y_strides[0] * e, ((n1 - 1) * g.y_strides[0] + y_item) * e))
-            n0 = n1
-        return out
+        return [(o[0], o[0] + n[0], xlo * e, xhi * e, ylo * e, yhi * e)
+                for o, n, xlo, xhi, ylo, yhi in plan_windows([g.n], x_span, y_span, e, e, limit)]
 
     def encode(self, seq, x, w, b, y) -> None:
         g = self.geo
         align = self.ctx.binding_alignment()
-        mx, my, mz = self.ctx.limits["maxComputeWorkGroupCount"]
+        max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         w_bind = Bind(w, 0, self.op.whole(w, "filter"))
         b_bind = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else w_bind
         od_co = g.out_size[0] * g.c_out
-        gx_all = -(-g.out_size[2] // self.local)
         for n0, n1, xlo, xhi, ylo, yhi in self.windows:
-            xo = xlo - xlo % align
-            yo = ylo - ylo % align
-            xb = Bind(x, xo, min(-(-(xhi - xo) // 4) * 4, x.size - xo))
-            yb = Bind(y, yo, min(-(-(yhi - yo) // 4) * 4, y.size - yo), "w")
-            binds = [xb, w_bind, b_bind, yb, Bind(self.params)]
-            z_lo, z_hi = n0 * od_co, n1 * od_co
-            for x0 in range(0, gx_all, mx):
-                for y0 in range(0, g.out_size[1], my):
-                    for z0 in range(z_lo, z_hi, mz):
-                        push = np.array([x0 * self.local, y0, z0, 0, xo // self.esize,
-                                         yo // self.esize], np.uint32)
-                        seq.dispatch(self.pipe, binds, (min(mx, gx_all - x0),
-                                                        min(my, g.out_size[1] - y0),
-                                                        min(mz, z_hi - z0)), push.tobytes())
+            xo, xsize = binding_window(xlo, xhi, x.size, align)
+            yo, ysize = binding_window(ylo, yhi, y.size, align)
+            binds = [Bind(x, xo, xsize), w_bind, b_bind, Bind(y, yo, ysize, "w"),
+                     Bind(self.params)]
+            # the grid: x along output columns, y rows, z (image, depth, channel)
+            box = ([n0 * od_co, 0, 0], [(n1 - n0) * od_co, *g.out_size[1:]])
+            for o, e in split_groups(*box, self.local, max_groups, magic=False):
+                push = np.array([o[2], o[1], o[0], 0, xo // self.esize, yo // self.esize],
+                                np.uint32)
+                seq.dispatch(self.pipe, binds, box_grid(e, self.local), push.tobytes())
 
 
 # -- the re-layout pass and the implicit GEMM ----------------------------------------------
@@ -516,8 +504,8 @@ class Relayout:
         binds = [Bind(src, 0, self.src_bytes, "r", self.fmt), Bind(dst, 0, None, "w"),
                  Bind(self.params)]
         mz = self.op.ctx.limits["maxComputeWorkGroupCount"][2]
-        for z0 in range(0, self.gz, mz):
-            seq.dispatch(self.pipe, binds, (self.gx, 1, min(mz, self.gz - z0)),
+        for z0, nz in pieces(self.gz, mz):
+            seq.dispatch(self.pipe, binds, (self.gx, 1, nz),
                          np.array([0, dst_offset_elems, z0], np.uint32).tobytes())
 
 
@@ -1004,10 +992,10 @@ class GemmPath(Path):
                 cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
                 gx = -(-(blocks * cbl) // self.local)
                 gy = -(-self.groups_y // cbl)
-            for n0 in range(0, g.n, mz):
+            for n0, nn in pieces(g.n, mz):
                 push = np.array([*qs, *d["yorg"], d["nrows"], d["w_base"], 0, 0, n0,
                                  d["pitch"], cbl, self.groups_y], np.int32)
-                seq.dispatch(d["pipe"], binds, (gx, gy, min(mz, g.n - n0)), push.tobytes())
+                seq.dispatch(d["pipe"], binds, (gx, gy, nn), push.tobytes())
 
 
 WINO_PARAM_WORDS = 36     # std140 (glsl/convolution_winograd.comp)
@@ -1316,11 +1304,10 @@ class DepthwisePath(Path):
         gy = -(-g.out_size[1] // self.R)
         if gy > my:
             raise UnsupportedError("maxComputeWorkGroupCount", "too many output rows")
-        for c0 in range(0, g.c_out, per_x):
-            cn = min(per_x, g.c_out - c0)
-            for n0 in range(0, g.n, per_z):
+        for c0, cn in pieces(g.c_out, per_x):
+            for n0, nn in pieces(g.n, per_z):
                 seq.dispatch(self.pipe, binds, (-(-(cn * self.strips) // self.local), gy,
-                                                min(per_z, g.n - n0) * od),
+                                                nn * od),
                              np.array([n0, c0], np.int32).tobytes())
 
 
