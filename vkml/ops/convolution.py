@@ -10,7 +10,7 @@ type decide; never its name):
 =============  ==========================================================================
 winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4x4, 3x3)
                transforms around 36 GEMMs (``convolution_winograd.comp``); where gemm_sg
-               can run the shape only from 64 channels and 49 tiles up (measured).
+               can run the shape only from 64 channels and 49 tiles up (``prefers``).
 depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
                NB pixels per invocation, input read in place (``convolution_depthwise``).
 gemm_sg        CPU devices with subgroup shuffles: the implicit GEMM below, but the filter
@@ -30,32 +30,10 @@ kernel that stores the output.  gemm and winograd re-lay (transform) the filter 
 execution: DML binds it at execution unless ``DML_TENSOR_FLAG_OWNED_BY_DML``, which vkml
 has no initializer for yet; gemm_sg and depthwise read it where it is.
 
-Measured on lavapipe (Mesa 22.3, LLVM 15, AVX2; CPU time of the process, so other load
-on the machine does not count) -- these decide the shapes of the kernels:
-
-* a uniform-texel-buffer fetch costs ~8 ns per 8 lanes for RGBA32F, ~5 ns for R32F,
-  whether the address is uniform or not; a UBO load at a dynamically uniform index
-  ~11 ns; storage-buffer and shared-memory loads ~200 ns (one lane at a time).  So both
-  GEMM operands come through texel buffers, as float4 wherever alignment allows.
-* a subgroup shuffle at a constant lane is one ``vpermps`` plus overhead, ~6 products'
-  worth: sharing the filter over the subgroup (gemm_sg) beat every lane fetching its
-  own re-laid copy, and needs no copy (512->512 3x3 on 7x7: 44.5 -> 7.9 ms CPU).
-* ``fma()`` compiles to a multiply and an add (seen in the JIT code; the FMA microkernel
-  calls ``fma()`` too, so the peak counts the same); a register block spills to cache.  Blocks: 16 x 16 for gemm_sg (NB chosen to fill subgroups: a 7x7
-  output takes 7-pixel rows, not the padded flattened plane), 8 x 8 for gemm.
-* a dynamically indexed local array lives in memory: every register-block loop is
-  unrolled (``[[unroll]]``) and indexes with constants only.
-* control flow lavapipe cannot prove uniform runs under a mask: every loop-carried sum
-  is blended with it once per iteration (the GEMM's channel loop takes several channels
-  per iteration, ``gemm_cu``), and a branch around accumulation blends every update
-  (the depthwise body has none).
-* a storage-buffer store goes one lane at a time, all of a vec4 in that lane's turn; a
-  texel-buffer ``imageStore`` takes a turn per component (depthwise: float4 SSBO stores
-  halved the kernel's time).
-* integer division per lane is slow and each workgroup costs microseconds: index math
-  is done once per lane or per workgroup, small outputs spread channel blocks across
-  the lanes so that workgroups stay full, and the re-layout pass walks rows in a few
-  dozen workgroups (a 221 KB padded copy went from 1.09 to 0.20 ms).
+Why the kernels look as they do (operands through texel buffers, unrolled register
+blocks indexed by constants, few loop-carried sums, vec4 storage stores, index math per
+workgroup): lavapipe's costs, in docs/DEVELOPING.md ("Facts about lavapipe"); the
+measurements behind the paths' choices are in bench/RESULTS.md ("Kernel design").
 """
 from __future__ import annotations
 
@@ -1068,10 +1046,8 @@ class WinogradPath(Path):
     def prefers(cls, op, geo) -> bool:
         """Where gemm_sg can run the geometry, Winograd only where it wins: the
         transforms cost per tile and channel, the filter transform per channel pair.
-        Measured on lavapipe (ms CPU, Winograd / gemm_sg; C channels in and out, T
-        tiles): C=64 T=196 6.7/7.2, C=128 T=196 19.2/28.2, C=96 T=100 8.0/8.8, C=256
-        T=49 26.4/27.5, 4x C=64 T=196 6.3/7.7 -- but C=128 T=49 8.0/6.8, C=64 T=100
-        4.5/3.9, C=48 T=196 4.9/4.3, C=256 T=36 21.8/18.5, C=32 T=36 1.86/0.43."""
+        The bounds are lavapipe's crossover (bench/RESULTS.md, "Kernel design": C=64
+        T=196 6.7 against 7.2 ms, C=64 T=100 4.5 against 3.9)."""
         if not GemmSgPath.accepts(op, geo):
             return True
         c = min(geo.c_in, geo.c_out)

@@ -590,11 +590,10 @@ class HostImports(_Releasing):
     def take(self, nbytes: int) -> "HostPages | None":
         """Page-aligned host memory of at least ``nbytes`` (rounded up to the alignment),
         imported: an idle buffer whose array died, else a new one.  Reuse skips the
-        first-touch page faults, which the kernel writing fresh pages pays on lavapipe
-        (~0.06 ms per MiB: a 64 MiB padding's call took 18.3 ms into fresh pages, 14.2 ms
-        into reused ones; numpy.pad 15.4-16.4 ms).  The idle buffers (and their imports)
-        are kept up to ``idle_budget`` bytes, oldest given back first.
-        Hand it out with :meth:`array`, or back with :meth:`give_back`."""
+        first-touch page faults, which the kernel writing fresh pages pays (lavapipe:
+        ~0.06 ms per MiB; a 64 MiB padding, bench/RESULTS.md "Kernel design").  The idle
+        buffers (and their imports) are kept up to ``idle_budget`` bytes, oldest given
+        back first.  Hand it out with :meth:`array`, or back with :meth:`give_back`."""
         size = -(-max(nbytes, 4) // self.alignment) * self.alignment
         with self.lock:
             self._drain()
