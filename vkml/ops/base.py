@@ -59,6 +59,10 @@ class CompiledOperator:
         self._owned: list = []          # allocations this operator owns (parameters, weights)
         self._cache = None              # (allocations' ids, weak refs, sequence)
         self._lock = threading.Lock()
+        #: The functional API's reusable input/output tensors for this operator
+        #: (``(key, inputs, outputs)`` or None) and the lock of their use.
+        self.io = None
+        self.io_lock = threading.Lock()
         self.released = False
         self.build()
 
