@@ -58,7 +58,7 @@ def _grid(groups: int, max_x: int) -> tuple[int, int]:
 def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
     """Float32 FMA throughput: for each workgroup size, grow the grid until one dispatch
     lasts ``target_s``; the best of them."""
-    ctx = dev._ctx
+    ctx = dev.context
     lim = ctx.limits
     max_local = min(lim["maxComputeWorkGroupInvocations"], lim["maxComputeWorkGroupSize"][0])
     max_x = min(lim["maxComputeWorkGroupCount"][0], 65535)
@@ -103,7 +103,7 @@ def _copy_windows(size: int, window: int):
 def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
     """Compute-shader copy bandwidth of each read path (SSBO, uniform texel buffer), the
     best of a few workgroup sizes each."""
-    ctx = dev._ctx
+    ctx = dev.context
     lim = ctx.limits
     max_local = min(lim["maxComputeWorkGroupInvocations"], lim["maxComputeWorkGroupSize"][0])
     locals_ = sorted({min(n, max_local) for n in (64, 256)})
@@ -149,7 +149,7 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
 
 def copy_buffer_gbs(dev, size: int, reps: int = 3) -> dict:
     """``vkCmdCopyBuffer`` bandwidth (one region)."""
-    ctx = dev._ctx
+    ctx = dev.context
     src, dst = ctx.allocate(size), ctx.allocate(size)
     try:
         gpu, wall = _timed_runs(ctx, lambda seq: seq.copy(src, dst, [(0, 0, size)]), reps)
@@ -178,7 +178,7 @@ def host_copy_gbs(dev, size: int, reps: int = 5) -> dict:
     try:
         cpu = best(lambda: np.copyto(b, a))
         up = best(lambda: t.write(a))
-        down = best(lambda: dev._ctx.read(t._alloc, b))
+        down = best(lambda: dev.context.read(t.allocation, b))
         if not np.array_equal(a, b):
             raise AssertionError("upload/download round trip changed the data")
     finally:

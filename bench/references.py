@@ -59,9 +59,9 @@ def window_taps(image, blocks, window, strides, dilations, start):
     ``[0, image)``, and those elements (same count per dimension)."""
     per_dim = []
     for size, count, w, st, d, a in zip(image, blocks, window, strides, dilations, start):
-        size, count, st, d, a = int(size), int(count), int(st), int(d), int(a)
+        size, count, w, st, d, a = int(size), int(count), int(w), int(st), int(d), int(a)
         options = []
-        for k in range(int(w)):
+        for k in _reaching_taps(size, count, w, st, d, a):
             first = k * d - a                       # image element of block 0
             lo = max(0, -(first // st))             # ceil(-first / st)
             hi = min(count - 1, (size - 1 - first) // st)
@@ -72,6 +72,20 @@ def window_taps(image, blocks, window, strides, dilations, start):
     for combo in itertools.product(*per_dim):
         yield (tuple(k for k, _, _ in combo), tuple(b for _, b, _ in combo),
                tuple(i for _, _, i in combo))
+
+
+def _reaching_taps(size: int, count: int, w: int, st: int, d: int, a: int):
+    """The taps ``k < w`` that may put a block inside ``[0, size)``: all of them for a
+    window no longer than the blocks, else those found block by block (``k * d`` within
+    ``[a - o * st, a - o * st + size)``), so that a window of 2^32 - 1 taps costs only
+    the taps that reach the image."""
+    if w <= count:
+        return range(w)
+    taps: set = set()
+    for o in range(count):
+        first = a - o * st
+        taps.update(range(max(0, -(-first // d)), min(w - 1, (first + size - 1) // d) + 1))
+    return sorted(taps)
 
 
 def _window_params(n, window, strides, dilations, start, end):

@@ -124,18 +124,21 @@ class Bench:
             row.update(status="error", reason=f"{type(exc).__name__}: {exc}")
         return row
 
+    def _time_calls(self, runner, w, inputs, ref, row: dict) -> None:
+        """The first call (``cold_ms``, preparation included) checked against the
+        reference, then the timed calls (``wall_ms``)."""
+        t = time.perf_counter()
+        fn = runner.prepare(w, inputs)
+        y = fn()
+        row["cold_ms"] = (time.perf_counter() - t) * 1e3
+        row.update(errors(y, ref, w.tolerance))
+        row["wall_ms"] = _stat(sample(fn, self.opts.budget))
+
     def measure_peer(self, runner, w, device: dict | None, lim: dict | None) -> dict:
         inputs, ref, work = self.data(w)
         row = self._row(w, runner.name, device, work)
         try:
-            t = time.perf_counter()
-            fn = runner.prepare(w, inputs)
-            y = fn()
-            cold = time.perf_counter() - t
-            row["cold_ms"] = cold * 1e3
-            row.update(errors(y, ref, w.tolerance))
-            wall = sample(fn, self.opts.budget)
-            row["wall_ms"] = _stat(wall)
+            self._time_calls(runner, w, inputs, ref, row)
             row.update(_rates(work, row["wall_ms"]["median"] / 1e3,
                               lim if runner.on_device else None))
         except Exception as exc:          # noqa: BLE001  (reported, never fatal)
@@ -148,13 +151,7 @@ class Bench:
         inputs, ref, work = self.data(w)
         row = self._row(w, runner.name, device, work)
         try:
-            t = time.perf_counter()
-            fn = runner.prepare(w, inputs)
-            y = fn()
-            cold = time.perf_counter() - t
-            row["cold_ms"] = cold * 1e3
-            row.update(errors(y, ref, w.tolerance))
-            row["wall_ms"] = _stat(sample(fn, self.opts.budget))
+            self._time_calls(runner, w, inputs, ref, row)
         except Exception as exc:          # noqa: BLE001
             return self._fail(row, exc)
         compute = row["wall_ms"]["median"] / 1e3

@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 
 from vkml.errors import UnsupportedError, ValidationError
 
@@ -39,6 +40,16 @@ def bind_with_canary(device, nbytes: int, data: np.ndarray | None = None):
     t = device.tensor(raw)
     t.nbytes = size            # bind only the tensor's bytes; the canaries sit after them
     return t
+
+
+def execute_with_canaries(device, compiled, desc, flat: np.ndarray):
+    """Run ``compiled`` (then release it) from ``flat`` into a fresh output, both bound
+    with canaries (:func:`bind_with_canary`): returns the input and output tensors."""
+    src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
+    dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+    compiled.execute([src], [dst])
+    compiled.release()
+    return src, dst
 
 
 def canaries_intact(t) -> bool:
@@ -113,3 +124,20 @@ def padded_output(rng, shape, dtype, padded: bool):
         gaps = raw.reshape(count, dt.itemsize)[mask]
         return got, bool(np.all(gaps == CANARY))
     return strides, read
+
+
+def window_geometry(draw, d: int) -> dict:
+    """A window operator's ``spatial``, ``window``, ``strides``, ``dilations``, ``start``
+    and ``end`` for ``d`` dimensions (``draw`` of a composite strategy); windows that do
+    not fit their padded image are shrunk, so valid cases stay common."""
+    def lists(values):
+        return draw(st.lists(values, min_size=d, max_size=d))
+
+    g = dict(spatial=lists(st.integers(1, 6)), window=lists(st.integers(1, 3)),
+             strides=lists(st.integers(1, 3)), dilations=lists(st.integers(1, 2)),
+             start=lists(st.integers(0, 2)), end=lists(st.integers(0, 2)))
+    for i in range(d):
+        while (g["window"][i] > 1 and g["dilations"][i] * (g["window"][i] - 1) + 1
+               > g["spatial"][i] + g["start"][i] + g["end"][i]):
+            g["window"][i] -= 1
+    return g

@@ -2,7 +2,11 @@
 The references are in tests/references.py, the fuzzers' helpers in tests/fuzzing.py."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from references import window_counts
 
 ALL_DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
               "uint8", "uint16", "uint32", "uint64"]
@@ -82,3 +86,21 @@ def compile_on_path(device, desc, path: str):
         return device.compile_operator(device.create_operator(desc))
     finally:
         conv_ops.PATHS[:] = saved
+
+
+def random_window_case(rng, dims, max_elems, symmetric=False):
+    """A Fold / Unfold geometry whose columns and image together hold at most
+    ``max_elems`` elements: ``(n, c, spatial, window, strides, dilations, start, end)``."""
+    while True:
+        window = [int(rng.integers(1, 4)) for _ in range(dims)]
+        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
+        start = [int(rng.integers(0, 3)) for _ in range(dims)]
+        end = list(start) if symmetric else [int(rng.integers(0, 3)) for _ in range(dims)]
+        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
+        spatial = [int(rng.integers(l, l + (6 if dims <= 3 else 3))) for l in lo]
+        n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+        blocks = window_counts(spatial, window, strides, dil, start, end)
+        size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(spatial)
+        if size <= max_elems:
+            return n, c, spatial, window, strides, dil, start, end

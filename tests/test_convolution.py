@@ -389,9 +389,9 @@ def dense_case(rng, small: bool, dtype="float32"):
 
 def desc_reference(desc, x, w, b):
     return convolution_reference(x, w, b, list(desc.strides), list(desc.dilations),
-                     list(desc.start_padding), list(desc.end_padding),
-                     list(desc.output_padding), desc.group_count,
-                     desc.conv_mode.name.lower(), desc.conv_direction.name.lower())
+                                 list(desc.start_padding), list(desc.end_padding),
+                                 list(desc.output_padding), desc.group_count,
+                                 desc.conv_mode.name.lower(), desc.conv_direction.name.lower())
 
 
 def accepting_paths(device, desc):

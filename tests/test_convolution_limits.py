@@ -1,7 +1,7 @@
 """Convolution across the whole range of DML's UINT parameters (strides, dilations,
 paddings, output padding up to 2^32 - 1), both directions and modes, groups, every
-kernel path that accepts a case, against a NumPy reference whose index arithmetic is
-exact (Python ints); and compile cost bounded by the work, not by a parameter (a cold
+kernel path that accepts a case, against the shared reference (``references.py``), whose
+index arithmetic is exact (Python ints); and compile cost bounded by the work, not by a parameter (a cold
 call with extreme values finishes within seconds)."""
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vkml
+from references import convolution_reference
 from vkml import dml
 from vkml.errors import ValidationError
 
@@ -26,30 +27,9 @@ conv_ops = importlib.import_module("vkml.ops.convolution")
 
 U32 = 2**32 - 1
 EDGES = [2**31 - 2, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 2, 2**32 - 1]
-LETTERS_I, LETTERS_K, LETTERS_O = "ijl", "pqr", "uvw"
 
 
-# -- reference ------------------------------------------------------------------------------
-def _selection(backward, i_n, k_n, s, d, a, conv, o_n):
-    """S[o, k, i] = 1 where output o takes input i through tap k (Python ints: exact).
-    Forward: i = o*s + k*d - a for o < conv (the output_padding positions are zero
-    padding); backward: o = i*s + k*d - a for any o < o_n (ONNX ConvTranspose)."""
-    m = np.zeros((o_n, k_n, i_n))
-    if backward:
-        for i in range(i_n):
-            for k in range(k_n):
-                o = i * s + k * d - a
-                if 0 <= o < o_n:
-                    m[o, k, i] = 1
-    else:
-        for o in range(min(conv, o_n)):
-            for k in range(k_n):
-                i = o * s + k * d - a
-                if 0 <= i < i_n:
-                    m[o, k, i] = 1
-    return m
-
-
+# -- sizes ------------------------------------------------------------------------------------
 def conv_sizes(backward, ins, ks, strides, dils, start, end):
     """The page's spatial output sizes before output_padding (Python ints)."""
     if backward:
@@ -57,37 +37,6 @@ def conv_sizes(backward, ins, ks, strides, dils, start, end):
                 for i, k, s, d, a, b in zip(ins, ks, strides, dils, start, end)]
     return [(i + a + b - d * (k - 1) - 1) // s + 1
             for i, k, s, d, a, b in zip(ins, ks, strides, dils, start, end)]
-
-
-def reference(x, w, b, strides, dils, start, end, outpad, groups, backward, flip):
-    """The convolution in float64 from per-axis selection tensors (never pads or
-    strides an array by a parameter, so any UINT works)."""
-    nd = x.ndim - 2
-    x, w = x.astype(np.float64), w.astype(np.float64)
-    if flip:
-        w = w[(slice(None), slice(None)) + (slice(None, None, -1),) * nd]
-    ins, ks = x.shape[2:], w.shape[2:]
-    conv = conv_sizes(backward, ins, ks, strides, dils, start, end)
-    outs = [c + p for c, p in zip(conv, outpad)]
-    sel = [_selection(backward, i, k, s, d, a, c, o) for i, k, s, d, a, c, o in
-           zip(ins, ks, strides, dils, start, conv, outs)]
-    cig = x.shape[1] // groups
-    cog = w.shape[1] if backward else w.shape[0] // groups
-    n = x.shape[0]
-    y = np.zeros((n, cog * groups) + tuple(outs))
-    li, lk, lo = LETTERS_I[:nd], LETTERS_K[:nd], LETTERS_O[:nd]
-    spec = f"nc{li},oc{lk}," + ",".join(f"{lo[a]}{lk[a]}{li[a]}" for a in range(nd)) + \
-        f"->no{lo}"
-    for g in range(groups):
-        xg = x[:, g * cig:(g + 1) * cig]
-        if backward:
-            wg = np.swapaxes(w[g * cig:(g + 1) * cig], 0, 1)
-        else:
-            wg = w[g * cog:(g + 1) * cog]
-        y[:, g * cog:(g + 1) * cog] = np.einsum(spec, xg, wg, *sel)
-    if b is not None:
-        y = y + b.astype(np.float64).reshape((1, -1) + (1,) * nd)
-    return y
 
 
 # -- cases ----------------------------------------------------------------------------------
@@ -228,8 +177,10 @@ def run_case(device, c):
     finally:
         compiled.release()
     got = out.numpy().reshape(yshape).astype(np.float64)
-    want = reference(x, w, b, c["strides"], c["dils"], c["start"], c["end"], c["outpad"],
-                     c["groups"], c["backward"], c["flip"])
+    want = convolution_reference(x, w, b, c["strides"], c["dils"], c["start"], c["end"],
+                                 c["outpad"], c["groups"],
+                                 "convolution" if c["flip"] else "cross_correlation",
+                                 "backward" if c["backward"] else "forward")
     if dt == np.float16:
         want = want.astype(np.float16).astype(np.float64)
     assert np.array_equal(got, want), f"path {path}: got {got.ravel()}, want {want.ravel()}"
@@ -305,8 +256,9 @@ def test_extremes_both_directions(device, direction, value):
         if total > 4096:
             continue
         y = vkml.convolution(x, w, direction=direction, device=device, **kw)
-        want = reference(x, w, None, kw["strides"], kw["dilations"], kw["start_padding"],
-                         kw["end_padding"], kw["output_padding"], 1, back, False)
+        want = convolution_reference(x, w, None, kw["strides"], kw["dilations"],
+                                     kw["start_padding"], kw["end_padding"],
+                                     kw["output_padding"], direction=direction)
         np.testing.assert_array_equal(np.asarray(y), want, err_msg=f"{field}={value}")
         ran += 1
     assert ran >= 1

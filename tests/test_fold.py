@@ -22,7 +22,7 @@ import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
-from helpers import ALL_DTYPES, run_desc
+from helpers import ALL_DTYPES, random_window_case, run_desc
 from references import fold_reference, window_counts
 
 # -- the page's examples, verbatim ------------------------------------------------------
@@ -88,22 +88,6 @@ def random_values(rng, shape, dtype):
     return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dt)
 
 
-def random_case(rng, dims, max_elems, symmetric=False):
-    while True:
-        window = [int(rng.integers(1, 4)) for _ in range(dims)]
-        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
-        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
-        start = [int(rng.integers(0, 3)) for _ in range(dims)]
-        end = list(start) if symmetric else [int(rng.integers(0, 3)) for _ in range(dims)]
-        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
-        out = [int(rng.integers(l, l + (6 if dims <= 3 else 3))) for l in lo]
-        n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
-        blocks = window_counts(out, window, strides, dil, start, end)
-        size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(out)
-        if size <= max_elems:
-            return n, c, out, window, strides, dil, start, end
-
-
 # -- randomized comparisons ---------------------------------------------------------------
 def test_random_2d_against_torch(device, budget):
     """torch.nn.functional.fold (symmetric padding, float32 and float64)."""
@@ -112,7 +96,7 @@ def test_random_2d_against_torch(device, budget):
         dtype = "float32" if case % 4 else "float64"
         if dtype == "float64" and not device.features["fp64"]:
             dtype = "float32"
-        n, c, out, window, strides, dil, start, _ = random_case(rng, 2, 20000, symmetric=True)
+        n, c, out, window, strides, dil, start, _ = random_window_case(rng, 2, 20000, symmetric=True)
         blocks = window_counts(out, window, strides, dil, start, start)
         x = random_values(rng, (n, c * math.prod(window), math.prod(blocks)), dtype)
         got = vkml.fold(x, out, window, strides=strides, dilations=dil, start_padding=start,
@@ -128,7 +112,7 @@ def test_random_against_numpy(device, budget, dims):
     types = [t for t in ALL_DTYPES if t != "float64" or device.features["fp64"]]
     for case in range(max(4, budget // 2)):
         dtype = types[case % len(types)]
-        n, c, out, window, strides, dil, start, end = random_case(
+        n, c, out, window, strides, dil, start, end = random_window_case(
             rng, dims, 6000 if budget < 40 else 30000)
         blocks = window_counts(out, window, strides, dil, start, end)
         x = random_values(rng, (n, c * math.prod(window), math.prod(blocks)), dtype)

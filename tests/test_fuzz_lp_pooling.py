@@ -9,25 +9,17 @@ from hypothesis import strategies as st
 
 from vkml import dml
 
-from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact, compiled_or_refused,
-                     fuzz_settings, lay_out, padded_output)
-from references import lp_pooling_reference
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
+                     fuzz_settings, lay_out, padded_output, window_geometry)
+from references import lp_pooling_reference, window_counts
 
 
 @st.composite
 def lp_cases(draw):
-    d = draw(st.integers(2, 3))
-    spatial = draw(st.lists(st.integers(1, 6), min_size=d, max_size=d))
-    window = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
-    dil = draw(st.lists(st.integers(1, 2), min_size=d, max_size=d))
-    start = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
-    end = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
-    for i in range(d):
-        while window[i] > 1 and dil[i] * (window[i] - 1) + 1 > spatial[i] + start[i] + end[i]:
-            window[i] -= 1
-    return dict(shape=[draw(st.integers(1, 2)), draw(st.integers(1, 3))] + spatial,
-                window=window, strides=draw(st.lists(st.integers(1, 3), min_size=d, max_size=d)),
-                dilations=dil, start=start, end=end, p=draw(st.integers(1, 5)),
+    g = window_geometry(draw, draw(st.integers(2, 3)))
+    spatial = g.pop("spatial")
+    return dict(shape=[draw(st.integers(1, 2)), draw(st.integers(1, 3))] + spatial, **g,
+                p=draw(st.integers(1, 5)),
                 dtype=draw(st.sampled_from(["float32", "float16"])),
                 mutation=draw(st.sampled_from(["none"] * 8 + ["out", "p0", "stride0", "int",
                                                               "rank3"])),
@@ -46,10 +38,8 @@ def test_fuzz_lp_pooling(device, speed):
                                                  "output_tensor.sizes"]}.get(m, [])
         shape, strides, p, dtype = list(case["shape"]), list(case["strides"]), case["p"], \
             case["dtype"]
-        out = [(s + a + b - dl * (w - 1) - 1) // st + 1 for s, a, b, dl, w, st in
-               zip(shape[2:], case["start"], case["end"], case["dilations"], case["window"],
-                   strides)]
-        out = shape[:2] + out
+        out = shape[:2] + window_counts(shape[2:], case["window"], strides, case["dilations"],
+                                        case["start"], case["end"])
         if m == "out":
             out[-1] += 1
         if m == "p0":
@@ -68,10 +58,7 @@ def test_fuzz_lp_pooling(device, speed):
             strides, case["window"], case["start"], case["end"], case["dilations"], p), want)
         if desc is None:
             return
-        src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
-        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-        compiled.execute([src], [dst])
-        compiled.release()
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
         got, gaps_intact = read(dst)
         expect = lp_pooling_reference(x, case["window"], strides, case["dilations"],
                                       case["start"], case["end"], p)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from vkml import dml
 from vkml.errors import ValidationError
 
-from fuzzing import bind_with_canary, canaries_intact, fuzz_settings
+from fuzzing import canaries_intact, execute_with_canaries, fuzz_settings
 from helpers import ALL_DTYPES, random_bits, same_bits, strided_view
 from references import PAD_MODES, pad_reference
 
@@ -102,10 +102,7 @@ def test_fuzz_padding(device, speed):
             return
         assert not want, f"invalid case accepted ({want})"
         compiled = device.compile_operator(op)
-        src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
-        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-        compiled.execute([src], [dst])
-        compiled.release()
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
         out = desc.output_tensor
         got = dst.read_bytes(out.element_count * out.data_type.size).view(out.dtype)
         expect = pad_reference(logical, case["start"], case["end"], case["mode"], 5)

@@ -10,29 +10,18 @@ from hypothesis import strategies as st
 
 from vkml import dml
 
-from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact, compiled_or_refused,
-                     fuzz_settings, lay_out, padded_output)
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
+                     fuzz_settings, lay_out, padded_output, window_geometry)
 from helpers import ALL_DTYPES, random_bits, same_bits
 from references import fold_reference, unfold_reference, window_counts
 
 
 @st.composite
 def window_cases(draw):
-    d = draw(st.integers(1, 3))
-    spatial = draw(st.lists(st.integers(1, 6), min_size=d, max_size=d))
-    window = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
-    strides = draw(st.lists(st.integers(1, 3), min_size=d, max_size=d))
-    dilations = draw(st.lists(st.integers(1, 2), min_size=d, max_size=d))
-    start = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
-    end = draw(st.lists(st.integers(0, 2), min_size=d, max_size=d))
-    # keep valid cases common: shrink windows that do not fit
-    for i in range(d):
-        while window[i] > 1 and dilations[i] * (window[i] - 1) + 1 > spatial[i] + start[i] + end[i]:
-            window[i] -= 1
+    g = window_geometry(draw, draw(st.integers(1, 3)))
     mutation = draw(st.sampled_from(["none"] * 8 + ["rows", "count", "batch", "stride0",
                                                     "too_big", "arr_len", "dtype"]))
-    return dict(n=draw(st.integers(1, 2)), c=draw(st.integers(1, 3)), spatial=spatial,
-                window=window, strides=strides, dilations=dilations, start=start, end=end,
+    return dict(n=draw(st.integers(1, 2)), c=draw(st.integers(1, 3)), **g,
                 dtype=draw(st.sampled_from(ALL_DTYPES)), mutation=mutation,
                 layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**31)))
@@ -109,10 +98,7 @@ def _run_window_case(device, case, op):
         _allowed_unsupported(device, case["dtype"]))
     if desc is None:
         return
-    src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
-    dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-    compiled.execute([src], [dst])
-    compiled.release()
+    src, dst = execute_with_canaries(device, compiled, desc, flat)
     got, gaps_intact = read(dst)
     args = (case["window"], case["strides"], case["dilations"], case["start"], case["end"])
     if op == "unfold":

@@ -14,7 +14,7 @@ from vkml import dml
 from vkml.errors import ValidationError
 
 from test_activations import FORMULAS
-from references import convolution_reference, lp_pooling_reference
+from references import convolution_reference, lp_pooling_reference, pad_reference
 
 F = dml.TensorDesc
 N = dml.OperatorGraphNodeDesc
@@ -400,9 +400,7 @@ def build_dag(values, ops, extra, rng):
             mode = dml.PaddingMode.CONSTANT if a["mode"] == "constant" else dml.PaddingMode.EDGE
             nodes.append(N(dml.PaddingOperatorDesc(
                 f32(*shp), f32(*out), mode, a["value"], (0, 0, *a["start"]), (0, 0, *a["end"]))))
-            widths = [(0, 0), (0, 0)] + list(zip(a["start"], a["end"]))
-            y = (np.pad(x, widths, constant_values=a["value"]) if a["mode"] == "constant"
-                 else np.pad(x, widths, mode="edge"))
+            y = pad_reference(x, (0, 0, *a["start"]), (0, 0, *a["end"]), a["mode"], a["value"])
         elif kind == "conv":
             co, ci = out[1], shp[1]
             wshape = (co, ci, *a["k"])

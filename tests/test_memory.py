@@ -4,8 +4,10 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
 import vkml
+from vkml.runtime import vk
 
 
 def test_sub_allocation_reuses_and_coalesces(device):
@@ -67,3 +69,37 @@ def test_mapped_memory_round_trip(device):
             assert dev._ctx.mappable is (not staged)
             t = dev.tensor(x)
             np.testing.assert_array_equal(t.numpy(), x)
+
+
+def test_parts_of_an_allocation(device):
+    """``Allocation.sub_allocation``: a part bound on its own, with its own buffer views;
+    freeing it keeps the parent's bytes, freeing the parent releases its parts (views
+    destroyed before the block can go), and closing the device marks parts dead."""
+    fmt = vk.VK_FORMAT_R32_UINT
+    with vkml.Device(device.index) as dev:
+        ctx = dev.context
+        heap = ctx.tensor_heap
+        parent = ctx.allocate(4096)
+        used = heap.stats()["used"]
+        a = parent.sub_allocation(1024, 512)
+        assert (a.block, a.offset, a.size, a.parent) == (parent.block, parent.offset + 1024,
+                                                           512, parent)
+        a.view(fmt, 0, 512)
+        assert len(parent.block.views) == 1
+        a.free()
+        assert not a.alive and parent.alive and heap.stats()["used"] == used
+        assert not parent.block.views
+        b = parent.sub_allocation(0, 4096)
+        b.view(fmt, 0, 64)
+        block = parent.block
+        parent.free()
+        assert not b.alive and not block.views and b not in heap.live
+        with pytest.raises(vkml.DeviceError, match="freed"):
+            parent.sub_allocation(0, 4)
+        small = ctx.allocate(64)
+        with pytest.raises(ValueError):
+            small.sub_allocation(small.size - 32, 64)
+        c = ctx.allocate(256).sub_allocation(0, 128)
+        c.view(fmt, 0, 128)
+    assert not c.alive
+    c.free()                                   # a no-op once the device is closed

@@ -2,9 +2,9 @@
 
 Padding, Fold, Unfold and LP pooling either compute the right answer or refuse with a
 ValidationError naming the field (DeviceError where memory cannot hold the output),
-never a wrapped one.  References iterate over Python ints (exact arithmetic), visiting
-only the window positions that land inside the image, so huge paddings, strides and
-dilations cost nothing.
+never a wrapped one.  The shared references (``references.py``) index in Python ints
+(exact arithmetic) and visit only the window taps that land inside the image, so huge
+paddings, strides, dilations and windows cost nothing.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import vkml
+from references import (PAD_MODES, fold_reference, lp_pooling_reference, pad_reference,
+                        unfold_reference, window_counts)
 from vkml import dml
 from vkml.errors import DeviceError, ValidationError
 
@@ -36,69 +38,6 @@ def uints(lo=0):
 
 def small_uints(lo=0):
     return st.one_of(st.integers(max(lo, 0), 4), st.sampled_from(EDGES))
-
-
-def _blocks(spatial, window, strides, dilations, start, end):
-    out = []
-    for s, w, step, dl, a, b in zip(spatial, window, strides, dilations, start, end):
-        num = s + a + b - dl * (w - 1) - 1
-        out.append(num // step + 1 if num >= 0 else 0)
-    return out
-
-
-def _taps(o, s, w, step, dl, a):
-    """(k, p) of the window positions k of block o landing inside [0, s): p = o*step +
-    k*dl - a, enumerated by p so huge windows cost nothing."""
-    base = o * step - a
-    k_lo = max(0, -(-(-base) // dl))
-    k_hi = min(w - 1, (s - 1 - base) // dl)
-    return [(k, base + k * dl) for k in range(k_lo, k_hi + 1)]
-
-
-def unfold_reference(x, window, strides, dilations, start, end):
-    n, c = x.shape[:2]
-    spatial = x.shape[2:]
-    blocks = _blocks(spatial, window, strides, dilations, start, end)
-    k_all = math.prod(window)
-    y = np.zeros((n, c, k_all, math.prod(blocks)), x.dtype)
-    for bi, block in enumerate(itertools.product(*map(range, blocks))):
-        per_dim = [_taps(o, *args) for o, args in
-                   zip(block, zip(spatial, window, strides, dilations, start))]
-        for combo in itertools.product(*per_dim):
-            ki = np.ravel_multi_index([k for k, _ in combo], window)
-            y[:, :, ki, bi] = x[(slice(None), slice(None)) + tuple(p for _, p in combo)]
-    return y.reshape(n, c * k_all, -1)
-
-
-def fold_reference(cols, spatial, window, strides, dilations, start, end):
-    n, ck, _ = cols.shape
-    k_all = math.prod(window)
-    c = ck // k_all
-    blocks = _blocks(spatial, window, strides, dilations, start, end)
-    y = np.zeros((n, c) + tuple(spatial), np.float64)
-    c4 = cols.reshape(n, c, k_all, -1).astype(np.float64)
-    for bi, block in enumerate(itertools.product(*map(range, blocks))):
-        per_dim = [_taps(o, *args) for o, args in
-                   zip(block, zip(spatial, window, strides, dilations, start))]
-        for combo in itertools.product(*per_dim):
-            ki = np.ravel_multi_index([k for k, _ in combo], window)
-            y[(slice(None), slice(None)) + tuple(p for _, p in combo)] += c4[:, :, ki, bi]
-    return y
-
-
-def lp_reference(x, window, strides, dilations, start, end, p):
-    spatial = x.shape[2:]
-    out = _blocks(spatial, window, strides, dilations, start, end)
-    ax = np.abs(x.astype(np.float64))
-    y = np.zeros(x.shape[:2] + tuple(out))
-    for o in itertools.product(*map(range, out)):
-        per_dim = [_taps(oo, *args) for oo, args in
-                   zip(o, zip(spatial, window, strides, dilations, start))]
-        acc = np.zeros(x.shape[:2])
-        for combo in itertools.product(*per_dim):
-            acc += ax[(slice(None), slice(None)) + tuple(q for _, q in combo)] ** p
-        y[(slice(None), slice(None)) + o] = acc ** (1.0 / p)
-    return y
 
 
 def _fields(err) -> str:
@@ -125,7 +64,7 @@ def test_lp_pooling_huge_window_and_padding(device):
     args = ([2**31, 1], [1, 1], [1, 1], [2**31 - 2, 0], [0, 0], 1)
     got = vkml.lp_pooling(x, args[0], strides=args[1], dilations=args[2],
                           start_padding=args[3], end_padding=args[4], p=1, device=device)
-    np.testing.assert_allclose(got, lp_reference(x, *args), rtol=1e-6)
+    np.testing.assert_allclose(got, lp_pooling_reference(x, *args[:5], p=args[5]), rtol=1e-6)
     assert got.shape == (1, 1, 3, 4)
 
 
@@ -148,7 +87,7 @@ def test_padding_huge_stride_on_size_one_dimension(device):
     op = device.compile_operator(device.create_operator(desc))
     out = device.empty((3, 5), "float32")
     op.execute([device.tensor(x)], [out])
-    np.testing.assert_array_equal(out.numpy(), np.pad(x[None], [(1, 1), (1, 1)], "edge"))
+    np.testing.assert_array_equal(out.numpy(), pad_reference(x[None], (1, 1), (1, 1), "edge"))
     op.release()
 
 
@@ -163,17 +102,13 @@ def test_unsafe_windows_are_refused_by_field(device):
 
 
 # -- whole-range properties ---------------------------------------------------------------
-MODES = {"constant": "constant", "edge": "edge", "reflection": "reflect",
-         "symmetric": "symmetric", "wrap": "wrap"}
-
-
 @st.composite
 def padding_cases(draw):
     rank = draw(st.integers(1, 3))
     return dict(shape=draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank)),
                 start=draw(st.lists(uints(), min_size=rank, max_size=rank)),
                 end=draw(st.lists(uints(), min_size=rank, max_size=rank)),
-                mode=draw(st.sampled_from(sorted(MODES))),
+                mode=draw(st.sampled_from(sorted(PAD_MODES))),
                 dtype=draw(st.sampled_from(["uint8", "float32", "int64"])))
 
 
@@ -200,7 +135,7 @@ def test_padding_whole_range(device, budget):
                 call()
             return
         assume(nbytes <= SMALL)
-        want = np.pad(x, list(zip(case["start"], case["end"])), MODES[case["mode"]])
+        want = pad_reference(x, case["start"], case["end"], case["mode"])
         np.testing.assert_array_equal(call(), want)
 
     check()
@@ -241,7 +176,7 @@ def test_fold_whole_range(device, budget):
     @_settings(budget)
     @given(window_cases())
     def check(case):
-        blocks = _blocks(case["spatial"], *_geometry(case))
+        blocks = window_counts(case["spatial"], *_geometry(case))
         k = math.prod(case["window"])
         fold = lambda cols: vkml.fold(cols, case["spatial"], case["window"],
                                       strides=case["strides"], dilations=case["dilations"],
@@ -271,7 +206,7 @@ def test_unfold_whole_range(device, budget):
     def check(case):
         x = np.arange(1, math.prod(case["spatial"]) + 1, dtype=np.float32).reshape(
             [1, 1] + case["spatial"])
-        blocks = _blocks(case["spatial"], *_geometry(case))
+        blocks = window_counts(case["spatial"], *_geometry(case))
         unfold = lambda: vkml.unfold(x, case["window"], strides=case["strides"],
                                      dilations=case["dilations"], start_padding=case["start"],
                                      end_padding=case["end"], device=device)
@@ -301,7 +236,7 @@ def test_lp_pooling_whole_range(device, budget):
     def check(case):
         x = (np.arange(math.prod(case["spatial"]), dtype=np.float32) % 5 - 2).reshape(
             [1, 1] + case["spatial"])
-        out = _blocks(case["spatial"], *_geometry(case))
+        out = window_counts(case["spatial"], *_geometry(case))
         lp = lambda: vkml.lp_pooling(x, case["window"], strides=case["strides"],
                                      dilations=case["dilations"], start_padding=case["start"],
                                      end_padding=case["end"], p=case["p"], device=device)
@@ -320,7 +255,7 @@ def test_lp_pooling_whole_range(device, budget):
         except ValidationError as err:
             _check_refusal(err, case, ("start_padding", "strides", "dilations", "window_size"))
             return
-        want = lp_reference(x, *_geometry(case), case["p"])
+        want = lp_pooling_reference(x, *_geometry(case), p=case["p"])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-30)
 
     check()

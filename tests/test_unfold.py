@@ -19,7 +19,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import ALL_DTYPES, random_bits, run_desc, same_bits
+from helpers import ALL_DTYPES, random_bits, random_window_case, run_desc, same_bits
 from references import unfold_reference, window_counts
 
 EX1 = [[0, 1, 2, 5, 6, 7, 10, 11, 12], [1, 2, 3, 6, 7, 8, 11, 12, 13],
@@ -55,19 +55,8 @@ def test_page_examples(device, name, dtype):
 
 
 def random_case(rng, dims, max_elems, symmetric=False):
-    while True:
-        window = [int(rng.integers(1, 4)) for _ in range(dims)]
-        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
-        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
-        start = [int(rng.integers(0, 3)) for _ in range(dims)]
-        end = list(start) if symmetric else [int(rng.integers(0, 3)) for _ in range(dims)]
-        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
-        spatial = [int(rng.integers(l, l + (6 if dims <= 3 else 3))) for l in lo]
-        n, c = int(rng.integers(1, 3)), int(rng.integers(1, 4))
-        blocks = window_counts(spatial, window, strides, dil, start, end)
-        size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(spatial)
-        if size <= max_elems:
-            return (n, c, *spatial), window, strides, dil, start, end
+    n, c, spatial, *geometry = random_window_case(rng, dims, max_elems, symmetric)
+    return ((n, c, *spatial), *geometry)
 
 
 def test_random_2d_against_torch(device, budget):

@@ -114,7 +114,7 @@ class Device:
 
     def empty(self, shape, dtype=np.float32, nbytes: int | None = None) -> Tensor:
         """An uninitialised tensor; ``nbytes`` reserves more than ``shape`` needs."""
-        self._check_open()
+        self.check_open()
         shape, dtype, size = allocation_size(shape, dtype, nbytes, self._ctx.tensor_heap)
         alloc = self._ctx.allocate(size)
         return Tensor(self, shape, dtype, alloc, size)
@@ -124,7 +124,7 @@ class Device:
         """``IDMLDevice::CreateOperator``: validate ``desc``; raises ValidationError."""
         from .ops.base import Operator
 
-        self._check_open()
+        self.check_open()
         if not isinstance(desc, OperatorDesc):
             raise ValidationError("desc", f"must be a vkml.dml operator descriptor, got "
                                   f"{type(desc).__name__}")
@@ -140,7 +140,7 @@ class Device:
         when this device cannot run the operator."""
         from .ops.base import compile_operator
 
-        self._check_open()
+        self.check_open()
         if op.device is not self:
             raise ValidationError("op", "was created on another device")
         return compile_operator(op)
@@ -170,17 +170,24 @@ class Device:
     def sequence(self, timed: bool = False) -> runtime.Sequence:
         """A command sequence: record several operators with ``compiled.record(seq, ...)``,
         then ``seq.run()`` submits them at once; ``run()`` again replays them."""
-        self._check_open()
+        self.check_open()
         return self._ctx.sequence(timed=timed)
+
+    @property
+    def context(self) -> runtime.Context:
+        """The runtime context (Vulkan objects, memory, pipelines) the operator layer and
+        the bench tool build on; not part of the user API."""
+        return self._ctx
 
     def memory_stats(self) -> dict:
         return self._ctx.tensor_heap.stats()
 
     # -- lifetime ----------------------------------------------------------------------
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise :class:`DeviceError` once the device was closed."""
         if self._closed:
             raise DeviceError("this vkml.Device was closed")
-        self._ctx._require_open()
+        self._ctx.require_open()
 
     def synchronize(self) -> None:
         self._ctx.wait_idle()

@@ -30,6 +30,12 @@ class Tensor:
         self._finalizer = weakref.finalize(self, alloc.heap.defer_free, alloc) if owner else None
 
     @property
+    def allocation(self):
+        """The device allocation holding the tensor (``runtime.Allocation``), for the
+        operator layer's bindings."""
+        return self._alloc
+
+    @property
     def size(self) -> int:
         return math.prod(self.shape)
 
@@ -40,15 +46,15 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """Download into a new NumPy array."""
         out = np.empty(self.shape, dtype=self.dtype)
-        self.device._check_open()
-        self.device._ctx.read(self._alloc, out)
+        self.device.check_open()
+        self.device.context.read(self._alloc, out)
         return out
 
     def read_bytes(self, nbytes: int | None = None) -> np.ndarray:
         """The first ``nbytes`` raw bytes of the buffer (all of it by default)."""
         out = np.empty(self.nbytes if nbytes is None else nbytes, dtype=np.uint8)
-        self.device._check_open()
-        self.device._ctx.read(self._alloc, out)
+        self.device.check_open()
+        self.device.context.read(self._alloc, out)
         return out
 
     def write(self, array) -> "Tensor":
@@ -56,8 +62,8 @@ class Tensor:
         data = np.ascontiguousarray(array)
         if data.nbytes > self.nbytes:
             raise ValueError(f"{data.nbytes} bytes do not fit a tensor of {self.nbytes}")
-        self.device._check_open()
-        self.device._ctx.write(self._alloc, data)
+        self.device.check_open()
+        self.device.context.write(self._alloc, data)
         return self
 
     def free(self) -> None:

@@ -328,7 +328,7 @@ def _identity_of(stem: str) -> dict:
 def _features(device) -> str:
     """Enabled features, plus limits lowered by ``Device(limits=...)``: both change which
     candidates a device takes and what they cost."""
-    ctx = device._ctx
+    ctx = device.context
     out = sorted(k for k, v in ctx.features.items() if v)
     out += sorted(f"{k}={v}" for k, v in ctx.limits.items() if v != ctx.info.limits.get(k))
     return ",".join(out)
@@ -809,7 +809,7 @@ def _copy_run(device, seq, cand: Candidate, nbytes):
     from .runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
     import numpy as np
 
-    ctx = device._ctx
+    ctx = device.context
     lim = ctx.limits
     n = max(16, -(-int(nbytes) // 16) * 16)
     read = cand.params.get("read")

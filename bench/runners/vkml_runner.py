@@ -61,7 +61,7 @@ class VkmlRunner(Runner):
                         t.write(a)
 
             def download():
-                dev._ctx.read(out._alloc, result)
+                dev.context.read(out.allocation, result)
 
             up = sample(upload, budget)
             compiled.record(seq, ins, [out])

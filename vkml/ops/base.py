@@ -53,12 +53,16 @@ class CompiledOperator:
 
     def __init__(self, device, desc: OperatorDesc):
         self.device = device
-        self.ctx: runtime.Context = device._ctx
+        self.ctx: runtime.Context = device.context
         self.desc = desc
         self.features = self.ctx.features
         self._owned: list = []          # allocations this operator owns (parameters, weights)
         self._cache = None              # (allocations' ids, weak refs, sequence)
         self._lock = threading.Lock()
+        #: The functional API's reusable input/output tensors for this operator
+        #: (``(key, inputs, outputs)`` or None) and the lock of their use.
+        self.io = None
+        self.io_lock = threading.Lock()
         self.released = False
         self.build()
 
@@ -90,6 +94,11 @@ class CompiledOperator:
         alloc = self.ctx.allocate(max(int(nbytes), 4))
         self._owned.append(alloc)
         return alloc
+
+    def own(self, allocations) -> None:
+        """Take ownership of ``allocations``: freed when this operator is released
+        (e.g. the functional API's reusable input and output tensors)."""
+        self._owned.extend(allocations)
 
     def require(self, feature: str, why: str) -> None:
         """Raise UnsupportedError unless the device has ``feature``."""
@@ -136,7 +145,7 @@ class CompiledOperator:
                                           f"{type(t).__name__}")
                 if t.device is not self.device:
                     raise ValidationError(f"{kind}[{i}]", "is on another device")
-                if not t._alloc.alive:
+                if not t.allocation.alive:
                     self._check_live()      # a closed device's tensors: DeviceError
                     raise ValidationError(f"{kind}[{i}]", "was freed")
                 if t.nbytes < d.total_tensor_size_in_bytes:
@@ -150,14 +159,14 @@ class CompiledOperator:
         self._check_live()
         inputs, outputs = self._check_bindings(inputs, outputs)
         self.encode(seq, inputs, outputs)
-        seq._keep.append(self)   # the sequence uses this operator's pipelines and buffers
+        seq.keep(self)   # the sequence uses this operator's pipelines and buffers
 
     def execute(self, inputs, outputs) -> None:
         """Run once and wait.  Repeated calls with the same tensors replay the recorded
         command buffer instead of recording it again."""
         self._check_live()
         inputs, outputs = self._check_bindings(inputs, outputs)
-        allocs = [t._alloc if t is not None else None for t in inputs + outputs]
+        allocs = [t.allocation if t is not None else None for t in inputs + outputs]
         ids = tuple(id(a) for a in allocs)
         if not self._lock.acquire(blocking=False):
             with self.ctx.sequence(hold=True) as seq:   # another thread is executing this one
@@ -187,7 +196,7 @@ class CompiledOperator:
     def _check_live(self) -> None:
         if self.released:
             raise DeviceError("this compiled operator was released")
-        self.device._check_open()
+        self.device.check_open()
 
     def release(self) -> None:
         """Free the operator's buffers and cached command buffer (idempotent)."""

@@ -10,7 +10,7 @@ type decide; never its name):
 =============  ==========================================================================
 winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4x4, 3x3)
                transforms around 36 GEMMs (``convolution_winograd.comp``); where gemm_sg
-               can run the shape only from 64 channels and 49 tiles up (measured).
+               can run the shape only from 64 channels and 49 tiles up (``prefers``).
 depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
                NB pixels per invocation, input read in place (``convolution_depthwise``).
 gemm_sg        CPU devices with subgroup shuffles: the implicit GEMM below, but the filter
@@ -39,32 +39,10 @@ other, more efficient forms").  gemm and winograd run the filter re-layout / tra
 then, into the buffer the operator owns, and their executions skip those dispatches; the
 other paths (and any other owned input) get a copy.
 
-Measured on lavapipe (Mesa 22.3, LLVM 15, AVX2; CPU time of the process, so other load
-on the machine does not count) -- these decide the shapes of the kernels:
-
-* a uniform-texel-buffer fetch costs ~8 ns per 8 lanes for RGBA32F, ~5 ns for R32F,
-  whether the address is uniform or not; a UBO load at a dynamically uniform index
-  ~11 ns; storage-buffer and shared-memory loads ~200 ns (one lane at a time).  So both
-  GEMM operands come through texel buffers, as float4 wherever alignment allows.
-* a subgroup shuffle at a constant lane is one ``vpermps`` plus overhead, ~6 products'
-  worth: sharing the filter over the subgroup (gemm_sg) beat every lane fetching its
-  own re-laid copy, and needs no copy (512->512 3x3 on 7x7: 44.5 -> 7.9 ms CPU).
-* ``fma()`` compiles to a multiply and an add (seen in the JIT code; the FMA microkernel
-  calls ``fma()`` too, so the peak counts the same); a register block spills to cache.  Blocks: 16 x 16 for gemm_sg (NB chosen to fill subgroups: a 7x7
-  output takes 7-pixel rows, not the padded flattened plane), 8 x 8 for gemm.
-* a dynamically indexed local array lives in memory: every register-block loop is
-  unrolled (``[[unroll]]``) and indexes with constants only.
-* control flow lavapipe cannot prove uniform runs under a mask: every loop-carried sum
-  is blended with it once per iteration (the GEMM's channel loop takes several channels
-  per iteration, ``gemm_cu``), and a branch around accumulation blends every update
-  (the depthwise body has none).
-* a storage-buffer store goes one lane at a time, all of a vec4 in that lane's turn; a
-  texel-buffer ``imageStore`` takes a turn per component (depthwise: float4 SSBO stores
-  halved the kernel's time).
-* integer division per lane is slow and each workgroup costs microseconds: index math
-  is done once per lane or per workgroup, small outputs spread channel blocks across
-  the lanes so that workgroups stay full, and the re-layout pass walks rows in a few
-  dozen workgroups (a 221 KB padded copy went from 1.09 to 0.20 ms).
+Why the kernels look as they do (operands through texel buffers, unrolled register
+blocks indexed by constants, few loop-carried sums, vec4 storage stores, index math per
+workgroup): lavapipe's costs, in docs/DEVELOPING.md ("Facts about lavapipe"); the
+measurements behind the paths' choices are in bench/RESULTS.md ("Kernel design").
 """
 from __future__ import annotations
 
@@ -84,6 +62,7 @@ from ..errors import UnsupportedError, ValidationError
 from ..runtime import Bind
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
+from .grid import binding_window, box_grid, pieces, plan_windows, split_groups, strided_span
 from .functional import as_array, pick_device, run
 from .owned import device_copy, initializer_inputs, owned_slots, refuse_owned_at_execution
 
@@ -366,11 +345,6 @@ def _words(values) -> np.ndarray:
     return np.array([int(e) & 0xFFFFFFFF for e in v.ravel()], np.uint32)
 
 
-def _span(sizes, strides) -> int:
-    """Elements from the first to one past the last element of a strided tensor."""
-    return sum((s - 1) * st for s, st in zip(sizes, strides)) + 1
-
-
 class Path:
     """A way to run a geometry: ``accepts`` (class method), ``build``, ``encode``."""
 
@@ -457,47 +431,39 @@ class DirectPath(Path):
         g, e = self.geo, self.esize
         limit = self.ctx.limits["maxStorageBufferRange"] - 2 * self.ctx.binding_alignment()
         # (the descriptor's input: a reduced geometry reads a part of it from x_off)
-        x_item = _span((g.c_in, *_pad3(self.op.desc.input_tensor.sizes[2:], 1)),
-                       g.x_strides[1:])
-        y_item = _span((g.c_out, *g.out_size), g.y_strides[1:])
-        if max(x_item, y_item) * e > limit:
+        x_item = (g.c_in, *_pad3(self.op.desc.input_tensor.sizes[2:], 1))
+        y_item = (g.c_out, *g.out_size)
+
+        def x_span(origin, extent):
+            return strided_span((origin[0], 0, 0, 0, 0), (extent[0], *x_item), g.x_strides)
+
+        def y_span(origin, extent):
+            return strided_span((origin[0], 0, 0, 0, 0), (extent[0], *y_item), g.y_strides)
+
+        if max(x_span((0,), (1,))[1], y_span((0,), (1,))[1]) * e > limit:
             raise UnsupportedError("maxStorageBufferRange", "one batch item of this "
                                    "convolution is larger than the device can bind")
-        out, n0 = [], 0
-        while n0 < g.n:
-            n1 = n0 + 1
-            while n1 < g.n and ((n1 - n0) * g.x_strides[0] + x_item) * e <= limit and \
-                    ((n1 - n0) * g.y_strides[0] + y_item) * e <= limit:
-                n1 += 1
-            out.append((n0, n1, n0 * g.x_strides[0] * e,
-                        ((n1 - 1) * g.x_strides[0] + x_item) * e,
-                        n0 * g.y_strides[0] * e, ((n1 - 1) * g.y_strides[0] + y_item) * e))
-            n0 = n1
-        return out
+        return [(o[0], o[0] + n[0], xlo * e, xhi * e, ylo * e, yhi * e)
+                for o, n, xlo, xhi, ylo, yhi in plan_windows([g.n], x_span, y_span, e, e, limit)]
 
     def encode(self, seq, x, w, b, y) -> None:
         g = self.geo
         align = self.ctx.binding_alignment()
-        mx, my, mz = self.ctx.limits["maxComputeWorkGroupCount"]
+        max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         w_bind = Bind(w, 0, self.op.whole(w, "filter"))
         b_bind = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else w_bind
         od_co = g.out_size[0] * g.c_out
-        gx_all = -(-g.out_size[2] // self.local)
         for n0, n1, xlo, xhi, ylo, yhi in self.windows:
-            xo = xlo - xlo % align
-            yo = ylo - ylo % align
-            xb = Bind(x, xo, min(-(-(xhi - xo) // 4) * 4, x.size - xo))
-            yb = Bind(y, yo, min(-(-(yhi - yo) // 4) * 4, y.size - yo), "w")
-            binds = [xb, w_bind, b_bind, yb, Bind(self.params)]
-            z_lo, z_hi = n0 * od_co, n1 * od_co
-            for x0 in range(0, gx_all, mx):
-                for y0 in range(0, g.out_size[1], my):
-                    for z0 in range(z_lo, z_hi, mz):
-                        push = np.array([x0 * self.local, y0, z0, 0, xo // self.esize,
-                                         yo // self.esize], np.uint32)
-                        seq.dispatch(self.pipe, binds, (min(mx, gx_all - x0),
-                                                        min(my, g.out_size[1] - y0),
-                                                        min(mz, z_hi - z0)), push.tobytes())
+            xo, xsize = binding_window(xlo, xhi, x.size, align)
+            yo, ysize = binding_window(ylo, yhi, y.size, align)
+            binds = [Bind(x, xo, xsize), w_bind, b_bind, Bind(y, yo, ysize, "w"),
+                     Bind(self.params)]
+            # the grid: x along output columns, y rows, z (image, depth, channel)
+            box = ([n0 * od_co, 0, 0], [(n1 - n0) * od_co, *g.out_size[1:]])
+            for o, e in split_groups(*box, self.local, max_groups, magic=False):
+                push = np.array([o[2], o[1], o[0], 0, xo // self.esize, yo // self.esize],
+                                np.uint32)
+                seq.dispatch(self.pipe, binds, box_grid(e, self.local), push.tobytes())
 
 
 # -- the re-layout pass and the implicit GEMM ----------------------------------------------
@@ -564,8 +530,8 @@ class Relayout:
         binds = [Bind(src, 0, self.src_bytes, "r", self.fmt), Bind(dst, 0, None, "w"),
                  Bind(self.params)]
         mz = self.op.ctx.limits["maxComputeWorkGroupCount"][2]
-        for z0 in range(0, self.gz, mz):
-            seq.dispatch(self.pipe, binds, (self.gx, 1, min(mz, self.gz - z0)),
+        for z0, nz in pieces(self.gz, mz):
+            seq.dispatch(self.pipe, binds, (self.gx, 1, nz),
                          np.array([0, dst_offset_elems, z0], np.uint32).tobytes())
 
 
@@ -1055,10 +1021,10 @@ class GemmPath(Path):
                 cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
                 gx = -(-(blocks * cbl) // self.local)
                 gy = -(-self.groups_y // cbl)
-            for n0 in range(0, g.n, mz):
+            for n0, nn in pieces(g.n, mz):
                 push = np.array([*qs, *d["yorg"], d["nrows"], d["w_base"], 0, 0, n0,
                                  d["pitch"], cbl, self.groups_y], np.int32)
-                seq.dispatch(d["pipe"], binds, (gx, gy, min(mz, g.n - n0)), push.tobytes())
+                seq.dispatch(d["pipe"], binds, (gx, gy, nn), push.tobytes())
 
 
 WINO_PARAM_WORDS = 36     # std140 (glsl/convolution_winograd.comp)
@@ -1131,10 +1097,8 @@ class WinogradPath(Path):
     def prefers(cls, op, geo) -> bool:
         """Where gemm_sg can run the geometry, Winograd only where it wins: the
         transforms cost per tile and channel, the filter transform per channel pair.
-        Measured on lavapipe (ms CPU, Winograd / gemm_sg; C channels in and out, T
-        tiles): C=64 T=196 6.7/7.2, C=128 T=196 19.2/28.2, C=96 T=100 8.0/8.8, C=256
-        T=49 26.4/27.5, 4x C=64 T=196 6.3/7.7 -- but C=128 T=49 8.0/6.8, C=64 T=100
-        4.5/3.9, C=48 T=196 4.9/4.3, C=256 T=36 21.8/18.5, C=32 T=36 1.86/0.43."""
+        The bounds are lavapipe's crossover (bench/RESULTS.md, "Kernel design": C=64
+        T=196 6.7 against 7.2 ms, C=64 T=100 4.5 against 3.9)."""
         if not GemmSgPath.accepts(op, geo):
             return True
         c = min(geo.c_in, geo.c_out)
@@ -1367,11 +1331,10 @@ class DepthwisePath(Path):
         gy = -(-g.out_size[1] // self.R)
         if gy > my:
             raise UnsupportedError("maxComputeWorkGroupCount", "too many output rows")
-        for c0 in range(0, g.c_out, per_x):
-            cn = min(per_x, g.c_out - c0)
-            for n0 in range(0, g.n, per_z):
+        for c0, cn in pieces(g.c_out, per_x):
+            for n0, nn in pieces(g.n, per_z):
                 seq.dispatch(self.pipe, binds, (-(-(cn * self.strips) // self.local), gy,
-                                                min(per_z, g.n - n0) * od),
+                                                nn * od),
                              np.array([n0, c0], np.int32).tobytes())
 
 
@@ -1482,8 +1445,8 @@ class CompiledConvolution(CompiledOperator):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, w, b = inputs
-        self.path.encode(seq, x._alloc, w._alloc, b._alloc if b is not None else None,
-                         outputs[0]._alloc)
+        self.path.encode(seq, x.allocation, w.allocation,
+                         b.allocation if b is not None else None, outputs[0].allocation)
 
 
 # -- functional form ----------------------------------------------------------------------

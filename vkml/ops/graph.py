@@ -52,7 +52,6 @@ from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import UNIFORM_TEXEL
-from ..runtime.memory import Allocation
 from ..tensor import Tensor
 from .base import CompiledOperator
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
@@ -265,11 +264,8 @@ class CompiledGraph(CompiledOperator):
             self.arena = ctx.tensor_heap.allocate(self.arena_bytes, align)
             self._owned.append(self.arena)
             for key, (off, size) in self.offsets.items():
-                view = Allocation(self.arena.heap, self.arena.block, self.arena.offset + off,
-                                  size)
-                # the heap destroys a live allocation's buffer views when the device closes
-                self.arena.heap.live.add(view)
-                self._views[key] = Tensor(self.device, (size,), np.uint8, view, size,
+                part = self.arena.sub_allocation(off, size)   # released with the arena
+                self._views[key] = Tensor(self.device, (size,), np.uint8, part, size,
                                           owner=False)
 
     # -- constants -----------------------------------------------------------------------
@@ -341,7 +337,7 @@ class CompiledGraph(CompiledOperator):
                     ins.append(self._tensor_of(src[1], src[2], outputs))
             outs = [self._tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
             n.compiled.record(seq, ins, outs)
-        seq._keep.append(self)
+        seq.keep(self)
 
     def _tensor_of(self, i, k, outputs):
         g = self._graph_out.get((i, k))
@@ -353,7 +349,7 @@ class CompiledGraph(CompiledOperator):
             if n.compiled is not None:
                 n.compiled.release()
         for t in getattr(self, "_views", {}).values():
-            t._alloc.heap._detach(t._alloc)      # its buffer views; the arena is freed apart
+            t.allocation.free()         # its buffer views; the arena is freed apart
         for t in getattr(self, "_constants", {}).values():
             t.free()
 
@@ -369,7 +365,7 @@ def compile_graph(device, graph_desc, *, fuse: bool = True, constants=None) -> C
     """``IDMLDevice1::CompileGraph`` (module doc).  ``fuse=False`` compiles every node as
     given (to compare with the fused graph); ``constants`` initializes the OWNED_BY_DML
     inputs at once (else call ``initialize``)."""
-    device._check_open()
+    device.check_open()
     if not isinstance(graph_desc, GraphDesc):
         raise ValidationError("graph_desc", f"must be a vkml.dml.GraphDesc, got "
                               f"{type(graph_desc).__name__}")

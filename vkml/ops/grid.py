@@ -112,6 +112,12 @@ def split_groups(origin, extent, local: int, max_groups, xdims: int = 1, v: int 
     return [(list(origin), list(extent))]
 
 
+def pieces(count: int, step: int, start: int = 0) -> list[tuple[int, int]]:
+    """``(first, n)`` runs of at most ``step`` covering ``[start, start + count)``: one
+    grid axis in dispatches the device takes (``maxComputeWorkGroupCount``)."""
+    return [(a, min(step, start + count - a)) for a in range(start, start + count, step)]
+
+
 def vector_width(extent, vec: int) -> int:
     """Elements of the last dimension one invocation computes: 8 or 4 (at most ``vec``)
     where the box's last extent has that many, else 1."""

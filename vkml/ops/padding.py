@@ -12,13 +12,12 @@ Three ways to fill the output, chosen per device from a calibrated cost model
 * "rows" (``glsl/padding_rows.comp``): when the innermost dimension has unit stride in
   both tensors, each output row is a border, a copy of an input row, a border.  One
   dispatch writes the whole 16-byte words inside each row's copy (RGBA32UI texel reads
-  shifted into place, uvec4 stores), a second the few elements around them.  lavapipe,
-  1x64x256x256 float32 padded by 2: 2.4 + 0.3 ms against 45 ms for the element kernel and
-  7 ms for the copy path; the words pass costs ~1.1x the device's own shader copy.
+  shifted into place, uvec4 stores), a second the few elements around them: on lavapipe
+  ~20x faster than the element kernel (bench/RESULTS.md, "Kernel design").
 * "kernel": the element kernel writes every output element (any layout, any size).
 * "copy": the copy engine copies the interior (``vkCmdCopyBuffer`` regions, one per
   contiguous run) while the kernel writes only the border boxes: best for a few long runs
-  (lavapipe: ~0.25-0.4 us per region).
+  (each region has a fixed cost, docs/DEVELOPING.md).
 
 Tensors larger than ``maxStorageBufferRange`` are split into dispatches that each bind a
 window of the input and output (element kernel; :func:`.grid.plan_windows`).

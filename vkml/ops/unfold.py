@@ -4,9 +4,10 @@ Kernel: ``glsl/unfold.comp``, over the box (N, C, *BlocksPerDimension): the outp
 last dimension seen as the blocks' own dimensions, so the grid's x runs along the last
 block dimension.  An invocation writes the K = prod(WindowSizes) rows of its channel for
 V neighbouring blocks (uvec4 stores where aligned), reading each window row's inputs
-once -- for 4-byte elements as RGBA32UI texels shifted into place.  Data movement only: one variant per element width (1, 2,
-4, 8 bytes; 8/16-bit elements packed in 32-bit words on devices without 8/16-bit
-storage), every data type on every device, every bit pattern kept.
+once -- for 4-byte elements as RGBA32UI texels shifted into place.  Data movement
+only: one variant per element width (1, 2, 4, 8 bytes; 8/16-bit elements packed in
+32-bit words on devices without 8/16-bit storage), every data type on every device,
+every bit pattern kept.
 """
 from __future__ import annotations
 

@@ -169,7 +169,7 @@ class Context:
         self.lifetime.lost = bool(value)
 
     def command_pool(self) -> CommandPool:
-        self._require_open()
+        self.require_open()
         self._drain()
         return self._pool
 
@@ -205,12 +205,12 @@ class Context:
         """Host memory at ``address`` as an allocation, without a copy (see
         :class:`~vkml.runtime.memory.HostImports`); ``None`` where imports are off or the
         range cannot be imported."""
-        self._require_open()
+        self.require_open()
         if self.host_imports is None:
             return None
         return self.host_imports.allocate_at(address, nbytes)
 
-    def _require_open(self) -> None:
+    def require_open(self) -> None:
         """Raise :class:`DeviceError` if the device is closing, closed or lost."""
         self.lifetime.check()
 

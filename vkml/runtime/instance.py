@@ -206,10 +206,8 @@ class Instance:
             host_ptr = ffi.new("VkPhysicalDeviceExternalMemoryHostPropertiesEXT*", {
                 "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT})
             chain.append(host_ptr)
-        for a, b in zip(chain, chain[1:]):
-            a.pNext = b
-        props2 = ffi.new("VkPhysicalDeviceProperties2*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": chain[0]})
+        props2 = _chained("VkPhysicalDeviceProperties2*",
+                          vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, chain)
         lib.vkGetPhysicalDeviceProperties2(pd, props2)
         if driver is not None:
             driver_name, driver_info = vk.cstr(driver.driverName), vk.cstr(driver.driverInfo)
@@ -267,10 +265,8 @@ class Instance:
             chain.append(s8)
         if "VK_KHR_shader_float16_int8" in exts or _api(pd) >= (1 << 22 | 2 << 12):
             chain.append(f16)
-        for a, b in zip(chain, chain[1:]):
-            a.pNext = b
-        f2 = ffi.new("VkPhysicalDeviceFeatures2*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, "pNext": chain[0]})
+        f2 = _chained("VkPhysicalDeviceFeatures2*", vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+                      chain)
         lib.vkGetPhysicalDeviceFeatures2(pd, f2)
         core = f2.features
         return {
@@ -282,6 +278,13 @@ class Instance:
             "storage16": bool(s16.storageBuffer16BitAccess),
             "storage8": bool(s8.storageBuffer8BitAccess),
         }
+
+
+def _chained(ctype: str, stype: int, chain: list):
+    """A new ``ctype`` struct whose ``pNext`` chain is ``chain``, in order."""
+    for a, b in zip(chain, chain[1:]):
+        a.pNext = b
+    return ffi.new(ctype, {"sType": stype, "pNext": chain[0]})
 
 
 def _api(pd) -> int:

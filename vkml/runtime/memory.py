@@ -123,11 +123,16 @@ class Block:
 class Allocation:
     """A sub-range of a block: what a tensor or a parameter buffer owns."""
 
-    __slots__ = ("heap", "block", "offset", "size", "_views", "__weakref__")
+    __slots__ = ("heap", "block", "offset", "size", "parent", "_views", "_subs",
+                 "__weakref__")
 
-    def __init__(self, heap: "Heap", block: Block, offset: int, size: int):
+    def __init__(self, heap: "Heap", block: Block, offset: int, size: int,
+                 parent: "Allocation | None" = None):
         self.heap, self.block, self.offset, self.size = heap, block, offset, size
+        #: The allocation this one is a part of (see :meth:`sub_allocation`), else None.
+        self.parent = parent
         self._views: dict | None = None
+        self._subs: list | None = None      # live sub-allocations, released with this one
 
     @property
     def buffer(self):
@@ -156,6 +161,11 @@ class Allocation:
             v = self._views[key] = h[0]
             self.block.views.add(v)
         return v
+
+    def sub_allocation(self, offset: int, size: int) -> "Allocation":
+        """``[offset, offset+size)`` of this allocation as an allocation of its own (see
+        :meth:`Heap.sub_allocation`)."""
+        return self.heap.sub_allocation(self, offset, size)
 
     def free(self) -> None:
         if self.block is not None:
@@ -189,15 +199,45 @@ class _Releasing:
         with self.lock:
             self._drain()
 
+    @lifetime.entry
+    def sub_allocation(self, parent: "Allocation", offset: int, size: int) -> "Allocation":
+        """A part of ``parent`` bound as an allocation of its own (a graph's intermediates
+        in its arena).  It has its own buffer views; freeing it destroys only those (the
+        bytes stay ``parent``'s), freeing ``parent`` releases it too, and closing the
+        device marks it dead like any allocation."""
+        if not (0 <= offset and 0 <= size and offset + size <= parent.size):
+            raise ValueError(f"[{offset}, {offset + size}) is not inside an allocation of "
+                             f"{parent.size} bytes")
+        with self.lock:
+            if parent.block is None:
+                raise DeviceError("the allocation was already freed")
+            a = Allocation(self, parent.block, parent.offset + offset, size, parent)
+            if parent._subs is None:
+                parent._subs = []
+            parent._subs.append(a)
+            self.live.add(a)
+        return a
+
     def _detach(self, a: "Allocation"):
-        """``a``'s block, its views destroyed and ``a`` marked released; None if it was."""
+        """Destroy ``a``'s views (and its sub-allocations') and mark it released; return
+        the block whose range it gives back: None if it was released already, or if it
+        is a sub-allocation (its bytes are its parent's)."""
         block = a.block
-        if block is not None:
-            for v in (a._views or {}).values():
-                lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
-                block.views.discard(v)
-            a._views = None
-            a.block = None
+        if block is None:
+            return None
+        subs, a._subs = a._subs, None
+        for sub in subs or ():
+            self._detach(sub)
+        for v in (a._views or {}).values():
+            lib.vkDestroyBufferView(self.ctx.device, v, vk.NULL)
+            block.views.discard(v)
+        a._views = None
+        a.block = None
+        if a.parent is not None:
+            if a.parent._subs is not None:
+                a.parent._subs.remove(a)
+            self.live.discard(a)
+            return None
         return block
 
 
@@ -319,7 +359,7 @@ class Heap(_Releasing):
         entry); allocations still held become dead (``alive`` is False)."""
         with self.lock:
             for a in list(self.live):
-                a._views = None
+                a._views = a._subs = None
                 a.block = None
             self.pending.clear()
             for block in list(self.blocks):
@@ -550,11 +590,10 @@ class HostImports(_Releasing):
     def take(self, nbytes: int) -> "HostPages | None":
         """Page-aligned host memory of at least ``nbytes`` (rounded up to the alignment),
         imported: an idle buffer whose array died, else a new one.  Reuse skips the
-        first-touch page faults, which the kernel writing fresh pages pays on lavapipe
-        (~0.06 ms per MiB: a 64 MiB padding's call took 18.3 ms into fresh pages, 14.2 ms
-        into reused ones; numpy.pad 15.4-16.4 ms).  The idle buffers (and their imports)
-        are kept up to ``idle_budget`` bytes, oldest given back first.
-        Hand it out with :meth:`array`, or back with :meth:`give_back`."""
+        first-touch page faults, which the kernel writing fresh pages pays (lavapipe:
+        ~0.06 ms per MiB; a 64 MiB padding, bench/RESULTS.md "Kernel design").  The idle
+        buffers (and their imports) are kept up to ``idle_budget`` bytes, oldest given
+        back first.  Hand it out with :meth:`array`, or back with :meth:`give_back`."""
         size = -(-max(nbytes, 4) // self.alignment) * self.alignment
         with self.lock:
             self._drain()

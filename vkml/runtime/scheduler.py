@@ -251,6 +251,11 @@ class Sequence:
             if self._hold:
                 self._keep.append(alloc)
 
+    def keep(self, obj) -> None:
+        """Hold a strong reference to ``obj`` (an operator whose pipelines and buffers
+        the recorded commands use) until the sequence is closed."""
+        self._keep.append(obj)
+
     def _check_open(self) -> None:
         if self.ended:
             raise DeviceError("this sequence was already submitted; record a new one")
