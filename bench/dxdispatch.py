@@ -5,23 +5,26 @@ A model file has ``resources`` (buffers and their initial values), ``dispatchabl
 names) and ``commands`` (``dispatch`` with named bindings, ``print``, ``writeFile``), so
 the same file can be timed by DxDispatch on DirectML and by vkml on any Vulkan device.
 
-What vkml reads (DxDispatch's documented format):
+What vkml reads (DxDispatch's documented format, doc/Guide.md and models/_schema.json):
 
 * resources: ``initialValuesDataType`` (``FLOAT32`` or ``DML_TENSOR_DATA_TYPE_FLOAT32``),
   ``initialValues`` as an array (``"nan"``, ``"inf"``, ``"-inf"`` allowed for floats),
   ``{valueCount, value}``, ``{valueCount, valueStart, valueDelta}`` or
-  ``{sourcePath}`` (``.npy``, or raw ``.dat``/``.bin``); optional ``sizeInBytes``;
+  ``{sourcePath}`` (``.npy``, raw ``.dat``/``.bin``, or a ``.png``/``.jpg`` image with
+  ``resampleSize`` and ``resampleMode``); optional ``sizeInBytes``;
 * dispatchables: ``type`` ``DML_OPERATOR_X`` (or ``X``) and ``desc``/``Desc`` with every
   field in PascalCase, enums by full name or suffix, ``DML_TENSOR_DESC`` as
-  ``{DataType, Sizes, Strides?, TotalTensorSizeInBytes?, ...}``, a fused activation as
-  ``{"Type": "ACTIVATION_RELU", ...its fields}``;
-* commands: ``dispatch`` (bindings by bind-point name: a resource name, or
-  ``{"name": ...}``), ``print``, ``writeFile`` (``.npy``, ``.dat``, ``.bin``).
+  ``{DataType, Sizes, Strides?, Flags?, TotalTensorSizeInBytes?, ...}``, a fused
+  activation as ``{"Type": "ACTIVATION_RELU", ...its fields}``; ``executionFlags``
+  (no-ops in vkml, see EXECUTION_FLAG_EFFECT); ``bindings`` of OWNED_BY_DML inputs;
+* commands: ``dispatch`` (bindings by bind-point name: a resource name, a binding object
+  ``{name, format, elementOffset, elementCount}``, or a list of one), ``print``
+  (``verbose``), ``writeFile`` (``.npy``, images, raw; ``dimensions``).
 
 Comments (``//``, ``/* */``) and trailing commas are accepted, as DxDispatch's parser does.
-Anything else (HLSL or ONNX dispatchables, image files, binding sub-ranges, an operator
-vkml does not implement, a field its descriptor does not have) is refused with an error
-naming it.  Timing follows DxDispatch: ``-i`` iterations of bind + ``-r`` dispatches +
+Anything else (HLSL or ONNX dispatchables, list initializers, several resources on one
+bind point, an operator vkml does not implement, a field its descriptor does not have)
+is refused with an error naming it.  Timing follows DxDispatch: ``-i`` iterations of bind + ``-r`` dispatches +
 wait; the first ``-w`` samples are "cold", the rest "hot"; CPU (wall) and GPU
 (timestamp-query) times per dispatch.
 """
@@ -962,7 +965,8 @@ class Executor:
                                  "alignment)")
         if size < need:
             raise ModelError(where, f"{point} -> {what} holds {size} bytes; the tensor needs "
-                             f"TotalTensorSizeInBytes = {need}")
+                         f"TotalTensorSizeInBytes = {need}" + ("" if isinstance(target, str)
+                         else " (binding sub-ranges: elementOffset, elementCount)"))
         return Bound(r, offset, (need + 3) & ~3)
 
     def _point(self, d: Dispatchable, point: str, target, at: str, points: dict):
