@@ -24,8 +24,8 @@ What vkml reads (DxDispatch's documented format, doc/Guide.md and models/_schema
 Comments (``//``, ``/* */``) and trailing commas are accepted, as DxDispatch's parser does.
 Anything else (HLSL or ONNX dispatchables, list initializers, several resources on one
 bind point, an operator vkml does not implement, a field its descriptor does not have)
-is refused with an error naming it.  Timing follows DxDispatch: ``-i`` iterations of bind + ``-r`` dispatches +
-wait; the first ``-w`` samples are "cold", the rest "hot"; CPU (wall) and GPU
+is refused with an error naming it.  Timing follows DxDispatch: ``-i`` iterations of
+bind + ``-r`` dispatches + wait; the first ``-w`` samples are "cold", the rest "hot"; CPU (wall) and GPU
 (timestamp-query) times per dispatch.
 """
 from __future__ import annotations
