@@ -25,8 +25,8 @@ Comments (``//``, ``/* */``) and trailing commas are accepted, as DxDispatch's p
 Anything else (HLSL or ONNX dispatchables, list initializers, several resources on one
 bind point, an operator vkml does not implement, a field its descriptor does not have)
 is refused with an error naming it.  Timing follows DxDispatch: ``-i`` iterations of
-bind + ``-r`` dispatches + wait; the first ``-w`` samples are "cold", the rest "hot"; CPU (wall) and GPU
-(timestamp-query) times per dispatch.
+bind + ``-r`` dispatches + wait; the first ``-w`` samples are "cold", the rest "hot";
+CPU (wall) and GPU (timestamp-query) times per dispatch.
 """
 from __future__ import annotations
 
