@@ -5,25 +5,28 @@ A model file has ``resources`` (buffers and their initial values), ``dispatchabl
 names) and ``commands`` (``dispatch`` with named bindings, ``print``, ``writeFile``), so
 the same file can be timed by DxDispatch on DirectML and by vkml on any Vulkan device.
 
-What vkml reads (DxDispatch's documented format):
+What vkml reads (DxDispatch's documented format, doc/Guide.md and models/_schema.json):
 
 * resources: ``initialValuesDataType`` (``FLOAT32`` or ``DML_TENSOR_DATA_TYPE_FLOAT32``),
   ``initialValues`` as an array (``"nan"``, ``"inf"``, ``"-inf"`` allowed for floats),
   ``{valueCount, value}``, ``{valueCount, valueStart, valueDelta}`` or
-  ``{sourcePath}`` (``.npy``, or raw ``.dat``/``.bin``); optional ``sizeInBytes``;
+  ``{sourcePath}`` (``.npy``, raw ``.dat``/``.bin``, or a ``.png``/``.jpg`` image with
+  ``resampleSize`` and ``resampleMode``); optional ``sizeInBytes``;
 * dispatchables: ``type`` ``DML_OPERATOR_X`` (or ``X``) and ``desc``/``Desc`` with every
   field in PascalCase, enums by full name or suffix, ``DML_TENSOR_DESC`` as
-  ``{DataType, Sizes, Strides?, TotalTensorSizeInBytes?, ...}``, a fused activation as
-  ``{"Type": "ACTIVATION_RELU", ...its fields}``;
-* commands: ``dispatch`` (bindings by bind-point name: a resource name, or
-  ``{"name": ...}``), ``print``, ``writeFile`` (``.npy``, ``.dat``, ``.bin``).
+  ``{DataType, Sizes, Strides?, Flags?, TotalTensorSizeInBytes?, ...}``, a fused
+  activation as ``{"Type": "ACTIVATION_RELU", ...its fields}``; ``executionFlags``
+  (no-ops in vkml, see EXECUTION_FLAG_EFFECT); ``bindings`` of OWNED_BY_DML inputs;
+* commands: ``dispatch`` (bindings by bind-point name: a resource name, a binding object
+  ``{name, format, elementOffset, elementCount}``, or a list of one), ``print``
+  (``verbose``), ``writeFile`` (``.npy``, images, raw; ``dimensions``).
 
 Comments (``//``, ``/* */``) and trailing commas are accepted, as DxDispatch's parser does.
-Anything else (HLSL or ONNX dispatchables, image files, binding sub-ranges, an operator
-vkml does not implement, a field its descriptor does not have) is refused with an error
-naming it.  Timing follows DxDispatch: ``-i`` iterations of bind + ``-r`` dispatches +
-wait; the first ``-w`` samples are "cold", the rest "hot"; CPU (wall) and GPU
-(timestamp-query) times per dispatch.
+Anything else (HLSL or ONNX dispatchables, list initializers, several resources on one
+bind point, an operator vkml does not implement, a field its descriptor does not have)
+is refused with an error naming it.  Timing follows DxDispatch: ``-i`` iterations of
+bind + ``-r`` dispatches + wait; the first ``-w`` samples are "cold", the rest "hot";
+CPU (wall) and GPU (timestamp-query) times per dispatch.
 """
 from __future__ import annotations
 
@@ -125,6 +128,11 @@ class Null:
 
 
 @dataclasses.dataclass(frozen=True)
+class Bool:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
 class Any:
     """Anything (checked later by a schema chosen from its contents)."""
 
@@ -136,7 +144,7 @@ class Pick:
 
 
 _JSON_TYPE = {Int: "integer", Num: "number", Str: "string", Arr: "array", Obj: "object",
-              Null: "null", Pick: "object"}
+              Null: "null", Pick: "object", Bool: "boolean"}
 
 
 def _json_type(value) -> str:
@@ -254,10 +262,22 @@ def _desc_object(value: dict):
     return STRUCT
 
 
+#: DXGI formats a DML binding may name (DxDispatch reads ``format`` as a DXGI_FORMAT;
+#: for a DML operator it only sets the element size that ``elementOffset`` counts in).
+DXGI_FORMAT_BYTES = {
+    "R32_FLOAT": 4, "R32_UINT": 4, "R32_SINT": 4, "R32_TYPELESS": 4,
+    "R16_FLOAT": 2, "R16_UINT": 2, "R16_SINT": 2, "R16_TYPELESS": 2,
+    "R8_UINT": 1, "R8_SINT": 1, "R8_TYPELESS": 1,
+    "R32G32_UINT": 8, "R32G32_SINT": 8, "R32G32_FLOAT": 8, "R32G32_TYPELESS": 8,
+    "R32G32B32A32_FLOAT": 16, "R32G32B32A32_UINT": 16, "R32G32B32A32_TYPELESS": 16,
+}
+DXGI_FORMATS = tuple(sorted(DXGI_FORMAT_BYTES) +
+                     sorted("DXGI_FORMAT_" + f for f in DXGI_FORMAT_BYTES))
 BINDING_OBJECT = Obj({"name": (Str(), True), "elementOffset": (Int(0), False),
-                      "elementCount": (Int(0), False), "format": (Str(), False),
-                      "elementStride": (Int(0), False), "counterName": (Str(), False),
-                      "counterOffset": (Int(0), False)}, what="binding field")
+                      "elementCount": (Int(0), False), "format": (Str(DXGI_FORMATS), False),
+                      "elementStride": (Int(0), False), "elementSizeInBytes": (Int(0), False),
+                      "counter": (Str(), False), "counterOffsetBytes": (Int(0), False),
+                      "shape": (Arr(Int(1), 0, 8), False)}, what="binding field")
 BINDING = Either((Str(), BINDING_OBJECT, Arr(Either((Str(), BINDING_OBJECT)), 1, 1)),
                  'a resource name, {"name": ...} or [one of them]')
 RESOURCE = Obj({
@@ -268,23 +288,46 @@ RESOURCE = Obj({
              "valueStart": (Num(special=True), False), "valueDelta": (Num(special=True), False),
              "sourcePath": (Str(), False)}, what="initializer field"))), True),
     "sizeInBytes": (Int(0, "resource"), False),
+    "resampleSize": (Arr(Int(1, "elements"), 4, 4), False),
+    "resampleMode": (Str(("scale",)), False),
 }, what="resource field")
 COMMAND = {
     "dispatch": Obj({"type": (Str(), True), "dispatchable": (Str(), True),
-                     "bindings": (Obj(values=BINDING), False)},
+                     "bindings": (Obj(values=BINDING), False),
+                     "threadGroupCount": (Arr(Int(1), 3, 3), False)},   # HLSL only: ignored
                     what="dispatch field"),
-    "print": Obj({"type": (Str(), True), "resource": (Str(), True)}, what="print field"),
+    "print": Obj({"type": (Str(), True), "resource": (Str(), True),
+                  "verbose": (Bool(), False)}, what="print field"),
     "writeFile": Obj({"type": (Str(), True), "resource": (Str(), True),
-                      "targetPath": (Str(), True)}, what="writeFile field"),
+                      "targetPath": (Str(), True),
+                      "dimensions": (Arr(Int(1, "elements"), 1, 8), False)},
+                     what="writeFile field"),
 }
+#: DML_EXECUTION_FLAGS values, by full name or suffix (DxDispatch: "flag values are
+#: singular", DML_EXECUTION_FLAG_X).  What each does in vkml: see ``EXECUTION_FLAG_EFFECT``.
+EXECUTION_FLAG_EFFECT = {
+    "NONE": "no flags",
+    "ALLOW_HALF_PRECISION_COMPUTATION": "no-op: vkml computes float16 tensors in float32 "
+    "(it never lowers precision below what the flag would allow)",
+    "DISABLE_META_COMMANDS": "no-op: Vulkan has no meta commands; vkml always runs its own "
+    "compute shaders",
+    "DESCRIPTORS_VOLATILE": "no-op: vkml writes its descriptors when a dispatch is recorded, "
+    "so bindings may always change until then",
+}
+EXECUTION_FLAGS = tuple(EXECUTION_FLAG_EFFECT) + tuple("DML_EXECUTION_FLAG_" + f
+                                                       for f in EXECUTION_FLAG_EFFECT)
 MODEL = Obj({
     "$schema": (Str(), False),
     "resources": (Obj(values=RESOURCE), True),
     "dispatchables": (Obj(values=Obj({"type": (Str(), True), "desc": (Obj(values=DESC_VALUE),
                                                                        False),
                                       "Desc": (Obj(values=DESC_VALUE), False),
-                                      "executionFlags": (Either((Str(), Arr(Str()))), False),
-                                      "dmlCompileType": (Str(), False)},
+                                      "executionFlags": (Either((
+                                          Str(EXECUTION_FLAGS), Arr(Str(EXECUTION_FLAGS)))),
+                                          False),
+                                      "bindings": (Obj(values=BINDING), False),
+                                      "dmlCompileType": (Str(("DmlCompileOp", "DmlCompileGraph")),
+                                                         False)},
                                      what="dispatchable field")), True),
     "commands": (Arr(Either((Obj(values=Any()),), "an object")), True),
 }, what="top-level key")
@@ -329,7 +372,11 @@ def _resource_bytes(r: dict, path: str, limits: dict, base: Path) -> int:
         if extra:
             raise ModelError(_join(ipath, sorted(extra)[0]), "a sourcePath initializer has no "
                              "other fields")
-        count, dtype = _file_count(init["sourcePath"], dtype, _join(ipath, "sourcePath"), base)
+        if _is_image(init["sourcePath"]):
+            count = _image_shape(r, dtype, path, base)[0]
+        else:
+            count, dtype = _file_count(init["sourcePath"], dtype, _join(ipath, "sourcePath"),
+                                       base)
     else:
         if "valueCount" not in init:
             raise ModelError(ipath, "'valueCount' is required (or give 'sourcePath')")
@@ -376,8 +423,74 @@ def _file_count(source: str, dtype: np.dtype, path: str, base: Path):
             raise ModelError(path, f"{file.name} has {size} bytes, not a whole number of "
                              f"{dtype} values")
         return size // dtype.itemsize, dtype
-    raise ModelError(path, f"sourcePath {file.name}: only .npy, .dat and .bin files are "
-                           "supported by vkml (no images)")
+    raise ModelError(path, f"sourcePath {file.name}: vkml reads .npy, .dat, .bin, .png "
+                           "and .jpg files")
+
+
+# -- image resources ----------------------------------------------------------------------
+# DxDispatch (model/JsonParsers.cpp, ImageReaderWriter.cpp): a ``.png``/``.jpg`` source
+# needs ``resampleSize`` [N, C, H, W] (N = 1) and ``initialValuesDataType`` FLOAT32 or
+# FLOAT16; the image is converted to RGB (C = 3) or RGBA (otherwise), scaled to W x H
+# (high-quality cubic), and stored NCHW (planar, channels in RGB(A) order), each uint8
+# component divided by 255.  ``resampleMode`` must be "scale" (the default).
+IMAGE_SUFFIXES = (".png", ".jpg")
+
+
+def _is_image(source: str) -> bool:
+    return Path(source).suffix.lower() in IMAGE_SUFFIXES
+
+
+def _pillow(where: str):
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ModelError(where, "image files need Pillow (pip install 'vkml[bench]')") \
+            from None
+    return Image
+
+
+def _image_shape(r: dict, dtype: np.dtype, path: str, base: Path):
+    """(element count, (C, H, W), file) of an image resource, checked before decoding:
+    the header is read, not the pixels."""
+    spath = _join(_join(path, "initialValues"), "sourcePath")
+    file = _source(r["initialValues"]["sourcePath"], spath, base)
+    if "resampleSize" not in r:
+        raise ModelError(_join(path, "resampleSize"), "is required for an image sourcePath "
+                         "(DxDispatch reads it as [N, C, H, W])")
+    n, c, h, w = r["resampleSize"]
+    rpath = _join(path, "resampleSize")
+    if n != 1:
+        raise ModelError(_join(rpath, 0), f"N must be 1, got {n}")
+    if c not in (3, 4):
+        raise ModelError(_join(rpath, 1), f"C must be 3 (RGB) or 4 (RGBA), got {c}")
+    if dtype not in (np.float32, np.float16):
+        raise ModelError(_join(path, "initialValuesDataType"), "an image is read as FLOAT32 "
+                         f"or FLOAT16, not {dtype}")
+    Image = _pillow(spath)
+    try:
+        with Image.open(file) as im:
+            if im.format not in ("PNG", "JPEG"):
+                raise ValueError(f"a {im.format} image, not PNG or JPEG")
+    except Exception as exc:  # noqa: BLE001  (any unreadable image)
+        raise ModelError(spath, f"{file.name} is not a readable image ({exc})") from None
+    return c * h * w, (c, h, w), file
+
+
+def _image_values(r: dict, dtype: np.dtype, path: str, base: Path) -> np.ndarray:
+    """The image as DxDispatch lays it out (see the comment above)."""
+    _, (c, h, w), file = _image_shape(r, dtype, path, base)
+    spath = _join(_join(path, "initialValues"), "sourcePath")
+    Image = _pillow(spath)
+    try:
+        with Image.open(file) as im:
+            im = im.convert("RGB" if c == 3 else "RGBA")
+            if im.size != (w, h):
+                im = im.resize((w, h), Image.Resampling.BICUBIC)
+            hwc = np.asarray(im, dtype=np.uint8)
+    except Exception as exc:  # noqa: BLE001  (a corrupt image body)
+        raise ModelError(spath, f"{file.name} cannot be decoded ({exc})") from None
+    chw = hwc.transpose(2, 0, 1).astype(np.float32) / np.float32(255)
+    return chw.reshape(-1).astype(dtype)
 
 
 def _source(source: str, path: str, base: Path) -> Path:
@@ -463,10 +576,13 @@ def _sequence(start, delta, count: int, dtype: np.dtype, path: str) -> np.ndarra
     return (np.asarray(int(start), wide) + i * wide(int(delta))).astype(dtype)
 
 
-def _values(init, dtype: np.dtype, path: str, base: Path) -> np.ndarray:
+def _values(init, dtype: np.dtype, path: str, base: Path, r: dict | None = None) \
+        -> np.ndarray:
     """The initial values (the schema and the size check have passed)."""
     if isinstance(init, list):
         return _typed(init, dtype, path)
+    if "sourcePath" in init and _is_image(init["sourcePath"]):
+        return _image_values(r, dtype, path.rsplit(".initialValues", 1)[0], base)
     if "sourcePath" in init:
         spath = _join(path, "sourcePath")
         file = _source(init["sourcePath"], spath, base)
@@ -491,7 +607,7 @@ def parse_resources(model: dict, base: Path) -> dict[str, Resource]:
         npy = isinstance(src, dict) and str(src.get("sourcePath", "")).endswith(".npy")
         dtype = np.dtype(np.float32) if npy else _data_type(r.get("initialValuesDataType"),
                                                             where)
-        values = _values(src, dtype, _join(where, "initialValues"), base)
+        values = _values(src, dtype, _join(where, "initialValues"), base, r)
         size = r.get("sizeInBytes", values.nbytes)
         out[name] = Resource(name, values.dtype, values, (size + 3) & ~3)
     return out
@@ -665,8 +781,21 @@ def bind_points(desc) -> dict[str, tuple[str, int]]:
 class Dispatchable:
     name: str
     desc: object
+    #: DML_EXECUTION_FLAGS names (suffixes); every one is a no-op in vkml, see
+    #: EXECUTION_FLAG_EFFECT.
+    flags: tuple = ()
+    #: Bind point -> Bound for the dispatchable's own ``bindings`` (its
+    #: DML_TENSOR_FLAG_OWNED_BY_DML inputs), copied into ``owned`` at initialization.
+    init: dict = dataclasses.field(default_factory=dict)
+    owned: dict = dataclasses.field(default_factory=dict)
     compiled: object = None
     init_ms: float = 0.0
+
+
+def _flag_names(value) -> tuple:
+    names = [value] if isinstance(value, str) else list(value or [])
+    return tuple(dict.fromkeys(n.removeprefix("DML_EXECUTION_FLAG_") for n in names
+                               if n.removeprefix("DML_EXECUTION_FLAG_") != "NONE"))
 
 
 def parse_dispatchables(model: dict, limits: dict) -> dict[str, Dispatchable]:
@@ -681,8 +810,18 @@ def parse_dispatchables(model: dict, limits: dict) -> dict[str, Dispatchable]:
         key = "desc" if "desc" in d else "Desc"
         if key not in d:
             raise ModelError(where, "needs a 'desc'")
-        out[name] = Dispatchable(name, build_desc(kind, d[key], _join(where, key), limits))
+        out[name] = Dispatchable(name, build_desc(kind, d[key], _join(where, key), limits),
+                                 _flag_names(d.get("executionFlags")))
     return out
+
+
+@dataclasses.dataclass
+class Bound:
+    """One resource bound to a bind point: ``offset`` bytes into it (a binding object's
+    ``elementOffset`` times its element size), the tensor taking ``nbytes`` from there."""
+    resource: Resource
+    offset: int = 0
+    nbytes: int = 0
 
 
 @dataclasses.dataclass
@@ -702,6 +841,10 @@ def _stats_line(label: str, samples: list[float]) -> str:
             f"{max(samples):.4f} ms max")
 
 
+def _owned(tdesc) -> bool:
+    return tdesc is not None and bool(tdesc.flags & dml.TensorFlags.OWNED_BY_DML)
+
+
 class Executor:
     """Runs a model that :func:`check_model` accepted; every reference (dispatchable,
     resource, bind point) and binding size is checked in ``__init__``, before anything is
@@ -716,6 +859,10 @@ class Executor:
         self.resources = parse_resources(model, base)
         self.dispatchables = parse_dispatchables(model, limits)
         self.commands = model["commands"]
+        for name, d in self.dispatchables.items():
+            spec = model["dispatchables"][name]
+            self._init_bindings(d, spec.get("bindings") or {},
+                                _join(_join("dispatchables", name), "bindings"))
         self.bound = {}
         for i, cmd in enumerate(self.commands):
             where = f"commands[{i}]"
@@ -728,9 +875,15 @@ class Executor:
                                                _join(where, "bindings"))
             else:
                 self._resource(cmd["resource"], _join(where, "resource"))
+                if cmd["type"] == "writeFile":
+                    self._check_write(cmd, where)
         self.records: list[dict] = []
 
     def setup(self) -> None:
+        """Allocate and upload the resources, then initialize the dispatchables (compile;
+        copy the resources bound to OWNED_BY_DML inputs into memory the dispatchable
+        owns, as DirectML's operator initializer does: later writes to those resources
+        do not reach the operator)."""
         dev = self.device
         for r in self.resources.values():
             raw = np.zeros(r.nbytes, np.uint8)
@@ -748,6 +901,8 @@ class Executor:
                 d.compiled = dev.compile_operator(dev.create_operator(d.desc))
             except (vkml.ValidationError, vkml.UnsupportedError) as exc:
                 raise ModelError(where, f"{d.desc.OPERATOR_TYPE}: {exc}") from None
+            for point, b in d.init.items():
+                d.owned[point] = dev.tensor(self._read_range(b.resource, b.offset, b.nbytes))
             d.init_ms = (time.perf_counter() - t) * 1e3
             if self.timing.verbosity >= 1:
                 self.out(f"Initialize '{d.name}': {d.init_ms:.4f} ms")
@@ -764,50 +919,151 @@ class Executor:
                 self.write_file(cmd, i)
         return self.records
 
+    def release(self) -> None:
+        for d in self.dispatchables.values():
+            if d.compiled is not None:
+                d.compiled.release()
+            for t in d.owned.values():
+                t.free()
+        for r in self.resources.values():
+            if r.tensor is not None:
+                r.tensor.free()
+
     def _resource(self, name, where) -> Resource:
-        if isinstance(name, dict):
-            extra = set(name) - {"name"}
-            if extra - {"elementOffset"} or name.get("elementOffset", 0):
-                raise ModelError(where, f"binding options {sorted(extra)} (sub-ranges and "
-                                 "views) are not supported by vkml; bind whole resources")
-            where, name = _join(where, "name"), name["name"]
         if name not in self.resources:
             raise ModelError(where, f"no resource named {name!r}")
         return self.resources[name]
 
+    def _source(self, target, where: str, need: int, point: str) -> Bound:
+        """A binding (a name or a binding object) checked against the bytes the tensor
+        needs (``TotalTensorSizeInBytes``)."""
+        if isinstance(target, str):
+            r = self._resource(target, where)
+            offset, size, what = 0, r.nbytes, f"resource '{r.name}'"
+        else:
+            for key in ("counter", "counterOffsetBytes", "shape"):
+                if key in target:
+                    raise ModelError(_join(where, key), f"{key!r} is for HLSL/ONNX "
+                                     "dispatchables, not DirectML operators")
+            r = self._resource(target["name"], _join(where, "name"))
+            if "format" in target:
+                elem = DXGI_FORMAT_BYTES[target["format"].removeprefix("DXGI_FORMAT_")]
+            else:
+                elem = target.get("elementSizeInBytes") or r.dtype.itemsize
+            offset = target.get("elementOffset", 0) * elem
+            size = r.nbytes - offset
+            what = f"the sub-range of resource '{r.name}' at byte {offset}"
+            if "elementCount" in target:
+                size = min(size, target["elementCount"] * elem)
+                what += f" ({target['elementCount']} elements)"
+            if offset > r.nbytes or size < 0:
+                raise ModelError(_join(where, "elementOffset"), f"byte offset {offset} is past "
+                                 f"the end of resource '{r.name}' ({r.nbytes} bytes)")
+            if offset % 4:
+                raise ModelError(_join(where, "elementOffset"), f"byte offset {offset} is not "
+                                 "a multiple of 4 (DirectML binds buffers at 4-byte "
+                                 "alignment)")
+        if size < need:
+            raise ModelError(where, f"{point} -> {what} holds {size} bytes; the tensor needs "
+                         f"TotalTensorSizeInBytes = {need}" + ("" if isinstance(target, str)
+                         else " (binding sub-ranges: elementOffset, elementCount)"))
+        return Bound(r, offset, (need + 3) & ~3)
+
+    def _point(self, d: Dispatchable, point: str, target, at: str, points: dict):
+        if point not in points:
+            raise ModelError(at, f"{d.desc.OPERATOR_TYPE} has no bind point {point!r} "
+                             f"(bind points: {', '.join(points)})")
+        if isinstance(target, list):
+            target, at = target[0], _join(at, 0)
+        kind, idx = points[point]
+        tdesc = (d.desc.inputs() if kind == "in" else d.desc.outputs())[idx]
+        if tdesc is None:
+            raise ModelError(at, f"bind point {point!r} has a null tensor desc")
+        return kind, idx, tdesc, self._source(target, at, tdesc.total_tensor_size_in_bytes,
+                                              point)
+
+    def _init_bindings(self, d: Dispatchable, bindings: dict, where: str) -> None:
+        """A dispatchable's own ``bindings``: DxDispatch binds them once, when it
+        initializes the operator; DirectML reads only its OWNED_BY_DML inputs there."""
+        points = bind_points(d.desc)
+        for point, target in bindings.items():
+            at = _join(where, point)
+            kind, idx, tdesc, b = self._point(d, point, target, at, points)
+            if kind != "in" or not _owned(tdesc):
+                raise ModelError(at, f"{point} is not an input with DML_TENSOR_FLAG_OWNED_BY_DML;"
+                                 " a dispatchable's bindings are bound at initialization, "
+                                 "which only owned inputs are (bind it in the dispatch "
+                                 "command)")
+            d.init[point] = b
+        for point, (kind, idx) in points.items():
+            tdesc = (d.desc.inputs() if kind == "in" else d.desc.outputs())[idx]
+            if _owned(tdesc) and point not in d.init:
+                raise ModelError(where.rsplit(".", 1)[0], f"{point} is "
+                                 "DML_TENSOR_FLAG_OWNED_BY_DML: bind it in the dispatchable's "
+                                 "'bindings' (bound once, at initialization)")
+            if kind == "out" and _owned(tdesc):
+                raise ModelError(where.rsplit(".", 1)[0], f"{point}: "
+                                 "DML_TENSOR_FLAG_OWNED_BY_DML is for input tensors only")
+
     def _bindings(self, d: Dispatchable, bindings: dict, where: str):
-        """The resources bound to the inputs and outputs (None: an absent optional)."""
+        """The Bounds of the inputs and outputs (None: an absent optional; an owned input
+        is None here and comes from ``d.owned`` at dispatch)."""
         points = bind_points(d.desc)
         ins = [None] * len(d.desc.inputs())
         outs = [None] * len(d.desc.outputs())
         for point, target in (bindings or {}).items():
             at = _join(where, point)
-            if point not in points:
-                raise ModelError(at, f"{d.desc.OPERATOR_TYPE} has no bind point {point!r} "
-                                 f"(bind points: {', '.join(points)})")
-            if isinstance(target, list):
-                target, at = target[0], _join(at, 0)
-            r = self._resource(target, at)
-            kind, idx = points[point]
-            tdesc = (d.desc.inputs() if kind == "in" else d.desc.outputs())[idx]
-            if tdesc is None:
-                raise ModelError(at, f"bind point {point!r} has a null tensor desc")
-            need = tdesc.total_tensor_size_in_bytes
-            if r.nbytes < need:
-                raise ModelError(at, f"{point} -> resource '{r.name}' holds {r.nbytes} "
-                                 f"bytes; the tensor needs TotalTensorSizeInBytes = {need}")
-            (ins if kind == "in" else outs)[idx] = r
+            kind, idx, tdesc, b = self._point(d, point, target, at, points)
+            if point in d.init:
+                raise ModelError(at, f"{point} is DML_TENSOR_FLAG_OWNED_BY_DML and was bound "
+                                 "at initialization (the dispatchable's bindings); DirectML "
+                                 "binds nothing there at execution")
+            (ins if kind == "in" else outs)[idx] = b
         for kind, lst, descs in (("in", ins, d.desc.inputs()), ("out", outs, d.desc.outputs())):
             for idx, (t, tdesc) in enumerate(zip(lst, descs)):
-                if t is None and tdesc is not None:
-                    name = next(p for p, v in points.items() if v == (kind, idx))
+                name = next((p for p, v in points.items() if v == (kind, idx)), None)
+                if t is None and tdesc is not None and name not in d.init:
                     raise ModelError(where, f"bind point {name!r} is not bound")
         return ins, outs
 
+    def _read_range(self, r: Resource, offset: int, nbytes: int) -> np.ndarray:
+        out = np.empty(nbytes, np.uint8)
+        self.device._ctx.read(r.tensor._alloc, out, offset)
+        return out
+
     def dispatch(self, cmd: dict, index: int) -> None:
+        """Record ``-r`` dispatches, run ``-i`` times.  A binding at a byte offset is
+        staged: its bytes are copied into a tensor of its own before the timed loop and
+        (outputs) back after it, so the operator sees that range as DirectML would."""
         name = cmd["dispatchable"]
         d = self.dispatchables[name]
-        ins, outs = ([None if r is None else r.tensor for r in lst] for lst in self.bound[index])
+        bins, bouts = self.bound[index]
+        points = bind_points(d.desc)
+        staged = []
+
+        def tensor_of(b: Bound | None, kind: str, idx: int):
+            if b is None:
+                point = next((p for p, v in points.items() if v == (kind, idx)), None)
+                return d.owned.get(point)
+            if b.offset == 0:
+                return b.resource.tensor
+            t = self.device.tensor(self._read_range(b.resource, b.offset, b.nbytes))
+            staged.append((t, b, kind))
+            return t
+
+        try:
+            ins = [tensor_of(b, "in", i) for i, b in enumerate(bins)]
+            outs = [tensor_of(b, "out", i) for i, b in enumerate(bouts)]
+            self._timed(name, d, ins, outs)
+            for t, b, kind in staged:
+                if kind == "out":
+                    self.device._ctx.write(b.resource.tensor._alloc, t.read_bytes(b.nbytes),
+                                           b.offset)
+        finally:
+            for t, _, _ in staged:
+                t.free()
+
+    def _timed(self, name: str, d: Dispatchable, ins, outs) -> None:
         tm = self.timing
         cpu, gpu = [], []
         with self.device.sequence(timed=True) as seq:
@@ -847,30 +1103,88 @@ class Executor:
                 self.out(f"iteration {k}: {c:.4f} ms (CPU){g}")
         self.records.append({"dispatchable": name, "operator": d.desc.OPERATOR_TYPE,
                              "init_ms": d.init_ms, "iterations": n, "repeat": tm.repeat,
-                             "cpu_ms": cpu, "gpu_ms": gpu, "cold_samples": w})
+                             "cpu_ms": cpu, "gpu_ms": gpu, "cold_samples": w,
+                             "execution_flags": list(d.flags)})
 
     def _read(self, r: Resource) -> np.ndarray:
         raw = r.tensor.read_bytes(r.nbytes)
         return raw[:r.values.nbytes].view(r.dtype).copy()
 
     def print_(self, cmd: dict, index: int) -> None:
+        """DxDispatch's print: ``Resource 'NAME': v0, v1, ...`` over the initialized
+        elements (C++ ostream formatting: 6 significant digits); ``verbose``: the name
+        line, then ``[index] value (0xHEX)`` per element, the index right-aligned to the
+        width of the count and the hex to the element's digit count (fmt's ``{:{}X}``)."""
         r = self._resource(cmd["resource"], f"commands[{index}].resource")
         vals = self._read(r)
-        text = ", ".join(_fmt(v) for v in vals.tolist())
-        self.out(f"Resource '{r.name}': {text}")
+        if not cmd.get("verbose"):
+            self.out(f"Resource '{r.name}': " + ", ".join(_fmt(v) for v in vals.tolist()))
+            return
+        self.out(f"Resource '{r.name}':")
+        n = len(vals)
+        iw = int(np.floor(np.log10(n))) + 1 if n else 1
+        hw = r.dtype.itemsize * 2
+        bits = vals.view(f"u{r.dtype.itemsize}").tolist()
+        for k, (v, h) in enumerate(zip(vals.tolist(), bits)):
+            self.out(f"[{k:>{iw}}] {_fmt(v)} (0x{h:>{hw}X})")
+
+    def _check_write(self, cmd: dict, where: str) -> None:
+        r = self.resources[cmd["resource"]]
+        suffix = Path(cmd["targetPath"]).suffix.lower()
+        dims = cmd.get("dimensions")
+        if dims is not None:
+            count = 1
+            for s in dims:
+                count *= s
+            if count * r.dtype.itemsize > r.nbytes:
+                raise ModelError(_join(where, "dimensions"), f"{dims} is {count} elements; "
+                                 f"resource '{r.name}' holds {r.nbytes // r.dtype.itemsize}")
+        if suffix in IMAGE_SUFFIXES:
+            if r.dtype not in (np.float32, np.float16):
+                raise ModelError(_join(where, "targetPath"), "an image is written from FLOAT32 "
+                                 f"or FLOAT16 resources, not {r.dtype}")
+            channels = dims[1] if dims and len(dims) > 1 else 1
+            if channels not in (1, 3, 4):
+                raise ModelError(_join(where, "dimensions"), f"an image has 1, 3 or 4 channels "
+                                 f"(dimensions [N, C, H, W]), got C = {channels}")
 
     def write_file(self, cmd: dict, index: int) -> None:
+        """DxDispatch's writeFile: ``.npy`` (the resource's data type, shape
+        ``dimensions`` or 1-D over the whole buffer), ``.png``/``.jpg`` (``dimensions``
+        NCHW: 1 channel grey, 3 RGB, 4 RGBA; each value clamped to [0, 1] times 255,
+        truncated), anything else raw bytes of the whole buffer.  Folders are created."""
         where = f"commands[{index}].targetPath"
         r = self._resource(cmd["resource"], f"commands[{index}].resource")
         path = Path(cmd["targetPath"])
-        if path.suffix == ".npy":
-            np.save(path, self._read(r))
-        elif path.suffix in (".dat", ".bin"):
-            path.write_bytes(r.tensor.read_bytes(r.nbytes).tobytes())
-        else:
-            raise ModelError(where, f"{path.name}: vkml writes .npy, .dat and .bin "
-                             "(no images)")
-        self.out(f"Resource '{r.name}' written to '{path}'")
+        raw = r.tensor.read_bytes(r.nbytes)
+        dims = cmd.get("dimensions")
+        suffix = path.suffix.lower()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if suffix == ".npy":
+                shape = tuple(dims) if dims else (r.nbytes // r.dtype.itemsize,)
+                count = int(np.prod(shape))
+                np.save(path, raw[:count * r.dtype.itemsize].view(r.dtype).reshape(shape))
+            elif suffix in IMAGE_SUFFIXES:
+                self._write_image(path, raw, r, dims, where)
+            else:
+                path.write_bytes(raw.tobytes())
+        except OSError as exc:
+            raise ModelError(where, f"cannot write {path}: {exc}") from None
+
+    def _write_image(self, path: Path, raw: np.ndarray, r: Resource, dims, where: str):
+        Image = _pillow(where)
+        dims = list(dims or [])
+        c = dims[1] if len(dims) > 1 else 1
+        h = dims[2] if len(dims) > 2 else 1
+        w = dims[3] if len(dims) > 3 else 1
+        vals = raw[:c * h * w * r.dtype.itemsize].view(r.dtype).astype(np.float32)
+        if vals.size < c * h * w:
+            raise ModelError(where, f"resource '{r.name}' holds {vals.size} values, the image "
+                             f"{c * h * w}")
+        px = (np.clip(vals, 0, 1) * 255).astype(np.uint8).reshape(c, h, w).transpose(1, 2, 0)
+        mode = {1: "L", 3: "RGB", 4: "RGBA"}[c]
+        Image.fromarray(px[:, :, 0] if c == 1 else px, mode).save(path)
 
 
 def _fmt(v) -> str:
@@ -896,12 +1210,7 @@ def run_model(path, device, timing: Timing | None = None, out=print) -> list[dic
     try:
         return ex.run()
     finally:
-        for d in ex.dispatchables.values():
-            if d.compiled is not None:
-                d.compiled.release()
-        for r in ex.resources.values():
-            if r.tensor is not None:
-                r.tensor.free()
+        ex.release()
 
 
 def main(argv=None) -> int:

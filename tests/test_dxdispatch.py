@@ -198,3 +198,148 @@ def test_cli_exit_status(change, device, tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert ": resources.output" in lines[0] or ": dispatchables.pad" in lines[0]
+
+
+# -- Microsoft's model format: dispatchable bindings, executionFlags, images, files ----------
+from bench import references as ref  # noqa: E402
+
+
+def _values(line: str) -> np.ndarray:
+    return np.array([float(v) for v in line.split(": ", 1)[1].split(", ")])
+
+
+def _lines(path, device) -> list[str]:
+    lines = []
+    dxdispatch.run_model(path, device, dxdispatch.Timing(), lines.append)
+    return lines
+
+
+def test_owned_tensors_and_execution_flags(device, tmp_path):
+    """FilterTensor and BiasTensor are OWNED_BY_DML, bound by the dispatchable's own
+    ``bindings`` (once, at initialization); executionFlags are accepted (no-ops)."""
+    model = copy.deepcopy(LOADED["dml_owned_tensors_convolution"])
+    res = model["resources"]
+    x = np.arange(32, dtype=np.float64).reshape(1, 1, 4, 8) * 0.25 - 4
+    w = np.array(res["filter"]["initialValues"], np.float64).reshape(2, 1, 3, 3)
+    b = np.array(res["bias"]["initialValues"], np.float64)
+    want = ref.activation_reference(ref.convolution_reference(x, w, b), "leaky_relu",
+                                    alpha=0.125)
+    lines = []
+    records = dxdispatch.run_model(ROOT / "bench/models/dml_owned_tensors_convolution.json",
+                                   device, dxdispatch.Timing(), lines.append)
+    np.testing.assert_allclose(_values(lines[-1]), want.ravel(), rtol=1e-5, atol=1e-5)
+    assert records[0]["execution_flags"] == ["ALLOW_HALF_PRECISION_COMPUTATION",
+                                             "DISABLE_META_COMMANDS"]
+    # a command may not bind an owned input; an owned input needs the dispatchable binding
+    bad = copy.deepcopy(model)
+    bad["commands"][0]["bindings"]["FilterTensor"] = "filter"
+    rc, text = _run(bad, tmp_path, device)
+    assert rc == 2 and text.startswith("commands[0].bindings.FilterTensor: "), text
+    bad = copy.deepcopy(model)
+    del bad["dispatchables"]["conv_owned"]["bindings"]["FilterTensor"]
+    rc, text = _run(bad, tmp_path, device)
+    assert rc == 2 and text.startswith("dispatchables.conv_owned: ") and "OWNED" in text
+    bad = copy.deepcopy(model)
+    bad["dispatchables"]["conv_owned"]["bindings"]["InputTensor"] = "input"
+    rc, text = _run(bad, tmp_path, device)
+    assert rc == 2 and text.startswith("dispatchables.conv_owned.bindings.InputTensor: ")
+
+
+def test_write_file_and_print(device, tmp_path, monkeypatch):
+    """A binding object with an element offset, DxDispatch's print (plain and verbose)
+    and writeFile (.npy with dimensions, raw .dat of the whole buffer)."""
+    monkeypatch.chdir(tmp_path)
+    lines = _lines(ROOT / "bench/models/dml_write_file_padding.json", device)
+    x = np.arange(1, 7, dtype=np.float64).reshape(1, 1, 2, 3)
+    want = ref.pad_reference(x, [0, 0, 1, 2], [0, 0, 2, 1], "reflection")
+    assert lines[1] == "Resource 'output': " + ", ".join(f"{v:g}" for v in want.ravel())
+    assert lines[2] == "Resource 'data':"
+    assert lines[3] == "[ 0] -1 (0xBF800000)" and lines[7] == "[ 4] 1 (0x3F800000)"
+    assert len(lines) == 3 + 12
+    npy = np.load(tmp_path / "bench/out/dml_write_file_padding.npy")
+    assert npy.dtype == np.float32 and npy.shape == (1, 1, 5, 6)
+    np.testing.assert_array_equal(npy, want)
+    raw = (tmp_path / "bench/out/dml_write_file_padding.dat").read_bytes()
+    assert len(raw) == 128                               # sizeInBytes, the whole buffer
+    np.testing.assert_array_equal(np.frombuffer(raw, np.float32)[:30], want.ravel())
+
+
+@pytest.mark.parametrize("size", [(5, 4), (3, 2)], ids=["exact", "resampled"])
+def test_image_resource(size, device, tmp_path, monkeypatch):
+    """A .png resource: RGB, NCHW, components / 255, scaled to resampleSize; and the
+    grey output written back as an 8-bit image (clamped, times 255, truncated)."""
+    from PIL import Image
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 256, (5, 4, 3), dtype=np.uint8)      # H, W, C
+    Image.fromarray(pixels, "RGB").save(tmp_path / "in.png")
+    h, w = size
+    model = copy.deepcopy(LOADED["dml_image_io"])
+    model["resources"]["input"]["initialValues"]["sourcePath"] = "in.png"
+    model["resources"]["input"]["resampleSize"] = [1, 3, h, w]
+    model["resources"]["output"]["initialValues"]["valueCount"] = h * w
+    desc = model["dispatchables"]["convert_to_grayscale"]["desc"]
+    desc["InputTensor"]["Sizes"] = [1, 3, h, w]
+    desc["OutputTensor"]["Sizes"] = [1, 1, h, w]
+    model["commands"][2]["dimensions"] = [1, 1, h, w]
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 0, text
+    if size == (5, 4):
+        image = pixels.astype(np.float64)
+    else:   # Pillow's bicubic scaling, as DxDispatch's WIC high-quality cubic
+        image = np.asarray(Image.fromarray(pixels).resize((w, h), Image.Resampling.BICUBIC),
+                           np.float64)
+    x = (image / 255).transpose(2, 0, 1)[None]
+    f = np.array(model["resources"]["filter"]["initialValues"]).reshape(1, 3, 1, 1)
+    want = ref.convolution_reference(x, f)
+    got = _values(text.splitlines()[-1])
+    np.testing.assert_allclose(got, want.ravel(), rtol=1e-5, atol=1e-6)
+    grey = np.asarray(Image.open(tmp_path / "bench/out/dml_image_io.png"))
+    assert grey.shape == (h, w)
+    expect = (np.clip(got.astype(np.float32), 0, 1) * 255).astype(np.uint8).reshape(h, w)
+    np.testing.assert_array_equal(grey, expect)
+
+
+@pytest.mark.parametrize("change, place", [
+    (lambda m: m["dispatchables"]["pad"].update(executionFlags="FAST"),
+     "dispatchables.pad.executionFlags"),
+    (lambda m: m["dispatchables"]["pad"].update(executionFlags=["NONE", 3]),
+     "dispatchables.pad.executionFlags[1]"),
+    (lambda m: m["commands"][1].update(verbose="yes"), "commands[1].verbose"),
+    (lambda m: m["commands"][3].update(dimensions=[1, 1, 50, 60]), "commands[3].dimensions"),
+    (lambda m: m["commands"][0]["bindings"]["InputTensor"].update(format="R99"),
+     "commands[0].bindings.InputTensor.format"),
+    (lambda m: m["commands"][0]["bindings"]["InputTensor"].update(elementOffset=9),
+     "commands[0].bindings.InputTensor"),
+    (lambda m: m["dispatchables"]["pad"].update(bindings={"InputTensor": "data"}),
+     "dispatchables.pad.bindings.InputTensor"),
+    (lambda m: m["resources"]["data"].update(resampleSize=[1, 3]), "resources.data.resampleSize"),
+], ids=["flag", "flag-type", "verbose", "dimensions", "format", "offset", "init-binding",
+        "resample"])
+def test_new_fields_malformed(change, place, device, tmp_path):
+    model = copy.deepcopy(LOADED["dml_write_file_padding"])
+    change(model)
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 2 and text.startswith(place + ": "), text
+
+
+def test_image_malformed(device, tmp_path):
+    model = copy.deepcopy(LOADED["dml_image_io"])
+    model["resources"]["input"]["initialValues"]["sourcePath"] = str(
+        ROOT / "bench/models/dml_image_io.jpg")
+    for change, place in [
+            (lambda r: r.pop("resampleSize"), "resources.input.resampleSize"),
+            (lambda r: r.update(resampleSize=[2, 3, 8, 8]), "resources.input.resampleSize[0]"),
+            (lambda r: r.update(resampleSize=[1, 2, 8, 8]), "resources.input.resampleSize[1]"),
+            (lambda r: r.update(resampleMode="crop"), "resources.input.resampleMode"),
+            (lambda r: r.update(initialValuesDataType="INT32"),
+             "resources.input.initialValuesDataType")]:
+        m = copy.deepcopy(model)
+        change(m["resources"]["input"])
+        rc, text = _run(m, tmp_path, device)
+        assert rc == 2 and text.startswith(place + ": "), text
+    (tmp_path / "bad.png").write_bytes(b"\x89PNG not really")
+    model["resources"]["input"]["initialValues"]["sourcePath"] = str(tmp_path / "bad.png")
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 2 and text.startswith("resources.input.initialValues.sourcePath: "), text
