@@ -44,6 +44,12 @@ HEADER_BYTES = 32
 MANIFEST_VERSION = 1
 
 
+#: VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT (the Python binding's
+#: constant is None in some releases).
+REQUIRE_FULL_SUBGROUPS = (getattr(vk, "VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT",
+                                  None) or 0x2)
+
+
 def valid_blob(data: bytes, info) -> bool:
     """Whether ``data`` starts with a pipeline cache header for this device (Vulkan spec,
     "Pipeline Cache Header": little-endian headerSize >= 32 and within the data,
@@ -288,7 +294,7 @@ class PipelineCache:
             required = ffi.new("VkPipelineShaderStageRequiredSubgroupSizeCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
                 "requiredSubgroupSize": subgroup_size})
-            flags = vk.VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT
+            flags = REQUIRE_FULL_SUBGROUPS
         info = ffi.new("VkComputePipelineCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             "stage": {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
