@@ -83,7 +83,7 @@ def test_every_candidate_matches_the_reference(device, case):
         np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4,
                                    err_msg=name)
         ran.append(name)
-    assert len(ran) >= 2 and "direct" in ran
+    assert "direct" in ran and (len(ran) >= 2 or desc.input_tensor.sizes[1] == 3)
 
 
 def test_forcing_an_unknown_candidate_is_a_validation_error(device):
