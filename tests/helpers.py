@@ -75,17 +75,15 @@ def run_desc(device, desc, *inputs, compiled=None):
 
 
 def compile_on_path(device, desc, path: str):
-    """``desc`` (a ConvolutionOperatorDesc) compiled with only the kernel path named
-    ``path`` offered, so a test reaches a path the cost model would not choose."""
+    """``desc`` (a ConvolutionOperatorDesc) compiled on the kernel path or tuning
+    candidate named ``path`` (``CompiledConvolution(device, desc, path=...)``, the
+    documented way to force one), so a test reaches a path the heuristic or the tuner
+    would not choose; UnsupportedError where it does not take the geometry."""
     import importlib
 
     conv_ops = importlib.import_module("vkml.ops.convolution")   # the module, not the function
-    saved = conv_ops.PATHS[:]
-    conv_ops.PATHS[:] = [p for p in conv_ops.PATHS if p.name == path]
-    try:
-        return device.compile_operator(device.create_operator(desc))
-    finally:
-        conv_ops.PATHS[:] = saved
+    op = device.create_operator(desc)          # validation as compile_operator's
+    return conv_ops.CompiledConvolution(device, op.desc, path=path)
 
 
 def random_window_case(rng, dims, max_elems, symmetric=False):

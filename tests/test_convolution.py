@@ -530,8 +530,7 @@ def test_fast_path_variants(device, path, case):
 
 
 def _has_sg(device) -> bool:
-    return (device.info.device_type == "cpu"
-            and conv_ops.subgroup_shuffle_size(_probe_op(device)) >= 4)
+    return conv_ops.subgroup_shuffle_size(_probe_op(device)) >= 4
 
 
 def _conv_desc(dtype, x_shape, w_shape, bias=True, **kw):
@@ -550,7 +549,7 @@ def _check_forced(device, desc, path, rng, tol_scale=1.0):
     b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(dtype)
          if desc.bias_tensor is not None else None)
     got, compiled = run_path(device, desc, x, w, b, path=path)
-    assert compiled.path.name == path
+    assert compiled.path.name == conv_ops.CANDIDATES[path][0]
     ref = desc_reference(desc, x, w, b)
     tol = {k: v * tol_scale for k, v in tolerance(w, dtype).items()}
     np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
@@ -665,18 +664,18 @@ DW_EDGES = [
 ]
 
 
-@pytest.mark.parametrize("block", [(4, 1), (8, 3), (16, 8)])
+@pytest.mark.parametrize("candidate", ["depthwise", "depthwise-4x1"])
 @pytest.mark.parametrize("case", range(len(DW_EDGES)))
-def test_depthwise_blocks(device, case, block, monkeypatch):
-    """The depthwise kernel's R x NB blocks (forced sizes), float32 and float16."""
-    monkeypatch.setattr(conv_ops, "DW_BLOCK", block)
+def test_depthwise_blocks(device, case, candidate):
+    """The depthwise kernel's R x NB blocks (each tuning candidate's), float32 and float16."""
+    block = {**conv_ops.DEFAULT_KNOBS, **conv_ops.CANDIDATES[candidate][1]}["dw_block"]
     xs, ws, kw = DW_EDGES[case]
     rng = np.random.default_rng(80 + case)
     for dtype in ("float32", "float16"):
         desc = _conv_desc(dtype, xs, ws, **kw)
-        compiled = _check_forced(device, desc, "depthwise", rng)
-        if device.info.device_type == "cpu":
-            assert compiled.path.nb <= block[0] and compiled.path.R <= block[1]
+        compiled = _check_forced(device, desc, candidate, rng)
+        assert compiled.path.candidate == candidate
+        assert compiled.path.nb <= block[0] and compiled.path.R <= block[1]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

@@ -23,6 +23,8 @@ from references import convolution_reference
 from vkml import dml
 from vkml.errors import ValidationError
 
+from helpers import compile_on_path
+
 conv_ops = importlib.import_module("vkml.ops.convolution")
 
 U32 = 2**32 - 1
@@ -125,15 +127,10 @@ def _compile_with_path(device, desc, draw):
     (the drawn index modulo their count); returns (compiled, path name)."""
     probe = device.compile_operator(device.create_operator(desc))
     geo = conv_ops.Geometry.of(desc)
-    accepting = [p for p in conv_ops.PATHS if p.accepts(probe, geo)]
+    accepting = conv_ops.heuristic(probe, geo)
     probe.release()
     chosen = accepting[draw % len(accepting)]
-    saved = conv_ops.PATHS[:]
-    conv_ops.PATHS[:] = [chosen]
-    try:
-        return device.compile_operator(device.create_operator(desc)), chosen.name
-    finally:
-        conv_ops.PATHS[:] = saved
+    return compile_on_path(device, desc, chosen), chosen
 
 
 def run_case(device, c):

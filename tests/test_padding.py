@@ -401,7 +401,7 @@ def small_model(monkeypatch, tmp_path):
     model = calibrate.padding_model(padding.CompiledPadding, name="padding-test",
                                     shapes=SMALL_SHAPES, register=False)
     monkeypatch.setattr(padding, "MODEL", model)
-    tuner = tuning.Tuner(folder=tmp_path)
+    tuner = tuning.Tuner("fast", folder=tmp_path)   # about tuning: its own mode
     monkeypatch.setattr(tuning, "_DEFAULT", tuner)
     return model, tuner
 
@@ -473,7 +473,7 @@ def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, smal
     entry["times"] = {k: v * 10 for k, v in entry["times"].items()}
     entry["seconds"] = entry["times"][entry["choice"]]
     path.write_text(json.dumps(doc))
-    fresh = tuning.Tuner(folder=tmp_path)
+    fresh = tuning.Tuner("fast", folder=tmp_path)
     monkeypatch.setattr(tuning, "_DEFAULT", fresh)
     loaded = fresh.model(device, model)
     assert loaded.source == "stored"

@@ -132,6 +132,9 @@ class TunablePath:
     default_model: Mapping | None = None
     #: How far observed times may drift before a re-check (None: the tuner's).
     stale_factor: float | None = None
+    #: ``fast_fn(shape, device) -> names``: the fast list of one shape (None: the
+    #: candidates marked ``fast``).
+    fast_fn: Callable | None = None
 
     @property
     def is_model(self) -> bool:
@@ -144,16 +147,21 @@ class TunablePath:
         raise ValidationError("force", f"{self.name!r} has no candidate {name!r} (it has "
                               f"{', '.join(c.name for c in self.candidates)})")
 
-    def listed(self, mode: str) -> tuple:
+    def listed(self, mode: str, shape=None, device=None) -> tuple:
         """The candidates ``mode`` times: every one for full, the fast list for fast (the
-        default alone where no candidate is marked fast)."""
+        shape's, where the path has a ``fast_fn``; the default alone where no candidate
+        is marked fast)."""
         if mode == "full":
             return self.candidates
+        if self.fast_fn is not None and shape is not None:
+            names = dict.fromkeys(self.fast_fn(shape, device))
+            return tuple(self.candidate(n) for n in names) or (self.candidate(self.default),)
         return tuple(c for c in self.candidates if c.fast) or (self.candidate(self.default),)
 
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
-                 examples=(), from_workload=None, features_fn=None) -> TunablePath:
+                 examples=(), from_workload=None, features_fn=None,
+                 fast_fn=None) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -170,6 +178,8 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     as this path's shape, None where it does not use this path.
     ``features_fn(device) -> str``: the features that change this path's candidates (the
     key's feature part; default: every enabled feature and every lowered limit).
+    ``fast_fn(shape, device) -> candidate names``: the fast list of one shape (e.g. a
+    heuristic's choice and its runner-ups), instead of the candidates marked ``fast``.
     """
     cands = []
     for c in candidates:
@@ -184,7 +194,7 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     if default not in names:
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
-                       from_workload, features_fn)
+                       from_workload, features_fn, fast_fn=fast_fn)
 
 
 #: The one shape class of a measured model: it covers every shape of its operator.
@@ -522,6 +532,14 @@ class Tuner:
                 mem[sub] = new
 
     # -- public ------------------------------------------------------------------------
+    def effective_mode(self, mode: str | None = None) -> str:
+        """The mode a :meth:`choose` with ``mode`` would use (``mode``, the tuner's, or
+        ``$VKML_TUNE``): callers skip their tuning set-up where it is "off"."""
+        mode = mode or self.mode or _mode_from_env()
+        if mode not in MODES:
+            raise ValidationError("mode", f"must be one of {MODES}, got {mode!r}")
+        return mode
+
     def key(self, device, path, shape) -> TuneKey:
         p = _resolve(path)
         feats = p.features(device) if p.features is not None else _features(device)
@@ -560,7 +578,7 @@ class Tuner:
             raise ValidationError("mode", f"must be one of {MODES}, got {mode!r}")
         if mode == "off":
             return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
-        listed = p.listed(mode)
+        listed = p.listed(mode, shape, device)
         if not refresh:
             found = self._usable(p, key, listed, reload=False)
             if found is not None:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import runtime
+from .. import runtime, tuning
 from ..dml.activations import activation as activation_desc
 from ..dml.convolution import (ConvolutionDirection, ConvolutionMode, ConvolutionOperatorDesc,
                                filter_is_flipped)
@@ -468,7 +468,9 @@ class DirectPath(Path):
 
 # -- the re-layout pass and the implicit GEMM ----------------------------------------------
 RELAYOUT_PARAM_WORDS = 44      # std140: 11 ivec4 (glsl/convolution_relayout.comp)
-RELAYOUT_GROUPS = {False: 256, True: 32}     # workgroups a relayout aims at [CPU device]
+#: Workgroups a relayout aims at: the default (lavapipe pays microseconds per workgroup:
+#: a few dozen) and the tuner's alternative (a few hundred, for wide devices).
+RELAYOUT_GROUPS = (32, 256)
 
 
 class Relayout:
@@ -509,7 +511,7 @@ class Relayout:
         self.src_bytes = src_bytes
         self.texel = _texel_ok(op, src_bytes // dtype.size)
         self.fmt = (runtime.FORMAT_R32_SFLOAT if dtype == DataType.FLOAT32 else
-                    runtime.vk.VK_FORMAT_R16_SFLOAT) if self.texel else 0
+                    runtime.FORMAT_R16_SFLOAT) if self.texel else 0
         name = "convolution_relayout_" + ("texel" if self.texel else storage_suffix(op, dtype))
         self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "V4": int(v4)})
         self.v4 = v4
@@ -517,7 +519,7 @@ class Relayout:
         outer = math.prod(size[:-3])
         # rows of dimension 5 per workgroup: a few hundred workgroups in all (CPU
         # devices: a few dozen, each costs microseconds)
-        target = RELAYOUT_GROUPS[op.device.info.device_type == "cpu"]
+        target = knobs(op)["relayout_groups"]
         self.rpg = max(1, min(size[-3], -(-outer * gx * size[-3] // target)))
         groups = -(-size[-3] // self.rpg)
         self.gx, self.gz = gx, outer * groups
@@ -547,7 +549,7 @@ class FilterTranspose:
         self.K = g.cin_per_group * math.prod(g.kernel)
         self.local = min(64, op.workgroup_size)
         self.fmt = (runtime.FORMAT_RGBA32_SFLOAT if g.dtype == DataType.FLOAT32
-                    else runtime.vk.VK_FORMAT_R16G16B16A16_SFLOAT)
+                    else runtime.FORMAT_RGBA16_SFLOAT)
         self.pipe = op.pipeline("convolution_filter_texel", {
             "LOCAL_SIZE_X": self.local, "KD": g.kernel[0], "KH": g.kernel[1],
             "KW": g.kernel[2], "FLIP": int(g.flip)})
@@ -583,8 +585,8 @@ def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
     it once per iteration (116 blends next to 336 products in a 16 x 7 x 3 block), so
     a few channels per iteration pay -- until the body outgrows the instruction cache
     (a 16 x 16 x 3 block took 2x longer with 4 channels per iteration).  ``block``:
-    the products of one channel; GPUs keep one channel per iteration."""
-    if op.device.info.device_type != "cpu":
+    the products of one channel; the "narrow" blocks keep one channel per iteration."""
+    if knobs(op)["blocks"] != "wide":
         return 1
     return next(c for c in (8, 4, 2, 1) if channels % c == 0 and c * block <= GEMM_UNROLL
                 or c == 1)
@@ -599,7 +601,6 @@ def _texel_ok(op: CompiledOperator, elements: int) -> bool:
     return elements <= op.ctx.limits["maxTexelBufferElements"]
 
 
-_SUBGROUP_SHUFFLE: dict = {}
 #: SG: most pixels per lane (NB) and a weight's shuffle in FMAs of the block
 SG_BLOCKS = (16, 16)
 SG_SHUFFLE_COST = 6
@@ -607,23 +608,17 @@ SG_CBW = True
 
 
 def subgroup_shuffle_size(op: CompiledOperator) -> int:
-    """The subgroup size where compute shaders have subgroup shuffles, else 0 (asked of
-    the physical device once)."""
-    pd = op.ctx.physical_device
-    info = op.device.info
-    key = (info.index, info.name, info.driver_version)
-    if key not in _SUBGROUP_SHUFFLE:
-        vk = runtime.vk
-        sub = vk.ffi.new("VkPhysicalDeviceSubgroupProperties*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES})
-        props = vk.ffi.new("VkPhysicalDeviceProperties2*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": sub})
-        vk.lib.vkGetPhysicalDeviceProperties2(pd, props)
-        ok = (sub.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
-              and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
-              and sub.supportedOperations & vk.VK_SUBGROUP_FEATURE_BASIC_BIT)
-        _SUBGROUP_SHUFFLE[key] = int(sub.subgroupSize) if ok else 0
-    return _SUBGROUP_SHUFFLE[key]
+    """The subgroup size gemm_sg runs in, else 0: the device must have subgroup shuffles
+    in compute shaders and guarantee full subgroups of a size a pipeline names
+    (``full_subgroups``: VK_EXT_subgroup_size_control / Vulkan 1.3
+    ``computeFullSubgroups``; its pipelines require the reported ``subgroupSize``), as
+    the kernel assumes every subgroup has SG lanes."""
+    f, lim = op.features, op.ctx.limits
+    size = lim["subgroupSize"]
+    if not (f.get("subgroup_shuffle") and f.get("full_subgroups")
+            and lim["minSubgroupSize"] <= size <= lim["maxSubgroupSize"]):
+        return 0
+    return size
 
 
 def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
@@ -633,12 +628,13 @@ def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
     CPU drivers run an invocation's registers as SIMD lanes, spilling to cache; measured
     on lavapipe, a 1x1 GEMM (one tap per loaded row) does best with 16 x 16 blocks and a
     kernel with several taps per row (3x3: the row is loaded once for three taps) with
-    8 x 8.  GPUs keep the block in registers: 8 x 4.  MB is the largest of 16/12/8/4 up
+    8 x 8 (the "wide" blocks, the default).  The "narrow" blocks (8 x 4, a tuner
+    candidate) suit devices that keep the block in registers.  MB is the largest of 16/12/8/4 up
     to that which wastes at most ~12% of the padded channels; NB the pixel count that
     splits the row most evenly (a multiple of 4 where rows are read as float4).
     """
-    cpu = op.device.info.device_type == "cpu"
-    mb_max, nb_max = ((16, 16) if taps <= 1 else (8, 8)) if cpu else (8, 4)
+    wide = knobs(op)["blocks"] == "wide"
+    mb_max, nb_max = ((16, 16) if taps <= 1 else (8, 8)) if wide else (8, 4)
     mb = next((m for m in (16, 12, 8, 4) if m <= mb_max
                and cog / (-(-cog // m) * m) >= 0.88), 4)
     if row <= nb_max and not vec4:
@@ -774,11 +770,13 @@ class GemmPath(Path):
         self.in_place = in_place = (one_by_one and g.dtype == DataType.FLOAT32
                                     and op.desc.input_tensor.is_packed)
         unit = all(ph[2].istep == 1 for ph in phases)
-        cpu = op.device.info.device_type == "cpu"
+        wide = knobs(op)["blocks"] == "wide"
         sg = self.SG and subgroup_shuffle_size(op)
         fd = op.desc.filter_tensor
         w_elems = fd.total_tensor_size_in_bytes // fd.data_type.size
-        if self.SG and not (sg and self.local % sg == 0 and _texel_ok(op, w_elems)):
+        if self.SG and not (sg and self.local % sg == 0 and _texel_ok(op, w_elems)
+                            and self.local <= sg * max(
+                                op.ctx.limits["maxComputeWorkgroupSubgroups"], 1)):
             raise Decline("no subgroup shuffles, or the filter is too large for a texel view")
         self.sg = sg
         # flattened planes keep lanes busy on short rows, but compute the padding columns
@@ -794,7 +792,7 @@ class GemmPath(Path):
         self.texel = texel = True
         # rows: the output pixels each dispatch walks (flat: whole planes, pitch Wp)
         row_len = [g.valid[1] * Wp if flat else ph[2].count for ph in phases]
-        vec4_rows = unit and cpu
+        vec4_rows = unit and wide
         if sg:
             self.mb, self.nb = mb, nb = sg_blocks(cog, phases, row_len, flat, sg)
         else:
@@ -896,7 +894,7 @@ class GemmPath(Path):
             self.wt = None
             self.w_bytes = fd.total_tensor_size_in_bytes
             self.w_fmt = (runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32
-                          else runtime.vk.VK_FORMAT_R16_SFLOAT)
+                          else runtime.FORMAT_R16_SFLOAT)
             name = variant("gemm_sg", storage_suffix(op, g.dtype))
         else:
             self.wt = op.scratch(16 * max(w_texels, 1))
@@ -923,7 +921,8 @@ class GemmPath(Path):
                     consts["CBW"] = cbw
                     consts["LOCAL_SIZE_X"] = cbw * sg
                 d["cbw"] = consts.get("CBW", 0)
-            d["pipe"] = op.pipeline(name, consts)
+            d["pipe"] = (op.ctx.pipelines.variant(name, consts, subgroup_size=sg) if sg
+                         else op.pipeline(name, consts))
         ph0 = phases[0]
         p = np.zeros(28, np.int64)
         p[0:4] = [cig, co_pad, cog, 0]
@@ -1044,17 +1043,17 @@ def gemm_params(geo4, xs4, ysz4, ystep4, ys4, ys_w: int, act_params, rows) -> np
 class GemmSgPath(GemmPath):
     """The implicit GEMM reading the filter in place through its DML strides, shared
     across a subgroup by shuffles (``convolution_gemm.comp``, SGW variants): no
-    re-laid filter per execution.  CPU devices with subgroup shuffles: the kernel needs
-    full subgroups of the reported size, which the CPU drivers (lavapipe: 8 lanes,
-    SwiftShader: 4) run; GPUs may split workgroups into smaller or varying subgroups."""
+    re-laid filter per execution.  The kernel needs full subgroups of the reported size
+    (lavapipe: 8 lanes, SwiftShader: 4), so its pipelines require them
+    (:func:`subgroup_shuffle_size`); a device that cannot guarantee them is not offered
+    this path."""
 
     name = "gemm_sg"
     SG = True
 
     @classmethod
     def accepts(cls, op, geo) -> bool:
-        if not (super().accepts(op, geo) and op.device.info.device_type == "cpu"
-                and subgroup_shuffle_size(op) >= 4):
+        if not (super().accepts(op, geo) and subgroup_shuffle_size(op) >= 4):
             return False
         fd = op.desc.filter_tensor
         # texel views of the filter and of the padded input (a bound on its size: the
@@ -1127,7 +1126,7 @@ class WinogradPath(Path):
         self.v = op.scratch(4 * v_floats)
         self.m = op.scratch(4 * m_floats)
         esize = g.dtype.size
-        half = runtime.vk.VK_FORMAT_R16_SFLOAT
+        half = runtime.FORMAT_R16_SFLOAT
         src_fmt = runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32 else half
         self.w_texel = _texel_ok(op, d.filter_tensor.total_tensor_size_in_bytes // esize)
         self.x_texel = _texel_ok(op, d.input_tensor.total_tensor_size_in_bytes // esize)
@@ -1213,7 +1212,7 @@ class WinogradPath(Path):
 
 
 DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
-DW_BLOCK = (16, 8)        # CPU devices: pixels per strip, rows per band (NB, R)
+DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 DW_UNROLL = 4096          # most products (or twice the loads) the depthwise kernel unrolls
 DW_SPAN = 128             # most input elements of one unrolled row load
 
@@ -1245,11 +1244,11 @@ class DepthwisePath(Path):
         elements (NI = (R-1)*SH + (KH-1)*DH + 1, E = (NB-1)*SW + (KW-1)*DW + 1, plus 3
         for float4 rows) and KD*KH*KW*R*NB products: strides and dilations enter the
         unrolled size, so they are bounded here, not by the kernel."""
-        cpu = op.device.info.device_type == "cpu"
         ow, oh = geo.out_size[2], geo.out_size[1]
-        # lavapipe: 16 x 8 blocks (a 128-channel 56x56 3x3 took 1.08 ms of CPU with
-        # 16 x 8, 1.20 with 8 x 8, 1.51 with 4 x 14); other devices: 4 x 1
-        nb, r = DW_BLOCK if cpu else (4, 1)
+        # default 16 x 8 blocks, measured on lavapipe (a 128-channel 56x56 3x3 took 1.08
+        # ms of CPU with 16 x 8, 1.20 with 8 x 8, 1.51 with 4 x 14); the tuner also
+        # offers 4 x 1 (candidate depthwise-4x1)
+        nb, r = knobs(op)["dw_block"]
         nb = max(1, min(nb, -(-ow // 4) * 4))
         r = max(1, min(r, oh))
         kd, kh, kw = geo.kernel
@@ -1284,7 +1283,7 @@ class DepthwisePath(Path):
         f32 = g.dtype == DataType.FLOAT32
         self.texel = _texel_ok(op, x_el) and _texel_ok(op, w_el)
         self.fmt = (runtime.FORMAT_R32_SFLOAT if f32 else
-                    runtime.vk.VK_FORMAT_R16_SFLOAT) if self.texel else 0
+                    runtime.FORMAT_R16_SFLOAT) if self.texel else 0
         # float4 input rows / float4 output stores (see the kernel)
         self.x4 = (self.texel and f32 and g.x_strides[4] == 1 and x_el % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.x_strides[:4])
@@ -1338,21 +1337,175 @@ class DepthwisePath(Path):
                              np.array([n0, c0], np.int32).tobytes())
 
 
-#: Paths in order of preference; the first that accepts a geometry runs it.
+#: Paths in order of preference: without tuning (``VKML_TUNE=off``) the first that
+#: accepts and prefers a geometry runs it (:func:`heuristic`).
 PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath]
 
+#: The knobs a path reads (:func:`knobs`): RELAYOUT_GROUPS, the GEMM blocks ("wide":
+#: gemm_blocks' 16 x 16 / 8 x 8 with several channels per loop iteration and float4
+#: rows; "narrow": 8 x 4, one channel), the depthwise block (NB, R).  These defaults
+#: were measured on lavapipe; ``VKML_TUNE=off`` uses them on every device.
+DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK}
 
-def choose_path(op: CompiledOperator, geo: Geometry) -> Path:
-    """The first path of :data:`PATHS` that accepts and prefers the geometry (then, where
-    PATHS was narrowed to paths that do not prefer it, the first that accepts it)."""
-    for preferred in (True, False):
-        for cls in PATHS:
-            if cls.accepts(op, geo) and (not preferred or cls.prefers(op, geo)):
-                try:
-                    return cls(op, geo)
-                except Decline:
-                    continue
+#: The candidates of the tunable path ``convolution``: name -> (path, knobs other than
+#: the defaults).  A path's own name is that path with the default knobs.
+CANDIDATES = {
+    "winograd": ("winograd", {}),
+    "winograd-narrow": ("winograd", {"blocks": "narrow"}),
+    "depthwise": ("depthwise", {}),
+    "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
+    "gemm_sg": ("gemm_sg", {}),
+    "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
+    "gemm": ("gemm", {}),
+    "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
+    "gemm-narrow": ("gemm", {"blocks": "narrow", "relayout_groups": RELAYOUT_GROUPS[1]}),
+    "direct": ("direct", {}),
+}
+#: Candidates that differ from their path's default only in knobs that are parameters,
+#: not pipelines: timing them costs runs, no compilation (the fast list adds them).
+_CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
+
+
+def knobs(op) -> dict:
+    """The knobs of the candidate ``op`` is being built as (the defaults otherwise)."""
+    return getattr(op, "knobs", None) or DEFAULT_KNOBS
+
+
+def _path_class(name: str) -> type[Path]:
+    return next(p for p in (WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath)
+                if p.name == name)
+
+
+def heuristic(op: CompiledOperator, geo: Geometry) -> list[str]:
+    """The paths of :data:`PATHS` that accept the geometry, in the order ``VKML_TUNE=off``
+    tries them: those that also prefer it first (from features and limits only)."""
+    accepting = [cls for cls in PATHS if cls.accepts(op, geo)]
+    return ([c.name for c in accepting if c.prefers(op, geo)]
+            + [c.name for c in accepting if not c.prefers(op, geo)])
+
+
+def _build(op, geo, name: str) -> Path:
+    """Candidate ``name`` built for the geometry (raises Decline where it does not take it)."""
+    path, extra = CANDIDATES[name]
+    op.knobs = {**DEFAULT_KNOBS, **extra}
+    try:
+        cls = _path_class(path)
+        if not cls.accepts(op, geo):
+            raise Decline(f"{path} does not accept the geometry")
+        built = cls(op, geo)
+    except BaseException:
+        op.knobs = None
+        raise
+    built.candidate = name
+    return built
+
+
+def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None) -> Path:
+    """The path that runs the geometry: ``force`` (a candidate name, see
+    :data:`CANDIDATES`), else the tuner's choice (``VKML_TUNE``; tunable path
+    ``convolution``), else the first of :func:`heuristic` that builds."""
+    if force is not None:
+        if force not in CANDIDATES:
+            raise ValidationError("path", f"must be None or one of {', '.join(CANDIDATES)}, "
+                                  f"got {force!r}")
+        try:
+            return _build(op, geo, force)
+        except Decline as exc:
+            raise UnsupportedError("convolution", f"path {force!r} does not take this "
+                                   f"geometry ({exc})") from None
+    order = heuristic(op, geo)
+    tuner = tuning.default_tuner()
+    if geo.plain and len(order) > 1 and tuner.effective_mode() != "off":
+        c = tuner.choose(op.device, TUNABLE, op.desc)
+        if c.source != "default" and c.name not in order[:1]:
+            try:
+                return _build(op, geo, c.name)
+            except Decline:
+                pass
+    for name in order:
+        try:
+            return _build(op, geo, name)
+        except Decline:
+            continue
     raise AssertionError("DirectPath accepts every geometry")
+
+
+# -- tuning ---------------------------------------------------------------------------------
+def _round(v: int) -> int:
+    """``v`` rounded up to a power of two (the shape class's sizes)."""
+    return 1 << max(0, int(v) - 1).bit_length()
+
+
+def shape_class(desc: ConvolutionOperatorDesc) -> str:
+    """Convolutions that share one tuned choice: same direction, data type, kernel,
+    stride, dilation, group kind (one, depthwise, other), layout (packed or not), and
+    batch, channels in and out and output sizes within the same power of two."""
+    g = Geometry.of(desc)
+    grp = "1" if g.groups == 1 else "dw" if g.cin_per_group == 1 else f"g{_round(g.groups)}"
+
+    def dims(v):
+        return "x".join(str(x) for x in v)
+    return (f"{'bwd' if g.backward else 'fwd'}-{g.dtype.name.lower()}-n{_round(g.n)}"
+            f"-c{_round(g.c_in)}-{_round(g.c_out)}-g{grp}-o{dims(_round(v) for v in g.out_size)}"
+            f"-k{dims(g.kernel)}-s{dims(g.stride)}-d{dims(g.dilation)}"
+            f"{'' if g.packed else '-strided'}")
+
+
+def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
+    """The fast list of a shape: the heuristic's choice and its runner-ups that compile
+    nothing new (its knob variants, :data:`_CHEAP`).  Another path would compile its
+    own pipelines, as long as the first call's (measured on lavapipe: a cold first call
+    went from 0.40 to 0.41 s with these, to 0.8 s with the next path too), so other
+    paths and knobs are timed in ``full`` mode only (``python -m vkml.tune``)."""
+    probe = _Probe(device, desc)
+    order = heuristic(probe, probe.geo)
+    return tuple(order[:1]) + _CHEAP.get(order[0], ())
+
+
+class _Probe:
+    """What ``accepts`` reads of an operator, without building one."""
+
+    def __init__(self, device, desc):
+        self.device, self.desc, self.ctx = device, desc, device._ctx
+        self.features = self.ctx.features
+        self.knobs = None
+        self.geo = Geometry.of(desc)
+
+
+def _run(device, seq, cand, desc):
+    """Record candidate ``cand`` of a convolution on zeroed tensors into ``seq``."""
+    op = CompiledConvolution(device, desc, path=cand.name)   # UnsupportedError: declined
+    made = [op]
+    try:
+        ins = []
+        for t in desc.inputs():
+            if t is None:
+                ins.append(None)
+                continue
+            a = device.empty(t.total_tensor_size_in_bytes // t.data_type.size, t.dtype)
+            made.append(a)
+            ins.append(a)
+        y = desc.outputs()[0]
+        out = device.empty(y.total_tensor_size_in_bytes // y.data_type.size, y.dtype)
+        made.append(out)
+        op.record(seq, ins, [out])
+    except BaseException:
+        _free(made)
+        raise
+    return lambda: _free(made)
+
+
+def _free(made) -> None:
+    for m in made:
+        m.release() if hasattr(m, "release") else m.free()
+
+
+#: The tunable path ``convolution`` (:mod:`vkml.tuning`): its candidates are
+#: :data:`CANDIDATES` that accept a shape, its shape class :func:`shape_class`, its fast
+#: list :func:`_fast` (so ``VKML_TUNE=fast`` compiles little beyond what the heuristic's
+#: choice compiles anyway); the per-shape default is :func:`heuristic`'s first.
+TUNABLE = tuning.register_path(
+    "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast)
 
 
 @implements(ConvolutionOperatorDesc)
@@ -1361,13 +1514,22 @@ class CompiledConvolution(CompiledOperator):
 
     ``owned_inputs``: the input slots (0 input, 1 filter, 2 bias) whose tensors carry
     ``DML_TENSOR_FLAG_OWNED_BY_DML``; they are bound by :meth:`initialize`, not at
-    execution (see "Owned filters" in the module doc)."""
+    execution (see "Owned filters" in the module doc).  ``path``: see
+    :func:`choose_path` (a candidate name forces it; UnsupportedError where it does not
+    take the geometry)."""
 
     INPUT_NAMES = ("input", "filter", "bias")
 
+    def __init__(self, device, desc, path: str | None = None):
+        #: None: the tuner's or the heuristic's choice; a name of :data:`CANDIDATES`
+        #: (a path name: that path, default knobs) forces it (tests, the tuner).
+        self.force = path
+        self.knobs = None
+        super().__init__(device, desc)
+
     def build(self) -> None:
         self.geometry = Geometry.of(self.desc)
-        self.path = choose_path(self, self.geometry)
+        self.path = choose_path(self, self.geometry, self.force)
         self.owned_inputs = owned_slots(self.desc.inputs())
         self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
 

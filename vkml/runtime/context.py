@@ -2,7 +2,7 @@
 
 Optional features are enabled when the device has them (16/8-bit storage, float16 and
 int8 arithmetic, int16, int64, float64).  ``VKML_DISABLE_FEATURES`` (comma separated:
-``storage16,storage8,fp16,int8,int16,int64,fp64,push_descriptor,host_import``) turns
+``storage16,storage8,fp16,int8,int16,int64,fp64,push_descriptor,host_import,full_subgroups``) turns
 some off, so one driver can exercise the fallback paths another driver would take.
 
 ``host_import`` (VK_EXT_external_memory_host) lets the functional NumPy path bind the
@@ -28,7 +28,7 @@ from .scheduler import CommandPool, DescriptorPools, Sequence
 from .vk import ffi, lib
 
 FEATURE_NAMES = ("storage16", "storage8", "fp16", "int8", "int16", "int64", "fp64",
-                 "push_descriptor", "host_import")
+                 "push_descriptor", "host_import", "full_subgroups")
 _TEXEL_BYTES = {vk.VK_FORMAT_R32_UINT: 4, vk.VK_FORMAT_R32_SFLOAT: 4,
                 vk.VK_FORMAT_R32G32_UINT: 8, vk.VK_FORMAT_R32G32_SFLOAT: 8,
                 vk.VK_FORMAT_R32G32B32A32_UINT: 16, vk.VK_FORMAT_R32G32B32A32_SFLOAT: 16,
@@ -138,6 +138,12 @@ class Context:
             chain.append(ffi.new("VkPhysicalDeviceShaderFloat16Int8Features*", {
                 "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
                 "shaderFloat16": f["fp16"], "shaderInt8": f["int8"]}))
+        if f.get("full_subgroups"):       # pipelines may require full subgroups of a size
+            if api < (1, 3):
+                enable.append("VK_EXT_subgroup_size_control")
+            chain.append(ffi.new("VkPhysicalDeviceSubgroupSizeControlFeatures*", {
+                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES,
+                "subgroupSizeControl": 1, "computeFullSubgroups": 1}))
         for a, b in zip(chain, chain[1:]):
             a.pNext = b
         features2 = ffi.new("VkPhysicalDeviceFeatures2*", {

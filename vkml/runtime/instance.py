@@ -196,6 +196,11 @@ class Instance:
         subgroup = ffi.new("VkPhysicalDeviceSubgroupProperties*", {
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES})
         chain = [subgroup]
+        size_ctl = None
+        if api >= (1 << 22 | 3 << 12) or "VK_EXT_subgroup_size_control" in exts:
+            size_ctl = ffi.new("VkPhysicalDeviceSubgroupSizeControlProperties*", {
+                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES})
+            chain.append(size_ctl)
         driver = None
         if api >= (1 << 22 | 2 << 12) or "VK_KHR_driver_properties" in exts:
             driver = ffi.new("VkPhysicalDeviceDriverProperties*", {
@@ -217,6 +222,11 @@ class Instance:
         limits["maxComputeWorkGroupCount"] = tuple(props.limits.maxComputeWorkGroupCount)
         limits["maxComputeWorkGroupSize"] = tuple(props.limits.maxComputeWorkGroupSize)
         limits["subgroupSize"] = subgroup.subgroupSize
+        # VK_EXT_subgroup_size_control (core in 1.3): the sizes a pipeline may require
+        limits["minSubgroupSize"] = size_ctl.minSubgroupSize if size_ctl else subgroup.subgroupSize
+        limits["maxSubgroupSize"] = size_ctl.maxSubgroupSize if size_ctl else subgroup.subgroupSize
+        limits["maxComputeWorkgroupSubgroups"] = (size_ctl.maxComputeWorkgroupSubgroups
+                                                  if size_ctl else 0)
         limits["minImportedHostPointerAlignment"] = (
             host_ptr.minImportedHostPointerAlignment if host_ptr is not None else 0)
 
@@ -234,7 +244,18 @@ class Instance:
                       for i in range(mem.memoryHeapCount))
 
         features = dict(feats)
+        cbit = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        # full subgroups of a size a pipeline names: the size-control features, with the
+        # compute stage among those that take a required size
+        features["full_subgroups"] = bool(
+            features.pop("_size_control") and size_ctl is not None
+            and size_ctl.requiredSubgroupSizeStages & cbit)
         features.update({
+            # subgroup shuffles in compute shaders (gemm_sg shares the filter by them)
+            "subgroup_shuffle": bool(
+                subgroup.supportedStages & cbit
+                and subgroup.supportedOperations & vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT
+                and subgroup.supportedOperations & vk.VK_SUBGROUP_FEATURE_BASIC_BIT),
             "push_descriptor": "VK_KHR_push_descriptor" in exts,
             "external_memory_host": "VK_EXT_external_memory_host" in exts,
             "timestamps": bool(ts_bits) and bool(props.limits.timestampComputeAndGraphics
@@ -260,7 +281,11 @@ class Instance:
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_8BIT_STORAGE_FEATURES})
         f16 = ffi.new("VkPhysicalDeviceShaderFloat16Int8Features*", {
             "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES})
+        ssc = ffi.new("VkPhysicalDeviceSubgroupSizeControlFeatures*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES})
         chain = [s16]
+        if "VK_EXT_subgroup_size_control" in exts or _api(pd) >= (1 << 22 | 3 << 12):
+            chain.append(ssc)
         if "VK_KHR_8bit_storage" in exts or _api(pd) >= (1 << 22 | 2 << 12):
             chain.append(s8)
         if "VK_KHR_shader_float16_int8" in exts or _api(pd) >= (1 << 22 | 2 << 12):
@@ -277,6 +302,8 @@ class Instance:
             "int8": bool(f16.shaderInt8),
             "storage16": bool(s16.storageBuffer16BitAccess),
             "storage8": bool(s8.storageBuffer8BitAccess),
+            # (folded into "full_subgroups" by _describe)
+            "_size_control": bool(ssc.subgroupSizeControl and ssc.computeFullSubgroups),
         }
 
 

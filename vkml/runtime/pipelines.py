@@ -44,6 +44,12 @@ HEADER_BYTES = 32
 MANIFEST_VERSION = 1
 
 
+#: VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT (the Python binding's
+#: constant is None in some releases).
+REQUIRE_FULL_SUBGROUPS = (getattr(vk, "VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT",
+                                  None) or 0x2)
+
+
 def valid_blob(data: bytes, info) -> bool:
     """Whether ``data`` starts with a pipeline cache header for this device (Vulkan spec,
     "Pipeline Cache Header": little-endian headerSize >= 32 and within the data,
@@ -239,31 +245,38 @@ class PipelineCache:
         found = self.layouts[key] = (sl[0], pl[0])
         return found
 
-    def variant(self, name: str, constants: dict[str, int | float] | None = None) -> Pipeline:
+    def variant(self, name: str, constants: dict[str, int | float] | None = None, *,
+                subgroup_size: int = 0) -> Pipeline:
         """The compute pipeline of kernel variant ``name`` with specialization ``constants``
-        by name (``{"MODE": 2}``); bindings and push constants come from the manifest."""
+        by name (``{"MODE": 2}``); bindings and push constants come from the manifest.
+        ``subgroup_size``: run it in full subgroups of that size (the device's
+        ``full_subgroups`` feature; the workgroup's x size a multiple of it)."""
         kinds, push_size, ids = interface(name, constants)
-        return self.get(name, kinds, push_size, ids)
+        return self.get(name, kinds, push_size, ids, subgroup_size=subgroup_size)
 
     def get(self, name: str, kinds: tuple, push_size: int = 0,
-            constants: dict[int, int | float] | None = None) -> Pipeline:
+            constants: dict[int, int | float] | None = None, *,
+            subgroup_size: int = 0) -> Pipeline:
         """The compute pipeline of kernel variant ``name``.
 
         ``kinds`` gives the descriptor kind of each binding (set 0, bindings 0..n-1);
         ``constants`` maps specialization-constant ids to 32-bit int or float values.
         """
         consts = tuple(sorted((constants or {}).items()))
-        key = (name, kinds, push_size, consts)
+        if subgroup_size and not self.ctx.features.get("full_subgroups"):
+            raise DeviceError(f"{name}: this device cannot require full subgroups")
+        key = (name, kinds, push_size, consts) + ((subgroup_size,) if subgroup_size else ())
         p = self.pipelines.get(key)
         if p is not None:
             return p
         with self.ctx.lifetime, self.lock:
             p = self.pipelines.get(key)
             if p is None:
-                p = self.pipelines[key] = self._create(name, kinds, push_size, consts)
+                p = self.pipelines[key] = self._create(name, kinds, push_size, consts,
+                                                       subgroup_size)
         return p
 
-    def _create(self, name, kinds, push_size, consts) -> Pipeline:
+    def _create(self, name, kinds, push_size, consts, subgroup_size: int = 0) -> Pipeline:
         set_layout, layout = self.layout(kinds, push_size)
         spec = vk.NULL
         if consts:
@@ -276,9 +289,16 @@ class PipelineCache:
                 "mapEntryCount": len(consts), "pMapEntries": entries,
                 "dataSize": len(data), "pData": blob})
         entry = ffi.new("char[]", b"main")
+        required, flags = vk.NULL, 0
+        if subgroup_size:
+            required = ffi.new("VkPipelineShaderStageRequiredSubgroupSizeCreateInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+                "requiredSubgroupSize": subgroup_size})
+            flags = REQUIRE_FULL_SUBGROUPS
         info = ffi.new("VkComputePipelineCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             "stage": {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                      "pNext": required, "flags": flags,
                       "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": self.module(name),
                       "pName": entry, "pSpecializationInfo": spec},
             "layout": layout})
@@ -286,7 +306,8 @@ class PipelineCache:
         vk.check(lib.vkCreateComputePipelines(self.device, self.handle, 1, info, vk.NULL, h),
                  f"vkCreateComputePipelines({name})")
         self.created += 1
-        self.made.add(self._key(name, kinds, push_size, consts))
+        self.made.add(self._key(name, kinds, push_size,
+                                consts + ((("subgroup", subgroup_size),) if subgroup_size else ())))
         return Pipeline(h[0], layout, set_layout, kinds, push_size, name)
 
     def destroy(self) -> None:

@@ -1,0 +1,152 @@
+"""Convolution's kernel path chosen by the tuner (tunable path ``convolution`` of
+vkml/ops/convolution.py): the documented default with ``VKML_TUNE=off``, every candidate
+against the float64 reference, the measured fastest kept and reused, and a cold first
+call with ``VKML_TUNE=fast`` within 2x of one with tuning off (lavapipe)."""
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import vkml
+from vkml import dml, tuning
+from vkml.errors import UnsupportedError
+
+from helpers import compile_on_path, run_desc
+from references import convolution_reference
+
+conv_ops = importlib.import_module("vkml.ops.convolution")
+
+
+def _desc(x_shape, w_shape, groups=1, pad=0):
+    xd, wd = dml.TensorDesc("float32", x_shape), dml.TensorDesc("float32", w_shape)
+    n = len(x_shape) - 2
+    kw = dict(group_count=groups, start_padding=(pad,) * n, end_padding=(pad,) * n)
+    out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+    return dml.ConvolutionOperatorDesc(xd, wd, dml.TensorDesc("float32", (1, w_shape[0], 1, 1)),
+                                       dml.TensorDesc("float32", out), **kw)
+
+
+#: (descriptor, the VKML_TUNE=off choice where gemm_sg is offered, where it is not)
+SHAPES = [
+    (_desc((1, 8, 9, 9), (8, 1, 3, 3), groups=8, pad=1), "depthwise", "depthwise"),
+    (_desc((1, 16, 7, 7), (12, 16, 1, 1)), "gemm_sg", "gemm"),
+    (_desc((1, 16, 22, 22), (16, 16, 3, 3), pad=1), "gemm_sg", "winograd"),
+    (_desc((1, 3, 6, 6), (2, 3, 3, 3)), "direct", "direct"),
+]
+
+
+def _has_sg(device) -> bool:
+    op = compile_on_path(device, SHAPES[-1][0], "direct")
+    try:
+        return conv_ops.subgroup_shuffle_size(op) >= 4
+    finally:
+        op.release()
+
+
+@pytest.mark.parametrize("case", range(len(SHAPES)))
+def test_off_is_the_documented_default(device, case, monkeypatch):
+    """VKML_TUNE=off: the heuristic's first path (features and limits only), default knobs."""
+    monkeypatch.setenv("VKML_TUNE", "off")
+    desc, with_sg, without = SHAPES[case]
+    op = device.compile_operator(device.create_operator(desc))
+    try:
+        assert op.path.candidate == (with_sg if _has_sg(device) else without)
+        assert op.knobs == conv_ops.DEFAULT_KNOBS
+    finally:
+        op.release()
+
+
+@pytest.mark.parametrize("case", range(len(SHAPES)))
+def test_every_candidate_matches_the_reference(device, case):
+    desc, _, _ = SHAPES[case]
+    rng = np.random.default_rng(case)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(desc.bias_tensor.sizes).astype(np.float32)
+    ref = convolution_reference(x, w, b.reshape(-1), desc.strides, desc.dilations,
+                                desc.start_padding, desc.end_padding,
+                                groups=desc.group_count)
+    ran = []
+    for name in conv_ops.CANDIDATES:
+        try:
+            op = compile_on_path(device, desc, name)
+        except UnsupportedError:
+            continue
+        assert op.path.candidate == name
+        got = run_desc(device, desc, x, w, b, compiled=op)
+        np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4,
+                                   err_msg=name)
+        ran.append(name)
+    assert "direct" in ran and (len(ran) >= 2 or desc.input_tensor.sizes[1] == 3)
+
+
+def test_forcing_an_unknown_candidate_is_a_validation_error(device):
+    with pytest.raises(vkml.ValidationError):
+        compile_on_path(device, SHAPES[0][0], "fastest")
+
+
+def test_keeps_the_fastest_and_a_second_tuner_reuses_it(device, tmp_path, monkeypatch):
+    """Fake times (the timer mocked): the tuner keeps the candidate it measured fastest;
+    a second Tuner on the same folder reuses the stored choice without timing."""
+    desc = SHAPES[1][0]
+    fake = {}
+
+    def run(dev, seq, cand, shape):
+        free = conv_ops._run(dev, seq, cand, shape)
+        fake[id(seq)] = {"gemm": 3e-3, "gemm-g256": 1e-3}.get(cand.name, 2e-3)
+        return free
+    path = tuning.tunable_path("convolution-test", list(conv_ops.CANDIDATES), "direct",
+                               conv_ops.shape_class, run)
+    monkeypatch.setattr(tuning, "_run_once", lambda seq: fake[id(seq)])
+    c = tuning.Tuner("full", folder=tmp_path, rounds=1).choose(device, path, desc)
+    assert c.source == "measured" and c.name == "gemm-g256"
+    assert c.times["gemm-g256"] == min(c.times.values())
+    assert "winograd" in tuning.Tuner(folder=tmp_path).lookup(c.key)["declined"]
+    monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed
+    again = tuning.Tuner("full", folder=tmp_path).choose(device, path, desc)
+    assert again.source == "stored" and again.name == "gemm-g256"
+
+
+def test_fast_list_is_the_default_and_its_cheap_variants(device, tmp_path):
+    desc, with_sg, without = SHAPES[1]
+    first = with_sg if _has_sg(device) else without
+    c = tuning.Tuner("fast", folder=tmp_path, rounds=1).choose(device, conv_ops.TUNABLE, desc)
+    assert set(c.times) == {first, first + "-g256"}
+    assert tuning.Tuner("fast", folder=tmp_path).choose(
+        device, conv_ops.TUNABLE, desc).source == "stored"
+
+
+COLD = textwrap.dedent("""
+    import time, sys, numpy as np, vkml
+    dev = vkml.Device("llvmpipe")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 24, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((40, 24, 3, 3)).astype(np.float32)
+    t = time.perf_counter()
+    vkml.convolution(x, w, start_padding=1, end_padding=1, device=dev)
+    print(time.perf_counter() - t)
+""")
+
+
+def _cold(mode, folder) -> float:
+    env = dict(os.environ, VKML_TUNE=mode, VKML_CACHE_DIR=str(folder))
+    out = subprocess.run([sys.executable, "-c", COLD], env=env, capture_output=True,
+                         text=True, check=True, timeout=300)
+    return float(out.stdout.split()[-1])
+
+
+def test_cold_fast_call_within_2x_of_off(device, tmp_path):
+    """A first vkml.convolution call on a new shape, fresh cache folder (lavapipe): with
+    VKML_TUNE=fast (timing the fast list) within 2x of tuning off (best of 3 each)."""
+    if "llvmpipe" not in device.info.name:
+        pytest.skip("measured on lavapipe")
+    off = min(_cold("off", tmp_path / f"off{i}") for i in range(3))
+    fast = min(_cold("fast", tmp_path / f"fast{i}") for i in range(3))
+    print(f"cold first call: off {off * 1e3:.1f} ms, fast {fast * 1e3:.1f} ms")
+    assert fast <= 2 * off, (off, fast)
