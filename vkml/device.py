@@ -75,6 +75,9 @@ class Device:
                                     force_staging)
         self._compiled: OrderedDict = OrderedDict()   # functional API's compiled operators
         self._compiled_lock = threading.Lock()
+        #: functional calls that passed validation here: key -> (compiled, result sizes)
+        #: (``vkml.ops.functional.prepared``)
+        self._prepared: dict = {}
         self._closed = False
         _LIVE.add(self)
 
@@ -196,6 +199,7 @@ class Device:
         with self._compiled_lock:
             compiled = list(self._compiled.values())
             self._compiled.clear()
+            self._prepared.clear()
         for c in compiled:
             c.release()              # Python bookkeeping only: the device is gone
         _LIVE.discard(self)
