@@ -46,17 +46,28 @@ IMPORT_BYTES = 2 << 20
 
 def pick_device(device, *args):
     """The device to run on (see module doc); Tensor arguments must all be on it."""
-    from ..device import Device, default_device
-
-    tensors = [a for a in args if isinstance(a, Tensor)]
+    mod = _device_module or _import_device()
+    tensors = [a for a in args if isinstance(a, Tensor)] if args else ()
     if device is None:
-        device = tensors[0].device if tensors else default_device()
-    elif not isinstance(device, Device):
+        device = tensors[0].device if tensors else mod.default_device()
+    elif not isinstance(device, mod.Device):
         raise ValidationError("device", f"must be a vkml.Device, got {type(device).__name__}")
     for t in tensors:
         if t.device is not device:
             raise ValidationError("device", "a Tensor argument is on another device")
     return device
+
+
+_device_module = None
+
+
+def _import_device():
+    """``vkml.device``, imported on first use (it imports this module's package)."""
+    global _device_module
+    from .. import device as mod
+
+    _device_module = mod
+    return mod
 
 
 def as_array(x, name: str, optional: bool = False):
@@ -180,9 +191,11 @@ def run_prepared(device, entry, args: list):
     if lock.acquire(blocking=False):
         try:
             inputs, outs, kept = _io_tensors(device, compiled, args, shapes, out_descs)
+            write = device._ctx.write
+            device._check_open()
             for t, a in zip(inputs, args):
-                if a is not None:
-                    t.write(a)
+                if a is not None:         # (as_array made it C-contiguous, its shape is t's)
+                    write(t._alloc, a)
             compiled.execute(inputs, outs)
             if len(outs) == 1:
                 result = outs[0].numpy()
