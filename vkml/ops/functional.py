@@ -269,11 +269,6 @@ def _io_tensors(device, compiled, args, shapes, out_descs):
     return inputs, outs, True
 
 
-def _call_bytes(args, out_descs) -> int:
-    return (sum(a.nbytes for a in args if a is not None)
-            + sum(d.total_tensor_size_in_bytes for d in out_descs))
-
-
 def _importable(a: np.ndarray) -> bool:
     """Whether an input array's pages may be imported: ordinary writable host memory
     (not a read-only array such as one over ``bytes``, nor a file mapping)."""
