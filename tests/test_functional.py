@@ -412,3 +412,117 @@ def test_imports_do_not_leak(device, speed):
     assert r["stats"]["idle_bytes"] <= 16 << 20, r["stats"]
     grown = r["rss_growth"]
     assert grown < 8 << 20, f"host memory grew by {grown / 2**20:.1f} MiB over {cycles} cycles"
+
+
+# -- prepared calls (functional.prepared): a repeated call skips validation ---------------
+
+def _np_pad(x, start, end, mode, value=0.0):
+    modes = {"constant": "constant", "edge": "edge", "reflection": "reflect",
+             "symmetric": "symmetric", "wrap": "wrap"}
+    kw = {"constant_values": value} if mode == "constant" else {}
+    return np.pad(x, list(zip(start, end)), mode=modes[mode], **kw)
+
+
+def test_prepared_call_is_reused_only_for_equal_arguments(device):
+    """Every change the descriptor depends on (shape, dtype, strides of the input, padding
+    counts, mode, the value's type and bits) misses the cache: results match numpy.pad,
+    and each distinct call adds its own entry."""
+    device._prepared.clear()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 4)).astype(np.float32)
+    base = dict(start=[1, 1], end=[1, 1], mode="reflection", value=0.0)
+    variants = [
+        (x, base),
+        (x, base),                                                   # a hit
+        (x[:3], base),                                               # shape
+        (x.astype(np.float64), base),                                # dtype
+        (x.astype(np.int16), base),
+        (x.T, base),                                                 # strides (a view)
+        (x[::2, ::-1], base),
+        (x, dict(base, start=[0, 1])),                               # counts
+        (x, dict(base, end=(1, 2))),
+        (x, dict(base, start=(1, 1))),                               # tuple, not list
+        (x, dict(base, start=1, end=1)),                             # one integer
+        (x, dict(base, mode="edge")),                                # mode
+        (x, dict(base, mode="constant", value=2.5)),                 # value
+        (x, dict(base, mode="constant", value=-0.0)),                # -0.0 is not 0.0
+        (x, dict(base, mode="constant", value=0.0)),
+        (x, dict(base, mode="constant", value=3)),                   # int, not float
+        (x, dict(base, mode="constant", value=3.0)),
+    ]
+    for a, kw in variants:
+        start, end = kw["start"], kw["end"]
+        rank = a.ndim
+        s = (start,) * rank if isinstance(start, int) else tuple(start)
+        e = (end,) * rank if isinstance(end, int) else tuple(end)
+        for _ in range(2):
+            got = vkml.pad(a, start, end, kw["mode"], kw["value"], device=device)
+            want = _np_pad(a, s, e, kw["mode"], kw["value"])
+            assert got.dtype == a.dtype and got.shape == want.shape
+            assert same_bits(got, want.astype(a.dtype)), (a.shape, a.dtype, kw)
+    # 17 calls: the second repeats the first, and x.T is made contiguous first, so it is
+    # a (4, 4) float32 input like x (its result above is still x.T's): 15 entries
+    assert len(device._prepared) == 15
+
+
+def test_prepared_call_keeps_every_check(device):
+    """Bad arguments raise on every call, before and after a good call with the same
+    input stored a prepared call, and store nothing."""
+    device._prepared.clear()
+    x = np.ones((4, 4), np.float32)
+    bad = [
+        (([1], [1, 1], "reflection"), vkml.ValidationError),          # count
+        (([1, -1], [1, 1], "reflection"), vkml.ValidationError),      # negative
+        (([1.0, 1], [1, 1], "reflection"), TypeError),                # a float count
+        (([True, 1], [1, 1], "reflection"), TypeError),               # a bool count
+        (([1, 1], [1, 1], "bogus"), vkml.ValidationError),            # mode
+        (([4, 4], [4, 4], "reflection"), None),                       # folds: fine
+    ]
+    for round_ in range(3):
+        for args, error in bad:
+            if error is None:
+                vkml.pad(x, *args, device=device)
+                continue
+            with pytest.raises(error):
+                vkml.pad(x, *args, device=device)
+        if round_ == 0:
+            vkml.pad(x, [1, 1], [1, 1], "reflection", device=device)
+    assert len(device._prepared) == 2
+    with pytest.raises(vkml.ValidationError):     # a dtype DML lacks, same shape
+        vkml.pad(x.astype(bool), [1, 1], [1, 1], "reflection", device=device)
+    with pytest.raises(TypeError):                # unhashable / wrong-typed mode
+        vkml.pad(x, [1, 1], [1, 1], ["reflection"], device=device)
+    nan = vkml.pad(x, [1, 1], [1, 1], "constant", float("nan"), device=device)
+    assert np.isnan(nan[0, 0]) and len(device._prepared) == 2  # NaN: no key
+
+
+def test_prepared_call_follows_released_operators(device, monkeypatch):
+    """An entry whose compiled operator was released (evicted) is rebuilt; the cache off
+    (PREPARED_MAX = 0) gives the same results; a closed device raises on a would-be hit."""
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want = np.pad(x, 1, mode="reflect")
+    assert same_bits(vkml.pad(x, [1, 1], [1, 1], "reflection", device=device), want)
+    from vkml.ops.padding import _pad_key
+
+    key = _pad_key(x, [1, 1], [1, 1], "reflection", 0.0)
+    old = functional.prepared(device, key)
+    assert old is not None
+    with device._compiled_lock:                    # evict it as the LRU would
+        for k, c in list(device._compiled.items()):
+            if c is old.compiled:
+                del device._compiled[k]
+    old.compiled.release()
+    assert functional.prepared(device, key) is None
+    assert same_bits(vkml.pad(x, [1, 1], [1, 1], "reflection", device=device), want)
+    assert functional.prepared(device, key).compiled is not old.compiled
+    monkeypatch.setattr(functional, "PREPARED_MAX", 0)
+    device._prepared.clear()
+    assert same_bits(vkml.pad(x, [1, 1], [1, 1], "reflection", device=device), want)
+    assert not device._prepared
+    monkeypatch.undo()
+    dev = vkml.Device(device.index)
+    vkml.pad(x, [1, 1], [1, 1], "reflection", device=dev)
+    assert dev._prepared
+    dev.close()
+    with pytest.raises(vkml.DeviceError):
+        vkml.pad(x, [1, 1], [1, 1], "reflection", device=dev)

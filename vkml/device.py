@@ -75,6 +75,9 @@ class Device:
                                     force_staging)
         self._compiled: OrderedDict = OrderedDict()   # functional API's compiled operators
         self._compiled_lock = threading.Lock()
+        #: functional calls that passed validation here: key -> (compiled, result sizes)
+        #: (``vkml.ops.functional.prepared``)
+        self._prepared: dict = {}
         self._closed = False
         _LIVE.add(self)
 
@@ -153,15 +156,20 @@ class Device:
         return compile_graph(self, graph_desc, fuse=fuse, constants=constants)
 
     def compiled(self, desc: OperatorDesc):
-        """A compiled operator for ``desc``, cached (LRU) for the functional API."""
+        """A compiled operator for ``desc``, cached (LRU) for the functional API.
+
+        The key is the descriptor and its repr: descriptors compare field by field with
+        ``==``, which takes -0.0 for 0.0 (and 1 for 1.0), so a padding by -0.0 would
+        otherwise reuse the operator compiled for 0.0 and write +0.0."""
+        key = (desc, repr(desc))
         with self._compiled_lock:
-            found = self._compiled.get(desc)
+            found = self._compiled.get(key)
             if found is not None:
-                self._compiled.move_to_end(desc)
+                self._compiled.move_to_end(key)
                 return found
         compiled = self.compile_operator(self.create_operator(desc))
         with self._compiled_lock:
-            self._compiled[desc] = compiled
+            self._compiled[key] = compiled
             while len(self._compiled) > 64:
                 _, old = self._compiled.popitem(last=False)
                 old.release()
@@ -203,6 +211,7 @@ class Device:
         with self._compiled_lock:
             compiled = list(self._compiled.values())
             self._compiled.clear()
+            self._prepared.clear()
         for c in compiled:
             c.release()              # Python bookkeeping only: the device is gone
         _LIVE.discard(self)

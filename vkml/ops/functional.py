@@ -46,17 +46,28 @@ IMPORT_BYTES = 2 << 20
 
 def pick_device(device, *args):
     """The device to run on (see module doc); Tensor arguments must all be on it."""
-    from ..device import Device, default_device
-
-    tensors = [a for a in args if isinstance(a, Tensor)]
+    mod = _device_module or _import_device()
+    tensors = [a for a in args if isinstance(a, Tensor)] if args else ()
     if device is None:
-        device = tensors[0].device if tensors else default_device()
-    elif not isinstance(device, Device):
+        device = tensors[0].device if tensors else mod.default_device()
+    elif not isinstance(device, mod.Device):
         raise ValidationError("device", f"must be a vkml.Device, got {type(device).__name__}")
     for t in tensors:
         if t.device is not device:
             raise ValidationError("device", "a Tensor argument is on another device")
     return device
+
+
+_device_module = None
+
+
+def _import_device():
+    """``vkml.device``, imported on first use (it imports this module's package)."""
+    global _device_module
+    from .. import device as mod
+
+    _device_module = mod
+    return mod
 
 
 def as_array(x, name: str, optional: bool = False):
@@ -101,9 +112,14 @@ def check_outputs(device, shapes, out_descs) -> None:
         allocation_size(s, d.dtype, d.total_tensor_size_in_bytes, heap, what="a result")
 
 
-def run(device, desc, args: list, out_shapes: list[tuple] | None = None):
+def run(device, desc, args: list, out_shapes: list[tuple] | None = None, key=None):
     """Compile (cached) and execute ``desc`` on ``args``; return the output(s) in the
-    kind the arguments came in (one output -> not a list)."""
+    kind the arguments came in (one output -> not a list).
+
+    ``key``: the functional form's arguments as a hashable value that determines ``desc``
+    completely (see :func:`prepared`); once ``desc`` has passed validation, compilation
+    and the result-size check on this device, the next call with an equal key skips them
+    (``run_prepared``)."""
     out_descs = desc.outputs()
     shapes = out_shapes or [d.sizes for d in out_descs]
     try:
@@ -115,39 +131,92 @@ def run(device, desc, args: list, out_shapes: list[tuple] | None = None):
     # its field), then the result sizes against the device, before NumPy allocates them.
     compiled = device.compiled(desc)
     check_outputs(device, shapes, out_descs)
-    if any(isinstance(a, Tensor) for a in args):
-        inputs = [a if a is None or isinstance(a, Tensor) else device.tensor(a) for a in args]
-        outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
-                for s, d in zip(shapes, out_descs)]
-        compiled.execute(inputs, outs)
-        return outs[0] if len(outs) == 1 else outs
+    entry = _Prepared(compiled, shapes, out_descs)
+    if key is not None and PREPARED_MAX:
+        cache = device._prepared
+        if len(cache) >= PREPARED_MAX:
+            cache.clear()
+        cache[key] = entry
+    return run_prepared(device, entry, args)
+
+
+#: Most prepared calls kept per device (0 turns the cache off: every call validates).
+PREPARED_MAX = 256
+
+
+class _Prepared:
+    """A validated, compiled functional call: what ``run`` derived from its descriptor."""
+
+    __slots__ = ("compiled", "shapes", "out_descs", "out_bytes")
+
+    def __init__(self, compiled, shapes, out_descs):
+        self.compiled = compiled
+        self.shapes = shapes
+        self.out_descs = out_descs
+        self.out_bytes = sum(d.total_tensor_size_in_bytes for d in out_descs)
+
+
+def prepared(device, key):
+    """The prepared call ``run`` stored for ``key`` on ``device``, or None.
+
+    A functional form builds ``key`` only from arguments of exact built-in types (int,
+    float by its bits, str, tuples and lists of ints) together with the input's shape and
+    dtype, so that an equal key means an equal descriptor: anything else (a NumPy scalar,
+    a bool, a NaN) gives no key and takes the full path, whose checks raise on every call
+    with bad arguments (a call that raised stored nothing).  An entry whose compiled
+    operator was released (evicted from ``Device.compiled``) is dropped."""
+    entry = device._prepared.get(key)
+    if entry is not None and entry.compiled.released:
+        device._prepared.pop(key, None)
+        return None
+    return entry
+
+
+def run_prepared(device, entry, args: list):
+    """``run`` after its checks: execute the prepared call on ``args``."""
+    compiled, shapes, out_descs = entry.compiled, entry.shapes, entry.out_descs
+    for a in args:
+        if isinstance(a, Tensor):
+            inputs = [a if a is None or isinstance(a, Tensor) else device.tensor(a)
+                      for a in args]
+            outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
+                    for s, d in zip(shapes, out_descs)]
+            compiled.execute(inputs, outs)
+            return outs[0] if len(outs) == 1 else outs
     imports = device._ctx.host_imports
-    if imports is not None and _call_bytes(args, out_descs) >= IMPORT_BYTES:
+    if imports is not None and (sum(a.nbytes for a in args if a is not None)
+                                + entry.out_bytes) >= IMPORT_BYTES:
         return _run_imported(device, compiled, args, shapes, out_descs)
-    lock = _io_lock(compiled)
+    lock = compiled.__dict__.get("_io_lock") or _io_lock(compiled)
     if lock.acquire(blocking=False):
         try:
             inputs, outs, kept = _io_tensors(device, compiled, args, shapes, out_descs)
+            write = device._ctx.write
+            device._check_open()
             for t, a in zip(inputs, args):
-                if a is not None:
-                    t.write(a)
+                if a is not None:         # (as_array made it C-contiguous, its shape is t's)
+                    write(t._alloc, a)
             compiled.execute(inputs, outs)
-            result = [o.numpy() for o in outs]
+            if len(outs) == 1:
+                result = outs[0].numpy()
+            else:
+                result = [o.numpy() for o in outs]
             if not kept:
                 for t in inputs + outs:
                     if t is not None:
                         t.free()
         finally:
             lock.release()
-    else:   # another thread is using this operator's tensors: use fresh ones
-        inputs = [None if a is None else device.tensor(a) for a in args]
-        outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
-                for s, d in zip(shapes, out_descs)]
-        compiled.execute(inputs, outs)
-        result = [o.numpy() for o in outs]
-        for t in inputs + outs:
-            if t is not None:
-                t.free()
+        return result
+    # another thread is using this operator's tensors: use fresh ones
+    inputs = [None if a is None else device.tensor(a) for a in args]
+    outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
+            for s, d in zip(shapes, out_descs)]
+    compiled.execute(inputs, outs)
+    result = [o.numpy() for o in outs]
+    for t in inputs + outs:
+        if t is not None:
+            t.free()
     return result[0] if len(result) == 1 else result
 
 
@@ -166,14 +235,27 @@ def _io_lock(compiled) -> threading.Lock:
 
 def _io_tensors(device, compiled, args, shapes, out_descs):
     """The compiled operator's reusable input/output tensors for these arguments."""
-    key = tuple(None if a is None else (a.shape, a.dtype.str) for a in args)
-    cached = getattr(compiled, "_io", None)
+    cached = compiled.__dict__.get("_io")
     if cached is not None:
-        if cached[0] == key and all(t is None or t._alloc.alive for t in cached[1] + cached[2]):
+        key, tensors = cached[0], cached[3]
+        ok = len(key) == len(args)
+        if ok:
+            for k, a in zip(key, args):
+                if a is None or k is None:
+                    if a is not k:
+                        ok = False
+                        break
+                elif k[0] != a.shape or k[1] != a.dtype.str:
+                    ok = False
+                    break
+            for t in tensors:
+                if not t._alloc.alive:
+                    ok = False
+                    break
+        if ok:
             return cached[1], cached[2], True
-        for t in cached[1] + cached[2]:
-            if t is not None:
-                t.free()
+        for t in tensors:
+            t.free()
         compiled._io = None
     inputs = [None if a is None else device.empty(a.shape, a.dtype) for a in args]
     outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
@@ -181,14 +263,10 @@ def _io_tensors(device, compiled, args, shapes, out_descs):
     total = sum(t.nbytes for t in inputs + outs if t is not None)
     if total > REUSE_BYTES:
         return inputs, outs, False
-    compiled._io = (key, inputs, outs)
+    key = tuple(None if a is None else (a.shape, a.dtype.str) for a in args)
+    compiled._io = (key, inputs, outs, [t for t in inputs + outs if t is not None])
     compiled._owned += [t._alloc for t in inputs + outs if t is not None]  # freed on release
     return inputs, outs, True
-
-
-def _call_bytes(args, out_descs) -> int:
-    return (sum(a.nbytes for a in args if a is not None)
-            + sum(d.total_tensor_size_in_bytes for d in out_descs))
 
 
 def _importable(a: np.ndarray) -> bool:

@@ -29,10 +29,13 @@ CLOSE_WAIT_S = float(os.environ.get("VKML_TIMEOUT", "120")) + 10.0
 class Lifetime:
     """In-flight counter and closing flag of one device, under one condition variable."""
 
-    __slots__ = ("_cond", "_active", "closing", "closed", "lost")
+    __slots__ = ("_lock", "_cond", "_active", "closing", "closed", "lost")
 
     def __init__(self):
-        self._cond = threading.Condition(threading.Lock())
+        # Readers take the condition's lock itself (``Condition.__enter__`` is one more
+        # Python call on every entry; the hot path makes three entries per functional call).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._active = 0
         self.closing = False      # set by close(): no new entries
         self.closed = False       # set once the device was destroyed
@@ -47,12 +50,13 @@ class Lifetime:
 
     # -- readers -----------------------------------------------------------------------
     def __enter__(self) -> None:
-        with self._cond:
-            self.check()
+        with self._lock:
+            if self.closing or self.lost:
+                self.check()
             self._active += 1
 
     def __exit__(self, *exc) -> None:
-        with self._cond:
+        with self._lock:
             self._active -= 1
             if self.closing and not self._active:
                 self._cond.notify_all()
@@ -64,7 +68,7 @@ class Lifetime:
     def try_enter(self) -> bool:
         """Enter for a release: False (and nothing entered) once closing.  A lost device
         still releases its objects (Vulkan allows destroying objects of a lost device)."""
-        with self._cond:
+        with self._lock:
             if self.closing:
                 return False
             self._active += 1

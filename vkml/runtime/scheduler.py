@@ -36,7 +36,18 @@ TIMEOUT_NS = int(float(os.environ.get("VKML_TIMEOUT", "120")) * 1e9)
 #: 73-92 us blocking and 30 us polling (15-17 us either way on an idle machine).  Long runs
 #: never poll (it would take a core from a CPU driver's own threads).
 SPIN_S = 100e-6
+#: Whether each poll gives the core away (``sched_yield``) before the next.  On a loaded
+#: 2-core machine a CPU driver's queue thread may be waiting for the core the poller
+#: holds: a replayed tiny padding on SwiftShader took ~35 or ~135 us (bimodal, by the
+#: load of the moment) polling without yielding and 35-44 us yielding; on lavapipe
+#: 38-50 vs 40-43 us (medians of 2000 replays, interleaved in one process).
+#: ``VKML_SPIN_YIELD=0`` polls without yielding.
+SPIN_YIELD = os.environ.get("VKML_SPIN_YIELD", "1") != "0"
 _perf = time.perf_counter
+_yield = os.sched_yield
+_submit = lib.vkQueueSubmit
+_fence_status = lib.vkGetFenceStatus
+_reset_fences = lib.vkResetFences
 
 
 @dataclass(frozen=True)
@@ -415,45 +426,55 @@ class Sequence:
             vk.check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
         self.ended = True
 
-    @lifetime.entry
     def run(self) -> "Sequence":
         """Submit and wait; can be called again to replay the same commands."""
-        if self.closed:
-            raise DeviceError("this sequence was closed")
-        if not self.ended:
-            self.end()
-        for ref in self._allocs:
-            a = ref()
-            if a is None or a.block is None:
-                raise DeviceError("a buffer this sequence uses was freed; record it again")
         ctx = self.ctx
-        with self._lock:
-            t0 = _perf()
-            with ctx.queue_lock:
-                result = lib.vkQueueSubmit(ctx.queue, 1, self.submit_info, self._fence[0])
-            if result < 0:
-                ctx.fail(result, "vkQueueSubmit")
-            result = _NOT_READY
-            if self._spin:
-                device, fence, until = self.device, self._fence[0], t0 + self._spin
-                while result == _NOT_READY and _perf() < until:
-                    result = lib.vkGetFenceStatus(device, fence)
-            if result == _NOT_READY:
-                result = lib.vkWaitForFences(self.device, 1, self._fence, vk.VK_TRUE, TIMEOUT_NS)
-            self._spin = SPIN_S if _perf() - t0 < 4 * SPIN_S else 0.0
-            if result == vk.VK_TIMEOUT:
-                ctx.fail(result, f"waiting for the GPU (more than {TIMEOUT_NS / 1e9:.0f} s)")
-            if result < 0:
-                ctx.fail(result, "vkWaitForFences")
-            lib.vkResetFences(self.device, 1, self._fence)
-            if self._query_pool is not None:
-                r = lib.vkGetQueryPoolResults(
-                    self.device, self._query_pool, 0, 2, 16, self._stamps, 8,
-                    vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
-                if r == vk.VK_SUCCESS:
-                    ticks = ctx.mask_timestamp(self._stamps[1] - self._stamps[0])
-                    self.gpu_time_ns = ticks * ctx.limits["timestampPeriod"]
+        with ctx.lifetime:              # (inline: the hot path of every replay)
+            if self.closed:
+                raise DeviceError("this sequence was closed")
+            if not self.ended:
+                self.end()
+            for ref in self._allocs:
+                a = ref()
+                if a is None or a.block is None:
+                    raise DeviceError("a buffer this sequence uses was freed; record it again")
+            with self._lock:
+                self._submit_and_wait(ctx)
         return self
+
+    def _submit_and_wait(self, ctx) -> None:
+        device, fence_ptr = self.device, self._fence
+        fence = fence_ptr[0]
+        t0 = _perf()
+        with ctx.queue_lock:
+            result = _submit(ctx.queue, 1, self.submit_info, fence)
+        if result < 0:
+            ctx.fail(result, "vkQueueSubmit")
+        result = _NOT_READY
+        spin = self._spin
+        if spin:
+            until = t0 + spin
+            while True:
+                result = _fence_status(device, fence)
+                if result != _NOT_READY or _perf() >= until:
+                    break
+                if SPIN_YIELD:
+                    _yield()
+        if result == _NOT_READY:
+            result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
+        self._spin = SPIN_S if _perf() - t0 < 4 * SPIN_S else 0.0
+        if result == vk.VK_TIMEOUT:
+            ctx.fail(result, f"waiting for the GPU (more than {TIMEOUT_NS / 1e9:.0f} s)")
+        if result < 0:
+            ctx.fail(result, "vkWaitForFences")
+        _reset_fences(device, 1, fence_ptr)
+        if self._query_pool is not None:
+            r = lib.vkGetQueryPoolResults(
+                device, self._query_pool, 0, 2, 16, self._stamps, 8,
+                vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
+            if r == vk.VK_SUCCESS:
+                ticks = ctx.mask_timestamp(self._stamps[1] - self._stamps[0])
+                self.gpu_time_ns = ticks * ctx.limits["timestampPeriod"]
 
     def close(self) -> None:
         """Release the command buffer, fence and descriptor sets (idempotent)."""
