@@ -503,7 +503,7 @@ def _source(source: str, path: str, base: Path) -> Path:
 
 def device_limits(device) -> dict:
     """The limits the schema checks sizes against (see the schema's comment)."""
-    heap = device._ctx.tensor_heap
+    heap = device.context.tensor_heap
     one = min(heap.max_alloc, heap.heap_size)
     return {"resource": one, "total": heap.heap_size, "elements": one}
 
@@ -1028,7 +1028,7 @@ class Executor:
 
     def _read_range(self, r: Resource, offset: int, nbytes: int) -> np.ndarray:
         out = np.empty(nbytes, np.uint8)
-        self.device._ctx.read(r.tensor._alloc, out, offset)
+        self.device.context.read(r.tensor.allocation, out, offset)
         return out
 
     def dispatch(self, cmd: dict, index: int) -> None:
@@ -1057,7 +1057,7 @@ class Executor:
             self._timed(name, d, ins, outs)
             for t, b, kind in staged:
                 if kind == "out":
-                    self.device._ctx.write(b.resource.tensor._alloc, t.read_bytes(b.nbytes),
+                    self.device.context.write(b.resource.tensor.allocation, t.read_bytes(b.nbytes),
                                            b.offset)
         finally:
             for t, _, _ in staged:

@@ -63,7 +63,7 @@ class CompiledActivation(BoxKernel):
         return lo, hi + 1
 
     def encode(self, seq, inputs, outputs) -> None:
-        x, y = inputs[0]._alloc, outputs[0]._alloc
+        x, y = inputs[0].allocation, outputs[0].allocation
         act = self.desc.SPEC.kernel_id
 
         def pipeline_for(local, ly, xdims, v, vec_store):

@@ -55,7 +55,7 @@ _FEATURES = ("storage8", "storage16")
 
 def features(device) -> str:
     """The key's feature part: only the features that change which padding kernels run."""
-    f = device._ctx.features
+    f = device.context.features
     return ",".join(k for k in _FEATURES if f.get(k))
 
 
@@ -72,7 +72,7 @@ def points(shapes=SHAPES, tiny=TINY) -> list[Candidate]:
 def _geometry(device, params) -> tuple[int, int]:
     rows, width = params["rows"], params["width"]
     if params["path"] == "rows":      # the input is bound as 16-byte texels: shrink to fit
-        texels = device._ctx.limits["maxTexelBufferElements"]
+        texels = device.context.limits["maxTexelBufferElements"]
         rows = min(rows, max(1, texels * 4 // width))
     return rows, width
 
@@ -107,7 +107,7 @@ def _run(op_class):
         """Record ``op_class(..., path=point's path)`` padding float32 (rows, width) by
         _PAD on each side of the rows (reflection); Declined where the path does not
         apply (it would fall back to the element kernel)."""
-        ctx = device._ctx
+        ctx = device.context
         if _lowered(ctx):
             raise Declined("limits lowered by Device(limits=...): not measured there")
         path = point.params["path"]

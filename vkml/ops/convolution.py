@@ -1466,7 +1466,7 @@ class _Probe:
     """What ``accepts`` reads of an operator, without building one."""
 
     def __init__(self, device, desc):
-        self.device, self.desc, self.ctx = device, desc, device._ctx
+        self.device, self.desc, self.ctx = device, desc, device.context
         self.features = self.ctx.features
         self.knobs = None
         self.geo = Geometry.of(desc)
@@ -1576,12 +1576,12 @@ class CompiledConvolution(CompiledOperator):
         d = self.desc.inputs()[i]
         dst = self.path.filter_buffer() if i == 1 else None
         if dst is not None:
-            self.path.encode_filter(seq, t._alloc)
+            self.path.encode_filter(seq, t.allocation)
         else:
             old = self._persistent.get(i)
-            dst = old._alloc if old is not None else self.scratch(
+            dst = old.allocation if old is not None else self.scratch(
                 -(-d.total_tensor_size_in_bytes // 4) * 4)
-            seq.copy(t._alloc, dst, [(0, 0, min(dst.size, t._alloc.size))])
+            seq.copy(t.allocation, dst, [(0, 0, min(dst.size, t.allocation.size))])
         return Tensor(self.device, (dst.size,), np.uint8, dst, max(dst.size,
                       d.total_tensor_size_in_bytes), owner=False)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import mmap
-import threading
 
 import numpy as np
 
@@ -107,7 +106,7 @@ def as_array(x, name: str, optional: bool = False):
 def check_outputs(device, shapes, out_descs) -> None:
     """Refuse, before anything is allocated (host pages included), a result larger than
     the device can hold in one allocation: DeviceError naming the size and the limit."""
-    heap = device._ctx.tensor_heap
+    heap = device.context.tensor_heap
     for s, d in zip(shapes, out_descs):
         allocation_size(s, d.dtype, d.total_tensor_size_in_bytes, heap, what="a result")
 
@@ -183,19 +182,19 @@ def run_prepared(device, entry, args: list):
                     for s, d in zip(shapes, out_descs)]
             compiled.execute(inputs, outs)
             return outs[0] if len(outs) == 1 else outs
-    imports = device._ctx.host_imports
+    imports = device.context.host_imports
     if imports is not None and (sum(a.nbytes for a in args if a is not None)
                                 + entry.out_bytes) >= IMPORT_BYTES:
         return _run_imported(device, compiled, args, shapes, out_descs)
-    lock = compiled.__dict__.get("_io_lock") or _io_lock(compiled)
+    lock = compiled.io_lock
     if lock.acquire(blocking=False):
         try:
             inputs, outs, kept = _io_tensors(device, compiled, args, shapes, out_descs)
-            write = device._ctx.write
-            device._check_open()
+            write = device.context.write
+            device.check_open()
             for t, a in zip(inputs, args):
                 if a is not None:         # (as_array made it C-contiguous, its shape is t's)
-                    write(t._alloc, a)
+                    write(t.allocation, a)
             compiled.execute(inputs, outs)
             if len(outs) == 1:
                 result = outs[0].numpy()
@@ -220,22 +219,9 @@ def run_prepared(device, entry, args: list):
     return result[0] if len(result) == 1 else result
 
 
-_locks_guard = threading.Lock()
-
-
-def _io_lock(compiled) -> threading.Lock:
-    lock = getattr(compiled, "_io_lock", None)
-    if lock is None:
-        with _locks_guard:
-            lock = getattr(compiled, "_io_lock", None)
-            if lock is None:
-                lock = compiled._io_lock = threading.Lock()
-    return lock
-
-
 def _io_tensors(device, compiled, args, shapes, out_descs):
     """The compiled operator's reusable input/output tensors for these arguments."""
-    cached = compiled.__dict__.get("_io")
+    cached = compiled.io
     if cached is not None:
         key, tensors = cached[0], cached[3]
         ok = len(key) == len(args)
@@ -249,14 +235,14 @@ def _io_tensors(device, compiled, args, shapes, out_descs):
                     ok = False
                     break
             for t in tensors:
-                if not t._alloc.alive:
+                if not t.allocation.alive:
                     ok = False
                     break
         if ok:
             return cached[1], cached[2], True
         for t in tensors:
             t.free()
-        compiled._io = None
+        compiled.io = None
     inputs = [None if a is None else device.empty(a.shape, a.dtype) for a in args]
     outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
             for s, d in zip(shapes, out_descs)]
@@ -264,8 +250,8 @@ def _io_tensors(device, compiled, args, shapes, out_descs):
     if total > REUSE_BYTES:
         return inputs, outs, False
     key = tuple(None if a is None else (a.shape, a.dtype.str) for a in args)
-    compiled._io = (key, inputs, outs, [t for t in inputs + outs if t is not None])
-    compiled._owned += [t._alloc for t in inputs + outs if t is not None]  # freed on release
+    compiled.io = (key, inputs, outs, [t for t in inputs + outs if t is not None])
+    compiled.own([t.allocation for t in inputs + outs if t is not None])  # freed on release
     return inputs, outs, True
 
 
@@ -282,13 +268,13 @@ def _importable(a: np.ndarray) -> bool:
 
 def _input_tensor(device, a: np.ndarray) -> Tensor:
     """``a`` as a tensor: its own pages where they can be imported, else a copy."""
-    imports = device._ctx.host_imports
+    imports = device.context.host_imports
     nbytes = (a.nbytes + 3) & ~3
     alloc = imports.leased(a)
     if alloc is not None:                         # a result of this device passed back in
         return Tensor(device, a.shape, a.dtype, alloc, nbytes, owner=False)
     if a.nbytes and _importable(a):
-        alloc = device._ctx.import_host(a.ctypes.data, a.nbytes)
+        alloc = device.context.import_host(a.ctypes.data, a.nbytes)
         if alloc is not None:
             return Tensor(device, a.shape, a.dtype, alloc, nbytes)
     return device.tensor(a)
@@ -296,7 +282,7 @@ def _input_tensor(device, a: np.ndarray) -> Tensor:
 
 def _run_imported(device, compiled, args, shapes, out_descs):
     """``run`` for large NumPy calls on a device that imports host memory (module doc)."""
-    imports = device._ctx.host_imports
+    imports = device.context.host_imports
     temps: list[Tensor] = []
     taken: list = []
     try:
@@ -318,7 +304,7 @@ def _run_imported(device, compiled, args, shapes, out_descs):
                 t = Tensor(device, s, dtype, pages.alloc, (nbytes + 3) & ~3, owner=False)
             taken.append(pages)
             outs.append(t)
-        with device._ctx.sequence() as seq:
+        with device.context.sequence() as seq:
             compiled.record(seq, inputs, outs)
             seq.run()
         result = [t.numpy() if p is None else imports.array(p, t.shape, t.dtype)

@@ -60,7 +60,7 @@ def device_copy(device, value, desc, field: str) -> tuple[Tensor, bool]:
     if isinstance(value, Tensor):
         if value.device is not device:
             raise ValidationError(field, "is on another device")
-        if not value._alloc.alive:
+        if not value.allocation.alive:
             raise ValidationError(field, "was freed")
         if value.nbytes < need:
             raise ValidationError(field, f"holds {value.nbytes} bytes, the descriptor needs "

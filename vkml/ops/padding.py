@@ -431,7 +431,7 @@ class CompiledPadding(CompiledOperator):
                                        factor=MODEL.stale_factor)
 
     def encode(self, seq, inputs, outputs) -> None:
-        x, y = inputs[0]._alloc, outputs[0]._alloc
+        x, y = inputs[0].allocation, outputs[0].allocation
         if self.rows is not None:
             self._encode_rows(seq, x, y)
             return
