@@ -157,7 +157,7 @@ def spec_geometry(window, strides, dilations, slots: int = MAX_SPATIAL) -> dict[
 VARIANTS = dict.fromkeys(
     ["fold_f32", "fold_f32_texel", "fold_f32_texel4", "fold_f16", "fold_f16_packed", "fold_f64",
      "fold_i8", "fold_i8_packed", "fold_i16", "fold_i16_packed", "fold_i32", "fold_i32_texel",
-     "fold_i32_texel4", "fold_i64"],
+     "fold_i32_texel4", "fold_i64", "fold_f32_ssbo4", "fold_i32_ssbo4"],
     BOX_CONSTANTS + ("V", "VEC_STORE") + geometry_names())
 
 
@@ -180,6 +180,14 @@ def fold_variant(desc_type: DataType, features: dict, require) -> tuple[str, int
     return "fold_i64", 8
 
 
+def whole_vec4s(windows):
+    """Windows whose input spans end on a 4-element boundary (the binding then holds
+    whole vec4s: its offset is 16-byte aligned); None stays None."""
+    if windows is None:
+        return None
+    return [(o, e, ilo, -(-ihi // 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
+
+
 @implements(FoldOperatorDesc)
 class CompiledFold(BoxKernel):
     """Fold on this device: see the module doc and ``glsl/fold.comp``."""
@@ -195,13 +203,17 @@ class CompiledFold(BoxKernel):
         """Texel buffers: lavapipe vectorizes their reads (a storage-buffer read is a
         scalar load per lane); they need float32/int32 data bound whole within
         maxTexelBufferElements.  RGBA texels also need a unit last stride and packed
-        columns (the V outputs of an invocation read neighbours)."""
+        columns (the V outputs of an invocation read neighbours).  "ssbo4" reads the
+        same 4-element groups from a vec4 storage buffer (any size, windows too):
+        SwiftShader, whose texel buffers hold 65536 elements, loads 16 bytes a lane."""
         texels = self.ctx.limits["maxTexelBufferElements"]
-        whole = self.windows is None and self.kernel in ("fold_f32", "fold_i32")
+        f32 = self.kernel in ("fold_f32", "fold_i32")
+        whole = self.windows is None and f32
+        four = self.strides[-1] == 1 and self.col_strides[2] == 1
         ok = {"ssbo": True,
               "texel": whole and self.in_bytes // 4 <= texels,
-              "texel4": (whole and -(-self.in_bytes // 16) <= texels
-                         and self.strides[-1] == 1 and self.col_strides[2] == 1)}
+              "texel4": whole and -(-self.in_bytes // 16) <= texels and four,
+              "ssbo4": f32 and four and self.ctx.binding_alignment() % 16 == 0}
         if self.force_read is not None:
             return self.force_read if ok[self.force_read] else "ssbo"
         return "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
@@ -241,6 +253,10 @@ class CompiledFold(BoxKernel):
             self.in_fmt = FORMAT_RGBA32_SFLOAT if src.data_type == DataType.FLOAT32 \
                 else FORMAT_RGBA32_UINT
             self.in_bind = -(-self.in_bytes // 16) * 16
+        elif self.read == "ssbo4":
+            self.kernel += "_ssbo4"
+            self.in_bind = -(-self.in_bytes // 16) * 16
+            self.windows = whole_vec4s(self.windows)
         self.vec_store_ok = self.kernel.startswith(("fold_f32", "fold_i32"))
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}

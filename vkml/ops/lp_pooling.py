@@ -23,7 +23,7 @@ from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
 from .base import implements
-from .fold import geometry_names, safe_geometry, spec_geometry
+from .fold import geometry_names, safe_geometry, spec_geometry, whole_vec4s
 from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
 
@@ -34,7 +34,7 @@ KERNEL_SPATIAL = 3
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     ["lp_pooling_f32", "lp_pooling_f32_texel", "lp_pooling_f32_texel4", "lp_pooling_f16",
-     "lp_pooling_f16_packed"],
+     "lp_pooling_f16_packed", "lp_pooling_f32_ssbo4"],
     BOX_CONSTANTS + ("V", "VEC_STORE", "P", "SCALE", "HOLD") + geometry_names(KERNEL_SPATIAL))
 
 
@@ -43,7 +43,8 @@ class CompiledLpPooling(BoxKernel):
     """LP pooling on this device: see the module doc."""
 
     #: "ssbo", "texel" (float32 through an R32 uniform texel buffer: lavapipe
-    #: vectorizes texel reads) or "texel4" (RGBA32 texels, 4 neighbours at once); None
+    #: vectorizes texel reads), "texel4" (RGBA32 texels, 4 neighbours at once) or
+    #: "ssbo4" (the same from a vec4 storage buffer); None
     #: chooses the fastest the tensor and device allow (tests force each).
     force_read: str | None = None
     #: Output elements along the last dimension per invocation (1, 4 or 8).
@@ -51,11 +52,15 @@ class CompiledLpPooling(BoxKernel):
 
     def _choose_read(self, src) -> str:
         texels = self.ctx.limits["maxTexelBufferElements"]
-        whole = self.kernel == "lp_pooling_f32" and self.windows is None
+        f32 = self.kernel == "lp_pooling_f32"
+        whole = f32 and self.windows is None
         ok = {"ssbo": True,
               "texel": whole and self.in_bytes // 4 <= texels,
               "texel4": (whole and -(-self.in_bytes // 16) <= texels
-                         and self.in_strides[-1] == 1)}
+                         and self.in_strides[-1] == 1),
+              # texel4's reads from a vec4 storage buffer (any size, windows too)
+              "ssbo4": (f32 and self.in_strides[-1] == 1
+                        and self.ctx.binding_alignment() % 16 == 0)}
         if self.force_read is not None:
             return self.force_read if ok[self.force_read] else "ssbo"
         return "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
@@ -101,6 +106,10 @@ class CompiledLpPooling(BoxKernel):
             self.kernel += "_texel4"
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
             self.in_bind = -(-self.in_bytes // 16) * 16
+        elif self.read == "ssbo4":
+            self.kernel += "_ssbo4"
+            self.in_bind = -(-self.in_bytes // 16) * 16
+            self.windows = whole_vec4s(self.windows)
         self.vec_store_ok = src.data_type == DataType.FLOAT32
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, "P": self.p,
