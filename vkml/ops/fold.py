@@ -22,6 +22,7 @@ from ..errors import ValidationError
 from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
                        FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind)
 from ..dml.data_type import DataType
+from .. import tuning
 from .base import implements
 from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
@@ -193,9 +194,17 @@ class CompiledFold(BoxKernel):
     """Fold on this device: see the module doc and ``glsl/fold.comp``."""
 
     #: How the kernel reads the input: "ssbo" (storage buffer), "texel" (R32 uniform
-    #: texel buffer) or "texel4" (RGBA32 texels, 4 neighbours at once); None chooses the
-    #: fastest the tensor and device allow (tests and measurements force one).
+    #: texel buffer), "texel4" (RGBA32 texels, 4 neighbours at once) or "ssbo4" (the
+    #: same from a vec4 storage buffer); a path the tensor or device does not allow
+    #: falls back to "ssbo".  None: the tuner chooses (:data:`READ_PATH`); "auto": the
+    #: rule of :meth:`_choose_read` without measuring.  The constructor's ``read=``
+    #: sets it per operator.
     force_read: str | None = None
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 8
 
@@ -214,9 +223,13 @@ class CompiledFold(BoxKernel):
               "texel": whole and self.in_bytes // 4 <= texels,
               "texel4": whole and -(-self.in_bytes // 16) <= texels and four,
               "ssbo4": f32 and four and self.ctx.binding_alignment() % 16 == 0}
-        if self.force_read is not None:
+        if self.force_read not in (None, "auto"):
             return self.force_read if ok[self.force_read] else "ssbo"
-        return "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
+        rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
+        if self.force_read is None and ok["ssbo4"]:
+            choice = tuning.choose(self.device, READ_PATH, read_shape(self.desc))
+            return "ssbo4" if choice.name == "ssbo4" else rule
+        return rule
 
     def build(self) -> None:
         d = self.desc
@@ -303,6 +316,59 @@ class CompiledFold(BoxKernel):
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)
+
+
+def read_shape(desc) -> dict:
+    """A Fold descriptor as the tuner's JSON shape (float32 and int32 read alike)."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    dtype = "int32" if src.data_type in (DataType.INT32, DataType.UINT32) else "float32"
+    return {"dtype": dtype, "in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            **{k: list(getattr(desc, k) or ()) for k in
+               ("window_sizes", "strides", "dilations", "start_padding", "end_padding")}}
+
+
+def _read_class(shape) -> str:
+    """Shapes sharing a read path choice: data type, rank and input size (a factor of 4)."""
+    sizes, strides = shape["in"]
+    nbytes = 4 * (sum((n - 1) * s for n, s in zip(sizes, strides)) + 1)
+    return f"{shape['dtype']} rank {len(shape['out'][0])} in 4^{nbytes.bit_length() // 2}"
+
+
+def _read_run(device, seq, cand, shape):
+    """Record a Fold of ``shape`` read by candidate ``cand`` (its own tensors)."""
+    dt = DataType.INT32 if shape["dtype"] == "int32" else DataType.FLOAT32
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    desc = FoldOperatorDesc(TensorDesc(dt, tuple(isz), tuple(ist)),
+                            TensorDesc(dt, tuple(osz), tuple(ost)),
+                            *(tuple(shape[k]) or None for k in
+                              ("window_sizes", "strides", "dilations", "start_padding",
+                               "end_padding")))
+    op = CompiledFold(device, desc, read=cand.params["read"])
+    if op.read != cand.params["read"] and cand.name == "ssbo4":
+        op.release()
+        raise tuning.Declined(cand.name)
+    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x], [y])
+
+    def free():
+        op.release()
+        x.free()
+        y.free()
+    return free
+
+
+#: Fold's read path where "ssbo4" is possible: "auto" (the texel rule of
+#: :meth:`CompiledFold._choose_read`, the ``VKML_TUNE=off`` default: lavapipe vectorizes
+#: texel reads) or "ssbo4" (SwiftShader: 2x on the bench's fold), chosen by measurement.
+READ_PATH = tuning.register_path(
+    "fold_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"})], "auto",
+    _read_class, _read_run,
+    examples=[{"dtype": "float32", "in": [[1, 576, 3136], [1806336, 3136, 1]],
+               "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "window_sizes": [3, 3],
+               "strides": [1, 1], "dilations": [1, 1], "start_padding": [1, 1],
+               "end_padding": [1, 1]}])
 
 
 def fold(x, output_size, window_sizes, *, strides=None, dilations=None, start_padding=None,
