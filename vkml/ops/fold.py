@@ -8,6 +8,7 @@ packed in 32-bit words on devices without 16-bit storage), float64 (needs shader
 32-bit pairs with carry (exact on every device, no shaderInt64 needed).
 
 The dispatch machinery (:class:`.grid.BoxKernel`) is shared with Unfold and LP pooling.
+Read paths (float32/int32): texel rule or "ssbo4" (vec4 storage reads), chosen by the tuner.
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ float16 tensors (float16 stored as halves, or packed in 32-bit words on devices 
 16-bit storage).  P = 1 and P = 2 are exact fast paths without ``pow``; P = 2 sums
 again scaled by the window's largest magnitude where its sum of squares overflows or
 underflows, and every other P is always scaled, so no result is inf or 0 where the true
-one is finite and non-zero.  P is a specialization constant (the power unrolls).
+one is finite and non-zero.  P is a specialization constant (the power unrolls).  Read paths (float32): texel rule or
+"ssbo4" (vec4 storage reads), chosen by the tuner.
 """
 from __future__ import annotations
 
