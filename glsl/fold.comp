@@ -22,6 +22,8 @@
 // vkml:variant fold_f32_texel4 F32=1 TEXEL4=1
 // vkml:variant fold_i32_texel4 I32=1 TEXEL4=1
 // vkml:variant fold_i64 I64=1
+// vkml:variant fold_f32_ssbo4 F32=1 TEXEL4=1 SSBO4=1
+// vkml:variant fold_i32_ssbo4 I32=1 TEXEL4=1 SSBO4=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_index.glsl"
 
@@ -30,9 +32,14 @@
 #define ACC float
 #define ZERO 0.0
 #define ADD(a, b) ((a) + (b))
-#if defined(TEXEL) || defined(TEXEL4)
+#if defined(SSBO4)
+// the TEXEL4 reads from a vec4 storage buffer (SwiftShader: one 16-byte load a lane)
+layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
+#define FETCH4(i) x4[i]
+#elif defined(TEXEL) || defined(TEXEL4)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 #define LOAD(i) texelFetch(Xt, int(i)).x
+#define FETCH4(i) texelFetch(Xt, i)
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
 #define LOAD(i) FLOAD(x, i)
@@ -94,9 +101,13 @@ layout(std430, set = 0, binding = 1) buffer Out { uint y[]; };
 #define LOAD(i) VKML_LD16(x, i)
 #define STORE(i, v) VKML_ST16(y, i, v)
 #else   // I32
-#if defined(TEXEL) || defined(TEXEL4)
+#if defined(SSBO4)
+layout(std430, set = 0, binding = 0) readonly buffer In4 { uvec4 x4[]; };
+#define FETCH4(i) x4[i]
+#elif defined(TEXEL) || defined(TEXEL4)
 layout(set = 0, binding = 0) uniform usamplerBuffer Xt;
 #define LOAD(i) texelFetch(Xt, int(i)).x
+#define FETCH4(i) texelFetch(Xt, i)
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { uint x[]; };
 #define LOAD(i) x[i]
@@ -218,14 +229,18 @@ void add_position(uint row, uint kl) {
     int e0 = int(row + kl * in_stride.y) + t0;
     int q = e0 >> 2;
     uint sh = uint(e0) & 3u;
+    #ifdef SSBO4
+    int last = int(x4.length()) - 1;       // this binding's (a window's) vec4s
+#else
     int last = int(in_texels) - 1;
-    VEC4 w0 = texelFetch(Xt, clamp(q, 0, last));
-    VEC4 w1 = texelFetch(Xt, clamp(q + 1, 0, last));
+#endif
+    VEC4 w0 = FETCH4(clamp(q, 0, last));
+    VEC4 w1 = FETCH4(clamp(q + 1, 0, last));
     VEC4 r0 = shift4(w0, w1, sh);
     uvec4 b0 = uvec4(ivec4(t0) + ivec4(0, 1, 2, 3));
     acc4[0] += mix(VEC4(ZERO), r0, lessThan(b0, uvec4(AT(blocks, D - 1))));
     if (V == 8u) {
-        VEC4 w2 = texelFetch(Xt, clamp(q + 2, 0, last));
+        VEC4 w2 = FETCH4(clamp(q + 2, 0, last));
         VEC4 r1 = shift4(w1, w2, sh);
         acc4[1] += mix(VEC4(ZERO), r1, lessThan(b0 + 4u, uvec4(AT(blocks, D - 1))));
     }

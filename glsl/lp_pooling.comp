@@ -22,17 +22,24 @@
 // vkml:variant lp_pooling_f32 F32=1
 // vkml:variant lp_pooling_f32_texel F32=1 TEXEL=1
 // vkml:variant lp_pooling_f32_texel4 F32=1 TEXEL4=1
+// vkml:variant lp_pooling_f32_ssbo4 F32=1 TEXEL4=1 SSBO4=1
 // vkml:variant lp_pooling_f16 F16=1
 // vkml:variant lp_pooling_f16_packed F16_PACKED=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 
-#if defined(TEXEL)
+#if defined(SSBO4)
+// the TEXEL4 reads from a vec4 storage buffer (SwiftShader: one 16-byte load a lane)
+layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
+#define FETCH4(i) x4[i]
+#define LOAD(i) x4[(i) >> 2][(i) & 3u]
+#elif defined(TEXEL)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 #define LOAD(i) texelFetch(Xt, int(i)).x
 #elif defined(TEXEL4)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
 #define LOAD(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
+#define FETCH4(i) texelFetch(Xt, i)
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
 #define LOAD(i) FLOAD(x, i)
@@ -157,10 +164,14 @@ void load_row(bool row_ok, uint off, int i0) {
     int e0 = int(off) + i0;
     int q = e0 >> 2;
     uint sh = uint(e0) & 3u;
+    #ifdef SSBO4
+    int last = int(x4.length()) - 1;       // this binding's (a window's) vec4s
+#else
     int last = int(in_texels) - 1;
-    vec4 prev = texelFetch(Xt, clamp(q, 0, last));
+#endif
+    vec4 prev = FETCH4(clamp(q, 0, last));
     [[unroll]] for (uint i = 0u; i < (TR + 3u) / 4u; i++) {
-        vec4 next = texelFetch(Xt, clamp(q + int(i) + 1, 0, last));
+        vec4 next = FETCH4(clamp(q + int(i) + 1, 0, last));
         vec4 r = shift4(prev, next, sh);
         uvec4 c = uvec4(ivec4(i0 + int(4u * i)) + ivec4(0, 1, 2, 3));
         bvec4 ok = lessThan(c, uvec4(in_size[D - 1]));

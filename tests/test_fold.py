@@ -176,6 +176,79 @@ def test_read_paths(device, read, vec, monkeypatch):
             assert_close(got, fold_reference(x, out, window, strides, dil, start, end), dtype)
 
 
+def _fold_on_read(device, read, x, out, window, strides, dil, start, end, in_strides=None,
+                  phys=None):
+    """Fold ``x`` compiled with ``read=`` forced through the constructor; asserts the
+    path was taken (no silent fallback) and returns the output."""
+    from vkml.ops.fold import CompiledFold
+
+    dtype = x.dtype
+    out_sizes = x.shape[:1] + (x.shape[1] // math.prod(window),) + tuple(out)
+    desc = dml.FoldOperatorDesc(dml.TensorDesc(dtype, x.shape, in_strides),
+                                dml.TensorDesc(dtype, out_sizes), window, strides, dil,
+                                start, end)
+    op = CompiledFold(device, desc, read=read)
+    assert op.read == read and op.kernel.endswith("_" + read)
+    raw = run_desc(device, desc, x if phys is None else phys, compiled=op)
+    return raw[:math.prod(out_sizes)].reshape(out_sizes)
+
+
+@pytest.mark.parametrize("vec", [1, 4, 8])
+def test_ssbo4_read(device, vec, monkeypatch):
+    """The "ssbo4" read (4-element groups from a vec4 storage buffer, chosen by the
+    tuner where it is faster: SwiftShader), forced by ``read=``: tails, strides,
+    dilations, padding; a non-packed input (padded rows, N outermost); and windows
+    (maxStorageBufferRange lowered to 4096 bytes: each binding ends on whole vec4s)."""
+    from vkml.ops.fold import CompiledFold
+
+    monkeypatch.setattr(CompiledFold, "vec", vec)
+    rng = np.random.default_rng(40 + vec)
+    cases = (((7, 13), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+             ((5, 37), (2, 4), (1, 1), (1, 2), (0, 3), (1, 2)),
+             ((6, 21), (3, 2), (2, 1), (1, 1), (2, 1), (0, 2)),
+             ((3, 8), (1, 8), (1, 1), (1, 1), (0, 0), (0, 0)))
+    for dtype in ("float32", "int32"):
+        for out, window, strides, dil, start, end in cases:
+            blocks = window_counts(out, window, strides, dil, start, end)
+            x = random_values(rng, (2, 3 * math.prod(window), math.prod(blocks)), dtype)
+            expect = fold_reference(x, out, window, strides, dil, start, end)
+            assert_close(_fold_on_read(device, "ssbo4", x, out, window, strides, dil, start,
+                                       end), expect, dtype)
+        # non-packed: rows padded to count + 3 elements, batches 5 elements apart
+        out, window, strides, dil, start, end = cases[0]
+        count = math.prod(window_counts(out, window, strides, dil, start, end))
+        x = random_values(rng, (2, 9 * 2, count), dtype)
+        in_strides = (18 * (count + 3) + 5, count + 3, 1)
+        phys = np.zeros(in_strides[0] * 2, x.dtype)
+        np.lib.stride_tricks.as_strided(phys, x.shape, [s * x.itemsize for s in in_strides])[...] = x
+        assert_close(_fold_on_read(device, "ssbo4", x, out, window, strides, dil, start, end,
+                                   in_strides, phys),
+                     fold_reference(x, out, window, strides, dil, start, end), dtype)
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
+        for dtype, c, out, window in (("float32", 4, (6, 7), (3, 3)),
+                                      ("int32", 3, (9, 13), (2, 3))):
+            pads = (1,) * len(out)
+            ones = (1,) * len(out)
+            blocks = window_counts(out, window, ones, ones, pads, pads)
+            x = random_values(rng, (2, c * math.prod(window), math.prod(blocks)), dtype)
+            assert x.nbytes > 4096
+            got = _fold_on_read(small, "ssbo4", x, out, window, ones, ones, pads, pads)
+            assert_close(got, fold_reference(x, out, window, ones, ones, pads, pads), dtype)
+
+
+def test_read_path_tuned(device):
+    """The tuner's read path: ``VKML_TUNE=off`` keeps the texel rule ("auto"), and each
+    candidate it can measure runs the bench's shape class (forced, not stored)."""
+    from vkml import tuning
+    from vkml.ops.fold import READ_PATH
+
+    shape = READ_PATH.examples[0]
+    assert tuning.Tuner(mode="off").choose(device, READ_PATH, shape).name == "auto"
+    for name in ("auto", "ssbo4"):
+        assert tuning.Tuner(mode="off").choose(device, READ_PATH, shape, force=name).params[
+            "read"] == name
+
+
 @pytest.mark.parametrize("kind", ["input", "output"])
 def test_strided_layouts(device, kind):
     """TensorDesc strides are honoured: a permuted/padded input (columns outermost) or a

@@ -193,6 +193,71 @@ def test_read_paths(device, read, vec, monkeypatch):
                          lp_pooling_reference(x, window, strides, dil, start, end, p), "float32", p)
 
 
+def _lp_on_read(device, read, x, window, strides, start, end, dil, p, in_strides=None,
+                phys=None):
+    """LP pooling of ``x`` compiled with ``read=`` forced through the constructor; asserts
+    the path was taken (no silent fallback) and returns the output."""
+    from vkml.dml.lp_pooling import lp_pooling_output_sizes
+    from vkml.ops.lp_pooling import CompiledLpPooling
+
+    osz = tuple(lp_pooling_output_sizes(x.shape, strides, window, start, end, dil))
+    desc = dml.LpPooling1OperatorDesc(dml.TensorDesc(x.dtype, x.shape, in_strides),
+                                      dml.TensorDesc(x.dtype, osz), strides, window, start,
+                                      end, dil, p)
+    op = CompiledLpPooling(device, desc, read=read)
+    assert op.read == read and op.kernel.endswith("_" + read)
+    t = device.tensor((x if phys is None else phys).reshape(-1))
+    y = device.empty(osz, x.dtype)
+    op.execute([t], [y])
+    op.release()
+    return y.numpy()
+
+
+@pytest.mark.parametrize("vec", [1, 4, 8])
+def test_ssbo4_read(device, vec, monkeypatch):
+    """The "ssbo4" read (4-element groups from a vec4 storage buffer; the tuner chooses
+    it where it is faster), forced by ``read=``: row tails, strides, dilations, padding,
+    P = 1, 2, 3; a non-packed input (padded rows); windows (maxStorageBufferRange lowered
+    to 4096 bytes: each binding ends on whole vec4s)."""
+    from vkml.ops.lp_pooling import CompiledLpPooling
+
+    monkeypatch.setattr(CompiledLpPooling, "vec", vec)
+    rng = np.random.default_rng(50 + vec)
+    cases = (((2, 3, 9, 37), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+             ((1, 2, 5, 13), (2, 4), (1, 1), (0, 2), (1, 3), (2, 1)),
+             ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 2)))
+    for p in (1, 2, 3):
+        for shape, window, strides, start, end, dil in cases:
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = _lp_on_read(device, "ssbo4", x, window, strides, start, end, dil, p)
+            assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
+                         "float32", p)
+    # non-packed: rows of 37 padded to 41, images 3 elements apart
+    shape, window, strides, start, end, dil = cases[0]
+    x = rng.standard_normal(shape).astype(np.float32)
+    in_strides = (3 * (9 * 41 + 3), 9 * 41 + 3, 41, 1)
+    phys = np.zeros(2 * in_strides[0], np.float32)
+    np.lib.stride_tricks.as_strided(phys, shape, [s * 4 for s in in_strides])[...] = x
+    got = _lp_on_read(device, "ssbo4", x, window, strides, start, end, dil, 2, in_strides, phys)
+    assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, 2), "float32", 2)
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
+        for shape in ((2, 3, 20, 30), (1, 2, 6, 12, 21)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            d = len(shape) - 2
+            args = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
+            got = _lp_on_read(small, "ssbo4", x, *args, 2)
+            assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
+                                                   args[3], 2), "float32", 2)
+
+
+def test_read_path_tuned(device):
+    """``VKML_TUNE=off`` keeps the texel rule ("auto") as the read path."""
+    from vkml import tuning
+    from vkml.ops.lp_pooling import READ_PATH
+
+    assert tuning.Tuner(mode="off").choose(device, READ_PATH, READ_PATH.examples[0]).name == "auto"
+
+
 def test_large_windows(device):
     """Windows too large to keep in registers are read twice (P > 2, float32 P = 2), and
     window rows too long to read at once are read element by element."""

@@ -8,6 +8,7 @@ packed in 32-bit words on devices without 16-bit storage), float64 (needs shader
 32-bit pairs with carry (exact on every device, no shaderInt64 needed).
 
 The dispatch machinery (:class:`.grid.BoxKernel`) is shared with Unfold and LP pooling.
+Read paths (float32/int32): texel rule or "ssbo4" (vec4 storage reads), chosen by the tuner.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..errors import ValidationError
 from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
                        FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind)
 from ..dml.data_type import DataType
+from .. import tuning
 from .base import implements
 from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
@@ -157,7 +159,7 @@ def spec_geometry(window, strides, dilations, slots: int = MAX_SPATIAL) -> dict[
 VARIANTS = dict.fromkeys(
     ["fold_f32", "fold_f32_texel", "fold_f32_texel4", "fold_f16", "fold_f16_packed", "fold_f64",
      "fold_i8", "fold_i8_packed", "fold_i16", "fold_i16_packed", "fold_i32", "fold_i32_texel",
-     "fold_i32_texel4", "fold_i64"],
+     "fold_i32_texel4", "fold_i64", "fold_f32_ssbo4", "fold_i32_ssbo4"],
     BOX_CONSTANTS + ("V", "VEC_STORE") + geometry_names())
 
 
@@ -180,14 +182,30 @@ def fold_variant(desc_type: DataType, features: dict, require) -> tuple[str, int
     return "fold_i64", 8
 
 
+def whole_vec4s(windows):
+    """Windows whose input spans end on a 4-element boundary (the binding then holds
+    whole vec4s: its offset is 16-byte aligned); None stays None."""
+    if windows is None:
+        return None
+    return [(o, e, ilo, -(-ihi // 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
+
+
 @implements(FoldOperatorDesc)
 class CompiledFold(BoxKernel):
     """Fold on this device: see the module doc and ``glsl/fold.comp``."""
 
     #: How the kernel reads the input: "ssbo" (storage buffer), "texel" (R32 uniform
-    #: texel buffer) or "texel4" (RGBA32 texels, 4 neighbours at once); None chooses the
-    #: fastest the tensor and device allow (tests and measurements force one).
+    #: texel buffer), "texel4" (RGBA32 texels, 4 neighbours at once) or "ssbo4" (the
+    #: same from a vec4 storage buffer); a path the tensor or device does not allow
+    #: falls back to "ssbo".  None: the tuner chooses (:data:`READ_PATH`); "auto": the
+    #: rule of :meth:`_choose_read` without measuring.  The constructor's ``read=``
+    #: sets it per operator.
     force_read: str | None = None
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 8
 
@@ -195,16 +213,24 @@ class CompiledFold(BoxKernel):
         """Texel buffers: lavapipe vectorizes their reads (a storage-buffer read is a
         scalar load per lane); they need float32/int32 data bound whole within
         maxTexelBufferElements.  RGBA texels also need a unit last stride and packed
-        columns (the V outputs of an invocation read neighbours)."""
+        columns (the V outputs of an invocation read neighbours).  "ssbo4" reads the
+        same 4-element groups from a vec4 storage buffer (any size, windows too):
+        SwiftShader, whose texel buffers hold 65536 elements, loads 16 bytes a lane."""
         texels = self.ctx.limits["maxTexelBufferElements"]
-        whole = self.windows is None and self.kernel in ("fold_f32", "fold_i32")
+        f32 = self.kernel in ("fold_f32", "fold_i32")
+        whole = self.windows is None and f32
+        four = self.strides[-1] == 1 and self.col_strides[2] == 1
         ok = {"ssbo": True,
               "texel": whole and self.in_bytes // 4 <= texels,
-              "texel4": (whole and -(-self.in_bytes // 16) <= texels
-                         and self.strides[-1] == 1 and self.col_strides[2] == 1)}
-        if self.force_read is not None:
+              "texel4": whole and -(-self.in_bytes // 16) <= texels and four,
+              "ssbo4": f32 and four and self.ctx.binding_alignment() % 16 == 0}
+        if self.force_read not in (None, "auto"):
             return self.force_read if ok[self.force_read] else "ssbo"
-        return "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
+        rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
+        if self.force_read is None and ok["ssbo4"]:
+            choice = tuning.choose(self.device, READ_PATH, read_shape(self.desc))
+            return "ssbo4" if choice.name == "ssbo4" else rule
+        return rule
 
     def build(self) -> None:
         d = self.desc
@@ -241,6 +267,10 @@ class CompiledFold(BoxKernel):
             self.in_fmt = FORMAT_RGBA32_SFLOAT if src.data_type == DataType.FLOAT32 \
                 else FORMAT_RGBA32_UINT
             self.in_bind = -(-self.in_bytes // 16) * 16
+        elif self.read == "ssbo4":
+            self.kernel += "_ssbo4"
+            self.in_bind = -(-self.in_bytes // 16) * 16
+            self.windows = whole_vec4s(self.windows)
         self.vec_store_ok = self.kernel.startswith(("fold_f32", "fold_i32"))
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
@@ -287,6 +317,59 @@ class CompiledFold(BoxKernel):
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)
+
+
+def read_shape(desc) -> dict:
+    """A Fold descriptor as the tuner's JSON shape (float32 and int32 read alike)."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    dtype = "int32" if src.data_type in (DataType.INT32, DataType.UINT32) else "float32"
+    return {"dtype": dtype, "in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            **{k: list(getattr(desc, k) or ()) for k in
+               ("window_sizes", "strides", "dilations", "start_padding", "end_padding")}}
+
+
+def _read_class(shape) -> str:
+    """Shapes sharing a read path choice: data type, rank and input size (a factor of 4)."""
+    sizes, strides = shape["in"]
+    nbytes = 4 * (sum((n - 1) * s for n, s in zip(sizes, strides)) + 1)
+    return f"{shape['dtype']} rank {len(shape['out'][0])} in 4^{nbytes.bit_length() // 2}"
+
+
+def _read_run(device, seq, cand, shape):
+    """Record a Fold of ``shape`` read by candidate ``cand`` (its own tensors)."""
+    dt = DataType.INT32 if shape["dtype"] == "int32" else DataType.FLOAT32
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    desc = FoldOperatorDesc(TensorDesc(dt, tuple(isz), tuple(ist)),
+                            TensorDesc(dt, tuple(osz), tuple(ost)),
+                            *(tuple(shape[k]) or None for k in
+                              ("window_sizes", "strides", "dilations", "start_padding",
+                               "end_padding")))
+    op = CompiledFold(device, desc, read=cand.params["read"])
+    if op.read != cand.params["read"] and cand.name == "ssbo4":
+        op.release()
+        raise tuning.Declined(cand.name)
+    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x], [y])
+
+    def free():
+        op.release()
+        x.free()
+        y.free()
+    return free
+
+
+#: Fold's read path where "ssbo4" is possible: "auto" (the texel rule of
+#: :meth:`CompiledFold._choose_read`, the ``VKML_TUNE=off`` default: lavapipe vectorizes
+#: texel reads) or "ssbo4" (SwiftShader: 2x on the bench's fold), chosen by measurement.
+READ_PATH = tuning.register_path(
+    "fold_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"})], "auto",
+    _read_class, _read_run,
+    examples=[{"dtype": "float32", "in": [[1, 576, 3136], [1806336, 3136, 1]],
+               "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "window_sizes": [3, 3],
+               "strides": [1, 1], "dilations": [1, 1], "start_padding": [1, 1],
+               "end_padding": [1, 1]}])
 
 
 def fold(x, output_size, window_sizes, *, strides=None, dilations=None, start_padding=None,

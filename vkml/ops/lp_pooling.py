@@ -7,7 +7,8 @@ float16 tensors (float16 stored as halves, or packed in 32-bit words on devices 
 16-bit storage).  P = 1 and P = 2 are exact fast paths without ``pow``; P = 2 sums
 again scaled by the window's largest magnitude where its sum of squares overflows or
 underflows, and every other P is always scaled, so no result is inf or 0 where the true
-one is finite and non-zero.  P is a specialization constant (the power unrolls).
+one is finite and non-zero.  P is a specialization constant (the power unrolls).  Read paths (float32): texel rule or
+"ssbo4" (vec4 storage reads), chosen by the tuner.
 """
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ from ..dml.operator import as_tuple, as_uint
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
+from .. import tuning
 from .base import implements
-from .fold import geometry_names, safe_geometry, spec_geometry
+from .fold import geometry_names, safe_geometry, spec_geometry, whole_vec4s
 from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
 
@@ -34,7 +36,7 @@ KERNEL_SPATIAL = 3
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     ["lp_pooling_f32", "lp_pooling_f32_texel", "lp_pooling_f32_texel4", "lp_pooling_f16",
-     "lp_pooling_f16_packed"],
+     "lp_pooling_f16_packed", "lp_pooling_f32_ssbo4"],
     BOX_CONSTANTS + ("V", "VEC_STORE", "P", "SCALE", "HOLD") + geometry_names(KERNEL_SPATIAL))
 
 
@@ -43,22 +45,37 @@ class CompiledLpPooling(BoxKernel):
     """LP pooling on this device: see the module doc."""
 
     #: "ssbo", "texel" (float32 through an R32 uniform texel buffer: lavapipe
-    #: vectorizes texel reads) or "texel4" (RGBA32 texels, 4 neighbours at once); None
-    #: chooses the fastest the tensor and device allow (tests force each).
+    #: vectorizes texel reads), "texel4" (RGBA32 texels, 4 neighbours at once) or
+    #: "ssbo4" (the same from a vec4 storage buffer); a path the tensor or device does
+    #: not allow falls back to "ssbo".  None: the tuner chooses (:data:`READ_PATH`);
+    #: "auto": the texel rule without measuring.  The constructor's ``read=`` sets it.
     force_read: str | None = None
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 8
 
     def _choose_read(self, src) -> str:
         texels = self.ctx.limits["maxTexelBufferElements"]
-        whole = self.kernel == "lp_pooling_f32" and self.windows is None
+        f32 = self.kernel == "lp_pooling_f32"
+        whole = f32 and self.windows is None
         ok = {"ssbo": True,
               "texel": whole and self.in_bytes // 4 <= texels,
               "texel4": (whole and -(-self.in_bytes // 16) <= texels
-                         and self.in_strides[-1] == 1)}
-        if self.force_read is not None:
+                         and self.in_strides[-1] == 1),
+              # texel4's reads from a vec4 storage buffer (any size, windows too)
+              "ssbo4": (f32 and self.in_strides[-1] == 1
+                        and self.ctx.binding_alignment() % 16 == 0)}
+        if self.force_read not in (None, "auto"):
             return self.force_read if ok[self.force_read] else "ssbo"
-        return "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
+        rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
+        if self.force_read is None and ok["ssbo4"]:
+            choice = tuning.choose(self.device, READ_PATH, read_shape(self.desc))
+            return "ssbo4" if choice.name == "ssbo4" else rule
+        return rule
 
     def _row_inputs(self, v: int) -> int:
         """T: inputs of one window row along the last dimension for v outputs."""
@@ -101,6 +118,10 @@ class CompiledLpPooling(BoxKernel):
             self.kernel += "_texel4"
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
             self.in_bind = -(-self.in_bytes // 16) * 16
+        elif self.read == "ssbo4":
+            self.kernel += "_ssbo4"
+            self.in_bind = -(-self.in_bytes // 16) * 16
+            self.windows = whole_vec4s(self.windows)
         self.vec_store_ok = src.data_type == DataType.FLOAT32
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, "P": self.p,
@@ -148,6 +169,60 @@ class CompiledLpPooling(BoxKernel):
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)
+
+
+def read_shape(desc) -> dict:
+    """An LP pooling descriptor (float32) as the tuner's JSON shape."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    n = len(src.sizes) - 2
+    get = lambda k, dflt: list(getattr(desc, k, None) or (dflt,) * n)   # noqa: E731
+    return {"in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            "strides": get("strides", 1), "window_size": list(desc.window_size),
+            "start_padding": get("start_padding", 0), "end_padding": get("end_padding", 0),
+            "dilations": get("dilations", 1), "p": int(desc.p)}
+
+
+def _read_class(shape) -> str:
+    """Shapes sharing a read path choice: rank, P's kind and input size (a factor of 4)."""
+    sizes, strides = shape["in"]
+    nbytes = 4 * (sum((n - 1) * s for n, s in zip(sizes, strides)) + 1)
+    p = shape["p"] if shape["p"] <= 2 else "n"
+    return f"rank {len(sizes)} p {p} in 4^{nbytes.bit_length() // 2}"
+
+
+def _read_run(device, seq, cand, shape):
+    """Record an LP pooling of ``shape`` read by candidate ``cand`` (its own tensors)."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    desc = LpPooling1OperatorDesc(
+        TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
+        TensorDesc(DataType.FLOAT32, tuple(osz), tuple(ost)),
+        *(tuple(shape[k]) for k in ("strides", "window_size", "start_padding",
+                                    "end_padding", "dilations")), shape["p"])
+    op = CompiledLpPooling(device, desc, read=cand.params["read"])
+    if op.read != cand.params["read"] and cand.name == "ssbo4":
+        op.release()
+        raise tuning.Declined(cand.name)
+    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x], [y])
+
+    def free():
+        op.release()
+        x.free()
+        y.free()
+    return free
+
+
+#: LP pooling's read path where "ssbo4" is possible: "auto" (the texel rule, the
+#: ``VKML_TUNE=off`` default) or "ssbo4", chosen by measurement.
+READ_PATH = tuning.register_path(
+    "lp_pooling_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"})], "auto",
+    _read_class, _read_run,
+    examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
+               "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "strides": [2, 2],
+               "window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1],
+               "dilations": [1, 1], "p": 2}])
 
 
 def lp_pooling(x, window_size, *, strides=None, start_padding=None, end_padding=None,
