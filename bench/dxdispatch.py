@@ -788,6 +788,8 @@ class Dispatchable:
     #: DML_TENSOR_FLAG_OWNED_BY_DML inputs), copied into ``owned`` at initialization.
     init: dict = dataclasses.field(default_factory=dict)
     owned: dict = dataclasses.field(default_factory=dict)
+    #: the operator's initializer took the owned inputs (executions bind None there)
+    initialized: bool = False
     compiled: object = None
     init_ms: float = 0.0
 
@@ -903,6 +905,12 @@ class Executor:
                 raise ModelError(where, f"{d.desc.OPERATOR_TYPE}: {exc}") from None
             for point, b in d.init.items():
                 d.owned[point] = dev.tensor(self._read_range(b.resource, b.offset, b.nbytes))
+            if d.owned and getattr(d.compiled, "owned_inputs", None):
+                # the operator's own initializer (IDMLOperatorInitializer): it keeps (or
+                # transforms) the owned inputs, and executions bind nothing in their place
+                points = bind_points(d.desc)
+                d.compiled.initialize({points[p][1]: t for p, t in d.owned.items()})
+                d.initialized = True
             d.init_ms = (time.perf_counter() - t) * 1e3
             if self.timing.verbosity >= 1:
                 self.out(f"Initialize '{d.name}': {d.init_ms:.4f} ms")
@@ -1044,7 +1052,7 @@ class Executor:
         def tensor_of(b: Bound | None, kind: str, idx: int):
             if b is None:
                 point = next((p for p, v in points.items() if v == (kind, idx)), None)
-                return d.owned.get(point)
+                return None if d.initialized else d.owned.get(point)
             if b.offset == 0:
                 return b.resource.tensor
             t = self.device.tensor(self._read_range(b.resource, b.offset, b.nbytes))

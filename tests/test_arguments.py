@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import vkml
 from vkml import dml
-from vkml.errors import ArgumentTypeError
+from vkml.errors import ArgumentTypeError, ValidationError
 
 X = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
 SETTINGS = settings(max_examples=60, deadline=None,
@@ -202,3 +202,11 @@ def test_descriptor_fields(device, value, which):
                                                         "constant", 0.0, (0, 0, 1, 1),
                                                         (0, 0, 1, 1)))
     assert op is not None
+
+
+@pytest.mark.parametrize("name", ["01", "f99", "i4,", "(2)f4x", "bogus"])
+def test_data_type_names_numpy_cannot_parse(name):
+    """Strings NumPy's dtype parser rejects with SyntaxError/ValueError (found by the
+    fuzzer above: "01") are a ValidationError naming the field."""
+    with pytest.raises(ValidationError, match="data_type"):
+        dml.TensorDesc(name, (2, 3))

@@ -59,7 +59,8 @@ class DataType(enum.IntEnum):
             else:
                 try:
                     result = _FROM_NUMPY[np.dtype(value)]
-                except (TypeError, KeyError):
+                except (TypeError, KeyError, ValueError, SyntaxError):
+                    # (numpy parses some strings as type expressions: "01" is a SyntaxError)
                     raise ValidationError(field, f"{value!r} is not a DML_TENSOR_DATA_TYPE "
                                                  f"vkml supports ({allowed})") from None
         elif isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):

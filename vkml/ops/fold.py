@@ -306,7 +306,7 @@ class CompiledFold(BoxKernel):
         return lo, hi
 
     def encode(self, seq, inputs, outputs) -> None:
-        x, y = inputs[0]._alloc, outputs[0]._alloc
+        x, y = inputs[0].allocation, outputs[0].allocation
 
         def pipeline_for(local, ly, xdims, v, vec_store):
             vec_store = vec_store and self.vec_store_ok

@@ -159,7 +159,7 @@ class CompiledLpPooling(BoxKernel):
         return lo, hi + 1
 
     def encode(self, seq, inputs, outputs) -> None:
-        x, y = inputs[0]._alloc, outputs[0]._alloc
+        x, y = inputs[0].allocation, outputs[0].allocation
 
         def pipeline_for(local, ly, xdims, v, vec_store):
             return self.pipeline(self.kernel, {
