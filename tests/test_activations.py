@@ -119,7 +119,7 @@ def test_fused_in_every_path(device, name, shape):
     op = device.compile_operator(device.create_operator(desc))
     accepting = [p.name for p in conv_ops.PATHS if p.accepts(op, geo)]
     op.release()
-    sg = device.info.device_type == "cpu" and conv_ops.subgroup_shuffle_size(op) >= 4
+    sg = conv_ops.subgroup_shuffle_size(op) >= 4
     assert set(accepting) == ({"direct", "depthwise"} if groups > 1 else
                               {"direct", "gemm", "winograd"} | ({"gemm_sg"} if sg else set()))
     for path in accepting:

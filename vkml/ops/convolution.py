@@ -2,10 +2,13 @@
 
 Every configuration goes through :class:`Geometry`, the descriptor reduced to three
 spatial dimensions (1-D and 2-D convolutions get leading spatial dimensions of size 1)
-with the element strides of each tensor.  A *path* turns a geometry into dispatches;
-:func:`choose_path` takes the first path in :data:`PATHS` that accepts the geometry on
-this device and prefers it (limits, texel-buffer sizes, subgroup properties and device
-type decide; never its name):
+with the element strides of each tensor.  A *path* turns a geometry into dispatches.
+Which paths can run a geometry is decided by the device's features and limits
+(texel-buffer sizes, subgroup shuffles and full subgroups, 16-bit storage); which of them
+runs is decided by the tuner (:mod:`vkml.tuning`, tunable path ``convolution``: candidates
+are paths with their knobs, timed on the device per shape class).  With ``VKML_TUNE=off``
+it is the first path in :data:`PATHS` that accepts and prefers the geometry, with the
+knobs measured on lavapipe (``DEFAULT_KNOBS``); never a device type, vendor or name:
 
 =============  ==========================================================================
 winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4x4, 3x3)
@@ -13,7 +16,8 @@ winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4
                can run the shape only from 64 channels and 49 tiles up (``prefers``).
 depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
                NB pixels per invocation, input read in place (``convolution_depthwise``).
-gemm_sg        CPU devices with subgroup shuffles: the implicit GEMM below, but the filter
+gemm_sg        devices with subgroup shuffles and full subgroups of a required size
+               (``computeFullSubgroups``): the implicit GEMM below, but the filter
                is read in place through its DML strides and shared across a subgroup by
                shuffles -- no re-laid filter per execution (SGW variants).
 gemm           dense forward convolutions (>= 4 output channels per group) and transposed
