@@ -14,8 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..dml.activations import ACTIVATIONS, ActivationDesc, activation as activation_desc
-from ..dml.data_type import DataType
+from ..dml.activations import ACTIVATIONS, activation as activation_desc
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import Bind
@@ -36,19 +35,8 @@ class CompiledActivation(BoxKernel):
 
     def build(self) -> None:
         d = self.desc
-        src, dst = d.input_tensor, d.output_tensor
-        if src.data_type == DataType.FLOAT32:
-            self.kernel = "activation_f32"
-        else:
-            self.kernel = ("activation_f16" if self.features.get("storage16")
-                           else "activation_f16_packed")
-        self.in_esize = self.out_esize = src.data_type.size
-        self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
-        self.out_bytes = dst.total_tensor_size_in_bytes
-        self.rank = dst.dimension_count
-        self.box = list(dst.sizes)
-        self.box_out_strides = list(dst.element_strides)
-        self.in_strides = list(src.element_strides)
+        self.float_box("activation")
+        self.in_strides = list(d.input_tensor.element_strides)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         p = np.zeros(4 * 5, dtype=np.uint32)

@@ -25,7 +25,7 @@ from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
 from ..dml.data_type import DataType
 from .. import tuning
 from .base import implements
-from .grid import BOX_CONSTANTS, BoxKernel
+from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 from .functional import as_array, pick_device, run
 
 __all__ = ["fold"]
@@ -346,18 +346,7 @@ def _read_run(device, seq, cand, shape):
                               ("window_sizes", "strides", "dilations", "start_padding",
                                "end_padding")))
     op = CompiledFold(device, desc, read=cand.params["read"])
-    if op.read != cand.params["read"] and cand.name == "ssbo4":
-        op.release()
-        raise tuning.Declined(cand.name)
-    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    return timed_read_candidate(device, seq, op, cand)
 
 
 #: Fold's read path where "ssbo4" is possible: "auto" (the texel rule of

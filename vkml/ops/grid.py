@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..runtime import STORAGE, Bind
+from ..dml.data_type import DataType
 from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
 
@@ -200,6 +201,22 @@ class BoxKernel(CompiledOperator):
         """[lo, hi) input element indices the box reads (lo >= hi: none)."""
         raise NotImplementedError
 
+    def float_box(self, family: str) -> None:
+        """The common set-up of a float32/float16 kernel over the output tensor's box:
+        the ``<family>_f32`` / ``_f16`` / ``_f16_packed`` variant (packed float16 where the
+        device lacks 16-bit storage), element sizes, binding sizes and the output box."""
+        src, dst = self.desc.input_tensor, self.desc.output_tensor
+        if src.data_type == DataType.FLOAT32:
+            self.kernel = family + "_f32"
+        else:
+            self.kernel = family + ("_f16" if self.features.get("storage16") else "_f16_packed")
+        self.in_esize = self.out_esize = src.data_type.size
+        self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
+        self.out_bytes = dst.total_tensor_size_in_bytes
+        self.rank = dst.dimension_count
+        self.box = list(dst.sizes)
+        self.box_out_strides = list(dst.element_strides)
+
     def out_span(self, origin, extent) -> tuple[int, int]:
         return strided_span(origin, extent, self.box_out_strides)
 
@@ -273,3 +290,24 @@ class BoxKernel(CompiledOperator):
         st = self.box_out_strides
         return (v in (4, 8) and st[-1] == 1 and all(s % 4 == 0 for s in st[:-1])
                 and origin[-1] % 4 == 0 and out_base % 4 == 0)
+
+
+def timed_read_candidate(device, seq, op, cand):
+    """A tuner run function's body for a BoxKernel whose ``read`` path a candidate forces
+    (``op`` built with ``read=cand.params["read"]``): decline a candidate the operator
+    could not take, record ``op`` over scratch tensors, return their release."""
+    from .. import tuning
+
+    if op.read != cand.params["read"] and cand.name != "auto":   # "auto": the op's own rule
+        op.release()
+        raise tuning.Declined(cand.name)
+    d = op.desc
+    x = device.empty((d.input_tensor.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((d.output_tensor.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x], [y])
+
+    def free():
+        op.release()
+        x.free()
+        y.free()
+    return free

@@ -13,7 +13,6 @@ one is finite and non-zero.  P is a specialization constant (the power unrolls).
 from __future__ import annotations
 
 import math
-import operator
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_
 from .. import tuning
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry, whole_vec4s
-from .grid import BOX_CONSTANTS, BoxKernel
+from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 from .functional import as_array, pick_device, run
 
 __all__ = ["lp_pooling"]
@@ -84,17 +83,7 @@ class CompiledLpPooling(BoxKernel):
     def build(self) -> None:
         d = self.desc
         src, dst = d.input_tensor, d.output_tensor
-        if src.data_type == DataType.FLOAT32:
-            self.kernel = "lp_pooling_f32"
-        else:
-            self.kernel = ("lp_pooling_f16" if self.features.get("storage16")
-                           else "lp_pooling_f16_packed")
-        self.in_esize = self.out_esize = src.data_type.size
-        self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
-        self.out_bytes = dst.total_tensor_size_in_bytes
-        self.rank = dst.dimension_count
-        self.box = list(dst.sizes)
-        self.box_out_strides = list(dst.element_strides)
+        self.float_box("lp_pooling")
         self.in_sizes = src.sizes
         self.in_strides = src.element_strides
         # equivalent windows whose positions fit 32-bit arithmetic (or a ValidationError);
@@ -200,18 +189,7 @@ def _read_run(device, seq, cand, shape):
         *(tuple(shape[k]) for k in ("strides", "window_size", "start_padding",
                                     "end_padding", "dilations")), shape["p"])
     op = CompiledLpPooling(device, desc, read=cand.params["read"])
-    if op.read != cand.params["read"] and cand.name == "ssbo4":
-        op.release()
-        raise tuning.Declined(cand.name)
-    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    return timed_read_candidate(device, seq, op, cand)
 
 
 #: LP pooling's read path where "ssbo4" is possible: "auto" (the texel rule, the

@@ -36,7 +36,7 @@ def initializer_inputs(owned, given, field: str) -> dict:
                                   "it is bound at execution, not at initialization")
     for i in owned:
         if i not in given or given[i] is None:
-            raise ValidationError(f"{field}[{i}]", f"is missing: it is OWNED_BY_DML and must "
+            raise ValidationError(f"{field}[{i}]", "is missing: it is OWNED_BY_DML and must "
                                   "be bound at initialization")
     return dict(given)
 
