@@ -7,8 +7,11 @@ three ways in the same run (rows of the result document):
   replayed on device tensors;
 * ``vkml-ops``: the same five operators compiled apart and executed one after another
   on device tensors (each its own submit and wait; filters bound at execution);
-* ``onnxruntime-cpu``: an equivalent ONNX model (built with ``onnx.helper``) on ONNX
-  Runtime's CPU provider, where it is installed (absent otherwise).
+* ``vkml-onnx``: the equivalent ONNX model (built with ``onnx.helper``) through vkml's
+  ONNX backend (``vkml.onnx.prepare`` on the same device: one partition, lowered to the
+  same DML graph), the input a device tensor, the output read back;
+* ``onnxruntime-cpu``: the same ONNX model on ONNX Runtime's CPU provider, where it is
+  installed (absent otherwise).
 
 The vkml row carries ``graph``: the arena's size next to the sum of the intermediates
 (what they would take unshared), the fusions, and the speedup over ``vkml-ops``.
@@ -166,6 +169,19 @@ class GraphRunner:
         return run, out, ops
 
 
+def vkml_onnx_session(p: dict, inputs: list, dev):
+    """(function running the ONNX model through ``vkml.onnx`` on ``dev``, the prepared
+    model); Absent where the onnx package is not installed."""
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        raise Absent("onnx is not installed (pip install 'vkml[onnx]')") from None
+    import vkml.onnx as backend
+    rep = backend.prepare(onnx_model(p, inputs), device=dev, strict=True)
+    x = dev.tensor(inputs[0].astype(np.float32))
+    return (lambda: rep.run([x])[0]), rep
+
+
 def onnxruntime_session(p: dict, inputs: list):
     """A function running the ONNX model on ONNX Runtime's CPU provider (Absent where
     onnxruntime is not installed)."""
@@ -220,6 +236,25 @@ def measure(bench, w, device_row: dict, dev, cpu_peers: bool) -> list[dict]:
         graph_row["graph"]["speedup_vs_one_by_one"] = (ops_row["wall_ms"]["median"]
                                                        / graph_row["wall_ms"]["median"])
     rows += [graph_row, ops_row]
+    onnx_row = bench._row(w, "vkml-onnx", device_row, work)
+    rep = None
+    try:
+        t = time.perf_counter()
+        fn, rep = vkml_onnx_session(p, inputs, dev)
+        y = fn()
+        onnx_row["cold_ms"] = (time.perf_counter() - t) * 1e3
+        onnx_row.update(errors(y, ref, w.tolerance))
+        onnx_row["wall_ms"] = _stat(sample(fn, budget))
+        if graph_row["status"] == "ok":
+            graph_row["graph"]["onnx_vs_graph"] = (onnx_row["wall_ms"]["median"]
+                                                   / graph_row["wall_ms"]["median"])
+    except Absent as exc:
+        onnx_row.update(status="absent", reason=str(exc))
+    except Exception as exc:              # noqa: BLE001
+        bench._fail(onnx_row, exc)
+    if rep is not None:
+        rep.release()
+    rows.append(onnx_row)
     if cpu_peers:
         ort_row = bench._row(w, "onnxruntime-cpu", None, work)
         try:

@@ -56,6 +56,8 @@ TARGETS = [
            ("conv3d-*", "convT2d-*"), at_least=30.0),
     Target("graph", "a compiled graph >= 1.3x its operators executed one by one",
            "speedup.vkml-ops.e2e", ("graph-*",), at_least=1.3),
+    Target("graph", "the ONNX backend within 10% of the same DML graph built by hand",
+           "speedup.vkml-onnx.e2e", ("graph-*",), at_most=1.1),
 ]
 
 

@@ -451,10 +451,11 @@ def test_graph_workload_reports_arena(tmp_path, device, monkeypatch):
     rc, doc = _run(tmp_path, device, "--quick", "--no-limits", workloads=TINY_GRAPH)
     assert rc == 0 and report.validate(doc) == []
     rows = {r["runner"]: r for r in doc["results"]}
-    assert set(rows) == {"vkml", "vkml-ops", "onnxruntime-cpu"}
-    g, ops = rows["vkml"], rows["vkml-ops"]
-    assert g["status"] == ops["status"] == "ok"
-    assert not g["flagged"] and not ops["flagged"]
+    assert set(rows) == {"vkml", "vkml-ops", "vkml-onnx", "onnxruntime-cpu"}
+    g, ops, ox = rows["vkml"], rows["vkml-ops"], rows["vkml-onnx"]
+    assert g["status"] == ops["status"] == ox["status"] == "ok"
+    assert not g["flagged"] and not ops["flagged"] and not ox["flagged"]
+    assert g["graph"]["onnx_vs_graph"] > 0
     a = g["graph"]
     # padding folded into the first convolution, relu fused into it: 3 nodes, and two
     # intermediates (conv1+relu -> pool, pool -> conv2) that share nothing (both alive
@@ -465,9 +466,10 @@ def test_graph_workload_reports_arena(tmp_path, device, monkeypatch):
     assert a["speedup_vs_one_by_one"] > 0
     assert g["speedup"]["vkml-ops"]["e2e"] == pytest.approx(a["speedup_vs_one_by_one"])
     assert rows["onnxruntime-cpu"]["status"] == "absent"
-    goal = [t for t in doc["targets"] if t["area"] == "graph"]
-    assert len(goal) == 1 and goal[0]["threshold"] == 1.3
-    assert goal[0]["values"] == {"graph-tiny": a["speedup_vs_one_by_one"]}
+    goal = {t["threshold"]: t for t in doc["targets"] if t["area"] == "graph"}
+    assert set(goal) == {1.3, 1.1}
+    assert goal[1.3]["values"] == {"graph-tiny": a["speedup_vs_one_by_one"]}
+    assert goal[1.1]["values"] == {"graph-tiny": g["speedup"]["vkml-onnx"]["e2e"]}
 
 
 def test_graph_workload_onnx_model():
