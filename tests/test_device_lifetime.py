@@ -317,3 +317,41 @@ def test_concurrent_close_calls(device):
         t.join(JOIN_LIMIT_S)
     assert not errors and not any(t.is_alive() for t in ts)
     assert dev._ctx.lifetime.closed
+
+
+def test_first_run_of_one_sequence_from_several_threads(device):
+    """Threads making the first ``run()`` of one recorded sequence at once end it once:
+    ``end()`` decides ``ended`` under the pool lock (tested outside it, two threads both
+    recorded the final barrier and ``vkEndCommandBuffer``, the second on an executable
+    buffer: VUID-vkEndCommandBuffer-commandBuffer-00059, seen by the close tests above).
+    Recording into a sequence another thread ended raises DeviceError."""
+    from vkml import runtime
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    compiled = _padding_op_small(device)
+    xt, yt = device.tensor(x), device.empty((1, 1, 6, 6))
+    before = len(runtime.validation_messages)
+    for _ in range(10):
+        seq = device.sequence()
+        compiled.record(seq, [xt], [yt])
+        start = threading.Barrier(4)
+        errors: list = []
+
+        def first_run():
+            try:
+                start.wait()
+                seq.run()
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(repr(exc))
+
+        ts = [threading.Thread(target=first_run) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(JOIN_LIMIT_S)
+        assert not errors and seq.ended
+        with pytest.raises(DeviceError):
+            seq.barrier()
+        seq.close()
+    assert runtime.validation_messages[before:] == []
+    np.testing.assert_array_equal(yt.numpy(), np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))))
+    compiled.release()

@@ -299,6 +299,7 @@ class Sequence:
                 writes.append(rng)
             infos.append((kind, b, off, size))
         with self.pool.lock:
+            self._check_open()      # again under the lock: another thread may have ended it
             self._hazard(reads, writes)
             lib.vkCmdBindPipeline(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
             self._bind_descriptors(pipeline, infos)
@@ -361,6 +362,7 @@ class Sequence:
             arr[i].dstOffset = dst.offset + d
             arr[i].size = n
         with self.pool.lock:
+            self._check_open()
             self._hazard(reads, writes)
             lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer, len(regions), arr)
 
@@ -387,6 +389,7 @@ class Sequence:
         lo_s, hi_s = int(shifted[:, 0].min()), int((shifted[:, 0] + shifted[:, 2]).max())
         lo_d, hi_d = int(shifted[:, 1].min()), int((shifted[:, 1] + shifted[:, 2]).max())
         with self.pool.lock:
+            self._check_open()
             self._hazard([(src.buffer, lo_s, hi_s)], [(dst.buffer, lo_d, hi_d)])
             for a in range(0, len(regions), COPY_CHUNK):     # disjoint regions: no barriers
                 lib.vkCmdCopyBuffer(self.cmd, src.buffer, dst.buffer,
@@ -400,6 +403,7 @@ class Sequence:
         self._use(dst)
         rng = (dst.buffer, dst.offset + offset, dst.offset + offset + size)
         with self.pool.lock:
+            self._check_open()
             self._hazard([], [rng])
             lib.vkCmdFillBuffer(self.cmd, dst.buffer, dst.offset + offset, size, word & 0xFFFFFFFF)
 
@@ -407,6 +411,7 @@ class Sequence:
     def barrier(self) -> None:
         """An explicit full barrier (rarely needed: hazards are tracked)."""
         with self.pool.lock:
+            self._check_open()
             self._barrier(_STAGES, _STAGES, _WRITES, _SHADER_RW | _XFER_RW)
             self._written.clear()
             self._read.clear()
@@ -414,9 +419,15 @@ class Sequence:
     # -- submission --------------------------------------------------------------------
     @lifetime.entry
     def end(self) -> None:
+        """End recording (idempotent).  ``ended`` is tested and set under the pool lock:
+        threads making the first :meth:`run` of one sequence at once end it once (testing
+        it outside recorded the barrier and ``vkEndCommandBuffer`` twice, the second time
+        on an executable buffer: VUID-vkEndCommandBuffer-commandBuffer-00059)."""
         if self.ended:
             return
         with self.pool.lock:
+            if self.ended:
+                return
             # Device writes become visible to the host once the fence signals.
             self._barrier(_STAGES, vk.VK_PIPELINE_STAGE_HOST_BIT, _WRITES,
                           vk.VK_ACCESS_HOST_READ_BIT)
@@ -424,7 +435,7 @@ class Sequence:
                 lib.vkCmdWriteTimestamp(self.cmd, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
                                         self._query_pool, 1)
             vk.check(lib.vkEndCommandBuffer(self.cmd), "vkEndCommandBuffer")
-        self.ended = True
+            self.ended = True
 
     def run(self) -> "Sequence":
         """Submit and wait; can be called again to replay the same commands."""
