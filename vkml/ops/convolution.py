@@ -123,6 +123,17 @@ def _ceil_div(a: int, b: int) -> int:
     return -((-a) // b)
 
 
+def _tap_ranges(k_n: int, s: int, d: int, a: int, count: int, span: int):
+    """``(k, lo, hi)`` for each tap ``k`` whose indices ``j`` in ``[lo, hi]`` (within
+    ``[0, count)``) put ``j*s + k*d - a`` inside ``[0, span)``: outputs meeting the input
+    (forward) or inputs landing in the output (backward)."""
+    for k in range(k_n):
+        lo = max(0, _ceil_div(a - k * d, s))
+        hi = min(count - 1, (a - k * d + span - 1) // s)
+        if lo <= hi:
+            yield k, lo, hi
+
+
 def _axis_forward(i_n: int, k_n: int, s: int, d: int, a: int, v: int):
     """One forward axis ``y[o] = sum_k x[o*s + k*d - a] w[k]`` for ``o < v`` (Python ints,
     exact) reduced to the outputs and taps that reach the input.
@@ -136,11 +147,7 @@ def _axis_forward(i_n: int, k_n: int, s: int, d: int, a: int, v: int):
     stride gives the same sum (s' = 1); one tap: likewise d' = 1.  Returns
     ``(I, K', s', d', a', vlo, vhi, k0)`` or None where no output meets the input."""
     lo_o = hi_o = k0 = k1 = None
-    for k in range(k_n):
-        lo = max(0, _ceil_div(a - k * d, s))
-        hi = min(v - 1, (a - k * d + i_n - 1) // s)
-        if lo > hi:
-            continue
+    for k, lo, hi in _tap_ranges(k_n, s, d, a, v, i_n):
         lo_o = lo if lo_o is None else min(lo_o, lo)
         hi_o = hi if hi_o is None else max(hi_o, hi)
         k0 = k if k0 is None else k0
@@ -166,11 +173,7 @@ def _axis_backward(i_n: int, k_n: int, s: int, d: int, a: int, o_n: int):
     ``i' = 0``, any stride divides 0 (s' = 1); one tap: d' = 1.  Returns
     ``(I', K', s', d', a', vlo, vhi, k0, i0)`` or None where nothing lands inside."""
     i0 = i1 = k0 = k1 = vlo = vhi = None
-    for k in range(k_n):
-        lo = max(0, _ceil_div(a - k * d, s))
-        hi = min(i_n - 1, (a - k * d + o_n - 1) // s)
-        if lo > hi:
-            continue
+    for k, lo, hi in _tap_ranges(k_n, s, d, a, i_n, o_n):
         i0 = lo if i0 is None else min(i0, lo)
         i1 = hi if i1 is None else max(i1, hi)
         k0 = k if k0 is None else k0
