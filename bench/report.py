@@ -103,6 +103,16 @@ def device_tables(doc: dict) -> list[Table]:
                       "NumPy in/out, end to end")
         elif d.get("hot_path_error"):
             t.add_row("hot path", "[red]error[/]", escape(d["hot_path_error"]))
+        tc = d.get("tuning_cost")
+        if tc:
+            t.add_row("cold conv, VKML_TUNE=fast / off", f"{tc['fast_cold_vs_off']:.2f}x",
+                      f"{tc['fast_cold_ms']:.0f} / {tc['off_cold_ms']:.0f} ms, new process and "
+                      f"cache (target <= {tc['targets']['fast_cold_vs_off']:.0f}x)")
+            t.add_row("same, second process", f"{tc['fast_warm_vs_off']:.2f}x",
+                      f"{tc['fast_warm_ms']:.0f} / {tc['off_warm_ms']:.0f} ms, stored choice "
+                      f"reused (target <= {tc['targets']['fast_warm_vs_off']:.2f}x)")
+        elif d.get("tuning_cost_error"):
+            t.add_row("tuning cost", "[red]error[/]", escape(d["tuning_cost_error"]))
         out.append(t)
     return out
 
@@ -292,7 +302,7 @@ def csv_rows(doc: dict):
     for d in doc["devices"]:
         base = {"device": d["index"], "device_name": d["name"]}
         yield dict(base, kind="driver", workload=d["driver_name"], value=d["driver_info"])
-        for section in ("limits", "hot_path"):
+        for section in ("limits", "hot_path", "tuning_cost"):
             for k, v in (d.get(section) or {}).items():
                 if isinstance(v, (int, float)):
                     yield dict(base, kind=section, workload=k, value=v)
@@ -354,6 +364,12 @@ def markdown(doc: dict) -> str:
                           ("functional_tiny_pad_us", "vkml.pad on a tiny NumPy array")):
             if hp.get(key) is not None:
                 lines.append(f"| {name} | {hp[key]:.1f} us |")
+        tc = d.get("tuning_cost") or {}
+        if tc:
+            lines.append(f"| cold conv, VKML_TUNE=fast / off | {tc['fast_cold_vs_off']:.2f}x "
+                         f"({tc['fast_cold_ms']:.0f} / {tc['off_cold_ms']:.0f} ms) |")
+            lines.append(f"| same, second process (stored choice) | {tc['fast_warm_vs_off']:.2f}x "
+                         f"({tc['fast_warm_ms']:.0f} / {tc['off_warm_ms']:.0f} ms) |")
         lines.append("")
     if doc.get("targets"):
         lines += ["| area | target | device | value | needed | met |", "|---|---|---|---|---|---|"]

@@ -14,7 +14,7 @@ import numpy as np
 
 import vkml
 
-from . import graph, limits, operators, targets
+from . import graph, limits, operators, targets, tuning_cost
 from .runners import Absent, peer_classes
 from .runners.vkml_runner import VkmlRunner
 from .stats import Budget, Stats, sample
@@ -218,7 +218,7 @@ class Bench:
                  "vendor_id": info.vendor_id, "device_id": info.device_id,
                  "timestamps": bool(dev.features.get("timestamps")),
                  "features": {k: bool(v) for k, v in dev.features.items()},
-                 "limits": None, "hot_path": None}
+                 "limits": None, "hot_path": None, "tuning_cost": None}
         self.devices.append(entry)
         if opts.limits:
             self.progress(f"{info.name}: device limits (microkernels) and hot path")
@@ -230,6 +230,11 @@ class Bench:
                 entry["hot_path"] = limits.hot_path(dev, quick=opts.quick)
             except Exception as exc:      # noqa: BLE001
                 entry["hot_path_error"] = f"{type(exc).__name__}: {exc}"
+            try:
+                entry["tuning_cost"] = tuning_cost.measure(info.index,
+                                                           repeats=1 if opts.quick else 3)
+            except Exception as exc:      # noqa: BLE001
+                entry["tuning_cost_error"] = f"{type(exc).__name__}: {exc}"
         lim = entry["limits"]
         device = {"index": info.index, "name": info.name}
         runners = []

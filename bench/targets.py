@@ -17,7 +17,7 @@ class Target:
     area: str                       # what the goal is about: "padding", "convolution", ...
     what: str
     figure: str                     # "speedup.<peer>.<e2e|compute>", "pct_fma", "hot_path.<key>",
-    #                                 "limits.<key>"
+    #                                 "limits.<key>", "tuning_cost.<key>"
     workloads: tuple = ()           # name patterns (fnmatch); empty for device figures
     exclude: tuple = ()
     aggregate: str = "each"         # "each" | "geomean"
@@ -44,6 +44,10 @@ TARGETS = [
            "hot_path.functional_tiny_pad_us", at_most=60.0),
     Target("hot path", "100 paddings in one submit <= 40 us each",
            "hot_path.batched_us_per_padding", at_most=40.0),
+    Target("tuning", "a cold convolution with VKML_TUNE=fast within 2x of tuning off",
+           "tuning_cost.fast_cold_vs_off", at_most=2.0),
+    Target("tuning", "a second process reuses the stored choice (cold call as with tuning off)",
+           "tuning_cost.fast_warm_vs_off", at_most=1.25),
     Target("fold", "fold ahead of PyTorch CPU (device time)", "speedup.torch-cpu.compute",
            ("fold-*",), at_least=1.0),
     Target("LP pooling", "LP pooling ahead of PyTorch CPU (device time)",

@@ -88,6 +88,11 @@ def test_json_schema(tiny_run):
     assert d["limits"]["fma_gflops"] > 0 and d["limits"]["copy_buffer_gbs"] > 0
     assert d["hot_path"]["replay_us_per_submit"] > 0
     assert d["hot_path"]["batched_us_per_padding"] > 0
+    # tuning's cost: cold calls in fresh processes, tuning off and fast, then reusing the folder
+    tc = d["tuning_cost"]
+    assert all(tc[f"{m}_{w}_ms"] > 0 for m in ("off", "fast") for w in ("cold", "warm"))
+    assert tc["candidate_off"] and tc["candidate_fast"]
+    assert tc["fast_cold_vs_off"] == pytest.approx(tc["fast_cold_ms"] / tc["off_cold_ms"])
     # the issues' device targets are checked in every run (workload ones need their workloads)
     checked = {t["target"] for t in doc["targets"]}
     assert "a replayed recorded sequence (one tiny padding) <= 80 us per submit" in checked
