@@ -122,6 +122,37 @@ def test_fast_list_is_the_default_and_its_cheap_variants(device, tmp_path):
         device, conv_ops.TUNABLE, desc).source == "stored"
 
 
+def test_owned_filter_is_timed_bound_once_on_every_path(device, tmp_path):
+    """An OWNED_BY_DML filter (graphs, ONNX initializers): its own shape class, every
+    accepting path but direct in the fast list, each timed with the filter bound by
+    ``initialize`` (none declined for want of a filter at execution); the chosen path
+    then runs correctly with the filter bound once."""
+    from dataclasses import replace
+    desc = SHAPES[2][0]
+    owned = replace(desc, filter_tensor=replace(desc.filter_tensor,
+                                                flags=dml.TensorFlags.OWNED_BY_DML))
+    assert conv_ops.shape_class(owned) == conv_ops.shape_class(desc) + "-owned1"
+    c = tuning.Tuner("fast", folder=tmp_path, rounds=1).choose(device, conv_ops.TUNABLE, owned)
+    probe = conv_ops._Probe(device, owned)
+    paths = [n for n in conv_ops.heuristic(probe, probe.geo) if n != "direct"]
+    assert len(paths) >= 2 and set(paths) <= set(c.times), (paths, c.times)
+    assert not tuning.Tuner(folder=tmp_path).lookup(c.key).get("declined")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(desc.bias_tensor.sizes).astype(np.float32)
+    op = compile_on_path(device, owned, c.name)
+    try:
+        op.initialize(filter=w)
+        y = device.empty(desc.output_tensor.sizes, np.float32)
+        op.execute([device.tensor(x), None, device.tensor(b)], [y])
+        ref = convolution_reference(x, w, b.reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1],
+                                    [0, 0], 1, "cross_correlation", "forward")
+        np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4)
+    finally:
+        op.release()
+
+
 COLD = textwrap.dedent("""
     import time, sys, numpy as np, vkml
     dev = vkml.Device("llvmpipe")

@@ -1445,17 +1445,20 @@ def _round(v: int) -> int:
 
 def shape_class(desc: ConvolutionOperatorDesc) -> str:
     """Convolutions that share one tuned choice: same direction, data type, kernel,
-    stride, dilation, group kind (one, depthwise, other), layout (packed or not), and
-    batch, channels in and out and output sizes within the same power of two."""
+    stride, dilation, group kind (one, depthwise, other), layout (packed or not), the
+    OWNED_BY_DML inputs (bound once: a path that transforms the filter then pays no
+    transform per run, so the choice differs), and batch, channels in and out and output
+    sizes within the same power of two."""
     g = Geometry.of(desc)
     grp = "1" if g.groups == 1 else "dw" if g.cin_per_group == 1 else f"g{_round(g.groups)}"
 
     def dims(v):
         return "x".join(str(x) for x in v)
+    owned = "".join(str(i) for i in owned_slots(desc.inputs()))
     return (f"{'bwd' if g.backward else 'fwd'}-{g.dtype.name.lower()}-n{_round(g.n)}"
             f"-c{_round(g.c_in)}-{_round(g.c_out)}-g{grp}-o{dims(_round(v) for v in g.out_size)}"
             f"-k{dims(g.kernel)}-s{dims(g.stride)}-d{dims(g.dilation)}"
-            f"{'' if g.packed else '-strided'}")
+            f"{'' if g.packed else '-strided'}{f'-owned{owned}' if owned else ''}")
 
 
 def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
@@ -1463,10 +1466,17 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     nothing new (its knob variants, :data:`_CHEAP`).  Another path would compile its
     own pipelines, as long as the first call's (measured on lavapipe: a cold first call
     went from 0.40 to 0.41 s with these, to 0.8 s with the next path too), so other
-    paths and knobs are timed in ``full`` mode only (``python -m vkml.tune``)."""
+    paths and knobs are timed in ``full`` mode only (``python -m vkml.tune``), except for
+    an OWNED_BY_DML filter (below)."""
     probe = _Probe(device, desc)
     order = heuristic(probe, probe.geo)
-    return tuple(order[:1]) + _CHEAP.get(order[0], ())
+    fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
+    if 1 in owned_slots(desc.inputs()):
+        # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a
+        # graph, a model), and paths that transform the filter pay it once, so every other
+        # accepting path is timed too (but direct: slow wherever another path accepts)
+        fast += tuple(n for n in order[1:] if n != "direct")
+    return fast
 
 
 class _Probe:
@@ -1480,18 +1490,26 @@ class _Probe:
 
 
 def _run(device, seq, cand, desc):
-    """Record candidate ``cand`` of a convolution on zeroed tensors into ``seq``."""
+    """Record candidate ``cand`` of a convolution on zeroed tensors into ``seq``, as it
+    will run: OWNED_BY_DML inputs bound once by :meth:`CompiledConvolution.initialize`
+    (their transforms are not timed), the others bound at execution."""
     op = CompiledConvolution(device, desc, path=cand.name)   # UnsupportedError: declined
     made = [op]
     try:
-        ins = []
-        for t in desc.inputs():
+        ins, owned = [], {}
+        for i, t in enumerate(desc.inputs()):
             if t is None:
                 ins.append(None)
                 continue
             a = device.empty(t.total_tensor_size_in_bytes // t.data_type.size, t.dtype)
             made.append(a)
-            ins.append(a)
+            if i in op.owned_inputs:
+                owned[i] = a
+                ins.append(None)
+            else:
+                ins.append(a)
+        if owned:
+            op.initialize(owned)
         y = desc.outputs()[0]
         out = device.empty(y.total_tensor_size_in_bytes // y.data_type.size, y.dtype)
         made.append(out)
