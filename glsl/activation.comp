@@ -7,19 +7,43 @@
 // float32 and float16 tensors (float16 stored as halves, or packed two to a 32-bit word
 // on devices without 16-bit storage).
 //
+// Packed input and output of one layout (the host flattens them to one dimension): each
+// invocation takes V (a multiple of 4) neighbouring elements, four at a time read as a vec4 (TEXEL4: an RGBA32F
+// texel, lavapipe vectorizes texel reads; SSBO4: a vec4 storage-buffer load) and stored
+// as one vec4 (VEC_STORE), or two half pairs for float16.  No early return: on lavapipe
+// uniform loads after a divergent return become per-lane gathers (docs/DEVELOPING.md).
+//
 // vkml:variant activation_f32 F32=1
+// vkml:variant activation_f32_texel4 F32=1 TEXEL4=1
+// vkml:variant activation_f32_ssbo4 F32=1 SSBO4=1
 // vkml:variant activation_f16 F16=1
 // vkml:variant activation_f16_packed F16_PACKED=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
+#if defined(SSBO4)
+layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
+#define LOAD4(q) x4[q]
+#define LOAD1(i) x4[(i) >> 2][(i) & 3u]
+#elif defined(TEXEL4)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
+#define LOAD4(q) texelFetch(Xt, int(q))
+#define LOAD1(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
+#else
 layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
+#define LOAD1(i) FLOAD(x, i)
+#endif
 layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
+#ifdef F32
+layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+#endif
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 1 to 8 dimensions
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
+layout(constant_id = 21) const uint V = 1u;      // elements of the last dimension per invocation
+layout(constant_id = 22) const bool VEC_STORE = false;   // flat, V a multiple of 4: vec4 stores
 layout(constant_id = 24) const int ACT = 0;      // ACT_* of vkml_activation.glsl
 
 layout(std140, set = 0, binding = 2) uniform Params {
@@ -52,7 +76,8 @@ const int LAST = RANK - 1;
 void main() {
     uint gx = gl_GlobalInvocationID.x;
     const int YDIM = RANK - XDIMS - 1;
-    if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
+    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
+    vec4 prm = p;
     uint coord[8];
     uint z = gl_GlobalInvocationID.z;
     [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
@@ -63,18 +88,49 @@ void main() {
     if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
     [[unroll]] for (int d = LAST; d > YDIM; d--) {
         if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
-            coord[d] = AT(origin, d) + gx;
+            coord[d] = AT(origin, d) + gx * V;
         } else {
             uint q = divide(gx, d);
             coord[d] = AT(origin, d) + gx - q * AT(extent, d);
             gx = q;
         }
     }
+    uint end = AT(origin, LAST) + AT(extent, LAST);
+    uint count = live && coord[LAST] < end ? min(V, end - coord[LAST]) : 0u;
     uint src = 0u, dst = 0u;
     [[unroll]] for (int d = 0; d < RANK; d++) {
         src += coord[d] * AT(in_stride, d);
         dst += coord[d] * AT(out_stride, d);
     }
-    float v = FLOAD(x, src - in_base);
-    FSTORE(y, dst - out_base, vkml_activation(ACT, v, p));
+    uint s = src - in_base, o = dst - out_base;
+#if defined(SSBO4) || defined(TEXEL4)
+    if (VEC_STORE && count == V) {    // flat: s and o multiples of 4 (the host's rule)
+        [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
+            vec4 v = LOAD4((s >> 2) + k);
+            y4[(o >> 2) + k] = vec4(vkml_activation(ACT, v.x, prm), vkml_activation(ACT, v.y, prm),
+                                    vkml_activation(ACT, v.z, prm), vkml_activation(ACT, v.w, prm));
+        }
+        return;
+    }
+#endif
+    uint istep = AT(in_stride, LAST), ostep = AT(out_stride, LAST);
+#if !defined(SSBO4) && !defined(TEXEL4)
+    if (VEC_STORE && count == V) {    // float16 (or float32 read by element): pairs
+        [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
+            float r[4];
+            [[unroll]] for (uint j = 0u; j < 4u; j++)
+                r[j] = vkml_activation(ACT, LOAD1(s + 4u * k + j), prm);
+#ifdef F32
+            y4[(o >> 2) + k] = vec4(r[0], r[1], r[2], r[3]);
+#else
+            FSTORE2(y, o + 4u * k, r[0], r[1]);
+            FSTORE2(y, o + 4u * k + 2u, r[2], r[3]);
+#endif
+        }
+        return;
+    }
+#endif
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        if (j < count) FSTORE(y, o + j * ostep, vkml_activation(ACT, LOAD1(s + j * istep), prm));
+    }
 }

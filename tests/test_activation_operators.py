@@ -115,22 +115,54 @@ def test_ranks_1_and_8(device):
                                       np.maximum(x, 0))
 
 
-def test_windowed(device):
-    """Tensors bound in windows (a lowered maxStorageBufferRange) give the same result."""
-    x = np.linspace(-4, 4, 3 * 4 * 50, dtype=np.float32).reshape(3, 4, 50)
+def _compiled(device, desc, read):
+    import importlib
+    cls = importlib.import_module("vkml.ops.activation").CompiledActivation
+    return cls(device, desc, read=read)
+
+
+def _elu(x):
+    x = x.astype(np.float64)
+    return np.where(x >= 0, x, 0.5 * np.expm1(x))
+
+
+@pytest.mark.parametrize("read", ["ssbo", "ssbo4", "texel4"])
+@pytest.mark.parametrize("n", [1, 3, 4, 31, 32, 33, 1000, 4099])
+def test_flat_read_paths(device, read, n):
+    """Packed tensors of one layout run flat, 32 elements an invocation (vec4 reads and
+    stores where a whole 32 fit), each read path forced by name; every size, tails too."""
+    x = np.linspace(-3, 3, n, dtype=np.float32).reshape(1, n)
     t = dml.TensorDesc("float32", x.shape)
-    desc = dml.ActivationSigmoidOperatorDesc(t, t)
-    op = device.compile_operator(device.create_operator(desc))
+    op = _compiled(device, dml.ActivationEluOperatorDesc(t, t, alpha=0.5), read)
     try:
-        op.windows = op.plan_windows(limit=256 + 4 * device._ctx.binding_alignment())
-        assert op.windows is not None and len(op.windows) > 1
+        assert op.flat and op.read == read
         out = device.empty(x.shape)
+        out.write(np.full(x.shape, np.nan, np.float32))
         op.execute([device.tensor(x)], [out])
-        np.testing.assert_allclose(out.numpy(), 1 / (1 + np.exp(-x.astype(np.float64))),
-                                   rtol=3e-6, atol=1e-7)
+        np.testing.assert_allclose(out.numpy(), _elu(x), rtol=3e-6, atol=1e-7)
     finally:
         op.release()
-    assert type(op).__name__ == "CompiledActivation"
+
+
+@pytest.mark.parametrize("read", ["ssbo", "ssbo4", "texel4"])
+@pytest.mark.parametrize("shape", [(3, 4, 50), (7, 333)])
+def test_windowed(device, read, shape):
+    """Tensors bound in windows (maxStorageBufferRange lowered) give the same result on
+    each read path; texel4 needs the whole input in one binding and falls back."""
+    x = np.linspace(-4, 4, int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    t = dml.TensorDesc("float32", x.shape)
+    align = device._ctx.binding_alignment()
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 1024 + 4 * align}) as dev:
+        op = _compiled(dev, dml.ActivationSigmoidOperatorDesc(t, t), read)
+        try:
+            assert op.windows is not None and len(op.windows) > 1
+            assert op.read == ("ssbo" if read == "texel4" else read)
+            out = dev.empty(x.shape)
+            op.execute([dev.tensor(x)], [out])
+            np.testing.assert_allclose(out.numpy(), 1 / (1 + np.exp(-x.astype(np.float64))),
+                                       rtol=3e-6, atol=1e-7)
+        finally:
+            op.release()
 
 
 def test_tensor_in_tensor_out(device):

@@ -25,9 +25,17 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..errors import DeviceError
-from . import cache, vk
+from . import cache, spirv, vk
 from .cache import cache_dir
 from .vk import ffi, lib
+
+#: Specialization constants that select code rather than size it (``ACT``: the switch
+#: of glsl/include/vkml_activation.glsl), frozen into the module on the host
+#: (:mod:`vkml.runtime.spirv`): a driver that does not fold specialization constants
+#: otherwise runs every case (SwiftShader: a Relu 8x slower).  Only these: freezing
+#: every constant made SwiftShader's convolutions up to 1.9x slower (its optimizer then
+#: unrolls what it left as loops).
+FROZEN_CONSTANTS = ("ACT",)
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
@@ -95,10 +103,11 @@ def kernel_manifest() -> dict:
     return json.loads(resources.files("vkml.shaders").joinpath("manifest.json").read_text())
 
 
-def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dict]:
-    """(binding kinds, push-constant bytes, {constant_id: value}) of kernel variant ``name``
-    with specialization ``constants`` given by name; a variant or constant name the
-    manifest does not list raises ValueError naming what it does list."""
+def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dict, tuple]:
+    """(binding kinds, push-constant bytes, {constant_id: value}, ids of the
+    :data:`FROZEN_CONSTANTS`) of kernel variant ``name`` with specialization
+    ``constants`` given by name; a variant or constant name the manifest does not list
+    raises ValueError naming what it does list."""
     manifest = kernel_manifest()
     entry = manifest.get(name)
     if entry is None:
@@ -107,6 +116,7 @@ def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dic
                          + (f" (variants of that family: {', '.join(family)})" if family else ""))
     declared = entry["constants"]
     ids = {}
+    frozen = tuple(c["id"] for n, c in declared.items() if n in FROZEN_CONSTANTS)
     for cname, value in (constants or {}).items():
         c = declared.get(cname)
         if c is None:
@@ -116,7 +126,8 @@ def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dic
     bindings = entry["bindings"]
     assert [(b["set"], b["binding"]) for b in bindings] == [(0, i) for i in range(len(bindings))], \
         f"{name}: bindings must be set 0, 0..n-1"
-    return tuple(KINDS[b["kind"]] for b in bindings), entry["push_constants"]["size"], ids
+    return (tuple(KINDS[b["kind"]] for b in bindings), entry["push_constants"]["size"], ids,
+            frozen)
 
 
 @dataclass(frozen=True)
@@ -202,18 +213,24 @@ class PipelineCache:
             cache.write_json(self.manifest, MANIFEST_VERSION,
                              {"blob_sha256": hashlib.sha256(blob).hexdigest(), "keys": keys})
 
-    def module(self, name: str):
-        mod = self.modules.get(name)
+    def module(self, name: str, consts: tuple = ()):
+        """The shader module of variant ``name``; with ``consts`` ((id, value) pairs), one
+        with those specialization constants frozen into plain constants
+        (:func:`vkml.runtime.spirv.freeze`)."""
+        key = (name, consts) if consts else name
+        mod = self.modules.get(key)
         if mod is None:
             code = load_spirv(name)
             self._spirv_hash[name] = hashlib.sha256(code).digest()
+            if consts:
+                code = spirv.freeze(code, dict(consts))
             words = ffi.new("char[]", code)
             info = ffi.new("VkShaderModuleCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                 "codeSize": len(code), "pCode": ffi.cast("uint32_t*", words)})
             h = ffi.new("VkShaderModule*")
             vk.check(lib.vkCreateShaderModule(self.device, info, vk.NULL, h), "vkCreateShaderModule")
-            mod = self.modules[name] = h[0]
+            mod = self.modules[key] = h[0]
         return mod
 
     def layout(self, kinds: tuple, push_size: int):
@@ -251,21 +268,25 @@ class PipelineCache:
         by name (``{"MODE": 2}``); bindings and push constants come from the manifest.
         ``subgroup_size``: run it in full subgroups of that size (the device's
         ``full_subgroups`` feature; the workgroup's x size a multiple of it)."""
-        kinds, push_size, ids = interface(name, constants)
-        return self.get(name, kinds, push_size, ids, subgroup_size=subgroup_size)
+        kinds, push_size, ids, frozen = interface(name, constants)
+        return self.get(name, kinds, push_size, ids, subgroup_size=subgroup_size,
+                        frozen=frozen)
 
     def get(self, name: str, kinds: tuple, push_size: int = 0,
             constants: dict[int, int | float] | None = None, *,
-            subgroup_size: int = 0) -> Pipeline:
+            subgroup_size: int = 0, frozen: tuple = ()) -> Pipeline:
         """The compute pipeline of kernel variant ``name``.
 
         ``kinds`` gives the descriptor kind of each binding (set 0, bindings 0..n-1);
-        ``constants`` maps specialization-constant ids to 32-bit int or float values.
+        ``constants`` maps specialization-constant ids to 32-bit int or float values;
+        those whose ids ``frozen`` lists are frozen into the module instead.
         """
         consts = tuple(sorted((constants or {}).items()))
+        frozen = tuple(sorted(set(frozen) & {c for c, _ in consts}))
         if subgroup_size and not self.ctx.features.get("full_subgroups"):
             raise DeviceError(f"{name}: this device cannot require full subgroups")
-        key = (name, kinds, push_size, consts) + ((subgroup_size,) if subgroup_size else ())
+        key = ((name, kinds, push_size, consts) + ((subgroup_size,) if subgroup_size else ())
+               + ((("frozen",) + frozen,) if frozen else ()))
         p = self.pipelines.get(key)
         if p is not None:
             return p
@@ -273,11 +294,14 @@ class PipelineCache:
             p = self.pipelines.get(key)
             if p is None:
                 p = self.pipelines[key] = self._create(name, kinds, push_size, consts,
-                                                       subgroup_size)
+                                                       subgroup_size, frozen)
         return p
 
-    def _create(self, name, kinds, push_size, consts, subgroup_size: int = 0) -> Pipeline:
+    def _create(self, name, kinds, push_size, consts, subgroup_size: int = 0,
+                frozen: tuple = ()) -> Pipeline:
         set_layout, layout = self.layout(kinds, push_size)
+        fixed = tuple((c, v) for c, v in consts if c in frozen)
+        consts = tuple((c, v) for c, v in consts if c not in frozen)
         spec = vk.NULL
         if consts:
             entries = ffi.new("VkSpecializationMapEntry[]", [
@@ -299,7 +323,8 @@ class PipelineCache:
             "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
             "stage": {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       "pNext": required, "flags": flags,
-                      "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": self.module(name),
+                      "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                      "module": self.module(name, fixed),
                       "pName": entry, "pSpecializationInfo": spec},
             "layout": layout})
         h = ffi.new("VkPipeline*")
@@ -307,7 +332,8 @@ class PipelineCache:
                  f"vkCreateComputePipelines({name})")
         self.created += 1
         self.made.add(self._key(name, kinds, push_size,
-                                consts + ((("subgroup", subgroup_size),) if subgroup_size else ())))
+                                consts + tuple(("frozen", c, v) for c, v in fixed)
+                                + ((("subgroup", subgroup_size),) if subgroup_size else ())))
         return Pipeline(h[0], layout, set_layout, kinds, push_size, name)
 
     def destroy(self) -> None:
