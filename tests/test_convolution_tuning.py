@@ -148,3 +148,29 @@ def test_owned_filter_is_timed_bound_once_on_every_path(device, tmp_path):
         np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-4)
     finally:
         op.release()
+
+
+def test_json_shapes_and_ahead_of_time(device, tmp_path):
+    """Convolution shapes are JSON (stored with the choice): a bench workload becomes one,
+    it round-trips to the descriptor, shares its class, and ``vkml.tune`` tunes it ahead
+    of time so that a later operator of that class reuses the stored choice."""
+    import json
+    w = {"name": "t", "op": "convolution", "input": [1, 16, 22, 22], "filter": [16, 16, 3, 3],
+         "start_padding": [1, 1], "end_padding": [1, 1]}
+    shape = conv_ops.shape_from_workload(w)
+    assert json.loads(json.dumps(shape)) == shape
+    assert conv_ops.shape_from_workload({"op": "padding"}) is None
+    desc = conv_ops.desc_of_shape(shape)
+    assert conv_ops.tuning_shape(desc) == shape
+    assert conv_ops.shape_class(shape) == conv_ops.shape_class(SHAPES[2][0])
+    back = conv_ops.shape_from_workload({"op": "convolution", "direction": "backward",
+                                         "input": [1, 8, 5, 5], "filter": [8, 4, 4, 4],
+                                         "strides": [2, 2]})
+    assert conv_ops.desc_of_shape(back).output_tensor.sizes == (1, 4, 12, 12)
+    t = tuning.Tuner("fast", folder=tmp_path, rounds=1)
+    [c] = vkml.tune([("convolution", shape)], device, mode="fast", tuner=t)
+    assert c.source == "measured"
+    assert ("convolution", shape) in t.stored(device)
+    again = tuning.Tuner("fast", folder=tmp_path).choose(device, conv_ops.TUNABLE,
+                                                          conv_ops.tuning_shape(SHAPES[2][0]))
+    assert again.source == "stored" and again.name == c.name

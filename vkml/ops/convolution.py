@@ -61,7 +61,7 @@ from ..dml.convolution import (ConvolutionDirection, ConvolutionMode, Convolutio
                                filter_is_flipped)
 from ..dml.data_type import DataType
 from ..dml.operator import as_tuple, as_uint, enum_of
-from ..dml.tensor_desc import TensorDesc, packed_strides
+from ..dml.tensor_desc import TensorDesc, TensorFlags, packed_strides
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import Bind
 from ..tensor import Tensor
@@ -1423,7 +1423,7 @@ def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None) -
     order = heuristic(op, geo)
     tuner = tuning.default_tuner()
     if geo.plain and len(order) > 1 and tuner.effective_mode() != "off":
-        c = tuner.choose(op.device, TUNABLE, op.desc)
+        c = tuner.choose(op.device, TUNABLE, tuning_shape(op.desc))
         if c.source != "default" and c.name not in order[:1]:
             try:
                 return _build(op, geo, c.name)
@@ -1443,12 +1443,77 @@ def _round(v: int) -> int:
     return 1 << max(0, int(v) - 1).bit_length()
 
 
+def _tensor_json(t: TensorDesc | None):
+    if t is None:
+        return None
+    return {"dtype": t.data_type.name.lower(), "sizes": list(t.sizes),
+            "strides": None if t.strides is None else list(t.strides), "flags": int(t.flags)}
+
+
+def _tensor_of(j) -> TensorDesc | None:
+    if j is None:
+        return None
+    return TensorDesc(DataType[j["dtype"].upper()], tuple(j["sizes"]),
+                      None if j.get("strides") is None else tuple(j["strides"]),
+                      flags=TensorFlags(j.get("flags", 0)))
+
+
+def tuning_shape(desc: ConvolutionOperatorDesc) -> dict:
+    """The tuner's shape of a convolution: its descriptor as JSON (stored with the
+    choice, so ``python -m vkml.tune --refresh`` can re-measure it), without the fused
+    activation (it does not change which path is fastest)."""
+    g = lambda v: None if v is None else list(v)   # noqa: E731
+    return {"input": _tensor_json(desc.input_tensor), "filter": _tensor_json(desc.filter_tensor),
+            "bias": _tensor_json(desc.bias_tensor), "output": _tensor_json(desc.output_tensor),
+            "mode": desc.mode.name, "direction": desc.direction.name,
+            "strides": g(desc.strides), "dilations": g(desc.dilations),
+            "start_padding": g(desc.start_padding), "end_padding": g(desc.end_padding),
+            "output_padding": g(desc.output_padding), "group_count": int(desc.group_count)}
+
+
+def desc_of_shape(shape) -> ConvolutionOperatorDesc:
+    """:func:`tuning_shape`'s inverse (a descriptor passes through)."""
+    if isinstance(shape, ConvolutionOperatorDesc):
+        return shape
+    t = lambda v: None if v is None else tuple(v)   # noqa: E731
+    return ConvolutionOperatorDesc(
+        _tensor_of(shape["input"]), _tensor_of(shape["filter"]), _tensor_of(shape["bias"]),
+        _tensor_of(shape["output"]), ConvolutionMode[shape["mode"]],
+        ConvolutionDirection[shape["direction"]], t(shape["strides"]), t(shape["dilations"]),
+        t(shape["start_padding"]), t(shape["end_padding"]), t(shape["output_padding"]),
+        shape["group_count"])
+
+
+def shape_from_workload(w) -> dict | None:
+    """A bench workload (bench/workloads/convolution.json: ``input``, ``filter``,
+    ``strides``, ``dilations``, ``start_padding``, ``end_padding``, ``groups``,
+    ``direction``, ``dtype``; a bias is bound) as the tuner's shape; None for another op."""
+    if not isinstance(w, dict) or w.get("op") != "convolution":
+        return None
+    dt = DataType[str(w.get("dtype", "float32")).upper()]
+    x, f = tuple(w["input"]), tuple(w["filter"])
+    back = str(w.get("direction", "forward")).upper() == "BACKWARD"
+    cout = f[1] * int(w.get("groups", 1)) if back else f[0]
+    kw = {k: tuple(w[k]) for k in ("strides", "dilations", "start_padding", "end_padding")
+          if w.get(k) is not None}
+    direction = ConvolutionDirection.BACKWARD if back else ConvolutionDirection.FORWARD
+    probe = ConvolutionOperatorDesc(TensorDesc(dt, x), TensorDesc(dt, f), None,
+                                    TensorDesc(dt, x), direction=direction,
+                                    group_count=int(w.get("groups", 1)), **kw)
+    out = (x[0], cout) + tuple(probe.expected_output_sizes()[2:])
+    bias = TensorDesc(dt, (1, cout) + (1,) * (len(x) - 2))
+    return tuning_shape(ConvolutionOperatorDesc(
+        TensorDesc(dt, x), TensorDesc(dt, f), bias, TensorDesc(dt, out), direction=direction,
+        group_count=int(w.get("groups", 1)), **kw))
+
+
 def shape_class(desc: ConvolutionOperatorDesc) -> str:
     """Convolutions that share one tuned choice: same direction, data type, kernel,
     stride, dilation, group kind (one, depthwise, other), layout (packed or not), the
     OWNED_BY_DML inputs (bound once: a path that transforms the filter then pays no
     transform per run, so the choice differs), and batch, channels in and out and output
-    sizes within the same power of two."""
+    sizes within the same power of two.  ``desc``: a descriptor or :func:`tuning_shape`."""
+    desc = desc_of_shape(desc)
     g = Geometry.of(desc)
     grp = "1" if g.groups == 1 else "dw" if g.cin_per_group == 1 else f"g{_round(g.groups)}"
 
@@ -1468,6 +1533,7 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     went from 0.40 to 0.41 s with these, to 0.8 s with the next path too), so other
     paths and knobs are timed in ``full`` mode only (``python -m vkml.tune``), except for
     an OWNED_BY_DML filter (below)."""
+    desc = desc_of_shape(desc)
     probe = _Probe(device, desc)
     order = heuristic(probe, probe.geo)
     fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
@@ -1493,6 +1559,7 @@ def _run(device, seq, cand, desc):
     """Record candidate ``cand`` of a convolution on zeroed tensors into ``seq``, as it
     will run: OWNED_BY_DML inputs bound once by :meth:`CompiledConvolution.initialize`
     (their transforms are not timed), the others bound at execution."""
+    desc = desc_of_shape(desc)
     op = CompiledConvolution(device, desc, path=cand.name)   # UnsupportedError: declined
     made = [op]
     try:
@@ -1530,7 +1597,11 @@ def _free(made) -> None:
 #: list :func:`_fast` (so ``VKML_TUNE=fast`` compiles little beyond what the heuristic's
 #: choice compiles anyway); the per-shape default is :func:`heuristic`'s first.
 TUNABLE = tuning.register_path(
-    "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast)
+    "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,
+    from_workload=shape_from_workload,
+    examples=[shape_from_workload({"op": "convolution", "input": [1, 64, 56, 56],
+                                   "filter": [64, 64, 3, 3], "start_padding": [1, 1],
+                                   "end_padding": [1, 1]})])
 
 
 @implements(ConvolutionOperatorDesc)
