@@ -33,8 +33,9 @@ from .vk import ffi, lib
 #: of glsl/include/vkml_activation.glsl), frozen into the module on the host
 #: (:mod:`vkml.runtime.spirv`): a driver that does not fold specialization constants
 #: otherwise runs every case (SwiftShader: a Relu 8x slower).  Only these: freezing
-#: every constant made SwiftShader's convolutions up to 1.9x slower (its optimizer then
-#: unrolls what it left as loops).
+#: every constant made SwiftShader's convolutions up to 2x slower: with the register
+#: block sizes (gemm's MB, NB) constant its optimizer unrolls the block loops and the
+#: code spills (1x1 256->64: 174 -> 355 ms); the other gemm constants changed nothing.
 FROZEN_CONSTANTS = ("ACT",)
 
 #: Descriptor kinds a kernel binding may have.
