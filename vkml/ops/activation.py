@@ -19,10 +19,9 @@ from ..dml.activations import ACTIVATIONS, ActivationReluOperatorDesc, activatio
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
+from ..runtime import Bind
 from .. import tuning
 from .base import implements
-from .fold import whole_vec4s
 from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 from .functional import as_array, pick_device, run
 
@@ -71,16 +70,7 @@ class CompiledActivation(BoxKernel):
             self.box_out_strides, self.in_strides, self.vec = [1], [1], 4
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
-        self.read = self._choose_read()
-        self.in_kind, self.in_fmt = STORAGE, 0
-        if self.read == "texel4":
-            self.kernel += "_texel4"
-            self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
-            self.in_bind = -(-self.in_bytes // 16) * 16
-        elif self.read == "ssbo4":
-            self.kernel += "_ssbo4"
-            self.in_bind = -(-self.in_bytes // 16) * 16
-            self.windows = whole_vec4s(self.windows)
+        self.apply_read(self._choose_read())
         p = np.zeros(4 * 5, dtype=np.uint32)
         p[0:self.rank] = self.box_out_strides
         p[8:8 + self.rank] = self.in_strides

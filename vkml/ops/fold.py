@@ -20,8 +20,7 @@ from ..dml.fold import FoldOperatorDesc
 from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
-                       FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind)
+from ..runtime import Bind
 from ..dml.data_type import DataType
 from .. import tuning
 from .base import implements
@@ -182,14 +181,6 @@ def fold_variant(desc_type: DataType, features: dict, require) -> tuple[str, int
     return "fold_i64", 8
 
 
-def whole_vec4s(windows):
-    """Windows whose input spans end on a 4-element boundary (the binding then holds
-    whole vec4s: its offset is 16-byte aligned); None stays None."""
-    if windows is None:
-        return None
-    return [(o, e, ilo, -(-ihi // 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
-
-
 @implements(FoldOperatorDesc)
 class CompiledFold(BoxKernel):
     """Fold on this device: see the module doc and ``glsl/fold.comp``."""
@@ -254,23 +245,8 @@ class CompiledFold(BoxKernel):
         self.local = min(64, self.workgroup_size)
 
         self.windows = self.plan_windows()
-        self.read = self._choose_read(src)
-        self.in_kind, self.in_fmt, self.in_bind = STORAGE, 0, self.in_bytes
-        if self.read == "texel":
-            self.kernel += "_texel"
-            self.in_kind = UNIFORM_TEXEL
-            self.in_fmt = FORMAT_R32_SFLOAT if src.data_type == DataType.FLOAT32 \
-                else FORMAT_R32_UINT
-        elif self.read == "texel4":
-            self.kernel += "_texel4"
-            self.in_kind = UNIFORM_TEXEL
-            self.in_fmt = FORMAT_RGBA32_SFLOAT if src.data_type == DataType.FLOAT32 \
-                else FORMAT_RGBA32_UINT
-            self.in_bind = -(-self.in_bytes // 16) * 16
-        elif self.read == "ssbo4":
-            self.kernel += "_ssbo4"
-            self.in_bind = -(-self.in_bytes // 16) * 16
-            self.windows = whole_vec4s(self.windows)
+        self.in_bind = self.in_bytes
+        self.apply_read(self._choose_read(src), src.data_type == DataType.FLOAT32)
         self.vec_store_ok = self.kernel.startswith(("fold_f32", "fold_i32"))
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}

@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..runtime import STORAGE, Bind
+from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
+                       FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind)
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
@@ -220,6 +221,27 @@ class BoxKernel(CompiledOperator):
     def out_span(self, origin, extent) -> tuple[int, int]:
         return strided_span(origin, extent, self.box_out_strides)
 
+    def apply_read(self, read: str, floats: bool = True) -> None:
+        """Set up input read path ``read`` (the kernels' shared names): "ssbo" (storage
+        buffer), "texel" (an R32 uniform texel buffer), "texel4" (RGBA32 texels, four
+        elements each) or "ssbo4" (vec4 storage-buffer loads): the kernel variant's
+        suffix, the input's descriptor kind and texel format (float or uint texels,
+        ``floats``), a binding of whole 16-byte units and windows ending on one."""
+        self.read = read
+        self.in_kind, self.in_fmt = STORAGE, 0
+        if read == "texel":
+            self.kernel += "_texel"
+            self.in_kind = UNIFORM_TEXEL
+            self.in_fmt = FORMAT_R32_SFLOAT if floats else FORMAT_R32_UINT
+        elif read in ("texel4", "ssbo4"):
+            self.kernel += "_" + read
+            self.in_bind = -(-self.in_bytes // 16) * 16
+            if read == "texel4":
+                self.in_kind = UNIFORM_TEXEL
+                self.in_fmt = FORMAT_RGBA32_SFLOAT if floats else FORMAT_RGBA32_UINT
+            else:
+                self.windows = whole_vec4s(self.windows)
+
     def plan_windows(self, limit: int | None = None, in_align: int | None = None):
         """Boxes (origin, extent, in_lo, in_hi, out_lo, out_hi), spans in elements, each
         of whose bindings fit ``limit`` bytes; ``None`` when the whole tensors fit."""
@@ -290,6 +312,14 @@ class BoxKernel(CompiledOperator):
         st = self.box_out_strides
         return (v in (4, 8) and st[-1] == 1 and all(s % 4 == 0 for s in st[:-1])
                 and origin[-1] % 4 == 0 and out_base % 4 == 0)
+
+
+def whole_vec4s(windows):
+    """Windows whose input spans end on a 4-element boundary (the binding then holds
+    whole vec4s: its offset is 16-byte aligned); None stays None."""
+    if windows is None:
+        return None
+    return [(o, e, ilo, -(-ihi // 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
 
 
 def timed_read_candidate(device, seq, op, cand):

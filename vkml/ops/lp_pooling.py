@@ -21,10 +21,10 @@ from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc, lp_p
 from ..dml.operator import as_tuple, as_uint
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
+from ..runtime import Bind
 from .. import tuning
 from .base import implements
-from .fold import geometry_names, safe_geometry, spec_geometry, whole_vec4s
+from .fold import geometry_names, safe_geometry, spec_geometry
 from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 from .functional import as_array, pick_device, run
 
@@ -98,19 +98,7 @@ class CompiledLpPooling(BoxKernel):
         self.window_count = math.prod(self.win)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
-        self.read = self._choose_read(src)
-        self.in_kind, self.in_fmt = STORAGE, 0
-        if self.read == "texel":
-            self.kernel += "_texel"
-            self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_R32_SFLOAT
-        elif self.read == "texel4":
-            self.kernel += "_texel4"
-            self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
-            self.in_bind = -(-self.in_bytes // 16) * 16
-        elif self.read == "ssbo4":
-            self.kernel += "_ssbo4"
-            self.in_bind = -(-self.in_bytes // 16) * 16
-            self.windows = whole_vec4s(self.windows)
+        self.apply_read(self._choose_read(src))
         self.vec_store_ok = src.data_type == DataType.FLOAT32
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, "P": self.p,
