@@ -163,6 +163,9 @@ def test_json_shapes_and_ahead_of_time(device, tmp_path):
     desc = conv_ops.desc_of_shape(shape)
     assert conv_ops.tuning_shape(desc) == shape
     assert conv_ops.shape_class(shape) == conv_ops.shape_class(SHAPES[2][0])
+    from dataclasses import replace      # enums given by name, as the functional form does
+    named = replace(SHAPES[2][0], mode="cross_correlation", direction="forward")
+    assert conv_ops.tuning_shape(named) == conv_ops.tuning_shape(SHAPES[2][0])
     back = conv_ops.shape_from_workload({"op": "convolution", "direction": "backward",
                                          "input": [1, 8, 5, 5], "filter": [8, 4, 4, 4],
                                          "strides": [2, 2]})

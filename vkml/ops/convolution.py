@@ -1465,7 +1465,7 @@ def tuning_shape(desc: ConvolutionOperatorDesc) -> dict:
     g = lambda v: None if v is None else list(v)   # noqa: E731
     return {"input": _tensor_json(desc.input_tensor), "filter": _tensor_json(desc.filter_tensor),
             "bias": _tensor_json(desc.bias_tensor), "output": _tensor_json(desc.output_tensor),
-            "mode": desc.mode.name, "direction": desc.direction.name,
+            "mode": desc.conv_mode.name, "direction": desc.conv_direction.name,
             "strides": g(desc.strides), "dilations": g(desc.dilations),
             "start_padding": g(desc.start_padding), "end_padding": g(desc.end_padding),
             "output_padding": g(desc.output_padding), "group_count": int(desc.group_count)}
