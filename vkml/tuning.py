@@ -92,6 +92,8 @@ FAST_BUDGET_S = 0.2
 FAST_ROUNDS = 3
 FULL_ROUNDS = 5
 RUNS_PER_ROUND = 3
+#: Rounds a fast tuning takes whatever its budget (the budget may end it after these).
+MIN_ROUNDS = 2
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
 #: ...over this many observations.
@@ -717,6 +719,11 @@ class Tuner:
                 prepared.append((c, seq, cleanup, []))
             if not prepared:
                 return None
+            # the budget is for timing, not for compiling the candidates (a graph's
+            # convolution compiles four paths: that used to leave one round, and a
+            # noisy one kept gemm at 8 ms over winograd at 5); at least MIN_ROUNDS
+            # interleaved rounds, so that one disturbed run decides nothing
+            t_rounds = _perf()
             done = 0
             while done < rounds:
                 k = done % len(prepared)
@@ -724,7 +731,7 @@ class Tuner:
                     medians.append(statistics.median(_run_once(seq)
                                                      for _ in range(RUNS_PER_ROUND)))
                 done += 1
-                if budget is not None and _perf() - t0 >= budget:
+                if budget is not None and done >= MIN_ROUNDS and _perf() - t_rounds >= budget:
                     break
         finally:
             for c, seq, cleanup, _ in prepared:
