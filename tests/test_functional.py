@@ -465,6 +465,20 @@ def test_prepared_call_is_reused_only_for_equal_arguments(device):
     assert len(device._prepared) == 15
 
 
+def test_prepared_results_are_fresh_arrays(device):
+    """A prepared call copies through views of its reusable I/O tensors: each result is
+    a new array (the next call does not change it), for float and integer types."""
+    for dtype in (np.float32, np.int16, np.float16):
+        xs = [np.arange(12, dtype=dtype).reshape(3, 4) * k for k in (1, 2, 3)]
+        got = [vkml.pad(x, [1, 0], [0, 2], "wrap", device=device) for x in xs]
+        for x, g in zip(xs, got):
+            np.testing.assert_array_equal(g, np.pad(x, [(1, 0), (0, 2)], "wrap"))
+            assert g.flags.owndata and g.flags.writeable
+        got[0][...] = 0
+        np.testing.assert_array_equal(vkml.pad(xs[0], [1, 0], [0, 2], "wrap", device=device),
+                                      np.pad(xs[0], [(1, 0), (0, 2)], "wrap"))
+
+
 def test_prepared_call_keeps_every_check(device):
     """Bad arguments raise on every call, before and after a good call with the same
     input stored a prepared call, and store nothing."""

@@ -129,6 +129,31 @@ def test_execute_replays_and_rerecords(device):
     op.release()
 
 
+def test_execute_with_the_same_tensor_objects(device):
+    """The very Tensor objects of the last execute() replay without a new binding check,
+    read the data they hold now, and a freed or different one still gets the check."""
+    from vkml.errors import ValidationError
+    op, out = _pad_op(device, (3,), (1,), (2,), "wrap")
+    x, y = device.tensor(np.arange(3, dtype=np.float32)), device.empty(out)
+    op.execute([x], [y])
+    first = op._cache[2]
+    x.write(np.array([5, 6, 7], np.float32))
+    op.execute([x], [y])
+    assert op._cache[2] is first
+    np.testing.assert_array_equal(y.numpy(), np.pad(np.array([5, 6, 7], np.float32), (1, 2), "wrap"))
+    same_alloc = vkml.Tensor(device, (3,), np.float32, x.allocation, x.nbytes, owner=False)
+    op.execute([same_alloc], [y])              # another object, same buffer: replayed
+    assert op._cache[2] is first
+    with pytest.raises(ValidationError, match="inputs"):
+        op.execute([x, x], [y])                # one input too many: checked
+    x.free()
+    with pytest.raises(ValidationError, match="freed"):
+        op.execute([x], [y])
+    with pytest.raises(ValidationError, match="freed"):
+        op.execute([same_alloc], [y])
+    op.release()
+
+
 def test_pipeline_cache_is_saved(tmp_path, monkeypatch, device):
     monkeypatch.setenv("VKML_CACHE_DIR", str(tmp_path))
     with vkml.Device(device.index) as dev:
