@@ -6,7 +6,9 @@ here: ``glsl/activation.comp`` applies the fused kernels' ``vkml_activation()`` 
 element of the output box, reading and writing each tensor through its own element
 strides (0 broadcasts an input).  float32 and float16 on every device: float16 as halves
 with 16-bit storage, else packed two to a 32-bit word.  Tensors larger than
-``maxStorageBufferRange`` are processed in windows (:class:`~vkml.ops.fold.BoxKernel`).
+``maxStorageBufferRange`` are processed in windows (:class:`~vkml.ops.grid.BoxKernel`).
+Packed tensors of one layout (the common case) run as one flat dimension, many elements
+an invocation with vector reads and stores (:class:`CompiledActivation`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import numpy as np
 
 from ..dml.activations import ACTIVATIONS, ActivationReluOperatorDesc, activation as activation_desc
 from ..dml.data_type import DataType
-from ..dml.tensor_desc import TensorDesc
+from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import ValidationError
 from ..runtime import Bind
 from .. import tuning
@@ -33,20 +35,12 @@ VARIANTS = dict.fromkeys(["activation_f32", "activation_f32_texel4", "activation
                          BOX_CONSTANTS + ("V", "VEC_STORE", "ACT"))
 
 
-def _packed(sizes) -> list:
-    out, acc = [], 1
-    for n in reversed(sizes):
-        out.append(acc)
-        acc *= n
-    return out[::-1]
-
-
 @implements(*ACTIVATIONS.values())
 class CompiledActivation(BoxKernel):
     """An activation operator on this device: see the module doc.
 
-    Packed input and output of one layout are one flat dimension, four elements an
-    invocation; float32 reads them by ``read``: "ssbo" (an element at a time), "texel4"
+    Packed input and output of one layout are one flat dimension, :attr:`flat_v`
+    elements an invocation (4 at a short tail); float32 reads them by ``read``: "ssbo" (an element at a time), "texel4"
     (RGBA32F texels: lavapipe vectorizes texel reads; the whole input within
     ``maxTexelBufferElements``) or "ssbo4" (vec4 storage-buffer loads).  None: the tuner
     chooses between the texel rule ("auto") and "ssbo4" (:data:`READ_PATH`); the
@@ -64,10 +58,10 @@ class CompiledActivation(BoxKernel):
         d = self.desc
         self.float_box("activation")
         self.in_strides = list(d.input_tensor.element_strides)
-        self.flat = self.in_strides == self.box_out_strides == _packed(self.box)
-        if self.flat:                  # one dimension, 4 neighbours an invocation
+        self.flat = self.in_strides == self.box_out_strides == list(packed_strides(self.box))
+        if self.flat:                  # one dimension, flat_v neighbours an invocation
             self.rank, self.box = 1, [math.prod(self.box)]
-            self.box_out_strides, self.in_strides, self.vec = [1], [1], 4
+            self.box_out_strides, self.in_strides = [1], [1]
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         self.apply_read(self._choose_read())
