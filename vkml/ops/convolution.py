@@ -78,6 +78,7 @@ _STORAGES = ("f32", "f16", "f16_packed")
 _GEMM = ("LOCAL_SIZE_X", "MB", "NB", "SW", "ACT", "XVEC4", "KW", "DW", "CU", "YV4")
 _DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "SHIFT", "R",
               "SH", "DH")
+_TILED = ("LOCAL_SIZE_X", "TM", "TN", "TK", "RM", "RN", "ACT")
 VARIANTS = {
     **{f"convolution_direct_{s}": ("LOCAL_SIZE_X", "ACT", "BACKWARD") for s in _STORAGES},
     **{f"convolution_relayout_{s}": ("LOCAL_SIZE_X", "V4") for s in _STORAGES + ("texel",)},
@@ -89,6 +90,7 @@ VARIANTS = {
     **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
        for s in _STORAGES for r in ("", "_ssbo")},
     "convolution_winograd_output_f32_v4": ("LOCAL_SIZE_X", "ACT"),
+    **{f"convolution_tiled_{s}": _TILED for s in _STORAGES + ("f16_arith",)},
     **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in _STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
 }
@@ -1344,9 +1346,95 @@ class DepthwisePath(Path):
                              np.array([n0, c0], np.int32).tobytes())
 
 
+# -- the shared-memory tiled implicit GEMM ----------------------------------------------------
+#: Tile shapes of the tiled path: (TM output channels, TN output pixels, TK input channels
+#: per shared-memory stage, RM channels x RN pixels per invocation).  "64": 256
+#: invocations, 8 KiB of shared memory (the usual GPU tile); "32": 64 invocations.
+TILES = {"64": (64, 64, 16, 4, 4), "32": (32, 32, 16, 4, 4), "64x32": (64, 32, 8, 8, 4)}
+TILED_PARAM_WORDS = 44      # std140: 10 ivec4/uvec4 + the activation vec4
+
+
+class TiledPath(Path):
+    """``glsl/convolution_tiled.comp``: a shared-memory tiled implicit GEMM, the kernel
+    GPU libraries use for dense convolutions: TM output channels x TN pixels per
+    workgroup, the reduction (filter tap, then TK input channels) staged through shared
+    memory, an RM x RN register block per invocation read as float4s.  Forward
+    convolutions of any kernel, stride, dilation, padding and group count, tensors read
+    and written in place through their DML strides (no re-layout, no filter transform).
+    Knobs: the tile (:data:`TILES`) and, for float16 tensors on devices with
+    ``shaderFloat16`` and 16-bit storage, float16 arithmetic (``f16_arith``: each
+    stage's TK products summed in float16 before the float32 accumulators; the bound
+    tested is ``(TK + 1) 2^-11 sum |w x|`` per output)."""
+
+    name = "tiled"
+
+    @classmethod
+    def prefers(cls, op, geo) -> bool:
+        """Never the ``VKML_TUNE=off`` default (it comes after direct): on the CPU drivers
+        the paths above measured faster; the tuner times it where it accepts."""
+        return False
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        lim = op.ctx.limits
+        k = knobs(op)
+        tm, tn, tk, rm, rn = TILES[k.get("tile", "64")]
+        local = (tm // rm) * (tn // rn)
+        pix = math.prod(geo.out_size)
+        count = lim["maxComputeWorkGroupCount"]
+        if k.get("f16_arith") and not (geo.dtype == DataType.FLOAT16 and op.features.get("fp16")
+                                       and op.features.get("storage16")):
+            return False
+        binds = [t.total_tensor_size_in_bytes for t in op.desc.inputs() + op.desc.outputs()
+                 if t is not None]
+        return (geo.plain and not geo.backward and geo.valid == geo.out_size
+                and local <= lim["maxComputeWorkGroupInvocations"]
+                and local <= lim["maxComputeWorkGroupSize"][0]
+                and (tm + tn) * tk * 4 <= lim["maxComputeSharedMemorySize"]
+                and -(-pix // tn) <= count[0] and geo.n <= count[2]
+                and geo.groups * -(-geo.cout_per_group // tm) <= count[1]
+                and max(binds) <= lim["maxStorageBufferRange"]
+                and pix < (1 << 30) and math.prod(geo.kernel) < (1 << 30))
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        g, k = geo, knobs(op)
+        self.tile = tm, tn, tk, rm, rn = TILES[k.get("tile", "64")]
+        self.local = (tm // rm) * (tn // rn)
+        kernel = ("tiled", "f16_arith") if k.get("f16_arith") else None
+        name = ("convolution_tiled_f16_arith" if kernel
+                else variant("tiled", storage_suffix(op, g.dtype)))
+        self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "TM": tm, "TN": tn, "TK": tk,
+                                       "RM": rm, "RN": rn, "ACT": self.act_id})
+        self.mtiles = -(-g.cout_per_group // tm)
+        p = np.zeros(40, np.int64)
+        p[0:4] = [*g.in_size, g.cin_per_group]
+        p[4:8] = [*g.out_size, g.cout_per_group]
+        p[8:12] = [*g.kernel, int(g.flip)]
+        p[12:16] = [*g.stride, int(g.b_stride is not None)]
+        p[16:20] = [*g.dilation, self.mtiles]
+        p[20:24] = [*g.start, math.prod(g.out_size)]
+        p[24:28] = g.x_strides[:4]
+        p[28:32] = g.w_strides[:4]
+        p[32:36] = g.y_strides[:4]
+        p[36:40] = [g.x_strides[4], g.w_strides[4], g.y_strides[4], g.b_stride or 0]
+        self.params = op.upload(np.concatenate([_words(p).view(np.uint8),
+                                                self.act_params.view(np.uint8)]))
+
+    def encode(self, seq, x, w, b, y) -> None:
+        g, d = self.geo, self.op.desc
+        w_bind = Bind(w, 0, self.op.whole(w, "filter"))
+        seq.dispatch(self.pipe, [
+            Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes),
+            w_bind, Bind(b, 0, self.op.whole(b, "bias")) if b is not None else w_bind,
+            Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w"), Bind(self.params)],
+            (-(-math.prod(g.out_size) // self.tile[1]), g.groups * self.mtiles, g.n))
+
+
 #: Paths in order of preference: without tuning (``VKML_TUNE=off``) the first that
 #: accepts and prefers a geometry runs it (:func:`heuristic`).
-PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath]
+PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath,
+                           TiledPath]
 
 #: The knobs a path reads (:func:`knobs`): RELAYOUT_GROUPS, the GEMM blocks ("wide":
 #: gemm_blocks' 16 x 16 / 8 x 8 with several channels per loop iteration and float4
@@ -1366,6 +1454,10 @@ CANDIDATES = {
     "gemm": ("gemm", {}),
     "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-narrow": ("gemm", {"blocks": "narrow", "relayout_groups": RELAYOUT_GROUPS[1]}),
+    "tiled": ("tiled", {}),
+    "tiled-32": ("tiled", {"tile": "32"}),
+    "tiled-64x32": ("tiled", {"tile": "64x32"}),
+    "tiled-f16": ("tiled", {"f16_arith": True}),
     "direct": ("direct", {}),
 }
 #: Candidates that differ from their path's default only in knobs that are parameters,
@@ -1379,7 +1471,8 @@ def knobs(op) -> dict:
 
 
 def _path_class(name: str) -> type[Path]:
-    return next(p for p in (WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath)
+    return next(p for p in (WinogradPath, DepthwisePath, GemmSgPath, GemmPath, TiledPath,
+                                     DirectPath)
                 if p.name == name)
 
 
