@@ -48,7 +48,8 @@ def tile_case(rng, dtype="float32"):
 
 def _check(device, desc, x, w, b, name, dtype="float32", buf=None):
     got, compiled = run_path(device, desc, buf if buf is not None else x, w, b, path=name)
-    assert compiled.path.name == "tiled" and compiled.path.candidate == name
+    assert compiled.path.candidate == name
+    assert compiled.path.name == conv_ops.CANDIDATES[name][0]
     ref = desc_reference(desc, x, w, b)
     np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64), ref,
                                err_msg=f"{name}: {desc}", **path_tolerance("tiled", w, dtype))
@@ -70,10 +71,9 @@ def test_tiled_against_reference(device, budget, name):
         done += 1
 
 
-@pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])
-def test_tiled_variants(device, case):
+def check_variant(device, case, name):
     """float16 tensors with and without 16-bit storage, and a channels-last input read
-    in place through its strides."""
+    in place through its strides, on candidate ``name``."""
     rng = np.random.default_rng(11)
     dtype = "float16" if case.startswith("float16") else "float32"
     kwargs = {"disable_features": ["storage16", "storage8"]} if case == "float16-packed" else {}
@@ -86,7 +86,12 @@ def test_tiled_variants(device, case):
             st = np.array(buf.strides)[np.argsort(perm)] // x.itemsize
             desc = dataclasses.replace(desc, input_tensor=dml.TensorDesc(
                 dtype, x.shape, tuple(int(v) for v in st)))
-        _check(dev, desc, x, w, b, "tiled", dtype, buf)
+        _check(dev, desc, x, w, b, name, dtype, buf)
+
+
+@pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])
+def test_tiled_variants(device, case):
+    check_variant(device, case, "tiled")
 
 
 def test_tiled_float16_arithmetic_error_bound(device):

@@ -90,6 +90,8 @@ VARIANTS = {
     **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
        for s in _STORAGES for r in ("", "_ssbo")},
     "convolution_winograd_output_f32_v4": ("LOCAL_SIZE_X", "ACT"),
+    **{f"convolution_blocked_{s}": ("LOCAL_SIZE_X", "RM", "RN", "ACT")
+       for s in _STORAGES + ("gemm",)},
     **{f"convolution_tiled_{s}": _TILED for s in _STORAGES + ("f16_arith",)},
     **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in _STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
@@ -1168,15 +1170,24 @@ class WinogradPath(Path):
         self.params = op.upload(words)
         # the 36 GEMMs: image = transform point, one row of T "pixels" (tiles), one tap
         xvec4 = self.gemm_texel and nb % 4 == 0
-        self.p_gemm = op.pipeline(variant("gemm", "f32", self.gemm_texel), {
-            "LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": 1, "ACT": 0,
-            "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)})
+        self.p_gemm = None if knobs(op).get("gemm") == "blocked" else op.pipeline(
+            variant("gemm", "f32", self.gemm_texel), {
+                "LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": 1, "ACT": 0,
+                "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)})
         self.xvec4 = xvec4
         self.gemm_params = op.upload(gemm_params(
             (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
             (1, 1, 1, 0), (co_pad * T4, T4, 0, 0), 1, np.zeros(4, np.float32), [0]))
         self.qsize = (1, 1, T, per_row)
         self.groups_y = co_pad // mb
+        self.blocked = None
+        if knobs(op).get("gemm") == "blocked":     # the 36 GEMMs on convolution_blocked
+            rm, rn, local = BLOCKS["8x4"]
+            self.blocked = (op.pipeline("convolution_blocked_gemm", {
+                "LOCAL_SIZE_X": local, "RM": rm, "RN": rn}),
+                (-(-T // (local * rn)), -(-co_pad // rm), 36),
+                np.array([co_pad, T, cin, 0, cin * co_pad, co_pad, 1, 0, cin * T4, T4, 1, 0,
+                          co_pad * T4, T4, 1, 0], np.int32).tobytes())
         self.v_bytes, self.u_bytes, self.m_bytes = 4 * v_floats, 4 * u_floats, 4 * m_floats
 
     def filter_buffer(self):
@@ -1199,6 +1210,17 @@ class WinogradPath(Path):
             Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r", self.x_fmt),
             Bind(self.params), Bind(self.v, 0, self.v_bytes, "w"), pb],
             (-(-self.T // (4 * L)), g.c_in, 1))
+        if self.blocked is not None:
+            pipe, groups, push = self.blocked
+            seq.dispatch(pipe, [Bind(self.u, 0, self.u_bytes), Bind(self.v, 0, self.v_bytes),
+                                Bind(self.m, 0, self.m_bytes, "w")], groups, push)
+        else:
+            self._encode_gemm(seq)
+        self._encode_output(seq, b, y)
+
+    def _encode_gemm(self, seq) -> None:
+        """M = U^T V: the 36 GEMMs on convolution_gemm."""
+        L = self.local
         if self.gemm_texel:
             vb = Bind(self.v, 0, self.v_bytes - self.v_bytes % 16, "r",
                       runtime.FORMAT_RGBA32_SFLOAT if self.xvec4 else runtime.FORMAT_R32_SFLOAT)
@@ -1212,6 +1234,10 @@ class WinogradPath(Path):
         seq.dispatch(self.p_gemm, [vb, ub, Bind(self.params), Bind(self.m, 0, self.m_bytes, "w"),
                                    Bind(self.gemm_params)],
                      (-(-(blocks * cbl) // L), -(-self.groups_y // cbl), 36), push.tobytes())
+
+    def _encode_output(self, seq, b, y) -> None:
+        g, d, L = self.geo, self.op.desc, self.local
+        pb = Bind(self.params)
         mb_ = Bind(self.m, 0, self.m_bytes, "r",
                    runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
         bb = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else Bind(self.params)
@@ -1346,6 +1372,91 @@ class DepthwisePath(Path):
                              np.array([n0, c0], np.int32).tobytes())
 
 
+
+def implicit_gemm_params(g: Geometry, mblocks: int, act_params) -> np.ndarray:
+    """The parameter block (std140) of the in-place implicit GEMMs, tiled and blocked:
+    sizes, kernel, strides, dilations, padding and the tensors' element strides."""
+    p = np.zeros(40, np.int64)
+    p[0:4] = [*g.in_size, g.cin_per_group]
+    p[4:8] = [*g.out_size, g.cout_per_group]
+    p[8:12] = [*g.kernel, int(g.flip)]
+    p[12:16] = [*g.stride, int(g.b_stride is not None)]
+    p[16:20] = [*g.dilation, mblocks]
+    p[20:24] = [*g.start, math.prod(g.out_size)]
+    p[24:28] = g.x_strides[:4]
+    p[28:32] = g.w_strides[:4]
+    p[32:36] = g.y_strides[:4]
+    p[36:40] = [g.x_strides[4], g.w_strides[4], g.y_strides[4], g.b_stride or 0]
+    return np.concatenate([_words(p).view(np.uint8), act_params.view(np.uint8)])
+
+
+def in_place_binds(op, geo, x, w, b, y) -> list:
+    """Input, filter, bias (the filter where there is none), output and parameters bound
+    whole (the in-place paths accept only tensors within maxStorageBufferRange)."""
+    d = op.desc
+    w_bind = Bind(w, 0, op.whole(w, "filter"))
+    return [Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes), w_bind,
+            Bind(b, 0, op.whole(b, "bias")) if b is not None else w_bind,
+            Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w")]
+
+
+def in_place_accepts(op, geo, groups: tuple) -> bool:
+    """Whether an in-place implicit GEMM with ``groups`` workgroups (x, y, z) runs the
+    geometry: forward, as given (not reduced), every output covered, each tensor bound
+    whole."""
+    binds = [t.total_tensor_size_in_bytes for t in op.desc.inputs() + op.desc.outputs()
+             if t is not None]
+    lim = op.ctx.limits
+    return (geo.plain and not geo.backward and geo.valid == geo.out_size
+            and all(0 < c <= m for c, m in zip(groups, lim["maxComputeWorkGroupCount"]))
+            and max(binds) <= lim["maxStorageBufferRange"]
+            and math.prod(geo.out_size) < (1 << 30) and math.prod(geo.kernel) < (1 << 30))
+
+
+#: Register blocks of the blocked path: (RM output channels, RN pixels, invocations per
+#: workgroup).  Frozen into the module (FROZEN_CONSTANTS), so they stay small.
+BLOCKS = {"8x4": (8, 4, 16), "4x4": (4, 4, 16), "8x8": (8, 8, 16), "8x2": (8, 2, 16),
+          "1x8": (1, 8, 64)}
+
+
+class BlockedPath(Path):
+    """``glsl/convolution_blocked.comp`` (CONV): a forward convolution as an implicit GEMM
+    read in place through the DML strides, RM output channels x RN pixels per invocation
+    with RM and RN frozen into the module, so that drivers which do not fold
+    specialization constants keep the block in registers (measured on SwiftShader, where
+    the other paths' large blocks live in memory).  Knob: the block (:data:`BLOCKS`)."""
+
+    name = "blocked"
+
+    @classmethod
+    def prefers(cls, op, geo) -> bool:
+        """Not the ``VKML_TUNE=off`` default (after direct): the tuner times it."""
+        return False
+
+    @classmethod
+    def _shape(cls, op, geo):
+        rm, rn, local = BLOCKS[knobs(op).get("block", "8x4")]
+        local = min(local, op.ctx.limits["maxComputeWorkGroupSize"][0])
+        mblocks = -(-geo.cout_per_group // rm)
+        groups = (-(-math.prod(geo.out_size) // (local * rn)), geo.groups * mblocks, geo.n)
+        return rm, rn, local, mblocks, groups
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        return in_place_accepts(op, geo, cls._shape(op, geo)[4])
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        rm, rn, self.local, mblocks, self.groups = self._shape(op, geo)
+        self.pipe = op.pipeline(variant("blocked", storage_suffix(op, geo.dtype)), {
+            "LOCAL_SIZE_X": self.local, "RM": rm, "RN": rn, "ACT": self.act_id})
+        self.params = op.upload(implicit_gemm_params(geo, mblocks, self.act_params))
+
+    def encode(self, seq, x, w, b, y) -> None:
+        seq.dispatch(self.pipe, in_place_binds(self.op, self.geo, x, w, b, y)
+                     + [Bind(self.params)], self.groups)
+
+
 # -- the shared-memory tiled implicit GEMM ----------------------------------------------------
 #: Tile shapes of the tiled path: (TM output channels, TN output pixels, TK input channels
 #: per shared-memory stage, RM channels x RN pixels per invocation).  "64": 256
@@ -1407,34 +1518,17 @@ class TiledPath(Path):
         self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "TM": tm, "TN": tn, "TK": tk,
                                        "RM": rm, "RN": rn, "ACT": self.act_id})
         self.mtiles = -(-g.cout_per_group // tm)
-        p = np.zeros(40, np.int64)
-        p[0:4] = [*g.in_size, g.cin_per_group]
-        p[4:8] = [*g.out_size, g.cout_per_group]
-        p[8:12] = [*g.kernel, int(g.flip)]
-        p[12:16] = [*g.stride, int(g.b_stride is not None)]
-        p[16:20] = [*g.dilation, self.mtiles]
-        p[20:24] = [*g.start, math.prod(g.out_size)]
-        p[24:28] = g.x_strides[:4]
-        p[28:32] = g.w_strides[:4]
-        p[32:36] = g.y_strides[:4]
-        p[36:40] = [g.x_strides[4], g.w_strides[4], g.y_strides[4], g.b_stride or 0]
-        self.params = op.upload(np.concatenate([_words(p).view(np.uint8),
-                                                self.act_params.view(np.uint8)]))
+        self.params = op.upload(implicit_gemm_params(g, self.mtiles, self.act_params))
 
     def encode(self, seq, x, w, b, y) -> None:
-        g, d = self.geo, self.op.desc
-        w_bind = Bind(w, 0, self.op.whole(w, "filter"))
-        seq.dispatch(self.pipe, [
-            Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes),
-            w_bind, Bind(b, 0, self.op.whole(b, "bias")) if b is not None else w_bind,
-            Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w"), Bind(self.params)],
-            (-(-math.prod(g.out_size) // self.tile[1]), g.groups * self.mtiles, g.n))
-
+        g = self.geo
+        seq.dispatch(self.pipe, in_place_binds(self.op, g, x, w, b, y) + [Bind(self.params)],
+                     (-(-math.prod(g.out_size) // self.tile[1]), g.groups * self.mtiles, g.n))
 
 #: Paths in order of preference: without tuning (``VKML_TUNE=off``) the first that
 #: accepts and prefers a geometry runs it (:func:`heuristic`).
 PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath,
-                           TiledPath]
+                           TiledPath, BlockedPath]
 
 #: The knobs a path reads (:func:`knobs`): RELAYOUT_GROUPS, the GEMM blocks ("wide":
 #: gemm_blocks' 16 x 16 / 8 x 8 with several channels per loop iteration and float4
@@ -1447,6 +1541,7 @@ DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_bl
 CANDIDATES = {
     "winograd": ("winograd", {}),
     "winograd-narrow": ("winograd", {"blocks": "narrow"}),
+    "winograd-blocked": ("winograd", {"gemm": "blocked"}),
     "depthwise": ("depthwise", {}),
     "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
     "gemm_sg": ("gemm_sg", {}),
@@ -1458,6 +1553,8 @@ CANDIDATES = {
     "tiled-32": ("tiled", {"tile": "32"}),
     "tiled-64x32": ("tiled", {"tile": "64x32"}),
     "tiled-f16": ("tiled", {"f16_arith": True}),
+    **{"blocked" + ("" if k == "8x4" else "-" + k): ("blocked", {"block": k})
+       for k in BLOCKS},
     "direct": ("direct", {}),
 }
 #: Candidates that differ from their path's default only in knobs that are parameters,
@@ -1472,7 +1569,7 @@ def knobs(op) -> dict:
 
 def _path_class(name: str) -> type[Path]:
     return next(p for p in (WinogradPath, DepthwisePath, GemmSgPath, GemmPath, TiledPath,
-                                     DirectPath)
+                                     BlockedPath, DirectPath)
                 if p.name == name)
 
 

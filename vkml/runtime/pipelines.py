@@ -29,14 +29,15 @@ from . import cache, spirv, vk
 from .cache import cache_dir
 from .vk import ffi, lib
 
-#: Specialization constants that select code rather than size it (``ACT``: the switch
-#: of glsl/include/vkml_activation.glsl), frozen into the module on the host
-#: (:mod:`vkml.runtime.spirv`): a driver that does not fold specialization constants
-#: otherwise runs every case (SwiftShader: a Relu 8x slower).  Only these: freezing
-#: every constant made SwiftShader's convolutions up to 2x slower: with the register
-#: block sizes (gemm's MB, NB) constant its optimizer unrolls the block loops and the
-#: code spills (1x1 256->64: 174 -> 355 ms); the other gemm constants changed nothing.
-FROZEN_CONSTANTS = ("ACT",)
+#: Specialization constants frozen into the module on the host (:mod:`vkml.runtime.spirv`),
+#: for drivers that do not fold specialization constants before generating code:
+#: ``ACT`` selects code (the switch of glsl/include/vkml_activation.glsl; SwiftShader
+#: otherwise runs every case, a Relu 8x slower); ``RM``/``RN`` size the small register
+#: blocks of convolution_blocked/tiled, whose loops must unroll to keep the block in
+#: registers (SwiftShader: a 1x1 GEMM 0.2 -> 3.1 GFLOP/s).  Not the others: with gemm's
+#: large blocks (MB, NB) constant, SwiftShader unrolls them and spills (1x1 256->64:
+#: 174 -> 355 ms); the remaining gemm constants changed nothing.
+FROZEN_CONSTANTS = ("ACT", "RM", "RN")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
