@@ -12,7 +12,7 @@
 // CONVOLUTION mode.)  Then bias, then the fused activation, then one store.
 //
 // Only outputs o in [vlo, vhi) per axis are computed (the others have no contribution:
-// bias and activation only); the host (ops/convolution.py, _axis_forward/_backward)
+// bias and activation only); the host (ops/convolution/geometry.py, _axis_forward/_backward)
 // rebases the geometry to o - vlo, trims the input (x_off) and the taps (w_off) to the
 // ones that reach the output, so that every index below fits int32 exactly.
 //

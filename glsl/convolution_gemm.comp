@@ -10,7 +10,7 @@
 // column taps (along w) are unrolled (KW, DW): with unit pixel step one row of X is
 // loaded once per (row tap, channel) and reused by every column tap.
 //
-// One kernel serves every fast dense path (ops/convolution.py):
+// One kernel serves every fast dense path (ops/convolution/):
 // * forward convolution (any stride, dilation, padding; groups with enough channels):
 //   taps = the kernel window's offsets in the padded plane;
 // * 1x1 convolution as a plain GEMM: one tap, the plane as one row;

@@ -18,6 +18,7 @@ from helpers import compile_on_path, run_desc
 from references import convolution_reference
 
 conv_ops = importlib.import_module("vkml.ops.convolution")
+conv_choice = importlib.import_module("vkml.ops.convolution.choice")    # _run, _Probe
 
 
 def _desc(x_shape, w_shape, groups=1, pad=0):
@@ -95,7 +96,7 @@ def test_keeps_the_fastest_and_a_second_tuner_reuses_it(device, tmp_path, monkey
     fake = {}
 
     def run(dev, seq, cand, shape):
-        free = conv_ops._run(dev, seq, cand, shape)
+        free = conv_choice._run(dev, seq, cand, shape)
         fake[id(seq)] = {"gemm": 3e-3, "gemm-g256": 1e-3}.get(cand.name, 2e-3)
         return free
     path = tuning.tunable_path("convolution-test", list(conv_ops.CANDIDATES), "direct",
@@ -130,7 +131,7 @@ def test_owned_filter_is_timed_bound_once_on_every_path(device, tmp_path):
                                                 flags=dml.TensorFlags.OWNED_BY_DML))
     assert conv_ops.shape_class(owned) == conv_ops.shape_class(desc) + "-owned1"
     c = tuning.Tuner("fast", folder=tmp_path, rounds=1).choose(device, conv_ops.TUNABLE, owned)
-    probe = conv_ops._Probe(device, owned)
+    probe = conv_choice._Probe(device, owned)
     paths = [n for n in conv_ops.heuristic(probe, probe.geo) if n != "direct"]
     assert len(paths) >= 2 and set(paths) <= set(c.times), (paths, c.times)
     assert not tuning.Tuner(folder=tmp_path).lookup(c.key).get("declined")

@@ -476,22 +476,20 @@ def winograd_graph(owned):
 
 
 @pytest.mark.parametrize("fuse", [True, False])
-def test_owned_filter_constant_transformed_once(device, fuse, monkeypatch):
+@pytest.mark.parametrize("path", ["winograd", "gemm"])
+def test_owned_filter_constant_transformed_once(device, fuse, path):
     """A graph's OWNED_BY_DML filter is handed to its convolution node, which transforms
-    it at initialization (paths narrowed to those that transform it: winograd, gemm):
+    it at initialization (forced, by ``paths``, to each path that transforms it):
     the graph records fewer dispatches than with the filter bound at execution, keeps no
     copy of its own, gives the same results, and later writes to the initializing tensor
     change nothing."""
-    import importlib
-    conv_ops = importlib.import_module("vkml.ops.convolution")
-    monkeypatch.setattr(conv_ops, "PATHS", [p for p in conv_ops.PATHS
-                                            if p.name in ("winograd", "gemm")])
     rng = np.random.default_rng(11)
     x = rng.standard_normal((1, 16, 22, 22)).astype(np.float32)
     w = (rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32)
     tw = device.tensor(w)
-    owned = device.compile_graph(winograd_graph(True), fuse=fuse, constants={1: tw})
-    plain = device.compile_graph(winograd_graph(False), fuse=fuse)
+    owned = device.compile_graph(winograd_graph(True), fuse=fuse, constants={1: tw},
+                                 paths={1: path})
+    plain = device.compile_graph(winograd_graph(False), fuse=fuse, paths={1: path})
     conv = [n.compiled for n in owned._graph_nodes.values()
             if isinstance(n.desc, dml.ConvolutionOperatorDesc)][0]
     assert conv.owned_inputs == [1] and owned._constants == {}
@@ -509,7 +507,7 @@ def test_owned_filter_constant_transformed_once(device, fuse, monkeypatch):
         cg.record(seq, ins, [out])
         counts.append(seq.dispatches)
         seq.close()
-    assert conv.path.name in ("winograd", "gemm") and conv.path.filter_ready
+    assert conv.path.name == path and conv.path.filter_ready
     assert counts[1] < counts[0], counts           # the filter transform is not recorded
     tw.write(np.zeros_like(w))
     owned.execute([xt, None], [y2])
@@ -519,3 +517,21 @@ def test_owned_filter_constant_transformed_once(device, fuse, monkeypatch):
     assert info.value.field == "inputs[1]"
     owned.release()
     plain.release()
+
+
+def test_paths_force_a_node_and_name_what_is_wrong(device):
+    """``compile_graph(..., paths={node: name})`` forces a node's kernel path (the
+    convolution keeps its index when the padding and the activation fuse into it); a key
+    that is no node, a node without paths and a name the operator lacks are refused."""
+    for fuse in (True, False):
+        cg = device.compile_graph(winograd_graph(False), fuse=fuse, paths={1: "direct"})
+        conv = [n.compiled for n in cg._graph_nodes.values()
+                if isinstance(n.desc, dml.ConvolutionOperatorDesc)][0]
+        assert conv.path.name == "direct" and conv.force == "direct"
+        cg.release()
+    for paths, field in (({3: "direct"}, "paths"), ({"1": "direct"}, "paths"),
+                         ({2: "direct"}, "paths[2]"), ({1: 7}, "paths[1]"),
+                         ({1: "fastest"}, "path")):
+        with pytest.raises(ValidationError) as info:
+            device.compile_graph(winograd_graph(False), paths=paths)
+        assert info.value.field == field, (paths, str(info.value))

@@ -148,12 +148,14 @@ class Device:
             raise ValidationError("op", "was created on another device")
         return compile_operator(op)
 
-    def compile_graph(self, graph_desc, *, fuse: bool = True, constants=None):
+    def compile_graph(self, graph_desc, *, fuse: bool = True, constants=None, paths=None):
         """``IDMLDevice1::CompileGraph``: validate a ``vkml.dml.GraphDesc``, fuse, plan
-        its intermediates in one arena and compile its nodes (``vkml/ops/graph.py``)."""
+        its intermediates in one arena and compile its nodes (``vkml/ops/graph.py``).
+        ``paths``: {node index: path name} forces the kernel path of those nodes
+        (convolution candidates, padding paths), for tests and measurements."""
         from .ops.graph import compile_graph
 
-        return compile_graph(self, graph_desc, fuse=fuse, constants=constants)
+        return compile_graph(self, graph_desc, fuse=fuse, constants=constants, paths=paths)
 
     def compiled(self, desc: OperatorDesc):
         """A compiled operator for ``desc``, cached (LRU) for the functional API.

@@ -41,11 +41,13 @@ class Operator:
         return f"vkml.Operator({self.desc.OPERATOR_TYPE})"
 
 
-def compile_operator(op: Operator) -> "CompiledOperator":
+def compile_operator(op: Operator, path: str | None = None) -> "CompiledOperator":
+    """The operator's implementation built for it; ``path`` (operators with several
+    kernel paths: convolution, padding) forces one, as their ``path=`` argument."""
     impl = REGISTRY.get(type(op.desc))
     if impl is None:
         raise UnsupportedError(op.desc.OPERATOR_TYPE, "vkml has no implementation of it")
-    return impl(op.device, op.desc)
+    return impl(op.device, op.desc) if path is None else impl(op.device, op.desc, path=path)
 
 
 class CompiledOperator:

@@ -33,6 +33,13 @@ work):
    own copy or transformed form (the filter re-layout / Winograd transform run once);
    any other consumer binds a copy the graph owns.
 
+Kernel paths: each node's operator chooses its own (the tuner, see ``vkml.tuning``);
+``compile_graph(..., paths={node index: name})`` forces the path of nodes whose
+operator takes one (``path=`` of ``CompiledConvolution``: a candidate of
+``vkml.ops.convolution.CANDIDATES``; of ``CompiledPadding``), for tests and
+measurements.  A node fused into another (module doc, step 1) runs inside it, so its
+entry has no effect there; the fused node keeps its convolution's index.
+
 Execution: :meth:`CompiledGraph.execute` records every node into one command buffer
 (barriers where data flows, see ``runtime.Sequence``) and replays it while the same
 tensors are bound; :meth:`CompiledGraph.record` adds the graph to a caller's sequence,
@@ -40,6 +47,7 @@ to compose several graphs and operators in one submission.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field, replace
 
@@ -53,7 +61,7 @@ from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import UNIFORM_TEXEL
 from ..tensor import Tensor
-from .base import CompiledOperator
+from .base import REGISTRY, CompiledOperator, compile_operator
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 
 __all__: list[str] = []
@@ -111,10 +119,12 @@ class CompiledGraph(CompiledOperator):
     TotalTensorSizeInBytes.
     """
 
-    def __init__(self, device, graph: GraphDesc, fuse: bool = True, constants=None):
+    def __init__(self, device, graph: GraphDesc, fuse: bool = True, constants=None,
+                 paths=None):
         self.graph = graph
         self.fuse = fuse
         self.topology = graph.validate()          # every rule, before any Vulkan work
+        self.paths = _check_paths(graph, paths)
         self._constants_given = constants
         topo = self.topology
         descs = [n.desc for n in graph.nodes]
@@ -151,7 +161,7 @@ class CompiledGraph(CompiledOperator):
             for i in order:
                 n = nodes[i]
                 op = self.device.create_operator(n.desc)
-                n.compiled = self.device.compile_operator(op)
+                n.compiled = compile_operator(op, self.paths.get(i))
             self._plan_arena(nodes, order)
         except BaseException:
             self._release_nodes()
@@ -361,10 +371,32 @@ class CompiledGraph(CompiledOperator):
         self._constants = {}
 
 
-def compile_graph(device, graph_desc, *, fuse: bool = True, constants=None) -> CompiledGraph:
+def _check_paths(graph: GraphDesc, paths) -> dict:
+    """``compile_graph``'s ``paths`` as {node index: name}: each key a node whose operator
+    takes a ``path`` (the name itself is checked by that operator)."""
+    if paths is None:
+        return {}
+    if not isinstance(paths, dict):
+        raise ValidationError("paths", f"must be None or a dict, got {type(paths).__name__}")
+    for k, name in paths.items():
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(graph.nodes):
+            raise ValidationError("paths", f"keys must be node indices below "
+                                  f"{len(graph.nodes)}, got {k!r}")
+        impl = REGISTRY.get(type(graph.nodes[k].desc))
+        if impl is None or "path" not in inspect.signature(impl).parameters:
+            raise ValidationError(f"paths[{k}]", f"node {k} "
+                                  f"({graph.nodes[k].desc.OPERATOR_TYPE}) has no path to force")
+        if not isinstance(name, str):
+            raise ValidationError(f"paths[{k}]", f"must be a path name, got {name!r}")
+    return dict(paths)
+
+
+def compile_graph(device, graph_desc, *, fuse: bool = True, constants=None,
+                  paths=None) -> CompiledGraph:
     """``IDMLDevice1::CompileGraph`` (module doc).  ``fuse=False`` compiles every node as
     given (to compare with the fused graph); ``constants`` initializes the OWNED_BY_DML
-    inputs at once (else call ``initialize``)."""
+    inputs at once (else call ``initialize``); ``paths`` forces nodes' kernel paths
+    (module doc, "Kernel paths")."""
     device.check_open()
     if not isinstance(graph_desc, GraphDesc):
         raise ValidationError("graph_desc", f"must be a vkml.dml.GraphDesc, got "
@@ -374,4 +406,4 @@ def compile_graph(device, graph_desc, *, fuse: bool = True, constants=None) -> C
         if getattr(op, "device", device) is not device:
             raise ValidationError(f"GraphDesc.nodes[{i}].operator", "was created on another "
                                   "device")
-    return CompiledGraph(device, graph_desc, fuse=fuse, constants=constants)
+    return CompiledGraph(device, graph_desc, fuse=fuse, constants=constants, paths=paths)

@@ -1,0 +1,265 @@
+"""Convolution: ``DML_CONVOLUTION_OPERATOR_DESC`` and ``vkml.convolution``.
+
+Every configuration goes through :class:`Geometry`, the descriptor reduced to three
+spatial dimensions (1-D and 2-D convolutions get leading spatial dimensions of size 1)
+with the element strides of each tensor.  A *path* turns a geometry into dispatches.
+Which paths can run a geometry is decided by the device's features and limits
+(texel-buffer sizes, subgroup shuffles and full subgroups, 16-bit storage); which of them
+runs is decided by the tuner (:mod:`vkml.tuning`, tunable path ``convolution``: candidates
+are paths with their knobs, timed on the device per shape class).  With ``VKML_TUNE=off``
+it is the first path in :data:`PATHS` that accepts and prefers the geometry, with the
+knobs measured on lavapipe (``DEFAULT_KNOBS``); never a device type, vendor or name:
+
+=============  ==========================================================================
+winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4x4, 3x3)
+               transforms around 36 GEMMs (``convolution_winograd.comp``); where gemm_sg
+               can run the shape only from 64 channels and 49 tiles up (``prefers``).
+depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
+               NB pixels per invocation, input read in place (``convolution_depthwise``).
+gemm_sg        devices with subgroup shuffles and full subgroups of a required size
+               (``computeFullSubgroups``): the implicit GEMM below, but the filter
+               is read in place through its DML strides and shared across a subgroup by
+               shuffles -- no re-laid filter per execution (SGW variants).
+gemm           dense forward convolutions (>= 4 output channels per group) and transposed
+               ones, one dispatch per stride phase (no inserted zeros): an implicit GEMM
+               on zero-padded float32 planes (``convolution_gemm.comp`` after
+               ``convolution_relayout.comp``); 1x1 convolutions read the input in place.
+direct         everything else: any layout, both directions and modes, groups
+               (``convolution_direct.comp``, one output per invocation).
+tiled          (tuner only) forward convolutions as a shared-memory tiled implicit GEMM,
+               the GPU libraries' design (``convolution_tiled.comp``): TM x TN tiles, TK
+               input channels a stage, float4 register blocks; float16 arithmetic for
+               float16 tensors where the device has ``shaderFloat16`` (``tiled-f16``).
+blocked        (tuner only) forward convolutions as an in-place implicit GEMM with small
+               register blocks frozen into the module (``convolution_blocked.comp``), for
+               drivers that do not fold specialization constants (SwiftShader); its GEMM
+               variant runs Winograd's 36 GEMMs in ``winograd-blocked``.
+=============  ==========================================================================
+
+Files: ``geometry.py`` (:class:`Geometry`, the :class:`Path` base class, the knobs), one
+file per path (``winograd.py``, ``depthwise.py``, ``gemm_sg.py``, ``gemm.py`` with the
+re-layouts and register blocks the GEMMs share, ``direct.py``, ``tiled.py``,
+``blocked.py``; the in-place GEMMs' parameter block is in ``geometry.py``), ``choice.py`` (the
+candidates, the heuristic, :func:`choose_path`, the tunable path); this file:
+:class:`CompiledConvolution` (owned filters, below) and the functional form.
+
+Every path takes float32 and float16 (packed float16 where the device lacks 16-bit
+storage), accumulates in float32, adds the bias and applies the fused activation in the
+kernel that stores the output.  gemm and winograd re-lay (transform) the filter per
+execution, since DML binds it at execution; gemm_sg, depthwise and direct read it where
+it is.
+
+Owned filters: a filter tensor flagged ``DML_TENSOR_FLAG_OWNED_BY_DML`` is bound once, by
+:meth:`CompiledConvolution.initialize` (``IDMLOperatorInitializer``; a graph's
+``initialize`` hands its constants to each node), and binding it at execution is a
+ValidationError, as the flag's page says ("DirectML makes a copy of the tensor data during
+initialization ... This allows DirectML to perform reformatting of the tensor data into
+other, more efficient forms").  gemm and winograd run the filter re-layout / transform
+then, into the buffer the operator owns, and their executions skip those dispatches; the
+other paths (and any other owned input) get a copy.
+
+Why the kernels look as they do (operands through texel buffers, unrolled register
+blocks indexed by constants, few loop-carried sums, vec4 storage stores, index math per
+workgroup): lavapipe's costs, in docs/DEVELOPING.md ("Facts about lavapipe"); the
+measurements behind the paths' choices are in bench/RESULTS.md ("Kernel design").
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...dml.activations import activation as activation_desc
+from ...dml.convolution import ConvolutionDirection, ConvolutionMode, ConvolutionOperatorDesc
+from ...dml.operator import as_tuple, as_uint, enum_of
+from ...dml.tensor_desc import TensorDesc
+from ...errors import UnsupportedError, ValidationError
+from ...tensor import Tensor
+from ..base import CompiledOperator, implements
+from ..functional import as_array, pick_device, run
+from ..owned import device_copy, initializer_inputs, owned_slots, refuse_owned_at_execution
+from . import blocked, depthwise, direct, gemm, gemm_sg, tiled, winograd
+# Each name below lives in the file of its path; the package re-exports what tests and
+# tools name as ``vkml.ops.convolution.<name>``.
+from .choice import (CANDIDATES, PATHS, TUNABLE, choose_path, desc_of_shape, heuristic,
+                     shape_class, shape_from_workload, tuning_shape)
+from .depthwise import DepthwisePath
+from .direct import DirectPath
+from .gemm import FilterTranspose, GemmPath, subgroup_shuffle_size
+from .gemm_sg import GemmSgPath
+from .geometry import DEFAULT_KNOBS, Geometry, Path
+from .blocked import BLOCKS, BlockedPath
+from .tiled import TILES, TiledPath
+from .winograd import WinogradPath
+
+__all__ = ["convolution"]
+
+#: Kernel variants the package requests (each path's module lists its own) and the
+#: specialization constants it sets.
+VARIANTS = {**direct.VARIANTS, **gemm.VARIANTS, **gemm_sg.VARIANTS, **winograd.VARIANTS,
+            **depthwise.VARIANTS, **tiled.VARIANTS, **blocked.VARIANTS}
+
+
+@implements(ConvolutionOperatorDesc)
+class CompiledConvolution(CompiledOperator):
+    """Chooses a path for the descriptor on this device (see the module doc).
+
+    ``owned_inputs``: the input slots (0 input, 1 filter, 2 bias) whose tensors carry
+    ``DML_TENSOR_FLAG_OWNED_BY_DML``; they are bound by :meth:`initialize`, not at
+    execution (see "Owned filters" in the module doc).  ``path``: see
+    :func:`choose_path` (a candidate name forces it; UnsupportedError where it does not
+    take the geometry)."""
+
+    INPUT_NAMES = ("input", "filter", "bias")
+
+    def __init__(self, device, desc, path: str | None = None):
+        #: None: the tuner's or the heuristic's choice; a name of :data:`CANDIDATES`
+        #: (a path name: that path, default knobs) forces it (tests, the tuner).
+        self.force = path
+        self.knobs = None
+        super().__init__(device, desc)
+
+    def build(self) -> None:
+        self.geometry = Geometry.of(self.desc)
+        self.path = choose_path(self, self.geometry, self.force)
+        self.owned_inputs = owned_slots(self.desc.inputs())
+        self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
+
+    # -- DML_TENSOR_FLAG_OWNED_BY_DML ----------------------------------------------------
+    def initialize(self, inputs=None, **named) -> None:
+        """``IDMLOperatorInitializer`` for this operator: bind the OWNED_BY_DML inputs once,
+        by slot (``initialize({1: w})``, ``initialize([None, w, None])``) or by name
+        (``initialize(filter=w)``), each a Tensor or an array.  A path that re-lays or
+        transforms the filter (gemm, winograd) does so now, into a buffer this operator
+        owns, and its executions skip those dispatches; every other owned input (and the
+        filter of a path that reads it in place) is copied into such a buffer.  Later
+        changes to the given tensors do not reach the operator.  May be called again."""
+        self._check_live()
+        given = dict(inputs) if isinstance(inputs, dict) else (
+            {i: v for i, v in enumerate(inputs) if v is not None} if inputs is not None else {})
+        for name, value in named.items():
+            if name not in self.INPUT_NAMES:
+                raise ValidationError(name, f"is not an input of {self.desc.OPERATOR_TYPE} "
+                                      f"(those are {', '.join(self.INPUT_NAMES)})")
+            given[self.INPUT_NAMES.index(name)] = value
+        given = initializer_inputs(self.owned_inputs, given, "inputs")
+        descs = self.desc.inputs()
+        temps, persistent = [], {}
+        with self._lock:
+            try:
+                with self.ctx.sequence(hold=True) as seq:
+                    for i, value in sorted(given.items()):
+                        t, temp = device_copy(self.device, value, descs[i], f"inputs[{i}]")
+                        if temp:
+                            temps.append(t)
+                        persistent[i] = self._initialize_input(seq, i, t)
+                    seq.run()
+            finally:
+                for t in temps:
+                    t.free()
+            if 1 in persistent and self.path.filter_buffer() is not None:
+                self.path.filter_ready = True
+            self._persistent = persistent
+            # a recorded execution reads the same buffers: the cache stays valid
+
+    def _initialize_input(self, seq, i: int, t):
+        """Record the initialization of input slot ``i`` from ``t``; the Tensor (not
+        owning) that executions bind in its place."""
+        d = self.desc.inputs()[i]
+        dst = self.path.filter_buffer() if i == 1 else None
+        if dst is not None:
+            self.path.encode_filter(seq, t.allocation)
+        else:
+            old = self._persistent.get(i)
+            dst = old.allocation if old is not None else self.scratch(
+                -(-d.total_tensor_size_in_bytes // 4) * 4)
+            seq.copy(t.allocation, dst, [(0, 0, min(dst.size, t.allocation.size))])
+        return Tensor(self.device, (dst.size,), np.uint8, dst, max(dst.size,
+                      d.total_tensor_size_in_bytes), owner=False)
+
+    def _check_bindings(self, inputs, outputs):
+        inputs = list(inputs) if inputs is not None else []
+        refuse_owned_at_execution(self.owned_inputs, inputs,
+                                  len(self._persistent) == len(self.owned_inputs))
+        for i, t in self._persistent.items():
+            inputs += [None] * (i + 1 - len(inputs))
+            inputs[i] = t
+        return super()._check_bindings(inputs, outputs)
+
+    def whole(self, alloc, what: str) -> int:
+        """Bytes to bind of a tensor bound whole (refused beyond maxStorageBufferRange)."""
+        limit = self.ctx.limits["maxStorageBufferRange"]
+        if alloc.size > limit:
+            need = {"filter": self.desc.filter_tensor, "bias": self.desc.bias_tensor}[what]
+            if need.total_tensor_size_in_bytes > limit:
+                raise UnsupportedError("maxStorageBufferRange", f"the {what} tensor is larger "
+                                       "than the device can bind")
+            return need.total_tensor_size_in_bytes
+        return alloc.size
+
+    def encode(self, seq, inputs, outputs) -> None:
+        x, w, b = inputs
+        self.path.encode(seq, x.allocation, w.allocation,
+                         b.allocation if b is not None else None, outputs[0].allocation)
+
+
+# -- functional form ----------------------------------------------------------------------
+def _desc_of(x, name: str) -> TensorDesc:
+    try:
+        return TensorDesc(np.dtype(x.dtype), tuple(x.shape))
+    except ValidationError as exc:
+        raise ValidationError(name, exc.rule) from None
+
+
+def convolution(x, filter, bias=None, *, strides=None, dilations=None, start_padding=None,  # noqa: A002
+                end_padding=None, output_padding=None, group_count=1,
+                mode="cross_correlation", direction="forward", fused_activation=None,
+                device=None):
+    """``DML_CONVOLUTION_OPERATOR_DESC``: convolve ``x`` (N, C_in, *spatial; 1 to 3
+    spatial dimensions) with ``filter``.
+
+    ``direction="forward"``: filter (C_out, C_in/group_count, *kernel).
+    ``direction="backward"`` (transposed convolution, ONNX ConvTranspose): filter
+    (C_in, C_out/group_count, *kernel); output size per dimension
+    ``(in-1)*stride + dilation*(k-1) + 1 - start - end + output_padding``.
+    ``mode="convolution"`` flips the kernel along every spatial axis.  ``bias``: (C_out,)
+    or (1, C_out, 1, ...).  ``fused_activation``: None, a name ("relu", "leaky_relu", ...)
+    or a ``vkml.dml`` activation descriptor with its parameters; it is applied inside the
+    convolution kernel.  Per-dimension arguments: a sequence, an int for every dimension,
+    or None for the neutral value.
+    """
+    dev = pick_device(device, x, filter, bias)
+    x = as_array(x, "x")
+    filter = as_array(filter, "filter")  # noqa: A001
+    bias = as_array(bias, "bias", optional=True)
+    group_count = as_uint(group_count, "group_count", 1)
+    xd = _desc_of(x, "x")
+    fd = _desc_of(filter, "filter")
+    n = max(xd.dimension_count - 2, 0)
+    args = {name: as_tuple(v, neutral, n, name) for name, v, neutral in (
+        ("strides", strides, 1), ("dilations", dilations, 1), ("start_padding", start_padding, 0),
+        ("end_padding", end_padding, 0), ("output_padding", output_padding, 0))}
+    mode_e = enum_of(ConvolutionMode, mode, "mode", "DML_CONVOLUTION_MODE_")
+    dir_e = enum_of(ConvolutionDirection, direction, "direction", "DML_CONVOLUTION_DIRECTION_")
+    bd = None
+    if bias is not None:
+        shape = tuple(bias.shape)
+        if len(shape) == 1:
+            shape = (1, shape[0]) + (1,) * n
+        try:
+            bd = TensorDesc(np.dtype(bias.dtype), shape)
+        except ValidationError as exc:
+            raise ValidationError("bias", exc.rule) from None
+    act = activation_desc(fused_activation)
+    # Output sizes by the page's formula; where the arguments are inconsistent a
+    # placeholder is used and create_operator's validation names the broken rule.
+    out_shape = tuple(x.shape)
+    if fd.dimension_count == xd.dimension_count >= 3 and all(len(v) == n for v in args.values()):
+        probe = ConvolutionOperatorDesc(xd, fd, None, xd, mode_e, dir_e, group_count=max(
+            int(group_count), 1), fused_activation=None, **args)
+        try:
+            out_shape = tuple(max(1, s) for s in probe.expected_output_sizes())
+        except (ZeroDivisionError, TypeError):
+            pass
+    yd = TensorDesc(xd.data_type, out_shape)
+    desc = ConvolutionOperatorDesc(xd, fd, bd, yd, mode_e, dir_e, group_count=group_count,
+                                   fused_activation=act, **args)
+    return run(dev, desc, [x, filter, bias])

@@ -1,0 +1,277 @@
+"""Which path runs a geometry: the candidates (paths with their knobs), the heuristic
+``VKML_TUNE=off`` follows, :func:`choose_path`, and the tunable path ``convolution``
+(:mod:`vkml.tuning`: shape classes, the fast list, running a candidate)."""
+from __future__ import annotations
+
+from ... import tuning
+from ...dml.convolution import ConvolutionDirection, ConvolutionMode, ConvolutionOperatorDesc
+from ...dml.data_type import DataType
+from ...dml.tensor_desc import TensorDesc, TensorFlags
+from ...errors import UnsupportedError, ValidationError
+from ..base import CompiledOperator
+from ..owned import owned_slots
+from .depthwise import DepthwisePath
+from .direct import DirectPath
+from .gemm import GemmPath
+from .gemm_sg import GemmSgPath
+from .geometry import DEFAULT_KNOBS, RELAYOUT_GROUPS, Decline, Geometry, Path
+from .blocked import BLOCKS, BlockedPath
+from .tiled import TiledPath
+from .winograd import WinogradPath
+
+
+#: Paths in order of preference: without tuning (``VKML_TUNE=off``) the first that
+#: accepts and prefers a geometry runs it (:func:`heuristic`); tiled and blocked never
+#: prefer (they come after direct): only the tuner picks them.
+PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath,
+                           TiledPath, BlockedPath]
+
+#: The candidates of the tunable path ``convolution``: name -> (path, knobs other than
+#: the defaults).  A path's own name is that path with the default knobs.
+CANDIDATES = {
+    "winograd": ("winograd", {}),
+    "winograd-narrow": ("winograd", {"blocks": "narrow"}),
+    "winograd-blocked": ("winograd", {"gemm": "blocked"}),
+    "depthwise": ("depthwise", {}),
+    "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
+    "gemm_sg": ("gemm_sg", {}),
+    "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
+    "gemm": ("gemm", {}),
+    "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
+    "gemm-narrow": ("gemm", {"blocks": "narrow", "relayout_groups": RELAYOUT_GROUPS[1]}),
+    "tiled": ("tiled", {}),
+    "tiled-32": ("tiled", {"tile": "32"}),
+    "tiled-64x32": ("tiled", {"tile": "64x32"}),
+    "tiled-f16": ("tiled", {"f16_arith": True}),
+    **{"blocked" + ("" if k == "8x4" else "-" + k): ("blocked", {"block": k}) for k in BLOCKS},
+    "direct": ("direct", {}),
+}
+#: Candidates that differ from their path's default only in knobs that are parameters,
+#: not pipelines: timing them costs runs, no compilation (the fast list adds them).
+_CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
+
+
+def _path_class(name: str) -> type[Path]:
+    return next(p for p in PATHS if p.name == name)
+
+
+def heuristic(op: CompiledOperator, geo: Geometry) -> list[str]:
+    """The paths of :data:`PATHS` that accept the geometry, in the order ``VKML_TUNE=off``
+    tries them: those that also prefer it first (from features and limits only)."""
+    accepting = [cls for cls in PATHS if cls.accepts(op, geo)]
+    return ([c.name for c in accepting if c.prefers(op, geo)]
+            + [c.name for c in accepting if not c.prefers(op, geo)])
+
+
+def _build(op, geo, name: str) -> Path:
+    """Candidate ``name`` built for the geometry (raises Decline where it does not take it)."""
+    path, extra = CANDIDATES[name]
+    op.knobs = {**DEFAULT_KNOBS, **extra}
+    try:
+        cls = _path_class(path)
+        if not cls.accepts(op, geo):
+            raise Decline(f"{path} does not accept the geometry")
+        built = cls(op, geo)
+    except BaseException:
+        op.knobs = None
+        raise
+    built.candidate = name
+    return built
+
+
+def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None) -> Path:
+    """The path that runs the geometry: ``force`` (a candidate name, see
+    :data:`CANDIDATES`), else the tuner's choice (``VKML_TUNE``; tunable path
+    ``convolution``), else the first of :func:`heuristic` that builds."""
+    if force is not None:
+        if force not in CANDIDATES:
+            raise ValidationError("path", f"must be None or one of {', '.join(CANDIDATES)}, "
+                                  f"got {force!r}")
+        try:
+            return _build(op, geo, force)
+        except Decline as exc:
+            raise UnsupportedError("convolution", f"path {force!r} does not take this "
+                                   f"geometry ({exc})") from None
+    order = heuristic(op, geo)
+    tuner = tuning.default_tuner()
+    if geo.plain and len(order) > 1 and tuner.effective_mode() != "off":
+        c = tuner.choose(op.device, TUNABLE, tuning_shape(op.desc))
+        if c.source != "default" and c.name not in order[:1]:
+            try:
+                return _build(op, geo, c.name)
+            except Decline:
+                pass
+    for name in order:
+        try:
+            return _build(op, geo, name)
+        except Decline:
+            continue
+    raise AssertionError("DirectPath accepts every geometry")
+
+
+# -- tuning ---------------------------------------------------------------------------------
+def _round(v: int) -> int:
+    """``v`` rounded up to a power of two (the shape class's sizes)."""
+    return 1 << max(0, int(v) - 1).bit_length()
+
+
+def _tensor_json(t: TensorDesc | None):
+    if t is None:
+        return None
+    return {"dtype": t.data_type.name.lower(), "sizes": list(t.sizes),
+            "strides": None if t.strides is None else list(t.strides), "flags": int(t.flags)}
+
+
+def _tensor_of(j) -> TensorDesc | None:
+    if j is None:
+        return None
+    return TensorDesc(DataType[j["dtype"].upper()], tuple(j["sizes"]),
+                      None if j.get("strides") is None else tuple(j["strides"]),
+                      flags=TensorFlags(j.get("flags", 0)))
+
+
+def tuning_shape(desc: ConvolutionOperatorDesc) -> dict:
+    """The tuner's shape of a convolution: its descriptor as JSON (stored with the
+    choice, so ``python -m vkml.tune --refresh`` can re-measure it), without the fused
+    activation (it does not change which path is fastest)."""
+    g = lambda v: None if v is None else list(v)   # noqa: E731
+    return {"input": _tensor_json(desc.input_tensor), "filter": _tensor_json(desc.filter_tensor),
+            "bias": _tensor_json(desc.bias_tensor), "output": _tensor_json(desc.output_tensor),
+            "mode": desc.conv_mode.name, "direction": desc.conv_direction.name,
+            "strides": g(desc.strides), "dilations": g(desc.dilations),
+            "start_padding": g(desc.start_padding), "end_padding": g(desc.end_padding),
+            "output_padding": g(desc.output_padding), "group_count": int(desc.group_count)}
+
+
+def desc_of_shape(shape) -> ConvolutionOperatorDesc:
+    """:func:`tuning_shape`'s inverse (a descriptor passes through)."""
+    if isinstance(shape, ConvolutionOperatorDesc):
+        return shape
+    t = lambda v: None if v is None else tuple(v)   # noqa: E731
+    return ConvolutionOperatorDesc(
+        _tensor_of(shape["input"]), _tensor_of(shape["filter"]), _tensor_of(shape["bias"]),
+        _tensor_of(shape["output"]), ConvolutionMode[shape["mode"]],
+        ConvolutionDirection[shape["direction"]], t(shape["strides"]), t(shape["dilations"]),
+        t(shape["start_padding"]), t(shape["end_padding"]), t(shape["output_padding"]),
+        shape["group_count"])
+
+
+def shape_from_workload(w) -> dict | None:
+    """A bench workload (bench/workloads/convolution.json: ``input``, ``filter``,
+    ``strides``, ``dilations``, ``start_padding``, ``end_padding``, ``groups``,
+    ``direction``, ``dtype``; a bias is bound) as the tuner's shape; None for another op."""
+    if not isinstance(w, dict) or w.get("op") != "convolution":
+        return None
+    dt = DataType[str(w.get("dtype", "float32")).upper()]
+    x, f = tuple(w["input"]), tuple(w["filter"])
+    back = str(w.get("direction", "forward")).upper() == "BACKWARD"
+    cout = f[1] * int(w.get("groups", 1)) if back else f[0]
+    kw = {k: tuple(w[k]) for k in ("strides", "dilations", "start_padding", "end_padding")
+          if w.get(k) is not None}
+    direction = ConvolutionDirection.BACKWARD if back else ConvolutionDirection.FORWARD
+    probe = ConvolutionOperatorDesc(TensorDesc(dt, x), TensorDesc(dt, f), None,
+                                    TensorDesc(dt, x), direction=direction,
+                                    group_count=int(w.get("groups", 1)), **kw)
+    out = (x[0], cout) + tuple(probe.expected_output_sizes()[2:])
+    bias = TensorDesc(dt, (1, cout) + (1,) * (len(x) - 2))
+    return tuning_shape(ConvolutionOperatorDesc(
+        TensorDesc(dt, x), TensorDesc(dt, f), bias, TensorDesc(dt, out), direction=direction,
+        group_count=int(w.get("groups", 1)), **kw))
+
+
+def shape_class(desc: ConvolutionOperatorDesc) -> str:
+    """Convolutions that share one tuned choice: same direction, data type, kernel,
+    stride, dilation, group kind (one, depthwise, other), layout (packed or not), the
+    OWNED_BY_DML inputs (bound once: a path that transforms the filter then pays no
+    transform per run, so the choice differs), and batch, channels in and out and output
+    sizes within the same power of two.  ``desc``: a descriptor or :func:`tuning_shape`."""
+    desc = desc_of_shape(desc)
+    g = Geometry.of(desc)
+    grp = "1" if g.groups == 1 else "dw" if g.cin_per_group == 1 else f"g{_round(g.groups)}"
+
+    def dims(v):
+        return "x".join(str(x) for x in v)
+    owned = "".join(str(i) for i in owned_slots(desc.inputs()))
+    return (f"{'bwd' if g.backward else 'fwd'}-{g.dtype.name.lower()}-n{_round(g.n)}"
+            f"-c{_round(g.c_in)}-{_round(g.c_out)}-g{grp}-o{dims(_round(v) for v in g.out_size)}"
+            f"-k{dims(g.kernel)}-s{dims(g.stride)}-d{dims(g.dilation)}"
+            f"{'' if g.packed else '-strided'}{f'-owned{owned}' if owned else ''}")
+
+
+def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
+    """The fast list of a shape: the heuristic's choice and its runner-ups that compile
+    nothing new (its knob variants, :data:`_CHEAP`).  Another path would compile its
+    own pipelines, as long as the first call's (measured on lavapipe: a cold first call
+    went from 0.40 to 0.41 s with these, to 0.8 s with the next path too), so other
+    paths and knobs are timed in ``full`` mode only (``python -m vkml.tune``), except for
+    an OWNED_BY_DML filter (below)."""
+    desc = desc_of_shape(desc)
+    probe = _Probe(device, desc)
+    order = heuristic(probe, probe.geo)
+    fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
+    if 1 in owned_slots(desc.inputs()):
+        # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a
+        # graph, a model), and paths that transform the filter pay it once, so every other
+        # accepting path is timed too (but direct: slow wherever another path accepts)
+        fast += tuple(n for n in order[1:] if n != "direct")
+    return fast
+
+
+class _Probe:
+    """What ``accepts`` reads of an operator, without building one."""
+
+    def __init__(self, device, desc):
+        self.device, self.desc, self.ctx = device, desc, device.context
+        self.features = self.ctx.features
+        self.knobs = None
+        self.geo = Geometry.of(desc)
+
+
+def _run(device, seq, cand, desc):
+    """Record candidate ``cand`` of a convolution on zeroed tensors into ``seq``, as it
+    will run: OWNED_BY_DML inputs bound once by :meth:`CompiledConvolution.initialize`
+    (their transforms are not timed), the others bound at execution."""
+    from . import CompiledConvolution     # (the package, which imports this module first)
+    desc = desc_of_shape(desc)
+    op = CompiledConvolution(device, desc, path=cand.name)   # UnsupportedError: declined
+    made = [op]
+    try:
+        ins, owned = [], {}
+        for i, t in enumerate(desc.inputs()):
+            if t is None:
+                ins.append(None)
+                continue
+            a = device.empty(t.total_tensor_size_in_bytes // t.data_type.size, t.dtype)
+            made.append(a)
+            if i in op.owned_inputs:
+                owned[i] = a
+                ins.append(None)
+            else:
+                ins.append(a)
+        if owned:
+            op.initialize(owned)
+        y = desc.outputs()[0]
+        out = device.empty(y.total_tensor_size_in_bytes // y.data_type.size, y.dtype)
+        made.append(out)
+        op.record(seq, ins, [out])
+    except BaseException:
+        _free(made)
+        raise
+    return lambda: _free(made)
+
+
+def _free(made) -> None:
+    for m in made:
+        m.release() if hasattr(m, "release") else m.free()
+
+
+#: The tunable path ``convolution`` (:mod:`vkml.tuning`): its candidates are
+#: :data:`CANDIDATES` that accept a shape, its shape class :func:`shape_class`, its fast
+#: list :func:`_fast` (so ``VKML_TUNE=fast`` compiles little beyond what the heuristic's
+#: choice compiles anyway); the per-shape default is :func:`heuristic`'s first.
+TUNABLE = tuning.register_path(
+    "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,
+    from_workload=shape_from_workload,
+    examples=[shape_from_workload({"op": "convolution", "input": [1, 64, 56, 56],
+                                   "filter": [64, 64, 3, 3], "start_padding": [1, 1],
+                                   "end_padding": [1, 1]})])

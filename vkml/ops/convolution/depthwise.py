@@ -1,0 +1,147 @@
+"""The depthwise path: group count = input channels, R rows x NB pixels per invocation,
+the input read in place (``glsl/convolution_depthwise.comp``)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ... import runtime
+from ...dml.data_type import DataType
+from ...errors import UnsupportedError
+from ...runtime import Bind
+from ..grid import pieces
+from .geometry import _STORAGES, Path, _texel_ok, _words, knobs, storage_suffix, variant
+
+#: Kernel variants this module requests (see :func:`variant`) and the specialization
+#: constants it sets.
+_DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "SHIFT", "R",
+              "SH", "DH")
+VARIANTS = {
+    **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in _STORAGES for r in ("", "_ssbo")},
+    "convolution_depthwise_f32_v4": _DEPTHWISE,
+}
+
+DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
+DW_UNROLL = 4096          # most products (or twice the loads) the depthwise kernel unrolls
+DW_SPAN = 128             # most input elements of one unrolled row load
+
+
+class DepthwisePath(Path):
+    """Depthwise forward convolution (``glsl/convolution_depthwise.comp``): group count =
+    input channels, any channel multiplier, stride, dilation and padding.  The input is
+    read in place through its strides (padding is a mask, not a copy: the operation is
+    memory-bound); each invocation computes R output rows x NB pixels of one channel,
+    loading each input row of its band once."""
+
+    name = "depthwise"
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        lim = op.ctx.limits
+        return (geo.plain and not geo.backward and geo.cin_per_group == 1
+                and geo.valid == geo.out_size
+                and math.prod(geo.kernel) <= 64
+                and max(op.desc.input_tensor.total_tensor_size_in_bytes,
+                        op.desc.output_tensor.total_tensor_size_in_bytes)
+                < lim["maxStorageBufferRange"]
+                and cls.blocks(op, geo) is not None)
+
+    @staticmethod
+    def blocks(op, geo):
+        """(NB, R) for the geometry, or None where even a 1 x 1 block would unroll more
+        than DW_UNROLL loads or products.  The kernel unrolls KD x NI input rows of E
+        elements (NI = (R-1)*SH + (KH-1)*DH + 1, E = (NB-1)*SW + (KW-1)*DW + 1, plus 3
+        for float4 rows) and KD*KH*KW*R*NB products: strides and dilations enter the
+        unrolled size, so they are bounded here, not by the kernel."""
+        ow, oh = geo.out_size[2], geo.out_size[1]
+        # default 16 x 8 blocks, measured on lavapipe (a 128-channel 56x56 3x3 took 1.08
+        # ms of CPU with 16 x 8, 1.20 with 8 x 8, 1.51 with 4 x 14); the tuner also
+        # offers 4 x 1 (candidate depthwise-4x1)
+        nb, r = knobs(op)["dw_block"]
+        nb = max(1, min(nb, -(-ow // 4) * 4))
+        r = max(1, min(r, oh))
+        kd, kh, kw = geo.kernel
+        sh, sw, dh, dw = geo.stride[1], geo.stride[2], geo.dilation[1], geo.dilation[2]
+
+        def unrolled(nb_, r_):      # loads and products in the unrolled body
+            rows = (r_ - 1) * sh + (kh - 1) * dh + 1
+            span = (nb_ - 1) * sw + (kw - 1) * dw + 1 + 3
+            if span > DW_SPAN:      # (LLVM's time grows faster than the loads: a
+                return DW_UNROLL + 1    # 3004-element row took 45 s to compile)
+            return max(2 * kd * rows * span, kd * kh * kw * r_ * nb_)
+
+        while unrolled(nb, r) > DW_UNROLL and (r > 1 or nb > 1):
+            if r > 1:
+                r = (r + 1) // 2
+            else:
+                nb = nb // 2 if nb > 4 else 1
+        return (nb, r) if unrolled(nb, r) <= DW_UNROLL else None
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        g = geo
+        d = op.desc
+        ow = g.out_size[2]
+        kd, kh, kw = g.kernel
+        nb, r = self.blocks(op, geo)
+        self.nb, self.R = nb, r
+        self.strips = -(-ow // nb)
+        esize = g.dtype.size
+        x_el = d.input_tensor.total_tensor_size_in_bytes // esize
+        w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
+        f32 = g.dtype == DataType.FLOAT32
+        self.texel = _texel_ok(op, x_el) and _texel_ok(op, w_el)
+        self.fmt = (runtime.FORMAT_R32_SFLOAT if f32 else
+                    runtime.FORMAT_R16_SFLOAT) if self.texel else 0
+        # float4 input rows / float4 output stores (see the kernel)
+        self.x4 = (self.texel and f32 and g.x_strides[4] == 1 and x_el % 4 == 0
+                   and all(s_ % 4 == 0 for s_ in g.x_strides[:4])
+                   and (nb * g.stride[2]) % 4 == 0)
+        y_el = d.output_tensor.total_tensor_size_in_bytes // esize
+        self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
+                   and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
+        name = variant("depthwise", storage_suffix(op, g.dtype), self.texel, self.v4)
+        if self.v4 and not self.texel:
+            self.v4 = False
+        self.local = min(64, op.workgroup_size)
+        self.pipe = op.pipeline(name, {
+            "LOCAL_SIZE_X": self.local, "NB": nb, "SW": g.stride[2], "KW": kw,
+            "DW": g.dilation[2], "ACT": self.act_id, "KH": kh, "KD": kd, "X4": int(self.x4),
+            "SHIFT": (-g.start[2]) % 4, "R": r, "SH": g.stride[1], "DH": g.dilation[1]})
+        p = np.zeros(DW_PARAM_WORDS, np.int64)
+        p[0:4] = [*g.in_size, g.cout_per_group]
+        p[4:8] = [*g.out_size, self.strips]
+        p[8:12] = [kd, kh, 0, int(g.b_stride is not None)]
+        p[12:16] = [g.stride[0], g.stride[1], 0, g.b_stride or 0]
+        p[16:20] = [g.dilation[0], g.dilation[1], 0, 0]
+        p[20:23] = g.start
+        p[24:28] = g.x_strides[:4]
+        p[28:32] = [g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]]
+        p[32:36] = g.y_strides[:4]
+        p[36:40] = [g.x_strides[4], g.y_strides[4], int(g.flip), g.c_out]
+        words = _words(p).view(np.int32)
+        words[40:44] = self.act_params.view(np.int32)
+        self.params = op.upload(words)
+
+    def encode(self, seq, x, w, b, y) -> None:
+        g, op, d = self.geo, self.op, self.op.desc
+        xb = Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r",
+                  runtime.FORMAT_RGBA32_SFLOAT if self.x4 else self.fmt)
+        wb = Bind(w, 0, d.filter_tensor.total_tensor_size_in_bytes, "r", self.fmt)
+        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.params)
+        yb = Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w")
+        binds = [xb, wb, bb, yb, Bind(self.params)]
+        mx, my, mz = self.ctx.limits["maxComputeWorkGroupCount"]
+        # x: (channel, strip) lanes, y: bands, z: image x output depth
+        per_x = max(1, mx * self.local // self.strips)         # channels per dispatch
+        od = g.out_size[0]
+        per_z = max(1, mz // od)                                # images per dispatch
+        gy = -(-g.out_size[1] // self.R)
+        if gy > my:
+            raise UnsupportedError("maxComputeWorkGroupCount", "too many output rows")
+        for c0, cn in pieces(g.c_out, per_x):
+            for n0, nn in pieces(g.n, per_z):
+                seq.dispatch(self.pipe, binds, (-(-(cn * self.strips) // self.local), gy,
+                                                nn * od),
+                             np.array([n0, c0], np.int32).tobytes())

@@ -1,0 +1,194 @@
+"""The Winograd path: F(4x4, 3x3) transforms around 36 GEMMs
+(``glsl/convolution_winograd.comp``, the GEMMs on ``convolution_gemm.comp``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ... import runtime
+from ...dml.data_type import DataType
+from ...runtime import Bind
+from .gemm import gemm_blocks, gemm_cu, gemm_params
+from .gemm_sg import GemmSgPath
+from .blocked import BLOCKS
+from .geometry import _STORAGES, Path, _texel_ok, _words, knobs, storage_suffix, variant
+
+#: Kernel variants this module requests (see :func:`variant`) and the specialization
+#: constants it sets.
+VARIANTS = {
+    **{f"convolution_winograd_{k}_{s}": ("LOCAL_SIZE_X", "ACT")
+       for k in ("weights", "input") for s in _STORAGES + ("texel",)},
+    **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
+       for s in _STORAGES for r in ("", "_ssbo")},
+    "convolution_winograd_output_f32_v4": ("LOCAL_SIZE_X", "ACT"),
+}
+
+WINO_PARAM_WORDS = 36     # std140 (glsl/convolution_winograd.comp)
+
+
+class WinogradPath(Path):
+    """Winograd F(4x4, 3x3) (``glsl/convolution_winograd.comp``): 3x3, stride 1, dilation 1,
+    one group, forward, enough channels for the transforms to pay off.  Per execution:
+    the filter transform U = G g G^T, the input transform V = B^T d B (zero padding by
+    bounds), 36 GEMMs M = U^T V on ``convolution_gemm.comp`` (a quarter of the direct
+    products), and the output transform y = A^T M A with bias and activation.  Results
+    differ from the direct sum by rounding (measured: within 1e-5 x sqrt(9 C_in) of the
+    float64 result for unit-variance data).  Taken from 32 tiles up: the filter transform
+    runs every execution and costs as much as the GEMMs of a few tiles."""
+
+    name = "winograd"
+
+    @classmethod
+    def accepts(cls, op, geo) -> bool:
+        lim = op.ctx.limits
+        tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
+        big = 36 * max(geo.c_in, geo.c_out) * (tiles + 16) * 4
+        return (geo.plain and not geo.backward and geo.kernel == (1, 3, 3)
+                and geo.stride == (1, 1, 1)
+                and geo.dilation == (1, 1, 1) and geo.groups == 1
+                and geo.valid == geo.out_size and geo.in_size[0] == 1
+                and geo.c_in >= 16 and geo.c_out >= 16 and tiles >= 32
+                and big < lim["maxStorageBufferRange"]
+                and geo.c_in <= lim["maxComputeWorkGroupCount"][1]
+                and geo.c_out <= lim["maxComputeWorkGroupCount"][1])
+
+    @classmethod
+    def prefers(cls, op, geo) -> bool:
+        """Where gemm_sg can run the geometry, Winograd only where it wins: the
+        transforms cost per tile and channel, the filter transform per channel pair.
+        The bounds are lavapipe's crossover (bench/RESULTS.md, "Kernel design": C=64
+        T=196 6.7 against 7.2 ms, C=64 T=100 4.5 against 3.9)."""
+        if not GemmSgPath.accepts(op, geo):
+            return True
+        c = min(geo.c_in, geo.c_out)
+        tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
+        return c >= 64 and tiles >= 49 and tiles * c >= 9000
+
+    def __init__(self, op, geo):
+        super().__init__(op, geo)
+        g = geo
+        d = op.desc
+        cin, cout = g.c_in, g.c_out
+        OH, OW = g.out_size[1:]
+        TH, TW = -(-OH // 4), -(-OW // 4)
+        T = g.n * TH * TW
+        T4 = -(-T // 4) * 4
+        self.T = T
+        mb, nb = gemm_blocks(op, cout, T, True, 1)
+        co_pad = -(-cout // mb) * mb
+        self.mb, self.nb, self.co_pad = mb, nb, co_pad
+        self.local = min(64, op.workgroup_size)
+        per_row = -(-T // nb)
+        u_floats = 36 * cin * co_pad
+        v_floats = 36 * cin * T4 + per_row * nb
+        m_floats = 36 * co_pad * T4
+        self.u = op.scratch(4 * u_floats)
+        self.v = op.scratch(4 * v_floats)
+        self.m = op.scratch(4 * m_floats)
+        esize = g.dtype.size
+        half = runtime.FORMAT_R16_SFLOAT
+        src_fmt = runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32 else half
+        self.w_texel = _texel_ok(op, d.filter_tensor.total_tensor_size_in_bytes // esize)
+        self.x_texel = _texel_ok(op, d.input_tensor.total_tensor_size_in_bytes // esize)
+        self.m_texel = _texel_ok(op, m_floats // 4)
+        self.gemm_texel = _texel_ok(op, v_floats) and _texel_ok(op, u_floats)
+        self.w_fmt = src_fmt if self.w_texel else 0
+        self.x_fmt = src_fmt if self.x_texel else 0
+        suffix = storage_suffix(op, g.dtype)
+        consts = {"LOCAL_SIZE_X": self.local, "ACT": self.act_id}
+        self.p_weights = op.pipeline("convolution_winograd_weights_" +
+                                     ("texel" if self.w_texel else suffix), consts)
+        self.p_input = op.pipeline("convolution_winograd_input_" +
+                                   ("texel" if self.x_texel else suffix), consts)
+        ys = g.y_strides
+        self.y4 = (self.m_texel and g.dtype == DataType.FLOAT32 and OW % 4 == 0
+                   and ys[4] == 1 and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
+        self.p_output = op.pipeline(variant("winograd_output", suffix, self.m_texel, self.y4),
+                                    consts)
+        p = np.zeros(WINO_PARAM_WORDS, np.int64)
+        p[0:4] = [cin, co_pad, cout, T]
+        p[4:8] = [TW, TH * TW, T4, 0]
+        p[8:12] = [*g.in_size[1:], *g.start[1:]]
+        p[12:16] = [g.x_strides[0], g.x_strides[1], g.x_strides[3], g.x_strides[4]]
+        p[16:20] = [g.w_strides[0], g.w_strides[1], g.w_strides[3], g.w_strides[4]]
+        p[20:24] = [OH, OW, int(g.flip), int(g.b_stride is not None)]
+        p[24:28] = [g.y_strides[0], g.y_strides[1], g.y_strides[3], g.y_strides[4]]
+        p[28:32] = [g.b_stride or 0, 0, 0, 0]
+        words = _words(p).view(np.int32)
+        words[32:36] = self.act_params.view(np.int32)
+        self.params = op.upload(words)
+        # the 36 GEMMs: image = transform point, one row of T "pixels" (tiles), one tap
+        xvec4 = self.gemm_texel and nb % 4 == 0
+        self.p_gemm = None if knobs(op).get("gemm") == "blocked" else op.pipeline(
+            variant("gemm", "f32", self.gemm_texel), {
+                "LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": 1, "ACT": 0,
+                "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)})
+        self.xvec4 = xvec4
+        self.gemm_params = op.upload(gemm_params(
+            (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
+            (1, 1, 1, 0), (co_pad * T4, T4, 0, 0), 1, np.zeros(4, np.float32), [0]))
+        self.qsize = (1, 1, T, per_row)
+        self.groups_y = co_pad // mb
+        self.blocked = None
+        if knobs(op).get("gemm") == "blocked":     # the 36 GEMMs on convolution_blocked
+            rm, rn, local = BLOCKS["8x4"]
+            self.blocked = (op.pipeline("convolution_blocked_gemm", {
+                "LOCAL_SIZE_X": local, "RM": rm, "RN": rn}),
+                (-(-T // (local * rn)), -(-co_pad // rm), 36),
+                np.array([co_pad, T, cin, 0, cin * co_pad, co_pad, 1, 0, cin * T4, T4, 1, 0,
+                          co_pad * T4, T4, 1, 0], np.int32).tobytes())
+        self.v_bytes, self.u_bytes, self.m_bytes = 4 * v_floats, 4 * u_floats, 4 * m_floats
+
+    def filter_buffer(self):
+        return self.u
+
+    def encode_filter(self, seq, w) -> None:
+        """U = G g G^T for every channel pair."""
+        pb = Bind(self.params)
+        seq.dispatch(self.p_weights, [
+            Bind(w, 0, self.op.desc.filter_tensor.total_tensor_size_in_bytes, "r", self.w_fmt),
+            pb, Bind(self.u, 0, self.u_bytes, "w"), pb],
+            (-(-self.co_pad // self.local), self.geo.c_in, 1))
+
+    def encode(self, seq, x, w, b, y) -> None:
+        g, d, L = self.geo, self.op.desc, self.local
+        pb = Bind(self.params)
+        if not self.filter_ready:
+            self.encode_filter(seq, w)
+        seq.dispatch(self.p_input, [
+            Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r", self.x_fmt),
+            Bind(self.params), Bind(self.v, 0, self.v_bytes, "w"), pb],
+            (-(-self.T // (4 * L)), g.c_in, 1))
+        if self.blocked is not None:
+            pipe, groups, push = self.blocked
+            seq.dispatch(pipe, [Bind(self.u, 0, self.u_bytes), Bind(self.v, 0, self.v_bytes),
+                                Bind(self.m, 0, self.m_bytes, "w")], groups, push)
+        else:
+            self._encode_gemm(seq)
+        self._encode_output(seq, b, y)
+
+    def _encode_gemm(self, seq) -> None:
+        """M = U^T V: the 36 GEMMs on convolution_gemm."""
+        L = self.local
+        if self.gemm_texel:
+            vb = Bind(self.v, 0, self.v_bytes - self.v_bytes % 16, "r",
+                      runtime.FORMAT_RGBA32_SFLOAT if self.xvec4 else runtime.FORMAT_R32_SFLOAT)
+            ub = Bind(self.u, 0, self.u_bytes, "r", runtime.FORMAT_RGBA32_SFLOAT)
+        else:
+            vb, ub = Bind(self.v, 0, self.v_bytes), Bind(self.u, 0, self.u_bytes)
+        qs = self.qsize
+        blocks = qs[3]
+        cbl = max(1, min(self.groups_y, (4 * L) // blocks))
+        push = np.array([*qs, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, cbl, self.groups_y], np.int32)
+        seq.dispatch(self.p_gemm, [vb, ub, Bind(self.params), Bind(self.m, 0, self.m_bytes, "w"),
+                                   Bind(self.gemm_params)],
+                     (-(-(blocks * cbl) // L), -(-self.groups_y // cbl), 36), push.tobytes())
+
+    def _encode_output(self, seq, b, y) -> None:
+        g, d, L = self.geo, self.op.desc, self.local
+        pb = Bind(self.params)
+        mb_ = Bind(self.m, 0, self.m_bytes, "r",
+                   runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
+        bb = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else Bind(self.params)
+        seq.dispatch(self.p_output, [mb_, bb, Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes,
+                                                    "w"), pb],
+                     (-(-self.T // (4 * L)), g.c_out, 1))
