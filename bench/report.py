@@ -106,8 +106,12 @@ def device_tables(doc: dict) -> list[Table]:
         tc = d.get("tuning_cost")
         if tc:
             t.add_row("cold conv, VKML_TUNE=fast / off", f"{tc['fast_cold_vs_off']:.2f}x",
-                      f"{tc['fast_cold_ms']:.0f} / {tc['off_cold_ms']:.0f} ms, new process and "
-                      f"cache (target <= {tc['targets']['fast_cold_vs_off']:.0f}x)")
+                      f"{tc['fast_cold_ms']:.0f} / {tc['off_cold_ms']:.0f} ms, new process, new "
+                      f"shape (target <= {tc['targets']['fast_cold_vs_off']:.0f}x)")
+            if tc.get("rank_ms") is not None:
+                t.add_row("device ranking (once)", f"{tc['rank_ms']:.0f} ms",
+                          "convolution families timed once per device and cache folder; "
+                          f"strong here: {', '.join(tc.get('strong_families') or []) or 'none'}")
             t.add_row("same, second process", f"{tc['fast_warm_vs_off']:.2f}x",
                       f"{tc['fast_warm_ms']:.0f} / {tc['off_warm_ms']:.0f} ms, stored choice "
                       f"reused (target <= {tc['targets']['fast_warm_vs_off']:.2f}x)")
@@ -370,6 +374,10 @@ def markdown(doc: dict) -> str:
                          f"({tc['fast_cold_ms']:.0f} / {tc['off_cold_ms']:.0f} ms) |")
             lines.append(f"| same, second process (stored choice) | {tc['fast_warm_vs_off']:.2f}x "
                          f"({tc['fast_warm_ms']:.0f} / {tc['off_warm_ms']:.0f} ms) |")
+            if tc.get("rank_ms") is not None:
+                lines.append(f"| device ranking of convolution families (once) | "
+                             f"{tc['rank_ms']:.0f} ms (strong: "
+                             f"{', '.join(tc.get('strong_families') or []) or 'none'}) |")
         lines.append("")
     if doc.get("targets"):
         lines += ["| area | target | device | value | needed | met |", "|---|---|---|---|---|---|"]

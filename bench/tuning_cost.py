@@ -1,9 +1,12 @@
 """What tuning costs a user: the first ``vkml.convolution`` call on a shape the device has
-not seen, timed in fresh processes (``python -m bench.tuning_cost --child``), four ways:
+not seen, timed in fresh processes (``python -m bench.tuning_cost --child``), four ways,
+each on a new cache folder where a first process has ranked the device's convolution
+families (``vkml.ops.convolution.choice.strong_families``: once per device and folder,
+reported as ``rank_ms``, the same folder state for both modes):
 
-* ``off_cold``: ``VKML_TUNE=off``, an empty cache folder (pipelines compiled, no timing);
-* ``fast_cold``: ``VKML_TUNE=fast``, an empty cache folder (the fast list is timed and the
-  choice stored);
+* ``off_cold``: ``VKML_TUNE=off``, the new shape (pipelines compiled, no timing);
+* ``fast_cold``: ``VKML_TUNE=fast``, the new shape (its fast list is timed and the choice
+  stored);
 * ``off_warm`` / ``fast_warm``: a second process on the folder the first left (its pipeline
   cache, and for ``fast`` the stored choice, which must be reused without timing again).
 
@@ -55,9 +58,20 @@ def _child(index: int) -> dict:
     return {"cold_ms": cold, "candidate": chosen, "mode": os.environ.get("VKML_TUNE")}
 
 
-def _spawn(index: int, mode: str, cache: str) -> dict:
+def _rank(index: int) -> dict:
+    import importlib
+
+    import vkml
+    choice = importlib.import_module("vkml.ops.convolution.choice")
+    with vkml.Device(index) as dev:
+        t = time.perf_counter()
+        strong = choice.strong_families(dev)
+        return {"rank_ms": (time.perf_counter() - t) * 1e3, "strong": list(strong)}
+
+
+def _spawn(index: int, mode: str, cache: str, what: str = "--child") -> dict:
     env = dict(os.environ, VKML_TUNE=mode, VKML_CACHE_DIR=cache)
-    out = subprocess.run([sys.executable, "-m", "bench.tuning_cost", "--child", str(index)],
+    out = subprocess.run([sys.executable, "-m", "bench.tuning_cost", what, str(index)],
                          env=env, capture_output=True, text=True, timeout=600,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if out.returncode != 0:
@@ -69,11 +83,15 @@ def _spawn(index: int, mode: str, cache: str) -> dict:
 def measure(index: int, repeats: int = 3) -> dict:
     """The four cold-call times (median of ``repeats`` rounds, each round on new folders)
     and their ratios; see the module doc."""
-    runs: dict[str, list] = {k: [] for k in ("off_cold", "off_warm", "fast_cold", "fast_warm")}
-    chosen = {}
+    runs: dict[str, list] = {k: [] for k in ("off_cold", "off_warm", "fast_cold", "fast_warm",
+                                             "rank")}
+    chosen, strong = {}, []
     for _ in range(repeats):
         for mode in ("off", "fast"):
             with tempfile.TemporaryDirectory(prefix="vkml-tuning-cost-") as cache:
+                ranked = _spawn(index, "fast", cache, "--rank")
+                runs["rank"].append(ranked["rank_ms"])
+                strong = ranked["strong"]
                 first = _spawn(index, mode, cache)
                 second = _spawn(index, mode, cache)
             runs[f"{mode}_cold"].append(first["cold_ms"])
@@ -84,6 +102,7 @@ def measure(index: int, repeats: int = 3) -> dict:
             "fast_cold_vs_off": med["fast_cold"] / med["off_cold"],
             "fast_warm_vs_off": med["fast_warm"] / med["off_warm"],
             "candidate_off": chosen.get("off"), "candidate_fast": chosen.get("fast"),
+            "strong_families": strong,
             "shape": {k: list(v) if isinstance(v, tuple) else v for k, v in SHAPE.items()},
             "repeats": repeats, "targets": dict(TARGETS)}
 
@@ -91,5 +110,7 @@ def measure(index: int, repeats: int = 3) -> dict:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         print(json.dumps(_child(int(sys.argv[2]))))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--rank":
+        print(json.dumps(_rank(int(sys.argv[2]))))
     else:
         print(json.dumps(measure(int(sys.argv[1]) if len(sys.argv) > 1 else 0), indent=1))

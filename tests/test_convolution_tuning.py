@@ -132,7 +132,8 @@ def test_owned_filter_is_timed_bound_once_on_every_path(device, tmp_path):
     assert conv_ops.shape_class(owned) == conv_ops.shape_class(desc) + "-owned1"
     c = tuning.Tuner("fast", folder=tmp_path, rounds=1).choose(device, conv_ops.TUNABLE, owned)
     probe = conv_choice._Probe(device, owned)
-    paths = [n for n in conv_ops.heuristic(probe, probe.geo) if n != "direct"]
+    paths = [n for n in conv_ops.heuristic(probe, probe.geo)
+             if n != "direct" and n not in conv_choice.TUNER_ONLY]
     assert len(paths) >= 2 and set(paths) <= set(c.times), (paths, c.times)
     assert not tuning.Tuner(folder=tmp_path).lookup(c.key).get("declined")
     rng = np.random.default_rng(3)
@@ -178,3 +179,48 @@ def test_json_shapes_and_ahead_of_time(device, tmp_path):
     again = tuning.Tuner("fast", folder=tmp_path).choose(device, conv_ops.TUNABLE,
                                                           conv_ops.tuning_shape(SHAPES[2][0]))
     assert again.source == "stored" and again.name == c.name
+
+
+class _Ranked:
+    """A stand-in for the process's tuner whose family ranking is given."""
+
+    def __init__(self, times):
+        self.times = times
+
+    def effective_mode(self, mode=None):
+        return "fast"
+
+    def choose(self, device, path, shape, **kw):
+        assert path is conv_choice.FAMILY and shape == conv_choice.FAMILY_SHAPE
+        return type("C", (), {"times": self.times})()
+
+
+def test_fast_lists_follow_the_device_ranking(device, monkeypatch):
+    """The tuner-only families join a fast list where the device's own ranking of the
+    reference convolution puts them within STRONG_FACTOR of its fastest family (and they
+    accept the shape); with tuning off, or ranked slow, they do not."""
+    times = {"gemm_sg": 4e-3, "gemm": 4e-3, "winograd": 3e-3, "winograd-blocked": 1.2e-3,
+             "tiled": 9e-3, "blocked": 1e-3}
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(times))
+    assert conv_choice.strong_families(device) == ("blocked", "winograd-blocked")
+    one_by_one, three_by_three = SHAPES[1][0], SHAPES[2][0]
+    fast = conv_choice._fast(one_by_one, device)
+    assert "blocked" in fast and "winograd-blocked" not in fast and "tiled" not in fast
+    assert {"blocked", "winograd-blocked"} <= set(conv_choice._fast(three_by_three, device))
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked({**times, "blocked": 8e-3,
+                                                                   "winograd-blocked": 8e-3}))
+    assert conv_choice.strong_families(device) == ()
+    assert not set(conv_choice._fast(three_by_three, device)) & set(conv_choice.TUNER_ONLY)
+
+
+def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):
+    """The ranking is a tuner choice like any other (tunable path convolution_family):
+    measured on the first call, stored, then read back without timing."""
+    t = tuning.Tuner("fast", folder=tmp_path, rounds=1)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    strong = conv_choice.strong_families(device)
+    assert set(strong) <= set(conv_choice.TUNER_ONLY)
+    c = t.choose(device, conv_choice.FAMILY, conv_choice.FAMILY_SHAPE)
+    assert c.source == "stored" and {"gemm", "blocked"} <= set(c.times)
+    monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed again
+    assert conv_choice.strong_families(device) == strong

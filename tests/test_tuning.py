@@ -105,6 +105,18 @@ def test_fast_times_its_list_within_the_budget(device, tmp_path):
     assert (c.name, c.source) == ("x1", "measured") and "x1" in calls
 
 
+def test_fast_drops_a_candidate_whose_warm_up_is_far_slower(device, tmp_path):
+    """Fast mode: a candidate whose warm-up run took WARM_CUTOFF x the fastest warm-up
+    gets no rounds; its one time is kept (considered, listed as dropped), never chosen."""
+    calls = []
+    path = copies_path(calls, fast=("x1", "x20"))
+    c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
+    assert c.name == "x1" and calls.count("x20") == 1
+    entry = entries(tmp_path, device)[c.key[1:]]
+    assert entry["dropped"] == ["x20"] and entry["times"]["x20"] > tuning.WARM_CUTOFF * c.seconds
+    assert Tuner("fast", folder=tmp_path).choose(device, path, SIZE).source == "stored"
+
+
 def test_env_selects_the_mode(device, tmp_path, monkeypatch):
     calls = []
     path = copies_path(calls)

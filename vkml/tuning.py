@@ -94,6 +94,9 @@ FULL_ROUNDS = 5
 RUNS_PER_ROUND = 3
 #: Rounds a fast tuning takes whatever its budget (the budget may end it after these).
 MIN_ROUNDS = 2
+#: In fast mode a candidate whose warm-up run took this many times the fastest warm-up
+#: takes no rounds (measured on SwiftShader: winograd 2-3x its blocked-GEMM twin).
+WARM_CUTOFF = 2.0
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
 #: ...over this many observations.
@@ -704,7 +707,7 @@ class Tuner:
                 cleanup = None
                 try:
                     cleanup = p.run(device, seq, c, shape)
-                    seq.run()                                # warm-up
+                    warm = _run_once(seq)                    # warm-up
                 except (Declined, VkmlError):
                     seq.close()
                     if cleanup is not None:
@@ -716,9 +719,21 @@ class Tuner:
                     if cleanup is not None:
                         cleanup()
                     raise
-                prepared.append((c, seq, cleanup, []))
+                prepared.append((c, seq, cleanup, [], warm))
             if not prepared:
                 return None
+            # fast: a candidate whose warm-up took WARM_CUTOFF x the best one's is out
+            # after that run (its time is kept: one run, "considered", never chosen)
+            dropped = {}
+            if budget is not None and len(prepared) > 1:
+                best = min(w for *_, w in prepared)
+                for item in [it for it in prepared if it[4] > WARM_CUTOFF * best]:
+                    c, seq, cleanup = item[:3]
+                    prepared.remove(item)
+                    seq.close()
+                    if cleanup is not None:
+                        cleanup()
+                    dropped[c.name] = item[4]
             # the budget is for timing, not for compiling the candidates (a graph's
             # convolution compiles four paths: that used to leave one round, and a
             # noisy one kept gemm at 8 ms over winograd at 5); at least MIN_ROUNDS
@@ -727,20 +742,21 @@ class Tuner:
             done = 0
             while done < rounds:
                 k = done % len(prepared)
-                for c, seq, _, medians in prepared[k:] + prepared[:k]:
+                for c, seq, _, medians, _w in prepared[k:] + prepared[:k]:
                     medians.append(statistics.median(_run_once(seq)
                                                      for _ in range(RUNS_PER_ROUND)))
                 done += 1
                 if budget is not None and done >= MIN_ROUNDS and _perf() - t_rounds >= budget:
                     break
         finally:
-            for c, seq, cleanup, _ in prepared:
+            for c, seq, cleanup, *_ in prepared:
                 seq.close()
                 if cleanup is not None:
                     cleanup()
-        times = {c.name: min(m) for c, _, _, m in prepared}
+        times = {c.name: min(m) for c, _, _, m, _w in prepared}
         choice = min(times, key=lambda n: (times[n], n != p.default))
-        return {"choice": choice, "seconds": times[choice], "times": times,
+        return {"choice": choice, "seconds": times[choice], "times": {**dropped, **times},
+                "dropped": sorted(dropped),
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
                 "measured_at": time.time(), "elapsed_s": _perf() - t0,
                 **({"shape": shape} if _jsonable(shape) else {})}

@@ -3,6 +3,8 @@
 (:mod:`vkml.tuning`: shape classes, the fast list, running a candidate)."""
 from __future__ import annotations
 
+import math
+
 from ... import tuning
 from ...dml.convolution import ConvolutionDirection, ConvolutionMode, ConvolutionOperatorDesc
 from ...dml.data_type import DataType
@@ -200,21 +202,59 @@ def shape_class(desc: ConvolutionOperatorDesc) -> str:
 
 def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     """The fast list of a shape: the heuristic's choice and its runner-ups that compile
-    nothing new (its knob variants, :data:`_CHEAP`).  Another path would compile its
-    own pipelines, as long as the first call's (measured on lavapipe: a cold first call
-    went from 0.40 to 0.41 s with these, to 0.8 s with the next path too), so other
-    paths and knobs are timed in ``full`` mode only (``python -m vkml.tune``), except for
-    an OWNED_BY_DML filter (below)."""
+    nothing new (its knob variants, :data:`_CHEAP`), plus the families the device itself
+    ranks strong (:func:`strong_families`) that accept the shape.  Other paths would
+    compile their own pipelines, as long as the first call's (measured on lavapipe: a
+    cold first call went from 0.40 to 0.41 s with these, to 0.8 s with the next path
+    too), so they are timed in ``full`` mode only (``python -m vkml.tune``), except for an
+    OWNED_BY_DML filter (below)."""
     desc = desc_of_shape(desc)
     probe = _Probe(device, desc)
     order = heuristic(probe, probe.geo)
     fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
+    strong = strong_families(device)
     if 1 in owned_slots(desc.inputs()):
         # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a
         # graph, a model), and paths that transform the filter pay it once, so every other
-        # accepting path is timed too (but direct: slow wherever another path accepts)
-        fast += tuple(n for n in order[1:] if n != "direct")
+        # accepting path is timed too (but direct: slow wherever another path accepts,
+        # and the tuner-only paths unless the device ranks them strong)
+        fast += tuple(n for n in order[1:] if n != "direct" and n not in TUNER_ONLY)
+    for name in strong:
+        path = CANDIDATES[name][0]
+        if name not in fast and path in order:
+            fast += (name,)
     return fast
+
+
+#: Candidates no heuristic takes (their paths never prefer, or a knob the heuristic
+#: does not set): they join a fast list where the device ranks their family strong.
+TUNER_ONLY = ("tiled", "blocked", "winograd-blocked")
+#: The reference convolution every family is timed on once per device
+#: (tunable path ``convolution_family``): 3x3, 32 -> 32 channels over 24x24 (36 of
+#: Winograd's tiles), small enough for the slowest device to time in a second.
+FAMILY_SHAPE = shape_from_workload({"op": "convolution", "input": [1, 32, 24, 24],
+                                    "filter": [32, 32, 3, 3], "start_padding": [1, 1],
+                                    "end_padding": [1, 1]})
+#: A family within this factor of the fastest on the reference is strong.
+STRONG_FACTOR = 1.5
+
+
+def strong_families(device) -> tuple[str, ...]:
+    """The tuner-only families (:data:`TUNER_ONLY`) that this device's own timing of the
+    reference convolution (:data:`FAMILY_SHAPE`, tunable path ``convolution_family``,
+    measured once per device and stored like any choice) puts within
+    :data:`STRONG_FACTOR` of its fastest family; none with tuning off.  This is how a
+    device picks which kernel families its fast lists try -- never by its type or name
+    (measured: blocked is 3-4x faster than gemm on SwiftShader and 5x slower on
+    lavapipe)."""
+    tuner = tuning.default_tuner()
+    if tuner.effective_mode() == "off":
+        return ()
+    c = tuner.choose(device, FAMILY, FAMILY_SHAPE)
+    if not c.times:
+        return ()
+    best = min(c.times.values())
+    return tuple(n for n in TUNER_ONLY if c.times.get(n, math.inf) <= STRONG_FACTOR * best)
 
 
 class _Probe:
@@ -269,6 +309,13 @@ def _free(made) -> None:
 #: :data:`CANDIDATES` that accept a shape, its shape class :func:`shape_class`, its fast
 #: list :func:`_fast` (so ``VKML_TUNE=fast`` compiles little beyond what the heuristic's
 #: choice compiles anyway); the per-shape default is :func:`heuristic`'s first.
+#: The families the device ranks once (:func:`strong_families`): a path with its default
+#: knobs each, timed on :data:`FAMILY_SHAPE` in every mode but off.
+FAMILY = tuning.register_path(
+    "convolution_family", ["gemm_sg", "gemm", "winograd", "winograd-blocked", "tiled",
+                           "blocked"], "gemm", lambda _shape: "reference", _run,
+    examples=[FAMILY_SHAPE])
+
 TUNABLE = tuning.register_path(
     "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,
     from_workload=shape_from_workload,
