@@ -197,6 +197,8 @@ class BoxKernel(CompiledOperator):
     box_out_strides: list
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 1
+    #: The grid's x runs along the last dimension only (kernels without the XDIMS loop).
+    x_last_only: bool = False
 
     def in_span(self, origin, extent) -> tuple[int, int]:
         """[lo, hi) input element indices the box reads (lo >= hi: none)."""
@@ -279,7 +281,7 @@ class BoxKernel(CompiledOperator):
                 binds = [Bind(x, ioff, isize, "r", in_fmt), Bind(y, ooff, osize, "w")]
                 items.append((origin, extent, binds, ioff // ei, ooff // eo))
         for origin, extent, binds, in_base, out_base in items:
-            xdims = pick_xdims(extent, local)
+            xdims = 1 if self.x_last_only else pick_xdims(extent, local)
             v = self.vector_width(origin, extent, out_base) if xdims == 1 else 1
             lx, ly = local, 1
             ydim = rank - xdims - 1
