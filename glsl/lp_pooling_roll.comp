@@ -13,7 +13,13 @@
 // runs only while some lane needs it (a loop is the one construct SwiftShader skips when
 // no lane enters it).
 //
+// TILE ("tile"): the workgroup first copies the input its outputs read (with the halo)
+// into shared memory, each element once (rows along y, columns along x), then computes
+// from there; the grid's workgroups are tiles of LOCAL_SIZE_Y rows x 4 LOCAL_SIZE_X
+// columns of one output plane; the host keeps the tile within maxComputeSharedMemorySize.
+//
 // vkml:variant lp_pooling_f32_roll F32=1
+// vkml:variant lp_pooling_f32_tile F32=1 TILE=1
 #include "vkml_float.glsl"
 
 layout(std430, set = 0, binding = 0) readonly buffer In { float x[]; };
@@ -35,6 +41,10 @@ layout(constant_id = 17) const uint L2 = 1u;
 layout(constant_id = 21) const uint V = 4u;      // outputs per invocation: 4 (1 on short rows)
 layout(constant_id = 22) const bool VEC_STORE = false;   // the 4 stored as one vec4
 layout(constant_id = 24) const uint P = 2u;
+#ifdef TILE
+layout(constant_id = 25) const uint TILE_SIZE = 1u;   // floats of the tile (host: WA*HB*IL)
+shared float tile[TILE_SIZE];
+#endif
 
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 out_stride[2];          // per output dimension
@@ -80,10 +90,39 @@ float pow_p(float a) {
     return r;
 }
 
+uint sL, tL;
+ivec4 iL0;
+#ifdef TILE
+uint tile_col;      // this lane's first column in the tile
+uint hb, il_n;      // tile rows per A position and columns
+#define ROW(ka, kb, ia, ib) (((ka) * hb + lrow + (kb) * LB) * il_n)
+uint lrow;
+// the 4 inputs of window column kl for the 4 outputs (tile: padding stored as 0)
+vec4 window_values(bool okr, uint row, uint kl) {
+    uint t = row + tile_col + kl * LL;
+    return vec4(tile[t], tile[t + SL], tile[t + 2u * SL], tile[t + 3u * SL]);
+}
+#else
+uint base;
+#define ROW(ka, kb, ia, ib) (base + uint(ia) * tA + uint(ib) * tB)
+vec4 window_values(bool okr, uint row, uint kl) {
+    uvec4 il = uvec4(iL0 + int(kl * LL));
+    bvec4 ok = lessThan(il, uvec4(sL));
+    ok = bvec4(uvec4(ok) & uvec4(okr));
+    uvec4 at = row + il * tL;
+    vec4 v = vec4(x[ok.x ? at.x : 0u], x[ok.y ? at.y : 0u],
+                  x[ok.z ? at.z : 0u], x[ok.w ? at.w : 0u]);
+    return mix(vec4(0.0), v, ok);
+}
+#endif
+
 void main() {
     uint gx = gl_GlobalInvocationID.x;
     uint gy = gl_GlobalInvocationID.y;
-    if (gx >= x_count || gy >= AT(extent, RANK - 2)) return;
+    bool live = gx < x_count && gy < AT(extent, RANK - 2);
+#ifndef TILE
+    if (!live) return;
+#endif
     // z: (N, C) in 2-D, (N, C, A) in 3-D
     uint z = gl_GlobalInvocationID.z;
     uint ca = 0u;
@@ -99,12 +138,49 @@ void main() {
     uint cl = AT(origin, RANK - 1) + gx * V;
     uint count = min(V, AT(origin, RANK - 1) + AT(extent, RANK - 1) - cl);
 
-    uint sA = R5 ? in_size.x : 1u, sB = in_size[D - 2], sL = in_size[D - 1];
-    uint tA = R5 ? in_stride[0].z : 0u, tB = AT(in_stride, RANK - 2), tL = AT(in_stride, RANK - 1);
+    uint sA = R5 ? in_size.x : 1u, sB = in_size[D - 2];
+    sL = in_size[D - 1];
+    uint tA = R5 ? in_stride[0].z : 0u, tB = AT(in_stride, RANK - 2);
+    tL = AT(in_stride, RANK - 1);
     int iA0 = R5 ? int(ca * SA) - start.x : 0;
     int iB0 = int(cb * SB) - start[D - 2];
-    ivec4 iL0 = ivec4(int(cl * SL) - start[D - 1]) + ivec4(0, 1, 2, 3) * int(SL);
-    uint base = cn * in_stride[0].x + cc * in_stride[0].y - in_base;
+    iL0 = ivec4(int(cl * SL) - start[D - 1]) + ivec4(0, 1, 2, 3) * int(SL);
+    uint gbase = cn * in_stride[0].x + cc * in_stride[0].y - in_base;
+#ifdef TILE
+    {
+        // the tile: WA x hb rows of il_n inputs from the workgroup's first output
+        uint lx = gl_WorkGroupSize.x, ly = gl_WorkGroupSize.y;
+        hb = (ly - 1u) * SB + (WB - 1u) * LB + 1u;
+        il_n = ((lx - 1u) * V + 3u) * SL + (WL - 1u) * LL + 1u;
+        uint row0 = AT(origin, RANK - 2) + gl_WorkGroupID.y * ly;
+        uint col0 = AT(origin, RANK - 1) + gl_WorkGroupID.x * lx * V;
+        int tb0 = int(row0 * SB) - start[D - 2];
+        int tl0 = int(col0 * SL) - start[D - 1];
+        uint lid = gl_LocalInvocationID.y * lx + gl_LocalInvocationID.x;
+        for (uint ka = 0u; ka < WA; ka++) {
+            int ia = iA0 + int(ka * LA);
+            bool oka = uint(ia) < sA;
+            for (uint r = gl_LocalInvocationID.y; r < hb; r += ly) {
+                int ib = tb0 + int(r);
+                bool okr = oka && uint(ib) < sB;
+                uint src = gbase + uint(ia) * tA + uint(ib) * tB;
+                uint dst = (ka * hb + r) * il_n;
+                for (uint c = gl_LocalInvocationID.x; c < il_n; c += lx) {
+                    uint i = uint(tl0 + int(c));
+                    bool ok = okr && i < sL;
+                    float v = x[ok ? src + i * tL : 0u];
+                    tile[dst + c] = ok ? v : 0.0;
+                }
+            }
+        }
+        barrier();
+        lrow = gl_LocalInvocationID.y * SB;
+        tile_col = gl_LocalInvocationID.x * V * SL;
+        if (!live) return;
+    }
+#else
+    base = gbase;
+#endif
 
     vec4 s1 = vec4(0.0), s2 = vec4(0.0), m = vec4(0.0);
     for (uint ka = 0u; ka < WA; ka++) {
@@ -113,15 +189,10 @@ void main() {
         for (uint kb = 0u; kb < WB; kb++) {
             int ib = iB0 + int(kb * LB);
             bool okr = oka && uint(ib) < sB;
-            uint row = base + uint(ia) * tA + uint(ib) * tB;
+            uint row = ROW(ka, kb, ia, ib);
             for (uint kl = 0u; kl < WL; kl++) {
-                uvec4 il = uvec4(iL0 + int(kl * LL));
-                bvec4 ok = lessThan(il, uvec4(sL));
-                ok = bvec4(uvec4(ok) & uvec4(okr));
-                uvec4 at = row + il * tL;
-                vec4 v = vec4(x[ok.x ? at.x : 0u], x[ok.y ? at.y : 0u],
-                              x[ok.z ? at.z : 0u], x[ok.w ? at.w : 0u]);
-                vec4 a = mix(vec4(0.0), abs(v), ok);
+                vec4 v = window_values(okr, row, kl);
+                vec4 a = abs(v);
                 s1 += a;
                 s2 += a * a;
                 m = max(m, a);
@@ -147,15 +218,9 @@ void main() {
             for (uint kb = 0u; kb < WB; kb++) {
                 int ib = iB0 + int(kb * LB);
                 bool okr = oka && uint(ib) < sB;
-                uint row = base + uint(ia) * tA + uint(ib) * tB;
+                uint row = ROW(ka, kb, ia, ib);
                 for (uint kl = 0u; kl < WL; kl++) {
-                    uvec4 il = uvec4(iL0 + int(kl * LL));
-                    bvec4 ok = lessThan(il, uvec4(sL));
-                    ok = bvec4(uvec4(ok) & uvec4(okr));
-                    uvec4 at = row + il * tL;
-                    vec4 a = abs(vec4(x[ok.x ? at.x : 0u], x[ok.y ? at.y : 0u],
-                                      x[ok.z ? at.z : 0u], x[ok.w ? at.w : 0u]));
-                    a = mix(vec4(0.0), a, ok);
+                    vec4 a = abs(window_values(okr, row, kl));
                     if (P == 2u) {
                         vec4 t = a * f1 * f2;
                         sum += t * t;

@@ -291,6 +291,7 @@ class BoxKernel(CompiledOperator):
                 lx = min(local, max(8, -(-x_invocations(extent, 1, v) // 8) * 8))
                 if ydim >= 0:
                     ly = max(1, min(local // lx, extent[ydim], self.max_local_y))
+            lx, ly = self.fit_local(lx, ly, v)
             pipe = pipeline_for(lx, ly, xdims, v, self.vector_store(origin, out_base, v))
             for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
                 push = np.zeros(PUSH_BYTES // 4, dtype=np.uint32)
@@ -299,6 +300,11 @@ class BoxKernel(CompiledOperator):
                 push[16:19] = [in_base, out_base, x_invocations(e, xdims, v)]
                 push[20:20 + rank] = [div_magic(n) for n in e]
                 seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly), push.tobytes())
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """The workgroup size (x, y) a dispatch uses, given the one chosen for the box
+        (kernels reading through shared-memory tiles shrink it to fit)."""
+        return lx, ly
 
     @property
     def max_local_y(self) -> int:
