@@ -167,8 +167,9 @@ void main() {
                 uint dst = (ka * hb + r) * il_n;
                 for (uint c = gl_LocalInvocationID.x; c < il_n; c += lx) {
                     uint i = uint(tl0 + int(c));
-                    bool ok = okr && i < sL;
-                    float v = x[ok ? src + i * tL : 0u];
+                    uint at = src + i * tL;
+                    bool ok = okr && i < sL && at < uint(x.length());   // inside the binding
+                    float v = x[ok ? at : 0u];
                     tile[dst + c] = ok ? v : 0.0;
                 }
             }
