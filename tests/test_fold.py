@@ -236,6 +236,47 @@ def test_ssbo4_read(device, vec, monkeypatch):
             assert_close(got, fold_reference(x, out, window, ones, ones, pads, pads), dtype)
 
 
+@pytest.mark.parametrize("read", ["roll", "tile"])
+def test_roll_and_tile_reads(device, read):
+    """The float32 2-D kernels of glsl/fold_roll.comp, forced by ``read=``: "roll" (rolled
+    window loops, 4 outputs a vec4) and "tile" (the same adding from a shared-memory tile
+    the workgroup loads first), chosen by the tuner where faster: tails (rows shorter
+    than 4 too), strides, dilations, padding (more than a window: blocks that meet no
+    output); a non-packed input; windows (maxStorageBufferRange lowered to 4096 bytes);
+    "tile" with maxComputeSharedMemorySize lowered to 1 KiB (smaller workgroups)."""
+    rng = np.random.default_rng(60)
+    cases = (((7, 13), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+             ((5, 37), (2, 4), (1, 1), (1, 2), (0, 3), (1, 2)),
+             ((6, 21), (3, 2), (2, 1), (1, 1), (2, 1), (0, 2)),
+             ((9, 3), (2, 3), (2, 3), (1, 2), (3, 0), (1, 4)),
+             ((3, 8), (1, 8), (1, 1), (1, 1), (0, 0), (0, 0)))
+    for out, window, strides, dil, start, end in cases:
+        blocks = window_counts(out, window, strides, dil, start, end)
+        x = random_values(rng, (2, 3 * math.prod(window), math.prod(blocks)), "float32")
+        expect = fold_reference(x, out, window, strides, dil, start, end)
+        assert_close(_fold_on_read(device, read, x, out, window, strides, dil, start, end),
+                     expect, "float32")
+    out, window, strides, dil, start, end = cases[0]
+    count = math.prod(window_counts(out, window, strides, dil, start, end))
+    x = random_values(rng, (2, 9 * 2, count), "float32")
+    in_strides = (18 * (count + 3) + 5, count + 3, 1)
+    phys = np.zeros(in_strides[0] * 2, x.dtype)
+    np.lib.stride_tricks.as_strided(phys, x.shape, [s * x.itemsize for s in in_strides])[...] = x
+    assert_close(_fold_on_read(device, read, x, out, window, strides, dil, start, end,
+                               in_strides, phys),
+                 fold_reference(x, out, window, strides, dil, start, end), "float32")
+    limits = [{"maxStorageBufferRange": 4096}]
+    if read == "tile":
+        limits.append({"maxComputeSharedMemorySize": 1024})
+    for lim in limits:
+        with vkml.Device(device.index, limits=lim) as small:
+            out, window, pads, ones = (6, 7), (3, 3), (1, 1), (1, 1)
+            blocks = window_counts(out, window, ones, ones, pads, pads)
+            x = random_values(rng, (2, 4 * 9, math.prod(blocks)), "float32")
+            got = _fold_on_read(small, read, x, out, window, ones, ones, pads, pads)
+            assert_close(got, fold_reference(x, out, window, ones, ones, pads, pads), "float32")
+
+
 def test_read_path_tuned(device):
     """The tuner's read path: ``VKML_TUNE=off`` keeps the texel rule ("auto"), and each
     candidate it can measure runs the bench's shape class (forced, not stored)."""

@@ -250,6 +250,66 @@ def test_ssbo4_read(device, vec, monkeypatch):
                                                    args[3], 2), "float32", 2)
 
 
+@pytest.mark.parametrize("read", ["roll", "tile"])
+def test_roll_and_tile_reads(device, read):
+    """The "roll" kernel (glsl/lp_pooling_roll.comp: rolled window loops, 4 outputs a
+    vec4) and "tile" (the same reading a shared-memory tile the workgroup loads first;
+    the tuner chooses either where it is faster), forced by ``read=``: row tails (rows
+    shorter than 4 too), strides, dilations, padding, P = 1, 2, 3, 5 in 2-D and 3-D; a
+    non-packed input; magnitudes whose squares overflow or underflow float32 (the scaled
+    second pass), inf and NaN; windows (maxStorageBufferRange lowered to 4096 bytes);
+    "tile" with maxComputeSharedMemorySize lowered to 1 KiB (smaller workgroups)."""
+    rng = np.random.default_rng(77)
+    cases = (((2, 3, 9, 37), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+             ((1, 2, 5, 13), (2, 4), (1, 1), (0, 2), (1, 3), (2, 1)),
+             ((1, 2, 4, 3), (2, 2), (1, 2), (1, 0), (0, 1), (1, 1)),
+             ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 2)))
+    for p in (1, 2, 3, 5):
+        for shape, window, strides, start, end, dil in cases:
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = _lp_on_read(device, read, x, window, strides, start, end, dil, p)
+            assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
+                         "float32", p)
+    shape, window, strides, start, end, dil = cases[0]
+    x = rng.standard_normal(shape).astype(np.float32)
+    in_strides = (3 * (9 * 41 + 3), 9 * 41 + 3, 41, 1)
+    phys = np.zeros(2 * in_strides[0], np.float32)
+    np.lib.stride_tricks.as_strided(phys, shape, [s * 4 for s in in_strides])[...] = x
+    got = _lp_on_read(device, read, x, window, strides, start, end, dil, 2, in_strides, phys)
+    assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, 2), "float32", 2)
+    geo = ((2, 2), (1, 1), (0, 0), (0, 0), (1, 1))
+    for p in (2, 3):
+        for scale in (3e30, 2e-30):
+            x = (np.arange(1, 37, dtype=np.float64).reshape(1, 2, 3, 6) / 36 * scale)
+            x = x.astype(np.float32)
+            x[0, 1] = rng.standard_normal((3, 6))        # ordinary lanes beside them
+            got = _lp_on_read(device, read, x, *geo, p)
+            assert np.all(np.isfinite(got)) and np.all(got > 0)
+            assert_close(got, lp_pooling_reference(x, (2, 2), (1, 1), (1, 1), (0, 0), (0, 0),
+                                                   p), "float32", p)
+    x = np.full((1, 1, 2, 2), 3e38, np.float32)
+    assert np.isinf(_lp_on_read(device, read, x, *geo[:1], (2, 2), *geo[2:], 2)).all()
+    for p in (1, 2, 3):
+        x = np.ones((1, 1, 2, 8), np.float32)
+        x[0, 0, 0, 0] = np.inf
+        x[0, 0, 1, 3] = np.nan
+        got = _lp_on_read(device, read, x, (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), p)
+        assert np.isinf(got[0, 0, 0, 0]) and np.isnan(got[0, 0, 0, 1]), (p, got)
+        np.testing.assert_allclose(got[0, 0, 0, 2:], 2.0 ** (2 / p), rtol=4e-6)
+    limits = [{"maxStorageBufferRange": 4096}]
+    if read == "tile":
+        limits.append({"maxComputeSharedMemorySize": 1024})
+    for lim in limits:
+        with vkml.Device(device.index, limits=lim) as small:
+            for shape in ((2, 3, 20, 30), (1, 2, 6, 12, 21)):
+                x = rng.standard_normal(shape).astype(np.float32)
+                d = len(shape) - 2
+                args = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
+                got = _lp_on_read(small, read, x, *args, 2)
+                assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
+                                                       args[3], 2), "float32", 2)
+
+
 def test_read_path_tuned(device):
     """``VKML_TUNE=off`` keeps the texel rule ("auto") as the read path."""
     from vkml import tuning

@@ -272,3 +272,57 @@ def test_large_windows(device):
         got = vkml.unfold(x, window, strides=strides, dilations=dil, start_padding=1,
                           end_padding=2, device=device)
         assert same_bits(got, unfold_reference(x, window, strides, dil, (1,) * d, (2,) * d))
+
+
+def _unfold_on_read(device, read, x, window, strides, dil, start, end, in_strides=None,
+                    phys=None):
+    """Unfold ``x`` compiled with ``read=`` forced through the constructor; asserts the
+    path was taken (no silent fallback) and returns the output."""
+    from vkml.ops.unfold import CompiledUnfold
+
+    blocks = window_counts(x.shape[2:], window, strides, dil, start, end)
+    out = (x.shape[0], x.shape[1] * math.prod(window), math.prod(blocks))
+    desc = dml.UnfoldOperatorDesc(dml.TensorDesc(x.dtype, x.shape, in_strides),
+                                  dml.TensorDesc(x.dtype, out), window, strides, dil, start,
+                                  end)
+    op = CompiledUnfold(device, desc, read=read)
+    assert op.read == read and op.kernel.endswith("_" + read)
+    raw = run_desc(device, desc, x if phys is None else phys, compiled=op)
+    return raw[:math.prod(out)].reshape(out)
+
+
+def test_tile_read(device):
+    """The "tile" kernel (glsl/unfold_tile.comp: 4-byte elements, 2 spatial dimensions,
+    the workgroup's input tile with the halo copied into shared memory first; the tuner
+    chooses it where faster), forced by ``read=``: every bit pattern of 4-byte types, row
+    tails (rows shorter than 4 too), strides, dilations, padding (more than a window); a
+    non-packed input; maxComputeSharedMemorySize lowered to 1 KiB (smaller workgroups)."""
+    rng = np.random.default_rng(90)
+    cases = (((2, 3, 9, 37), (3, 3), (1, 1), (1, 1), (1, 1), (1, 1)),
+             ((1, 2, 5, 13), (2, 4), (1, 2), (2, 1), (0, 2), (1, 3)),
+             ((1, 2, 7, 3), (2, 2), (2, 3), (1, 2), (3, 0), (1, 4)))
+    for dtype in ("float32", "int32"):
+        for shape, window, strides, dil, start, end in cases:
+            x = random_bits(rng, shape, dtype)
+            got = _unfold_on_read(device, "tile", x, window, strides, dil, start, end)
+            assert same_bits(got, unfold_reference(x, window, strides, dil, start, end)), \
+                (dtype, shape, window)
+    shape, window, strides, dil, start, end = cases[0]
+    x = random_bits(rng, shape, "float32")
+    in_strides = (3 * (9 * 41 + 3), 9 * 41 + 3, 41, 1)
+    phys = np.zeros(2 * in_strides[0], np.float32)
+    np.lib.stride_tricks.as_strided(phys, shape, [s * 4 for s in in_strides])[...] = x
+    got = _unfold_on_read(device, "tile", x, window, strides, dil, start, end, in_strides, phys)
+    assert same_bits(got, unfold_reference(x, window, strides, dil, start, end))
+    with vkml.Device(device.index, limits={"maxComputeSharedMemorySize": 1024}) as small:
+        x = random_bits(rng, (1, 3, 20, 30), "uint32")
+        got = _unfold_on_read(small, "tile", x, (3, 3), (2, 1), (1, 2), (1, 1), (1, 2))
+        assert same_bits(got, unfold_reference(x, (3, 3), (2, 1), (1, 2), (1, 1), (1, 2)))
+
+
+def test_read_path_tuned(device):
+    """``VKML_TUNE=off`` keeps "auto" as the read path."""
+    from vkml import tuning
+    from vkml.ops.unfold import READ_PATH
+
+    assert tuning.Tuner(mode="off").choose(device, READ_PATH, READ_PATH.examples[0]).name == "auto"

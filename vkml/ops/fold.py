@@ -160,6 +160,11 @@ VARIANTS = dict.fromkeys(
      "fold_i8", "fold_i8_packed", "fold_i16", "fold_i16_packed", "fold_i32", "fold_i32_texel",
      "fold_i32_texel4", "fold_i64", "fold_f32_ssbo4", "fold_i32_ssbo4"],
     BOX_CONSTANTS + ("V", "VEC_STORE") + geometry_names())
+#: glsl/fold_roll.comp (float32, 2 spatial dimensions): "roll" (rolled window loops, 4
+#: outputs a vec4) and "tile" (the same adding from a shared-memory tile).
+VARIANTS["fold_f32_roll"] = BOX_CONSTANTS + ("V", "VEC_STORE") + tuple(
+    f"{p}{i}" for p in "WSL" for i in range(2))
+VARIANTS["fold_f32_tile"] = VARIANTS["fold_f32_roll"] + ("TILE_SIZE",)
 
 
 def fold_variant(desc_type: DataType, features: dict, require) -> tuple[str, int]:
@@ -214,13 +219,17 @@ class CompiledFold(BoxKernel):
         ok = {"ssbo": True,
               "texel": whole and self.in_bytes // 4 <= texels,
               "texel4": whole and -(-self.in_bytes // 16) <= texels and four,
-              "ssbo4": f32 and four and self.ctx.binding_alignment() % 16 == 0}
+              "ssbo4": f32 and four and self.ctx.binding_alignment() % 16 == 0,
+              "roll": self.kernel == "fold_f32" and self.rank == 4,
+              "tile": (self.kernel == "fold_f32" and self.rank == 4
+                       and self.tile_floats(1, 1, 1) <= self.shared_floats)}
         if self.force_read not in (None, "auto"):
             return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
-        if self.force_read is None and ok["ssbo4"]:
+        if self.force_read is None and (ok["ssbo4"] or ok["roll"]):
             choice = tuning.choose(self.device, READ_PATH, read_shape(self.desc))
-            return "ssbo4" if choice.name == "ssbo4" else rule
+            if choice.name != "auto" and ok[choice.name]:
+                return choice.name
         return rule
 
     def build(self) -> None:
@@ -246,10 +255,39 @@ class CompiledFold(BoxKernel):
 
         self.windows = self.plan_windows()
         self.in_bind = self.in_bytes
-        self.apply_read(self._choose_read(src), src.data_type == DataType.FLOAT32)
+        read = self._choose_read(src)
+        self.apply_read(read, src.data_type == DataType.FLOAT32)
+        if read in ("roll", "tile"):   # their own kernel: 4 outputs a vec4, x along the last dim
+            self.kernel += "_" + read
+            self.vec, self.x_last_only = 4, True
         self.vec_store_ok = self.kernel.startswith(("fold_f32", "fold_i32"))
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
+
+    @property
+    def shared_floats(self) -> int:
+        return int(self.ctx.limits["maxComputeSharedMemorySize"]) // 4
+
+    def tile_floats(self, lx: int, ly: int, v: int) -> int:
+        """Floats of the "tile" kernel's shared tile for an lx x ly workgroup (2 spatial
+        dimensions): per window position, the blocks its outputs (4 per invocation, v
+        apart) read."""
+        (w0, w1), (s0, s1), (l0, l1) = self.win, self.strides, self.dil
+        hb = ((ly - 1) + (w0 - 1) * l0) // s0 + 2
+        il = ((lx - 1) * v + 3 + (w1 - 1) * l1) // s1 + 2
+        return self.k * hb * il
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """"tile": halve the rows, then the columns, of the workgroup until its tile fits
+        maxComputeSharedMemorySize."""
+        if self.read != "tile":
+            return lx, ly
+        while self.tile_floats(lx, ly, v) > self.shared_floats and (ly > 1 or lx > 1):
+            if ly > 1:
+                ly = (ly + 1) // 2
+            else:
+                lx = (lx + 1) // 2
+        return lx, ly
 
     def _params(self) -> np.ndarray:
         p = np.zeros(4 * (2 + 1 + 2 + 2 + 2 + 1), dtype=np.uint32)
@@ -286,9 +324,14 @@ class CompiledFold(BoxKernel):
 
         def pipeline_for(local, ly, xdims, v, vec_store):
             vec_store = vec_store and self.vec_store_ok
+            consts = self.consts
+            if self.read in ("roll", "tile"):     # 2 spatial dimensions only
+                consts = {k: c for k, c in consts.items() if k[1:] in ("0", "1") or k == "RANK"}
+            if self.read == "tile":
+                consts = {**consts, "TILE_SIZE": self.tile_floats(local, ly, v)}
             return self.pipeline(self.kernel, {
                 "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
-                "VEC_STORE": int(vec_store), **self.consts})
+                "VEC_STORE": int(vec_store), **consts})
 
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
@@ -329,7 +372,8 @@ def _read_run(device, seq, cand, shape):
 #: :meth:`CompiledFold._choose_read`, the ``VKML_TUNE=off`` default: lavapipe vectorizes
 #: texel reads) or "ssbo4" (SwiftShader: 2x on the bench's fold), chosen by measurement.
 READ_PATH = tuning.register_path(
-    "fold_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"})], "auto",
+    "fold_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"}),
+                  ("roll", {"read": "roll"}), ("tile", {"read": "tile"})], "auto",
     _read_class, _read_run,
     examples=[{"dtype": "float32", "in": [[1, 576, 3136], [1806336, 3136, 1]],
                "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "window_sizes": [3, 3],

@@ -197,6 +197,8 @@ class BoxKernel(CompiledOperator):
     box_out_strides: list
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 1
+    #: The grid's x runs along the last dimension only (kernels without the XDIMS loop).
+    x_last_only: bool = False
 
     def in_span(self, origin, extent) -> tuple[int, int]:
         """[lo, hi) input element indices the box reads (lo >= hi: none)."""
@@ -279,7 +281,7 @@ class BoxKernel(CompiledOperator):
                 binds = [Bind(x, ioff, isize, "r", in_fmt), Bind(y, ooff, osize, "w")]
                 items.append((origin, extent, binds, ioff // ei, ooff // eo))
         for origin, extent, binds, in_base, out_base in items:
-            xdims = pick_xdims(extent, local)
+            xdims = 1 if self.x_last_only else pick_xdims(extent, local)
             v = self.vector_width(origin, extent, out_base) if xdims == 1 else 1
             lx, ly = local, 1
             ydim = rank - xdims - 1
@@ -289,6 +291,7 @@ class BoxKernel(CompiledOperator):
                 lx = min(local, max(8, -(-x_invocations(extent, 1, v) // 8) * 8))
                 if ydim >= 0:
                     ly = max(1, min(local // lx, extent[ydim], self.max_local_y))
+            lx, ly = self.fit_local(lx, ly, v)
             pipe = pipeline_for(lx, ly, xdims, v, self.vector_store(origin, out_base, v))
             for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
                 push = np.zeros(PUSH_BYTES // 4, dtype=np.uint32)
@@ -297,6 +300,11 @@ class BoxKernel(CompiledOperator):
                 push[16:19] = [in_base, out_base, x_invocations(e, xdims, v)]
                 push[20:20 + rank] = [div_magic(n) for n in e]
                 seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly), push.tobytes())
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """The workgroup size (x, y) a dispatch uses, given the one chosen for the box
+        (kernels reading through shared-memory tiles shrink it to fit)."""
+        return lx, ly
 
     @property
     def max_local_y(self) -> int:

@@ -37,6 +37,11 @@ VARIANTS = dict.fromkeys(
     ["lp_pooling_f32", "lp_pooling_f32_texel", "lp_pooling_f32_texel4", "lp_pooling_f16",
      "lp_pooling_f16_packed", "lp_pooling_f32_ssbo4"],
     BOX_CONSTANTS + ("V", "VEC_STORE", "P", "SCALE", "HOLD") + geometry_names(KERNEL_SPATIAL))
+#: glsl/lp_pooling_roll.comp ("roll": rolled window loops, 4 outputs a vec4; "tile": the
+#: same reading a shared-memory tile).
+VARIANTS["lp_pooling_f32_roll"] = BOX_CONSTANTS + ("V", "VEC_STORE", "P") + geometry_names(
+    KERNEL_SPATIAL)
+VARIANTS["lp_pooling_f32_tile"] = VARIANTS["lp_pooling_f32_roll"] + ("TILE_SIZE",)
 
 
 @implements(LpPooling1OperatorDesc, LpPoolingOperatorDesc)
@@ -45,7 +50,10 @@ class CompiledLpPooling(BoxKernel):
 
     #: "ssbo", "texel" (float32 through an R32 uniform texel buffer: lavapipe
     #: vectorizes texel reads), "texel4" (RGBA32 texels, 4 neighbours at once) or
-    #: "ssbo4" (the same from a vec4 storage buffer); a path the tensor or device does
+    #: "ssbo4" (the same from a vec4 storage buffer), "roll" (float32: rolled window loops,
+    #: 4 outputs a vec4, glsl/lp_pooling_roll.comp, for drivers that do not fold
+    #: specialization constants), "tile" (float32: the same, each workgroup first copying
+    #: its input tile with the halo into shared memory); a path the tensor or device does
     #: not allow falls back to "ssbo".  None: the tuner chooses (:data:`READ_PATH`);
     #: "auto": the texel rule without measuring.  The constructor's ``read=`` sets it.
     force_read: str | None = None
@@ -67,13 +75,16 @@ class CompiledLpPooling(BoxKernel):
                          and self.in_strides[-1] == 1),
               # texel4's reads from a vec4 storage buffer (any size, windows too)
               "ssbo4": (f32 and self.in_strides[-1] == 1
-                        and self.ctx.binding_alignment() % 16 == 0)}
+                        and self.ctx.binding_alignment() % 16 == 0),
+              "roll": f32,
+              "tile": f32 and self.tile_floats(1, 1, 1) <= self.shared_floats}
         if self.force_read not in (None, "auto"):
             return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
-        if self.force_read is None and ok["ssbo4"]:
+        if self.force_read is None and f32:
             choice = tuning.choose(self.device, READ_PATH, read_shape(self.desc))
-            return "ssbo4" if choice.name == "ssbo4" else rule
+            if choice.name != "auto" and ok[choice.name]:
+                return choice.name
         return rule
 
     def _row_inputs(self, v: int) -> int:
@@ -98,11 +109,40 @@ class CompiledLpPooling(BoxKernel):
         self.window_count = math.prod(self.win)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
-        self.apply_read(self._choose_read(src))
+        read = self._choose_read(src)
+        self.apply_read(read)
+        if read in ("roll", "tile"):   # their own kernel: 4 outputs a vec4, x along the last dim
+            self.kernel += "_" + read
+            self.vec, self.x_last_only = 4, True
         self.vec_store_ok = src.data_type == DataType.FLOAT32
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, "P": self.p,
                        **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+
+    @property
+    def shared_floats(self) -> int:
+        return int(self.ctx.limits["maxComputeSharedMemorySize"]) // 4
+
+    def tile_floats(self, lx: int, ly: int, v: int) -> int:
+        """Floats of the "tile" kernel's shared tile for an lx x ly workgroup: the input
+        window rows and columns its outputs (4 per invocation, v apart) read."""
+        n = len(self.win)
+        wa = self.win[0] if n == 3 else 1
+        hb = (ly - 1) * self.strides[-2] + (self.win[-2] - 1) * self.dil[-2] + 1
+        il = ((lx - 1) * v + 3) * self.strides[-1] + (self.win[-1] - 1) * self.dil[-1] + 1
+        return wa * hb * il
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """"tile": halve the rows, then the columns, of the workgroup until its tile fits
+        maxComputeSharedMemorySize."""
+        if self.read != "tile":
+            return lx, ly
+        while self.tile_floats(lx, ly, v) > self.shared_floats and (ly > 1 or lx > 1):
+            if ly > 1:
+                ly = (ly + 1) // 2
+            else:
+                lx = (lx + 1) // 2
+        return lx, ly
 
     def hold(self, v: int) -> bool:
         """Keep the window's inputs in registers between the two sums of a scaled P: when
@@ -139,10 +179,12 @@ class CompiledLpPooling(BoxKernel):
         x, y = inputs[0].allocation, outputs[0].allocation
 
         def pipeline_for(local, ly, xdims, v, vec_store):
+            extra = ({} if self.read == "roll" else
+                     {"TILE_SIZE": self.tile_floats(local, ly, v)} if self.read == "tile" else
+                     {"SCALE": int(self.scale), "HOLD": int(self.hold(v))})
             return self.pipeline(self.kernel, {
                 "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
-                "VEC_STORE": int(vec_store and self.vec_store_ok), "SCALE": int(self.scale),
-                "HOLD": int(self.hold(v)), **self.consts})
+                "VEC_STORE": int(vec_store and self.vec_store_ok), **extra, **self.consts})
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)
@@ -183,7 +225,8 @@ def _read_run(device, seq, cand, shape):
 #: LP pooling's read path where "ssbo4" is possible: "auto" (the texel rule, the
 #: ``VKML_TUNE=off`` default) or "ssbo4", chosen by measurement.
 READ_PATH = tuning.register_path(
-    "lp_pooling_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"})], "auto",
+    "lp_pooling_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"}),
+                        ("roll", {"read": "roll"}), ("tile", {"read": "tile"})], "auto",
     _read_class, _read_run,
     examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
                "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "strides": [2, 2],

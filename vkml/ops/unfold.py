@@ -21,6 +21,7 @@ from ..dml.tensor_desc import TensorDesc
 from ..dml.unfold import UnfoldOperatorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
+from .. import tuning
 from .base import implements
 from .fold import MAX_SPATIAL, geometry_names, safe_geometry, spec_geometry
 from .grid import BOX_CONSTANTS, BoxKernel
@@ -34,15 +35,28 @@ VARIANTS = dict.fromkeys(
     ["unfold_e1", "unfold_e1_packed", "unfold_e2", "unfold_e2_packed", "unfold_e4",
      "unfold_e4_texel4", "unfold_e8"],
     BOX_CONSTANTS + ("V", "VEC_STORE", "PER_ROW") + geometry_names())
+#: glsl/unfold_tile.comp ("tile": 4-byte elements, 2 spatial dimensions, through a
+#: shared-memory tile).
+VARIANTS["unfold_e4_tile"] = BOX_CONSTANTS + ("V", "VEC_STORE", "TILE_SIZE") + tuple(
+    f"{p}{i}" for p in "WSL" for i in range(2))
 
 
 @implements(UnfoldOperatorDesc)
 class CompiledUnfold(BoxKernel):
     """Unfold on this device: see the module doc."""
 
-    #: "ssbo" or "texel4" (4-byte elements as RGBA32UI texels, 4 neighbours at once);
-    #: None chooses the fastest the tensor and device allow (tests force each).
+    #: "ssbo", "texel4" (4-byte elements as RGBA32UI texels, 4 neighbours at once) or
+    #: "tile" (4-byte elements, 2 spatial dimensions: each workgroup copies its input tile
+    #: with the halo into shared memory first, glsl/unfold_tile.comp); a path the tensor
+    #: or device does not allow falls back to "ssbo".  None: the tuner chooses
+    #: (:data:`READ_PATH`); "auto": texel4 where allowed, else ssbo, without measuring.
+    #: The constructor's ``read=`` sets it.
     force_read: str | None = None
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
     #: Output elements along the last dimension per invocation (1, 4 or 8): 4 measured
     #: fastest on lavapipe (each invocation writes K x V outputs).
     vec: int = 4
@@ -83,8 +97,22 @@ class CompiledUnfold(BoxKernel):
         texels = self.ctx.limits["maxTexelBufferElements"]
         texel4 = (self.kernel == "unfold_e4" and self.windows is None
                   and -(-self.in_bytes // 16) <= texels and self.in_strides[-1] == 1)
-        self.read = "texel4" if texel4 and self.force_read in (None, "texel4") else "ssbo"
+        tile = (self.kernel == "unfold_e4" and not self.per_row and spatial == 2
+                and self.tile_floats(1, 1, 1) <= self.shared_floats)
+        ok = {"ssbo": True, "texel4": texel4, "tile": tile}
+        rule = "texel4" if texel4 else "ssbo"
+        if self.force_read not in (None, "auto"):
+            self.read = self.force_read if ok[self.force_read] else "ssbo"
+        else:
+            self.read = rule
+            if self.force_read is None and tile:
+                choice = tuning.choose(self.device, READ_PATH, read_shape(d))
+                if choice.name != "auto" and ok[choice.name]:
+                    self.read = choice.name
         self.in_kind, self.in_fmt = STORAGE, 0
+        if self.read == "tile":
+            self.kernel += "_tile"
+            self.vec, self.x_last_only = 4, True
         if self.read == "texel4":
             self.kernel += "_texel4"
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_UINT
@@ -92,6 +120,29 @@ class CompiledUnfold(BoxKernel):
         self.vec_store_ok = esize == 4 and not packed
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
+
+    @property
+    def shared_floats(self) -> int:
+        return int(self.ctx.limits["maxComputeSharedMemorySize"]) // 4
+
+    def tile_floats(self, lx: int, ly: int, v: int) -> int:
+        """Elements of the "tile" kernel's shared tile for an lx x ly workgroup: the input
+        rows and columns its blocks' windows (4 blocks per invocation, v apart) read."""
+        (w0, w1), (s0, s1), (l0, l1) = self.win, self.strides, self.dil
+        return ((ly - 1) * s0 + (w0 - 1) * l0 + 1) * (((lx - 1) * v + 3) * s1
+                                                       + (w1 - 1) * l1 + 1)
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """"tile": halve the rows, then the columns, of the workgroup until its tile fits
+        maxComputeSharedMemorySize."""
+        if self.read != "tile":
+            return lx, ly
+        while self.tile_floats(lx, ly, v) > self.shared_floats and (ly > 1 or lx > 1):
+            if ly > 1:
+                ly = (ly + 1) // 2
+            else:
+                lx = (lx + 1) // 2
+        return lx, ly
 
     def _params(self) -> np.ndarray:
         p = np.zeros(4 * 9, dtype=np.uint32)
@@ -135,6 +186,13 @@ class CompiledUnfold(BoxKernel):
         x, y = inputs[0].allocation, outputs[0].allocation
 
         def pipeline_for(local, ly, xdims, v, vec_store):
+            if self.read == "tile":
+                consts = {k: c for k, c in self.consts.items()
+                          if k[1:] in ("0", "1") or k == "RANK"}
+                return self.pipeline(self.kernel, {
+                    "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
+                    "VEC_STORE": int(vec_store and self.vec_store_ok),
+                    "TILE_SIZE": self.tile_floats(local, ly, v), **consts})
             return self.pipeline(self.kernel, {
                 "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
                 "PER_ROW": int(self.per_row), "VEC_STORE": int(vec_store and self.vec_store_ok),
@@ -142,6 +200,49 @@ class CompiledUnfold(BoxKernel):
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)
+
+
+def read_shape(desc) -> dict:
+    """An Unfold descriptor (4-byte elements) as the tuner's JSON shape."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    return {"in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            **{k: list(getattr(desc, k) or ()) for k in
+               ("window_sizes", "strides", "dilations", "start_padding", "end_padding")}}
+
+
+def _read_class(shape) -> str:
+    """Shapes sharing a read path choice: rank and input size (a factor of 4)."""
+    sizes, strides = shape["in"]
+    nbytes = 4 * (sum((n - 1) * s for n, s in zip(sizes, strides)) + 1)
+    return f"rank {len(sizes)} in 4^{nbytes.bit_length() // 2}"
+
+
+def _read_run(device, seq, cand, shape):
+    """Record an Unfold of ``shape`` (float32) read by candidate ``cand``."""
+    from ..dml.data_type import DataType
+    from .grid import timed_read_candidate
+
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    desc = UnfoldOperatorDesc(TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
+                              TensorDesc(DataType.FLOAT32, tuple(osz), tuple(ost)),
+                              *(tuple(shape[k]) or None for k in
+                                ("window_sizes", "strides", "dilations", "start_padding",
+                                 "end_padding")))
+    op = CompiledUnfold(device, desc, read=cand.params["read"])
+    return timed_read_candidate(device, seq, op, cand)
+
+
+#: Unfold's read path where "tile" is possible (4-byte elements, 2 spatial dimensions):
+#: "auto" (RGBA32UI texel reads where maxTexelBufferElements allows, else storage
+#: buffer; the ``VKML_TUNE=off`` default) or "tile", chosen by measurement.
+READ_PATH = tuning.register_path(
+    "unfold_read", [("auto", {"read": "auto"}), ("tile", {"read": "tile"})], "auto",
+    _read_class, _read_run,
+    examples=[{"in": [[1, 64, 56, 56], [200704, 3136, 56, 1]],
+               "out": [[1, 576, 3136], [1806336, 3136, 1]], "window_sizes": [3, 3],
+               "strides": [1, 1], "dilations": [1, 1], "start_padding": [1, 1],
+               "end_padding": [1, 1]}])
 
 
 def unfold(x, window_sizes, *, strides=None, dilations=None, start_padding=None,
