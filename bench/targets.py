@@ -23,6 +23,8 @@ class Target:
     aggregate: str = "each"         # "each" | "geomean"
     at_least: float | None = None
     at_most: float | None = None
+    #: leave out workloads where the peer of a "speedup.<peer>..." figure was wrong
+    peer_correct_only: bool = False
 
 
 _PAD = ("pad-constant-1x64x256x256", "pad-reflection-1x64x256x256", "pad-constant-64MiB",
@@ -52,8 +54,16 @@ TARGETS = [
            ("fold-*",), at_least=1.0),
     Target("LP pooling", "LP pooling ahead of PyTorch CPU (device time)",
            "speedup.torch-cpu.compute", ("lp-pool-*",), at_least=1.0),
+    Target("fold", "fold and LP pooling >= 30% of the device's shader-copy bandwidth",
+           "pct_shader_copy", ("fold-*", "lp-pool-*"), at_least=30.0),
+    Target("padding", "padding >= 80% of the device's shader-copy bandwidth",
+           "pct_shader_copy", _PAD, at_least=80.0),
     Target("convolution", "float32 conv2d >= 4x ncnn-vulkan (geometric mean, device time)",
            "speedup.ncnn-vulkan.compute", _CONV2D, ("*-f16",), "geomean", at_least=4.0),
+    Target("convolution", "float32 conv2d and transposed conv2d >= 1.5x ncnn-vulkan on every "
+           "device (geometric mean over the workloads ncnn runs correctly, device time)",
+           "speedup.ncnn-vulkan.compute", _CONV2D + ("convT2d-*",), ("*-f16",), "geomean",
+           at_least=1.5, peer_correct_only=True),
     Target("convolution", "float32 conv2d >= 50% of the FMA peak (geometric mean)",
            "pct_fma", _CONV2D, ("*-f16",), "geomean", at_least=50.0),
     Target("convolution", "conv3d and transposed conv2d >= 30% of the FMA peak", "pct_fma",
@@ -112,12 +122,14 @@ def check(doc: dict) -> list[dict]:
                             (r["workload"], t.figure.split(".")[1], d) in flagged_peers
                             for d in (None, dev["index"])):
                         peer_wrong.append(r["workload"])
+                        if t.peer_correct_only:
+                            continue
                     values[r["workload"]] = v
             if not values:
                 continue
             notes = _summary("vkml result wrong", wrong) + _summary(
                 f"{t.figure.split('.')[1] if t.figure.startswith('speedup.') else ''} result "
-                "wrong (ratio kept)", peer_wrong)
+                f"wrong ({'left out' if t.peer_correct_only else 'ratio kept'})", peer_wrong)
             if t.aggregate == "geomean":
                 value = math.exp(sum(math.log(max(v, 1e-12)) for v in values.values())
                                  / len(values))

@@ -520,3 +520,24 @@ def test_torch_gpu_peer():
         inputs = operators.make_inputs(w.op, w.p, w.np_dtype)
         np.testing.assert_allclose(OnCpu().prepare(w, inputs)(),
                                    TorchPeer().prepare(w, inputs)(), rtol=1e-5, atol=1e-5)
+
+
+def test_ncnn_goal_leaves_out_workloads_ncnn_gets_wrong():
+    """The goal over the convolutions "that ncnn runs correctly": a workload whose
+    ncnn-vulkan result was flagged is left out of the geometric mean (and named)."""
+    from bench import targets
+
+    def row(w, runner, ratio=None, flagged=False):
+        r = {"workload": w, "runner": runner, "device": 0, "status": "ok", "flagged": flagged}
+        if ratio is not None:
+            r["speedup"] = {"ncnn-vulkan": {"compute": ratio}}
+        return r
+    doc = {"devices": [{"index": 0, "name": "dev"}], "results": [
+        row("conv2d-a", "vkml", 2.0), row("conv2d-a", "ncnn-vulkan"),
+        row("conv2d-b", "vkml", 0.5), row("conv2d-b", "ncnn-vulkan", flagged=True),
+        row("convT2d-c", "vkml", 2.0), row("convT2d-c", "ncnn-vulkan")]}
+    goal = next(t for t in targets.check(doc) if "1.5x ncnn" in t["target"])
+    assert goal["values"] == {"conv2d-a": 2.0, "convT2d-c": 2.0} and goal["met"]
+    assert any("left out" in n and "conv2d-b" in n for n in goal["notes"])
+    four = next(t for t in targets.check(doc) if ">= 4x ncnn" in t["target"])
+    assert "conv2d-b" in four["values"]                     # that one keeps the ratio
