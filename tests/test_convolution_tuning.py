@@ -207,6 +207,8 @@ def test_fast_lists_follow_the_device_ranking(device, monkeypatch):
     fast = conv_choice._fast(one_by_one, device)
     assert "blocked" in fast and "winograd-blocked" not in fast and "tiled" not in fast
     assert {"blocked", "winograd-blocked"} <= set(conv_choice._fast(three_by_three, device))
+    depthwise = SHAPES[0][0]
+    assert "blocked-1x8" in conv_choice._fast(depthwise, device)    # one channel a group
     monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked({**times, "blocked": 8e-3,
                                                                    "winograd-blocked": 8e-3}))
     assert conv_choice.strong_families(device) == ()

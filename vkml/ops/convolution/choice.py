@@ -220,10 +220,19 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
         # and the tuner-only paths unless the device ranks them strong)
         fast += tuple(n for n in order[1:] if n != "direct" and n not in TUNER_ONLY)
     for name in strong:
+        if name == "blocked":          # the block whose channels fit the group's
+            name = _blocked_fit(probe.geo.cout_per_group)
         path = CANDIDATES[name][0]
         if name not in fast and path in order:
             fast += (name,)
     return fast
+
+
+def _blocked_fit(cout_per_group: int) -> str:
+    """The blocked candidate a fast list times: one output channel per invocation for
+    depthwise-like groups (1x8), four for a few channels (4x4), else the default 8x4."""
+    return "blocked-1x8" if cout_per_group == 1 else (
+        "blocked-4x4" if cout_per_group <= 4 else "blocked")
 
 
 #: Candidates no heuristic takes (their paths never prefer, or a knob the heuristic
