@@ -9,7 +9,6 @@ from ...dml.data_type import DataType
 from ...runtime import Bind
 from .gemm import gemm_blocks, gemm_cu, gemm_params
 from .gemm_sg import GemmSgPath
-from .blocked import BLOCKS
 from .geometry import _STORAGES, Path, _texel_ok, _words, knobs, storage_suffix, variant
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
@@ -130,7 +129,10 @@ class WinogradPath(Path):
         self.groups_y = co_pad // mb
         self.blocked = None
         if knobs(op).get("gemm") == "blocked":     # the 36 GEMMs on convolution_blocked
-            rm, rn, local = BLOCKS["8x4"]
+            # 8 channels x 4 or 2 tiles, 16 or 8 lanes: the fewest idle lanes over T tiles
+            rm, rn, local = min(((8, rn_, l_) for rn_ in (4, 2) for l_ in (16, 8)),
+                                key=lambda b: (-(-T // (b[1] * b[2])) * b[1] * b[2] - T,
+                                               -b[1] * b[2]))
             self.blocked = (op.pipeline("convolution_blocked_gemm", {
                 "LOCAL_SIZE_X": local, "RM": rm, "RN": rn}),
                 (-(-T // (local * rn)), -(-co_pad // rm), 36),
