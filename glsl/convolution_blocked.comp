@@ -7,11 +7,19 @@
 // consecutive pixels (a lane's RN pixels are LOCAL_SIZE_X apart) and share the
 // workgroup's RM output channels, so every lane reads the same weights.
 //
-// CONV (ops/convolution/blocked.py): a forward convolution read and written in place
-// through its DML strides, any kernel, stride, dilation, padding and group count, 1 to 3
-// spatial dimensions.  For each filter tap, each pixel's input position is computed
-// once; the input-channel loop then only loads and multiplies (a padding position
-// reads element 0, times 0).  Bias and the fused activation in the epilogue.
+// CONV (ops/convolution/blocked.py): a convolution read and written in place through its
+// DML strides, any kernel, stride, dilation, padding and group count, 1 to 3 spatial
+// dimensions.  For each filter tap, each pixel's input position is computed once; the
+// input-channel loop then only loads and multiplies (a padding position reads element 0,
+// times 0).  Bias and the fused activation in the epilogue.  The parameter block
+// describes a forward convolution per axis: output j reads input j*str - pad + t*dil at
+// tap t, and writes y at y0 + j*(its strides); tap t's filter element is
+// ws.w + t*wt (signed steps, so the CONVOLUTION mode's flip is a negative step).  A
+// transposed convolution (BACKWARD direction) is dispatched once per stride phase
+// (blocked.py, _phase_axis): the outputs o = o0 + j*stride whose taps are
+// k = k0 + t*step (step = stride / gcd(stride, dilation)) read input
+// base + j - t*dilation/gcd, so str = 1, dil = -dilation/gcd, pad = -base, every
+// product contributes but the padding ones, and no pixel tests divisibility.
 //
 // GEMM (Winograd's 36 GEMMs, ops/convolution/winograd.py): C[b][m][n] = sum_k
 // A[b][k][m] B[b][k][n] on float32 buffers, raw store.
@@ -34,27 +42,28 @@ layout(std430, set = 0, binding = 0) readonly buffer X { FSTORE_T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { FSTORE_T w[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
-layout(std140, set = 0, binding = 4) uniform Params {   // (the tiled kernel's layout)
-    ivec4 isz;      // input D, H, W; input channels per group
-    ivec4 osz;      // output D, H, W; output channels per group
-    ivec4 ksz;      // kernel D, H, W; flipped (CONVOLUTION mode)
-    ivec4 str;      // strides D, H, W; has bias
-    ivec4 dil;      // dilations D, H, W; channel blocks per group
-    ivec4 pad;      // start padding D, H, W; output pixels per image (D*H*W)
+layout(std140, set = 0, binding = 4) uniform Params {
+    ivec4 isz;      // input D, H, W; input channels summed per group
+    ivec4 osz;      // output D, H, W (of this dispatch); output channels per group
+    ivec4 ksz;      // taps D, H, W; has bias
+    ivec4 str;      // strides D, H, W; channel blocks per group
+    ivec4 dil;      // dilations D, H, W (signed); output pixels (D*H*W)
+    ivec4 pad;      // start padding D, H, W; first output element (y0)
     uvec4 xs;       // input element strides: image, channel, d, h
-    uvec4 ws;       // filter element strides: output channel, input channel, d, h
+    uvec4 ws;       // filter element strides: output channel, summed channel, group; tap 0
+    ivec4 wt;       // filter element steps per tap: d, h, w; -
     uvec4 ys;       // output element strides: image, channel, d, h
-    uvec4 s2;       // element strides along w: input, filter, output; bias channel stride
+    uvec4 s2;       // element strides along w: input, output; bias channel stride; -
     vec4 act;       // activation parameters
 };
 
 void main() {
     int L = int(gl_WorkGroupSize.x);
     int p0 = int(gl_WorkGroupID.x) * L * RN + int(gl_LocalInvocationID.x);
-    int g = int(gl_WorkGroupID.y) / dil.w;
-    int m0 = (int(gl_WorkGroupID.y) - g * dil.w) * RM;
+    int g = int(gl_WorkGroupID.y) / str.w;
+    int m0 = (int(gl_WorkGroupID.y) - g * str.w) * RM;
     uint n = gl_WorkGroupID.z;
-    int cig = isz.w, cog = osz.w, npix = pad.w, ohw = osz.y * osz.z;
+    int cig = isz.w, cog = osz.w, npix = dil.w, ohw = osz.y * osz.z;
 
     ivec3 base[RN];                             // input position of each pixel at tap 0
     [[unroll]] for (int j = 0; j < RN; j++) {
@@ -66,7 +75,7 @@ void main() {
     uint xg = n * xs.x + uint(g * cig) * xs.y;
     uint wrow[RM];
     [[unroll]] for (int i = 0; i < RM; i++)
-        wrow[i] = uint(g * cog + min(m0 + i, cog - 1)) * ws.x;
+        wrow[i] = uint(g) * ws.z + uint(min(m0 + i, cog - 1)) * ws.x + ws.w;
 
     float acc[RM][RN];
     [[unroll]] for (int i = 0; i < RM; i++)
@@ -77,8 +86,7 @@ void main() {
         int kd = t / (ksz.y * ksz.z), kr = t - kd * ksz.y * ksz.z;
         int kh = kr / ksz.z, kw = kr - kh * ksz.z;
         ivec3 off = ivec3(kd, kh, kw) * dil.xyz;
-        ivec3 kf = ksz.w != 0 ? ksz.xyz - 1 - ivec3(kd, kh, kw) : ivec3(kd, kh, kw);
-        uint wo = uint(kf.x) * ws.z + uint(kf.y) * ws.w + uint(kf.z) * s2.y;
+        uint wo = uint(kd * wt.x + kh * wt.y + kw * wt.z);
         uint xo[RN];
         float f[RN];
         [[unroll]] for (int j = 0; j < RN; j++) {
@@ -97,18 +105,18 @@ void main() {
         }
     }
 
-    uint yg = n * ys.x;
+    uint yg = n * ys.x + uint(pad.w);
     [[unroll]] for (int j = 0; j < RN; j++) {
         int p = p0 + j * L;
         if (p >= npix) continue;
         int od = p / ohw, r = p - od * ohw;
         int oh = r / osz.z, ow = r - oh * osz.z;
-        uint yp = yg + uint(od) * ys.z + uint(oh) * ys.w + uint(ow) * s2.z;
+        uint yp = yg + uint(od) * ys.z + uint(oh) * ys.w + uint(ow) * s2.y;
         [[unroll]] for (int i = 0; i < RM; i++) {
             int m = m0 + i;
             if (m >= cog) continue;
             int co = g * cog + m;
-            float bv = str.w != 0 ? FLOAD(bias, uint(co) * s2.w) : 0.0;
+            float bv = ksz.w != 0 ? FLOAD(bias, uint(co) * s2.z) : 0.0;
             FSTORE(y, yp + uint(co) * ys.y, vkml_activation(ACT, acc[i][j] + bv, act));
         }
     }

@@ -3,10 +3,14 @@
 the float64 reference of tests/references.py (``convolution_reference``)."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import numpy as np
 import pytest
+
+import vkml
+from vkml import dml
 
 from test_convolution import (accepting_paths, dense_case, desc_reference, path_tolerance,
                               run_path, winograd_case)
@@ -37,6 +41,104 @@ def test_blocked_against_reference(device, budget, name):
 @pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])
 def test_blocked_variants(device, case):
     check_variant(device, case, "blocked")
+
+
+def transposed_case(rng, dtype="float32"):
+    """A random transposed convolution (BACKWARD direction, ONNX ConvTranspose): 1-3
+    spatial dimensions, strides 1-3, dilations 1-2, padding, output padding, groups,
+    both modes, output channels past one register block."""
+    while True:
+        nd = int(rng.integers(1, 4))
+        g = int(rng.choice([1, 2]))
+        cig, cog = int(rng.integers(1, 6)), int(rng.integers(1, 12))
+        k = [int(rng.integers(1, 5)) for _ in range(nd)]
+        s = [int(rng.integers(1, 4)) for _ in range(nd)]
+        d = [int(rng.integers(1, 3)) for _ in range(nd)]
+        sp = [int(rng.integers(1, {1: 20, 2: 7, 3: 4}[nd])) for _ in range(nd)]
+        st = [int(rng.integers(0, 3)) for _ in range(nd)]
+        en = [int(rng.integers(0, 3)) for _ in range(nd)]
+        op = [int(rng.integers(0, max(s_, d_))) if rng.random() < 0.5 else 0
+              for s_, d_ in zip(s, d)]
+        xd = dml.TensorDesc(dtype, (int(rng.integers(1, 3)), g * cig, *sp))
+        wd = dml.TensorDesc(dtype, (g * cig, cog, *k))
+        kw = dict(strides=tuple(s), dilations=tuple(d), start_padding=tuple(st),
+                  end_padding=tuple(en), output_padding=tuple(op), group_count=g,
+                  mode="convolution" if rng.random() < 0.3 else "cross_correlation",
+                  direction="backward")
+        try:
+            out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+        except Exception:
+            continue
+        if min(out) < 1:
+            continue
+        bias = rng.random() < 0.6
+        desc = dml.ConvolutionOperatorDesc(
+            xd, wd, dml.TensorDesc(dtype, (1, g * cog) + (1,) * nd) if bias else None,
+            dml.TensorDesc(dtype, out), **kw)
+        x = rng.standard_normal(xd.sizes).astype(dtype)
+        w = rng.standard_normal(wd.sizes).astype(dtype)
+        b = rng.standard_normal(g * cog).astype(dtype) if bias else None
+        return desc, x, w, b
+
+
+@pytest.mark.parametrize("name", BLOCKED)
+def test_blocked_transposed_against_reference(device, budget, name):
+    """Every register block, forced: random transposed convolutions, run one dispatch
+    per stride phase (including phases no tap reaches: bias only), and dense_case's
+    transposed draws."""
+    rng = np.random.default_rng(23)
+    for _ in range(max(3, budget // 4)):
+        _check(device, *transposed_case(rng), name)
+    done = 0
+    while done < max(2, budget // 8):
+        desc, x, w, b = dense_case(rng, True)
+        if not desc.is_backward:
+            continue
+        _check(device, desc, x, w, b, name)
+        done += 1
+
+
+@pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])
+def test_blocked_transposed_variants(device, case):
+    """float16 tensors with and without 16-bit storage, and a channels-last input and
+    output read and written in place through their strides, transposed."""
+    rng = np.random.default_rng(29)
+    dtype = "float16" if case.startswith("float16") else "float32"
+    kwargs = {"disable_features": ["storage16", "storage8"]} if case == "float16-packed" else {}
+    with vkml.Device(device.index, **kwargs) as dev:
+        for _ in range(2):
+            desc, x, w, b = transposed_case(rng, dtype)
+            buf = None
+            if case == "strided":
+                perm = (0, *range(2, x.ndim), 1)
+                buf = np.ascontiguousarray(x.transpose(perm))
+                st = np.array(buf.strides)[np.argsort(perm)] // x.itemsize
+                desc = dataclasses.replace(desc, input_tensor=dml.TensorDesc(
+                    dtype, x.shape, tuple(int(v) for v in st)))
+            _check(dev, desc, x, w, b, "blocked", dtype, buf)
+
+
+def test_blocked_transposed_phases():
+    """The stride phases of a transposed axis cover every output once, and each lists
+    exactly the taps (k d = o + a - i s) whose input lands in range or not: a
+    brute-force count of the (output, tap) pairs that divide."""
+    from vkml.ops.convolution.blocked import _phase_axis
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        o_n, k_n = int(rng.integers(1, 20)), int(rng.integers(1, 6))
+        s, d, a = int(rng.integers(1, 5)), int(rng.integers(1, 4)), int(rng.integers(0, 4))
+        seen = []
+        for r in range(s):
+            o0, cnt, k0, nt, step, base, dd = _phase_axis(o_n, k_n, s, d, a, r)
+            for j in range(cnt):
+                o = o0 + j * s
+                seen.append(o)
+                want = {k for k in range(k_n) if (o + a - k * d) % s == 0}
+                got = {k0 + t * step for t in range(nt)}
+                assert got == want, (o_n, k_n, s, d, a, r)
+                for t in range(nt):
+                    assert (o + a - (k0 + t * step) * d) // s == base + j - t * dd
+        assert sorted(seen) == list(range(o_n))
 
 
 def test_blocked_registers_are_frozen():

@@ -1,13 +1,17 @@
 """The register-blocked path: an in-place implicit GEMM whose small register blocks are
-frozen into the module (``glsl/convolution_blocked.comp``, CONV variants); its GEMM
-variant also runs Winograd's 36 GEMMs (``winograd-blocked``, see winograd.py)."""
+frozen into the module (``glsl/convolution_blocked.comp``, CONV variants), forward and
+transposed (one dispatch per stride phase); its GEMM variant also runs Winograd's 36
+GEMMs (``winograd-blocked``, see winograd.py)."""
 from __future__ import annotations
 
+import itertools
 import math
 
+import numpy as np
+
 from ...runtime import Bind
-from .geometry import (_STORAGES, Path, implicit_gemm_params, in_place_accepts, in_place_binds,
-                       knobs, storage_suffix, variant)
+from .geometry import (_STORAGES, Path, _words, in_place_accepts, in_place_binds, knobs,
+                       storage_suffix, variant)
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {f"convolution_blocked_{s}": ("LOCAL_SIZE_X", "RM", "RN", "ACT")
@@ -18,13 +22,82 @@ VARIANTS = {f"convolution_blocked_{s}": ("LOCAL_SIZE_X", "RM", "RN", "ACT")
 BLOCKS = {"8x4": (8, 4, 16), "4x4": (4, 4, 16), "8x8": (8, 8, 16), "8x2": (8, 2, 16),
           "1x8": (1, 8, 64)}
 
+PARAM_BYTES = 12 * 16       # std140: 11 ivec4/uvec4 + the activation vec4
+
+
+def _phase_axis(o_n: int, k_n: int, s: int, d: int, a: int, r: int):
+    """Phase ``r`` of one transposed axis ``y[o] += x[i] w[k]`` where
+    ``o + a - k d = i s``: the outputs ``o = o0 + j s`` (``(o + a) % s == r``), ``cnt``
+    of them, and the taps that reach them, ``k = k0 + t step`` for ``t < nt`` (``k d % s
+    == r``, so ``step = s / gcd(s, d)``), which read input ``i = base + j - t d/gcd``.
+    Returns ``(o0, cnt, k0, nt, step, base, d/gcd)``; ``nt`` = 0 where no tap reaches
+    the phase (its outputs get the bias only)."""
+    o0 = (r - a) % s
+    cnt = max(0, -(-(o_n - o0) // s))
+    gg = math.gcd(s, d)
+    step = s // gg
+    k0 = next((k for k in range(min(k_n, step)) if (k * d) % s == r), None)
+    if k0 is None:
+        return o0, cnt, 0, 0, step, 0, d // gg
+    nt = -(-(k_n - k0) // step)
+    return o0, cnt, k0, nt, step, (o0 + a - k0 * d) // s, d // gg
+
+
+def _params(g, mblocks: int, act_params, osz, ksz, stride, dil, pad, y0, w_tap0, w_steps,
+            ys) -> np.ndarray:
+    """The kernel's parameter block (std140, see the CONV Params of the kernel)."""
+    back = g.backward
+    w0, w1 = g.w_strides[0], g.w_strides[1]
+    # forward filters are (C_out, C_in/groups, k...), transposed ones (C_in, C_out/groups, k...)
+    wm, wc, wg = (w1, w0, g.cin_per_group * w0) if back else (w0, w1, g.cout_per_group * w0)
+    p = np.zeros(44, np.int64)
+    p[0:4] = [*g.in_size, g.cin_per_group]
+    p[4:8] = [*osz, g.cout_per_group]
+    p[8:12] = [*ksz, int(g.b_stride is not None)]
+    p[12:16] = [*stride, mblocks]
+    p[16:20] = [*dil, math.prod(osz)]
+    p[20:24] = [*pad, y0]
+    p[24:28] = g.x_strides[:4]
+    p[28:32] = [wm, wc, wg, w_tap0]
+    p[32:36] = [*w_steps, 0]
+    p[36:40] = [g.y_strides[0], g.y_strides[1], *ys[:2]]
+    p[40:44] = [g.x_strides[4], ys[2], g.b_stride or 0, 0]
+    return np.concatenate([_words(p).view(np.uint8), act_params.view(np.uint8)])
+
+
+def _dispatches(g):
+    """``[(osz, ksz, stride, dil, pad, y0, w_tap0, w_steps, ys)]``: the kernel's
+    per-dispatch geometry: the forward convolution as given, or each stride phase of a
+    transposed one that has outputs (see :func:`_phase_axis`)."""
+    wsp, ysp = g.w_strides[2:], g.y_strides[2:]
+    if not g.backward:
+        tap0 = sum((k - 1) * s for k, s in zip(g.kernel, wsp)) if g.flip else 0
+        steps = [-s if g.flip else s for s in wsp]
+        return [(g.out_size, g.kernel, g.stride, g.dilation, g.start, 0, tap0, steps, ysp)]
+    out = []
+    for rs in itertools.product(*(range(s) for s in g.stride)):
+        ax = [_phase_axis(o, k, s, d, a, r) for o, k, s, d, a, r in
+              zip(g.out_size, g.kernel, g.stride, g.dilation, g.start, rs)]
+        if any(a[1] == 0 for a in ax):
+            continue
+        ksz = [a[3] for a in ax] if all(a[3] for a in ax) else [0, 0, 0]
+        tap0 = sum(((k - 1 - a[2]) if g.flip else a[2]) * ws
+                   for a, k, ws in zip(ax, g.kernel, wsp))
+        steps = [(-a[4] if g.flip else a[4]) * ws for a, ws in zip(ax, wsp)]
+        out.append(([a[1] for a in ax], ksz, (1, 1, 1), [-a[6] for a in ax],
+                    [-a[5] for a in ax], sum(a[0] * y for a, y in zip(ax, ysp)), tap0, steps,
+                    [s * y for s, y in zip(g.stride, ysp)]))
+    return out
+
 
 class BlockedPath(Path):
-    """``glsl/convolution_blocked.comp`` (CONV): a forward convolution as an implicit GEMM
-    read in place through the DML strides, RM output channels x RN pixels per invocation
-    with RM and RN frozen into the module, so that drivers which do not fold
-    specialization constants keep the block in registers (measured on SwiftShader, where
-    the other paths' large blocks live in memory).  Knob: the block (:data:`BLOCKS`)."""
+    """``glsl/convolution_blocked.comp`` (CONV): a convolution as an implicit GEMM read in
+    place through the DML strides, RM output channels x RN pixels per invocation with RM
+    and RN frozen into the module, so that drivers which do not fold specialization
+    constants keep the block in registers (measured on SwiftShader, where the other
+    paths' large blocks live in memory).  A transposed convolution runs one dispatch
+    per stride phase, each over only the taps that reach its outputs (no product
+    wasted on a tap that does not divide).  Knob: the block (:data:`BLOCKS`)."""
 
     name = "blocked"
 
@@ -38,20 +111,44 @@ class BlockedPath(Path):
         rm, rn, local = BLOCKS[knobs(op).get("block", "8x4")]
         local = min(local, op.ctx.limits["maxComputeWorkGroupSize"][0])
         mblocks = -(-geo.cout_per_group // rm)
-        groups = (-(-math.prod(geo.out_size) // (local * rn)), geo.groups * mblocks, geo.n)
+        pix = math.prod(geo.out_size)
+        if geo.backward:        # phase 0 has the most outputs
+            pix = math.prod(-(-o // s) for o, s in zip(geo.out_size, geo.stride))
+        groups = (-(-pix // (local * rn)), geo.groups * mblocks, geo.n)
         return rm, rn, local, mblocks, groups
 
     @classmethod
     def accepts(cls, op, geo) -> bool:
-        return in_place_accepts(op, geo, cls._shape(op, geo)[4])
+        groups = cls._shape(op, geo)[4]
+        if not geo.backward:
+            return in_place_accepts(op, geo, groups)
+        lim = op.ctx.limits
+        binds = [t.total_tensor_size_in_bytes for t in op.desc.inputs() + op.desc.outputs()
+                 if t is not None]
+        return (geo.plain
+                and all(0 < c <= m for c, m in zip(groups, lim["maxComputeWorkGroupCount"]))
+                and max(binds) <= lim["maxStorageBufferRange"]
+                and math.prod(geo.out_size) < (1 << 30) and math.prod(geo.kernel) < (1 << 30))
 
     def __init__(self, op, geo):
         super().__init__(op, geo)
-        rm, rn, self.local, mblocks, self.groups = self._shape(op, geo)
+        rm, rn, self.local, mblocks, _ = self._shape(op, geo)
         self.pipe = op.pipeline(variant("blocked", storage_suffix(op, geo.dtype)), {
             "LOCAL_SIZE_X": self.local, "RM": rm, "RN": rn, "ACT": self.act_id})
-        self.params = op.upload(implicit_gemm_params(geo, mblocks, self.act_params))
+        align = max(16, op.ctx.limits["minUniformBufferOffsetAlignment"])
+        stride = -(-PARAM_BYTES // align) * align
+        blocks, self.grids = [], []
+        for d in _dispatches(geo):
+            blk = np.zeros(stride, np.uint8)
+            blk[:PARAM_BYTES] = _params(geo, mblocks, self.act_params, *d)
+            blocks.append(blk)
+            self.grids.append((-(-math.prod(d[0]) // (self.local * rn)),
+                               geo.groups * mblocks, geo.n))
+        self.params = op.upload(np.concatenate(blocks))
+        self.param_stride = stride
 
     def encode(self, seq, x, w, b, y) -> None:
-        seq.dispatch(self.pipe, in_place_binds(self.op, self.geo, x, w, b, y)
-                     + [Bind(self.params)], self.groups)
+        binds = in_place_binds(self.op, self.geo, x, w, b, y)
+        for i, grid in enumerate(self.grids):
+            seq.dispatch(self.pipe, binds + [Bind(self.params, i * self.param_stride,
+                                                  PARAM_BYTES)], grid)
