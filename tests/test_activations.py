@@ -100,8 +100,8 @@ def test_formula_float16(device, name):
 @pytest.mark.parametrize("name", list(FORMULAS))
 def test_fused_in_every_path(device, name, shape):
     """Each activation inside a real convolution, on every kernel path that accepts the
-    shape: 16 -> 16 channels 3x3 over 24x24 (direct, implicit GEMM, Winograd), and a
-    depthwise 3x3 (direct, depthwise)."""
+    shape: 16 -> 16 channels 3x3 over 24x24 (direct, implicit GEMM, Winograd, tiled,
+    blocked), and a depthwise 3x3 (direct, depthwise, tiled, blocked)."""
     params, formula = FORMULAS[name]
     act = dml.ACTIVATIONS[name](**params)
     rng = np.random.default_rng(list(FORMULAS).index(name))
@@ -120,8 +120,8 @@ def test_fused_in_every_path(device, name, shape):
     accepting = [p.name for p in conv_ops.PATHS if p.accepts(op, geo)]
     op.release()
     sg = conv_ops.subgroup_shuffle_size(op) >= 4
-    assert set(accepting) == ({"direct", "depthwise"} if groups > 1 else
-                              {"direct", "gemm", "winograd"} | ({"gemm_sg"} if sg else set()))
+    assert set(accepting) == {"direct", "tiled", "blocked"} | (
+        {"depthwise"} if groups > 1 else {"gemm", "winograd"} | ({"gemm_sg"} if sg else set()))
     for path in accepting:
         compiled = compile_on_path(device, desc, path)
         got = run_desc(device, desc, x, w, b, compiled=compiled)

@@ -3,13 +3,11 @@
 the float64 reference of tests/references.py (``convolution_reference``)."""
 from __future__ import annotations
 
-import dataclasses
 import importlib
 
 import numpy as np
 import pytest
 
-import vkml
 from vkml import dml
 
 from test_convolution import (accepting_paths, dense_case, desc_reference, path_tolerance,
@@ -100,22 +98,9 @@ def test_blocked_transposed_against_reference(device, budget, name):
 
 @pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])
 def test_blocked_transposed_variants(device, case):
-    """float16 tensors with and without 16-bit storage, and a channels-last input and
-    output read and written in place through their strides, transposed."""
-    rng = np.random.default_rng(29)
-    dtype = "float16" if case.startswith("float16") else "float32"
-    kwargs = {"disable_features": ["storage16", "storage8"]} if case == "float16-packed" else {}
-    with vkml.Device(device.index, **kwargs) as dev:
-        for _ in range(2):
-            desc, x, w, b = transposed_case(rng, dtype)
-            buf = None
-            if case == "strided":
-                perm = (0, *range(2, x.ndim), 1)
-                buf = np.ascontiguousarray(x.transpose(perm))
-                st = np.array(buf.strides)[np.argsort(perm)] // x.itemsize
-                desc = dataclasses.replace(desc, input_tensor=dml.TensorDesc(
-                    dtype, x.shape, tuple(int(v) for v in st)))
-            _check(dev, desc, x, w, b, "blocked", dtype, buf)
+    """float16 tensors with and without 16-bit storage, and a channels-last input read
+    in place through its strides, transposed."""
+    check_variant(device, case, "blocked", make=transposed_case, count=2, seed=29)
 
 
 def test_blocked_transposed_phases():

@@ -71,22 +71,23 @@ def test_tiled_against_reference(device, budget, name):
         done += 1
 
 
-def check_variant(device, case, name):
+def check_variant(device, case, name, make=tile_case, count=1, seed=11):
     """float16 tensors with and without 16-bit storage, and a channels-last input read
-    in place through its strides, on candidate ``name``."""
-    rng = np.random.default_rng(11)
+    in place through its strides, on candidate ``name``: ``count`` cases of ``make``."""
+    rng = np.random.default_rng(seed)
     dtype = "float16" if case.startswith("float16") else "float32"
     kwargs = {"disable_features": ["storage16", "storage8"]} if case == "float16-packed" else {}
     with vkml.Device(device.index, **kwargs) as dev:
-        desc, x, w, b = tile_case(rng, dtype)
-        buf = None
-        if case == "strided":
-            perm = (0, *range(2, x.ndim), 1)
-            buf = np.ascontiguousarray(x.transpose(perm))
-            st = np.array(buf.strides)[np.argsort(perm)] // x.itemsize
-            desc = dataclasses.replace(desc, input_tensor=dml.TensorDesc(
-                dtype, x.shape, tuple(int(v) for v in st)))
-        _check(dev, desc, x, w, b, name, dtype, buf)
+        for _ in range(count):
+            desc, x, w, b = make(rng, dtype)
+            buf = None
+            if case == "strided":
+                perm = (0, *range(2, x.ndim), 1)
+                buf = np.ascontiguousarray(x.transpose(perm))
+                st = np.array(buf.strides)[np.argsort(perm)] // x.itemsize
+                desc = dataclasses.replace(desc, input_tensor=dml.TensorDesc(
+                    dtype, x.shape, tuple(int(v) for v in st)))
+            _check(dev, desc, x, w, b, name, dtype, buf)
 
 
 @pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])

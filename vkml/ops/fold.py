@@ -264,10 +264,6 @@ class CompiledFold(BoxKernel):
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
 
-    @property
-    def shared_floats(self) -> int:
-        return int(self.ctx.limits["maxComputeSharedMemorySize"]) // 4
-
     def tile_floats(self, lx: int, ly: int, v: int) -> int:
         """Floats of the "tile" kernel's shared tile for an lx x ly workgroup (2 spatial
         dimensions): per window position, the blocks its outputs (4 per invocation, v
@@ -276,18 +272,6 @@ class CompiledFold(BoxKernel):
         hb = ((ly - 1) + (w0 - 1) * l0) // s0 + 2
         il = ((lx - 1) * v + 3 + (w1 - 1) * l1) // s1 + 2
         return self.k * hb * il
-
-    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
-        """"tile": halve the rows, then the columns, of the workgroup until its tile fits
-        maxComputeSharedMemorySize."""
-        if self.read != "tile":
-            return lx, ly
-        while self.tile_floats(lx, ly, v) > self.shared_floats and (ly > 1 or lx > 1):
-            if ly > 1:
-                ly = (ly + 1) // 2
-            else:
-                lx = (lx + 1) // 2
-        return lx, ly
 
     def _params(self) -> np.ndarray:
         p = np.zeros(4 * (2 + 1 + 2 + 2 + 2 + 1), dtype=np.uint32)

@@ -302,9 +302,26 @@ class BoxKernel(CompiledOperator):
                 seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly), push.tobytes())
 
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
-        """The workgroup size (x, y) a dispatch uses, given the one chosen for the box
-        (kernels reading through shared-memory tiles shrink it to fit)."""
+        """The workgroup size (x, y) a dispatch uses, given the one chosen for the box: the
+        "tile" read halves the rows, then the columns, until its shared-memory tile
+        (:meth:`tile_floats`) fits maxComputeSharedMemorySize."""
+        if getattr(self, "read", None) != "tile":
+            return lx, ly
+        while self.tile_floats(lx, ly, v) > self.shared_floats and (ly > 1 or lx > 1):
+            if ly > 1:
+                ly = (ly + 1) // 2
+            else:
+                lx = (lx + 1) // 2
         return lx, ly
+
+    def tile_floats(self, lx: int, ly: int, v: int) -> int:
+        """Floats of the "tile" read's shared tile for an lx x ly workgroup (operators
+        with a tile read define it)."""
+        raise NotImplementedError
+
+    @property
+    def shared_floats(self) -> int:
+        return int(self.ctx.limits["maxComputeSharedMemorySize"]) // 4
 
     @property
     def max_local_y(self) -> int:

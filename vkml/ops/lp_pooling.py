@@ -119,10 +119,6 @@ class CompiledLpPooling(BoxKernel):
         self.consts = {"RANK": self.rank, "P": self.p,
                        **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
 
-    @property
-    def shared_floats(self) -> int:
-        return int(self.ctx.limits["maxComputeSharedMemorySize"]) // 4
-
     def tile_floats(self, lx: int, ly: int, v: int) -> int:
         """Floats of the "tile" kernel's shared tile for an lx x ly workgroup: the input
         window rows and columns its outputs (4 per invocation, v apart) read."""
@@ -131,18 +127,6 @@ class CompiledLpPooling(BoxKernel):
         hb = (ly - 1) * self.strides[-2] + (self.win[-2] - 1) * self.dil[-2] + 1
         il = ((lx - 1) * v + 3) * self.strides[-1] + (self.win[-1] - 1) * self.dil[-1] + 1
         return wa * hb * il
-
-    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
-        """"tile": halve the rows, then the columns, of the workgroup until its tile fits
-        maxComputeSharedMemorySize."""
-        if self.read != "tile":
-            return lx, ly
-        while self.tile_floats(lx, ly, v) > self.shared_floats and (ly > 1 or lx > 1):
-            if ly > 1:
-                ly = (ly + 1) // 2
-            else:
-                lx = (lx + 1) // 2
-        return lx, ly
 
     def hold(self, v: int) -> bool:
         """Keep the window's inputs in registers between the two sums of a scaled P: when

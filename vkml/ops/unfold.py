@@ -121,28 +121,12 @@ class CompiledUnfold(BoxKernel):
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
 
-    @property
-    def shared_floats(self) -> int:
-        return int(self.ctx.limits["maxComputeSharedMemorySize"]) // 4
-
     def tile_floats(self, lx: int, ly: int, v: int) -> int:
         """Elements of the "tile" kernel's shared tile for an lx x ly workgroup: the input
         rows and columns its blocks' windows (4 blocks per invocation, v apart) read."""
         (w0, w1), (s0, s1), (l0, l1) = self.win, self.strides, self.dil
         return ((ly - 1) * s0 + (w0 - 1) * l0 + 1) * (((lx - 1) * v + 3) * s1
                                                        + (w1 - 1) * l1 + 1)
-
-    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
-        """"tile": halve the rows, then the columns, of the workgroup until its tile fits
-        maxComputeSharedMemorySize."""
-        if self.read != "tile":
-            return lx, ly
-        while self.tile_floats(lx, ly, v) > self.shared_floats and (ly > 1 or lx > 1):
-            if ly > 1:
-                ly = (ly + 1) // 2
-            else:
-                lx = (lx + 1) // 2
-        return lx, ly
 
     def _params(self) -> np.ndarray:
         p = np.zeros(4 * 9, dtype=np.uint32)
