@@ -535,3 +535,156 @@ def test_paths_force_a_node_and_name_what_is_wrong(device):
         with pytest.raises(ValidationError) as info:
             device.compile_graph(winograd_graph(False), paths=paths)
         assert info.value.field == field, (paths, str(info.value))
+
+
+# -- LP pooling fused into the Winograd output pass ------------------------------------------
+def pool_graph(dtype="float32", size=(22, 22), window=(2, 2), strides=(2, 2), start=(0, 0),
+               end=(0, 0), dilations=(1, 1), p=2, conv_is_output=False):
+    """x -> conv 3x3, pad 1, 16 -> 16 channels (Winograd's shape; filter a graph input) ->
+    relu -> LP pooling (one graph output; with ``conv_is_output`` the relu's output is a
+    second one)."""
+    x, y = F(dtype, (1, 16, *size)), F(dtype, (1, 16, *size))
+    w, b = F(dtype, (16, 16, 3, 3)), F(dtype, (1, 16, 1, 1))
+    pooled = F(dtype, dml.lp_pooling_output_sizes(y.sizes, strides, window, start, end,
+                                                  dilations))
+    nodes = [N(dml.ConvolutionOperatorDesc(x, w, b, y, start_padding=(1, 1),
+                                           end_padding=(1, 1))),
+             N(dml.ActivationReluOperatorDesc(y, y)),
+             N(dml.LpPooling1OperatorDesc(y, pooled, strides, window, start, end, dilations, p))]
+    outs = [OUT(2, 0, 0)] + ([OUT(1, 0, 1)] if conv_is_output else [])
+    g = dml.GraphDesc(3, len(outs), nodes, [IN(0, 0, 0), IN(1, 0, 1), IN(2, 0, 2)], outs,
+                      [MID(0, 0, 1, 0), MID(1, 0, 2, 0)])
+    return g, [pooled.sizes] + ([y.sizes] if conv_is_output else [])
+
+
+def pool_inputs(rng, dtype, size):
+    return [rng.standard_normal((1, 16, *size)).astype(dtype),
+            (rng.standard_normal((16, 16, 3, 3)) / 12).astype(dtype),
+            (rng.standard_normal((1, 16, 1, 1)) * 0.1).astype(dtype)]
+
+
+def run_graph(device, g, arrays, shapes, dtype, **kw):
+    cg = device.compile_graph(g, **kw)
+    outs = [device.empty(s, dtype) for s in shapes]
+    cg.execute([device.tensor(a) for a in arrays], outs)
+    return cg, [o.numpy() for o in outs]
+
+
+def pool_reference(arrays, window=(2, 2), strides=(2, 2), start=(0, 0), end=(0, 0),
+                   dilations=(1, 1), p=2):
+    x, w, b = [a.astype(np.float64) for a in arrays]
+    y = np.maximum(convolution_reference(x, w, b.reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1],
+                                         [0, 0], 1, "cross_correlation", "forward"), 0)
+    return lp_pooling_reference(y, window, strides, dilations, start, end, p)
+
+
+POOL_TEXT = "(DML_OPERATOR_LP_POOLING1) fused into the convolution"
+
+
+@pytest.mark.parametrize("dtype, size, p", [
+    ("float32", (22, 22), 2), ("float16", (22, 22), 2),
+    ("float32", (23, 21), 2),                      # odd: the last row and column unread
+    ("float32", (21, 23), 1), ("float16", (23, 22), 3)])
+def test_lp_pooling_fused_into_winograd(device, dtype, size, p):
+    """Conv (Winograd, forced) -> Relu -> LP pooling 2x2/2: the pooling runs in the
+    convolution's output pass (one node, no intermediate), with the same results as the
+    unfused graph (the same sums in the same order: equal up to the last bit of the
+    tensor type) and the LP pooling reference; odd convolution outputs give floor(/2)."""
+    rng = np.random.default_rng(7)
+    g, shapes = pool_graph(dtype, size, p=p)
+    arrays = pool_inputs(rng, dtype, size)
+    assert shapes[0] == (1, 16, size[0] // 2, size[1] // 2)
+    cg, (fused,) = run_graph(device, g, arrays, shapes, dtype, paths={0: "winograd"})
+    assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
+    assert cg.fusions[-1] == f"nodes[2] {POOL_TEXT} nodes[0, 1]"
+    assert cg.arena_bytes == 0 and cg._graph_nodes[0].compiled.path.pool is not None
+    cg.release()
+    cg, (plain,) = run_graph(device, g, arrays, shapes, dtype, fuse=False,
+                             paths={0: "winograd"})
+    cg.release()
+    ulp = 1e-6 if dtype == "float32" else 1e-3
+    np.testing.assert_allclose(fused.astype(np.float64), plain.astype(np.float64),
+                               rtol=ulp, atol=ulp)
+    tol = 1e-5 if dtype == "float32" else 5e-3
+    np.testing.assert_allclose(fused.astype(np.float64), pool_reference(arrays, p=p),
+                               rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("case", [
+    {"window": (3, 3)}, {"window": (2, 3)}, {"strides": (1, 1)}, {"strides": (2, 1)},
+    {"start": (1, 0)}, {"end": (0, 1)}, {"dilations": (2, 2)}, {"conv_is_output": True},
+    {"path": "gemm"}])
+def test_lp_pooling_fusion_only_where_exact(device, case):
+    """No pooling fusion for windows, strides, padding or dilations other than 2x2 / 2 /
+    none / 1, where the convolution's output is also a graph output, or where the
+    convolution's path (here forced) is not winograd; the results are the reference's."""
+    case = dict(case)
+    path = case.pop("path", "winograd")
+    size = (22, 22)                                # 6 x 6 tiles: Winograd takes it
+    rng = np.random.default_rng(3)
+    g, shapes = pool_graph("float32", size, **case)
+    arrays = pool_inputs(rng, np.float32, size)
+    cg, got = run_graph(device, g, arrays, shapes, np.float32, paths={0: path})
+    assert not any(POOL_TEXT in f for f in cg.fusions), cg.fusions
+    assert [type(d).__name__ for d in cg.nodes] == ["ConvolutionOperatorDesc",
+                                                    "LpPooling1OperatorDesc"]
+    assert cg._graph_nodes[0].compiled.path.name == path
+    cg.release()
+    case.pop("conv_is_output", None)
+    np.testing.assert_allclose(got[0], pool_reference(arrays, **case), rtol=1e-5, atol=1e-5)
+
+
+def test_lp_pooling_fusion_follows_the_chosen_path(device, monkeypatch):
+    """Unforced, the convolution's own choice decides: the heuristic's path (gemm_sg or
+    gemm for 16 channels where they run it) keeps both nodes; Winograd preferred, the
+    pooling fuses, and the ONNX backend reports "LpPool (fused into Conv)"."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    import vkml.onnx as vonnx
+    from vkml.ops.convolution import WinogradPath
+    rng = np.random.default_rng(5)
+    x, w, b = pool_inputs(rng, np.float32, (22, 22))
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("LpPool", ["r"], ["y"], name="lppool", kernel_shape=[2, 2],
+                              strides=[2, 2], p=2)]
+    graph = helper.make_graph(
+        nodes, "conv_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                           [1, 16, 22, 22])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 11, 11])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b.reshape(-1), "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 8)
+    want = pool_reference([x, w, b])
+    for prefer in (False, True):
+        if prefer:
+            monkeypatch.setattr(WinogradPath, "prefers", classmethod(lambda cls, op, geo: True))
+        rep = vonnx.prepare(model, device=device, strict=True)
+        (y,) = rep.run([x])
+        (part,) = rep._parts
+        conv = part.last.compiled._graph_nodes[0].compiled
+        fused = conv.path.name == "winograd"
+        assert fused or not prefer
+        assert rep.partitions == [("device", [
+            ("conv", "Conv"), ("relu", "Relu (fused into Conv)"),
+            ("lppool", "LpPool (fused into Conv)" if fused else "LpPool")])]
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        rep.release()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_lp_pooling_fused_storage_reads(device, dtype):
+    """The pooled output pass reading M from a storage buffer (``_ssbo_pool`` variants:
+    texel buffers too small for it) gives the texel variants' results."""
+    rng = np.random.default_rng(9)
+    g, shapes = pool_graph(dtype, (22, 22), p=2)
+    arrays = pool_inputs(rng, dtype, (22, 22))
+    got = []
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 1024}) as small:
+        for dev in (device, small):
+            cg, (y,) = run_graph(dev, g, arrays, shapes, dtype, paths={0: "winograd"})
+            path = cg._graph_nodes[0].compiled.path
+            assert path.pool is not None and path.m_texel == (dev is device)
+            got.append(y)
+            cg.release()
+    np.testing.assert_array_equal(got[0], got[1])
