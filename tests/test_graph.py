@@ -539,10 +539,10 @@ def test_paths_force_a_node_and_name_what_is_wrong(device):
 
 # -- LP pooling fused into the Winograd output pass ------------------------------------------
 def pool_graph(dtype="float32", size=(22, 22), window=(2, 2), strides=(2, 2), start=(0, 0),
-               end=(0, 0), dilations=(1, 1), p=2, conv_is_output=False):
+               end=(0, 0), dilations=(1, 1), p=2, conv_is_output=False, lp0=False):
     """x -> conv 3x3, pad 1, 16 -> 16 channels (Winograd's shape; filter a graph input) ->
     relu -> LP pooling (one graph output; with ``conv_is_output`` the relu's output is a
-    second one)."""
+    second one; ``lp0``: DML_LP_POOLING_OPERATOR_DESC, no dilations)."""
     x, y = F(dtype, (1, 16, *size)), F(dtype, (1, 16, *size))
     w, b = F(dtype, (16, 16, 3, 3)), F(dtype, (1, 16, 1, 1))
     pooled = F(dtype, dml.lp_pooling_output_sizes(y.sizes, strides, window, start, end,
@@ -550,7 +550,8 @@ def pool_graph(dtype="float32", size=(22, 22), window=(2, 2), strides=(2, 2), st
     nodes = [N(dml.ConvolutionOperatorDesc(x, w, b, y, start_padding=(1, 1),
                                            end_padding=(1, 1))),
              N(dml.ActivationReluOperatorDesc(y, y)),
-             N(dml.LpPooling1OperatorDesc(y, pooled, strides, window, start, end, dilations, p))]
+             N(dml.LpPoolingOperatorDesc(y, pooled, strides, window, start, end, p) if lp0 else
+               dml.LpPooling1OperatorDesc(y, pooled, strides, window, start, end, dilations, p))]
     outs = [OUT(2, 0, 0)] + ([OUT(1, 0, 1)] if conv_is_output else [])
     g = dml.GraphDesc(3, len(outs), nodes, [IN(0, 0, 0), IN(1, 0, 1), IN(2, 0, 2)], outs,
                       [MID(0, 0, 1, 0), MID(1, 0, 2, 0)])
@@ -578,25 +579,27 @@ def pool_reference(arrays, window=(2, 2), strides=(2, 2), start=(0, 0), end=(0, 
     return lp_pooling_reference(y, window, strides, dilations, start, end, p)
 
 
-POOL_TEXT = "(DML_OPERATOR_LP_POOLING1) fused into the convolution"
+POOL_TEXT = "_LP_POOLING1) fused into the convolution"
 
 
-@pytest.mark.parametrize("dtype, size, p", [
-    ("float32", (22, 22), 2), ("float16", (22, 22), 2),
-    ("float32", (23, 21), 2),                      # odd: the last row and column unread
-    ("float32", (21, 23), 1), ("float16", (23, 22), 3)])
-def test_lp_pooling_fused_into_winograd(device, dtype, size, p):
+@pytest.mark.parametrize("dtype, size, p, lp0", [
+    ("float32", (22, 22), 2, False), ("float16", (22, 22), 2, False),
+    ("float32", (23, 21), 2, False),               # odd: the last row and column unread
+    ("float32", (21, 23), 1, True), ("float16", (23, 22), 3, False)])
+def test_lp_pooling_fused_into_winograd(device, dtype, size, p, lp0):
     """Conv (Winograd, forced) -> Relu -> LP pooling 2x2/2: the pooling runs in the
     convolution's output pass (one node, no intermediate), with the same results as the
     unfused graph (the same sums in the same order: equal up to the last bit of the
     tensor type) and the LP pooling reference; odd convolution outputs give floor(/2)."""
     rng = np.random.default_rng(7)
-    g, shapes = pool_graph(dtype, size, p=p)
+    g, shapes = pool_graph(dtype, size, p=p, lp0=lp0)
     arrays = pool_inputs(rng, dtype, size)
     assert shapes[0] == (1, 16, size[0] // 2, size[1] // 2)
     cg, (fused,) = run_graph(device, g, arrays, shapes, dtype, paths={0: "winograd"})
     assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
-    assert cg.fusions[-1] == f"nodes[2] {POOL_TEXT} nodes[0, 1]"
+    what = "LP_POOLING" if lp0 else "LP_POOLING1"
+    assert cg.fusions[-1] == (f"nodes[2] (DML_OPERATOR_{what}) fused into the convolution "
+                              "nodes[0, 1]")
     assert cg.arena_bytes == 0 and cg._graph_nodes[0].compiled.path.pool is not None
     cg.release()
     cg, (plain,) = run_graph(device, g, arrays, shapes, dtype, fuse=False,

@@ -10,6 +10,7 @@ from ... import runtime
 from ...dml.convolution import ConvolutionOperatorDesc
 from ...dml.data_type import DataType
 from ...dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
+from ...errors import ValidationError
 from ...runtime import Bind
 from .gemm import gemm_blocks, gemm_cu, gemm_params
 from .gemm_sg import GemmSgPath
@@ -88,7 +89,7 @@ class PooledConvolutionDesc:
         self.pooling.validate()
         why = pool_rule(self.convolution, self.pooling)
         if why is not None:
-            raise ValueError(f"{self.OPERATOR_TYPE}: {why}")
+            raise ValidationError("pooling", why)
 
 
 class WinogradPath(Path):
@@ -178,7 +179,7 @@ class WinogradPath(Path):
         bound = (OH, OW)
         out_name = variant("winograd_output", suffix, self.m_texel, self.y4)
         self.y_bytes = d.output_tensor.total_tensor_size_in_bytes
-        if self.pool is not None:      # glsl/lp_pooling.comp's P and SCALE rule
+        if self.pool is not None:      # P and SCALE: CompiledLpPooling's rule (lp_pooling.py)
             pp = int(self.pool.p)
             consts_out = {**consts, "P": pp,
                           "SCALE": int(pp > 2 or (pp == 2 and g.dtype == DataType.FLOAT32))}
