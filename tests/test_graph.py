@@ -608,7 +608,7 @@ def test_lp_pooling_fused_into_winograd(device, dtype, size, p, lp0):
     ulp = 1e-6 if dtype == "float32" else 1e-3
     np.testing.assert_allclose(fused.astype(np.float64), plain.astype(np.float64),
                                rtol=ulp, atol=ulp)
-    tol = 1e-5 if dtype == "float32" else 5e-3
+    tol = 1e-4 if dtype == "float32" else 5e-3    # Winograd: ~1e-5 x sqrt(9 C_in)
     np.testing.assert_allclose(fused.astype(np.float64), pool_reference(arrays, p=p),
                                rtol=tol, atol=tol)
 
@@ -634,7 +634,7 @@ def test_lp_pooling_fusion_only_where_exact(device, case):
     assert cg._graph_nodes[0].compiled.path.name == path
     cg.release()
     case.pop("conv_is_output", None)
-    np.testing.assert_allclose(got[0], pool_reference(arrays, **case), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[0], pool_reference(arrays, **case), rtol=1e-4, atol=1e-4)
 
 
 def test_lp_pooling_fusion_follows_the_chosen_path(device, monkeypatch):
@@ -671,7 +671,7 @@ def test_lp_pooling_fusion_follows_the_chosen_path(device, monkeypatch):
         assert rep.partitions == [("device", [
             ("conv", "Conv"), ("relu", "Relu (fused into Conv)"),
             ("lppool", "LpPool (fused into Conv)" if fused else "LpPool")])]
-        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
         rep.release()
 
 
@@ -691,3 +691,19 @@ def test_lp_pooling_fused_storage_reads(device, dtype):
             got.append(y)
             cg.release()
     np.testing.assert_array_equal(got[0], got[1])
+
+
+@pytest.mark.parametrize("path", ["winograd-blocked", "winograd-narrow"])
+def test_lp_pooling_fused_with_winograd_knobs(device, path):
+    """The tuner's other Winograd candidates (other GEMMs, same output pass) pool too,
+    with the unfused graph's results."""
+    rng = np.random.default_rng(4)
+    g, shapes = pool_graph("float32", (22, 22))
+    arrays = pool_inputs(rng, np.float32, (22, 22))
+    got = []
+    for fuse in (True, False):
+        cg, (y,) = run_graph(device, g, arrays, shapes, np.float32, fuse=fuse, paths={0: path})
+        assert any(POOL_TEXT in f for f in cg.fusions) == fuse
+        got.append(y)
+        cg.release()
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-6)
