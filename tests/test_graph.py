@@ -539,12 +539,14 @@ def test_paths_force_a_node_and_name_what_is_wrong(device):
 
 # -- LP pooling fused into the Winograd output pass ------------------------------------------
 def pool_graph(dtype="float32", size=(22, 22), window=(2, 2), strides=(2, 2), start=(0, 0),
-               end=(0, 0), dilations=(1, 1), p=2, conv_is_output=False, lp0=False):
+               end=(0, 0), dilations=(1, 1), p=2, conv_is_output=False, lp0=False,
+               owned=False):
     """x -> conv 3x3, pad 1, 16 -> 16 channels (Winograd's shape; filter a graph input) ->
     relu -> LP pooling (one graph output; with ``conv_is_output`` the relu's output is a
-    second one; ``lp0``: DML_LP_POOLING_OPERATOR_DESC, no dilations)."""
+    second one; ``lp0``: DML_LP_POOLING_OPERATOR_DESC, no dilations; ``owned``: the
+    filter OWNED_BY_DML)."""
     x, y = F(dtype, (1, 16, *size)), F(dtype, (1, 16, *size))
-    w, b = F(dtype, (16, 16, 3, 3)), F(dtype, (1, 16, 1, 1))
+    w, b = F(dtype, (16, 16, 3, 3), flags=OWNED if owned else 0), F(dtype, (1, 16, 1, 1))
     pooled = F(dtype, dml.lp_pooling_output_sizes(y.sizes, strides, window, start, end,
                                                   dilations))
     nodes = [N(dml.ConvolutionOperatorDesc(x, w, b, y, start_padding=(1, 1),
@@ -707,3 +709,23 @@ def test_lp_pooling_fused_with_winograd_knobs(device, path):
         got.append(y)
         cg.release()
     np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-6)
+
+
+def test_lp_pooling_fused_owned_filter(device):
+    """With the filter OWNED_BY_DML, the fused node transforms it once at initialization
+    (it is not bound at execution) and gives the unfused graph's results."""
+    rng = np.random.default_rng(6)
+    x, w, b = pool_inputs(rng, np.float32, (22, 22))
+    got = []
+    for fuse in (True, False):
+        g, shapes = pool_graph("float32", (22, 22), owned=True)
+        cg = device.compile_graph(g, fuse=fuse, constants={1: w}, paths={0: "winograd"})
+        conv = cg._graph_nodes[0].compiled
+        assert conv.owned_inputs == [1] and conv.path.filter_ready
+        assert isinstance(conv.desc, dml.ConvolutionOperatorDesc) != fuse
+        out = device.empty(shapes[0])
+        cg.execute([device.tensor(x), None, device.tensor(b)], [out])
+        got.append(out.numpy())
+        cg.release()
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], pool_reference([x, w, b]), rtol=1e-4, atol=1e-4)
