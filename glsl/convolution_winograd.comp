@@ -11,6 +11,13 @@
 //                                                   padded to a multiple of 4)
 //   OUTPUT   y[n][co][tile] = act(A^T M[.][co][t] A + bias), stored through the output's
 //            DML strides (partial tiles at the border are cut).
+//   OUTPUT POOL=1: the same values pooled before they are stored (a graph's fusion of
+//            the convolution with the LP pooling that alone reads its output, 2x2 windows,
+//            stride 2, no padding, dilation 1): a 4x4 tile starts at multiples of 4, so it
+//            holds whole windows, 2x2 of them; each window's four values (rounded to the
+//            tensor's type first, as the unfused convolution stores them) are pooled with
+//            glsl/lp_pooling.comp's formula (P, SCALE; same order of the sums) and only
+//            the pooled outputs are stored (out_size.xy and ys: the pooled tensor's).
 //
 // The passes read their source through uniform texel buffers (R32F/R16F views: any
 // float storage reads as float) where the device can bind it, else storage buffers.
@@ -30,12 +37,22 @@
 // vkml:variant convolution_winograd_output_f32_ssbo OUTPUT=1 F32=1
 // vkml:variant convolution_winograd_output_f16_ssbo OUTPUT=1 F16=1
 // vkml:variant convolution_winograd_output_f16_packed_ssbo OUTPUT=1 F16_PACKED=1
+// vkml:variant convolution_winograd_output_f32_pool OUTPUT=1 TEXEL=1 F32=1 POOL=1
+// vkml:variant convolution_winograd_output_f16_pool OUTPUT=1 TEXEL=1 F16=1 POOL=1
+// vkml:variant convolution_winograd_output_f16_packed_pool OUTPUT=1 TEXEL=1 F16_PACKED=1 POOL=1
+// vkml:variant convolution_winograd_output_f32_ssbo_pool OUTPUT=1 F32=1 POOL=1
+// vkml:variant convolution_winograd_output_f16_ssbo_pool OUTPUT=1 F16=1 POOL=1
+// vkml:variant convolution_winograd_output_f16_packed_ssbo_pool OUTPUT=1 F16_PACKED=1 POOL=1
 #extension GL_EXT_control_flow_attributes : require
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int ACT = 0;
+#ifdef POOL
+layout(constant_id = 2) const uint P = 2u;          // LP pooling's P (glsl/lp_pooling.comp)
+layout(constant_id = 3) const bool SCALE = false;   // its scaled sums
+#endif
 
 layout(std140, set = 0, binding = 3) uniform Params {
     ivec4 dims;      // C_in, padded C_out (co_pad), C_out, tiles T
@@ -43,8 +60,8 @@ layout(std140, set = 0, binding = 3) uniform Params {
     ivec4 in_size;   // H, W, start padding h, w
     ivec4 xs;        // input strides n, c, h, w
     ivec4 fs;        // filter strides co, ci, kh, kw
-    ivec4 out_size;  // OH, OW, flip, has bias
-    uvec4 ys;        // output strides n, c, h, w
+    ivec4 out_size;  // OH, OW, flip, has bias (POOL: the pooled OH/2, OW/2)
+    uvec4 ys;        // output strides n, c, h, w (POOL: the pooled tensor's)
     ivec4 misc;      // bias stride, -, -, -
     vec4 act;
 };
@@ -182,6 +199,54 @@ void main() {
 #endif
 
 #ifdef OUTPUT
+#ifdef POOL
+#if defined(F16) || defined(F16_PACKED)
+#define ROUND(v) vkml_half_float(vkml_half_bits(v))     // what the unfused output stores
+#else
+#define ROUND(v) (v)
+#endif
+
+// a^P for 0 <= a <= 1, by repeated squaring (glsl/lp_pooling.comp's pow_p).
+float pow_p(float a) {
+    float r = 1.0, b = a;
+    [[unroll]] for (int bit = 0; bit < 32; bit++) {
+        if ((P >> bit) == 0u) break;
+        if (((P >> bit) & 1u) != 0u) r *= b;
+        b *= b;
+    }
+    return r;
+}
+
+// One value's share of the scaled sum (glsl/lp_pooling.comp's share).
+float share(float v, float m, float s1, float s2) {
+    float a = abs(v);
+    if (P == 2u) { float t = a * s1 * s2; return t * t; }
+    return pow_p(a / m);
+}
+
+// The LP norm of one 2x2 window, its values in glsl/lp_pooling.comp's order (row by row):
+// the same sums in the same order, so the same result as the LP pooling kernel.
+float lp_window(float w[4]) {
+    float acc = 0.0, mx = 0.0;
+    [[unroll]] for (int k = 0; k < 4; k++) {
+        float a = abs(w[k]);
+        acc += (P == 2u && !SCALE) ? w[k] * w[k] : a;
+        if (SCALE) mx = max(mx, a);
+    }
+    if (!SCALE) return P == 2u ? sqrt(acc) : acc;
+    int e = clamp(int(floatBitsToUint(mx) >> 23), 1, 254);
+    int h = (127 - e) / 2;
+    float s1 = uintBitsToFloat(uint(127 + h) << 23);
+    float s2 = uintBitsToFloat(uint(127 + (127 - e - h)) << 23);
+    float sum = 0.0;
+    [[unroll]] for (int k = 0; k < 4; k++) sum += share(w[k], mx, s1, s2);
+    float y = P == 2u ? sqrt(sum) / s1 / s2 : mx * pow(sum, 1.0 / float(P));
+    y = mx == 0.0 ? 0.0 : y;
+    y = isinf(mx) ? mx : y;
+    return isnan(acc) ? acc : y;
+}
+#endif
+
 // y = A^T M A + bias: one invocation per four consecutive tiles of one output channel,
 // each transform point read as one float4 (four tiles).
 void main() {
@@ -212,6 +277,9 @@ void main() {
             e[3][c] = z1 - z2 + 8.0 * (z3 - z4) + z5;
         }
         uint yb = uint(n) * ys.x + uint(co) * ys.y;
+#ifdef POOL
+        float a[4][4];
+#endif
         [[unroll]] for (int r = 0; r < 4; r++) {
             float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
             float v[4];
@@ -219,6 +287,9 @@ void main() {
             v[1] = z1 - z2 + 2.0 * (z3 - z4);
             v[2] = z1 + z2 + 4.0 * (z3 + z4);
             v[3] = z1 - z2 + 8.0 * (z3 - z4) + z5;
+#ifdef POOL
+            [[unroll]] for (int c = 0; c < 4; c++) a[r][c] = ROUND(vkml_activation(ACT, v[c] + bv, act));
+#else
             int oh = th * 4 + r;
 #ifdef V4
             if (oh < out_size.x)
@@ -233,7 +304,23 @@ void main() {
                            vkml_activation(ACT, v[c] + bv, act));
             }
 #endif
+#endif
         }
+#ifdef POOL
+        // pooled row th*2 + pr reads conv rows th*4 + 2pr, + 1: both inside the
+        // convolution's output wherever the pooled row is inside the pooled output
+        [[unroll]] for (int pr = 0; pr < 2; pr++) {
+            int ph = th * 2 + pr;
+            [[unroll]] for (int pc = 0; pc < 2; pc++) {
+                int pw = tw * 2 + pc;
+                float w[4] = float[4](a[2 * pr][2 * pc], a[2 * pr][2 * pc + 1],
+                                      a[2 * pr + 1][2 * pc], a[2 * pr + 1][2 * pc + 1]);
+                float r = lp_window(w);
+                if (ph < out_size.x && pw < out_size.y)
+                    FSTORE(y, yb + uint(ph) * ys.z + uint(pw) * ys.w, r);
+            }
+        }
+#endif
     }
 }
 #endif

@@ -535,3 +535,197 @@ def test_paths_force_a_node_and_name_what_is_wrong(device):
         with pytest.raises(ValidationError) as info:
             device.compile_graph(winograd_graph(False), paths=paths)
         assert info.value.field == field, (paths, str(info.value))
+
+
+# -- LP pooling fused into the Winograd output pass ------------------------------------------
+def pool_graph(dtype="float32", size=(22, 22), window=(2, 2), strides=(2, 2), start=(0, 0),
+               end=(0, 0), dilations=(1, 1), p=2, conv_is_output=False, lp0=False,
+               owned=False):
+    """x -> conv 3x3, pad 1, 16 -> 16 channels (Winograd's shape; filter a graph input) ->
+    relu -> LP pooling (one graph output; with ``conv_is_output`` the relu's output is a
+    second one; ``lp0``: DML_LP_POOLING_OPERATOR_DESC, no dilations; ``owned``: the
+    filter OWNED_BY_DML)."""
+    x, y = F(dtype, (1, 16, *size)), F(dtype, (1, 16, *size))
+    w, b = F(dtype, (16, 16, 3, 3), flags=OWNED if owned else 0), F(dtype, (1, 16, 1, 1))
+    pooled = F(dtype, dml.lp_pooling_output_sizes(y.sizes, strides, window, start, end,
+                                                  dilations))
+    nodes = [N(dml.ConvolutionOperatorDesc(x, w, b, y, start_padding=(1, 1),
+                                           end_padding=(1, 1))),
+             N(dml.ActivationReluOperatorDesc(y, y)),
+             N(dml.LpPoolingOperatorDesc(y, pooled, strides, window, start, end, p) if lp0 else
+               dml.LpPooling1OperatorDesc(y, pooled, strides, window, start, end, dilations, p))]
+    outs = [OUT(2, 0, 0)] + ([OUT(1, 0, 1)] if conv_is_output else [])
+    g = dml.GraphDesc(3, len(outs), nodes, [IN(0, 0, 0), IN(1, 0, 1), IN(2, 0, 2)], outs,
+                      [MID(0, 0, 1, 0), MID(1, 0, 2, 0)])
+    return g, [pooled.sizes] + ([y.sizes] if conv_is_output else [])
+
+
+def pool_inputs(rng, dtype, size):
+    return [rng.standard_normal((1, 16, *size)).astype(dtype),
+            (rng.standard_normal((16, 16, 3, 3)) / 12).astype(dtype),
+            (rng.standard_normal((1, 16, 1, 1)) * 0.1).astype(dtype)]
+
+
+def run_graph(device, g, arrays, shapes, dtype, **kw):
+    cg = device.compile_graph(g, **kw)
+    outs = [device.empty(s, dtype) for s in shapes]
+    cg.execute([device.tensor(a) for a in arrays], outs)
+    return cg, [o.numpy() for o in outs]
+
+
+def pool_reference(arrays, window=(2, 2), strides=(2, 2), start=(0, 0), end=(0, 0),
+                   dilations=(1, 1), p=2):
+    x, w, b = [a.astype(np.float64) for a in arrays]
+    y = np.maximum(convolution_reference(x, w, b.reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1],
+                                         [0, 0], 1, "cross_correlation", "forward"), 0)
+    return lp_pooling_reference(y, window, strides, dilations, start, end, p)
+
+
+POOL_TEXT = "_LP_POOLING1) fused into the convolution"
+
+
+@pytest.mark.parametrize("dtype, size, p, lp0", [
+    ("float32", (22, 22), 2, False), ("float16", (22, 22), 2, False),
+    ("float32", (23, 21), 2, False),               # odd: the last row and column unread
+    ("float32", (21, 23), 1, True), ("float16", (23, 22), 3, False)])
+def test_lp_pooling_fused_into_winograd(device, dtype, size, p, lp0):
+    """Conv (Winograd, forced) -> Relu -> LP pooling 2x2/2: the pooling runs in the
+    convolution's output pass (one node, no intermediate), with the same results as the
+    unfused graph (the same sums in the same order: equal up to the last bit of the
+    tensor type) and the LP pooling reference; odd convolution outputs give floor(/2)."""
+    rng = np.random.default_rng(7)
+    g, shapes = pool_graph(dtype, size, p=p, lp0=lp0)
+    arrays = pool_inputs(rng, dtype, size)
+    assert shapes[0] == (1, 16, size[0] // 2, size[1] // 2)
+    cg, (fused,) = run_graph(device, g, arrays, shapes, dtype, paths={0: "winograd"})
+    assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
+    what = "LP_POOLING" if lp0 else "LP_POOLING1"
+    assert cg.fusions[-1] == (f"nodes[2] (DML_OPERATOR_{what}) fused into the convolution "
+                              "nodes[0, 1]")
+    assert cg.arena_bytes == 0 and cg._graph_nodes[0].compiled.path.pool is not None
+    cg.release()
+    cg, (plain,) = run_graph(device, g, arrays, shapes, dtype, fuse=False,
+                             paths={0: "winograd"})
+    cg.release()
+    ulp = 1e-6 if dtype == "float32" else 1e-3
+    np.testing.assert_allclose(fused.astype(np.float64), plain.astype(np.float64),
+                               rtol=ulp, atol=ulp)
+    tol = 1e-4 if dtype == "float32" else 5e-3    # Winograd: ~1e-5 x sqrt(9 C_in)
+    np.testing.assert_allclose(fused.astype(np.float64), pool_reference(arrays, p=p),
+                               rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("case", [
+    {"window": (3, 3)}, {"window": (2, 3)}, {"strides": (1, 1)}, {"strides": (2, 1)},
+    {"start": (1, 0)}, {"end": (0, 1)}, {"dilations": (2, 2)}, {"conv_is_output": True},
+    {"path": "gemm"}])
+def test_lp_pooling_fusion_only_where_exact(device, case):
+    """No pooling fusion for windows, strides, padding or dilations other than 2x2 / 2 /
+    none / 1, where the convolution's output is also a graph output, or where the
+    convolution's path (here forced) is not winograd; the results are the reference's."""
+    case = dict(case)
+    path = case.pop("path", "winograd")
+    size = (22, 22)                                # 6 x 6 tiles: Winograd takes it
+    rng = np.random.default_rng(3)
+    g, shapes = pool_graph("float32", size, **case)
+    arrays = pool_inputs(rng, np.float32, size)
+    cg, got = run_graph(device, g, arrays, shapes, np.float32, paths={0: path})
+    assert not any(POOL_TEXT in f for f in cg.fusions), cg.fusions
+    assert [type(d).__name__ for d in cg.nodes] == ["ConvolutionOperatorDesc",
+                                                    "LpPooling1OperatorDesc"]
+    assert cg._graph_nodes[0].compiled.path.name == path
+    cg.release()
+    case.pop("conv_is_output", None)
+    np.testing.assert_allclose(got[0], pool_reference(arrays, **case), rtol=1e-4, atol=1e-4)
+
+
+def test_lp_pooling_fusion_follows_the_chosen_path(device, monkeypatch):
+    """Unforced, the convolution's own choice decides: the heuristic's path (gemm_sg or
+    gemm for 16 channels where they run it) keeps both nodes; Winograd preferred, the
+    pooling fuses, and the ONNX backend reports "LpPool (fused into Conv)"."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    import vkml.onnx as vonnx
+    from vkml.ops.convolution import WinogradPath
+    rng = np.random.default_rng(5)
+    x, w, b = pool_inputs(rng, np.float32, (22, 22))
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("LpPool", ["r"], ["y"], name="lppool", kernel_shape=[2, 2],
+                              strides=[2, 2], p=2)]
+    graph = helper.make_graph(
+        nodes, "conv_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                           [1, 16, 22, 22])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 11, 11])],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b.reshape(-1), "B")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = min(model.ir_version, 8)
+    want = pool_reference([x, w, b])
+    for prefer in (False, True):
+        if prefer:
+            monkeypatch.setattr(WinogradPath, "prefers", classmethod(lambda cls, op, geo: True))
+        rep = vonnx.prepare(model, device=device, strict=True)
+        (y,) = rep.run([x])
+        (part,) = rep._parts
+        conv = part.last.compiled._graph_nodes[0].compiled
+        fused = conv.path.name == "winograd"
+        assert fused or not prefer
+        assert rep.partitions == [("device", [
+            ("conv", "Conv"), ("relu", "Relu (fused into Conv)"),
+            ("lppool", "LpPool (fused into Conv)" if fused else "LpPool")])]
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+        rep.release()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_lp_pooling_fused_storage_reads(device, dtype):
+    """The pooled output pass reading M from a storage buffer (``_ssbo_pool`` variants:
+    texel buffers too small for it) gives the texel variants' results."""
+    rng = np.random.default_rng(9)
+    g, shapes = pool_graph(dtype, (22, 22), p=2)
+    arrays = pool_inputs(rng, dtype, (22, 22))
+    got = []
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 1024}) as small:
+        for dev in (device, small):
+            cg, (y,) = run_graph(dev, g, arrays, shapes, dtype, paths={0: "winograd"})
+            path = cg._graph_nodes[0].compiled.path
+            assert path.pool is not None and path.m_texel == (dev is device)
+            got.append(y)
+            cg.release()
+    np.testing.assert_array_equal(got[0], got[1])
+
+
+@pytest.mark.parametrize("path", ["winograd-blocked", "winograd-narrow"])
+def test_lp_pooling_fused_with_winograd_knobs(device, path):
+    """The tuner's other Winograd candidates (other GEMMs, same output pass) pool too,
+    with the unfused graph's results."""
+    rng = np.random.default_rng(4)
+    g, shapes = pool_graph("float32", (22, 22))
+    arrays = pool_inputs(rng, np.float32, (22, 22))
+    got = []
+    for fuse in (True, False):
+        cg, (y,) = run_graph(device, g, arrays, shapes, np.float32, fuse=fuse, paths={0: path})
+        assert any(POOL_TEXT in f for f in cg.fusions) == fuse
+        got.append(y)
+        cg.release()
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-6)
+
+
+def test_lp_pooling_fused_owned_filter(device):
+    """With the filter OWNED_BY_DML, the fused node transforms it once at initialization
+    (it is not bound at execution) and gives the unfused graph's results."""
+    rng = np.random.default_rng(6)
+    x, w, b = pool_inputs(rng, np.float32, (22, 22))
+    got = []
+    for fuse in (True, False):
+        g, shapes = pool_graph("float32", (22, 22), owned=True)
+        cg = device.compile_graph(g, fuse=fuse, constants={1: w}, paths={0: "winograd"})
+        conv = cg._graph_nodes[0].compiled
+        assert conv.owned_inputs == [1] and conv.path.filter_ready
+        assert isinstance(conv.desc, dml.ConvolutionOperatorDesc) != fuse
+        out = device.empty(shapes[0])
+        cg.execute([device.tensor(x), None, device.tensor(b)], [out])
+        got.append(out.numpy())
+        cg.release()
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], pool_reference([x, w, b]), rtol=1e-4, atol=1e-4)

@@ -13,7 +13,20 @@ work):
    * a Padding node in CONSTANT mode with value +0, padding only the spatial dimensions
      (not N and C), whose output feeds only the input of one forward Convolution or LP
      pooling (read with the layout it was written in), folds into that operator's
-     start/end padding: both pad with zeros, so the sums are the same.
+     start/end padding: both pad with zeros, so the sums are the same;
+   * then, once those have run: an LP pooling node whose input is a forward Convolution
+     output that nothing else reads, read as written, with a 2x2 window, stride 2, no
+     padding and dilation 1 (``convolution.winograd.pool_rule``: exactly the pooling an
+     F(4x4, 3x3) output tile holds whole), runs inside that convolution's output pass
+     where the path the convolution chooses anyway (the tuner's choice, or a forced
+     ``paths`` entry) is winograd: the convolution is compiled first, with the pooling
+     offered (``CompiledConvolution(pool=)``), and the pair becomes one node only where
+     its path took it.  The path is not forced to winograd for the sake of the fusion:
+     which path runs a convolution stays a measured choice (the tuner's), and a path
+     that does not pool leaves both nodes as they were.  The fused node computes the
+     same values in the same order as the pair (the convolution's outputs rounded to
+     the tensor type, then glsl/lp_pooling.comp's sums) and stores only the pooled
+     output: no pooling pass, no full-size intermediate.
 
 2. Each remaining node is compiled as an operator.
 
@@ -62,6 +75,7 @@ from ..errors import UnsupportedError, ValidationError
 from ..runtime import UNIFORM_TEXEL
 from ..tensor import Tensor
 from .base import REGISTRY, CompiledOperator, compile_operator
+from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 
 __all__: list[str] = []
@@ -151,17 +165,19 @@ class CompiledGraph(CompiledOperator):
         order = list(topo.order)
         graph_out = {(i, k) for i, k in topo.output_source}
         self.fusions: list[str] = []
-        if self.fuse:
-            self._fuse(nodes, order, graph_out)
-        self.order = order
-        self.nodes = [nodes[i].desc for i in order]
         self._graph_nodes = nodes
-        self._graph_out = {src: g for g, src in enumerate(topo.output_source)}
         try:
+            if self.fuse:
+                self._fuse(nodes, order, graph_out)
+                self._fuse_pooling(nodes, order, graph_out)
+            self.order = order
+            self.nodes = [nodes[i].desc for i in order]
+            self._graph_out = {src: g for g, src in enumerate(topo.output_source)}
             for i in order:
                 n = nodes[i]
-                op = self.device.create_operator(n.desc)
-                n.compiled = compile_operator(op, self.paths.get(i))
+                if n.compiled is None:         # (a convolution compiled by _fuse_pooling)
+                    op = self.device.create_operator(n.desc)
+                    n.compiled = compile_operator(op, self.paths.get(i))
             self._plan_arena(nodes, order)
         except BaseException:
             self._release_nodes()
@@ -239,6 +255,45 @@ class CompiledGraph(CompiledOperator):
                 self.fusions.append(what)
                 changed = True
                 break
+
+    def _fuse_pooling(self, nodes, order, graph_out) -> None:
+        """LP pooling into the convolution before it (module doc, step 1): each candidate
+        convolution is compiled here with the pooling offered; it keeps that compilation
+        whether or not its path took the pooling."""
+        for i in list(order):
+            n = nodes.get(i)
+            if n is None or not isinstance(n.desc, (LpPooling1OperatorDesc,
+                                                    LpPoolingOperatorDesc)):
+                continue
+            src = n.sources[0]
+            if src is None or src[0] != "node" or (src[1], src[2]) in graph_out:
+                continue
+            c = src[1]
+            p = nodes[c]
+            if (not isinstance(p.desc, ConvolutionOperatorDesc) or p.desc.is_backward
+                    or p.compiled is not None
+                    or self._consumers(nodes, c, src[2]) != [(i, 0)]
+                    or pool_rule(p.desc, n.desc) is not None):
+                continue
+            self.device.create_operator(p.desc)       # validated (as build would)
+            op = CompiledConvolution(self.device, p.desc, path=self.paths.get(c),
+                                     pool=n.desc)
+            if not isinstance(op.desc, PooledConvolutionDesc):
+                p.compiled = op                # its path does not pool: the pair stays
+                continue
+            # one node in the convolution's place (its index: paths, fusions' text)
+            nodes[c] = _Node(op.desc, p.sources, p.origin + n.origin, op)
+            for m in nodes.values():          # readers of the pooling's output
+                m.sources = [("node", c, 0) if s == ("node", i, 0) else s for s in m.sources]
+            for gk in [x for x in graph_out if x[0] == i]:
+                graph_out.discard(gk)
+                graph_out.add((c, 0))
+                self.topology.output_source = [(c, 0) if s == gk else s
+                                               for s in self.topology.output_source]
+            del nodes[i]
+            order.remove(i)
+            self.fusions.append(f"nodes{n.origin} ({n.desc.OPERATOR_TYPE}) fused into the "
+                                f"convolution nodes{p.origin}")
 
     def _plan_arena(self, nodes, order) -> None:
         """Offsets of the intermediates in one arena (module doc, step 3)."""

@@ -88,7 +88,7 @@ from .gemm_sg import GemmSgPath
 from .geometry import DEFAULT_KNOBS, Geometry, Path
 from .blocked import BLOCKS, BlockedPath
 from .tiled import TILES, TiledPath
-from .winograd import WinogradPath
+from .winograd import PooledConvolutionDesc, WinogradPath, pool_rule
 
 __all__ = ["convolution"]
 
@@ -106,20 +106,27 @@ class CompiledConvolution(CompiledOperator):
     ``DML_TENSOR_FLAG_OWNED_BY_DML``; they are bound by :meth:`initialize`, not at
     execution (see "Owned filters" in the module doc).  ``path``: see
     :func:`choose_path` (a candidate name forces it; UnsupportedError where it does not
-    take the geometry)."""
+    take the geometry).  ``pool``: an LP pooling descriptor that alone reads the output
+    (a graph's fusion): where the chosen path absorbs it (winograd, :func:`pool_rule`),
+    the operator stores the pooled output and ``desc`` becomes a
+    :class:`PooledConvolutionDesc` (its ``outputs()``: the pooling's); else it runs the
+    convolution alone (``desc`` unchanged)."""
 
     INPUT_NAMES = ("input", "filter", "bias")
 
-    def __init__(self, device, desc, path: str | None = None):
+    def __init__(self, device, desc, path: str | None = None, pool=None):
         #: None: the tuner's or the heuristic's choice; a name of :data:`CANDIDATES`
         #: (a path name: that path, default knobs) forces it (tests, the tuner).
         self.force = path
         self.knobs = None
+        self.pool_request = pool
         super().__init__(device, desc)
 
     def build(self) -> None:
         self.geometry = Geometry.of(self.desc)
         self.path = choose_path(self, self.geometry, self.force)
+        if getattr(self.path, "pool", None) is not None:
+            self.desc = PooledConvolutionDesc(self.desc, self.path.pool)
         self.owned_inputs = owned_slots(self.desc.inputs())
         self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
 

@@ -2,10 +2,15 @@
 (``glsl/convolution_winograd.comp``, the GEMMs on ``convolution_gemm.comp``)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ... import runtime
+from ...dml.convolution import ConvolutionOperatorDesc
 from ...dml.data_type import DataType
+from ...dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
+from ...errors import ValidationError
 from ...runtime import Bind
 from .gemm import gemm_blocks, gemm_cu, gemm_params
 from .gemm_sg import GemmSgPath
@@ -19,9 +24,71 @@ VARIANTS = {
     **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
        for s in _STORAGES for r in ("", "_ssbo")},
     "convolution_winograd_output_f32_v4": ("LOCAL_SIZE_X", "ACT"),
+    **{f"convolution_winograd_output_{s}{r}_pool": ("LOCAL_SIZE_X", "ACT", "P", "SCALE")
+       for s in _STORAGES for r in ("", "_ssbo")},
 }
 
 WINO_PARAM_WORDS = 36     # std140 (glsl/convolution_winograd.comp)
+
+
+def pool_rule(conv: ConvolutionOperatorDesc, pool) -> str | None:
+    """Why the Winograd output pass cannot absorb LP pooling ``pool`` reading the output
+    of ``conv`` (None: it can).  Absorbed exactly: 2x2 windows, stride 2, no padding,
+    dilation 1 on 4-D tensors, the pooling reading the convolution's output as written
+    (same type, sizes and strides).  F(4x4, 3x3) output tiles are 4x4 and start at
+    multiples of 4, so every such window lies inside one tile, and a window inside the
+    pooled output reads only convolution outputs inside the convolution's output (an
+    odd last row or column is read by no window).  Anything else (other windows or
+    strides, padding, dilation) is declined."""
+    if not isinstance(pool, (LpPooling1OperatorDesc, LpPoolingOperatorDesc)):
+        return "not an LP pooling"
+    src, y = pool.input_tensor, conv.output_tensor
+    if (src.data_type != y.data_type or src.sizes != y.sizes
+            or src.element_strides != y.element_strides):
+        return "the pooling does not read the convolution's output as it is written"
+    if y.dimension_count != 4 or pool.output_tensor.dimension_count != 4:
+        return "not 2-D"
+    if (tuple(pool.window_size) != (2, 2) or tuple(pool.strides) != (2, 2)
+            or tuple(pool.dilation_values) != (1, 1) or any(pool.start_padding)
+            or any(pool.end_padding)):
+        return "not a 2x2 window at stride 2 without padding or dilation"
+    oh, ow = y.sizes[2:]
+    if tuple(pool.output_tensor.sizes) != (*y.sizes[:2], oh // 2, ow // 2):
+        return "unexpected pooled sizes"
+    py = pool.output_tensor
+    if sum((n - 1) * st for n, st in zip(py.sizes, py.element_strides)) >= 1 << 31:
+        return "pooled offsets beyond 32-bit indexing"
+    return None
+
+
+@dataclass(frozen=True, eq=False)
+class PooledConvolutionDesc:
+    """A convolution and the LP pooling that alone reads its output, run as one operator
+    (the graph compiler's fusion, ``vkml/ops/graph.py``): the convolution's fields (read
+    through), its inputs, the pooling's output."""
+
+    convolution: ConvolutionOperatorDesc
+    pooling: object
+
+    OPERATOR_TYPE = "DML_OPERATOR_CONVOLUTION + DML_OPERATOR_LP_POOLING (fused)"
+
+    def __getattr__(self, name):
+        if name in ("convolution", "pooling") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.convolution, name)
+
+    def inputs(self):
+        return self.convolution.inputs()
+
+    def outputs(self):
+        return self.pooling.outputs()
+
+    def validate(self) -> None:
+        self.convolution.validate()
+        self.pooling.validate()
+        why = pool_rule(self.convolution, self.pooling)
+        if why is not None:
+            raise ValidationError("pooling", why)
 
 
 class WinogradPath(Path):
@@ -32,7 +99,11 @@ class WinogradPath(Path):
     products), and the output transform y = A^T M A with bias and activation.  Results
     differ from the direct sum by rounding (measured: within 1e-5 x sqrt(9 C_in) of the
     float64 result for unit-variance data).  Taken from 32 tiles up: the filter transform
-    runs every execution and costs as much as the GEMMs of a few tiles."""
+    runs every execution and costs as much as the GEMMs of a few tiles.
+
+    ``pool``: the LP pooling its output pass applies before storing (the operator's
+    ``pool_request``, where :func:`pool_rule` accepts it; else None): the output bound is
+    then the pooled tensor, a quarter of the stores and no pooling pass."""
 
     name = "winograd"
 
@@ -99,18 +170,33 @@ class WinogradPath(Path):
         self.p_input = op.pipeline("convolution_winograd_input_" +
                                    ("texel" if self.x_texel else suffix), consts)
         ys = g.y_strides
-        self.y4 = (self.m_texel and g.dtype == DataType.FLOAT32 and OW % 4 == 0
-                   and ys[4] == 1 and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
-        self.p_output = op.pipeline(variant("winograd_output", suffix, self.m_texel, self.y4),
-                                    consts)
+        pool = getattr(op, "pool_request", None)
+        self.pool = pool if pool is not None and pool_rule(d, pool) is None else None
+        self.y4 = (self.pool is None and self.m_texel and g.dtype == DataType.FLOAT32
+                   and OW % 4 == 0 and ys[4] == 1
+                   and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
+        bound = (OH, OW)
+        out_name = variant("winograd_output", suffix, self.m_texel, self.y4)
+        self.y_bytes = d.output_tensor.total_tensor_size_in_bytes
+        if self.pool is not None:      # P and SCALE: CompiledLpPooling's rule (lp_pooling.py)
+            pp = int(self.pool.p)
+            consts_out = {**consts, "P": pp,
+                          "SCALE": int(pp > 2 or (pp == 2 and g.dtype == DataType.FLOAT32))}
+            self.p_output = op.pipeline(out_name + "_pool", consts_out)
+            py = self.pool.output_tensor
+            bound = py.sizes[2:]           # the output bound: the pooled tensor's
+            ys = (py.element_strides[0], py.element_strides[1], 0, *py.element_strides[2:])
+            self.y_bytes = py.total_tensor_size_in_bytes
+        else:
+            self.p_output = op.pipeline(out_name, consts)
         p = np.zeros(WINO_PARAM_WORDS, np.int64)
         p[0:4] = [cin, co_pad, cout, T]
         p[4:8] = [TW, TH * TW, T4, 0]
         p[8:12] = [*g.in_size[1:], *g.start[1:]]
         p[12:16] = [g.x_strides[0], g.x_strides[1], g.x_strides[3], g.x_strides[4]]
         p[16:20] = [g.w_strides[0], g.w_strides[1], g.w_strides[3], g.w_strides[4]]
-        p[20:24] = [OH, OW, int(g.flip), int(g.b_stride is not None)]
-        p[24:28] = [g.y_strides[0], g.y_strides[1], g.y_strides[3], g.y_strides[4]]
+        p[20:24] = [*bound, int(g.flip), int(g.b_stride is not None)]
+        p[24:28] = [ys[0], ys[1], ys[3], ys[4]]
         p[28:32] = [g.b_stride or 0, 0, 0, 0]
         words = _words(p).view(np.int32)
         words[32:36] = self.act_params.view(np.int32)
@@ -191,6 +277,5 @@ class WinogradPath(Path):
         mb_ = Bind(self.m, 0, self.m_bytes, "r",
                    runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
         bb = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else Bind(self.params)
-        seq.dispatch(self.p_output, [mb_, bb, Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes,
-                                                    "w"), pb],
+        seq.dispatch(self.p_output, [mb_, bb, Bind(y, 0, self.y_bytes, "w"), pb],
                      (-(-self.T // (4 * L)), g.c_out, 1))
