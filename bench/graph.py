@@ -2,7 +2,8 @@
 three ways in the same run (rows of the result document):
 
 * ``vkml``: the compiled graph (``Device.compile_graph``, fusion on -- the zero padding
-  folds into the first convolution and the Relu into it --, both filters
+  folds into the first convolution, the Relu into it, and the 2x2 stride-2 LP pooling
+  into its Winograd output pass where winograd runs it --, both filters
   ``OWNED_BY_DML`` constants, transformed once at initialization), its ``execute``
   replayed on device tensors;
 * ``vkml-ops``: the same five operators compiled apart and executed one after another
