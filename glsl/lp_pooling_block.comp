@@ -15,8 +15,8 @@
 // compile-time; the host offers "block" only where one exists.
 //
 // P = 2: the sum of squares is exact wherever it is a normal float >= 2^-100 and finite
-// (each square lost to underflow is < 2^-149); other sums -- inf, tiny, 0 (a window of
-// zeros) -- and every P > 2 are summed again scaled by the window's largest |x| (as
+// (each square lost to underflow is < 2^-149); other sums of a window with a nonzero
+// |x| -- inf, tiny, 0 -- and every P > 2 are summed again scaled by the window's largest |x| (as
 // lp_pooling.comp), in a loop that runs only while some lane needs it.  NaN propagates.
 //
 // vkml:variant lp_pooling_f32_block_w2s2d1h0 F32=1 BW=2u BS=2u BL=1u SH=0u
@@ -165,7 +165,11 @@ void main() {
     last_texel = textureSize(Xt) - 1;
 
     float col[LP_T];
-    [[unroll]] for (uint t = 0u; t < LP_T; t++) col[t] = 0.0;
+    float cmax[LP_T];   // P = 2: the largest |x| of each column (a zero window is exact)
+    [[unroll]] for (uint t = 0u; t < LP_T; t++) {
+        col[t] = 0.0;
+        cmax[t] = 0.0;
+    }
     float r[LP_V];
     [[unroll]] for (uint j = 0u; j < LP_V; j++) r[j] = 0.0;
     uint badmask = LP_P > 2u ? 0xffffffffu : 0u;    // outputs summed again, scaled
@@ -182,15 +186,20 @@ void main() {
                 [[unroll]] for (uint t = 0u; t < LP_T; t++) {
                     float v = seg(t, sh, okr);
                     col[t] += LP_P == 1u ? abs(v) : v * v;
+                    if (LP_P == 2u) cmax[t] = max(cmax[t], abs(v));
                 }
             }
         }
         [[unroll]] for (uint j = 0u; j < LP_V; j++) {
-            float s = 0.0;
-            [[unroll]] for (uint kl = 0u; kl < LP_WL; kl++) s += col[j * LP_SL + kl * LP_LL];
+            float s = 0.0, m = 0.0;
+            [[unroll]] for (uint kl = 0u; kl < LP_WL; kl++) {
+                s += col[j * LP_SL + kl * LP_LL];
+                m = max(m, cmax[j * LP_SL + kl * LP_LL]);
+            }
             r[j] = LP_P == 1u ? s : sqrt(s);
             // P = 2: not exact (inf, < 2^-100 or 0); NaN stays NaN
-            bool bad = LP_P == 2u && !isnan(s) && (!(s >= 7.8886090522101181e-31) || isinf(s));
+            bool bad = LP_P == 2u && !isnan(s) && m > 0.0 &&
+                       (!(s >= 7.8886090522101181e-31) || isinf(s));
             badmask |= bad ? 1u << j : 0u;
         }
     }
