@@ -205,7 +205,7 @@ def _lp_on_read(device, read, x, window, strides, start, end, dil, p, in_strides
                                       dml.TensorDesc(x.dtype, osz), strides, window, start,
                                       end, dil, p)
     op = CompiledLpPooling(device, desc, read=read)
-    assert op.read == read and op.kernel.endswith("_" + read)
+    assert op.read == read and ("_" + read) in op.kernel
     t = device.tensor((x if phys is None else phys).reshape(-1))
     y = device.empty(osz, x.dtype)
     op.execute([t], [y])
@@ -308,6 +308,63 @@ def test_roll_and_tile_reads(device, read):
                 got = _lp_on_read(small, read, x, *args, 2)
                 assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
                                                        args[3], 2), "float32", 2)
+
+
+def test_block_read(device):
+    """The "block" kernel (glsl/lp_pooling_block.comp: 8 outputs an invocation from row
+    segments read once as RGBA32F texels; a variant per last-dimension geometry and row
+    shift) forced by ``read=``: each geometry and shift (padding 0..3), row tails, P = 1,
+    2, 3, 5 in 2-D and 3-D, scaled-pass magnitudes, inf and NaN, texel windows
+    (maxTexelBufferElements lowered to 256) and storage windows; a case without a variant
+    (unaligned rows, another window) falls back to "ssbo"."""
+    rng = np.random.default_rng(91)
+    cases = (((2, 3, 9, 36), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+             ((1, 2, 5, 12), (2, 3), (1, 1), (0, 2), (1, 0), (2, 1)),
+             ((1, 2, 4, 20), (2, 2), (1, 2), (1, 0), (0, 3), (1, 1)),
+             ((1, 2, 6, 8), (3, 3), (1, 2), (2, 3), (2, 3), (1, 1)),
+             ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 1)))
+    for p in (1, 2, 3, 5):
+        for shape, window, strides, start, end, dil in cases:
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = _lp_on_read(device, "block", x, window, strides, start, end, dil, p)
+            assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
+                         "float32", p)
+    geo = ((2, 2), (2, 2), (0, 0), (0, 0), (1, 1))
+    for p in (2, 3):
+        for scale in (3e30, 2e-30):
+            x = (np.arange(1, 49, dtype=np.float64).reshape(1, 2, 3, 8) / 48 * scale)
+            x = x.astype(np.float32)
+            x[0, 1] = rng.standard_normal((3, 8))        # ordinary lanes beside them
+            got = _lp_on_read(device, "block", x, *geo, p)
+            assert np.all(np.isfinite(got)) and np.all(got > 0)
+            assert_close(got, lp_pooling_reference(x, (2, 2), (2, 2), (1, 1), (0, 0), (0, 0),
+                                                   p), "float32", p)
+    x = np.zeros((1, 1, 4, 8), np.float32)                  # zero windows: the rare pass
+    assert not _lp_on_read(device, "block", x, *geo, 2).any()
+    for p in (1, 2, 3):
+        x = np.ones((1, 1, 2, 8), np.float32)
+        x[0, 0, 0, 0] = np.inf
+        x[0, 0, 1, 3] = np.nan
+        got = _lp_on_read(device, "block", x, *geo, p)
+        assert np.isinf(got[0, 0, 0, 0]) and np.isnan(got[0, 0, 0, 1]), (p, got)
+        np.testing.assert_allclose(got[0, 0, 0, 2:], 2.0 ** (2 / p), rtol=4e-6)
+    for lim in ({"maxTexelBufferElements": 256}, {"maxStorageBufferRange": 4096}):
+        with vkml.Device(device.index, limits=lim) as small:
+            for shape in ((1, 3, 24, 16), (1, 2, 6, 12, 20)):
+                x = rng.standard_normal(shape).astype(np.float32)
+                d = len(shape) - 2
+                args = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
+                got = _lp_on_read(small, "block", x, *args, 2)
+                assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
+                                                       args[3], 2), "float32", 2)
+    from vkml.ops.lp_pooling import CompiledLpPooling
+    for shape, window in (((1, 1, 8, 13), (3, 3)), ((1, 1, 8, 16), (5, 5))):
+        desc = dml.LpPooling1OperatorDesc(
+            dml.TensorDesc(np.float32, shape), dml.TensorDesc(np.float32, (1, 1, 3, 5)),
+            (2, 2), window, (0, 0), (0, 0), (1, 1), 2)
+        op = CompiledLpPooling(device, desc, read="block")
+        assert op.read == "ssbo"
+        op.release()
 
 
 def test_read_path_tuned(device):

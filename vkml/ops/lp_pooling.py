@@ -25,7 +25,8 @@ from ..runtime import Bind
 from .. import tuning
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry
-from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
+from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
+from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate, whole_vec4s
 from .functional import as_array, pick_device, run
 
 __all__ = ["lp_pooling"]
@@ -42,6 +43,15 @@ VARIANTS = dict.fromkeys(
 VARIANTS["lp_pooling_f32_roll"] = BOX_CONSTANTS + ("V", "VEC_STORE", "P") + geometry_names(
     KERNEL_SPATIAL)
 VARIANTS["lp_pooling_f32_tile"] = VARIANTS["lp_pooling_f32_roll"] + ("TILE_SIZE",)
+#: glsl/lp_pooling_block.comp ("block": 8 outputs an invocation from row segments read once
+#: as RGBA32F texels): its last-dimension geometries (window, stride, dilation), a
+#: variant each (compiled with them constant: SwiftShader unrolls nothing itself), and the
+#: constants the host freezes (FROZEN_CONSTANTS).
+BLOCK_GEOMETRIES = ((2, 2, 1), (3, 1, 1), (3, 2, 1))
+BLOCK_CONSTANTS = ("LP_P", "LP_VSTORE")
+for (_w, _s, _d), _h in ((g, h) for g in BLOCK_GEOMETRIES for h in range(4)):
+    VARIANTS[f"lp_pooling_f32_block_w{_w}s{_s}d{_d}h{_h}"] = (
+        BOX_CONSTANTS + geometry_names(KERNEL_SPATIAL) + BLOCK_CONSTANTS)
 
 
 @implements(LpPooling1OperatorDesc, LpPoolingOperatorDesc)
@@ -77,6 +87,11 @@ class CompiledLpPooling(BoxKernel):
               "ssbo4": (f32 and self.in_strides[-1] == 1
                         and self.ctx.binding_alignment() % 16 == 0),
               "roll": f32,
+              # RGBA32F texels of unit last stride, bound per window of at most
+              # maxTexelBufferElements texels; a bounded unrolled row segment
+              "block": (f32 and self.in_strides[-1] == 1 and (
+                  self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES
+                  and self.block_plan()[1] is not None),
               "tile": f32 and self.tile_floats(1, 1, 1) <= self.shared_floats}
         if self.force_read not in (None, "auto"):
             return self.force_read if ok[self.force_read] else "ssbo"
@@ -110,7 +125,10 @@ class CompiledLpPooling(BoxKernel):
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         read = self._choose_read(src)
-        self.apply_read(read)
+        if read == "block":
+            self.apply_block_read()
+        else:
+            self.apply_read(read)
         if read in ("roll", "tile"):   # their own kernel: 4 outputs a vec4, x along the last dim
             self.kernel += "_" + read
             self.vec, self.x_last_only = 4, True
@@ -118,6 +136,37 @@ class CompiledLpPooling(BoxKernel):
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, "P": self.p,
                        **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+
+    def block_plan(self):
+        """"block": (windows of whole RGBA32F texels within maxTexelBufferElements and the
+        storage range, the row shift 0..3 or None where rows, bindings or windows do not
+        start on a texel boundary, a per-lane shift no variant has)."""
+        align = self.ctx.binding_alignment(UNIFORM_TEXEL)
+        windows = whole_vec4s(self.plan_windows(
+            16 * int(self.ctx.limits["maxTexelBufferElements"]), max(16, align)))
+        # dispatches split along x keep multiples of 8 outputs (8 strides: 4-aligned)
+        aligned = (all(s % 4 == 0 for s in self.in_strides[:-1]) and align % 16 == 0
+                   and all(w[0][-1] * self.strides[-1] % 4 == 0 for w in windows or ()))
+        return windows, ((-self.start[-1]) % 4 if aligned else None)
+
+    def apply_block_read(self) -> None:
+        """"block": the input as RGBA32F texels (:meth:`block_plan`), 8 outputs an
+        invocation, the variant of the last dimension's geometry and row shift."""
+        self.read = "block"
+        self.windows, shift = self.block_plan()
+        self.kernel += "_block_w{}s{}d{}h{}".format(self.win[-1], self.strides[-1],
+                                                      self.dil[-1], shift)
+        self.vec, self.x_last_only = 8, True
+        self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
+        self.in_bind = -(-self.in_bytes // 16) * 16
+
+    def block_constants(self, vec_store: bool) -> dict:
+        """The "block" kernel's frozen constants."""
+        return {"LP_P": self.p, "LP_VSTORE": int(vec_store)}
+
+    def vector_width(self, origin, extent, out_base) -> int:
+        """"block": always 8 outputs an invocation (a short row's tail is masked)."""
+        return 8 if self.read == "block" else super().vector_width(origin, extent, out_base)
 
     def tile_floats(self, lx: int, ly: int, v: int) -> int:
         """Floats of the "tile" kernel's shared tile for an lx x ly workgroup: the input
@@ -163,6 +212,11 @@ class CompiledLpPooling(BoxKernel):
         x, y = inputs[0].allocation, outputs[0].allocation
 
         def pipeline_for(local, ly, xdims, v, vec_store):
+            if self.read == "block":
+                consts = {k: c for k, c in self.consts.items() if k != "P"}
+                return self.pipeline(self.kernel, {
+                    "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims,
+                    **self.block_constants(vec_store and self.vec_store_ok), **consts})
             extra = ({} if self.read == "roll" else
                      {"TILE_SIZE": self.tile_floats(local, ly, v)} if self.read == "tile" else
                      {"SCALE": int(self.scale), "HOLD": int(self.hold(v))})
@@ -210,7 +264,8 @@ def _read_run(device, seq, cand, shape):
 #: ``VKML_TUNE=off`` default) or "ssbo4", chosen by measurement.
 READ_PATH = tuning.register_path(
     "lp_pooling_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"}),
-                        ("roll", {"read": "roll"}), ("tile", {"read": "tile"})], "auto",
+                        ("roll", {"read": "roll"}), ("tile", {"read": "tile"}),
+                        ("block", {"read": "block"})], "auto",
     _read_class, _read_run,
     examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
                "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "strides": [2, 2],

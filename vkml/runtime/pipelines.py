@@ -36,8 +36,9 @@ from .vk import ffi, lib
 #: blocks of convolution_blocked/tiled, whose loops must unroll to keep the block in
 #: registers (SwiftShader: a 1x1 GEMM 0.2 -> 3.1 GFLOP/s).  Not the others: with gemm's
 #: large blocks (MB, NB) constant, SwiftShader unrolls them and spills (1x1 256->64:
-#: 174 -> 355 ms); the remaining gemm constants changed nothing.
-FROZEN_CONSTANTS = ("ACT", "RM", "RN")
+#: 174 -> 355 ms); the remaining gemm constants changed nothing.  ``LP_P`` and
+#: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp).
+FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
