@@ -94,8 +94,9 @@ FULL_ROUNDS = 5
 RUNS_PER_ROUND = 3
 #: Rounds a fast tuning takes whatever its budget (the budget may end it after these).
 MIN_ROUNDS = 2
-#: In fast mode a candidate whose warm-up run took this many times the fastest warm-up
-#: takes no rounds (measured on SwiftShader: winograd 2-3x its blocked-GEMM twin).
+#: In fast mode a candidate whose first timed run (after an untimed warm-up: a first run
+#: carries one-time costs unevenly across candidates) took this many times the fastest
+#: one takes no rounds (measured on SwiftShader: winograd 2-3x its blocked-GEMM twin).
 WARM_CUTOFF = 2.0
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
@@ -707,7 +708,8 @@ class Tuner:
                 cleanup = None
                 try:
                     cleanup = p.run(device, seq, c, shape)
-                    warm = _run_once(seq)                    # warm-up
+                    seq.run()                                # warm-up (first-run costs)
+                    warm = _run_once(seq)                    # ...then one timed run
                 except (Declined, VkmlError):
                     seq.close()
                     if cleanup is not None:
