@@ -10,9 +10,9 @@ import pytest
 
 from vkml import dml
 
-from test_convolution import (accepting_paths, dense_case, desc_reference, path_tolerance,
+from test_convolution import (accepting_paths, desc_reference, path_tolerance,
                               run_path, winograd_case)
-from test_convolution_tiled import _check, check_variant, tile_case
+from test_convolution_tiled import _check, check_variant, dense_cases, tile_case
 
 conv_ops = importlib.import_module("vkml.ops.convolution")
 
@@ -27,13 +27,8 @@ def test_blocked_against_reference(device, budget, name):
     rng = np.random.default_rng(3)
     for _ in range(max(2, budget // 8)):
         _check(device, *tile_case(rng), name)
-    done = 0
-    while done < max(2, budget // 8):
-        desc, x, w, b = dense_case(rng, True)
-        if desc.is_backward:
-            continue
-        _check(device, desc, x, w, b, name)
-        done += 1
+    for case in dense_cases(rng, max(2, budget // 8)):
+        _check(device, *case, name)
 
 
 @pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])
@@ -87,13 +82,8 @@ def test_blocked_transposed_against_reference(device, budget, name):
     rng = np.random.default_rng(23)
     for _ in range(max(3, budget // 4)):
         _check(device, *transposed_case(rng), name)
-    done = 0
-    while done < max(2, budget // 8):
-        desc, x, w, b = dense_case(rng, True)
-        if not desc.is_backward:
-            continue
-        _check(device, desc, x, w, b, name)
-        done += 1
+    for case in dense_cases(rng, max(2, budget // 8), backward=True):
+        _check(device, *case, name)
 
 
 @pytest.mark.parametrize("case", ["float16", "float16-packed", "strided"])

@@ -46,6 +46,16 @@ def tile_case(rng, dtype="float32"):
     return desc, x, w, rng.standard_normal(g * cog).astype(dtype)
 
 
+def dense_cases(rng, count: int, backward: bool = False):
+    """``count`` of test_convolution's small dense cases of one direction."""
+    done = 0
+    while done < count:
+        desc, x, w, b = dense_case(rng, True)
+        if desc.is_backward == backward:
+            done += 1
+            yield desc, x, w, b
+
+
 def _check(device, desc, x, w, b, name, dtype="float32", buf=None):
     got, compiled = run_path(device, desc, buf if buf is not None else x, w, b, path=name)
     assert compiled.path.candidate == name
@@ -62,13 +72,8 @@ def test_tiled_against_reference(device, budget, name):
     rng = np.random.default_rng(7)
     for _ in range(max(2, budget // 8)):
         _check(device, *tile_case(rng), name)
-    done = 0
-    while done < max(2, budget // 8):          # the small dense cases the other paths meet
-        desc, x, w, b = dense_case(rng, True)
-        if desc.is_backward:
-            continue
-        _check(device, desc, x, w, b, name)
-        done += 1
+    for case in dense_cases(rng, max(2, budget // 8)):   # the small cases the others meet
+        _check(device, *case, name)
 
 
 def check_variant(device, case, name, make=tile_case, count=1, seed=11):

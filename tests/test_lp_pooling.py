@@ -193,6 +193,18 @@ def test_read_paths(device, read, vec, monkeypatch):
                          lp_pooling_reference(x, window, strides, dil, start, end, p), "float32", p)
 
 
+def _check_non_packed(device, read, rng, case):
+    """``case`` (shape (2, 3, 9, 37)) with rows of 37 padded to 41 and images 3 elements
+    apart, P = 2, on read path ``read``."""
+    shape, window, strides, start, end, dil = case
+    x = rng.standard_normal(shape).astype(np.float32)
+    in_strides = (3 * (9 * 41 + 3), 9 * 41 + 3, 41, 1)
+    phys = np.zeros(2 * in_strides[0], np.float32)
+    np.lib.stride_tricks.as_strided(phys, shape, [s * 4 for s in in_strides])[...] = x
+    got = _lp_on_read(device, read, x, window, strides, start, end, dil, 2, in_strides, phys)
+    assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, 2), "float32", 2)
+
+
 def _lp_on_read(device, read, x, window, strides, start, end, dil, p, in_strides=None,
                 phys=None):
     """LP pooling of ``x`` compiled with ``read=`` forced through the constructor; asserts
@@ -233,13 +245,7 @@ def test_ssbo4_read(device, vec, monkeypatch):
             assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
                          "float32", p)
     # non-packed: rows of 37 padded to 41, images 3 elements apart
-    shape, window, strides, start, end, dil = cases[0]
-    x = rng.standard_normal(shape).astype(np.float32)
-    in_strides = (3 * (9 * 41 + 3), 9 * 41 + 3, 41, 1)
-    phys = np.zeros(2 * in_strides[0], np.float32)
-    np.lib.stride_tricks.as_strided(phys, shape, [s * 4 for s in in_strides])[...] = x
-    got = _lp_on_read(device, "ssbo4", x, window, strides, start, end, dil, 2, in_strides, phys)
-    assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, 2), "float32", 2)
+    _check_non_packed(device, "ssbo4", rng, cases[0])
     with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
         for shape in ((2, 3, 20, 30), (1, 2, 6, 12, 21)):
             x = rng.standard_normal(shape).astype(np.float32)
@@ -270,13 +276,7 @@ def test_roll_and_tile_reads(device, read):
             got = _lp_on_read(device, read, x, window, strides, start, end, dil, p)
             assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
                          "float32", p)
-    shape, window, strides, start, end, dil = cases[0]
-    x = rng.standard_normal(shape).astype(np.float32)
-    in_strides = (3 * (9 * 41 + 3), 9 * 41 + 3, 41, 1)
-    phys = np.zeros(2 * in_strides[0], np.float32)
-    np.lib.stride_tricks.as_strided(phys, shape, [s * 4 for s in in_strides])[...] = x
-    got = _lp_on_read(device, read, x, window, strides, start, end, dil, 2, in_strides, phys)
-    assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, 2), "float32", 2)
+    _check_non_packed(device, read, rng, cases[0])
     geo = ((2, 2), (1, 1), (0, 0), (0, 0), (1, 1))
     for p in (2, 3):
         for scale in (3e30, 2e-30):

@@ -119,16 +119,7 @@ class BlockedPath(Path):
 
     @classmethod
     def accepts(cls, op, geo) -> bool:
-        groups = cls._shape(op, geo)[4]
-        if not geo.backward:
-            return in_place_accepts(op, geo, groups)
-        lim = op.ctx.limits
-        binds = [t.total_tensor_size_in_bytes for t in op.desc.inputs() + op.desc.outputs()
-                 if t is not None]
-        return (geo.plain
-                and all(0 < c <= m for c, m in zip(groups, lim["maxComputeWorkGroupCount"]))
-                and max(binds) <= lim["maxStorageBufferRange"]
-                and math.prod(geo.out_size) < (1 << 30) and math.prod(geo.kernel) < (1 << 30))
+        return in_place_accepts(op, geo, cls._shape(op, geo)[4], transposed=True)
 
     def __init__(self, op, geo):
         super().__init__(op, geo)

@@ -327,24 +327,7 @@ def _texel_ok(op: CompiledOperator, elements: int) -> bool:
     return elements <= op.ctx.limits["maxTexelBufferElements"]
 
 
-# -- the in-place implicit GEMMs (tiled, blocked) -------------------------------------
-def implicit_gemm_params(g: Geometry, mblocks: int, act_params) -> np.ndarray:
-    """The parameter block (std140) of the in-place implicit GEMMs, tiled and blocked:
-    sizes, kernel, strides, dilations, padding and the tensors' element strides."""
-    p = np.zeros(40, np.int64)
-    p[0:4] = [*g.in_size, g.cin_per_group]
-    p[4:8] = [*g.out_size, g.cout_per_group]
-    p[8:12] = [*g.kernel, int(g.flip)]
-    p[12:16] = [*g.stride, int(g.b_stride is not None)]
-    p[16:20] = [*g.dilation, mblocks]
-    p[20:24] = [*g.start, math.prod(g.out_size)]
-    p[24:28] = g.x_strides[:4]
-    p[28:32] = g.w_strides[:4]
-    p[32:36] = g.y_strides[:4]
-    p[36:40] = [g.x_strides[4], g.w_strides[4], g.y_strides[4], g.b_stride or 0]
-    return np.concatenate([_words(p).view(np.uint8), act_params.view(np.uint8)])
-
-
+# -- the in-place implicit GEMMs (tiled, blocked): bindings and limits -------------------------------------
 def in_place_binds(op, geo, x, w, b, y) -> list:
     """Input, filter, bias (the filter where there is none), output and parameters bound
     whole (the in-place paths accept only tensors within maxStorageBufferRange)."""
@@ -355,14 +338,16 @@ def in_place_binds(op, geo, x, w, b, y) -> list:
             Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w")]
 
 
-def in_place_accepts(op, geo, groups: tuple) -> bool:
+def in_place_accepts(op, geo, groups: tuple, transposed: bool = False) -> bool:
     """Whether an in-place implicit GEMM with ``groups`` workgroups (x, y, z) runs the
-    geometry: forward, as given (not reduced), every output covered, each tensor bound
-    whole."""
+    geometry: as given (not reduced), each tensor bound whole; forward with every output
+    covered, or (``transposed``: the path runs those too) a transposed convolution."""
     binds = [t.total_tensor_size_in_bytes for t in op.desc.inputs() + op.desc.outputs()
              if t is not None]
     lim = op.ctx.limits
-    return (geo.plain and not geo.backward and geo.valid == geo.out_size
+    direction_ok = (transposed and geo.backward) or (not geo.backward
+                                                     and geo.valid == geo.out_size)
+    return (geo.plain and direction_ok
             and all(0 < c <= m for c, m in zip(groups, lim["maxComputeWorkGroupCount"]))
             and max(binds) <= lim["maxStorageBufferRange"]
             and math.prod(geo.out_size) < (1 << 30) and math.prod(geo.kernel) < (1 << 30))

@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...dml.data_type import DataType
 from ...runtime import Bind
-from .geometry import (_STORAGES, Path, implicit_gemm_params, in_place_accepts, in_place_binds,
+from .geometry import (_STORAGES, Geometry, Path, _words, in_place_accepts, in_place_binds,
                        knobs, storage_suffix, variant)
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {f"convolution_tiled_{s}": ("LOCAL_SIZE_X", "TM", "TN", "TK", "RM", "RN", "ACT")
             for s in _STORAGES + ("f16_arith",)}
+
+def implicit_gemm_params(g: Geometry, mblocks: int, act_params) -> np.ndarray:
+    """The tiled kernel's parameter block (std140): sizes, kernel, strides, dilations,
+    padding and the tensors' element strides."""
+    p = np.zeros(40, np.int64)
+    p[0:4] = [*g.in_size, g.cin_per_group]
+    p[4:8] = [*g.out_size, g.cout_per_group]
+    p[8:12] = [*g.kernel, int(g.flip)]
+    p[12:16] = [*g.stride, int(g.b_stride is not None)]
+    p[16:20] = [*g.dilation, mblocks]
+    p[20:24] = [*g.start, math.prod(g.out_size)]
+    p[24:28] = g.x_strides[:4]
+    p[28:32] = g.w_strides[:4]
+    p[32:36] = g.y_strides[:4]
+    p[36:40] = [g.x_strides[4], g.w_strides[4], g.y_strides[4], g.b_stride or 0]
+    return np.concatenate([_words(p).view(np.uint8), act_params.view(np.uint8)])
+
 
 #: Tile shapes of the tiled path: (TM output channels, TN output pixels, TK input channels
 #: per shared-memory stage, RM channels x RN pixels per invocation).  "64": 256

@@ -272,7 +272,7 @@ class WinogradPath(Path):
                      (-(-(blocks * cbl) // L), -(-self.groups_y // cbl), 36), push.tobytes())
 
     def _encode_output(self, seq, b, y) -> None:
-        g, d, L = self.geo, self.op.desc, self.local
+        g, L = self.geo, self.local
         pb = Bind(self.params)
         mb_ = Bind(self.m, 0, self.m_bytes, "r",
                    runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
