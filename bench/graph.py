@@ -25,7 +25,7 @@ import numpy as np
 
 from . import references
 from .runners import Absent
-from .stats import sample
+from .stats import sample_interleaved
 
 
 def normalize(p: dict) -> dict:
@@ -197,75 +197,63 @@ def onnxruntime_session(p: dict, inputs: list):
 
 
 def measure(bench, w, device_row: dict, dev, cpu_peers: bool) -> list[dict]:
-    """The rows of a graph workload (see the module doc)."""
+    """The rows of a graph workload (see the module doc).  Each way is prepared and run
+    once (cold time, errors), then all are timed in turns (:func:`sample_interleaved`),
+    so that the ratios between them hold while the machine's speed drifts."""
     from .run import _stat, errors, _rates
     inputs, ref, work = bench.data(w)
     p, dtype, budget = w.p, w.np_dtype, bench.opts.budget
     runner = GraphRunner(dev)
-    rows = []
     graph_row = bench._row(w, "vkml", device_row, work)
     ops_row = bench._row(w, "vkml-ops", device_row, work)
-    cg = ops = None
-    try:
-        t = time.perf_counter()
-        fn, out, cg = runner.compiled(p, inputs, dtype)
-        fn()
-        graph_row["cold_ms"] = (time.perf_counter() - t) * 1e3
-        graph_row.update(errors(out.numpy(), ref, w.tolerance))
-        graph_row["wall_ms"] = _stat(sample(fn, budget))
-        graph_row["compute_ms"] = graph_row["wall_ms"]["median"]
-        graph_row["compute_timer"] = "wall"
-        graph_row.update(_rates(work, graph_row["compute_ms"] / 1e3, None))
+    onnx_row = bench._row(w, "vkml-onnx", device_row, work)
+    rows = [graph_row, ops_row, onnx_row]
+    timed, release = [], []            # (row, fn) to time; what to release after
+
+    def prepare(row, make, result=lambda made: made[1].numpy()):
+        try:
+            t = time.perf_counter()
+            made = make()
+            fn = made[0]
+            y = fn()
+            row["cold_ms"] = (time.perf_counter() - t) * 1e3
+            row.update(errors(result(made) if y is None else y, ref, w.tolerance))
+            timed.append((row, fn))
+            return made
+        except Absent as exc:
+            row.update(status="absent", reason=str(exc))
+        except Exception as exc:          # noqa: BLE001  (reported, never fatal)
+            bench._fail(row, exc)
+        return None
+
+    made = prepare(graph_row, lambda: runner.compiled(p, inputs, dtype))
+    if made is not None:
+        cg = made[2]
+        release.append(cg)
         graph_row["graph"] = {"arena_bytes": cg.arena_bytes,
                               "intermediate_bytes": cg.intermediate_bytes,
                               "intermediate_tensor_bytes": cg.intermediate_tensor_bytes,
                               "nodes": len(cg.nodes), "fusions": list(cg.fusions)}
-    except Exception as exc:              # noqa: BLE001  (reported, never fatal)
-        bench._fail(graph_row, exc)
-    try:
-        t = time.perf_counter()
-        fn, out, ops = runner.one_by_one(p, inputs, dtype)
-        fn()
-        ops_row["cold_ms"] = (time.perf_counter() - t) * 1e3
-        ops_row.update(errors(out.numpy(), ref, w.tolerance))
-        ops_row["wall_ms"] = _stat(sample(fn, budget))
-    except Exception as exc:              # noqa: BLE001
-        bench._fail(ops_row, exc)
-    for c in ([cg] if cg else []) + (ops or []):
-        c.release()
-    if graph_row["status"] == "ok" and ops_row["status"] == "ok":
-        graph_row["graph"]["speedup_vs_one_by_one"] = (ops_row["wall_ms"]["median"]
-                                                       / graph_row["wall_ms"]["median"])
-    rows += [graph_row, ops_row]
-    onnx_row = bench._row(w, "vkml-onnx", device_row, work)
-    rep = None
-    try:
-        t = time.perf_counter()
-        fn, rep = vkml_onnx_session(p, inputs, dev)
-        y = fn()
-        onnx_row["cold_ms"] = (time.perf_counter() - t) * 1e3
-        onnx_row.update(errors(y, ref, w.tolerance))
-        onnx_row["wall_ms"] = _stat(sample(fn, budget))
-        if graph_row["status"] == "ok":
-            graph_row["graph"]["onnx_vs_graph"] = (onnx_row["wall_ms"]["median"]
-                                                   / graph_row["wall_ms"]["median"])
-    except Absent as exc:
-        onnx_row.update(status="absent", reason=str(exc))
-    except Exception as exc:              # noqa: BLE001
-        bench._fail(onnx_row, exc)
-    if rep is not None:
-        rep.release()
-    rows.append(onnx_row)
+    made = prepare(ops_row, lambda: runner.one_by_one(p, inputs, dtype))
+    if made is not None:
+        release += made[2]
+    made = prepare(onnx_row, lambda: vkml_onnx_session(p, inputs, dev))
+    if made is not None:
+        release.append(made[1])
     if cpu_peers:
         ort_row = bench._row(w, "onnxruntime-cpu", None, work)
-        try:
-            fn = onnxruntime_session(p, inputs)
-            t = time.perf_counter()
-            y = fn()
-            ort_row["cold_ms"] = (time.perf_counter() - t) * 1e3
-            ort_row.update(errors(y, ref, w.tolerance))
-            ort_row["wall_ms"] = _stat(sample(fn, budget))
-        except Exception as exc:          # noqa: BLE001
-            bench._fail(ort_row, exc)
         rows.append(ort_row)
+        prepare(ort_row, lambda: (onnxruntime_session(p, inputs),))
+    for (row, _), samples in zip(timed, sample_interleaved([fn for _, fn in timed], budget)):
+        row["wall_ms"] = _stat(samples)
+    for c in release:
+        c.release()
+    if graph_row["status"] == "ok":
+        graph_row["compute_ms"] = graph_row["wall_ms"]["median"]
+        graph_row["compute_timer"] = "wall"
+        graph_row.update(_rates(work, graph_row["compute_ms"] / 1e3, None))
+        for row, key in ((ops_row, "speedup_vs_one_by_one"), (onnx_row, "onnx_vs_graph")):
+            if row["status"] == "ok":
+                a, b = ((row, graph_row) if row is ops_row else (graph_row, row))
+                graph_row["graph"][key] = a["wall_ms"]["median"] / b["wall_ms"]["median"]
     return rows

@@ -80,3 +80,28 @@ def sample(fn, budget: Budget) -> list[float]:
         fn()
         out.append(time.perf_counter() - t)
     return out
+
+
+def sample_interleaved(fns, budget: Budget) -> list[list[float]]:
+    """Wall-clock seconds of each of ``fns``, timed in turns: the warm-up runs of each,
+    then rounds of one run of each (the order rotated every round), as many rounds as
+    :meth:`Budget.count` gives for one round's time.  A drift in the machine's speed
+    (another process, the clock) then lands on every function alike, so the ratios
+    between them hold where back-to-back samples would not."""
+    if not fns:
+        return []
+    round_s = 0.0
+    for fn in fns:
+        for _ in range(max(budget.warmup, 1)):
+            t = time.perf_counter()
+            fn()
+            first = time.perf_counter() - t
+        round_s += first
+    out: list[list[float]] = [[] for _ in fns]
+    for r in range(budget.count(round_s)):
+        k = r % len(fns)
+        for i in [*range(k, len(fns)), *range(k)]:
+            t = time.perf_counter()
+            fns[i]()
+            out[i].append(time.perf_counter() - t)
+    return out

@@ -4,6 +4,8 @@ operator at a time, fused == unfused, the arena shared by lifetime, replay, cons
 (OWNED_BY_DML) bound once, and composition with ``Sequence``."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -729,3 +731,71 @@ def test_lp_pooling_fused_owned_filter(device):
         cg.release()
     np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(got[0], pool_reference([x, w, b]), rtol=1e-4, atol=1e-4)
+
+
+class _PoolChoice:
+    """A stand-in for the process's tuner: ``convolution_pooled`` answers ``name`` (as a
+    stored choice); every other path its default (the heuristic decides)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def effective_mode(self, mode=None):
+        return "fast"
+
+    def choose(self, device, path, shape, **kw):
+        from vkml.ops import graph as graph_ops
+        if path is graph_ops.POOLED:
+            return SimpleNamespace(name=self.name, source="stored", times={})
+        from vkml import tuning
+        return SimpleNamespace(name=tuning._resolve(path).default, source="default", times={})
+
+
+@pytest.mark.parametrize("choice", ["apart", "winograd", "winograd-narrow"])
+def test_lp_pooling_fusion_follows_the_measured_choice(device, monkeypatch, choice):
+    """Unforced, with tuning on, the tunable path ``convolution_pooled`` decides: "apart"
+    keeps both nodes (the convolution on its own choice, the pooling not offered), a
+    Winograd candidate runs the pair as one node on that candidate; the results are the
+    reference's either way."""
+    from vkml import tuning
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _PoolChoice(choice))
+    rng = np.random.default_rng(11)
+    g, shapes = pool_graph("float32", (22, 22))
+    arrays = pool_inputs(rng, np.float32, (22, 22))
+    cg, got = run_graph(device, g, arrays, shapes, np.float32)
+    conv = cg._graph_nodes[0].compiled
+    if choice == "apart":
+        assert not any(POOL_TEXT in f for f in cg.fusions), cg.fusions
+        assert len(cg.nodes) == 2 and getattr(conv.path, "pool", None) is None
+    else:
+        assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
+        assert conv.path.candidate == choice and conv.path.pool is not None
+    cg.release()
+    np.testing.assert_allclose(got[0], pool_reference(arrays), rtol=1e-4, atol=1e-4)
+
+
+def test_lp_pooling_fusion_is_timed_and_stored(device, tmp_path, monkeypatch):
+    """The tuner times the pair apart and fused (Winograd) on the pair's shapes, keeps the
+    faster, stores it (a second graph reads it back without timing), and the graph fuses
+    exactly when the kept candidate is a fused one."""
+    from vkml import tuning
+    from vkml.ops import graph as graph_ops
+    t = tuning.Tuner("fast", folder=tmp_path, rounds=1)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    rng = np.random.default_rng(12)
+    g, shapes = pool_graph("float32", (22, 22), owned=True)
+    x, w, b = pool_inputs(rng, np.float32, (22, 22))
+    cg = device.compile_graph(g, constants={1: w})
+    conv_desc, pool_desc = g.nodes[0].desc, g.nodes[2].desc
+    shape = graph_ops.pooled_shape(conv_desc, pool_desc)
+    c = t.choose(device, graph_ops.POOLED, shape)
+    assert c.source == "stored" and {"apart", "winograd"} <= set(c.times)
+    assert c.name == min(c.times, key=c.times.get)
+    fused = any(POOL_TEXT in f for f in cg.fusions)
+    assert fused == (c.name != "apart"), (c.name, cg.fusions)
+    out = device.empty(shapes[0], np.float32)
+    cg.execute([device.tensor(x), None, device.tensor(b)], [out])
+    np.testing.assert_allclose(out.numpy(), pool_reference([x, w, b]), rtol=1e-4, atol=1e-4)
+    cg.release()
+    monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed again
+    device.compile_graph(g, constants={1: w}).release()

@@ -18,12 +18,14 @@ work):
      output that nothing else reads, read as written, with a 2x2 window, stride 2, no
      padding and dilation 1 (``convolution.winograd.pool_rule``: exactly the pooling an
      F(4x4, 3x3) output tile holds whole), runs inside that convolution's output pass
-     where the path the convolution chooses anyway (the tuner's choice, or a forced
-     ``paths`` entry) is winograd: the convolution is compiled first, with the pooling
-     offered (``CompiledConvolution(pool=)``), and the pair becomes one node only where
-     its path took it.  The path is not forced to winograd for the sake of the fusion:
-     which path runs a convolution stays a measured choice (the tuner's), and a path
-     that does not pool leaves both nodes as they were.  The fused node computes the
+     where that runs faster: which is measured (the tunable path
+     ``convolution_pooled``: the pair apart -- the convolution on the path its own tuner
+     picks, then the pooling -- against the Winograd candidates with the pooling in their
+     output pass, timed on the pair's shapes and stored per shape class like any choice).
+     With ``VKML_TUNE=off``, or a ``paths`` entry forcing the convolution's path, the
+     pooling is offered to the path the convolution takes anyway
+     (``CompiledConvolution(pool=)``), and the pair becomes one node only where that
+     path is winograd.  The fused node computes the
      same values in the same order as the pair (the convolution's outputs rounded to
      the tensor type, then glsl/lp_pooling.comp's sums) and stores only the pooled
      output: no pooling pass, no full-size intermediate.
@@ -66,16 +68,20 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .. import tuning
 from ..dml.activations import ActivationDesc
 from ..dml.convolution import ConvolutionOperatorDesc
+from ..dml.data_type import DataType
 from ..dml.graph import GraphDesc
 from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
+from ..dml.tensor_desc import TensorDesc, TensorFlags
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import UNIFORM_TEXEL
 from ..tensor import Tensor
 from .base import REGISTRY, CompiledOperator, compile_operator
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
+from .convolution import choice
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 
 __all__: list[str] = []
@@ -276,8 +282,14 @@ class CompiledGraph(CompiledOperator):
                     or pool_rule(p.desc, n.desc) is not None):
                 continue
             self.device.create_operator(p.desc)       # validated (as build would)
-            op = CompiledConvolution(self.device, p.desc, path=self.paths.get(c),
-                                     pool=n.desc)
+            path, offer = self.paths.get(c), n.desc
+            if path is None:
+                chosen = tuning.default_tuner().choose(self.device, POOLED,
+                                                       pooled_shape(p.desc, n.desc))
+                if chosen.source != "default":            # measured (module doc, step 1)
+                    path, offer = ((None, None) if chosen.name == "apart"
+                                   else (chosen.name, n.desc))
+            op = CompiledConvolution(self.device, p.desc, path=path, pool=offer)
             if not isinstance(op.desc, PooledConvolutionDesc):
                 p.compiled = op                # its path does not pool: the pair stays
                 continue
@@ -399,12 +411,12 @@ class CompiledGraph(CompiledOperator):
                 elif src[0] == "input":
                     ins.append(consts[src[1]] if src[1] in consts else inputs[src[1]])
                 else:
-                    ins.append(self._tensor_of(src[1], src[2], outputs))
-            outs = [self._tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
+                    ins.append(self.tensor_of(src[1], src[2], outputs))
+            outs = [self.tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
             n.compiled.record(seq, ins, outs)
         seq.keep(self)
 
-    def _tensor_of(self, i, k, outputs):
+    def tensor_of(self, i, k, outputs):
         g = self._graph_out.get((i, k))
         return outputs[g] if g is not None else self._views[(i, k)]
 
@@ -424,6 +436,94 @@ class CompiledGraph(CompiledOperator):
         super().release()
         self._release_nodes()
         self._constants = {}
+
+
+# -- the tunable path ``convolution_pooled`` (module doc, step 1) ------------------------
+def pooled_shape(conv: ConvolutionOperatorDesc, pool) -> dict:
+    """The tuner's shape of a convolution and the 2x2 stride-2 LP pooling that alone
+    reads its output (:func:`pool_rule` accepts the pair): the convolution's
+    :func:`~vkml.ops.convolution.tuning_shape`, P and the pooled tensor."""
+    return {"convolution": choice.tuning_shape(conv), "p": int(pool.p),
+            "pooled": choice.tensor_json(pool.output_tensor)}
+
+
+def _pooled_descs(shape) -> tuple:
+    """:func:`pooled_shape`'s inverse: (convolution, pooling) descriptors."""
+    conv = choice.desc_of_shape(shape["convolution"])
+    pool = LpPooling1OperatorDesc(conv.output_tensor, choice.tensor_of(shape["pooled"]),
+                                  (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), int(shape["p"]))
+    return conv, pool
+
+
+def _pooled_class(shape) -> str:
+    return f"{choice.shape_class(shape['convolution'])}-lp{int(shape['p'])}"
+
+
+def _run_pooled(device, seq, cand, shape):
+    """Record candidate ``cand`` of the pair into ``seq`` on fresh tensors, as a graph
+    runs it: "apart", the convolution (its own tuner's path) then the pooling operator;
+    else that Winograd candidate with the pooling in its output pass."""
+    conv, pool = _pooled_descs(shape)
+    made: list = []
+    try:
+        if cand.name == "apart":
+            op = CompiledConvolution(device, conv)
+            made.append(op)
+            y = choice.record_as_run(device, seq, op, made)
+            lp = compile_operator(device.create_operator(pool))
+            made.append(lp)
+            out = pool.output_tensor
+            made.append(device.empty(out.total_tensor_size_in_bytes // out.data_type.size,
+                                     out.dtype))
+            lp.record(seq, [y], [made[-1]])
+        else:
+            op = CompiledConvolution(device, conv, path=cand.name, pool=pool)
+            made.append(op)
+            if not isinstance(op.desc, PooledConvolutionDesc):
+                raise tuning.Declined(f"{cand.name} does not take the pooling")
+            choice.record_as_run(device, seq, op, made)
+    except BaseException:
+        choice.release_all(made)
+        raise
+    return lambda: choice.release_all(made)
+
+
+def _pooled_fast(shape, device) -> tuple:
+    """The fast list: apart and winograd, and winograd-blocked where the device ranks that
+    family strong (``convolution.choice.strong_families``)."""
+    return ("apart", "winograd") + tuple(n for n in choice.strong_families(device)
+                                         if n == "winograd-blocked")
+
+
+def _pooled_from_workload(w) -> dict | None:
+    """A bench graph workload (bench/workloads/graph.json: Pad -> Conv -> Relu -> LpPool
+    -> Conv; ``input``, ``channels``, ``kernel``, ``pad``, ``window``, ``strides``, ``p``)
+    as the shape of its first convolution and pooling as the compiled graph holds them
+    (the padding folded, the filter OWNED_BY_DML); None for another workload or where the
+    pooling cannot fuse."""
+    if not isinstance(w, dict) or w.get("op") != "graph":
+        return None
+    x = tuple(int(v) for v in w["input"])
+    c, a = int(w.get("channels", x[1])), int(w.get("pad", 1))
+    if (int(w.get("kernel", 3)), int(w.get("window", 2)), int(w.get("strides", 2))) != (3, 2, 2):
+        return None
+    dt = DataType[str(w.get("dtype", "float32")).upper()]
+    y = (x[0], c, x[2] + 2 * a - 2, x[3] + 2 * a - 2)
+    conv = ConvolutionOperatorDesc(
+        TensorDesc(dt, x), TensorDesc(dt, (c, x[1], 3, 3), flags=TensorFlags.OWNED_BY_DML),
+        TensorDesc(dt, (1, c, 1, 1)), TensorDesc(dt, y), start_padding=(a, a),
+        end_padding=(a, a))
+    return {"convolution": choice.tuning_shape(conv), "p": int(w.get("p", 2)),
+            "pooled": choice.tensor_json(TensorDesc(dt, (*y[:2], y[2] // 2, y[3] // 2)))}
+
+
+#: The tunable path ``convolution_pooled``: how a graph runs a convolution and the LP
+#: pooling that alone reads it (module doc, step 1); "apart" is the ``VKML_TUNE=off``
+#: answer (the pooling is then offered to the path the convolution takes anyway).
+POOLED = tuning.register_path(
+    "convolution_pooled", ["apart", "winograd", "winograd-narrow", "winograd-blocked"],
+    "apart", _pooled_class, _run_pooled, fast_fn=_pooled_fast,
+    from_workload=_pooled_from_workload)
 
 
 def _check_paths(graph: GraphDesc, paths) -> dict:

@@ -117,14 +117,14 @@ def _round(v: int) -> int:
     return 1 << max(0, int(v) - 1).bit_length()
 
 
-def _tensor_json(t: TensorDesc | None):
+def tensor_json(t: TensorDesc | None):
     if t is None:
         return None
     return {"dtype": t.data_type.name.lower(), "sizes": list(t.sizes),
             "strides": None if t.strides is None else list(t.strides), "flags": int(t.flags)}
 
 
-def _tensor_of(j) -> TensorDesc | None:
+def tensor_of(j) -> TensorDesc | None:
     if j is None:
         return None
     return TensorDesc(DataType[j["dtype"].upper()], tuple(j["sizes"]),
@@ -137,8 +137,8 @@ def tuning_shape(desc: ConvolutionOperatorDesc) -> dict:
     choice, so ``python -m vkml.tune --refresh`` can re-measure it), without the fused
     activation (it does not change which path is fastest)."""
     g = lambda v: None if v is None else list(v)   # noqa: E731
-    return {"input": _tensor_json(desc.input_tensor), "filter": _tensor_json(desc.filter_tensor),
-            "bias": _tensor_json(desc.bias_tensor), "output": _tensor_json(desc.output_tensor),
+    return {"input": tensor_json(desc.input_tensor), "filter": tensor_json(desc.filter_tensor),
+            "bias": tensor_json(desc.bias_tensor), "output": tensor_json(desc.output_tensor),
             "mode": desc.conv_mode.name, "direction": desc.conv_direction.name,
             "strides": g(desc.strides), "dilations": g(desc.dilations),
             "start_padding": g(desc.start_padding), "end_padding": g(desc.end_padding),
@@ -151,8 +151,8 @@ def desc_of_shape(shape) -> ConvolutionOperatorDesc:
         return shape
     t = lambda v: None if v is None else tuple(v)   # noqa: E731
     return ConvolutionOperatorDesc(
-        _tensor_of(shape["input"]), _tensor_of(shape["filter"]), _tensor_of(shape["bias"]),
-        _tensor_of(shape["output"]), ConvolutionMode[shape["mode"]],
+        tensor_of(shape["input"]), tensor_of(shape["filter"]), tensor_of(shape["bias"]),
+        tensor_of(shape["output"]), ConvolutionMode[shape["mode"]],
         ConvolutionDirection[shape["direction"]], t(shape["strides"]), t(shape["dilations"]),
         t(shape["start_padding"]), t(shape["end_padding"]), t(shape["output_padding"]),
         shape["group_count"])
@@ -278,38 +278,48 @@ class _Probe:
 
 def _run(device, seq, cand, desc):
     """Record candidate ``cand`` of a convolution on zeroed tensors into ``seq``, as it
-    will run: OWNED_BY_DML inputs bound once by :meth:`CompiledConvolution.initialize`
-    (their transforms are not timed), the others bound at execution."""
+    will run (:func:`record_as_run`)."""
     from . import CompiledConvolution     # (the package, which imports this module first)
-    desc = desc_of_shape(desc)
-    op = CompiledConvolution(device, desc, path=cand.name)   # UnsupportedError: declined
+    op = CompiledConvolution(device, desc_of_shape(desc), path=cand.name)  # UnsupportedError: declined
     made = [op]
     try:
-        ins, owned = [], {}
-        for i, t in enumerate(desc.inputs()):
-            if t is None:
-                ins.append(None)
-                continue
-            a = device.empty(t.total_tensor_size_in_bytes // t.data_type.size, t.dtype)
-            made.append(a)
-            if i in op.owned_inputs:
-                owned[i] = a
-                ins.append(None)
-            else:
-                ins.append(a)
-        if owned:
-            op.initialize(owned)
-        y = desc.outputs()[0]
-        out = device.empty(y.total_tensor_size_in_bytes // y.data_type.size, y.dtype)
-        made.append(out)
-        op.record(seq, ins, [out])
+        record_as_run(device, seq, op, made)
     except BaseException:
-        _free(made)
+        release_all(made)
         raise
-    return lambda: _free(made)
+    return lambda: release_all(made)
 
 
-def _free(made) -> None:
+def record_as_run(device, seq, op, made: list, output=None):
+    """Record compiled convolution ``op`` into ``seq`` on fresh device tensors, as it will
+    run: OWNED_BY_DML inputs bound once by :meth:`CompiledConvolution.initialize` (their
+    transforms are not timed), the others bound at execution; ``output`` (None: a fresh
+    tensor) receives ``op.desc``'s output.  What it allocates joins ``made``; returns the
+    output tensor."""
+    ins, owned = [], {}
+    for i, t in enumerate(op.desc.inputs()):
+        if t is None:
+            ins.append(None)
+            continue
+        a = device.empty(t.total_tensor_size_in_bytes // t.data_type.size, t.dtype)
+        made.append(a)
+        if i in op.owned_inputs:
+            owned[i] = a
+            ins.append(None)
+        else:
+            ins.append(a)
+    if owned:
+        op.initialize(owned)
+    if output is None:
+        y = op.desc.outputs()[0]
+        output = device.empty(y.total_tensor_size_in_bytes // y.data_type.size, y.dtype)
+        made.append(output)
+    op.record(seq, ins, [output])
+    return output
+
+
+def release_all(made) -> None:
+    """Release (operators) or free (tensors) what a timing run allocated."""
     for m in made:
         m.release() if hasattr(m, "release") else m.free()
 
