@@ -226,3 +226,44 @@ def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):
     assert c.source == "stored" and {"gemm", "blocked"} <= set(c.times)
     monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed again
     assert conv_choice.strong_families(device) == strong
+
+
+def test_sampled_executions_recheck_the_choice(device, tmp_path, monkeypatch):
+    """A convolution whose path the tuner chose reports its sampled executions' times
+    (ops/base.py, OBSERVE_EVERY): against the stored time for the shape that was timed,
+    scaled by FLOPs for another shape of its class; a stored choice whose times are far
+    off (here 100x too short, as if timed on another machine) is marked stale by them and
+    measured again at the next compile."""
+    from vkml.ops import base
+    t = tuning.Tuner("fast", folder=tmp_path, rounds=1, stale_observations=4)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    desc = SHAPES[2][0]
+    op = conv_ops.CompiledConvolution(device, desc)
+    key, name, expected, factor = op.observed
+    entry = t.lookup(key)
+    assert name == entry["choice"] == op.path.candidate and factor is None
+    assert expected == pytest.approx(entry["seconds"])
+    op.release()
+    other = _desc((1, 16, 20, 22), (16, 16, 3, 3), pad=1)      # same class, fewer outputs
+    c = t.choose(device, conv_ops.TUNABLE, conv_ops.tuning_shape(other))
+    assert c.source == "stored" and t.expected(c, conv_ops.tuning_shape(other)) == (
+        pytest.approx(entry["seconds"] * 20 / 22))
+
+    t._store(key, lambda old: {**old, "seconds": old["seconds"] / 100,
+                               "times": {k: v / 100 for k, v in old["times"].items()}})
+    monkeypatch.setattr(base, "OBSERVE_EVERY", 1)
+    op = conv_ops.CompiledConvolution(device, desc)
+    assert op.observed[2] == pytest.approx(entry["seconds"] / 100)
+    rng = np.random.default_rng(0)
+    x, w, b = (device.tensor(rng.standard_normal(d.sizes).astype(np.float32))
+               for d in desc.inputs())
+    y = device.empty(desc.output_tensor.sizes)
+    for _ in range(t.stale_observations):
+        op.execute([x, w, b], [y])
+    op.release()
+    np.testing.assert_allclose(y.numpy(), convolution_reference(
+        x.numpy(), w.numpy(), b.numpy().reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1], [0, 0],
+        1, "cross_correlation", "forward"), rtol=1e-4, atol=1e-4)
+    assert t.lookup(key)["stale"]
+    again = t.choose(device, conv_ops.TUNABLE, conv_ops.tuning_shape(desc))
+    assert again.source == "measured" and not t.lookup(key)["stale"]

@@ -463,7 +463,7 @@ def test_limited_device_never_calibrates(device, monkeypatch, tmp_path, small_mo
 def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, small_model):
     """A calibration taken under load (every stored time 10x too long) is found out by
     the times executions observe and measured again."""
-    from vkml.ops import padding
+    from vkml.ops import base
 
     model, tuner = small_model
     first = tuner.model(device, model)
@@ -479,7 +479,7 @@ def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, smal
     assert loaded.source == "stored"
     assert loaded.params["kernel"][0] == pytest.approx(10 * first.params["kernel"][0])
 
-    monkeypatch.setattr(padding, "OBSERVE_EVERY", 1)
+    monkeypatch.setattr(base, "OBSERVE_EVERY", 1)
     op = _compile_pad(device, *BIG)
     assert op.observed is not None and op.observed[0] == loaded.key
     x = device.tensor(np.zeros(BIG[0], np.float32))
@@ -497,14 +497,14 @@ def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, smal
 
 def test_sampled_observations_only(device, monkeypatch, small_model):
     """Only every OBSERVE_EVERY-th execution is timed; the others replay as usual."""
-    from vkml.ops import padding
+    from vkml.ops import base
 
     model, tuner = small_model
     tuner.model(device, model)
     seen = []
     monkeypatch.setattr(tuning.Tuner, "observe", lambda self, *a, **k: seen.append((a, k)))
-    monkeypatch.setattr(padding, "OBSERVE_EVERY", 4)
-    monkeypatch.setattr(padding, "_CALLS", iter(range(1, 100)))
+    monkeypatch.setattr(base, "OBSERVE_EVERY", 4)
+    monkeypatch.setattr(base, "_CALLS", iter(range(1, 100)))
     op = _compile_pad(device, *BIG)
     path = _path_of(op)
     x = device.tensor(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))

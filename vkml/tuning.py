@@ -141,6 +141,9 @@ class TunablePath:
     #: ``fast_fn(shape, device) -> names``: the fast list of one shape (None: the
     #: candidates marked ``fast``).
     fast_fn: Callable | None = None
+    #: ``work_fn(shape) -> float``: a shape's work (FLOPs, bytes), so that a time stored
+    #: for one shape of a class predicts another's (:meth:`Tuner.expected`).
+    work: Callable | None = None
 
     @property
     def is_model(self) -> bool:
@@ -167,7 +170,7 @@ class TunablePath:
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
                  examples=(), from_workload=None, features_fn=None,
-                 fast_fn=None) -> TunablePath:
+                 fast_fn=None, work_fn=None) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -186,6 +189,9 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     key's feature part; default: every enabled feature and every lowered limit).
     ``fast_fn(shape, device) -> candidate names``: the fast list of one shape (e.g. a
     heuristic's choice and its runner-ups), instead of the candidates marked ``fast``.
+    ``work_fn(shape) -> float``: the work of a shape (FLOPs, bytes), proportional to its
+    time on one candidate; lets sampled executions of other shapes of a class re-check
+    the stored time (:meth:`Tuner.expected`).
     """
     cands = []
     for c in candidates:
@@ -200,7 +206,7 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     if default not in names:
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
-                       from_workload, features_fn, fast_fn=fast_fn)
+                       from_workload, features_fn, fast_fn=fast_fn, work=work_fn)
 
 
 #: The one shape class of a measured model: it covers every shape of its operator.
@@ -652,6 +658,27 @@ class Tuner:
             with self._lock:
                 self.fitted[c.key] = memo
         return Model(p.name, memo[1], c.key, c.source, dict(times))
+
+    def expected(self, choice: Choice, shape) -> float | None:
+        """The time ``choice`` (measured or stored) predicts for ``shape`` of its class:
+        the stored time where ``shape`` is the one timed, else that time scaled by the
+        path's work (``work_fn``) of the two shapes; None where it cannot tell."""
+        if choice.source not in ("measured", "stored") or not choice.seconds:
+            return None
+        e = self.lookup(choice.key)
+        timed = e.get("shape") if e is not None else None
+        if timed is None:
+            return None
+        if timed == shape:
+            return choice.seconds
+        p = _resolve(choice.path)
+        if p.work is None:
+            return None
+        try:
+            w0, w1 = float(p.work(timed)), float(p.work(shape))
+        except Exception:              # noqa: BLE001  (a stored shape that no longer parses)
+            return None
+        return choice.seconds * w1 / w0 if w0 > 0 and w1 > 0 else None
 
     def observe(self, key: TuneKey, candidate: str, seconds: float, *,
                 expected: float | None = None, factor: float | None = None) -> bool:

@@ -4,21 +4,33 @@ An implementation subclasses :class:`CompiledOperator`, decorates itself with
 ``@implements(SomeOperatorDesc)`` and defines ``build()`` (choose kernels, create
 pipelines and parameter buffers: ``IDMLDevice::CompileOperator``) and
 ``encode(seq, inputs, outputs)`` (record its dispatches into a sequence).  Binding
-checks, execution, replay and release are done here.
+checks, execution, replay and release are done here, and so is the re-check of a tuned
+choice: an operator whose kernel path the tuner chose sets :attr:`CompiledOperator.observed`,
+and every :data:`OBSERVE_EVERY`-th execution of such operators runs timed and reports its
+time to the tuner (:meth:`vkml.tuning.Tuner.observe`), which marks the choice stale when
+the times disagree with it by a wide margin (a choice measured under load, issue #12).
 """
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 import weakref
 
 import numpy as np
 
-from .. import runtime
+from .. import runtime, tuning
 from ..dml.operator import OperatorDesc
 from ..errors import DeviceError, UnsupportedError, ValidationError
 from ..tensor import Tensor
 
 REGISTRY: dict[type, type["CompiledOperator"]] = {}
+#: Every this-many-th ``execute`` of an operator whose path the tuner chose (counted over
+#: all such operators of the process) runs in a timed sequence and reports its time
+#: (GPU timestamps, else wall time, as the tuner measures); the other calls pay one
+#: counter increment.
+OBSERVE_EVERY = 64
+_CALLS = itertools.count()
 
 
 def implements(*desc_types):
@@ -52,6 +64,11 @@ def compile_operator(op: Operator, path: str | None = None) -> "CompiledOperator
 
 class CompiledOperator:
     """``IDMLCompiledOperator``: ``execute(inputs, outputs)`` or ``record(seq, ...)``."""
+
+    #: ``(tuning key, candidate, expected seconds or None, stale factor or None)`` where
+    #: the tuner chose this operator's path (set by ``build``): its sampled executions
+    #: are reported with :meth:`vkml.tuning.Tuner.observe` (module doc).
+    observed: tuple | None = None
 
     def __init__(self, device, desc: OperatorDesc):
         self.device = device
@@ -156,6 +173,20 @@ class CompiledOperator:
                                           f"{d.total_tensor_size_in_bytes}")
         return inputs, outputs
 
+    def _execute_observed(self, inputs, outputs) -> None:
+        """One execution in a timed sequence of its own, its time told to the tuner."""
+        self._check_live()
+        inputs, outputs = self._check_bindings(inputs, outputs)
+        with self.ctx.sequence(timed=True) as seq:
+            self.encode(seq, inputs, outputs)
+            t0 = time.perf_counter()
+            seq.run()
+            wall = time.perf_counter() - t0
+            seconds = seq.gpu_time_ns * 1e-9 if seq.gpu_time_ns else wall
+        key, candidate, expected, factor = self.observed
+        tuning.default_tuner().observe(key, candidate, seconds, expected=expected,
+                                       factor=factor)
+
     def record(self, seq: runtime.Sequence, inputs, outputs) -> None:
         """Record this operator into ``seq`` (several operators may share one sequence)."""
         self._check_live()
@@ -167,6 +198,9 @@ class CompiledOperator:
         """Run once and wait.  Repeated calls with the same tensors replay the recorded
         command buffer instead of recording it again; with the very Tensor objects of the
         last call (still alive), without checking their bindings again either."""
+        if self.observed is not None and next(_CALLS) % OBSERVE_EVERY == 0:
+            self._execute_observed(inputs, outputs)
+            return
         self._check_live()
         if not self._lock.acquire(blocking=False):
             inputs, outputs = self._check_bindings(inputs, outputs)

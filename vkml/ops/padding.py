@@ -24,9 +24,7 @@ window of the input and output (element kernel; :func:`.grid.plan_windows`).
 """
 from __future__ import annotations
 
-import itertools
 import math
-import time
 
 import numpy as np
 
@@ -65,12 +63,6 @@ ROWS_PER = (8, 4)
 ROWS_PER_BYTES = 64 << 20
 #: Outputs below this many bytes take the element kernel without measuring anything.
 SMALL_BYTES = 64 << 10
-#: Every this-many-th ``execute`` of a padding whose path the model chose (counted over
-#: all paddings of the process) runs in a timed sequence and reports its device time to
-#: the tuner, which re-measures the calibration when the times disagree with the model
-#: (:mod:`.calibrate`).  The other calls pay one counter increment.
-OBSERVE_EVERY = 64
-_CALLS = itertools.count()
 #: Edge elements per invocation of the rows path: one row's (up to 16, unrolled), so its
 #: arithmetic is shared (lavapipe: a row per vector lane, 2x faster than a slot per lane).
 EDGE_PER = 16
@@ -103,7 +95,8 @@ class CompiledPadding(CompiledOperator):
         if path is not None and path not in PATHS:
             raise ValidationError("path", f"must be None or one of {PATHS}, got {path!r}")
         self.path = path
-        #: (tuning key, path, predicted seconds) where the model chose the path.
+        #: (tuning key, path, predicted seconds, the model's stale factor) where the model
+        #: chose the path: the sampled executions re-check the calibration (ops/base.py).
         self.observed = None
         super().__init__(device, desc)
 
@@ -178,7 +171,7 @@ class CompiledPadding(CompiledOperator):
             return "kernel"
         path = min(est, key=est.get)
         if model.source != "default":
-            self.observed = (model.key, path, est[path])
+            self.observed = (model.key, path, est[path], MODEL.stale_factor)
         return path
 
     # -- host-side planning ------------------------------------------------------------
@@ -412,24 +405,6 @@ class CompiledPadding(CompiledOperator):
         push[20:20 + rank] = [div_magic(n) for n in extent]
         seq.dispatch(pipe, binds, groups, push.tobytes())
 
-    def execute(self, inputs, outputs) -> None:
-        """As every operator's, except every :data:`OBSERVE_EVERY`-th call of one whose
-        path the model chose: that one runs in a timed sequence (GPU timestamps, else wall
-        time, as the calibration) and tells the tuner how long it took."""
-        if self.observed is None or next(_CALLS) % OBSERVE_EVERY:   # 63 of 64: as any
-            return _execute(self, inputs, outputs)
-        self._check_live()
-        inputs, outputs = self._check_bindings(inputs, outputs)
-        with self.ctx.sequence(timed=True) as seq:
-            self.encode(seq, inputs, outputs)
-            t0 = time.perf_counter()
-            seq.run()
-            wall = time.perf_counter() - t0
-            seconds = seq.gpu_time_ns * 1e-9 if seq.gpu_time_ns else wall
-        key, path, predicted = self.observed
-        tuning.default_tuner().observe(key, path, seconds, expected=predicted,
-                                       factor=MODEL.stale_factor)
-
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0].allocation, outputs[0].allocation
         if self.rows is not None:
@@ -451,8 +426,6 @@ class CompiledPadding(CompiledOperator):
             binds = [Bind(x, in_off, in_size), Bind(y, out_off, out_size, "w")] + fixed
             self._dispatch_box(seq, binds, origin, extent, in_off // e, out_off // e)
 
-
-_execute = CompiledOperator.execute
 
 #: Padding's calibration (:mod:`.calibrate`), registered with the tuner as "padding".
 MODEL = padding_model(CompiledPadding)

@@ -97,12 +97,16 @@ def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None) -
     order = heuristic(op, geo)
     tuner = tuning.default_tuner()
     if geo.plain and len(order) > 1 and tuner.effective_mode() != "off":
-        c = tuner.choose(op.device, TUNABLE, tuning_shape(op.desc))
-        if c.source != "default" and c.name not in order[:1]:
+        shape = tuning_shape(op.desc)
+        c = tuner.choose(op.device, TUNABLE, shape)
+        if c.source != "default":
             try:
-                return _build(op, geo, c.name)
+                built = _build(op, geo, c.name)
             except Decline:
                 pass
+            else:            # its sampled executions re-check the choice (ops/base.py)
+                op.observed = (c.key, c.name, tuner.expected(c, shape), None)
+                return built
     for name in order:
         try:
             return _build(op, geo, name)
@@ -179,6 +183,12 @@ def shape_from_workload(w) -> dict | None:
     return tuning_shape(ConvolutionOperatorDesc(
         TensorDesc(dt, x), TensorDesc(dt, f), bias, TensorDesc(dt, out), direction=direction,
         group_count=int(w.get("groups", 1)), **kw))
+
+
+def work(shape) -> float:
+    """A convolution's FLOPs (the tuner's ``work_fn``: a time stored for one shape of a
+    class, scaled by this, predicts another's)."""
+    return float(Geometry.of(desc_of_shape(shape)).flops)
 
 
 def shape_class(desc: ConvolutionOperatorDesc) -> str:
@@ -337,7 +347,7 @@ FAMILY = tuning.register_path(
 
 TUNABLE = tuning.register_path(
     "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,
-    from_workload=shape_from_workload,
+    from_workload=shape_from_workload, work_fn=work,
     examples=[shape_from_workload({"op": "convolution", "input": [1, 64, 56, 56],
                                    "filter": [64, 64, 3, 3], "start_padding": [1, 1],
                                    "end_padding": [1, 1]})])
