@@ -453,3 +453,39 @@ def test_cli_refreshes_the_padding_calibration(device, tmp_path):
     assert "measured" in out and "padding model" in out
     now = Tuner("fast", folder=tmp_path).lookup(key)
     assert now["times"] != times and now["measured_at"] > entry["measured_at"]
+
+
+def test_tuned_reads_are_rechecked(device, tmp_path, monkeypatch):
+    """Fold's, Unfold's and the activations' read choices, where the tuner made them, are
+    re-checked by sampled executions (ops/base.py ``observed``): the key of the choice,
+    its candidate, and the stored time as the expectation for the shape that was timed
+    (another shape of the class: scaled by elements read and written)."""
+    import numpy as np
+    from vkml import dml
+    from vkml.ops.activation import CompiledActivation
+    from vkml.ops.fold import CompiledFold
+    from vkml.ops.unfold import CompiledUnfold
+    t = Tuner("fast", folder=tmp_path, rounds=1)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    T = dml.TensorDesc
+    flat = T("float32", (1, 4096))
+    descs = [(CompiledActivation, dml.ActivationReluOperatorDesc(flat, flat)),
+             (CompiledFold, dml.FoldOperatorDesc(T("float32", (1, 8 * 9, 36)),
+                                                 T("float32", (1, 8, 6, 6)), (3, 3),
+                                                 start_padding=(1, 1), end_padding=(1, 1))),
+             (CompiledUnfold, dml.UnfoldOperatorDesc(T("float32", (1, 8, 6, 6)),
+                                                     T("float32", (1, 8 * 9, 36)), (3, 3),
+                                                     start_padding=(1, 1),
+                                                     end_padding=(1, 1)))]
+    seen = 0
+    for cls, desc in descs:
+        op = cls(device, desc)
+        if op.observed is not None:       # (a read the device has one choice for: none)
+            key, name, expected, factor = op.observed
+            entry = t.lookup(key)
+            assert name == entry["choice"] and factor is None
+            assert expected == pytest.approx(entry["seconds"])
+            seen += 1
+        op.release()
+    assert seen >= 1
+    assert tuning.io_elements({"in": [[2, 3], [3, 1]], "out": [[4], [1]]}) == 10.0

@@ -72,6 +72,7 @@ here; it measures nothing until asked.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -166,6 +167,12 @@ class TunablePath:
             names = dict.fromkeys(self.fast_fn(shape, device))
             return tuple(self.candidate(n) for n in names) or (self.candidate(self.default),)
         return tuple(c for c in self.candidates if c.fast) or (self.candidate(self.default),)
+
+
+def io_elements(shape) -> float:
+    """Elements read and written by a shape given as ``{"in": [sizes, strides], "out":
+    [sizes, strides], ...}`` (a ``work_fn`` for memory-bound paths)."""
+    return float(math.prod(shape["in"][0]) + math.prod(shape["out"][0]))
 
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,

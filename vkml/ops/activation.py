@@ -82,7 +82,9 @@ class CompiledActivation(BoxKernel):
             return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "ssbo4" if ok["ssbo4"] else "ssbo"
         if self.force_read is None and ok["ssbo4"] and rule != "ssbo4":
-            choice = tuning.choose(self.device, READ_PATH, {"elements": self.box[0]})
+            shape = {"elements": self.box[0]}
+            choice = tuning.choose(self.device, READ_PATH, shape)
+            self.observe_choice(choice, shape)
             return "ssbo4" if choice.name == "ssbo4" else rule
         return rule
 
@@ -133,7 +135,8 @@ def _read_run(device, seq, cand, shape):
 #: rule: "auto" (the rule, the ``VKML_TUNE=off`` default) or "ssbo4", by measurement.
 READ_PATH = tuning.register_path(
     "activation_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"})], "auto",
-    _read_class, _read_run, examples=[{"elements": 64 * 56 * 56}])
+    _read_class, _read_run, examples=[{"elements": 64 * 56 * 56}],
+    work_fn=lambda shape: float(shape["elements"]))
 
 
 def activation(x, kind, *, device=None, **params):

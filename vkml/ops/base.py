@@ -173,6 +173,13 @@ class CompiledOperator:
                                           f"{d.total_tensor_size_in_bytes}")
         return inputs, outputs
 
+    def observe_choice(self, choice, shape) -> None:
+        """This operator runs ``choice`` (``Tuner.choose``'s answer for ``shape``): where
+        it was measured or stored, its sampled executions re-check it (module doc)."""
+        if choice.source in ("measured", "stored"):
+            self.observed = (choice.key, choice.name,
+                             tuning.default_tuner().expected(choice, shape), None)
+
     def _execute_observed(self, inputs, outputs) -> None:
         """One execution in a timed sequence of its own, its time told to the tuner."""
         self._check_live()

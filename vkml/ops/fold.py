@@ -227,9 +227,12 @@ class CompiledFold(BoxKernel):
             return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
         if self.force_read is None and (ok["ssbo4"] or ok["roll"]):
-            choice = tuning.choose(self.device, READ_PATH, read_shape(self.desc))
-            if choice.name != "auto" and ok[choice.name]:
-                return choice.name
+            shape = read_shape(self.desc)
+            choice = tuning.choose(self.device, READ_PATH, shape)
+            if choice.name == "auto" or ok[choice.name]:
+                self.observe_choice(choice, shape)
+                if choice.name != "auto":
+                    return choice.name
         return rule
 
     def build(self) -> None:
@@ -358,7 +361,7 @@ def _read_run(device, seq, cand, shape):
 READ_PATH = tuning.register_path(
     "fold_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"}),
                   ("roll", {"read": "roll"}), ("tile", {"read": "tile"})], "auto",
-    _read_class, _read_run,
+    _read_class, _read_run, work_fn=tuning.io_elements,
     examples=[{"dtype": "float32", "in": [[1, 576, 3136], [1806336, 3136, 1]],
                "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "window_sizes": [3, 3],
                "strides": [1, 1], "dilations": [1, 1], "start_padding": [1, 1],

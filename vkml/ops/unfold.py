@@ -106,9 +106,12 @@ class CompiledUnfold(BoxKernel):
         else:
             self.read = rule
             if self.force_read is None and tile:
-                choice = tuning.choose(self.device, READ_PATH, read_shape(d))
-                if choice.name != "auto" and ok[choice.name]:
-                    self.read = choice.name
+                shape = read_shape(d)
+                choice = tuning.choose(self.device, READ_PATH, shape)
+                if choice.name == "auto" or ok[choice.name]:
+                    self.observe_choice(choice, shape)
+                    if choice.name != "auto":
+                        self.read = choice.name
         self.in_kind, self.in_fmt = STORAGE, 0
         if self.read == "tile":
             self.kernel += "_tile"
@@ -222,7 +225,7 @@ def _read_run(device, seq, cand, shape):
 #: buffer; the ``VKML_TUNE=off`` default) or "tile", chosen by measurement.
 READ_PATH = tuning.register_path(
     "unfold_read", [("auto", {"read": "auto"}), ("tile", {"read": "tile"})], "auto",
-    _read_class, _read_run,
+    _read_class, _read_run, work_fn=tuning.io_elements,
     examples=[{"in": [[1, 64, 56, 56], [200704, 3136, 56, 1]],
                "out": [[1, 576, 3136], [1806336, 3136, 1]], "window_sizes": [3, 3],
                "strides": [1, 1], "dilations": [1, 1], "start_padding": [1, 1],

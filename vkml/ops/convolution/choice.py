@@ -104,8 +104,8 @@ def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None) -
                 built = _build(op, geo, c.name)
             except Decline:
                 pass
-            else:            # its sampled executions re-check the choice (ops/base.py)
-                op.observed = (c.key, c.name, tuner.expected(c, shape), None)
+            else:
+                op.observe_choice(c, shape)
                 return built
     for name in order:
         try:
