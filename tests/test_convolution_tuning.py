@@ -84,6 +84,37 @@ def test_every_candidate_matches_the_reference(device, case):
     assert "direct" in ran and (len(ran) >= 2 or desc.input_tensor.sizes[1] == 3)
 
 
+@pytest.mark.parametrize("case", ["7x7-s2", "1x1"])
+def test_gemm_sg_blocks_bounded(device, case):
+    """gemm_sg's register blocks keep the unrolled body within GEMM_UNROLL (7 column taps:
+    MB gives way) and at most SG_ACC accumulators, and still match the reference."""
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    if case == "7x7-s2":
+        xd, wd = dml.TensorDesc("float32", (1, 3, 20, 20)), dml.TensorDesc("float32",
+                                                                           (16, 3, 7, 7))
+        kw = dict(strides=(2, 2), start_padding=(3, 3), end_padding=(3, 3))
+        out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+        desc = dml.ConvolutionOperatorDesc(xd, wd, dml.TensorDesc("float32", (1, 16, 1, 1)),
+                                           dml.TensorDesc("float32", out), **kw)
+    else:
+        desc = _desc((1, 16, 12, 12), (16, 16, 1, 1))
+    try:
+        op = compile_on_path(device, desc, "gemm_sg")
+    except UnsupportedError:
+        pytest.skip("no gemm_sg on this device")
+    p = op.path
+    taps = desc.filter_tensor.sizes[3]
+    assert p.mb * p.nb * taps <= gemm.GEMM_UNROLL and p.mb * p.nb <= gemm.SG_ACC
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(desc.bias_tensor.sizes).astype(np.float32)
+    ref = convolution_reference(x, w, b.reshape(-1), desc.strides, desc.dilations,
+                                desc.start_padding, desc.end_padding)
+    got = run_desc(device, desc, x, w, b, compiled=op)
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+
 def test_forcing_an_unknown_candidate_is_a_validation_error(device):
     with pytest.raises(vkml.ValidationError):
         compile_on_path(device, SHAPES[0][0], "fastest")

@@ -156,6 +156,11 @@ def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
 
 #: SG: most pixels per lane (NB) and a weight's shuffle in FMAs of the block
 SG_BLOCKS = (16, 16)
+#: SG: most accumulators (MB x NB) a lane holds.  Measured on lavapipe (CPU time, the
+#: same process): 16 x 12 against 16 x 16 took the 1x1 256->64 convolution from 50% to
+#: 57% of the FMA peak, the 3x3 64->64 from 31-84% (bimodal) to 79%, the float16 one
+#: from 72% to 75%, batch 8 from 79% to 80%
+SG_ACC = 192
 SG_SHUFFLE_COST = 6
 SG_CBW = True
 
@@ -201,11 +206,18 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (measured on
     lavapipe: ~6 FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel count
-    (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they can."""
-    mb = next((m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
-               and cog / (-(-cog // m) * m) >= 0.88), 4)
+    (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they can,
+    with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps products a channel) stays within
+    GEMM_UNROLL, MB giving way first (each weight's shuffle pays off over NB pixels):
+    measured on lavapipe, the 7x7 stride-2 3->64 convolution ran at 28% of the FMA peak
+    with 16 x 16 blocks (1792 products a body), 50% with 16 x 8 and 54% with 8 x 16."""
+    kw = max([len(ph[2].taps) for ph in phases] + [1])
+    fits = [m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
+            and cog / (-(-cog // m) * m) >= 0.88] or [4]
+    mb = next((m for m in fits if m * SG_BLOCKS[1] * kw <= GEMM_UNROLL), fits[-1])
+    nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), SG_ACC // mb))
     best = None
-    for nb in range(4, SG_BLOCKS[1] + 1):
+    for nb in range(4, nb_max + 1):
         cost = 0
         for ph, rl in zip(phases, row_len):
             per_row = -(-rl // nb)
