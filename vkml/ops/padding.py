@@ -38,7 +38,8 @@ from ..errors import ValidationError
 from ..runtime import FORMAT_RGBA32_UINT, Bind
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
-from .calibrate import PATHS, padding_model
+from . import calibrate
+from .calibrate import PATHS, large_path, padding_model
 from .grid import (binding_window, box_grid, check_allocatable, div_magic, pick_xdims,
                    plan_windows, split_groups, strided_span)
 from .functional import as_array, pick_device, prepared, run, run_prepared
@@ -177,9 +178,40 @@ class CompiledPadding(CompiledOperator):
         if not est:
             return "kernel"
         path = min(est, key=est.get)
-        if model.source != "default":
-            self.observed = (model.key, path, est[path])
+        if model.source == "default":
+            return path
+        self.observed = (model.key, path, est[path])
+        if self.in_bytes + self.out_bytes >= calibrate.LARGE_BYTES:
+            near = sorted(p for p in est if est[p] <= calibrate.LARGE_SPREAD * est[path])
+            if len(near) > 1:
+                return self._time_large(near, path)
         return path
+
+    def _time_large(self, near: list, path: str) -> str:
+        """Past the model's points: the fastest of ``near`` timed at this padding's size
+        class (:func:`.calibrate.large_path`), or ``path`` where none could be timed."""
+        d = self.desc
+        src, dst = d.input_tensor, d.output_tensor
+        if not (src.is_packed and dst.is_packed):
+            return path
+        shape = {"in": list(src.sizes), "out": list(dst.sizes), "start": list(d.start_padding),
+                 "mode": self.mode.name.lower(), "dtype": np.dtype(src.dtype).name,
+                 "esize": self.esize, "bytes": self.in_bytes + self.out_bytes,
+                 "run": self.in_size[-1] * self.esize, "paths": near}
+        tuner = tuning.default_tuner()
+        choice = tuner.choose(self.device, LARGE, shape)
+        if choice.source not in ("measured", "stored") or choice.name not in near:
+            return path
+        entry = tuner.lookup(choice.key)
+        timed = (entry or {}).get("shape", {}).get("bytes") or shape["bytes"]
+        self.observed = (choice.key, choice.name, choice.seconds * shape["bytes"] / timed)
+        return choice.name
+
+    @property
+    def taken(self) -> str:
+        """The path this operator runs: "rows", "copy" or "kernel"."""
+        return "rows" if self.rows is not None else \
+            "copy" if self.copy_regions is not None else "kernel"
 
     # -- host-side planning ------------------------------------------------------------
     def _rows_plan(self) -> dict | None:
@@ -456,6 +488,8 @@ _execute = CompiledOperator.execute
 
 #: Padding's calibration (:mod:`.calibrate`), registered with the tuner as "padding".
 MODEL = padding_model(CompiledPadding)
+#: Large paddings' choice, timed per size class (:func:`.calibrate.large_path`).
+LARGE = large_path(CompiledPadding)
 
 
 def pad(x, start_padding, end_padding, mode="constant", value=0.0, *, device=None):
