@@ -557,19 +557,22 @@ def large(monkeypatch, small_model):
     return tuner, fake
 
 
-@pytest.mark.parametrize("fastest", ["rows", "copy"])
+@pytest.mark.parametrize("fastest", ["rows", "copy", "rows-256x4"])
 def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, large, fastest):
     """Past the model's points the near paths are timed at the padding's own class and
     the fastest measured is kept (times faked: each path wins where it measures best);
     the next padding of the class takes the stored choice without timing, and the chosen
     path pads right."""
     tuner, fake = large
-    fake.update({"rows": 2e-3, "copy": 2e-3, fastest: 1e-3})
+    fake.update({"rows": 2e-3, "copy": 2e-3, "rows-256x4": 2e-3, fastest: 1e-3})
     op = _compile_pad(device, *BIG)
     key = op.observed[0]
     entry = tuner.lookup(key)
-    assert key.path == "padding-large-test" and set(entry["times"]) == {"rows", "copy"}
-    assert _path_of(op) == op.taken == entry["choice"] == fastest
+    assert key.path == "padding-large-test"
+    assert set(entry["times"]) == {"rows", "copy", "rows-256x4"}
+    assert entry["choice"] == op.observed[1] == fastest
+    assert _path_of(op) == op.taken == fastest.split("-")[0]
+    assert op.rows_block == ((256, 4) if fastest == "rows-256x4" else None)
     x = device.tensor(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))
     y = device.empty(op.desc.output_tensor.sizes)
     op.execute([x], [y])
@@ -577,8 +580,30 @@ def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, larg
     op.release()
     timed = _no_timing(monkeypatch)
     again = _compile_pad(device, (130, 256), (0, 2), (0, 2))      # same class: stored
-    assert again.taken == fastest and timed == []
+    assert again.observed[1] == fastest and timed == []
     again.release()
+
+
+@pytest.mark.parametrize("block", [(256, 4), (64, 8), (32, 2)])
+def test_rows_blocks_forced(device, block):
+    """Each words-pass block a large padding's timing may choose, forced, against
+    numpy.pad (odd shapes: partial blocks and rows)."""
+    from vkml.ops.padding import CompiledPadding
+
+    rng = np.random.default_rng(5)
+    for shape, start, end, mode in [((3, 37, 300), (0, 1, 3), (1, 2, 5), "reflection"),
+                                    ((2, 5, 64), (0, 2, 2), (0, 2, 2), "constant")]:
+        x = rng.random(shape).astype(np.float32)
+        out = [s + a + b for s, a, b in zip(shape, start, end)]
+        op = CompiledPadding(device, dml.PaddingOperatorDesc(
+            dml.TensorDesc("float32", shape), dml.TensorDesc("float32", out), mode, 0.0,
+            start, end), path="rows", rows_block=block)
+        assert op.taken == "rows"
+        t, y = device.tensor(x), device.empty(out)
+        op.execute([t], [y])
+        np.testing.assert_array_equal(y.numpy(), np.pad(
+            x, list(zip(start, end)), "reflect" if mode == "reflection" else "constant"))
+        op.release()
 
 
 def test_large_padding_off_and_far_paths_time_nothing(device, monkeypatch, large):

@@ -71,6 +71,12 @@ POINT_BYTES = max(r * _SCALE[p] * (2 * w + 2 * _PAD) * 4 for p in ("rows", "copy
 #: model sent 1x64x256x256 to the copy engine (8.2 ms against the rows kernel's 3.8).
 LARGE_BYTES = POINT_BYTES // 2
 LARGE_SPREAD = 4.0
+#: Words-pass blocks (workgroup size, 16-byte words per invocation) a large padding's
+#: timing tries besides the rows path's defaults (64, ROWS_PER).  Measured on the AMD
+#: EPYC machine (lavapipe, interleaved in one process, minimum of 8 rounds): 1x64x256x256
+#: by 2, constant, (64, 8) 2.41-4.10 ms, (256, 4) 1.82-3.46; 1x64x512x512 (64, 4) 12.8,
+#: (256, 4) 9.1.
+ROWS_BLOCKS = ((256, 4),)
 
 
 def features(device) -> str:
@@ -194,12 +200,13 @@ def _run_large(op_class):
         dtype = np.dtype(shape["dtype"])
         sin, sout, start = shape["in"], shape["out"], shape["start"]
         end = [o - i - s for i, o, s in zip(sin, sout, start)]
+        path, block = cand.params["path"], cand.params.get("block")
         op = op_class(device, PaddingOperatorDesc(TensorDesc(dtype, sin), TensorDesc(dtype, sout),
                                                   shape["mode"], 0.0, start, end),
-                      path=cand.name)
-        if op.taken != cand.name:
+                      path=path, rows_block=None if block is None else tuple(block))
+        if op.taken != path:
             op.release()
-            raise Declined(f"the {cand.name} path does not take {sin} -> {sout}")
+            raise Declined(f"the {path} path does not take {sin} -> {sout}")
         made = [op]
         try:
             made.append(device.tensor(np.zeros(sin, dtype)))        # touched: no faults
@@ -213,11 +220,18 @@ def _run_large(op_class):
 
 
 def large_path(op_class, *, name: str = "padding-large", register: bool = True):
-    """The tuner path of large paddings (:data:`LARGE_BYTES`): candidates ``PATHS``, the
-    fast list the shape's ``paths`` (what the model put within :data:`LARGE_SPREAD`),
+    """The tuner path of large paddings (:data:`LARGE_BYTES`): candidates ``PATHS`` and
+    ``rows-<local>x<per>`` (the rows path with a words-pass block of :data:`ROWS_BLOCKS`),
+    the fast list the shape's ``paths`` (what the model put within :data:`LARGE_SPREAD`,
+    the rows blocks with rows),
     shape a JSON dict (``in``, ``out``, ``start``, ``mode``, ``dtype``, ``esize``,
     ``bytes``, ``run``, ``paths``), key features as the model's."""
     make = register_path if register else tunable_path
-    return make(name, [Candidate(p, {"path": p}) for p in PATHS], "rows", large_class,
-                _run_large(op_class), features_fn=features,
-                fast_fn=lambda shape, _device: shape["paths"])
+    blocks = [Candidate(f"rows-{b[0]}x{b[1]}", {"path": "rows", "block": list(b)})
+              for b in ROWS_BLOCKS]
+
+    def fast(shape, _device):
+        return list(shape["paths"]) + ([c.name for c in blocks] if "rows" in shape["paths"]
+                                       else [])
+    return make(name, [Candidate(p, {"path": p}) for p in PATHS] + blocks, "rows",
+                large_class, _run_large(op_class), features_fn=features, fast_fn=fast)

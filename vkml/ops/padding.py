@@ -98,12 +98,16 @@ def _merge_dims(in_sizes, out_sizes, in_strides, out_strides, start):
 class CompiledPadding(CompiledOperator):
     """``path``: None chooses by the device's calibrated costs; "rows", "kernel" or
     "copy" force that path (calibration, tests; "rows" and "copy" fall back to the
-    element kernel where they do not apply)."""
+    element kernel where they do not apply).  ``rows_block``: (workgroup size, words per
+    invocation) of the rows path's words pass (None: ``self.local``, :data:`ROWS_PER`;
+    a large padding's timing may choose another, :data:`.calibrate.ROWS_BLOCKS`)."""
 
-    def __init__(self, device, desc, path: str | None = None):
+    def __init__(self, device, desc, path: str | None = None,
+                 rows_block: tuple | None = None):
         if path is not None and path not in PATHS:
             raise ValidationError("path", f"must be None or one of {PATHS}, got {path!r}")
         self.path = path
+        self.rows_block = rows_block
         #: (tuning key, path, predicted seconds) where the model chose the path.
         self.observed = None
         super().__init__(device, desc)
@@ -200,12 +204,15 @@ class CompiledPadding(CompiledOperator):
                  "run": self.in_size[-1] * self.esize, "paths": near}
         tuner = tuning.default_tuner()
         choice = tuner.choose(self.device, LARGE, shape)
-        if choice.source not in ("measured", "stored") or choice.name not in near:
+        chosen = choice.params.get("path")
+        if choice.source not in ("measured", "stored") or chosen not in near:
             return path
         entry = tuner.lookup(choice.key)
         timed = (entry or {}).get("shape", {}).get("bytes") or shape["bytes"]
         self.observed = (choice.key, choice.name, choice.seconds * shape["bytes"] / timed)
-        return choice.name
+        if "block" in choice.params:
+            self.rows_block = tuple(choice.params["block"])
+        return chosen
 
     @property
     def taken(self) -> str:
@@ -403,11 +410,13 @@ class CompiledPadding(CompiledOperator):
         slots = rows["left"] + rows["right"]
         local_y = int(lim["maxComputeWorkGroupSize"][1])
         if rows["words"]:                 # x along the words, y along dimension rank - 2
-            v = ROWS_PER[self.in_bytes + self.out_bytes > ROWS_PER_BYTES]
+            local, v = self.rows_block or (self.local, ROWS_PER[self.in_bytes + self.out_bytes
+                                                                > ROWS_PER_BYTES])
+            local = min(local, self.workgroup_size)
             extent = list(self.out_size[:-1]) + [rows["words"]]
             xinv = -(-rows["words"] // v)
-            lx = min(self.local, max(8, -(-xinv // 8) * 8))
-            ly = max(1, min(self.local // lx, extent[-2], local_y)) if rank > 1 else 1
+            lx = min(local, max(8, -(-xinv // 8) * 8))
+            ly = max(1, min(local // lx, extent[-2], local_y)) if rank > 1 else 1
             pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                     "EDGE": 0, "PER": v, **consts})
             for o, ext in split_groups([0] * rank, extent, lx, max_groups, 1, v, ly):
