@@ -529,6 +529,104 @@ def test_refresh_measures_the_calibration_again(device, small_model):
     assert tuner.model(device, model).source == "stored"
 
 
+# -- large paddings: timed at their own size class (calibrate.large_path) -------------------
+@pytest.fixture
+def large(monkeypatch, small_model):
+    """BIG counts as large; the model puts rows and copy even (both near), so the tuner
+    decides; every candidate's time is ``fake[name]`` where given (else measured)."""
+    import dataclasses
+
+    from vkml.ops import calibrate, padding
+
+    model, tuner = small_model
+    costs = {"kernel": [0.0, 0.0, 1e-8], "rows": [0.0, 0.0, 1e-9], "copy": [0.0, 0.0, 1e-9]}
+    monkeypatch.setattr(tuner, "model", lambda device, path, **kw: tuning.Model(
+        path.name, costs, tuner.key(device, path, tuning.MODEL_CLASS), "stored"))
+    monkeypatch.setattr(calibrate, "LARGE_BYTES", 1)
+    fake, seqs = {}, {}
+    path = calibrate.large_path(padding.CompiledPadding, name="padding-large-test",
+                                register=False)
+
+    def run(device, seq, cand, shape):
+        seqs[id(seq)] = cand.name
+        return path.run(device, seq, cand, shape)
+    monkeypatch.setattr(padding, "LARGE", dataclasses.replace(path, run=run))
+    real = tuning._run_once
+    monkeypatch.setattr(tuning, "_run_once",
+                        lambda seq: fake.get(seqs.get(id(seq)), None) or real(seq))
+    return tuner, fake
+
+
+@pytest.mark.parametrize("fastest", ["rows", "copy", "rows-256x4"])
+def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, large, fastest):
+    """Past the model's points the near paths are timed at the padding's own class and
+    the fastest measured is kept (times faked: each path wins where it measures best);
+    the next padding of the class takes the stored choice without timing, and the chosen
+    path pads right."""
+    tuner, fake = large
+    fake.update({"rows": 2e-3, "copy": 2e-3, "rows-256x4": 2e-3, fastest: 1e-3})
+    op = _compile_pad(device, *BIG)
+    key = op.observed[0]
+    entry = tuner.lookup(key)
+    assert key.path == "padding-large-test"
+    assert set(entry["times"]) == {"rows", "copy", "rows-256x4"}
+    assert entry["choice"] == op.observed[1] == fastest
+    assert _path_of(op) == op.taken == fastest.split("-")[0]
+    assert op.rows_block == ((256, 4) if fastest == "rows-256x4" else None)
+    x = device.tensor(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))
+    y = device.empty(op.desc.output_tensor.sizes)
+    op.execute([x], [y])
+    assert np.array_equal(y.numpy(), np.pad(x.numpy(), ((0, 0), (2, 2)), "reflect"))
+    op.release()
+    timed = _no_timing(monkeypatch)
+    again = _compile_pad(device, (130, 256), (0, 2), (0, 2))      # same class: stored
+    assert again.observed[1] == fastest and timed == []
+    again.release()
+
+
+@pytest.mark.parametrize("block", [(256, 4), (64, 8), (32, 2)])
+def test_rows_blocks_forced(device, block):
+    """Each words-pass block a large padding's timing may choose, forced, against
+    numpy.pad (odd shapes: partial blocks and rows)."""
+    from vkml.ops.padding import CompiledPadding
+
+    rng = np.random.default_rng(5)
+    for shape, start, end, mode in [((3, 37, 300), (0, 1, 3), (1, 2, 5), "reflection"),
+                                    ((2, 5, 64), (0, 2, 2), (0, 2, 2), "constant")]:
+        x = rng.random(shape).astype(np.float32)
+        out = [s + a + b for s, a, b in zip(shape, start, end)]
+        op = CompiledPadding(device, dml.PaddingOperatorDesc(
+            dml.TensorDesc("float32", shape), dml.TensorDesc("float32", out), mode, 0.0,
+            start, end), path="rows", rows_block=block)
+        assert op.taken == "rows"
+        t, y = device.tensor(x), device.empty(out)
+        op.execute([t], [y])
+        np.testing.assert_array_equal(y.numpy(), np.pad(
+            x, list(zip(start, end)), "reflect" if mode == "reflection" else "constant"))
+        op.release()
+
+
+def test_large_padding_off_and_far_paths_time_nothing(device, monkeypatch, large):
+    """Nothing is timed with VKML_TUNE=off (the documented defaults), nor where the
+    model puts only one path within LARGE_SPREAD of its best."""
+    from vkml.ops import calibrate
+
+    tuner, _ = large
+    timed = _no_timing(monkeypatch)
+    monkeypatch.setattr(calibrate, "LARGE_SPREAD", 1.0 - 1e-9)
+    op = _compile_pad(device, *BIG)
+    assert op.observed[0].path == "padding-test"
+    op.release()
+    monkeypatch.setattr(tuner, "mode", "off")
+    monkeypatch.setattr(tuner, "model", lambda device, path, **kw: tuning.Model(
+        path.name, calibrate.DEFAULT_COSTS, tuner.key(device, path, tuning.MODEL_CLASS),
+        "default"))
+    op = _compile_pad(device, *BIG)
+    assert op.observed is None and op.taken == "rows"
+    op.release()
+    assert timed == []
+
+
 _CHILD = """
 import json, sys
 import numpy as np

@@ -24,6 +24,12 @@ model's prediction; a median off by more than :data:`STALE_FACTOR` either way re
 (the model fits some shapes only within ~3x, e.g. SwiftShader's copy engine on 4096 short
 rows: a re-measure finding the same costs doubles the margin for the process).
 ``python -m vkml.tune --refresh`` (or ``--path padding``) re-measures on demand.
+
+From about the points' size on (:data:`LARGE_BYTES`) the model fails on a machine whose
+last-level cache holds the 16 MiB points for one path and not the other
+(docs/DEVELOPING.md): there the paths the model puts within
+:data:`LARGE_SPREAD` of its best are timed at the padding's own size class instead
+(:func:`large_path`, tuner path ``padding-large``), once per class and device.
 """
 from __future__ import annotations
 
@@ -31,7 +37,8 @@ import numpy as np
 
 from ..dml.padding import PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
-from ..tuning import MODEL_CLASS, Candidate, Declined, measured_model, register_model
+from ..tuning import (MODEL_CLASS, Candidate, Declined, measured_model, register_model,
+                      register_path, tunable_path)
 
 PATHS = ("kernel", "rows", "copy")
 #: (rows, elements per row) of the two float32 paddings each path is timed on...
@@ -51,6 +58,25 @@ DEFAULT_COSTS = {"kernel": (1e-4, 0.0, 2e-9), "rows": (1e-4, 0.0, 3e-10),
 #: of the very shape (measurements taken under load are several times off, not 1.5x).
 STALE_FACTOR = 4.0
 _FEATURES = ("storage8", "storage16")
+#: Input + output bytes of the largest point (the rows and copy points: 16 MiB in)...
+POINT_BYTES = max(r * _SCALE[p] * (2 * w + 2 * _PAD) * 4 for p in ("rows", "copy")
+                  for r, w in SHAPES)
+#: ...and of the smallest padding the model is not trusted with: from half the points'
+#: size on, whether a path's data stays in the last-level cache between runs decides its
+#: time, and the interleaved points measure that for one path and not for another.  Such
+#: a padding's paths (those within LARGE_SPREAD of the model's best) are timed at its own
+#: size class instead; its own runs take milliseconds, the timing is once per class.
+#: Measured on the AMD EPYC machine (lavapipe): 1x64x512x512 by 2, reflection, the model
+#: chose the copy engine, 14.8 ms, where the rows kernel took 7.2; and under load the
+#: model sent 1x64x256x256 to the copy engine (8.2 ms against the rows kernel's 3.8).
+LARGE_BYTES = POINT_BYTES // 2
+LARGE_SPREAD = 4.0
+#: Words-pass blocks (workgroup size, 16-byte words per invocation) a large padding's
+#: timing tries besides the rows path's defaults (64, ROWS_PER).  Measured on the AMD
+#: EPYC machine (lavapipe, interleaved in one process, minimum of 8 rounds): 1x64x256x256
+#: by 2, constant, (64, 8) 2.41-4.10 ms, (256, 4) 1.82-3.46; 1x64x512x512 (64, 4) 12.8,
+#: (256, 4) 9.1.
+ROWS_BLOCKS = ((256, 4),)
 
 
 def features(device) -> str:
@@ -151,3 +177,61 @@ def padding_model(op_class, *, name: str = "padding", shapes=SHAPES, tiny=TINY,
                 features_fn=features, stale_factor=STALE_FACTOR,
                 from_workload=lambda w: None if not isinstance(w, dict)
                 or w.get("op") != "pad" else MODEL_CLASS)
+
+
+# -- paddings past the points: timed at their own size class ---------------------------
+
+def large_class(shape) -> str:
+    """Shape class of a large padding: constant or another mode (they differ only in
+    the border's reads), element bytes, input + output bytes and innermost run bytes to
+    the power of two (the copy engine pays per run)."""
+    def p2(n):
+        return max(int(n), 1).bit_length() - 1
+    kind = "constant" if shape["mode"] == "constant" else "fold"
+    return f"{kind}-e{shape['esize']}-2^{p2(shape['bytes'])}B-run2^{p2(shape['run'])}B"
+
+
+def _run_large(op_class):
+    def run(device, seq, cand, shape):
+        """Record ``op_class(..., path=cand)`` on packed tensors of ``shape``'s sizes
+        (Declined where that path does not take them)."""
+        if _lowered(device.context):
+            raise Declined("limits lowered by Device(limits=...): not measured there")
+        dtype = np.dtype(shape["dtype"])
+        sin, sout, start = shape["in"], shape["out"], shape["start"]
+        end = [o - i - s for i, o, s in zip(sin, sout, start)]
+        path, block = cand.params["path"], cand.params.get("block")
+        op = op_class(device, PaddingOperatorDesc(TensorDesc(dtype, sin), TensorDesc(dtype, sout),
+                                                  shape["mode"], 0.0, start, end),
+                      path=path, rows_block=None if block is None else tuple(block))
+        if op.taken != path:
+            op.release()
+            raise Declined(f"the {path} path does not take {sin} -> {sout}")
+        made = [op]
+        try:
+            made.append(device.tensor(np.zeros(sin, dtype)))        # touched: no faults
+            made.append(device.tensor(np.zeros(sout, dtype)))
+            op.record(seq, [made[1]], [made[2]])
+        except BaseException:
+            _free(made)
+            raise
+        return lambda: _free(made)
+    return run
+
+
+def large_path(op_class, *, name: str = "padding-large", register: bool = True):
+    """The tuner path of large paddings (:data:`LARGE_BYTES`): candidates ``PATHS`` and
+    ``rows-<local>x<per>`` (the rows path with a words-pass block of :data:`ROWS_BLOCKS`),
+    the fast list the shape's ``paths`` (what the model put within :data:`LARGE_SPREAD`,
+    the rows blocks with rows),
+    shape a JSON dict (``in``, ``out``, ``start``, ``mode``, ``dtype``, ``esize``,
+    ``bytes``, ``run``, ``paths``), key features as the model's."""
+    make = register_path if register else tunable_path
+    blocks = [Candidate(f"rows-{b[0]}x{b[1]}", {"path": "rows", "block": list(b)})
+              for b in ROWS_BLOCKS]
+
+    def fast(shape, _device):
+        return list(shape["paths"]) + ([c.name for c in blocks] if "rows" in shape["paths"]
+                                       else [])
+    return make(name, [Candidate(p, {"path": p}) for p in PATHS] + blocks, "rows",
+                large_class, _run_large(op_class), features_fn=features, fast_fn=fast)

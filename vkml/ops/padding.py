@@ -36,7 +36,8 @@ from ..errors import ValidationError
 from ..runtime import FORMAT_RGBA32_UINT, Bind
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
-from .calibrate import PATHS, padding_model
+from . import calibrate
+from .calibrate import PATHS, large_path, padding_model
 from .grid import (binding_window, box_grid, check_allocatable, div_magic, pick_xdims,
                    plan_windows, split_groups, strided_span)
 from .functional import as_array, pick_device, prepared, run, run_prepared
@@ -89,14 +90,19 @@ def _merge_dims(in_sizes, out_sizes, in_strides, out_strides, start):
 class CompiledPadding(CompiledOperator):
     """``path``: None chooses by the device's calibrated costs; "rows", "kernel" or
     "copy" force that path (calibration, tests; "rows" and "copy" fall back to the
-    element kernel where they do not apply)."""
+    element kernel where they do not apply).  ``rows_block``: (workgroup size, words per
+    invocation) of the rows path's words pass (None: ``self.local``, :data:`ROWS_PER`;
+    a large padding's timing may choose another, :data:`.calibrate.ROWS_BLOCKS`)."""
 
-    def __init__(self, device, desc, path: str | None = None):
+    def __init__(self, device, desc, path: str | None = None,
+                 rows_block: tuple | None = None):
         if path is not None and path not in PATHS:
             raise ValidationError("path", f"must be None or one of {PATHS}, got {path!r}")
         self.path = path
-        #: (tuning key, path, predicted seconds, the model's stale factor) where the model
-        #: chose the path: the sampled executions re-check the calibration (ops/base.py).
+        self.rows_block = rows_block
+        #: (tuning key, path, predicted seconds, stale factor) where the model or the
+        #: timing of a large padding chose the path: the sampled executions re-check it
+        #: (ops/base.py).
         self.observed = None
         super().__init__(device, desc)
 
@@ -170,9 +176,43 @@ class CompiledPadding(CompiledOperator):
         if not est:
             return "kernel"
         path = min(est, key=est.get)
-        if model.source != "default":
-            self.observed = (model.key, path, est[path], MODEL.stale_factor)
+        if model.source == "default":
+            return path
+        self.observed = (model.key, path, est[path], MODEL.stale_factor)
+        if self.in_bytes + self.out_bytes >= calibrate.LARGE_BYTES:
+            near = sorted(p for p in est if est[p] <= calibrate.LARGE_SPREAD * est[path])
+            if len(near) > 1:
+                return self._time_large(near, path)
         return path
+
+    def _time_large(self, near: list, path: str) -> str:
+        """Past the model's points: the fastest of ``near`` timed at this padding's size
+        class (:func:`.calibrate.large_path`), or ``path`` where none could be timed."""
+        d = self.desc
+        src, dst = d.input_tensor, d.output_tensor
+        if not (src.is_packed and dst.is_packed):
+            return path
+        shape = {"in": list(src.sizes), "out": list(dst.sizes), "start": list(d.start_padding),
+                 "mode": self.mode.name.lower(), "dtype": np.dtype(src.dtype).name,
+                 "esize": self.esize, "bytes": self.in_bytes + self.out_bytes,
+                 "run": self.in_size[-1] * self.esize, "paths": near}
+        tuner = tuning.default_tuner()
+        choice = tuner.choose(self.device, LARGE, shape)
+        chosen = choice.params.get("path")
+        if choice.source not in ("measured", "stored") or chosen not in near:
+            return path
+        entry = tuner.lookup(choice.key)
+        timed = (entry or {}).get("shape", {}).get("bytes") or shape["bytes"]
+        self.observed = (choice.key, choice.name, choice.seconds * shape["bytes"] / timed, None)
+        if "block" in choice.params:
+            self.rows_block = tuple(choice.params["block"])
+        return chosen
+
+    @property
+    def taken(self) -> str:
+        """The path this operator runs: "rows", "copy" or "kernel"."""
+        return "rows" if self.rows is not None else \
+            "copy" if self.copy_regions is not None else "kernel"
 
     # -- host-side planning ------------------------------------------------------------
     def _rows_plan(self) -> dict | None:
@@ -364,11 +404,13 @@ class CompiledPadding(CompiledOperator):
         slots = rows["left"] + rows["right"]
         local_y = int(lim["maxComputeWorkGroupSize"][1])
         if rows["words"]:                 # x along the words, y along dimension rank - 2
-            v = ROWS_PER[self.in_bytes + self.out_bytes > ROWS_PER_BYTES]
+            local, v = self.rows_block or (self.local, ROWS_PER[self.in_bytes + self.out_bytes
+                                                                > ROWS_PER_BYTES])
+            local = min(local, self.workgroup_size)
             extent = list(self.out_size[:-1]) + [rows["words"]]
             xinv = -(-rows["words"] // v)
-            lx = min(self.local, max(8, -(-xinv // 8) * 8))
-            ly = max(1, min(self.local // lx, extent[-2], local_y)) if rank > 1 else 1
+            lx = min(local, max(8, -(-xinv // 8) * 8))
+            ly = max(1, min(local // lx, extent[-2], local_y)) if rank > 1 else 1
             pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                     "EDGE": 0, "PER": v, **consts})
             for o, ext in split_groups([0] * rank, extent, lx, max_groups, 1, v, ly):
@@ -429,6 +471,8 @@ class CompiledPadding(CompiledOperator):
 
 #: Padding's calibration (:mod:`.calibrate`), registered with the tuner as "padding".
 MODEL = padding_model(CompiledPadding)
+#: Large paddings' choice, timed per size class (:func:`.calibrate.large_path`).
+LARGE = large_path(CompiledPadding)
 
 
 def pad(x, start_padding, end_padding, mode="constant", value=0.0, *, device=None):
