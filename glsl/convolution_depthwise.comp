@@ -27,6 +27,13 @@
 // vkml:variant convolution_depthwise_f32_ssbo F32=1
 // vkml:variant convolution_depthwise_f16_ssbo F16=1
 // vkml:variant convolution_depthwise_f16_packed_ssbo F16_PACKED=1
+// vkml:variant convolution_depthwise_rows_f32 F32=1 TEXEL=1 ROWS=1
+// vkml:variant convolution_depthwise_rows_f32_v4 F32=1 TEXEL=1 V4=1 ROWS=1
+// vkml:variant convolution_depthwise_rows_f16 F16=1 TEXEL=1 ROWS=1
+// vkml:variant convolution_depthwise_rows_f16_packed F16_PACKED=1 TEXEL=1 ROWS=1
+// vkml:variant convolution_depthwise_rows_f32_ssbo F32=1 ROWS=1
+// vkml:variant convolution_depthwise_rows_f16_ssbo F16=1 ROWS=1
+// vkml:variant convolution_depthwise_rows_f16_packed_ssbo F16_PACKED=1 ROWS=1
 #extension GL_EXT_control_flow_attributes : require
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
@@ -85,6 +92,99 @@ layout(push_constant) uniform Push {
     int c0;             // first output channel of this dispatch
 };
 
+#ifdef ROWS
+// ROWS: each invocation walks R output rows of its strip in a rolled loop (SH = DH = 1,
+// KD = 1), keeping the KH input rows of the current output row in registers: every
+// input row of the band is loaded once and each output row is stored as soon as it is
+// complete, so the live set is KH rows + NB sums, not R x NB sums.
+// input row ih (clamped; zeros outside the input) into win[K]
+#define LOAD_ROW(K, IH) {                                                           \
+    int ih_ = (IH);                                                                 \
+    bool ok_ = ih_ >= 0 && ih_ < in_size.y;                                         \
+    int xrow_ = xd + clamp(ih_, 0, in_size.y - 1) * xs.w;                           \
+    if (X4) {                                                                       \
+        int t0_ = (xrow_ + iw0 - SHIFT) >> 2;                                       \
+        [[unroll]] for (int t = 0; t < T4; t++) {                                   \
+            vec4 v_ = LOAD_X4(t0_ + t);                                             \
+            [[unroll]] for (int q = 0; q < 4; q++)                                  \
+                win[K][t * 4 + q] = (ok_ && inw[t * 4 + q]) ? v_[q] : 0.0;          \
+        }                                                                           \
+    } else {                                                                        \
+        [[unroll]] for (int e = 0; e < SPAN; e++) {                                 \
+            float v_ = LOAD_X(xrow_ + cw[e]);                                       \
+            win[K][e] = (ok_ && inw[e]) ? v_ : 0.0;                                 \
+        }                                                                           \
+    }                                                                               \
+}
+
+void main() {
+    int strips = out_size.w;
+    int lane = int(gl_GlobalInvocationID.x);
+    int co = lane / strips;                 // (once per lane)
+    int strip = lane - co * strips;
+    co += c0;
+    bool live = co < last.w;                // (a flag, not a return: see DEVELOPING.md)
+    co = min(co, last.w - 1);
+    int oh0 = int(gl_WorkGroupID.y) * R;
+    int oh1 = min(oh0 + R, out_size.y);
+    int z = int(gl_WorkGroupID.z);
+    int od = z % out_size.x;
+    int n = n0 + z / out_size.x;
+    int ci = co / in_size.w;
+    bool flip = last.z != 0;
+    int ow0 = strip * NB;
+    int iw0 = ow0 * SW - pad.z;
+
+    const int E = X4 ? T4 * 4 : SPAN;
+    bool inw[E];
+    int cw[E];
+    [[unroll]] for (int e = 0; e < E; e++) {
+        int iw = X4 ? iw0 - SHIFT + e : iw0 + e;
+        inw[e] = iw >= 0 && iw < in_size.z;
+        cw[e] = clamp(iw, 0, in_size.z - 1) * last.x;
+    }
+    float wv[KH][KW];
+    [[unroll]] for (int kh = 0; kh < KH; kh++)
+        [[unroll]] for (int kw = 0; kw < KW; kw++)
+            wv[kh][kw] = LOAD_W(co * ws.x + (flip ? KH - 1 - kh : kh) * ws.z
+                                + (flip ? KW - 1 - kw : kw) * ws.w);
+    float bv = misc.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
+    int id = od * stride.x - pad.x;         // (KD = 1)
+    bool dok = id >= 0 && id < in_size.x;
+    int xd = n * xs.x + ci * xs.y + clamp(id, 0, in_size.x - 1) * xs.z;
+    float win[KH][E];
+    [[unroll]] for (int k = 0; k + 1 < KH; k++)
+        LOAD_ROW(k + 1, dok ? oh0 - pad.y + k : -1)
+    uint yc = uint(n) * ys.x + uint(co) * ys.y + uint(od) * ys.z;
+    [[dont_unroll]] for (int oh = oh0; oh < oh1; oh++) {
+        [[unroll]] for (int k = 0; k + 1 < KH; k++)
+            [[unroll]] for (int e = 0; e < E; e++) win[k][e] = win[k + 1][e];
+        LOAD_ROW(KH - 1, dok ? oh - pad.y + KH - 1 : -1)
+        float acc[NB];
+        [[unroll]] for (int j = 0; j < NB; j++) acc[j] = bv;
+        [[unroll]] for (int kh = 0; kh < KH; kh++)
+            [[unroll]] for (int kw = 0; kw < KW; kw++)
+                [[unroll]] for (int j = 0; j < NB; j++)
+                    acc[j] = fma(wv[kh][kw], win[kh][(X4 ? SHIFT : 0) + kw * DW + j * SW], acc[j]);
+        uint yb = yc + uint(oh) * ys.w;
+#ifdef V4
+        [[unroll]] for (int j = 0; j < NB; j += 4) {
+            if (live && ow0 + j < out_size.z) {
+                vec4 v;
+                [[unroll]] for (int q = 0; q < 4; q++)
+                    v[q] = vkml_activation(ACT, acc[j + q], act);
+                y4[(yb + uint(ow0 + j)) >> 2] = v;
+            }
+        }
+#else
+        [[unroll]] for (int j = 0; j < NB; j++) {
+            if (live && ow0 + j < out_size.z)
+                FSTORE(y, yb + uint((ow0 + j) * last.y), vkml_activation(ACT, acc[j], act));
+        }
+#endif
+    }
+}
+#else
 void main() {
     int strips = out_size.w;
     int lane = int(gl_GlobalInvocationID.x);
@@ -178,3 +278,4 @@ void main() {
 #endif
     }
 }
+#endif

@@ -36,6 +36,8 @@ CANDIDATES = {
     "winograd-blocked": ("winograd", {"gemm": "blocked"}),
     "depthwise": ("depthwise", {}),
     "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
+    "depthwise-rows": ("depthwise", {"dw_rows": (32, 28)}),
+    "depthwise-rows8": ("depthwise", {"dw_rows": (8, 28)}),
     "gemm_sg": ("gemm_sg", {}),
     "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm": ("gemm", {}),
@@ -51,6 +53,11 @@ CANDIDATES = {
 #: Candidates that differ from their path's default only in knobs that are parameters,
 #: not pipelines: timing them costs runs, no compilation (the fast list adds them).
 _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
+#: Candidates the fast list times next to a heuristic choice although they compile a
+#: pipeline of their own, where they accept the shape: depthwise-rows (a 128-channel
+#: 56x56 3x3 on lavapipe: 0.43-0.47 ms of CPU against the default's 0.71-0.74; on
+#: SwiftShader it loses, 2.5-2.6 against 2.0 ms for 32 channels 28x28).
+_ALSO = {"depthwise": ("depthwise-rows",)}
 
 
 def _path_class(name: str) -> type[Path]:
@@ -222,6 +229,12 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     probe = _Probe(device, desc)
     order = heuristic(probe, probe.geo)
     fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
+    for name in _ALSO.get(order[0], ()):
+        path, extra = CANDIDATES[name]
+        probe.knobs = {**DEFAULT_KNOBS, **extra}
+        if _path_class(path).accepts(probe, probe.geo):
+            fast += (name,)
+        probe.knobs = None
     strong = strong_families(device)
     if 1 in owned_slots(desc.inputs()):
         # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a

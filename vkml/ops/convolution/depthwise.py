@@ -20,6 +20,9 @@ _DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "
 VARIANTS = {
     **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in _STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
+    **{f"convolution_depthwise_rows_{s}{r}": _DEPTHWISE for s in _STORAGES
+       for r in ("", "_ssbo")},
+    "convolution_depthwise_rows_f32_v4": _DEPTHWISE,
 }
 
 DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
@@ -45,7 +48,29 @@ class DepthwisePath(Path):
                 and max(op.desc.input_tensor.total_tensor_size_in_bytes,
                         op.desc.output_tensor.total_tensor_size_in_bytes)
                 < lim["maxStorageBufferRange"]
-                and cls.blocks(op, geo) is not None)
+                and (cls.rows_block(op, geo) if knobs(op).get("dw_rows")
+                     else cls.blocks(op, geo)) is not None)
+
+    @staticmethod
+    def rows_block(op, geo):
+        """(NB, R) of the ``dw_rows`` kernel (knob (most NB, band rows)), or None where
+        the geometry does not suit it: NB a multiple of 4 wasting the fewest columns
+        (the widest of those), R output rows walked in a rolled loop."""
+        kd, kh, kw = geo.kernel
+        if kd != 1 or geo.stride[1] != 1 or geo.dilation[1] != 1:
+            return None
+        most, band = knobs(op)["dw_rows"]
+        ow, oh = geo.out_size[2], geo.out_size[1]
+        sw, dw = geo.stride[2], geo.dilation[2]
+        best = None
+        for nb in range(4, max(4, min(most, -(-ow // 4) * 4)) + 1, 4):
+            span = (nb - 1) * sw + (kw - 1) * dw + 1 + 3
+            if span > DW_SPAN or kh * kw * nb > DW_UNROLL or 2 * kh * span > DW_UNROLL:
+                break
+            key = (-(-ow // nb) * nb, -nb)
+            if best is None or key < best[0]:
+                best = (key, nb)
+        return None if best is None else (best[1], max(1, min(band, oh)))
 
     @staticmethod
     def blocks(op, geo):
@@ -84,7 +109,8 @@ class DepthwisePath(Path):
         d = op.desc
         ow = g.out_size[2]
         kd, kh, kw = g.kernel
-        nb, r = self.blocks(op, geo)
+        rows = bool(knobs(op).get("dw_rows"))
+        nb, r = self.rows_block(op, geo) if rows else self.blocks(op, geo)
         self.nb, self.R = nb, r
         self.strips = -(-ow // nb)
         esize = g.dtype.size
@@ -101,7 +127,8 @@ class DepthwisePath(Path):
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
-        name = variant("depthwise", storage_suffix(op, g.dtype), self.texel, self.v4)
+        name = variant("depthwise_rows" if rows else "depthwise", storage_suffix(op, g.dtype),
+                       self.texel, self.v4)
         if self.v4 and not self.texel:
             self.v4 = False
         self.local = min(64, op.workgroup_size)

@@ -1,0 +1,92 @@
+"""The depthwise ``rows`` kernel (tuning candidates depthwise-rows*, knob ``dw_rows``:
+a rolled loop over a band's output rows, KH input rows in registers) forced by name
+against the float64 reference on every device: odd widths (column tails, scalar rows
+and stores), float4 rows and stores, band remainders, strides and dilations along w,
+channel multipliers, asymmetric padding, convolution mode (flipped filter), 1-D, a
+fused activation, float32 and float16; and the geometries it declines."""
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+
+from vkml import dml
+from vkml.errors import UnsupportedError
+
+from helpers import compile_on_path, run_desc
+from references import convolution_reference
+
+conv_ops = importlib.import_module("vkml.ops.convolution")
+conv_choice = importlib.import_module("vkml.ops.convolution.choice")
+
+ROWS = [n for n in conv_ops.CANDIDATES if n.startswith("depthwise-rows")]
+
+CASES = [
+    ((2, 3, 19, 13), (3, 1, 3, 3), dict(group_count=3, start_padding=(1, 1),
+                                        end_padding=(1, 1))),
+    ((1, 2, 9, 24), (6, 1, 3, 5), dict(group_count=2, strides=(1, 2), dilations=(1, 2),
+                                       start_padding=(1, 3), end_padding=(1, 0),
+                                       mode="convolution")),
+    ((1, 4, 33, 32), (4, 1, 3, 3), dict(group_count=4, start_padding=(1, 1),
+                                        end_padding=(1, 1), fused_activation="leaky_relu")),
+    ((2, 4, 30), (8, 1, 5), dict(group_count=4, strides=(3,), start_padding=(2,))),
+    ((1, 3, 11, 21), (3, 1, 5, 2), dict(group_count=3, start_padding=(2, 0),
+                                        end_padding=(1, 1))),
+]
+
+
+def _desc(dtype, x_shape, w_shape, fused_activation=None, **kw):
+    xd, wd = dml.TensorDesc(dtype, x_shape), dml.TensorDesc(dtype, w_shape)
+    out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+    bd = dml.TensorDesc(dtype, (1, out[1]) + (1,) * (len(x_shape) - 2))
+    if fused_activation is not None:
+        kw["fused_activation"] = fused_activation
+    return dml.ConvolutionOperatorDesc(xd, wd, bd, dml.TensorDesc(dtype, out), **kw)
+
+
+@pytest.mark.parametrize("candidate", ROWS)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_rows_matches_the_reference(device, case, candidate):
+    xs, ws, kw = CASES[case]
+    rng = np.random.default_rng(90 + case)
+    for dtype in ("float32", "float16"):
+        desc = _desc(dtype, xs, ws, **kw)
+        x = rng.standard_normal(xs).astype(dtype)
+        w = rng.standard_normal(ws).astype(dtype)
+        b = rng.standard_normal(desc.output_tensor.sizes[1]).astype(dtype)
+        op = compile_on_path(device, desc, candidate)
+        assert op.path.candidate == candidate and op.path.nb % 4 == 0
+        most, band = conv_ops.CANDIDATES[candidate][1]["dw_rows"]
+        assert op.path.nb <= most and op.path.R <= band
+        got = run_desc(device, desc, x, w, b, compiled=op)
+        ref = convolution_reference(x, w, b, list(desc.strides), list(desc.dilations),
+                                    list(desc.start_padding), list(desc.end_padding),
+                                    list(desc.output_padding), desc.group_count,
+                                    desc.conv_mode.name.lower(), "forward")
+        if kw.get("fused_activation"):
+            ref = np.where(ref >= 0, ref, 0.01 * ref)
+        terms = math.prod(ws[1:])
+        tol = (dict(rtol=2e-3, atol=2e-3 * math.sqrt(terms)) if dtype == "float16"
+               else dict(rtol=1e-5, atol=2e-5 * math.sqrt(terms)))
+        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64),
+                                   ref, err_msg=f"{candidate} {dtype}", **tol)
+
+
+@pytest.mark.parametrize("kw", [dict(strides=(2, 1)), dict(dilations=(2, 1))])
+def test_rows_declines_strided_or_dilated_rows(device, kw):
+    desc = _desc("float32", (1, 2, 9, 8), (2, 1, 3, 3), group_count=2, **kw)
+    with pytest.raises(UnsupportedError):
+        compile_on_path(device, desc, "depthwise-rows")
+    op = compile_on_path(device, desc, "depthwise")      # the default path still runs it
+    op.release()
+
+
+def test_fast_list_times_rows_next_to_depthwise(device):
+    desc = _desc("float32", (1, 8, 9, 9), (8, 1, 3, 3), group_count=8,
+                 start_padding=(1, 1), end_padding=(1, 1))
+    fast = conv_choice._fast(desc, device)
+    assert fast[:2] == ("depthwise", "depthwise-rows")
+    strided = _desc("float32", (1, 8, 9, 9), (8, 1, 3, 3), group_count=8, strides=(2, 2))
+    assert "depthwise-rows" not in conv_choice._fast(strided, device)
