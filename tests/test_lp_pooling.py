@@ -425,6 +425,23 @@ def test_block_p2_rare_pass(device):
                                                args[3], p), "float32", p)
 
 
+@pytest.mark.parametrize("read", ["texel4", "ssbo4", "roll", "tile", "block"])
+def test_p2_sum_of_squares_overflow(device, read):
+    """P = 2 where every |x| is below the fast paths' bound on the largest |x| (2^63: "roll"
+    and "tile" sum squares unscaled below it) but the window's sum of squares overflows
+    float32 (9 squares near 2^126): the result is finite, sqrt(9) 2^62.9; and near float
+    max, where it is not (inf)."""
+    x = np.full((1, 2, 4, 8), 2.0 ** 62.9, np.float32)
+    x[0, 1] = np.random.default_rng(5).standard_normal((4, 8))
+    args = ((3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    got = _lp_on_read(device, read, x, *args, 2)
+    assert np.isfinite(got).all(), got[0, 0]
+    assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2], args[3], 2),
+                 "float32", 2)
+    x[0, 0] = 3e38
+    assert np.isinf(_lp_on_read(device, read, x, *args, 2)[0, 0]).all()
+
+
 def test_read_path_tuned(device):
     """``VKML_TUNE=off`` keeps the texel rule ("auto") as the read path."""
     from vkml import tuning
