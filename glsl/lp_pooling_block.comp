@@ -280,6 +280,57 @@ void main() {
     uint o = cn * out_stride[0].x + cc * out_stride[0].y + (R5 ? ca * out_stride[0].z : 0u)
              + cb * AT(out_stride, RANK - 2) + cl * AT(out_stride, RANK - 1) - out_base;
     uint ostep = AT(out_stride, RANK - 1);
+#ifdef PP
+    // Stores: the 8 outputs as two vec4s where they can be; every other output of the
+    // invocation (a row's short last invocation, outputs not packed) and P = 2's outputs
+    // summed again (over the vec4s) in one rolled loop with one scalar store: SwiftShader
+    // pays for each store in the code (per-lane branches) even where no lane runs it, 15%
+    // of this kernel for the 8 stores of a row's tail.
+    bool vec = LP_VSTORE && count == LP_V;
+    if (vec) {
+        [[unroll]] for (uint j = 0u; j < LP_V / 4u; j++)
+            y4[(o >> 2) + j] = vec4(r[4u * j], r[4u * j + 1u], r[4u * j + 2u], r[4u * j + 3u]);
+    }
+    for (uint left = (vec ? 0u : (1u << count) - 1u) | bad; left != 0u; left &= left - 1u) {
+        uint j = findLSB(left);
+        float v = r[0];
+        [[unroll]] for (uint k = 1u; k < LP_V; k++) v = j == k ? r[k] : v;
+        // P = 2, rare (a loop no lane enters unless some sum was inf, NaN or under
+        // 2^-100): the output summed again, each input scaled by 2^-100 (the sum was inf)
+        // or 2^100 (under 2^-100, 0 included) before it is squared, the root scaled back.
+        // Down: the sum of n squares overflowed, so the largest |x| is >= 2^64 / sqrt(n):
+        // what the scaled squares lose to underflow (< 2^-149 each) is under n^2 2^-77 of
+        // their sum, and none overflows (<= 2^56).  Up: every |x| < 2^-50, so the scaled
+        // squares are < 2^100 and none underflows (>= 2^-98).  An inf input stays inf, a
+        // NaN NaN, and a true result over the float range is inf.  (A single scale, where
+        // lp_pooling.comp scales by the window's largest |x|: its first pass made this
+        // kernel 2.5 times slower on SwiftShader; code in loops no lane enters is not free
+        // there.)
+        for (uint once = 0u; once < ((bad >> j) & 1u); once++) {
+            bool dn = v > 1.0;                  // the first result: inf (NaN, tiny, 0: up)
+            float scale = dn ? 7.8886090522101181e-31 : 1.2676506002282294e30; // 2^-100, 2^100
+            float sum = 0.0;
+            for (uint ka = 0u; ka < WA; ka++) {
+                int ia = iA0 + int(ka * LA);
+                bool oka = uint(ia) < sA;
+                for (uint kb = 0u; kb < WB; kb++) {
+                    int ib = iB0 + int(kb * LB);
+                    bool okr = oka && uint(ib) < sB;
+                    int e0 = gbase + ia * int(tA) + ib * int(tB);
+                    [[dont_unroll]] for (uint kl = 0u; kl < LP_WL; kl++) {
+                        uint t = j * LP_SL + kl * LP_LL;
+                        int ei = e0 + int(t);
+                        float x = texelFetch(Xt, clamp(ei >> 2, 0, last_texel))[ei & 3];
+                        x = row_ok(okr, t) ? x * scale : 0.0;
+                        sum += x * x;
+                    }
+                }
+            }
+            v = sqrt(sum) * (dn ? 1.2676506002282294e30 : 7.8886090522101181e-31);
+        }
+        y[o + j * ostep] = v;
+    }
+#else
     if (LP_P <= 2u) {
         if (LP_VSTORE) {
             if (count == LP_V) {
@@ -298,42 +349,6 @@ void main() {
                 if (j < count) y[o + j * ostep] = r[j];
         }
     }
-#ifdef PP
-    // P = 2, rare (a loop no lane enters unless some sum was inf or under 2^-100): those
-    // outputs one at a time, each input scaled by 2^-100 (the sum was inf) or 2^100 (under
-    // 2^-100, 0 included) before it is squared, the root scaled back, stored over the
-    // first result.  Down: the sum of n squares overflowed, so the largest |x| is >=
-    // 2^64 / sqrt(n): what the scaled squares lose to underflow (< 2^-149 each) is under
-    // n^2 2^-77 of their sum, and none overflows (<= 2^56).  Up: every |x| < 2^-50, so
-    // the scaled squares are < 2^100 and none underflows (>= 2^-98).  An inf input stays
-    // inf, and a true result over the float range is inf.  (A single scale, where
-    // lp_pooling.comp scales by the window's largest |x|: its first pass made this
-    // kernel 2.5 times slower on SwiftShader; code in loops no lane enters is not free
-    // there.)
-    for (; bad != 0u; bad &= bad - 1u) {
-        uint j = findLSB(bad);
-        bool dn = y[o + j * ostep] > 1.0;       // the first result: inf (NaN, tiny, 0: up)
-        float scale = dn ? 7.8886090522101181e-31 : 1.2676506002282294e30;   // 2^-100, 2^100
-        float sum = 0.0;
-        for (uint ka = 0u; ka < WA; ka++) {
-            int ia = iA0 + int(ka * LA);
-            bool oka = uint(ia) < sA;
-            for (uint kb = 0u; kb < WB; kb++) {
-                int ib = iB0 + int(kb * LB);
-                bool okr = oka && uint(ib) < sB;
-                int e0 = gbase + ia * int(tA) + ib * int(tB);
-                [[dont_unroll]] for (uint kl = 0u; kl < LP_WL; kl++) {
-                    uint t = j * LP_SL + kl * LP_LL;
-                    int ei = e0 + int(t);
-                    float v = texelFetch(Xt, clamp(ei >> 2, 0, last_texel))[ei & 3];
-                    v = row_ok(okr, t) ? v * scale : 0.0;
-                    sum += v * v;
-                }
-            }
-        }
-        y[o + j * ostep] = sqrt(sum) * (dn ? 1.2676506002282294e30 : 7.8886090522101181e-31);
-    }
-#else
     // The outputs in badmask, one at a time (rolled, rare for P <= 2): the largest |x| m,
     // then the sum of (|x| / m)^P (P = 2: scaled by powers of two, exact), m sum^(1/P),
     // stored over the first pass's result.
