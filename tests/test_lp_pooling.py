@@ -379,8 +379,8 @@ def test_block_p2_rare_pass(device):
 
     rng = np.random.default_rng(17)
     geo = ((2, 2), (2, 2), (0, 0), (0, 0), (1, 1))
-    x = rng.standard_normal((1, 2, 4, 20)).astype(np.float32)
-    row = x[0, 0, 0:2]                              # output row 0: windows j = 0..9
+    x = rng.standard_normal((1, 2, 4, 24)).astype(np.float32)
+    row = x[0, 0, 0:2]          # output row 0: windows j = 0..11 (8 stored as vec4s, then 4)
     pairs = {0: 1e38, 1: 1e-30, 2: 0.0, 3: 1e-20, 6: 1.0, 7: 3e38, 8: 1e30, 9: 1e-25}
     for j, v in pairs.items():
         row[:, 2 * j:2 * j + 2] = np.float32(v) * np.array([[1, -0.5], [0.25, 0.75]])
