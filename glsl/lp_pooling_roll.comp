@@ -9,9 +9,9 @@
 // One pass sums |x| (it carries NaN), x^2 and the largest |x| = m.  P = 1 is the sum of
 // |x|; P = 2 the sqrt of the sum of squares, exact wherever that sum neither overflows nor
 // underflows float32 (m in [2^-50, 2^63) and the sum finite); every other P, and a P = 2
-// output whose m lies outside that range or whose sum overflowed, is summed again scaled by m (as lp_pooling.comp) -- in a loop that
-// runs only while some lane needs it (a loop is the one construct SwiftShader skips when
-// no lane enters it).
+// output whose m lies outside that range or whose sum overflowed, is summed again scaled
+// by m (as lp_pooling.comp) -- in a loop that runs only while some lane needs it (a loop
+// is the one construct SwiftShader skips when no lane enters it).
 //
 // TILE ("tile"): the workgroup first copies the input its outputs read (with the halo)
 // into shared memory, each element once (rows along y, columns along x), then computes
