@@ -425,6 +425,35 @@ def test_block_p2_rare_pass(device):
                                                args[3], p), "float32", p)
 
 
+def test_block_random(device, budget):
+    """The "block" kernel forced by name on random shapes of its last-dimension geometries
+    (2-D and 3-D, padding, P = 1, 2, 3), inputs of random magnitude (2^-100 .. 2^120,
+    P = 2's rare pass included) with zero runs, against the float64 reference."""
+    from vkml.ops.lp_pooling import BLOCK_GEOMETRIES
+
+    rng = np.random.default_rng(23)
+    for case in range(budget):
+        dims = 2 + case % 2
+        w, s, _ = BLOCK_GEOMETRIES[case % len(BLOCK_GEOMETRIES)]
+        window = [int(rng.integers(1, 4)) for _ in range(dims - 1)] + [w]
+        strides = [int(rng.integers(1, 3)) for _ in range(dims - 1)] + [s]
+        start = [int(rng.integers(0, 2)) for _ in range(dims - 1)] + [int(rng.integers(0, 4))]
+        end = [int(rng.integers(0, 2)) for _ in range(dims)]
+        spatial = [int(rng.integers(3, 7)) for _ in range(dims - 1)]
+        spatial.append(4 * int(rng.integers(2, 9)))         # rows on 16 bytes
+        shape = (1, int(rng.integers(1, 3)), *spatial)
+        p = (1, 2, 2, 3)[case % 4]
+        x = rng.standard_normal(shape) * 2.0 ** rng.integers(-100, 121, shape)
+        x[rng.random(shape) < 0.3] = 0.0
+        x = x.astype(np.float32)
+        if p != 2:          # keep P = 1, 3 within the float range
+            x = np.clip(x, -1e30, 1e30)
+        dil = (1,) * dims
+        got = _lp_on_read(device, "block", x, window, strides, start, end, dil, p)
+        ref = lp_pooling_reference(x, window, strides, dil, start, end, p)
+        assert_close(got, ref, "float32", p)
+
+
 @pytest.mark.parametrize("read", ["texel4", "ssbo4", "roll", "tile", "block"])
 def test_p2_sum_of_squares_overflow(device, read):
     """P = 2 where every |x| is below the fast paths' bound on the largest |x| (2^63: "roll"
