@@ -234,7 +234,7 @@ void main() {
                ? 1u << j : 0u;
     }
     bad &= (1u << count) - 1u;
-    // (a loop no lane enters unless some sum was under 2^-100) a segment of zeros, every
+    // (a loop no lane enters unless some sum was tiny, 0, inf or NaN) a segment of zeros, every
     // window row's texels ORed: its zero windows stay exact zeros, not summed again (all
     // zeros, as the tuner's scratch tensors: 7.5 against 25.5 ms CPU time; 5.7 against
     // 5.3 ms on other inputs)
@@ -284,7 +284,7 @@ void main() {
     // Stores: the 8 outputs as two vec4s where they can be; every other output of the
     // invocation (a row's short last invocation, outputs not packed) and P = 2's outputs
     // summed again (over the vec4s) in one rolled loop with one scalar store: SwiftShader
-    // pays for each store in the code (per-lane branches) even where no lane runs it, 15%
+    // pays for each store in the code (per-lane branches) even where no lane runs it, 10%
     // of this kernel for the 8 stores of a row's tail.
     bool vec = LP_VSTORE && count == LP_V;
     if (vec) {
