@@ -8,10 +8,10 @@
 //
 // One pass sums |x| (it carries NaN), x^2 and the largest |x| = m.  P = 1 is the sum of
 // |x|; P = 2 the sqrt of the sum of squares, exact wherever that sum neither overflows nor
-// underflows float32 (m in [2^-50, 2^63)); every other P, and a P = 2 output whose m lies
-// outside that range, is summed again scaled by m (as lp_pooling.comp) -- in a loop that
-// runs only while some lane needs it (a loop is the one construct SwiftShader skips when
-// no lane enters it).
+// underflows float32 (m in [2^-50, 2^63) and the sum finite); every other P, and a P = 2
+// output whose m lies outside that range or whose sum overflowed, is summed again scaled
+// by m (as lp_pooling.comp) -- in a loop that runs only while some lane needs it (a loop
+// is the one construct SwiftShader skips when no lane enters it).
 //
 // TILE ("tile"): the workgroup first copies the input its outputs read (with the halo)
 // into shared memory, each element once (rows along y, columns along x), then computes
@@ -76,7 +76,6 @@ const int D = RANK - 2;
 // the spatial dimensions as A (3-D only; 1 wide in 2-D), B and L (the last)
 const uint WA = R5 ? W0 : 1u, SA = R5 ? S0 : 1u, LA = R5 ? L0 : 1u;
 const uint WB = R5 ? W1 : W0, SB = R5 ? S1 : S0, LB = R5 ? L1 : L0;
-// 2^-50 and 2^63 below
 // 2^-50 and 2^63 below
 const uint WL = R5 ? W2 : W1, SL = R5 ? S2 : S1, LL = R5 ? L2 : L1;
 
@@ -201,10 +200,12 @@ void main() {
         }
     }
     vec4 r = P == 1u ? s1 : sqrt(s2);
-    // lanes whose sum of squares is not exact enough, or P > 2: scaled again
+    // lanes whose sum of squares is not exact enough, or P > 2: scaled again (m < 2^63
+    // keeps each square finite, not their sum: 9 squares near 2^126 overflow)
     bvec4 bad = bvec4(uvec4(greaterThan(m, vec4(0.0))) &
                       (uvec4(lessThan(m, vec4(8.8817841970012523e-16))) |
-                       uvec4(greaterThanEqual(m, vec4(9.2233720368547758e18)))));
+                       uvec4(greaterThanEqual(m, vec4(9.2233720368547758e18))) |
+                       uvec4(isinf(s2))));
     bool again = P > 2u || (P == 2u && any(bad));
     for (uint pass = 0u; pass < (again ? 1u : 0u); pass++) {
         // 2^(127 - e) for m's biased exponent e, as two normal factors (P = 2)

@@ -367,6 +367,110 @@ def test_block_read(device):
         op.release()
 
 
+def test_block_p2_rare_pass(device):
+    """The "block" kernel's P = 1 and 2 variants (P compile-time, kernel names ending in p1,
+    p2): P = 2's rare pass (sums of squares inf or under 2^-100 summed again, inputs scaled
+    by 2^-100 or 2^100) next to ordinary outputs of the same invocation -- near float max
+    (finite and overflowing results), tiny (squares denormal or 0; denormal inputs a device
+    may flush), a zero window in a nonzero segment, a
+    segment of zeros, inf, NaN, a row's short last invocation -- and rows padded in
+    memory (aligned strides)."""
+    from vkml.ops.lp_pooling import CompiledLpPooling
+
+    rng = np.random.default_rng(17)
+    geo = ((2, 2), (2, 2), (0, 0), (0, 0), (1, 1))
+    x = rng.standard_normal((1, 2, 4, 24)).astype(np.float32)
+    row = x[0, 0, 0:2]          # output row 0: windows j = 0..11 (8 stored as vec4s, then 4)
+    pairs = {0: 1e38, 1: 1e-30, 2: 0.0, 3: 1e-20, 6: 1.0, 7: 3e38, 8: 1e30, 9: 1e-25}
+    for j, v in pairs.items():
+        row[:, 2 * j:2 * j + 2] = np.float32(v) * np.array([[1, -0.5], [0.25, 0.75]])
+    row[1, 9] = np.inf                              # window 4
+    row[0, 10] = np.nan                             # window 5
+    x[0, 0, 2:4] = 0.0                              # output row 1: zeros only
+    ref = lp_pooling_reference(x, *geo[:2], geo[4], *geo[2:4], 2)
+    got = _lp_on_read(device, "block", x, *geo, 2)
+    assert np.isinf(got[0, 0, 0, [4, 7]]).all() and np.isnan(got[0, 0, 0, 5])
+    keep = np.ones(ref.shape, bool)
+    keep[0, 0, 0, [4, 5, 7]] = False
+    assert not got[0, 0, 1].any() and got[0, 0, 0, 2] == 0
+    np.testing.assert_allclose(got[keep], ref[keep], rtol=4e-6, atol=0)
+    for p in (1, 2):       # P = 1 and 2 take their own variants
+        small = x.copy()
+        small[~np.isfinite(small)] = 1.0
+        small[np.abs(small) > 1e20] = 2.0
+        desc = dml.LpPooling1OperatorDesc(
+            dml.TensorDesc(np.float32, x.shape), dml.TensorDesc(np.float32, ref.shape),
+            geo[1], geo[0], geo[2], geo[3], geo[4], p)
+        op = CompiledLpPooling(device, desc, read="block")
+        assert op.kernel.endswith(f"p{p}"), op.kernel
+        op.release()
+        assert_close(_lp_on_read(device, "block", small, *geo, p),
+                     lp_pooling_reference(small, *geo[:2], geo[4], *geo[2:4], p), "float32", p)
+    # 3-D, window 3 stride 2 with padding (row shifts 1), tiny values and zero segments
+    x = (rng.standard_normal((1, 2, 3, 4, 20)) * 1e-30).astype(np.float32)
+    x[0, 1, :, :2] = 0.0
+    args = ((2, 2, 3), (1, 2, 2), (0, 1, 1), (1, 0, 0), (1, 1, 1))
+    assert_close(_lp_on_read(device, "block", x, *args, 2),
+                 lp_pooling_reference(x, args[0], args[1], args[4], args[2], args[3], 2),
+                 "float32", 2)
+    # rows of 36 padded to 40 in memory, images 4 elements apart
+    x = rng.standard_normal((2, 3, 9, 36)).astype(np.float32)
+    in_strides = (3 * (9 * 40 + 4), 9 * 40 + 4, 40, 1)
+    phys = np.zeros(2 * in_strides[0], np.float32)
+    np.lib.stride_tricks.as_strided(phys, x.shape, [s * 4 for s in in_strides])[...] = x
+    args = ((3, 3), (2, 2), (1, 1), (1, 1), (1, 1))
+    for p in (1, 2):
+        got = _lp_on_read(device, "block", x, *args, p, in_strides, phys)
+        assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
+                                               args[3], p), "float32", p)
+
+
+def test_block_random(device, budget):
+    """The "block" kernel forced by name on random shapes of its last-dimension geometries
+    (2-D and 3-D, padding, P = 1, 2, 3), inputs of random magnitude (2^-100 .. 2^120,
+    P = 2's rare pass included) with zero runs, against the float64 reference."""
+    from vkml.ops.lp_pooling import BLOCK_GEOMETRIES
+
+    rng = np.random.default_rng(23)
+    for case in range(budget):
+        dims = 2 + case % 2
+        w, s, _ = BLOCK_GEOMETRIES[case % len(BLOCK_GEOMETRIES)]
+        window = [int(rng.integers(1, 4)) for _ in range(dims - 1)] + [w]
+        strides = [int(rng.integers(1, 3)) for _ in range(dims - 1)] + [s]
+        start = [int(rng.integers(0, 2)) for _ in range(dims - 1)] + [int(rng.integers(0, 4))]
+        end = [int(rng.integers(0, 2)) for _ in range(dims)]
+        spatial = [int(rng.integers(3, 7)) for _ in range(dims - 1)]
+        spatial.append(4 * int(rng.integers(2, 9)))         # rows on 16 bytes
+        shape = (1, int(rng.integers(1, 3)), *spatial)
+        p = (1, 2, 2, 3)[case % 4]
+        x = rng.standard_normal(shape) * 2.0 ** rng.integers(-100, 121, shape)
+        x[rng.random(shape) < 0.3] = 0.0
+        x = x.astype(np.float32)
+        if p != 2:          # keep P = 1, 3 within the float range
+            x = np.clip(x, -1e30, 1e30)
+        dil = (1,) * dims
+        got = _lp_on_read(device, "block", x, window, strides, start, end, dil, p)
+        ref = lp_pooling_reference(x, window, strides, dil, start, end, p)
+        assert_close(got, ref, "float32", p)
+
+
+@pytest.mark.parametrize("read", ["texel4", "ssbo4", "roll", "tile", "block"])
+def test_p2_sum_of_squares_overflow(device, read):
+    """P = 2 where every |x| is below the fast paths' bound on the largest |x| (2^63: "roll"
+    and "tile" sum squares unscaled below it) but the window's sum of squares overflows
+    float32 (9 squares near 2^126): the result is finite, sqrt(9) 2^62.9; and near float
+    max, where it is not (inf)."""
+    x = np.full((1, 2, 4, 8), 2.0 ** 62.9, np.float32)
+    x[0, 1] = np.random.default_rng(5).standard_normal((4, 8))
+    args = ((3, 3), (1, 1), (1, 1), (1, 1), (1, 1))
+    got = _lp_on_read(device, read, x, *args, 2)
+    assert np.isfinite(got).all(), got[0, 0]
+    assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2], args[3], 2),
+                 "float32", 2)
+    x[0, 0] = 3e38
+    assert np.isinf(_lp_on_read(device, read, x, *args, 2)[0, 0]).all()
+
+
 def test_read_path_tuned(device):
     """``VKML_TUNE=off`` keeps the texel rule ("auto") as the read path."""
     from vkml import tuning

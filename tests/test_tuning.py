@@ -456,14 +456,14 @@ def test_cli_refreshes_the_padding_calibration(device, tmp_path):
 
 
 def test_tuned_reads_are_rechecked(device, tmp_path, monkeypatch):
-    """Fold's, Unfold's and the activations' read choices, where the tuner made them, are
-    re-checked by sampled executions (ops/base.py ``observed``): the key of the choice,
-    its candidate, and the stored time as the expectation for the shape that was timed
-    (another shape of the class: scaled by elements read and written)."""
-    import numpy as np
+    """Fold's, Unfold's, LP pooling's and the activations' read choices, where the tuner
+    made them, are re-checked by sampled executions (ops/base.py ``observed``): the key
+    of the choice, its candidate, and the stored time as the expectation for the shape
+    that was timed (another shape of the class: scaled by elements read and written)."""
     from vkml import dml
     from vkml.ops.activation import CompiledActivation
     from vkml.ops.fold import CompiledFold
+    from vkml.ops.lp_pooling import CompiledLpPooling
     from vkml.ops.unfold import CompiledUnfold
     t = Tuner("fast", folder=tmp_path, rounds=1)
     monkeypatch.setattr(tuning, "default_tuner", lambda: t)
@@ -476,8 +476,11 @@ def test_tuned_reads_are_rechecked(device, tmp_path, monkeypatch):
              (CompiledUnfold, dml.UnfoldOperatorDesc(T("float32", (1, 8, 6, 6)),
                                                      T("float32", (1, 8 * 9, 36)), (3, 3),
                                                      start_padding=(1, 1),
-                                                     end_padding=(1, 1)))]
-    seen = 0
+                                                     end_padding=(1, 1))),
+             (CompiledLpPooling, dml.LpPooling1OperatorDesc(
+                 T("float32", (1, 8, 12, 12)), T("float32", (1, 8, 6, 6)), (2, 2), (3, 3),
+                 (1, 1), (0, 0), (1, 1), 2))]
+    seen = []
     for cls, desc in descs:
         op = cls(device, desc)
         if op.observed is not None:       # (a read the device has one choice for: none)
@@ -485,7 +488,7 @@ def test_tuned_reads_are_rechecked(device, tmp_path, monkeypatch):
             entry = t.lookup(key)
             assert name == entry["choice"] and factor is None
             assert expected == pytest.approx(entry["seconds"])
-            seen += 1
+            seen.append(cls)
         op.release()
-    assert seen >= 1
+    assert CompiledLpPooling in seen and len(seen) >= 2
     assert tuning.io_elements({"in": [[2, 3], [3, 1]], "out": [[4], [1]]}) == 10.0

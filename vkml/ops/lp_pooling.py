@@ -26,7 +26,7 @@ from .. import tuning
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
-from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate, whole_vec4s
+from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate, whole_vec4s, x_invocations
 from .functional import as_array, pick_device, run
 
 __all__ = ["lp_pooling"]
@@ -46,12 +46,18 @@ VARIANTS["lp_pooling_f32_tile"] = VARIANTS["lp_pooling_f32_roll"] + ("TILE_SIZE"
 #: glsl/lp_pooling_block.comp ("block": 8 outputs an invocation from row segments read once
 #: as RGBA32F texels): its last-dimension geometries (window, stride, dilation), a
 #: variant each (compiled with them constant: SwiftShader unrolls nothing itself), and the
-#: constants the host freezes (FROZEN_CONSTANTS).
+#: constants the host freezes (FROZEN_CONSTANTS); P = 1 and 2 have variants of their own
+#: with P compile-time (suffix p1, p2: SwiftShader 11.9 -> 8.1 ms CPU time on the bench's
+#: workload against frozen P), other P the frozen one.
 BLOCK_GEOMETRIES = ((2, 2, 1), (3, 1, 1), (3, 2, 1))
+BLOCK_P = (1, 2)
 BLOCK_CONSTANTS = ("LP_P", "LP_VSTORE")
 for (_w, _s, _d), _h in ((g, h) for g in BLOCK_GEOMETRIES for h in range(4)):
     VARIANTS[f"lp_pooling_f32_block_w{_w}s{_s}d{_d}h{_h}"] = (
         BOX_CONSTANTS + geometry_names(KERNEL_SPATIAL) + BLOCK_CONSTANTS)
+    for _p in BLOCK_P:
+        VARIANTS[f"lp_pooling_f32_block_w{_w}s{_s}d{_d}h{_h}p{_p}"] = (
+            BOX_CONSTANTS + geometry_names(KERNEL_SPATIAL) + BLOCK_CONSTANTS[1:])
 
 
 @implements(LpPooling1OperatorDesc, LpPoolingOperatorDesc)
@@ -97,9 +103,12 @@ class CompiledLpPooling(BoxKernel):
             return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
         if self.force_read is None and f32:
-            choice = tuning.choose(self.device, READ_PATH, read_shape(self.desc))
-            if choice.name != "auto" and ok[choice.name]:
-                return choice.name
+            shape = read_shape(self.desc)
+            choice = tuning.choose(self.device, READ_PATH, shape)
+            if choice.name == "auto" or ok[choice.name]:
+                self.observe_choice(choice, shape)
+                if choice.name != "auto":
+                    return choice.name
         return rule
 
     def _row_inputs(self, v: int) -> int:
@@ -156,13 +165,23 @@ class CompiledLpPooling(BoxKernel):
         self.windows, shift = self.block_plan()
         self.kernel += "_block_w{}s{}d{}h{}".format(self.win[-1], self.strides[-1],
                                                       self.dil[-1], shift)
+        if self.p in BLOCK_P:
+            self.kernel += f"p{self.p}"      # P compile-time
         self.vec, self.x_last_only = 8, True
         self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
         self.in_bind = -(-self.in_bytes // 16) * 16
 
     def block_constants(self, vec_store: bool) -> dict:
-        """The "block" kernel's frozen constants."""
-        return {"LP_P": self.p, "LP_VSTORE": int(vec_store)}
+        """The "block" kernel's frozen constants (its p1/p2 variants have P built in)."""
+        return ({} if self.p in BLOCK_P else {"LP_P": self.p}) | {"LP_VSTORE": int(vec_store)}
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """"block": no wider along x than a row's invocations (x_count is 7 for the bench's
+        56-wide rows: a 7 x 8 workgroup, where 8 x 8 left every eighth lane idle; 5.8 ->
+        5.1 ms CPU time on SwiftShader)."""
+        if self.read == "block":
+            return min(lx, x_invocations(self.box, 1, v)), ly
+        return super().fit_local(lx, ly, v)
 
     def vector_width(self, origin, extent, out_base) -> int:
         """"block": always 8 outputs an invocation (a short row's tail is masked)."""
@@ -266,7 +285,7 @@ READ_PATH = tuning.register_path(
     "lp_pooling_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"}),
                         ("roll", {"read": "roll"}), ("tile", {"read": "tile"}),
                         ("block", {"read": "block"})], "auto",
-    _read_class, _read_run,
+    _read_class, _read_run, work_fn=tuning.io_elements,
     examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
                "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "strides": [2, 2],
                "window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1],
