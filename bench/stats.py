@@ -82,12 +82,14 @@ def sample(fn, budget: Budget) -> list[float]:
     return out
 
 
-def sample_interleaved(fns, budget: Budget) -> list[list[float]]:
+def sample_interleaved(fns, budget: Budget, per_turn: int = 3) -> list[list[float]]:
     """Wall-clock seconds of each of ``fns``, timed in turns: the warm-up runs of each,
-    then rounds of one run of each (the order rotated every round), as many rounds as
-    :meth:`Budget.count` gives for one round's time.  A drift in the machine's speed
-    (another process, the clock) then lands on every function alike, so the ratios
-    between them hold where back-to-back samples would not."""
+    then rounds in which each function takes a turn (the order rotated every round) of
+    one untimed run and ``per_turn`` timed ones, as many rounds as :meth:`Budget.count`
+    gives for one round's time.  Each sample is a hot run (its function ran just
+    before, as when it is called repeatedly), and a drift in the machine's speed
+    (another process, the clock) lands on every function alike, so the ratios between
+    them hold where back-to-back blocks of samples would not."""
     if not fns:
         return []
     round_s = 0.0
@@ -96,12 +98,14 @@ def sample_interleaved(fns, budget: Budget) -> list[list[float]]:
             t = time.perf_counter()
             fn()
             first = time.perf_counter() - t
-        round_s += first
+        round_s += first * (per_turn + 1)
     out: list[list[float]] = [[] for _ in fns]
     for r in range(budget.count(round_s)):
         k = r % len(fns)
         for i in [*range(k, len(fns)), *range(k)]:
-            t = time.perf_counter()
             fns[i]()
-            out[i].append(time.perf_counter() - t)
+            for _ in range(per_turn):
+                t = time.perf_counter()
+                fns[i]()
+                out[i].append(time.perf_counter() - t)
     return out
