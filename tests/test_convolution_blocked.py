@@ -136,3 +136,26 @@ def test_winograd_with_blocked_gemms(device, budget):
         ref = desc_reference(desc, x, w, b)
         np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref,
                                    **path_tolerance("winograd", w), err_msg=str(desc))
+
+
+def test_transposed_large_strides_plan_only_phases_with_outputs(device):
+    """A transposed convolution with strides of 70000 x 90000 (three outputs a row and
+    four a column, the end padding cutting the rest) plans only the stride phases that
+    hold outputs: it compiles at once (a loop over all 6.3e9 phases never ended) and
+    gives the reference's result."""
+    from helpers import compile_on_path, run_desc
+    from references import convolution_reference
+    s, t = 70000, 90000
+    T = lambda shape: dml.TensorDesc("float32", shape)   # noqa: E731
+    desc = dml.ConvolutionOperatorDesc(
+        T((1, 2, 2, 2)), T((2, 4, 2, 2)), T((1, 4, 1, 1)), T((1, 4, 3, 4)),
+        direction=dml.ConvolutionDirection.BACKWARD, strides=(s, t),
+        end_padding=(s - 1, t - 2))
+    assert conv_ops.Geometry.of(desc).plain
+    rng = np.random.default_rng(1)
+    x, w, b = (rng.integers(-3, 4, d.sizes).astype(np.float32) for d in desc.inputs())
+    op = compile_on_path(device, desc, "blocked")
+    got = run_desc(device, desc, x, w, b, compiled=op).reshape(1, 4, 3, 4)
+    want = convolution_reference(x, w, b.reshape(-1), [s, t], [1, 1], [0, 0], [s - 1, t - 2],
+                                 [0, 0], 1, "cross_correlation", "backward")
+    np.testing.assert_array_equal(got, want)

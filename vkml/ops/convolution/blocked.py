@@ -68,14 +68,18 @@ def _params(g, mblocks: int, act_params, osz, ksz, stride, dil, pad, y0, w_tap0,
 def _dispatches(g):
     """``[(osz, ksz, stride, dil, pad, y0, w_tap0, w_steps, ys)]``: the kernel's
     per-dispatch geometry: the forward convolution as given, or each stride phase of a
-    transposed one that has outputs (see :func:`_phase_axis`)."""
+    transposed one that has outputs (see :func:`_phase_axis`), in ascending order."""
     wsp, ysp = g.w_strides[2:], g.y_strides[2:]
     if not g.backward:
         tap0 = sum((k - 1) * s for k, s in zip(g.kernel, wsp)) if g.flip else 0
         steps = [-s if g.flip else s for s in wsp]
         return [(g.out_size, g.kernel, g.stride, g.dilation, g.start, 0, tap0, steps, ysp)]
     out = []
-    for rs in itertools.product(*(range(s) for s in g.stride)):
+    # the phases that hold outputs: each axis's residues (o + a) % s of its outputs
+    # (never a loop over a stride: strides reach 2^32 - 1)
+    phases = [range(s) if o >= s else sorted({(j + a) % s for j in range(o)})
+              for o, s, a in zip(g.out_size, g.stride, g.start)]
+    for rs in itertools.product(*phases):
         ax = [_phase_axis(o, k, s, d, a, r) for o, k, s, d, a, r in
               zip(g.out_size, g.kernel, g.stride, g.dilation, g.start, rs)]
         if any(a[1] == 0 for a in ax):
