@@ -82,10 +82,7 @@ class CompiledActivation(BoxKernel):
             return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "ssbo4" if ok["ssbo4"] else "ssbo"
         if self.force_read is None and ok["ssbo4"] and rule != "ssbo4":
-            shape = {"elements": self.box[0]}
-            choice = tuning.choose(self.device, READ_PATH, shape)
-            self.observe_choice(choice, shape)
-            return "ssbo4" if choice.name == "ssbo4" else rule
+            return self.tuned_read(READ_PATH, {"elements": self.box[0]}, ok) or rule
         return rule
 
     #: Elements a flat activation's invocation takes (a Relu over 1x64x56x56, device time

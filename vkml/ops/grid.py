@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from .. import tuning
 from ..errors import UnsupportedError
 from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
                        FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind)
@@ -222,6 +223,16 @@ class BoxKernel(CompiledOperator):
 
     def out_span(self, origin, extent) -> tuple[int, int]:
         return strided_span(origin, extent, self.box_out_strides)
+
+    def tuned_read(self, read_path, shape, ok: dict) -> str | None:
+        """The tuner's read (tunable path ``read_path``) for ``shape`` where this operator
+        takes it (``ok[name]``), None for "auto" (the operator's own rule) or one it
+        does not take; a choice it runs is re-checked by its sampled executions."""
+        choice = tuning.choose(self.device, read_path, shape)
+        if choice.name != "auto" and not ok[choice.name]:
+            return None
+        self.observe_choice(choice, shape)
+        return None if choice.name == "auto" else choice.name
 
     def apply_read(self, read: str, floats: bool = True) -> None:
         """Set up input read path ``read`` (the kernels' shared names): "ssbo" (storage

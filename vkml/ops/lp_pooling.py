@@ -103,12 +103,7 @@ class CompiledLpPooling(BoxKernel):
             return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
         if self.force_read is None and f32:
-            shape = read_shape(self.desc)
-            choice = tuning.choose(self.device, READ_PATH, shape)
-            if choice.name == "auto" or ok[choice.name]:
-                self.observe_choice(choice, shape)
-                if choice.name != "auto":
-                    return choice.name
+            return self.tuned_read(READ_PATH, read_shape(self.desc), ok) or rule
         return rule
 
     def _row_inputs(self, v: int) -> int:

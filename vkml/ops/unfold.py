@@ -106,12 +106,7 @@ class CompiledUnfold(BoxKernel):
         else:
             self.read = rule
             if self.force_read is None and tile:
-                shape = read_shape(d)
-                choice = tuning.choose(self.device, READ_PATH, shape)
-                if choice.name == "auto" or ok[choice.name]:
-                    self.observe_choice(choice, shape)
-                    if choice.name != "auto":
-                        self.read = choice.name
+                self.read = self.tuned_read(READ_PATH, read_shape(d), ok) or rule
         self.in_kind, self.in_fmt = STORAGE, 0
         if self.read == "tile":
             self.kernel += "_tile"
