@@ -7,7 +7,6 @@ fused activation, float32 and float16; and the geometries it declines."""
 from __future__ import annotations
 
 import importlib
-import math
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from vkml import dml
 from vkml.errors import UnsupportedError
 
 from helpers import compile_on_path, run_desc
-from references import convolution_reference
+from test_convolution import desc_reference, tolerance
 
 conv_ops = importlib.import_module("vkml.ops.convolution")
 conv_choice = importlib.import_module("vkml.ops.convolution.choice")
@@ -61,17 +60,11 @@ def test_rows_matches_the_reference(device, case, candidate):
         most, band = conv_ops.CANDIDATES[candidate][1]["dw_rows"]
         assert op.path.nb <= most and op.path.R <= band
         got = run_desc(device, desc, x, w, b, compiled=op)
-        ref = convolution_reference(x, w, b, list(desc.strides), list(desc.dilations),
-                                    list(desc.start_padding), list(desc.end_padding),
-                                    list(desc.output_padding), desc.group_count,
-                                    desc.conv_mode.name.lower(), "forward")
+        ref = desc_reference(desc, x, w, b)
         if kw.get("fused_activation"):
             ref = np.where(ref >= 0, ref, 0.01 * ref)
-        terms = math.prod(ws[1:])
-        tol = (dict(rtol=2e-3, atol=2e-3 * math.sqrt(terms)) if dtype == "float16"
-               else dict(rtol=1e-5, atol=2e-5 * math.sqrt(terms)))
         np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64),
-                                   ref, err_msg=f"{candidate} {dtype}", **tol)
+                                   ref, err_msg=f"{candidate} {dtype}", **tolerance(w, dtype))
 
 
 @pytest.mark.parametrize("kw", [dict(strides=(2, 1)), dict(dilations=(2, 1))])

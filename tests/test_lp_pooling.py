@@ -193,6 +193,31 @@ def test_read_paths(device, read, vec, monkeypatch):
                          lp_pooling_reference(x, window, strides, dil, start, end, p), "float32", p)
 
 
+def _check_cases(device, read, rng, cases, ps):
+    """Each of ``cases`` (shape, window, strides, start, end, dilations) for each P of
+    ``ps`` on read path ``read``, against the reference (random normal inputs)."""
+    for p in ps:
+        for shape, window, strides, start, end, dil in cases:
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = _lp_on_read(device, read, x, window, strides, start, end, dil, p)
+            assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
+                         "float32", p)
+
+
+def _check_lowered(device, read, rng, limits, shapes):
+    """P = 2, 3-wide windows of stride 2 and padding 1 on read path ``read`` of a device
+    opened with each of ``limits`` lowered (windows, tiles), for each input shape."""
+    for lim in limits:
+        with vkml.Device(device.index, limits=lim) as small:
+            for shape in shapes:
+                x = rng.standard_normal(shape).astype(np.float32)
+                d = len(shape) - 2
+                args = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
+                got = _lp_on_read(small, read, x, *args, 2)
+                assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
+                                                       args[3], 2), "float32", 2)
+
+
 def _check_non_packed(device, read, rng, case):
     """``case`` (shape (2, 3, 9, 37)) with rows of 37 padded to 41 and images 3 elements
     apart, P = 2, on read path ``read``."""
@@ -238,22 +263,11 @@ def test_ssbo4_read(device, vec, monkeypatch):
     cases = (((2, 3, 9, 37), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
              ((1, 2, 5, 13), (2, 4), (1, 1), (0, 2), (1, 3), (2, 1)),
              ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 2)))
-    for p in (1, 2, 3):
-        for shape, window, strides, start, end, dil in cases:
-            x = rng.standard_normal(shape).astype(np.float32)
-            got = _lp_on_read(device, "ssbo4", x, window, strides, start, end, dil, p)
-            assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
-                         "float32", p)
+    _check_cases(device, "ssbo4", rng, cases, (1, 2, 3))
     # non-packed: rows of 37 padded to 41, images 3 elements apart
     _check_non_packed(device, "ssbo4", rng, cases[0])
-    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
-        for shape in ((2, 3, 20, 30), (1, 2, 6, 12, 21)):
-            x = rng.standard_normal(shape).astype(np.float32)
-            d = len(shape) - 2
-            args = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
-            got = _lp_on_read(small, "ssbo4", x, *args, 2)
-            assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
-                                                   args[3], 2), "float32", 2)
+    _check_lowered(device, "ssbo4", rng, [{"maxStorageBufferRange": 4096}],
+                   ((2, 3, 20, 30), (1, 2, 6, 12, 21)))
 
 
 @pytest.mark.parametrize("read", ["roll", "tile"])
@@ -270,12 +284,7 @@ def test_roll_and_tile_reads(device, read):
              ((1, 2, 5, 13), (2, 4), (1, 1), (0, 2), (1, 3), (2, 1)),
              ((1, 2, 4, 3), (2, 2), (1, 2), (1, 0), (0, 1), (1, 1)),
              ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 2)))
-    for p in (1, 2, 3, 5):
-        for shape, window, strides, start, end, dil in cases:
-            x = rng.standard_normal(shape).astype(np.float32)
-            got = _lp_on_read(device, read, x, window, strides, start, end, dil, p)
-            assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
-                         "float32", p)
+    _check_cases(device, read, rng, cases, (1, 2, 3, 5))
     _check_non_packed(device, read, rng, cases[0])
     geo = ((2, 2), (1, 1), (0, 0), (0, 0), (1, 1))
     for p in (2, 3):
@@ -299,15 +308,7 @@ def test_roll_and_tile_reads(device, read):
     limits = [{"maxStorageBufferRange": 4096}]
     if read == "tile":
         limits.append({"maxComputeSharedMemorySize": 1024})
-    for lim in limits:
-        with vkml.Device(device.index, limits=lim) as small:
-            for shape in ((2, 3, 20, 30), (1, 2, 6, 12, 21)):
-                x = rng.standard_normal(shape).astype(np.float32)
-                d = len(shape) - 2
-                args = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
-                got = _lp_on_read(small, read, x, *args, 2)
-                assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
-                                                       args[3], 2), "float32", 2)
+    _check_lowered(device, read, rng, limits, ((2, 3, 20, 30), (1, 2, 6, 12, 21)))
 
 
 def test_block_read(device):
@@ -323,12 +324,7 @@ def test_block_read(device):
              ((1, 2, 4, 20), (2, 2), (1, 2), (1, 0), (0, 3), (1, 1)),
              ((1, 2, 6, 8), (3, 3), (1, 2), (2, 3), (2, 3), (1, 1)),
              ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 1)))
-    for p in (1, 2, 3, 5):
-        for shape, window, strides, start, end, dil in cases:
-            x = rng.standard_normal(shape).astype(np.float32)
-            got = _lp_on_read(device, "block", x, window, strides, start, end, dil, p)
-            assert_close(got, lp_pooling_reference(x, window, strides, dil, start, end, p),
-                         "float32", p)
+    _check_cases(device, "block", rng, cases, (1, 2, 3, 5))
     geo = ((2, 2), (2, 2), (0, 0), (0, 0), (1, 1))
     for p in (2, 3):
         for scale in (3e30, 2e-30):
@@ -348,15 +344,9 @@ def test_block_read(device):
         got = _lp_on_read(device, "block", x, *geo, p)
         assert np.isinf(got[0, 0, 0, 0]) and np.isnan(got[0, 0, 0, 1]), (p, got)
         np.testing.assert_allclose(got[0, 0, 0, 2:], 2.0 ** (2 / p), rtol=4e-6)
-    for lim in ({"maxTexelBufferElements": 256}, {"maxStorageBufferRange": 4096}):
-        with vkml.Device(device.index, limits=lim) as small:
-            for shape in ((1, 3, 24, 16), (1, 2, 6, 12, 20)):
-                x = rng.standard_normal(shape).astype(np.float32)
-                d = len(shape) - 2
-                args = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
-                got = _lp_on_read(small, "block", x, *args, 2)
-                assert_close(got, lp_pooling_reference(x, args[0], args[1], args[4], args[2],
-                                                       args[3], 2), "float32", 2)
+    _check_lowered(device, "block", rng,
+                   ({"maxTexelBufferElements": 256}, {"maxStorageBufferRange": 4096}),
+                   ((1, 3, 24, 16), (1, 2, 6, 12, 20)))
     from vkml.ops.lp_pooling import CompiledLpPooling
     for shape, window in (((1, 1, 8, 13), (3, 3)), ((1, 1, 8, 16), (5, 5))):
         desc = dml.LpPooling1OperatorDesc(

@@ -666,10 +666,11 @@ class Tuner:
                 self.fitted[c.key] = memo
         return Model(p.name, memo[1], c.key, c.source, dict(times))
 
-    def expected(self, choice: Choice, shape) -> float | None:
+    def expected(self, choice: Choice, shape, path=None) -> float | None:
         """The time ``choice`` (measured or stored) predicts for ``shape`` of its class:
         the stored time where ``shape`` is the one timed, else that time scaled by the
-        path's work (``work_fn``) of the two shapes; None where it cannot tell."""
+        path's work (``work_fn``) of the two shapes; None where it cannot tell.
+        ``path``: the :class:`TunablePath` (default: the one registered by its name)."""
         if choice.source not in ("measured", "stored") or not choice.seconds:
             return None
         e = self.lookup(choice.key)
@@ -678,7 +679,7 @@ class Tuner:
             return None
         if timed == shape:
             return choice.seconds
-        p = _resolve(choice.path)
+        p = path if path is not None else _resolve(choice.path)
         if p.work is None:
             return None
         try:

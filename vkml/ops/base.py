@@ -33,6 +33,18 @@ OBSERVE_EVERY = 64
 _CALLS = itertools.count()
 
 
+def release_all(made) -> None:
+    """Release (operators) or free (tensors) each of ``made``: what a tuner's run
+    function allocated."""
+    for m in made:
+        m.release() if hasattr(m, "release") else m.free()
+
+
+def empty_for(device, desc) -> Tensor:
+    """A device tensor holding ``desc``'s TotalTensorSizeInBytes (its data type)."""
+    return device.empty(desc.total_tensor_size_in_bytes // desc.data_type.size, desc.dtype)
+
+
 def implements(*desc_types):
     """Class decorator: register a CompiledOperator for these descriptor types."""
     def deco(cls):
@@ -173,12 +185,13 @@ class CompiledOperator:
                                           f"{d.total_tensor_size_in_bytes}")
         return inputs, outputs
 
-    def observe_choice(self, choice, shape) -> None:
-        """This operator runs ``choice`` (``Tuner.choose``'s answer for ``shape``): where
-        it was measured or stored, its sampled executions re-check it (module doc)."""
+    def observe_choice(self, choice, shape, path=None) -> None:
+        """This operator runs ``choice`` (``Tuner.choose``'s answer for ``shape`` on
+        tunable path ``path``, default the one registered by the choice's name): where it
+        was measured or stored, its sampled executions re-check it (module doc)."""
         if choice.source in ("measured", "stored"):
             self.observed = (choice.key, choice.name,
-                             tuning.default_tuner().expected(choice, shape), None)
+                             tuning.default_tuner().expected(choice, shape, path), None)
 
     def _execute_observed(self, inputs, outputs) -> None:
         """One execution in a timed sequence of its own, its time told to the tuner."""

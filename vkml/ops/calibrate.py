@@ -39,6 +39,7 @@ from ..dml.padding import PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..tuning import (MODEL_CLASS, Candidate, Declined, measured_model, register_model,
                       register_path, tunable_path)
+from .base import release_all
 
 PATHS = ("kernel", "rows", "copy")
 #: (rows, elements per row) of the two float32 paddings each path is timed on...
@@ -154,15 +155,10 @@ def _run(op_class):
             made.append(dst)
             op.record(seq, [src], [dst])
         except BaseException:
-            _free(made)
+            release_all(made)
             raise
-        return lambda: _free(made)
+        return lambda: release_all(made)
     return run
-
-
-def _free(made) -> None:
-    for m in made:
-        m.release() if hasattr(m, "release") else m.free()
 
 
 def padding_model(op_class, *, name: str = "padding", shapes=SHAPES, tiny=TINY,
@@ -213,9 +209,9 @@ def _run_large(op_class):
             made.append(device.tensor(np.zeros(sout, dtype)))
             op.record(seq, [made[1]], [made[2]])
         except BaseException:
-            _free(made)
+            release_all(made)
             raise
-        return lambda: _free(made)
+        return lambda: release_all(made)
     return run
 
 
@@ -234,4 +230,5 @@ def large_path(op_class, *, name: str = "padding-large", register: bool = True):
         return list(shape["paths"]) + ([c.name for c in blocks] if "rows" in shape["paths"]
                                        else [])
     return make(name, [Candidate(p, {"path": p}) for p in PATHS] + blocks, "rows",
-                large_class, _run_large(op_class), features_fn=features, fast_fn=fast)
+                large_class, _run_large(op_class), features_fn=features, fast_fn=fast,
+                work_fn=lambda shape: float(shape["bytes"]))

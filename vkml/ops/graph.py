@@ -79,7 +79,7 @@ from ..dml.tensor_desc import TensorDesc, TensorFlags
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import UNIFORM_TEXEL
 from ..tensor import Tensor
-from .base import REGISTRY, CompiledOperator, compile_operator
+from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, release_all
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
@@ -411,12 +411,12 @@ class CompiledGraph(CompiledOperator):
                 elif src[0] == "input":
                     ins.append(consts[src[1]] if src[1] in consts else inputs[src[1]])
                 else:
-                    ins.append(self.tensor_of(src[1], src[2], outputs))
-            outs = [self.tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
+                    ins.append(self._tensor_of(src[1], src[2], outputs))
+            outs = [self._tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
             n.compiled.record(seq, ins, outs)
         seq.keep(self)
 
-    def tensor_of(self, i, k, outputs):
+    def _tensor_of(self, i, k, outputs):
         g = self._graph_out.get((i, k))
         return outputs[g] if g is not None else self._views[(i, k)]
 
@@ -472,9 +472,7 @@ def _run_pooled(device, seq, cand, shape):
             y = choice.record_as_run(device, seq, op, made)
             lp = compile_operator(device.create_operator(pool))
             made.append(lp)
-            out = pool.output_tensor
-            made.append(device.empty(out.total_tensor_size_in_bytes // out.data_type.size,
-                                     out.dtype))
+            made.append(empty_for(device, pool.output_tensor))
             lp.record(seq, [y], [made[-1]])
         else:
             op = CompiledConvolution(device, conv, path=cand.name, pool=pool)
@@ -483,9 +481,9 @@ def _run_pooled(device, seq, cand, shape):
                 raise tuning.Declined(f"{cand.name} does not take the pooling")
             choice.record_as_run(device, seq, op, made)
     except BaseException:
-        choice.release_all(made)
+        release_all(made)
         raise
-    return lambda: choice.release_all(made)
+    return lambda: release_all(made)
 
 
 def _pooled_fast(shape, device) -> tuple:

@@ -196,14 +196,11 @@ class CompiledPadding(CompiledOperator):
                  "mode": self.mode.name.lower(), "dtype": np.dtype(src.dtype).name,
                  "esize": self.esize, "bytes": self.in_bytes + self.out_bytes,
                  "run": self.in_size[-1] * self.esize, "paths": near}
-        tuner = tuning.default_tuner()
-        choice = tuner.choose(self.device, LARGE, shape)
+        choice = tuning.choose(self.device, LARGE, shape)
         chosen = choice.params.get("path")
         if choice.source not in ("measured", "stored") or chosen not in near:
             return path
-        entry = tuner.lookup(choice.key)
-        timed = (entry or {}).get("shape", {}).get("bytes") or shape["bytes"]
-        self.observed = (choice.key, choice.name, choice.seconds * shape["bytes"] / timed, None)
+        self.observe_choice(choice, shape, LARGE)
         if "block" in choice.params:
             self.rows_block = tuple(choice.params["block"])
         return chosen

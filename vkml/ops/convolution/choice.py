@@ -10,7 +10,7 @@ from ...dml.convolution import ConvolutionDirection, ConvolutionMode, Convolutio
 from ...dml.data_type import DataType
 from ...dml.tensor_desc import TensorDesc, TensorFlags
 from ...errors import UnsupportedError, ValidationError
-from ..base import CompiledOperator
+from ..base import CompiledOperator, empty_for, release_all
 from ..owned import owned_slots
 from .depthwise import DepthwisePath
 from .direct import DirectPath
@@ -303,7 +303,8 @@ def _run(device, seq, cand, desc):
     """Record candidate ``cand`` of a convolution on zeroed tensors into ``seq``, as it
     will run (:func:`record_as_run`)."""
     from . import CompiledConvolution     # (the package, which imports this module first)
-    op = CompiledConvolution(device, desc_of_shape(desc), path=cand.name)  # UnsupportedError: declined
+    # UnsupportedError where the candidate does not take the shape: declined
+    op = CompiledConvolution(device, desc_of_shape(desc), path=cand.name)
     made = [op]
     try:
         record_as_run(device, seq, op, made)
@@ -324,7 +325,7 @@ def record_as_run(device, seq, op, made: list, output=None):
         if t is None:
             ins.append(None)
             continue
-        a = device.empty(t.total_tensor_size_in_bytes // t.data_type.size, t.dtype)
+        a = empty_for(device, t)
         made.append(a)
         if i in op.owned_inputs:
             owned[i] = a
@@ -334,17 +335,10 @@ def record_as_run(device, seq, op, made: list, output=None):
     if owned:
         op.initialize(owned)
     if output is None:
-        y = op.desc.outputs()[0]
-        output = device.empty(y.total_tensor_size_in_bytes // y.data_type.size, y.dtype)
+        output = empty_for(device, op.desc.outputs()[0])
         made.append(output)
     op.record(seq, ins, [output])
     return output
-
-
-def release_all(made) -> None:
-    """Release (operators) or free (tensors) what a timing run allocated."""
-    for m in made:
-        m.release() if hasattr(m, "release") else m.free()
 
 
 #: The tunable path ``convolution`` (:mod:`vkml.tuning`): its candidates are

@@ -207,8 +207,8 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (measured on
     lavapipe: ~6 FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel count
     (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they can,
-    with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps products a channel) stays within
-    GEMM_UNROLL, MB giving way first (each weight's shuffle pays off over NB pixels):
+    with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps products
+    a channel) stays within GEMM_UNROLL, MB giving way first (each weight's shuffle pays off over NB pixels):
     measured on lavapipe, the 7x7 stride-2 3->64 convolution ran at 28% of the FMA peak
     with 16 x 16 blocks (1792 products a body), 50% with 16 x 8 and 54% with 8 x 16."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
