@@ -384,6 +384,12 @@ def test_path_argument_is_checked(device):
     with pytest.raises(ValidationError, match="path"):
         CompiledPadding(device, desc, path="fastest")
     assert CompiledPadding(device, desc, path="kernel").path == "kernel"
+    for bad in ((0, 4), (64, 0), (64, 17), (64,), (64.0, 4), "64x4", (True, 4)):
+        with pytest.raises(ValidationError, match="rows_block"):
+            CompiledPadding(device, desc, path="rows", rows_block=bad)
+    op = CompiledPadding(device, desc, path="rows", rows_block=[256, 4])
+    assert op.rows_block == (256, 4)
+    op.release()
 
 
 # -- the calibration: a measured model of the tuner (vkml/ops/calibrate.py) ----------------

@@ -62,6 +62,8 @@ _ROWS_PUSH = 112                        # origin[8], extent[8], bases, x_count, 
 #: pass: 16 MiB inputs 4.8 ms with 8 against 5.1-5.6 with 4; 64 MiB ones 25.9 against 25.3.
 ROWS_PER = (8, 4)
 ROWS_PER_BYTES = 64 << 20
+#: Most words per invocation a ``rows_block`` may ask for (the kernel unrolls them).
+ROWS_PER_MAX = 16
 #: Outputs below this many bytes take the element kernel without measuring anything.
 SMALL_BYTES = 64 << 10
 #: Edge elements per invocation of the rows path: one row's (up to 16, unrolled), so its
@@ -98,8 +100,14 @@ class CompiledPadding(CompiledOperator):
                  rows_block: tuple | None = None):
         if path is not None and path not in PATHS:
             raise ValidationError("path", f"must be None or one of {PATHS}, got {path!r}")
+        ints = isinstance(rows_block, (tuple, list)) and len(rows_block) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in rows_block)
+        if rows_block is not None and not (
+                ints and rows_block[0] >= 1 and 1 <= rows_block[1] <= ROWS_PER_MAX):
+            raise ValidationError("rows_block", f"must be None or (workgroup size >= 1, words "
+                                  f"per invocation 1..{ROWS_PER_MAX}), got {rows_block!r}")
         self.path = path
-        self.rows_block = rows_block
+        self.rows_block = None if rows_block is None else tuple(rows_block)
         #: (tuning key, path, predicted seconds, stale factor) where the model or the
         #: timing of a large padding chose the path: the sampled executions re-check it
         #: (ops/base.py).
