@@ -16,7 +16,8 @@
 // * 1x1 convolution as a plain GEMM: one tap, the plane as one row;
 // * transposed convolution without zero insertion: one dispatch per stride phase, the
 //   taps that reach that phase, output pixels stepping by the stride (YSTEP);
-// * Winograd's batched GEMM: image = transform point, raw float32 store.
+// * Winograd's batched GEMM: image = transform point, raw float32 store (SGW: the
+//   filter of each image at wsg2.y elements from the previous one's).
 // The epilogue adds the bias, applies the fused activation and stores through the
 // output's DML strides (float32 / float16 / packed float16).
 //
@@ -105,7 +106,8 @@ layout(std140, set = 0, binding = 4) uniform Params {
 #ifdef SGW
     ivec4 wsg;          // filter element strides: output channel (within the group),
                         // input channel, column tap (signed: flipped); element of tap 0
-    ivec4 wsg2;         // filter elements between groups, -, -, -
+    ivec4 wsg2;         // filter elements between groups, between images (Winograd's
+                        // 36 GEMMs: one filter per transform point; else 0), -, -
     ivec4 wrows[256];   // row-tap offsets in filter elements, as rows
 #endif
 };
@@ -235,7 +237,7 @@ void main() {
     [[unroll]] for (int k = 0; k < GW; k++) {
         int e = min(k * SG + sl, SLOTS - 1);
         int col = min(col0 + e / KW, geo.z - 1);
-        woff[k] = wsg.w + g * wsg2.x + col * wsg.x + (e % KW) * wsg.z;
+        woff[k] = wsg.w + g * wsg2.x + n * wsg2.y + col * wsg.x + (e % KW) * wsg.z;
     }
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;

@@ -27,6 +27,7 @@
 // vkml:variant convolution_winograd_weights_f16 WEIGHTS=1 F16=1
 // vkml:variant convolution_winograd_weights_f16_packed WEIGHTS=1 F16_PACKED=1
 // vkml:variant convolution_winograd_input_texel INPUT=1 TEXEL=1 F32=1
+// vkml:variant convolution_winograd_input_texel4 INPUT=1 TEXEL=1 F32=1 X4=1
 // vkml:variant convolution_winograd_input_f32 INPUT=1 F32=1
 // vkml:variant convolution_winograd_input_f16 INPUT=1 F16=1
 // vkml:variant convolution_winograd_input_f16_packed INPUT=1 F16_PACKED=1
@@ -49,6 +50,9 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int ACT = 0;
+#ifdef X4
+layout(constant_id = 2) const int WINO_XO = 0;      // (-start padding w) mod 4 (frozen)
+#endif
 #ifdef POOL
 layout(constant_id = 2) const uint P = 2u;          // LP pooling's P (glsl/lp_pooling.comp)
 layout(constant_id = 3) const bool SCALE = false;   // its scaled sums
@@ -76,7 +80,7 @@ layout(std430, set = 0, binding = 0) readonly buffer Src { vec4 src[]; };
 #define LOAD4(i) src[i]
 #endif
 #elif defined(TEXEL)
-layout(set = 0, binding = 0) uniform samplerBuffer src;
+layout(set = 0, binding = 0) uniform samplerBuffer src;     // R32F (X4: RGBA32F)
 #define LOAD(i) texelFetch(src, int(i)).x
 #else
 layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
@@ -159,6 +163,25 @@ void main() {
         int base = n * xs.x + ci * xs.y;
         bool tok = t < dims.w;
         float d[6][6];
+#ifdef X4
+        // rows packed (xs.w == 1), every row and W a multiple of 4: a tile row's 6 values
+        // are elements WINO_XO.. of NV aligned float4s, each wholly inside the input or
+        // wholly outside (zero): 18 fetches a tile instead of 36
+        const int NV = (WINO_XO + 9) / 4;
+        int a0 = w0 - WINO_XO;
+        [[unroll]] for (int r = 0; r < 6; r++) {
+            int h = h0 + r;
+            bool hok = tok && h >= 0 && h < in_size.x;
+            float row[NV * 4];
+            [[unroll]] for (int k = 0; k < NV; k++) {
+                int a = a0 + 4 * k;
+                vec4 v = hok && a >= 0 && a < in_size.y
+                    ? texelFetch(src, (base + h * xs.z + a) >> 2) : vec4(0.0);
+                row[4 * k] = v.x; row[4 * k + 1] = v.y; row[4 * k + 2] = v.z; row[4 * k + 3] = v.w;
+            }
+            [[unroll]] for (int c = 0; c < 6; c++) d[r][c] = row[WINO_XO + c];
+        }
+#else
         [[unroll]] for (int r = 0; r < 6; r++) {
             int h = h0 + r;
             bool hok = tok && h >= 0 && h < in_size.x;
@@ -168,6 +191,7 @@ void main() {
                 d[r][c] = ok ? LOAD(base + h * xs.z + w * xs.w) : 0.0;
             }
         }
+#endif
         // B^T d: rows
         float e[6][6];
         [[unroll]] for (int c = 0; c < 6; c++) {

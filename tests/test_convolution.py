@@ -625,6 +625,47 @@ def test_winograd_row_stores(device, width, v4):
     np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
 
 
+@pytest.mark.parametrize("width, start, x4", [(20, 0, True), (20, 1, True), (24, 2, True),
+                                               (16, 3, True), (21, 1, False)])
+def test_winograd_row_loads(device, width, start, x4):
+    """Winograd's input transform reads tile rows as aligned float4s where the input rows
+    are packed float32 of a multiple of 4 (WINO_XO = the start padding's offset in the
+    first float4: 0, 3, 2, 1 here; float4s wholly in the padding read as zeros), else
+    element by element; the same results."""
+    rng = np.random.default_rng(70 + start)
+    desc = _conv_desc("float32", (2, 16, 17, width), (16, 16, 3, 3), start_padding=(1, start),
+                      end_padding=(2, 3 - start))
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(16).astype(np.float32)
+    got, compiled = run_path(device, desc, x, w, b, path="winograd")
+    assert compiled.path.x4 == x4
+    ref = desc_reference(desc, x, w, b)
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
+
+
+def test_winograd_with_sg_gemms(device, budget):
+    """``winograd-sg``: Winograd's 36 GEMMs on gemm_sg (U read in place as a filter per
+    transform point, shared by shuffles), same results; refused without full subgroups."""
+    rng = np.random.default_rng(19)
+    if not _has_sg(device):
+        desc, x, w, b = winograd_case(rng, True)
+        with pytest.raises(vkml.UnsupportedError, match="winograd-sg"):
+            run_path(device, desc, x, w, b, path="winograd-sg")
+        return
+    done = 0
+    while done < max(1, budget // 16):
+        desc, x, w, b = winograd_case(rng, True)
+        if "winograd" not in accepting_paths(device, desc):
+            continue
+        done += 1
+        got, compiled = run_path(device, desc, x, w, b, path="winograd-sg")
+        assert compiled.path.sg >= 4
+        ref = desc_reference(desc, x, w, b)
+        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref,
+                                   **path_tolerance("winograd", w), err_msg=str(desc))
+
+
 @pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
 @pytest.mark.parametrize("x_shape, w_shape, kw", [
     ((2, 5, 6, 12), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),

@@ -697,10 +697,17 @@ def test_lp_pooling_fused_storage_reads(device, dtype):
     np.testing.assert_array_equal(got[0], got[1])
 
 
-@pytest.mark.parametrize("path", ["winograd-blocked", "winograd-narrow"])
+@pytest.mark.parametrize("path", ["winograd-blocked", "winograd-narrow", "winograd-sg"])
 def test_lp_pooling_fused_with_winograd_knobs(device, path):
     """The tuner's other Winograd candidates (other GEMMs, same output pass) pool too,
-    with the unfused graph's results."""
+    with the unfused graph's results; the fast list times winograd-sg where the device
+    has full subgroups with shuffles."""
+    from vkml.ops import graph as graph_ops
+    f = device.context.features
+    sg = bool(f.get("subgroup_shuffle") and f.get("full_subgroups"))
+    assert ("winograd-sg" in graph_ops._pooled_fast({}, device)) == sg
+    if path == "winograd-sg" and not sg:
+        pytest.skip("no full subgroups with shuffles on this device")
     rng = np.random.default_rng(4)
     g, shapes = pool_graph("float32", (22, 22))
     arrays = pool_inputs(rng, np.float32, (22, 22))

@@ -487,10 +487,14 @@ def _run_pooled(device, seq, cand, shape):
 
 
 def _pooled_fast(shape, device) -> tuple:
-    """The fast list: apart and winograd, and winograd-blocked where the device ranks that
+    """The fast list: apart and winograd, winograd-sg where the device has full subgroups
+    with shuffles (gemm_sg's condition; its GEMMs took 1.60-1.64 against 1.67-1.70 ms on
+    lavapipe for 64 channels at 56x56), and winograd-blocked where the device ranks that
     family strong (``convolution.choice.strong_families``)."""
-    return ("apart", "winograd") + tuple(n for n in choice.strong_families(device)
-                                         if n == "winograd-blocked")
+    sg = ("winograd-sg",) if device.context.features.get("subgroup_shuffle") and \
+        device.context.features.get("full_subgroups") else ()
+    return ("apart", "winograd") + sg + tuple(n for n in choice.strong_families(device)
+                                              if n == "winograd-blocked")
 
 
 def _pooled_from_workload(w) -> dict | None:
@@ -519,7 +523,8 @@ def _pooled_from_workload(w) -> dict | None:
 #: pooling that alone reads it (module doc, step 1); "apart" is the ``VKML_TUNE=off``
 #: answer (the pooling is then offered to the path the convolution takes anyway).
 POOLED = tuning.register_path(
-    "convolution_pooled", ["apart", "winograd", "winograd-narrow", "winograd-blocked"],
+    "convolution_pooled", ["apart", "winograd", "winograd-narrow", "winograd-blocked",
+                           "winograd-sg"],
     "apart", _pooled_class, _run_pooled, fast_fn=_pooled_fast,
     from_workload=_pooled_from_workload)
 

@@ -34,6 +34,7 @@ CANDIDATES = {
     "winograd": ("winograd", {}),
     "winograd-narrow": ("winograd", {"blocks": "narrow"}),
     "winograd-blocked": ("winograd", {"gemm": "blocked"}),
+    "winograd-sg": ("winograd", {"gemm": "sg"}),
     "depthwise": ("depthwise", {}),
     "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
     "depthwise-rows": ("depthwise", {"dw_rows": (32, 28)}),

@@ -12,15 +12,18 @@ from ...dml.data_type import DataType
 from ...dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
 from ...errors import ValidationError
 from ...runtime import Bind
-from .gemm import gemm_blocks, gemm_cu, gemm_params
+from .gemm import (GEMM_PARAM_WORDS, GEMM_SG_PARAM_WORDS, SG_CBW, Axis, gemm_blocks, gemm_cu,
+                   gemm_params, sg_blocks, subgroup_shuffle_size)
 from .gemm_sg import GemmSgPath
-from .geometry import _STORAGES, Path, _texel_ok, _words, knobs, storage_suffix, variant
+from .geometry import (_STORAGES, Decline, Path, _texel_ok, _words, knobs, storage_suffix,
+                       variant)
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
 VARIANTS = {
     **{f"convolution_winograd_{k}_{s}": ("LOCAL_SIZE_X", "ACT")
        for k in ("weights", "input") for s in _STORAGES + ("texel",)},
+    "convolution_winograd_input_texel4": ("LOCAL_SIZE_X", "ACT", "WINO_XO"),
     **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
        for s in _STORAGES for r in ("", "_ssbo")},
     "convolution_winograd_output_f32_v4": ("LOCAL_SIZE_X", "ACT"),
@@ -101,6 +104,13 @@ class WinogradPath(Path):
     float64 result for unit-variance data).  Taken from 32 tiles up: the filter transform
     runs every execution and costs as much as the GEMMs of a few tiles.
 
+    The input transform reads tile rows as aligned float4s where the input rows are packed
+    float32 of a multiple of 4 (``x4``: 18 fetches a tile instead of 36; lavapipe, 64
+    channels at 56x56: 0.72-0.76 -> 0.49-0.53 ms).  The knob ``gemm``: None (the GEMMs
+    on ``convolution_gemm.comp``), "sg" (gemm_sg's variant: U read in place as one filter
+    per transform point and shared by shuffles; devices with full subgroups) or
+    "blocked" (``convolution_blocked.comp``).
+
     ``pool``: the LP pooling its output pass applies before storing (the operator's
     ``pool_request``, where :func:`pool_rule` accepts it; else None): the output bound is
     then the pooled tensor, a quarter of the stores and no pooling pass."""
@@ -143,7 +153,15 @@ class WinogradPath(Path):
         T = g.n * TH * TW
         T4 = -(-T // 4) * 4
         self.T = T
-        mb, nb = gemm_blocks(op, cout, T, True, 1)
+        how = knobs(op).get("gemm")
+        self.sg = subgroup_shuffle_size(op) if how == "sg" else 0
+        if how == "sg" and not self.sg:
+            raise Decline("no full subgroups with shuffles for the 36 GEMMs on gemm_sg")
+        if self.sg:      # gemm_sg's register block: one tap, one row of T tiles per GEMM
+            mb, nb = sg_blocks(cout, [[Axis(0, 1, 1, 1, [(0, 0)]), Axis(0, 1, 1, 1, [(0, 0)]),
+                                       Axis(0, 1, T, 1, [(0, 0)])]], [T], False, self.sg)
+        else:
+            mb, nb = gemm_blocks(op, cout, T, True, 1)
         co_pad = -(-cout // mb) * mb
         self.mb, self.nb, self.co_pad = mb, nb, co_pad
         self.local = min(64, op.workgroup_size)
@@ -167,8 +185,18 @@ class WinogradPath(Path):
         consts = {"LOCAL_SIZE_X": self.local, "ACT": self.act_id}
         self.p_weights = op.pipeline("convolution_winograd_weights_" +
                                      ("texel" if self.w_texel else suffix), consts)
-        self.p_input = op.pipeline("convolution_winograd_input_" +
-                                   ("texel" if self.x_texel else suffix), consts)
+        xs = g.x_strides
+        # rows read as float4s: packed float32 rows, every row and W a multiple of 4
+        self.x4 = (self.x_texel and g.dtype == DataType.FLOAT32 and xs[4] == 1
+                   and g.in_size[2] % 4 == 0 and all(v % 4 == 0 for v in (xs[0], xs[1], xs[3]))
+                   and d.input_tensor.total_tensor_size_in_bytes % 16 == 0)
+        if self.x4:
+            self.x_fmt = runtime.FORMAT_RGBA32_SFLOAT
+            self.p_input = op.pipeline("convolution_winograd_input_texel4",
+                                       {**consts, "WINO_XO": -g.start[2] % 4})
+        else:
+            self.p_input = op.pipeline("convolution_winograd_input_" +
+                                       ("texel" if self.x_texel else suffix), consts)
         ys = g.y_strides
         pool = getattr(op, "pool_request", None)
         self.pool = pool if pool is not None and pool_rule(d, pool) is None else None
@@ -203,18 +231,37 @@ class WinogradPath(Path):
         self.params = op.upload(words)
         # the 36 GEMMs: image = transform point, one row of T "pixels" (tiles), one tap
         xvec4 = self.gemm_texel and nb % 4 == 0
-        self.p_gemm = None if knobs(op).get("gemm") == "blocked" else op.pipeline(
-            variant("gemm", "f32", self.gemm_texel), {
-                "LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": 1, "ACT": 0,
-                "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)})
-        self.xvec4 = xvec4
-        self.gemm_params = op.upload(gemm_params(
-            (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
-            (1, 1, 1, 0), (co_pad * T4, T4, 0, 0), 1, np.zeros(4, np.float32), [0]))
-        self.qsize = (1, 1, T, per_row)
         self.groups_y = co_pad // mb
+        consts = {"LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": 1, "ACT": 0,
+                  "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)}
+        words = gemm_params(
+            (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
+            (1, 1, 1, 0), (co_pad * T4, T4, 0, 0), 1, np.zeros(4, np.float32), [0])
+        self.cbw = 0
+        if self.sg:
+            if not self.gemm_texel:
+                raise Decline("the transformed input or filter is too large for a texel view")
+            # U read in place as gemm_sg reads a filter: output channel stride 1, input
+            # channel stride co_pad, one filter per transform point (image) cin * co_pad
+            # apart; 4 pixels a store (T4: whole groups of 4 exist in M's rows)
+            o = GEMM_PARAM_WORDS
+            words = np.concatenate([words, np.zeros(GEMM_SG_PARAM_WORDS - o, np.int32)])
+            words[o:o + 8] = [1, co_pad, 0, 0, 0, cin * co_pad, 0, 0]
+            consts.update(SG=self.sg, YV4=int(nb % 4 == 0))
+            cbw = min(self.local // self.sg, self.groups_y)
+            if SG_CBW and cbw >= 2:
+                consts.update(CBW=cbw, LOCAL_SIZE_X=cbw * self.sg)
+                self.cbw = cbw
+            self.p_gemm = op.ctx.pipelines.variant("convolution_gemm_sg_f32", consts,
+                                                   subgroup_size=self.sg)
+        else:
+            self.p_gemm = None if how == "blocked" else op.pipeline(
+                variant("gemm", "f32", self.gemm_texel), consts)
+        self.xvec4 = xvec4
+        self.gemm_params = op.upload(words)
+        self.qsize = (1, 1, T, per_row)
         self.blocked = None
-        if knobs(op).get("gemm") == "blocked":     # the 36 GEMMs on convolution_blocked
+        if how == "blocked":     # the 36 GEMMs on convolution_blocked
             # 8 channels x 4 or 2 tiles, 16 or 8 lanes: the fewest idle lanes over T tiles
             rm, rn, local = min(((8, rn_, l_) for rn_ in (4, 2) for l_ in (16, 8)),
                                 key=lambda b: (-(-T // (b[1] * b[2])) * b[1] * b[2] - T,
@@ -260,16 +307,22 @@ class WinogradPath(Path):
         if self.gemm_texel:
             vb = Bind(self.v, 0, self.v_bytes - self.v_bytes % 16, "r",
                       runtime.FORMAT_RGBA32_SFLOAT if self.xvec4 else runtime.FORMAT_R32_SFLOAT)
-            ub = Bind(self.u, 0, self.u_bytes, "r", runtime.FORMAT_RGBA32_SFLOAT)
+            ub = Bind(self.u, 0, self.u_bytes, "r", runtime.FORMAT_R32_SFLOAT if self.sg
+                      else runtime.FORMAT_RGBA32_SFLOAT)
         else:
             vb, ub = Bind(self.v, 0, self.v_bytes), Bind(self.u, 0, self.u_bytes)
         qs = self.qsize
         blocks = qs[3]
-        cbl = max(1, min(self.groups_y, (4 * L) // blocks))
+        if self.cbw:         # gemm_sg: subgroups of a workgroup, channel blocks of the same tiles
+            cbl, groups = 1, (-(-blocks // self.sg), -(-self.groups_y // self.cbw), 36)
+        else:
+            if self.sg:      # whole subgroups per channel block
+                blocks = -(-blocks // self.sg) * self.sg
+            cbl = max(1, min(self.groups_y, (4 * L) // blocks))
+            groups = (-(-(blocks * cbl) // L), -(-self.groups_y // cbl), 36)
         push = np.array([*qs, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, cbl, self.groups_y], np.int32)
         seq.dispatch(self.p_gemm, [vb, ub, Bind(self.params), Bind(self.m, 0, self.m_bytes, "w"),
-                                   Bind(self.gemm_params)],
-                     (-(-(blocks * cbl) // L), -(-self.groups_y // cbl), 36), push.tobytes())
+                                   Bind(self.gemm_params)], groups, push.tobytes())
 
     def _encode_output(self, seq, b, y) -> None:
         g, L = self.geo, self.local
