@@ -159,8 +159,12 @@ SG_BLOCKS = (16, 16)
 #: SG: most accumulators (MB x NB) a lane holds.  Measured on lavapipe (CPU time, the
 #: same process): 16 x 12 against 16 x 16 took the 1x1 256->64 convolution from 50% to
 #: 57% of the FMA peak, the 3x3 64->64 from 31-84% (bimodal) to 79%, the float16 one
-#: from 72% to 75%, batch 8 from 79% to 80%
-SG_ACC = 192
+#: from 72% to 75%, batch 8 from 79% to 80%.  224 (not 192) lets rows of 28 split into
+#: two 16 x 14 blocks instead of four 16 x 8 (device time, min of 25): the transposed
+#: 4x4 s2 64->32 28x28 1.08-1.18 -> 0.99 ms, the 3x3 64->64 28x28 1.60 -> 1.34 (busy
+#: machine; 0.95 both quiet), 128->128 28x28 5.9 -> 5.1; no bench workload's other
+#: block changes.
+SG_ACC = 224
 SG_SHUFFLE_COST = 6
 SG_CBW = True
 
