@@ -653,17 +653,24 @@ def test_winograd_with_sg_gemms(device, budget):
         with pytest.raises(vkml.UnsupportedError, match="winograd-sg"):
             run_path(device, desc, x, w, b, path="winograd-sg")
         return
+    for compiled in check_winograd_candidate(device, rng, budget, "winograd-sg"):
+        assert compiled.path.sg >= 4
+
+
+def check_winograd_candidate(device, rng, budget, name):
+    """Winograd candidate ``name`` forced on random cases Winograd accepts, each equal to
+    the reference; yields each compiled operator for the caller's own checks."""
     done = 0
     while done < max(1, budget // 16):
         desc, x, w, b = winograd_case(rng, True)
         if "winograd" not in accepting_paths(device, desc):
             continue
         done += 1
-        got, compiled = run_path(device, desc, x, w, b, path="winograd-sg")
-        assert compiled.path.sg >= 4
+        got, compiled = run_path(device, desc, x, w, b, path=name)
         ref = desc_reference(desc, x, w, b)
         np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref,
                                    **path_tolerance("winograd", w), err_msg=str(desc))
+        yield compiled
 
 
 @pytest.mark.parametrize("path", ["gemm", "gemm_sg"])

@@ -10,8 +10,7 @@ import pytest
 
 from vkml import dml
 
-from test_convolution import (accepting_paths, desc_reference, path_tolerance,
-                              run_path, winograd_case)
+from test_convolution import check_winograd_candidate, desc_reference, run_path
 from test_convolution_tiled import _check, check_variant, dense_cases, tile_case
 
 conv_ops = importlib.import_module("vkml.ops.convolution")
@@ -125,17 +124,8 @@ def test_blocked_registers_are_frozen():
 def test_winograd_with_blocked_gemms(device, budget):
     """``winograd-blocked``: Winograd's 36 GEMMs on the blocked kernel, same results."""
     rng = np.random.default_rng(17)
-    done = 0
-    while done < max(1, budget // 16):
-        desc, x, w, b = winograd_case(rng, True)
-        if "winograd" not in accepting_paths(device, desc):
-            continue
-        done += 1
-        got, compiled = run_path(device, desc, x, w, b, path="winograd-blocked")
+    for compiled in check_winograd_candidate(device, rng, budget, "winograd-blocked"):
         assert compiled.path.blocked is not None
-        ref = desc_reference(desc, x, w, b)
-        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref,
-                                   **path_tolerance("winograd", w), err_msg=str(desc))
 
 
 def test_transposed_large_strides_plan_only_phases_with_outputs(device):
