@@ -540,3 +540,80 @@ def test_prepared_call_follows_released_operators(device, monkeypatch):
     dev.close()
     with pytest.raises(vkml.DeviceError):
         vkml.pad(x, [1, 1], [1, 1], "reflection", device=dev)
+
+
+def _prepared_entry(device, x, args):
+    from vkml.ops.padding import _pad_key
+
+    return functional.prepared(device, _pad_key(x, *args))
+
+
+def test_prepared_call_replays_its_bound_copy(device):
+    """A repeated tiny call takes the bound copy-and-replay (``functional._Replay``) on
+    devices whose I/O tensors are host-visible; new values each call give their own
+    results; a Tensor call of the same descriptor (which re-records the operator's
+    command buffer for its own tensors) sends the next NumPy call back to the full path,
+    which binds the replay again."""
+    args = ([1, 1], [1, 1], "reflection", 0.0)
+    xs = [np.arange(16, dtype=np.float32).reshape(4, 4) * k - k for k in range(6)]
+    for x in xs:
+        got = vkml.pad(x, *args, device=device)
+        assert same_bits(got, np.pad(x, 1, mode="reflect"))
+    entry = _prepared_entry(device, xs[0], args)
+    if functional._host_views(entry.compiled) is None:      # staged I/O: no replay
+        assert entry.replay is None
+        return
+    replay = entry.replay
+    assert replay is not None
+    t = vkml.tensor(xs[2], device=device)
+    assert same_bits(vkml.pad(t, *args).numpy(), np.pad(xs[2], 1, mode="reflect"))
+    assert same_bits(vkml.pad(xs[3], *args, device=device), np.pad(xs[3], 1, mode="reflect"))
+    again = _prepared_entry(device, xs[0], args).replay
+    assert again is not None and again is not replay and again.token is not replay.token
+    t.free()
+    with vkml.Device(device.index, force_staging=True) as staged:   # copies, no views
+        for x in xs[:3]:
+            assert same_bits(vkml.pad(x, *args, device=staged), np.pad(x, 1, mode="reflect"))
+        assert _prepared_entry(staged, xs[0], args).replay is None
+
+
+def test_replay_gives_way_to_a_busy_operator(device):
+    """With the operator's I/O tensors or its recorded buffer in use by another thread
+    (the locks held here), a prepared call runs on fresh tensors or a fresh sequence:
+    the same results, and the replay still works afterwards."""
+    args = ([0, 2], [1, 0], "symmetric", 0.0)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want = np.pad(x, [(0, 1), (2, 0)], mode="symmetric")
+    for _ in range(2):
+        assert same_bits(vkml.pad(x, *args, device=device), want)
+    compiled = _prepared_entry(device, x, args).compiled
+    for lock in (compiled.io_lock, compiled._lock):
+        with lock:
+            for k in (1, 2):
+                assert same_bits(vkml.pad(x * k, *args, device=device), want * k)
+    assert same_bits(vkml.pad(x * 3, *args, device=device), want * 3)
+
+
+def test_prepared_calls_from_threads(device):
+    """Threads repeating one tiny padding with their own values each get their own
+    results (the replay's I/O tensors are used by one call at a time)."""
+    args = ([1, 0], [2, 1], "edge", 0.0)
+    errors: list = []
+
+    def work(seed: int) -> None:
+        try:
+            for i in range(40):
+                x = np.full((3, 5), seed * 1000 + i, np.float32)
+                x[0, 0] = -seed
+                got = vkml.pad(x, *args, device=device)
+                if not same_bits(got, np.pad(x, [(1, 2), (0, 1)], mode="edge")):
+                    errors.append((seed, i))
+        except Exception as exc:     # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]

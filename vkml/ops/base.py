@@ -258,6 +258,32 @@ class CompiledOperator:
         finally:
             self._lock.release()
 
+    def replay_token(self, inputs, outputs):
+        """An opaque token for :meth:`replay`: the command buffer ``execute`` recorded
+        for these very Tensor objects (the last call's), or None when it holds others."""
+        c = self._cache
+        given = _given(inputs, outputs)
+        if c is not None and given is not None and _same_tensors(c[3], given):
+            return c
+        return None
+
+    def replay(self, token) -> bool:
+        """``execute`` of the tensors ``token`` was taken for, without its argument and
+        binding checks (they held when the token was taken, and the tensors are the
+        caller's own: the functional API's reusable I/O tensors).  False, with nothing
+        run, where ``execute`` must decide: the recorded buffer was replaced or the
+        operator released since, another thread is executing it, or it is observed (the
+        tuner's sampled executions are counted by ``execute``)."""
+        if self.observed is not None or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._cache is not token or self.released:
+                return False
+            token[2].run()      # checks the device, the sequence and its allocations
+            return True
+        finally:
+            self._lock.release()
+
     def _check_live(self) -> None:
         if self.released:
             raise DeviceError("this compiled operator was released")
