@@ -88,7 +88,7 @@ def test_off_uses_the_default_without_timing(device, tmp_path):
     assert c.name == "x20" and not (tmp_path / "other").exists() and calls == []
 
 
-def test_fast_times_its_list_within_the_budget(device, tmp_path):
+def test_fast_times_its_list_within_the_budget(device, tmp_path, monkeypatch):
     calls = []
     path = copies_path(calls)
     c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
@@ -96,8 +96,16 @@ def test_fast_times_its_list_within_the_budget(device, tmp_path):
     assert set(calls) == {"x4", "x20"}         # x1 is not in the fast list
     # budget spent: the minimum of interleaved rounds
     assert entries(tmp_path, device)[c.key[1:]]["rounds"] == tuning.MIN_ROUNDS
+    # budget left, x4 (4 copies) ahead of x20 (20) by far (or alone, x20 dropped after
+    # its warm-up): clear after MIN_ROUNDS...
     c = Tuner("fast", folder=tmp_path / "b", budget_s=60.0).choose(device, path, SIZE)
-    assert entries(tmp_path / "b", device)[c.key[1:]]["rounds"] == tuning.FAST_ROUNDS
+    assert entries(tmp_path / "b", device)[c.key[1:]]["rounds"] == tuning.MIN_ROUNDS
+    # ...and FAST_ROUNDS where no margin counts as clear
+    monkeypatch.setattr(tuning, "CLEAR_MARGIN", float("inf"))
+    monkeypatch.setattr(tuning, "WARM_CUTOFF", float("inf"))
+    c = Tuner("fast", folder=tmp_path / "c", budget_s=60.0).choose(device, path, SIZE)
+    assert entries(tmp_path / "c", device)[c.key[1:]]["rounds"] == tuning.FAST_ROUNDS
+    monkeypatch.undo()
     calls.clear()
     assert Tuner("fast", folder=tmp_path).choose(device, path, SIZE).source == "stored"
     assert calls == []
@@ -492,3 +500,11 @@ def test_tuned_reads_are_rechecked(device, tmp_path, monkeypatch):
         op.release()
     assert CompiledLpPooling in seen and len(seen) >= 2
     assert tuning.io_elements({"in": [[2, 3], [3, 1]], "out": [[4], [1]]}) == 10.0
+
+
+def test_a_clear_lead_is_the_same_winner_by_the_margin_in_every_round():
+    m = tuning.CLEAR_MARGIN
+    assert tuning._clear([[1.0, 1.0], [m, m * 1.5]])
+    assert not tuning._clear([[1.0, 1.0], [m * 0.99, 2.0]])     # one round too close
+    assert not tuning._clear([[1.0, 3.0], [2.0, 1.0]])          # the winner changed
+    assert tuning._clear([[1.0, 1.2]])                          # one candidate

@@ -28,8 +28,9 @@ How (the rules a client can rely on):
   the device has them, else wall time.  Score = the *minimum over rounds of each round's
   median*: the median drops a one-off spike inside a round, the minimum picks the least
   disturbed round, and interleaving makes a burst of load hit all candidates alike.
-  ``fast`` stops after the round during which the budget ran out (at least one round:
-  a choice needs a time per candidate), at most :data:`FAST_ROUNDS`; ``full`` runs
+  ``fast`` stops after the round during which the budget ran out, or where one
+  candidate was the fastest by :data:`CLEAR_MARGIN` in every round (at least
+  :data:`MIN_ROUNDS`), at most :data:`FAST_ROUNDS`; ``full`` runs
   :data:`FULL_ROUNDS`.  A candidate whose run function raises :class:`Declined` or any
   ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
@@ -95,6 +96,10 @@ FULL_ROUNDS = 5
 RUNS_PER_ROUND = 3
 #: Rounds a fast tuning takes whatever its budget (the budget may end it after these).
 MIN_ROUNDS = 2
+#: ...and it ends there too where one candidate was the fastest by this factor in each
+#: of them: another round would not change the choice (measured on SwiftShader: a cold
+#: 3x3 convolution's fast tuning spent ~35 ms a round on a 4.8 against 6.8 ms choice).
+CLEAR_MARGIN = 1.2
 #: In fast mode a candidate whose first timed run (after an untimed warm-up: a first run
 #: carries one-time costs unevenly across candidates) took this many times the fastest
 #: one takes no rounds (measured on SwiftShader: winograd 2-3x its blocked-GEMM twin).
@@ -104,6 +109,20 @@ STALE_FACTOR = 2.0
 #: ...over this many observations.
 STALE_OBSERVATIONS = 8
 _perf = time.perf_counter
+
+
+def _clear(medians: list[list[float]]) -> bool:
+    """Whether one candidate was the fastest by :data:`CLEAR_MARGIN` in every round so
+    far (``medians``: each candidate's round medians)."""
+    best = None
+    for r in range(len(medians[0])):
+        order = sorted(range(len(medians)), key=lambda i: medians[i][r])
+        if best is None:
+            best = order[0]
+        if order[0] != best or (len(order) > 1 and medians[order[1]][r]
+                                < CLEAR_MARGIN * medians[best][r]):
+            return False
+    return True
 
 
 class Declined(Exception):
@@ -779,11 +798,13 @@ class Tuner:
             done = 0
             while done < rounds:
                 k = done % len(prepared)
-                for c, seq, _, medians, _w in prepared[k:] + prepared[:k]:
-                    medians.append(statistics.median(_run_once(seq)
-                                                     for _ in range(RUNS_PER_ROUND)))
+                for c, seq, _, medians, w in prepared[k:] + prepared[:k]:
+                    # (the first round counts the timed warm-up run as one of its runs)
+                    medians.append(statistics.median([w] * (done == 0) + [
+                        _run_once(seq) for _ in range(RUNS_PER_ROUND - (done == 0))]))
                 done += 1
-                if budget is not None and done >= MIN_ROUNDS and _perf() - t_rounds >= budget:
+                if budget is not None and done >= MIN_ROUNDS and (
+                        _perf() - t_rounds >= budget or _clear([m for *_, m, _w in prepared])):
                     break
         finally:
             for c, seq, cleanup, *_ in prepared:
