@@ -287,15 +287,7 @@ def test_roll_and_tile_reads(device, read):
     _check_cases(device, read, rng, cases, (1, 2, 3, 5))
     _check_non_packed(device, read, rng, cases[0])
     geo = ((2, 2), (1, 1), (0, 0), (0, 0), (1, 1))
-    for p in (2, 3):
-        for scale in (3e30, 2e-30):
-            x = (np.arange(1, 37, dtype=np.float64).reshape(1, 2, 3, 6) / 36 * scale)
-            x = x.astype(np.float32)
-            x[0, 1] = rng.standard_normal((3, 6))        # ordinary lanes beside them
-            got = _lp_on_read(device, read, x, *geo, p)
-            assert np.all(np.isfinite(got)) and np.all(got > 0)
-            assert_close(got, lp_pooling_reference(x, (2, 2), (1, 1), (1, 1), (0, 0), (0, 0),
-                                                   p), "float32", p)
+    _check_scaled(device, read, rng, geo, 6)
     x = np.full((1, 1, 2, 2), 3e38, np.float32)
     assert np.isinf(_lp_on_read(device, read, x, *geo[:1], (2, 2), *geo[2:], 2)).all()
     for p in (1, 2, 3):
@@ -309,6 +301,22 @@ def test_roll_and_tile_reads(device, read):
     if read == "tile":
         limits.append({"maxComputeSharedMemorySize": 1024})
     _check_lowered(device, read, rng, limits, ((2, 3, 20, 30), (1, 2, 6, 12, 21)))
+
+
+def _check_scaled(device, read, rng, geo, width):
+    """Magnitudes that take the scaled pass (3e30, 2e-30; P = 2, 3) beside ordinary lanes,
+    on read path ``read`` with ``geo`` (window, strides, start, end, dilations) over a
+    1x2x3x``width`` input: finite, positive, the reference's."""
+    n = 6 * width
+    for p in (2, 3):
+        for scale in (3e30, 2e-30):
+            x = (np.arange(1, n + 1, dtype=np.float64).reshape(1, 2, 3, width) / n * scale)
+            x = x.astype(np.float32)
+            x[0, 1] = rng.standard_normal((3, width))    # ordinary lanes beside them
+            got = _lp_on_read(device, read, x, *geo, p)
+            assert np.all(np.isfinite(got)) and np.all(got > 0)
+            assert_close(got, lp_pooling_reference(x, geo[0], geo[1], geo[4], geo[2], geo[3],
+                                                   p), "float32", p)
 
 
 def test_block_read(device):
@@ -326,15 +334,7 @@ def test_block_read(device):
              ((1, 2, 4, 6, 20), (2, 2, 3), (1, 2, 1), (1, 0, 1), (0, 1, 1), (1, 1, 1)))
     _check_cases(device, "block", rng, cases, (1, 2, 3, 5))
     geo = ((2, 2), (2, 2), (0, 0), (0, 0), (1, 1))
-    for p in (2, 3):
-        for scale in (3e30, 2e-30):
-            x = (np.arange(1, 49, dtype=np.float64).reshape(1, 2, 3, 8) / 48 * scale)
-            x = x.astype(np.float32)
-            x[0, 1] = rng.standard_normal((3, 8))        # ordinary lanes beside them
-            got = _lp_on_read(device, "block", x, *geo, p)
-            assert np.all(np.isfinite(got)) and np.all(got > 0)
-            assert_close(got, lp_pooling_reference(x, (2, 2), (2, 2), (1, 1), (0, 0), (0, 0),
-                                                   p), "float32", p)
+    _check_scaled(device, "block", rng, geo, 8)
     x = np.zeros((1, 1, 4, 8), np.float32)                  # zero windows: the rare pass
     assert not _lp_on_read(device, "block", x, *geo, 2).any()
     for p in (1, 2, 3):
