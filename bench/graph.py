@@ -15,7 +15,11 @@ three ways in the same run (rows of the result document):
   installed (absent otherwise).
 
 The vkml row carries ``graph``: the arena's size next to the sum of the intermediates
-(what they would take unshared), the fusions, and the speedup over ``vkml-ops``.
+(what they would take unshared) -- those left after fusion (``intermediate_bytes``) and
+the four the DML graph declares (``declared_intermediate_bytes``: Pad, Conv, Relu and
+LpPool outputs, one buffer each), with the arena lifetime sharing alone plans for the
+declared graph (``unfused_arena_bytes``) --, the fusions, and the speedup over
+``vkml-ops``.
 """
 from __future__ import annotations
 
@@ -234,6 +238,10 @@ def measure(bench, w, device_row: dict, dev, cpu_peers: bool) -> list[dict]:
         graph_row["graph"] = {"arena_bytes": cg.arena_bytes,
                               "intermediate_bytes": cg.intermediate_bytes,
                               "intermediate_tensor_bytes": cg.intermediate_tensor_bytes,
+                              "declared_intermediate_bytes": cg.declared_intermediate_bytes,
+                              "unfused_arena_bytes": cg.unfused_arena_bytes,
+                              "arena_vs_declared": (cg.arena_bytes
+                                                    / cg.declared_intermediate_bytes),
                               "nodes": len(cg.nodes), "fusions": list(cg.fusions)}
     made = prepare(ops_row, lambda: runner.one_by_one(p, inputs, dtype))
     if made is not None:

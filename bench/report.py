@@ -137,10 +137,15 @@ def _speedups(r: dict, vk: dict, multi: bool, fmt=_x) -> str:
 
 
 def graph_note(g: dict) -> str:
-    """A graph row's arena next to the sum of its intermediates (bench/graph.py)."""
-    unit, div = ("MiB", 1 << 20) if g["intermediate_bytes"] >= 1 << 20 else ("KiB", 1024)
-    return (f"arena {g['arena_bytes'] / div:.1f} of {g['intermediate_bytes'] / div:.1f} {unit}, "
-            f"{g['nodes']} nodes")
+    """A graph row's arena next to the sum of its intermediates, after fusion and as
+    declared (bench/graph.py)."""
+    big = max(g["intermediate_bytes"], g.get("declared_intermediate_bytes", 0))
+    unit, div = ("MiB", 1 << 20) if big >= 1 << 20 else ("KiB", 1024)
+    note = f"arena {g['arena_bytes'] / div:.2f} of {g['intermediate_bytes'] / div:.2f} {unit}"
+    if "declared_intermediate_bytes" in g:
+        note += (f" (declared {g['declared_intermediate_bytes'] / div:.2f}, unfused arena "
+                 f"{g['unfused_arena_bytes'] / div:.2f})")
+    return note + f", {g['nodes']} nodes"
 
 
 def results_table(doc: dict, wide: bool = False) -> Table:

@@ -17,6 +17,7 @@ class Target:
     area: str                       # what the goal is about: "padding", "convolution", ...
     what: str
     figure: str                     # "speedup.<peer>.<e2e|compute>", "pct_fma", "hot_path.<key>",
+    #                                 "graph.<key>" (a graph row's own figures),
     #                                 "limits.<key>", "tuning_cost.<key>"
     workloads: tuple = ()           # name patterns (fnmatch); empty for device figures
     exclude: tuple = ()
@@ -72,6 +73,8 @@ TARGETS = [
            "speedup.vkml-ops.e2e", ("graph-*",), at_least=1.3),
     Target("graph", "the ONNX backend within 10% of the same DML graph built by hand",
            "speedup.vkml-onnx.e2e", ("graph-*",), at_most=1.1),
+    Target("graph", "the graph's arena smaller than the sum of the intermediates it declares",
+           "graph.arena_vs_declared", ("graph-*",), at_most=0.99),
 ]
 
 
@@ -80,6 +83,8 @@ def _figure(row: dict, figure: str):
     if parts[0] == "speedup":
         v = ((row.get("speedup") or {}).get(parts[1]) or {}).get(parts[2])
         return v
+    if parts[0] == "graph":
+        return (row.get("graph") or {}).get(parts[1])
     return row.get(figure)
 
 

@@ -288,8 +288,8 @@ def test_no_fusion_where_not_exact(device):
 
 def test_arena_shares_memory_in_a_chain(device):
     cg = device.compile_graph(chain(6, (1, 4, 8, 8)))
-    assert cg.intermediate_bytes == 5 * 4 * 64 * 4
-    assert cg.arena_bytes < cg.intermediate_bytes
+    assert cg.intermediate_bytes == cg.declared_intermediate_bytes == 5 * 4 * 64 * 4
+    assert cg.arena_bytes == cg.unfused_arena_bytes < cg.intermediate_bytes
     align = device.limits["minStorageBufferOffsetAlignment"]
     assert all(off % align == 0 for off, _ in cg.offsets.values())
     x = np.linspace(-3, 3, 256, dtype=np.float32).reshape(1, 4, 8, 8)
@@ -450,7 +450,11 @@ def test_random_dags(device, case):
     results = []
     for fuse in (True, False):
         cg = device.compile_graph(g, fuse=fuse, constants=constants)
-        assert cg.arena_bytes <= cg.intermediate_bytes
+        assert cg.arena_bytes <= cg.intermediate_bytes <= cg.declared_intermediate_bytes
+        assert cg.unfused_arena_bytes <= cg.declared_intermediate_bytes
+        if not fuse:            # the declared graph is the compiled one
+            assert (cg.arena_bytes, cg.intermediate_bytes) == (
+                cg.unfused_arena_bytes, cg.declared_intermediate_bytes)
         ins = [None if a is None else device.tensor(a) for a in arrays]
         outs = [device.empty(s) for s in shapes]
         cg.execute(ins, outs)

@@ -129,6 +129,37 @@ def _is_zero_padding(d) -> bool:
         and not any(d.end_padding[:2])
 
 
+def _lifetimes(order, outputs, readers, graph_out) -> list:
+    """``(key, bytes, first step, last step)`` of each node output that is not a graph
+    output, in execution ``order``: it lives from the node that writes it to the last
+    node that reads it (module doc, step 3)."""
+    step = {i: s for s, i in enumerate(order)}
+    items = []
+    for i in order:
+        for k, t in enumerate(outputs(i)):
+            if (i, k) not in graph_out:
+                last = max((step[j] for j in readers(i, k)), default=step[i])
+                items.append(((i, k), -(-t.total_tensor_size_in_bytes // 4) * 4, step[i], last))
+    return items
+
+
+def _first_fit(items, align: int) -> tuple[dict, int]:
+    """Place ``items`` (from :func:`_lifetimes`) in one arena, largest first, each at the
+    lowest ``align``-ed offset free for its whole lifetime: ``({key: (offset, bytes)},
+    arena bytes)``."""
+    placed, offsets = [], {}      # placed: (offset, size, first, last)
+    for key, size, first, last in sorted(items, key=lambda x: (-x[1], x[2])):
+        busy = sorted((o, o + s) for o, s, f, la in placed if f <= last and first <= la)
+        off = 0
+        for lo, hi in busy:
+            if off + size <= lo:
+                break
+            off = max(off, -(-hi // align) * align)
+        placed.append((off, size, first, last))
+        offsets[key] = (off, size)
+    return offsets, max((o + s for o, s, _, _ in placed), default=0)
+
+
 class CompiledGraph(CompiledOperator):
     """``IDMLCompiledOperator`` of a graph: ``initialize``, ``execute``, ``record``.
 
@@ -136,7 +167,11 @@ class CompiledGraph(CompiledOperator):
     fusion did (text); ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum
     of the intermediates' sizes each rounded up to the binding alignment (what they would
     take without sharing); ``intermediate_tensor_bytes``: the sum of their
-    TotalTensorSizeInBytes.
+    TotalTensorSizeInBytes.  The graph as declared, before fusion:
+    ``declared_intermediate_bytes``, the sum of its intermediates (every node output that
+    is not a graph output, aligned likewise: one buffer each, as an unplanned executor
+    would hold them), and ``unfused_arena_bytes``, the arena lifetime sharing alone
+    would plan for it (``fuse=False`` compiles to that arena).
     """
 
     def __init__(self, device, graph: GraphDesc, fuse: bool = True, constants=None,
@@ -308,33 +343,25 @@ class CompiledGraph(CompiledOperator):
                                 f"convolution nodes{p.origin}")
 
     def _plan_arena(self, nodes, order) -> None:
-        """Offsets of the intermediates in one arena (module doc, step 3)."""
+        """Offsets of the intermediates in one arena (module doc, step 3); also the
+        declared graph's figures (``declared_intermediate_bytes``, ``unfused_arena_bytes``)."""
         ctx = self.ctx
         align = max(16, ctx.binding_alignment(), ctx.binding_alignment(UNIFORM_TEXEL))
-        step = {i: s for s, i in enumerate(order)}
-        items = []
-        for i in order:
-            for k, t in enumerate(nodes[i].desc.outputs()):
-                if (i, k) in self._graph_out:
-                    continue
-                readers = [step[j] for j, _ in self._consumers(nodes, i, k)]
-                size = -(-t.total_tensor_size_in_bytes // 4) * 4
-                items.append(((i, k), size, step[i], max(readers, default=step[i])))
-        placed = []       # (offset, size, first, last)
-        self.offsets: dict = {}
-        for key, size, first, last in sorted(items, key=lambda x: (-x[1], x[2])):
-            busy = sorted((o, o + s) for o, s, f, la in placed if f <= last and first <= la)
-            off = 0
-            for lo, hi in busy:
-                if off + size <= lo:
-                    break
-                off = max(off, -(-hi // align) * align)
-            placed.append((off, size, first, last))
-            self.offsets[key] = (off, size)
+        items = _lifetimes(order, lambda i: nodes[i].desc.outputs(),
+                           lambda i, k: [j for j, _ in self._consumers(nodes, i, k)],
+                           self._graph_out)
+        self.offsets, self.arena_bytes = _first_fit(items, align)
         # what the intermediates take apart, each at a binding-aligned offset
         self.intermediate_bytes = sum(-(-s // align) * align for _, s, _, _ in items)
         self.intermediate_tensor_bytes = sum(s for _, s, _, _ in items)
-        self.arena_bytes = max((o + s for o, s, _, _ in placed), default=0)
+        topo = self.topology       # the graph as declared: every node, no fusion
+        declared = _lifetimes(topo.order, lambda i: self.graph.nodes[i].desc.outputs(),
+                              lambda i, k: [j for j, _ in topo.consumers[i][k]],
+                              {(i, k) for i, outs in enumerate(topo.graph_outputs)
+                               for k, gs in enumerate(outs) if gs})
+        self.declared_intermediate_bytes = sum(-(-s // align) * align
+                                               for _, s, _, _ in declared)
+        self.unfused_arena_bytes = _first_fit(declared, align)[1]
         self.arena = None
         self._views: dict = {}
         if self.arena_bytes:
