@@ -246,6 +246,30 @@ def test_fast_lists_follow_the_device_ranking(device, monkeypatch):
     assert not set(conv_choice._fast(three_by_three, device)) & set(conv_choice.TUNER_ONLY)
 
 
+def test_fast_list_leaves_out_a_heuristic_choice_its_strong_variant_outranks(device,
+                                                                             monkeypatch):
+    """Winograd (the heuristic's choice for a 3x3) leaves the fast list where the device
+    ranks it beyond STRONG_FACTOR of the fastest family and winograd-blocked (the same
+    transforms, another GEMM) strong; it stays where either does not hold."""
+    three_by_three = SHAPES[2][0]
+    heuristic = conv_choice.heuristic          # winograd first (on a device with
+    monkeypatch.setattr(conv_choice, "heuristic", lambda op, geo: sorted(   # subgroups the
+        heuristic(op, geo), key=lambda n: n != "winograd"))                # shape is gemm_sg's)
+    probe = conv_choice._Probe(device, conv_choice.desc_of_shape(three_by_three))
+    assert conv_choice.heuristic(probe, probe.geo)[0] == "winograd"
+    base = {"gemm_sg": 4e-3, "gemm": 4e-3, "tiled": 9e-3, "blocked": 1e-3}
+
+    def fast(**times):
+        monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked({**base, **times}))
+        return conv_choice._fast(three_by_three, device)
+    got = fast(winograd=3e-3, **{"winograd-blocked": 1.2e-3})
+    assert "winograd" not in got and {"winograd-blocked", "blocked"} <= set(got)
+    got = fast(winograd=1.4e-3, **{"winograd-blocked": 1.2e-3})     # winograd strong
+    assert {"winograd", "winograd-blocked"} <= set(got)
+    got = fast(winograd=3e-3, **{"winograd-blocked": 2e-3})         # its variant is not
+    assert "winograd" in got and "winograd-blocked" not in got
+
+
 def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):
     """The ranking is a tuner choice like any other (tunable path convolution_family):
     measured on the first call, stored, then read back without timing."""

@@ -221,10 +221,11 @@ def shape_class(desc: ConvolutionOperatorDesc) -> str:
 def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     """The fast list of a shape: the heuristic's choice and its runner-ups that compile
     nothing new (its knob variants, :data:`_CHEAP`), plus the families the device itself
-    ranks strong (:func:`strong_families`) that accept the shape.  Other paths would
-    compile their own pipelines, as long as the first call's (measured on lavapipe: a
-    cold first call went from 0.40 to 0.41 s with these, to 0.8 s with the next path
-    too), so they are timed in ``full`` mode only (``python -m vkml.tune``), except for an
+    ranks strong (:func:`strong_families`) that accept the shape, less the heuristic's
+    choice where a strong variant of its own path outranks it (:func:`_outranked`).
+    Other paths would compile their own pipelines, as long as the first call's (measured
+    on lavapipe: a cold first call went from 0.40 to 0.41 s with these, to 0.8 s with the
+    next path too), so they are timed in ``full`` mode only (``python -m vkml.tune``), except for an
     OWNED_BY_DML filter (below)."""
     desc = desc_of_shape(desc)
     probe = _Probe(device, desc)
@@ -249,6 +250,8 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
         path = CANDIDATES[name][0]
         if name not in fast and path in order:
             fast += (name,)
+    if _outranked(order[0], fast, family_times(device) if strong else {}, probe):
+        fast = tuple(n for n in fast if n != order[0])
     return fast
 
 
@@ -272,22 +275,53 @@ FAMILY_SHAPE = shape_from_workload({"op": "convolution", "input": [1, 32, 24, 24
 STRONG_FACTOR = 1.5
 
 
+def family_times(device) -> dict:
+    """This device's own timing of each family on the reference convolution
+    (:data:`FAMILY_SHAPE`, tunable path ``convolution_family``, measured once per device
+    and stored like any choice): ``{candidate: seconds}``; empty with tuning off."""
+    tuner = tuning.default_tuner()
+    if tuner.effective_mode() == "off":
+        return {}
+    return dict(tuner.choose(device, FAMILY, FAMILY_SHAPE).times or {})
+
+
 def strong_families(device) -> tuple[str, ...]:
-    """The tuner-only families (:data:`TUNER_ONLY`) that this device's own timing of the
-    reference convolution (:data:`FAMILY_SHAPE`, tunable path ``convolution_family``,
-    measured once per device and stored like any choice) puts within
-    :data:`STRONG_FACTOR` of its fastest family; none with tuning off.  This is how a
+    """The tuner-only families (:data:`TUNER_ONLY`) that :func:`family_times` puts within
+    :data:`STRONG_FACTOR` of the fastest family; none with tuning off.  This is how a
     device picks which kernel families its fast lists try -- never by its type or name
     (measured: blocked is 3-4x faster than gemm on SwiftShader and 5x slower on
     lavapipe)."""
-    tuner = tuning.default_tuner()
-    if tuner.effective_mode() == "off":
+    times = family_times(device)
+    if not times:
         return ()
-    c = tuner.choose(device, FAMILY, FAMILY_SHAPE)
-    if not c.times:
-        return ()
-    best = min(c.times.values())
-    return tuple(n for n in TUNER_ONLY if c.times.get(n, math.inf) <= STRONG_FACTOR * best)
+    best = min(times.values())
+    return tuple(n for n in TUNER_ONLY if times.get(n, math.inf) <= STRONG_FACTOR * best)
+
+
+def _outranked(first: str, fast: tuple, times: dict, probe) -> bool:
+    """Whether the heuristic's ``first`` choice stays out of a fast list: the device's
+    family timing puts it beyond :data:`STRONG_FACTOR` of the fastest family while a
+    variant of its own path in the list (the same transforms, another GEMM:
+    winograd-blocked for winograd) is strong and takes the shape.  Measured on
+    SwiftShader: winograd 4.2 ms against winograd-blocked 1.8 on the reference; timing
+    winograd anyway (compiling its GEMM, a warm-up and a run before it is dropped) cost
+    a cold 1x48x36x36 convolution ~50 ms of its ~360."""
+    if first not in times or not times:
+        return False
+    best = min(times.values())
+    if times[first] <= STRONG_FACTOR * best:
+        return False
+    path = CANDIDATES[first][0]
+    for name in fast:
+        other, extra = CANDIDATES[name]
+        if name != first and other == path and times.get(name, math.inf) <= STRONG_FACTOR * best:
+            probe.knobs = {**DEFAULT_KNOBS, **extra}
+            try:
+                if _path_class(path).accepts(probe, probe.geo):
+                    return True
+            finally:
+                probe.knobs = None
+    return False
 
 
 class _Probe:
