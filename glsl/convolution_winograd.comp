@@ -34,7 +34,9 @@
 // vkml:variant convolution_winograd_output_f32 OUTPUT=1 TEXEL=1 F32=1
 // vkml:variant convolution_winograd_output_f32_v4 OUTPUT=1 TEXEL=1 F32=1 V4=1
 // vkml:variant convolution_winograd_output_f16 OUTPUT=1 TEXEL=1 F16=1
+// vkml:variant convolution_winograd_output_f16_v4 OUTPUT=1 TEXEL=1 F16=1 V4=1
 // vkml:variant convolution_winograd_output_f16_packed OUTPUT=1 TEXEL=1 F16_PACKED=1
+// vkml:variant convolution_winograd_output_f16_packed_v4 OUTPUT=1 TEXEL=1 F16_PACKED=1 V4=1
 // vkml:variant convolution_winograd_output_f32_ssbo OUTPUT=1 F32=1
 // vkml:variant convolution_winograd_output_f16_ssbo OUTPUT=1 F16=1
 // vkml:variant convolution_winograd_output_f16_packed_ssbo OUTPUT=1 F16_PACKED=1
@@ -90,9 +92,11 @@ layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
 #ifdef OUTPUT
 layout(std430, set = 0, binding = 1) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
-// V4: a tile row is one float4 store (packed float32 rows of a multiple of 4; lavapipe
-// stores a vec4 in one lane turn, a float in one turn each)
+// V4: a tile row is one store (packed rows of a multiple of 4: a float4, or float16's
+// four halves as a uvec2; lavapipe stores a vector in one lane turn, a scalar in one
+// turn each)
 layout(std430, set = 0, binding = 2) buffer Y4 { vec4 y4[]; };
+layout(std430, set = 0, binding = 2) buffer Y2 { uvec2 y2[]; };
 #else
 layout(std430, set = 0, binding = 1) readonly buffer Unused { float unused_[]; };
 #endif
@@ -164,6 +168,7 @@ void main() {
         bool tok = t < dims.w;
         float d[6][6];
 #ifdef X4
+        // (src viewed as RGBA32F, or RGBA16F for float16 tensors: four elements a texel)
         // rows packed (xs.w == 1), every row and W a multiple of 4: a tile row's 6 values
         // are elements WINO_XO.. of NV aligned float4s, each wholly inside the input or
         // wholly outside (zero): 18 fetches a tile instead of 36
@@ -316,10 +321,17 @@ void main() {
 #else
             int oh = th * 4 + r;
 #ifdef V4
+            vec4 o = vec4(vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
+                          vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
+            uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
+#if defined(F16) || defined(F16_PACKED)
+            // (FSTORE's rounding: vkml_half_bits, the same on every driver)
             if (oh < out_size.x)
-                y4[(yb + uint(oh) * ys.z + uint(tw * 4)) >> 2] = vec4(
-                    vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
-                    vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
+                y2[i4] = uvec2(vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
+                               vkml_half_bits(o.z) | (vkml_half_bits(o.w) << 16));
+#else
+            if (oh < out_size.x) y4[i4] = o;
+#endif
 #else
             [[unroll]] for (int c = 0; c < 4; c++) {
                 int ow = tw * 4 + c;

@@ -609,39 +609,56 @@ def test_gemm_sg_strided_filter(device):
                                **tolerance(w))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("width, v4", [(20, True), (21, False)])
-def test_winograd_row_stores(device, width, v4):
-    """Winograd's output transform stores whole tile rows as float4 where the output rows
-    are packed float32 of a multiple of 4, else element by element."""
+def test_winograd_row_stores(device, width, v4, dtype):
+    """Winograd's output transform stores whole tile rows at once (a float4, or float16's
+    four halves as one uvec2, rounded as element stores round) where the output rows are
+    packed and a multiple of 4, else element by element: the same bits as the element
+    stores of the same output written with a row stride of width + 3, and the
+    reference's values."""
     rng = np.random.default_rng(90 + width)
-    desc = _conv_desc("float32", (2, 16, 18, width), (17, 16, 3, 3), start_padding=(1, 1),
+    desc = _conv_desc(dtype, (2, 16, 18, width), (17, 16, 3, 3), start_padding=(1, 1),
                       end_padding=(1, 1), fused_activation="relu")
-    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
-    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
-    b = rng.standard_normal(17).astype(np.float32)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+    b = rng.standard_normal(17).astype(dtype)
     got, compiled = run_path(device, desc, x, w, b, path="winograd")
     assert compiled.path.y4 == v4
+    sizes = desc.output_tensor.sizes
+    strides = (17 * 18 * (width + 3), 18 * (width + 3), width + 3, 1)
+    strided = dataclasses.replace(desc, output_tensor=dml.TensorDesc(dtype, sizes,
+                                                                      strides=strides))
+    flat, compiled = run_path(device, strided, x, w, b, path="winograd")
+    assert not compiled.path.y4
+    apart = np.lib.stride_tricks.as_strided(flat, sizes, [s * flat.itemsize for s in strides])
+    bits = f"u{got.itemsize}"
+    np.testing.assert_array_equal(got.reshape(sizes).view(bits),
+                                  np.ascontiguousarray(apart).view(bits))
     ref = np.maximum(desc_reference(desc, x, w, b), 0)
-    np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
+    np.testing.assert_allclose(got.reshape(ref.shape), ref,
+                               **path_tolerance("winograd", w, dtype))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("width, start, x4", [(20, 0, True), (20, 1, True), (24, 2, True),
                                                (16, 3, True), (21, 1, False)])
-def test_winograd_row_loads(device, width, start, x4):
-    """Winograd's input transform reads tile rows as aligned float4s where the input rows
-    are packed float32 of a multiple of 4 (WINO_XO = the start padding's offset in the
-    first float4: 0, 3, 2, 1 here; float4s wholly in the padding read as zeros), else
-    element by element; the same results."""
+def test_winograd_row_loads(device, width, start, x4, dtype):
+    """Winograd's input transform reads tile rows four elements a fetch (RGBA32F or
+    RGBA16F views) where the input rows are packed and a multiple of 4 (WINO_XO = the
+    start padding's offset in the first texel: 0, 3, 2, 1 here; texels wholly in the
+    padding read as zeros), else element by element; the same results."""
     rng = np.random.default_rng(70 + start)
-    desc = _conv_desc("float32", (2, 16, 17, width), (16, 16, 3, 3), start_padding=(1, start),
+    desc = _conv_desc(dtype, (2, 16, 17, width), (16, 16, 3, 3), start_padding=(1, start),
                       end_padding=(2, 3 - start))
-    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
-    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
-    b = rng.standard_normal(16).astype(np.float32)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+    b = rng.standard_normal(16).astype(dtype)
     got, compiled = run_path(device, desc, x, w, b, path="winograd")
     assert compiled.path.x4 == x4
     ref = desc_reference(desc, x, w, b)
-    np.testing.assert_allclose(got.reshape(ref.shape), ref, **path_tolerance("winograd", w))
+    np.testing.assert_allclose(got.reshape(ref.shape), ref,
+                               **path_tolerance("winograd", w, dtype))
 
 
 def test_winograd_with_sg_gemms(device, budget):

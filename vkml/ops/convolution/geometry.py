@@ -22,7 +22,7 @@ _STORAGES = ("f32", "f16", "f16_packed")
 
 def variant(kernel: str, storage: str, texel: bool = True, v4: bool = False) -> str:
     """``convolution_<kernel>_<storage>``, + ``_ssbo`` where the inputs are not read
-    through texel views, or ``_v4`` where float32 outputs are stored four at a time."""
+    through texel views, or ``_v4`` where outputs are stored four at a time."""
     return f"convolution_{kernel}_{storage}" + ("_ssbo" if not texel else "_v4" if v4 else "")
 
 

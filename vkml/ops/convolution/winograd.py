@@ -104,9 +104,11 @@ class WinogradPath(Path):
     float64 result for unit-variance data).  Taken from 32 tiles up: the filter transform
     runs every execution and costs as much as the GEMMs of a few tiles.
 
-    The input transform reads tile rows as aligned float4s where the input rows are packed
-    float32 of a multiple of 4 (``x4``: 18 fetches a tile instead of 36; lavapipe, 64
-    channels at 56x56: 0.72-0.76 -> 0.49-0.53 ms).  The knob ``gemm``: None (the GEMMs
+    The input transform reads tile rows four elements a fetch where the input rows are
+    packed and a multiple of 4 (``x4``: RGBA32F or RGBA16F views, 18 fetches a tile
+    instead of 36; lavapipe, 64 channels at 56x56: float32 0.72-0.76 -> 0.49-0.53 ms),
+    and the output transform stores a tile row at once where the output rows are
+    (``y4``: a float4, or float16's four halves as one uvec2).  The knob ``gemm``: None (the GEMMs
     on ``convolution_gemm.comp``), "sg" (gemm_sg's variant: U read in place as one filter
     per transform point and shared by shuffles; devices with full subgroups) or
     "blocked" (``convolution_blocked.comp``).
@@ -186,12 +188,14 @@ class WinogradPath(Path):
         self.p_weights = op.pipeline("convolution_winograd_weights_" +
                                      ("texel" if self.w_texel else suffix), consts)
         xs = g.x_strides
-        # rows read as float4s: packed float32 rows, every row and W a multiple of 4
-        self.x4 = (self.x_texel and g.dtype == DataType.FLOAT32 and xs[4] == 1
-                   and g.in_size[2] % 4 == 0 and all(v % 4 == 0 for v in (xs[0], xs[1], xs[3]))
-                   and d.input_tensor.total_tensor_size_in_bytes % 16 == 0)
+        # rows read four elements a texel (RGBA32F / RGBA16F views): packed rows, every
+        # row and W a multiple of 4
+        self.x4 = (self.x_texel and xs[4] == 1 and g.in_size[2] % 4 == 0
+                   and all(v % 4 == 0 for v in (xs[0], xs[1], xs[3]))
+                   and d.input_tensor.total_tensor_size_in_bytes % (4 * esize) == 0)
         if self.x4:
-            self.x_fmt = runtime.FORMAT_RGBA32_SFLOAT
+            self.x_fmt = (runtime.FORMAT_RGBA32_SFLOAT if g.dtype == DataType.FLOAT32
+                          else runtime.FORMAT_RGBA16_SFLOAT)
             self.p_input = op.pipeline("convolution_winograd_input_texel4",
                                        {**consts, "WINO_XO": -g.start[2] % 4})
         else:
@@ -200,8 +204,7 @@ class WinogradPath(Path):
         ys = g.y_strides
         pool = getattr(op, "pool_request", None)
         self.pool = pool if pool is not None and pool_rule(d, pool) is None else None
-        self.y4 = (self.pool is None and self.m_texel and g.dtype == DataType.FLOAT32
-                   and OW % 4 == 0 and ys[4] == 1
+        self.y4 = (self.pool is None and self.m_texel and OW % 4 == 0 and ys[4] == 1
                    and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
         bound = (OH, OW)
         out_name = variant("winograd_output", suffix, self.m_texel, self.y4)
