@@ -88,10 +88,13 @@ layout(std430, set = 0, binding = 1) readonly buffer Ws { vec4 ws_[]; };
 #endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
+// YV4: four pixels of a channel as one store, a float4 or float16's four halves as a
+// uvec2 (lavapipe stores a vector in one lane turn, a scalar in one turn each; packed
+// float16 stores of single halves are atomics)
 #ifdef F32
-// YV4: four pixels of a channel as one float4 store (lavapipe stores a vec4 in one lane
-// turn, a float in one turn each)
 layout(std430, set = 0, binding = 3) buffer Y4 { vec4 y4[]; };
+#else
+layout(std430, set = 0, binding = 3) buffer Y2 { uvec2 y2[]; };
 #endif
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 geo;          // input channels per group, padded output channels per group
@@ -287,19 +290,23 @@ void main() {
             bool has = col < geo.z;
             float bv = (has && ysz.w != 0) ? FLOAD(bias, uint(co * ystep.w)) : 0.0;
             uint yc = uint(co) * ys.y;
-#ifdef F32
             if (YV4) {              // (groups of 4 pixels all exist or none, aligned)
                 [[unroll]] for (int j = 0; j < NB; j += 4) {
+                    vec4 o = vec4(vkml_activation(ACT, acc[i4][j][c] + bv, act),
+                                  vkml_activation(ACT, acc[i4][j + 1][c] + bv, act),
+                                  vkml_activation(ACT, acc[i4][j + 2][c] + bv, act),
+                                  vkml_activation(ACT, acc[i4][j + 3][c] + bv, act));
                     if (has && yo[j] >= 0)
-                        y4[(yc + uint(yo[j])) >> 2] = vec4(
-                            vkml_activation(ACT, acc[i4][j][c] + bv, act),
-                            vkml_activation(ACT, acc[i4][j + 1][c] + bv, act),
-                            vkml_activation(ACT, acc[i4][j + 2][c] + bv, act),
-                            vkml_activation(ACT, acc[i4][j + 3][c] + bv, act));
+#ifdef F32
+                        y4[(yc + uint(yo[j])) >> 2] = o;
+#else                                   // (FSTORE's rounding)
+                        y2[(yc + uint(yo[j])) >> 2] = uvec2(
+                            vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
+                            vkml_half_bits(o.z) | (vkml_half_bits(o.w) << 16));
+#endif
                 }
                 continue;
             }
-#endif
             [[unroll]] for (int j = 0; j < NB; j++) {
                 if (has && yo[j] >= 0) {
                     float v = vkml_activation(ACT, acc[i4][j][c] + bv, act);

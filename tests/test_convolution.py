@@ -609,6 +609,24 @@ def test_gemm_sg_strided_filter(device):
                                **tolerance(w))
 
 
+def same_bits_with_rows_apart(device, desc, got, arrays, path):
+    """Asserts that ``got`` (``desc`` run on ``path``) has the same bits as the same
+    convolution writing output rows 3 elements apart (rows no longer packed: element
+    stores); returns that run's compiled operator."""
+    sizes = desc.output_tensor.sizes
+    strides = [1]
+    for i, n in enumerate(reversed(sizes[1:])):
+        strides.insert(0, strides[0] * (n + 3 * (i == 0)))
+    apart = dataclasses.replace(desc, output_tensor=dml.TensorDesc(
+        desc.output_tensor.dtype, sizes, strides=tuple(strides)))
+    flat, compiled = run_path(device, apart, *arrays, path=path)
+    gathered = np.lib.stride_tricks.as_strided(flat, sizes, [s * flat.itemsize for s in strides])
+    bits = f"u{got.itemsize}"
+    np.testing.assert_array_equal(got.reshape(sizes).view(bits),
+                                  np.ascontiguousarray(gathered).view(bits))
+    return compiled
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("width, v4", [(20, True), (21, False)])
 def test_winograd_row_stores(device, width, v4, dtype):
@@ -625,16 +643,8 @@ def test_winograd_row_stores(device, width, v4, dtype):
     b = rng.standard_normal(17).astype(dtype)
     got, compiled = run_path(device, desc, x, w, b, path="winograd")
     assert compiled.path.y4 == v4
-    sizes = desc.output_tensor.sizes
-    strides = (17 * 18 * (width + 3), 18 * (width + 3), width + 3, 1)
-    strided = dataclasses.replace(desc, output_tensor=dml.TensorDesc(dtype, sizes,
-                                                                      strides=strides))
-    flat, compiled = run_path(device, strided, x, w, b, path="winograd")
-    assert not compiled.path.y4
-    apart = np.lib.stride_tricks.as_strided(flat, sizes, [s * flat.itemsize for s in strides])
-    bits = f"u{got.itemsize}"
-    np.testing.assert_array_equal(got.reshape(sizes).view(bits),
-                                  np.ascontiguousarray(apart).view(bits))
+    element_stores = same_bits_with_rows_apart(device, desc, got, (x, w, b), "winograd")
+    assert not element_stores.path.y4
     ref = np.maximum(desc_reference(desc, x, w, b), 0)
     np.testing.assert_allclose(got.reshape(ref.shape), ref,
                                **path_tolerance("winograd", w, dtype))
@@ -697,8 +707,9 @@ def check_winograd_candidate(device, rng, budget, name):
     ((1, 4, 3, 5, 12), (6, 4, 1, 2, 3), dict(start_padding=(0, 1, 1), end_padding=(0, 0, 1))),
 ])
 def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
-    """The implicit GEMM stores 4 pixels at a time where output rows are packed float32
-    of a multiple of 4 (float16 and other rows element by element)."""
+    """The implicit GEMM stores 4 pixels at a time (a float4, or float16's four halves as
+    one uvec2) where output rows are packed and a multiple of 4 (other rows element by
+    element): the same bits as element stores, and the reference's values."""
     if path == "gemm_sg" and not _has_sg(device):
         pytest.skip("no subgroup shuffles on this device")
     rng = np.random.default_rng(95)
@@ -708,7 +719,9 @@ def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
         w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
         b = rng.standard_normal(w_shape[0]).astype(dtype)
         got, compiled = run_path(device, desc, x, w, b, path=path)
-        assert all(d["yv4"] == (dtype == "float32") for d in compiled.path.dispatches)
+        assert all(d["yv4"] for d in compiled.path.dispatches)
+        apart = same_bits_with_rows_apart(device, desc, got, (x, w, b), path)
+        assert not any(d["yv4"] for d in apart.path.dispatches)
         ref = desc_reference(desc, x, w, b)
         ref = np.where(ref >= 0, ref, 0.01 * ref)
         np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,

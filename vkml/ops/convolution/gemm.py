@@ -518,13 +518,14 @@ class GemmPath(Path):
         self.groups_y = g.groups * co_pad // mb
 
     def _yv4(self, d) -> bool:
-        """Whether a dispatch stores its pixels 4 at a time: float32 output rows packed
-        and aligned, pixels of a block consecutive along them, in whole groups of 4."""
+        """Whether a dispatch stores its pixels 4 at a time (a float4, or four float16
+        halves as one uvec2): output rows packed and aligned, pixels of a block
+        consecutive along them, in whole groups of 4."""
         g = self.geo
         ys = g.y_strides
         aw = d["axes"][2]
         rows = d["pitch"] if d["pitch"] else d["qsize"][2]
-        return (g.dtype == DataType.FLOAT32 and aw.ostep == 1 and aw.o0 == 0 and ys[4] == 1
+        return (aw.ostep == 1 and aw.o0 == 0 and ys[4] == 1
                 and all(v % 4 == 0 for v in ys[:4]) and self.nb % 4 == 0
                 and rows % 4 == 0 and g.out_size[2] % 4 == 0
                 and (d["pitch"] == 0 or d["pitch"] == g.out_size[2]))
