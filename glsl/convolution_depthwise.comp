@@ -17,6 +17,9 @@
 //   lane's turn, while a texel-buffer imageStore takes a turn per component: float4
 //   SSBO stores (V4: packed float32 rows of a multiple of 4) were 2x faster than RGBA
 //   imageStores for the whole kernel;
+// * V8 (ROWS, devices with int64): the store loop's cost goes with components, not
+//   bytes, so eight float32 outputs go as one u64vec4 (1.6 MB written by a store-only
+//   kernel: u64vec4 0.10 ms, vec4 0.15, u64vec2 0.13, RGBA32F imageStore 0.29);
 // * X4 reads the rows as float4 texels (packed float32 rows, the strip start aligned:
 //   the misalignment (-start padding) mod 4 is the constant SHIFT).
 //
@@ -29,12 +32,16 @@
 // vkml:variant convolution_depthwise_f16_packed_ssbo F16_PACKED=1
 // vkml:variant convolution_depthwise_rows_f32 F32=1 TEXEL=1 ROWS=1
 // vkml:variant convolution_depthwise_rows_f32_v4 F32=1 TEXEL=1 V4=1 ROWS=1
+// vkml:variant convolution_depthwise_rows_f32_v8 F32=1 TEXEL=1 V8=1 ROWS=1
 // vkml:variant convolution_depthwise_rows_f16 F16=1 TEXEL=1 ROWS=1
 // vkml:variant convolution_depthwise_rows_f16_packed F16_PACKED=1 TEXEL=1 ROWS=1
 // vkml:variant convolution_depthwise_rows_f32_ssbo F32=1 ROWS=1
 // vkml:variant convolution_depthwise_rows_f16_ssbo F16=1 ROWS=1
 // vkml:variant convolution_depthwise_rows_f16_packed_ssbo F16_PACKED=1 ROWS=1
 #extension GL_EXT_control_flow_attributes : require
+#ifdef V8
+#extension GL_ARB_gpu_shader_int64 : require
+#endif
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
@@ -69,7 +76,10 @@ layout(std430, set = 0, binding = 1) readonly buffer Ws { FSTORE_T ws_[]; };
 #define LOAD_X4(t) vec4(0.0)          // (X4 is a texel-buffer mode)
 #endif
 layout(std430, set = 0, binding = 2) readonly buffer Bias { FSTORE_T bias[]; };
-#ifdef V4
+#if defined(V8)
+layout(std430, set = 0, binding = 3) writeonly buffer Y8 { u64vec4 y8[]; };
+layout(std430, set = 0, binding = 3) writeonly buffer Y8h { u64vec2 y8h[]; };
+#elif defined(V4)
 layout(std430, set = 0, binding = 3) writeonly buffer Y4 { vec4 y4[]; };
 #else
 layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
@@ -167,7 +177,36 @@ void main() {
                 [[unroll]] for (int j = 0; j < NB; j++)
                     acc[j] = fma(wv[kh][kw], win[kh][(X4 ? SHIFT : 0) + kw * DW + j * SW], acc[j]);
         uint yb = yc + uint(oh) * ys.w;
-#ifdef V4
+#if defined(V8)
+        // NB = 8 N8 (+ 4): a strip starting 8-aligned (even strips where NB has the 4)
+        // stores N8 u64vec4s from its start and a u64vec2 at its end; an odd one the
+        // u64vec2 first (the outputs to store picked by selects, not branches)
+        const int N8 = NB / 8;
+        const bool HALF = (NB & 7) != 0;
+        bool odd = HALF && (strip & 1) != 0;
+        [[unroll]] for (int i = 0; i < N8; i++) {
+            int j = (odd ? 4 : 0) + 8 * i;
+            if (live && ow0 + j < out_size.z) {
+                uvec4 u[2];
+                [[unroll]] for (int q = 0; q < 8; q++)
+                    u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
+                        ACT, HALF ? (odd ? acc[4 + 8 * i + q] : acc[8 * i + q]) : acc[8 * i + q],
+                        act));
+                y8[(yb + uint(ow0 + j)) >> 3] = u64vec4(pack64(u[0].xy), pack64(u[0].zw),
+                                                        pack64(u[1].xy), pack64(u[1].zw));
+            }
+        }
+        if (HALF) {
+            int j = odd ? 0 : 8 * N8;
+            if (live && ow0 + j < out_size.z) {
+                uvec4 u;
+                [[unroll]] for (int q = 0; q < 4; q++)
+                    u[q] = floatBitsToUint(vkml_activation(
+                        ACT, odd ? acc[q] : acc[min(8 * N8 + q, NB - 1)], act));
+                y8h[(yb + uint(ow0 + j)) >> 2] = u64vec2(pack64(u.xy), pack64(u.zw));
+            }
+        }
+#elif defined(V4)
         [[unroll]] for (int j = 0; j < NB; j += 4) {
             if (live && ow0 + j < out_size.z) {
                 vec4 v;

@@ -11,6 +11,7 @@ import importlib
 import numpy as np
 import pytest
 
+import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError
 
@@ -20,7 +21,8 @@ from test_convolution import desc_reference, tolerance
 conv_ops = importlib.import_module("vkml.ops.convolution")
 conv_choice = importlib.import_module("vkml.ops.convolution.choice")
 
-ROWS = [n for n in conv_ops.CANDIDATES if n.startswith("depthwise-rows")]
+ROWS = [n for n in conv_ops.CANDIDATES if n.startswith("depthwise-rows")
+        and not conv_ops.CANDIDATES[n][1].get("dw_v8")]
 
 CASES = [
     ((2, 3, 19, 13), (3, 1, 3, 3), dict(group_count=3, start_padding=(1, 1),
@@ -83,3 +85,54 @@ def test_fast_list_times_rows_next_to_depthwise(device):
     assert fast[:2] == ("depthwise", "depthwise-rows")
     strided = _desc("float32", (1, 8, 9, 9), (8, 1, 3, 3), group_count=8, strides=(2, 2))
     assert "depthwise-rows" not in conv_choice._fast(strided, device)
+
+
+# depthwise-rows-v8 (knob ``dw_v8``: eight float32 outputs a u64vec4 store, int64 shaders):
+# strips of NB = 8k (u64vec4s only: 24, 32) and 8k + 4 (20: even strips end, odd strips
+# start with a u64vec2), 2 and 4 strips a row, a channel multiplier, flipped filter,
+# activation, 1-D
+V8_CASES = [
+    ((1, 3, 7, 40), (3, 1, 3, 3), dict(group_count=3, start_padding=(1, 1),
+                                       end_padding=(1, 1))),                       # NB 20
+    ((2, 2, 6, 48), (2, 1, 3, 5), dict(group_count=2, start_padding=(1, 2), end_padding=(1, 2),
+                                       fused_activation="leaky_relu")),            # NB 24
+    ((1, 2, 5, 82), (4, 1, 3, 3), dict(group_count=2, start_padding=(0, 0),
+                                       mode="convolution")),                       # NB 20 x 4
+    ((2, 3, 64), (3, 1, 3), dict(group_count=3, start_padding=(2,), end_padding=(0,))),  # NB 32
+]
+
+
+@pytest.mark.parametrize("case", range(len(V8_CASES)))
+def test_rows_v8_matches_the_reference(device, case):
+    xs, ws, kw = V8_CASES[case]
+    desc = _desc("float32", xs, ws, **kw)
+    if not device.context.features.get("int64"):
+        with pytest.raises(UnsupportedError):     # (SwiftShader: no shaderInt64)
+            compile_on_path(device, desc, "depthwise-rows-v8")
+        return
+    rng = np.random.default_rng(70 + case)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(desc.output_tensor.sizes[1]).astype(np.float32)
+    op = compile_on_path(device, desc, "depthwise-rows-v8")
+    assert op.path.v8 and op.path.nb % 4 == 0 and op.path.strips >= 2
+    got = run_desc(device, desc, x, w, b, compiled=op)
+    ref = desc_reference(desc, x, w, b)
+    if kw.get("fused_activation"):
+        ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref, **tolerance(w))
+
+
+def test_rows_v8_declines(device):
+    """Output rows not a multiple of 8, float16, or no int64: UnsupportedError."""
+    odd = _desc("float32", (1, 2, 6, 12), (2, 1, 3, 3), group_count=2, start_padding=(1, 1),
+                end_padding=(1, 1))
+    half = _desc("float16", (1, 2, 6, 16), (2, 1, 3, 3), group_count=2, start_padding=(1, 1),
+                 end_padding=(1, 1))
+    for desc in (odd, half):
+        with pytest.raises(UnsupportedError):
+            compile_on_path(device, desc, "depthwise-rows-v8")
+    fits = _desc("float32", (1, 2, 6, 16), (2, 1, 3, 3), group_count=2)
+    with vkml.Device(device.index, disable_features=["int64"]) as dev:
+        with pytest.raises(UnsupportedError):
+            compile_on_path(dev, fits, "depthwise-rows-v8")

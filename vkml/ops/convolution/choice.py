@@ -39,6 +39,7 @@ CANDIDATES = {
     "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
     "depthwise-rows": ("depthwise", {"dw_rows": (32, 28)}),
     "depthwise-rows8": ("depthwise", {"dw_rows": (8, 28)}),
+    "depthwise-rows-v8": ("depthwise", {"dw_rows": (32, 28), "dw_v8": True}),
     "gemm_sg": ("gemm_sg", {}),
     "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm": ("gemm", {}),
@@ -57,8 +58,10 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: Candidates the fast list times next to a heuristic choice although they compile a
 #: pipeline of their own, where they accept the shape: depthwise-rows (a 128-channel
 #: 56x56 3x3 on lavapipe: 0.43-0.47 ms of CPU against the default's 0.71-0.74; on
-#: SwiftShader it loses, 2.5-2.6 against 2.0 ms for 32 channels 28x28).
-_ALSO = {"depthwise": ("depthwise-rows",)}
+#: SwiftShader it loses, 2.5-2.6 against 2.0 ms for 32 channels 28x28) and
+#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices: lavapipe 0.39 against
+#: rows' 0.44 ms device time, interleaved; SwiftShader has no int64).
+_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8")}
 
 
 def _path_class(name: str) -> type[Path]:

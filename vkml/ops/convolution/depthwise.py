@@ -23,6 +23,7 @@ VARIANTS = {
     **{f"convolution_depthwise_rows_{s}{r}": _DEPTHWISE for s in _STORAGES
        for r in ("", "_ssbo")},
     "convolution_depthwise_rows_f32_v4": _DEPTHWISE,
+    "convolution_depthwise_rows_f32_v8": _DEPTHWISE,
 }
 
 DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
@@ -49,7 +50,22 @@ class DepthwisePath(Path):
                         op.desc.output_tensor.total_tensor_size_in_bytes)
                 < lim["maxStorageBufferRange"]
                 and (cls.rows_block(op, geo) if knobs(op).get("dw_rows")
-                     else cls.blocks(op, geo)) is not None)
+                     else cls.blocks(op, geo)) is not None
+                and (not knobs(op).get("dw_v8")
+                     or (bool(knobs(op).get("dw_rows")) and cls.v8_ok(op, geo))))
+
+    @staticmethod
+    def v8_ok(op, geo) -> bool:
+        """The ``dw_v8`` stores (eight float32 outputs as one u64vec4 store, int64
+        shaders): float32 through texel views, output rows and strides multiples of 8."""
+        d = op.desc
+        y_el = d.output_tensor.total_tensor_size_in_bytes // geo.dtype.size
+        x_el = d.input_tensor.total_tensor_size_in_bytes // geo.dtype.size
+        w_el = d.filter_tensor.total_tensor_size_in_bytes // geo.dtype.size
+        return (bool(op.features.get("int64")) and geo.dtype == DataType.FLOAT32
+                and _texel_ok(op, x_el) and _texel_ok(op, w_el)
+                and geo.y_strides[4] == 1 and geo.out_size[2] % 8 == 0 and y_el % 8 == 0
+                and all(s_ % 8 == 0 for s_ in geo.y_strides[:4]))
 
     @staticmethod
     def rows_block(op, geo):
@@ -127,8 +143,10 @@ class DepthwisePath(Path):
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
-        name = variant("depthwise_rows" if rows else "depthwise", storage_suffix(op, g.dtype),
-                       self.texel, self.v4)
+        self.v8 = bool(knobs(op).get("dw_v8"))      # (accepts checked v8_ok)
+        name = ("convolution_depthwise_rows_f32_v8" if self.v8 else
+                variant("depthwise_rows" if rows else "depthwise", storage_suffix(op, g.dtype),
+                        self.texel, self.v4))
         if self.v4 and not self.texel:
             self.v4 = False
         self.local = min(64, op.workgroup_size)
