@@ -102,8 +102,9 @@ def _copy_windows(size: int, window: int):
 
 
 def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
-    """Compute-shader copy bandwidth of each read path (SSBO, uniform texel buffer), the
-    best of a few workgroup sizes each."""
+    """Compute-shader copy bandwidth of each read path (SSBO, uniform texel buffer; and
+    texel reads with 32-byte u64vec4 stores where the device has int64 shaders), the best
+    of a few workgroup sizes each."""
     ctx = dev.context
     lim = ctx.limits
     max_local = min(lim["maxComputeWorkGroupInvocations"], lim["maxComputeWorkGroupSize"][0])
@@ -111,11 +112,14 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
     max_x = min(lim["maxComputeWorkGroupCount"][0], 65535)
     src, dst = ctx.allocate(size), ctx.allocate(size)
     out = {}
+    check = np.empty(size // 4, np.uint32)
     try:
         ctx.write(src, np.arange(size // 4, dtype=np.uint32))
-        for variant, kind, limit in (
-                ("ssbo", STORAGE, lim["maxStorageBufferRange"]),
-                ("texel", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16)):
+        paths = [("ssbo", STORAGE, lim["maxStorageBufferRange"]),
+                 ("texel", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16)]
+        if ctx.features.get("int64"):        # stores of 32 bytes (bench_copy.comp, U64)
+            paths.append(("texel_u64", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16))
+        for variant, kind, limit in paths:
             window = max(1 << 16, (min(size, limit) >> 16) << 16)
             fmt = FORMAT_RGBA32_UINT if kind == UNIFORM_TEXEL else 0
             for local in locals_:
@@ -137,10 +141,11 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
                 t = _best_time(gpu, wall)
                 if variant not in out or out[variant]["seconds"] > t:
                     out[variant] = {"gbs": 2 * size / t / 1e9, "seconds": t, "local_size": local}
-        check = np.empty(size // 4, np.uint32)
-        ctx.read(dst, check)
-        if not np.array_equal(check, np.arange(size // 4, dtype=np.uint32)):
-            raise AssertionError("bench_copy microkernel copied wrong data")
+            if "gbs" in out.get(variant, {}):     # each path's copy checked, then cleared
+                ctx.read(dst, check)
+                if not np.array_equal(check, np.arange(size // 4, dtype=np.uint32)):
+                    raise AssertionError(f"bench_copy_{variant} copied wrong data")
+                ctx.write(dst, np.zeros(size // 4, np.uint32))
     finally:
         src.free()
         dst.free()
