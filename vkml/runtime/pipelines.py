@@ -38,7 +38,8 @@ from .vk import ffi, lib
 #: large blocks (MB, NB) constant, SwiftShader unrolls them and spills (1x1 256->64:
 #: 174 -> 355 ms); the remaining gemm constants changed nothing.  ``LP_P`` and
 #: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp).
-FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "WINO_XO")
+FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "WINO_XO", "ROWS_FULL", "ROWS_BL",
+                    "ROWS_BR")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
