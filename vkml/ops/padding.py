@@ -62,6 +62,12 @@ _ROWS_PUSH = 112          # origin[8], extent[8], bases, x_count, x_magic, magic
 #: pass: 16 MiB inputs 4.8 ms with 8 against 5.1-5.6 with 4; 64 MiB ones 25.9 against 25.3.
 ROWS_PER = (8, 4)
 ROWS_PER_BYTES = 64 << 20
+#: Words per invocation of the whole-rows dispatch (``rows_full``), or one more where that
+#: leaves fewer idle at a row's end.  lavapipe, interleaved in one process (device time,
+#: min of 5-8 rounds), reflection by 2: 1x64x256x256 (65 words a row) 3 words 1.82 ms,
+#: 4 1.67, 5 1.60, 6 1.71, 8 1.87; 1x64x512x512 (129) 3 6.54, 4 6.45, 5 6.30, 6 6.75,
+#: 8 7.24, 10 7.63 (more words spill the texels an invocation holds).
+FULL_PER = 4
 #: Most words per invocation a ``rows_block`` may ask for (the kernel unrolls them).
 ROWS_PER_MAX = 16
 #: Outputs below this many bytes take the element kernel without measuring anything.
@@ -496,8 +502,8 @@ class CompiledPadding(CompiledOperator):
         where it does not apply: output rows 16-byte aligned and whole words, input rows
         16-byte aligned (``shift`` known), 4- or 8-byte elements, and each border within
         the row's first or last word, its components among the texels the invocation
-        holds.  Words per invocation: the block's, or the nearest (within 2) leaving the
-        fewest idle at a row's end."""
+        holds.  Words per invocation: the block's (else :data:`FULL_PER`) or one more,
+        whichever leaves fewer idle at a row's end."""
         rows = self.rows if self.rows is not None else self._rows_plan()
         e = self.esize
         n, s0, wo = self.in_size[-1], self.start[-1], self.out_size[-1]
@@ -506,9 +512,9 @@ class CompiledPadding(CompiledOperator):
                 and end * e <= 16):
             return None
         words = rows["row_words"]
-        _, per = self._rows_words()
-        options = sorted((p for p in (per, per + 1, per - 1, per + 2, per - 2)
-                          if 1 <= p <= ROWS_PER_MAX), key=lambda p: -(-words // p) * p - words)
+        per = self.rows_block[1] if self.rows_block else FULL_PER
+        options = sorted((p for p in (per, per + 1) if p <= ROWS_PER_MAX),
+                         key=lambda p: -(-words // p) * p - words)
 
         def codes(word: int, k: int, v: int) -> int | None:
             # t[k] is the texel of input row byte 16 * word - s0 * e (row starts aligned)
