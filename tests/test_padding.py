@@ -614,6 +614,25 @@ def test_rows_blocks_forced(device, block):
         op.release()
 
 
+def test_large_padding_times_the_rows_blocks_alone(device, monkeypatch, large):
+    """Where the model puts the rows path alone within LARGE_SPREAD, its blocks (and the
+    two-dispatch form) are still timed at the padding's class."""
+    from vkml.ops import calibrate
+
+    tuner, fake = large
+    monkeypatch.setattr(tuner, "model", lambda device, path, **kw: tuning.Model(
+        path.name, {"kernel": [0.0, 0.0, 1e-7], "rows": [0.0, 0.0, 1e-9],
+                    "copy": [0.0, 0.0, 1e-7]},
+        tuner.key(device, path, tuning.MODEL_CLASS), "stored"))
+    fake.update({"rows": 2e-3, "rows-256x4": 2e-3, "rows-256x4-split": 1e-3})
+    op = _compile_pad(device, *BIG)
+    entry = tuner.lookup(op.observed[0])
+    assert set(entry["times"]) == {"rows", "rows-256x4", "rows-256x4-split"}
+    assert op.taken == "rows" and not op.full_rows and op.rows_block == (256, 4)
+    assert calibrate.LARGE_SPREAD * 1e-9 < 1e-7
+    op.release()
+
+
 @pytest.mark.parametrize("full", [True, False])
 def test_rows_full_forced(device, full):
     """The rows path as one whole-rows dispatch (row ends 16-byte aligned, 4- and 8-byte

@@ -204,7 +204,8 @@ class CompiledPadding(CompiledOperator):
         self.observed = (model.key, path, est[path], MODEL.stale_factor)
         if self.in_bytes + self.out_bytes >= calibrate.LARGE_BYTES:
             near = sorted(p for p in est if est[p] <= calibrate.LARGE_SPREAD * est[path])
-            if len(near) > 1:
+            # the rows path alone still has its blocks to time (calibrate.large_path)
+            if len(near) > 1 or near == ["rows"]:
                 return self._time_large(near, path)
         return path
 
