@@ -13,7 +13,10 @@ Three ways to fill the output, chosen per device from a calibrated cost model
   both tensors, each output row is a border, a copy of an input row, a border.  One
   dispatch writes the whole 16-byte words inside each row's copy (RGBA32UI texel reads
   shifted into place, uvec4 stores), a second the few elements around them: on lavapipe
-  ~20x faster than the element kernel (bench/RESULTS.md, "Kernel design").
+  ~20x faster than the element kernel (bench/RESULTS.md, "Kernel design").  Where rows
+  are 16-byte aligned and each border fits a row's first or last word, one dispatch
+  writes whole rows instead (``rows_full``; docs/DEVELOPING.md, "Why the 16 MiB
+  padding moved bytes slower").
 * "kernel": the element kernel writes every output element (any layout, any size).
 * "copy": the copy engine copies the interior (``vkCmdCopyBuffer`` regions, one per
   contiguous run) while the kernel writes only the border boxes: best for a few long runs
