@@ -319,16 +319,25 @@ def test_rows_path_falls_back(device):
 
 
 def test_rows_path_workgroup_limit_is_split(device):
-    """Both passes of the rows path split their dispatches at maxComputeWorkGroupCount."""
+    """Both passes of the rows path, and its whole-rows dispatch, split their
+    dispatches at maxComputeWorkGroupCount."""
     cls = _forced("rows")
     rng = np.random.default_rng(9)
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (2, 3, 2)}) as small:
         for shape, start, end in (((5, 3, 4, 300), (1, 0, 2, 3), (0, 1, 1, 2)),
                                   ((7000,), (5,), (3,)),
-                                  ((3, 40, 70), (0, 30, 9), (2, 41, 40))):
+                                  ((3, 40, 70), (0, 30, 9), (2, 41, 40)),
+                                  ((5, 3, 40, 60), (1, 0, 2, 2), (0, 1, 1, 2)),  # whole rows
+                                  ((600,), (2,), (2,))):
             x = random_bits(rng, shape, "int32")
             for mode in ("constant", "symmetric"):
                 _check_forced(small, cls, x, list(start), list(end), mode)
+            op = _forced("rows")(small, dml.PaddingOperatorDesc(
+                dml.TensorDesc("int32", shape), dml.TensorDesc("int32", [
+                    s + a + b for s, a, b in zip(shape, start, end)]), "constant", 0.0,
+                start, end))
+            assert op.full_rows == (shape[-1] in (60, 600))
+            op.release()
 
 
 def _compile_pad(device, shape, start, end, dtype="float32"):
