@@ -15,6 +15,16 @@
 //   elements next to them that share a 16-byte word with a border), each row's in a loop
 //   of one invocation, stored at their own width (a neighbouring row may share the 32-bit
 //   word).
+// * whole rows (ROWS_FULL, main only, no edge dispatch): where every output and input row
+//   starts on a 16-byte boundary, rows end on one, and each border fits the row's first
+//   or last word, the main dispatch writes all of each row's words.  A border word's
+//   32-bit components are picked from the texels the invocation already holds, as
+//   constants say (the same for every row), so they cost a few selects: lavapipe runs
+//   every instruction for every lane (branches and loops no lane enters included), and
+//   building them element by element with their own texel fetches made the kernel 3x
+//   slower.  x runs over (row of dimension YDIM, invocation of the row) flattened, so no
+//   lane idles at a row's end.  lavapipe, 1x64x256x256 by 2: the edge dispatch cost
+//   0.24 ms of 1.85 (0.07 ms of it the dispatch itself, the rest 8 scalar stores a row).
 //
 // Measured on lavapipe, which decides the shape of the code:
 // * Every parameter load comes before any divergent branch: uniform-buffer and push-constant
@@ -58,6 +68,15 @@ layout(constant_id = 6) const bool SIMPLE = true;
 // The byte shift between output words and input texels when the host knows it is the same
 // for every row (0..15), else 16: the shift folds into constant swizzles.
 layout(constant_id = 7) const uint SHIFT = 16u;
+// Whole rows (main only, see the top): bit 0 on; bit 1: each row's first word holds a
+// border, bit 2: its last does; bits 8 and up: which of its invocation's words is the last.
+layout(constant_id = 8) const uint ROWS_FULL = 0u;
+// Whole rows: the first (ROWS_BL) and last (ROWS_BR) word of every row, a byte per 32-bit
+// component: bit 7 set, the constant's component; else bits 2..6 which of the invocation's
+// texels t[] and bits 0..1 its component (the same for every row: input rows 16-aligned).
+layout(constant_id = 9) const uint ROWS_BL = 0u;
+layout(constant_id = 10) const uint ROWS_BR = 0u;
+const bool FULL = (ROWS_FULL & 1u) != 0u;
 
 layout(set = 0, binding = 0) uniform usamplerBuffer X;
 layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
@@ -85,8 +104,8 @@ layout(push_constant) uniform Push {
     uvec4 origin[2];
     uvec4 extent[2];
     uint in_base, out_base;       // bytes: where the bound input and output start
-    uint x_count;                 // invocations along x
-    uint pad_;
+    uint x_count;                 // invocations along x (FULL: per row)
+    uint x_magic;                 // FULL: div_magic(x_count)
     uvec4 magic[2];
 };
 
@@ -147,6 +166,17 @@ void outer(int d, uint c) {
     ib += i * AT(in_stride, d);
 }
 
+uint pick(uvec4 t, uint i) { return i == 0u ? t.x : i == 1u ? t.y : i == 2u ? t.z : t.w; }
+
+// A row's first or last word (FULL): component c from the constant or from the texels
+// t[] the invocation holds, as byte c of `codes` says (see ROWS_BL).
+uint border_part(uint code, uvec4 val, uint c, uvec4 tk) {
+    return (code & 128u) != 0u ? val[c] : pick(tk, code & 3u);
+}
+#define BORDER(codes, w) [[unroll]] for (uint c = 0u; c < 4u; c++) { \
+    uint code = ((codes) >> (8u * c)) & 255u; \
+    w[c] = border_part(code, val, c, t[min((code >> 2u) & 31u, PER)]); }
+
 #define OUTER(D) if (D < YDIM) { uint q = divide(z, D); outer(D, AT(origin, D) + z - q * AT(extent, D)); z = q; }
 
 void main() {
@@ -156,7 +186,13 @@ void main() {
     const bool SWAP = EDGE && YDIM >= 0;
     uint gx = SWAP ? gl_GlobalInvocationID.y : gl_GlobalInvocationID.x;
     uint gy = SWAP ? gl_GlobalInvocationID.x : gl_GlobalInvocationID.y;
-    bool valid = gx < x_count && (YDIM < 0 || gy < AT(extent, max(YDIM, 0)));
+    if (FULL) {                                   // x: (row, invocation of the row)
+        uint hi, lo;
+        umulExtended(gx, x_magic, hi, lo);
+        gy = x_count == 1u ? gx : hi;
+        gx -= gy * x_count;
+    }
+    bool valid = gx < x_count && (YDIM < 0 ? gy == 0u : gy < AT(extent, max(YDIM, 0)));
     ivec4 rw = row, in1 = inner, sl = slots;
     uvec4 val = value4;
     ob = out_base;
@@ -169,15 +205,24 @@ void main() {
     uint endw = (run + uint(rw.y)) >> 4u;
     uint j = AT(origin, LAST) + gx * PER;
     if (!EDGE) {
-        uint w0 = first + j;
+        uint w0 = FULL ? (ob >> 4u) + j : first + j;
+        uint wend = FULL ? (ob + uint(rw.z)) >> 4u : endw;
         int a = ib + int(w0 * 16u - run);         // input byte of word w0's first byte
         int q = a >> 4;
         uint b = SHIFT < 16u ? SHIFT : uint(a) & 15u;
         uvec4 t[PER + 1u];
-        [[unroll]] for (uint k = 0u; k <= PER; k++) t[k] = texelFetch(X, min(q + int(k), rw.w));
+        [[unroll]] for (uint k = 0u; k <= PER; k++)
+            t[k] = texelFetch(X, FULL ? clamp(q + int(k), 0, rw.w) : min(q + int(k), rw.w));
         [[unroll]] for (uint k = 0u; k < PER; k++) {
-            uvec4 w = (MODE == CONSTANT && !inside) ? val : shift16(t[k], t[k + 1u], b);
-            if (valid && w0 + k < endw) y4[w0 + k] = w;
+            uint wk = w0 + k;
+            uvec4 w = shift16(t[k], t[k + 1u], b);
+            uvec4 bw = w;
+            if ((ROWS_FULL & 2u) != 0u && k == 0u) { BORDER(ROWS_BL, bw) if (j == 0u) w = bw; }
+            if ((ROWS_FULL & 4u) != 0u && k == (ROWS_FULL >> 8u)) {
+                BORDER(ROWS_BR, bw) if (wk + 1u == wend) w = bw;
+            }
+            if (MODE == CONSTANT && !inside) w = val;
+            if (valid && wk < wend) y4[wk] = w;
         }
         return;
     }

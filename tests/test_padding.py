@@ -319,16 +319,25 @@ def test_rows_path_falls_back(device):
 
 
 def test_rows_path_workgroup_limit_is_split(device):
-    """Both passes of the rows path split their dispatches at maxComputeWorkGroupCount."""
+    """Both passes of the rows path, and its whole-rows dispatch, split their
+    dispatches at maxComputeWorkGroupCount."""
     cls = _forced("rows")
     rng = np.random.default_rng(9)
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (2, 3, 2)}) as small:
         for shape, start, end in (((5, 3, 4, 300), (1, 0, 2, 3), (0, 1, 1, 2)),
                                   ((7000,), (5,), (3,)),
-                                  ((3, 40, 70), (0, 30, 9), (2, 41, 40))):
+                                  ((3, 40, 70), (0, 30, 9), (2, 41, 40)),
+                                  ((5, 3, 40, 60), (1, 0, 2, 2), (0, 1, 1, 2)),  # whole rows
+                                  ((600,), (2,), (2,))):
             x = random_bits(rng, shape, "int32")
             for mode in ("constant", "symmetric"):
                 _check_forced(small, cls, x, list(start), list(end), mode)
+            op = _forced("rows")(small, dml.PaddingOperatorDesc(
+                dml.TensorDesc("int32", shape), dml.TensorDesc("int32", [
+                    s + a + b for s, a, b in zip(shape, start, end)]), "constant", 0.0,
+                start, end))
+            assert op.full_rows == (shape[-1] in (60, 600))
+            op.release()
 
 
 def _compile_pad(device, shape, start, end, dtype="float32"):
@@ -563,22 +572,24 @@ def large(monkeypatch, small_model):
     return tuner, fake
 
 
-@pytest.mark.parametrize("fastest", ["rows", "copy", "rows-256x4"])
+@pytest.mark.parametrize("fastest", ["rows", "copy", "rows-256x4", "rows-256x4-split"])
 def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, large, fastest):
     """Past the model's points the near paths are timed at the padding's own class and
     the fastest measured is kept (times faked: each path wins where it measures best);
     the next padding of the class takes the stored choice without timing, and the chosen
     path pads right."""
     tuner, fake = large
-    fake.update({"rows": 2e-3, "copy": 2e-3, "rows-256x4": 2e-3, fastest: 1e-3})
+    names = {"rows", "copy", "rows-256x4", "rows-256x4-split"}
+    fake.update({**dict.fromkeys(names, 2e-3), fastest: 1e-3})
     op = _compile_pad(device, *BIG)
     key = op.observed[0]
     entry = tuner.lookup(key)
     assert key.path == "padding-large-test"
-    assert set(entry["times"]) == {"rows", "copy", "rows-256x4"}
+    assert set(entry["times"]) == names
     assert entry["choice"] == op.observed[1] == fastest
     assert _path_of(op) == op.taken == fastest.split("-")[0]
-    assert op.rows_block == ((256, 4) if fastest == "rows-256x4" else None)
+    assert op.rows_block == ((256, 4) if fastest.startswith("rows-256x4") else None)
+    assert op.full_rows == (fastest in ("rows", "rows-256x4"))
     x = device.tensor(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))
     y = device.empty(op.desc.output_tensor.sizes)
     op.execute([x], [y])
@@ -610,6 +621,56 @@ def test_rows_blocks_forced(device, block):
         np.testing.assert_array_equal(y.numpy(), np.pad(
             x, list(zip(start, end)), "reflect" if mode == "reflection" else "constant"))
         op.release()
+
+
+def test_large_padding_times_the_rows_blocks_alone(device, monkeypatch, large):
+    """Where the model puts the rows path alone within LARGE_SPREAD, its blocks (and the
+    two-dispatch form) are still timed at the padding's class."""
+    from vkml.ops import calibrate
+
+    tuner, fake = large
+    monkeypatch.setattr(tuner, "model", lambda device, path, **kw: tuning.Model(
+        path.name, {"kernel": [0.0, 0.0, 1e-7], "rows": [0.0, 0.0, 1e-9],
+                    "copy": [0.0, 0.0, 1e-7]},
+        tuner.key(device, path, tuning.MODEL_CLASS), "stored"))
+    fake.update({"rows": 2e-3, "rows-256x4": 2e-3, "rows-256x4-split": 1e-3})
+    op = _compile_pad(device, *BIG)
+    entry = tuner.lookup(op.observed[0])
+    assert set(entry["times"]) == {"rows", "rows-256x4", "rows-256x4-split"}
+    assert op.taken == "rows" and not op.full_rows and op.rows_block == (256, 4)
+    assert calibrate.LARGE_SPREAD * 1e-9 < 1e-7
+    op.release()
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_rows_full_forced(device, full):
+    """The rows path as one whole-rows dispatch (row ends 16-byte aligned, 4- and 8-byte
+    elements, each border within a row's first or last word) and as two, forced, against
+    numpy.pad: every mode, borders of 0 to 16 bytes, odd blocks (a row's last word at
+    several places of its invocation)."""
+    from vkml.ops.padding import CompiledPadding
+
+    rng = np.random.default_rng(8)
+    cases = [("float32", (3, 5, 24), (1, 2, 2), (0, 1, 2), (64, 4)),
+             ("float32", (2, 36), (0, 4), (1, 0), (32, 2)),
+             ("float64", (3, 2, 6), (0, 1, 1), (2, 0, 1), (8, 1)),
+             ("float32", (4, 28), (1, 1), (0, 3), (256, 8))]
+    for dtype, shape, start, end, block in cases:
+        x = random_bits(rng, shape, dtype)
+        out = [s + a + b for s, a, b in zip(shape, start, end)]
+        for mode in PAD_MODES:
+            op = CompiledPadding(device, dml.PaddingOperatorDesc(
+                dml.TensorDesc(dtype, shape), dml.TensorDesc(dtype, out), mode, 3.0, start,
+                end), path="rows", rows_block=block, rows_full=full)
+            # wrap's borders come from the row's far end: whole rows only where one
+            # invocation holds the row
+            assert op.taken == "rows" and (op.full_rows == full or mode == "wrap"), \
+                (dtype, shape, mode)
+            t, y = device.tensor(x), device.empty(out, dtype)
+            op.execute([t], [y])
+            op.release()
+            assert same_bits(y.numpy(), pad_reference(x, start, end, mode, 3)), \
+                (dtype, shape, start, end, mode, full)
 
 
 def test_large_padding_off_and_far_paths_time_nothing(device, monkeypatch, large):

@@ -78,6 +78,10 @@ LARGE_SPREAD = 4.0
 #: by 2, constant, (64, 8) 2.41-4.10 ms, (256, 4) 1.82-3.46; 1x64x512x512 (64, 4) 12.8,
 #: (256, 4) 9.1.
 ROWS_BLOCKS = ((256, 4),)
+#: ...and, where the rows path writes whole rows in one dispatch (``rows_full``), the
+#: same blocks as two dispatches (words, then edge elements; the default before):
+#: candidates ``rows-<local>x<per>-split``.
+SPLIT_BLOCKS = ROWS_BLOCKS
 
 
 def features(device) -> str:
@@ -199,10 +203,14 @@ def _run_large(op_class):
         path, block = cand.params["path"], cand.params.get("block")
         op = op_class(device, PaddingOperatorDesc(TensorDesc(dtype, sin), TensorDesc(dtype, sout),
                                                   shape["mode"], 0.0, start, end),
-                      path=path, rows_block=None if block is None else tuple(block))
+                      path=path, rows_block=None if block is None else tuple(block),
+                      rows_full=cand.params.get("full"))
         if op.taken != path:
             op.release()
             raise Declined(f"the {path} path does not take {sin} -> {sout}")
+        if cand.params.get("full") is False and op.full_plan() is None:
+            op.release()
+            raise Declined("no whole-rows dispatch here: the same as the rows candidate")
         made = [op]
         try:
             made.append(device.tensor(np.zeros(sin, dtype)))        # touched: no faults
@@ -216,15 +224,19 @@ def _run_large(op_class):
 
 
 def large_path(op_class, *, name: str = "padding-large", register: bool = True):
-    """The tuner path of large paddings (:data:`LARGE_BYTES`): candidates ``PATHS`` and
-    ``rows-<local>x<per>`` (the rows path with a words-pass block of :data:`ROWS_BLOCKS`),
-    the fast list the shape's ``paths`` (what the model put within :data:`LARGE_SPREAD`,
-    the rows blocks with rows),
+    """The tuner path of large paddings (:data:`LARGE_BYTES`): candidates ``PATHS``,
+    ``rows-<local>x<per>`` (the rows path with a words-pass block of :data:`ROWS_BLOCKS`)
+    and ``rows-<local>x<per>-split`` (:data:`SPLIT_BLOCKS`, two dispatches where one
+    would write whole rows; declined elsewhere), the fast list the shape's ``paths``
+    (what the model put within :data:`LARGE_SPREAD`, the rows blocks with rows),
     shape a JSON dict (``in``, ``out``, ``start``, ``mode``, ``dtype``, ``esize``,
     ``bytes``, ``run``, ``paths``), key features as the model's."""
     make = register_path if register else tunable_path
     blocks = [Candidate(f"rows-{b[0]}x{b[1]}", {"path": "rows", "block": list(b)})
               for b in ROWS_BLOCKS]
+    blocks += [Candidate(f"rows-{b[0]}x{b[1]}-split", {"path": "rows", "block": list(b),
+                                                       "full": False})
+               for b in SPLIT_BLOCKS]
 
     def fast(shape, _device):
         return list(shape["paths"]) + ([c.name for c in blocks] if "rows" in shape["paths"]

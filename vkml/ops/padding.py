@@ -13,7 +13,10 @@ Three ways to fill the output, chosen per device from a calibrated cost model
   both tensors, each output row is a border, a copy of an input row, a border.  One
   dispatch writes the whole 16-byte words inside each row's copy (RGBA32UI texel reads
   shifted into place, uvec4 stores), a second the few elements around them: on lavapipe
-  ~20x faster than the element kernel (bench/RESULTS.md, "Kernel design").
+  ~20x faster than the element kernel (bench/RESULTS.md, "Kernel design").  Where rows
+  are 16-byte aligned and each border fits a row's first or last word, one dispatch
+  writes whole rows instead (``rows_full``; docs/DEVELOPING.md, "Why the 16 MiB
+  padding moved bytes slower").
 * "kernel": the element kernel writes every output element (any layout, any size).
 * "copy": the copy engine copies the interior (``vkCmdCopyBuffer`` regions, one per
   contiguous run) while the kernel writes only the border boxes: best for a few long runs
@@ -52,16 +55,22 @@ VARIANTS = {**dict.fromkeys((f"padding{s}" for s in _SUFFIXES),
                             ("LOCAL_SIZE_X", "RANK", "MODE", "XDIMS")),
             **dict.fromkeys((f"padding_rows{s}" for s in _SUFFIXES),
                             ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "MODE", "EDGE", "PER",
-                             "SIMPLE", "SHIFT"))}
+                             "SIMPLE", "SHIFT", "ROWS_FULL", "ROWS_BL", "ROWS_BR"))}
 _PARAM_WORDS = 4 + 4 * MAX_RANK        # std140 uvec4s, see the GLSL
 _PUSH_BYTES = 76
-_ROWS_PUSH = 112                        # origin[8], extent[8], bases, x_count, magic[8]
+_ROWS_PUSH = 112          # origin[8], extent[8], bases, x_count, x_magic, magic[8]
 #: 16-byte words per invocation of the rows kernel, for tensors (input + output) up to
 #: ROWS_PER_BYTES and beyond: more words a lane amortize the row's arithmetic and the
 #: extra texel, fewer keep the lanes' write streams few.  lavapipe, CPU time of the words
 #: pass: 16 MiB inputs 4.8 ms with 8 against 5.1-5.6 with 4; 64 MiB ones 25.9 against 25.3.
 ROWS_PER = (8, 4)
 ROWS_PER_BYTES = 64 << 20
+#: Words per invocation of the whole-rows dispatch (``rows_full``), or one more where that
+#: leaves fewer idle at a row's end.  lavapipe, interleaved in one process (device time,
+#: min of 5-8 rounds), reflection by 2: 1x64x256x256 (65 words a row) 3 words 1.82 ms,
+#: 4 1.67, 5 1.60, 6 1.71, 8 1.87; 1x64x512x512 (129) 3 6.54, 4 6.45, 5 6.30, 6 6.75,
+#: 8 7.24, 10 7.63 (more words spill the texels an invocation holds).
+FULL_PER = 4
 #: Most words per invocation a ``rows_block`` may ask for (the kernel unrolls them).
 ROWS_PER_MAX = 16
 #: Outputs below this many bytes take the element kernel without measuring anything.
@@ -94,10 +103,13 @@ class CompiledPadding(CompiledOperator):
     "copy" force that path (calibration, tests; "rows" and "copy" fall back to the
     element kernel where they do not apply).  ``rows_block``: (workgroup size, words per
     invocation) of the rows path's words pass (None: ``self.local``, :data:`ROWS_PER`;
-    a large padding's timing may choose another, :data:`.calibrate.ROWS_BLOCKS`)."""
+    a large padding's timing may choose another, :data:`.calibrate.ROWS_BLOCKS`).
+    ``rows_full``: whether the rows path writes whole rows in one dispatch where every
+    output row is 16-byte aligned (True, the default there) or the words and the edge
+    elements in two (False); a large padding's timing tries both."""
 
     def __init__(self, device, desc, path: str | None = None,
-                 rows_block: tuple | None = None):
+                 rows_block: tuple | None = None, rows_full: bool | None = None):
         if path is not None and path not in PATHS:
             raise ValidationError("path", f"must be None or one of {PATHS}, got {path!r}")
         ints = isinstance(rows_block, (tuple, list)) and len(rows_block) == 2 and all(
@@ -106,8 +118,11 @@ class CompiledPadding(CompiledOperator):
                 ints and rows_block[0] >= 1 and 1 <= rows_block[1] <= ROWS_PER_MAX):
             raise ValidationError("rows_block", f"must be None or (workgroup size >= 1, words "
                                   f"per invocation 1..{ROWS_PER_MAX}), got {rows_block!r}")
+        if rows_full not in (None, True, False):
+            raise ValidationError("rows_full", f"must be None, True or False, got {rows_full!r}")
         self.path = path
         self.rows_block = None if rows_block is None else tuple(rows_block)
+        self.rows_full = rows_full
         #: (tuning key, path, predicted seconds, stale factor) where the model or the
         #: timing of a large padding chose the path: the sampled executions re-check it
         #: (ops/base.py).
@@ -145,8 +160,11 @@ class CompiledPadding(CompiledOperator):
         rows = self._rows_plan() if self.path in (None, "rows") else None
         copy_ok = not self.split and src.is_packed and dst.is_packed and self.path != "kernel"
         path = self.path or self._cheapest(rows, copy_ok)
+        self.full = None
         if path == "rows" and rows is not None:
             self.rows = rows
+            if self.rows_full is not False:
+                self.full = self.full_plan()
             self.rows_kernel = "padding_rows" + suffix
             self.params = self.upload(self._rows_params(rows))
             return
@@ -189,7 +207,8 @@ class CompiledPadding(CompiledOperator):
         self.observed = (model.key, path, est[path], MODEL.stale_factor)
         if self.in_bytes + self.out_bytes >= calibrate.LARGE_BYTES:
             near = sorted(p for p in est if est[p] <= calibrate.LARGE_SPREAD * est[path])
-            if len(near) > 1:
+            # the rows path alone still has its blocks to time (calibrate.large_path)
+            if len(near) > 1 or near == ["rows"]:
                 return self._time_large(near, path)
         return path
 
@@ -211,6 +230,8 @@ class CompiledPadding(CompiledOperator):
         self.observe_choice(choice, shape, LARGE)
         if "block" in choice.params:
             self.rows_block = tuple(choice.params["block"])
+        if "full" in choice.params:
+            self.rows_full = bool(choice.params["full"])
         return chosen
 
     @property
@@ -247,8 +268,16 @@ class CompiledPadding(CompiledOperator):
             words = max(words, endw - first)
         same = all(b % 16 == 0 for b in outer_out + outer_in)
         simple = all(self._one_period(d) for d in range(rank))
+        # every output row starts and ends on a 16-byte boundary: whole rows in words
+        full = g == 16 and wo * e % 16 == 0 and wo * e // 16 < 1 << 16
         return {"words": words, "left": left, "right": right, "in_bind": in_bind,
-                "shift": (-s0 * e) % 16 if same else 16, "simple": simple}
+                "shift": (-s0 * e) % 16 if same else 16, "simple": simple,
+                "full": full, "row_words": wo * e // 16}
+
+    @property
+    def full_rows(self) -> bool:
+        """Whether the rows path runs as one whole-rows dispatch (``rows_full``)."""
+        return self.rows is not None and self.full is not None
 
     def _one_period(self, d: int) -> bool:
         """Whether one reflection (or wrap) folds every coordinate of dimension d."""
@@ -408,10 +437,11 @@ class CompiledPadding(CompiledOperator):
                   "SHIFT": rows["shift"]}
         slots = rows["left"] + rows["right"]
         local_y = int(lim["maxComputeWorkGroupSize"][1])
+        if self.full_rows:
+            self._encode_full(seq, binds, consts)
+            return
         if rows["words"]:                 # x along the words, y along dimension rank - 2
-            local, v = self.rows_block or (self.local, ROWS_PER[self.in_bytes + self.out_bytes
-                                                                > ROWS_PER_BYTES])
-            local = min(local, self.workgroup_size)
+            local, v = self._rows_words()
             extent = list(self.out_size[:-1]) + [rows["words"]]
             xinv = -(-rows["words"] // v)
             lx = min(local, max(8, -(-xinv // 8) * 8))
@@ -443,12 +473,121 @@ class CompiledPadding(CompiledOperator):
                 self._dispatch_rows(seq, pipe, binds, origin, extent, ext[-2],
                                     box_grid(ext, lx, 1, 1, 1))
 
-    def _dispatch_rows(self, seq, pipe, binds, origin, extent, x_count, groups) -> None:
+    def _rows_words(self) -> tuple[int, int]:
+        """(workgroup size, words per invocation) of the words pass."""
+        local, per = self.rows_block or (self.local, ROWS_PER[self.in_bytes + self.out_bytes
+                                                              > ROWS_PER_BYTES])
+        return min(local, self.workgroup_size), per
+
+    def _fold(self, c: int, n: int) -> int | None:
+        """The input coordinate of row coordinate ``c`` (relative to the start padding) of
+        a row of ``n`` (numpy.pad's rule); None for the constant."""
+        if 0 <= c < n:
+            return c
+        m = self.mode
+        if m == PaddingMode.CONSTANT:
+            return None
+        if m == PaddingMode.EDGE:
+            return min(max(c, 0), n - 1)
+        if m == PaddingMode.WRAP:
+            return c % n
+        if m == PaddingMode.REFLECTION:
+            if n == 1:
+                return 0
+            p = 2 * (n - 1)
+            r = c % p
+            return r if r < n else p - r
+        p = 2 * n
+        r = c % p
+        return r if r < n else p - 1 - r
+
+    def full_plan(self) -> dict | None:
+        """The whole-rows dispatch (``ROWS_FULL`` in glsl/padding_rows.comp), or None
+        where it does not apply: output rows 16-byte aligned and whole words, input rows
+        16-byte aligned (``shift`` known), 4- or 8-byte elements, and each border within
+        the row's first or last word, its components among the texels the invocation
+        holds.  Words per invocation: the block's (else :data:`FULL_PER`) or one more,
+        whichever leaves fewer idle at a row's end."""
+        rows = self.rows if self.rows is not None else self._rows_plan()
+        e = self.esize
+        n, s0, wo = self.in_size[-1], self.start[-1], self.out_size[-1]
+        end = wo - n - s0
+        if rows is None or not (rows["full"] and rows["shift"] < 16 and e in (4, 8) and s0 * e <= 16
+                and end * e <= 16):
+            return None
+        words = rows["row_words"]
+        per = self.rows_block[1] if self.rows_block else FULL_PER
+        options = sorted((p for p in (per, per + 1) if p <= ROWS_PER_MAX),
+                         key=lambda p: -(-words // p) * p - words)
+
+        def codes(word: int, k: int, v: int) -> int | None:
+            # t[k] is the texel of input row byte 16 * word - s0 * e (row starts aligned)
+            base = (16 * word - s0 * e) // 16 - k
+            out = 0
+            for c in range(4):
+                r = 16 * word + 4 * c
+                i = self._fold(r // e - s0, n)
+                if i is None:
+                    code = 128 | c
+                else:
+                    src = i * e + r % e
+                    kk = src // 16 - base
+                    if not 0 <= kk <= v:
+                        return None
+                    code = kk << 2 | (src >> 2) & 3
+                out |= code << (8 * c)
+            return out
+
+        lx, _ = self._rows_words()
+        for v in options:
+            ipr = -(-words // v)
+            if ipr > self.ctx.limits["maxComputeWorkGroupCount"][0] * lx:
+                continue
+            kr = words - 1 - (ipr - 1) * v
+            bl = codes(0, 0, v) if s0 else 0
+            br = codes(words - 1, kr, v) if end else 0
+            if bl is None or br is None:
+                continue
+            return {"per": v, "ipr": ipr, "ROWS_FULL": 1 | (2 if s0 else 0) | (4 if end else 0)
+                    | kr << 8, "ROWS_BL": bl, "ROWS_BR": br}
+        return None
+
+    def _encode_full(self, seq, binds, consts) -> None:
+        """Whole rows in one dispatch (``ROWS_FULL``): x over (row of dimension rank - 2,
+        its invocations), flattened; z the dimensions before."""
+        full = self.full
+        rank = len(self.out_size)
+        mx, _, mz = self.ctx.limits["maxComputeWorkGroupCount"]
+        lx, _ = self._rows_words()
+        n, v, ipr = self.rows["row_words"], full["per"], full["ipr"]
+        pipe = self.pipeline(self.rows_kernel, {
+            "LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": 1, "EDGE": 0, "PER": v, **consts,
+            **{k: full[k] for k in ("ROWS_FULL", "ROWS_BL", "ROWS_BR")}})
+        extent = list(self.out_size[:-1]) + [n]
+        # rows per dispatch: x within the device's groups and exact multiply-highs
+        # (flat index * ipr < 2^32; ipr < 2^16 where rows are full, see _rows_plan)
+        cap = max(1, min(mx * lx // ipr, ((1 << 32) - 1) // (ipr * ipr)))
+        if rank == 1:
+            self._dispatch_rows(seq, pipe, binds, [0], [n], ipr, (-(-ipr // lx), 1, 1),
+                                magic=True)
+            return
+        big = 1 << 31
+        for o, ext in split_groups([0] * rank, extent, 1, (big, big, mz), 1, n, 1):
+            for a in range(0, ext[-2], cap):
+                oo, ee = list(o), list(ext)
+                oo[-2] += a
+                ee[-2] = min(cap, ext[-2] - a)
+                groups = (-(-ee[-2] * ipr // lx), 1, math.prod(ee[:-2]))
+                self._dispatch_rows(seq, pipe, binds, oo, ee, ipr, groups, magic=True)
+
+    def _dispatch_rows(self, seq, pipe, binds, origin, extent, x_count, groups,
+                       magic: bool = False) -> None:
         rank = len(extent)
         push = np.zeros(_ROWS_PUSH // 4, dtype=np.uint32)
         push[0:rank] = origin
         push[8:8 + rank] = extent
         push[18] = x_count
+        push[19] = div_magic(x_count) if magic else 0
         push[20:20 + rank] = [div_magic(n) for n in extent]
         seq.dispatch(pipe, binds, groups, push.tobytes())
 

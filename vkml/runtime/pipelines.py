@@ -37,8 +37,11 @@ from .vk import ffi, lib
 #: registers (SwiftShader: a 1x1 GEMM 0.2 -> 3.1 GFLOP/s).  Not the others: with gemm's
 #: large blocks (MB, NB) constant, SwiftShader unrolls them and spills (1x1 256->64:
 #: 174 -> 355 ms); the remaining gemm constants changed nothing.  ``LP_P`` and
-#: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp).
-FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "WINO_XO")
+#: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp);
+#: ``ROWS_FULL``, ``ROWS_BL``, ``ROWS_BR`` pick the texel components of the padding rows
+#: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen.
+FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "WINO_XO", "ROWS_FULL", "ROWS_BL",
+                    "ROWS_BR")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
