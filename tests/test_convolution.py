@@ -643,6 +643,7 @@ def test_winograd_row_stores(device, width, v4, dtype):
     b = rng.standard_normal(17).astype(dtype)
     got, compiled = run_path(device, desc, x, w, b, path="winograd")
     assert compiled.path.y4 == v4
+    assert compiled.path.gemm_yv4        # M's tiles 4 a store (T4 rows)
     element_stores = same_bits_with_rows_apart(device, desc, got, (x, w, b), "winograd")
     assert not element_stores.path.y4
     ref = np.maximum(desc_reference(desc, x, w, b), 0)
