@@ -23,7 +23,7 @@ from vkml.ops.grid import BOX_CONSTANTS, BoxKernel
 from vkml.runtime.pipelines import interface, kernel_manifest
 
 #: Manifest variants no operator requests: the bench tool's and the tuner's probes.
-BENCH_ONLY = {"bench_copy_ssbo", "bench_copy_texel", "bench_fma"}
+BENCH_ONLY = {"bench_copy_ssbo", "bench_copy_texel", "bench_copy_texel_u64", "bench_fma"}
 
 
 def ops_modules():

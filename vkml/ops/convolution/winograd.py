@@ -26,7 +26,7 @@ VARIANTS = {
     "convolution_winograd_input_texel4": ("LOCAL_SIZE_X", "ACT", "WINO_XO"),
     **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
        for s in _STORAGES for r in ("", "_ssbo")},
-    "convolution_winograd_output_f32_v4": ("LOCAL_SIZE_X", "ACT"),
+    **{f"convolution_winograd_output_{s}_v4": ("LOCAL_SIZE_X", "ACT") for s in _STORAGES},
     **{f"convolution_winograd_output_{s}{r}_pool": ("LOCAL_SIZE_X", "ACT", "P", "SCALE")
        for s in _STORAGES for r in ("", "_ssbo")},
 }
