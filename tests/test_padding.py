@@ -584,7 +584,7 @@ def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, larg
     if fastest.endswith("u64") and not int64:
         pytest.skip("no int64 shaders: the u64 candidates decline")
     names = {"rows", "copy", "rows-256x4", "rows-256x4-split"} | (
-        {"rows-u64", "rows-256x4-u64"} if int64 else set())
+        {"rows-256x4-u64", "rows-256x6-u64"} if int64 else set())
     fake.update({**dict.fromkeys(names, 2e-3), fastest: 1e-3})
     op = _compile_pad(device, *BIG)
     key = op.observed[0]
@@ -640,11 +640,11 @@ def test_large_padding_times_the_rows_blocks_alone(device, monkeypatch, large):
                     "copy": [0.0, 0.0, 1e-7]},
         tuner.key(device, path, tuning.MODEL_CLASS), "stored"))
     fake.update({"rows": 2e-3, "rows-256x4": 2e-3, "rows-256x4-split": 1e-3,
-                 "rows-u64": 2e-3, "rows-256x4-u64": 2e-3})
+                 "rows-256x4-u64": 2e-3, "rows-256x6-u64": 2e-3})
     op = _compile_pad(device, *BIG)
     entry = tuner.lookup(op.observed[0])
     assert set(entry["times"]) == {"rows", "rows-256x4", "rows-256x4-split"} | (
-        {"rows-u64", "rows-256x4-u64"} if device.context.features.get("int64") else set())
+        {"rows-256x4-u64", "rows-256x6-u64"} if device.context.features.get("int64") else set())
     assert op.taken == "rows" and not op.full_rows and op.rows_block == (256, 4)
     assert calibrate.LARGE_SPREAD * 1e-9 < 1e-7
     op.release()

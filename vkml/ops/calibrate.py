@@ -83,10 +83,13 @@ ROWS_BLOCKS = ((256, 4),)
 #: candidates ``rows-<local>x<per>-split``.
 SPLIT_BLOCKS = ROWS_BLOCKS
 #: ...and, on devices with int64 shaders, the rows path with its words stored as u64vec4
-#: pairs (``rows_u64``) with the default block (None) and these: candidates
-#: ``rows-u64``, ``rows-<local>x<per>-u64`` (declined elsewhere, and where the pairs do
-#: not apply).  lavapipe stores per component, not per byte (docs/DEVELOPING.md).
-U64_BLOCKS = (None,) + ROWS_BLOCKS
+#: pairs (``rows_u64``) with these blocks: candidates ``rows-<local>x<per>-u64``
+#: (declined elsewhere, and where the pairs do not apply).  lavapipe stores per
+#: component, not per byte (docs/DEVELOPING.md, "u64vec4 stores"): interleaved in one
+#: process, whole rows by 2, ms: 1x64x256x256 constant (256, 4) uvec4 1.62, u64 1.54,
+#: (256, 6) u64 1.49, (64, 4) u64 1.57; 1x64x512x512 constant 6.59, 5.88, 5.74, 6.00,
+#: reflection 6.33, 5.72, 5.39, 5.99.
+U64_BLOCKS = ((256, 4), (256, 6))
 
 
 def features(device) -> str:
@@ -236,7 +239,7 @@ def large_path(op_class, *, name: str = "padding-large", register: bool = True):
     """The tuner path of large paddings (:data:`LARGE_BYTES`): candidates ``PATHS``,
     ``rows-<local>x<per>`` (the rows path with a words-pass block of :data:`ROWS_BLOCKS`)
     ``rows-<local>x<per>-split`` (:data:`SPLIT_BLOCKS`, two dispatches where one
-    would write whole rows; declined elsewhere) and ``rows[-<local>x<per>]-u64``
+    would write whole rows; declined elsewhere) and ``rows-<local>x<per>-u64``
     (:data:`U64_BLOCKS`, u64vec4 stores; declined without int64), the fast list the shape's ``paths``
     (what the model put within :data:`LARGE_SPREAD`, the rows blocks with rows),
     shape a JSON dict (``in``, ``out``, ``start``, ``mode``, ``dtype``, ``esize``,
@@ -247,9 +250,8 @@ def large_path(op_class, *, name: str = "padding-large", register: bool = True):
     blocks += [Candidate(f"rows-{b[0]}x{b[1]}-split", {"path": "rows", "block": list(b),
                                                        "full": False})
                for b in SPLIT_BLOCKS]
-    blocks += [Candidate("rows-" + ("" if b is None else f"{b[0]}x{b[1]}-") + "u64",
-                         {"path": "rows", "u64": True,
-                          **({} if b is None else {"block": list(b)})})
+    blocks += [Candidate(f"rows-{b[0]}x{b[1]}-u64", {"path": "rows", "block": list(b),
+                                                     "u64": True})
                for b in U64_BLOCKS]
 
     def fast(shape, _device):
