@@ -41,7 +41,20 @@
 // vkml:variant padding_rows_e8 ELEM_BYTES=8
 // vkml:variant padding_rows_e1_packed ELEM_BYTES=1 PACKED=1
 // vkml:variant padding_rows_e2_packed ELEM_BYTES=2 PACKED=1
+// vkml:variant padding_rows_u64 ELEM_BYTES=4 U64=1
+//
+// U64 (devices with int64 shaders; the main dispatch only, any element width: words are
+// bytes): the words go out as u64vec4 pairs (32-byte aligned) and one u64vec2 a row end
+// (a pair with one word of the row), not as uvec4s.  lavapipe's store loop goes per
+// component, not per byte: a store-only kernel writing 1.6 MB took 0.095 ms with
+// u64vec4s against 0.149 with vec4s (docs/DEVELOPING.md, "Stores").  An invocation's
+// words start on a pair: the row's first word is its k = 0 or 1 (the row's parity), so
+// the border constants come twice (ROWS_BL1, ROWS_BR1: the odd rows'), and the rows
+// have one word more of invocations (x_count) for the odd rows.  PER must be even.
 #extension GL_EXT_control_flow_attributes : enable
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#endif
 #include "vkml_index.glsl"
 
 #if ELEM_BYTES == 1 && !defined(PACKED)
@@ -76,10 +89,23 @@ layout(constant_id = 8) const uint ROWS_FULL = 0u;
 // texels t[] and bits 0..1 its component (the same for every row: input rows 16-aligned).
 layout(constant_id = 9) const uint ROWS_BL = 0u;
 layout(constant_id = 10) const uint ROWS_BR = 0u;
+// U64, whole rows: ROWS_BL and ROWS_BR of rows starting on an odd word (the above are the
+// even rows'), whose last word is its invocation's word (ROWS_FULL >> 16) & 255.
+layout(constant_id = 11) const uint ROWS_BL1 = 0u;
+layout(constant_id = 12) const uint ROWS_BR1 = 0u;
 const bool FULL = (ROWS_FULL & 1u) != 0u;
+#ifdef U64
+const bool PAIRS = true;          // w0 may lie before the row's input (texel index < 0)
+#else
+const bool PAIRS = false;
+#endif
 
 layout(set = 0, binding = 0) uniform usamplerBuffer X;
 layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
+#ifdef U64
+layout(std430, set = 0, binding = 1) buffer Out8 { u64vec4 y8[]; };
+layout(std430, set = 0, binding = 1) buffer Out8h { u64vec2 y8h[]; };
+#endif
 #ifdef PACKED
 layout(std430, set = 0, binding = 1) buffer Out { uint y[]; };
 #else
@@ -205,25 +231,64 @@ void main() {
     uint endw = (run + uint(rw.y)) >> 4u;
     uint j = AT(origin, LAST) + gx * PER;
     if (!EDGE) {
-        uint w0 = FULL ? (ob >> 4u) + j : first + j;
+        uint lo = FULL ? ob >> 4u : first;        // the row's words: [lo, wend)
         uint wend = FULL ? (ob + uint(rw.z)) >> 4u : endw;
+#ifdef U64
+        uint w0 = (lo & ~1u) + j;                 // pairs: 32-byte aligned
+#else
+        uint w0 = lo + j;
+#endif
         int a = ib + int(w0 * 16u - run);         // input byte of word w0's first byte
         int q = a >> 4;
         uint b = SHIFT < 16u ? SHIFT : uint(a) & 15u;
         uvec4 t[PER + 1u];
         [[unroll]] for (uint k = 0u; k <= PER; k++)
-            t[k] = texelFetch(X, FULL ? clamp(q + int(k), 0, rw.w) : min(q + int(k), rw.w));
+            t[k] = texelFetch(X, FULL || PAIRS ? clamp(q + int(k), 0, rw.w) : min(q + int(k), rw.w));
+#ifdef U64
+        uvec4 ws[PER];
+        bool ok[PER];
+#endif
         [[unroll]] for (uint k = 0u; k < PER; k++) {
             uint wk = w0 + k;
             uvec4 w = shift16(t[k], t[k + 1u], b);
             uvec4 bw = w;
-            if ((ROWS_FULL & 2u) != 0u && k == 0u) { BORDER(ROWS_BL, bw) if (j == 0u) w = bw; }
-            if ((ROWS_FULL & 4u) != 0u && k == (ROWS_FULL >> 8u)) {
+            if ((ROWS_FULL & 2u) != 0u && k == 0u) { BORDER(ROWS_BL, bw) if (wk == lo) w = bw; }
+            if ((ROWS_FULL & 4u) != 0u && k == ((ROWS_FULL >> 8u) & 255u)) {
                 BORDER(ROWS_BR, bw) if (wk + 1u == wend) w = bw;
             }
+#ifdef U64
+            if ((ROWS_FULL & 2u) != 0u && k == 1u) { BORDER(ROWS_BL1, bw) if (wk == lo) w = bw; }
+            if ((ROWS_FULL & 4u) != 0u && k == ((ROWS_FULL >> 16u) & 255u)) {
+                BORDER(ROWS_BR1, bw) if (wk + 1u == wend) w = bw;
+            }
+#endif
             if (MODE == CONSTANT && !inside) w = val;
+#ifdef U64
+            ws[k] = w;
+            ok[k] = valid && wk >= lo && wk < wend;
+#else
             if (valid && wk < wend) y4[wk] = w;
+#endif
         }
+#ifdef U64
+        // whole pairs as u64vec4s; a pair with one word of the row (its first word on an
+        // odd one, or its last on an even one) as one u64vec2 (one an invocation: the host
+        // keeps rows longer than an invocation's words)
+        uvec4 sw = ws[0];
+        uint sa = w0;
+        bool single = false;
+        [[unroll]] for (uint i = 0u; i < PER / 2u; i++) {
+            uvec4 u0 = ws[2u * i], u1 = ws[2u * i + 1u];
+            bool o0 = ok[2u * i], o1 = ok[2u * i + 1u];
+            if (o0 && o1)
+                y8[(w0 >> 1u) + i] = u64vec4(pack64(u0.xy), pack64(u0.zw),
+                                             pack64(u1.xy), pack64(u1.zw));
+            single = single || (o0 != o1);
+            sw = o0 && !o1 ? u0 : (o1 && !o0 ? u1 : sw);
+            sa = o0 && !o1 ? w0 + 2u * i : (o1 && !o0 ? w0 + 2u * i + 1u : sa);
+        }
+        if (single) y8h[sa] = u64vec2(pack64(sw.xy), pack64(sw.zw));
+#endif
         return;
     }
     // Edge slots j..j+PER-1: element j of the row, or (past the left slots) one of its

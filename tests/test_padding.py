@@ -572,14 +572,19 @@ def large(monkeypatch, small_model):
     return tuner, fake
 
 
-@pytest.mark.parametrize("fastest", ["rows", "copy", "rows-256x4", "rows-256x4-split"])
+@pytest.mark.parametrize("fastest", ["rows", "copy", "rows-256x4", "rows-256x4-split",
+                                     "rows-256x4-u64"])
 def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, large, fastest):
     """Past the model's points the near paths are timed at the padding's own class and
     the fastest measured is kept (times faked: each path wins where it measures best);
     the next padding of the class takes the stored choice without timing, and the chosen
-    path pads right."""
+    path pads right.  The u64vec4-store candidates only where the device has int64."""
     tuner, fake = large
-    names = {"rows", "copy", "rows-256x4", "rows-256x4-split"}
+    int64 = bool(device.context.features.get("int64"))
+    if fastest.endswith("u64") and not int64:
+        pytest.skip("no int64 shaders: the u64 candidates decline")
+    names = {"rows", "copy", "rows-256x4", "rows-256x4-split"} | (
+        {"rows-256x4-u64", "rows-256x6-u64"} if int64 else set())
     fake.update({**dict.fromkeys(names, 2e-3), fastest: 1e-3})
     op = _compile_pad(device, *BIG)
     key = op.observed[0]
@@ -589,7 +594,8 @@ def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, larg
     assert entry["choice"] == op.observed[1] == fastest
     assert _path_of(op) == op.taken == fastest.split("-")[0]
     assert op.rows_block == ((256, 4) if fastest.startswith("rows-256x4") else None)
-    assert op.full_rows == (fastest in ("rows", "rows-256x4"))
+    assert op.full_rows == (fastest in ("rows", "rows-256x4", "rows-256x4-u64"))
+    assert op.u64 == fastest.endswith("u64")
     x = device.tensor(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))
     y = device.empty(op.desc.output_tensor.sizes)
     op.execute([x], [y])
@@ -633,10 +639,12 @@ def test_large_padding_times_the_rows_blocks_alone(device, monkeypatch, large):
         path.name, {"kernel": [0.0, 0.0, 1e-7], "rows": [0.0, 0.0, 1e-9],
                     "copy": [0.0, 0.0, 1e-7]},
         tuner.key(device, path, tuning.MODEL_CLASS), "stored"))
-    fake.update({"rows": 2e-3, "rows-256x4": 2e-3, "rows-256x4-split": 1e-3})
+    fake.update({"rows": 2e-3, "rows-256x4": 2e-3, "rows-256x4-split": 1e-3,
+                 "rows-256x4-u64": 2e-3, "rows-256x6-u64": 2e-3})
     op = _compile_pad(device, *BIG)
     entry = tuner.lookup(op.observed[0])
-    assert set(entry["times"]) == {"rows", "rows-256x4", "rows-256x4-split"}
+    assert set(entry["times"]) == {"rows", "rows-256x4", "rows-256x4-split"} | (
+        {"rows-256x4-u64", "rows-256x6-u64"} if device.context.features.get("int64") else set())
     assert op.taken == "rows" and not op.full_rows and op.rows_block == (256, 4)
     assert calibrate.LARGE_SPREAD * 1e-9 < 1e-7
     op.release()
@@ -666,6 +674,39 @@ def test_rows_full_forced(device, full):
             # invocation holds the row
             assert op.taken == "rows" and (op.full_rows == full or mode == "wrap"), \
                 (dtype, shape, mode)
+            t, y = device.tensor(x), device.empty(out, dtype)
+            op.execute([t], [y])
+            op.release()
+            assert same_bits(y.numpy(), pad_reference(x, start, end, mode, 3)), \
+                (dtype, shape, start, end, mode, full)
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_rows_u64_forced(device, full):
+    """The rows path's words stored as u64vec4 pairs (``rows_u64``, int64 devices), whole
+    rows and two dispatches, forced, against numpy.pad: rows of odd and even words (a
+    row's first word at either place of a pair), blocks of 2, 4 and 6 words, borders at
+    several places of an invocation, unaligned rows (bytes and halves), rank 1.  Declined
+    without int64 (SwiftShader: one case, the uvec4 stores)."""
+    from vkml.ops.padding import CompiledPadding
+
+    rng = np.random.default_rng(12)
+    cases = [("float32", (3, 5, 24), (1, 2, 2), (0, 1, 2), (64, 4)),
+             ("float32", (2, 36), (0, 4), (1, 0), (32, 2)),
+             ("float64", (3, 2, 10), (0, 1, 1), (2, 0, 1), (8, 2)),
+             ("float32", (4, 36), (1, 1), (0, 3), (256, 6)),
+             ("float32", (60,), (2,), (2,), (64, 4)),
+             ("uint8", (5, 70), (0, 3), (0, 9), (64, 2)),
+             ("float16", (4, 50), (1, 3), (0, 5), (32, 4))]
+    int64 = bool(device.context.features.get("int64"))
+    for dtype, shape, start, end, block in cases if int64 else cases[:1]:
+        x = random_bits(rng, shape, dtype)
+        out = [s + a + b for s, a, b in zip(shape, start, end)]
+        for mode in PAD_MODES:
+            op = CompiledPadding(device, dml.PaddingOperatorDesc(
+                dml.TensorDesc(dtype, shape), dml.TensorDesc(dtype, out), mode, 3.0, start,
+                end), path="rows", rows_block=block, rows_full=full, rows_u64=True)
+            assert op.taken == "rows" and op.u64 == int64, (dtype, shape, mode)
             t, y = device.tensor(x), device.empty(out, dtype)
             op.execute([t], [y])
             op.release()

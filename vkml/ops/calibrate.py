@@ -82,6 +82,14 @@ ROWS_BLOCKS = ((256, 4),)
 #: same blocks as two dispatches (words, then edge elements; the default before):
 #: candidates ``rows-<local>x<per>-split``.
 SPLIT_BLOCKS = ROWS_BLOCKS
+#: ...and, on devices with int64 shaders, the rows path with its words stored as u64vec4
+#: pairs (``rows_u64``) with these blocks: candidates ``rows-<local>x<per>-u64``
+#: (declined elsewhere, and where the pairs do not apply).  lavapipe stores per
+#: component, not per byte (docs/DEVELOPING.md, "u64vec4 stores"): interleaved in one
+#: process, whole rows by 2, ms: 1x64x256x256 constant (256, 4) uvec4 1.62, u64 1.54,
+#: (256, 6) u64 1.49, (64, 4) u64 1.57; 1x64x512x512 constant 6.59, 5.88, 5.74, 6.00,
+#: reflection 6.33, 5.72, 5.39, 5.99.
+U64_BLOCKS = ((256, 4), (256, 6))
 
 
 def features(device) -> str:
@@ -204,13 +212,17 @@ def _run_large(op_class):
         op = op_class(device, PaddingOperatorDesc(TensorDesc(dtype, sin), TensorDesc(dtype, sout),
                                                   shape["mode"], 0.0, start, end),
                       path=path, rows_block=None if block is None else tuple(block),
-                      rows_full=cand.params.get("full"))
+                      rows_full=cand.params.get("full"), rows_u64=cand.params.get("u64"))
         if op.taken != path:
             op.release()
             raise Declined(f"the {path} path does not take {sin} -> {sout}")
         if cand.params.get("full") is False and op.full_plan() is None:
             op.release()
             raise Declined("no whole-rows dispatch here: the same as the rows candidate")
+        if cand.params.get("u64") and not op.u64:
+            op.release()
+            raise Declined("no u64vec4 stores here (int64 shaders, even words an "
+                           "invocation, rows longer than one)")
         made = [op]
         try:
             made.append(device.tensor(np.zeros(sin, dtype)))        # touched: no faults
@@ -226,8 +238,9 @@ def _run_large(op_class):
 def large_path(op_class, *, name: str = "padding-large", register: bool = True):
     """The tuner path of large paddings (:data:`LARGE_BYTES`): candidates ``PATHS``,
     ``rows-<local>x<per>`` (the rows path with a words-pass block of :data:`ROWS_BLOCKS`)
-    and ``rows-<local>x<per>-split`` (:data:`SPLIT_BLOCKS`, two dispatches where one
-    would write whole rows; declined elsewhere), the fast list the shape's ``paths``
+    ``rows-<local>x<per>-split`` (:data:`SPLIT_BLOCKS`, two dispatches where one
+    would write whole rows; declined elsewhere) and ``rows-<local>x<per>-u64``
+    (:data:`U64_BLOCKS`, u64vec4 stores; declined without int64), the fast list the shape's ``paths``
     (what the model put within :data:`LARGE_SPREAD`, the rows blocks with rows),
     shape a JSON dict (``in``, ``out``, ``start``, ``mode``, ``dtype``, ``esize``,
     ``bytes``, ``run``, ``paths``), key features as the model's."""
@@ -237,6 +250,9 @@ def large_path(op_class, *, name: str = "padding-large", register: bool = True):
     blocks += [Candidate(f"rows-{b[0]}x{b[1]}-split", {"path": "rows", "block": list(b),
                                                        "full": False})
                for b in SPLIT_BLOCKS]
+    blocks += [Candidate(f"rows-{b[0]}x{b[1]}-u64", {"path": "rows", "block": list(b),
+                                                     "u64": True})
+               for b in U64_BLOCKS]
 
     def fast(shape, _device):
         return list(shape["paths"]) + ([c.name for c in blocks] if "rows" in shape["paths"]

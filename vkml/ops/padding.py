@@ -16,7 +16,9 @@ Three ways to fill the output, chosen per device from a calibrated cost model
   ~20x faster than the element kernel (bench/RESULTS.md, "Kernel design").  Where rows
   are 16-byte aligned and each border fits a row's first or last word, one dispatch
   writes whole rows instead (``rows_full``; docs/DEVELOPING.md, "Why the 16 MiB
-  padding moved bytes slower").
+  padding moved bytes slower").  On devices with int64 shaders the words may go out as
+  u64vec4 pairs instead of uvec4s (``rows_u64``, variant ``padding_rows_u64``; lavapipe
+  stores per component, not per byte), where a large padding's timing chooses it.
 * "kernel": the element kernel writes every output element (any layout, any size).
 * "copy": the copy engine copies the interior (``vkCmdCopyBuffer`` regions, one per
   contiguous run) while the kernel writes only the border boxes: best for a few long runs
@@ -53,9 +55,10 @@ MAX_RANK = 8
 _SUFFIXES = ("_e1", "_e1_packed", "_e2", "_e2_packed", "_e4", "_e8")
 VARIANTS = {**dict.fromkeys((f"padding{s}" for s in _SUFFIXES),
                             ("LOCAL_SIZE_X", "RANK", "MODE", "XDIMS")),
-            **dict.fromkeys((f"padding_rows{s}" for s in _SUFFIXES),
+            **dict.fromkeys((f"padding_rows{s}" for s in _SUFFIXES + ("_u64",)),
                             ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "MODE", "EDGE", "PER",
                              "SIMPLE", "SHIFT", "ROWS_FULL", "ROWS_BL", "ROWS_BR"))}
+VARIANTS["padding_rows_u64"] += ("ROWS_BL1", "ROWS_BR1")
 _PARAM_WORDS = 4 + 4 * MAX_RANK        # std140 uvec4s, see the GLSL
 _PUSH_BYTES = 76
 _ROWS_PUSH = 112          # origin[8], extent[8], bases, x_count, x_magic, magic[8]
@@ -106,10 +109,14 @@ class CompiledPadding(CompiledOperator):
     a large padding's timing may choose another, :data:`.calibrate.ROWS_BLOCKS`).
     ``rows_full``: whether the rows path writes whole rows in one dispatch where every
     output row is 16-byte aligned (True, the default there) or the words and the edge
-    elements in two (False); a large padding's timing tries both."""
+    elements in two (False); a large padding's timing tries both.  ``rows_u64``: the
+    words as u64vec4 pairs and u64vec2s (True; devices with int64 shaders, words per
+    invocation even, rows longer than an invocation's words, else uvec4s) or uvec4s
+    (None, False; a large padding's timing may choose True, :data:`.calibrate.U64_BLOCKS`)."""
 
     def __init__(self, device, desc, path: str | None = None,
-                 rows_block: tuple | None = None, rows_full: bool | None = None):
+                 rows_block: tuple | None = None, rows_full: bool | None = None,
+                 rows_u64: bool | None = None):
         if path is not None and path not in PATHS:
             raise ValidationError("path", f"must be None or one of {PATHS}, got {path!r}")
         ints = isinstance(rows_block, (tuple, list)) and len(rows_block) == 2 and all(
@@ -120,9 +127,12 @@ class CompiledPadding(CompiledOperator):
                                   f"per invocation 1..{ROWS_PER_MAX}), got {rows_block!r}")
         if rows_full not in (None, True, False):
             raise ValidationError("rows_full", f"must be None, True or False, got {rows_full!r}")
+        if rows_u64 not in (None, True, False):
+            raise ValidationError("rows_u64", f"must be None, True or False, got {rows_u64!r}")
         self.path = path
         self.rows_block = None if rows_block is None else tuple(rows_block)
         self.rows_full = rows_full
+        self.rows_u64 = rows_u64
         #: (tuning key, path, predicted seconds, stale factor) where the model or the
         #: timing of a large padding chose the path: the sampled executions re-check it
         #: (ops/base.py).
@@ -161,10 +171,12 @@ class CompiledPadding(CompiledOperator):
         copy_ok = not self.split and src.is_packed and dst.is_packed and self.path != "kernel"
         path = self.path or self._cheapest(rows, copy_ok)
         self.full = None
+        self.u64 = False
         if path == "rows" and rows is not None:
             self.rows = rows
             if self.rows_full is not False:
                 self.full = self.full_plan()
+            self.u64 = self.full["u64"] if self.full is not None else self._u64_ok(rows)
             self.rows_kernel = "padding_rows" + suffix
             self.params = self.upload(self._rows_params(rows))
             return
@@ -232,6 +244,8 @@ class CompiledPadding(CompiledOperator):
             self.rows_block = tuple(choice.params["block"])
         if "full" in choice.params:
             self.rows_full = bool(choice.params["full"])
+        if "u64" in choice.params:
+            self.rows_u64 = bool(choice.params["u64"])
         return chosen
 
     @property
@@ -278,6 +292,18 @@ class CompiledPadding(CompiledOperator):
     def full_rows(self) -> bool:
         """Whether the rows path runs as one whole-rows dispatch (``rows_full``)."""
         return self.rows is not None and self.full is not None
+
+    def _u64_wanted(self) -> bool:
+        return bool(self.rows_u64 and self.features.get("int64"))
+
+    def _u64_ok(self, rows: dict) -> bool:
+        """Whether the two-dispatch words pass stores u64vec4 pairs (``rows_u64``, variant
+        ``padding_rows_u64``): asked for, int64 shaders, an even number of words per
+        invocation (pairs start 32-byte aligned) and every row's words more than an
+        invocation's (so no invocation holds both a row's first and last word alone in
+        a pair: one u64vec2 an invocation).  Whole rows: :meth:`full_plan`."""
+        _, v = self._rows_words()
+        return self._u64_wanted() and v % 2 == 0 and rows["words"] - 1 >= v
 
     def _one_period(self, d: int) -> bool:
         """Whether one reflection (or wrap) folds every coordinate of dimension d."""
@@ -442,12 +468,15 @@ class CompiledPadding(CompiledOperator):
             return
         if rows["words"]:                 # x along the words, y along dimension rank - 2
             local, v = self._rows_words()
-            extent = list(self.out_size[:-1]) + [rows["words"]]
-            xinv = -(-rows["words"] // v)
+            # u64: an odd row's words start at its first invocation's second word
+            words = rows["words"] + self.u64
+            extent = list(self.out_size[:-1]) + [words]
+            xinv = -(-words // v)
             lx = min(local, max(8, -(-xinv // 8) * 8))
             ly = max(1, min(local // lx, extent[-2], local_y)) if rank > 1 else 1
-            pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                                    "EDGE": 0, "PER": v, **consts})
+            pipe = self.pipeline("padding_rows_u64" if self.u64 else self.rows_kernel,
+                                 {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "EDGE": 0,
+                                  "PER": v, **consts})
             for o, ext in split_groups([0] * rank, extent, lx, max_groups, 1, v, ly):
                 self._dispatch_rows(seq, pipe, binds, o, ext, -(-ext[-1] // v),
                                     box_grid(ext, lx, 1, v, ly))
@@ -507,7 +536,10 @@ class CompiledPadding(CompiledOperator):
         16-byte aligned (``shift`` known), 4- or 8-byte elements, and each border within
         the row's first or last word, its components among the texels the invocation
         holds.  Words per invocation: the block's (else :data:`FULL_PER`) or one more,
-        whichever leaves fewer idle at a row's end."""
+        whichever leaves fewer idle at a row's end; with ``rows_u64`` the even one of
+        them, else the next (the odd rows' border texels reach one further), where rows
+        have more words (then rows take one word more of invocations: an odd row's
+        words start at its first invocation's second word)."""
         rows = self.rows if self.rows is not None else self._rows_plan()
         e = self.esize
         n, s0, wo = self.in_size[-1], self.start[-1], self.out_size[-1]
@@ -517,8 +549,11 @@ class CompiledPadding(CompiledOperator):
             return None
         words = rows["row_words"]
         per = self.rows_block[1] if self.rows_block else FULL_PER
-        options = sorted((p for p in (per, per + 1) if p <= ROWS_PER_MAX),
-                         key=lambda p: -(-words // p) * p - words)
+        options = [(p, False) for p in sorted((p for p in (per, per + 1) if p <= ROWS_PER_MAX),
+                                              key=lambda p: -(-words // p) * p - words)]
+        if self._u64_wanted():
+            options = [(p, True) for p in (per, per + 1, per + 2)
+                       if p % 2 == 0 and p <= ROWS_PER_MAX and words > p] + options
 
         def codes(word: int, k: int, v: int) -> int | None:
             # t[k] is the texel of input row byte 16 * word - s0 * e (row starts aligned)
@@ -539,17 +574,22 @@ class CompiledPadding(CompiledOperator):
             return out
 
         lx, _ = self._rows_words()
-        for v in options:
-            ipr = -(-words // v)
+        for v, u64 in options:
+            ipr = -(-(words + u64) // v)
             if ipr > self.ctx.limits["maxComputeWorkGroupCount"][0] * lx:
                 continue
-            kr = words - 1 - (ipr - 1) * v
+            # the row's last word is word kr (even rows; u64: kr1 odd ones) of its invocation
+            kr, kr1 = (words - 1) % v, words % v
             bl = codes(0, 0, v) if s0 else 0
             br = codes(words - 1, kr, v) if end else 0
-            if bl is None or br is None:
+            bl1 = codes(0, 1, v) if s0 and u64 else 0
+            br1 = codes(words - 1, kr1, v) if end and u64 else 0
+            if None in (bl, br, bl1, br1):
                 continue
-            return {"per": v, "ipr": ipr, "ROWS_FULL": 1 | (2 if s0 else 0) | (4 if end else 0)
-                    | kr << 8, "ROWS_BL": bl, "ROWS_BR": br}
+            return {"per": v, "ipr": ipr, "u64": u64, "ROWS_FULL": 1 | (2 if s0 else 0)
+                    | (4 if end else 0) | kr << 8 | (kr1 << 16 if u64 else 0),
+                    "ROWS_BL": bl, "ROWS_BR": br,
+                    **({"ROWS_BL1": bl1, "ROWS_BR1": br1} if u64 else {})}
         return None
 
     def _encode_full(self, seq, binds, consts) -> None:
@@ -560,9 +600,11 @@ class CompiledPadding(CompiledOperator):
         mx, _, mz = self.ctx.limits["maxComputeWorkGroupCount"]
         lx, _ = self._rows_words()
         n, v, ipr = self.rows["row_words"], full["per"], full["ipr"]
-        pipe = self.pipeline(self.rows_kernel, {
+        names = ("ROWS_FULL", "ROWS_BL", "ROWS_BR") + (("ROWS_BL1", "ROWS_BR1") if self.u64
+                                                       else ())
+        pipe = self.pipeline("padding_rows_u64" if self.u64 else self.rows_kernel, {
             "LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": 1, "EDGE": 0, "PER": v, **consts,
-            **{k: full[k] for k in ("ROWS_FULL", "ROWS_BL", "ROWS_BR")}})
+            **{k: full[k] for k in names}})
         extent = list(self.out_size[:-1]) + [n]
         # rows per dispatch: x within the device's groups and exact multiply-highs
         # (flat index * ipr < 2^32; ipr < 2^16 where rows are full, see _rows_plan)
