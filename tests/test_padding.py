@@ -17,6 +17,11 @@ from vkml.errors import ValidationError
 from helpers import ALL_DTYPES, random_bits, run_desc, same_bits, strided_view
 from references import PAD_MODES, pad_reference
 
+from vkml.ops.calibrate import U64_BLOCKS
+
+#: The u64vec4-store candidates a large padding times (int64 devices).
+U64_NAMES = {f"rows-{a}x{b}-u64" for a, b in U64_BLOCKS}
+
 EXAMPLE_INPUT = np.array([[[[1, 2, 3, 4], [5, 6, 7, 8], [1, 2, 3, 4], [5, 6, 7, 8]]]])
 # The page's outputs, verbatim (StartPadding {0,0,1,2}, EndPadding {0,0,3,4}).
 EXAMPLES = {
@@ -573,7 +578,7 @@ def large(monkeypatch, small_model):
 
 
 @pytest.mark.parametrize("fastest", ["rows", "copy", "rows-256x4", "rows-256x4-split",
-                                     "rows-256x4-u64"])
+                                     "rows-128x6-u64"])
 def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, large, fastest):
     """Past the model's points the near paths are timed at the padding's own class and
     the fastest measured is kept (times faked: each path wins where it measures best);
@@ -583,8 +588,7 @@ def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, larg
     int64 = bool(device.context.features.get("int64"))
     if fastest.endswith("u64") and not int64:
         pytest.skip("no int64 shaders: the u64 candidates decline")
-    names = {"rows", "copy", "rows-256x4", "rows-256x4-split"} | (
-        {"rows-256x4-u64", "rows-256x6-u64"} if int64 else set())
+    names = {"rows", "copy", "rows-256x4", "rows-256x4-split"} | (U64_NAMES if int64 else set())
     fake.update({**dict.fromkeys(names, 2e-3), fastest: 1e-3})
     op = _compile_pad(device, *BIG)
     key = op.observed[0]
@@ -593,8 +597,9 @@ def test_large_padding_keeps_the_fastest_measured_path(device, monkeypatch, larg
     assert set(entry["times"]) == names
     assert entry["choice"] == op.observed[1] == fastest
     assert _path_of(op) == op.taken == fastest.split("-")[0]
-    assert op.rows_block == ((256, 4) if fastest.startswith("rows-256x4") else None)
-    assert op.full_rows == (fastest in ("rows", "rows-256x4", "rows-256x4-u64"))
+    assert op.rows_block == ((256, 4) if fastest.startswith("rows-256x4") else
+                             (128, 6) if fastest.startswith("rows-128x6") else None)
+    assert op.full_rows == (fastest in ("rows", "rows-256x4", "rows-128x6-u64"))
     assert op.u64 == fastest.endswith("u64")
     x = device.tensor(np.arange(128 * 256, dtype=np.float32).reshape(128, 256))
     y = device.empty(op.desc.output_tensor.sizes)
@@ -640,11 +645,11 @@ def test_large_padding_times_the_rows_blocks_alone(device, monkeypatch, large):
                     "copy": [0.0, 0.0, 1e-7]},
         tuner.key(device, path, tuning.MODEL_CLASS), "stored"))
     fake.update({"rows": 2e-3, "rows-256x4": 2e-3, "rows-256x4-split": 1e-3,
-                 "rows-256x4-u64": 2e-3, "rows-256x6-u64": 2e-3})
+                 **dict.fromkeys(U64_NAMES, 2e-3)})
     op = _compile_pad(device, *BIG)
     entry = tuner.lookup(op.observed[0])
     assert set(entry["times"]) == {"rows", "rows-256x4", "rows-256x4-split"} | (
-        {"rows-256x4-u64", "rows-256x6-u64"} if device.context.features.get("int64") else set())
+        U64_NAMES if device.context.features.get("int64") else set())
     assert op.taken == "rows" and not op.full_rows and op.rows_block == (256, 4)
     assert calibrate.LARGE_SPREAD * 1e-9 < 1e-7
     op.release()
@@ -695,6 +700,7 @@ def test_rows_u64_forced(device, full):
              ("float32", (2, 36), (0, 4), (1, 0), (32, 2)),
              ("float64", (3, 2, 10), (0, 1, 1), (2, 0, 1), (8, 2)),
              ("float32", (4, 36), (1, 1), (0, 3), (256, 6)),
+             ("float32", (3, 2, 52), (0, 1, 2), (1, 0, 2), (128, 6)),
              ("float32", (60,), (2,), (2,), (64, 4)),
              ("uint8", (5, 70), (0, 3), (0, 9), (64, 2)),
              ("float16", (4, 50), (1, 3), (0, 5), (32, 4))]

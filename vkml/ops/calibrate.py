@@ -88,8 +88,12 @@ SPLIT_BLOCKS = ROWS_BLOCKS
 #: component, not per byte (docs/DEVELOPING.md, "u64vec4 stores"): interleaved in one
 #: process, whole rows by 2, ms: 1x64x256x256 constant (256, 4) uvec4 1.62, u64 1.54,
 #: (256, 6) u64 1.49, (64, 4) u64 1.57; 1x64x512x512 constant 6.59, 5.88, 5.74, 6.00,
-#: reflection 6.33, 5.72, 5.39, 5.99.
-U64_BLOCKS = ((256, 4), (256, 6))
+#: reflection 6.33, 5.72, 5.39, 5.99.  Then (u64, min of 8-15 rounds): 1x64x256x256
+#: reflection (256, 4) 1.52, (256, 6) 1.48-1.51, (128, 6) 1.38-1.44, (128, 4) 1.57,
+#: (128, 8) 1.48, (64, 6) 1.41, (32, 6) 1.63, (256, 8) 1.52, (256, 10) 1.68; constant
+#: (256, 6) 1.55, (128, 6) 1.50; 1x64x512x512 constant (256, 4) 5.99, (256, 6) 5.69,
+#: (128, 6) 5.50, (64, 6) 5.66.
+U64_BLOCKS = ((128, 6), (256, 6))
 
 
 def features(device) -> str:
