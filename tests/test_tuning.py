@@ -113,6 +113,32 @@ def test_fast_times_its_list_within_the_budget(device, tmp_path, monkeypatch):
     assert (c.name, c.source) == ("x1", "measured") and "x1" in calls
 
 
+def test_fast_runs_long_candidates_once_a_round(device, tmp_path, monkeypatch):
+    """Fast mode runs a candidate RUNS_PER_ROUND times a round only while that takes
+    less than ROUND_RUN_S (a long run once a round, still interleaved); full mode always
+    RUNS_PER_ROUND times."""
+    counts: dict = {}
+    real = tuning._run_once
+
+    def once(seq):
+        counts[id(seq)] = counts.get(id(seq), 0) + 1
+        return real(seq)
+    monkeypatch.setattr(tuning, "_run_once", once)
+    monkeypatch.setattr(tuning, "CLEAR_MARGIN", float("inf"))    # every round runs
+    monkeypatch.setattr(tuning, "WARM_CUTOFF", float("inf"))
+    rounds = tuning.FAST_ROUNDS
+    for limit, per_round in ((0.0, 1), (float("inf"), tuning.RUNS_PER_ROUND)):
+        monkeypatch.setattr(tuning, "ROUND_RUN_S", limit)
+        counts.clear()
+        Tuner("fast", folder=tmp_path / str(per_round), budget_s=60.0).choose(
+            device, copies_path([]), SIZE)
+        # the timed warm-up counts as one run of round 1
+        assert sorted(counts.values()) == [rounds * per_round] * 2
+    counts.clear()
+    Tuner("full", folder=tmp_path / "full", rounds=2).choose(device, copies_path([]), SIZE)
+    assert set(counts.values()) == {2 * tuning.RUNS_PER_ROUND}
+
+
 def test_fast_drops_a_candidate_whose_warm_up_is_far_slower(device, tmp_path):
     """Fast mode: a candidate whose warm-up run took WARM_CUTOFF x the fastest warm-up
     gets no rounds; its one time is kept (considered, listed as dropped), never chosen."""
