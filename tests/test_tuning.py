@@ -94,12 +94,15 @@ def test_fast_times_its_list_within_the_budget(device, tmp_path, monkeypatch):
     c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
     assert (c.name, c.source) == ("x4", "measured")
     assert set(calls) == {"x4", "x20"}         # x1 is not in the fast list
-    # budget spent: the minimum of interleaved rounds
-    assert entries(tmp_path, device)[c.key[1:]]["rounds"] == tuning.MIN_ROUNDS
+    # budget spent: the minimum of interleaved rounds (one where x20 was dropped after
+    # its warm-up: x4 alone)
+    entry = entries(tmp_path, device)[c.key[1:]]
+    assert entry["rounds"] == (1 if entry["dropped"] else tuning.MIN_ROUNDS)
     # budget left, x4 (4 copies) ahead of x20 (20) by far (or alone, x20 dropped after
     # its warm-up): clear after MIN_ROUNDS...
     c = Tuner("fast", folder=tmp_path / "b", budget_s=60.0).choose(device, path, SIZE)
-    assert entries(tmp_path / "b", device)[c.key[1:]]["rounds"] == tuning.MIN_ROUNDS
+    entry = entries(tmp_path / "b", device)[c.key[1:]]
+    assert entry["rounds"] == (1 if entry["dropped"] else tuning.MIN_ROUNDS)
     # ...and FAST_ROUNDS where no margin counts as clear
     monkeypatch.setattr(tuning, "CLEAR_MARGIN", float("inf"))
     monkeypatch.setattr(tuning, "WARM_CUTOFF", float("inf"))
@@ -137,6 +140,19 @@ def test_fast_runs_long_candidates_once_a_round(device, tmp_path, monkeypatch):
     counts.clear()
     Tuner("full", folder=tmp_path / "full", rounds=2).choose(device, copies_path([]), SIZE)
     assert set(counts.values()) == {2 * tuning.RUNS_PER_ROUND}
+
+
+def test_fast_times_a_lone_candidate_once(device, tmp_path, monkeypatch):
+    """A fast list of one candidate (or one left after the warm-up cut) is not timed in
+    rounds: its timed warm-up is its time, stored like any choice."""
+    runs = []
+    real = tuning._run_once
+    monkeypatch.setattr(tuning, "_run_once", lambda seq: runs.append(1) or real(seq))
+    c = Tuner("fast", folder=tmp_path, budget_s=60.0).choose(
+        device, copies_path([], fast=("x4",)), SIZE)
+    entry = entries(tmp_path, device)[c.key[1:]]
+    assert (c.name, entry["rounds"], len(runs)) == ("x4", 1, 1)
+    assert entry["times"]["x4"] > 0
 
 
 def test_fast_drops_a_candidate_whose_warm_up_is_far_slower(device, tmp_path):

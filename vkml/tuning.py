@@ -31,7 +31,8 @@ How (the rules a client can rely on):
   disturbed round, and interleaving makes a burst of load hit all candidates alike.
   ``fast`` stops after the round during which the budget ran out, or where one
   candidate was the fastest by :data:`CLEAR_MARGIN` in every round (at least
-  :data:`MIN_ROUNDS`), at most :data:`FAST_ROUNDS`; ``full`` runs
+  :data:`MIN_ROUNDS`), at most :data:`FAST_ROUNDS`, and runs no rounds where one
+  candidate is left (its timed warm-up is its time); ``full`` runs
   :data:`FULL_ROUNDS`.  A candidate whose run function raises :class:`Declined` or any
   ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
@@ -803,10 +804,12 @@ class Tuner:
             # interleaved rounds, so that one disturbed run decides nothing
             t_rounds = _perf()
             done = 0
-            while done < rounds:
+            # fast, one candidate left: nothing to compare, its timed warm-up is its time
+            lone = budget is not None and len(prepared) == 1
+            while done < (1 if lone else rounds):
                 k = done % len(prepared)
                 for c, seq, _, medians, w in prepared[k:] + prepared[:k]:
-                    runs = RUNS_PER_ROUND if budget is None else max(
+                    runs = RUNS_PER_ROUND if budget is None else 1 if lone else max(
                         1, int(min(RUNS_PER_ROUND, ROUND_RUN_S / max(w, 1e-9))))
                     # (the first round counts the timed warm-up run as one of its runs)
                     medians.append(statistics.median([w] * (done == 0) + [
