@@ -228,8 +228,8 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     choice where a strong variant of its own path outranks it (:func:`_outranked`).
     Other paths would compile their own pipelines, as long as the first call's (measured
     on lavapipe: a cold first call went from 0.40 to 0.41 s with these, to 0.8 s with the
-    next path too), so they are timed in ``full`` mode only (``python -m vkml.tune``), except for an
-    OWNED_BY_DML filter (below)."""
+    next path too), so they are timed in ``full`` mode only (``python -m vkml.tune``),
+    except for an OWNED_BY_DML filter (below)."""
     desc = desc_of_shape(desc)
     probe = _Probe(device, desc)
     order = heuristic(probe, probe.geo)
@@ -309,7 +309,7 @@ def _outranked(first: str, fast: tuple, times: dict, probe) -> bool:
     SwiftShader: winograd 4.2 ms against winograd-blocked 1.8 on the reference; timing
     winograd anyway (compiling its GEMM, a warm-up and a run before it is dropped) cost
     a cold 1x48x36x36 convolution ~50 ms of its ~360."""
-    if first not in times or not times:
+    if first not in times:
         return False
     best = min(times.values())
     if times[first] <= STRONG_FACTOR * best:
