@@ -404,6 +404,10 @@ def test_path_argument_is_checked(device):
     op = CompiledPadding(device, desc, path="rows", rows_block=[256, 4])
     assert op.rows_block == (256, 4)
     op.release()
+    for field in ("rows_full", "rows_u64"):        # None, True or False
+        for bad in (1, "yes", 0.0):
+            with pytest.raises(ValidationError, match=field):
+                CompiledPadding(device, desc, path="rows", **{field: bad})
 
 
 # -- the calibration: a measured model of the tuner (vkml/ops/calibrate.py) ----------------

@@ -125,9 +125,9 @@ class CompiledPadding(CompiledOperator):
                 ints and rows_block[0] >= 1 and 1 <= rows_block[1] <= ROWS_PER_MAX):
             raise ValidationError("rows_block", f"must be None or (workgroup size >= 1, words "
                                   f"per invocation 1..{ROWS_PER_MAX}), got {rows_block!r}")
-        if rows_full not in (None, True, False):
+        if rows_full is not None and not isinstance(rows_full, bool):
             raise ValidationError("rows_full", f"must be None, True or False, got {rows_full!r}")
-        if rows_u64 not in (None, True, False):
+        if rows_u64 is not None and not isinstance(rows_u64, bool):
             raise ValidationError("rows_u64", f"must be None, True or False, got {rows_u64!r}")
         self.path = path
         self.rows_block = None if rows_block is None else tuple(rows_block)
