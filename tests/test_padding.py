@@ -6,6 +6,7 @@ References: the page's four examples verbatim, and ``pad_reference`` (tests/refe
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -128,11 +129,15 @@ def test_tensor_in_tensor_out(device):
 
 @pytest.mark.parametrize("dtype,value,expect", [
     ("int32", 10.6, 10), ("int32", -10.6, -10), ("uint8", 300.0, 255), ("uint8", -4.0, 0),
-    ("int8", float("nan"), 0), ("float16", 10.6, np.float16(10.6)), ("float32", 1e-3, 1e-3)])
+    ("int8", float("nan"), 0), ("float16", 10.6, np.float16(10.6)), ("float32", 1e-3, 1e-3),
+    ("float16", 1e5, np.inf), ("float32", -1e300, -np.inf)])
 def test_constant_conversion(device, dtype, value, expect):
     """PaddingValue is a FLOAT: truncated for integer types (10.6 -> 10, as the page says),
-    then saturated to the type's range."""
-    y = vkml.pad(np.zeros(2, dtype), [1], [0], "constant", value, device=device)
+    then saturated to the type's range; beyond a float type's range it is +-inf, as
+    numpy.pad makes it, with no warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = vkml.pad(np.zeros(2, dtype), [1], [0], "constant", value, device=device)
     assert y[0] == np.array(expect, dtype) and y[1] == 0
 
 

@@ -30,13 +30,15 @@ def padding_value_bits(value, data_type: DataType, exact: bool, field: str, fail
 
     ``exact=False`` (DML_PADDING_OPERATOR_DESC's FLOAT value): for integer types the value
     is truncated toward zero as the page says (10.6 -> 10), then saturated to the type's
-    range (NaN -> 0); float16 rounds to nearest.  ``exact=True`` (PADDING1's typed
+    range (NaN -> 0); float types round to nearest, a value beyond their range becoming
+    +-inf as IEEE conversion does (numpy.pad's and torch's choice).  ``exact=True`` (PADDING1's typed
     DML_SCALAR_UNION): the value must be representable in the type.
     """
     value = as_real(value, field, fail)       # a real number; None, strings, bools refused
     dt = data_type.numpy
     if data_type.is_float:
-        bits = np.array([value], dtype=dt)
+        with np.errstate(over="ignore"):          # beyond the type's range: +-inf
+            bits = np.array([value], dtype=dt)
     elif exact:
         ivalue = int(value)
         if ivalue != value:
