@@ -82,6 +82,7 @@ from ..tensor import Tensor
 from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, release_all
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
+from .convolution.gemm import context_subgroup_size
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 
 __all__: list[str] = []
@@ -515,11 +516,11 @@ def _run_pooled(device, seq, cand, shape):
 
 def _pooled_fast(shape, device) -> tuple:
     """The fast list: apart and winograd, winograd-sg where the device has full subgroups
-    with shuffles (gemm_sg's condition; its GEMMs took 1.60-1.64 against 1.67-1.70 ms on
-    lavapipe for 64 channels at 56x56), and winograd-blocked where the device ranks that
-    family strong (``convolution.choice.strong_families``)."""
-    sg = ("winograd-sg",) if device.context.features.get("subgroup_shuffle") and \
-        device.context.features.get("full_subgroups") else ()
+    with shuffles (gemm_sg's condition, ``context_subgroup_size``; its GEMMs took
+    1.60-1.64 against 1.67-1.70 ms on lavapipe for 64 channels at 56x56), and
+    winograd-blocked where the device ranks that family strong
+    (``convolution.choice.strong_families``)."""
+    sg = ("winograd-sg",) if context_subgroup_size(device.context) else ()
     return ("apart", "winograd") + sg + tuple(n for n in choice.strong_families(device)
                                               if n == "winograd-blocked")
 

@@ -508,28 +508,6 @@ class CompiledPadding(CompiledOperator):
                                                               > ROWS_PER_BYTES])
         return min(local, self.workgroup_size), per
 
-    def _fold(self, c: int, n: int) -> int | None:
-        """The input coordinate of row coordinate ``c`` (relative to the start padding) of
-        a row of ``n`` (numpy.pad's rule); None for the constant."""
-        if 0 <= c < n:
-            return c
-        m = self.mode
-        if m == PaddingMode.CONSTANT:
-            return None
-        if m == PaddingMode.EDGE:
-            return min(max(c, 0), n - 1)
-        if m == PaddingMode.WRAP:
-            return c % n
-        if m == PaddingMode.REFLECTION:
-            if n == 1:
-                return 0
-            p = 2 * (n - 1)
-            r = c % p
-            return r if r < n else p - r
-        p = 2 * n
-        r = c % p
-        return r if r < n else p - 1 - r
-
     def full_plan(self) -> dict | None:
         """The whole-rows dispatch (``ROWS_FULL`` in glsl/padding_rows.comp), or None
         where it does not apply: output rows 16-byte aligned and whole words, input rows
@@ -542,7 +520,8 @@ class CompiledPadding(CompiledOperator):
         words start at its first invocation's second word)."""
         rows = self.rows if self.rows is not None else self._rows_plan()
         e = self.esize
-        n, s0, wo = self.in_size[-1], self.start[-1], self.out_size[-1]
+        d = len(self.out_size) - 1
+        n, s0, wo = self.in_size[d], self.start[d], self.out_size[d]
         end = wo - n - s0
         if rows is None or not (rows["full"] and rows["shift"] < 16 and e in (4, 8) and s0 * e <= 16
                 and end * e <= 16):
@@ -561,8 +540,8 @@ class CompiledPadding(CompiledOperator):
             out = 0
             for c in range(4):
                 r = 16 * word + 4 * c
-                i = self._fold(r // e - s0, n)
-                if i is None:
+                i, last = self._mapped_range(d, r // e, r // e + 1)   # the input element
+                if i > last:                                         # (none: the constant)
                     code = 128 | c
                 else:
                     src = i * e + r % e

@@ -240,7 +240,8 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
         if _path_class(path).accepts(probe, probe.geo):
             fast += (name,)
         probe.knobs = None
-    strong = strong_families(device)
+    times = family_times(device)       # (read once: the strong families and _outranked)
+    strong = _strong(times)
     if 1 in owned_slots(desc.inputs()):
         # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a
         # graph, a model), and paths that transform the filter pay it once, so every other
@@ -253,7 +254,7 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
         path = CANDIDATES[name][0]
         if name not in fast and path in order:
             fast += (name,)
-    if _outranked(order[0], fast, family_times(device) if strong else {}, probe):
+    if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
     return fast
 
@@ -294,7 +295,11 @@ def strong_families(device) -> tuple[str, ...]:
     device picks which kernel families its fast lists try -- never by its type or name
     (measured: blocked is 3-4x faster than gemm on SwiftShader and 5x slower on
     lavapipe)."""
-    times = family_times(device)
+    return _strong(family_times(device))
+
+
+def _strong(times: dict) -> tuple[str, ...]:
+    """:func:`strong_families` of given family times (none where there are none)."""
     if not times:
         return ()
     best = min(times.values())

@@ -170,12 +170,18 @@ SG_CBW = True
 
 
 def subgroup_shuffle_size(op: CompiledOperator) -> int:
-    """The subgroup size gemm_sg runs in, else 0: the device must have subgroup shuffles
-    in compute shaders and guarantee full subgroups of a size a pipeline names
-    (``full_subgroups``: VK_EXT_subgroup_size_control / Vulkan 1.3
+    """The subgroup size gemm_sg runs in on ``op``'s device, else 0
+    (:func:`context_subgroup_size`)."""
+    return context_subgroup_size(op.ctx)
+
+
+def context_subgroup_size(ctx) -> int:
+    """The subgroup size gemm_sg runs in on device context ``ctx``, else 0: the device
+    must have subgroup shuffles in compute shaders and guarantee full subgroups of a size
+    a pipeline names (``full_subgroups``: VK_EXT_subgroup_size_control / Vulkan 1.3
     ``computeFullSubgroups``; its pipelines require the reported ``subgroupSize``), as
     the kernel assumes every subgroup has SG lanes."""
-    f, lim = op.features, op.ctx.limits
+    f, lim = ctx.features, ctx.limits
     size = lim["subgroupSize"]
     if not (f.get("subgroup_shuffle") and f.get("full_subgroups")
             and lim["minSubgroupSize"] <= size <= lim["maxSubgroupSize"]):
