@@ -77,6 +77,18 @@ def test_tiny_workload_end_to_end(tiny_run, device):
     assert rows["tiny-pad-reflection", "torch-cpu"]["status"] == "ok"
 
 
+def test_shader_copy_paths_are_each_checked(device):
+    """The shader-copy limit's paths (bench_copy.comp: SSBO, texel, and texel reads with
+    u64vec4 stores where the device has int64 shaders) each copy a buffer that is then
+    read back and compared (the function raises otherwise)."""
+    from bench import limits
+    r = limits.shader_copy_gbs(device, 1 << 20, reps=1)
+    want = {"ssbo", "texel"} | ({"texel_u64"} if device.context.features.get("int64")
+                                else set())
+    assert {k for k, v in r["variants"].items() if v.get("gbs")} == want
+    assert r["gbs"] == max(v["gbs"] for v in r["variants"].values())
+
+
 def test_json_schema(tiny_run):
     _, doc, _ = tiny_run
     assert report.validate(doc) == []
