@@ -32,6 +32,8 @@
 // vkml:variant convolution_gemm_f16_ssbo F16=1
 // vkml:variant convolution_gemm_f16_packed_ssbo F16_PACKED=1
 // vkml:variant convolution_gemm_sg_f32 F32=1 TEXEL=1 SGW=1
+// vkml:variant convolution_gemm_f32_v8 F32=1 TEXEL=1 V8=1
+// vkml:variant convolution_gemm_sg_f32_v8 F32=1 TEXEL=1 SGW=1 V8=1
 // vkml:variant convolution_gemm_sg_f16 F16=1 TEXEL=1 SGW=1
 // vkml:variant convolution_gemm_sg_f16_packed F16_PACKED=1 TEXEL=1 SGW=1
 //
@@ -42,6 +44,9 @@
 // On lavapipe a texel fetch costs the same whether its address is uniform or not, so
 // this turns MB/4 RGBA fetches per tap per lane into MB*KW/SG R32F ones per row tap.
 #extension GL_EXT_control_flow_attributes : require
+#ifdef V8
+#extension GL_ARB_gpu_shader_int64 : require
+#endif
 #ifdef SGW
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
@@ -93,6 +98,14 @@ layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
 // float16 stores of single halves are atomics)
 #ifdef F32
 layout(std430, set = 0, binding = 3) buffer Y4 { vec4 y4[]; };
+#ifdef V8
+// V8 (int64 shaders) with YV4: eight pixels as one u64vec4 (lavapipe's store turn costs
+// per component: 64-bit components carry twice the bytes); output rows in whole groups
+// of 8; NB = 8a + 4 blocks start 8-aligned (a u64vec4s, then a u64vec2) or 4 past
+// (the u64vec2 first), the pixels picked by selects on that parity
+layout(std430, set = 0, binding = 3) buffer Y8 { u64vec4 y8[]; };
+layout(std430, set = 0, binding = 3) buffer Y8h { u64vec2 y8h[]; };
+#endif
 #else
 layout(std430, set = 0, binding = 3) buffer Y2 { uvec2 y2[]; };
 #endif
@@ -290,6 +303,38 @@ void main() {
             bool has = col < geo.z;
             float bv = (has && ysz.w != 0) ? FLOAD(bias, uint(co * ystep.w)) : 0.0;
             uint yc = uint(co) * ys.y;
+#ifdef V8
+            if (YV4) {              // (groups of 8 pixels all exist or none, aligned)
+                const int N8 = NB / 8;
+                const bool HALF = (NB & 7) != 0;
+                bool odd = HALF && (qw0 & 4) != 0;
+                [[unroll]] for (int i = 0; i < N8; i++) {
+                    int j = (odd ? 4 : 0) + 8 * i;
+                    uint u[8];
+                    [[unroll]] for (int q = 0; q < 8; q++)
+                        u[q] = floatBitsToUint(vkml_activation(
+                            ACT, (HALF && odd ? acc[i4][min(4 + 8 * i + q, NB - 1)][c]
+                                              : acc[i4][8 * i + q][c]) + bv, act));
+                    int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
+                    if (has && yj >= 0)
+                        y8[(yc + uint(yj)) >> 3] = u64vec4(
+                            pack64(uvec2(u[0], u[1])), pack64(uvec2(u[2], u[3])),
+                            pack64(uvec2(u[4], u[5])), pack64(uvec2(u[6], u[7])));
+                }
+                if (HALF) {
+                    uint u[4];
+                    [[unroll]] for (int q = 0; q < 4; q++)
+                        u[q] = floatBitsToUint(vkml_activation(
+                            ACT, (odd ? acc[i4][q][c] : acc[i4][min(8 * N8 + q, NB - 1)][c]) + bv,
+                            act));
+                    int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
+                    if (has && yj >= 0)
+                        y8h[(yc + uint(yj)) >> 2] = u64vec2(pack64(uvec2(u[0], u[1])),
+                                                            pack64(uvec2(u[2], u[3])));
+                }
+                continue;
+            }
+#endif
             if (YV4) {              // (groups of 4 pixels all exist or none, aligned)
                 [[unroll]] for (int j = 0; j < NB; j += 4) {
                     vec4 o = vec4(vkml_activation(ACT, acc[i4][j][c] + bv, act),

@@ -28,6 +28,7 @@
 // vkml:variant convolution_winograd_weights_f16_packed WEIGHTS=1 F16_PACKED=1
 // vkml:variant convolution_winograd_input_texel INPUT=1 TEXEL=1 F32=1
 // vkml:variant convolution_winograd_input_texel4 INPUT=1 TEXEL=1 F32=1 X4=1
+// vkml:variant convolution_winograd_input_texel4_v8 INPUT=1 TEXEL=1 F32=1 X4=1 V8=1
 // vkml:variant convolution_winograd_input_f32 INPUT=1 F32=1
 // vkml:variant convolution_winograd_input_f16 INPUT=1 F16=1
 // vkml:variant convolution_winograd_input_f16_packed INPUT=1 F16_PACKED=1
@@ -47,6 +48,9 @@
 // vkml:variant convolution_winograd_output_f16_ssbo_pool OUTPUT=1 F16=1 POOL=1
 // vkml:variant convolution_winograd_output_f16_packed_ssbo_pool OUTPUT=1 F16_PACKED=1 POOL=1
 #extension GL_EXT_control_flow_attributes : require
+#ifdef V8
+#extension GL_ARB_gpu_shader_int64 : require
+#endif
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
@@ -62,7 +66,8 @@ layout(constant_id = 3) const bool SCALE = false;   // its scaled sums
 
 layout(std140, set = 0, binding = 3) uniform Params {
     ivec4 dims;      // C_in, padded C_out (co_pad), C_out, tiles T
-    ivec4 tiles;     // tiles per row TW, tiles per image TH*TW, T rounded up to 4 (T4), -
+    ivec4 tiles;     // tiles per row TW, tiles per image TH*TW, T rounded up to 4 (T4),
+                     // V's row: T4, or T rounded up to 8 (T8) with V8
     ivec4 in_size;   // H, W, start padding h, w
     ivec4 xs;        // input strides n, c, h, w
     ivec4 fs;        // filter strides co, ci, kh, kw
@@ -101,63 +106,82 @@ layout(std430, set = 0, binding = 2) buffer Y2 { uvec2 y2[]; };
 layout(std430, set = 0, binding = 1) readonly buffer Unused { float unused_[]; };
 #endif
 #ifdef WEIGHTS
-layout(std430, set = 0, binding = 2) writeonly buffer Dst { float dst[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer Dst4 { vec4 dst4[]; };
 #endif
 
 #ifdef WEIGHTS
-// U[p][ci][co]: one invocation per (co, ci); lanes along co (contiguous stores).
+// U[p][ci][co]: one invocation per four output channels of one input channel (co_pad is
+// a multiple of 4), a float4 store per transform point: a quarter of the store turns
+// (lavapipe stores one lane at a time).  Lanes run along (ci, co / 4) without a
+// workgroup per channel, so few output channels leave no lanes idle.
 void main() {
-    int co = int(gl_GlobalInvocationID.x);
-    int ci = int(gl_WorkGroupID.y);
     int cin = dims.x, co_pad = dims.y;
-    if (co >= co_pad) return;
-    float g[3][3];
+    int lane = int(gl_GlobalInvocationID.x);       // lanes run along (ci, co / 4)
+    int ci = lane / (co_pad >> 2);
+    int co0 = (lane - ci * (co_pad >> 2)) * 4;
+    if (ci >= cin) return;
     bool flip = out_size.z != 0;
-    [[unroll]] for (int r = 0; r < 3; r++)
+    vec4 u[6][6];
+    [[unroll]] for (int q = 0; q < 4; q++) {
+        int co = co0 + q;
+        float g[3][3];
+        [[unroll]] for (int r = 0; r < 3; r++)
+            [[unroll]] for (int c = 0; c < 3; c++) {
+                int fr = flip ? 2 - r : r, fc = flip ? 2 - c : c;
+                g[r][c] = co < dims.z ? LOAD(co * fs.x + ci * fs.y + fr * fs.z + fc * fs.w) : 0.0;
+            }
+        // G g: 6x3
+        float t[6][3];
         [[unroll]] for (int c = 0; c < 3; c++) {
-            int fr = flip ? 2 - r : r, fc = flip ? 2 - c : c;
-            g[r][c] = co < dims.z ? LOAD(co * fs.x + ci * fs.y + fr * fs.z + fc * fs.w) : 0.0;
+            float a = g[0][c], b = g[1][c], d = g[2][c];
+            t[0][c] = a * 0.25;
+            t[1][c] = -(a + b + d) * (1.0 / 6.0);
+            t[2][c] = -(a - b + d) * (1.0 / 6.0);
+            t[3][c] = a * (1.0 / 24.0) + b * (1.0 / 12.0) + d * (1.0 / 6.0);
+            t[4][c] = a * (1.0 / 24.0) - b * (1.0 / 12.0) + d * (1.0 / 6.0);
+            t[5][c] = d;
         }
-    // G g: 6x3
-    float t[6][3];
-    [[unroll]] for (int c = 0; c < 3; c++) {
-        float a = g[0][c], b = g[1][c], d = g[2][c];
-        t[0][c] = a * 0.25;
-        t[1][c] = -(a + b + d) * (1.0 / 6.0);
-        t[2][c] = -(a - b + d) * (1.0 / 6.0);
-        t[3][c] = a * (1.0 / 24.0) + b * (1.0 / 12.0) + d * (1.0 / 6.0);
-        t[4][c] = a * (1.0 / 24.0) - b * (1.0 / 12.0) + d * (1.0 / 6.0);
-        t[5][c] = d;
+        // (G g) G^T: 6x6
+        [[unroll]] for (int r = 0; r < 6; r++) {
+            float a = t[r][0], b = t[r][1], d = t[r][2];
+            u[r][0][q] = a * 0.25;
+            u[r][1][q] = -(a + b + d) * (1.0 / 6.0);
+            u[r][2][q] = -(a - b + d) * (1.0 / 6.0);
+            u[r][3][q] = a * (1.0 / 24.0) + b * (1.0 / 12.0) + d * (1.0 / 6.0);
+            u[r][4][q] = a * (1.0 / 24.0) - b * (1.0 / 12.0) + d * (1.0 / 6.0);
+            u[r][5][q] = d;
+        }
     }
-    // (G g) G^T: 6x6
-    int plane = cin * co_pad;
-    int o = ci * co_pad + co;
-    [[unroll]] for (int r = 0; r < 6; r++) {
-        float a = t[r][0], b = t[r][1], d = t[r][2];
-        float u[6];
-        u[0] = a * 0.25;
-        u[1] = -(a + b + d) * (1.0 / 6.0);
-        u[2] = -(a - b + d) * (1.0 / 6.0);
-        u[3] = a * (1.0 / 24.0) + b * (1.0 / 12.0) + d * (1.0 / 6.0);
-        u[4] = a * (1.0 / 24.0) - b * (1.0 / 12.0) + d * (1.0 / 6.0);
-        u[5] = d;
-        [[unroll]] for (int c = 0; c < 6; c++) dst[(r * 6 + c) * plane + o] = u[c];
-    }
+    int plane4 = cin * co_pad / 4;
+    int o4 = (ci * co_pad + co0) / 4;
+    [[unroll]] for (int r = 0; r < 6; r++)
+        [[unroll]] for (int c = 0; c < 6; c++) dst4[(r * 6 + c) * plane4 + o4] = u[r][c];
 }
 #endif
 
 #ifdef INPUT
+#ifdef V8
+layout(std430, set = 0, binding = 2) writeonly buffer Dst8 { u64vec4 dst8[]; };
+const int QT = 8;
+#else
 layout(std430, set = 0, binding = 2) writeonly buffer Dst4 { vec4 dst4[]; };
+const int QT = 4;
+#endif
 
-// V[p][ci][t]: one invocation per four consecutive tiles of one channel, stored as one
+// V[p][ci][t]: one invocation per QT consecutive tiles of one channel (lanes along
+// (ci, t / QT), no workgroup per channel: no idle lanes at a channel's end), stored as one
 // float4 per transform point (a quarter of the stores; storage-buffer stores go one
-// lane at a time on lavapipe).
+// lane at a time on lavapipe), or with V8 (int64 shaders) eight tiles as one u64vec4:
+// lavapipe's store turn costs per component, and 36 float4 stores were half of this
+// pass's time (64x56x56: 0.77 ms, 0.37 without them).
 void main() {
-    int t0 = int(gl_GlobalInvocationID.x) * 4;
-    int ci = int(gl_WorkGroupID.y);
-    if (t0 >= dims.w) return;
-    float v[6][6][4];
-    [[unroll]] for (int q = 0; q < 4; q++) {
+    int lane = int(gl_GlobalInvocationID.x);       // lanes run along (ci, t / QT)
+    int per_ci = tiles.w / QT;
+    int ci = lane / per_ci;
+    int t0 = (lane - ci * per_ci) * QT;
+    if (ci >= dims.x) return;
+    float v[6][6][QT];
+    [[unroll]] for (int q = 0; q < QT; q++) {
         int t = t0 + q;
         int n = t / tiles.y;
         int rem = t - n * tiles.y;
@@ -219,11 +243,24 @@ void main() {
             v[r][5][q] = 4.0 * z1 - 5.0 * z3 + z5;
         }
     }
-    int plane4 = dims.x * tiles.z / 4;
-    int o4 = (ci * tiles.z + t0) / 4;
+#ifdef V8
+    int plane8 = dims.x * tiles.w / 8;
+    int o8 = (ci * tiles.w + t0) / 8;
+    [[unroll]] for (int r = 0; r < 6; r++)
+        [[unroll]] for (int c = 0; c < 6; c++) {
+            uint b[8];
+            [[unroll]] for (int q = 0; q < 8; q++) b[q] = floatBitsToUint(v[r][c][q]);
+            dst8[(r * 6 + c) * plane8 + o8] = u64vec4(
+                pack64(uvec2(b[0], b[1])), pack64(uvec2(b[2], b[3])),
+                pack64(uvec2(b[4], b[5])), pack64(uvec2(b[6], b[7])));
+        }
+#else
+    int plane4 = dims.x * tiles.w / 4;
+    int o4 = (ci * tiles.w + t0) / 4;
     [[unroll]] for (int r = 0; r < 6; r++)
         [[unroll]] for (int c = 0; c < 6; c++)
             dst4[(r * 6 + c) * plane4 + o4] = vec4(v[r][c][0], v[r][c][1], v[r][c][2], v[r][c][3]);
+#endif
 }
 #endif
 
@@ -279,9 +316,11 @@ float lp_window(float w[4]) {
 // y = A^T M A + bias: one invocation per four consecutive tiles of one output channel,
 // each transform point read as one float4 (four tiles).
 void main() {
-    int t0 = int(gl_GlobalInvocationID.x) * 4;
-    int co = int(gl_WorkGroupID.y);
-    if (t0 >= dims.w) return;
+    int lane = int(gl_GlobalInvocationID.x);       // lanes run along (co, t / 4)
+    int per_co = tiles.z >> 2;
+    int co = lane / per_co;
+    int t0 = (lane - co * per_co) * 4;
+    if (co >= dims.z || t0 >= dims.w) return;
     int plane4 = dims.y * tiles.z / 4;
     int o4 = (co * tiles.z + t0) / 4;
     vec4 m[6][6];

@@ -729,6 +729,42 @@ def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
                                    **tolerance(w, dtype))
 
 
+@pytest.mark.parametrize("path", ["gemm-v8", "gemm_sg-v8"])
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((2, 5, 6, 16), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
+    ((1, 6, 6, 40), (16, 6, 1, 1), {}),                      # flattened plane, NB 12 (sg)
+    ((1, 8, 10, 40), (16, 8, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
+])
+def test_gemm_v8_row_stores(device, path, x_shape, w_shape, kw):
+    """``gemm-v8`` / ``gemm_sg-v8`` store 8 float32 pixels as one u64vec4 (int64 shaders;
+    a block of 8a + 4 pixels that starts 4 past a group stores a u64vec2 first): the same
+    bits as ``gemm``'s float4 stores, and the reference's values; refused without int64
+    shaders, and where output rows do not hold whole groups of 8."""
+    if path == "gemm_sg-v8" and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(96)
+    desc = _conv_desc("float32", x_shape, w_shape, fused_activation="leaky_relu", **kw)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    if not device.info.features.get("int64"):
+        with pytest.raises(vkml.UnsupportedError, match=path):
+            run_path(device, desc, x, w, b, path=path)
+        return
+    got, compiled = run_path(device, desc, x, w, b, path=path)
+    assert all(d["yv8"] for d in compiled.path.dispatches)
+    four, plain = run_path(device, desc, x, w, b, path=path[:-3])
+    assert not any(d["yv8"] for d in plain.path.dispatches)
+    np.testing.assert_array_equal(got.view(np.uint32), four.view(np.uint32))
+    ref = desc_reference(desc, x, w, b)
+    ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                               **tolerance(w, "float32"))
+    narrow = _conv_desc("float32", x_shape[:-1] + (x_shape[-1] - 4,), w_shape, **kw)
+    with pytest.raises(vkml.UnsupportedError, match="groups of 8"):
+        compile_on_path(device, narrow, path)
+
+
 # depthwise blocks: strips and bands with remainders, strided/dilated rows, 3-D, float4
 # rows and stores, the unrolled-body cap (a 4x4x4 kernel)
 DW_EDGES = [
@@ -962,3 +998,30 @@ def test_feature_levels():
                        (dml.ActivationSoftplusOperatorDesc(steepness=0.5), FL.FL_6_4),
                        (dml.ActivationSoftplusOperatorDesc(steepness=2.0), FL.FL_1_0)]:
         assert _desc(fused_activation=act).feature_level() == level, act
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(2, 16, 17, 20), (1, 24, 16, 36), (3, 16, 24, 8)])
+def test_winograd_v8_input_stores(device, shape, dtype):
+    """``winograd-v8``: the input transform stores eight tiles of a transform point as one
+    u64vec4 (int64 shaders, float4 input rows; V's rows padded to 8 tiles, the padding
+    tiles zero): the same bits as ``winograd``'s float4 stores and the reference's
+    values; refused where the device has no int64 shaders."""
+    rng = np.random.default_rng(sum(shape))
+    desc = _conv_desc(dtype, shape, (shape[1] + 1, shape[1], 3, 3), start_padding=(1, 1),
+                      end_padding=(1, 1), fused_activation="relu")
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+    b = rng.standard_normal(shape[1] + 1).astype(dtype)
+    if not device.info.features.get("int64"):
+        with pytest.raises(vkml.UnsupportedError, match="winograd-v8"):
+            run_path(device, desc, x, w, b, path="winograd-v8")
+        return
+    got, compiled = run_path(device, desc, x, w, b, path="winograd-v8")
+    assert compiled.path.v8 and compiled.path.qt == 8
+    four, plain = run_path(device, desc, x, w, b, path="winograd")
+    assert not plain.path.v8
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), four.view(f"u{got.itemsize}"))
+    ref = np.maximum(desc_reference(desc, x, w, b), 0)
+    np.testing.assert_allclose(got.reshape(ref.shape), ref,
+                               **path_tolerance("winograd", w, dtype))

@@ -18,6 +18,7 @@ from ...errors import UnsupportedError
 from ...runtime import Bind
 from ..base import CompiledOperator
 from ..grid import pieces
+from ..store_width import wide_stores
 from .geometry import (_STORAGES, Decline, Geometry, Path, _texel_ok, _words, knobs,
                        storage_suffix, variant)
 
@@ -28,6 +29,7 @@ VARIANTS = {
     **{f"convolution_relayout_{s}": ("LOCAL_SIZE_X", "V4") for s in _STORAGES + ("texel",)},
     "convolution_filter_texel": ("LOCAL_SIZE_X", "KD", "KH", "KW", "FLIP"),
     **{f"convolution_gemm_{s}{r}": _GEMM for s in _STORAGES for r in ("", "_ssbo")},
+    "convolution_gemm_f32_v8": _GEMM,
 }
 
 
@@ -478,13 +480,24 @@ class GemmPath(Path):
         if not texel:
             for d in self.dispatches:
                 d["xvec4"] = False
-        for d in self.dispatches:
+        # eight float32 outputs a store (u64vec4) where the output allows it: knob
+        # store64 (None: the device's measured store width, store_width.py)
+        wide = knobs(op).get("store64")
+        v8_ok = [self._yv8(d, name) for d in self.dispatches]
+        if wide and not any(v8_ok):
+            raise Decline("u64vec4 output stores need int64 shaders, float32 through "
+                          "texel views and output rows in whole groups of 8")
+        if wide is None and any(v8_ok):
+            wide = wide_stores(op.device)
+        for d, v8 in zip(self.dispatches, v8_ok):
             consts = {"LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": d["sw"],
                       "ACT": self.act_id, "XVEC4": int(d["xvec4"]), "KW": d["kw"],
                       "DW": d["dw"], "CU": gemm_cu(op, cig, mb * nb * d["kw"])}
             d["yv4"] = self._yv4(d)
             if d["yv4"]:
                 consts["YV4"] = 1
+            d["yv8"] = bool(wide and v8)
+            dname = name + "_v8" if d["yv8"] else name
             if sg:
                 consts["SG"] = sg
                 blocks = d["qsize"][0] * d["qsize"][1] * d["qsize"][3]
@@ -496,8 +509,8 @@ class GemmPath(Path):
                     consts["CBW"] = cbw
                     consts["LOCAL_SIZE_X"] = cbw * sg
                 d["cbw"] = consts.get("CBW", 0)
-            d["pipe"] = (op.ctx.pipelines.variant(name, consts, subgroup_size=sg) if sg
-                         else op.pipeline(name, consts))
+            d["pipe"] = (op.ctx.pipelines.variant(dname, consts, subgroup_size=sg) if sg
+                         else op.pipeline(dname, consts))
         ph0 = phases[0]
         p = np.zeros(28, np.int64)
         p[0:4] = [cig, co_pad, cog, 0]
@@ -535,6 +548,19 @@ class GemmPath(Path):
                 and all(v % 4 == 0 for v in ys[:4]) and self.nb % 4 == 0
                 and rows % 4 == 0 and g.out_size[2] % 4 == 0
                 and (d["pitch"] == 0 or d["pitch"] == g.out_size[2]))
+
+    def _yv8(self, d, name: str) -> bool:
+        """Whether a dispatch can store its pixels 8 at a time (one u64vec4; a block of
+        NB = 8a + 4 pixels starting 4 past a group adds a u64vec2): it stores 4 at a time
+        (:meth:`_yv4`), float32 through the texel-view variants on an int64 device, and
+        rows and strides hold whole groups of 8."""
+        g = self.geo
+        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
+        return (self._yv4(d) and bool(self.op.features.get("int64"))
+                and name in ("convolution_gemm_f32", "convolution_gemm_sg_f32")
+                and rows % 8 == 0 and g.out_size[2] % 8 == 0
+                and all(v % 8 == 0 for v in g.y_strides[:4])
+                and self.op.desc.output_tensor.total_tensor_size_in_bytes % 32 == 0)
 
     def _filter_taps(self, axes) -> tuple[list, int]:
         """SG: filter element offsets of one dispatch's row taps (first column tap

@@ -12,7 +12,8 @@ from .geometry import _STORAGES, _texel_ok
 
 #: Kernel variants this path runs (requested by :class:`~.gemm.GemmPath` with ``SG``)
 #: and the specialization constants it sets.
-VARIANTS = {f"convolution_gemm_sg_{s}": _GEMM + ("SG", "CBW") for s in _STORAGES}
+VARIANTS = {f"convolution_gemm_sg_{s}": _GEMM + ("SG", "CBW")
+            for s in _STORAGES + ("f32_v8",)}
 
 
 class GemmSgPath(GemmPath):

@@ -363,7 +363,10 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: gemm_blocks' 16 x 16 / 8 x 8 with several channels per loop iteration and float4
 #: rows; "narrow": 8 x 4, one channel), the depthwise block (NB, R).  These defaults
 #: were measured on lavapipe; ``VKML_TUNE=off`` uses them on every device.
-DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK}
+#: ``store64``: eight float32 outputs as one u64vec4 where a kernel can (True/False; None:
+#: the device's measured store width, ``vkml/ops/store_width.py``)
+DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
+                 "store64": None}
 
 
 def knobs(op) -> dict:

@@ -15,6 +15,7 @@ from ...runtime import Bind
 from .gemm import (GEMM_PARAM_WORDS, GEMM_SG_PARAM_WORDS, SG_CBW, Axis, gemm_blocks, gemm_cu,
                    gemm_params, sg_blocks, subgroup_shuffle_size)
 from .gemm_sg import GemmSgPath
+from ..store_width import wide_stores
 from .geometry import (_STORAGES, Decline, Path, _texel_ok, _words, knobs, storage_suffix,
                        variant)
 
@@ -24,6 +25,7 @@ VARIANTS = {
     **{f"convolution_winograd_{k}_{s}": ("LOCAL_SIZE_X", "ACT")
        for k in ("weights", "input") for s in _STORAGES + ("texel",)},
     "convolution_winograd_input_texel4": ("LOCAL_SIZE_X", "ACT", "WINO_XO"),
+    "convolution_winograd_input_texel4_v8": ("LOCAL_SIZE_X", "ACT", "WINO_XO"),
     **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
        for s in _STORAGES for r in ("", "_ssbo")},
     **{f"convolution_winograd_output_{s}_v4": ("LOCAL_SIZE_X", "ACT") for s in _STORAGES},
@@ -154,7 +156,7 @@ class WinogradPath(Path):
         TH, TW = -(-OH // 4), -(-OW // 4)
         T = g.n * TH * TW
         T4 = -(-T // 4) * 4
-        self.T = T
+        self.T, self.T4 = T, T4
         how = knobs(op).get("gemm")
         self.sg = subgroup_shuffle_size(op) if how == "sg" else 0
         if how == "sg" and not self.sg:
@@ -168,17 +170,33 @@ class WinogradPath(Path):
         self.mb, self.nb, self.co_pad = mb, nb, co_pad
         self.local = min(64, op.workgroup_size)
         per_row = -(-T // nb)
+        esize = g.dtype.size
+        xs = g.x_strides
+        self.x_texel = _texel_ok(op, d.input_tensor.total_tensor_size_in_bytes // esize)
+        # rows read four elements a texel (RGBA32F / RGBA16F views): packed rows, every
+        # row and W a multiple of 4
+        self.x4 = (self.x_texel and xs[4] == 1 and g.in_size[2] % 4 == 0
+                   and all(v % 4 == 0 for v in (xs[0], xs[1], xs[3]))
+                   and d.input_tensor.total_tensor_size_in_bytes % (4 * esize) == 0)
+        # V8: the input pass stores eight tiles as one u64vec4 (V's rows padded to 8):
+        # knob store64 (None: the device's measured store width, store_width.py)
+        wide = knobs(op).get("store64")
+        v8_ok = self.x4 and bool(op.features.get("int64"))
+        if wide and not v8_ok:
+            raise Decline("u64vec4 stores of V need int64 shaders and float4 input rows")
+        self.v8 = v8_ok and (wide if wide is not None else wide_stores(op.device))
+        self.qt = 8 if self.v8 else 4
+        vrow = -(-T // self.qt) * self.qt
+        self.vrow = vrow
         u_floats = 36 * cin * co_pad
-        v_floats = 36 * cin * T4 + per_row * nb
+        v_floats = 36 * cin * vrow + per_row * nb
         m_floats = 36 * co_pad * T4
         self.u = op.scratch(4 * u_floats)
         self.v = op.scratch(4 * v_floats)
         self.m = op.scratch(4 * m_floats)
-        esize = g.dtype.size
         half = runtime.FORMAT_R16_SFLOAT
         src_fmt = runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32 else half
         self.w_texel = _texel_ok(op, d.filter_tensor.total_tensor_size_in_bytes // esize)
-        self.x_texel = _texel_ok(op, d.input_tensor.total_tensor_size_in_bytes // esize)
         self.m_texel = _texel_ok(op, m_floats // 4)
         self.gemm_texel = _texel_ok(op, v_floats) and _texel_ok(op, u_floats)
         self.w_fmt = src_fmt if self.w_texel else 0
@@ -187,16 +205,11 @@ class WinogradPath(Path):
         consts = {"LOCAL_SIZE_X": self.local, "ACT": self.act_id}
         self.p_weights = op.pipeline("convolution_winograd_weights_" +
                                      ("texel" if self.w_texel else suffix), consts)
-        xs = g.x_strides
-        # rows read four elements a texel (RGBA32F / RGBA16F views): packed rows, every
-        # row and W a multiple of 4
-        self.x4 = (self.x_texel and xs[4] == 1 and g.in_size[2] % 4 == 0
-                   and all(v % 4 == 0 for v in (xs[0], xs[1], xs[3]))
-                   and d.input_tensor.total_tensor_size_in_bytes % (4 * esize) == 0)
         if self.x4:
             self.x_fmt = (runtime.FORMAT_RGBA32_SFLOAT if g.dtype == DataType.FLOAT32
                           else runtime.FORMAT_RGBA16_SFLOAT)
-            self.p_input = op.pipeline("convolution_winograd_input_texel4",
+            self.p_input = op.pipeline("convolution_winograd_input_texel4" +
+                                       ("_v8" if self.v8 else ""),
                                        {**consts, "WINO_XO": -g.start[2] % 4})
         else:
             self.p_input = op.pipeline("convolution_winograd_input_" +
@@ -222,7 +235,7 @@ class WinogradPath(Path):
             self.p_output = op.pipeline(out_name, consts)
         p = np.zeros(WINO_PARAM_WORDS, np.int64)
         p[0:4] = [cin, co_pad, cout, T]
-        p[4:8] = [TW, TH * TW, T4, 0]
+        p[4:8] = [TW, TH * TW, T4, vrow]
         p[8:12] = [*g.in_size[1:], *g.start[1:]]
         p[12:16] = [g.x_strides[0], g.x_strides[1], g.x_strides[3], g.x_strides[4]]
         p[16:20] = [g.w_strides[0], g.w_strides[1], g.w_strides[3], g.w_strides[4]]
@@ -238,7 +251,7 @@ class WinogradPath(Path):
         consts = {"LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": 1, "ACT": 0,
                   "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)}
         words = gemm_params(
-            (cin, co_pad, co_pad, cin * co_pad // 4), (cin * T4, T4, 0, 0), (1, 1, T, 0),
+            (cin, co_pad, co_pad, cin * co_pad // 4), (cin * vrow, vrow, 0, 0), (1, 1, T, 0),
             (1, 1, 1, 0), (co_pad * T4, T4, 0, 0), 1, np.zeros(4, np.float32), [0])
         self.cbw = 0
         # 4 pixels (tiles) a store of M where the block holds whole groups of 4 (T4: M's
@@ -275,7 +288,7 @@ class WinogradPath(Path):
             self.blocked = (op.pipeline("convolution_blocked_gemm", {
                 "LOCAL_SIZE_X": local, "RM": rm, "RN": rn}),
                 (-(-T // (local * rn)), -(-co_pad // rm), 36),
-                np.array([co_pad, T, cin, 0, cin * co_pad, co_pad, 1, 0, cin * T4, T4, 1, 0,
+                np.array([co_pad, T, cin, 0, cin * co_pad, co_pad, 1, 0, cin * vrow, vrow, 1, 0,
                           co_pad * T4, T4, 1, 0], np.int32).tobytes())
         self.v_bytes, self.u_bytes, self.m_bytes = 4 * v_floats, 4 * u_floats, 4 * m_floats
 
@@ -288,7 +301,7 @@ class WinogradPath(Path):
         seq.dispatch(self.p_weights, [
             Bind(w, 0, self.op.desc.filter_tensor.total_tensor_size_in_bytes, "r", self.w_fmt),
             pb, Bind(self.u, 0, self.u_bytes, "w"), pb],
-            (-(-self.co_pad // self.local), self.geo.c_in, 1))
+            (-(-(self.geo.c_in * self.co_pad // 4) // self.local), 1, 1))
 
     def encode(self, seq, x, w, b, y) -> None:
         g, d, L = self.geo, self.op.desc, self.local
@@ -298,7 +311,7 @@ class WinogradPath(Path):
         seq.dispatch(self.p_input, [
             Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r", self.x_fmt),
             Bind(self.params), Bind(self.v, 0, self.v_bytes, "w"), pb],
-            (-(-self.T // (4 * L)), g.c_in, 1))
+            (-(-(g.c_in * self.vrow // self.qt) // L), 1, 1))
         if self.blocked is not None:
             pipe, groups, push = self.blocked
             seq.dispatch(pipe, [Bind(self.u, 0, self.u_bytes), Bind(self.v, 0, self.v_bytes),
@@ -337,4 +350,4 @@ class WinogradPath(Path):
                    runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
         bb = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else Bind(self.params)
         seq.dispatch(self.p_output, [mb_, bb, Bind(y, 0, self.y_bytes, "w"), pb],
-                     (-(-self.T // (4 * L)), g.c_out, 1))
+                     (-(-(g.c_out * self.T4 // 4) // L), 1, 1))
