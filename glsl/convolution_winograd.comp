@@ -34,6 +34,9 @@
 // vkml:variant convolution_winograd_input_f16_packed INPUT=1 F16_PACKED=1
 // vkml:variant convolution_winograd_output_f32 OUTPUT=1 TEXEL=1 F32=1
 // vkml:variant convolution_winograd_output_f32_v4 OUTPUT=1 TEXEL=1 F32=1 V4=1
+// vkml:variant convolution_winograd_output_f32_v8 OUTPUT=1 TEXEL=1 F32=1 V4=1 V8=1
+// vkml:variant convolution_winograd_output_f16_v8 OUTPUT=1 TEXEL=1 F16=1 V4=1 V8=1
+// vkml:variant convolution_winograd_output_f16_packed_v8 OUTPUT=1 TEXEL=1 F16_PACKED=1 V4=1 V8=1
 // vkml:variant convolution_winograd_output_f16 OUTPUT=1 TEXEL=1 F16=1
 // vkml:variant convolution_winograd_output_f16_v4 OUTPUT=1 TEXEL=1 F16=1 V4=1
 // vkml:variant convolution_winograd_output_f16_packed OUTPUT=1 TEXEL=1 F16_PACKED=1
@@ -102,6 +105,12 @@ layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
 // turn each)
 layout(std430, set = 0, binding = 2) buffer Y4 { vec4 y4[]; };
 layout(std430, set = 0, binding = 2) buffer Y2 { uvec2 y2[]; };
+#ifdef V8
+// V8 (int64 shaders): two horizontally adjacent tiles' rows as one u64vec4 (float16: one
+// u64vec2) (an even number of tiles per row: a lane's tile pairs share a row, 8-aligned)
+layout(std430, set = 0, binding = 2) buffer Y8 { u64vec4 y8[]; };
+layout(std430, set = 0, binding = 2) buffer Y8h { u64vec2 y8h[]; };  // float16: 8 halves
+#endif
 #else
 layout(std430, set = 0, binding = 1) readonly buffer Unused { float unused_[]; };
 #endif
@@ -327,6 +336,11 @@ void main() {
     [[unroll]] for (int r = 0; r < 6; r++)
         [[unroll]] for (int c = 0; c < 6; c++) m[r][c] = LOAD4((r * 6 + c) * plane4 + o4);
     float bv = out_size.w != 0 ? FLOAD(bias, uint(co * misc.x)) : 0.0;
+#ifdef V8
+    vec4 pend[4];               // the even tile's rows, stored with the odd tile's
+    uvec2 pend_h[4];            // (float16: its four halves)
+    uint pend_i[4];
+#endif
     [[unroll]] for (int q = 0; q < 4; q++) {
         int t = t0 + q;
         if (t >= dims.w) break;
@@ -363,11 +377,29 @@ void main() {
             vec4 o = vec4(vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
                           vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
             uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
-#if defined(F16) || defined(F16_PACKED)
+#if (defined(F16) || defined(F16_PACKED)) && defined(V8)
+            // (FSTORE's rounding: vkml_half_bits, the same on every driver)
+            uvec2 h = uvec2(vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
+                            vkml_half_bits(o.z) | (vkml_half_bits(o.w) << 16));
+            if ((q & 1) == 0) {
+                pend_h[r] = h;
+                pend_i[r] = i4 >> 1;
+            } else if (oh < out_size.x) {
+                y8h[pend_i[r]] = u64vec2(pack64(pend_h[r]), pack64(h));
+            }
+#elif defined(F16) || defined(F16_PACKED)
             // (FSTORE's rounding: vkml_half_bits, the same on every driver)
             if (oh < out_size.x)
                 y2[i4] = uvec2(vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
                                vkml_half_bits(o.z) | (vkml_half_bits(o.w) << 16));
+#elif defined(V8)
+            if ((q & 1) == 0) {
+                pend[r] = o;
+                pend_i[r] = i4 >> 1;
+            } else if (oh < out_size.x) {
+                uvec4 a = floatBitsToUint(pend[r]), b = floatBitsToUint(o);
+                y8[pend_i[r]] = u64vec4(pack64(a.xy), pack64(a.zw), pack64(b.xy), pack64(b.zw));
+            }
 #else
             if (oh < out_size.x) y4[i4] = o;
 #endif

@@ -1000,13 +1000,20 @@ def test_feature_levels():
         assert _desc(fused_activation=act).feature_level() == level, act
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("shape", [(2, 16, 17, 20), (1, 24, 16, 36), (3, 16, 24, 8)])
-def test_winograd_v8_input_stores(device, shape, dtype):
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float16-packed"])
+@pytest.mark.parametrize("shape", [(2, 16, 17, 20), (1, 24, 16, 40), (3, 16, 24, 8)])
+def test_winograd_v8_stores(device, shape, dtype):
     """``winograd-v8``: the input transform stores eight tiles of a transform point as one
     u64vec4 (int64 shaders, float4 input rows; V's rows padded to 8 tiles, the padding
-    tiles zero): the same bits as ``winograd``'s float4 stores and the reference's
-    values; refused where the device has no int64 shaders."""
+    tiles zero), and the output transform two tiles' rows as one u64vec4 (float16: a
+    u64vec2; rows of a multiple of 8): the same bits as ``winograd``'s float4 stores and
+    the reference's values, packed float16 (no 16-bit storage) too; refused where the
+    device has no int64 shaders."""
+    if dtype == "float16-packed":
+        dtype = "float16"
+        if not device.info.features.get("storage16"):
+            pytest.skip("float16 is packed on this device already (the float16 case)")
+        device = vkml.Device(device.index, disable_features=["storage16", "storage8"])
     rng = np.random.default_rng(sum(shape))
     desc = _conv_desc(dtype, shape, (shape[1] + 1, shape[1], 3, 3), start_padding=(1, 1),
                       end_padding=(1, 1), fused_activation="relu")
@@ -1019,6 +1026,8 @@ def test_winograd_v8_input_stores(device, shape, dtype):
         return
     got, compiled = run_path(device, desc, x, w, b, path="winograd-v8")
     assert compiled.path.v8 and compiled.path.qt == 8
+    # rows of a multiple of 8: the output pass stores two tiles' rows at once too
+    assert compiled.path.y8 == (shape[3] % 8 == 0)
     four, plain = run_path(device, desc, x, w, b, path="winograd")
     assert not plain.path.v8
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), four.view(f"u{got.itemsize}"))

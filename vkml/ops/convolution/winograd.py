@@ -29,6 +29,7 @@ VARIANTS = {
     **{f"convolution_winograd_output_{s}{r}": ("LOCAL_SIZE_X", "ACT")
        for s in _STORAGES for r in ("", "_ssbo")},
     **{f"convolution_winograd_output_{s}_v4": ("LOCAL_SIZE_X", "ACT") for s in _STORAGES},
+    **{f"convolution_winograd_output_{s}_v8": ("LOCAL_SIZE_X", "ACT") for s in _STORAGES},
     **{f"convolution_winograd_output_{s}{r}_pool": ("LOCAL_SIZE_X", "ACT", "P", "SCALE")
        for s in _STORAGES for r in ("", "_ssbo")},
 }
@@ -222,6 +223,13 @@ class WinogradPath(Path):
         bound = (OH, OW)
         out_name = variant("winograd_output", suffix, self.m_texel, self.y4)
         self.y_bytes = d.output_tensor.total_tensor_size_in_bytes
+        # V8 also stores two tiles' rows as one u64vec4 where rows hold whole groups of 8
+        # (float16: a u64vec2 of eight halves)
+        self.y8 = (self.v8 and self.y4 and self.m_texel and OW % 8 == 0
+                   and all(v % 8 == 0 for v in (ys[0], ys[1], ys[3]))
+                   and self.y_bytes % (4 * 8 * esize) == 0)
+        if self.y8:
+            out_name = out_name[:-3] + "_v8"
         if self.pool is not None:      # P and SCALE: CompiledLpPooling's rule (lp_pooling.py)
             pp = int(self.pool.p)
             consts_out = {**consts, "P": pp,
