@@ -1010,10 +1010,15 @@ def test_winograd_v8_stores(device, shape, dtype):
     the reference's values, packed float16 (no 16-bit storage) too; refused where the
     device has no int64 shaders."""
     if dtype == "float16-packed":
-        dtype = "float16"
         if not device.info.features.get("storage16"):
             pytest.skip("float16 is packed on this device already (the float16 case)")
-        device = vkml.Device(device.index, disable_features=["storage16", "storage8"])
+        with vkml.Device(device.index, disable_features=["storage16", "storage8"]) as dev:
+            return check_winograd_v8(dev, shape, "float16")
+    check_winograd_v8(device, shape, dtype)
+
+
+def check_winograd_v8(device, shape, dtype):
+    """test_winograd_v8_stores on ``device``."""
     rng = np.random.default_rng(sum(shape))
     desc = _conv_desc(dtype, shape, (shape[1] + 1, shape[1], 3, 3), start_padding=(1, 1),
                       end_padding=(1, 1), fused_activation="relu")
