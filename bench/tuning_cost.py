@@ -1,8 +1,10 @@
 """What tuning costs a user: the first ``vkml.convolution`` call on a shape the device has
 not seen, timed in fresh processes (``python -m bench.tuning_cost --child``), four ways,
-each on a new cache folder where a first process has ranked the device's convolution
-families (``vkml.ops.convolution.choice.strong_families``: once per device and folder,
-reported as ``rank_ms``, the same folder state for both modes):
+each on a new cache folder where a first process has taken the device's one-time
+measurements: it ranked the convolution families
+(``vkml.ops.convolution.choice.strong_families``) and timed its store width
+(``vkml.ops.store_width.wide_stores``), once per device and folder, reported together as
+``rank_ms`` (the same folder state for both modes):
 
 * ``off_cold``: ``VKML_TUNE=off``, the new shape (pipelines compiled, no timing);
 * ``fast_cold``: ``VKML_TUNE=fast``, the new shape (its fast list is timed and the choice
@@ -62,11 +64,14 @@ def _rank(index: int) -> dict:
     import importlib
 
     import vkml
+    from vkml.ops.store_width import wide_stores
     choice = importlib.import_module("vkml.ops.convolution.choice")
     with vkml.Device(index) as dev:
         t = time.perf_counter()
         strong = choice.strong_families(dev)
-        return {"rank_ms": (time.perf_counter() - t) * 1e3, "strong": list(strong)}
+        wide = wide_stores(dev)
+        return {"rank_ms": (time.perf_counter() - t) * 1e3, "strong": list(strong),
+                "wide_stores": wide}
 
 
 def _spawn(index: int, mode: str, cache: str, what: str = "--child") -> dict:
@@ -85,13 +90,13 @@ def measure(index: int, repeats: int = 3) -> dict:
     and their ratios; see the module doc."""
     runs: dict[str, list] = {k: [] for k in ("off_cold", "off_warm", "fast_cold", "fast_warm",
                                              "rank")}
-    chosen, strong = {}, []
+    chosen, strong, wide = {}, [], None
     for _ in range(repeats):
         for mode in ("off", "fast"):
             with tempfile.TemporaryDirectory(prefix="vkml-tuning-cost-") as cache:
                 ranked = _spawn(index, "fast", cache, "--rank")
                 runs["rank"].append(ranked["rank_ms"])
-                strong = ranked["strong"]
+                strong, wide = ranked["strong"], ranked.get("wide_stores")
                 first = _spawn(index, mode, cache)
                 second = _spawn(index, mode, cache)
             runs[f"{mode}_cold"].append(first["cold_ms"])
@@ -102,7 +107,7 @@ def measure(index: int, repeats: int = 3) -> dict:
             "fast_cold_vs_off": med["fast_cold"] / med["off_cold"],
             "fast_warm_vs_off": med["fast_warm"] / med["off_warm"],
             "candidate_off": chosen.get("off"), "candidate_fast": chosen.get("fast"),
-            "strong_families": strong,
+            "strong_families": strong, "wide_stores": wide,
             "shape": {k: list(v) if isinstance(v, tuple) else v for k, v in SHAPE.items()},
             "repeats": repeats, "targets": dict(TARGETS)}
 
