@@ -1030,7 +1030,7 @@ def check_winograd_v8(device, shape, dtype):
             run_path(device, desc, x, w, b, path="winograd-v8")
         return
     got, compiled = run_path(device, desc, x, w, b, path="winograd-v8")
-    assert compiled.path.v8 and compiled.path.qt == 8
+    assert compiled.path.v8 and compiled.path.qt == 8 and compiled.path.gemm_v8
     # rows of a multiple of 8: the output pass stores two tiles' rows at once too
     assert compiled.path.y8 == (shape[3] % 8 == 0)
     four, plain = run_path(device, desc, x, w, b, path="winograd")

@@ -191,7 +191,11 @@ class WinogradPath(Path):
         self.vrow = vrow
         u_floats = 36 * cin * co_pad
         v_floats = 36 * cin * vrow + per_row * nb
-        m_floats = 36 * co_pad * T4
+        # M's rows: T4, or with V8 T8 (the GEMM stores eight tiles a u64vec4; a last
+        # group past T lands in the row's padding, which the output pass never reads)
+        mrow = vrow
+        self.mrow = mrow
+        m_floats = 36 * co_pad * mrow
         self.u = op.scratch(4 * u_floats)
         self.v = op.scratch(4 * v_floats)
         self.m = op.scratch(4 * m_floats)
@@ -243,7 +247,7 @@ class WinogradPath(Path):
             self.p_output = op.pipeline(out_name, consts)
         p = np.zeros(WINO_PARAM_WORDS, np.int64)
         p[0:4] = [cin, co_pad, cout, T]
-        p[4:8] = [TW, TH * TW, T4, vrow]
+        p[4:8] = [TW, TH * TW, mrow, vrow]
         p[8:12] = [*g.in_size[1:], *g.start[1:]]
         p[12:16] = [g.x_strides[0], g.x_strides[1], g.x_strides[3], g.x_strides[4]]
         p[16:20] = [g.w_strides[0], g.w_strides[1], g.w_strides[3], g.w_strides[4]]
@@ -260,11 +264,14 @@ class WinogradPath(Path):
                   "XVEC4": int(xvec4), "KW": 1, "DW": 1, "CU": gemm_cu(op, cin, mb * nb)}
         words = gemm_params(
             (cin, co_pad, co_pad, cin * co_pad // 4), (cin * vrow, vrow, 0, 0), (1, 1, T, 0),
-            (1, 1, 1, 0), (co_pad * T4, T4, 0, 0), 1, np.zeros(4, np.float32), [0])
+            (1, 1, 1, 0), (co_pad * mrow, mrow, 0, 0), 1, np.zeros(4, np.float32), [0])
         self.cbw = 0
         # 4 pixels (tiles) a store of M where the block holds whole groups of 4 (T4: M's
         # rows hold whole groups; lavapipe, 64x56x56: the 36 GEMMs 1.68-1.72 -> 1.34-1.46 ms)
         self.gemm_yv4 = nb % 4 == 0
+        # ...and eight a u64vec4 with V8 (T8 rows)
+        self.gemm_v8 = self.v8 and self.gemm_yv4 and self.gemm_texel
+        v8g = "_v8" if self.gemm_v8 else ""
         if self.sg:
             if not self.gemm_texel:
                 raise Decline("the transformed input or filter is too large for a texel view")
@@ -279,11 +286,12 @@ class WinogradPath(Path):
             if SG_CBW and cbw >= 2:
                 consts.update(CBW=cbw, LOCAL_SIZE_X=cbw * self.sg)
                 self.cbw = cbw
-            self.p_gemm = op.ctx.pipelines.variant("convolution_gemm_sg_f32", consts,
+            self.p_gemm = op.ctx.pipelines.variant("convolution_gemm_sg_f32" + v8g, consts,
                                                    subgroup_size=self.sg)
         else:
             self.p_gemm = None if how == "blocked" else op.pipeline(
-                variant("gemm", "f32", self.gemm_texel), {**consts, "YV4": int(self.gemm_yv4)})
+                variant("gemm", "f32", self.gemm_texel) + v8g,
+                {**consts, "YV4": int(self.gemm_yv4)})
         self.xvec4 = xvec4
         self.gemm_params = op.upload(words)
         self.qsize = (1, 1, T, per_row)
@@ -297,7 +305,7 @@ class WinogradPath(Path):
                 "LOCAL_SIZE_X": local, "RM": rm, "RN": rn}),
                 (-(-T // (local * rn)), -(-co_pad // rm), 36),
                 np.array([co_pad, T, cin, 0, cin * co_pad, co_pad, 1, 0, cin * vrow, vrow, 1, 0,
-                          co_pad * T4, T4, 1, 0], np.int32).tobytes())
+                          co_pad * mrow, mrow, 1, 0], np.int32).tobytes())
         self.v_bytes, self.u_bytes, self.m_bytes = 4 * v_floats, 4 * u_floats, 4 * m_floats
 
     def filter_buffer(self):
@@ -358,4 +366,4 @@ class WinogradPath(Path):
                    runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
         bb = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else Bind(self.params)
         seq.dispatch(self.p_output, [mb_, bb, Bind(y, 0, self.y_bytes, "w"), pb],
-                     (-(-(g.c_out * self.T4 // 4) // L), 1, 1))
+                     (-(-(g.c_out * self.mrow // 4) // L), 1, 1))

@@ -1,0 +1,91 @@
+"""The device's store width (vkml/ops/store_width.py): measured once by the tuner, the
+faster form kept; kernels that can store eight float32 as one u64vec4 follow it."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from vkml import dml, tuning
+from vkml.ops import store_width
+from vkml.tuning import Tuner
+
+from helpers import compile_on_path, run_desc
+from references import convolution_reference
+
+conv_ops = importlib.import_module("vkml.ops.convolution")
+
+
+def test_probe_keeps_the_faster_form(device, tmp_path):
+    """Both forms are timed where the device has int64 shaders (the u64vec4 probe
+    declines elsewhere) and the faster is the choice, stored once per device."""
+    t = Tuner("full", folder=tmp_path, rounds=2)
+    c = t.choose(device, store_width.PATH, "device")
+    if device.info.features.get("int64"):
+        assert set(c.times) == {"vec4", "u64vec4"}
+        assert c.name == min(c.times, key=c.times.get)
+    else:
+        assert set(c.times) == {"vec4"} and c.name == "vec4"
+    again = Tuner("fast", folder=tmp_path).choose(device, store_width.PATH, "device")
+    assert again.source == "stored" and again.name == c.name
+
+
+def test_wide_stores_follow_the_tuner(device, tmp_path, monkeypatch):
+    """``wide_stores``: the stored choice where the device has int64 shaders; never
+    without them; never with tuning off (the documented default, float4 stores)."""
+    t = Tuner("fast", folder=tmp_path, rounds=2)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    measured = t.choose(device, store_width.PATH, "device", mode="full").name
+    assert store_width.wide_stores(device) == (bool(device.info.features.get("int64"))
+                                               and measured == "u64vec4")
+    monkeypatch.setattr(tuning, "default_tuner", lambda: Tuner("off", folder=tmp_path))
+    assert store_width.wide_stores(device) is False
+
+
+class _Wide:
+    """A stand-in tuner that has measured u64vec4 stores faster (and nothing else)."""
+
+    def effective_mode(self, mode=None):
+        return "fast"
+
+    def choose(self, device, path, shape, **kw):
+        assert path is store_width.PATH
+        return type("C", (), {"name": "u64vec4"})()
+
+
+@pytest.mark.parametrize("path, x_shape, w_shape", [
+    ("winograd-sg", (1, 16, 16, 40), (24, 16, 3, 3)),
+    ("winograd-blocked", (1, 16, 16, 40), (24, 16, 3, 3)),
+    ("winograd", (1, 16, 16, 40), (24, 16, 3, 3)),
+    ("gemm_sg", (1, 8, 10, 40), (16, 8, 3, 3)),
+    ("gemm", (1, 8, 10, 40), (16, 8, 3, 3)),
+])
+def test_kernels_follow_the_device_store_width(device, monkeypatch, path, x_shape, w_shape):
+    """Where the device's store width is u64vec4 the Winograd passes (every GEMM of
+    them) and the implicit GEMM store eight float32 at once without being asked, with
+    the same bits as their float4 stores; without int64 shaders nothing changes."""
+    desc = dml.ConvolutionOperatorDesc(
+        dml.TensorDesc("float32", x_shape), dml.TensorDesc("float32", w_shape), None,
+        dml.TensorDesc("float32", (x_shape[0], w_shape[0], *x_shape[2:])),
+        start_padding=(1, 1), end_padding=(1, 1))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    try:
+        narrow = compile_on_path(device, desc, path)
+    except Exception as e:                      # noqa: BLE001
+        pytest.skip(f"{path} does not run here: {e}")
+    four = run_desc(device, desc, x, w, None, compiled=narrow)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Wide())
+    wide = compile_on_path(device, desc, path)
+    int64 = bool(device.info.features.get("int64"))
+    p = wide.path
+    used = (p.v8 and p.y8 and (p.gemm_v8 or p.blocked is not None) if path.startswith("winograd")
+            else all(d["yv8"] for d in p.dispatches))
+    assert used == int64
+    got = run_desc(device, desc, x, w, None, compiled=wide)
+    np.testing.assert_array_equal(got.view(np.uint32), four.view(np.uint32))
+    ref = convolution_reference(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1], [0, 0], 1,
+                                desc.conv_mode.name.lower(), desc.conv_direction.name.lower())
+    np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-3, atol=2e-3)  # (Winograd)
