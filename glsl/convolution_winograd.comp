@@ -29,6 +29,8 @@
 // vkml:variant convolution_winograd_input_texel INPUT=1 TEXEL=1 F32=1
 // vkml:variant convolution_winograd_input_texel4 INPUT=1 TEXEL=1 F32=1 X4=1
 // vkml:variant convolution_winograd_input_texel4_v8 INPUT=1 TEXEL=1 F32=1 X4=1 V8=1
+// vkml:variant convolution_winograd_gemm_cl GEMM=1 F32=1
+// vkml:variant convolution_winograd_gemm_cl_v8 GEMM=1 F32=1 V8=1
 // vkml:variant convolution_winograd_input_f32 INPUT=1 F32=1
 // vkml:variant convolution_winograd_input_f16 INPUT=1 F16=1
 // vkml:variant convolution_winograd_input_f16_packed INPUT=1 F16_PACKED=1
@@ -53,6 +55,10 @@
 #extension GL_EXT_control_flow_attributes : require
 #ifdef V8
 #extension GL_ARB_gpu_shader_int64 : require
+#endif
+#ifdef GEMM
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #endif
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
@@ -80,6 +86,7 @@ layout(std140, set = 0, binding = 3) uniform Params {
     vec4 act;
 };
 
+#ifndef GEMM
 // source reads: float from any storage
 #if defined(OUTPUT)
 #ifdef TEXEL
@@ -113,6 +120,7 @@ layout(std430, set = 0, binding = 2) buffer Y8h { u64vec2 y8h[]; };  // float16:
 #endif
 #else
 layout(std430, set = 0, binding = 1) readonly buffer Unused { float unused_[]; };
+#endif
 #endif
 #ifdef WEIGHTS
 layout(std430, set = 0, binding = 2) writeonly buffer Dst4 { vec4 dst4[]; };
@@ -429,5 +437,97 @@ void main() {
         }
 #endif
     }
+}
+#endif
+
+#ifdef GEMM
+// M[p][co][t] = sum over ci of U[p][ci][co] V[p][ci][t], the 36 GEMMs with the lanes of
+// a subgroup along output channels ("cl"): lane s computes MB channels (channel block
+// cg * SG + s) x NB tiles, every lane of a subgroup the same NB tiles.  Those tiles' V
+// values are fetched once a subgroup (lane s the float4 texel s of the block) and reach
+// every lane by shuffles at constant lanes; each lane fetches its own channels' U as
+// float4s.  This is gemm_sg's sharing turned around: Winograd's GEMMs have few tiles (a
+// 56x56 image: 196) and 64-128 output channels, so the lanes fill with channel blocks
+// where gemm_sg pads each GEMM's pixel blocks to whole subgroups.
+layout(constant_id = 2) const int MB = 8;       // output channels per lane (x4)
+layout(constant_id = 3) const int NB = 28;      // tiles per block (x4)
+layout(constant_id = 4) const int SG = 8;       // subgroup size (full subgroups)
+const int NT = NB / 4;                          // V texels of a block's row
+const int NF = (NT + SG - 1) / SG;              // texels a lane fetches per channel
+
+layout(set = 0, binding = 0) uniform samplerBuffer Vt;    // RGBA32F view of V
+layout(set = 0, binding = 1) uniform samplerBuffer Ut;    // RGBA32F view of U
+layout(std430, set = 0, binding = 2) writeonly buffer M4 { vec4 m4[]; };
+#ifdef V8
+// V8 (int64 shaders): eight tiles a u64vec4 (M's rows T8; a block of NB = 8a + 4 tiles
+// starting 4 past a group stores a u64vec2 first)
+layout(std430, set = 0, binding = 2) writeonly buffer M8 { u64vec4 m8[]; };
+layout(std430, set = 0, binding = 2) writeonly buffer M8h { u64vec2 m8h[]; };
+#endif
+
+void main() {
+    int sub = int(gl_SubgroupInvocationID);
+    int blk = int(gl_WorkGroupID.x * (gl_WorkGroupSize.x / SG) + gl_SubgroupID);
+    int t0 = blk * NB;
+    int cin = dims.x, co_pad = dims.y, T = dims.w, mrow = tiles.z, vrow = tiles.w;
+    if (t0 >= T) return;                                    // (whole subgroups)
+    int p = int(gl_WorkGroupID.z);
+    int co0 = (int(gl_WorkGroupID.y) * SG + sub) * MB;
+    bool live = co0 < co_pad;
+    co0 = min(co0, co_pad - MB);
+    int vlast = (36 * cin * vrow) / 4 - 1;                  // (the block's tail: clamped)
+    int vb = (p * cin * vrow + t0) / 4;
+    int ub = (p * cin * co_pad + co0) / 4;
+    vec4 acc[MB / 4][NB];
+    [[unroll]] for (int i = 0; i < MB / 4; i++)
+        [[unroll]] for (int j = 0; j < NB; j++) acc[i][j] = vec4(0.0);
+    [[dont_unroll]] for (int ci = 0; ci < cin; ci++) {
+        vec4 xv[NF];
+        [[unroll]] for (int f = 0; f < NF; f++)
+            xv[f] = texelFetch(Vt, min(vb + min(f * SG + sub, NT - 1), vlast));
+        vec4 w[MB / 4];
+        [[unroll]] for (int i = 0; i < MB / 4; i++) w[i] = texelFetch(Ut, ub + i);
+        [[unroll]] for (int j = 0; j < NB; j++) {
+            float x = subgroupShuffle(xv[(j / 4) / SG][j % 4], uint((j / 4) % SG));
+            [[unroll]] for (int i = 0; i < MB / 4; i++) acc[i][j] = fma(w[i], vec4(x), acc[i][j]);
+        }
+        vb += vrow / 4;
+        ub += co_pad / 4;
+    }
+    if (!live) return;
+    [[unroll]] for (int i = 0; i < MB / 4; i++)
+        [[unroll]] for (int c = 0; c < 4; c++) {
+            uint row = uint((p * co_pad + co0 + i * 4 + c) * mrow + t0);
+#ifdef V8
+            const int N8 = NB / 8;
+            const bool HALF = (NB & 7) != 0;
+            bool odd = HALF && (t0 & 4) != 0;
+            [[unroll]] for (int k = 0; k < N8; k++) {
+                int j = (odd ? 4 : 0) + 8 * k;
+                uint u[8];
+                [[unroll]] for (int q = 0; q < 8; q++)
+                    u[q] = floatBitsToUint(HALF && odd ? acc[i][min(4 + 8 * k + q, NB - 1)][c]
+                                                       : acc[i][8 * k + q][c]);
+                if (t0 + j < T)
+                    m8[(row + uint(j)) >> 3] = u64vec4(pack64(uvec2(u[0], u[1])),
+                        pack64(uvec2(u[2], u[3])), pack64(uvec2(u[4], u[5])),
+                        pack64(uvec2(u[6], u[7])));
+            }
+            if (HALF) {
+                int j = odd ? 0 : 8 * N8;
+                uint u[4];
+                [[unroll]] for (int q = 0; q < 4; q++)
+                    u[q] = floatBitsToUint(odd ? acc[i][q][c] : acc[i][min(8 * N8 + q, NB - 1)][c]);
+                if (t0 + j < T)
+                    m8h[(row + uint(j)) >> 2] = u64vec2(pack64(uvec2(u[0], u[1])),
+                                                        pack64(uvec2(u[2], u[3])));
+            }
+#else
+            [[unroll]] for (int j = 0; j < NB; j += 4)
+                if (t0 + j < T)
+                    m4[(row + uint(j)) >> 2] = vec4(acc[i][j][c], acc[i][j + 1][c],
+                                                    acc[i][j + 2][c], acc[i][j + 3][c]);
+#endif
+        }
 }
 #endif

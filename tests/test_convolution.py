@@ -685,6 +685,21 @@ def test_winograd_with_sg_gemms(device, budget):
         assert compiled.path.sg >= 4
 
 
+def test_winograd_with_cl_gemms(device, budget):
+    """``winograd-cl``: Winograd's 36 GEMMs with the lanes of a subgroup along output
+    channels (the tiles' V values shared by shuffles), same results as the reference
+    (its u64vec4 stores: tests/test_store_width.py); refused without full subgroups."""
+    rng = np.random.default_rng(23)
+    if not _has_sg(device):
+        desc, x, w, b = winograd_case(rng, True)
+        with pytest.raises(vkml.UnsupportedError, match="winograd-cl"):
+            run_path(device, desc, x, w, b, path="winograd-cl")
+        return
+    for compiled in check_winograd_candidate(device, rng, budget, "winograd-cl"):
+        mb, nb = compiled.path.cl
+        assert mb in (4, 8) and nb % 4 == 0 and mb * nb <= 224
+
+
 def check_winograd_candidate(device, rng, budget, name):
     """Winograd candidate ``name`` forced on random cases Winograd accepts, each equal to
     the reference; yields each compiled operator for the caller's own checks."""

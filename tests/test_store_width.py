@@ -56,6 +56,7 @@ class _Wide:
 
 @pytest.mark.parametrize("path, x_shape, w_shape", [
     ("winograd-sg", (1, 16, 16, 40), (24, 16, 3, 3)),
+    ("winograd-cl", (2, 16, 16, 40), (24, 16, 3, 3)),
     ("winograd-blocked", (1, 16, 16, 40), (24, 16, 3, 3)),
     ("winograd", (1, 16, 16, 40), (24, 16, 3, 3)),
     ("gemm_sg", (1, 8, 10, 40), (16, 8, 3, 3)),

@@ -35,6 +35,7 @@ CANDIDATES = {
     "winograd-narrow": ("winograd", {"blocks": "narrow"}),
     "winograd-blocked": ("winograd", {"gemm": "blocked"}),
     "winograd-sg": ("winograd", {"gemm": "sg"}),
+    "winograd-cl": ("winograd", {"gemm": "cl"}),
     "winograd-v8": ("winograd", {"store64": True}),
     "depthwise": ("depthwise", {}),
     "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),

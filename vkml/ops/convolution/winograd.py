@@ -12,8 +12,8 @@ from ...dml.data_type import DataType
 from ...dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
 from ...errors import ValidationError
 from ...runtime import Bind
-from .gemm import (GEMM_PARAM_WORDS, GEMM_SG_PARAM_WORDS, SG_CBW, Axis, gemm_blocks, gemm_cu,
-                   gemm_params, sg_blocks, subgroup_shuffle_size)
+from .gemm import (GEMM_PARAM_WORDS, GEMM_SG_PARAM_WORDS, SG_ACC, SG_CBW, Axis, gemm_blocks,
+                   gemm_cu, gemm_params, sg_blocks, subgroup_shuffle_size)
 from .gemm_sg import GemmSgPath
 from ..store_width import wide_stores
 from .geometry import (_STORAGES, Decline, Path, _texel_ok, _words, knobs, storage_suffix,
@@ -30,6 +30,7 @@ VARIANTS = {
        for s in _STORAGES for r in ("", "_ssbo")},
     **{f"convolution_winograd_output_{s}_v4": ("LOCAL_SIZE_X", "ACT") for s in _STORAGES},
     **{f"convolution_winograd_output_{s}_v8": ("LOCAL_SIZE_X", "ACT") for s in _STORAGES},
+    **{f"convolution_winograd_gemm_cl{v}": ("LOCAL_SIZE_X", "MB", "NB", "SG") for v in ("", "_v8")},
     **{f"convolution_winograd_output_{s}{r}_pool": ("LOCAL_SIZE_X", "ACT", "P", "SCALE")
        for s in _STORAGES for r in ("", "_ssbo")},
 }
@@ -65,6 +66,17 @@ def pool_rule(conv: ConvolutionOperatorDesc, pool) -> str | None:
     if sum((n - 1) * st for n, st in zip(py.sizes, py.element_strides)) >= 1 << 31:
         return "pooled offsets beyond 32-bit indexing"
     return None
+
+
+def cl_blocks(cout: int, tiles: int, sg: int) -> tuple[int, int]:
+    """(MB, NB) of the 36 GEMMs with lanes along output channels (``gemm`` knob "cl"):
+    MB (8 or 4) padding the fewest channels once channel blocks fill whole subgroups, the
+    larger on a tie; NB a multiple of 4 up to 32 tiles (and SG_ACC accumulators) wasting
+    the fewest tiles, the larger on a tie (a 56x56 image's 196 tiles: 8 x 28, none)."""
+    mb = min((8, 4), key=lambda m: (-(-(-(-cout // m)) // sg) * sg * m, -m))
+    nb = min(range(4, min(32, SG_ACC // mb) + 1, 4),
+             key=lambda n: (-(-tiles // n) * n - tiles, -n))
+    return mb, nb
 
 
 @dataclass(frozen=True, eq=False)
@@ -159,10 +171,14 @@ class WinogradPath(Path):
         T4 = -(-T // 4) * 4
         self.T, self.T4 = T, T4
         how = knobs(op).get("gemm")
-        self.sg = subgroup_shuffle_size(op) if how == "sg" else 0
-        if how == "sg" and not self.sg:
-            raise Decline("no full subgroups with shuffles for the 36 GEMMs on gemm_sg")
-        if self.sg:      # gemm_sg's register block: one tap, one row of T tiles per GEMM
+        self.sg = subgroup_shuffle_size(op) if how in ("sg", "cl") else 0
+        if how in ("sg", "cl") and not self.sg:
+            raise Decline(f"no full subgroups with shuffles for the 36 GEMMs ({how})")
+        self.cl = None
+        if how == "cl":  # lanes along output channels (the gemm pass of this kernel)
+            mb, nb = cl_blocks(cout, T, self.sg)
+            self.cl = (mb, nb)
+        elif self.sg:    # gemm_sg's register block: one tap, one row of T tiles per GEMM
             mb, nb = sg_blocks(cout, [[Axis(0, 1, 1, 1, [(0, 0)]), Axis(0, 1, 1, 1, [(0, 0)]),
                                        Axis(0, 1, T, 1, [(0, 0)])]], [T], False, self.sg)
         else:
@@ -270,9 +286,21 @@ class WinogradPath(Path):
         # rows hold whole groups; lavapipe, 64x56x56: the 36 GEMMs 1.68-1.72 -> 1.34-1.46 ms)
         self.gemm_yv4 = nb % 4 == 0
         # ...and eight a u64vec4 with V8 (T8 rows)
-        self.gemm_v8 = self.v8 and self.gemm_yv4 and self.gemm_texel
+        self.gemm_v8 = self.v8 and self.gemm_yv4 and self.gemm_texel and how != "blocked"
         v8g = "_v8" if self.gemm_v8 else ""
-        if self.sg:
+        if self.cl is not None:
+            if not self.gemm_texel:
+                raise Decline("the transformed input or filter is too large for a texel view")
+            blocks = -(-T // nb)
+            lanes = -(-(co_pad // mb) // self.sg) * self.sg        # channel blocks, padded
+            per_wg = max(1, min(self.local // self.sg, blocks))    # pixel blocks a workgroup
+            self.cl_groups = (-(-blocks // per_wg), lanes // self.sg, 36)
+            self.p_gemm = op.ctx.pipelines.variant(
+                "convolution_winograd_gemm_cl" + ("_v8" if self.v8 else ""),
+                {"LOCAL_SIZE_X": per_wg * self.sg, "MB": mb, "NB": nb, "SG": self.sg},
+                subgroup_size=self.sg)
+            self.gemm_v8 = self.v8
+        elif self.sg:
             if not self.gemm_texel:
                 raise Decline("the transformed input or filter is too large for a texel view")
             # U read in place as gemm_sg reads a filter: output channel stride 1, input
@@ -337,8 +365,15 @@ class WinogradPath(Path):
         self._encode_output(seq, b, y)
 
     def _encode_gemm(self, seq) -> None:
-        """M = U^T V: the 36 GEMMs on convolution_gemm."""
+        """M = U^T V: the 36 GEMMs on convolution_gemm (or this kernel's gemm pass)."""
         L = self.local
+        if self.cl is not None:
+            seq.dispatch(self.p_gemm, [
+                Bind(self.v, 0, self.v_bytes - self.v_bytes % 16, "r",
+                     runtime.FORMAT_RGBA32_SFLOAT),
+                Bind(self.u, 0, self.u_bytes, "r", runtime.FORMAT_RGBA32_SFLOAT),
+                Bind(self.m, 0, self.m_bytes, "w"), Bind(self.params)], self.cl_groups)
+            return
         if self.gemm_texel:
             vb = Bind(self.v, 0, self.v_bytes - self.v_bytes % 16, "r",
                       runtime.FORMAT_RGBA32_SFLOAT if self.xvec4 else runtime.FORMAT_R32_SFLOAT)
