@@ -14,8 +14,11 @@ knobs measured on lavapipe (``DEFAULT_KNOBS``); never a device type, vendor or n
 winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4x4, 3x3)
                transforms around 36 GEMMs (``convolution_winograd.comp``); where gemm_sg
                can run the shape only from 64 channels and 49 tiles up (``prefers``).
-               Its GEMMs run on ``convolution_gemm.comp`` (``winograd``, ``-narrow``),
-               gemm_sg's variant of it (``winograd-sg``) or ``blocked``'s.
+               Its GEMMs run with a subgroup's lanes along output channels (the
+               ``gemm_cl`` pass of ``convolution_winograd.comp``: ``winograd`` where the
+               device has full subgroups with shuffles, ``winograd-cl``), else on
+               ``convolution_gemm.comp`` (``winograd``, ``-gemm``, ``-narrow``), on
+               gemm_sg's variant of it (``winograd-sg``) or on ``blocked``'s.
 depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
                NB pixels per invocation, input read in place (``convolution_depthwise``).
 gemm_sg        devices with subgroup shuffles and full subgroups of a required size

@@ -32,7 +32,8 @@ PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, Di
 #: the defaults).  A path's own name is that path with the default knobs.
 CANDIDATES = {
     "winograd": ("winograd", {}),
-    "winograd-narrow": ("winograd", {"blocks": "narrow"}),
+    "winograd-gemm": ("winograd", {"gemm": "gemm"}),
+    "winograd-narrow": ("winograd", {"blocks": "narrow", "gemm": "gemm"}),
     "winograd-blocked": ("winograd", {"gemm": "blocked"}),
     "winograd-sg": ("winograd", {"gemm": "sg"}),
     "winograd-cl": ("winograd", {"gemm": "cl"}),

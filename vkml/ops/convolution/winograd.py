@@ -171,6 +171,19 @@ class WinogradPath(Path):
         T4 = -(-T // 4) * 4
         self.T, self.T4 = T, T4
         how = knobs(op).get("gemm")
+        if how is None:
+            # the default GEMM: lanes along output channels ("cl") where the device runs
+            # full subgroups with shuffles and U and V fit texel views (lavapipe, 64x56x56:
+            # 1.0-1.1 ms against the gemm kernel's 1.5-1.8; SwiftShader, 32x24x24: 3.7
+            # against 3.5), else the gemm kernel ("winograd-gemm" forces it)
+            sg = subgroup_shuffle_size(op)
+            fits = False
+            if sg:
+                mb_ = cl_blocks(cout, T, sg)[0]
+                fits = (_texel_ok(op, 36 * cin * (-(-T // 8) * 8) + T + 32)
+                        and _texel_ok(op, 36 * cin * -(-cout // mb_) * mb_))
+            how = "cl" if fits else "gemm"
+        self.how = how
         self.sg = subgroup_shuffle_size(op) if how in ("sg", "cl") else 0
         if how in ("sg", "cl") and not self.sg:
             raise Decline(f"no full subgroups with shuffles for the 36 GEMMs ({how})")
