@@ -20,6 +20,7 @@ layout(local_size_x_id = 0) in;
 #ifdef TEXEL
 #ifdef U64
 #extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
 #endif
 layout(set = 0, binding = 0) uniform usamplerBuffer x;
 #define LOAD(i) texelFetch(x, int(i))
@@ -43,8 +44,7 @@ void main() {
         for (int k = 0; k < PER; k++) v[k] = LOAD(base + uint(k));
 #ifdef U64
         for (int k = 0; k < PER; k += 2)
-            y8[(base + uint(k)) >> 1] = u64vec4(pack64(v[k].xy), pack64(v[k].zw),
-                                                pack64(v[k + 1].xy), pack64(v[k + 1].zw));
+            y8[(base + uint(k)) >> 1] = vkml_u64x4(v[k], v[k + 1]);
 #else
         for (int k = 0; k < PER; k++) y[base + uint(k)] = v[k];
 #endif

@@ -41,6 +41,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #ifdef V8
 #extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
 #endif
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
@@ -192,8 +193,7 @@ void main() {
                     u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
                         ACT, HALF ? (odd ? acc[4 + 8 * i + q] : acc[8 * i + q]) : acc[8 * i + q],
                         act));
-                y8[(yb + uint(ow0 + j)) >> 3] = u64vec4(pack64(u[0].xy), pack64(u[0].zw),
-                                                        pack64(u[1].xy), pack64(u[1].zw));
+                y8[(yb + uint(ow0 + j)) >> 3] = vkml_u64x4(u[0], u[1]);
             }
         }
         if (HALF) {
@@ -203,7 +203,7 @@ void main() {
                 [[unroll]] for (int q = 0; q < 4; q++)
                     u[q] = floatBitsToUint(vkml_activation(
                         ACT, odd ? acc[q] : acc[min(8 * N8 + q, NB - 1)], act));
-                y8h[(yb + uint(ow0 + j)) >> 2] = u64vec2(pack64(u.xy), pack64(u.zw));
+                y8h[(yb + uint(ow0 + j)) >> 2] = vkml_u64x2(u);
             }
         }
 #elif defined(V4)

@@ -46,6 +46,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #ifdef V8
 #extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
 #endif
 #ifdef SGW
 #extension GL_KHR_shader_subgroup_basic : require
@@ -310,27 +311,24 @@ void main() {
                 bool odd = HALF && (qw0 & 4) != 0;
                 [[unroll]] for (int i = 0; i < N8; i++) {
                     int j = (odd ? 4 : 0) + 8 * i;
-                    uint u[8];
+                    uvec4 u[2];
                     [[unroll]] for (int q = 0; q < 8; q++)
-                        u[q] = floatBitsToUint(vkml_activation(
+                        u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
                             ACT, (HALF && odd ? acc[i4][min(4 + 8 * i + q, NB - 1)][c]
                                               : acc[i4][8 * i + q][c]) + bv, act));
                     int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
                     if (has && yj >= 0)
-                        y8[(yc + uint(yj)) >> 3] = u64vec4(
-                            pack64(uvec2(u[0], u[1])), pack64(uvec2(u[2], u[3])),
-                            pack64(uvec2(u[4], u[5])), pack64(uvec2(u[6], u[7])));
+                        y8[(yc + uint(yj)) >> 3] = vkml_u64x4(u[0], u[1]);
                 }
                 if (HALF) {
-                    uint u[4];
+                    uvec4 u;
                     [[unroll]] for (int q = 0; q < 4; q++)
                         u[q] = floatBitsToUint(vkml_activation(
                             ACT, (odd ? acc[i4][q][c] : acc[i4][min(8 * N8 + q, NB - 1)][c]) + bv,
                             act));
                     int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
                     if (has && yj >= 0)
-                        y8h[(yc + uint(yj)) >> 2] = u64vec2(pack64(uvec2(u[0], u[1])),
-                                                            pack64(uvec2(u[2], u[3])));
+                        y8h[(yc + uint(yj)) >> 2] = vkml_u64x2(u);
                 }
                 continue;
             }

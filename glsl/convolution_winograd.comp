@@ -55,6 +55,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #ifdef V8
 #extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
 #endif
 #ifdef GEMM
 #extension GL_KHR_shader_subgroup_basic : require
@@ -265,11 +266,9 @@ void main() {
     int o8 = (ci * tiles.w + t0) / 8;
     [[unroll]] for (int r = 0; r < 6; r++)
         [[unroll]] for (int c = 0; c < 6; c++) {
-            uint b[8];
-            [[unroll]] for (int q = 0; q < 8; q++) b[q] = floatBitsToUint(v[r][c][q]);
-            dst8[(r * 6 + c) * plane8 + o8] = u64vec4(
-                pack64(uvec2(b[0], b[1])), pack64(uvec2(b[2], b[3])),
-                pack64(uvec2(b[4], b[5])), pack64(uvec2(b[6], b[7])));
+            uvec4 b[2];
+            [[unroll]] for (int q = 0; q < 8; q++) b[q >> 2][q & 3] = floatBitsToUint(v[r][c][q]);
+            dst8[(r * 6 + c) * plane8 + o8] = vkml_u64x4(b[0], b[1]);
         }
 #else
     int plane4 = dims.x * tiles.w / 4;
@@ -393,7 +392,7 @@ void main() {
                 pend_h[r] = h;
                 pend_i[r] = i4 >> 1;
             } else if (oh < out_size.x) {
-                y8h[pend_i[r]] = u64vec2(pack64(pend_h[r]), pack64(h));
+                y8h[pend_i[r]] = vkml_u64x2(uvec4(pend_h[r], h));
             }
 #elif defined(F16) || defined(F16_PACKED)
             // (FSTORE's rounding: vkml_half_bits, the same on every driver)
@@ -406,7 +405,7 @@ void main() {
                 pend_i[r] = i4 >> 1;
             } else if (oh < out_size.x) {
                 uvec4 a = floatBitsToUint(pend[r]), b = floatBitsToUint(o);
-                y8[pend_i[r]] = u64vec4(pack64(a.xy), pack64(a.zw), pack64(b.xy), pack64(b.zw));
+                y8[pend_i[r]] = vkml_u64x4(a, b);
             }
 #else
             if (oh < out_size.x) y4[i4] = o;
@@ -504,23 +503,18 @@ void main() {
             bool odd = HALF && (t0 & 4) != 0;
             [[unroll]] for (int k = 0; k < N8; k++) {
                 int j = (odd ? 4 : 0) + 8 * k;
-                uint u[8];
+                uvec4 u[2];
                 [[unroll]] for (int q = 0; q < 8; q++)
-                    u[q] = floatBitsToUint(HALF && odd ? acc[i][min(4 + 8 * k + q, NB - 1)][c]
-                                                       : acc[i][8 * k + q][c]);
-                if (t0 + j < T)
-                    m8[(row + uint(j)) >> 3] = u64vec4(pack64(uvec2(u[0], u[1])),
-                        pack64(uvec2(u[2], u[3])), pack64(uvec2(u[4], u[5])),
-                        pack64(uvec2(u[6], u[7])));
+                    u[q >> 2][q & 3] = floatBitsToUint(
+                        HALF && odd ? acc[i][min(4 + 8 * k + q, NB - 1)][c] : acc[i][8 * k + q][c]);
+                if (t0 + j < T) m8[(row + uint(j)) >> 3] = vkml_u64x4(u[0], u[1]);
             }
             if (HALF) {
                 int j = odd ? 0 : 8 * N8;
-                uint u[4];
+                uvec4 u;
                 [[unroll]] for (int q = 0; q < 4; q++)
                     u[q] = floatBitsToUint(odd ? acc[i][q][c] : acc[i][min(8 * N8 + q, NB - 1)][c]);
-                if (t0 + j < T)
-                    m8h[(row + uint(j)) >> 2] = u64vec2(pack64(uvec2(u[0], u[1])),
-                                                        pack64(uvec2(u[2], u[3])));
+                if (t0 + j < T) m8h[(row + uint(j)) >> 2] = vkml_u64x2(u);
             }
 #else
             [[unroll]] for (int j = 0; j < NB; j += 4)

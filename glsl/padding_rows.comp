@@ -54,6 +54,7 @@
 #extension GL_EXT_control_flow_attributes : enable
 #ifdef U64
 #extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
 #endif
 #include "vkml_index.glsl"
 
@@ -281,13 +282,12 @@ void main() {
             uvec4 u0 = ws[2u * i], u1 = ws[2u * i + 1u];
             bool o0 = ok[2u * i], o1 = ok[2u * i + 1u];
             if (o0 && o1)
-                y8[(w0 >> 1u) + i] = u64vec4(pack64(u0.xy), pack64(u0.zw),
-                                             pack64(u1.xy), pack64(u1.zw));
+                y8[(w0 >> 1u) + i] = vkml_u64x4(u0, u1);
             single = single || (o0 != o1);
             sw = o0 && !o1 ? u0 : (o1 && !o0 ? u1 : sw);
             sa = o0 && !o1 ? w0 + 2u * i : (o1 && !o0 ? w0 + 2u * i + 1u : sa);
         }
-        if (single) y8h[sa] = u64vec2(pack64(sw.xy), pack64(sw.zw));
+        if (single) y8h[sa] = vkml_u64x2(sw);
 #endif
         return;
     }

@@ -11,6 +11,7 @@
 #extension GL_EXT_control_flow_attributes : require
 #ifdef U64
 #extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
 #endif
 
 layout(local_size_x_id = 0) in;
@@ -35,7 +36,7 @@ void main() {
 #ifdef U64
         uvec4 a = floatBitsToUint(vec4(v, v + 1.0, v + 2.0, v + 3.0));
         uvec4 b = floatBitsToUint(vec4(v + 4.0, v + 5.0, v + 6.0, v + 7.0));
-        y[o] = u64vec4(pack64(a.xy), pack64(a.zw), pack64(b.xy), pack64(b.zw));
+        y[o] = vkml_u64x4(a, b);
 #else
         y[2u * o] = vec4(v, v + 1.0, v + 2.0, v + 3.0);
         y[2u * o + 1u] = vec4(v + 4.0, v + 5.0, v + 6.0, v + 7.0);

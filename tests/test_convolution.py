@@ -672,32 +672,25 @@ def test_winograd_row_loads(device, width, start, x4, dtype):
                                **path_tolerance("winograd", w, dtype))
 
 
-def test_winograd_with_sg_gemms(device, budget):
-    """``winograd-sg``: Winograd's 36 GEMMs on gemm_sg (U read in place as a filter per
-    transform point, shared by shuffles), same results; refused without full subgroups."""
-    rng = np.random.default_rng(19)
+@pytest.mark.parametrize("name, seed", [("winograd-sg", 19), ("winograd-cl", 23)])
+def test_winograd_with_subgroup_gemms(device, budget, name, seed):
+    """Winograd's 36 GEMMs sharing operands by subgroup shuffles, same results as the
+    reference; refused without full subgroups.  ``winograd-sg``: on gemm_sg (U read in
+    place as a filter per transform point, shared across the lanes); ``winograd-cl``:
+    the lanes of a subgroup along output channels, the tiles' V values shared (its
+    u64vec4 stores: tests/test_store_width.py)."""
+    rng = np.random.default_rng(seed)
     if not _has_sg(device):
         desc, x, w, b = winograd_case(rng, True)
-        with pytest.raises(vkml.UnsupportedError, match="winograd-sg"):
-            run_path(device, desc, x, w, b, path="winograd-sg")
+        with pytest.raises(vkml.UnsupportedError, match=name):
+            run_path(device, desc, x, w, b, path=name)
         return
-    for compiled in check_winograd_candidate(device, rng, budget, "winograd-sg"):
-        assert compiled.path.sg >= 4
-
-
-def test_winograd_with_cl_gemms(device, budget):
-    """``winograd-cl``: Winograd's 36 GEMMs with the lanes of a subgroup along output
-    channels (the tiles' V values shared by shuffles), same results as the reference
-    (its u64vec4 stores: tests/test_store_width.py); refused without full subgroups."""
-    rng = np.random.default_rng(23)
-    if not _has_sg(device):
-        desc, x, w, b = winograd_case(rng, True)
-        with pytest.raises(vkml.UnsupportedError, match="winograd-cl"):
-            run_path(device, desc, x, w, b, path="winograd-cl")
-        return
-    for compiled in check_winograd_candidate(device, rng, budget, "winograd-cl"):
-        mb, nb = compiled.path.cl
-        assert mb in (4, 8) and nb % 4 == 0 and mb * nb <= 224
+    for compiled in check_winograd_candidate(device, rng, budget, name):
+        if name == "winograd-sg":
+            assert compiled.path.sg >= 4
+        else:
+            mb, nb = compiled.path.cl
+            assert mb in (4, 8) and nb % 4 == 0 and mb * nb <= 224
 
 
 def check_winograd_candidate(device, rng, budget, name):

@@ -1,0 +1,17 @@
+// 32-bit words stored as 64-bit components: eight as one u64vec4, four as one u64vec2.
+// lavapipe stores a vector in one lane turn and, within it, one scalar store per
+// component, so 64-bit components carry twice the bytes for the same cost
+// (docs/DEVELOPING.md, "u64vec4 stores"; vkml/ops/store_width.py times it per device).
+// Include after enabling GL_ARB_gpu_shader_int64.
+#ifndef VKML_U64_GLSL
+#define VKML_U64_GLSL
+
+u64vec4 vkml_u64x4(uvec4 lo, uvec4 hi) {
+    return u64vec4(pack64(lo.xy), pack64(lo.zw), pack64(hi.xy), pack64(hi.zw));
+}
+
+u64vec2 vkml_u64x2(uvec4 v) {
+    return u64vec2(pack64(v.xy), pack64(v.zw));
+}
+
+#endif
