@@ -158,6 +158,8 @@ class Bench:
         try:
             phases, y2 = runner.phases(w, inputs, self.opts.budget)
             row["phases_ms"] = {k: _stat(v) for k, v in phases.items()}
+            if getattr(runner, "last_candidate", None):
+                row["candidate"] = runner.last_candidate
             e2 = errors(y2, ref, w.tolerance)
             if e2["flagged"] and not row["flagged"]:
                 row.update(e2, error_note="the DML-layer path's output")

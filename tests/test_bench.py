@@ -562,3 +562,30 @@ def test_ncnn_goal_leaves_out_workloads_ncnn_gets_wrong():
     assert any("left out" in n and "conv2d-b" in n for n in goal["notes"])
     seven = next(t for t in targets.check(doc) if ">= 7x ncnn" in t["target"])
     assert "conv2d-b" in seven["values"]                    # that one keeps the ratio
+
+
+def test_vkml_rows_name_the_candidate(device):
+    """A vkml row names what its operator ran: the convolution's candidate, with
+    Winograd's GEMM and u64 stores where they apply; nothing for an operator without
+    candidates."""
+    import importlib
+
+    from vkml import dml
+
+    from bench.runners.vkml_runner import _candidate
+    conv = importlib.import_module("vkml.ops.convolution")
+    T = dml.TensorDesc
+    desc = dml.ConvolutionOperatorDesc(T("float32", (1, 16, 24, 24)), T("float32", (16, 16, 3, 3)),
+                                       None, T("float32", (1, 16, 24, 24)),
+                                       start_padding=(1, 1), end_padding=(1, 1))
+    op = conv.CompiledConvolution(device, desc, path="winograd-gemm")
+    assert _candidate(op) == "winograd-gemm (gemm gemm)"
+    op.release()
+    if device.features.get("int64"):
+        op = conv.CompiledConvolution(device, desc, path="gemm-v8")
+        assert _candidate(op) == "gemm-v8 (u64 stores)"
+        op.release()
+    pad = device.compile_operator(device.create_operator(dml.PaddingOperatorDesc(
+        T("float32", (2, 3)), T("float32", (2, 5)), start_padding=(0, 1), end_padding=(0, 1))))
+    assert _candidate(pad) is None
+    pad.release()

@@ -6,7 +6,7 @@
 * **phases**, through the DML layer (create -> compile -> ``record`` into a timed
   sequence): upload of the inputs into device tensors, compute (the recorded sequence
   replayed; GPU time from timestamp queries where the device has them, and wall time of
-  submit + wait), and download of the output.
+  submit + wait), and download of the output; the row names the candidate it ran.
 
 An operator vkml does not have yet (``hasattr(vkml, "fold")`` false) is absent.
 """
@@ -25,6 +25,9 @@ from . import Absent, Runner
 class VkmlRunner(Runner):
     name = "vkml"
     on_device = True
+    #: What the last ``phases`` call's operator ran (:func:`_candidate`; the JSON row's
+    #: ``candidate``), None where it has no candidates.
+    last_candidate: str | None = None
 
     @classmethod
     def probe(cls) -> str:
@@ -48,6 +51,7 @@ class VkmlRunner(Runner):
             raise Absent(f"vkml.dml.{workload.spec.desc} is not implemented yet")
         desc = operators.dml_desc(dml, workload.op, workload.p, workload.np_dtype)
         compiled = dev.compile_operator(dev.create_operator(desc))
+        self.last_candidate = _candidate(compiled)
         ins = [None if a is None else dev.empty(a.shape, a.dtype) for a in inputs]
         out_desc = desc.outputs()[0]
         out = dev.empty(tuple(workload.p["out_shape"]), workload.np_dtype,
@@ -83,6 +87,21 @@ class VkmlRunner(Runner):
             for tensor in ins + [out]:
                 if tensor is not None:
                     tensor.free()
+
+
+def _candidate(compiled) -> str | None:
+    """What the compiled operator runs, where it chose among candidates (a convolution's
+    tuned candidate, with Winograd's GEMM and store width): reported with its times."""
+    path = getattr(compiled, "path", None)
+    name = getattr(path, "candidate", None)
+    if name is None:
+        return None
+    how = getattr(path, "how", None)
+    if how is not None:
+        name += f" (gemm {how}{', u64 stores' if getattr(path, 'v8', False) else ''})"
+    elif any(d.get("yv8") for d in getattr(path, "dispatches", None) or ()):
+        name += " (u64 stores)"
+    return name
 
 
 RUNNERS = [VkmlRunner]
