@@ -701,16 +701,18 @@ def test_lp_pooling_fused_storage_reads(device, dtype):
     np.testing.assert_array_equal(got[0], got[1])
 
 
-@pytest.mark.parametrize("path", ["winograd-blocked", "winograd-narrow", "winograd-sg"])
+@pytest.mark.parametrize("path", ["winograd-blocked", "winograd-narrow", "winograd-sg",
+                                  "winograd-cl", "winograd-gemm"])
 def test_lp_pooling_fused_with_winograd_knobs(device, path):
     """The tuner's other Winograd candidates (other GEMMs, same output pass) pool too,
-    with the unfused graph's results; the fast list times winograd-sg where the device
-    has full subgroups with shuffles."""
+    with the unfused graph's results; the fast list times apart and winograd (plus
+    winograd-blocked where the device ranks it strong), the others in full mode."""
     from vkml.ops import graph as graph_ops
     f = device.context.features
     sg = bool(f.get("subgroup_shuffle") and f.get("full_subgroups"))
-    assert ("winograd-sg" in graph_ops._pooled_fast({}, device)) == sg
-    if path == "winograd-sg" and not sg:
+    assert graph_ops._pooled_fast({}, device)[:2] == ("apart", "winograd")
+    assert set(graph_ops._pooled_fast({}, device)) <= {"apart", "winograd", "winograd-blocked"}
+    if path in ("winograd-sg", "winograd-cl") and not sg:
         pytest.skip("no full subgroups with shuffles on this device")
     rng = np.random.default_rng(4)
     g, shapes = pool_graph("float32", (22, 22))

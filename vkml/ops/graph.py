@@ -82,7 +82,6 @@ from ..tensor import Tensor
 from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, release_all
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
-from .convolution.gemm import context_subgroup_size
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 
 __all__: list[str] = []
@@ -515,14 +514,13 @@ def _run_pooled(device, seq, cand, shape):
 
 
 def _pooled_fast(shape, device) -> tuple:
-    """The fast list: apart and winograd, winograd-sg where the device has full subgroups
-    with shuffles (gemm_sg's condition, ``context_subgroup_size``; its GEMMs took
-    1.60-1.64 against 1.67-1.70 ms on lavapipe for 64 channels at 56x56), and
-    winograd-blocked where the device ranks that family strong
+    """The fast list: apart and winograd (whose GEMMs run with lanes along output channels
+    where the device has full subgroups with shuffles: 64 channels at 56x56 on lavapipe,
+    1.0-1.1 ms against winograd-sg's 1.7-1.9, so winograd-sg is timed in ``full`` mode
+    only), and winograd-blocked where the device ranks that family strong
     (``convolution.choice.strong_families``)."""
-    sg = ("winograd-sg",) if context_subgroup_size(device.context) else ()
-    return ("apart", "winograd") + sg + tuple(n for n in choice.strong_families(device)
-                                              if n == "winograd-blocked")
+    return ("apart", "winograd") + tuple(n for n in choice.strong_families(device)
+                                         if n == "winograd-blocked")
 
 
 def _pooled_from_workload(w) -> dict | None:
@@ -551,8 +549,8 @@ def _pooled_from_workload(w) -> dict | None:
 #: pooling that alone reads it (module doc, step 1); "apart" is the ``VKML_TUNE=off``
 #: answer (the pooling is then offered to the path the convolution takes anyway).
 POOLED = tuning.register_path(
-    "convolution_pooled", ["apart", "winograd", "winograd-narrow", "winograd-blocked",
-                           "winograd-sg"],
+    "convolution_pooled", ["apart", "winograd", "winograd-gemm", "winograd-cl",
+                           "winograd-narrow", "winograd-blocked", "winograd-sg"],
     "apart", _pooled_class, _run_pooled, fast_fn=_pooled_fast,
     from_workload=_pooled_from_workload)
 
