@@ -310,6 +310,20 @@ def test_large_tensors_are_split(device):
                                    **tolerance(w))
 
 
+def test_winograd_declines_beyond_the_workgroup_count(device):
+    """Winograd's transforms run their lanes along (channel, tiles) in x alone: where
+    that exceeds maxComputeWorkGroupCount the path declines (forced: UnsupportedError
+    naming the limit; the heuristic then takes its next path), and takes the shape within
+    the limit."""
+    desc = _conv_desc("float32", (1, 16, 48, 48), (16, 16, 3, 3), bias=False,
+                      start_padding=(1, 1), end_padding=(1, 1))   # 144 tiles: 576 lanes
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (8, 65535, 65535)}) as small:
+        with pytest.raises(vkml.UnsupportedError, match="maxComputeWorkGroupCount"):
+            compile_on_path(small, desc, "winograd")
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (9, 65535, 65535)}) as fits:
+        compile_on_path(fits, desc, "winograd").release()
+
+
 def test_device_tensors_stay_on_device(device):
     rng = np.random.default_rng(0)
     x = vkml.tensor(rng.standard_normal((1, 2, 5, 5)).astype(np.float32), device=device)

@@ -218,6 +218,10 @@ class WinogradPath(Path):
         self.qt = 8 if self.v8 else 4
         vrow = -(-T // self.qt) * self.qt
         self.vrow = vrow
+        # the transforms' lanes run along (channel, tiles) in x alone
+        lanes = max(cin * vrow // self.qt, cout * vrow // 4, cin * -(-cout // mb) * mb // 4)
+        if -(-lanes // self.local) > op.ctx.limits["maxComputeWorkGroupCount"][0]:
+            raise Decline("the transforms' lanes exceed maxComputeWorkGroupCount")
         u_floats = 36 * cin * co_pad
         v_floats = 36 * cin * vrow + per_row * nb
         # M's rows: T4, or with V8 T8 (the GEMM stores eight tiles a u64vec4; a last
