@@ -43,6 +43,22 @@ def test_wide_stores_follow_the_tuner(device, tmp_path, monkeypatch):
     assert store_width.wide_stores(device) is False
 
 
+@pytest.mark.parametrize("u64, vec4, wide", [(0.20e-3, 0.25e-3, True), (0.26e-3, 0.25e-3, True),
+                                             (0.30e-3, 0.25e-3, False)])
+def test_a_tie_goes_to_the_wide_stores(device, monkeypatch, u64, vec4, wide):
+    """u64vec4 stores unless float4 stores were faster by more than TIE (a probe taken
+    while the machine was slow read both alike); never without int64 shaders."""
+    class Timed:
+        def effective_mode(self, mode=None):
+            return "fast"
+
+        def choose(self, device, path, shape, **kw):
+            times = {"u64vec4": u64, "vec4": vec4}
+            return type("C", (), {"name": min(times, key=times.get), "times": times})()
+    monkeypatch.setattr(tuning, "default_tuner", lambda: Timed())
+    assert store_width.wide_stores(device) == (wide and bool(device.info.features.get("int64")))
+
+
 class _Wide:
     """A stand-in tuner that has measured u64vec4 stores faster (and nothing else)."""
 
@@ -51,7 +67,7 @@ class _Wide:
 
     def choose(self, device, path, shape, **kw):
         assert path is store_width.PATH
-        return type("C", (), {"name": "u64vec4"})()
+        return type("C", (), {"name": "u64vec4", "times": {"u64vec4": 1e-4, "vec4": 2e-4}})()
 
 
 @pytest.mark.parametrize("path, x_shape, w_shape", [

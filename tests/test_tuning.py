@@ -167,6 +167,34 @@ def test_fast_drops_a_candidate_whose_warm_up_is_far_slower(device, tmp_path):
     assert Tuner("fast", folder=tmp_path).choose(device, path, SIZE).source == "stored"
 
 
+def test_fast_times_a_near_cutoff_warm_up_twice(device, tmp_path, monkeypatch):
+    """Fast mode: a warm-up beyond WARM_CUTOFF x the fastest but within WARM_RECHECK of
+    the cutoff gets a second run, its time the faster of the two; one far beyond the
+    line is cut on its one run."""
+    calls = []
+    base = copies_path(calls, fast=("x1", "x4", "x20"))
+    names = {}
+
+    def run(device, seq, cand, shape):
+        names[id(seq)] = cand.name
+        return base.run(device, seq, cand, shape)
+    path = tuning.tunable_path("recheck", base.candidates, "x20", base.shape_class, run)
+    seen = {}
+    script = {"x1": [1e-3], "x4": [2.5e-3, 1.1e-3], "x20": [5e-3, 1e-4]}
+
+    def fake_run_once(seq):
+        name = names[id(seq)]
+        k = seen[name] = seen.get(name, 0) + 1
+        return script[name][min(k, len(script[name])) - 1] if k <= len(script[name]) \
+            else script[name][0] * (1.2 if name == "x4" else 1.0)
+    monkeypatch.setattr(tuning, "_run_once", fake_run_once)
+    c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
+    entry = entries(tmp_path, device)[c.key[1:]]
+    assert entry["dropped"] == ["x20"] and seen["x20"] == 1      # 5x: cut on one run
+    assert "x4" not in entry["dropped"] and seen["x4"] >= 3      # 2.5x: run again (1.1x)
+    assert c.name == "x1"
+
+
 def test_env_selects_the_mode(device, tmp_path, monkeypatch):
     calls = []
     path = copies_path(calls)

@@ -33,7 +33,9 @@ How (the rules a client can rely on):
   candidate was the fastest by :data:`CLEAR_MARGIN` in every round (at least
   :data:`MIN_ROUNDS`), at most :data:`FAST_ROUNDS`, and runs no rounds where one
   candidate is left (its timed warm-up is its time); ``full`` runs
-  :data:`FULL_ROUNDS`.  A candidate whose run function raises :class:`Declined` or any
+  :data:`FULL_ROUNDS`.  In ``fast`` mode a candidate whose timed warm-up took
+  :data:`WARM_CUTOFF` x the fastest one's runs no rounds (one near that line, within
+  :data:`WARM_RECHECK` of it, runs once more first).  A candidate whose run function raises :class:`Declined` or any
   ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
   median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
@@ -112,6 +114,11 @@ CLEAR_MARGIN = 1.2
 #: carries one-time costs unevenly across candidates) took this many times the fastest
 #: one takes no rounds (measured on SwiftShader: winograd 2-3x its blocked-GEMM twin).
 WARM_CUTOFF = 2.0
+#: ...but one within this factor of the cutoff gets a second run first, its time the
+#: faster of the two: one disturbed warm-up decides nothing near the line (seen on
+#: SwiftShader: the convolution family ranking timed blocked's warm-up at 3.7 ms against
+#: its usual 1.7, cut it, and every later fast list of that device left blocked out).
+WARM_RECHECK = 1.5
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
 #: ...over this many observations.
@@ -791,6 +798,9 @@ class Tuner:
             dropped = {}
             if budget is not None and len(prepared) > 1:
                 best = min(w for *_, w in prepared)
+                for i, (c, seq, cleanup, medians, w) in enumerate(prepared):
+                    if WARM_CUTOFF * best < w <= WARM_RECHECK * WARM_CUTOFF * best:
+                        prepared[i] = (c, seq, cleanup, medians, min(w, _run_once(seq)))
                 for item in [it for it in prepared if it[4] > WARM_CUTOFF * best]:
                     c, seq, cleanup = item[:3]
                     prepared.remove(item)
