@@ -53,6 +53,8 @@ layout(push_constant) uniform Push {
     uint src_base;       // element index of the first source element bound
     uint dst_base;       // element index in dst of the box's origin
     uint z0;             // first workgroup z of this dispatch
+    uint x0;             // first lane along x of this dispatch (x split into dispatches
+                         // of at most maxComputeWorkGroupCount workgroups)
 };
 
 #define AT(a, k) a[(k) >> 2][(k) & 3]
@@ -62,7 +64,7 @@ void main() {
     // Lanes over the two innermost dimensions flattened (one division per lane);
     // workgroup z -> dimensions 0..4 and a group of RPG rows along dimension 5, decomposed
     // once per workgroup.
-    int inner = int(gl_GlobalInvocationID.x) * E;
+    int inner = int(x0 + gl_GlobalInvocationID.x) * E;
     int s7 = AT(size, 7);
     if (inner >= AT(size, 6) * s7) return;
     int c7 = inner % s7;

@@ -313,13 +313,20 @@ def test_large_tensors_are_split(device):
 def test_winograd_declines_beyond_the_workgroup_count(device):
     """Winograd's transforms run their lanes along (channel, tiles) in x alone: where
     that exceeds maxComputeWorkGroupCount the path declines (forced: UnsupportedError
-    naming the limit; the heuristic then takes its next path), and takes the shape within
-    the limit."""
-    desc = _conv_desc("float32", (1, 16, 48, 48), (16, 16, 3, 3), bias=False,
-                      start_padding=(1, 1), end_padding=(1, 1))   # 144 tiles: 576 lanes
+    naming the limit) and the heuristic's next path runs the shape, its padded copy split
+    along x into dispatches within the limit; within the limit Winograd takes it."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 16, 48, 48)).astype(np.float32)   # 144 tiles: 576 lanes
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    desc = _conv_desc("float32", x.shape, w.shape, bias=False, start_padding=(1, 1),
+                      end_padding=(1, 1))
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (8, 65535, 65535)}) as small:
         with pytest.raises(vkml.UnsupportedError, match="maxComputeWorkGroupCount"):
             compile_on_path(small, desc, "winograd")
+        got = vkml.convolution(x, w, None, start_padding=[1, 1], end_padding=[1, 1],
+                               device=small)
+    np.testing.assert_allclose(got, convolution_reference(x, w, None, start=[1, 1], end=[1, 1]),
+                               **tolerance(w))
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (9, 65535, 65535)}) as fits:
         compile_on_path(fits, desc, "winograd").release()
 

@@ -95,10 +95,11 @@ class Relayout:
     def encode(self, seq, src, dst, dst_offset_elems: int = 0) -> None:
         binds = [Bind(src, 0, self.src_bytes, "r", self.fmt), Bind(dst, 0, None, "w"),
                  Bind(self.params)]
-        mz = self.op.ctx.limits["maxComputeWorkGroupCount"][2]
-        for z0, nz in pieces(self.gz, mz):
-            seq.dispatch(self.pipe, binds, (self.gx, 1, nz),
-                         np.array([0, dst_offset_elems, z0], np.uint32).tobytes())
+        mx, _, mz = self.op.ctx.limits["maxComputeWorkGroupCount"]
+        for x0, nx in pieces(self.gx, mx):
+            for z0, nz in pieces(self.gz, mz):
+                seq.dispatch(self.pipe, binds, (nx, 1, nz), np.array(
+                    [0, dst_offset_elems, z0, x0 * self.local], np.uint32).tobytes())
 
 
 class FilterTranspose:
