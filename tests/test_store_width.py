@@ -17,6 +17,21 @@ from references import convolution_reference
 conv_ops = importlib.import_module("vkml.ops.convolution")
 
 
+class _Measured:
+    """A stand-in tuner whose store-width probe read these times (and nothing else)."""
+
+    def __init__(self, u64: float, vec4: float):
+        self.times = {"u64vec4": u64, "vec4": vec4}
+
+    def effective_mode(self, mode=None):
+        return "fast"
+
+    def choose(self, device, path, shape, **kw):
+        assert path is store_width.PATH
+        return type("C", (), {"name": min(self.times, key=self.times.get),
+                              "times": self.times})()
+
+
 def test_probe_keeps_the_faster_form(device, tmp_path):
     """Both forms are timed where the device has int64 shaders (the u64vec4 probe
     declines elsewhere) and the faster is the choice, stored once per device."""
@@ -48,26 +63,8 @@ def test_wide_stores_follow_the_tuner(device, tmp_path, monkeypatch):
 def test_a_tie_goes_to_the_wide_stores(device, monkeypatch, u64, vec4, wide):
     """u64vec4 stores unless float4 stores were faster by more than TIE (a probe taken
     while the machine was slow read both alike); never without int64 shaders."""
-    class Timed:
-        def effective_mode(self, mode=None):
-            return "fast"
-
-        def choose(self, device, path, shape, **kw):
-            times = {"u64vec4": u64, "vec4": vec4}
-            return type("C", (), {"name": min(times, key=times.get), "times": times})()
-    monkeypatch.setattr(tuning, "default_tuner", lambda: Timed())
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Measured(u64, vec4))
     assert store_width.wide_stores(device) == (wide and bool(device.info.features.get("int64")))
-
-
-class _Wide:
-    """A stand-in tuner that has measured u64vec4 stores faster (and nothing else)."""
-
-    def effective_mode(self, mode=None):
-        return "fast"
-
-    def choose(self, device, path, shape, **kw):
-        assert path is store_width.PATH
-        return type("C", (), {"name": "u64vec4", "times": {"u64vec4": 1e-4, "vec4": 2e-4}})()
 
 
 @pytest.mark.parametrize("path, x_shape, w_shape", [
@@ -94,7 +91,7 @@ def test_kernels_follow_the_device_store_width(device, monkeypatch, path, x_shap
     except Exception as e:                      # noqa: BLE001
         pytest.skip(f"{path} does not run here: {e}")
     four = run_desc(device, desc, x, w, None, compiled=narrow)
-    monkeypatch.setattr(tuning, "default_tuner", lambda: _Wide())
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Measured(1e-4, 2e-4))
     wide = compile_on_path(device, desc, path)
     int64 = bool(device.info.features.get("int64"))
     p = wide.path

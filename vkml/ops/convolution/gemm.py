@@ -173,18 +173,12 @@ SG_CBW = True
 
 
 def subgroup_shuffle_size(op: CompiledOperator) -> int:
-    """The subgroup size gemm_sg runs in on ``op``'s device, else 0
-    (:func:`context_subgroup_size`)."""
-    return context_subgroup_size(op.ctx)
-
-
-def context_subgroup_size(ctx) -> int:
-    """The subgroup size gemm_sg runs in on device context ``ctx``, else 0: the device
-    must have subgroup shuffles in compute shaders and guarantee full subgroups of a size
-    a pipeline names (``full_subgroups``: VK_EXT_subgroup_size_control / Vulkan 1.3
+    """The subgroup size gemm_sg runs in on ``op``'s device, else 0: the device must
+    have subgroup shuffles in compute shaders and guarantee full subgroups of a size a
+    pipeline names (``full_subgroups``: VK_EXT_subgroup_size_control / Vulkan 1.3
     ``computeFullSubgroups``; its pipelines require the reported ``subgroupSize``), as
     the kernel assumes every subgroup has SG lanes."""
-    f, lim = ctx.features, ctx.limits
+    f, lim = op.ctx.features, op.ctx.limits
     size = lim["subgroupSize"]
     if not (f.get("subgroup_shuffle") and f.get("full_subgroups")
             and lim["minSubgroupSize"] <= size <= lim["maxSubgroupSize"]):
@@ -484,6 +478,8 @@ class GemmPath(Path):
         # eight float32 outputs a store (u64vec4) where the output allows it: knob
         # store64 (None: the device's measured store width, store_width.py)
         wide = knobs(op).get("store64")
+        for d in self.dispatches:
+            d["yv4"] = self._yv4(d)
         v8_ok = [self._yv8(d, name) for d in self.dispatches]
         if wide and not any(v8_ok):
             raise Decline("u64vec4 output stores need int64 shaders, float32 through "
@@ -494,7 +490,6 @@ class GemmPath(Path):
             consts = {"LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": d["sw"],
                       "ACT": self.act_id, "XVEC4": int(d["xvec4"]), "KW": d["kw"],
                       "DW": d["dw"], "CU": gemm_cu(op, cig, mb * nb * d["kw"])}
-            d["yv4"] = self._yv4(d)
             if d["yv4"]:
                 consts["YV4"] = 1
             d["yv8"] = bool(wide and v8)
@@ -553,11 +548,11 @@ class GemmPath(Path):
     def _yv8(self, d, name: str) -> bool:
         """Whether a dispatch can store its pixels 8 at a time (one u64vec4; a block of
         NB = 8a + 4 pixels starting 4 past a group adds a u64vec2): it stores 4 at a time
-        (:meth:`_yv4`), float32 through the texel-view variants on an int64 device, and
-        rows and strides hold whole groups of 8."""
+        (``d["yv4"]``, :meth:`_yv4`), float32 through the texel-view variants on an int64
+        device, and rows and strides hold whole groups of 8."""
         g = self.geo
         rows = d["pitch"] if d["pitch"] else d["qsize"][2]
-        return (self._yv4(d) and bool(self.op.features.get("int64"))
+        return (d["yv4"] and bool(self.op.features.get("int64"))
                 and name in ("convolution_gemm_f32", "convolution_gemm_sg_f32")
                 and rows % 8 == 0 and g.out_size[2] % 8 == 0
                 and all(v % 8 == 0 for v in g.y_strides[:4])

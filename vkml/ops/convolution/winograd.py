@@ -171,12 +171,12 @@ class WinogradPath(Path):
         T4 = -(-T // 4) * 4
         self.T, self.T4 = T, T4
         how = knobs(op).get("gemm")
+        sg = subgroup_shuffle_size(op)
         if how is None:
             # the default GEMM: lanes along output channels ("cl") where the device runs
             # full subgroups with shuffles and U and V fit texel views (lavapipe, 64x56x56:
             # 1.0-1.1 ms against the gemm kernel's 1.5-1.8; SwiftShader, 32x24x24: 3.7
             # against 3.5), else the gemm kernel ("winograd-gemm" forces it)
-            sg = subgroup_shuffle_size(op)
             fits = False
             if sg:
                 mb_ = cl_blocks(cout, T, sg)[0]
@@ -184,7 +184,7 @@ class WinogradPath(Path):
                         and _texel_ok(op, 36 * cin * -(-cout // mb_) * mb_))
             how = "cl" if fits else "gemm"
         self.how = how
-        self.sg = subgroup_shuffle_size(op) if how in ("sg", "cl") else 0
+        self.sg = sg if how in ("sg", "cl") else 0
         if how in ("sg", "cl") and not self.sg:
             raise Decline(f"no full subgroups with shuffles for the 36 GEMMs ({how})")
         self.cl = None
@@ -219,7 +219,7 @@ class WinogradPath(Path):
         vrow = -(-T // self.qt) * self.qt
         self.vrow = vrow
         # the transforms' lanes run along (channel, tiles) in x alone
-        lanes = max(cin * vrow // self.qt, cout * vrow // 4, cin * -(-cout // mb) * mb // 4)
+        lanes = max(cin * vrow // self.qt, cout * vrow // 4, cin * co_pad // 4)
         if -(-lanes // self.local) > op.ctx.limits["maxComputeWorkGroupCount"][0]:
             raise Decline("the transforms' lanes exceed maxComputeWorkGroupCount")
         u_floats = 36 * cin * co_pad
@@ -309,9 +309,9 @@ class WinogradPath(Path):
             if not self.gemm_texel:
                 raise Decline("the transformed input or filter is too large for a texel view")
             blocks = -(-T // nb)
-            lanes = -(-(co_pad // mb) // self.sg) * self.sg        # channel blocks, padded
             per_wg = max(1, min(self.local // self.sg, blocks))    # pixel blocks a workgroup
-            self.cl_groups = (-(-blocks // per_wg), lanes // self.sg, 36)
+            # y: channel blocks, a subgroup's lanes each
+            self.cl_groups = (-(-blocks // per_wg), -(-(co_pad // mb) // self.sg), 36)
             self.p_gemm = op.ctx.pipelines.variant(
                 "convolution_winograd_gemm_cl" + ("_v8" if self.v8 else ""),
                 {"LOCAL_SIZE_X": per_wg * self.sg, "MB": mb, "NB": nb, "SG": self.sg},
@@ -338,7 +338,8 @@ class WinogradPath(Path):
                 variant("gemm", "f32", self.gemm_texel) + v8g,
                 {**consts, "YV4": int(self.gemm_yv4)})
         self.xvec4 = xvec4
-        self.gemm_params = op.upload(words)
+        # (the cl pass reads the Winograd parameters, not the gemm kernel's)
+        self.gemm_params = op.upload(words) if self.cl is None else None
         self.qsize = (1, 1, T, per_row)
         self.blocked = None
         if how == "blocked":     # the 36 GEMMs on convolution_blocked
