@@ -19,6 +19,7 @@ import numpy as np
 
 import vkml
 from vkml.runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
+from vkml.intmath import ceil_div
 
 _LOCAL = 64
 _PER = 4                  # uvec4s per invocation in bench_copy.comp
@@ -53,7 +54,7 @@ def _best_time(gpu, wall) -> float:
 
 def _grid(groups: int, max_x: int) -> tuple[int, int]:
     gx = max(1, min(groups, max_x))
-    return gx, -(-groups // gx)
+    return gx, ceil_div(groups, gx)
 
 
 def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
@@ -128,7 +129,7 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
                 def record(seq, pipe=pipe, window=window, fmt=fmt, local=local):
                     for off, n in _copy_windows(size, window):
                         count = n // 16
-                        gx, gy = _grid(-(-count // (local * _PER)), max_x)
+                        gx, gy = _grid(ceil_div(count, (local * _PER)), max_x)
                         push = np.array([count, gx * local], np.uint32).tobytes()
                         seq.dispatch(pipe, [Bind(src, off, n, "r", fmt),
                                             Bind(dst, off, n, "w")], (gx, gy, 1), push)

@@ -20,6 +20,7 @@ import itertools
 import math
 
 import numpy as np
+from vkml.intmath import ceil_div
 
 # DML_PADDING_MODE -> numpy.pad mode (the page's examples match these)
 PAD_MODES = {"constant": "constant", "edge": "edge", "reflection": "reflect",
@@ -84,7 +85,7 @@ def _reaching_taps(size: int, count: int, w: int, st: int, d: int, a: int):
     taps: set = set()
     for o in range(count):
         first = a - o * st
-        taps.update(range(max(0, -(-first // d)), min(w - 1, (first + size - 1) // d) + 1))
+        taps.update(range(max(0, ceil_div(first, d)), min(w - 1, (first + size - 1) // d) + 1))
     return sorted(taps)
 
 

@@ -19,6 +19,7 @@ from bench import workloads as wl
 from bench.__main__ import main
 from bench.runners import Absent
 from bench.runners.torch_peer import TorchPeer
+from vkml.intmath import ceil_div
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "bench" / "models"
@@ -484,7 +485,7 @@ def test_graph_workload_reports_arena(tmp_path, device, monkeypatch):
     # lifetime sharing alone puts the Relu's output where the Pad's was
     align = max(16, device.limits["minStorageBufferOffsetAlignment"],
                 device.limits["minTexelBufferOffsetAlignment"])
-    up = lambda n: -(-n // align) * align      # noqa: E731
+    up = lambda n: ceil_div(n, align) * align      # noqa: E731
     assert a["declared_intermediate_bytes"] == sum(
         up(4 * n) for n in (3 * 10 * 10, 4 * 8 * 8, 4 * 8 * 8, 4 * 4 * 4))
     assert a["arena_bytes"] <= a["unfused_arena_bytes"] < a["declared_intermediate_bytes"]

@@ -316,9 +316,12 @@ def test_sampled_executions_recheck_the_choice(device, tmp_path, monkeypatch):
     for _ in range(t.stale_observations):
         op.execute([x, w, b], [y])
     op.release()
-    np.testing.assert_allclose(y.numpy(), convolution_reference(
+    ref = convolution_reference(
         x.numpy(), w.numpy(), b.numpy().reshape(-1), [1, 1], [1, 1], [1, 1], [1, 1], [0, 0],
-        1, "cross_correlation", "forward"), rtol=1e-4, atol=1e-4)
+        1, "cross_correlation", "forward")
+    # relative to the output's magnitude: the tuner may choose Winograd, whose float32
+    # transforms round differently from the direct sum
+    np.testing.assert_allclose(y.numpy(), ref, rtol=0, atol=1e-4 * np.abs(ref).max())
     assert t.lookup(key)["stale"]
     again = t.choose(device, conv_ops.TUNABLE, conv_ops.tuning_shape(desc))
     assert again.source == "measured" and not t.lookup(key)["stale"]

@@ -18,6 +18,7 @@ import vkml
 from references import fold_reference, lp_pooling_reference, pad_reference, unfold_reference
 from vkml.ops.grid import (GRID_LIMIT, binding_window, box_grid, div_magic, pick_xdims,
                            plan_windows, split_groups, strided_span, vector_width)
+from vkml.intmath import ceil_div
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True,
                 suppress_health_check=list(HealthCheck))
@@ -95,7 +96,7 @@ def test_plan_windows_covers_once_within_room(box, esize, room):
        st.integers(0, 64))
 def test_binding_window_aligned_and_covering(lo, length, align, slack):
     hi = lo + length
-    size = -(-hi // 4) * 4 + slack
+    size = ceil_div(hi, 4) * 4 + slack
     off, n = binding_window(lo, hi, size, align)
     assert off % align == 0 and off <= lo and off + n >= hi and off + n <= size
     assert n % 4 == 0 or off + n == size

@@ -19,6 +19,7 @@ from helpers import ALL_DTYPES, random_bits, run_desc, same_bits, strided_view
 from references import PAD_MODES, pad_reference
 
 from vkml.ops.calibrate import U64_BLOCKS
+from vkml.intmath import ceil_div
 
 #: The u64vec4-store candidates a large padding times (int64 devices).
 U64_NAMES = {f"rows-{a}x{b}-u64" for a, b in U64_BLOCKS}
@@ -251,7 +252,7 @@ def test_rows_path_against_numpy(device, budget, mode):
         dtype = np.dtype(ALL_DTYPES[case % len(ALL_DTYPES)])
         e = dtype.itemsize
         rank = int(rng.integers(1, 6))
-        inner = int(rng.integers(-(-32 // e), 160 // e + 3))        # >= 32 bytes
+        inner = int(rng.integers(ceil_div(32, e), 160 // e + 3))        # >= 32 bytes
         shape = [int(rng.integers(1, 4)) for _ in range(rank - 1)] + [inner]
         start = [int(rng.integers(0, 3)) if rng.random() < 0.5 else 0 for _ in shape]
         end = [int(rng.integers(0, 3)) if rng.random() < 0.5 else 0 for _ in shape]

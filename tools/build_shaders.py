@@ -158,9 +158,14 @@ def reflect(spirv: bytes) -> dict:
         raise ValueError(f"no size for type {type_name(t)}")
 
     def members(t: int) -> list[dict]:
-        return [{"name": member_names.get((t, m), f"m{m}"), "type": type_name(mt),
+        out = []
+        for m, mt in enumerate(types[t][1:]):
+            d = {"name": member_names.get((t, m), f"m{m}"), "type": type_name(mt),
                  "offset": member_decos[t, m][_DEC["Offset"]][0]}
-                for m, mt in enumerate(types[t][1:])]
+            if types[mt][0] == _OP["TypeArray"]:
+                d["stride"] = decos[mt][_DEC["ArrayStride"]][0]
+            out.append(d)
+        return out
 
     # Specialization constants by name; workgroup-size components are named LOCAL_SIZE_X...
     constants: dict[str, dict] = {}

@@ -54,6 +54,7 @@ from . import dml
 from .device import Device
 from .errors import UnsupportedError, ValidationError
 from .tensor import Tensor
+from .intmath import ceil_div
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "HOST_ACTIVATIONS", "prepare", "run_model", "run_node", "supports_device"]
@@ -102,7 +103,7 @@ def _auto_pads(auto_pad, sizes, kernel, strides, dilations, pads):
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         start, end = [], []
         for i in range(n):
-            out = -(-sizes[i] // strides[i])
+            out = ceil_div(sizes[i], strides[i])
             total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - sizes[i])
             small = total // 2
             if auto_pad == "SAME_UPPER":

@@ -90,6 +90,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from .errors import ValidationError, VkmlError
 from .runtime import cache
 from .runtime.cache import cache_dir
+from .intmath import ceil_div
 
 VERSION = 1
 MODES = ("off", "fast", "full")
@@ -932,7 +933,7 @@ def _copy_run(device, seq, cand: Candidate, nbytes):
 
     ctx = device.context
     lim = ctx.limits
-    n = max(16, -(-int(nbytes) // 16) * 16)
+    n = max(16, ceil_div(int(nbytes), 16) * 16)
     read = cand.params.get("read")
     if read == "texel" and n // 16 > lim["maxTexelBufferElements"]:
         raise Declined(f"{n} bytes is more than maxTexelBufferElements texels")
@@ -951,9 +952,9 @@ def _copy_run(device, seq, cand: Candidate, nbytes):
             fmt = FORMAT_RGBA32_UINT if read == "texel" else 0
             pipe = ctx.pipelines.get(f"bench_copy_{read}", (kind, STORAGE), 8, {0: local})
             count = n // 16
-            groups = -(-count // (local * _COPY_LOCAL))
+            groups = ceil_div(count, (local * _COPY_LOCAL))
             gx = max(1, min(groups, lim["maxComputeWorkGroupCount"][0], 65535))
-            gy = -(-groups // gx)
+            gy = ceil_div(groups, gx)
             push = np.array([count, gx * local], np.uint32).tobytes()
             seq.dispatch(pipe, [Bind(src, 0, n, "r", fmt), Bind(dst, 0, n, "w")], (gx, gy, 1), push)
     except BaseException:

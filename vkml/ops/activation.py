@@ -26,6 +26,7 @@ from .. import tuning
 from .base import implements
 from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 from .functional import as_array, pick_device, run
+from ..intmath import ceil_div
 
 __all__ = ["activation"]
 
@@ -75,7 +76,7 @@ class CompiledActivation(BoxKernel):
         if not (self.flat and self.kernel == "activation_f32"):
             return "ssbo"
         ok = {"ssbo": True,
-              "texel4": (self.windows is None and -(-self.in_bytes // 16)
+              "texel4": (self.windows is None and ceil_div(self.in_bytes, 16)
                          <= self.ctx.limits["maxTexelBufferElements"]),
               "ssbo4": self.ctx.binding_alignment() % 16 == 0}
         if self.force_read not in (None, "auto"):

@@ -23,6 +23,7 @@ from .. import runtime, tuning
 from ..dml.operator import OperatorDesc
 from ..errors import DeviceError, UnsupportedError, ValidationError
 from ..tensor import Tensor
+from ..intmath import ceil_div
 
 REGISTRY: dict[type, type["CompiledOperator"]] = {}
 #: Every this-many-th ``execute`` of an operator whose path the tuner chose (counted over
@@ -147,7 +148,7 @@ class CompiledOperator:
         """Workgroups for a grid-stride loop over ``items`` (capped by the device limit)."""
         per = per_group or self.workgroup_size
         cap = min(self.ctx.limits["maxComputeWorkGroupCount"][0], 65535)
-        return max(1, min(-(-items // per), cap))
+        return max(1, min(ceil_div(items, per), cap))
 
     # -- binding -----------------------------------------------------------------------
     def _check_bindings(self, inputs, outputs) -> tuple[list, list]:

@@ -26,6 +26,7 @@ from .. import tuning
 from .base import implements
 from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 from .functional import as_array, pick_device, run
+from ..intmath import ceil_div
 
 __all__ = ["fold"]
 
@@ -40,7 +41,7 @@ MAX_TAPS = 1 << 20
 
 
 def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+    return ceil_div(a, b)
 
 
 def safe_window_dim(size: int, blocks: int, window: int, stride: int, dilation: int,
@@ -218,7 +219,7 @@ class CompiledFold(BoxKernel):
         four = self.strides[-1] == 1 and self.col_strides[2] == 1
         ok = {"ssbo": True,
               "texel": whole and self.in_bytes // 4 <= texels,
-              "texel4": whole and -(-self.in_bytes // 16) <= texels and four,
+              "texel4": whole and ceil_div(self.in_bytes, 16) <= texels and four,
               "ssbo4": f32 and four and self.ctx.binding_alignment() % 16 == 0,
               "roll": self.kernel == "fold_f32" and self.rank == 4,
               "tile": (self.kernel == "fold_f32" and self.rank == 4
@@ -291,7 +292,7 @@ class CompiledFold(BoxKernel):
         for i in range(len(self.win)):
             a, h = origin[2 + i], origin[2 + i] + extent[2 + i] - 1
             st, dl, w = self.strides[i], self.dil[i], self.win[i]
-            b_lo = max(0, -(-(a + self.start[i] - dl * (w - 1)) // st))
+            b_lo = max(0, ceil_div(a + self.start[i] - dl * (w - 1), st))
             b_hi = min(self.blocks[i] - 1, (h + self.start[i]) // st)
             if b_lo > b_hi:
                 return 0, 0

@@ -83,6 +83,7 @@ from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, relea
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
+from ..intmath import ceil_div
 
 __all__: list[str] = []
 
@@ -139,7 +140,7 @@ def _lifetimes(order, outputs, readers, graph_out) -> list:
         for k, t in enumerate(outputs(i)):
             if (i, k) not in graph_out:
                 last = max((step[j] for j in readers(i, k)), default=step[i])
-                items.append(((i, k), -(-t.total_tensor_size_in_bytes // 4) * 4, step[i], last))
+                items.append(((i, k), ceil_div(t.total_tensor_size_in_bytes, 4) * 4, step[i], last))
     return items
 
 
@@ -154,7 +155,7 @@ def _first_fit(items, align: int) -> tuple[dict, int]:
         for lo, hi in busy:
             if off + size <= lo:
                 break
-            off = max(off, -(-hi // align) * align)
+            off = max(off, ceil_div(hi, align) * align)
         placed.append((off, size, first, last))
         offsets[key] = (off, size)
     return offsets, max((o + s for o, s, _, _ in placed), default=0)
@@ -352,14 +353,14 @@ class CompiledGraph(CompiledOperator):
                            self._graph_out)
         self.offsets, self.arena_bytes = _first_fit(items, align)
         # what the intermediates take apart, each at a binding-aligned offset
-        self.intermediate_bytes = sum(-(-s // align) * align for _, s, _, _ in items)
+        self.intermediate_bytes = sum(ceil_div(s, align) * align for _, s, _, _ in items)
         self.intermediate_tensor_bytes = sum(s for _, s, _, _ in items)
         topo = self.topology       # the graph as declared: every node, no fusion
         declared = _lifetimes(topo.order, lambda i: self.graph.nodes[i].desc.outputs(),
                               lambda i, k: [j for j, _ in topo.consumers[i][k]],
                               {(i, k) for i, outs in enumerate(topo.graph_outputs)
                                for k, gs in enumerate(outs) if gs})
-        self.declared_intermediate_bytes = sum(-(-s // align) * align
+        self.declared_intermediate_bytes = sum(ceil_div(s, align) * align
                                                for _, s, _, _ in declared)
         self.unfused_arena_bytes = _first_fit(declared, align)[1]
         self.arena = None

@@ -22,6 +22,7 @@ from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
+from ..intmath import ceil_div
 
 __all__: list[str] = []     # helpers only: no functional form
 
@@ -39,7 +40,7 @@ def div_magic(e: int) -> int:
     ``z * magic`` (the error z * (magic - 2^32/e) / 2^32 < 2^-16 < 1/e cannot carry
     past the next multiple).  lavapipe runs an integer division as 8 scalar divisions
     per 8 lanes; a multiply-high is a vector instruction.  e = 1 is handled apart."""
-    return 0 if e <= 1 else -(-(1 << 32) // e)
+    return 0 if e <= 1 else ceil_div(1 << 32, e)
 
 
 def pick_xdims(extent, local: int, whole_row: bool = True) -> int:
@@ -61,7 +62,7 @@ def x_invocations(extent, xdims: int, v: int = 1) -> int:
     """Invocations along x: the last ``xdims`` extents (``v`` elements of the last per
     invocation when ``xdims`` is 1)."""
     if xdims == 1:
-        return -(-extent[-1] // v)
+        return ceil_div(extent[-1], v)
     return math.prod(extent[len(extent) - xdims:])
 
 
@@ -70,8 +71,8 @@ def box_grid(extent, local: int, xdims: int = 1, v: int = 1,
     """Workgroups for a box: x along the last ``xdims`` dimensions, y the one before
     (``ly`` rows a workgroup), z the rest."""
     rank = len(extent)
-    gx = -(-x_invocations(extent, xdims, v) // local)
-    gy = -(-extent[rank - xdims - 1] // ly) if rank > xdims else 1
+    gx = ceil_div(x_invocations(extent, xdims, v), local)
+    gy = ceil_div(extent[rank - xdims - 1], ly) if rank > xdims else 1
     gz = math.prod(extent[:rank - xdims - 1]) if rank > xdims + 1 else 1
     return gx, gy, gz
 
@@ -107,7 +108,7 @@ def split_groups(origin, extent, local: int, max_groups, xdims: int = 1, v: int 
         d = max(j for j in range(rank - xdims, rank) if math.prod(extent[j:]) > cap)
         return pieces(d, max(1, cap // math.prod(extent[d + 1:])))
     ydim = rank - xdims - 1
-    if ydim >= 0 and -(-extent[ydim] // ly) > my:
+    if ydim >= 0 and ceil_div(extent[ydim], ly) > my:
         return pieces(ydim, my * ly)
     if ydim >= 1 and math.prod(extent[:ydim]) > mz:
         d = next(j for j in range(ydim) if extent[j] > 1)
@@ -133,7 +134,7 @@ def binding_window(lo: int, hi: int, alloc_size: int, align: int) -> tuple[int, 
     min*BufferOffsetAlignment), the size rounded up to whole 32-bit words but not past
     the buffer's end."""
     off = lo - lo % align
-    return off, min(-(-(hi - off) // 4) * 4, alloc_size - off)
+    return off, min(ceil_div(hi - off, 4) * 4, alloc_size - off)
 
 
 def plan_windows(box, in_span, out_span, in_esize: int, out_esize: int, room: int,
@@ -248,7 +249,7 @@ class BoxKernel(CompiledOperator):
             self.in_fmt = FORMAT_R32_SFLOAT if floats else FORMAT_R32_UINT
         elif read in ("texel4", "ssbo4"):
             self.kernel += "_" + read
-            self.in_bind = -(-self.in_bytes // 16) * 16
+            self.in_bind = ceil_div(self.in_bytes, 16) * 16
             if read == "texel4":
                 self.in_kind = UNIFORM_TEXEL
                 self.in_fmt = FORMAT_RGBA32_SFLOAT if floats else FORMAT_RGBA32_UINT
@@ -299,7 +300,7 @@ class BoxKernel(CompiledOperator):
             if xdims == 1:
                 # a short row: a narrower workgroup spanning several rows (lavapipe's cost
                 # per workgroup is high), not idle invocations
-                lx = min(local, max(8, -(-x_invocations(extent, 1, v) // 8) * 8))
+                lx = min(local, max(8, ceil_div(x_invocations(extent, 1, v), 8) * 8))
                 if ydim >= 0:
                     ly = max(1, min(local // lx, extent[ydim], self.max_local_y))
             lx, ly = self.fit_local(lx, ly, v)
@@ -355,7 +356,7 @@ def whole_vec4s(windows):
     whole vec4s: its offset is 16-byte aligned); None stays None."""
     if windows is None:
         return None
-    return [(o, e, ilo, -(-ihi // 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
+    return [(o, e, ilo, ceil_div(ihi, 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
 
 
 def timed_read_candidate(device, seq, op, cand):

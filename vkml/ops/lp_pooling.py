@@ -28,6 +28,7 @@ from .fold import geometry_names, safe_geometry, spec_geometry
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
 from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate, whole_vec4s, x_invocations
 from .functional import as_array, pick_device, run
+from ..intmath import ceil_div
 
 __all__ = ["lp_pooling"]
 
@@ -87,7 +88,7 @@ class CompiledLpPooling(BoxKernel):
         whole = f32 and self.windows is None
         ok = {"ssbo": True,
               "texel": whole and self.in_bytes // 4 <= texels,
-              "texel4": (whole and -(-self.in_bytes // 16) <= texels
+              "texel4": (whole and ceil_div(self.in_bytes, 16) <= texels
                          and self.in_strides[-1] == 1),
               # texel4's reads from a vec4 storage buffer (any size, windows too)
               "ssbo4": (f32 and self.in_strides[-1] == 1
@@ -164,7 +165,7 @@ class CompiledLpPooling(BoxKernel):
             self.kernel += f"p{self.p}"      # P compile-time
         self.vec, self.x_last_only = 8, True
         self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
-        self.in_bind = -(-self.in_bytes // 16) * 16
+        self.in_bind = ceil_div(self.in_bytes, 16) * 16
 
     def block_constants(self, vec_store: bool) -> dict:
         """The "block" kernel's frozen constants (its p1/p2 variants have P built in)."""

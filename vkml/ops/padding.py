@@ -46,6 +46,7 @@ from .calibrate import PATHS, large_path, padding_model
 from .grid import (binding_window, box_grid, check_allocatable, div_magic, pick_xdims,
                    plan_windows, split_groups, strided_span)
 from .functional import as_array, pick_device, prepared, run, run_prepared
+from ..intmath import ceil_div
 
 __all__ = ["pad"]
 
@@ -265,7 +266,7 @@ class CompiledPadding(CompiledOperator):
             return None
         wi, wo, s0 = self.in_size[-1], self.out_size[-1], self.start[-1]
         run_bytes = wi * e
-        in_bind = -(-self.in_bytes // 16) * 16
+        in_bind = ceil_div(self.in_bytes, 16) * 16
         if (run_bytes < 32 or in_bind // 16 > self.ctx.limits["maxTexelBufferElements"]
                 or max(in_bind, self.out_bytes) >= 1 << 31):
             return None
@@ -276,7 +277,7 @@ class CompiledPadding(CompiledOperator):
         left = right = words = 0
         for r in range(0, 16, g):
             run = r + s0 * e
-            first, endw = -(-run // 16), (run + run_bytes) // 16
+            first, endw = ceil_div(run, 16), (run + run_bytes) // 16
             left = max(left, (first * 16 - r) // e)
             right = max(right, (r + wo * e - endw * 16) // e)
             words = max(words, endw - first)
@@ -471,27 +472,27 @@ class CompiledPadding(CompiledOperator):
             # u64: an odd row's words start at its first invocation's second word
             words = rows["words"] + self.u64
             extent = list(self.out_size[:-1]) + [words]
-            xinv = -(-words // v)
-            lx = min(local, max(8, -(-xinv // 8) * 8))
+            xinv = ceil_div(words, v)
+            lx = min(local, max(8, ceil_div(xinv, 8) * 8))
             ly = max(1, min(local // lx, extent[-2], local_y)) if rank > 1 else 1
             pipe = self.pipeline("padding_rows_u64" if self.u64 else self.rows_kernel,
                                  {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "EDGE": 0,
                                   "PER": v, **consts})
             for o, ext in split_groups([0] * rank, extent, lx, max_groups, 1, v, ly):
-                self._dispatch_rows(seq, pipe, binds, o, ext, -(-ext[-1] // v),
+                self._dispatch_rows(seq, pipe, binds, o, ext, ceil_div(ext[-1], v),
                                     box_grid(ext, lx, 1, v, ly))
         if slots:                         # x along dimension rank - 2, y along slot groups
             v = min(slots, EDGE_PER)
-            groups = -(-slots // v)
+            groups = ceil_div(slots, v)
             if rank == 1:
-                lx = min(self.local, max(8, -(-groups // 8) * 8)) if groups > 1 else 1
+                lx = min(self.local, max(8, ceil_div(groups, 8) * 8)) if groups > 1 else 1
                 pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": 1,
                                                         "EDGE": 1, "PER": v, **consts})
                 for o, ext in split_groups([0], [slots], lx, max_groups, 1, v, 1):
-                    self._dispatch_rows(seq, pipe, binds, o, ext, -(-ext[-1] // v),
+                    self._dispatch_rows(seq, pipe, binds, o, ext, ceil_div(ext[-1], v),
                                         box_grid(ext, lx, 1, v, 1))
                 return
-            lx = min(self.local, max(8, -(-self.out_size[-2] // 8) * 8))
+            lx = min(self.local, max(8, ceil_div(self.out_size[-2], 8) * 8))
             pipe = self.pipeline(self.rows_kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": 1,
                                                     "EDGE": 1, "PER": v, **consts})
             swapped = list(self.out_size[:-2]) + [groups, self.out_size[-2]]
@@ -529,7 +530,7 @@ class CompiledPadding(CompiledOperator):
         words = rows["row_words"]
         per = self.rows_block[1] if self.rows_block else FULL_PER
         options = [(p, False) for p in sorted((p for p in (per, per + 1) if p <= ROWS_PER_MAX),
-                                              key=lambda p: -(-words // p) * p - words)]
+                                              key=lambda p: ceil_div(words, p) * p - words)]
         if self._u64_wanted():
             options = [(p, True) for p in (per, per + 1, per + 2)
                        if p % 2 == 0 and p <= ROWS_PER_MAX and words > p] + options
@@ -554,7 +555,7 @@ class CompiledPadding(CompiledOperator):
 
         lx, _ = self._rows_words()
         for v, u64 in options:
-            ipr = -(-(words + u64) // v)
+            ipr = ceil_div(words + u64, v)
             if ipr > self.ctx.limits["maxComputeWorkGroupCount"][0] * lx:
                 continue
             # the row's last word is word kr (even rows; u64: kr1 odd ones) of its invocation
@@ -589,7 +590,7 @@ class CompiledPadding(CompiledOperator):
         # (flat index * ipr < 2^32; ipr < 2^16 where rows are full, see _rows_plan)
         cap = max(1, min(mx * lx // ipr, ((1 << 32) - 1) // (ipr * ipr)))
         if rank == 1:
-            self._dispatch_rows(seq, pipe, binds, [0], [n], ipr, (-(-ipr // lx), 1, 1),
+            self._dispatch_rows(seq, pipe, binds, [0], [n], ipr, (ceil_div(ipr, lx), 1, 1),
                                 magic=True)
             return
         big = 1 << 31
@@ -598,7 +599,7 @@ class CompiledPadding(CompiledOperator):
                 oo, ee = list(o), list(ext)
                 oo[-2] += a
                 ee[-2] = min(cap, ext[-2] - a)
-                groups = (-(-ee[-2] * ipr // lx), 1, math.prod(ee[:-2]))
+                groups = (ceil_div(ee[-2] * ipr, lx), 1, math.prod(ee[:-2]))
                 self._dispatch_rows(seq, pipe, binds, oo, ee, ipr, groups, magic=True)
 
     def _dispatch_rows(self, seq, pipe, binds, origin, extent, x_count, groups,

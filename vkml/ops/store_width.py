@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import tuning
 from ..runtime import Bind
+from ..intmath import ceil_div
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {"store_probe_vec4": ("LOCAL_SIZE_X", "R"), "store_probe_u64": ("LOCAL_SIZE_X", "R")}
@@ -39,7 +40,7 @@ def _run(device, seq, cand, _shape):
     pipe = device.context.pipelines.variant("store_probe_u64" if u64 else "store_probe_vec4",
                                             {"LOCAL_SIZE_X": _LOCAL, "R": _RUNS})
     push = np.array([lanes], np.uint32).tobytes() + np.array([1.0], np.float32).tobytes()
-    seq.dispatch(pipe, [Bind(y.allocation, 0, PROBE_BYTES, "w")], (-(-lanes // _LOCAL), 1, 1), push)
+    seq.dispatch(pipe, [Bind(y.allocation, 0, PROBE_BYTES, "w")], (ceil_div(lanes, _LOCAL), 1, 1), push)
     return y.free
 
 

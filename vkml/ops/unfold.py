@@ -26,6 +26,7 @@ from .base import implements
 from .fold import MAX_SPATIAL, geometry_names, safe_geometry, spec_geometry
 from .grid import BOX_CONSTANTS, BoxKernel
 from .functional import as_array, pick_device, run
+from ..intmath import ceil_div
 
 __all__ = ["unfold"]
 
@@ -96,7 +97,7 @@ class CompiledUnfold(BoxKernel):
         self.windows = self.plan_windows()
         texels = self.ctx.limits["maxTexelBufferElements"]
         texel4 = (self.kernel == "unfold_e4" and self.windows is None
-                  and -(-self.in_bytes // 16) <= texels and self.in_strides[-1] == 1)
+                  and ceil_div(self.in_bytes, 16) <= texels and self.in_strides[-1] == 1)
         tile = (self.kernel == "unfold_e4" and not self.per_row and spatial == 2
                 and self.tile_floats(1, 1, 1) <= self.shared_floats)
         ok = {"ssbo": True, "texel4": texel4, "tile": tile}
@@ -114,7 +115,7 @@ class CompiledUnfold(BoxKernel):
         if self.read == "texel4":
             self.kernel += "_texel4"
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_UINT
-            self.in_bind = -(-self.in_bytes // 16) * 16
+            self.in_bind = ceil_div(self.in_bytes, 16) * 16
         self.vec_store_ok = esize == 4 and not packed
         self.params = self.upload(self._params())
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}

@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import DeviceError
 from . import lifetime, vk
 from .vk import ffi, lib
+from ..intmath import ceil_div
 
 MiB = 1 << 20
 BUFFER_USAGE = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_UNIFORM_BUFFER_BIT
@@ -84,7 +85,7 @@ class Block:
 
     def try_alloc(self, size: int, align: int) -> int | None:
         for i, (off, length) in enumerate(self.free_list):
-            start = -(-off // align) * align
+            start = ceil_div(off, align) * align
             if start + size <= off + length:
                 del self.free_list[i]
                 if start + size < off + length:
@@ -266,7 +267,7 @@ class Heap(_Releasing):
     def allocate(self, size: int, align: int = 0) -> Allocation:
         size = max(int(size), 4)
         align = max(align, self.alignment)
-        size = -(-size // align) * align
+        size = ceil_div(size, align) * align
         if size > self.max_alloc:
             raise DeviceError(
                 f"cannot allocate {_fmt(size)}: the device allows at most {_fmt(self.max_alloc)} "
@@ -506,10 +507,10 @@ class HostImports(_Releasing):
         start meets the binding alignments, and neither the size rounded up to them nor
         the range rounded out to the import alignment reaches a page of the process that
         the range does not touch (it might not be mapped)."""
-        size = -(-max(nbytes, 4) // self.alignment) * self.alignment
+        size = ceil_div(max(nbytes, 4), self.alignment) * self.alignment
         last = address + max(nbytes, 1) - 1
         base = address - address % self.page
-        end = -(-(address + size) // self.page) * self.page
+        end = ceil_div(address + size, self.page) * self.page
         os_page = mmap.PAGESIZE
         return (address % self.alignment == 0 and base // os_page == address // os_page
                 and (end - 1) // os_page == last // os_page)
@@ -526,9 +527,9 @@ class HostImports(_Releasing):
             self._refuse()
             return None
         device = self.ctx.device
-        size = -(-max(nbytes, 4) // self.alignment) * self.alignment
+        size = ceil_div(max(nbytes, 4), self.alignment) * self.alignment
         base = address - address % self.page
-        span = -(-(address + size) // self.page) * self.page - base
+        span = ceil_div(address + size, self.page) * self.page - base
         props = ffi.new("VkMemoryHostPointerPropertiesEXT*", {
             "sType": vk.VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT})
         ptr = ffi.cast("void *", base)
@@ -594,7 +595,7 @@ class HostImports(_Releasing):
         ~0.06 ms per MiB; a 64 MiB padding, bench/RESULTS.md "Kernel design").  The idle
         buffers (and their imports) are kept up to ``idle_budget`` bytes, oldest given
         back first.  Hand it out with :meth:`array`, or back with :meth:`give_back`."""
-        size = -(-max(nbytes, 4) // self.alignment) * self.alignment
+        size = ceil_div(max(nbytes, 4), self.alignment) * self.alignment
         with self.lock:
             self._drain()
             fits = [p for p in self.idle
@@ -604,7 +605,7 @@ class HostImports(_Releasing):
                 self.idle.remove(found)
                 self.reused += 1
                 return found
-        span = -(-size // self.page) * self.page
+        span = ceil_div(size, self.page) * self.page
         raw = np.empty(span + self.page, np.uint8)
         raw = raw[-raw.ctypes.data % self.page:][:span]
         alloc = self.allocate_at(raw.ctypes.data, span)

@@ -286,6 +286,10 @@ class Sequence:
         if len(binds) != len(pipeline.kinds):
             raise DeviceError(f"{pipeline.name}: {len(binds)} bindings for "
                               f"{len(pipeline.kinds)} descriptors")
+        if len(push) != pipeline.push_size:
+            # the kernel reads its whole push-constant block (blocks.pack fills it by name)
+            raise DeviceError(f"{pipeline.name}: {len(push)} bytes of push constants for a "
+                              f"block of {pipeline.push_size}")
         reads, writes = [], []
         infos = []
         for b, kind in zip(binds, pipeline.kinds):

@@ -94,6 +94,7 @@ from .geometry import DEFAULT_KNOBS, Geometry, Path
 from .blocked import BLOCKS, BlockedPath
 from .tiled import TILES, TiledPath
 from .winograd import PooledConvolutionDesc, WinogradPath, pool_rule
+from ...intmath import ceil_div
 
 __all__ = ["convolution"]
 
@@ -182,7 +183,7 @@ class CompiledConvolution(CompiledOperator):
         else:
             old = self._persistent.get(i)
             dst = old.allocation if old is not None else self.scratch(
-                -(-d.total_tensor_size_in_bytes // 4) * 4)
+                ceil_div(d.total_tensor_size_in_bytes, 4) * 4)
             seq.copy(t.allocation, dst, [(0, 0, min(dst.size, t.allocation.size))])
         return Tensor(self.device, (dst.size,), np.uint8, dst, max(dst.size,
                       d.total_tensor_size_in_bytes), owner=False)

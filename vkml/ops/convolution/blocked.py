@@ -12,6 +12,7 @@ import numpy as np
 from ...runtime import Bind
 from .geometry import (_STORAGES, Path, _words, in_place_accepts, in_place_binds, knobs,
                        storage_suffix, variant)
+from ...intmath import ceil_div
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {f"convolution_blocked_{s}": ("LOCAL_SIZE_X", "RM", "RN", "ACT")
@@ -33,13 +34,13 @@ def _phase_axis(o_n: int, k_n: int, s: int, d: int, a: int, r: int):
     Returns ``(o0, cnt, k0, nt, step, base, d/gcd)``; ``nt`` = 0 where no tap reaches
     the phase (its outputs get the bias only)."""
     o0 = (r - a) % s
-    cnt = max(0, -(-(o_n - o0) // s))
+    cnt = max(0, ceil_div(o_n - o0, s))
     gg = math.gcd(s, d)
     step = s // gg
     k0 = next((k for k in range(min(k_n, step)) if (k * d) % s == r), None)
     if k0 is None:
         return o0, cnt, 0, 0, step, 0, d // gg
-    nt = -(-(k_n - k0) // step)
+    nt = ceil_div(k_n - k0, step)
     return o0, cnt, k0, nt, step, (o0 + a - k0 * d) // s, d // gg
 
 
@@ -114,11 +115,11 @@ class BlockedPath(Path):
     def _shape(cls, op, geo):
         rm, rn, local = BLOCKS[knobs(op).get("block", "8x4")]
         local = min(local, op.ctx.limits["maxComputeWorkGroupSize"][0])
-        mblocks = -(-geo.cout_per_group // rm)
+        mblocks = ceil_div(geo.cout_per_group, rm)
         pix = math.prod(geo.out_size)
         if geo.backward:        # phase 0 has the most outputs
-            pix = math.prod(-(-o // s) for o, s in zip(geo.out_size, geo.stride))
-        groups = (-(-pix // (local * rn)), geo.groups * mblocks, geo.n)
+            pix = math.prod(ceil_div(o, s) for o, s in zip(geo.out_size, geo.stride))
+        groups = (ceil_div(pix, (local * rn)), geo.groups * mblocks, geo.n)
         return rm, rn, local, mblocks, groups
 
     @classmethod
@@ -131,13 +132,13 @@ class BlockedPath(Path):
         self.pipe = op.pipeline(variant("blocked", storage_suffix(op, geo.dtype)), {
             "LOCAL_SIZE_X": self.local, "RM": rm, "RN": rn, "ACT": self.act_id})
         align = max(16, op.ctx.limits["minUniformBufferOffsetAlignment"])
-        stride = -(-PARAM_BYTES // align) * align
+        stride = ceil_div(PARAM_BYTES, align) * align
         blocks, self.grids = [], []
         for d in _dispatches(geo):
             blk = np.zeros(stride, np.uint8)
             blk[:PARAM_BYTES] = _params(geo, mblocks, self.act_params, *d)
             blocks.append(blk)
-            self.grids.append((-(-math.prod(d[0]) // (self.local * rn)),
+            self.grids.append((ceil_div(math.prod(d[0]), (self.local * rn)),
                                geo.groups * mblocks, geo.n))
         self.params = op.upload(np.concatenate(blocks))
         self.param_stride = stride

@@ -12,6 +12,7 @@ from ...errors import UnsupportedError
 from ...runtime import Bind
 from ..grid import pieces
 from .geometry import _STORAGES, Path, _texel_ok, _words, knobs, storage_suffix, variant
+from ...intmath import ceil_div
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
@@ -79,11 +80,11 @@ class DepthwisePath(Path):
         ow, oh = geo.out_size[2], geo.out_size[1]
         sw, dw = geo.stride[2], geo.dilation[2]
         best = None
-        for nb in range(4, max(4, min(most, -(-ow // 4) * 4)) + 1, 4):
+        for nb in range(4, max(4, min(most, ceil_div(ow, 4) * 4)) + 1, 4):
             span = (nb - 1) * sw + (kw - 1) * dw + 1 + 3
             if span > DW_SPAN or kh * kw * nb > DW_UNROLL or 2 * kh * span > DW_UNROLL:
                 break
-            key = (-(-ow // nb) * nb, -nb)
+            key = (ceil_div(ow, nb) * nb, -nb)
             if best is None or key < best[0]:
                 best = (key, nb)
         return None if best is None else (best[1], max(1, min(band, oh)))
@@ -100,7 +101,7 @@ class DepthwisePath(Path):
         # ms of CPU with 16 x 8, 1.20 with 8 x 8, 1.51 with 4 x 14); the tuner also
         # offers 4 x 1 (candidate depthwise-4x1)
         nb, r = knobs(op)["dw_block"]
-        nb = max(1, min(nb, -(-ow // 4) * 4))
+        nb = max(1, min(nb, ceil_div(ow, 4) * 4))
         r = max(1, min(r, oh))
         kd, kh, kw = geo.kernel
         sh, sw, dh, dw = geo.stride[1], geo.stride[2], geo.dilation[1], geo.dilation[2]
@@ -128,7 +129,7 @@ class DepthwisePath(Path):
         rows = bool(knobs(op).get("dw_rows"))
         nb, r = self.rows_block(op, geo) if rows else self.blocks(op, geo)
         self.nb, self.R = nb, r
-        self.strips = -(-ow // nb)
+        self.strips = ceil_div(ow, nb)
         esize = g.dtype.size
         x_el = d.input_tensor.total_tensor_size_in_bytes // esize
         w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
@@ -182,11 +183,11 @@ class DepthwisePath(Path):
         per_x = max(1, mx * self.local // self.strips)         # channels per dispatch
         od = g.out_size[0]
         per_z = max(1, mz // od)                                # images per dispatch
-        gy = -(-g.out_size[1] // self.R)
+        gy = ceil_div(g.out_size[1], self.R)
         if gy > my:
             raise UnsupportedError("maxComputeWorkGroupCount", "too many output rows")
         for c0, cn in pieces(g.c_out, per_x):
             for n0, nn in pieces(g.n, per_z):
-                seq.dispatch(self.pipe, binds, (-(-(cn * self.strips) // self.local), gy,
+                seq.dispatch(self.pipe, binds, (ceil_div(cn * self.strips, self.local), gy,
                                                 nn * od),
                              np.array([n0, c0], np.int32).tobytes())

@@ -21,6 +21,7 @@ from ..grid import pieces
 from ..store_width import wide_stores
 from .geometry import (_STORAGES, Decline, Geometry, Path, _texel_ok, _words, knobs,
                        storage_suffix, variant)
+from ...intmath import ceil_div
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
@@ -79,13 +80,13 @@ class Relayout:
         name = "convolution_relayout_" + ("texel" if self.texel else storage_suffix(op, dtype))
         self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "V4": int(v4)})
         self.v4 = v4
-        gx = -(-(size[-1] * size[-2]) // (self.local * (4 if v4 else 1)))
+        gx = ceil_div(size[-1] * size[-2], (self.local * (4 if v4 else 1)))
         outer = math.prod(size[:-3])
         # rows of dimension 5 per workgroup: a few hundred workgroups in all (CPU
         # devices: a few dozen, each costs microseconds)
         target = knobs(op)["relayout_groups"]
-        self.rpg = max(1, min(size[-3], -(-outer * gx * size[-3] // target)))
-        groups = -(-size[-3] // self.rpg)
+        self.rpg = max(1, min(size[-3], ceil_div(outer * gx * size[-3], target)))
+        groups = ceil_div(size[-3], self.rpg)
         self.gx, self.gz = gx, outer * groups
         p = np.zeros(RELAYOUT_PARAM_WORDS, np.int64)
         p[0:8], p[8:16], p[16:24], p[24:32], p[32:40] = size, stride, lo, hi, dstride
@@ -120,7 +121,7 @@ class FilterTranspose:
             "KW": g.kernel[2], "FLIP": int(g.flip)})
         self.params = op.upload(np.array([g.cin_per_group, g.cout_per_group, co_pad, self.K,
                                           g.groups, 0, 0, 0], np.int32))
-        self.grid = (-(-(g.groups * co_pad // 4) // self.local), self.K // 4, 1)
+        self.grid = (ceil_div(g.groups * co_pad // 4, self.local), self.K // 4, 1)
         self.src_bytes = g.c_out * self.K * g.dtype.size      # whole RGBA texels (K % 4 == 0)
 
     @staticmethod
@@ -201,12 +202,12 @@ def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
     wide = knobs(op)["blocks"] == "wide"
     mb_max, nb_max = ((16, 16) if taps <= 1 else (8, 8)) if wide else (8, 4)
     mb = next((m for m in (16, 12, 8, 4) if m <= mb_max
-               and cog / (-(-cog // m) * m) >= 0.88), 4)
+               and cog / (ceil_div(cog, m) * m) >= 0.88), 4)
     if row <= nb_max and not vec4:
         return mb, max(1, row)
     step = 4 if vec4 else 1
     cands = range(max(step, (nb_max // 2) // step * step), nb_max + 1, step)
-    return mb, min(cands, key=lambda nb: ((-(-row // nb)) * nb - row, -nb))
+    return mb, min(cands, key=lambda nb: ((ceil_div(row, nb)) * nb - row, -nb))
 
 
 def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]:
@@ -220,17 +221,17 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]
     with 16 x 16 blocks (1792 products a body), 50% with 16 x 8 and 54% with 8 x 16."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
     fits = [m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
-            and cog / (-(-cog // m) * m) >= 0.88] or [4]
+            and cog / (ceil_div(cog, m) * m) >= 0.88] or [4]
     mb = next((m for m in fits if m * SG_BLOCKS[1] * kw <= GEMM_UNROLL), fits[-1])
     nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), SG_ACC // mb))
     best = None
     for nb in range(4, nb_max + 1):
         cost = 0
         for ph, rl in zip(phases, row_len):
-            per_row = -(-rl // nb)
+            per_row = ceil_div(rl, nb)
             blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
             v4 = (nb * ph[2].istep) % 4 == 0 or per_row == 1
-            cost += -(-blocks // sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else 4))
+            cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else 4))
         if best is None or cost <= best[0]:
             best = (cost, nb)
     return mb, best[1]
@@ -267,7 +268,7 @@ def transposed_axes(geo: Geometry) -> list[list[Axis]]:
         phases = []
         for p in range(min(s, out)):
             taps = [(k, (p + st - k * d) // s) for k in range(K) if (p + st - k * d) % s == 0]
-            phases.append(Axis(p, s, -(-(out - p) // s), 1, sorted(taps, key=lambda t: t[1])))
+            phases.append(Axis(p, s, ceil_div(out - p, s), 1, sorted(taps, key=lambda t: t[1])))
         per_axis.append(phases)
     return [[ad, ah, aw] for ad in per_axis[0] for ah in per_axis[1] for aw in per_axis[2]]
 
@@ -309,7 +310,7 @@ class GemmPath(Path):
         lim = op.ctx.limits
         rows = geo.kernel[0] * geo.kernel[1]
         if geo.backward:
-            rows = -(-geo.kernel[0] // geo.stride[0]) * -(-geo.kernel[1] // geo.stride[1]) \
+            rows = ceil_div(geo.kernel[0], geo.stride[0]) * ceil_div(geo.kernel[1], geo.stride[1]) \
                 * math.prod(geo.stride[:2])
         big = max(op.desc.input_tensor.total_tensor_size_in_bytes,
                   op.desc.output_tensor.total_tensor_size_in_bytes) * 2
@@ -325,7 +326,7 @@ class GemmPath(Path):
             return False
         phases = transposed_axes(geo) if geo.backward else forward_axes(geo)
         _, ext = padded_extents(geo, phases)
-        planes = geo.n * geo.c_in * math.prod(ext[:2]) * (-(-ext[2] // 4) * 4)
+        planes = geo.n * geo.c_in * math.prod(ext[:2]) * (ceil_div(ext[2], 4) * 4)
         work = (geo.n * geo.c_in * math.prod(geo.in_size)
                 + geo.n * geo.c_out * math.prod(geo.out_size))
         return planes <= 4 * work + (1 << 16)
@@ -359,7 +360,7 @@ class GemmPath(Path):
             ext = list(g.in_size)
         Dp, Hp, Wp = ext
         if not in_place:
-            Wp = -(-Wp // 4) * 4          # float4-aligned rows
+            Wp = ceil_div(Wp, 4) * 4          # float4-aligned rows
         plane = Dp * Hp * Wp
         self.texel = texel = True
         # rows: the output pixels each dispatch walks (flat: whole planes, pitch Wp)
@@ -370,8 +371,8 @@ class GemmPath(Path):
         else:
             self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows,
                                                     max(len(ph[2].taps) for ph in phases))
-        co_pad = -(-cog // mb) * mb
-        x_img = g.x_strides[0] if in_place else -(-(g.c_in * plane) // 4) * 4
+        co_pad = ceil_div(cog, mb) * mb
+        x_img = g.x_strides[0] if in_place else ceil_div(g.c_in * plane, 4) * 4
         x_chan = g.x_strides[1] if in_place else plane
         # dispatches
         self.dispatches = []
@@ -384,7 +385,7 @@ class GemmPath(Path):
                     for _, cd in ad.taps for _, ch in ah.taps] if aw.taps else []
             kw = max(1, len(aw.taps))
             dw = aw.taps[1][1] - aw.taps[0][1] if len(aw.taps) > 1 else 1
-            per_row = -(-rl // nb)
+            per_row = ceil_div(rl, nb)
             if flat:
                 qsize = (ad.count, 1, rl, per_row)
                 pitch = Wp
@@ -401,7 +402,7 @@ class GemmPath(Path):
                 max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * Hp * Wp
                                + (qsize[1] - 1) * ah.istep * Wp
                                + (per_row * nb - 1) * aw.istep + (kw - 1) * dw
-                               + (-(-span // 4) * 4 - span))
+                               + (ceil_div(span, 4) * 4 - span))
             self.dispatches.append(dict(
                 qsize=qsize, yorg=(ad.o0, ah.o0, aw.o0, len(row_offsets)), nrows=len(rows),
                 w_base=w_texels, pitch=pitch, sw=aw.istep, kw=kw, dw=dw, xvec4=xvec4,
@@ -501,7 +502,7 @@ class GemmPath(Path):
                 # input rows stay in cache between them (1x1 256->64: 4.45 -> 4.00 ms CPU)
                 cbw = min(self.local // sg, g.groups * co_pad // mb)
                 cbw = cbw if SG_CBW and cbw >= 2 else 0
-                if cbw and -(-blocks // sg) <= op.ctx.limits["maxComputeWorkGroupCount"][0]:
+                if cbw and ceil_div(blocks, sg) <= op.ctx.limits["maxComputeWorkGroupCount"][0]:
                     consts["CBW"] = cbw
                     consts["LOCAL_SIZE_X"] = cbw * sg
                 d["cbw"] = consts.get("CBW", 0)
@@ -610,14 +611,14 @@ class GemmPath(Path):
             blocks = qs[0] * qs[1] * qs[3]
             if sg and d["cbw"]:          # subgroups: channel blocks of the same pixels
                 cbl = 1
-                gx, gy = -(-blocks // sg), -(-self.groups_y // d["cbw"])
+                gx, gy = ceil_div(blocks, sg), ceil_div(self.groups_y, d["cbw"])
             else:
                 if sg:                   # whole subgroups per channel block
-                    blocks = -(-blocks // sg) * sg
+                    blocks = ceil_div(blocks, sg) * sg
                 # few pixel blocks: spread channel blocks over the lanes too
                 cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
-                gx = -(-(blocks * cbl) // self.local)
-                gy = -(-self.groups_y // cbl)
+                gx = ceil_div(blocks * cbl, self.local)
+                gy = ceil_div(self.groups_y, cbl)
             for n0, nn in pieces(g.n, mz):
                 push = np.array([*qs, *d["yorg"], d["nrows"], d["w_base"], 0, 0, n0,
                                  d["pitch"], cbl, self.groups_y], np.int32)

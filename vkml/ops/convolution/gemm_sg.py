@@ -9,6 +9,7 @@ import math
 from .gemm import (_GEMM, SG_BLOCKS, GemmPath, forward_axes, padded_extents,
                    subgroup_shuffle_size, transposed_axes)
 from .geometry import _STORAGES, _texel_ok
+from ...intmath import ceil_div
 
 #: Kernel variants this path runs (requested by :class:`~.gemm.GemmPath` with ``SG``)
 #: and the specialization constants it sets.
@@ -37,6 +38,6 @@ class GemmSgPath(GemmPath):
         phases = transposed_axes(geo) if geo.backward else forward_axes(geo)
         _, ext = padded_extents(geo, phases)
         tail = (SG_BLOCKS[1] + 4) * geo.stride[2] + geo.kernel[2] * geo.dilation[2] + 4
-        x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (-(-ext[2] // 4) * 4) + tail
+        x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (ceil_div(ext[2], 4) * 4) + tail
         return (_texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
                 and _texel_ok(op, x_bound))

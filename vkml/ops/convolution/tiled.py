@@ -10,6 +10,7 @@ from ...dml.data_type import DataType
 from ...runtime import Bind
 from .geometry import (_STORAGES, Geometry, Path, _words, in_place_accepts, in_place_binds,
                        knobs, storage_suffix, variant)
+from ...intmath import ceil_div
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {f"convolution_tiled_{s}": ("LOCAL_SIZE_X", "TM", "TN", "TK", "RM", "RN", "ACT")
@@ -68,8 +69,8 @@ class TiledPath(Path):
         if k.get("f16_arith") and not (geo.dtype == DataType.FLOAT16 and op.features.get("fp16")
                                        and op.features.get("storage16")):
             return False
-        groups = (-(-math.prod(geo.out_size) // tn),
-                  geo.groups * -(-geo.cout_per_group // tm), geo.n)
+        groups = (ceil_div(math.prod(geo.out_size), tn),
+                  geo.groups * ceil_div(geo.cout_per_group, tm), geo.n)
         return (local <= lim["maxComputeWorkGroupInvocations"]
                 and local <= lim["maxComputeWorkGroupSize"][0]
                 and (tm + tn) * tk * 4 <= lim["maxComputeSharedMemorySize"]
@@ -84,10 +85,10 @@ class TiledPath(Path):
                 else variant("tiled", storage_suffix(op, g.dtype)))
         self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "TM": tm, "TN": tn, "TK": tk,
                                        "RM": rm, "RN": rn, "ACT": self.act_id})
-        self.mtiles = -(-g.cout_per_group // tm)
+        self.mtiles = ceil_div(g.cout_per_group, tm)
         self.params = op.upload(implicit_gemm_params(g, self.mtiles, self.act_params))
 
     def encode(self, seq, x, w, b, y) -> None:
         g = self.geo
         seq.dispatch(self.pipe, in_place_binds(self.op, g, x, w, b, y) + [Bind(self.params)],
-                     (-(-math.prod(g.out_size) // self.tile[1]), g.groups * self.mtiles, g.n))
+                     (ceil_div(math.prod(g.out_size), self.tile[1]), g.groups * self.mtiles, g.n))

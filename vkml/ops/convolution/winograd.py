@@ -18,6 +18,7 @@ from .gemm_sg import GemmSgPath
 from ..store_width import wide_stores
 from .geometry import (_STORAGES, Decline, Path, _texel_ok, _words, knobs, storage_suffix,
                        variant)
+from ...intmath import ceil_div
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
@@ -73,9 +74,9 @@ def cl_blocks(cout: int, tiles: int, sg: int) -> tuple[int, int]:
     MB (8 or 4) padding the fewest channels once channel blocks fill whole subgroups, the
     larger on a tie; NB a multiple of 4 up to 32 tiles (and SG_ACC accumulators) wasting
     the fewest tiles, the larger on a tie (a 56x56 image's 196 tiles: 8 x 28, none)."""
-    mb = min((8, 4), key=lambda m: (-(-(-(-cout // m)) // sg) * sg * m, -m))
+    mb = min((8, 4), key=lambda m: (ceil_div(ceil_div(cout, m), sg) * sg * m, -m))
     nb = min(range(4, min(32, SG_ACC // mb) + 1, 4),
-             key=lambda n: (-(-tiles // n) * n - tiles, -n))
+             key=lambda n: (ceil_div(tiles, n) * n - tiles, -n))
     return mb, nb
 
 
@@ -137,7 +138,7 @@ class WinogradPath(Path):
     @classmethod
     def accepts(cls, op, geo) -> bool:
         lim = op.ctx.limits
-        tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
+        tiles = geo.n * ceil_div(geo.out_size[1], 4) * ceil_div(geo.out_size[2], 4)
         big = 36 * max(geo.c_in, geo.c_out) * (tiles + 16) * 4
         return (geo.plain and not geo.backward and geo.kernel == (1, 3, 3)
                 and geo.stride == (1, 1, 1)
@@ -157,7 +158,7 @@ class WinogradPath(Path):
         if not GemmSgPath.accepts(op, geo):
             return True
         c = min(geo.c_in, geo.c_out)
-        tiles = geo.n * -(-geo.out_size[1] // 4) * -(-geo.out_size[2] // 4)
+        tiles = geo.n * ceil_div(geo.out_size[1], 4) * ceil_div(geo.out_size[2], 4)
         return c >= 64 and tiles >= 49 and tiles * c >= 9000
 
     def __init__(self, op, geo):
@@ -166,9 +167,9 @@ class WinogradPath(Path):
         d = op.desc
         cin, cout = g.c_in, g.c_out
         OH, OW = g.out_size[1:]
-        TH, TW = -(-OH // 4), -(-OW // 4)
+        TH, TW = ceil_div(OH, 4), ceil_div(OW, 4)
         T = g.n * TH * TW
-        T4 = -(-T // 4) * 4
+        T4 = ceil_div(T, 4) * 4
         self.T, self.T4 = T, T4
         how = knobs(op).get("gemm")
         sg = subgroup_shuffle_size(op)
@@ -180,8 +181,8 @@ class WinogradPath(Path):
             fits = False
             if sg:
                 mb_ = cl_blocks(cout, T, sg)[0]
-                fits = (_texel_ok(op, 36 * cin * (-(-T // 8) * 8) + T + 32)
-                        and _texel_ok(op, 36 * cin * -(-cout // mb_) * mb_))
+                fits = (_texel_ok(op, 36 * cin * (ceil_div(T, 8) * 8) + T + 32)
+                        and _texel_ok(op, 36 * cin * ceil_div(cout, mb_) * mb_))
             how = "cl" if fits else "gemm"
         self.how = how
         self.sg = sg if how in ("sg", "cl") else 0
@@ -196,10 +197,10 @@ class WinogradPath(Path):
                                        Axis(0, 1, T, 1, [(0, 0)])]], [T], False, self.sg)
         else:
             mb, nb = gemm_blocks(op, cout, T, True, 1)
-        co_pad = -(-cout // mb) * mb
+        co_pad = ceil_div(cout, mb) * mb
         self.mb, self.nb, self.co_pad = mb, nb, co_pad
         self.local = min(64, op.workgroup_size)
-        per_row = -(-T // nb)
+        per_row = ceil_div(T, nb)
         esize = g.dtype.size
         xs = g.x_strides
         self.x_texel = _texel_ok(op, d.input_tensor.total_tensor_size_in_bytes // esize)
@@ -216,11 +217,11 @@ class WinogradPath(Path):
             raise Decline("u64vec4 stores of V need int64 shaders and float4 input rows")
         self.v8 = v8_ok and (wide if wide is not None else wide_stores(op.device))
         self.qt = 8 if self.v8 else 4
-        vrow = -(-T // self.qt) * self.qt
+        vrow = ceil_div(T, self.qt) * self.qt
         self.vrow = vrow
         # the transforms' lanes run along (channel, tiles) in x alone
         lanes = max(cin * vrow // self.qt, cout * vrow // 4, cin * co_pad // 4)
-        if -(-lanes // self.local) > op.ctx.limits["maxComputeWorkGroupCount"][0]:
+        if ceil_div(lanes, self.local) > op.ctx.limits["maxComputeWorkGroupCount"][0]:
             raise Decline("the transforms' lanes exceed maxComputeWorkGroupCount")
         u_floats = 36 * cin * co_pad
         v_floats = 36 * cin * vrow + per_row * nb
@@ -308,10 +309,10 @@ class WinogradPath(Path):
         if self.cl is not None:
             if not self.gemm_texel:
                 raise Decline("the transformed input or filter is too large for a texel view")
-            blocks = -(-T // nb)
+            blocks = ceil_div(T, nb)
             per_wg = max(1, min(self.local // self.sg, blocks))    # pixel blocks a workgroup
             # y: channel blocks, a subgroup's lanes each
-            self.cl_groups = (-(-blocks // per_wg), -(-(co_pad // mb) // self.sg), 36)
+            self.cl_groups = (ceil_div(blocks, per_wg), ceil_div(co_pad // mb, self.sg), 36)
             self.p_gemm = op.ctx.pipelines.variant(
                 "convolution_winograd_gemm_cl" + ("_v8" if self.v8 else ""),
                 {"LOCAL_SIZE_X": per_wg * self.sg, "MB": mb, "NB": nb, "SG": self.sg},
@@ -345,11 +346,11 @@ class WinogradPath(Path):
         if how == "blocked":     # the 36 GEMMs on convolution_blocked
             # 8 channels x 4 or 2 tiles, 16 or 8 lanes: the fewest idle lanes over T tiles
             rm, rn, local = min(((8, rn_, l_) for rn_ in (4, 2) for l_ in (16, 8)),
-                                key=lambda b: (-(-T // (b[1] * b[2])) * b[1] * b[2] - T,
+                                key=lambda b: (ceil_div(T, (b[1] * b[2])) * b[1] * b[2] - T,
                                                -b[1] * b[2]))
             self.blocked = (op.pipeline("convolution_blocked_gemm", {
                 "LOCAL_SIZE_X": local, "RM": rm, "RN": rn}),
-                (-(-T // (local * rn)), -(-co_pad // rm), 36),
+                (ceil_div(T, (local * rn)), ceil_div(co_pad, rm), 36),
                 np.array([co_pad, T, cin, 0, cin * co_pad, co_pad, 1, 0, cin * vrow, vrow, 1, 0,
                           co_pad * mrow, mrow, 1, 0], np.int32).tobytes())
         self.v_bytes, self.u_bytes, self.m_bytes = 4 * v_floats, 4 * u_floats, 4 * m_floats
@@ -363,7 +364,7 @@ class WinogradPath(Path):
         seq.dispatch(self.p_weights, [
             Bind(w, 0, self.op.desc.filter_tensor.total_tensor_size_in_bytes, "r", self.w_fmt),
             pb, Bind(self.u, 0, self.u_bytes, "w"), pb],
-            (-(-(self.geo.c_in * self.co_pad // 4) // self.local), 1, 1))
+            (ceil_div(self.geo.c_in * self.co_pad // 4, self.local), 1, 1))
 
     def encode(self, seq, x, w, b, y) -> None:
         g, d, L = self.geo, self.op.desc, self.local
@@ -373,7 +374,7 @@ class WinogradPath(Path):
         seq.dispatch(self.p_input, [
             Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r", self.x_fmt),
             Bind(self.params), Bind(self.v, 0, self.v_bytes, "w"), pb],
-            (-(-(g.c_in * self.vrow // self.qt) // L), 1, 1))
+            (ceil_div(g.c_in * self.vrow // self.qt, L), 1, 1))
         if self.blocked is not None:
             pipe, groups, push = self.blocked
             seq.dispatch(pipe, [Bind(self.u, 0, self.u_bytes), Bind(self.v, 0, self.v_bytes),
@@ -402,12 +403,12 @@ class WinogradPath(Path):
         qs = self.qsize
         blocks = qs[3]
         if self.cbw:         # gemm_sg: subgroups of a workgroup, channel blocks of the same tiles
-            cbl, groups = 1, (-(-blocks // self.sg), -(-self.groups_y // self.cbw), 36)
+            cbl, groups = 1, (ceil_div(blocks, self.sg), ceil_div(self.groups_y, self.cbw), 36)
         else:
             if self.sg:      # whole subgroups per channel block
-                blocks = -(-blocks // self.sg) * self.sg
+                blocks = ceil_div(blocks, self.sg) * self.sg
             cbl = max(1, min(self.groups_y, (4 * L) // blocks))
-            groups = (-(-(blocks * cbl) // L), -(-self.groups_y // cbl), 36)
+            groups = (ceil_div(blocks * cbl, L), ceil_div(self.groups_y, cbl), 36)
         push = np.array([*qs, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, cbl, self.groups_y], np.int32)
         seq.dispatch(self.p_gemm, [vb, ub, Bind(self.params), Bind(self.m, 0, self.m_bytes, "w"),
                                    Bind(self.gemm_params)], groups, push.tobytes())
@@ -419,4 +420,4 @@ class WinogradPath(Path):
                    runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
         bb = Bind(b, 0, self.op.whole(b, "bias")) if b is not None else Bind(self.params)
         seq.dispatch(self.p_output, [mb_, bb, Bind(y, 0, self.y_bytes, "w"), pb],
-                     (-(-(g.c_out * self.mrow // 4) // L), 1, 1))
+                     (ceil_div(g.c_out * self.mrow // 4, L), 1, 1))
