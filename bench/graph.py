@@ -205,13 +205,13 @@ def measure(bench, w, device_row: dict, dev, cpu_peers: bool) -> list[dict]:
     run once (cold time, errors), then all are timed in turns (:func:`sample_interleaved`),
     so that the ratios between them hold while the machine's speed drifts; ONNX Runtime
     is timed after them, alone."""
-    from .run import _stat, errors, _rates
+    from .run import errors, rates, stat   # here: bench.run imports this module
     inputs, ref, work = bench.data(w)
     p, dtype, budget = w.p, w.np_dtype, bench.opts.budget
     runner = GraphRunner(dev)
-    graph_row = bench._row(w, "vkml", device_row, work)
-    ops_row = bench._row(w, "vkml-ops", device_row, work)
-    onnx_row = bench._row(w, "vkml-onnx", device_row, work)
+    graph_row = bench.row(w, "vkml", device_row, work)
+    ops_row = bench.row(w, "vkml-ops", device_row, work)
+    onnx_row = bench.row(w, "vkml-onnx", device_row, work)
     rows = [graph_row, ops_row, onnx_row]
     timed, release = [], []            # (row, fn) to time; what to release after
 
@@ -228,7 +228,7 @@ def measure(bench, w, device_row: dict, dev, cpu_peers: bool) -> list[dict]:
         except Absent as exc:
             row.update(status="absent", reason=str(exc))
         except Exception as exc:          # noqa: BLE001  (reported, never fatal)
-            bench._fail(row, exc)
+            bench.fail(row, exc)
         return None
 
     made = prepare(graph_row, lambda: runner.compiled(p, inputs, dtype))
@@ -250,18 +250,18 @@ def measure(bench, w, device_row: dict, dev, cpu_peers: bool) -> list[dict]:
     if made is not None:
         release.append(made[1])
     for (row, _), samples in zip(timed, sample_interleaved([fn for _, fn in timed], budget)):
-        row["wall_ms"] = _stat(samples)
+        row["wall_ms"] = stat(samples)
     for c in release:
         c.release()
     if cpu_peers:              # after, alone: its thread pool spins on after each run and
-        ort_row = bench._row(w, "onnxruntime-cpu", None, work)   # would slow the next turn
+        ort_row = bench.row(w, "onnxruntime-cpu", None, work)   # would slow the next turn
         rows.append(ort_row)
         if prepare(ort_row, lambda: (onnxruntime_session(p, inputs),)) is not None:
-            ort_row["wall_ms"] = _stat(sample(timed[-1][1], budget))
+            ort_row["wall_ms"] = stat(sample(timed[-1][1], budget))
     if graph_row["status"] == "ok":
         graph_row["compute_ms"] = graph_row["wall_ms"]["median"]
         graph_row["compute_timer"] = "wall"
-        graph_row.update(_rates(work, graph_row["compute_ms"] / 1e3, None))
+        graph_row.update(rates(work, graph_row["compute_ms"] / 1e3, None))
         for row, key in ((ops_row, "speedup_vs_one_by_one"), (onnx_row, "onnx_vs_graph")):
             if row["status"] == "ok":     # that way's median over the graph's
                 graph_row["graph"][key] = (row["wall_ms"]["median"]

@@ -49,7 +49,7 @@ def errors(y, ref, tolerance: float) -> dict:
             "flagged": not (max_rel <= tolerance)}
 
 
-def _rates(work: dict, seconds: float | None, lim: dict | None) -> dict:
+def rates(work: dict, seconds: float | None, lim: dict | None) -> dict:
     """Throughput of ``work`` done in ``seconds``, and its share of the device limits."""
     if not seconds:
         return {}
@@ -66,7 +66,8 @@ def _rates(work: dict, seconds: float | None, lim: dict | None) -> dict:
     return out
 
 
-def _stat(samples) -> dict | None:
+def stat(samples) -> dict | None:
+    """The summary of timing samples a row stores (``Stats.as_dict``), None for none."""
     s = Stats.of(samples)
     return s.as_dict() if s else None
 
@@ -110,14 +111,16 @@ class Bench:
         return self._peers
 
     # -- rows --------------------------------------------------------------------------
-    def _row(self, w, runner_name: str, device: dict | None, work: dict) -> dict:
+    def row(self, w, runner_name: str, device: dict | None, work: dict) -> dict:
+        """A new result row of workload ``w`` by one runner (bench.graph fills its own)."""
         return {"workload": w.name, "op": w.op, "dtype": w.dtype, "runner": runner_name,
                 "device": device["index"] if device else None,
                 "device_name": device["name"] if device else None,
                 "status": "ok", "reason": None, "flops": work["flops"], "bytes": work["bytes"],
                 "tolerance": w.tolerance}
 
-    def _fail(self, row: dict, exc: BaseException) -> dict:
+    def fail(self, row: dict, exc: BaseException) -> dict:
+        """``row`` marked absent (the runner lacks something) or failed with ``exc``."""
         if isinstance(exc, Absent):
             row.update(status="absent", reason=str(exc))
         else:
@@ -132,32 +135,32 @@ class Bench:
         y = fn()
         row["cold_ms"] = (time.perf_counter() - t) * 1e3
         row.update(errors(y, ref, w.tolerance))
-        row["wall_ms"] = _stat(sample(fn, self.opts.budget))
+        row["wall_ms"] = stat(sample(fn, self.opts.budget))
 
     def measure_peer(self, runner, w, device: dict | None, lim: dict | None) -> dict:
         inputs, ref, work = self.data(w)
-        row = self._row(w, runner.name, device, work)
+        row = self.row(w, runner.name, device, work)
         try:
             self._time_calls(runner, w, inputs, ref, row)
-            row.update(_rates(work, row["wall_ms"]["median"] / 1e3,
+            row.update(rates(work, row["wall_ms"]["median"] / 1e3,
                               lim if runner.on_device else None))
         except Exception as exc:          # noqa: BLE001  (reported, never fatal)
-            self._fail(row, exc)
+            self.fail(row, exc)
         finally:
             runner.close()
         return row
 
     def measure_vkml(self, runner: VkmlRunner, w, device: dict, lim: dict | None) -> dict:
         inputs, ref, work = self.data(w)
-        row = self._row(w, runner.name, device, work)
+        row = self.row(w, runner.name, device, work)
         try:
             self._time_calls(runner, w, inputs, ref, row)
         except Exception as exc:          # noqa: BLE001
-            return self._fail(row, exc)
+            return self.fail(row, exc)
         compute = row["wall_ms"]["median"] / 1e3
         try:
             phases, y2 = runner.phases(w, inputs, self.opts.budget)
-            row["phases_ms"] = {k: _stat(v) for k, v in phases.items()}
+            row["phases_ms"] = {k: stat(v) for k, v in phases.items()}
             if getattr(runner, "last_candidate", None):
                 row["candidate"] = runner.last_candidate
             e2 = errors(y2, ref, w.tolerance)
@@ -170,8 +173,8 @@ class Bench:
             row["compute_timer"] = "gpu" if gpu else "wall"
         except Exception as exc:          # noqa: BLE001
             row["phases_error"] = f"{type(exc).__name__}: {exc}"
-        row.update(_rates(work, compute, lim))
-        row["e2e"] = _rates(work, row["wall_ms"]["median"] / 1e3, None)
+        row.update(rates(work, compute, lim))
+        row["e2e"] = rates(work, row["wall_ms"]["median"] / 1e3, None)
         return row
 
     # -- the run -----------------------------------------------------------------------
@@ -259,7 +262,7 @@ class Bench:
                                                       lim))
             for c in absent:
                 _, _, work = self.data(w)
-                row = self._row(w, c.name, device if c.on_device else None, work)
+                row = self.row(w, c.name, device if c.on_device else None, work)
                 row.update(status="absent", reason=peers[c.name]["reason"])
                 self.results.append(row)
                 self.progress(f"{w.name}: {c.name} (absent)")

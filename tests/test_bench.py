@@ -312,6 +312,38 @@ def test_model_parsing_rules(device, tmp_path):
     assert lines[-1] == "Resource 'output': 4.5, 0.5, 2.5, 4.5, 0.5"
 
 
+_JOIN = {"type": "DML_OPERATOR_JOIN", "desc": {
+    "InputCount": 2, "Axis": 0,
+    "InputTensors": [{"DataType": "FLOAT32", "Sizes": [3]}, {"DataType": "FLOAT32", "Sizes": [2]}],
+    "OutputTensor": {"DataType": "FLOAT32", "Sizes": [5]}}}
+_SPLIT = {"type": "SPLIT", "desc": {
+    "InputTensor": {"DataType": "FLOAT32", "Sizes": [5]}, "OutputCount": 2, "Axis": 0,
+    "OutputTensors": [{"DataType": "FLOAT32", "Sizes": [3]}, {"DataType": "FLOAT32", "Sizes": [2]}]}}
+
+
+@pytest.mark.parametrize("dispatchable, full", [(_JOIN, "DML_OPERATOR_JOIN"),
+                                                (_SPLIT, "DML_OPERATOR_SPLIT")],
+                         ids=["join", "split"])
+def test_model_operator_vkml_lacks(dispatchable, full, device, tmp_path):
+    """An operator type vkml has no descriptor for is refused as such, at its ``type``,
+    before its desc is read (its array of tensor descs is not "a malformed field")."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(_model(dispatchable)))
+    with pytest.raises(dxdispatch.ModelError) as info:
+        dxdispatch.run_model(path, device, out=lambda line: None)
+    assert str(info.value).startswith(f"dispatchables.op.type: vkml has no {full} "), info.value
+    assert "DML_OPERATOR_PADDING" in str(info.value)        # what vkml has instead
+
+
+def test_model_operator_table_covers_vkml():
+    """Every operator vkml implements is one the DxDispatch runner converts."""
+    from vkml.ops.base import REGISTRY
+
+    types = dxdispatch.operator_types()
+    for cls in REGISTRY:
+        assert types.get(cls.OPERATOR_TYPE) is cls
+
+
 # -- comparing runs and plotting --------------------------------------------------------------
 def test_compare_marks_regressions(tiny_run, tmp_path):
     _, doc, _ = tiny_run

@@ -1,0 +1,278 @@
+"""DirectML operator descs of a DxDispatch model as vkml descriptors.
+
+The conversion is by name: a ``desc`` field in PascalCase is the vkml descriptor's field
+in snake_case, enums are read by full name or suffix, tensor descs and fused activations
+by their keys.  What is not by name is in the tables below, so a new operator type needs
+at most one entry:
+
+* ``operator_types()``: every ``vkml.dml`` descriptor class (vkml.dml re-exports each of
+  its modules, so a new operator's descriptor is found with no entry here);
+* ``STRUCTS``: a field whose value is a DirectML struct (``ScaleBias``: DML_SCALE_BIAS);
+* ``COUNTS``: a ``...Count`` field DirectML has and vkml implies by an array's length.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+
+import vkml
+from vkml import dml
+
+from .schema import (NESTED_DESC, TENSOR_DESC, WRAPPED_TENSOR_DESC, ModelError, desc_object,
+                     join, pascal, short, snake)
+
+#: snake_case desc field -> the name of the vkml.dml class its JSON object builds (the
+#: class's dataclass fields are the struct's fields in snake_case).
+STRUCTS = {"scale_bias": "ScaleBias"}
+
+#: DirectML count field -> the PascalCase array fields whose length it states (None: every
+#: array of integers, as DimensionCount states the length of sizes, strides and paddings).
+#: vkml's descriptors hold tuples, so the count is checked and dropped.
+COUNTS = {"DimensionCount": None, "InputCount": ("InputTensors",),
+          "OutputCount": ("OutputTensors",), "AxisCount": ("Axes",)}
+
+
+@functools.cache
+def operator_types() -> dict[str, type]:
+    """DML operator type (``DML_OPERATOR_PADDING``) -> vkml descriptor class."""
+    return {obj.OPERATOR_TYPE: obj for obj in map(lambda n: getattr(dml, n, None), dml.__all__)
+            if isinstance(obj, type) and issubclass(obj, dml.OperatorDesc) and obj.OPERATOR_TYPE}
+
+
+@functools.cache
+def _enums() -> dict[str, type]:
+    """DML enum prefix (``DML_PADDING_MODE_``) -> vkml enum class."""
+    return {"DML_" + snake(obj.__name__).upper() + "_": obj
+            for obj in map(lambda n: getattr(dml, n, None), dml.__all__)
+            if isinstance(obj, type) and issubclass(obj, enum.Enum)}
+
+
+def full_type(type_name: str) -> str:
+    """``PADDING`` or ``DML_OPERATOR_PADDING`` -> ``DML_OPERATOR_PADDING``."""
+    return type_name if type_name.startswith("DML_OPERATOR_") else "DML_OPERATOR_" + type_name
+
+
+def check_operator_types(model) -> None:
+    """Refuse a dispatchable that is not a DirectML operator, or whose operator type vkml
+    lacks, before its desc is checked: the desc of an operator vkml does not know cannot
+    be read by field (a JOIN's ``InputTensors`` would otherwise be refused as a malformed
+    field, not as the operator vkml lacks).  Anything not shaped like a model is left to
+    the schema."""
+    items = model.get("dispatchables") if isinstance(model, dict) else None
+    for name, d in (items.items() if isinstance(items, dict) else ()):
+        kind = d.get("type") if isinstance(d, dict) else None
+        if not isinstance(kind, str):
+            continue
+        where = join(join("dispatchables", name), "type")
+        if not _is_dml(kind):
+            raise ModelError(where, f"type {kind!r} is not supported by vkml (it runs "
+                             "DirectML operators, DML_OPERATOR_*; not HLSL, ONNX or "
+                             "serialized graphs)")
+        if full_type(kind) not in operator_types():
+            raise ModelError(where, _lacks(full_type(kind)))
+
+
+def _is_dml(kind: str) -> bool:
+    return kind.upper().startswith("DML_OPERATOR_") or kind.isupper()
+
+
+def _lacks(full: str) -> str:
+    known = sorted(t for t in operator_types() if "ACTIVATION" not in t)
+    return f"vkml has no {full} (it implements: {', '.join(known)})"
+
+
+def desc_fields(cls) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+
+
+def _field_path(where: str, field: str) -> str:
+    """A vkml field name in a ValidationError (``PaddingOperatorDesc.start_padding[1]``,
+    ``TensorDesc.sizes[0]``) as the JSON path below ``where`` (``...StartPadding[1]``)."""
+    parts = field.split(".")
+    if parts and parts[0][:1].isupper():          # the class name
+        parts = parts[1:]
+    for p in parts:
+        name, _, index = p.partition("[")
+        where = join(where, pascal(name)) + (f"[{index}" if index else "")
+    return where
+
+
+def _tensor_desc(value: dict, where: str, limits: dict) -> dml.TensorDesc:
+    if "DataType" not in value:                   # DML_TENSOR_DESC {Type, Desc}
+        value, where = value["Desc"], join(where, "Desc")
+    if "DimensionCount" in value and value["DimensionCount"] != len(value["Sizes"]):
+        raise ModelError(join(where, "DimensionCount"), f"DimensionCount "
+                         f"{value['DimensionCount']} but Sizes has {len(value['Sizes'])} "
+                         "entries")
+    flags = dml.TensorFlags.NONE
+    for f in (value.get("Flags") or "NONE").replace(" ", "").split("|"):
+        key = f.removeprefix("DML_TENSOR_FLAG_").removeprefix("DML_TENSOR_FLAGS_")
+        if key not in dml.TensorFlags.__members__:
+            raise ModelError(join(where, "Flags"), f"unknown tensor flag {f!r}")
+        flags |= dml.TensorFlags[key]
+    try:
+        desc = dml.TensorDesc(value["DataType"], tuple(value["Sizes"]),
+                              tuple(value["Strides"]) if value.get("Strides") else None,
+                              value.get("TotalTensorSizeInBytes"),
+                              value.get("GuaranteedBaseOffsetAlignment", 0), flags)
+    except vkml.ValidationError as exc:
+        raise ModelError(_field_path(where, exc.field), exc.rule) from None
+    if desc.total_tensor_size_in_bytes > limits["resource"]:
+        raise ModelError(join(where, "Sizes"), f"the tensor needs "
+                         f"{desc.total_tensor_size_in_bytes} bytes; the device allows at most "
+                         f"{limits['resource']} in one resource")
+    return desc
+
+
+
+def _convert(value, field: str, where: str, limits: dict):
+    """A checked desc value (see DESC_VALUE) as the descriptor field wants it."""
+    if isinstance(value, dict):
+        schema = desc_object(value)
+        if schema is TENSOR_DESC or schema is WRAPPED_TENSOR_DESC:
+            return _tensor_desc(value, where, limits)
+        if schema is NESTED_DESC:       # a nested operator desc (a fused activation)
+            inner = value.get("Desc", {k: v for k, v in value.items() if k != "Type"})
+            return build_desc(value["Type"], inner,
+                              join(where, "Desc") if "Desc" in value else where, limits,
+                              validate=False)
+        if field in STRUCTS and hasattr(dml, STRUCTS[field]):
+            return _struct(getattr(dml, STRUCTS[field]), value, where)
+        raise ModelError(where, f"cannot read the object {short(value)}")
+    if isinstance(value, list):
+        return tuple(_convert(v, field, join(where, i), limits) if isinstance(v, dict) else v
+                     for i, v in enumerate(value))
+    if isinstance(value, str):
+        if field.endswith("data_type"):
+            try:
+                return dml.DataType.of(value)
+            except vkml.ValidationError as exc:
+                raise ModelError(where, exc.rule) from None
+        for prefix, cls in _enums().items():
+            if value.startswith(prefix) and value[len(prefix):] in cls.__members__:
+                return cls[value[len(prefix):]]
+    return value
+
+
+def _struct(cls, value: dict, where: str):
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in value:
+        if snake(k) not in names:
+            raise ModelError(join(where, k), f"is not a field of DML_{snake(cls.__name__).upper()}"
+                             f" ({', '.join(pascal(n) for n in names)})")
+    return cls(**{snake(k): v for k, v in value.items()})
+
+
+def _check_counts(counts: dict, kwargs: dict, where: str) -> None:
+    """The COUNTS fields given against the lengths of the arrays they state."""
+    for key, count in counts.items():
+        if key not in COUNTS:
+            raise ModelError(join(where, key), f"field {key!r} is not supported by vkml")
+        arrays = COUNTS[key]
+        for name, v in kwargs.items():
+            if not isinstance(v, tuple) or not v:
+                continue
+            stated = pascal(name) in arrays if arrays is not None else \
+                all(isinstance(x, int) for x in v)
+            if stated and len(v) != count:
+                raise ModelError(join(where, key), f"{key} is {count} but {pascal(name)} has "
+                                 f"{len(v)} entries")
+
+
+def build_desc(type_name: str, desc: dict, where: str = "", limits: dict | None = None,
+               validate: bool = True):
+    """The vkml descriptor of a DxDispatch ``desc`` (at JSON path ``where``) for
+    ``DML_OPERATOR_<type>``; ModelError names the place of anything wrong."""
+    limits = limits or {"resource": 1 << 62}
+    full = full_type(type_name)
+    cls = operator_types().get(full)
+    if cls is None:
+        raise ModelError(join(where, "Type") if where.endswith("Desc") or not where else
+                         where, _lacks(full))
+    if not isinstance(desc, dict):
+        raise ModelError(where, "desc must be an object")
+    fields = desc_fields(cls)
+    kwargs, counts = {}, {}
+    for key, value in desc.items():
+        name = snake(key)
+        if name in fields:
+            kwargs[name] = _convert(value, name, join(where, key), limits)
+        elif key.endswith("Count") and isinstance(value, int) and not isinstance(value, bool):
+            counts[key] = value        # implied by the arrays in vkml (checked below)
+        else:
+            raise ModelError(join(where, key), f"field {key!r} is not a field of "
+                             f"{full.replace('DML_OPERATOR_', 'DML_')}_OPERATOR_DESC as vkml "
+                             f"implements it (fields: {', '.join(pascal(f) for f in fields)})")
+    for name in fields:       # optional (_Maybenull_) fields left out are null, as in DxDispatch
+        if name not in kwargs and (name.endswith("_tensor") or name == "fused_activation"):
+            kwargs[name] = None
+    _check_counts(counts, kwargs, where)
+    required = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING}
+    missing = [pascal(f) for f in fields if f not in kwargs and f in required]
+    if missing:
+        raise ModelError(where, f"{full} needs {', '.join(missing)}")
+    try:
+        desc_obj = cls(**kwargs)
+        if validate:                  # a fused activation: by the operator that fuses it
+            desc_obj.validate()
+    except vkml.ValidationError as exc:
+        raise ModelError(_field_path(where, exc.field), exc.rule) from None
+    return desc_obj
+
+
+def bind_points(desc) -> dict[str, tuple[str, int]]:
+    """Bind-point name (``InputTensor``) -> ("in" | "out", index in inputs()/outputs())."""
+    ins, outs = desc.inputs(), desc.outputs()
+    out = {}
+    nones = [i for i, t in enumerate(ins) if t is None]
+    for f in desc_fields(type(desc)):
+        v = getattr(desc, f)
+        if isinstance(v, dml.TensorDesc):
+            for kind, lst in (("in", ins), ("out", outs)):
+                idx = next((i for i, t in enumerate(lst) if t is v), None)
+                if idx is not None:
+                    out[pascal(f)] = (kind, idx)
+                    break
+        elif v is None and f.endswith("_tensor") and nones:
+            out[pascal(f)] = ("in", nones.pop(0))
+    return out
+
+
+# -- dispatchables ------------------------------------------------------------------------
+@dataclasses.dataclass
+class Dispatchable:
+    name: str
+    desc: object
+    #: DML_EXECUTION_FLAGS names (suffixes); every one is a no-op in vkml, see
+    #: EXECUTION_FLAG_EFFECT.
+    flags: tuple = ()
+    #: Bind point -> Bound for the dispatchable's own ``bindings`` (its
+    #: DML_TENSOR_FLAG_OWNED_BY_DML inputs), copied into ``owned`` at initialization.
+    init: dict = dataclasses.field(default_factory=dict)
+    owned: dict = dataclasses.field(default_factory=dict)
+    #: the operator's initializer took the owned inputs (executions bind None there)
+    initialized: bool = False
+    compiled: object = None
+    init_ms: float = 0.0
+
+
+def _flag_names(value) -> tuple:
+    names = [value] if isinstance(value, str) else list(value or [])
+    return tuple(dict.fromkeys(n.removeprefix("DML_EXECUTION_FLAG_") for n in names
+                               if n.removeprefix("DML_EXECUTION_FLAG_") != "NONE"))
+
+
+def parse_dispatchables(model: dict, limits: dict) -> dict[str, Dispatchable]:
+    out = {}
+    for name, d in model["dispatchables"].items():
+        where = join("dispatchables", name)
+        key = "desc" if "desc" in d else "Desc"
+        if key not in d:
+            raise ModelError(where, "needs a 'desc'")
+        out[name] = Dispatchable(name, build_desc(d["type"], d[key], join(where, key), limits),
+                                 _flag_names(d.get("executionFlags")))
+    return out
+
+
