@@ -12,7 +12,7 @@ measurements: it ranked the convolution families
 * ``off_warm`` / ``fast_warm``: a second process on the folder the first left (its pipeline
   cache, and for ``fast`` the stored choice, which must be reused without timing again).
 
-The issue's goals: ``fast_cold`` within 2x of ``off_cold``, and ``fast_warm`` as fast as
+The goals: ``fast_cold`` within 2x of ``off_cold``, and ``fast_warm`` as fast as
 ``off_warm`` (read as: within 1.25x, the spread of a cold call between processes here).
 Each child prints one JSON line: the cold call's milliseconds, the candidate that ran and
 the tuning mode; the parent takes the median of ``repeats`` rounds.

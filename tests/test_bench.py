@@ -344,6 +344,39 @@ def test_model_operator_table_covers_vkml():
         assert types.get(cls.OPERATOR_TYPE) is cls
 
 
+# -- kernel paths side by side (bench.paths) -------------------------------------------------
+_SMALL = {
+    "pad": {"shape": [1, 2, 6, 8], "start": [0, 0, 1, 2], "end": [0, 0, 2, 1],
+            "mode": "reflection"},
+    "convolution": {"input": [1, 4, 6, 6], "filter": [8, 4, 3, 3], "start_padding": [1, 1],
+                    "end_padding": [1, 1]},
+    "fold": {"channels": 2, "output_size": [6, 6], "window": [3, 3],
+             "start_padding": [1, 1], "end_padding": [1, 1]},
+}
+
+
+@pytest.mark.parametrize("op, names", [
+    ("pad", ["kernel", "rows", "copy", "rows-256x4"]),
+    ("convolution", ["direct", "gemm", "gemm_sg"]),
+    ("fold", ["auto", "ssbo4", "roll"]),
+], ids=["pad", "convolution", "fold"])
+def test_paths_time_each_candidate_checked(op, names, device, monkeypatch):
+    """Every named candidate is built forced, checked against the reference and timed;
+    a name that is no candidate, and a wrong output, are reported instead of timed."""
+    from bench import paths
+
+    w = wl.parse(dict(_SMALL[op], name="small", op=op))
+    got = paths.time_paths(device, w, names + ["nope"], rounds=2, runs=1)
+    assert got["nope"].startswith("does not run: not a candidate"), got
+    timed = {n: v for n, v in got.items() if isinstance(v, float)}
+    assert timed and all(v > 0 for v in timed.values()), got
+    assert all(isinstance(v, float) or v.startswith("does not run") for v in got.values()), got
+    real = operators.compute
+    monkeypatch.setattr(operators, "compute", lambda *a, **k: real(*a, **k) + 1.0)
+    wrong = paths.time_paths(device, w, list(timed), rounds=1, runs=1)
+    assert all(str(v).startswith("wrong output") for v in wrong.values()), wrong
+
+
 # -- comparing runs and plotting --------------------------------------------------------------
 def test_compare_marks_regressions(tiny_run, tmp_path):
     _, doc, _ = tiny_run
