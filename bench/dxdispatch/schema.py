@@ -1,10 +1,12 @@
 """The DxDispatch model schema: a small schema language, the schema of a model file, and
 the structural check that runs before anything is read from the file or allocated.
 
-The schema is vkml's own rather than Microsoft's ``models/_schema.json`` checked by
-``jsonschema``: its sizes are checked against the device (see ``device_limits``), it refuses
-what vkml cannot run (HLSL/ONNX dispatchables, several resources on one bind point), and
-every refusal is one ``ModelError`` line naming the JSON path of the place.
+The schema is vkml's own rather than Microsoft's ``DxDispatch/models/_schema.json`` checked
+by ``jsonschema``: that schema leaves an operator's ``desc`` an untyped object, has no
+``writeFile``, ``sourcePath`` initializer or image resource, and no sizes; this one checks
+the desc's values, checks sizes against the device (see ``device_limits``), refuses what
+vkml cannot run (HLSL/ONNX dispatchables, several resources on one bind point), and
+reports every refusal as one ``ModelError`` line naming the JSON path of the place.
 """
 from __future__ import annotations
 
