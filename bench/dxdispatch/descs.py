@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 
 import vkml
 from vkml import dml
@@ -33,19 +32,21 @@ COUNTS = {"DimensionCount": None, "InputCount": ("InputTensors",),
           "OutputCount": ("OutputTensors",), "AxisCount": ("Axes",)}
 
 
-@functools.cache
+def _dml_classes(base: type) -> list[type]:
+    """The classes ``vkml.dml`` exports that derive from ``base``."""
+    found = (getattr(dml, name, None) for name in dml.__all__)
+    return [obj for obj in found if isinstance(obj, type) and issubclass(obj, base)]
+
+
 def operator_types() -> dict[str, type]:
     """DML operator type (``DML_OPERATOR_PADDING``) -> vkml descriptor class."""
-    return {obj.OPERATOR_TYPE: obj for obj in map(lambda n: getattr(dml, n, None), dml.__all__)
-            if isinstance(obj, type) and issubclass(obj, dml.OperatorDesc) and obj.OPERATOR_TYPE}
+    return {cls.OPERATOR_TYPE: cls for cls in _dml_classes(dml.OperatorDesc)
+            if cls.OPERATOR_TYPE}
 
 
-@functools.cache
 def _enums() -> dict[str, type]:
     """DML enum prefix (``DML_PADDING_MODE_``) -> vkml enum class."""
-    return {"DML_" + snake(obj.__name__).upper() + "_": obj
-            for obj in map(lambda n: getattr(dml, n, None), dml.__all__)
-            if isinstance(obj, type) and issubclass(obj, enum.Enum)}
+    return {"DML_" + snake(cls.__name__).upper() + "_": cls for cls in _dml_classes(enum.Enum)}
 
 
 def full_type(type_name: str) -> str:
