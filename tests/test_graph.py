@@ -828,3 +828,28 @@ def test_lp_pooling_fusion_is_timed_and_stored(device, tmp_path, monkeypatch):
     cg.release()
     monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed again
     device.compile_graph(g, constants={1: w}).release()
+
+
+@pytest.mark.parametrize("count, at", [(2 ** 32 - 1, 0), (2 ** 32 - 1, 7), (2 ** 31, 3),
+                                       (1000, 997), (12, 5)])
+def test_unconnected_graph_inputs_cost_nothing(device, count, at):
+    """InputCount may exceed the graph inputs any edge connects (DML_GRAPH_DESC): a huge
+    one compiles without holding a slot per input; the binding list ends at the last
+    connected input, or runs on with Nones up to InputCount; a constant (OWNED_BY_DML)
+    input at a high index is initialized by its index."""
+    rng = np.random.default_rng(at)
+    x, w, b = conv_inputs(rng)
+    src = conv_graph()
+    g = dml.GraphDesc(count, 1, src.nodes, [IN(at, 0, 0), IN(at + 1, 1, 1), IN(at + 2, 1, 2)],
+                      src.output_edges, src.intermediate_edges)
+    cg = device.compile_graph(g, constants={at + 1: w})
+    assert cg.constant_inputs == [at + 1]
+    ins = [None] * at + [device.tensor(x), None, device.tensor(b)]
+    bindings = [ins] + ([ins + [None] * (count - len(ins))] if count <= 1000 else [])
+    for given in bindings:
+        out = device.empty((1, 3, 5, 5))
+        cg.execute(given, [out])
+        np.testing.assert_allclose(out.numpy(), conv_want(x, w, b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValidationError, match="inputs"):
+        cg.execute(ins + [device.tensor(x)], [out])      # a tensor for an unconnected input
+    cg.release()

@@ -235,13 +235,21 @@ _LIVE: set = set()
 #: (``default_device``, ``shared_device``; ``vkml.onnx``'s "VKML" and "VKML:<index>").
 _SHARED: dict = {}
 _shared_lock = threading.Lock()
+_default_index: int | None = None
 
 
 def shared_device(selector=None) -> Device:
     """The process-wide :class:`Device` for ``selector`` (as ``Device(selector)`` takes
     it; None: the default selection), created on first use and again once closed: every
     caller naming the same Vulkan device gets the same object."""
-    index = _select(selector).index
+    global _default_index
+    if selector is None:
+        # chosen once, as the default device always was: the functional API asks per call
+        if _default_index is None:
+            _default_index = _select(None).index
+        index = _default_index
+    else:
+        index = _select(selector).index
     with _shared_lock:
         dev = _SHARED.get(index)
         if dev is None or dev.closed:
