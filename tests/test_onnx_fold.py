@@ -14,8 +14,6 @@ import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
 from vkml.onnx import fold as vfold  # noqa: E402
 
-I64 = TensorProto.INT64
-
 
 def _model(nodes, inits, rank=2, opset=18, inputs=()):
     """Output y: float32 of ``rank`` symbolic dimensions."""
@@ -106,7 +104,6 @@ def test_folds_within_the_bound_are_onnx_values(seed, device):
     """Folded chains of several ops give the reference evaluator's values; the folded
     result feeds a device node (Pad's pads) and a host node."""
     rng = np.random.default_rng(seed)
-    shape = [int(v) for v in rng.integers(1, 5, 2)]
     p = [int(v) for v in rng.integers(0, 3, 4)]
     nodes = [_c("p_lo", np.array(p[:2], np.int64)), _c("p_hi", np.array(p[2:], np.int64)),
              helper.make_node("Concat", ["p_lo", "p_hi"], ["pads"], axis=0),
@@ -120,7 +117,6 @@ def test_folds_within_the_bound_are_onnx_values(seed, device):
     model = _model(nodes, {"shape": np.array([1, 1], np.int64),
                            "big": np.array(x_shape, np.int64)},
                    inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)])
-    del shape
     rep = vonnx.prepare(model, device=device)
     assert {n.op_type for _, n in rep.folded} == {"Constant", "Concat", "ConstantOfShape",
                                                   "Expand", "Pad"}

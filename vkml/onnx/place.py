@@ -1,7 +1,7 @@
 """Placement (package doc, step 3): each node not folded goes on the device when
 :data:`~vkml.onnx.lower.DEVICE_OPS` lowers its op and data types, else on the host
-(ONNX's reference evaluator), which must know it: a node of a domain neither ONNX's
-evaluator nor the model's functions define is refused here, at ``prepare``."""
+(ONNX's reference evaluator), which must know it: a node neither ONNX's evaluator nor
+the model's functions implement (an unknown domain) is refused here, at ``prepare``."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,19 +45,30 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
     return None
 
 
+def check_host_partition(model, part, items) -> None:
+    """Build the host partition's evaluator now; where ONNX's reference evaluator cannot
+    run one of its nodes (an op of an unknown domain, ``com.example.MyOp``), raise
+    UnsupportedError naming that node: at ``prepare``, not at ``run``."""
+    try:
+        part.evaluator()
+    except Exception as exc:
+        for i, node in items:
+            check_host_node(model, node, i)
+        raise UnsupportedError(f"the host partition of nodes "
+                               f"{[node_label(n, i) for i, n in items]}",
+                               f"ONNX's reference evaluator refuses it ({type(exc).__name__}: "
+                               f"{exc})") from None
+
+
 def check_host_node(model, node, index) -> None:
-    """UnsupportedError naming ``node`` when ONNX's reference evaluator cannot run it (an
-    op of an unknown domain, ``com.example.MyOp``): found at ``prepare``, not at ``run``."""
-    if node.domain in ("", "ai.onnx"):
-        return                          # onnx.checker knows every op of these
-    if any(f.domain == node.domain and f.name == node.op_type for f in model.functions):
-        return
+    """UnsupportedError naming ``node`` when ONNX's reference evaluator cannot run it."""
     from onnx.reference import ReferenceEvaluator
 
     g = helper.make_graph([node], "vkml_check",
                           [helper.make_value_info(x, onnx.TypeProto()) for x in node.input if x],
                           [helper.make_value_info(o, onnx.TypeProto()) for o in node.output if o])
-    m = helper.make_model(g, opset_imports=model.opset_import, ir_version=model.ir_version)
+    m = helper.make_model(g, opset_imports=model.opset_import, ir_version=model.ir_version,
+                          functions=model.functions)
     try:
         ReferenceEvaluator(m, new_ops=host_ops(model))
     except Exception as exc:
@@ -78,8 +89,6 @@ def place(rep, rest) -> tuple[list, list]:
             raise UnsupportedError(
                 f"an operator for node {node_label(node, i)!r} (op type "
                 f"{node.op_type})", f"{why}; prepare(strict=False) runs it on the host")
-        if why is not None:
-            check_host_node(rep.model, node, i)
         w = "device" if why is None else "host"
         for o in node.output:
             where[o] = w
@@ -111,4 +120,5 @@ def place(rep, rest) -> tuple[list, list]:
             parts.append(DevicePartition(rep, nodes, inputs, outputs))
         else:
             parts.append(HostPartition(rep, [(n, None) for n in nodes], inputs, outputs))
+            check_host_partition(rep.model, parts[-1], items)
     return groups, parts

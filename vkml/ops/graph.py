@@ -189,8 +189,9 @@ class CompiledGraph(CompiledOperator):
     """``IDMLCompiledOperator`` of a graph: ``initialize``, ``execute``, ``record``.
 
     ``nodes``: the compiled nodes' descriptors in execution order; ``fusions``: what
-    fusion did (:class:`Fusion` s; ``str()`` of one is a sentence); ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum
-    of the intermediates' sizes each rounded up to the binding alignment (what they would
+    fusion did, as :class:`Fusion` data (``str()`` of one is a sentence);
+    ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum of the
+    intermediates' sizes each rounded up to the binding alignment (what they would
     take without sharing); ``intermediate_tensor_bytes``: the sum of their
     TotalTensorSizeInBytes.  The graph as declared, before fusion:
     ``declared_intermediate_bytes``, the sum of its intermediates (every node output that
