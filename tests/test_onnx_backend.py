@@ -51,7 +51,7 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
 
 def _collect():
     """Import only the case modules of our ops (collect_testcases() imports all of them,
-    ~25 s); every case they generate is kept."""
+    which is slow); every case they generate is kept."""
     import importlib
 
     import onnx.backend.test.case.node as node_cases

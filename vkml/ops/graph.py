@@ -553,11 +553,10 @@ def _run_pooled(device, seq, cand, shape):
 
 
 def _pooled_fast(shape, device) -> tuple:
-    """The fast list: apart and winograd (whose GEMMs run with lanes along output channels
-    where the device has full subgroups with shuffles, which made winograd-sg slower on
-    the bench's graph (bench/RESULTS.md), so winograd-sg is timed in ``full`` mode only),
-    and winograd-blocked where the device ranks that family strong
-    (``convolution.choice.strong_families``)."""
+    """The fast list: apart and winograd (whose GEMMs already run with lanes along output
+    channels where the device has full subgroups with shuffles, the case winograd-sg is
+    for, so winograd-sg is timed in ``full`` mode only), and winograd-blocked where the
+    device ranks that family strong (``convolution.choice.strong_families``)."""
     return ("apart", "winograd") + tuple(n for n in choice.strong_families(device)
                                          if n == "winograd-blocked")
 
