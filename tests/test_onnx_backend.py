@@ -364,6 +364,15 @@ def test_lppool_ceil_mode(device):
     assert y.shape == want.shape == (1, 3, 3, 4)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
     assert "ceil_mode" in rep.fallbacks[0][1]
+    # the fallback holds for that shape only: the first shape runs on the device again,
+    # and a third one too
+    for shape in ((1, 2, 7, 7), (2, 2, 9, 11), (1, 2, 6, 7)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(rep.run([x])[0], _reference(model, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-5)
+    assert len(rep.fallbacks) == 1
+    (part,) = [p for p in rep._parts if p.where == "device"]
+    assert sum(isinstance(ex, vonnx.GraphExecutor) for ex in part._cache.values()) == 2
 
 
 # -- placement, strictness, errors -------------------------------------------------------------

@@ -32,6 +32,9 @@ def resolve_device(device) -> Device:
     if up == "VKML":
         return shared_device(None)
     if up.startswith("VKML:"):
+        if not text[5:].isdigit():
+            raise ValidationError("device", f"must be \"VKML\", \"VKML:<index>\" or a "
+                                  f"vkml.Device, got {text!r}")
         return shared_device(int(text[5:]))
     return shared_device(text)
 

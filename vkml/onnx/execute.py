@@ -172,7 +172,9 @@ class DevicePartition:
         self.rep, self.nodes, self.inputs, self.outputs = rep, nodes, inputs, outputs
         self._cache: dict = {}
         self.last: GraphExecutor | None = None      # the latest built (its fusions)
-        self.host: HostPartition | None = None     # set when the device could not run it
+        #: the partition on the host, for the input shapes and parameter values (keys of
+        #: ``_cache``) the device could not run: only those, not every later run
+        self.host: HostPartition | None = None
         params, tensors = [], []
         for node in nodes:
             spec = DEVICE_OPS[node.op_type]
@@ -231,8 +233,6 @@ class DevicePartition:
             pass
 
     def run(self, env: dict) -> None:
-        if self.host is not None:
-            return self.host.run(env)
         key = self._key(env)
         ex = self._cache.get(key)
         if ex is None:
@@ -244,17 +244,19 @@ class DevicePartition:
                 if self.rep.strict:
                     raise UnsupportedError("an operator for " + names, str(exc)) from None
                 self.rep.fallbacks.append((names, str(exc)))
-                self.last = None                    # the partitions report no fusion
-                self.host = HostPartition(self.rep, [(n, None) for n in self.nodes],
-                                           self.inputs, self.outputs)
-                return self.host.run(env)
+                if self.host is None:
+                    self.host = HostPartition(self.rep, [(n, None) for n in self.nodes],
+                                              self.inputs, self.outputs)
+                ex = self.host
             self._cache[key] = ex
-        self.last = ex
+        # the partitions report the fusions of the graph that ran last (none on the host)
+        self.last = ex if isinstance(ex, GraphExecutor) else None
         ex.run(env)
 
     def release(self):
         for ex in self._cache.values():
-            ex.release()
+            if isinstance(ex, GraphExecutor):
+                ex.release()
         self._cache.clear()
         self.last = None
 
