@@ -41,6 +41,12 @@ def _huge_models(rng):
     out.append((_model([helper.make_node("Pad", ["x"], ["y"], name="pad2",
                                          pads=[0, 1 << big, 0, 0])],
                        {"x": x}, opset=2), "pad2"))
+    out.append((_model([helper.make_node("Pad", ["x"], ["y"], name="pad1",
+                                         paddings=[0, 0, 1 << big, 0])],
+                       {"x": x}, opset=1), "pad1"))
+    out.append((_model([helper.make_node("Tile", ["x", "t", "a"], ["y"], name="tile1")],
+                       {"x": x, "t": np.array(1 << big, np.int64), "a": np.array(1, np.int64)},
+                       opset=1), "tile1"))
     out.append((_model([helper.make_node("ConstantOfShape", ["s"], ["y"], name="cos")],
                        {"s": np.array([side, side], np.int64)}), "cos"))
     out.append((_model([_c("s", np.array([side, 3, side], np.int64)),

@@ -170,3 +170,9 @@ def test_fed_initializers_are_used(device):
         rep.run({"x": x, "B": b})
     assert not rep.fallbacks
     rep.release()
+
+
+@pytest.mark.parametrize("name", ["VKML:abc", "VKML:", "VKML:-1", "VKML:1.5"])
+def test_device_names_that_are_no_index(name):
+    with pytest.raises(vkml.ValidationError, match="^device: "):
+        vonnx.prepare(_conv_model(), device=name)

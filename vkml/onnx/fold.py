@@ -1,6 +1,7 @@
 """Constant folding (package doc, step 2): the nodes whose inputs are all constant are
 evaluated once, node by node, by ONNX's reference evaluator, each only after ONNX shape
-inference (reading its constant inputs) shows its outputs fit :func:`fold_limit`."""
+inference (reading its constant inputs) shows its outputs fit :func:`fold_limit`.  An
+op whose output size nothing here can tell beforehand is evaluated, then checked."""
 from __future__ import annotations
 
 import math
@@ -58,7 +59,8 @@ def fold(model, inits: dict, output_names) -> tuple[dict, list, list]:
     total = 0
     for i, node in folded:
         label = f"node {node_label(node, i)!r} ({node.op_type})"
-        for name, nbytes in _inferred_bytes(model, node, values).items():
+        sizes = _inferred_bytes(model, node, values) or _legacy_bytes(node, values)
+        for name, nbytes in sizes.items():
             _check_size(label, name, nbytes, limit, total)
         for name, v in zip(node.output, _evaluate(model, node, values, label)):
             if not name:
@@ -116,6 +118,27 @@ def _inferred_bytes(model, node, values) -> dict:
             continue
         out[vi.name] = math.prod(dims) * item
     return out
+
+
+def _legacy_bytes(node, values) -> dict:
+    """Output bytes of the ops of old opsets ONNX shape inference does not size: Pad-1
+    (``paddings``) and Tile-1 (``tiles`` and ``axis`` inputs)."""
+    x = values.get(node.input[0]) if node.input else None
+    if not isinstance(x, np.ndarray) or not node.output[0]:
+        return {}
+    dims = list(x.shape)
+    a = {at.name: helper.get_attribute_value(at) for at in node.attribute}
+    if node.op_type == "Pad" and len(a.get("paddings", a.get("pads", []))) == 2 * len(dims):
+        pads = [int(p) for p in a.get("paddings", a.get("pads"))]
+        dims = [d + b + e for d, b, e in zip(dims, pads, pads[len(dims):])]
+    elif node.op_type == "Tile" and len(node.input) == 3:
+        tiles, axis = (values.get(n) for n in node.input[1:])
+        if tiles is None or axis is None or not -len(dims) <= int(axis) < len(dims):
+            return {}
+        dims[int(axis)] *= int(tiles)
+    else:
+        return {}
+    return {node.output[0]: math.prod(max(d, 0) for d in dims) * x.itemsize}
 
 
 def _evaluate(model, node, values, label) -> list:
