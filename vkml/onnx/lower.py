@@ -372,7 +372,7 @@ DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
                    for op in ACTIVATION_OPS if op != "Identity"})
 
 
-# -- executing a device partition: one DML graph ---------------------------------------------
+# -- a lowered device partition as one DML graph ---------------------------------------------
 
 #: Descriptor fields of each input slot (to mark constant inputs OWNED_BY_DML).
 _INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor")}
