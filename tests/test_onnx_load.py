@@ -192,3 +192,48 @@ def test_pad_with_attribute_pads(opset, device):
             np.testing.assert_array_equal(rep.run([x])[0], want)
             if opset == 2:
                 np.testing.assert_array_equal(ReferenceEvaluator(m).run(None, {"x": x})[0], want)
+
+
+def _constant_model(w: np.ndarray, location: str, in_function: bool):
+    """y = x + c, c a Constant node's value stored externally at ``location``; the node
+    in the graph, or in a model-local function's body."""
+    t = numpy_helper.from_array(w, "c")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", location
+    const = helper.make_node("Constant", [], ["c"], name="the_constant", value=t)
+    add = helper.make_node("Add", ["x", "c"], ["y"], name="add")
+    opsets = [helper.make_opsetid("", 18)]
+    functions = []
+    if in_function:
+        functions = [helper.make_function("com.example", "AddC", ["x"], ["y"], [const, add],
+                                          opsets)]
+        nodes = [helper.make_node("AddC", ["x"], ["y"], domain="com.example", name="addc")]
+        opsets = opsets + [helper.make_opsetid("com.example", 1)]
+    else:
+        nodes = [const, add]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, list(w.shape))],
+                          [helper.make_tensor_value_info("y", F32, list(w.shape))])
+    return helper.make_model(g, opset_imports=opsets, functions=functions)
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+def test_external_data_of_attribute_tensors(in_function, device, tmp_path, monkeypatch):
+    """A Constant's value stored externally (in the graph or a function body) follows the
+    same rules as an initializer's: the model's folder, never the working directory."""
+    rng = np.random.default_rng(int(in_function))
+    w = rng.standard_normal((2, 3)).astype(np.float32)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "c.bin").write_bytes(w.tobytes())
+    (tmp_path / "c.bin").write_bytes(np.ones_like(w).tobytes())
+    monkeypatch.chdir(tmp_path)
+    rep = vonnx.prepare(_save(tmp_path / "m", _constant_model(w, "c.bin", in_function)),
+                        device=device)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_array_equal(rep.run([x])[0], x + w)
+    for loc in ("../c.bin", str(tmp_path / "c.bin"), "nowhere.bin"):
+        with pytest.raises(vkml.ValidationError) as info:
+            vonnx.prepare(_save(tmp_path / "m", _constant_model(w, loc, in_function), "b.onnx"),
+                          device=device)
+        assert info.value.field == "node 'the_constant' attribute 'value': external data"

@@ -38,16 +38,13 @@ def load(model) -> onnx.ModelProto:
     except Exception as exc:           # protobuf DecodeError and friends
         raise ValidationError("model", f"not a valid ONNX model (protobuf parse failed: "
                               f"{exc})") from None
-    if any(_is_external(t) for t in _stored_tensors(proto.graph)):
-        if not isinstance(model, onnx.ModelProto):
-            copy = proto
-        else:                          # the caller's proto stays as given
-            copy = onnx.ModelProto()
-            copy.CopyFrom(proto)
-        proto = copy
-        for t in _stored_tensors(proto.graph):
+    if any(_is_external(t) for _, t in _stored_tensors(proto)):
+        if isinstance(model, onnx.ModelProto):    # the caller's proto stays as given
+            proto = onnx.ModelProto()
+            proto.CopyFrom(model)
+        for what, t in _stored_tensors(proto):
             if _is_external(t):
-                _read_external(t, folder)
+                _read_external(t, what, folder)
     try:
         onnx.checker.check_model(proto)
     except Exception as exc:
@@ -58,25 +55,48 @@ def load(model) -> onnx.ModelProto:
     return proto
 
 
-def _stored_tensors(graph):
-    """The graph's initializers (dense and the parts of sparse ones)."""
-    yield from graph.initializer
-    for sp in graph.sparse_initializer:
-        yield sp.values
-        yield sp.indices
+def _stored_tensors(model):
+    """``(what, tensor)`` for every tensor the model stores: initializers (dense, and the
+    parts of sparse ones) and attribute tensors (``Constant``'s value), in the graph, its
+    subgraphs and the model's functions."""
+    def nodes(node_list):
+        for node in node_list:
+            label = node.name or node.op_type
+            for a in node.attribute:
+                what = f"node {label!r} attribute {a.name!r}"
+                if a.HasField("t"):
+                    yield what, a.t
+                yield from ((what, t) for t in a.tensors)
+                for sp in ([a.sparse_tensor] if a.HasField("sparse_tensor") else []) + \
+                        list(a.sparse_tensors):
+                    yield from ((what, t) for t in (sp.values, sp.indices))
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from graph(g)
+
+    def graph(g):
+        for t in g.initializer:
+            yield f"initializer {t.name!r}", t
+        for sp in g.sparse_initializer:
+            yield f"initializer {sp.values.name!r}", sp.values
+            yield f"initializer {sp.values.name!r}", sp.indices
+        yield from nodes(g.node)
+
+    yield from graph(model.graph)
+    for f in model.functions:
+        yield from nodes(f.node)
 
 
 def _is_external(t) -> bool:
     return t.data_location == TensorProto.EXTERNAL
 
 
-def _read_external(t, folder) -> None:
-    """Read initializer ``t``'s external data into it (ONNX external data: ``location``
+def _read_external(t, what, folder) -> None:
+    """Read tensor ``t``'s (``what``: the initializer or attribute) external data into it (ONNX external data: ``location``
     relative to the model's folder, ``offset`` and ``length`` in bytes).  The file must
     lie inside the model's folder: no absolute path, no ``..``, no symbolic link; its
     bytes must be exactly what ``dims`` and the element type need.  ValidationError
     naming the initializer otherwise."""
-    field = f"initializer {t.name!r}: external data"
+    field = f"{what}: external data"
 
     def fail(rule):
         raise ValidationError(field, rule)
