@@ -242,7 +242,7 @@ def measure(bench, w, device_row: dict, dev, cpu_peers: bool) -> list[dict]:
                               "unfused_arena_bytes": cg.unfused_arena_bytes,
                               "arena_vs_declared": (cg.arena_bytes
                                                     / cg.declared_intermediate_bytes),
-                              "nodes": len(cg.nodes), "fusions": list(cg.fusions)}
+                              "nodes": len(cg.nodes), "fusions": [str(f) for f in cg.fusions]}
     made = prepare(ops_row, lambda: runner.one_by_one(p, inputs, dtype))
     if made is not None:
         release += made[2]

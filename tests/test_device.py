@@ -83,6 +83,47 @@ def test_default_device_is_shared():
     assert vkml.default_device() is vkml.default_device()
 
 
+def test_one_registry_of_shared_devices(monkeypatch):
+    """vkml.device's registry: every way of naming one Vulkan device (the default, its
+    index, its name, vkml.onnx's "VKML" and "VKML:<index>") gives one Device object,
+    opened again once closed; ``closed`` says whether it was."""
+    from vkml import device as vdevice
+
+    monkeypatch.setattr(vdevice, "_SHARED", {})   # the session's own shared devices stay
+    made = []
+    try:
+        default = vdevice.default_device()
+        made.append(default)
+        assert not default.closed
+        assert vdevice.shared_device(default.index) is default
+        assert vdevice.shared_device(str(default.index)) is default
+        assert vdevice.shared_device(default.info) is default
+        for info in vkml.devices():
+            dev = vdevice.shared_device(info.index)
+            made.append(dev)
+            assert dev.index == info.index and vdevice.shared_device(info.index) is dev
+            word = info.name.split()[0]
+            assert vdevice.shared_device(word).name.lower().find(word.lower()) >= 0
+        try:
+            import vkml.onnx as vonnx
+        except ImportError:
+            vonnx = None
+        if vonnx is not None:
+            from vkml.onnx.backend import resolve_device
+            assert resolve_device("VKML") is default and resolve_device(None) is default
+            for info in vkml.devices():
+                assert resolve_device(f"VKML:{info.index}") is vdevice.shared_device(info.index)
+        default.close()
+        assert default.closed
+        again = vdevice.default_device()
+        made.append(again)
+        assert again is not default and not again.closed and again.index == default.index
+        assert vdevice.shared_device(default.index) is again
+    finally:
+        for dev in made:
+            dev.close()
+
+
 def test_validation_layer_reports_misuse(device):
     """With VKML_VALIDATION=1 (as tools/test runs) the Khronos layer is active and its
     messages reach ``validation_messages`` (which fail the test that caused them): a

@@ -427,7 +427,7 @@ def test_prepared_call_is_reused_only_for_equal_arguments(device):
     """Every change the descriptor depends on (shape, dtype, strides of the input, padding
     counts, mode, the value's type and bits) misses the cache: results match numpy.pad,
     and each distinct call adds its own entry."""
-    device._prepared.clear()
+    device.prepared_calls.clear()
     rng = np.random.default_rng(7)
     x = rng.standard_normal((4, 4)).astype(np.float32)
     base = dict(start=[1, 1], end=[1, 1], mode="reflection", value=0.0)
@@ -462,7 +462,7 @@ def test_prepared_call_is_reused_only_for_equal_arguments(device):
             assert same_bits(got, want.astype(a.dtype)), (a.shape, a.dtype, kw)
     # 17 calls: the second repeats the first, and x.T is made contiguous first, so it is
     # a (4, 4) float32 input like x (its result above is still x.T's): 15 entries
-    assert len(device._prepared) == 15
+    assert len(device.prepared_calls) == 15
 
 
 def test_prepared_results_are_fresh_arrays(device):
@@ -482,7 +482,7 @@ def test_prepared_results_are_fresh_arrays(device):
 def test_prepared_call_keeps_every_check(device):
     """Bad arguments raise on every call, before and after a good call with the same
     input stored a prepared call, and store nothing."""
-    device._prepared.clear()
+    device.prepared_calls.clear()
     x = np.ones((4, 4), np.float32)
     bad = [
         (([1], [1, 1], "reflection"), vkml.ValidationError),          # count
@@ -501,13 +501,13 @@ def test_prepared_call_keeps_every_check(device):
                 vkml.pad(x, *args, device=device)
         if round_ == 0:
             vkml.pad(x, [1, 1], [1, 1], "reflection", device=device)
-    assert len(device._prepared) == 2
+    assert len(device.prepared_calls) == 2
     with pytest.raises(vkml.ValidationError):     # a dtype DML lacks, same shape
         vkml.pad(x.astype(bool), [1, 1], [1, 1], "reflection", device=device)
     with pytest.raises(TypeError):                # unhashable / wrong-typed mode
         vkml.pad(x, [1, 1], [1, 1], ["reflection"], device=device)
     nan = vkml.pad(x, [1, 1], [1, 1], "constant", float("nan"), device=device)
-    assert np.isnan(nan[0, 0]) and len(device._prepared) == 2  # NaN: no key
+    assert np.isnan(nan[0, 0]) and len(device.prepared_calls) == 2  # NaN: no key
 
 
 def test_prepared_call_follows_released_operators(device, monkeypatch):
@@ -530,13 +530,13 @@ def test_prepared_call_follows_released_operators(device, monkeypatch):
     assert same_bits(vkml.pad(x, [1, 1], [1, 1], "reflection", device=device), want)
     assert functional.prepared(device, key).compiled is not old.compiled
     monkeypatch.setattr(functional, "PREPARED_MAX", 0)
-    device._prepared.clear()
+    device.prepared_calls.clear()
     assert same_bits(vkml.pad(x, [1, 1], [1, 1], "reflection", device=device), want)
-    assert not device._prepared
+    assert not device.prepared_calls
     monkeypatch.undo()
     dev = vkml.Device(device.index)
     vkml.pad(x, [1, 1], [1, 1], "reflection", device=dev)
-    assert dev._prepared
+    assert dev.prepared_calls
     dev.close()
     with pytest.raises(vkml.DeviceError):
         vkml.pad(x, [1, 1], [1, 1], "reflection", device=dev)

@@ -4,6 +4,7 @@ operator at a time, fused == unfused, the arena shared by lifetime, replay, cons
 (OWNED_BY_DML) bound once, and composition with ``Sequence``."""
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -242,11 +243,22 @@ def test_owned_by_dml_rules(device):
 def test_fused_pattern(device, fuse):
     rng = np.random.default_rng(1)
     x, w, b = conv_inputs(rng)
-    cg = device.compile_graph(conv_graph(), fuse=fuse, constants={1: w})
+    graph = conv_graph()
+    graph = dml.GraphDesc(graph.input_count, graph.output_count,
+                          [replace(n, name=k) for n, k in zip(graph.nodes, ("pad", "conv", "act"))],
+                          graph.input_edges, graph.output_edges, graph.intermediate_edges)
+    cg = device.compile_graph(graph, fuse=fuse, constants={1: w})
     if fuse:
         assert [type(d).__name__ for d in cg.nodes] == ["ConvolutionOperatorDesc"]
         assert cg.nodes[0].start_padding == (1, 1) and cg.nodes[0].fused_activation.alpha == 0.1
-        assert len(cg.fusions) == 2 and cg.arena_bytes == 0
+        assert cg.arena_bytes == 0
+        pad, act = cg.fusions
+        assert (pad.kind, pad.absorbed, pad.into) == ("padding", (0,), (1,))
+        assert (act.kind, act.absorbed, act.into) == ("activation", (2,), (0, 1))
+        assert (pad.absorbed_names, pad.into_names) == (("pad",), ("conv",))
+        assert act.into_names == ("pad", "conv") and act.absorbed_names == ("act",)
+        assert str(pad) == "the zero padding nodes[0] folded into nodes[1]"
+        assert str(act) == f"nodes[2] ({act.operator}) fused into the convolution nodes[0, 1]"
     else:
         assert len(cg.nodes) == 3 and not cg.fusions
     out = device.empty((1, 3, 5, 5))
@@ -587,7 +599,9 @@ def pool_reference(arrays, window=(2, 2), strides=(2, 2), start=(0, 0), end=(0, 
     return lp_pooling_reference(y, window, strides, dilations, start, end, p)
 
 
-POOL_TEXT = "_LP_POOLING1) fused into the convolution"
+def pooled(cg) -> bool:
+    """Whether the compiled graph fused an LP pooling into a convolution."""
+    return any(f.kind == "pooling" for f in cg.fusions)
 
 
 @pytest.mark.parametrize("dtype, size, p, lp0", [
@@ -606,8 +620,10 @@ def test_lp_pooling_fused_into_winograd(device, dtype, size, p, lp0):
     cg, (fused,) = run_graph(device, g, arrays, shapes, dtype, paths={0: "winograd"})
     assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
     what = "LP_POOLING" if lp0 else "LP_POOLING1"
-    assert cg.fusions[-1] == (f"nodes[2] (DML_OPERATOR_{what}) fused into the convolution "
-                              "nodes[0, 1]")
+    f = cg.fusions[-1]
+    assert (f.kind, f.absorbed, f.into, f.operator) == ("pooling", (2,), (0, 1),
+                                                        f"DML_OPERATOR_{what}")
+    assert str(f) == f"nodes[2] (DML_OPERATOR_{what}) fused into the convolution nodes[0, 1]"
     assert cg.arena_bytes == 0 and cg._graph_nodes[0].compiled.path.pool is not None
     cg.release()
     cg, (plain,) = run_graph(device, g, arrays, shapes, dtype, fuse=False,
@@ -636,7 +652,7 @@ def test_lp_pooling_fusion_only_where_exact(device, case):
     g, shapes = pool_graph("float32", size, **case)
     arrays = pool_inputs(rng, np.float32, size)
     cg, got = run_graph(device, g, arrays, shapes, np.float32, paths={0: path})
-    assert not any(POOL_TEXT in f for f in cg.fusions), cg.fusions
+    assert not pooled(cg), cg.fusions
     assert [type(d).__name__ for d in cg.nodes] == ["ConvolutionOperatorDesc",
                                                     "LpPooling1OperatorDesc"]
     assert cg._graph_nodes[0].compiled.path.name == path
@@ -720,7 +736,7 @@ def test_lp_pooling_fused_with_winograd_knobs(device, path):
     got = []
     for fuse in (True, False):
         cg, (y,) = run_graph(device, g, arrays, shapes, np.float32, fuse=fuse, paths={0: path})
-        assert any(POOL_TEXT in f for f in cg.fusions) == fuse
+        assert pooled(cg) == fuse
         got.append(y)
         cg.release()
     np.testing.assert_allclose(got[0], got[1], rtol=1e-6, atol=1e-6)
@@ -778,7 +794,7 @@ def test_lp_pooling_fusion_follows_the_measured_choice(device, monkeypatch, choi
     cg, got = run_graph(device, g, arrays, shapes, np.float32)
     conv = cg._graph_nodes[0].compiled
     if choice == "apart":
-        assert not any(POOL_TEXT in f for f in cg.fusions), cg.fusions
+        assert not pooled(cg), cg.fusions
         assert len(cg.nodes) == 2 and getattr(conv.path, "pool", None) is None
     else:
         assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
@@ -804,7 +820,7 @@ def test_lp_pooling_fusion_is_timed_and_stored(device, tmp_path, monkeypatch):
     c = t.choose(device, graph_ops.POOLED, shape)
     assert c.source == "stored" and {"apart", "winograd"} <= set(c.times)
     assert c.name == min(c.times, key=c.times.get)
-    fused = any(POOL_TEXT in f for f in cg.fusions)
+    fused = pooled(cg)
     assert fused == (c.name != "apart"), (c.name, cg.fusions)
     out = device.empty(shapes[0], np.float32)
     cg.execute([device.tensor(x), None, device.tensor(b)], [out])
@@ -812,3 +828,28 @@ def test_lp_pooling_fusion_is_timed_and_stored(device, tmp_path, monkeypatch):
     cg.release()
     monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed again
     device.compile_graph(g, constants={1: w}).release()
+
+
+@pytest.mark.parametrize("count, at", [(2 ** 32 - 1, 0), (2 ** 32 - 1, 7), (2 ** 31, 3),
+                                       (1000, 997), (12, 5)])
+def test_unconnected_graph_inputs_cost_nothing(device, count, at):
+    """InputCount may exceed the graph inputs any edge connects (DML_GRAPH_DESC): a huge
+    one compiles without holding a slot per input; the binding list ends at the last
+    connected input, or runs on with Nones up to InputCount; a constant (OWNED_BY_DML)
+    input at a high index is initialized by its index."""
+    rng = np.random.default_rng(at)
+    x, w, b = conv_inputs(rng)
+    src = conv_graph()
+    g = dml.GraphDesc(count, 1, src.nodes, [IN(at, 0, 0), IN(at + 1, 1, 1), IN(at + 2, 1, 2)],
+                      src.output_edges, src.intermediate_edges)
+    cg = device.compile_graph(g, constants={at + 1: w})
+    assert cg.constant_inputs == [at + 1]
+    ins = [None] * at + [device.tensor(x), None, device.tensor(b)]
+    bindings = [ins] + ([ins + [None] * (count - len(ins))] if count <= 1000 else [])
+    for given in bindings:
+        out = device.empty((1, 3, 5, 5))
+        cg.execute(given, [out])
+        np.testing.assert_allclose(out.numpy(), conv_want(x, w, b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValidationError, match="inputs"):
+        cg.execute(ins + [device.tensor(x)], [out])      # a tensor for an unconnected input
+    cg.release()

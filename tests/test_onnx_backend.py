@@ -51,7 +51,7 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
 
 def _collect():
     """Import only the case modules of our ops (collect_testcases() imports all of them,
-    ~25 s); every case they generate is kept."""
+    which is slow); every case they generate is kept."""
     import importlib
 
     import onnx.backend.test.case.node as node_cases
@@ -221,19 +221,21 @@ def test_pad_conv_relu_lppool_conv_is_one_graph(device):
     inits = [numpy_helper.from_array(np.array([0, 0, 1, 2, 0, 0, 1, 0], np.int64), "pads"),
              numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(b1, "B1"),
              numpy_helper.from_array(w2, "W2")]
-    model = _model(nodes, [_vi("x", [1, 2, 7, 8])], [_vi("y", None)], inits)
+    # x's shape is symbolic (a new shape, a new lowering): compiled at the first run
+    model = _model(nodes, [_vi("x", ["N", 2, "H", "W"])], [_vi("y", None)], inits)
     rep = vonnx.prepare(model, device=device, strict=True)
-    assert rep.partitions == [("device", [
-        ("pad", "Pad (folded into Conv)"), ("conv1", "Conv"),
-        ("relu", "Relu (fused into Conv)"), ("lppool", "LpPool"), ("conv2", "Conv")])]
-    (part,) = rep._parts
-    graph = part.last.compiled
-    assert len(graph.fusions) == 2 and len(graph.nodes) == 3
-    assert sorted(graph.constant_inputs) == [1, 2, 3]        # W1, B1, W2
     for x in (rng.standard_normal((1, 2, 7, 8)).astype(np.float32),
               rng.standard_normal((2, 2, 6, 9)).astype(np.float32)):   # replay, new shape
         (y,) = rep.run([x])
         np.testing.assert_allclose(y, _reference(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
+        assert rep.partitions == [("device", [
+            ("pad", "Pad (folded into Conv)"), ("conv1", "Conv"),
+            ("relu", "Relu (fused into Conv)"), ("lppool", "LpPool"), ("conv2", "Conv")])]
+    (part,) = rep._parts
+    graph = part.last.compiled
+    assert [f.kind for f in graph.fusions] == ["padding", "activation"]
+    assert len(graph.nodes) == 3
+    assert sorted(graph.constant_inputs) == [1, 2, 3]        # W1, B1, W2
     assert len(part._cache) == 2 and not rep.fallbacks
 
 
@@ -319,7 +321,7 @@ def _pads_subgraph_model(ceil_mode=0):
         helper.make_node("LpPool", ["r"], ["y"], name="lppool", kernel_shape=[2, 2],
                          strides=[2, 2], p=2, ceil_mode=ceil_mode),
     ]
-    return _model(nodes, [_vi("x", [1, 2, 6, 7])], [_vi("y", None)],
+    return _model(nodes, [_vi("x", ["N", 2, "H", "W"])], [_vi("y", None)],
                   [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")]), w, b
 
 
@@ -362,6 +364,15 @@ def test_lppool_ceil_mode(device):
     assert y.shape == want.shape == (1, 3, 3, 4)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
     assert "ceil_mode" in rep.fallbacks[0][1]
+    # the fallback holds for that shape only: the first shape runs on the device again,
+    # and a third one too
+    for shape in ((1, 2, 7, 7), (2, 2, 9, 11), (1, 2, 6, 7)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(rep.run([x])[0], _reference(model, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-5)
+    assert len(rep.fallbacks) == 1
+    (part,) = [p for p in rep._parts if p.where == "device"]
+    assert sum(isinstance(ex, vonnx.GraphExecutor) for ex in part._cache.values()) == 2
 
 
 # -- placement, strictness, errors -------------------------------------------------------------

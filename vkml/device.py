@@ -75,9 +75,9 @@ class Device:
                                     force_staging)
         self._compiled: OrderedDict = OrderedDict()   # functional API's compiled operators
         self._compiled_lock = threading.Lock()
-        #: functional calls that passed validation here: key -> (compiled, result sizes)
-        #: (``vkml.ops.functional.prepared``)
-        self._prepared: dict = {}
+        #: functional calls that passed validation here: key -> (compiled, result sizes),
+        #: kept and read by ``vkml.ops.functional`` (``prepared``, ``run``)
+        self.prepared_calls: dict = {}
         self._closed = False
         _LIVE.add(self)
 
@@ -112,7 +112,7 @@ class Device:
         """Upload a NumPy array (or anything ``numpy.asarray`` takes)."""
         data = np.ascontiguousarray(array)
         t = self.empty(data.shape, data.dtype)
-        self._ctx.write(t._alloc, data)
+        self._ctx.write(t.allocation, data)
         return t
 
     def empty(self, shape, dtype=np.float32, nbytes: int | None = None) -> Tensor:
@@ -193,6 +193,11 @@ class Device:
         return self._ctx.tensor_heap.stats()
 
     # -- lifetime ----------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
     def check_open(self) -> None:
         """Raise :class:`DeviceError` once the device was closed."""
         if self._closed:
@@ -213,7 +218,7 @@ class Device:
         with self._compiled_lock:
             compiled = list(self._compiled.values())
             self._compiled.clear()
-            self._prepared.clear()
+            self.prepared_calls.clear()
         for c in compiled:
             c.release()              # Python bookkeeping only: the device is gone
         _LIVE.discard(self)
@@ -226,17 +231,36 @@ class Device:
 
 
 _LIVE: set = set()
-_default: Device | None = None
-_default_lock = threading.Lock()
+#: THE registry of shared devices: Vulkan device index -> the process-wide Device for it
+#: (``default_device``, ``shared_device``; ``vkml.onnx``'s "VKML" and "VKML:<index>").
+_SHARED: dict = {}
+_shared_lock = threading.Lock()
+_default_index: int | None = None
+
+
+def shared_device(selector=None) -> Device:
+    """The process-wide :class:`Device` for ``selector`` (as ``Device(selector)`` takes
+    it; None: the default selection), created on first use and again once closed: every
+    caller naming the same Vulkan device gets the same object."""
+    global _default_index
+    if selector is None:
+        # chosen once, as the default device always was: the functional API asks per call
+        if _default_index is None:
+            _default_index = _select(None).index
+        index = _default_index
+    else:
+        index = _select(selector).index
+    with _shared_lock:
+        dev = _SHARED.get(index)
+        if dev is None or dev.closed:
+            dev = _SHARED[index] = Device(index)
+        return dev
 
 
 def default_device() -> Device:
-    """The process-wide default device, created on first use."""
-    global _default
-    with _default_lock:
-        if _default is None or _default._closed:
-            _default = Device()
-        return _default
+    """The process-wide default device (``$VKML_DEVICE`` or the best device, as
+    ``Device()`` selects), created on first use."""
+    return shared_device(None)
 
 
 @atexit.register

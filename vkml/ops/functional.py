@@ -132,7 +132,7 @@ def run(device, desc, args: list, out_shapes: list[tuple] | None = None, key=Non
     check_outputs(device, shapes, out_descs)
     entry = _Prepared(compiled, shapes, out_descs)
     if key is not None and PREPARED_MAX:
-        cache = device._prepared
+        cache = device.prepared_calls
         if len(cache) >= PREPARED_MAX:
             cache.clear()
         cache[key] = entry
@@ -222,9 +222,9 @@ def prepared(device, key):
     a bool, a NaN) gives no key and takes the full path, whose checks raise on every call
     with bad arguments (a call that raised stored nothing).  An entry whose compiled
     operator was released (evicted from ``Device.compiled``) is dropped."""
-    entry = device._prepared.get(key)
+    entry = device.prepared_calls.get(key)
     if entry is not None and entry.compiled.released:
-        device._prepared.pop(key, None)
+        device.prepared_calls.pop(key, None)
         return None
     return entry
 

@@ -85,7 +85,31 @@ from .convolution import choice
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 from ..intmath import ceil_div
 
-__all__: list[str] = []
+__all__ = ["Fusion"]
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """One rewrite of step 1 (module doc), as ``CompiledGraph.fusions`` reports it:
+    ``kind`` ("activation", "padding" or "pooling"), the declared graph's node indices
+    ``absorbed`` (nodes that no longer run as nodes of their own) and ``into`` (the node
+    they run inside: a convolution, or the LP pooling / convolution a padding folded
+    into), their ``GraphDesc`` node names, and ``operator``, the absorbed node's operator.
+    ``str()`` gives the sentence (``nodes[2] (relu) fused into the convolution nodes[0,
+    1]``)."""
+
+    kind: str
+    absorbed: tuple
+    into: tuple
+    operator: str
+    absorbed_names: tuple = ()
+    into_names: tuple = ()
+
+    def __str__(self) -> str:
+        if self.kind == "padding":
+            return f"the zero padding nodes{list(self.absorbed)} folded into nodes{list(self.into)}"
+        return (f"nodes{list(self.absorbed)} ({self.operator}) fused into the convolution "
+                f"nodes{list(self.into)}")
 
 
 @dataclass
@@ -165,8 +189,9 @@ class CompiledGraph(CompiledOperator):
     """``IDMLCompiledOperator`` of a graph: ``initialize``, ``execute``, ``record``.
 
     ``nodes``: the compiled nodes' descriptors in execution order; ``fusions``: what
-    fusion did (text); ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum
-    of the intermediates' sizes each rounded up to the binding alignment (what they would
+    fusion did, as :class:`Fusion` data (``str()`` of one is a sentence);
+    ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum of the
+    intermediates' sizes each rounded up to the binding alignment (what they would
     take without sharing); ``intermediate_tensor_bytes``: the sum of their
     TotalTensorSizeInBytes.  The graph as declared, before fusion:
     ``declared_intermediate_bytes``, the sum of its intermediates (every node output that
@@ -184,18 +209,23 @@ class CompiledGraph(CompiledOperator):
         self._constants_given = constants
         topo = self.topology
         descs = [n.desc for n in graph.nodes]
-        in_descs: list = [None] * graph.input_count
+        # Graph inputs no edge connects are legal (DML_GRAPH_DESC: InputCount may exceed
+        # the connected ones) and bound as None: only connected ones are held, so a huge
+        # InputCount costs nothing; the binding list ends at the last connected input
+        # (``_check_bindings`` takes trailing Nones up to InputCount).
+        in_descs: dict = {}
         for i, d in enumerate(descs):
             for slot, src in enumerate(topo.sources[i]):
                 if src is not None and src[0] == "input":
                     t = d.inputs()[slot]
                     g = src[1]
-                    if in_descs[g] is None or (t.total_tensor_size_in_bytes
-                                               > in_descs[g].total_tensor_size_in_bytes):
+                    if g not in in_descs or (t.total_tensor_size_in_bytes
+                                             > in_descs[g].total_tensor_size_in_bytes):
                         in_descs[g] = t
         self.constant_inputs = sorted(topo.owned_inputs)
         self._input_descs = in_descs
-        bind_ins = [None if g in topo.owned_inputs else t for g, t in enumerate(in_descs)]
+        bind_ins = [None if g in topo.owned_inputs else in_descs.get(g)
+                    for g in range(max(in_descs, default=-1) + 1)]
         out_descs = [descs[i].outputs()[k] for i, k in topo.output_source]
         super().__init__(device, _GraphBindings(bind_ins, out_descs))
 
@@ -206,7 +236,7 @@ class CompiledGraph(CompiledOperator):
                  for i, n in enumerate(self.graph.nodes)}
         order = list(topo.order)
         graph_out = {(i, k) for i, k in topo.output_source}
-        self.fusions: list[str] = []
+        self.fusions: list[Fusion] = []
         self._graph_nodes = nodes
         try:
             if self.fuse:
@@ -240,6 +270,12 @@ class CompiledGraph(CompiledOperator):
             return False
         return True
 
+    def _fusion(self, kind: str, absorbed: _Node, into: _Node, operator: str) -> Fusion:
+        names = [node.name for node in self.graph.nodes]
+        return Fusion(kind, tuple(absorbed.origin), tuple(into.origin), operator,
+                      tuple(names[i] for i in absorbed.origin),
+                      tuple(names[i] for i in into.origin))
+
     def _fuse(self, nodes, order, graph_out) -> None:
         changed = True
         while changed:
@@ -261,8 +297,7 @@ class CompiledGraph(CompiledOperator):
                         and p.desc.fused_activation is None):
                     new = replace(p.desc, output_tensor=n.desc.output_tensor,
                                   fused_activation=n.desc.fused())
-                    what = (f"nodes{n.origin} ({n.desc.SPEC.name}) fused into the convolution "
-                            f"nodes{p.origin}")
+                    what = self._fusion("activation", n, p, n.desc.SPEC.name)
                 elif (_is_zero_padding(p.desc)
                       and isinstance(n.desc, (LpPooling1OperatorDesc, LpPoolingOperatorDesc,
                                               ConvolutionOperatorDesc))
@@ -272,7 +307,7 @@ class CompiledGraph(CompiledOperator):
                     end = [a + b for a, b in zip(n.desc.end_padding, p.desc.end_padding[2:])]
                     new = replace(n.desc, input_tensor=p.desc.input_tensor,
                                   start_padding=tuple(start), end_padding=tuple(end))
-                    what = f"the zero padding nodes{p.origin} folded into nodes{n.origin}"
+                    what = self._fusion("padding", p, n, p.desc.OPERATOR_TYPE)
                 if new is None or not self._try(new):
                     continue
                 # the pair becomes one node, in the producer's place (activation) or the
@@ -329,7 +364,7 @@ class CompiledGraph(CompiledOperator):
             if not isinstance(op.desc, PooledConvolutionDesc):
                 p.compiled = op                # its path does not pool: the pair stays
                 continue
-            # one node in the convolution's place (its index: paths, fusions' text)
+            # one node in the convolution's place (its index: paths, fusions)
             nodes[c] = _Node(op.desc, p.sources, p.origin + n.origin, op)
             for m in nodes.values():          # readers of the pooling's output
                 m.sources = [("node", c, 0) if s == ("node", i, 0) else s for s in m.sources]
@@ -340,8 +375,7 @@ class CompiledGraph(CompiledOperator):
                                                for s in self.topology.output_source]
             del nodes[i]
             order.remove(i)
-            self.fusions.append(f"nodes{n.origin} ({n.desc.OPERATOR_TYPE}) fused into the "
-                                f"convolution nodes{p.origin}")
+            self.fusions.append(self._fusion("pooling", n, p, n.desc.OPERATOR_TYPE))
 
     def _plan_arena(self, nodes, order) -> None:
         """Offsets of the intermediates in one arena (module doc, step 3); also the
@@ -425,6 +459,10 @@ class CompiledGraph(CompiledOperator):
     def _check_bindings(self, inputs, outputs):
         inputs = list(inputs) if inputs is not None else []
         refuse_owned_at_execution(self.constant_inputs, inputs, self._initialized)
+        bound = len(self.desc.inputs())
+        if bound < len(inputs) <= self.graph.input_count and \
+                all(t is None for t in inputs[bound:]):
+            inputs = inputs[:bound]         # unconnected graph inputs, bound as None
         return super()._check_bindings(inputs, outputs)
 
     def encode(self, seq, inputs, outputs) -> None:
@@ -515,11 +553,10 @@ def _run_pooled(device, seq, cand, shape):
 
 
 def _pooled_fast(shape, device) -> tuple:
-    """The fast list: apart and winograd (whose GEMMs run with lanes along output channels
-    where the device has full subgroups with shuffles: 64 channels at 56x56 on lavapipe,
-    1.0-1.1 ms against winograd-sg's 1.7-1.9, so winograd-sg is timed in ``full`` mode
-    only), and winograd-blocked where the device ranks that family strong
-    (``convolution.choice.strong_families``)."""
+    """The fast list: apart and winograd (whose GEMMs already run with lanes along output
+    channels where the device has full subgroups with shuffles, the case winograd-sg is
+    for, so winograd-sg is timed in ``full`` mode only), and winograd-blocked where the
+    device ranks that family strong (``convolution.choice.strong_families``)."""
     return ("apart", "winograd") + tuple(n for n in choice.strong_families(device)
                                          if n == "winograd-blocked")
 

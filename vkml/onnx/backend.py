@@ -1,0 +1,278 @@
+"""The backend (``onnx.backend.base.Backend``) and a prepared model (:class:`VkmlRep`):
+``prepare`` loads, folds, places and compiles; ``run`` checks the inputs against the
+model's declared inputs and runs the partitions in order."""
+from __future__ import annotations
+
+import numpy as np
+
+import onnx
+from onnx import helper, numpy_helper
+from onnx.backend.base import Backend, BackendRep
+
+from ..device import Device, shared_device
+from ..errors import ValidationError
+from ..tensor import Tensor
+from .execute import DevicePartition, host_value, node_label
+from .fold import fold
+from .load import load, sparse_to_dense
+from .place import place
+
+
+def resolve_device(device) -> Device:
+    """A ``vkml.Device``, or one of the process-wide shared devices (``vkml.device``'s
+    registry): None or "VKML" the default one, "VKML:<index>", an index, or a name."""
+    if isinstance(device, Device):
+        return device
+    if device is None:
+        return shared_device(None)
+    if isinstance(device, int):
+        return shared_device(device)
+    text = str(device).strip()
+    up = text.upper()
+    if up == "VKML":
+        return shared_device(None)
+    if up.startswith("VKML:"):
+        if not text[5:].isdigit():
+            raise ValidationError("device", f"must be \"VKML\", \"VKML:<index>\" or a "
+                                  f"vkml.Device, got {text!r}")
+        return shared_device(int(text[5:]))
+    return shared_device(text)
+
+
+def _declared(vi):
+    """(dtype or None, dims or None) of a graph input declared as a tensor; dims: int,
+    or None for a symbolic or absent dimension; None when it is not a tensor."""
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        return None
+    tt = t.tensor_type
+    dtype = None
+    if tt.elem_type:
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except Exception:
+            dtype = None
+    dims = None
+    if tt.HasField("shape"):
+        dims = [int(d.dim_value) if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return dtype, dims
+
+
+def check_input(name: str, value, declared):
+    """``value`` for the model input ``name``, checked against its declaration (element
+    type exactly, as ONNX Runtime does, and every fixed dimension); ValidationError
+    naming the input otherwise.  A NumPy array (or a vkml Tensor) comes back."""
+    if declared is None:
+        return value                    # a sequence, optional or map: as given
+    dtype, dims = declared
+    field = f"input {name!r}"
+    if value is None:
+        raise ValidationError(field, "is a tensor input: give a NumPy array, got None")
+    if not isinstance(value, Tensor):
+        try:
+            value = np.asarray(value)
+        except Exception as exc:
+            raise ValidationError(field, f"must be a NumPy array, got {type(value).__name__} "
+                                  f"({exc})") from None
+    got = np.dtype(value.dtype)
+    if dtype is not None:
+        same = (got.kind in "USO") if dtype == np.dtype(object) else got == dtype
+        if not same:
+            raise ValidationError(field, f"the model declares element type {dtype}, got "
+                                  f"{got} (vkml converts no input)")
+    if dims is not None:
+        shape = tuple(value.shape)
+        if len(shape) != len(dims) or any(d is not None and d != s
+                                          for d, s in zip(dims, shape)):
+            want = tuple(d if d is not None else "?" for d in dims)
+            raise ValidationError(field, f"the model declares shape {want}, got {shape}")
+    return value
+
+
+class VkmlRep(BackendRep):
+    """A prepared model: ``run(inputs)`` -> list of NumPy outputs; ``partitions``,
+    ``folded`` (constant-folded nodes), ``fallbacks`` (partitions the device could not
+    run, with the reason)."""
+
+    def __init__(self, model: onnx.ModelProto, device: Device, strict: bool):
+        self.model = model
+        self.device = device
+        self.strict = strict
+        self.fallbacks: list = []
+        g = model.graph
+        inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        for sp in g.sparse_initializer:
+            inits[sp.values.name] = sparse_to_dense(sp)
+        #: positional inputs: the graph inputs without an initializer
+        self.input_names = [i.name for i in g.input if i.name not in inits]
+        #: every graph input, by name: those with an initializer may be fed by name (the
+        #: initializer is their default, as in ONNX Runtime)
+        self.all_input_names = [i.name for i in g.input]
+        self.declared = {i.name: _declared(i) for i in g.input}
+        self.overridable = [i.name for i in g.input if i.name in inits]
+        self._variants: dict = {}
+        self.output_names = [o.name for o in g.output]
+        self._infer_types(model, inits)
+        self.consts, self.folded, rest = fold(model, inits, self.output_names)
+        for name, v in self.consts.items():
+            if isinstance(v, np.ndarray):
+                self.types[name] = v.dtype
+        self._groups, self._parts = place(self, rest)
+        self._warm()
+
+    def _infer_types(self, model, inits) -> None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except Exception:
+            inferred = model
+        self.types, self.shapes = {}, {}
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + \
+                list(inferred.graph.output):
+            t = vi.type
+            if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
+                dims = t.tensor_type.shape.dim
+                if all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+                    self.shapes[vi.name] = tuple(int(d.dim_value) for d in dims)
+            declared = _declared(vi)
+            self.types[vi.name] = declared[0] if declared else None
+        for name, v in inits.items():
+            self.types[name] = v.dtype
+
+    @property
+    def partitions(self) -> list:
+        """[(where, [(node label, op type), ...]), ...] in execution order; a device
+        partition's nodes that its compiled graph fused say so ("Relu (fused into Conv)")."""
+        out = []
+        for part, (w, items) in zip(self._parts, self._groups):
+            idx = [i for i, _ in items]
+            if isinstance(part, DevicePartition):
+                out.append((w, part.labels(idx)))
+            else:
+                out.append((w, [(node_label(n, i), n.op_type) for i, n in items]))
+        return out
+
+    def _warm(self) -> None:
+        """Compile the device partitions for the shapes the model declares, when all of
+        them are static and known and every parameter input is a constant."""
+        env = dict(self.consts)
+        for part in self._parts:
+            if not isinstance(part, DevicePartition):
+                continue
+            if any(n not in self.consts for n in part.params):
+                continue
+            ok = True
+            for n in part.tensor_inputs:
+                if n in env:
+                    continue
+                shape, dt = self.shapes.get(n), self.types.get(n)
+                if shape is None or dt is None:
+                    ok = False
+                    break
+                # a zero-stride stand-in: the lowering reads only its shape and dtype
+                env[n] = np.lib.stride_tricks.as_strided(np.zeros(1, dt), shape,
+                                                         (0,) * len(shape))
+            if ok:
+                part.warm(env)
+
+    # -- run ----------------------------------------------------------------------------
+    def _feeds(self, inputs) -> dict:
+        """``run``'s inputs by name, each checked against the model's declaration."""
+        if isinstance(inputs, dict):
+            unknown = [k for k in inputs if k not in self.declared]
+            if unknown:
+                raise ValidationError("inputs", f"{unknown[0]!r} is not an input of the "
+                                      f"model (its inputs: {self.all_input_names})")
+            feeds = dict(inputs)
+        else:
+            if not isinstance(inputs, (list, tuple)):
+                inputs = [inputs]
+            if len(inputs) > len(self.input_names):
+                raise ValidationError("inputs", f"the model takes {len(self.input_names)} "
+                                      f"inputs ({self.input_names}), got {len(inputs)}")
+            feeds = dict(zip(self.input_names, inputs))
+        return {k: check_input(k, v, self.declared[k]) for k, v in feeds.items()}
+
+    def _variant(self, names: frozenset) -> "VkmlRep":
+        """This model with the initializers ``names`` as plain inputs (fed at ``run``):
+        prepared on first use, so that folding and the constants bound to the device
+        see the fed values, not the defaults."""
+        rep = self._variants.get(names)
+        if rep is None:
+            m = onnx.ModelProto()
+            m.CopyFrom(self.model)
+            keep = [t for t in m.graph.initializer if t.name not in names]
+            del m.graph.initializer[:]
+            m.graph.initializer.extend(keep)
+            rep = self._variants[names] = VkmlRep(m, self.device, self.strict)
+            rep.fallbacks = self.fallbacks
+        return rep
+
+    def run(self, inputs, **kwargs):
+        feeds = self._feeds(inputs)
+        fed = frozenset(k for k in feeds if k in self.overridable)
+        if fed:
+            return self._variant(fed).run(feeds)
+        env = dict(self.consts)
+        env.update(feeds)
+        for part in self._parts:
+            missing = [x for x in part.inputs if x not in env]
+            if missing:
+                raise ValidationError("inputs", f"missing model input(s) {missing}")
+            part.run(env)
+        return [host_value(env[o]) for o in self.output_names]
+
+    def release(self) -> None:
+        for p in self._parts:
+            if isinstance(p, DevicePartition):
+                p.release()
+        for rep in self._variants.values():
+            rep.release()
+        self._variants.clear()
+
+
+class VkmlBackend(Backend):
+    """``onnx.backend.base.Backend`` for vkml.  Devices: "VKML" (the default vkml device),
+    "VKML:<index>" (``vkml.devices()`` order), or a ``vkml.Device``."""
+
+    @classmethod
+    def prepare(cls, model, device=None, strict: bool = False, **kwargs) -> VkmlRep:
+        proto = load(model)
+        return VkmlRep(proto, resolve_device(device), strict)
+
+    @classmethod
+    def run_model(cls, model, inputs, device=None, strict: bool = False, **kwargs):
+        return cls.prepare(model, device, strict=strict).run(inputs)
+
+    @classmethod
+    def run_node(cls, node, inputs, device=None, outputs_info=None, strict: bool = False,
+                 opset_version: int | None = None, **kwargs):
+        """Run one NodeProto on ``inputs`` (a list in the node's input order)."""
+        ins = [helper.make_value_info(n, onnx.TypeProto()) for n in node.input if n]
+        outs = [helper.make_value_info(n, onnx.TypeProto()) for n in node.output if n]
+        for vi, x in zip(ins, inputs):
+            a = np.asarray(x)
+            vi.CopyFrom(helper.make_tensor_value_info(
+                vi.name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+        opset = opset_version or onnx.defs.onnx_opset_version()
+        g = helper.make_graph([node], "vkml_node", ins, outs)
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid(node.domain, opset)])
+        rep = VkmlRep(model, resolve_device(device), strict)
+        return rep.run(list(inputs))
+
+    @classmethod
+    def supports_device(cls, device) -> bool:
+        if isinstance(device, Device):
+            return True
+        text = str(device).strip().upper()
+        if text == "VKML":
+            return True
+        if text.startswith("VKML:") and text[5:].isdigit():
+            from ..device import devices
+            return int(text[5:]) < len(devices())
+        return False
+
+
+prepare = VkmlBackend.prepare
+run_model = VkmlBackend.run_model
+run_node = VkmlBackend.run_node
+supports_device = VkmlBackend.supports_device

@@ -1,0 +1,262 @@
+"""Running partitions: a device partition as one compiled DML graph (:class:`GraphExecutor`,
+cached per input shapes and parameter values), a host partition through ONNX's reference
+evaluator."""
+from __future__ import annotations
+
+import numpy as np
+
+import onnx
+from onnx import helper
+
+from ..device import Device
+from ..errors import UnsupportedError
+from ..tensor import Tensor
+from .lower import DEVICE_OPS, _HostFallback, _Lowered, _Lowering, _lower_graph
+
+
+class GraphExecutor:
+    """Runs one lowered device partition: ``device.compile_graph`` (fusion, one arena for
+    intermediates, constants bound once), tensors for its inputs and outputs, and
+    :meth:`run` (``execute``: one command buffer, replayed while the same tensors are
+    bound).  ``fusions``: what the graph compiler fused, as ``(absorbed, into)`` pairs of
+    ONNX node indices in the partition."""
+
+    def __init__(self, device: Device, lowered: _Lowered):
+        self.device = device
+        self.lowered = lw = lowered
+        self.compiled = None
+        self.staging: dict = {}
+        self.out_tensors: list = []
+        self.fusions: list = []
+        if lw.graph is None:
+            return
+        try:
+            consts = {g: np.asarray(lw.constants[n]) for g, n in enumerate(lw.inputs)
+                      if n in lw.constants}
+            self.compiled = device.compile_graph(lw.graph, constants=consts or None)
+            self.fusions = self._fusions()
+            bound = self.compiled.desc.inputs()
+            for g, name in enumerate(lw.inputs):
+                if name not in lw.constants:
+                    shape, dt = lw.infos[name]
+                    self.staging[name] = device.empty(
+                        shape, dt, nbytes=bound[g].total_tensor_size_in_bytes)
+            for d, names in zip(self.compiled.desc.outputs(), lw.outputs):
+                shape, dt = lw.infos[names[0]]
+                self.out_tensors.append(device.empty(shape, dt,
+                                                     nbytes=d.total_tensor_size_in_bytes))
+        except BaseException:
+            self.release()
+            raise
+
+    def _fusions(self) -> list:
+        """``CompiledGraph.fusions`` (``vkml.ops.graph.Fusion``: GraphDesc node indices)
+        as ``(absorbed, into)`` lists of ONNX node indices in the partition."""
+        origins = self.lowered.origins
+        return [([origins[i] for i in f.absorbed], [origins[i] for i in f.into])
+                for f in self.compiled.fusions]
+
+    def run(self, env: dict) -> None:
+        lw = self.lowered
+        if self.compiled is not None:
+            ins = []
+            for name in lw.inputs:
+                if name in lw.constants:
+                    ins.append(None)
+                    continue
+                v, t = env[name], self.staging[name]
+                if (isinstance(v, Tensor) and v.device is self.device and v.dtype == t.dtype
+                        and v.nbytes >= t.nbytes):
+                    ins.append(v)                  # a previous partition's output
+                else:
+                    t.write(np.ascontiguousarray(host_value(v), dtype=t.dtype))
+                    ins.append(t)
+            self.compiled.execute(ins, self.out_tensors)
+            for t, names in zip(self.out_tensors, lw.outputs):
+                for name in names:
+                    env[name] = t
+        for name, src in lw.aliases.items():
+            env[name] = env[src]
+
+    def release(self) -> None:
+        if self.compiled is not None:
+            self.compiled.release()
+            self.compiled = None
+        for t in list(self.staging.values()) + self.out_tensors:
+            t.free()
+        self.staging, self.out_tensors = {}, []
+
+
+# -- partitions -------------------------------------------------------------------------------
+
+def node_label(node, index) -> str:
+    return node.name or f"{node.op_type}_{index}"
+
+
+def subgraph_inputs(node) -> set:
+    """Names a node's subgraphs (If/Loop/Scan bodies) read from the enclosing scope."""
+    names = set()
+    for a in node.attribute:
+        graphs = list(a.g and [a.g] or []) + list(a.graphs)
+        for g in graphs:
+            for n in g.node:
+                names.update(i for i in n.input if i)
+                names |= subgraph_inputs(n)
+    return names
+
+
+class HostPartition:
+    where = "host"
+
+    def __init__(self, rep, nodes, inputs, outputs):
+        self.rep, self.nodes, self.inputs, self.outputs = rep, nodes, inputs, outputs
+        self._evaluator = None
+
+    def evaluator(self):
+        if self._evaluator is None:
+            from onnx.reference import ReferenceEvaluator
+            m = self.rep.model
+            g = helper.make_graph(
+                [n for n, _ in self.nodes], "vkml_host",
+                [helper.make_value_info(i, onnx.TypeProto()) for i in self.inputs],
+                [helper.make_value_info(o, onnx.TypeProto()) for o in self.outputs])
+            sub = helper.make_model(g, opset_imports=m.opset_import, ir_version=m.ir_version,
+                                    functions=m.functions)
+            self._evaluator = ReferenceEvaluator(sub, new_ops=host_ops(m))
+        return self._evaluator
+
+    def run(self, env: dict) -> None:
+        feeds = {i: host_value(env[i]) for i in self.inputs}
+        for name, value in zip(self.outputs, self.evaluator().run(None, feeds)):
+            env[name] = value
+
+
+def host_ops(model) -> list:
+    """Replacements for the reference evaluator's kernels where it lacks a case: Pad with
+    negative pads (cropping, allowed by the ONNX spec; the reference's ``np.pad`` refuses
+    them) crops, then pads with the rest.  Opset 11 and up (pads as an input)."""
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                default=0)
+    if opset < 11:
+        return []
+    from onnx.reference.ops.op_pad import Pad_18
+
+    class Pad(Pad_18):
+        op_domain = ""
+
+        def _run(self, data, pads, constant_value=None, axes=None, mode=None):
+            pads = np.asarray(pads, dtype=np.int64).reshape(-1)
+            if (pads < 0).any():
+                rank = data.ndim
+                ax = (list(range(rank)) if axes is None else
+                      [int(a) + rank if a < 0 else int(a) for a in np.asarray(axes).reshape(-1)])
+                k = len(ax)
+                index = [slice(None)] * rank
+                for j, a in enumerate(ax):
+                    index[a] = slice(max(-pads[j], 0), data.shape[a] - max(-pads[j + k], 0))
+                data = data[tuple(index)]
+                pads = np.maximum(pads, 0)
+            return super()._run(data, pads, constant_value, axes, mode)
+
+    return [Pad]
+
+
+def host_value(value):
+    return value.numpy() if isinstance(value, Tensor) else value
+
+
+class DevicePartition:
+    where = "device"
+
+    def __init__(self, rep, nodes, inputs, outputs):
+        self.rep, self.nodes, self.inputs, self.outputs = rep, nodes, inputs, outputs
+        self._cache: dict = {}
+        self.last: GraphExecutor | None = None      # the latest built (its fusions)
+        #: the partition on the host, for the input shapes and parameter values (keys of
+        #: ``_cache``) the device could not run: only those, not every later run
+        self.host: HostPartition | None = None
+        params, tensors = [], []
+        for node in nodes:
+            spec = DEVICE_OPS[node.op_type]
+            for i, name in enumerate(node.input):
+                if name and name in inputs:
+                    (params if i in spec.params else tensors).append(name)
+        self.params = list(dict.fromkeys(params))
+        self.tensor_inputs = [n for n in dict.fromkeys(tensors) if n not in self.params]
+
+    def labels(self, indices) -> list:
+        """(node label, op type) per node; what the latest compiled graph fused says so:
+        "Relu (fused into Conv)", "Pad (folded into Conv)"."""
+        ops = [n.op_type for n in self.nodes]
+        for absorbed, into in (self.last.fusions if self.last is not None else []):
+            main = [j for j in into if self.nodes[j].op_type in
+                    ("Conv", "ConvTranspose", "LpPool")] or into
+            for j in absorbed:
+                how = "folded" if self.nodes[j].op_type == "Pad" else "fused"
+                ops[j] = f"{self.nodes[j].op_type} ({how} into {self.nodes[main[0]].op_type})"
+        return [(node_label(n, i), op) for n, i, op in zip(self.nodes, indices, ops)]
+
+    def _key(self, env):
+        key = []
+        for name in self.tensor_inputs:
+            v = env[name]
+            key.append((name, tuple(v.shape), str(v.dtype)))
+        for name in sorted(self.params):
+            v = np.asarray(host_value(env[name]))
+            key.append((name, v.dtype.str, v.shape, v.tobytes()))
+        return tuple(key)
+
+    def _build(self, env):
+        infos = {n: (tuple(env[n].shape), np.dtype(env[n].dtype)) for n in self.tensor_inputs}
+        values = {n: host_value(env[n]) for n in self.params}
+        lw = _Lowering(values, infos)
+        for j, node in enumerate(self.nodes):
+            spec = DEVICE_OPS[node.op_type]
+            dt = infos[node.input[0]][1]
+            if dt not in spec.dtypes:
+                raise _HostFallback(f"data type {dt} ({node.op_type} on the device takes "
+                                    f"{sorted(map(str, spec.dtypes))})")
+            lw.origin = j
+            spec.lower(lw, node)
+        consts = {n: self.rep.consts[n] for n in self.tensor_inputs if n in self.rep.consts}
+        return GraphExecutor(self.rep.device, _lower_graph(lw.steps, self.outputs, consts,
+                                                            lw.infos))
+
+    def warm(self, env) -> None:
+        """Compile for the shapes the model declares (``prepare``), so that
+        ``rep.partitions`` shows what the graph compiler fused; errors wait for ``run``."""
+        try:
+            key = self._key(env)
+            if key not in self._cache:
+                self._cache[key] = self.last = self._build(env)
+        except Exception:
+            pass
+
+    def run(self, env: dict) -> None:
+        key = self._key(env)
+        ex = self._cache.get(key)
+        if ex is None:
+            try:
+                ex = self._build(env)
+            except (_HostFallback, UnsupportedError) as exc:
+                names = ", ".join(f"{node_label(n, i)} ({n.op_type})"
+                                  for i, n in enumerate(self.nodes))
+                if self.rep.strict:
+                    raise UnsupportedError("an operator for " + names, str(exc)) from None
+                self.rep.fallbacks.append((names, str(exc)))
+                if self.host is None:
+                    self.host = HostPartition(self.rep, [(n, None) for n in self.nodes],
+                                              self.inputs, self.outputs)
+                ex = self.host
+            self._cache[key] = ex
+        # the partitions report the fusions of the graph that ran last (none on the host)
+        self.last = ex if isinstance(ex, GraphExecutor) else None
+        ex.run(env)
+
+    def release(self):
+        for ex in self._cache.values():
+            if isinstance(ex, GraphExecutor):
+                ex.release()
+        self._cache.clear()
+        self.last = None
+

@@ -1,0 +1,463 @@
+"""Lowering a device partition's ONNX nodes into ``vkml.dml`` descriptors (:class:`Step` s)
+and those into one ``vkml.dml.GraphDesc`` (package doc, steps 3 and 4): :data:`DEVICE_OPS`
+is THE list of ONNX ops that run on the device, :data:`HOST_ACTIVATIONS` THE list of
+activation cases DML cannot express."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from onnx import helper
+
+from .. import dml
+from ..errors import ValidationError
+from ..intmath import ceil_div
+
+
+class _HostFallback(Exception):
+    """Raised by a lowering: this node, with these values, has no vkml descriptor."""
+
+
+@dataclass
+class Step:
+    """One device operation: ``desc`` (a vkml.dml descriptor, or None for an alias: the
+    output is the input tensor, e.g. Identity) reading ``inputs`` and writing ``outputs``
+    (value names; None for an absent optional tensor).  A tensor is bound as raw memory,
+    so a descriptor may view it with other sizes of the same element count (LpPool 1-D
+    runs as 2-D with a trailing 1)."""
+
+    desc: object
+    inputs: list
+    outputs: list
+    origin: int = -1            # the ONNX node's index in its partition
+
+
+# -- lowering helpers -------------------------------------------------------------------------
+
+def _attrs(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _tdesc(shape, dtype) -> dml.TensorDesc:
+    return dml.TensorDesc(dml.DataType.of(np.dtype(dtype)), tuple(int(s) for s in shape))
+
+
+def _auto_pads(auto_pad, sizes, kernel, strides, dilations, pads):
+    """Start and end paddings of Conv/LpPool (ONNX's auto_pad rules)."""
+    n = len(sizes)
+    auto_pad = _s(auto_pad or "NOTSET")
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        start, end = [], []
+        for i in range(n):
+            out = ceil_div(sizes[i], strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - sizes[i])
+            small = total // 2
+            if auto_pad == "SAME_UPPER":
+                start.append(small), end.append(total - small)
+            else:
+                start.append(total - small), end.append(small)
+        return start, end
+    if auto_pad == "VALID":
+        return [0] * n, [0] * n
+    pads = list(pads or [0] * (2 * n))
+    return pads[:n], pads[n:]
+
+
+class _Lowering:
+    """Lowers the nodes of one device partition for concrete shapes: ``infos`` maps value
+    names to (shape, dtype); ``values`` gives host values of parameter inputs."""
+
+    def __init__(self, values: dict, infos: dict):
+        self.values = values
+        self.infos = infos
+        self.steps: list[Step] = []
+        self.origin = -1            # the index (in the partition) of the node being lowered
+
+    def param(self, node, i, default=None):
+        if i >= len(node.input) or not node.input[i]:
+            return default
+        return np.asarray(self.values[node.input[i]])
+
+    def info(self, name):
+        return self.infos[name]
+
+    def emit(self, desc, inputs, outputs, out_infos):
+        self.steps.append(Step(desc, list(inputs), list(outputs), self.origin))
+        for name, inf in zip(outputs, out_infos):
+            self.infos[name] = inf
+
+
+def _lower_pad(lw: _Lowering, node):
+    shape, dtype = lw.info(node.input[0])
+    rank = len(shape)
+    a = _attrs(node)
+    mode = _s(a.get("mode", "constant"))
+    if "pads" in a or "paddings" in a:              # opsets 2 and 1: attributes
+        pads = list(a["pads"] if "pads" in a else a["paddings"])
+        value, axes = a.get("value", 0.0), None
+    else:
+        pads = [int(p) for p in lw.param(node, 1).reshape(-1)]
+        v = lw.param(node, 2)
+        value = v.reshape(-1)[0].item() if v is not None and v.size else 0
+        ax = lw.param(node, 3)
+        axes = None if ax is None else [int(x) for x in ax.reshape(-1)]
+    axes = list(range(rank)) if axes is None else [x + rank if x < 0 else x for x in axes]
+    k = len(axes)
+    if len(pads) != 2 * k:
+        raise ValidationError(f"{node.op_type} {node.name!r}: pads", f"must have 2 x {k} "
+                              f"entries (one begin and one end per axis), got {len(pads)}")
+    start, end = [0] * rank, [0] * rank
+    for j, ax in enumerate(axes):
+        start[ax], end[ax] = pads[j], pads[j + k]
+    if min(start + end) < 0:
+        raise _HostFallback("negative pads (cropping): DML_PADDING takes UINT paddings")
+    modes = {"constant": dml.PaddingMode.CONSTANT, "reflect": dml.PaddingMode.REFLECTION,
+             "edge": dml.PaddingMode.EDGE, "wrap": dml.PaddingMode.WRAP}
+    if mode not in modes:
+        raise ValidationError(f"Pad {node.name!r}: mode", f"must be one of {sorted(modes)}, "
+                              f"got {mode!r}")
+    dt = np.dtype(dtype)
+    value = np.array(value).astype(dt).item()       # ONNX: constant_value has x's type
+    out_shape = tuple(s + b + e for s, b, e in zip(shape, start, end))
+    desc = dml.Padding1OperatorDesc(
+        _tdesc(shape, dt), _tdesc(out_shape, dt), modes[mode], dml.DataType.of(dt), value,
+        tuple(start), tuple(end))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
+
+
+def _lower_conv(lw: _Lowering, node):
+    (xs, dt), (ws, _) = lw.info(node.input[0]), lw.info(node.input[1])
+    has_bias = len(node.input) > 2 and bool(node.input[2])
+    a = _attrs(node)
+    n = len(xs) - 2
+    kernel = list(ws[2:])
+    strides = list(a.get("strides", [1] * n))
+    dil = list(a.get("dilations", [1] * n))
+    group = int(a.get("group", 1))
+    transposed = node.op_type == "ConvTranspose"
+    if not transposed:
+        start, end = _auto_pads(a.get("auto_pad"), xs[2:], kernel, strides, dil, a.get("pads"))
+        out_pad = [0] * n
+        c_out = ws[0]
+    else:
+        out_pad_attr = list(a.get("output_padding", [0] * n))
+        auto_pad = _s(a.get("auto_pad", "NOTSET"))
+        out_shape = list(a.get("output_shape", []))[-n:] if "output_shape" in a else None
+        full = [(xs[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 for i in range(n)]
+        if out_shape is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            out_shape = [xs[2 + i] * strides[i] for i in range(n)]
+        if out_shape is not None:
+            # ONNX: total_padding = stride*(in-1) + output_padding + ((k-1)*d+1) - output_shape
+            start = []
+            for i in range(n):
+                total = full[i] + out_pad_attr[i] - out_shape[i]
+                start.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
+        else:
+            pads = list(a.get("pads", [0] * (2 * n)))
+            start = pads[:n]
+            out_shape = [full[i] + out_pad_attr[i] - pads[i] - pads[n + i] for i in range(n)]
+        if min(start) < 0:
+            raise _HostFallback("a negative start padding (output_shape larger than the "
+                                "transposed convolution at its start)")
+        # DML: out = full - start - end + output_padding, the added positions holding what
+        # the transposed convolution puts there: only start and the total size matter.
+        end, out_pad = [], []
+        for i in range(n):
+            rem = full[i] - start[i] - out_shape[i]
+            end.append(max(rem, 0)), out_pad.append(max(-rem, 0))
+        c_out = ws[1] * group
+    bias = None
+    if has_bias:
+        bias = _tdesc((1, c_out) + (1,) * n, dt)
+    desc = dml.ConvolutionOperatorDesc(
+        _tdesc(xs, dt), _tdesc(ws, dt), bias, _tdesc((1, 1) + (1,) * n, dt),  # output: below
+        mode=dml.ConvolutionMode.CROSS_CORRELATION,
+        direction=(dml.ConvolutionDirection.BACKWARD if transposed
+                   else dml.ConvolutionDirection.FORWARD),
+        strides=tuple(strides), dilations=tuple(dil), start_padding=tuple(start),
+        end_padding=tuple(end), output_padding=tuple(out_pad), group_count=group)
+    if min(desc.expected_output_sizes()) < 1:
+        raise ValidationError(f"{node.op_type} {node.name!r}", "the output would be empty: "
+                              f"{desc.expected_output_sizes()}")
+    out_shape = desc.expected_output_sizes()
+    desc = replace(desc, output_tensor=_tdesc(out_shape, dt))
+    lw.emit(desc, [node.input[0], node.input[1], node.input[2] if has_bias else None],
+            [node.output[0]], [(out_shape, dt)])
+
+
+def _lower_lp_pool(lw: _Lowering, node):
+    xs, dt = lw.info(node.input[0])
+    a = _attrs(node)
+    n = len(xs) - 2
+    kernel = list(a["kernel_shape"])
+    strides = list(a.get("strides", [1] * n))
+    dil = list(a.get("dilations", [1] * n))
+    p = a.get("p", 2)
+    if float(p) != int(p) or int(p) < 1:
+        raise _HostFallback(f"p={p}: DML_LP_POOLING1 takes an integer P >= 1")
+    p = int(p)
+    start, end = _auto_pads(a.get("auto_pad"), xs[2:], kernel, strides, dil, a.get("pads"))
+    if a.get("ceil_mode", 0):
+        # ceil_mode: a last window may hang over the end.  ONNX's reference (and torch's
+        # lp_pool, both an average pool times the kernel size) scale such a window by
+        # kernel size / elements inside; DML_LP_POOLING1 sums the elements it covers.
+        # Only where no window hangs over does ceil_mode equal floor on the device.
+        for i in range(n):
+            span = xs[2 + i] + start[i] + end[i] - ((kernel[i] - 1) * dil[i] + 1)
+            if span >= 0 and span % strides[i]:
+                out = span // strides[i] + 2
+                if (out - 1) * strides[i] < xs[2 + i] + start[i]:
+                    raise _HostFallback("ceil_mode with a window hanging over the end (ONNX "
+                                        "scales it by kernel size / elements inside; "
+                                        "DML_LP_POOLING1 does not)")
+    view = list(xs)
+    if n == 1:                                      # 1-D: run as 2-D with a trailing 1
+        view, kernel, strides, dil = view + [1], kernel + [1], strides + [1], dil + [1]
+        start, end = start + [0], end + [0]
+    if len(view) not in (4, 5):
+        raise _HostFallback(f"{n} spatial dimensions (DML_LP_POOLING1: 2 or 3)")
+    out = list(dml.lp_pooling_output_sizes(view, strides, kernel, start, end, dil))
+    desc = dml.LpPooling1OperatorDesc(_tdesc(view, dt), _tdesc(out, dt), tuple(strides),
+                                      tuple(kernel), tuple(start), tuple(end), tuple(dil), p)
+    out_shape = tuple(out[:-1]) if n == 1 else tuple(out)
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
+
+
+def _lower_col2im(lw: _Lowering, node):
+    xs, dt = lw.info(node.input[0])
+    image = [int(v) for v in lw.param(node, 1).reshape(-1)]
+    block = [int(v) for v in lw.param(node, 2).reshape(-1)]
+    a = _attrs(node)
+    n = len(image)
+    strides = list(a.get("strides", [1] * n))
+    dil = list(a.get("dilations", [1] * n))
+    pads = list(a.get("pads", [0] * (2 * n)))
+    c = xs[1] // max(1, math.prod(block))
+    out_shape = (xs[0], c, *image)
+    desc = dml.FoldOperatorDesc(_tdesc(xs, dt), _tdesc(out_shape, dt), tuple(block),
+                                tuple(strides), tuple(dil), tuple(pads[:n]), tuple(pads[n:]))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
+
+
+def _lower_identity(lw: _Lowering, node):
+    shape, dt = lw.info(node.input[0])
+    if np.dtype(dt) in _FLOATS:                     # DML_ACTIVATION_IDENTITY: a node (a copy)
+        return _lower_activation(lw, node)
+    lw.emit(None, [node.input[0]], [node.output[0]], [(shape, dt)])   # other types: alias
+
+
+# -- activations ------------------------------------------------------------------------------
+
+#: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
+#: there at ``prepare`` when their parameters are constants, else listed in
+#: ``rep.fallbacks`` at ``run``).  Reason key -> why.
+HOST_ACTIVATIONS: dict[str, str] = {
+    "gelu_tanh": 'Gelu approximate="tanh": DML_ACTIVATION_GELU is the erf form only',
+    "refused": "parameters the DML descriptor refuses (its rule, e.g. Celu alpha=0: "
+               "DML_ACTIVATION_CELU divides by Alpha; NaN bounds of Clip)",
+    "dtype": "a data type other than float32/float16 (the activation operators' only types; "
+             "Identity of other types is an alias, on the device)",
+    "rank": "more than 8 dimensions (DML tensors have 1 to 8)",
+    "empty": "an empty tensor (DML sizes are at least 1)",
+}
+
+
+def _host_activation(key: str, detail: str = "") -> _HostFallback:
+    return _HostFallback(HOST_ACTIVATIONS[key] + (f" ({detail})" if detail else ""))
+
+
+def _clip_bounds(node, a, param):
+    if "min" in a or "max" in a:                   # opset 6: attributes
+        return a.get("min", -dml.FLT_MAX), a.get("max", dml.FLT_MAX)
+
+    def get(i, default):
+        v = param(i)
+        return default if v is None else float(np.asarray(v).reshape(-1)[0])
+    return get(1, -dml.FLT_MAX), get(2, dml.FLT_MAX)
+
+
+#: ONNX activation op -> f(attributes) giving (DML activation name, its parameters).
+#: Each runs through ``vkml.dml.ACTIVATIONS[name]``: standalone (its tensors set), or fused
+#: into the convolution before it by the graph compiler (``Device.compile_graph``).
+ACTIVATION_OPS = {
+    "Relu": lambda a: ("relu", {}),
+    "LeakyRelu": lambda a: ("leaky_relu", {"alpha": a.get("alpha", 0.01)}),
+    "Sigmoid": lambda a: ("sigmoid", {}),
+    "Tanh": lambda a: ("tanh", {}),
+    "HardSigmoid": lambda a: ("hard_sigmoid", {"alpha": a.get("alpha", 0.2),
+                                               "beta": a.get("beta", 0.5)}),
+    "Elu": lambda a: ("elu", {"alpha": a.get("alpha", 1.0)}),
+    "Selu": lambda a: ("scaled_elu", {"alpha": a.get("alpha", 1.67326319217681884765625),
+                                      "gamma": a.get("gamma", 1.05070102214813232421875)}),
+    "Celu": lambda a: ("celu", {"alpha": a.get("alpha", 1.0)}),
+    "Softplus": lambda a: ("softplus", {"steepness": 1.0}),
+    "Softsign": lambda a: ("softsign", {}),
+    "ThresholdedRelu": lambda a: ("thresholded_relu", {"alpha": a.get("alpha", 1.0)}),
+    "Shrink": lambda a: ("shrink", {"bias": a.get("bias", 0.0),
+                                    "threshold": a.get("lambd", 0.5)}),
+    "Gelu": lambda a: ("gelu", {}),
+    "Clip": None,                                  # bounds: attributes or inputs 1, 2
+    "Identity": lambda a: ("identity", {}),
+}
+
+
+def _activation_desc(node, param):
+    """The vkml.dml activation descriptor (tensors None) for an ONNX activation node;
+    ``param(i)`` gives the host value of input i (None: absent).  Raises _HostFallback
+    with a :data:`HOST_ACTIVATIONS` reason where DML cannot express it."""
+    a = _attrs(node)
+    if node.op_type == "Gelu" and _s(a.get("approximate", "none")) != "none":
+        raise _host_activation("gelu_tanh")
+    if node.op_type == "Clip":
+        lo, hi = _clip_bounds(node, a, param)
+        name, params = "clip", {"min": lo, "max": hi}
+    else:
+        name, params = ACTIVATION_OPS[node.op_type](a)
+    desc = dml.ACTIVATIONS[name](**params)
+    try:
+        desc.validate_parameters(desc.fail)
+    except ValidationError as exc:
+        raise _host_activation("refused", f"{exc.field}: {exc.rule}") from None
+    return desc
+
+
+def _lower_activation(lw: _Lowering, node):
+    shape, dt = lw.info(node.input[0])
+    if np.dtype(dt) not in _FLOATS:
+        raise _host_activation("dtype", str(np.dtype(dt)))
+    if len(shape) > 8:
+        raise _host_activation("rank", str(len(shape)))
+    if 0 in shape:
+        raise _host_activation("empty", str(tuple(shape)))
+    desc = _activation_desc(node, lambda i: lw.param(node, i))
+    t = _tdesc(tuple(shape) or (1,), dt)            # a scalar runs as one element
+    lw.emit(desc.standalone(t, t), [node.input[0]], [node.output[0]], [(tuple(shape), dt)])
+
+
+_FLOATS = {np.dtype(np.float32), np.dtype(np.float16)}
+_ALL = {np.dtype(t) for t in ("float32", "float16", "float64", "int8", "int16", "int32",
+                              "int64", "uint8", "uint16", "uint32", "uint64")}
+
+
+@dataclass(frozen=True)
+class DeviceOp:
+    """How an ONNX op runs on the device: its lowering, the data types of its tensor input
+    0 it takes, and which inputs are parameters (read on the host when lowering)."""
+
+    lower: object
+    dtypes: frozenset
+    params: tuple = ()          # indices of inputs read as host values
+    tensors: tuple = (0,)       # indices of inputs bound as device tensors
+
+
+#: THE list of ONNX ops that run on the vkml device (op type -> DeviceOp).  Activations
+#: run as operators of their own (fused into a Conv/ConvTranspose before them by the graph
+#: compiler where it is their only consumer); :data:`HOST_ACTIVATIONS` lists what stays on
+#: the host.
+DEVICE_OPS: dict[str, DeviceOp] = {
+    "Pad": DeviceOp(_lower_pad, frozenset(_ALL), params=(1, 2, 3)),
+    "Conv": DeviceOp(_lower_conv, frozenset(_FLOATS), tensors=(0, 1, 2)),
+    "ConvTranspose": DeviceOp(_lower_conv, frozenset(_FLOATS), tensors=(0, 1, 2)),
+    "LpPool": DeviceOp(_lower_lp_pool, frozenset(_FLOATS)),
+    "Col2Im": DeviceOp(_lower_col2im, frozenset(_ALL), params=(1, 2)),
+    "Identity": DeviceOp(_lower_identity, frozenset(_ALL)),
+}
+DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
+                                params=(1, 2) if op == "Clip" else ())
+                   for op in ACTIVATION_OPS if op != "Identity"})
+
+
+# -- a lowered device partition as one DML graph ---------------------------------------------
+
+#: Descriptor fields of each input slot (to mark constant inputs OWNED_BY_DML).
+_INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor")}
+
+
+@dataclass
+class _Lowered:
+    """A device partition lowered to a DML graph: the GraphDesc; the value names of its
+    graph inputs (in order) and which of them are constants (OWNED_BY_DML, with values);
+    per graph output its value names; (shape, dtype) of every value; aliases (an output
+    that is an input value, e.g. Identity of an int tensor); per graph node the index of
+    the ONNX node (in the partition) it comes from."""
+
+    graph: object
+    inputs: list
+    constants: dict
+    outputs: list
+    infos: dict
+    aliases: dict
+    origins: list
+
+
+def _lower_graph(steps: list, outputs: list, consts: dict, infos: dict) -> _Lowered:
+    """Steps -> a ``vkml.dml.GraphDesc``: a step's input read from another step is an
+    intermediate edge, else a graph input (OWNED_BY_DML when a constant); the partition's
+    outputs (and outputs nothing reads) are graph outputs."""
+    alias: dict = {}
+
+    def res(name):
+        while name in alias:
+            name = alias[name]
+        return name
+
+    producer: dict = {}
+    nodes, origins, in_names = [], [], []
+    in_edges, inter = [], []
+    read = set()
+    for st in steps:
+        if st.desc is None:
+            alias[st.outputs[0]] = res(st.inputs[0])
+            continue
+        i = len(nodes)
+        desc = st.desc
+        fields = _INPUT_FIELDS.get(type(desc), ("input_tensor",))
+        for slot, name in enumerate(st.inputs):
+            if not name:
+                continue
+            name = res(name)
+            if name in producer:
+                inter.append(dml.IntermediateGraphEdgeDesc(*producer[name], i, slot))
+                read.add(producer[name])
+                continue
+            if name not in in_names:
+                in_names.append(name)
+            in_edges.append(dml.InputGraphEdgeDesc(in_names.index(name), i, slot))
+            if name in consts:
+                t = getattr(desc, fields[slot])
+                desc = replace(desc, **{fields[slot]: replace(
+                    t, flags=dml.TensorFlags.OWNED_BY_DML)})
+        for k, name in enumerate(st.outputs):
+            producer[name] = (i, k)
+        nodes.append(dml.OperatorGraphNodeDesc(desc, name=st.outputs[0]))
+        origins.append(st.origin)
+    out_of: dict = {}                  # (node, output) -> graph output index
+    out_names: list = []
+    aliases = {}
+    for name in outputs:
+        r = res(name)
+        if r not in producer:
+            aliases[name] = r
+            continue
+        g = out_of.setdefault(producer[r], len(out_of))
+        if g == len(out_names):
+            out_names.append([])
+        out_names[g].append(name)
+    for name, src in producer.items():           # outputs nothing reads: bound anyway
+        if src not in read and src not in out_of:
+            out_of[src] = len(out_of)
+            out_names.append([name])
+    graph = None
+    if nodes:
+        graph = dml.GraphDesc(
+            input_count=len(in_names), output_count=len(out_of), nodes=nodes,
+            input_edges=in_edges, intermediate_edges=inter,
+            output_edges=[dml.OutputGraphEdgeDesc(i, k, g) for (i, k), g in out_of.items()])
+    return _Lowered(graph, in_names, {n: consts[n] for n in in_names if n in consts},
+                    out_names, infos, aliases, origins)
+
