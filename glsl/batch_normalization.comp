@@ -13,7 +13,8 @@
 // reused for its V elements (storage-buffer loads go one lane at a time on lavapipe).
 // The others load the statistics of each element.  With VEC_STORE (float32, every
 // invocation's V elements packed and 4-aligned in X and Y) X is read and Y written as
-// vec4s.  No early return before the uniform loads (docs/DEVELOPING.md).
+// vec4s.  TEXEL4 variants read float32 X as RGBA32F texels (lavapipe vectorizes texel
+// reads; its storage-buffer loads go one lane at a time).  No early return before the uniform loads (docs/DEVELOPING.md).
 //
 // vkml:variant batch_normalization_f32 F32=1
 // vkml:variant batch_normalization_f16 F16=1
@@ -21,14 +22,26 @@
 // vkml:variant batch_normalization_f32_row F32=1 ROW=1
 // vkml:variant batch_normalization_f16_row F16=1 ROW=1
 // vkml:variant batch_normalization_f16_packed_row F16_PACKED=1 ROW=1
+// vkml:variant batch_normalization_f32_texel4 F32=1 TEXEL4=1
+// vkml:variant batch_normalization_f32_row_texel4 F32=1 ROW=1 TEXEL4=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
+#ifdef TEXEL4
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
+#define LOADX(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
+#define LOADX4(q) texelFetch(Xt, int(q))
+#else
 layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
+#define LOADX(i) FLOAD(x, i)
+#endif
+#if defined(F32) && !defined(TEXEL4)
+layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
+#define LOADX4(q) x4[q]
+#endif
 layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
 #ifdef F32
-layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
 layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
 #endif
 layout(std430, set = 0, binding = 3) readonly buffer Mean { FSTORE_T mean[]; };
@@ -135,7 +148,7 @@ void main() {
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uint j = 4u * k;
 #ifdef F32
-            vec4 v = x4[(s >> 2) + k];
+            vec4 v = LOADX4((s >> 2) + k);
             y4[(o >> 2) + k] = vec4(NORM(v.x, j), NORM(v.y, j + 1u), NORM(v.z, j + 2u),
                                     NORM(v.w, j + 3u));
 #else
@@ -148,6 +161,6 @@ void main() {
     }
     uint istep = AT(in_stride, LAST), ostep = AT(out_stride, LAST);
     [[unroll]] for (uint j = 0u; j < V; j++) {
-        if (j < count) FSTORE(y, o + j * ostep, NORM(FLOAD(x, s + j * istep), j));
+        if (j < count) FSTORE(y, o + j * ostep, NORM(LOADX(s + j * istep), j));
     }
 }

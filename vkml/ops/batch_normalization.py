@@ -23,7 +23,7 @@ from ..dml.data_type import DataType
 from ..dml.operator import as_real
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import Bind
+from ..runtime import FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
@@ -35,7 +35,8 @@ __all__ = ["batch_normalization"]
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
-    [f"batch_normalization_{t}{r}" for t in ("f32", "f16", "f16_packed") for r in ("", "_row")],
+    [f"batch_normalization_{t}{r}" for t in ("f32", "f16", "f16_packed") for r in ("", "_row")]
+    + ["batch_normalization_f32_texel4", "batch_normalization_f32_row_texel4"],
     BOX_CONSTANTS + ("V", "VEC_STORE", "ACT"))
 
 
@@ -61,7 +62,13 @@ class CompiledBatchNormalization(CompiledOperator):
     """Batch normalization on this device: see the module doc."""
 
     #: Elements of the last dimension an invocation takes where it has that many.
-    vec = 16
+    vec = 32
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read not in (None, "texel4", "ssbo"):
+            raise ValidationError("read", f"must be 'texel4' or 'ssbo', got {read!r}")
+        self.force_read = read
+        super().__init__(device, desc)
 
     def build(self) -> None:
         d = self.desc
@@ -82,6 +89,15 @@ class CompiledBatchNormalization(CompiledOperator):
         self.kernel = f"batch_normalization_{base}" + ("_row" if self.row else "")
         self.local = min(64, self.workgroup_size)
         self.windows = self._plan_windows()
+        # float32 input read as RGBA32F texels where it fits one texel view (lavapipe
+        # vectorizes texel reads, not storage-buffer ones); ``read="ssbo"`` forces the other
+        self.in_bind, self.in_kind, self.in_fmt = self.bytes[1], STORAGE, 0
+        if (base == "f32" and self.windows is None and self.force_read != "ssbo"
+                and ceil_div(self.bytes[1], 16) <= self.ctx.limits["maxTexelBufferElements"]):
+            self.kernel += "_texel4"
+            self.in_bind = ceil_div(self.bytes[1], 16) * 16
+            self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
+        self.read = "texel4" if self.in_kind == UNIFORM_TEXEL else "ssbo"
         act = d.fused_activation
         self.act = act.SPEC.kernel_id if act is not None else 0
         rows = {n: _eight(s) for n, s in zip(("out_stride", "in_stride", "mean_stride", "var_stride",
@@ -111,8 +127,10 @@ class CompiledBatchNormalization(CompiledOperator):
         of each tensor for a window (None: whole tensors)."""
         es = self.esize
         if origin is None:
-            return [Bind(a, 0, n, "w" if i == 0 else "r")
-                    for i, (a, n) in enumerate(zip(allocs, self.bytes))], [0] * 6
+            binds = [Bind(a, 0, n, "w" if i == 0 else "r")
+                     for i, (a, n) in enumerate(zip(allocs, self.bytes))]
+            binds[1] = Bind(allocs[1], 0, self.in_bind, "r", self.in_fmt)
+            return binds, [0] * 6
         align = self.ctx.binding_alignment()
         binds, bases = [], []
         for i, (a, st) in enumerate(zip(allocs, self.strides)):
@@ -145,7 +163,7 @@ class CompiledBatchNormalization(CompiledOperator):
         """Record one window: the grid as BoxKernel's, split to the device's limits."""
         local, rank = self.local, self.rank
         xdims = pick_xdims(extent, local)
-        v = next((w for w in (self.vec, 8, 4) if extent[-1] >= w), 1) if xdims == 1 else 1
+        v = next((w for w in (self.vec, 16, 8, 4) if extent[-1] >= w), 1) if xdims == 1 else 1
         lx, ly = local, 1
         ydim = rank - xdims - 1
         if xdims == 1:
