@@ -13,8 +13,8 @@
 // reused for its V elements (storage-buffer loads go one lane at a time on lavapipe).
 // The others load the statistics of each element.  With VEC_STORE (float32, every
 // invocation's V elements packed and 4-aligned in X and Y) X is read and Y written as
-// vec4s.  TEXEL4 variants read float32 X as RGBA32F texels (lavapipe vectorizes texel
-// reads; its storage-buffer loads go one lane at a time).  No early return before the uniform loads (docs/DEVELOPING.md).
+// vec4s.  TEXEL4 variants read float32 X as RGBA32F texels and the statistics as R32F
+// texels (lavapipe vectorizes texel reads; its storage-buffer loads go one lane at a time).  No early return before the uniform loads (docs/DEVELOPING.md).
 //
 // vkml:variant batch_normalization_f32 F32=1
 // vkml:variant batch_normalization_f16 F16=1
@@ -44,10 +44,21 @@ layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
 #ifdef F32
 layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
 #endif
+#ifdef TEXEL4
+// the statistics as R32F texels too (a storage-buffer load per invocation cost lavapipe
+// more than the texel fetch)
+layout(set = 0, binding = 3) uniform samplerBuffer mean;
+layout(set = 0, binding = 4) uniform samplerBuffer variance;
+layout(set = 0, binding = 5) uniform samplerBuffer scale;
+layout(set = 0, binding = 6) uniform samplerBuffer bias;
+#define LOADS(B, i) texelFetch(B, int(i)).x
+#else
 layout(std430, set = 0, binding = 3) readonly buffer Mean { FSTORE_T mean[]; };
 layout(std430, set = 0, binding = 4) readonly buffer Var { FSTORE_T variance[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Scale { FSTORE_T scale[]; };
 layout(std430, set = 0, binding = 6) readonly buffer Bias { FSTORE_T bias[]; };
+#define LOADS(B, i) FLOAD(B, i)
+#endif
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 1 to 8 dimensions
@@ -132,17 +143,17 @@ void main() {
     // per-channel statistics: Y = act((X - Mean) * a + Bias), a = Scale / sqrt(Var + eps)
     float m = 0.0, a = 0.0, b = 0.0;
     if (count > 0u) {
-        m = FLOAD(mean, sm);
-        a = FLOAD(scale, ss) * inversesqrt(FLOAD(variance, sv) + eps);
-        b = FLOAD(bias, sb);
+        m = LOADS(mean, sm);
+        a = LOADS(scale, ss) * inversesqrt(LOADS(variance, sv) + eps);
+        b = LOADS(bias, sb);
     }
 #define NORM(v, j) vkml_activation(ACT, ((v) - m) * a + b, prm)
 #else
     uint mstep = AT(mean_stride, LAST), vstep = AT(var_stride, LAST);
     uint cstep = AT(scale_stride, LAST), bstep = AT(bias_stride, LAST);
-#define NORM(v, j) normalize_one(v, FLOAD(mean, sm + (j) * mstep), \
-        FLOAD(variance, sv + (j) * vstep), FLOAD(scale, ss + (j) * cstep), \
-        FLOAD(bias, sb + (j) * bstep), eps, prm)
+#define NORM(v, j) normalize_one(v, LOADS(mean, sm + (j) * mstep), \
+        LOADS(variance, sv + (j) * vstep), LOADS(scale, ss + (j) * cstep), \
+        LOADS(bias, sb + (j) * bstep), eps, prm)
 #endif
     if (VEC_STORE && count == V) {    // s and o multiples of 4 (the host's rule)
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {

@@ -16,7 +16,13 @@
 // variants read float32 X through an R32F uniform texel buffer (lavapipe vectorizes
 // texel reads, not storage-buffer ones).
 //
+// TEXEL4 variants (float32 rows of one packed dimension, a multiple of 4 long, every row
+// 4-aligned) read RGBA32F texels and store vec4s, four elements a step: lavapipe stores
+// one lane at a time, a vec4 in one turn, so a scalar store per element costs 4x.
+//
 // vkml:variant softmax_lane_f32 LANE=1 F32=1
+// vkml:variant softmax_lane_f32_texel4 LANE=1 F32=1 TEXEL4=1
+// vkml:variant softmax_group_f32_texel4 GROUP=1 F32=1 TEXEL4=1
 // vkml:variant softmax_lane_f32_texel LANE=1 F32=1 TEXEL=1
 // vkml:variant softmax_lane_f16 LANE=1 F16=1
 // vkml:variant softmax_lane_f16_packed LANE=1 F16_PACKED=1
@@ -27,7 +33,11 @@
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 
-#ifdef TEXEL
+#if defined(TEXEL4)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
+#define LOADX(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
+#define LOAD4(q) texelFetch(Xt, int(q))
+#elif defined(TEXEL)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 #define LOADX(i) texelFetch(Xt, int(i)).x
 #else
@@ -35,6 +45,9 @@ layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
 #define LOADX(i) FLOAD(x, i)
 #endif
 layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
+#ifdef TEXEL4
+layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int KR = 1;        // kept dimensions (rows), 1 to 8
@@ -130,11 +143,28 @@ void main() {
     float m = FLT_LOWEST, c = 0.0, t = 0.0;
     uint end = live ? n : 0u;
     uint k = 0u;
+#ifdef TEXEL4
+    end >>= 2;                        // texels: one reduced dimension of unit stride
+    for (uint j = first; j < end; j += step) {
+        vec4 v = LOAD4((bi >> 2) + j);
+        float mn = max(m, max(max(v.x, v.y), max(v.z, v.w)));
+        float f = exp(m - mn);
+        vec4 e = exp(v - mn);
+        c = c * f + ((e.x + e.y) + (e.z + e.w));
+        t *= f;
+        m = mn;
+        if (k++ % CHUNK == CHUNK - 1u) {
+            t += c;
+            c = 0.0;
+        }
+    }
+#else
     for (uint j = first; j < end; j += step) {
         uint si, so;
         reduced_offsets(j, si, so);
         accumulate(m, c, t, LOADX(bi + si), k++);
     }
+#endif
     float s = t + c;
 #ifdef GROUP
     uint lid = gl_LocalInvocationID.x;
@@ -156,6 +186,11 @@ void main() {
     s = sh_s[0];
 #endif
     float inv = 1.0 / s;
+#ifdef TEXEL4
+    for (uint j = first; j < end; j += step)
+        y4[(bo >> 2) + j] = exp(LOAD4((bi >> 2) + j) - m) * inv;
+    return;
+#endif
     for (uint j = first; j < end; j += step) {
         uint si, so;
         reduced_offsets(j, si, so);

@@ -23,7 +23,7 @@ from ..dml.data_type import DataType
 from ..dml.operator import as_real
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
+from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
@@ -89,11 +89,14 @@ class CompiledBatchNormalization(CompiledOperator):
         self.kernel = f"batch_normalization_{base}" + ("_row" if self.row else "")
         self.local = min(64, self.workgroup_size)
         self.windows = self._plan_windows()
-        # float32 input read as RGBA32F texels where it fits one texel view (lavapipe
-        # vectorizes texel reads, not storage-buffer ones); ``read="ssbo"`` forces the other
+        # float32 input read as RGBA32F texels (the statistics as R32F) where each fits
+        # a texel view (lavapipe vectorizes texel reads, not storage-buffer ones);
+        # ``read="ssbo"`` forces storage-buffer reads
         self.in_bind, self.in_kind, self.in_fmt = self.bytes[1], STORAGE, 0
+        texels = self.ctx.limits["maxTexelBufferElements"]
         if (base == "f32" and self.windows is None and self.force_read != "ssbo"
-                and ceil_div(self.bytes[1], 16) <= self.ctx.limits["maxTexelBufferElements"]):
+                and ceil_div(self.bytes[1], 16) <= texels
+                and all(n // 4 <= texels for n in self.bytes[2:])):
             self.kernel += "_texel4"
             self.in_bind = ceil_div(self.bytes[1], 16) * 16
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
@@ -129,7 +132,10 @@ class CompiledBatchNormalization(CompiledOperator):
         if origin is None:
             binds = [Bind(a, 0, n, "w" if i == 0 else "r")
                      for i, (a, n) in enumerate(zip(allocs, self.bytes))]
-            binds[1] = Bind(allocs[1], 0, self.in_bind, "r", self.in_fmt)
+            if self.read == "texel4":      # the input as RGBA32F, the statistics as R32F
+                binds[1] = Bind(allocs[1], 0, self.in_bind, "r", self.in_fmt)
+                binds[2:] = [Bind(a, 0, n, "r", FORMAT_R32_SFLOAT)
+                             for a, n in zip(allocs[2:], self.bytes[2:])]
             return binds, [0] * 6
         align = self.ctx.binding_alignment()
         binds, bases = [], []

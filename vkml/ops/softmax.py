@@ -12,9 +12,11 @@ rank is rows of one reduced dimension.  Two paths (:data:`PATH`):
   their partial maxima and sums in shared memory, for long rows.
 
 Both are numerically stable (the running maximum is subtracted before ``exp``) and
-accumulate in float32 for float16.  float32 is read through an R32F texel buffer where
-the whole input fits ``maxTexelBufferElements`` (lavapipe vectorizes texel reads), else
-from the storage buffer.  Inputs or outputs larger than ``maxStorageBufferRange`` run in
+accumulate in float32 for float16.  float32 is read through a texel buffer where the
+whole input fits ``maxTexelBufferElements`` (lavapipe vectorizes texel reads, not
+storage-buffer ones): RGBA32F texels with vec4 stores where rows are one packed
+dimension a multiple of 4 long ("texel4", 4 elements a step), else R32F ("texel");
+otherwise from the storage buffer ("ssbo").  Inputs or outputs larger than ``maxStorageBufferRange`` run in
 windows of whole rows (:func:`.grid.plan_windows` over the kept box); grids larger than
 ``maxComputeWorkGroupCount`` in several dispatches.
 """
@@ -29,7 +31,7 @@ from ..dml.data_type import DataType
 from ..dml.softmax import ActivationSoftmax1OperatorDesc, ActivationSoftmaxOperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
-from ..runtime import FORMAT_R32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
+from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
@@ -41,7 +43,7 @@ __all__ = ["softmax"]
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     [f"softmax_{p}_{t}" for p in ("lane", "group")
-     for t in ("f32", "f32_texel", "f16", "f16_packed")],
+     for t in ("f32", "f32_texel", "f32_texel4", "f16", "f16_packed")],
     ("LOCAL_SIZE_X", "KR", "RR"))
 
 #: Rows of at least this many elements take the "group" path where the tuner is off
@@ -77,13 +79,14 @@ def _eight(values) -> list:
 class CompiledSoftmax(CompiledOperator):
     """Softmax on this device (module doc).  ``path``: "lane" or "group" forces one;
     None lets the tuner choose (:data:`PATH`).  ``read``: "texel" or "ssbo" forces the
-    float32 read (texel falls back to ssbo where the input does not fit a texel view)."""
+    float32 read (texel falls back to ssbo where the input does not fit a texel view);
+    None: "texel4" where the rows allow it (:meth:`_choose_read`)."""
 
     def __init__(self, device, desc, path: str | None = None, read: str | None = None):
         if path not in (None, "auto", "lane", "group"):
             raise ValidationError("path", f"must be 'lane' or 'group', got {path!r}")
-        if read not in (None, "texel", "ssbo"):
-            raise ValidationError("read", f"must be 'texel' or 'ssbo', got {read!r}")
+        if read not in (None, "texel4", "texel", "ssbo"):
+            raise ValidationError("read", f"must be 'texel4', 'texel' or 'ssbo', got {read!r}")
         self.force_path, self.force_read = path, read
         super().__init__(device, desc)
 
@@ -106,10 +109,9 @@ class CompiledSoftmax(CompiledOperator):
         self.path = self._choose_path()
         f32 = x.data_type == DataType.FLOAT32
         base = "f32" if f32 else ("f16" if self.features.get("storage16") else "f16_packed")
-        texel = (f32 and self.windows is None and self.force_read != "ssbo"
-                 and ceil_div(self.in_bytes, 4) <= self.ctx.limits["maxTexelBufferElements"])
-        self.read = "texel" if texel else "ssbo"
-        self.kernel = f"softmax_{self.path}_{base}" + ("_texel" if texel else "")
+        self.read = self._choose_read(f32)
+        self.kernel = f"softmax_{self.path}_{base}" + ("" if self.read == "ssbo" else
+                                                      "_" + self.read)
         self.local = self._local()
         self.pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.local,
                                                 "KR": len(self.box), "RR": len(self.rsize)})
@@ -117,6 +119,20 @@ class CompiledSoftmax(CompiledOperator):
                      out_kstride=_eight(self.kout), in_rstride=_eight(self.rin),
                      out_rstride=_eight(self.rout), rsize=_eight(self.rsize), count=self.count)
         self.params = self.upload(np.frombuffer(block, np.uint8))
+
+    def _choose_read(self, f32: bool) -> str:
+        """float32 through texel views where the whole input fits one: "texel4"
+        (RGBA32F, vec4 stores) where rows are one packed dimension, a multiple of 4 long
+        and 4-aligned, else "texel" (R32F); "ssbo" otherwise or where forced."""
+        lim = self.ctx.limits["maxTexelBufferElements"]
+        if not f32 or self.windows is not None or self.force_read == "ssbo":
+            return "ssbo"
+        if ceil_div(self.in_bytes, 16) <= lim and self.force_read != "texel" and (
+                len(self.rsize) == 1 and self.rin == [1] and self.rout == [1]
+                and self.count % 4 == 0
+                and all(s % 4 == 0 for s in self.kin + self.kout)):
+            return "texel4"
+        return "texel" if ceil_div(self.in_bytes, 4) <= lim else "ssbo"
 
     def _local(self) -> int:
         """Workgroup size: 64 lanes for "lane"; for "group" a power of two up to 256 (and
@@ -166,11 +182,11 @@ class CompiledSoftmax(CompiledOperator):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0].allocation, outputs[0].allocation
-        kind = UNIFORM_TEXEL if self.read == "texel" else STORAGE
-        fmt = FORMAT_R32_SFLOAT if self.read == "texel" else 0
+        fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT}.get(self.read, 0)
+        in_bind = ceil_div(self.in_bytes, 16) * 16 if self.read == "texel4" else self.in_bytes
         rank = len(self.box)
         if self.windows is None:
-            items = [([0] * rank, list(self.box), Bind(x, 0, self.in_bytes, "r", fmt),
+            items = [([0] * rank, list(self.box), Bind(x, 0, in_bind, "r", fmt),
                       Bind(y, 0, self.out_bytes, "w"), 0, 0)]
         else:
             items = []
