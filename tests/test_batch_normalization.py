@@ -316,3 +316,77 @@ def test_no_leaks(device):
         cycle()
     gc.collect()
     assert device.memory_stats() == base
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
+                     compiled_or_refused, fuzz_examples, fuzz_settings, lay_out,
+                     padded_output)
+
+
+@st.composite
+def bn_cases(draw):
+    rank = draw(st.integers(1, 5))
+    shape = draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank))
+    masks = draw(st.lists(st.lists(st.booleans(), min_size=rank, max_size=rank),
+                          min_size=4, max_size=4))
+    return dict(shape=shape, masks=masks, dtype=draw(st.sampled_from(["float32", "float16"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["stat_size", "stat_rank",
+                                                              "int", "out", "eps", "clip"])),
+                layouts=draw(st.lists(st.sampled_from(LAYOUTS), min_size=5, max_size=5)),
+                out_padded=draw(st.booleans()),
+                act=draw(st.sampled_from([None, None, "relu", "tanh", "hard_sigmoid"])),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_batch_normalization(device, speed):
+    """Random descriptors, one broken rule at a time: valid ones equal the reference with
+    every canary intact (after each bound buffer, in the output's gaps), invalid ones
+    raise ValidationError naming the field."""
+    @settings(fuzz_settings(speed), max_examples=max(10, fuzz_examples(speed) // 4))
+    @given(bn_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        m, shape, dtype = case["mutation"], list(case["shape"]), case["dtype"]
+        want = {"stat_size": ["variance_tensor.sizes"], "stat_rank": ["bias_tensor.sizes"],
+                "int": ["data_type"], "out": ["output_tensor.sizes"], "eps": ["epsilon"],
+                "clip": ["fused_activation"]}.get(m, [])
+        sshapes = [[s if keep else 1 for s, keep in zip(shape, mask)] for mask in case["masks"]]
+        if m == "stat_size":
+            sshapes[1][-1] = shape[-1] + 1
+        if m == "stat_rank":
+            sshapes[3] = sshapes[3] + [1]
+        out = shape[:-1] + [shape[-1] + 1] if m == "out" else list(shape)
+        x = rng.uniform(-3, 3, shape).astype(dtype)
+        stats = list(_stats(rng, sshapes, dtype))
+        laid = [lay_out(rng, a, kind) for a, kind in zip([x] + stats, case["layouts"])]
+        x, stats = laid[0][2], [l[2] for l in laid[1:]]
+        out_strides, read = padded_output(rng, out, dtype, case["out_padded"])
+        eps = float("nan") if m == "eps" else float(rng.choice([1e-5, 0.5]))
+        act = dml.ElementWiseClipOperatorDesc() if m == "clip" else case["act"]
+        in_type = "int32" if m == "int" else dtype
+
+        def make():
+            return Desc(T(in_type, shape, laid[0][1]),
+                        *(T(dtype, s, l[1]) for s, l in zip(sshapes, laid[1:])),
+                        T(dtype, out, out_strides), epsilon=eps, fused_activation=act)
+
+        desc, compiled = compiled_or_refused(device, make, want)
+        if desc is None:
+            return
+        ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, l[0])
+               for t, l in zip(desc.inputs(), laid)]
+        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+        compiled.execute(ins, [dst])
+        compiled.release()
+        got, gaps_intact = read(dst)
+        params = {"hard_sigmoid": {"alpha": 0.2, "beta": 0.5}}.get(act, {})
+        np.testing.assert_allclose(got.astype(np.float64),
+                                   reference(x, *stats, eps, act, params), **_tol(dtype))
+        assert gaps_intact, "wrote into the gaps of a non-packed output"
+        assert all(canaries_intact(t) for t in ins + [dst]), "wrote outside a tensor"
+
+    check()

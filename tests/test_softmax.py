@@ -303,3 +303,73 @@ def test_no_leaks(device):
     gc.collect()
     assert device.memory_stats() == base
     np.testing.assert_allclose(out.numpy(), np.full((3, 8), 0.125))
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused,  # noqa: E402
+                     execute_with_canaries, fuzz_examples, fuzz_settings, lay_out,
+                     padded_output)
+
+
+@st.composite
+def softmax_cases(draw):
+    rank = draw(st.integers(1, 5))
+    shape = draw(st.lists(st.integers(1, 6), min_size=rank, max_size=rank))
+    axes = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+    return dict(shape=shape, axes=axes, dtype=draw(st.sampled_from(["float32", "float16"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["axis", "repeat", "empty",
+                                                              "int", "out", "overlap"])),
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
+                path=draw(st.sampled_from([None, "lane", "group"])),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_softmax(device, speed):
+    """Random SOFTMAX1 descriptors, one broken rule at a time: valid ones equal the
+    reference with every canary intact (after the bound buffers, in the output's gaps),
+    invalid ones raise ValidationError naming the field."""
+    @settings(fuzz_settings(speed), max_examples=max(10, fuzz_examples(speed) // 4))
+    @given(softmax_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        m, shape, axes, dtype = case["mutation"], list(case["shape"]), list(case["axes"]), \
+            case["dtype"]
+        want = {"axis": ["axes[0]"], "repeat": [f"axes[{len(axes)}]"], "empty": ["axes"],
+                "int": ["data_type"], "out": ["output_tensor.sizes"],
+                "overlap": ["output_tensor.strides"]}.get(m, [])
+        out = list(shape)
+        if m == "axis":
+            axes[0] = len(shape) + int(rng.integers(0, 3))
+        if m == "repeat":
+            axes.append(axes[0])
+        if m == "empty":
+            axes = []
+        if m == "out":
+            out[-1] += 1
+        x = rng.uniform(-20, 20, shape).astype(dtype)
+        flat, in_strides, x = lay_out(rng, x, case["layout"])
+        out_strides, read = padded_output(rng, out, dtype, case["out_padded"])
+        if m == "overlap":
+            out, out_strides = out + [2], (out_strides or tuple(
+                int(np.prod(out[i + 1:])) for i in range(len(out)))) + (0,)
+            shape, in_strides = shape + [2], (in_strides or tuple(
+                int(np.prod(shape[i + 1:])) for i in range(len(shape)))) + (0,)
+        in_type = "int32" if m == "int" else dtype
+        desc, compiled = compiled_or_refused(device, lambda: S1(
+            T(in_type, shape, in_strides), T(in_type if m == "int" else dtype, out, out_strides),
+            tuple(axes)), want)
+        if desc is None:
+            return
+        if case["path"] is not None:
+            compiled.release()
+            compiled = _compiled(device, desc, path=case["path"])
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
+        got, gaps_intact = read(dst)
+        np.testing.assert_allclose(got.astype(np.float64), reference(x, axes), **_tol(dtype))
+        assert gaps_intact, "wrote into the gaps of a non-packed output"
+        assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    check()
