@@ -298,7 +298,7 @@ def test_no_leaks(device):
         cycle()
     gc.collect()
     base = device.memory_stats()
-    for _ in range(200):
+    for _ in range(100):
         cycle()
     gc.collect()
     assert device.memory_stats() == base
