@@ -13,8 +13,9 @@
 // reused for its V elements (storage-buffer loads go one lane at a time on lavapipe).
 // The others load the statistics of each element.  With VEC_STORE (float32, every
 // invocation's V elements packed and 4-aligned in X and Y) X is read and Y written as
-// vec4s.  TEXEL4 variants read float32 X as RGBA32F texels and the statistics as R32F
-// texels (lavapipe vectorizes texel reads; its storage-buffer loads go one lane at a time).  No early return before the uniform loads (docs/DEVELOPING.md).
+// vec4s (float16: half pairs).  TEXEL4 variants read float32 X as RGBA32F texels and
+// the statistics as R32F texels (lavapipe vectorizes texel reads; its storage-buffer
+// loads go one lane at a time).  No early return before the uniform loads (docs/DEVELOPING.md).
 //
 // vkml:variant batch_normalization_f32 F32=1
 // vkml:variant batch_normalization_f16 F16=1

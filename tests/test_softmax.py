@@ -272,7 +272,8 @@ def test_threads(device):
     def work(k):
         out = device.empty(x.shape)
         for i in range(5):
-            xi = np.random.default_rng(k * 10 + i).standard_normal((2 + k, 3 + i)).astype(np.float32)
+            xi = np.random.default_rng(k * 10 + i).standard_normal((2 + k, 3 + i))
+            xi = xi.astype(np.float32)
             if not np.allclose(vkml.softmax(xi, k % 2, device=device), reference(xi, (k % 2,)),
                                rtol=2e-5, atol=1e-7):
                 errors.append((k, i))

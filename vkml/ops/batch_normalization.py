@@ -103,8 +103,9 @@ class CompiledBatchNormalization(CompiledOperator):
         self.read = "texel4" if self.in_kind == UNIFORM_TEXEL else "ssbo"
         act = d.fused_activation
         self.act = act.SPEC.kernel_id if act is not None else 0
-        rows = {n: _eight(s) for n, s in zip(("out_stride", "in_stride", "mean_stride", "var_stride",
-                                      "scale_stride", "bias_stride"), self.strides)}
+        names = ("out_stride", "in_stride", "mean_stride", "var_stride", "scale_stride",
+                 "bias_stride")
+        rows = {n: _eight(s) for n, s in zip(names, self.strides)}
         block = pack(self.kernel, "Params", **rows, epsilon=float(d.epsilon),
                      act_params=act.kernel_parameters() if act is not None else np.zeros(4))
         self.params = self.upload(np.frombuffer(block, np.uint8))

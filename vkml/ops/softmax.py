@@ -16,9 +16,10 @@ accumulate in float32 for float16.  float32 is read through a texel buffer where
 whole input fits ``maxTexelBufferElements`` (lavapipe vectorizes texel reads, not
 storage-buffer ones): RGBA32F texels with vec4 stores where rows are one packed
 dimension a multiple of 4 long ("texel4", 4 elements a step), else R32F ("texel");
-otherwise from the storage buffer ("ssbo").  Inputs or outputs larger than ``maxStorageBufferRange`` run in
-windows of whole rows (:func:`.grid.plan_windows` over the kept box); grids larger than
-``maxComputeWorkGroupCount`` in several dispatches.
+otherwise from the storage buffer ("ssbo").  Inputs or outputs larger than
+``maxStorageBufferRange`` run in windows of whole rows (:func:`.grid.plan_windows`
+over the kept box); grids larger than ``maxComputeWorkGroupCount`` in several
+dispatches.
 """
 from __future__ import annotations
 
@@ -230,10 +231,11 @@ def _path_run(device, seq, cand, shape):
 
 
 #: The softmax kernel: "auto" (the ``VKML_TUNE=off`` default: "group" for rows of at
-#: least :data:`GROUP_MIN_COUNT` elements, else "lane"), "lane" or "group", chosen by
-#: the device's timing for the shape's class (rows and row length within a factor of 4).
+#: least :data:`GROUP_MIN_COUNT` elements, else "lane"; not in the fast list, being one
+#: of the other two), "lane" or "group", chosen by the device's timing for the shape's
+#: class (rows and row length within a factor of 4).
 PATH = tuning.register_path(
-    "softmax_path", [("auto", {"path": "auto"}), ("lane", {"path": "lane"}),
+    "softmax_path", [("auto", {"path": "auto"}, False), ("lane", {"path": "lane"}),
                      ("group", {"path": "group"})], "auto",
     _path_class, _path_run, work_fn=lambda s: float(s["rows"]) * float(s["count"]),
     examples=[{"rows": 4096, "count": 1000, "dtype": "float32"},
