@@ -390,3 +390,18 @@ def test_fuzz_batch_normalization(device, speed):
         assert all(canaries_intact(t) for t in ins + [dst]), "wrote outside a tensor"
 
     check()
+
+
+def test_float16_without_16bit_storage(device):
+    """float16 packed two to a 32-bit word (the device's 16-bit storage turned off), an
+    odd element count so the last word is shared with nothing."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((3, 5, 7)).astype(np.float16)
+    stats = _stats(rng, [(1, 5, 1), (1, 5, 7), (3, 1, 1), (1, 1, 7)], np.float16)
+    with vkml.Device(device.index, disable_features=["storage16"]) as dev:
+        desc = Desc(T("float16", x.shape), *(T("float16", s.shape) for s in stats),
+                    T("float16", x.shape))
+        op, got = _run(dev, desc, [x, *stats], x.size)
+        assert "f16_packed" in op.kernel
+    np.testing.assert_allclose(got.reshape(x.shape).astype(np.float64),
+                               reference(x, *stats, 1e-5), **_tol("float16"))

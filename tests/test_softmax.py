@@ -374,3 +374,15 @@ def test_fuzz_softmax(device, speed):
         assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
 
     check()
+
+
+@pytest.mark.parametrize("path", ["lane", "group"])
+def test_float16_without_16bit_storage(device, path):
+    """float16 packed two to a 32-bit word (the device's 16-bit storage turned off)."""
+    x = (np.random.default_rng(14).standard_normal((3, 5, 7)) * 4).astype(np.float16)
+    t = T("float16", x.shape)
+    with vkml.Device(device.index, disable_features=["storage16"]) as dev:
+        op, got = _run(dev, S1(t, t, (0, 2)), x, x.size, path=path)
+        assert op.kernel == f"softmax_{path}_f16_packed"
+    np.testing.assert_allclose(got.reshape(x.shape).astype(np.float64), reference(x, (0, 2)),
+                               **_tol("float16"))
