@@ -1,0 +1,199 @@
+#version 450
+// DML_ACTIVATION_SOFTMAX / SOFTMAX1: Y = exp(X - max) / sum(exp(X - max)) over the
+// reduced axes, one softmax per *row* (a combination of the kept coordinates).  The host
+// merges dimensions first, so a row is RR reduced dimensions (usually one) and the rows a
+// box of KR kept dimensions (one window of it per dispatch: origin/extent).
+//
+// Numerically stable and in float32 for float32 and float16 tensors: one pass keeps a
+// running maximum m and the sum s of exp(x - m), rescaling s when m grows (so X is read
+// twice, not three times); m starts at -FLT_MAX, not -inf, so a row starting with -inf
+// (an attention mask) gives exp(0) * 0 rather than exp(-inf + inf) = NaN.  A second pass
+// writes exp(x - m) / s.
+//
+// LANE variants: one invocation per row (rows with few elements, many rows).  GROUP
+// variants: one workgroup per row, its invocations taking every LOCAL_SIZE_X-th element,
+// their (m, s) pairs combined in shared memory (LOCAL_SIZE_X a power of two).  TEXEL
+// variants read float32 X through an R32F uniform texel buffer (lavapipe vectorizes
+// texel reads, not storage-buffer ones).
+//
+// TEXEL4 variants (float32 rows of one packed dimension, a multiple of 4 long, every row
+// 4-aligned) read RGBA32F texels and store vec4s, four elements a step: lavapipe stores
+// one lane at a time, a vec4 in one turn, so a scalar store per element costs 4x.
+//
+// vkml:variant softmax_lane_f32 LANE=1 F32=1
+// vkml:variant softmax_lane_f32_texel4 LANE=1 F32=1 TEXEL4=1
+// vkml:variant softmax_group_f32_texel4 GROUP=1 F32=1 TEXEL4=1
+// vkml:variant softmax_lane_f32_texel LANE=1 F32=1 TEXEL=1
+// vkml:variant softmax_lane_f16 LANE=1 F16=1
+// vkml:variant softmax_lane_f16_packed LANE=1 F16_PACKED=1
+// vkml:variant softmax_group_f32 GROUP=1 F32=1
+// vkml:variant softmax_group_f32_texel GROUP=1 F32=1 TEXEL=1
+// vkml:variant softmax_group_f16 GROUP=1 F16=1
+// vkml:variant softmax_group_f16_packed GROUP=1 F16_PACKED=1
+#extension GL_EXT_control_flow_attributes : enable
+#include "vkml_float.glsl"
+
+#if defined(TEXEL4)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
+#define LOADX(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
+#define LOAD4(q) texelFetch(Xt, int(q))
+#elif defined(TEXEL)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;
+#define LOADX(i) texelFetch(Xt, int(i)).x
+#else
+layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
+#define LOADX(i) FLOAD(x, i)
+#endif
+layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
+#ifdef TEXEL4
+layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const int KR = 1;        // kept dimensions (rows), 1 to 8
+layout(constant_id = 2) const int RR = 1;        // reduced dimensions of a row, 1 to 8
+
+layout(std140, set = 0, binding = 2) uniform Params {
+    uvec4 in_kstride[2];          // kept dimensions, in elements
+    uvec4 out_kstride[2];
+    uvec4 in_rstride[2];          // reduced dimensions
+    uvec4 out_rstride[2];
+    uvec4 rsize[2];               // sizes of the reduced dimensions
+    uint count;                   // elements of a row: the product of rsize
+};
+
+layout(push_constant) uniform Push {
+    uvec4 origin[2];              // this window of the kept box
+    uvec4 extent[2];
+    uint in_base, out_base;       // element index of the first bound element
+    uint row_first;               // first row (in the window) of this dispatch
+    uint rows;                    // rows in the window
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+
+const float FLT_LOWEST = -3.402823466e38;
+
+// Element offsets of reduced element j of a row (its coordinates, last dimension fastest).
+void reduced_offsets(uint j, out uint si, out uint so) {
+    si = 0u; so = 0u;
+    [[unroll]] for (int d = RR - 1; d >= 0; d--) {
+        uint c = j;
+        if (d > 0) {
+            uint q = j / AT(rsize, d);
+            c = j - q * AT(rsize, d);
+            j = q;
+        }
+        si += c * AT(in_rstride, d);
+        so += c * AT(out_rstride, d);
+    }
+}
+
+// Element offsets of a row's first element (relative to the bound windows).
+void row_offsets(uint r, out uint si, out uint so) {
+    si = 0u; so = 0u;
+    [[unroll]] for (int d = KR - 1; d >= 0; d--) {
+        uint c = r;
+        if (d > 0) {
+            uint q = r / AT(extent, d);
+            c = r - q * AT(extent, d);
+            r = q;
+        }
+        c += AT(origin, d);
+        si += c * AT(in_kstride, d);
+        so += c * AT(out_kstride, d);
+    }
+    si -= in_base;
+    so -= out_base;
+}
+
+// Take v into (m, c, t): the running maximum m and the sum of exp(x - m) over the
+// elements so far, kept as a chunk sum c (at most CHUNK terms) added into t, so the sum
+// of a long row rounds like CHUNK + n / CHUNK additions, not n.
+const uint CHUNK = 32u;
+void accumulate(inout float m, inout float c, inout float t, float v, uint k) {
+    float mn = max(m, v);
+    float f = exp(m - mn);
+    c = c * f + exp(v - mn);
+    t *= f;
+    m = mn;
+    if (k % CHUNK == CHUNK - 1u) {
+        t += c;
+        c = 0.0;
+    }
+}
+
+#ifdef GROUP
+shared float sh_m[gl_WorkGroupSize.x];
+shared float sh_s[gl_WorkGroupSize.x];
+#endif
+
+void main() {
+#ifdef LANE
+    uint r = row_first + gl_GlobalInvocationID.x;
+    uint first = 0u, step = 1u;
+#else
+    uint r = row_first + gl_WorkGroupID.x;
+    uint first = gl_LocalInvocationID.x, step = gl_WorkGroupSize.x;
+#endif
+    uint n = count;
+    bool live = r < rows;
+    uint bi, bo;
+    row_offsets(live ? r : 0u, bi, bo);
+    float m = FLT_LOWEST, c = 0.0, t = 0.0;
+    uint end = live ? n : 0u;
+    uint k = 0u;
+#ifdef TEXEL4
+    end >>= 2;                        // texels: one reduced dimension of unit stride
+    for (uint j = first; j < end; j += step) {
+        vec4 v = LOAD4((bi >> 2) + j);
+        float mn = max(m, max(max(v.x, v.y), max(v.z, v.w)));
+        float f = exp(m - mn);
+        vec4 e = exp(v - mn);
+        c = c * f + ((e.x + e.y) + (e.z + e.w));
+        t *= f;
+        m = mn;
+        if (k++ % CHUNK == CHUNK - 1u) {
+            t += c;
+            c = 0.0;
+        }
+    }
+#else
+    for (uint j = first; j < end; j += step) {
+        uint si, so;
+        reduced_offsets(j, si, so);
+        accumulate(m, c, t, LOADX(bi + si), k++);
+    }
+#endif
+    float s = t + c;
+#ifdef GROUP
+    uint lid = gl_LocalInvocationID.x;
+    sh_m[lid] = m;
+    sh_s[lid] = s;
+    barrier();
+    [[unroll]] for (uint half_ = gl_WorkGroupSize.x / 2u; half_ > 0u; half_ >>= 1u) {
+        if (lid < half_) {
+            float m2 = sh_m[lid + half_], s2 = sh_s[lid + half_];
+            float mn = max(m, m2);
+            s = s * exp(m - mn) + s2 * exp(m2 - mn);
+            m = mn;
+            sh_m[lid] = m;
+            sh_s[lid] = s;
+        }
+        barrier();
+    }
+    m = sh_m[0];
+    s = sh_s[0];
+#endif
+    float inv = 1.0 / s;
+#ifdef TEXEL4
+    for (uint j = first; j < end; j += step)
+        y4[(bo >> 2) + j] = exp(LOAD4((bi >> 2) + j) - m) * inv;
+    return;
+#endif
+    for (uint j = first; j < end; j += step) {
+        uint si, so;
+        reduced_offsets(j, si, so);
+        FSTORE(y, bo + so, exp(LOADX(bi + si) - m) * inv);
+    }
+}
