@@ -124,13 +124,12 @@ class CompiledConvolution(CompiledOperator):
         #: None: the tuner's or the heuristic's choice; a name of :data:`CANDIDATES`
         #: (a path name: that path, default knobs) forces it (tests, the tuner).
         self.force = path
-        self.knobs = None
-        self.pool_request = pool
+        self._offered_pool = pool           # (read by build, which the base class calls)
         super().__init__(device, desc)
 
     def build(self) -> None:
         self.geometry = Geometry.of(self.desc)
-        self.path = choose_path(self, self.geometry, self.force)
+        self.path = choose_path(self, self.geometry, self.force, pool=self._offered_pool)
         if getattr(self.path, "pool", None) is not None:
             self.desc = PooledConvolutionDesc(self.desc, self.path.pool)
         self.owned_inputs = owned_slots(self.desc.inputs())
@@ -163,6 +162,8 @@ class CompiledConvolution(CompiledOperator):
                         t, temp = device_copy(self.device, value, descs[i], f"inputs[{i}]")
                         if temp:
                             temps.append(t)
+                        if i == 1:
+                            self._avoid_winograd_if_not_finite(t)
                         persistent[i] = self._initialize_input(seq, i, t)
                     seq.run()
             finally:
@@ -172,6 +173,26 @@ class CompiledConvolution(CompiledOperator):
                 self.path.filter_ready = True
             self._persistent = persistent
             # a recorded execution reads the same buffers: the cache stays valid
+
+    def _avoid_winograd_if_not_finite(self, t) -> None:
+        """An OWNED filter with an infinity or NaN does not run on a Winograd path: its
+        transforms subtract filter values (G g G^T), so an infinite weight becomes
+        inf - inf = NaN in outputs where the page's sum (and the direct paths, ONNX
+        Runtime's and PyTorch's CPU convolutions) give +-inf.  The operator takes the
+        path it would take without Winograd instead (a forced Winograd candidate
+        included); its recorded executions are dropped.  A filter bound at execution is
+        not read on the host (see "Non-finite filters" in the module doc)."""
+        if not self.path.name.startswith("winograd") or _finite_filter(
+                t, self.desc.filter_tensor):
+            return
+        if getattr(self.path, "pool", None) is not None:
+            raise UnsupportedError("convolution", "the filter holds infinities or NaNs, "
+                                   "which the Winograd path that absorbed the pooling cannot "
+                                   "take (compile the convolution and the pooling apart)")
+        self.path = choose_path(self, self.geometry, self.force, avoid=("winograd",))
+        if self._cache is not None:
+            self._cache[2].close()
+            self._cache = None
 
     def _initialize_input(self, seq, i: int, t):
         """Record the initialization of input slot ``i`` from ``t``; the Tensor (not
@@ -212,6 +233,16 @@ class CompiledConvolution(CompiledOperator):
         x, w, b = inputs
         self.path.encode(seq, x.allocation, w.allocation,
                          b.allocation if b is not None else None, outputs[0].allocation)
+
+
+def _finite_filter(t, d: TensorDesc) -> bool:
+    """Whether every element of filter tensor ``t`` (described by ``d``) is finite."""
+    dtype = np.float32 if d.data_type.size == 4 else np.float16
+    raw = t.read_bytes(d.total_tensor_size_in_bytes)
+    raw = raw[:raw.size - raw.size % d.data_type.size].view(dtype)
+    elems = np.lib.stride_tricks.as_strided(
+        raw, d.sizes, [s * d.data_type.size for s in d.element_strides], writeable=False)
+    return bool(np.isfinite(elems).all())
 
 
 # -- functional form ----------------------------------------------------------------------
