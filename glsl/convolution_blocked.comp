@@ -2,8 +2,8 @@
 // Register-blocked GEMMs with small blocks of compile-time size (RM x RN; the runtime
 // freezes both into the module, see vkml/runtime/pipelines.py FROZEN_CONSTANTS):
 // every loop over the block unrolls and the block stays in registers even on drivers
-// that do not fold specialization constants (SwiftShader: a 1x1 GEMM went from 0.2 to
-// 3.1 GFLOP/s once RM and RN were constants).  The lanes of a workgroup take
+// that do not fold specialization constants (SwiftShader, which otherwise keeps the
+// block in memory).  The lanes of a workgroup take
 // consecutive pixels (a lane's RN pixels are LOCAL_SIZE_X apart) and share the
 // workgroup's RM output channels, so every lane reads the same weights.
 //

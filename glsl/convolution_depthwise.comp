@@ -9,17 +9,15 @@
 // which accumulator row a kernel row feeds is a constant).  Lanes run along (channel,
 // strip); workgroup y is the band, z the image and output depth.
 //
-// Measured on lavapipe, which decide the shape:
+// lavapipe's costs, which decide the shape:
 // * the body has no branches: a branch lavapipe cannot prove uniform (a row outside the
 //   input) makes every accumulator update inside it a masked blend; rows outside the
-//   input are loaded clamped and zeroed by the same mask as the columns (2x faster);
+//   input are loaded clamped and zeroed by the same mask as the columns;
 // * a storage-buffer store runs one lane at a time but stores all of a vec4 in that
 //   lane's turn, while a texel-buffer imageStore takes a turn per component: float4
-//   SSBO stores (V4: packed float32 rows of a multiple of 4) were 2x faster than RGBA
-//   imageStores for the whole kernel;
+//   SSBO stores (V4: packed float32 rows of a multiple of 4), not RGBA imageStores;
 // * V8 (ROWS, devices with int64): the store loop's cost goes with components, not
-//   bytes, so eight float32 outputs go as one u64vec4 (1.6 MB written by a store-only
-//   kernel: u64vec4 0.10 ms, vec4 0.15, u64vec2 0.13, RGBA32F imageStore 0.29);
+//   bytes, so eight float32 outputs go as one u64vec4 (fewer components than two vec4s);
 // * X4 reads the rows as float4 texels (packed float32 rows, the strip start aligned:
 //   the misalignment (-start padding) mod 4 is the constant SHIFT).
 //
@@ -88,7 +86,7 @@ layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 in_size;      // D, H, W, channel multiplier
     ivec4 out_size;     // D, H, W (valid positions), strips per row
-    ivec4 misc;         // -, -, -, has bias
+    ivec4 flags;        // KD, KH (the kernel reads its constants), -, has bias
     ivec4 stride;       // d, h, -, bias stride
     ivec4 dil;          // d, h, -, -
     ivec4 pad;          // start padding d, h, w
@@ -159,7 +157,7 @@ void main() {
         [[unroll]] for (int kw = 0; kw < KW; kw++)
             wv[kh][kw] = LOAD_W(co * ws.x + (flip ? KH - 1 - kh : kh) * ws.z
                                 + (flip ? KW - 1 - kw : kw) * ws.w);
-    float bv = misc.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
+    float bv = flags.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
     int id = od * stride.x - pad.x;         // (KD = 1)
     bool dok = id >= 0 && id < in_size.x;
     int xd = n * xs.x + ci * xs.y + clamp(id, 0, in_size.x - 1) * xs.z;
@@ -295,7 +293,7 @@ void main() {
             }
         }
     }
-    float bv = misc.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
+    float bv = flags.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
     [[unroll]] for (int r = 0; r < R; r++) {
         int oh = oh0 + r;
         if (oh >= out_size.y) break;

@@ -22,7 +22,7 @@ layout(set = 0, binding = 0) uniform samplerBuffer W;     // RGBA32F or RGBA16F 
 layout(std430, set = 0, binding = 1) writeonly buffer Dst { vec4 dst4[]; };
 layout(std140, set = 0, binding = 2) uniform Params {
     ivec4 dims;      // C_in / groups, C_out / groups, padded C_out / groups, K (= Cig*KD*KH*KW)
-    ivec4 misc;      // groups, -, -, -
+    ivec4 groups;    // groups, -, -, -
 };
 
 void main() {
@@ -30,7 +30,7 @@ void main() {
     // destination row, and the next workgroup (next 4 positions) reads the next float4
     // of the same filter rows, still in cache.
     int cb = int(gl_GlobalInvocationID.x);         // block of 4 padded output channels
-    if (cb * 4 >= misc.x * dims.z) return;
+    if (cb * 4 >= groups.x * dims.z) return;
     int K = dims.w;
     int k0 = int(gl_WorkGroupID.y) * 4;
     int co_pad = dims.z, cog = dims.y;

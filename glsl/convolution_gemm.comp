@@ -4,7 +4,7 @@
 // pairs.  No im2col buffer: the B operand is read straight from float32 input planes
 // (the padded copy made by convolution_relayout.comp, or the input itself when it needs
 // no padding), at
-//     X[image][channel][pixel(q) + tap_offset]       pixel(q) = qd*XS.z + qh*XS.w + qw*SW
+//     X[image][channel][pixel(q) + tap_offset]       pixel(q) = qd*xs.z + qh*xs.w + qw*SW
 // and the A operand from filters re-laid as [group][row tap][channel][column tap][output
 // channel].  Row taps (kernel positions along d and h) are offsets in a uniform table;
 // column taps (along w) are unrolled (KW, DW): with unit pixel step one row of X is
@@ -17,7 +17,7 @@
 // * transposed convolution without zero insertion: one dispatch per stride phase, the
 //   taps that reach that phase, output pixels stepping by the stride (YSTEP);
 // * Winograd's batched GEMM: image = transform point, raw float32 store (SGW: the
-//   filter of each image at wsg2.y elements from the previous one's).
+//   filter of each image at w_sg_apart.y elements from the previous one's).
 // The epilogue adds the bias, applies the fused activation and stores through the
 // output's DML strides (float32 / float16 / packed float16).
 //
@@ -111,19 +111,19 @@ layout(std430, set = 0, binding = 3) buffer Y8h { u64vec2 y8h[]; };
 layout(std430, set = 0, binding = 3) buffer Y2 { uvec2 y2[]; };
 #endif
 layout(std140, set = 0, binding = 4) uniform Params {
-    ivec4 geo;          // input channels per group, padded output channels per group
+    ivec4 chans;        // input channels per group, padded output channels per group
                         // (multiple of MB), output channels per group, weight texels per image
-    ivec4 XS;           // X element strides: image, channel, qd, qh
+    ivec4 xs;           // X element strides: image, channel, qd, qh
     ivec4 ysz;          // output D, H, W (positions that exist), has bias
     ivec4 ystep;        // output positions per q step in d, h, w; bias stride
     uvec4 ys;           // Y element strides: image, channel, d, h
-    uvec4 ys2;          // Y element stride w, -, -, -
+    uvec4 ys_w;         // Y element stride w, -, -, -
     vec4 act;           // activation parameters
     ivec4 rows[256];    // row-tap offsets in X elements (kernel (d, h) positions), 4 per ivec4
 #ifdef SGW
-    ivec4 wsg;          // filter element strides: output channel (within the group),
+    ivec4 w_sg;         // filter element strides: output channel (within the group),
                         // input channel, column tap (signed: flipped); element of tap 0
-    ivec4 wsg2;         // filter elements between groups, between images (Winograd's
+    ivec4 w_sg_apart;   // filter elements between groups, between images (Winograd's
                         // 36 GEMMs: one filter per transform point; else 0), -, -
     ivec4 wrows[256];   // row-tap offsets in filter elements, as rows
 #endif
@@ -158,10 +158,10 @@ layout(push_constant) uniform Push {
 #ifdef SGW
 #define STEP_W() float wl[GW]; \
     [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[k_] = LOAD_W1(wo + woff[k_]);
-#define STEP_NEXT() xo += XS.y; wo += wsg.y;
+#define STEP_NEXT() xo += xs.y; wo += w_sg.y;
 #else
 #define STEP_W()
-#define STEP_NEXT() xo += XS.y; wi += KW * wstep;
+#define STEP_NEXT() xo += xs.y; wi += KW * wstep;
 #endif
 #define GEMM_STEP() { \
     STEP_W() \
@@ -233,16 +233,16 @@ void main() {
     int qd = r / qsize.y;
     int qw0 = qwb * NB;
     int cb = cbi * MB;                               // padded output channel of the block
-    int g = cb / geo.y;
-    int col0 = cb - g * geo.y;
+    int g = cb / chans.y;
+    int col0 = cb - g * chans.y;
     int n = n0 + int(gl_WorkGroupID.z);
-    int cig = geo.x;
+    int cig = chans.x;
 
     vec4 acc[MB / 4][NB];
     [[unroll]] for (int i = 0; i < MB / 4; i++)
         [[unroll]] for (int j = 0; j < NB; j++) acc[i][j] = vec4(0.0);
 
-    int xb = n * XS.x + g * cig * XS.y + qd * XS.z + qh * XS.w + qw0 * SW - x_base;
+    int xb = n * xs.x + g * cig * xs.y + qd * xs.z + qh * xs.w + qw0 * SW - x_base;
 #ifdef SGW
     // This lane's share of the block's weights: slot e = k * SG + lane is (channel
     // e / KW, column tap e % KW) of every (input channel, row tap); channels past the
@@ -253,8 +253,8 @@ void main() {
     int woff[GW];
     [[unroll]] for (int k = 0; k < GW; k++) {
         int e = min(k * SG + sl, SLOTS - 1);
-        int col = min(col0 + e / KW, geo.z - 1);
-        woff[k] = wsg.w + g * wsg2.x + n * wsg2.y + col * wsg.x + (e % KW) * wsg.z;
+        int col = min(col0 + e / KW, chans.z - 1);
+        woff[k] = w_sg.w + g * w_sg_apart.x + n * w_sg_apart.y + col * w_sg.x + (e % KW) * w_sg.z;
     }
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
@@ -266,8 +266,8 @@ void main() {
     }
 #else
     // Filters are re-laid as [image][group][row tap][channel][column tap][padded channel]
-    int wstep = geo.y / 4;
-    int wi = w_base + n * geo.w + g * nrows * cig * KW * wstep + col0 / 4;
+    int wstep = chans.y / 4;
+    int wi = w_base + n * chans.w + g * nrows * cig * KW * wstep + col0 / 4;
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
@@ -293,15 +293,15 @@ void main() {
         }
         bool ok = q < qsize.z && oh >= 0 && oh < ysz.y && ow >= 0 && ow < ysz.z;
         yo[j] = ok ? int(uint(n) * ys.x + uint(od) * ys.z + uint(oh) * ys.w
-                         + uint(ow) * ys2.x - uint(y_base)) : -1;
+                         + uint(ow) * ys_w.x - uint(y_base)) : -1;
     }
     // (constant trip counts only: the block must stay in registers, a dynamic index
     // into acc would move it to memory)
     [[unroll]] for (int i4 = 0; i4 < MB / 4; i4++) {
         [[unroll]] for (int c = 0; c < 4; c++) {
             int col = col0 + i4 * 4 + c;
-            int co = g * geo.z + col;
-            bool has = col < geo.z;
+            int co = g * chans.z + col;
+            bool has = col < chans.z;
             float bv = (has && ysz.w != 0) ? FLOAD(bias, uint(co * ystep.w)) : 0.0;
             uint yc = uint(co) * ys.y;
 #ifdef V8

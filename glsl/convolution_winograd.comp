@@ -83,7 +83,7 @@ layout(std140, set = 0, binding = 3) uniform Params {
     ivec4 fs;        // filter strides co, ci, kh, kw
     ivec4 out_size;  // OH, OW, flip, has bias (POOL: the pooled OH/2, OW/2)
     uvec4 ys;        // output strides n, c, h, w (POOL: the pooled tensor's)
-    ivec4 misc;      // bias stride, -, -, -
+    ivec4 bias_step; // bias stride, -, -, -
     vec4 act;
 };
 
@@ -190,8 +190,8 @@ const int QT = 4;
 // (ci, t / QT), no workgroup per channel: no idle lanes at a channel's end), stored as one
 // float4 per transform point (a quarter of the stores; storage-buffer stores go one
 // lane at a time on lavapipe), or with V8 (int64 shaders) eight tiles as one u64vec4:
-// lavapipe's store turn costs per component, and 36 float4 stores were half of this
-// pass's time (64x56x56: 0.77 ms, 0.37 without them).
+// lavapipe's store turn costs per component, and the 36 float4 stores would otherwise
+// dominate this pass.
 void main() {
     int lane = int(gl_GlobalInvocationID.x);       // lanes run along (ci, t / QT)
     int per_ci = tiles.w / QT;
@@ -342,7 +342,7 @@ void main() {
     vec4 m[6][6];
     [[unroll]] for (int r = 0; r < 6; r++)
         [[unroll]] for (int c = 0; c < 6; c++) m[r][c] = LOAD4((r * 6 + c) * plane4 + o4);
-    float bv = out_size.w != 0 ? FLOAD(bias, uint(co * misc.x)) : 0.0;
+    float bv = out_size.w != 0 ? FLOAD(bias, uint(co * bias_step.x)) : 0.0;
 #ifdef V8
     vec4 pend[4];               // the even tile's rows, stored with the odd tile's
     uvec2 pend_h[4];            // (float16: its four halves)

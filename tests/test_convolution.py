@@ -1068,3 +1068,97 @@ def check_winograd_v8(device, shape, dtype):
     ref = np.maximum(desc_reference(desc, x, w, b), 0)
     np.testing.assert_allclose(got.reshape(ref.shape), ref,
                                **path_tolerance("winograd", w, dtype))
+
+
+def _same_nonfinite(got, want):
+    """Equal inf/NaN patterns (NaN where the reference has NaN, +-inf where it has them,
+    with their signs) and the finite outputs within float32 tolerance."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4 * 12)
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_owned_nonfinite_filter_on_every_path(device, bad):
+    """An OWNED filter with one infinite (or NaN) weight: on every candidate the operator
+    may take -- the heuristic's and each forced one, Winograd's included, which moves to
+    another path at initialization (its transforms would make inf - inf = NaN) -- the
+    output has the float64 reference's inf/NaN pattern (an ONNX Conv's default: no
+    padding, where every tap meets the input)."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 16, 26, 26)).astype(np.float32)
+    w = (rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32)
+    w[5, 3, 1, 2] = bad
+    b = rng.standard_normal(16).astype(np.float32)
+    owned = dml.TensorDesc("float32", w.shape, flags=dml.TensorFlags.OWNED_BY_DML)
+    desc = dml.ConvolutionOperatorDesc(
+        dml.TensorDesc("float32", x.shape), owned, dml.TensorDesc("float32", (1, 16, 1, 1)),
+        dml.TensorDesc("float32", (1, 16, 24, 24)))
+    want = convolution_reference(x, w, b)
+    assert np.isinf(want).any() or np.isnan(want).any()
+    ran = set()
+    for name in [None] + list(conv_ops.CANDIDATES):
+        try:
+            op = (device.compile_operator(device.create_operator(desc)) if name is None
+                  else compile_on_path(device, desc, name))
+        except vkml.UnsupportedError:
+            continue
+        winograd = op.path.name == "winograd"
+        op.initialize(filter=w)
+        assert op.path.name != "winograd"
+        assert not winograd or op.path.candidate != name
+        ran.add(op.path.name)
+        tx, tb = device.tensor(x), device.tensor(b.reshape(1, 16, 1, 1))
+        y = device.empty((1, 16, 24, 24))
+        op.execute([tx, None, tb], [y])
+        _same_nonfinite(y.numpy(), want)
+        op.release()
+    assert "direct" in ran and len(ran) >= 3
+
+
+def test_owned_finite_filter_keeps_winograd(device):
+    """A finite OWNED filter stays on the Winograd path it was compiled for."""
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((16, 16, 3, 3)).astype(np.float32)
+    owned = dml.TensorDesc("float32", w.shape, flags=dml.TensorFlags.OWNED_BY_DML)
+    desc = dml.ConvolutionOperatorDesc(
+        dml.TensorDesc("float32", (1, 16, 26, 26)), owned, None,
+        dml.TensorDesc("float32", (1, 16, 24, 24)))
+    op = compile_on_path(device, desc, "winograd")
+    try:
+        op.initialize(filter=w)
+        assert op.path.name == "winograd" and op.path.filter_ready
+    finally:
+        op.release()
+
+
+def test_owned_nonfinite_filter_with_absorbed_pooling(device):
+    """Winograd with the LP pooling in its output pass (a graph's fusion): an OWNED filter
+    with an infinite weight moves the convolution off Winograd and runs the pooling
+    apart, the operator's output still the pooled tensor: the reference's pooled
+    inf/NaN pattern."""
+    from references import lp_pooling_reference
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((1, 16, 26, 26)).astype(np.float32)
+    w = (rng.standard_normal((16, 16, 3, 3)) * 0.3).astype(np.float32)
+    w[2, 7, 0, 0] = -np.inf
+    f32 = lambda *s: dml.TensorDesc("float32", s)     # noqa: E731
+    owned = dml.TensorDesc("float32", w.shape, flags=dml.TensorFlags.OWNED_BY_DML)
+    desc = dml.ConvolutionOperatorDesc(f32(1, 16, 26, 26), owned, None, f32(1, 16, 24, 24))
+    pool = dml.LpPooling1OperatorDesc(f32(1, 16, 24, 24), f32(1, 16, 12, 12), (2, 2), (2, 2),
+                                      (0, 0), (0, 0), (1, 1), 2)
+    device.create_operator(desc)
+    op = conv_ops.CompiledConvolution(device, desc, path="winograd", pool=pool)
+    try:
+        assert isinstance(op.desc, conv_ops.PooledConvolutionDesc)
+        op.initialize(filter=w)
+        assert op.path.name != "winograd" and op.path.pool is pool
+        y = device.empty((1, 16, 12, 12))
+        op.execute([device.tensor(x), None, None], [y])
+        want = lp_pooling_reference(convolution_reference(x, w), (2, 2), (2, 2), p=2)
+        assert np.isinf(want).any()
+        _same_nonfinite(y.numpy(), want)
+    finally:
+        op.release()

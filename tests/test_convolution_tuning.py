@@ -55,7 +55,7 @@ def test_off_is_the_documented_default(device, case, monkeypatch):
     op = device.compile_operator(device.create_operator(desc))
     try:
         assert op.path.candidate == (with_sg if _has_sg(device) else without)
-        assert op.knobs == conv_ops.DEFAULT_KNOBS
+        assert op.path.knobs == conv_ops.DEFAULT_KNOBS
     finally:
         op.release()
 

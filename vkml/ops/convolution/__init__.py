@@ -41,11 +41,11 @@ blocked        (tuner only) forward convolutions as an in-place implicit GEMM wi
                variant runs Winograd's 36 GEMMs in ``winograd-blocked``.
 =============  ==========================================================================
 
-Files: ``geometry.py`` (:class:`Geometry`, the :class:`Path` base class, the knobs), one
-file per path (``winograd.py``, ``depthwise.py``, ``gemm_sg.py``, ``gemm.py`` with the
-re-layouts and register blocks the GEMMs share, ``direct.py``, ``tiled.py``,
-``blocked.py``; the in-place GEMMs' parameter block is in ``geometry.py``), ``choice.py`` (the
-candidates, the heuristic, :func:`choose_path`, the tunable path); this file:
+Files: ``geometry.py`` (:class:`Geometry`, the :class:`Path` base class, the knobs, the
+in-place GEMMs' bindings), ``plan.py`` (dispatches as data), one file per path
+(``winograd.py``, ``depthwise.py``, ``gemm_sg.py``, ``gemm.py`` with the re-layouts and
+register blocks the GEMMs share, ``direct.py``, ``tiled.py``, ``blocked.py``),
+``choice.py`` (the candidates, the heuristic, :func:`choose_path`, the tunable path); this file:
 :class:`CompiledConvolution` (owned filters, below) and the functional form.
 
 Every path takes float32 and float16 (packed float16 where the device lacks 16-bit
@@ -62,6 +62,23 @@ initialization ... This allows DirectML to perform reformatting of the tensor da
 other, more efficient forms").  gemm and winograd run the filter re-layout / transform
 then, into the buffer the operator owns, and their executions skip those dispatches; the
 other paths (and any other owned input) get a copy.
+
+Non-finite filters: Winograd's transforms add and subtract filter values, so an
+infinite weight gives NaN (inf - inf) where the page's sum gives +-inf.  An OWNED filter
+is read once at initialization and, holding an infinity or NaN, runs on the path the
+operator would take without Winograd (a pooling Winograd absorbed then runs apart,
+:class:`PoolingApart`).  A filter bound at execution is not read on the host (that would
+cost a device round trip per execution): Winograd then returns NaN where such a weight
+meets the input, as cuDNN's Winograd algorithms do; ONNX Runtime's and PyTorch's CPU
+convolutions give +-inf there, as every other path does.  Where a tap with an infinite
+weight meets the padding, the paths that multiply zero-padded input (gemm, gemm_sg, tiled,
+blocked: 0 x inf = NaN, as an im2col GEMM does) give NaN there, direct (which skips
+padded taps) the float64 reference's value.
+
+Paths plan: a path's constructor decides its dispatches (``plan.py``: kernel variant and
+constants, grid, bindings by role, push constants and parameter blocks by member name,
+:func:`vkml.runtime.blocks.pack`) and ``encode`` records them; gemm_sg is gemm's plan with
+its own hooks (``gemm_sg.py``).
 
 Why the kernels look as they do (operands through texel buffers, unrolled register
 blocks indexed by constants, few loop-carried sums, vec4 storage stores, index math per
@@ -124,13 +141,12 @@ class CompiledConvolution(CompiledOperator):
         #: None: the tuner's or the heuristic's choice; a name of :data:`CANDIDATES`
         #: (a path name: that path, default knobs) forces it (tests, the tuner).
         self.force = path
-        self.knobs = None
-        self.pool_request = pool
+        self._offered_pool = pool           # (read by build, which the base class calls)
         super().__init__(device, desc)
 
     def build(self) -> None:
         self.geometry = Geometry.of(self.desc)
-        self.path = choose_path(self, self.geometry, self.force)
+        self.path = choose_path(self, self.geometry, self.force, pool=self._offered_pool)
         if getattr(self.path, "pool", None) is not None:
             self.desc = PooledConvolutionDesc(self.desc, self.path.pool)
         self.owned_inputs = owned_slots(self.desc.inputs())
@@ -163,6 +179,8 @@ class CompiledConvolution(CompiledOperator):
                         t, temp = device_copy(self.device, value, descs[i], f"inputs[{i}]")
                         if temp:
                             temps.append(t)
+                        if i == 1:
+                            self._avoid_winograd_if_not_finite(t)
                         persistent[i] = self._initialize_input(seq, i, t)
                     seq.run()
             finally:
@@ -172,6 +190,31 @@ class CompiledConvolution(CompiledOperator):
                 self.path.filter_ready = True
             self._persistent = persistent
             # a recorded execution reads the same buffers: the cache stays valid
+
+    def _avoid_winograd_if_not_finite(self, t) -> None:
+        """An OWNED filter with an infinity or NaN does not run on a Winograd path: its
+        transforms subtract filter values (G g G^T), so an infinite weight becomes
+        inf - inf = NaN in outputs where the page's sum (and the direct paths, ONNX
+        Runtime's and PyTorch's CPU convolutions) give +-inf.  The operator takes the
+        path it would take without Winograd instead (a forced Winograd candidate
+        included); its recorded executions are dropped.  A filter bound at execution is
+        not read on the host (see "Non-finite filters" in the module doc)."""
+        if not self.path.name.startswith("winograd") or _finite_filter(
+                t, self.desc.filter_tensor):
+            return
+        pool = getattr(self.path, "pool", None)
+        if pool is None:
+            self.path = choose_path(self, self.geometry, self.force, avoid=("winograd",))
+        else:      # the pooling it absorbed runs apart (the operator's output stays pooled)
+            pooled, self.desc = self.desc, self.desc.convolution
+            try:
+                path = choose_path(self, self.geometry, self.force, avoid=("winograd",))
+            finally:
+                self.desc = pooled
+            self.path = PoolingApart(self, path, pool)
+        if self._cache is not None:
+            self._cache[2].close()
+            self._cache = None
 
     def _initialize_input(self, seq, i: int, t):
         """Record the initialization of input slot ``i`` from ``t``; the Tensor (not
@@ -212,6 +255,56 @@ class CompiledConvolution(CompiledOperator):
         x, w, b = inputs
         self.path.encode(seq, x.allocation, w.allocation,
                          b.allocation if b is not None else None, outputs[0].allocation)
+
+    def release(self) -> None:
+        if isinstance(getattr(self, "path", None), PoolingApart):
+            self.path.pooling.release()
+        super().release()
+
+
+class PoolingApart:
+    """A convolution path and the LP pooling it could not absorb, run one after the other
+    in one operator: the convolution into a buffer of the operator's, then the pooling
+    (``CompiledLpPooling``) into the output.  The path an operator whose Winograd path
+    absorbed a pooling takes when an OWNED filter holds infinities or NaNs
+    (:meth:`CompiledConvolution._avoid_winograd_if_not_finite`)."""
+
+    def __init__(self, op: CompiledConvolution, path: Path, pool):
+        from ..base import compile_operator
+        self.path, self.pool, self.device = path, pool, op.device
+        self.name, self.candidate = path.name, getattr(path, "candidate", path.name)
+        self.pooling = compile_operator(op.device.create_operator(pool))
+        n = ceil_div(pool.input_tensor.total_tensor_size_in_bytes, 4) * 4
+        self.y = Tensor(op.device, (n,), np.uint8, op.scratch(n), n, owner=False)
+
+    @property
+    def filter_ready(self) -> bool:
+        return self.path.filter_ready
+
+    @filter_ready.setter
+    def filter_ready(self, value: bool) -> None:
+        self.path.filter_ready = value
+
+    def filter_buffer(self):
+        return self.path.filter_buffer()
+
+    def encode_filter(self, seq, w) -> None:
+        self.path.encode_filter(seq, w)
+
+    def encode(self, seq, x, w, b, y) -> None:
+        self.path.encode(seq, x, w, b, self.y.allocation)
+        out = Tensor(self.device, (y.size,), np.uint8, y, y.size, owner=False)
+        self.pooling.encode(seq, [self.y], [out])
+
+
+def _finite_filter(t, d: TensorDesc) -> bool:
+    """Whether every element of filter tensor ``t`` (described by ``d``) is finite."""
+    dtype = np.float32 if d.data_type.size == 4 else np.float16
+    raw = t.read_bytes(d.total_tensor_size_in_bytes)
+    raw = raw[:raw.size - raw.size % d.data_type.size].view(dtype)
+    elems = np.lib.stride_tricks.as_strided(
+        raw, d.sizes, [s * d.data_type.size for s in d.element_strides], writeable=False)
+    return bool(np.isfinite(elems).all())
 
 
 # -- functional form ----------------------------------------------------------------------

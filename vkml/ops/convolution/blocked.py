@@ -10,20 +10,19 @@ import math
 import numpy as np
 
 from ...runtime import Bind
-from .geometry import (_STORAGES, Path, _words, in_place_accepts, in_place_binds, knobs,
+from ...runtime.blocks import layout, pack
+from .geometry import (STORAGES, Path, in_place_accepts, in_place_binds, knobs_of,
                        storage_suffix, variant)
 from ...intmath import ceil_div
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {f"convolution_blocked_{s}": ("LOCAL_SIZE_X", "RM", "RN", "ACT")
-            for s in _STORAGES + ("gemm",)}
+            for s in STORAGES + ("gemm",)}
 
 #: Register blocks of the blocked path: (RM output channels, RN pixels, invocations per
 #: workgroup).  Frozen into the module (FROZEN_CONSTANTS), so they stay small.
 BLOCKS = {"8x4": (8, 4, 16), "4x4": (4, 4, 16), "8x8": (8, 8, 16), "8x2": (8, 2, 16),
           "1x8": (1, 8, 64)}
-
-PARAM_BYTES = 12 * 16       # std140: 11 ivec4/uvec4 + the activation vec4
 
 
 def _phase_axis(o_n: int, k_n: int, s: int, d: int, a: int, r: int):
@@ -44,26 +43,19 @@ def _phase_axis(o_n: int, k_n: int, s: int, d: int, a: int, r: int):
     return o0, cnt, k0, nt, step, (o0 + a - k0 * d) // s, d // gg
 
 
-def _params(g, mblocks: int, act_params, osz, ksz, stride, dil, pad, y0, w_tap0, w_steps,
-            ys) -> np.ndarray:
-    """The kernel's parameter block (std140, see the CONV Params of the kernel)."""
+def _params(kernel: str, g, mblocks: int, act_params, osz, ksz, stride, dil, pad, y0, w_tap0,
+            w_steps, ys) -> bytes:
+    """The kernel's parameter block (the CONV Params of the kernel)."""
     back = g.backward
     w0, w1 = g.w_strides[0], g.w_strides[1]
     # forward filters are (C_out, C_in/groups, k...), transposed ones (C_in, C_out/groups, k...)
     wm, wc, wg = (w1, w0, g.cin_per_group * w0) if back else (w0, w1, g.cout_per_group * w0)
-    p = np.zeros(44, np.int64)
-    p[0:4] = [*g.in_size, g.cin_per_group]
-    p[4:8] = [*osz, g.cout_per_group]
-    p[8:12] = [*ksz, int(g.b_stride is not None)]
-    p[12:16] = [*stride, mblocks]
-    p[16:20] = [*dil, math.prod(osz)]
-    p[20:24] = [*pad, y0]
-    p[24:28] = g.x_strides[:4]
-    p[28:32] = [wm, wc, wg, w_tap0]
-    p[32:36] = [*w_steps, 0]
-    p[36:40] = [g.y_strides[0], g.y_strides[1], *ys[:2]]
-    p[40:44] = [g.x_strides[4], ys[2], g.b_stride or 0, 0]
-    return np.concatenate([_words(p).view(np.uint8), act_params.view(np.uint8)])
+    return pack(kernel, "Params", isz=(*g.in_size, g.cin_per_group),
+                osz=(*osz, g.cout_per_group), ksz=(*ksz, int(g.b_stride is not None)),
+                str=(*stride, mblocks), dil=(*dil, math.prod(osz)), pad=(*pad, y0),
+                xs=g.x_strides[:4], ws=(wm, wc, wg, w_tap0), wt=(*w_steps, 0),
+                ys=(g.y_strides[0], g.y_strides[1], *ys[:2]),
+                s2=(g.x_strides[4], ys[2], g.b_stride or 0, 0), act=act_params)
 
 
 def _dispatches(g):
@@ -99,8 +91,8 @@ class BlockedPath(Path):
     """``glsl/convolution_blocked.comp`` (CONV): a convolution as an implicit GEMM read in
     place through the DML strides, RM output channels x RN pixels per invocation with RM
     and RN frozen into the module, so that drivers which do not fold specialization
-    constants keep the block in registers (measured on SwiftShader, where the other
-    paths' large blocks live in memory).  A transposed convolution runs one dispatch
+    constants keep the block in registers (SwiftShader, where the other paths' large
+    blocks live in memory).  A transposed convolution runs one dispatch
     per stride phase, each over only the taps that reach its outputs (no product
     wasted on a tap that does not divide).  Knob: the block (:data:`BLOCKS`)."""
 
@@ -112,8 +104,8 @@ class BlockedPath(Path):
         return False
 
     @classmethod
-    def _shape(cls, op, geo):
-        rm, rn, local = BLOCKS[knobs(op).get("block", "8x4")]
+    def _shape(cls, op, geo, knobs):
+        rm, rn, local = BLOCKS[knobs_of(knobs).get("block", "8x4")]
         local = min(local, op.ctx.limits["maxComputeWorkGroupSize"][0])
         mblocks = ceil_div(geo.cout_per_group, rm)
         pix = math.prod(geo.out_size)
@@ -123,20 +115,23 @@ class BlockedPath(Path):
         return rm, rn, local, mblocks, groups
 
     @classmethod
-    def accepts(cls, op, geo) -> bool:
-        return in_place_accepts(op, geo, cls._shape(op, geo)[4], transposed=True)
+    def accepts(cls, op, geo, knobs=None) -> bool:
+        return in_place_accepts(op, geo, cls._shape(op, geo, knobs)[4], transposed=True)
 
-    def __init__(self, op, geo):
-        super().__init__(op, geo)
-        rm, rn, self.local, mblocks, _ = self._shape(op, geo)
-        self.pipe = op.pipeline(variant("blocked", storage_suffix(op, geo.dtype)), {
+    def __init__(self, op, geo, knobs=None):
+        super().__init__(op, geo, knobs)
+        rm, rn, self.local, mblocks, _ = self._shape(op, geo, self.knobs)
+        kernel = variant("blocked", storage_suffix(op, geo.dtype))
+        self.pipe = op.pipeline(kernel, {
             "LOCAL_SIZE_X": self.local, "RM": rm, "RN": rn, "ACT": self.act_id})
         align = max(16, op.ctx.limits["minUniformBufferOffsetAlignment"])
-        stride = ceil_div(PARAM_BYTES, align) * align
+        self.param_bytes = layout(kernel, "Params").size
+        stride = ceil_div(self.param_bytes, align) * align
         blocks, self.grids = [], []
         for d in _dispatches(geo):
             blk = np.zeros(stride, np.uint8)
-            blk[:PARAM_BYTES] = _params(geo, mblocks, self.act_params, *d)
+            blk[:self.param_bytes] = np.frombuffer(
+                _params(kernel, geo, mblocks, self.act_params, *d), np.uint8)
             blocks.append(blk)
             self.grids.append((ceil_div(math.prod(d[0]), (self.local * rn)),
                                geo.groups * mblocks, geo.n))
@@ -147,4 +142,4 @@ class BlockedPath(Path):
         binds = in_place_binds(self.op, self.geo, x, w, b, y)
         for i, grid in enumerate(self.grids):
             seq.dispatch(self.pipe, binds + [Bind(self.params, i * self.param_stride,
-                                                  PARAM_BYTES)], grid)
+                                                  self.param_bytes)], grid)

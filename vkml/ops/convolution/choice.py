@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ... import tuning
+from ...tuning import Declined
 from ...dml.convolution import ConvolutionDirection, ConvolutionMode, ConvolutionOperatorDesc
 from ...dml.data_type import DataType
 from ...dml.tensor_desc import TensorDesc, TensorFlags
@@ -16,7 +17,7 @@ from .depthwise import DepthwisePath
 from .direct import DirectPath
 from .gemm import GemmPath
 from .gemm_sg import GemmSgPath
-from .geometry import DEFAULT_KNOBS, RELAYOUT_GROUPS, Decline, Geometry, Path
+from .geometry import RELAYOUT_GROUPS, Geometry, Path, knobs_of
 from .blocked import BLOCKS, BlockedPath
 from .tiled import TiledPath
 from .winograd import WinogradPath
@@ -61,11 +62,9 @@ CANDIDATES = {
 #: not pipelines: timing them costs runs, no compilation (the fast list adds them).
 _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: Candidates the fast list times next to a heuristic choice although they compile a
-#: pipeline of their own, where they accept the shape: depthwise-rows (a 128-channel
-#: 56x56 3x3 on lavapipe: 0.43-0.47 ms of CPU against the default's 0.71-0.74; on
-#: SwiftShader it loses, 2.5-2.6 against 2.0 ms for 32 channels 28x28) and
-#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices: lavapipe 0.39 against
-#: rows' 0.44 ms device time, interleaved; SwiftShader has no int64).
+#: pipeline of their own, where they accept the shape: depthwise-rows (faster than the
+#: default block on lavapipe, slower on SwiftShader, so only timing tells) and
+#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices).
 _ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8")}
 
 
@@ -81,52 +80,56 @@ def heuristic(op: CompiledOperator, geo: Geometry) -> list[str]:
             + [c.name for c in accepting if not c.prefers(op, geo)])
 
 
-def _build(op, geo, name: str) -> Path:
-    """Candidate ``name`` built for the geometry (raises Decline where it does not take it)."""
+def _build(op, geo, name: str, pool=None) -> Path:
+    """Candidate ``name`` built for the geometry with its knobs (and ``pool``, the LP
+    pooling offered to a path that can absorb it); raises Declined where it does not
+    take the geometry."""
     path, extra = CANDIDATES[name]
-    op.knobs = {**DEFAULT_KNOBS, **extra}
-    try:
-        cls = _path_class(path)
-        if not cls.accepts(op, geo):
-            raise Decline(f"{path} does not accept the geometry")
-        built = cls(op, geo)
-    except BaseException:
-        op.knobs = None
-        raise
+    knobs = knobs_of(extra)
+    cls = _path_class(path)
+    if not cls.accepts(op, geo, knobs):
+        raise Declined(f"{path} does not accept the geometry")
+    built = cls(op, geo, knobs, pool=pool) if cls.POOLS else cls(op, geo, knobs)
     built.candidate = name
     return built
 
 
-def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None) -> Path:
+def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None, pool=None,
+                avoid: tuple = ()) -> Path:
     """The path that runs the geometry: ``force`` (a candidate name, see
     :data:`CANDIDATES`), else the tuner's choice (``VKML_TUNE``; tunable path
-    ``convolution``), else the first of :func:`heuristic` that builds."""
+    ``convolution``), else the first of :func:`heuristic` that builds.  ``pool``: the LP
+    pooling offered to the path (``CompiledConvolution(pool=)``).  ``avoid``: path names
+    not to take (a forced candidate of one of them included): an OWNED filter with
+    non-finite values avoids Winograd (``CompiledConvolution.initialize``)."""
+    if force is not None and CANDIDATES.get(force, ("",))[0] in avoid:
+        force = None
     if force is not None:
         if force not in CANDIDATES:
             raise ValidationError("path", f"must be None or one of {', '.join(CANDIDATES)}, "
                                   f"got {force!r}")
         try:
-            return _build(op, geo, force)
-        except Decline as exc:
+            return _build(op, geo, force, pool)
+        except Declined as exc:
             raise UnsupportedError("convolution", f"path {force!r} does not take this "
                                    f"geometry ({exc})") from None
-    order = heuristic(op, geo)
+    order = [n for n in heuristic(op, geo) if n not in avoid]
     tuner = tuning.default_tuner()
     if geo.plain and len(order) > 1 and tuner.effective_mode() != "off":
         shape = tuning_shape(op.desc)
         c = tuner.choose(op.device, TUNABLE, shape)
-        if c.source != "default":
+        if c.source != "default" and CANDIDATES[c.name][0] not in avoid:
             try:
-                built = _build(op, geo, c.name)
-            except Decline:
+                built = _build(op, geo, c.name, pool)
+            except Declined:
                 pass
             else:
                 op.observe_choice(c, shape)
                 return built
     for name in order:
         try:
-            return _build(op, geo, name)
-        except Decline:
+            return _build(op, geo, name, pool)
+        except Declined:
             continue
     raise AssertionError("DirectPath accepts every geometry")
 
@@ -231,20 +234,17 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     nothing new (its knob variants, :data:`_CHEAP`), plus the families the device itself
     ranks strong (:func:`strong_families`) that accept the shape, less the heuristic's
     choice where a strong variant of its own path outranks it (:func:`_outranked`).
-    Other paths would compile their own pipelines, as long as the first call's (measured
-    on lavapipe: a cold first call went from 0.40 to 0.41 s with these, to 0.8 s with the
-    next path too), so they are timed in ``full`` mode only (``python -m vkml.tune``),
-    except for an OWNED_BY_DML filter (below)."""
+    Other paths would compile their own pipelines, each about as long as the first
+    call's, so they are timed in ``full`` mode only (``python -m vkml.tune``), except for
+    an OWNED_BY_DML filter (below)."""
     desc = desc_of_shape(desc)
     probe = _Probe(device, desc)
     order = heuristic(probe, probe.geo)
     fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
     for name in _ALSO.get(order[0], ()):
         path, extra = CANDIDATES[name]
-        probe.knobs = {**DEFAULT_KNOBS, **extra}
-        if _path_class(path).accepts(probe, probe.geo):
+        if _path_class(path).accepts(probe, probe.geo, knobs_of(extra)):
             fast += (name,)
-        probe.knobs = None
     times = family_times(device)       # (read once: the strong families and _outranked)
     strong = _strong(times)
     if 1 in owned_slots(desc.inputs()):
@@ -298,8 +298,8 @@ def strong_families(device) -> tuple[str, ...]:
     """The tuner-only families (:data:`TUNER_ONLY`) that :func:`family_times` puts within
     :data:`STRONG_FACTOR` of the fastest family; none with tuning off.  This is how a
     device picks which kernel families its fast lists try -- never by its type or name
-    (measured: blocked is 3-4x faster than gemm on SwiftShader and 5x slower on
-    lavapipe)."""
+    (the same family is several times faster than gemm on one CPU driver and several
+    times slower on another)."""
     return _strong(family_times(device))
 
 
@@ -315,10 +315,8 @@ def _outranked(first: str, fast: tuple, times: dict, probe) -> bool:
     """Whether the heuristic's ``first`` choice stays out of a fast list: the device's
     family timing puts it beyond :data:`STRONG_FACTOR` of the fastest family while a
     variant of its own path in the list (the same transforms, another GEMM:
-    winograd-blocked for winograd) is strong and takes the shape.  Measured on
-    SwiftShader: winograd 4.2 ms against winograd-blocked 1.8 on the reference; timing
-    winograd anyway (compiling its GEMM, a warm-up and a run before it is dropped) cost
-    a cold 1x48x36x36 convolution ~50 ms of its ~360."""
+    winograd-blocked for winograd) is strong and takes the shape: timing it anyway
+    would compile its GEMM and run it twice only to drop it."""
     if first not in times:
         return False
     best = min(times.values())
@@ -327,13 +325,9 @@ def _outranked(first: str, fast: tuple, times: dict, probe) -> bool:
     path = CANDIDATES[first][0]
     for name in fast:
         other, extra = CANDIDATES[name]
-        if name != first and other == path and times.get(name, math.inf) <= STRONG_FACTOR * best:
-            probe.knobs = {**DEFAULT_KNOBS, **extra}
-            try:
-                if _path_class(path).accepts(probe, probe.geo):
-                    return True
-            finally:
-                probe.knobs = None
+        if (name != first and other == path and times.get(name, math.inf) <= STRONG_FACTOR * best
+                and _path_class(path).accepts(probe, probe.geo, knobs_of(extra))):
+            return True
     return False
 
 
@@ -343,7 +337,6 @@ class _Probe:
     def __init__(self, device, desc):
         self.device, self.desc, self.ctx = device, desc, device.context
         self.features = self.ctx.features
-        self.knobs = None
         self.geo = Geometry.of(desc)
 
 

@@ -11,7 +11,8 @@ from ...dml.data_type import DataType
 from ...errors import UnsupportedError
 from ...runtime import Bind
 from ..grid import pieces
-from .geometry import _STORAGES, Path, _texel_ok, _words, knobs, storage_suffix, variant
+from ...runtime.blocks import pack
+from .geometry import STORAGES, Path, knobs_of, storage_suffix, texel_ok, variant
 from ...intmath import ceil_div
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
@@ -19,15 +20,14 @@ from ...intmath import ceil_div
 _DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "SHIFT", "R",
               "SH", "DH")
 VARIANTS = {
-    **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in _STORAGES for r in ("", "_ssbo")},
+    **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
-    **{f"convolution_depthwise_rows_{s}{r}": _DEPTHWISE for s in _STORAGES
+    **{f"convolution_depthwise_rows_{s}{r}": _DEPTHWISE for s in STORAGES
        for r in ("", "_ssbo")},
     "convolution_depthwise_rows_f32_v4": _DEPTHWISE,
     "convolution_depthwise_rows_f32_v8": _DEPTHWISE,
 }
 
-DW_PARAM_WORDS = 44       # std140 (glsl/convolution_depthwise.comp)
 DW_UNROLL = 4096          # most products (or twice the loads) the depthwise kernel unrolls
 DW_SPAN = 128             # most input elements of one unrolled row load
 
@@ -42,18 +42,19 @@ class DepthwisePath(Path):
     name = "depthwise"
 
     @classmethod
-    def accepts(cls, op, geo) -> bool:
+    def accepts(cls, op, geo, knobs=None) -> bool:
         lim = op.ctx.limits
+        knobs = knobs_of(knobs)
         return (geo.plain and not geo.backward and geo.cin_per_group == 1
                 and geo.valid == geo.out_size
                 and math.prod(geo.kernel) <= 64
                 and max(op.desc.input_tensor.total_tensor_size_in_bytes,
                         op.desc.output_tensor.total_tensor_size_in_bytes)
                 < lim["maxStorageBufferRange"]
-                and (cls.rows_block(op, geo) if knobs(op).get("dw_rows")
-                     else cls.blocks(op, geo)) is not None
-                and (not knobs(op).get("dw_v8")
-                     or (bool(knobs(op).get("dw_rows")) and cls.v8_ok(op, geo))))
+                and (cls.rows_block(geo, knobs) if knobs.get("dw_rows")
+                     else cls.blocks(geo, knobs)) is not None
+                and (not knobs.get("dw_v8")
+                     or (bool(knobs.get("dw_rows")) and cls.v8_ok(op, geo))))
 
     @staticmethod
     def v8_ok(op, geo) -> bool:
@@ -64,19 +65,19 @@ class DepthwisePath(Path):
         x_el = d.input_tensor.total_tensor_size_in_bytes // geo.dtype.size
         w_el = d.filter_tensor.total_tensor_size_in_bytes // geo.dtype.size
         return (bool(op.features.get("int64")) and geo.dtype == DataType.FLOAT32
-                and _texel_ok(op, x_el) and _texel_ok(op, w_el)
+                and texel_ok(op, x_el) and texel_ok(op, w_el)
                 and geo.y_strides[4] == 1 and geo.out_size[2] % 8 == 0 and y_el % 8 == 0
                 and all(s_ % 8 == 0 for s_ in geo.y_strides[:4]))
 
     @staticmethod
-    def rows_block(op, geo):
+    def rows_block(geo, knobs):
         """(NB, R) of the ``dw_rows`` kernel (knob (most NB, band rows)), or None where
         the geometry does not suit it: NB a multiple of 4 wasting the fewest columns
         (the widest of those), R output rows walked in a rolled loop."""
         kd, kh, kw = geo.kernel
         if kd != 1 or geo.stride[1] != 1 or geo.dilation[1] != 1:
             return None
-        most, band = knobs(op)["dw_rows"]
+        most, band = knobs["dw_rows"]
         ow, oh = geo.out_size[2], geo.out_size[1]
         sw, dw = geo.stride[2], geo.dilation[2]
         best = None
@@ -90,17 +91,16 @@ class DepthwisePath(Path):
         return None if best is None else (best[1], max(1, min(band, oh)))
 
     @staticmethod
-    def blocks(op, geo):
+    def blocks(geo, knobs):
         """(NB, R) for the geometry, or None where even a 1 x 1 block would unroll more
         than DW_UNROLL loads or products.  The kernel unrolls KD x NI input rows of E
         elements (NI = (R-1)*SH + (KH-1)*DH + 1, E = (NB-1)*SW + (KW-1)*DW + 1, plus 3
         for float4 rows) and KD*KH*KW*R*NB products: strides and dilations enter the
         unrolled size, so they are bounded here, not by the kernel."""
         ow, oh = geo.out_size[2], geo.out_size[1]
-        # default 16 x 8 blocks, measured on lavapipe (a 128-channel 56x56 3x3 took 1.08
-        # ms of CPU with 16 x 8, 1.20 with 8 x 8, 1.51 with 4 x 14); the tuner also
-        # offers 4 x 1 (candidate depthwise-4x1)
-        nb, r = knobs(op)["dw_block"]
+        # the default block measured best on lavapipe; the tuner also offers
+        # 4 x 1 (candidate depthwise-4x1)
+        nb, r = knobs["dw_block"]
         nb = max(1, min(nb, ceil_div(ow, 4) * 4))
         r = max(1, min(r, oh))
         kd, kh, kw = geo.kernel
@@ -109,8 +109,8 @@ class DepthwisePath(Path):
         def unrolled(nb_, r_):      # loads and products in the unrolled body
             rows = (r_ - 1) * sh + (kh - 1) * dh + 1
             span = (nb_ - 1) * sw + (kw - 1) * dw + 1 + 3
-            if span > DW_SPAN:      # (LLVM's time grows faster than the loads: a
-                return DW_UNROLL + 1    # 3004-element row took 45 s to compile)
+            if span > DW_SPAN:      # (LLVM's compile time grows faster than the loads)
+                return DW_UNROLL + 1
             return max(2 * kd * rows * span, kd * kh * kw * r_ * nb_)
 
         while unrolled(nb, r) > DW_UNROLL and (r > 1 or nb > 1):
@@ -120,21 +120,21 @@ class DepthwisePath(Path):
                 nb = nb // 2 if nb > 4 else 1
         return (nb, r) if unrolled(nb, r) <= DW_UNROLL else None
 
-    def __init__(self, op, geo):
-        super().__init__(op, geo)
+    def __init__(self, op, geo, knobs=None):
+        super().__init__(op, geo, knobs)
         g = geo
         d = op.desc
         ow = g.out_size[2]
         kd, kh, kw = g.kernel
-        rows = bool(knobs(op).get("dw_rows"))
-        nb, r = self.rows_block(op, geo) if rows else self.blocks(op, geo)
+        rows = bool(self.knobs.get("dw_rows"))
+        nb, r = self.rows_block(geo, self.knobs) if rows else self.blocks(geo, self.knobs)
         self.nb, self.R = nb, r
         self.strips = ceil_div(ow, nb)
         esize = g.dtype.size
         x_el = d.input_tensor.total_tensor_size_in_bytes // esize
         w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
         f32 = g.dtype == DataType.FLOAT32
-        self.texel = _texel_ok(op, x_el) and _texel_ok(op, w_el)
+        self.texel = texel_ok(op, x_el) and texel_ok(op, w_el)
         self.fmt = (runtime.FORMAT_R32_SFLOAT if f32 else
                     runtime.FORMAT_R16_SFLOAT) if self.texel else 0
         # float4 input rows / float4 output stores (see the kernel)
@@ -144,31 +144,26 @@ class DepthwisePath(Path):
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
-        self.v8 = bool(knobs(op).get("dw_v8"))      # (accepts checked v8_ok)
+        self.v8 = bool(self.knobs.get("dw_v8"))      # (accepts checked v8_ok)
         name = ("convolution_depthwise_rows_f32_v8" if self.v8 else
                 variant("depthwise_rows" if rows else "depthwise", storage_suffix(op, g.dtype),
                         self.texel, self.v4))
         if self.v4 and not self.texel:
             self.v4 = False
         self.local = min(64, op.workgroup_size)
+        self.kernel = name
         self.pipe = op.pipeline(name, {
             "LOCAL_SIZE_X": self.local, "NB": nb, "SW": g.stride[2], "KW": kw,
             "DW": g.dilation[2], "ACT": self.act_id, "KH": kh, "KD": kd, "X4": int(self.x4),
             "SHIFT": (-g.start[2]) % 4, "R": r, "SH": g.stride[1], "DH": g.dilation[1]})
-        p = np.zeros(DW_PARAM_WORDS, np.int64)
-        p[0:4] = [*g.in_size, g.cout_per_group]
-        p[4:8] = [*g.out_size, self.strips]
-        p[8:12] = [kd, kh, 0, int(g.b_stride is not None)]
-        p[12:16] = [g.stride[0], g.stride[1], 0, g.b_stride or 0]
-        p[16:20] = [g.dilation[0], g.dilation[1], 0, 0]
-        p[20:23] = g.start
-        p[24:28] = g.x_strides[:4]
-        p[28:32] = [g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]]
-        p[32:36] = g.y_strides[:4]
-        p[36:40] = [g.x_strides[4], g.y_strides[4], int(g.flip), g.c_out]
-        words = _words(p).view(np.int32)
-        words[40:44] = self.act_params.view(np.int32)
-        self.params = op.upload(words)
+        self.params = op.upload(np.frombuffer(pack(
+            name, "Params", in_size=(*g.in_size, g.cout_per_group),
+            out_size=(*g.out_size, self.strips), flags=(kd, kh, 0, int(g.b_stride is not None)),
+            stride=(g.stride[0], g.stride[1], 0, g.b_stride or 0),
+            dil=(g.dilation[0], g.dilation[1], 0, 0), pad=(*g.start, 0), xs=g.x_strides[:4],
+            ws=(g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]),
+            ys=g.y_strides[:4], last=(g.x_strides[4], g.y_strides[4], int(g.flip), g.c_out),
+            act=self.act_params), np.uint8))
 
     def encode(self, seq, x, w, b, y) -> None:
         g, op, d = self.geo, self.op, self.op.desc
@@ -189,5 +184,4 @@ class DepthwisePath(Path):
         for c0, cn in pieces(g.c_out, per_x):
             for n0, nn in pieces(g.n, per_z):
                 seq.dispatch(self.pipe, binds, (ceil_div(cn * self.strips, self.local), gy,
-                                                nn * od),
-                             np.array([n0, c0], np.int32).tobytes())
+                                                nn * od), pack(self.kernel, "push", n0=n0, c0=c0))

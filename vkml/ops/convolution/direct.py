@@ -7,11 +7,12 @@ import numpy as np
 from ...errors import UnsupportedError
 from ...runtime import Bind
 from ..grid import binding_window, box_grid, plan_windows, split_groups, strided_span
-from .geometry import _STORAGES, Path, _pad3, _words, storage_suffix, variant
+from ...runtime.blocks import pack
+from .geometry import STORAGES, Path, pad3, storage_suffix, variant
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
-VARIANTS = {f"convolution_direct_{s}": ("LOCAL_SIZE_X", "ACT", "BACKWARD") for s in _STORAGES}
+VARIANTS = {f"convolution_direct_{s}": ("LOCAL_SIZE_X", "ACT", "BACKWARD") for s in STORAGES}
 
 
 class DirectPath(Path):
@@ -23,34 +24,27 @@ class DirectPath(Path):
     name = "direct"
 
     @classmethod
-    def accepts(cls, op, geo) -> bool:
+    def accepts(cls, op, geo, knobs=None) -> bool:
         return True
 
-    def __init__(self, op, geo):
-        super().__init__(op, geo)
+    def __init__(self, op, geo, knobs=None):
+        super().__init__(op, geo, knobs)
         g = geo
         ow = g.out_size[2]
         self.local = min(64, max(8, 1 << (max(ow, 1) - 1).bit_length()), op.workgroup_size)
-        self.pipe = op.pipeline(variant("direct", storage_suffix(op, g.dtype)), {
+        self.kernel = variant("direct", storage_suffix(op, g.dtype))
+        self.pipe = op.pipeline(self.kernel, {
             "LOCAL_SIZE_X": self.local, "ACT": self.act_id, "BACKWARD": int(g.backward)})
-        p = np.zeros(44, np.int64)          # 11 std140 ivec4s, then the activation vec4
-        p[0:4] = [*g.in_size, g.cin_per_group]
-        p[4:8] = [*g.out_size, g.c_out]
-        p[8:12] = [*g.kernel, g.cout_per_group]
-        p[12:16] = [*g.stride, int(g.flip)]
-        p[16:20] = [*g.dilation, int(g.b_stride is not None)]
-        p[20:23] = g.start
-        p[24:27] = g.vrange[1]
-        p[28:32] = g.x_strides[:4]
-        p[32:36] = g.y_strides[:4]
-        p[36:40] = g.w_strides[:4]
-        p[40:44] = [g.x_strides[4], g.y_strides[4], g.w_strides[4], g.b_stride or 0]
-        tail = np.zeros(8, np.int64)
-        tail[0:3] = g.vrange[0]
-        tail[4:6] = [g.w_off, g.x_off]
-        params = np.concatenate([_words(p).view(np.uint8), self.act_params.view(np.uint8),
-                                 _words(tail).view(np.uint8)])
-        self.params = op.upload(params)
+        self.params = op.upload(np.frombuffer(pack(
+            self.kernel, "Params",
+            in_size=(*g.in_size, g.cin_per_group), out_size=(*g.out_size, g.c_out),
+            ksize=(*g.kernel, g.cout_per_group), stride=(*g.stride, int(g.flip)),
+            dil=(*g.dilation, int(g.b_stride is not None)), pad=(*g.start, 0),
+            valid=(*g.vrange[1], 0), xs=g.x_strides[:4], ys=g.y_strides[:4],
+            ws=g.w_strides[:4],
+            ws_last=(g.x_strides[4], g.y_strides[4], g.w_strides[4], g.b_stride or 0),
+            act=self.act_params, vlo=(*g.vrange[0], 0), offs=(g.w_off, g.x_off, 0, 0)),
+            np.uint8))
         self.esize = g.dtype.size
         self.windows = self._batch_windows()
 
@@ -60,7 +54,7 @@ class DirectPath(Path):
         g, e = self.geo, self.esize
         limit = self.ctx.limits["maxStorageBufferRange"] - 2 * self.ctx.binding_alignment()
         # (the descriptor's input: a reduced geometry reads a part of it from x_off)
-        x_item = (g.c_in, *_pad3(self.op.desc.input_tensor.sizes[2:], 1))
+        x_item = (g.c_in, *pad3(self.op.desc.input_tensor.sizes[2:], 1))
         y_item = (g.c_out, *g.out_size)
 
         def x_span(origin, extent):
@@ -90,6 +84,6 @@ class DirectPath(Path):
             # the grid: x along output columns, y rows, z (image, depth, channel)
             box = ([n0 * od_co, 0, 0], [(n1 - n0) * od_co, *g.out_size[1:]])
             for o, e in split_groups(*box, self.local, max_groups, magic=False):
-                push = np.array([o[2], o[1], o[0], 0, xo // self.esize, yo // self.esize],
-                                np.uint32)
-                seq.dispatch(self.pipe, binds, box_grid(e, self.local), push.tobytes())
+                push = pack(self.kernel, "push", origin=(o[2], o[1], o[0], 0),
+                            x_base=xo // self.esize, y_base=yo // self.esize)
+                seq.dispatch(self.pipe, binds, box_grid(e, self.local), push)

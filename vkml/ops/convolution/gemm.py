@@ -2,8 +2,8 @@
 ``convolution_relayout`` pass that copies the input into zero-padded planes and the
 filter into the GEMM's order, the filter transpose (``convolution_filter.comp``), the
 register blocks, the axes of a forward or transposed dispatch, and :class:`GemmPath`,
-whose constructor also builds the subgroup variant (``gemm_sg.py``: the filter read in
-place and shared by shuffles) and whose kernel Winograd's 36 GEMMs run on."""
+whose plan the subgroup variant (``gemm_sg.py``: the filter read in place and shared by
+shuffles) adapts and whose kernel Winograd's 36 GEMMs run on."""
 from __future__ import annotations
 
 import math
@@ -15,92 +15,90 @@ from ... import runtime
 from ...dml.data_type import DataType
 from ...dml.tensor_desc import packed_strides
 from ...errors import UnsupportedError
-from ...runtime import Bind
+from ...runtime.blocks import pack
+from ...tuning import Declined
 from ..base import CompiledOperator
 from ..grid import pieces
 from ..store_width import wide_stores
-from .geometry import (_STORAGES, Decline, Geometry, Path, _texel_ok, _words, knobs,
-                       storage_suffix, variant)
+from .geometry import STORAGES, Geometry, Path, storage_suffix, texel_ok, variant
+from .plan import Buf, Step, compiled, record
 from ...intmath import ceil_div
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
-_GEMM = ("LOCAL_SIZE_X", "MB", "NB", "SW", "ACT", "XVEC4", "KW", "DW", "CU", "YV4")
+GEMM_CONSTANTS = ("LOCAL_SIZE_X", "MB", "NB", "SW", "ACT", "XVEC4", "KW", "DW", "CU", "YV4")
 VARIANTS = {
-    **{f"convolution_relayout_{s}": ("LOCAL_SIZE_X", "V4") for s in _STORAGES + ("texel",)},
+    **{f"convolution_relayout_{s}": ("LOCAL_SIZE_X", "V4") for s in STORAGES + ("texel",)},
     "convolution_filter_texel": ("LOCAL_SIZE_X", "KD", "KH", "KW", "FLIP"),
-    **{f"convolution_gemm_{s}{r}": _GEMM for s in _STORAGES for r in ("", "_ssbo")},
-    "convolution_gemm_f32_v8": _GEMM,
+    **{f"convolution_gemm_{s}{r}": GEMM_CONSTANTS for s in STORAGES for r in ("", "_ssbo")},
+    "convolution_gemm_f32_v8": GEMM_CONSTANTS,
 }
 
 
-# -- the re-layout pass and the implicit GEMM ----------------------------------------------
-RELAYOUT_PARAM_WORDS = 44      # std140: 11 ivec4 (glsl/convolution_relayout.comp)
-
-
+# -- the re-layout pass and the filter transpose -------------------------------------------
 class Relayout:
     """One ``convolution_relayout`` pass: an 8-D float32 box ``dst[c . dstride]`` filled
     from a strided source (``src[base + c . stride]`` where ``lo_k <= c_k < hi_k``, else 0).
     ``dst_image``: the destination stride of the outermost given dimension (default dense).
+    ``target``: the workgroups it aims at (knob ``relayout_groups``).
     """
 
     DIMS = 8
 
     def __init__(self, op: CompiledOperator, dtype: DataType, size, stride, lo, hi, base: int,
-                 src_bytes: int, dst_image: int | None = None):
+                 src_bytes: int, target: int, dst_image: int | None = None):
         first = self.DIMS - len(size)
-        pad = [0] * first
         size, stride, hi = ([1] * first + list(v) for v in (size, stride, hi))
-        lo = pad + list(lo)
+        lo = [0] * first + list(lo)
         dstride = list(packed_strides(size))
         if dst_image is not None:
             dstride[first] = dst_image
-        # Lanes run over dimensions 6 and 7, a workgroup walks rows of dimension 5, the
-        # others are one per workgroup z.  Planes larger than a workgroup with rows that
-        # fill half of one have their rows (6) walked instead (lanes along 7 only, a
-        # size-1 dimension takes 6's place), and
-        # the largest outer dimension becomes the walked one: fewer, longer workgroups
-        # (lavapipe pays microseconds for each).
         v4 = size[-1] % 4 == 0 and all(d % 4 == 0 for d in dstride[:-1]) and dstride[-1] == 1
-        lists = (size, stride, lo, hi, dstride)
         self.local = min(64, op.workgroup_size)
+        self._order((size, stride, lo, hi, dstride), self.local * (4 if v4 else 1))
+        self.op, self.size, self.v4 = op, size, v4
+        self.src_bytes = src_bytes
+        self.texel = texel_ok(op, src_bytes // dtype.size)
+        self.fmt = (runtime.FORMAT_R32_SFLOAT if dtype == DataType.FLOAT32 else
+                    runtime.FORMAT_R16_SFLOAT) if self.texel else 0
+        self.kernel = "convolution_relayout_" + ("texel" if self.texel
+                                                 else storage_suffix(op, dtype))
+        self.constants = {"LOCAL_SIZE_X": self.local, "V4": int(v4)}
+        gx = ceil_div(size[-1] * size[-2], (self.local * (4 if v4 else 1)))
+        outer = math.prod(size[:-3])
+        # rows of dimension 5 per workgroup: about ``target`` workgroups in all
+        self.rpg = max(1, min(size[-3], ceil_div(outer * gx * size[-3], target)))
+        groups = ceil_div(size[-3], self.rpg)
+        self.gx, self.gz = gx, outer * groups
+        self.params = op.upload(np.frombuffer(pack(
+            self.kernel, "Params", size=size, stride=stride, lo=lo, hi=hi, dstride=dstride,
+            base=(base, self.rpg, groups, 0)), np.uint8))
+
+    @staticmethod
+    def _order(lists, lanes_row: int) -> None:
+        """Lanes run over dimensions 6 and 7, a workgroup walks rows of dimension 5, the
+        others are one per workgroup z.  Planes larger than a workgroup with rows that
+        fill half of one have their rows (6) walked instead (lanes along 7 only, a size-1
+        dimension takes 6's place), and the largest outer dimension becomes the walked
+        one: fewer, longer workgroups (lavapipe pays for each workgroup)."""
+        size = lists[0]
         ones = [i for i in range(6) if size[i] == 1]
-        lanes_row = self.local * (4 if v4 else 1)
         if size[6] * size[7] > lanes_row and 2 * size[7] >= lanes_row and ones:
             for v in lists:
                 v[ones[0]], v[6] = v[6], v[ones[0]]
         k = max(range(6), key=lambda i: (size[i], i))
         for v in lists:
             v[k], v[5] = v[5], v[k]
-        self.op, self.size = op, size
-        self.src_bytes = src_bytes
-        self.texel = _texel_ok(op, src_bytes // dtype.size)
-        self.fmt = (runtime.FORMAT_R32_SFLOAT if dtype == DataType.FLOAT32 else
-                    runtime.FORMAT_R16_SFLOAT) if self.texel else 0
-        name = "convolution_relayout_" + ("texel" if self.texel else storage_suffix(op, dtype))
-        self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "V4": int(v4)})
-        self.v4 = v4
-        gx = ceil_div(size[-1] * size[-2], (self.local * (4 if v4 else 1)))
-        outer = math.prod(size[:-3])
-        # rows of dimension 5 per workgroup: a few hundred workgroups in all (CPU
-        # devices: a few dozen, each costs microseconds)
-        target = knobs(op)["relayout_groups"]
-        self.rpg = max(1, min(size[-3], ceil_div(outer * gx * size[-3], target)))
-        groups = ceil_div(size[-3], self.rpg)
-        self.gx, self.gz = gx, outer * groups
-        p = np.zeros(RELAYOUT_PARAM_WORDS, np.int64)
-        p[0:8], p[8:16], p[16:24], p[24:32], p[32:40] = size, stride, lo, hi, dstride
-        p[40:43] = base, self.rpg, groups
-        self.params = op.upload(_words(p))
 
-    def encode(self, seq, src, dst, dst_offset_elems: int = 0) -> None:
-        binds = [Bind(src, 0, self.src_bytes, "r", self.fmt), Bind(dst, 0, None, "w"),
-                 Bind(self.params)]
+    def steps(self, src, dst, dst_offset_elems: int = 0) -> list[Step]:
+        """The pass from ``src`` (a role or buffer) into buffer ``dst`` at element
+        ``dst_offset_elems``: x and z split into dispatches within
+        maxComputeWorkGroupCount."""
+        binds = (Buf(src, self.src_bytes, "r", self.fmt), Buf(dst, None, "w"), Buf(self.params))
         mx, _, mz = self.op.ctx.limits["maxComputeWorkGroupCount"]
-        for x0, nx in pieces(self.gx, mx):
-            for z0, nz in pieces(self.gz, mz):
-                seq.dispatch(self.pipe, binds, (nx, 1, nz), np.array(
-                    [0, dst_offset_elems, z0, x0 * self.local], np.uint32).tobytes())
+        return [Step(self.kernel, self.constants, (nx, 1, nz), binds,
+                     dict(src_base=0, dst_base=dst_offset_elems, z0=z0, x0=x0 * self.local))
+                for x0, nx in pieces(self.gx, mx) for z0, nz in pieces(self.gz, mz)]
 
 
 class FilterTranspose:
@@ -109,6 +107,8 @@ class FilterTranspose:
     along output channels (stores contiguous, reads re-use cached lines).  Needs a packed
     filter with C_in/groups * KD*KH*KW a multiple of 4."""
 
+    KERNEL = "convolution_filter_texel"
+
     def __init__(self, op: CompiledOperator, geo: Geometry, co_pad: int):
         g = geo
         self.op = op
@@ -116,11 +116,11 @@ class FilterTranspose:
         self.local = min(64, op.workgroup_size)
         self.fmt = (runtime.FORMAT_RGBA32_SFLOAT if g.dtype == DataType.FLOAT32
                     else runtime.FORMAT_RGBA16_SFLOAT)
-        self.pipe = op.pipeline("convolution_filter_texel", {
-            "LOCAL_SIZE_X": self.local, "KD": g.kernel[0], "KH": g.kernel[1],
-            "KW": g.kernel[2], "FLIP": int(g.flip)})
-        self.params = op.upload(np.array([g.cin_per_group, g.cout_per_group, co_pad, self.K,
-                                          g.groups, 0, 0, 0], np.int32))
+        self.constants = {"LOCAL_SIZE_X": self.local, "KD": g.kernel[0], "KH": g.kernel[1],
+                          "KW": g.kernel[2], "FLIP": int(g.flip)}
+        self.params = op.upload(np.frombuffer(pack(
+            self.KERNEL, "Params", dims=(g.cin_per_group, g.cout_per_group, co_pad, self.K),
+            groups=(g.groups, 0, 0, 0)), np.uint8))
         self.grid = (ceil_div(g.groups * co_pad // 4, self.local), self.K // 4, 1)
         self.src_bytes = g.c_out * self.K * g.dtype.size      # whole RGBA texels (K % 4 == 0)
 
@@ -129,15 +129,12 @@ class FilterTranspose:
         K = geo.cin_per_group * math.prod(geo.kernel)
         return (not geo.backward and op.desc.filter_tensor.is_packed and K % 4 == 0
                 and K // 4 <= op.ctx.limits["maxComputeWorkGroupCount"][1]
-                and _texel_ok(op, K * geo.c_out // 4))
+                and texel_ok(op, K * geo.c_out // 4))
 
-    def encode(self, seq, w, dst, dst_offset_elems: int = 0) -> None:
-        seq.dispatch(self.pipe, [Bind(w, 0, self.src_bytes, "r", self.fmt),
-                                 Bind(dst, 0, None, "w"), Bind(self.params)], self.grid)
-
-
-GEMM_PARAM_WORDS = 28 + 256 * 4   # std140 (glsl/convolution_gemm.comp)
-GEMM_SG_PARAM_WORDS = GEMM_PARAM_WORDS + 8 + 256 * 4      # SGW variants
+    def steps(self, src, dst, dst_offset_elems: int = 0) -> list[Step]:
+        return [Step(self.KERNEL, self.constants, self.grid,
+                     (Buf(src, self.src_bytes, "r", self.fmt), Buf(dst, None, "w"),
+                      Buf(self.params)))]
 
 
 GEMM_UNROLL = 1024     # products in the GEMM's unrolled channel-loop body (CPU devices)
@@ -145,14 +142,13 @@ GEMM_MAX_KW = 32       # most column taps the GEMM unrolls
 GEMM_MAX_REACH = 4096  # most input elements between the first and last column tap
 
 
-def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
+def gemm_cu(knobs: dict, channels: int, block: int) -> int:
     """Input channels per iteration of the GEMM's channel loop (a divisor of them).
     lavapipe runs a loop under an execution mask and blends every loop-carried sum with
-    it once per iteration (116 blends next to 336 products in a 16 x 7 x 3 block), so
-    a few channels per iteration pay -- until the body outgrows the instruction cache
-    (a 16 x 16 x 3 block took 2x longer with 4 channels per iteration).  ``block``:
-    the products of one channel; the "narrow" blocks keep one channel per iteration."""
-    if knobs(op)["blocks"] != "wide":
+    it once per iteration, so a few channels per iteration pay -- until the body
+    outgrows the instruction cache (GEMM_UNROLL products).  ``block``: the products of
+    one channel; the "narrow" blocks (knob ``blocks``) keep one channel per iteration."""
+    if knobs["blocks"] != "wide":
         return 1
     return next(c for c in (8, 4, 2, 1) if channels % c == 0 and c * block <= GEMM_UNROLL
                 or c == 1)
@@ -160,14 +156,9 @@ def gemm_cu(op: CompiledOperator, channels: int, block: int) -> int:
 
 #: SG: most pixels per lane (NB) and a weight's shuffle in FMAs of the block
 SG_BLOCKS = (16, 16)
-#: SG: most accumulators (MB x NB) a lane holds.  Measured on lavapipe (CPU time, the
-#: same process): 16 x 12 against 16 x 16 took the 1x1 256->64 convolution from 50% to
-#: 57% of the FMA peak, the 3x3 64->64 from 31-84% (bimodal) to 79%, the float16 one
-#: from 72% to 75%, batch 8 from 79% to 80%.  224 (not 192) lets rows of 28 split into
-#: two 16 x 14 blocks instead of four 16 x 8 (device time, min of 25): the transposed
-#: 4x4 s2 64->32 28x28 1.08-1.18 -> 0.99 ms, the 3x3 64->64 28x28 1.60 -> 1.34 (busy
-#: machine; 0.95 both quiet), 128->128 28x28 5.9 -> 5.1; no bench workload's other
-#: block changes.
+#: SG: most accumulators (MB x NB) a lane holds: fewer than a full 16 x 16 block, which
+#: spills on lavapipe, and 224 rather than 192 so that rows of 28 split into two 16 x 14
+#: blocks instead of four 16 x 8 (both measured faster on lavapipe).
 SG_ACC = 224
 SG_SHUFFLE_COST = 6
 SG_CBW = True
@@ -187,19 +178,19 @@ def subgroup_shuffle_size(op: CompiledOperator) -> int:
     return size
 
 
-def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
-                taps: int) -> tuple[int, int]:
+def gemm_blocks(knobs: dict, cog: int, row: int, vec4: bool, taps: int) -> tuple[int, int]:
     """Register block (output channels MB, pixels NB) of the implicit GEMM.
 
-    CPU drivers run an invocation's registers as SIMD lanes, spilling to cache; measured
-    on lavapipe, a 1x1 GEMM (one tap per loaded row) does best with 16 x 16 blocks and a
+    CPU drivers run an invocation's registers as SIMD lanes, spilling to cache; on
+    lavapipe a 1x1 GEMM (one tap per loaded row) does best with 16 x 16 blocks and a
     kernel with several taps per row (3x3: the row is loaded once for three taps) with
     8 x 8 (the "wide" blocks, the default).  The "narrow" blocks (8 x 4, a tuner
-    candidate) suit devices that keep the block in registers.  MB is the largest of 16/12/8/4 up
-    to that which wastes at most ~12% of the padded channels; NB the pixel count that
-    splits the row most evenly (a multiple of 4 where rows are read as float4).
+    candidate, knob ``blocks``) suit devices that keep the block in registers.  MB is the
+    largest of 16/12/8/4 up to that which wastes at most ~12% of the padded channels; NB
+    the pixel count that splits the row most evenly (a multiple of 4 where rows are read
+    as float4).
     """
-    wide = knobs(op)["blocks"] == "wide"
+    wide = knobs["blocks"] == "wide"
     mb_max, nb_max = ((16, 16) if taps <= 1 else (8, 8)) if wide else (8, 4)
     mb = next((m for m in (16, 12, 8, 4) if m <= mb_max
                and cog / (ceil_div(cog, m) * m) >= 0.88), 4)
@@ -212,13 +203,13 @@ def gemm_blocks(op: CompiledOperator, cog: int, row: int, vec4: bool,
 
 def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]:
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
-    blocks to whole subgroups, and each weight a lane gets costs a shuffle (measured on
-    lavapipe: ~6 FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel count
-    (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they can,
-    with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps products
-    a channel) stays within GEMM_UNROLL, MB giving way first (each weight's shuffle pays off over NB pixels):
-    measured on lavapipe, the 7x7 stride-2 3->64 convolution ran at 28% of the FMA peak
-    with 16 x 16 blocks (1792 products a body), 50% with 16 x 8 and 54% with 8 x 16."""
+    blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
+    about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
+    count (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they
+    can, with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps
+    products a channel) stays within GEMM_UNROLL, MB giving way first (each weight's
+    shuffle pays off over NB pixels; a body past the instruction cache runs at half the
+    speed)."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
     fits = [m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
             and cog / (ceil_div(cog, m) * m) >= 0.88] or [4]
@@ -289,6 +280,35 @@ def padded_extents(geo: Geometry, phases) -> tuple[list, list]:
     return lo, ext
 
 
+def whole_vec4(values) -> list:
+    """``values`` padded with zeros to whole 4-vectors (an ``ivec4[]`` member filled
+    flat, 4 values an element)."""
+    return list(values) + [0] * (-len(values) % 4)
+
+
+@dataclass
+class Planes:
+    """The implicit GEMM's shape for a geometry: the dispatches' axes (``phases``), the
+    zero-padded input planes (padding ``lo`` before the input, extents ``Dp, Hp, Wp``;
+    an in-place input's own), whether output planes are flattened into rows (``flat``,
+    rows ``row_len`` pixels long), the register block ``mb x nb`` and the padded output
+    channels ``co_pad``, the input's image and channel strides in the GEMM's input."""
+
+    phases: list
+    lo: list
+    dp: int
+    hp: int
+    wp: int
+    in_place: bool
+    flat: bool
+    row_len: list
+    mb: int
+    nb: int
+    co_pad: int
+    x_img: int
+    x_chan: int
+
+
 class GemmPath(Path):
     """Dense convolution as an implicit GEMM (``glsl/convolution_gemm.comp``), forward or
     transposed (one dispatch per stride phase: no inserted zeros, no wasted products).
@@ -300,13 +320,18 @@ class GemmPath(Path):
     [output channel padded to the block] (flipped in the CONVOLUTION mode).  Output pixels
     go along rows in blocks of NB; a stride-1 convolution with short rows has its planes
     flattened (the padded row pitch as the row length) so lanes stay busy.
+
+    The constructor plans (:meth:`_planes`, :meth:`_dispatches`, the re-layouts, the
+    kernels, the parameter block, :meth:`_steps`); ``encode`` records the plan.
+    :class:`~.gemm_sg.GemmSgPath` overrides the hooks marked "(gemm_sg overrides)".
     """
 
     name = "gemm"
-    SG = False
+    #: The kernel family (gemm_sg: ``gemm_sg``).
+    FAMILY = "gemm"
 
     @classmethod
-    def accepts(cls, op, geo) -> bool:
+    def accepts(cls, op, geo, knobs=None) -> bool:
         lim = op.ctx.limits
         rows = geo.kernel[0] * geo.kernel[1]
         if geo.backward:
@@ -331,208 +356,255 @@ class GemmPath(Path):
                 + geo.n * geo.c_out * math.prod(geo.out_size))
         return planes <= 4 * work + (1 << 16)
 
-    def __init__(self, op, geo):
-        super().__init__(op, geo)
+    def __init__(self, op, geo, knobs=None):
+        super().__init__(op, geo, knobs)
+        self.local = min(64, op.workgroup_size)
+        self.sg = self._subgroup()
+        pl = self.planes = self._planes()
+        self.in_place, self.mb, self.nb = pl.in_place, pl.mb, pl.nb
+        row_offsets, w_texels, max_read = self._dispatches(pl)
+        self._check_dispatches()
+        if len(row_offsets) > 1024:
+            raise UnsupportedError("convolution", "more than 1024 kernel rows")
         g = geo
-        cig, cog = g.cin_per_group, g.cout_per_group
+        last = (g.n - 1) * pl.x_img + (g.c_in - 1) * pl.x_chan + max_read
+        self.xp_floats = max(last + 1, g.n * pl.x_img)
+        self.x_bytes = 4 * self.xp_floats
+        self.x_relayout, self.xp = None, None
+        if not pl.in_place:
+            self.x_relayout = self._input_relayout(pl)
+            self.xp = op.scratch(self.x_bytes)
+        self.w_relayouts = self._filter_relayouts(pl)
+        self.texel = self._storage(w_texels)
+        kernel = self._kernel_name()
+        self._stores(kernel)
+        self.groups_y = g.groups * pl.co_pad // pl.mb
+        self.params = op.upload(np.frombuffer(pack(kernel, "Params", **self._params(
+            pl, row_offsets)), np.uint8))
+        for d in self.dispatches:
+            d["kernel"] = kernel + "_v8" if d["yv8"] else kernel
+            d["constants"] = self._constants(d)
+        self.filter_steps = compiled(op, [s for rl, off in self.w_relayouts
+                                          for s in rl.steps("w", self.wt, off)])
+        self.steps = compiled(op, ([] if pl.in_place else self.x_relayout.steps("x", self.xp))
+                              + self._steps())
+
+    # -- the plan ---------------------------------------------------------------------
+    def _subgroup(self) -> int:
+        """The subgroup size the GEMM's pipelines require (0: none; gemm_sg overrides)."""
+        return 0
+
+    def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
+        """The register block (MB, NB) (gemm_sg overrides)."""
+        unit = all(ph[2].istep == 1 for ph in phases)
+        return gemm_blocks(self.knobs, self.geo.cout_per_group, max(row_len),
+                           unit and self.knobs["blocks"] == "wide",
+                           max(len(ph[2].taps) for ph in phases))
+
+    def _flat_short_rows(self) -> bool:
+        """Whether short output rows are flattened into planes (gemm_sg instead fills its
+        subgroups with short rows, see sg_blocks; it overrides)."""
+        return True
+
+    def _planes(self) -> Planes:
+        """The axes, padded planes, flattening and register block (:class:`Planes`)."""
+        g = self.geo
         phases = transposed_axes(g) if g.backward else forward_axes(g)
         lo, ext = padded_extents(g, phases)
-        self.local = min(64, op.workgroup_size)
         one_by_one = (not g.backward and g.kernel == (1, 1, 1) and g.stride == (1, 1, 1)
                       and g.start == (0, 0, 0) and g.valid == g.in_size)
-        self.in_place = in_place = (one_by_one and g.dtype == DataType.FLOAT32
-                                    and op.desc.input_tensor.is_packed)
-        unit = all(ph[2].istep == 1 for ph in phases)
-        wide = knobs(op)["blocks"] == "wide"
-        sg = self.SG and subgroup_shuffle_size(op)
-        fd = op.desc.filter_tensor
-        w_elems = fd.total_tensor_size_in_bytes // fd.data_type.size
-        if self.SG and not (sg and self.local % sg == 0 and _texel_ok(op, w_elems)
-                            and self.local <= sg * max(
-                                op.ctx.limits["maxComputeWorkgroupSubgroups"], 1)):
-            raise Decline("no subgroup shuffles, or the filter is too large for a texel view")
-        self.sg = sg
-        # flattened planes keep lanes busy on short rows, but compute the padding columns
-        # too; SG fills its subgroups with short rows instead (see sg_blocks)
+        in_place = (one_by_one and g.dtype == DataType.FLOAT32
+                    and self.op.desc.input_tensor.is_packed)
+        # flattened planes keep lanes busy on short rows, but compute the padding columns too
         flat = (not g.backward and g.stride[1:] == (1, 1)
-                and (one_by_one or (g.valid[2] < 12 and g.valid[1] > 1 and not sg)))
+                and (one_by_one or (g.valid[2] < 12 and g.valid[1] > 1
+                                    and self._flat_short_rows())))
         if in_place:
             ext = list(g.in_size)
-        Dp, Hp, Wp = ext
+        dp, hp, wp = ext
         if not in_place:
-            Wp = ceil_div(Wp, 4) * 4          # float4-aligned rows
-        plane = Dp * Hp * Wp
-        self.texel = texel = True
-        # rows: the output pixels each dispatch walks (flat: whole planes, pitch Wp)
-        row_len = [g.valid[1] * Wp if flat else ph[2].count for ph in phases]
-        vec4_rows = unit and wide
-        if sg:
-            self.mb, self.nb = mb, nb = sg_blocks(cog, phases, row_len, flat, sg)
-        else:
-            self.mb, self.nb = mb, nb = gemm_blocks(op, cog, max(row_len), vec4_rows,
-                                                    max(len(ph[2].taps) for ph in phases))
-        co_pad = ceil_div(cog, mb) * mb
-        x_img = g.x_strides[0] if in_place else ceil_div(g.c_in * plane, 4) * 4
-        x_chan = g.x_strides[1] if in_place else plane
-        # dispatches
+            wp = ceil_div(wp, 4) * 4          # float4-aligned rows
+        plane = dp * hp * wp
+        row_len = [g.valid[1] * wp if flat else ph[2].count for ph in phases]
+        mb, nb = self._blocks(phases, row_len, flat)
+        return Planes(phases, lo, dp, hp, wp, in_place, flat, row_len, mb, nb,
+                      ceil_div(g.cout_per_group, mb) * mb,
+                      g.x_strides[0] if in_place else ceil_div(g.c_in * plane, 4) * 4,
+                      g.x_strides[1] if in_place else plane)
+
+    def _dispatches(self, pl: Planes) -> tuple[list, int, int]:
+        """``self.dispatches``: one per phase (a dict: its q extents, output origin, row
+        taps, first weight texel, pitch, column taps, float4 rows, axes); returns the
+        row-tap offsets of them all, the re-laid filter's texels and the furthest input
+        element a block reads past an image's channel."""
+        g, nb = self.geo, pl.nb
+        hp, wp = pl.hp, pl.wp
         self.dispatches = []
         row_offsets, w_texels, max_read = [], 0, 0
-        w_rows, w_kw = [], set()          # SG: the filter read in place (see _filter_taps)
-        for ph, rl in zip(phases, row_len):
+        for ph, rl in zip(pl.phases, pl.row_len):
             ad, ah, aw = ph
-            rows = [(cd + lo[0]) * Hp * Wp + (ch + lo[1]) * Wp + (aw.taps[0][1] + lo[2]
-                                                                   if aw.taps else 0)
+            rows = [(cd + pl.lo[0]) * hp * wp + (ch + pl.lo[1]) * wp + aw.taps[0][1] + pl.lo[2]
                     for _, cd in ad.taps for _, ch in ah.taps] if aw.taps else []
             kw = max(1, len(aw.taps))
             dw = aw.taps[1][1] - aw.taps[0][1] if len(aw.taps) > 1 else 1
             per_row = ceil_div(rl, nb)
-            if flat:
-                qsize = (ad.count, 1, rl, per_row)
-                pitch = Wp
-            else:
-                qsize = (ad.count, ah.count, aw.count, per_row)
-                pitch = 0
+            qsize = (ad.count, 1, rl, per_row) if pl.flat else (ad.count, ah.count, aw.count,
+                                                                 per_row)
             span = (nb - 1) * aw.istep + (kw - 1) * dw + 1
             rowload = span <= kw * nb          # as ROWLOAD in the kernel
-            xvec4 = (texel and rowload and ((nb * aw.istep) % 4 == 0 or per_row == 1)
-                     and x_img % 4 == 0
-                     and x_chan % 4 == 0 and all(r % 4 == 0 for r in rows)
-                     and (ad.istep * Hp * Wp) % 4 == 0 and (ah.istep * Wp) % 4 == 0)
+            xvec4 = (rowload and ((nb * aw.istep) % 4 == 0 or per_row == 1)
+                     and pl.x_img % 4 == 0 and pl.x_chan % 4 == 0
+                     and all(r % 4 == 0 for r in rows)
+                     and (ad.istep * hp * wp) % 4 == 0 and (ah.istep * wp) % 4 == 0)
             if rows:
-                max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * Hp * Wp
-                               + (qsize[1] - 1) * ah.istep * Wp
+                max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * hp * wp
+                               + (qsize[1] - 1) * ah.istep * wp
                                + (per_row * nb - 1) * aw.istep + (kw - 1) * dw
                                + (ceil_div(span, 4) * 4 - span))
             self.dispatches.append(dict(
                 qsize=qsize, yorg=(ad.o0, ah.o0, aw.o0, len(row_offsets)), nrows=len(rows),
-                w_base=w_texels, pitch=pitch, sw=aw.istep, kw=kw, dw=dw, xvec4=xvec4,
-                axes=ph))
+                w_base=w_texels, pitch=wp if pl.flat else 0, sw=aw.istep, kw=kw, dw=dw,
+                xvec4=xvec4, axes=ph))
             row_offsets += rows
-            w_texels += g.groups * len(rows) * cig * kw * co_pad // 4
-            if sg and rows:
-                wr, step = self._filter_taps(ph)
-                w_rows += wr
-                if len(aw.taps) > 1:
-                    w_kw.add(step)
-        if len(w_kw) > 1:
-            raise Decline("column taps of the phases step differently through the filter")
-        if len(row_offsets) > 1024:
-            raise UnsupportedError("convolution", "more than 1024 kernel rows")
-        last = (g.n - 1) * x_img + (g.c_in - 1) * x_chan + max_read
-        self.xp_floats = max(last + 1, g.n * x_img)
-        # the padded input copy
-        if not in_place:
-            xs = g.x_strides
-            self.x_relayout = Relayout(
-                op, g.dtype, (g.n, g.c_in, Dp, Hp, Wp), xs, (0, 0, *lo),
-                (g.n, g.c_in, lo[0] + g.in_size[0], lo[1] + g.in_size[1], lo[2] + g.in_size[2]),
-                -(lo[0] * xs[2] + lo[1] * xs[3] + lo[2] * xs[4]),
-                op.desc.input_tensor.total_tensor_size_in_bytes, dst_image=x_img)
-            self.xp = op.scratch(4 * self.xp_floats)
-        # the filter, one re-layout per dispatch
-        self.w_relayouts = []
+            w_texels += g.groups * len(rows) * g.cin_per_group * kw * pl.co_pad // 4
+        self.w_texels = w_texels
+        return row_offsets, w_texels, max_read
+
+    def _check_dispatches(self) -> None:
+        """Declined where the kernel cannot run the dispatches (gemm_sg overrides)."""
+
+    def _input_relayout(self, pl: Planes) -> Relayout:
+        """The copy of the input into the zero-padded planes."""
+        g, lo = self.geo, pl.lo
+        xs = g.x_strides
+        return Relayout(
+            self.op, g.dtype, (g.n, g.c_in, pl.dp, pl.hp, pl.wp), xs, (0, 0, *lo),
+            (g.n, g.c_in, lo[0] + g.in_size[0], lo[1] + g.in_size[1], lo[2] + g.in_size[2]),
+            -(lo[0] * xs[2] + lo[1] * xs[3] + lo[2] * xs[4]),
+            self.op.desc.input_tensor.total_tensor_size_in_bytes,
+            self.knobs["relayout_groups"], dst_image=pl.x_img)
+
+    def _filter_relayouts(self, pl: Planes) -> list:
+        """[(pass, first element)]: the filter into the GEMM's order, the transpose where
+        it applies, else one re-layout per dispatch (gemm_sg overrides: none)."""
+        g, op = self.geo, self.op
+        self.wt = op.scratch(16 * max(self.w_texels, 1))
+        if FilterTranspose.applies(op, g):
+            return [(FilterTranspose(op, g, pl.co_pad), 0)]
+        return [(self._filter_relayout(d["axes"], pl.co_pad), d["w_base"] * 4)
+                for d in self.dispatches if d["nrows"]]
+
+    def _filter_relayout(self, axes, co_pad: int) -> Relayout:
+        """One dispatch's filter taps as [group][kd][kh][channel][kw][padded channel]."""
+        g = self.geo
         ws = g.w_strides
-        if not sg and FilterTranspose.applies(op, g):   # (gemm_sg reads it in place)
-            self.w_relayouts.append((FilterTranspose(op, g, co_pad), 0))
-        for d in self.dispatches if not (self.w_relayouts or sg) else []:
-            if not d["nrows"]:
-                continue
-            axes = d["axes"]
-            sizes, strides, base = [g.groups], [], 0
-            if g.backward:       # filter (C_in, C_out/groups, *k)
-                strides = [cig * ws[0]]
-                chan, outc = ws[0], ws[1]
-            else:                # filter (C_out, C_in/groups, *k)
-                strides = [cog * ws[0]]
-                chan, outc = ws[1], ws[0]
-            kst = []
-            for a in range(3):
-                ks = [k for k, _ in axes[a].taps]
-                K = g.kernel[a]
-                if g.flip:
-                    ks = [K - 1 - k for k in ks]
-                step = ks[1] - ks[0] if len(ks) > 1 else 0
-                base += ks[0] * ws[2 + a]
-                kst.append((len(ks), step * ws[2 + a]))
-            sizes = [g.groups, kst[0][0], kst[1][0], cig, kst[2][0], co_pad]
-            strides = [strides[0], kst[0][1], kst[1][1], chan, kst[2][1], outc]
-            hi = sizes[:5] + [cog]
-            self.w_relayouts.append((Relayout(op, g.dtype, sizes, strides, (0,) * 6, hi, base,
-                                              op.desc.filter_tensor.total_tensor_size_in_bytes),
-                                     d["w_base"] * 4))
-        if sg:
-            if not _texel_ok(op, self.xp_floats):
-                raise Decline("the padded input is too large for a texel view")
-            self.texel = texel = True
-            self.wt = None
-            self.w_bytes = fd.total_tensor_size_in_bytes
-            self.w_fmt = (runtime.FORMAT_R32_SFLOAT if g.dtype == DataType.FLOAT32
-                          else runtime.FORMAT_R16_SFLOAT)
-            name = variant("gemm_sg", storage_suffix(op, g.dtype))
-        else:
-            self.wt = op.scratch(16 * max(w_texels, 1))
-            self.texel = texel = _texel_ok(op, self.xp_floats) and _texel_ok(op, w_texels)
-            name = variant("gemm", storage_suffix(op, g.dtype), texel)
+        cig, cog = g.cin_per_group, g.cout_per_group
+        if g.backward:       # filter (C_in, C_out/groups, *k)
+            group_stride, chan, outc = cig * ws[0], ws[0], ws[1]
+        else:                # filter (C_out, C_in/groups, *k)
+            group_stride, chan, outc = cog * ws[0], ws[1], ws[0]
+        base, kst = 0, []
+        for a in range(3):
+            ks = [k for k, _ in axes[a].taps]
+            if g.flip:
+                ks = [g.kernel[a] - 1 - k for k in ks]
+            step = ks[1] - ks[0] if len(ks) > 1 else 0
+            base += ks[0] * ws[2 + a]
+            kst.append((len(ks), step * ws[2 + a]))
+        sizes = [g.groups, kst[0][0], kst[1][0], cig, kst[2][0], co_pad]
+        strides = [group_stride, kst[0][1], kst[1][1], chan, kst[2][1], outc]
+        return Relayout(self.op, g.dtype, sizes, strides, (0,) * 6, sizes[:5] + [cog], base,
+                        self.op.desc.filter_tensor.total_tensor_size_in_bytes,
+                        self.knobs["relayout_groups"])
+
+    def _storage(self, w_texels: int) -> bool:
+        """Whether the operands are read through texel views (float4 rows only then;
+        gemm_sg overrides)."""
+        texel = texel_ok(self.op, self.xp_floats) and texel_ok(self.op, w_texels)
         if not texel:
             for d in self.dispatches:
                 d["xvec4"] = False
-        # eight float32 outputs a store (u64vec4) where the output allows it: knob
-        # store64 (None: the device's measured store width, store_width.py)
-        wide = knobs(op).get("store64")
+        return texel
+
+    def _kernel_name(self) -> str:
+        return variant(self.FAMILY, storage_suffix(self.op, self.geo.dtype), self.texel)
+
+    def _stores(self, kernel: str) -> None:
+        """Each dispatch's output stores: 4 pixels a store (``yv4``), 8 (``yv8``, knob
+        ``store64``; None: the device's measured store width, store_width.py)."""
+        wide = self.knobs.get("store64")
         for d in self.dispatches:
             d["yv4"] = self._yv4(d)
-        v8_ok = [self._yv8(d, name) for d in self.dispatches]
+        v8_ok = [self._yv8(d, kernel) for d in self.dispatches]
         if wide and not any(v8_ok):
-            raise Decline("u64vec4 output stores need int64 shaders, float32 through "
-                          "texel views and output rows in whole groups of 8")
+            raise Declined("u64vec4 output stores need int64 shaders, float32 through "
+                           "texel views and output rows in whole groups of 8")
         if wide is None and any(v8_ok):
-            wide = wide_stores(op.device)
+            wide = wide_stores(self.op.device)
         for d, v8 in zip(self.dispatches, v8_ok):
-            consts = {"LOCAL_SIZE_X": self.local, "MB": mb, "NB": nb, "SW": d["sw"],
-                      "ACT": self.act_id, "XVEC4": int(d["xvec4"]), "KW": d["kw"],
-                      "DW": d["dw"], "CU": gemm_cu(op, cig, mb * nb * d["kw"])}
-            if d["yv4"]:
-                consts["YV4"] = 1
             d["yv8"] = bool(wide and v8)
-            dname = name + "_v8" if d["yv8"] else name
-            if sg:
-                consts["SG"] = sg
-                blocks = d["qsize"][0] * d["qsize"][1] * d["qsize"][3]
-                # channel blocks of the same pixels as subgroups of a workgroup: the
-                # input rows stay in cache between them (1x1 256->64: 4.45 -> 4.00 ms CPU)
-                cbw = min(self.local // sg, g.groups * co_pad // mb)
-                cbw = cbw if SG_CBW and cbw >= 2 else 0
-                if cbw and ceil_div(blocks, sg) <= op.ctx.limits["maxComputeWorkGroupCount"][0]:
-                    consts["CBW"] = cbw
-                    consts["LOCAL_SIZE_X"] = cbw * sg
-                d["cbw"] = consts.get("CBW", 0)
-            d["pipe"] = (op.ctx.pipelines.variant(dname, consts, subgroup_size=sg) if sg
-                         else op.pipeline(dname, consts))
-        ph0 = phases[0]
-        p = np.zeros(28, np.int64)
-        p[0:4] = [cig, co_pad, cog, 0]
-        p[4:8] = [x_img, x_chan, ph0[0].istep * Hp * Wp, ph0[1].istep * Wp]
-        p[8:12] = [*g.out_size, int(g.b_stride is not None)]
-        p[12:16] = [ph0[0].ostep, ph0[1].ostep, ph0[2].ostep, g.b_stride or 0]
-        p[16:20] = g.y_strides[:4]
-        p[20:24] = [g.y_strides[4], 0, 0, 0]
-        words = np.zeros(GEMM_SG_PARAM_WORDS if sg else GEMM_PARAM_WORDS, np.int32)
-        words[:24] = _words(p[:24]).view(np.int32)
-        words[24:28] = self.act_params.view(np.int32)
-        words[28:28 + len(row_offsets)] = row_offsets
-        if sg:
-            ws = g.w_strides
-            if g.backward:       # filter (C_in, C_out/groups, *k)
-                col_s, ci_s, grp_s = ws[1], ws[0], cig * ws[0]
-            else:                # filter (C_out, C_in/groups, *k)
-                col_s, ci_s, grp_s = ws[0], ws[1], cog * ws[0]
-            o = GEMM_PARAM_WORDS
-            words[o:o + 8] = [col_s, ci_s, w_kw.pop() if w_kw else 0, 0, grp_s, 0, 0, 0]
-            words[o + 8:o + 8 + len(w_rows)] = w_rows
-        self.params = op.upload(words)
-        self.x_bytes = 4 * self.xp_floats
-        self.groups_y = g.groups * co_pad // mb
 
+    def _constants(self, d) -> dict:
+        """A dispatch's specialization constants (gemm_sg adds its own)."""
+        consts = {"LOCAL_SIZE_X": self.local, "MB": self.mb, "NB": self.nb, "SW": d["sw"],
+                  "ACT": self.act_id, "XVEC4": int(d["xvec4"]), "KW": d["kw"], "DW": d["dw"],
+                  "CU": gemm_cu(self.knobs, self.geo.cin_per_group,
+                                self.mb * self.nb * d["kw"])}
+        if d["yv4"]:
+            consts["YV4"] = 1
+        return consts
+
+    def _params(self, pl: Planes, row_offsets) -> dict:
+        """The kernel's ``Params`` by member (gemm_sg adds the filter's strides)."""
+        g = self.geo
+        ph0 = pl.phases[0]
+        return dict(
+            chans=(g.cin_per_group, pl.co_pad, g.cout_per_group, 0),
+            xs=(pl.x_img, pl.x_chan, ph0[0].istep * pl.hp * pl.wp, ph0[1].istep * pl.wp),
+            ysz=(*g.out_size, int(g.b_stride is not None)),
+            ystep=(ph0[0].ostep, ph0[1].ostep, ph0[2].ostep, g.b_stride or 0),
+            ys=g.y_strides[:4], ys_w=(g.y_strides[4], 0, 0, 0), act=self.act_params,
+            rows=whole_vec4(row_offsets))
+
+    def _grid(self, d) -> tuple[int, int, int]:
+        """(x, y) workgroups of a dispatch and the channel blocks spread over its lanes
+        (few pixel blocks: lanes stay busy; gemm_sg overrides)."""
+        qs = d["qsize"]
+        blocks = qs[0] * qs[1] * qs[3]
+        cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
+        return ceil_div(blocks * cbl, self.local), ceil_div(self.groups_y, cbl), cbl
+
+    def _filter_bind(self) -> Buf:
+        """The GEMM's filter binding: the re-laid filter (gemm_sg overrides: in place)."""
+        return Buf(self.wt, None, "r", runtime.FORMAT_RGBA32_SFLOAT if self.texel else 0)
+
+    def _steps(self) -> list[Step]:
+        """The GEMM dispatches (images split within maxComputeWorkGroupCount)."""
+        g = self.geo
+        src = "x" if self.in_place else self.xp
+        y_bytes = self.op.desc.output_tensor.total_tensor_size_in_bytes
+        tail = (Buf("b", absent=self.params), Buf("y", y_bytes, "w"), Buf(self.params))
+        mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
+        steps = []
+        for d in self.dispatches:
+            align = 16 if d["xvec4"] else 4
+            if not self.texel:
+                xb = Buf(src, self.x_bytes)
+            else:
+                fmt = runtime.FORMAT_RGBA32_SFLOAT if d["xvec4"] else runtime.FORMAT_R32_SFLOAT
+                xb = (Buf(src, self.x_bytes, "r", fmt, align) if self.in_place
+                      else Buf(src, self.x_bytes - self.x_bytes % align, "r", fmt))
+            gx, gy, cbl = self._grid(d)
+            for n0, nn in pieces(g.n, mz):
+                steps.append(Step(d["kernel"], d["constants"], (gx, gy, nn),
+                                  (xb, self._filter_bind()) + tail, dict(
+                                      qsize=d["qsize"], yorg=d["yorg"], nrows=d["nrows"],
+                                      w_base=d["w_base"], x_base=0, y_base=0, n0=n0,
+                                      pitch=d["pitch"], cbl=cbl, cb_count=self.groups_y),
+                                  self.sg))
+        return steps
+
+    # -- output stores ---------------------------------------------------------------
     def _yv4(self, d) -> bool:
         """Whether a dispatch stores its pixels 4 at a time (a float4, or four float16
         halves as one uvec2): output rows packed and aligned, pixels of a block
@@ -559,78 +631,14 @@ class GemmPath(Path):
                 and all(v % 8 == 0 for v in g.y_strides[:4])
                 and self.op.desc.output_tensor.total_tensor_size_in_bytes % 32 == 0)
 
-    def _filter_taps(self, axes) -> tuple[list, int]:
-        """SG: filter element offsets of one dispatch's row taps (first column tap
-        included) and the step between its column taps (kernel flipped in the
-        CONVOLUTION mode)."""
-        g = self.geo
-        ws = g.w_strides
-
-        def f(a, k):
-            return g.kernel[a] - 1 - k if g.flip else k
-        ad, ah, aw = axes
-        k0 = f(2, aw.taps[0][0])
-        step = (f(2, aw.taps[1][0]) - k0) * ws[4] if len(aw.taps) > 1 else 0
-        return [f(0, kd) * ws[2] + f(1, kh) * ws[3] + k0 * ws[4]
-                for kd, _ in ad.taps for kh, _ in ah.taps], step
-
+    # -- recording -------------------------------------------------------------------
     def filter_buffer(self):
         return self.wt if self.w_relayouts else None
 
     def encode_filter(self, seq, w) -> None:
-        for rl, dst_off in self.w_relayouts:
-            rl.encode(seq, w, self.wt, dst_off)
+        record(seq, self.op, self.filter_steps, w=w)
 
     def encode(self, seq, x, w, b, y) -> None:
-        g, op = self.geo, self.op
         if not self.filter_ready:
             self.encode_filter(seq, w)
-        sg = self.sg
-        if self.in_place:
-            src, nbytes = x, min(x.size, self.x_bytes)
-        else:
-            self.x_relayout.encode(seq, x, self.xp)
-            src, nbytes = self.xp, self.x_bytes
-        if sg:
-            wb = Bind(w, 0, self.w_bytes, "r", self.w_fmt)
-        else:
-            wb = Bind(self.wt, 0, self.wt.size, "r",
-                      runtime.FORMAT_RGBA32_SFLOAT if self.texel else 0)
-        # without a bias any storage buffer fills the binding (the kernel reads none)
-        bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.params)
-        yb = Bind(y, 0, min(y.size, op.desc.output_tensor.total_tensor_size_in_bytes), "w")
-        mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
-        for d in self.dispatches:
-            if self.texel:
-                fmt = runtime.FORMAT_RGBA32_SFLOAT if d["xvec4"] else runtime.FORMAT_R32_SFLOAT
-                xb = Bind(src, 0, nbytes - nbytes % (16 if d["xvec4"] else 4), "r", fmt)
-            else:
-                xb = Bind(src, 0, nbytes)
-            binds = [xb, wb, bb, yb, Bind(self.params)]
-            qs = d["qsize"]
-            blocks = qs[0] * qs[1] * qs[3]
-            if sg and d["cbw"]:          # subgroups: channel blocks of the same pixels
-                cbl = 1
-                gx, gy = ceil_div(blocks, sg), ceil_div(self.groups_y, d["cbw"])
-            else:
-                if sg:                   # whole subgroups per channel block
-                    blocks = ceil_div(blocks, sg) * sg
-                # few pixel blocks: spread channel blocks over the lanes too
-                cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
-                gx = ceil_div(blocks * cbl, self.local)
-                gy = ceil_div(self.groups_y, cbl)
-            for n0, nn in pieces(g.n, mz):
-                push = np.array([*qs, *d["yorg"], d["nrows"], d["w_base"], 0, 0, n0,
-                                 d["pitch"], cbl, self.groups_y], np.int32)
-                seq.dispatch(d["pipe"], binds, (gx, gy, nn), push.tobytes())
-
-
-def gemm_params(geo4, xs4, ysz4, ystep4, ys4, ys_w: int, act_params, rows) -> np.ndarray:
-    """The parameter block of ``convolution_gemm.comp`` (see its ``Params``)."""
-    words = np.zeros(GEMM_PARAM_WORDS, np.int32)
-    for i, v in enumerate((geo4, xs4, ysz4, ystep4, ys4)):
-        words[4 * i:4 * i + 4] = _words(v).view(np.int32)
-    words[20] = ys_w
-    words[24:28] = np.asarray(act_params, np.float32).view(np.int32)
-    words[28:28 + len(rows)] = rows
-    return words
+        record(seq, self.op, self.steps, x=x, w=w, b=b, y=y)

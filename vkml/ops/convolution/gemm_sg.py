@@ -1,20 +1,24 @@
 """The gemm_sg path: the implicit GEMM of ``gemm.py`` with the filter read in place and
-shared across a subgroup by shuffles (``convolution_gemm.comp``, SGW variants).
-:class:`~.gemm.GemmPath` builds both (``SG``); this class offers the variant only to
-devices with full subgroups of a shuffle-capable size."""
+shared across a subgroup by shuffles (``convolution_gemm.comp``, SGW variants):
+:class:`GemmSgPath` is :class:`~.gemm.GemmPath`'s plan with the hooks that differ (the
+subgroup, the register block, no filter re-layout, the filter's strides in the parameter
+block, subgroups along channel blocks in the grid)."""
 from __future__ import annotations
 
 import math
 
-from .gemm import (_GEMM, SG_BLOCKS, GemmPath, forward_axes, padded_extents,
-                   subgroup_shuffle_size, transposed_axes)
-from .geometry import _STORAGES, _texel_ok
+from ... import runtime
+from ...dml.data_type import DataType
+from ...tuning import Declined
+from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes, padded_extents,
+                   sg_blocks, subgroup_shuffle_size, transposed_axes, whole_vec4)
+from .geometry import STORAGES, texel_ok
+from .plan import Buf
 from ...intmath import ceil_div
 
-#: Kernel variants this path runs (requested by :class:`~.gemm.GemmPath` with ``SG``)
-#: and the specialization constants it sets.
-VARIANTS = {f"convolution_gemm_sg_{s}": _GEMM + ("SG", "CBW")
-            for s in _STORAGES + ("f32_v8",)}
+#: Kernel variants this path runs and the specialization constants it sets.
+VARIANTS = {f"convolution_gemm_sg_{s}": GEMM_CONSTANTS + ("SG", "CBW")
+            for s in STORAGES + ("f32_v8",)}
 
 
 class GemmSgPath(GemmPath):
@@ -26,10 +30,10 @@ class GemmSgPath(GemmPath):
     this path."""
 
     name = "gemm_sg"
-    SG = True
+    FAMILY = "gemm_sg"
 
     @classmethod
-    def accepts(cls, op, geo) -> bool:
+    def accepts(cls, op, geo, knobs=None) -> bool:
         if not (super().accepts(op, geo) and subgroup_shuffle_size(op) >= 4):
             return False
         fd = op.desc.filter_tensor
@@ -39,5 +43,100 @@ class GemmSgPath(GemmPath):
         _, ext = padded_extents(geo, phases)
         tail = (SG_BLOCKS[1] + 4) * geo.stride[2] + geo.kernel[2] * geo.dilation[2] + 4
         x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (ceil_div(ext[2], 4) * 4) + tail
-        return (_texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
-                and _texel_ok(op, x_bound))
+        return (texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
+                and texel_ok(op, x_bound))
+
+    def _subgroup(self) -> int:
+        op = self.op
+        sg = subgroup_shuffle_size(op)
+        fd = op.desc.filter_tensor
+        if not (sg and self.local % sg == 0
+                and texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
+                and self.local <= sg * max(op.ctx.limits["maxComputeWorkgroupSubgroups"], 1)):
+            raise Declined("no subgroup shuffles, or the filter is too large for a texel view")
+        return sg
+
+    def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
+        return sg_blocks(self.geo.cout_per_group, phases, row_len, flat, self.sg)
+
+    def _flat_short_rows(self) -> bool:
+        return False
+
+    def _check_dispatches(self) -> None:
+        """The filter offsets of every dispatch's row taps (``self.w_rows``) and the one
+        step between column taps they share (Declined where phases step differently)."""
+        self.w_rows, steps = [], set()
+        for d in self.dispatches:
+            if d["nrows"]:
+                rows, step = self._filter_taps(d["axes"])
+                self.w_rows += rows
+                if len(d["axes"][2].taps) > 1:
+                    steps.add(step)
+        if len(steps) > 1:
+            raise Declined("column taps of the phases step differently through the filter")
+        self.w_step = steps.pop() if steps else 0
+
+    def _filter_taps(self, axes) -> tuple[list, int]:
+        """Filter element offsets of one dispatch's row taps (first column tap included)
+        and the step between its column taps (kernel flipped in the CONVOLUTION mode)."""
+        g = self.geo
+        ws = g.w_strides
+
+        def f(a, k):
+            return g.kernel[a] - 1 - k if g.flip else k
+        ad, ah, aw = axes
+        k0 = f(2, aw.taps[0][0])
+        step = (f(2, aw.taps[1][0]) - k0) * ws[4] if len(aw.taps) > 1 else 0
+        return [f(0, kd) * ws[2] + f(1, kh) * ws[3] + k0 * ws[4]
+                for kd, _ in ad.taps for kh, _ in ah.taps], step
+
+    def _filter_relayouts(self, pl) -> list:
+        self.wt = None                   # the filter is read in place
+        return []
+
+    def _storage(self, w_texels: int) -> bool:
+        if not texel_ok(self.op, self.xp_floats):
+            raise Declined("the padded input is too large for a texel view")
+        fd = self.op.desc.filter_tensor
+        self.w_bytes = fd.total_tensor_size_in_bytes
+        self.w_fmt = (runtime.FORMAT_R32_SFLOAT if self.geo.dtype == DataType.FLOAT32
+                      else runtime.FORMAT_R16_SFLOAT)
+        return True
+
+    def _constants(self, d) -> dict:
+        """Adds SG and, where a workgroup holds several subgroups, CBW: channel blocks of
+        the same pixels as subgroups of a workgroup (the input rows stay in cache between
+        them)."""
+        consts = {**super()._constants(d), "SG": self.sg}
+        qs = d["qsize"]
+        blocks = qs[0] * qs[1] * qs[3]
+        cbw = min(self.local // self.sg, self.groups_y)
+        cbw = cbw if SG_CBW and cbw >= 2 else 0
+        if cbw and ceil_div(blocks, self.sg) <= self.ctx.limits["maxComputeWorkGroupCount"][0]:
+            consts["CBW"] = cbw
+            consts["LOCAL_SIZE_X"] = cbw * self.sg
+        d["cbw"] = consts.get("CBW", 0)
+        return consts
+
+    def _params(self, pl, row_offsets) -> dict:
+        g = self.geo
+        ws = g.w_strides
+        cig, cog = g.cin_per_group, g.cout_per_group
+        if g.backward:       # filter (C_in, C_out/groups, *k)
+            col_s, ci_s, grp_s = ws[1], ws[0], cig * ws[0]
+        else:                # filter (C_out, C_in/groups, *k)
+            col_s, ci_s, grp_s = ws[0], ws[1], cog * ws[0]
+        return {**super()._params(pl, row_offsets), "w_sg": (col_s, ci_s, self.w_step, 0),
+                "w_sg_apart": (grp_s, 0, 0, 0), "wrows": whole_vec4(self.w_rows)}
+
+    def _grid(self, d) -> tuple[int, int, int]:
+        qs = d["qsize"]
+        blocks = qs[0] * qs[1] * qs[3]
+        if d["cbw"]:          # subgroups: channel blocks of the same pixels
+            return ceil_div(blocks, self.sg), ceil_div(self.groups_y, d["cbw"]), 1
+        blocks = ceil_div(blocks, self.sg) * self.sg          # whole subgroups a block
+        cbl = max(1, min(self.groups_y, (4 * self.local) // blocks))
+        return ceil_div(blocks * cbl, self.local), ceil_div(self.groups_y, cbl), cbl
+
+    def _filter_bind(self) -> Buf:
+        return Buf("w", self.w_bytes, "r", self.w_fmt)

@@ -1,8 +1,9 @@
 """What every convolution path shares: :class:`Geometry` (the descriptor as three spatial
-dimensions, reduced where 32-bit indexing needs it), the :class:`Path` base class and
-:class:`Decline`, kernel-variant names (:func:`variant`, :func:`storage_suffix`),
-parameter words (:func:`_words`) and the knobs a candidate sets (:func:`knobs`,
-``DEFAULT_KNOBS``; the candidates themselves are in ``choice.py``)."""
+dimensions, reduced where 32-bit indexing needs it), the :class:`Path` base class,
+kernel-variant names (:func:`variant`, :func:`storage_suffix`), the texel-view limit
+(:func:`texel_ok`) and the knobs a candidate passes its path (``DEFAULT_KNOBS``; the
+candidates themselves are in ``choice.py``).  A path that does not take a geometry after
+all raises :class:`vkml.tuning.Declined`."""
 from __future__ import annotations
 
 import math
@@ -15,9 +16,10 @@ from ...dml.data_type import DataType
 from ...dml.tensor_desc import TensorDesc
 from ...runtime import Bind
 from ..base import CompiledOperator
+from ...intmath import ceil_div
 
 #: The storages every kernel family is compiled for (see vkml_float.glsl).
-_STORAGES = ("f32", "f16", "f16_packed")
+STORAGES = ("f32", "f16", "f16_packed")
 
 
 def variant(kernel: str, storage: str, texel: bool = True, v4: bool = False) -> str:
@@ -33,7 +35,7 @@ def _strides5(t: TensorDesc) -> tuple[int, ...]:
     return tuple(s[:2]) + (0,) * (5 - len(s)) + tuple(s[2:])
 
 
-def _pad3(values, fill) -> tuple[int, ...]:
+def pad3(values, fill) -> tuple[int, ...]:
     return (fill,) * (3 - len(values)) + tuple(values)
 
 
@@ -45,16 +47,12 @@ SMALL = 1 << 30
 INT_MAX = (1 << 31) - 1
 
 
-def _ceil_div(a: int, b: int) -> int:
-    return -((-a) // b)
-
-
 def _tap_ranges(k_n: int, s: int, d: int, a: int, count: int, span: int):
     """``(k, lo, hi)`` for each tap ``k`` whose indices ``j`` in ``[lo, hi]`` (within
     ``[0, count)``) put ``j*s + k*d - a`` inside ``[0, span)``: outputs meeting the input
     (forward) or inputs landing in the output (backward)."""
     for k in range(k_n):
-        lo = max(0, _ceil_div(a - k * d, s))
+        lo = max(0, ceil_div(a - k * d, s))
         hi = min(count - 1, (a - k * d + span - 1) // s)
         if lo <= hi:
             yield k, lo, hi
@@ -222,11 +220,11 @@ class Geometry:
         geo = cls(
             n=d.input_tensor.sizes[0], c_in=d.input_channels, c_out=d.output_channels,
             groups=d.group_count,
-            in_size=_pad3(d.input_tensor.sizes[2:], 1),
-            out_size=_pad3(d.output_tensor.sizes[2:], 1),
-            valid=_pad3(d.convolution_sizes(), 1),
-            kernel=_pad3(d.kernel_sizes, 1), stride=_pad3(d.strides, 1),
-            dilation=_pad3(d.dilations, 1), start=_pad3(d.start_padding, 0),
+            in_size=pad3(d.input_tensor.sizes[2:], 1),
+            out_size=pad3(d.output_tensor.sizes[2:], 1),
+            valid=pad3(d.convolution_sizes(), 1),
+            kernel=pad3(d.kernel_sizes, 1), stride=pad3(d.strides, 1),
+            dilation=pad3(d.dilations, 1), start=pad3(d.start_padding, 0),
             backward=d.is_backward, flip=filter_is_flipped(d.conv_mode) and spatial > 0,
             dtype=d.input_tensor.data_type,
             x_strides=_strides5(d.input_tensor), w_strides=_strides5(d.filter_tensor),
@@ -269,31 +267,27 @@ def storage_suffix(op: CompiledOperator, dtype: DataType) -> str:
     return "f16" if op.features.get("storage16") else "f16_packed"
 
 
-def _words(values) -> np.ndarray:
-    """32-bit parameter words, refusing (instead of wrapping) any value that fits
-    neither int32 nor uint32 (the geometry keeps them in range; a bug otherwise)."""
-    v = np.asarray(values, dtype=object)
-    if any(not -(1 << 31) <= int(e) < (1 << 32) for e in v.ravel()):
-        raise AssertionError(f"convolution parameter out of 32-bit range: {list(v)}")
-    return np.array([int(e) & 0xFFFFFFFF for e in v.ravel()], np.uint32)
-
-
 class Path:
-    """A way to run a geometry: ``accepts`` (class method), ``build``, ``encode``."""
+    """A way to run a geometry: ``accepts`` (class method), the constructor (which plans
+    the dispatches, or raises :class:`vkml.tuning.Declined`), ``encode``.  ``knobs``: the
+    candidate's knobs (:data:`DEFAULT_KNOBS` and its own, see ``choice.CANDIDATES``)."""
 
     name = ""
+    #: Whether the constructor takes ``pool=`` (an LP pooling it may absorb).
+    POOLS = False
 
-    def __init__(self, op: CompiledOperator, geo: Geometry):
+    def __init__(self, op: CompiledOperator, geo: Geometry, knobs: dict | None = None):
         self.op, self.geo, self.ctx = op, geo, op.ctx
+        self.knobs = knobs_of(knobs)
         self.act = op.desc.fused_activation
         self.act_id = self.act.SPEC.kernel_id if self.act is not None else 0
         self.act_params = (self.act.kernel_parameters() if self.act is not None
                            else np.zeros(4, np.float32))
 
     @classmethod
-    def accepts(cls, op: CompiledOperator, geo: Geometry) -> bool:
-        """Whether this path can run the geometry on this device (tests force any
-        path that accepts)."""
+    def accepts(cls, op: CompiledOperator, geo: Geometry, knobs: dict | None = None) -> bool:
+        """Whether this path, with ``knobs`` (None: the defaults), can run the geometry on
+        this device (tests force any path that accepts)."""
         raise NotImplementedError
 
     @classmethod
@@ -318,12 +312,8 @@ class Path:
         raise NotImplementedError
 
 
-class Decline(Exception):
-    """A path's constructor found the geometry does not suit it after all; the next
-    path is tried."""
-
-
-def _texel_ok(op: CompiledOperator, elements: int) -> bool:
+def texel_ok(op: CompiledOperator, elements: int) -> bool:
+    """Whether a texel view of ``elements`` texels fits maxTexelBufferElements."""
     return elements <= op.ctx.limits["maxTexelBufferElements"]
 
 
@@ -359,7 +349,7 @@ def in_place_accepts(op, geo, groups: tuple, transposed: bool = False) -> bool:
 RELAYOUT_GROUPS = (32, 256)
 DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 
-#: The knobs a path reads (:func:`knobs`): RELAYOUT_GROUPS, the GEMM blocks ("wide":
+#: The knobs a path reads (``Path.knobs``): RELAYOUT_GROUPS, the GEMM blocks ("wide":
 #: gemm_blocks' 16 x 16 / 8 x 8 with several channels per loop iteration and float4
 #: rows; "narrow": 8 x 4, one channel), the depthwise block (NB, R).  These defaults
 #: were measured on lavapipe; ``VKML_TUNE=off`` uses them on every device.
@@ -369,6 +359,6 @@ DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_bl
                  "store64": None}
 
 
-def knobs(op) -> dict:
-    """The knobs of the candidate ``op`` is being built as (the defaults otherwise)."""
-    return getattr(op, "knobs", None) or DEFAULT_KNOBS
+def knobs_of(knobs: dict | None) -> dict:
+    """A candidate's knobs: ``knobs`` over :data:`DEFAULT_KNOBS` (None: the defaults)."""
+    return {**DEFAULT_KNOBS, **(knobs or {})}

@@ -8,36 +8,32 @@ import numpy as np
 
 from ...dml.data_type import DataType
 from ...runtime import Bind
-from .geometry import (_STORAGES, Geometry, Path, _words, in_place_accepts, in_place_binds,
-                       knobs, storage_suffix, variant)
+from ...runtime.blocks import pack
+from .geometry import (STORAGES, Geometry, Path, in_place_accepts, in_place_binds, knobs_of,
+                       storage_suffix, variant)
 from ...intmath import ceil_div
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {f"convolution_tiled_{s}": ("LOCAL_SIZE_X", "TM", "TN", "TK", "RM", "RN", "ACT")
-            for s in _STORAGES + ("f16_arith",)}
+            for s in STORAGES + ("f16_arith",)}
 
-def implicit_gemm_params(g: Geometry, mblocks: int, act_params) -> np.ndarray:
-    """The tiled kernel's parameter block (std140): sizes, kernel, strides, dilations,
-    padding and the tensors' element strides."""
-    p = np.zeros(40, np.int64)
-    p[0:4] = [*g.in_size, g.cin_per_group]
-    p[4:8] = [*g.out_size, g.cout_per_group]
-    p[8:12] = [*g.kernel, int(g.flip)]
-    p[12:16] = [*g.stride, int(g.b_stride is not None)]
-    p[16:20] = [*g.dilation, mblocks]
-    p[20:24] = [*g.start, math.prod(g.out_size)]
-    p[24:28] = g.x_strides[:4]
-    p[28:32] = g.w_strides[:4]
-    p[32:36] = g.y_strides[:4]
-    p[36:40] = [g.x_strides[4], g.w_strides[4], g.y_strides[4], g.b_stride or 0]
-    return np.concatenate([_words(p).view(np.uint8), act_params.view(np.uint8)])
+
+def tiled_params(kernel: str, g: Geometry, mblocks: int, act_params) -> bytes:
+    """The tiled kernel's parameter block: sizes, kernel, strides, dilations, padding and
+    the tensors' element strides."""
+    return pack(kernel, "Params", isz=(*g.in_size, g.cin_per_group),
+                osz=(*g.out_size, g.cout_per_group), ksz=(*g.kernel, int(g.flip)),
+                str=(*g.stride, int(g.b_stride is not None)), dil=(*g.dilation, mblocks),
+                pad=(*g.start, math.prod(g.out_size)), xs=g.x_strides[:4],
+                ws=g.w_strides[:4], ys=g.y_strides[:4],
+                s2=(g.x_strides[4], g.w_strides[4], g.y_strides[4], g.b_stride or 0),
+                act=act_params)
 
 
 #: Tile shapes of the tiled path: (TM output channels, TN output pixels, TK input channels
 #: per shared-memory stage, RM channels x RN pixels per invocation).  "64": 256
 #: invocations, 8 KiB of shared memory (the usual GPU tile); "32": 64 invocations.
 TILES = {"64": (64, 64, 16, 4, 4), "32": (32, 32, 16, 4, 4), "64x32": (64, 32, 8, 8, 4)}
-TILED_PARAM_WORDS = 44      # std140: 10 ivec4/uvec4 + the activation vec4
 
 
 class TiledPath(Path):
@@ -61,9 +57,9 @@ class TiledPath(Path):
         return False
 
     @classmethod
-    def accepts(cls, op, geo) -> bool:
+    def accepts(cls, op, geo, knobs=None) -> bool:
         lim = op.ctx.limits
-        k = knobs(op)
+        k = knobs_of(knobs)
         tm, tn, tk, rm, rn = TILES[k.get("tile", "64")]
         local = (tm // rm) * (tn // rn)
         if k.get("f16_arith") and not (geo.dtype == DataType.FLOAT16 and op.features.get("fp16")
@@ -76,9 +72,9 @@ class TiledPath(Path):
                 and (tm + tn) * tk * 4 <= lim["maxComputeSharedMemorySize"]
                 and in_place_accepts(op, geo, groups))
 
-    def __init__(self, op, geo):
-        super().__init__(op, geo)
-        g, k = geo, knobs(op)
+    def __init__(self, op, geo, knobs=None):
+        super().__init__(op, geo, knobs)
+        g, k = geo, self.knobs
         self.tile = tm, tn, tk, rm, rn = TILES[k.get("tile", "64")]
         self.local = (tm // rm) * (tn // rn)
         name = ("convolution_tiled_f16_arith" if k.get("f16_arith")
@@ -86,7 +82,8 @@ class TiledPath(Path):
         self.pipe = op.pipeline(name, {"LOCAL_SIZE_X": self.local, "TM": tm, "TN": tn, "TK": tk,
                                        "RM": rm, "RN": rn, "ACT": self.act_id})
         self.mtiles = ceil_div(g.cout_per_group, tm)
-        self.params = op.upload(implicit_gemm_params(g, self.mtiles, self.act_params))
+        self.params = op.upload(np.frombuffer(
+            tiled_params(name, g, self.mtiles, self.act_params), np.uint8))
 
     def encode(self, seq, x, w, b, y) -> None:
         g = self.geo
