@@ -38,7 +38,7 @@ from .operator import OperatorDesc
 from .tensor_desc import UINT32_MAX, TensorFlags
 
 __all__ = ["GraphDesc", "OperatorGraphNodeDesc", "InputGraphEdgeDesc", "OutputGraphEdgeDesc",
-           "IntermediateGraphEdgeDesc", "GraphTopology"]
+           "IntermediateGraphEdgeDesc", "GraphTopology", "MAX_GRAPH_INPUTS"]
 
 
 @dataclass(frozen=True)
@@ -136,10 +136,15 @@ class GraphDesc:
     intermediate_edges: tuple = ()
 
     def __post_init__(self):
-        for name in _SEQUENCES:
+        """Lists become tuples (the descriptor hashes); anything but a tuple or list is
+        refused here, so no caller iterates a None (ArgumentTypeError naming the field)."""
+        for name, item in _SEQUENCES.items():
             v = getattr(self, name)
             if isinstance(v, list):
                 object.__setattr__(self, name, tuple(v))
+            elif not isinstance(v, tuple):
+                raise ArgumentTypeError(f"GraphDesc.{name}", f"must be a tuple or list of "
+                                        f"{item}, got {type(v).__name__}")
 
     def validate(self) -> GraphTopology:
         """Apply every rule (module doc); return the graph's topology.  The fields' types
@@ -158,14 +163,11 @@ class GraphDesc:
             owned_inputs={g for g, (owned, _) in input_flags.items() if owned})
 
     def _counts(self) -> tuple[int, int]:
-        """``input_count``, ``output_count``; the sequences are tuples (or lists) and the
-        counts ones a graph can have: at most :data:`MAX_GRAPH_INPUTS` inputs, and no
-        more outputs than output edges (each graph output is connected exactly once)."""
-        for name, item in _SEQUENCES.items():
-            v = getattr(self, name)
-            if not isinstance(v, (tuple, list)):
-                raise ArgumentTypeError(f"GraphDesc.{name}", f"must be a tuple or list of "
-                                        f"{item}, got {type(v).__name__}")
+        """``input_count``, ``output_count``, counts a graph can have: at least one node,
+        at most :data:`MAX_GRAPH_INPUTS` inputs, and no more outputs than output edges
+        (each graph output is connected exactly once)."""
+        if not self.nodes:
+            raise ValidationError("GraphDesc.nodes", "NodeCount must be at least 1")
         n_in = _uint(self.input_count, "GraphDesc.input_count")
         if n_in > MAX_GRAPH_INPUTS:
             raise ValidationError("GraphDesc.input_count", f"is {n_in}: at most "
@@ -182,8 +184,6 @@ class GraphDesc:
 
     def _node_descs(self) -> list[OperatorDesc]:
         """Each node's operator descriptor, validated (OWNED_BY_DML on inputs only)."""
-        if not self.nodes:
-            raise ValidationError("GraphDesc.nodes", "NodeCount must be at least 1")
         descs = []
         for i, node in enumerate(self.nodes):
             f = f"GraphDesc.nodes[{i}]"
@@ -315,6 +315,7 @@ class _Connections:
                     raise ValidationError(f"GraphDesc.nodes[{i}]", f"input {slot} "
                                           f"({d.OPERATOR_TYPE}) is not connected: every "
                                           "input with a tensor descriptor needs one edge")
+        for i, d in enumerate(self.descs):
             for k in range(len(self.outs[i])):
                 if not self.consumers[i][k] and not self.graph_outputs[i][k]:
                     raise ValidationError(f"GraphDesc.nodes[{i}]", f"output {k} "

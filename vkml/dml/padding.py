@@ -39,9 +39,14 @@ def padding_value_bits(value, data_type: DataType, exact: bool, field: str, fail
     value = as_real(value, field, fail)       # a real number; None, strings, bools refused
     dt = data_type.numpy
     if data_type.is_float:
+        try:
+            f = float(value)
+        except OverflowError:                     # an int beyond float64, and every float
+            f = math.inf if value > 0 else -math.inf
         with np.errstate(over="ignore"):          # beyond the type's range: +-inf
-            bits = np.array([value], dtype=dt)
-        if exact and math.isinf(bits[0]) and math.isfinite(value):
+            bits = np.array([f], dtype=dt)
+        if exact and math.isinf(bits[0]) and not (isinstance(value, float)
+                                                   and math.isinf(value)):
             fail(field, f"{value!r} does not fit {data_type.name} (it would be infinite)")
     elif exact:
         if isinstance(value, float) and not math.isfinite(value):
@@ -54,7 +59,10 @@ def padding_value_bits(value, data_type: DataType, exact: bool, field: str, fail
             fail(field, f"{value!r} does not fit {data_type.name} ({info.min}..{info.max})")
         bits = np.array([ivalue], dtype=dt)
     else:
-        f = float(value)
+        try:
+            f = float(value)
+        except OverflowError:                     # an int beyond float64: saturated below
+            f = math.inf if value > 0 else -math.inf
         info = np.iinfo(dt)
         ivalue = 0 if f != f else int(max(min(np.trunc(f), info.max), info.min))
         bits = np.array([ivalue], dtype=dt)
