@@ -210,3 +210,27 @@ def test_data_type_names_numpy_cannot_parse(name):
     fuzzer above: "01") are a ValidationError naming the field."""
     with pytest.raises(ValidationError, match="data_type"):
         dml.TensorDesc(name, (2, 3))
+
+
+def test_zero_d_tensor_keeps_its_shape(device):
+    """Device.tensor uploads a 0-d array as 0-d (numpy.ascontiguousarray would make it
+    1-d), and it reads back as one."""
+    for value in (np.float32(2.5), np.array(7, np.int64), 3.0):
+        t = device.tensor(value)
+        assert t.shape == () and t.size == 1
+        back = t.numpy()
+        assert back.shape == () and back == np.asarray(value)
+    assert vkml.tensor(np.float64(-1.5), device=device).numpy()[()] == -1.5
+
+
+@pytest.mark.parametrize("op", [None, "relu", 3, object()])
+def test_compile_operator_takes_operators_only(device, op):
+    """compile_operator of anything but an Operator: ValidationError naming ``op``
+    (None used to raise AttributeError); a descriptor given directly, likewise."""
+    with pytest.raises(ValidationError, match="^op: .*vkml.Operator"):
+        device.compile_operator(op)
+    desc = dml.ActivationReluOperatorDesc(dml.TensorDesc("float32", (4,)),
+                                          dml.TensorDesc("float32", (4,)))
+    with pytest.raises(ValidationError, match="^op: "):
+        device.compile_operator(desc)
+    device.compile_operator(device.create_operator(desc)).release()

@@ -19,6 +19,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -341,6 +342,30 @@ def test_size_cap(tmp_path):
     with open(path, "ab") as f:
         f.truncate(cache.MAX_BYTES + 1)
     assert cache.read_bytes(path) is None
+
+
+def test_killed_writer_leaves_no_temp_files_for_long(tmp_path):
+    """A process killed between writing its temporary file and renaming it leaves that
+    file; the next write of the same file removes it once it is STALE_TMP_S old (a young
+    one may be a live writer's and is kept)."""
+    path = tmp_path / "f.json"
+    code = ("import os, sys; from pathlib import Path; from vkml.runtime import cache; "
+            "os.replace = lambda *a: os._exit(9); "
+            "cache.write_bytes(Path(sys.argv[1]), b'half')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code, str(path)], env=env, timeout=120)
+    assert r.returncode == 9
+    (left,) = tmp_path.glob(".f.json.*.tmp")
+    young = tmp_path / ".f.json.young.tmp"
+    young.write_bytes(b"live")
+    other = tmp_path / ".g.json.old.tmp"            # another file's: not this write's
+    other.write_bytes(b"x")
+    old = time.time() - cache.STALE_TMP_S - 60
+    for p in (left, other):
+        os.utime(p, (old, old))
+    assert cache.write_bytes(path, b"whole") and cache.read_bytes(path) == b"whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".f.json.young.tmp",
+                                                          ".g.json.old.tmp", "f.json"]
 
 
 # -- fresh processes ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -229,6 +230,26 @@ def test_allocation_beyond_the_device_raises_device_error(device):
         device.empty((too_big,), np.uint8)
     assert str(too_big) in str(err.value) and "maxMemoryAllocationSize" in str(err.value)
     assert vkml.pad(np.ones(3, np.float32), [1], [1], device=device).shape == (5,)
+
+
+def test_result_pages_beyond_any_import_are_not_allocated(device, monkeypatch):
+    """HostImports.take refuses (None, counted) a size no memory type could import before
+    it allocates the host pages: no 1 GiB NumPy buffer made only to be refused."""
+    imports = device.context.host_imports
+    if imports is None:
+        pytest.skip("the device does not import host memory")
+    monkeypatch.setattr(imports, "max_span", [1 << 20] * len(imports.max_span))
+    refused = imports.refused
+    tracemalloc.start()
+    try:
+        assert imports.take(1 << 30) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < (1 << 20) and imports.refused == refused + 1
+    pages = imports.take(4096)                    # within the span: still imported
+    assert pages is not None
+    imports.give_back(pages)
 
 
 def test_out_of_device_memory_then_usable(device):

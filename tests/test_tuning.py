@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import vkml
 from vkml import tuning
 from vkml.tuning import Candidate, Tuner
+from tuning_copy import COPY
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZE = 1 << 20
@@ -399,11 +400,11 @@ def test_force_a_candidate_by_name(device, tmp_path):
 
 
 def test_copy_client(device, tmp_path):
-    """The registered copy path: every candidate runs; a texel limit below the shape makes
+    """The copy path (tests/tuning_copy.py): every candidate runs; a texel limit below the shape makes
     the texel candidates decline (and keys the choice apart)."""
     c = Tuner("full", folder=tmp_path, rounds=1).choose(device, "copy", 64 << 10)
     assert c.source == "measured"
-    assert set(c.times) == {x.name for x in tuning.COPY.candidates}
+    assert set(c.times) == {x.name for x in COPY.candidates}
     with vkml.Device(device.index, limits={"maxTexelBufferElements": 1024}) as small:
         d = Tuner("full", folder=tmp_path, rounds=1).choose(small, "copy", 64 << 10)
     assert d.key.features != c.key.features and "maxTexelBufferElements=1024" in d.key.features
@@ -421,9 +422,11 @@ def test_registry(device):
         tuning.tunable_path("p", ["a", "a"], "a", str, None)
 
 
-def cli(*args, folder) -> subprocess.CompletedProcess:
-    env = dict(os.environ, VKML_CACHE_DIR=str(folder))
-    return subprocess.run([sys.executable, "-m", "vkml.tune", *args], cwd=ROOT, env=env,
+def cli(*args, folder, module="vkml.tune") -> subprocess.CompletedProcess:
+    """``python -m vkml.tune ARGS``; ``module="tuning_copy"``: the same with the tests'
+    copy path registered (tests/tuning_copy.py)."""
+    env = dict(os.environ, VKML_CACHE_DIR=str(folder), PYTHONPATH=str(ROOT / "tests"))
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
                           text=True, capture_output=True, timeout=240)
 
 
@@ -433,16 +436,19 @@ def test_cli_help():
 
 
 def test_cli_tunes_the_copy_path(device, tmp_path):
-    r = cli("--path", "copy", "--mode", "fast", "--device", str(device.index), folder=tmp_path)
+    r = cli("--path", "copy", "--mode", "fast", "--device", str(device.index), folder=tmp_path,
+            module="tuning_copy")
     assert r.returncode == 0, r.stderr
     for text in ("Tuned choices", "runner-up", "speedup vs default", "2^16B", "2^22B", "measured"):
         assert text in r.stdout
-    r = cli("--path", "copy", "--mode", "fast", "--device", str(device.index), folder=tmp_path)
+    r = cli("--path", "copy", "--mode", "fast", "--device", str(device.index), folder=tmp_path,
+            module="tuning_copy")
     assert r.returncode == 0 and "stored" in r.stdout and "measured" not in r.stdout
     r = cli("--path", "copy", "--refresh", "--mode", "fast", "--device", str(device.index),
-            folder=tmp_path)
+            folder=tmp_path, module="tuning_copy")
     assert r.returncode == 0 and "measured" in r.stdout and "stored" not in r.stdout
-    r = cli("--bench", "--path", "copy", "--device", str(device.index), folder=tmp_path)
+    r = cli("--bench", "--path", "copy", "--device", str(device.index), folder=tmp_path,
+            module="tuning_copy")
     assert r.returncode == 0 and "no registered tunable path takes them" in r.stdout
 
 

@@ -109,8 +109,9 @@ class Device:
 
     # -- tensors -----------------------------------------------------------------------
     def tensor(self, array) -> Tensor:
-        """Upload a NumPy array (or anything ``numpy.asarray`` takes)."""
-        data = np.ascontiguousarray(array)
+        """Upload a NumPy array (or anything ``numpy.asarray`` takes), its shape kept (a
+        0-d array too: ``numpy.ascontiguousarray`` would make it 1-d)."""
+        data = np.asarray(array, order="C")
         t = self.empty(data.shape, data.dtype)
         self._ctx.write(t.allocation, data)
         return t
@@ -141,9 +142,12 @@ class Device:
     def compile_operator(self, op: "Operator") -> "CompiledOperator":
         """``IDMLDevice::CompileOperator``: build the pipelines; raises UnsupportedError
         when this device cannot run the operator."""
-        from .ops.base import compile_operator
+        from .ops.base import Operator, compile_operator
 
         self.check_open()
+        if not isinstance(op, Operator):
+            raise ValidationError("op", "must be a vkml.Operator (from create_operator), got "
+                                  f"{type(op).__name__}")
         if op.device is not self:
             raise ValidationError("op", "was created on another device")
         return compile_operator(op)

@@ -35,16 +35,18 @@ How (the rules a client can rely on):
   candidate is left (its timed warm-up is its time); ``full`` runs
   :data:`FULL_ROUNDS`.  In ``fast`` mode a candidate whose timed warm-up took
   :data:`WARM_CUTOFF` x the fastest one's runs no rounds (one near that line, within
-  :data:`WARM_RECHECK` of it, runs once more first).  A candidate whose run function raises :class:`Declined` or any
-  ``VkmlError`` (a limit, a missing feature) does not take that shape and is skipped.
+  :data:`WARM_RECHECK` of it, runs once more first).  A candidate whose run function
+  raises :class:`Declined` or any ``VkmlError`` (a limit, a missing feature) does not
+  take that shape and is skipped.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
   median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
   from its stored time (or the ``expected`` time given) by more than
-  :data:`STALE_FACTOR` (2x, either way), the entry is marked stale (in memory and on disk) and re-tuned at the next ``choose``.  Measurements
+  :data:`STALE_FACTOR` (2x, either way), the entry is marked stale (in memory and on
+  disk) and re-tuned at the next ``choose``.  Measurements
   taken under load are thus not kept forever.  A re-tune that finds the stored times
   right after all (the observed shapes, not the measurement, were off) doubles that
   key's factor for the process (:attr:`Tuner.tolerance`): no re-measuring loop.
-  ``python -m vkml.tune --refresh`` re-measures on demand.
+  ``python -m vkml.tune --refresh`` re-measures on demand (:mod:`vkml.tune`).
 - Storage: versioned JSON ``tuning-<vendor>-<device>-<driver>-<uuid>.json`` in
   :func:`vkml.runtime.cache.cache_dir` (beside the pipeline cache; none with
   ``VKML_CACHE_DIR=off``).  Writes take an advisory file lock where the OS has one, merge
@@ -69,10 +71,9 @@ How (the rules a client can rely on):
 - A path's key may name fewer features (``features_fn``): only those that change what
   its candidates do.
 
-A path is registered with :func:`register_path` (``python -m vkml.tune`` iterates the
-registry); :func:`tunable_path` builds one without registering it (tests).  The copy
-example (:data:`COPY`: SSBO and texel copy kernels vs ``vkCmdCopyBuffer``) is registered
-here; it measures nothing until asked.
+A path is registered with :func:`register_path` (``python -m vkml.tune``, :mod:`vkml.tune`,
+iterates the registry); :func:`tunable_path` builds one without registering it (tests).
+The operators register their paths on import (``vkml.ops``).
 """
 from __future__ import annotations
 
@@ -80,17 +81,15 @@ import json
 import math
 import os
 import statistics
-import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .errors import ValidationError, VkmlError
 from .runtime import cache
 from .runtime.cache import cache_dir
-from .intmath import ceil_div
 
 VERSION = 1
 MODES = ("off", "fast", "full")
@@ -102,23 +101,20 @@ RUNS_PER_ROUND = 3
 #: In fast mode a candidate runs ``RUNS_PER_ROUND`` times a round only while that takes
 #: less than this: one whose timed warm-up took ROUND_RUN_S / k runs k times (at least
 #: once).  A long run already averages over its length, and the rounds stay interleaved;
-#: measured on lavapipe, a cold fast 8 x 64 x 56x56 3x3 convolution (22 ms a run) spent
-#: 272 ms against 120 with tuning off.
+#: repeating it only multiplies what a cold first call costs (bench/RESULTS.md).
 ROUND_RUN_S = 0.010
 #: Rounds a fast tuning takes whatever its budget (the budget may end it after these).
 MIN_ROUNDS = 2
 #: ...and it ends there too where one candidate was the fastest by this factor in each
-#: of them: another round would not change the choice (measured on SwiftShader: a cold
-#: 3x3 convolution's fast tuning spent ~35 ms a round on a 4.8 against 6.8 ms choice).
+#: of them: another round would not change the choice.
 CLEAR_MARGIN = 1.2
 #: In fast mode a candidate whose first timed run (after an untimed warm-up: a first run
 #: carries one-time costs unevenly across candidates) took this many times the fastest
-#: one takes no rounds (measured on SwiftShader: winograd 2-3x its blocked-GEMM twin).
+#: one takes no rounds: it would not win them, and they cost the first call.
 WARM_CUTOFF = 2.0
 #: ...but one within this factor of the cutoff gets a second run first, its time the
-#: faster of the two: one disturbed warm-up decides nothing near the line (seen on
-#: SwiftShader: the convolution family ranking timed blocked's warm-up at 3.7 ms against
-#: its usual 1.7, cut it, and every later fast list of that device left blocked out).
+#: faster of the two: one disturbed warm-up decides nothing near the line (a cut
+#: candidate also leaves every later fast list of the device that ranks families).
 WARM_RECHECK = 1.5
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
@@ -274,11 +270,9 @@ def measured_model(name: str, points, default_model: Mapping, fit_fn, run_fn, *,
                             for c in points], _first_name(points), lambda _shape: MODEL_CLASS,
                      run_fn, examples=(MODEL_CLASS,), from_workload=from_workload,
                      features_fn=features_fn)
-    import dataclasses
-
-    cands = tuple(dataclasses.replace(c, fast=True) for c in p.candidates)   # all timed
-    return dataclasses.replace(p, candidates=cands, fit=fit_fn,
-                               default_model=dict(default_model), stale_factor=stale_factor)
+    cands = tuple(replace(c, fast=True) for c in p.candidates)   # all timed
+    return replace(p, candidates=cands, fit=fit_fn, default_model=dict(default_model),
+                   stale_factor=stale_factor)
 
 
 def _first_name(points) -> str:
@@ -294,17 +288,17 @@ _REGISTRY_LOCK = threading.Lock()
 
 def register_path(name: str, candidates, default: str, shape_class_fn, run_fn, **kw) -> TunablePath:
     """:func:`tunable_path`, registered under ``name`` (a later registration replaces it)."""
-    p = tunable_path(name, candidates, default, shape_class_fn, run_fn, **kw)
-    with _REGISTRY_LOCK:
-        _REGISTRY[name] = p
-    return p
+    return _register(tunable_path(name, candidates, default, shape_class_fn, run_fn, **kw))
 
 
 def register_model(name: str, points, default_model, fit_fn, run_fn, **kw) -> TunablePath:
     """:func:`measured_model`, registered under ``name``."""
-    p = measured_model(name, points, default_model, fit_fn, run_fn, **kw)
+    return _register(measured_model(name, points, default_model, fit_fn, run_fn, **kw))
+
+
+def _register(p: TunablePath) -> TunablePath:
     with _REGISTRY_LOCK:
-        _REGISTRY[name] = p
+        _REGISTRY[p.name] = p
     return p
 
 
@@ -627,9 +621,7 @@ class Tuner:
         key = self.key(device, p, shape)
         if force is not None:
             return Choice(p.name, p.candidate(force), key, "forced", default=p.default)
-        mode = mode or self.mode or _mode_from_env()
-        if mode not in MODES:
-            raise ValidationError("mode", f"must be one of {MODES}, got {mode!r}")
+        mode = self.effective_mode(mode)
         if mode == "off":
             return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
         listed = p.listed(mode, shape, device)
@@ -768,79 +760,115 @@ class Tuner:
 
     # -- measuring ---------------------------------------------------------------------
     def _measure(self, device, p: TunablePath, shape, listed, mode: str) -> dict | None:
+        """Time ``listed`` for ``shape`` (module doc, "Timing"); the entry to store, or
+        None where every candidate declined."""
+        fast = mode == "fast"
         rounds = self.rounds or (FULL_ROUNDS if mode == "full" else FAST_ROUNDS)
-        budget = self.budget_s if mode == "fast" else None
         t0 = _perf()
-        prepared, declined = [], []
+        timed, declined, dropped = [], [], {}
         try:
             for c in listed:
-                seq = device.sequence(timed=True)
-                cleanup = None
-                try:
-                    cleanup = p.run(device, seq, c, shape)
-                    seq.run()                                # warm-up (first-run costs)
-                    warm = _run_once(seq)                    # ...then one timed run
-                except (Declined, VkmlError):
-                    seq.close()
-                    if cleanup is not None:
-                        cleanup()
+                t = _Timed.prepare(device, p, c, shape)
+                if t is None:
                     declined.append(c.name)
-                    continue
-                except BaseException:
-                    seq.close()
-                    if cleanup is not None:
-                        cleanup()
-                    raise
-                prepared.append((c, seq, cleanup, [], warm))
-            if not prepared:
+                else:
+                    timed.append(t)
+            if not timed:
                 return None
-            # fast: a candidate whose warm-up took WARM_CUTOFF x the best one's is out
-            # after that run (its time is kept: one run, "considered", never chosen)
-            dropped = {}
-            if budget is not None and len(prepared) > 1:
-                best = min(w for *_, w in prepared)
-                for i, (c, seq, cleanup, medians, w) in enumerate(prepared):
-                    if WARM_CUTOFF * best < w <= WARM_RECHECK * WARM_CUTOFF * best:
-                        prepared[i] = (c, seq, cleanup, medians, min(w, _run_once(seq)))
-                for item in [it for it in prepared if it[4] > WARM_CUTOFF * best]:
-                    c, seq, cleanup = item[:3]
-                    prepared.remove(item)
-                    seq.close()
-                    if cleanup is not None:
-                        cleanup()
-                    dropped[c.name] = item[4]
-            # the budget is for timing, not for compiling the candidates (a graph's
-            # convolution compiles four paths: that used to leave one round, and a
-            # noisy one kept gemm at 8 ms over winograd at 5); at least MIN_ROUNDS
-            # interleaved rounds, so that one disturbed run decides nothing
-            t_rounds = _perf()
-            done = 0
-            # fast, one candidate left: nothing to compare, its timed warm-up is its time
-            lone = budget is not None and len(prepared) == 1
-            while done < (1 if lone else rounds):
-                k = done % len(prepared)
-                for c, seq, _, medians, w in prepared[k:] + prepared[:k]:
-                    runs = RUNS_PER_ROUND if budget is None else 1 if lone else max(
-                        1, int(min(RUNS_PER_ROUND, ROUND_RUN_S / max(w, 1e-9))))
-                    # (the first round counts the timed warm-up run as one of its runs)
-                    medians.append(statistics.median([w] * (done == 0) + [
-                        _run_once(seq) for _ in range(runs - (done == 0))]))
-                done += 1
-                if budget is not None and done >= MIN_ROUNDS and (
-                        _perf() - t_rounds >= budget or _clear([m for *_, m, _w in prepared])):
-                    break
+            if fast:
+                dropped = _cut_slow(timed)
+            done = _rounds(timed, rounds, self.budget_s if fast else None)
         finally:
-            for c, seq, cleanup, *_ in prepared:
-                seq.close()
-                if cleanup is not None:
-                    cleanup()
-        times = {c.name: min(m) for c, _, _, m, _w in prepared}
+            for t in timed:
+                t.close()
+        times = {t.candidate.name: min(t.medians) for t in timed}
         choice = min(times, key=lambda n: (times[n], n != p.default))
         return {"choice": choice, "seconds": times[choice], "times": {**dropped, **times},
                 "dropped": sorted(dropped),
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
                 "measured_at": time.time(), "elapsed_s": _perf() - t0,
                 **({"shape": shape} if _jsonable(shape) else {})}
+
+
+@dataclass
+class _Timed:
+    """One candidate being timed: its recorded sequence, what frees its buffers, its
+    timed warm-up run (``warm``, seconds) and its round medians."""
+
+    candidate: Candidate
+    seq: Any
+    cleanup: Callable | None
+    warm: float
+    medians: list = field(default_factory=list)
+
+    @classmethod
+    def prepare(cls, device, p: TunablePath, c: Candidate, shape) -> "_Timed | None":
+        """Record ``c`` for ``shape``, run it once untimed (first-run costs) and once
+        timed; None where it declines the shape (:class:`Declined` or a ``VkmlError``)."""
+        seq = device.sequence(timed=True)
+        cleanup = None
+        try:
+            cleanup = p.run(device, seq, c, shape)
+            seq.run()
+            return cls(c, seq, cleanup, _run_once(seq))
+        except (Declined, VkmlError):
+            _free(seq, cleanup)
+            return None
+        except BaseException:
+            _free(seq, cleanup)
+            raise
+
+    def close(self) -> None:
+        _free(self.seq, self.cleanup)
+
+
+def _free(seq, cleanup) -> None:
+    seq.close()
+    if cleanup is not None:
+        cleanup()
+
+
+def _cut_slow(timed: list) -> dict:
+    """Fast mode: drop (and free) the candidates whose warm-up took :data:`WARM_CUTOFF`
+    x the best one's, after a second run for those near the line; their warm-up time is
+    kept (``{name: seconds}``, "considered", never chosen)."""
+    if len(timed) < 2:
+        return {}
+    best = min(t.warm for t in timed)
+    for t in timed:
+        if WARM_CUTOFF * best < t.warm <= WARM_RECHECK * WARM_CUTOFF * best:
+            t.warm = min(t.warm, _run_once(t.seq))
+    dropped = {}
+    for t in [t for t in timed if t.warm > WARM_CUTOFF * best]:
+        timed.remove(t)
+        t.close()
+        dropped[t.candidate.name] = t.warm
+    return dropped
+
+
+def _rounds(timed: list, rounds: int, budget: float | None) -> int:
+    """Run interleaved rounds (module doc, "Timing"), appending each candidate's round
+    median; returns the rounds run.  ``budget`` None: full mode.  The budget counts
+    timing only, not compiling the candidates (a graph's convolution compiles four
+    paths), and at least :data:`MIN_ROUNDS` run so that one disturbed run decides
+    nothing; in fast mode a lone candidate's timed warm-up is its time."""
+    start = _perf()
+    lone = budget is not None and len(timed) == 1
+    done = 0
+    while done < (1 if lone else rounds):
+        k = done % len(timed)
+        for t in timed[k:] + timed[:k]:
+            runs = RUNS_PER_ROUND if budget is None else 1 if lone else max(
+                1, int(min(RUNS_PER_ROUND, ROUND_RUN_S / max(t.warm, 1e-9))))
+            # the first round counts the timed warm-up run as one of its runs
+            first = [t.warm] if done == 0 else []
+            t.medians.append(statistics.median(
+                first + [_run_once(t.seq) for _ in range(runs - len(first))]))
+        done += 1
+        if budget is not None and done >= MIN_ROUNDS and (
+                _perf() - start >= budget or _clear([t.medians for t in timed])):
+            break
+    return done
 
 
 def _run_once(seq) -> float:
@@ -914,259 +942,3 @@ def tune(workloads: Iterable, device=None, mode: str = "full", *, refresh: bool 
     if progress is not None and work:
         progress(len(work), len(work), None, None)
     return out
-
-
-# -- the copy example: the device's own copy kernels vs the copy engine -----------------
-
-_COPY_LOCAL = 4      # uvec4s per invocation in glsl/bench_copy.comp
-
-
-def _copy_class(nbytes) -> str:
-    """Copies within a power of two of each other share a choice."""
-    n = max(int(nbytes), 1)
-    return f"2^{n.bit_length() - 1}B"
-
-
-def _copy_run(device, seq, cand: Candidate, nbytes):
-    from .runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
-    import numpy as np
-
-    ctx = device.context
-    lim = ctx.limits
-    n = max(16, ceil_div(int(nbytes), 16) * 16)
-    read = cand.params.get("read")
-    if read == "texel" and n // 16 > lim["maxTexelBufferElements"]:
-        raise Declined(f"{n} bytes is more than maxTexelBufferElements texels")
-    if read and n > lim["maxStorageBufferRange"]:
-        raise Declined(f"{n} bytes is more than maxStorageBufferRange")
-    src, dst = ctx.allocate(n), ctx.allocate(n)
-    try:
-        ctx.write(src, np.arange(n // 4, dtype=np.uint32))
-        ctx.write(dst, np.zeros(n // 4, dtype=np.uint32))      # pages touched
-        if read is None:
-            seq.copy(src, dst, [(0, 0, n)])
-        else:
-            local = min(cand.params["local_size"], lim["maxComputeWorkGroupInvocations"],
-                        lim["maxComputeWorkGroupSize"][0])
-            kind = UNIFORM_TEXEL if read == "texel" else STORAGE
-            fmt = FORMAT_RGBA32_UINT if read == "texel" else 0
-            pipe = ctx.pipelines.get(f"bench_copy_{read}", (kind, STORAGE), 8, {0: local})
-            count = n // 16
-            groups = ceil_div(count, (local * _COPY_LOCAL))
-            gx = max(1, min(groups, lim["maxComputeWorkGroupCount"][0], 65535))
-            gy = ceil_div(groups, gx)
-            push = np.array([count, gx * local], np.uint32).tobytes()
-            seq.dispatch(pipe, [Bind(src, 0, n, "r", fmt), Bind(dst, 0, n, "w")], (gx, gy, 1), push)
-    except BaseException:
-        src.free()
-        dst.free()
-        raise
-
-    def cleanup():
-        src.free()
-        dst.free()
-    return cleanup
-
-
-#: The copy example: candidates ``copy-engine`` (``vkCmdCopyBuffer``, the default: every
-#: device has it), ``ssbo-<local>`` and ``texel-<local>`` (glsl/bench_copy.comp read
-#: through a storage buffer or a uniform texel buffer; the 64-wide ones only in full mode).
-COPY = register_path(
-    "copy",
-    [Candidate("copy-engine", {"engine": "vkCmdCopyBuffer"}),
-     Candidate("ssbo-256", {"read": "ssbo", "local_size": 256}),
-     Candidate("texel-256", {"read": "texel", "local_size": 256}),
-     Candidate("ssbo-64", {"read": "ssbo", "local_size": 64}, fast=False),
-     Candidate("texel-64", {"read": "texel", "local_size": 64}, fast=False)],
-    "copy-engine", _copy_class, _copy_run, examples=(64 << 10, 1 << 20, 4 << 20))
-
-
-# -- python -m vkml.tune ----------------------------------------------------------------
-
-def _bench_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "bench" / "workloads"
-
-
-def _parser():
-    import argparse
-
-    ap = argparse.ArgumentParser(
-        prog="python -m vkml.tune",
-        description="Tune vkml's operator paths on this device ahead of time: time each "
-                    "candidate, keep the fastest per shape class in the cache folder "
-                    "(VKML_CACHE_DIR). At run time VKML_TUNE=off|fast|full (default fast) "
-                    "decides what is timed on first use.")
-    ap.add_argument("workloads", nargs="*", metavar="WORKLOADS.json",
-                    help="bench workload files (bench/workloads/*.json); without them, each "
-                         "registered path's example shapes")
-    ap.add_argument("--bench", action="store_true", help="every bench/workloads/*.json")
-    ap.add_argument("--path", action="append", default=[], metavar="NAME",
-                    help="only this registered path (repeatable)")
-    ap.add_argument("--mode", choices=("fast", "full"), default="full",
-                    help="full: every candidate (default); fast: the short list")
-    ap.add_argument("--refresh", action="store_true",
-                    help="re-measure even where a choice is stored (without workloads: the "
-                         "stored shapes too)")
-    ap.add_argument("--device", default=None, help="device index or name (default: vkml's)")
-    ap.add_argument("--list", action="store_true", help="list the registered paths and exit")
-    return ap
-
-
-def _read_workloads(path: Path):
-    """A bench workload file's JSON (no version field there), or None."""
-    raw = cache.read_bytes(path)
-    try:
-        return None if raw is None else json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError):
-        return None
-
-
-def _workloads(args, paths: dict, device, tuner: Tuner, say) -> list:
-    files = [Path(f) for f in args.workloads]
-    if args.bench:
-        files += sorted(_bench_dir().glob("*.json"))
-    work = []
-    if files:
-        skipped: dict[str, int] = {}
-        for f in files:
-            raw = _read_workloads(f)
-            entries = raw.get("workloads", []) if isinstance(raw, dict) else None
-            if not isinstance(entries, list):
-                say(f"{f}: not a workload file (skipped)")
-                continue
-            for w in entries:
-                used = False
-                for p in paths.values():
-                    shape = p.from_workload(w) if p.from_workload else None
-                    if shape is not None:
-                        work.append((p.name, shape))
-                        used = True
-                if not used:
-                    op = w.get("op", "?") if isinstance(w, dict) else "?"
-                    skipped[op] = skipped.get(op, 0) + 1
-        for op, n in sorted(skipped.items()):
-            say(f"{n} workload(s) of op {op!r}: no registered tunable path takes them yet")
-        return work
-    for p in paths.values():
-        work += [(p.name, s) for s in p.examples]
-    if args.refresh:               # and what is stored for this device and its features
-        for pname, shape in tuner.stored(device):
-            if pname in paths and (pname, shape) not in work:
-                work.append((pname, shape))
-    return work
-
-
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.table import Table
-    except ImportError:           # plain text without rich
-        Console = None
-    console = None
-    if Console is not None:
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=max(console.width, 160))
-    say = console.print if console else print
-    paths = registered_paths()
-    if args.path:
-        unknown = [n for n in args.path if n not in paths]
-        if unknown:
-            say(f"no tunable path named {', '.join(unknown)} (registered: {', '.join(paths)})")
-            return 2
-        paths = {n: paths[n] for n in args.path}
-    if args.list:
-        for p in paths.values():
-            if p.is_model:
-                say(f"{p.name}: measured model, points "
-                    + ", ".join(c.name for c in p.candidates))
-                continue
-            say(f"{p.name}: default {p.default}; candidates "
-                + ", ".join(c.name + ("" if c.fast else " (full)") for c in p.candidates))
-        return 0
-    from .device import Device
-
-    device = Device(args.device)
-    try:
-        tuner = Tuner(args.mode)
-        work = _workloads(args, paths, device, tuner, say)
-        if not work:
-            say("nothing to tune")
-            return 0
-        say(f"tuning {len(work)} shape(s) on {device.info} (mode {args.mode}"
-            f"{', refresh' if args.refresh else ''})")
-        if console is not None:
-            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          console=console, transient=True) as bar:
-                task = bar.add_task("tuning", total=len(work))
-
-                def progress(i, n, path, shape):
-                    bar.update(task, completed=i,
-                               description=f"{path} {shape}" if path else "done")
-                choices = tune(work, device, args.mode, refresh=args.refresh, tuner=tuner,
-                               progress=progress)
-        else:
-            choices = tune(work, device, args.mode, refresh=args.refresh, tuner=tuner)
-        _report(choices, console, Table if console else None)
-        for name in dict.fromkeys(c.path for c in choices):
-            if paths[name].is_model:
-                m = tuner.model(device, name, mode=args.mode)
-                say(f"{name} model ({m.source}): {_fmt_params(m.params)}")
-    finally:
-        device.close()
-    return 0
-
-
-def _fmt_s(t) -> str:
-    if t is None:
-        return "-"
-    return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
-
-
-def _fmt_params(params) -> str:
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.3g}"
-        if isinstance(v, (list, tuple)):
-            return "(" + ", ".join(fmt(x) for x in v) + ")"
-        if isinstance(v, Mapping):
-            return "{" + ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) + "}"
-        return str(v)
-    return fmt(params)
-
-
-def _report(choices, console, Table) -> None:
-    rows, seen = [], set()
-    for c in choices:
-        if c.key in seen:
-            continue
-        seen.add(c.key)
-        p = registered_paths().get(c.path)
-        if p is not None and p.is_model:       # points are all kept, none is "chosen"
-            rows.append((c.path, c.key.shape_class,
-                         f"model of {len(c.times)} points" if c.times else "default model",
-                         "-", "-", "-", c.source))
-            continue
-        ru = c.runner_up()
-        sp = c.speedup()
-        rows.append((c.path, c.key.shape_class, c.name, _fmt_s(c.seconds),
-                     f"{ru[0]} {_fmt_s(ru[1])}" if ru else "-",
-                     f"{sp:.2f}x" if sp else "-", c.source))
-    head = ("path", "shape class", "chosen", "time", "runner-up", "speedup vs default", "source")
-    if Table is None:
-        print("  ".join(head))
-        for r in rows:
-            print("  ".join(r))
-        return
-    t = Table(title="Tuned choices", title_justify="left")
-    for h in head:
-        t.add_column(h, justify="right" if h in ("time", "speedup vs default") else "left")
-    for r in rows:
-        t.add_row(*r)
-    console.print(t)
-
-
-if __name__ == "__main__":     # python -m vkml.tuning works too
-    sys.exit(main())

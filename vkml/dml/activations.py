@@ -16,7 +16,8 @@ Rules:
 * When fused, ``input_tensor`` and ``output_tensor`` must be None ("you must set the
   *InputTensor* and *OutputTensor* parameters for the activation function to NULL"); the
   fusing operator checks that.
-* Every parameter is a FLOAT (stored as float32) and must be a number; NaN is refused.
+* Every parameter is a FLOAT (stored as float32) and must be a number; NaN is refused,
+  and so is a finite value beyond float32's range (it would become infinite).
   Infinities are refused except for Clip's ``min``/``max`` (an unbounded side).
 * SOFTPLUS: ``steepness`` "cannot be less than 1" before DML_FEATURE_LEVEL_6_4, which
   "allow[s] Steepness < 1": a steepness below 1 raises the descriptor's feature level to 6_4.
@@ -200,10 +201,16 @@ class ActivationDesc(OperatorDesc):
 
 def _check_float(fail, name, value, allow_inf: bool) -> None:
     """A FLOAT parameter: a real number (:func:`~vkml.dml.operator.as_real`: strings,
-    None and bools raise ArgumentTypeError), finite unless ``allow_inf``, never NaN."""
-    v = float(as_real(value, name, fail))
+    None and bools raise ArgumentTypeError), finite unless ``allow_inf``, never NaN, and
+    within float32's range: a larger finite value would reach the kernel as infinity."""
+    v = as_real(value, name, fail)
+    if isinstance(v, int) and abs(v) > FLT_MAX:       # float() of a huge int overflows
+        fail(name, f"{v} is beyond the range of a FLOAT (float32)")
+    v = float(v)
     if math.isnan(v) or (math.isinf(v) and not allow_inf):
         fail(name, f"must be a finite FLOAT, got {v}")
+    if math.isfinite(v) and abs(v) > FLT_MAX:
+        fail(name, f"{v!r} is beyond the range of a FLOAT (float32)")
 
 
 def _make_class(spec: ActivationSpec) -> type:

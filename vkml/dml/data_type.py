@@ -37,10 +37,6 @@ class DataType(enum.IntEnum):
     def is_float(self) -> bool:
         return self in (DataType.FLOAT16, DataType.FLOAT32, DataType.FLOAT64)
 
-    @property
-    def is_signed(self) -> bool:
-        return self in (DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64)
-
     @classmethod
     def of(cls, value, field: str = "data_type") -> "DataType":
         """A DataType from a DataType, a DML name ("FLOAT32", any case, with or without

@@ -33,12 +33,12 @@ from __future__ import annotations
 import operator as _operator
 from dataclasses import dataclass
 
-from ..errors import ValidationError
+from ..errors import ArgumentTypeError, ValidationError
 from .operator import OperatorDesc
-from .tensor_desc import TensorFlags
+from .tensor_desc import UINT32_MAX, TensorFlags
 
 __all__ = ["GraphDesc", "OperatorGraphNodeDesc", "InputGraphEdgeDesc", "OutputGraphEdgeDesc",
-           "IntermediateGraphEdgeDesc", "GraphTopology"]
+           "IntermediateGraphEdgeDesc", "GraphTopology", "MAX_GRAPH_INPUTS"]
 
 
 @dataclass(frozen=True)
@@ -106,11 +106,22 @@ def _uint(value, field: str, limit: int | None = None, what: str = "") -> int:
         v = _operator.index(value)
     except TypeError:
         raise ValidationError(field, f"must be a UINT, got {value!r}") from None
-    if v < 0:
-        raise ValidationError(field, f"must be a UINT, got {v}")
+    if not 0 <= v <= UINT32_MAX:
+        raise ValidationError(field, f"must be a UINT (0 to 2^32 - 1), got {v}")
     if limit is not None and v >= limit:
         raise ValidationError(field, f"is {v}, out of range: {what} ({limit})")
     return v
+
+
+#: The most graph inputs a :class:`GraphDesc` may declare.  A DirectML binding table is a
+#: range of a descriptor heap, which holds at most 1,000,000 descriptors (D3D12 resource
+#: binding tiers 1 and 2): no graph with more inputs could be bound.  (Graph outputs are
+#: bounded by the output edges: each is connected exactly once.)
+MAX_GRAPH_INPUTS = 1_000_000
+
+_SEQUENCES = {"nodes": "OperatorGraphNodeDesc", "input_edges": "InputGraphEdgeDesc",
+              "output_edges": "OutputGraphEdgeDesc",
+              "intermediate_edges": "IntermediateGraphEdgeDesc"}
 
 
 @dataclass(frozen=True)
@@ -125,17 +136,54 @@ class GraphDesc:
     intermediate_edges: tuple = ()
 
     def __post_init__(self):
-        for name in ("nodes", "input_edges", "output_edges", "intermediate_edges"):
+        """Lists become tuples (the descriptor hashes); anything but a tuple or list is
+        refused here, so no caller iterates a None (ArgumentTypeError naming the field)."""
+        for name, item in _SEQUENCES.items():
             v = getattr(self, name)
             if isinstance(v, list):
                 object.__setattr__(self, name, tuple(v))
+            elif not isinstance(v, tuple):
+                raise ArgumentTypeError(f"GraphDesc.{name}", f"must be a tuple or list of "
+                                        f"{item}, got {type(v).__name__}")
 
     def validate(self) -> GraphTopology:
-        """Apply every rule (module doc); return the graph's topology."""
-        n_in = _uint(self.input_count, "GraphDesc.input_count")
-        n_out = _uint(self.output_count, "GraphDesc.output_count")
+        """Apply every rule (module doc); return the graph's topology.  The fields' types
+        and the counts are checked first, before anything is sized by them."""
+        n_in, n_out = self._counts()
+        c = _Connections(self._node_descs())
+        input_flags = c.input_edges(self.input_edges, n_in)
+        c.intermediate_edges(self.intermediate_edges)
+        output_source = c.output_edges(self.output_edges, n_out)
+        c.all_connected()
+        order = _topological_order(len(c.descs), self.intermediate_edges)
+        return GraphTopology(
+            sources=c.sources,
+            consumers=[[[(t, s) for t, s, _ in x] for x in node] for node in c.consumers],
+            graph_outputs=c.graph_outputs, output_source=output_source, order=order,
+            owned_inputs={g for g, (owned, _) in input_flags.items() if owned})
+
+    def _counts(self) -> tuple[int, int]:
+        """``input_count``, ``output_count``, counts a graph can have: at least one node,
+        at most :data:`MAX_GRAPH_INPUTS` inputs, and no more outputs than output edges
+        (each graph output is connected exactly once)."""
         if not self.nodes:
             raise ValidationError("GraphDesc.nodes", "NodeCount must be at least 1")
+        n_in = _uint(self.input_count, "GraphDesc.input_count")
+        if n_in > MAX_GRAPH_INPUTS:
+            raise ValidationError("GraphDesc.input_count", f"is {n_in}: at most "
+                                  f"{MAX_GRAPH_INPUTS} graph inputs can be bound")
+        n_out = _uint(self.output_count, "GraphDesc.output_count")
+        if n_out > len(self.output_edges):
+            named = {getattr(e, "graph_output_index", None) for e in self.output_edges}
+            g = next(i for i in range(len(self.output_edges) + 1) if i not in named)
+            raise ValidationError("GraphDesc.output_edges", f"graph output {g} is not "
+                                  "connected: each graph output is connected exactly once "
+                                  f"(output_count {n_out}, {len(self.output_edges)} "
+                                  "output_edges)")
+        return n_in, n_out
+
+    def _node_descs(self) -> list[OperatorDesc]:
+        """Each node's operator descriptor, validated (OWNED_BY_DML on inputs only)."""
         descs = []
         for i, node in enumerate(self.nodes):
             f = f"GraphDesc.nodes[{i}]"
@@ -155,58 +203,78 @@ class GraphDesc:
                     raise ValidationError(f + ".operator", f"output {k}: DML_TENSOR_FLAG_OWNED_BY_DML "
                                           "can only be used on input tensors")
             descs.append(d)
-        n = len(descs)
-        ins = [d.inputs() for d in descs]
-        outs = [d.outputs() for d in descs]
-        sources: list = [[None] * len(x) for x in ins]
-        where: list = [[None] * len(x) for x in ins]   # the edge that connected it
-        consumers = [[[] for _ in o] for o in outs]
-        graph_outputs = [[[] for _ in o] for o in outs]
+        return descs
 
-        def node_index(v, field):
-            return _uint(v, field, n, "NodeCount")
 
-        def connect(field, to, slot, source):
-            to = node_index(to, field + ".to_node_index")
-            slot = _uint(slot, field + ".to_node_input_index", len(ins[to]),
-                         f"nodes[{to}] ({descs[to].OPERATOR_TYPE}) has {len(ins[to])} inputs")
-            if ins[to][slot] is None:
-                raise ValidationError(field, f"connects nodes[{to}] input {slot}, whose tensor "
-                                      "descriptor is null (an absent optional input)")
-            if sources[to][slot] is not None:
-                raise ValidationError(field, f"nodes[{to}] input {slot} is already connected "
-                                      f"by {where[to][slot]}: each input is connected once")
-            sources[to][slot] = source
-            where[to][slot] = field
-            return to, slot
+class _Connections:
+    """What :meth:`GraphDesc.validate` learns edge by edge: where each node input comes
+    from (and by which edge), each node output's consumers and graph outputs."""
 
-        def from_output(field, frm, k):
-            frm = node_index(frm, field + ".from_node_index")
-            k = _uint(k, field + ".from_node_output_index", len(outs[frm]),
-                      f"nodes[{frm}] ({descs[frm].OPERATOR_TYPE}) has {len(outs[frm])} outputs")
-            return frm, k
+    def __init__(self, descs: list[OperatorDesc]):
+        self.descs = descs
+        self.ins = [d.inputs() for d in descs]
+        self.outs = [d.outputs() for d in descs]
+        self.sources: list = [[None] * len(x) for x in self.ins]
+        self.where: list = [[None] * len(x) for x in self.ins]   # the edge that connected it
+        self.consumers = [[[] for _ in o] for o in self.outs]
+        self.graph_outputs = [[[] for _ in o] for o in self.outs]
 
+    def _node(self, v, field: str) -> int:
+        return _uint(v, field, len(self.descs), "NodeCount")
+
+    def _connect(self, field: str, to, slot, source) -> tuple[int, int]:
+        """Connect a node input once (an absent optional input not at all)."""
+        to = self._node(to, field + ".to_node_index")
+        ins = self.ins[to]
+        slot = _uint(slot, field + ".to_node_input_index", len(ins),
+                     f"nodes[{to}] ({self.descs[to].OPERATOR_TYPE}) has {len(ins)} inputs")
+        if ins[slot] is None:
+            raise ValidationError(field, f"connects nodes[{to}] input {slot}, whose tensor "
+                                  "descriptor is null (an absent optional input)")
+        if self.sources[to][slot] is not None:
+            raise ValidationError(field, f"nodes[{to}] input {slot} is already connected "
+                                  f"by {self.where[to][slot]}: each input is connected once")
+        self.sources[to][slot] = source
+        self.where[to][slot] = field
+        return to, slot
+
+    def _from_output(self, field: str, frm, k) -> tuple[int, int]:
+        frm = self._node(frm, field + ".from_node_index")
+        outs = self.outs[frm]
+        k = _uint(k, field + ".from_node_output_index", len(outs),
+                  f"nodes[{frm}] ({self.descs[frm].OPERATOR_TYPE}) has {len(outs)} outputs")
+        return frm, k
+
+    def input_edges(self, edges, n_in: int) -> dict:
+        """Graph inputs to node inputs; ``{graph input: (owned, first edge)}`` (all
+        inputs bound to one graph input use or omit OWNED_BY_DML alike)."""
         input_flags: dict = {}
-        for e, edge in enumerate(self.input_edges):
+        for e, edge in enumerate(edges):
             f = f"GraphDesc.input_edges[{e}]"
             if not isinstance(edge, InputGraphEdgeDesc):
                 raise ValidationError(f, f"must be an InputGraphEdgeDesc, got {type(edge).__name__}")
             g = _uint(edge.graph_input_index, f + ".graph_input_index", n_in, "InputCount")
-            to, slot = connect(f, edge.to_node_index, edge.to_node_input_index, ("input", g))
-            owned = bool(ins[to][slot].flags & TensorFlags.OWNED_BY_DML)
+            to, slot = self._connect(f, edge.to_node_index, edge.to_node_input_index,
+                                     ("input", g))
+            owned = bool(self.ins[to][slot].flags & TensorFlags.OWNED_BY_DML)
             if g in input_flags and input_flags[g][0] != owned:
                 raise ValidationError(f, f"graph input {g} is connected to inputs that use and "
                                       f"omit DML_TENSOR_FLAG_OWNED_BY_DML ({input_flags[g][1]} "
                                       "differs): all must use or omit it equivalently")
             input_flags.setdefault(g, (owned, f))
-        for e, edge in enumerate(self.intermediate_edges):
+        return input_flags
+
+    def intermediate_edges(self, edges) -> None:
+        """Node outputs to node inputs: not OWNED_BY_DML ones, equal byte sizes."""
+        for e, edge in enumerate(edges):
             f = f"GraphDesc.intermediate_edges[{e}]"
             if not isinstance(edge, IntermediateGraphEdgeDesc):
                 raise ValidationError(f, "must be an IntermediateGraphEdgeDesc, got "
                                       f"{type(edge).__name__}")
-            frm, k = from_output(f, edge.from_node_index, edge.from_node_output_index)
-            to, slot = connect(f, edge.to_node_index, edge.to_node_input_index, ("node", frm, k))
-            src, dst = outs[frm][k], ins[to][slot]
+            frm, k = self._from_output(f, edge.from_node_index, edge.from_node_output_index)
+            to, slot = self._connect(f, edge.to_node_index, edge.to_node_input_index,
+                                     ("node", frm, k))
+            src, dst = self.outs[frm][k], self.ins[to][slot]
             if dst.flags & TensorFlags.OWNED_BY_DML:
                 raise ValidationError(f, f"nodes[{to}] input {slot} uses "
                                       "DML_TENSOR_FLAG_OWNED_BY_DML: it must be connected to a "
@@ -216,41 +284,43 @@ class GraphDesc:
                                       f"identical: nodes[{frm}] output {k} has "
                                       f"{src.total_tensor_size_in_bytes}, nodes[{to}] input "
                                       f"{slot} {dst.total_tensor_size_in_bytes}")
-            consumers[frm][k].append((to, slot, e))
+            self.consumers[frm][k].append((to, slot, e))
+
+    def output_edges(self, edges, n_out: int) -> list:
+        """Node outputs to graph outputs, each graph output exactly once; returns
+        ``[graph output] -> (node, output)``."""
         output_source: list = [None] * n_out
-        for e, edge in enumerate(self.output_edges):
+        for e, edge in enumerate(edges):
             f = f"GraphDesc.output_edges[{e}]"
             if not isinstance(edge, OutputGraphEdgeDesc):
                 raise ValidationError(f, f"must be an OutputGraphEdgeDesc, got {type(edge).__name__}")
-            frm, k = from_output(f, edge.from_node_index, edge.from_node_output_index)
+            frm, k = self._from_output(f, edge.from_node_index, edge.from_node_output_index)
             g = _uint(edge.graph_output_index, f + ".graph_output_index", n_out, "OutputCount")
             if output_source[g] is not None:
                 raise ValidationError(f, f"graph output {g} is already connected: each graph "
                                       "output is connected exactly once")
             output_source[g] = (frm, k)
-            graph_outputs[frm][k].append(g)
+            self.graph_outputs[frm][k].append(g)
         for g, s in enumerate(output_source):
             if s is None:
                 raise ValidationError("GraphDesc.output_edges", f"graph output {g} is not "
                                       "connected: each graph output is connected exactly once")
-        for i in range(n):
-            for slot, t in enumerate(ins[i]):
-                if t is not None and sources[i][slot] is None:
+        return output_source
+
+    def all_connected(self) -> None:
+        """Every input with a tensor descriptor has its edge; every output is read."""
+        for i, d in enumerate(self.descs):
+            for slot, t in enumerate(self.ins[i]):
+                if t is not None and self.sources[i][slot] is None:
                     raise ValidationError(f"GraphDesc.nodes[{i}]", f"input {slot} "
-                                          f"({descs[i].OPERATOR_TYPE}) is not connected: every "
+                                          f"({d.OPERATOR_TYPE}) is not connected: every "
                                           "input with a tensor descriptor needs one edge")
-        for i in range(n):
-            for k in range(len(outs[i])):
-                if not consumers[i][k] and not graph_outputs[i][k]:
+        for i, d in enumerate(self.descs):
+            for k in range(len(self.outs[i])):
+                if not self.consumers[i][k] and not self.graph_outputs[i][k]:
                     raise ValidationError(f"GraphDesc.nodes[{i}]", f"output {k} "
-                                          f"({descs[i].OPERATOR_TYPE}) is not connected to a "
+                                          f"({d.OPERATOR_TYPE}) is not connected to a "
                                           "graph output nor to another node")
-        order = _topological_order(n, self.intermediate_edges)
-        return GraphTopology(
-            sources=sources,
-            consumers=[[[(t, s) for t, s, _ in c] for c in node] for node in consumers],
-            graph_outputs=graph_outputs, output_source=output_source, order=order,
-            owned_inputs={g for g, (owned, _) in input_flags.items() if owned})
 
 
 def _topological_order(n: int, edges) -> list[int]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,14 +33,24 @@ def padding_value_bits(value, data_type: DataType, exact: bool, field: str, fail
     is truncated toward zero as the page says (10.6 -> 10), then saturated to the type's
     range (NaN -> 0); float types round to nearest, a value beyond their range becoming
     +-inf as IEEE conversion does (numpy.pad's and torch's choice).  ``exact=True`` (PADDING1's typed
-    DML_SCALAR_UNION): the value must be representable in the type.
+    DML_SCALAR_UNION): the value must be representable in the type (NaN and infinities
+    are not, in an integer type; a finite value beyond a float type's range is not).
     """
     value = as_real(value, field, fail)       # a real number; None, strings, bools refused
     dt = data_type.numpy
     if data_type.is_float:
+        try:
+            f = float(value)
+        except OverflowError:                     # an int beyond float64, and every float
+            f = math.inf if value > 0 else -math.inf
         with np.errstate(over="ignore"):          # beyond the type's range: +-inf
-            bits = np.array([value], dtype=dt)
+            bits = np.array([f], dtype=dt)
+        if exact and math.isinf(bits[0]) and not (isinstance(value, float)
+                                                   and math.isinf(value)):
+            fail(field, f"{value!r} does not fit {data_type.name} (it would be infinite)")
     elif exact:
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(field, f"{value!r} is not an integer of type {data_type.name}")
         ivalue = int(value)
         if ivalue != value:
             fail(field, f"{value!r} is not an integer of type {data_type.name}")
@@ -48,7 +59,10 @@ def padding_value_bits(value, data_type: DataType, exact: bool, field: str, fail
             fail(field, f"{value!r} does not fit {data_type.name} ({info.min}..{info.max})")
         bits = np.array([ivalue], dtype=dt)
     else:
-        f = float(value)
+        try:
+            f = float(value)
+        except OverflowError:                     # an int beyond float64: saturated below
+            f = math.inf if value > 0 else -math.inf
         info = np.iinfo(dt)
         ivalue = 0 if f != f else int(max(min(np.trunc(f), info.max), info.min))
         bits = np.array([ivalue], dtype=dt)

@@ -9,12 +9,15 @@ there were no file and writes a fresh one with :func:`write_bytes` / :func:`writ
 a temporary file in the same folder, renamed over the old one (``os.replace``), so a
 reader in another process sees the old file or the new one, never half of one.  When
 several processes write the same file at once the last rename wins; each one is whole.
+A process killed between the two leaves its temporary file; the next write of that file
+removes such leftovers once they are :data:`STALE_TMP_S` old.
 
 ``VKML_CACHE_DIR`` chooses the folder (``off``: no disk cache); else the user's cache
 folder.  Failing to write (a read-only home) is never an error.
 """
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -22,6 +25,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +33,10 @@ from typing import Callable
 #: replaced: the pipeline cache of a long-lived folder cannot grow without bound, and
 #: a stray huge file is never read into memory.
 MAX_BYTES = 64 << 20
+#: A temporary file (``.<name>.*.tmp``) older than this was left by a writer that died
+#: before its rename (a live one renames within seconds of creating it): the next write
+#: of that file removes it.
+STALE_TMP_S = 600.0
 
 
 def cache_dir() -> Path | None:
@@ -85,6 +93,7 @@ def write_bytes(path: Path, data: bytes, limit: int = MAX_BYTES) -> bool:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+        _remove_stale_temps(path)
         return True
     except OSError:
         if tmp is not None:
@@ -93,6 +102,19 @@ def write_bytes(path: Path, data: bytes, limit: int = MAX_BYTES) -> bool:
             except OSError:
                 pass
         return False
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove the temporary files of ``path`` older than :data:`STALE_TMP_S`: a writer
+    killed between writing and renaming leaves one, and nothing else ever would."""
+    now = time.time()
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        try:
+            st = tmp.lstat()
+            if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_TMP_S:
+                tmp.unlink()
+        except OSError:
+            pass                    # another writer removed it first, or no permission
 
 
 def _no_constants(name: str):
@@ -127,15 +149,6 @@ def write_json(path: Path, version: int, data: dict) -> bool:
     except (TypeError, ValueError):
         return False
     return write_bytes(path, text.encode())
-
-
-def update_json(path: Path, version: int, check: Callable[[dict], bool],
-                change: Callable[[dict], None]) -> bool:
-    """Read ``path`` (an invalid file counts as ``{}``), let ``change`` modify the dict,
-    write it back atomically."""
-    data = read_json(path, version, check) or {}
-    change(data)
-    return write_json(path, version, data)
 
 
 def is_int(value) -> bool:

@@ -594,7 +594,10 @@ class HostImports(_Releasing):
         first-touch page faults, which the kernel writing fresh pages pays (lavapipe:
         ~0.06 ms per MiB; a 64 MiB padding, bench/RESULTS.md "Kernel design").  The idle
         buffers (and their imports) are kept up to ``idle_budget`` bytes, oldest given
-        back first.  Hand it out with :meth:`array`, or back with :meth:`give_back`."""
+        back first.  Hand it out with :meth:`array`, or back with :meth:`give_back`.
+        ``None`` (counted in ``refused``) where the device cannot import it: larger than
+        any memory type's :attr:`max_span` (checked before the host pages are
+        allocated), or refused by :meth:`allocate_at`."""
         size = ceil_div(max(nbytes, 4), self.alignment) * self.alignment
         with self.lock:
             self._drain()
@@ -606,6 +609,10 @@ class HostImports(_Releasing):
                 self.reused += 1
                 return found
         span = ceil_div(size, self.page) * self.page
+        if span > max(self.max_span, default=0):
+            # no memory type could import it: refuse before allocating the host pages
+            self._refuse()
+            return None
         raw = np.empty(span + self.page, np.uint8)
         raw = raw[-raw.ctypes.data % self.page:][:span]
         alloc = self.allocate_at(raw.ctypes.data, span)
