@@ -45,6 +45,10 @@ def valid_descs() -> dict:
         dml.UnfoldOperatorDesc: dml.UnfoldOperatorDesc(x, T(1, 4, 9), (2, 2)),
         dml.LpPoolingOperatorDesc: dml.LpPoolingOperatorDesc(x, T(1, 1, 3, 3), None, (2, 2)),
         dml.LpPooling1OperatorDesc: dml.LpPooling1OperatorDesc(x, T(1, 1, 3, 3), None, (2, 2)),
+        dml.BatchNormalizationOperatorDesc: dml.BatchNormalizationOperatorDesc(
+            x, T(1, 1, 1, 1), T(1, 1, 1, 1), T(1, 1, 1, 1), T(1, 1, 1, 1), x),
+        dml.ActivationSoftmaxOperatorDesc: dml.ActivationSoftmaxOperatorDesc(T(2, 8), T(2, 8)),
+        dml.ActivationSoftmax1OperatorDesc: dml.ActivationSoftmax1OperatorDesc(x, x, (3,)),
     }
     for cls in dml.ACTIVATIONS.values():
         out[cls] = cls(x, x)

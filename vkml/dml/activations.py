@@ -30,16 +30,14 @@ beta=1; Clip min=-FLT_MAX, max=+FLT_MAX (the type's lowest and highest values).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, make_dataclass
 
 import numpy as np
 
 from ..errors import ArgumentTypeError
-from .operator import FeatureLevel, OperatorDesc, as_real
+from .operator import FLT_MAX, FeatureLevel, OperatorDesc, check_float
 from .tensor_desc import fail_with
 
-FLT_MAX = float(np.finfo(np.float32).max)
 
 
 @dataclass(frozen=True)
@@ -181,9 +179,9 @@ class ActivationDesc(OperatorDesc):
                     fail_with(name, "must be a ScaleBias (DML_SCALE_BIAS) or None, got "
                               f"{type(value).__name__}", fail, ArgumentTypeError)
                 for sub in ("scale", "bias"):
-                    _check_float(fail, f"scale_bias.{sub}", getattr(value, sub), False)
+                    check_float(fail, f"scale_bias.{sub}", getattr(value, sub), False)
                 continue
-            _check_float(fail, name, value, name in ("min", "max"))
+            check_float(fail, name, value, name in ("min", "max"))
         if self.SPEC.name == "softplus" and self.steepness == 0:
             fail("steepness", "must not be 0 (the formula divides by Steepness)")
         if self.SPEC.name == "celu" and self.alpha == 0:
@@ -197,20 +195,6 @@ class ActivationDesc(OperatorDesc):
             values = [float(sb.scale), float(sb.bias)] + values
         values += [0.0] * (4 - len(values))
         return np.array(values, dtype=np.float32)
-
-
-def _check_float(fail, name, value, allow_inf: bool) -> None:
-    """A FLOAT parameter: a real number (:func:`~vkml.dml.operator.as_real`: strings,
-    None and bools raise ArgumentTypeError), finite unless ``allow_inf``, never NaN, and
-    within float32's range: a larger finite value would reach the kernel as infinity."""
-    v = as_real(value, name, fail)
-    if isinstance(v, int) and abs(v) > FLT_MAX:       # float() of a huge int overflows
-        fail(name, f"{v} is beyond the range of a FLOAT (float32)")
-    v = float(v)
-    if math.isnan(v) or (math.isinf(v) and not allow_inf):
-        fail(name, f"must be a finite FLOAT, got {v}")
-    if math.isfinite(v) and abs(v) > FLT_MAX:
-        fail(name, f"{v!r} is beyond the range of a FLOAT (float32)")
 
 
 def _make_class(spec: ActivationSpec) -> type:

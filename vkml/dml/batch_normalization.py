@@ -8,7 +8,7 @@ import numpy as np
 from ..errors import ValidationError
 from .activations import ActivationDesc, activation
 from .data_type import FLOAT_TYPES
-from .operator import FeatureLevel, OperatorDesc, as_real, check_no_overlap
+from .operator import FeatureLevel, OperatorDesc, check_float, check_no_overlap
 from .tensor_desc import TensorDesc
 
 __all__ = ["BatchNormalizationOperatorDesc"]
@@ -98,9 +98,7 @@ class BatchNormalizationOperatorDesc(OperatorDesc):
         check_no_overlap(self, "output_tensor", self.output_tensor)
         if not isinstance(self.spatial, (bool, int, np.bool_)) or self.spatial not in (0, 1):
             self.fail("spatial", f"must be a BOOL (True or False), got {self.spatial!r}")
-        eps = float(as_real(self.epsilon, "epsilon", self.fail))
-        if eps != eps or eps in (float("inf"), float("-inf")):
-            self.fail("epsilon", f"must be a finite FLOAT, got {eps}")
+        check_float(self.fail, "epsilon", self.epsilon)
         self._validate_activation()
 
     def _validate_activation(self) -> None:

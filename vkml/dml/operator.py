@@ -8,6 +8,7 @@ of the operator's page and raises :class:`~vkml.ValidationError` naming the fiel
 from __future__ import annotations
 
 import enum
+import math
 import numbers
 import operator
 from dataclasses import fields
@@ -90,6 +91,26 @@ def as_real(value, field: str, fail=None):
     if isinstance(value, numbers.Integral):
         return operator.index(value)
     return float(value)
+
+
+#: The largest finite FLOAT (float32).
+FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def check_float(fail, name: str, value, allow_inf: bool = False) -> float:
+    """A FLOAT field (every descriptor's float parameters): a real number (:func:`as_real`:
+    strings, None and bools raise ArgumentTypeError), finite unless ``allow_inf``, never
+    NaN, and within float32's range (a larger finite value would reach the kernel as
+    infinity).  Returns it as a Python float."""
+    v = as_real(value, name, fail)
+    if isinstance(v, int) and abs(v) > FLT_MAX:       # float() of a huge int overflows
+        fail(name, f"{v} is beyond the range of a FLOAT (float32)")
+    v = float(v)
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        fail(name, f"must be a finite FLOAT, got {v}")
+    if math.isfinite(v) and abs(v) > FLT_MAX:
+        fail(name, f"{v!r} is beyond the range of a FLOAT (float32)")
+    return v
 
 
 class OperatorDesc:
