@@ -35,6 +35,10 @@ layout(std140, set = 0, binding = 2) uniform Params {
     ivec4 start;                  // StartPadding (after safe_geometry)
     uvec4 in_packed[2];           // the input's packed strides (the indices' numbering)
     uvec4 idx_stride[2];          // OutputIndicesTensor's strides
+    uvec4 win;                    // WindowSize, Strides, Dilations (1 beyond the
+    uvec4 stride;                 // spatial dimensions): parameters, not constants, so
+    uvec4 dil;                    // that one pipeline serves every window (unrolled
+                                  // windows took lavapipe 1-2 s to compile, each)
     float divisor;                // INCLUDE_PADDING: the window's element count
     uint pad0, pad1, pad2;
 };
@@ -44,15 +48,6 @@ layout(std430, set = 0, binding = 3) buffer Idx { uint yi[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 4 or 5: N, C, 2 or 3 spatial
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
-layout(constant_id = 3) const uint W0 = 1u;      // window sizes, strides and dilations:
-layout(constant_id = 4) const uint W1 = 1u;      // 1 beyond the spatial dimensions
-layout(constant_id = 5) const uint W2 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 11) const uint S2 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;
-layout(constant_id = 16) const uint L1 = 1u;
-layout(constant_id = 17) const uint L2 = 1u;
 layout(constant_id = 24) const int MODE = 0;              // 0 max, 1 average
 layout(constant_id = 25) const bool INCLUDE_PADDING = false;
 layout(constant_id = 26) const int INDICES = 0;           // 0 none, 1 UINT32, 2 UINT64
@@ -103,23 +98,23 @@ void main() {
     }
     uint base = coord[0] * in_stride[0].x + coord[1] * in_stride[0].y - in_base;
     uint lbase = coord[0] * in_packed[0].x + coord[1] * in_packed[0].y;
-    int p0 = int(coord[2] * S0) - start.x;
-    int p1 = int(coord[3] * S1) - start.y;
-    int p2 = D == 3 ? int(coord[4] * S2) - start.z : 0;
+    int p0 = int(coord[2] * stride.x) - start.x;
+    int p1 = int(coord[3] * stride.y) - start.y;
+    int p2 = D == 3 ? int(coord[4] * stride.z) - start.z : 0;
 
     VAL best = ELOWEST;
     bool found = false;
     uint best_idx = 0u;
     float sum = 0.0;
     uint count = 0u;
-    for (uint a = 0u; a < W0; a++) {
-        int i0 = p0 + int(a * L0);
+    for (uint a = 0u; a < win.x; a++) {
+        int i0 = p0 + int(a * dil.x);
         bool ok0 = live && uint(i0) < in_size.x;
-        for (uint b = 0u; b < W1; b++) {
-            int i1 = p1 + int(b * L1);
+        for (uint b = 0u; b < win.y; b++) {
+            int i1 = p1 + int(b * dil.y);
             bool ok1 = ok0 && uint(i1) < in_size.y;
-            for (uint c = 0u; c < W2; c++) {
-                int i2 = p2 + int(c * L2);
+            for (uint c = 0u; c < win.z; c++) {
+                int i2 = p2 + int(c * dil.z);
                 bool ok = ok1 && (D < 3 || uint(i2) < in_size.z);
                 uint off = base + uint(i0) * AT(in_stride, 2) + uint(i1) * AT(in_stride, 3);
                 if (D == 3) off += uint(i2) * AT(in_stride, 4);

@@ -4,8 +4,9 @@
 Kernel: ``glsl/pooling.comp``, one invocation per output element over its (dilated)
 window, one variant per element type (glsl/include/vkml_elem.glsl: floats in float32,
 integers through 32-bit words, so every type runs on every device), the mode, padding rule
-and indices specialization constants, the window geometry too (the loops unroll).  The
-grid and windows past ``maxStorageBufferRange`` come from :class:`.grid.BoxKernel`.
+and indices specialization constants, the window geometry parameters (one pipeline per
+type, rank and mode: windows as constants unrolled and took lavapipe 1-2 s each to
+compile).  The grid and windows past ``maxStorageBufferRange`` come from :class:`.grid.BoxKernel`.
 A window covering the whole unpadded input (global pooling) without indices runs as
 the reduction (:class:`.reduce.CompiledReduce`, AVERAGE or MAX over the spatial axes).
 """
@@ -26,7 +27,7 @@ from ..errors import UnsupportedError, ValidationError
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
-from .fold import geometry_names, safe_geometry, spec_geometry
+from .fold import safe_geometry
 from .functional import as_array, pick_device, run
 from .grid import BOX_CONSTANTS, BoxKernel
 from ..intmath import ceil_div
@@ -34,14 +35,17 @@ from .reduce import CompiledReduce, element_variant, words8
 
 __all__ = ["max_pooling", "average_pooling"]
 
-#: Spatial dimensions glsl/pooling.comp declares window constants for.
-KERNEL_SPATIAL = 3
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     ["pooling_" + s for s in ("f32", "f16", "f16_packed", "i8", "u8", "i16", "u16", "i32",
                               "u32", "i64", "u64")],
-    BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES") + geometry_names(KERNEL_SPATIAL))
+    BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
 _MAX = (MaxPoolingOperatorDesc, MaxPooling1OperatorDesc, MaxPooling2OperatorDesc)
+
+
+def four(values, fill: int = 1) -> list[int]:
+    """Per spatial dimension values as a ``uvec4`` (``fill`` beyond them)."""
+    return (list(values) + [fill] * 4)[:4]
 
 
 def packed_strides(sizes) -> list[int]:
@@ -98,10 +102,12 @@ class CompiledPooling(BoxKernel):
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         self.params = self.upload(self._params(idx))
+        # what binding 3 holds without indices: a buffer of its own (the kernel declares
+        # it writable; bound beside the parameters it would be a read-write hazard)
+        self.no_indices = self.scratch(16) if idx is None else None
         self.consts = {"RANK": self.rank, "MODE": self.mode,
                        "INCLUDE_PADDING": int(bool(getattr(d, "include_padding", False))),
-                       "INDICES": 0 if idx is None else idx.data_type.size // 4,
-                       **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+                       "INDICES": 0 if idx is None else idx.data_type.size // 4}
 
     def _is_global(self) -> bool:
         """The window covers the whole unpadded input (one output per plane)."""
@@ -117,10 +123,10 @@ class CompiledPooling(BoxKernel):
         return np.frombuffer(pack(
             self.kernel, "Params", out_stride=words8(self.box_out_strides),
             in_stride=words8(self.in_strides),
-            in_size=(list(self.in_sizes[2:]) + [0] * 4)[:4],
-            start=(list(self.start[:n]) + [0] * 4)[:4],
+            in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
             in_packed=words8(packed_strides(self.in_sizes)),
             idx_stride=words8(idx.element_strides if idx is not None else ()),
+            win=four(self.win), stride=four(self.strides), dil=four(self.dil),
             divisor=divisor, pad0=0, pad1=0, pad2=0), np.uint8)
 
     def in_span(self, origin, extent):
@@ -143,9 +149,8 @@ class CompiledPooling(BoxKernel):
             self.inner.encode(seq, inputs, outputs)
             return
         x, y = inputs[0].allocation, outputs[0].allocation
-        # the indices tensor, or any buffer where there is none (the kernel never writes it)
         has_idx = len(outputs) > 1 and outputs[1] is not None
-        idx = Bind(outputs[1].allocation, access="w") if has_idx else Bind(self.params)
+        idx = Bind(outputs[1].allocation if has_idx else self.no_indices, access="w")
 
         def pipeline_for(lx, ly, xdims, v, vec_store):
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
