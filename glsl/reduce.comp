@@ -63,6 +63,7 @@ layout(push_constant) uniform Push {
 const int ARGMAX = 0, ARGMIN = 1, AVERAGE = 2, L1 = 3, L2 = 4, LOG_SUM = 5,
           LOG_SUM_EXP = 6, MAX = 7, MIN = 8, MULTIPLY = 9, SUM = 10, SUM_SQUARE = 11;
 const uint BLOCK = 256u;
+const uint UNROLL = 4u;
 const int LAST = RANK - 1;
 
 // One reduction's state: a (the sum, product, extreme, or LOG_SUM_EXP's maximum),
@@ -134,18 +135,30 @@ VAL element(uint base) {
     return ELOAD(x, off);
 }
 
-// Elements k0, k0 + step, ... below `count` (rc at k0), in blocks of BLOCK.
+// Elements k0, k0 + step, ... below `count` (rc at k0), UNROLL an iteration, folded into
+// partial states of BLOCK elements.  One loop of at most count / (UNROLL * step)
+// iterations: lavapipe ends a loop after 65535 iterations in all (an inner loop's count
+// is not reset when it is entered again), so the host keeps count below UNROLL * 65535
+// steps (LANE_MAX / GROUP_MAX in vkml/ops/reduce.py).
 State walk(uint base, uint k0, uint step, uint digits[8]) {
     State total = initial();
-    for (uint k = k0; k < count; ) {
-        State part = initial();
-        for (uint j = 0u; j < BLOCK && k < count; j++, k += step) {
-            part = take(part, element(base), k);
+    State part = initial();
+    uint j = 0u;
+    for (uint k = k0; k < count; k += UNROLL * step) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint kk = k + u * step;
+            VAL v = element(base);     // rc stays within rsize (a carry out is dropped)
+            if (kk < count) part = take(part, v, kk);
             advance(digits);
         }
-        total = merge(total, part);
+        j += UNROLL;
+        if (j >= BLOCK) {
+            total = merge(total, part);
+            part = initial();
+            j = 0u;
+        }
     }
-    return total;
+    return merge(total, part);
 }
 
 void store(uint o, State t) {

@@ -40,6 +40,9 @@ VARIANTS = dict.fromkeys(
     ["pooling_" + s for s in ("f32", "f16", "f16_packed", "i8", "u8", "i16", "u16", "i32",
                               "u32", "i64", "u64")],
     BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
+#: Window positions (after those only in padding are dropped) one output visits: lavapipe
+#: ends a loop after 65535 iterations in all, and the innermost window loop runs them all.
+MAX_WINDOW = 65535
 _MAX = (MaxPoolingOperatorDesc, MaxPooling1OperatorDesc, MaxPooling2OperatorDesc)
 
 
@@ -93,6 +96,10 @@ class CompiledPooling(BoxKernel):
         self.win, self.strides, self.dil, self.start = safe_geometry(
             d, src.sizes[2:], dst.sizes[2:], d.window_size, d.strides, d.dilation_values,
             d.start_padding, shrink_window=True)
+        if math.prod(self.win) > MAX_WINDOW:
+            raise UnsupportedError("pooling", f"windows of {math.prod(self.win)} positions "
+                                   f"that reach the input: at most {MAX_WINDOW} (the window "
+                                   "loop stays within lavapipe's 65535 iterations)")
         if idx is not None and math.prod(src.sizes) >= 1 << 32:
             raise UnsupportedError("indices", "vkml numbers the input's elements in 32 bits")
         if idx is not None and idx.total_tensor_size_in_bytes > self.ctx.limits[

@@ -9,7 +9,8 @@ neighbouring ones address as one.  Two paths, chosen by the tuner (:data:`REDUCE
 output element, its lanes' states combined in a shared-memory tree; whole tensors within
 ``maxStorageBufferRange`` only).  ``VKML_TUNE=off`` ("auto"): "group" where the elements
 reduced per output are at least :data:`GROUP_MIN` and at least the output count (a long
-reduction into few outputs leaves most lanes idle in "lane"), else "lane".
+reduction into few outputs leaves most lanes idle in "lane"), or more than "lane" takes
+(:data:`LANE_MAX`), else "lane".
 """
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ VARIANTS = dict.fromkeys(
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
-#: Merged reduced axes the kernel walks (glsl/reduce.comp's uvec4[2] arrays).
-MAX_RDIMS = 8
+#: Elements one output may reduce on each path: a lane walks them 4 an iteration (lane:
+#: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
+LANE_MAX = 1 << 17
+GROUP_MAX = 1 << 26
 
 
 def element_variant(family: str, t: DataType, features: dict) -> str:
@@ -108,16 +111,21 @@ class CompiledReduce(BoxKernel):
         self.in_esize, self.out_esize = src.data_type.size, dst.data_type.size
         self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
         self.out_bytes = dst.total_tensor_size_in_bytes
-        self.rank = dst.dimension_count
-        self.box, self.box_out_strides = list(dst.sizes), list(dst.element_strides)
+        # the box has 8 dimensions whatever the rank (leading ones of size 1): one pipeline
+        # serves every rank (lavapipe compiles one in ~0.1-0.6 s)
+        lead = [0] * (8 - dst.dimension_count)
+        self.rank = 8
+        self.box = [1] * len(lead) + list(dst.sizes)
+        self.box_out_strides = lead + list(dst.element_strides)
         axes = set(as_ints(d.axes, "axes"))
         strides = src.element_strides
-        self.in_strides = [0 if i in axes else s for i, s in enumerate(strides)]
+        self.in_strides = lead + [0 if i in axes else s for i, s in enumerate(strides)]
         self.rsize, self.rstride = merged_axes(src.sizes, strides, axes)
         self.count = math.prod(self.rsize)
-        if self.count >= 1 << 32 or len(self.rsize) > MAX_RDIMS:
-            raise UnsupportedError("reduce", f"{self.count} elements reduced per output: "
-                                   "vkml numbers them in 32 bits")
+        if self.count > GROUP_MAX:
+            raise UnsupportedError("reduce", f"{self.count} elements reduced per output: at "
+                                   f"most {GROUP_MAX} (a lane's loop stays within 65535 "
+                                   "iterations, lavapipe's limit)")
         self.outputs_n = math.prod(dst.sizes)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
@@ -126,7 +134,7 @@ class CompiledReduce(BoxKernel):
         step = digits(self.group_local, self.rsize)
         self.params = self.upload(np.frombuffer(pack(
             self.kernel, "Params", out_stride=words8(self.box_out_strides),
-            in_stride=words8(self.in_strides), out_size=words8(dst.sizes),
+            in_stride=words8(self.in_strides), out_size=words8(self.box),
             rsize=words8(self.rsize), rstride=words8(self.rstride), rstep=words8(step),
             count=self.count, pad0=0, pad1=0, pad2=0), np.uint8))
         index = {DataType.INT32: 1, DataType.UINT32: 1, DataType.INT64: 2, DataType.UINT64: 2}
@@ -134,11 +142,16 @@ class CompiledReduce(BoxKernel):
                        "OUT_INDEX": index[dst.data_type] if self.fn in ARG_FUNCTIONS else 0}
 
     def _choose_path(self) -> str:
-        ok = {"lane": True, "group": self.windows is None}
+        ok = {"lane": self.count <= LANE_MAX, "group": self.windows is None}
+        if not (ok["lane"] or ok["group"]):
+            raise UnsupportedError("maxStorageBufferRange", f"{self.count} elements reduced "
+                                   f"per output need the group path (over {LANE_MAX}), which "
+                                   "binds the whole tensors, and they exceed the range")
         if self.force_path not in (None, "auto"):
-            return self.force_path if ok.get(self.force_path) else "lane"
-        rule = ("group" if ok["group"] and self.count >= GROUP_MIN
-                and self.count >= self.outputs_n else "lane")
+            return self.force_path if ok.get(self.force_path) else (
+                "lane" if ok["lane"] else "group")
+        rule = ("group" if ok["group"] and (not ok["lane"] or (
+            self.count >= GROUP_MIN and self.count >= self.outputs_n)) else "lane")
         if self.force_path is None and self.desc.input_tensor.data_type == DataType.FLOAT32:
             return self.tuned_read(REDUCE_PATH, reduce_shape(self.desc), ok) or rule
         return rule
