@@ -24,7 +24,11 @@ import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
-from fuzzing import canaries_intact, execute_with_canaries, lay_out, padded_output
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
+                     fuzz_settings, lay_out, padded_output, window_geometry)
 from helpers import random_bits
 from references import window_counts, window_taps
 
@@ -543,3 +547,81 @@ def test_feature_levels():
     assert _desc(dml.MaxPoolingOperatorDesc, **i32).feature_level() == FL.FL_5_0
     assert _desc(dml.MaxPooling2OperatorDesc, indices=dml.TensorDesc(
         "uint64", (1, 2, 4, 4))).feature_level() == FL.FL_5_0
+
+
+# -- fuzzing ------------------------------------------------------------------------------
+@st.composite
+def pooling_cases(draw):
+    g = window_geometry(draw, draw(st.integers(2, 3)))
+    spatial = g.pop("spatial")
+    return dict(shape=[draw(st.integers(1, 2)), draw(st.integers(1, 3))] + spatial, **g,
+                kind=draw(st.sampled_from(["max", "max_idx", "avg", "avg_inc"])),
+                dtype=draw(st.sampled_from(["float32", "float16", "int8", "uint16",
+                                            "int32", "int64"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["out", "stride0", "f64",
+                                                              "rank3", "idx"])),
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_pooling(device, speed):
+    """Fuzzed max/average pooling descriptors (fuzzing.py): valid ones against the
+    reference with canaries after every buffer and in the output's gaps, invalid ones
+    (one broken rule at a time) refused naming the field."""
+    @fuzz_settings(speed)
+    @given(pooling_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        m, kind, dtype = case["mutation"], case["kind"], case["dtype"]
+        if kind.startswith("avg") and dtype not in ("float32", "float16"):
+            dtype = "float32"
+        shape, strides = list(case["shape"]), list(case["strides"])
+        geo = (case["window"], strides, case["dilations"], case["start"], case["end"])
+        out = shape[:2] + window_counts(shape[2:], *geo[:1], strides, *geo[2:])
+        want = {"out": ["output_tensor.sizes"], "stride0": ["strides"], "f64": ["data_type"],
+                "rank3": ["input_tensor.sizes", "window_size", "output_tensor.sizes"],
+                "idx": ["output_indices_tensor"]}.get(m, [])
+        if m == "out":
+            out[-1] += 1
+        if m == "stride0":
+            strides[0] = 0
+        if m == "rank3":
+            shape, out = shape[:3], out[:3]
+        if m == "idx" and kind != "max_idx":
+            want = []
+        x = random_input(rng, shape, dtype)
+        flat, in_strides, x = lay_out(rng, x, case["layout"])
+        out_strides, read = padded_output(rng, out, dtype,
+                                          case["out_padded"] and kind != "max_idx")
+        t = "float64" if m == "f64" else dtype
+        idx = None
+        if kind == "max_idx":
+            idx = dml.TensorDesc("int32" if m == "idx" else "uint32", out)
+
+        def make():
+            src, dst = dml.TensorDesc(t, shape, in_strides), dml.TensorDesc(t, out, out_strides)
+            tail = (strides, case["window"], case["start"], case["end"], case["dilations"])
+            if kind.startswith("max"):
+                return dml.MaxPooling2OperatorDesc(src, dst, idx, *tail)
+            return dml.AveragePooling1OperatorDesc(src, dst, *tail, kind == "avg_inc")
+        desc, compiled = compiled_or_refused(device, make, want)
+        if desc is None:
+            return
+        if idx is not None:            # indices: compared, not canaried
+            y, i = device.empty(out, dtype), device.empty(out, np.uint32)
+            compiled.execute([device.tensor(flat)], [y, i])
+            compiled.release()
+            ref, ref_idx = max_reference(x, *geo)
+            np.testing.assert_array_equal(y.numpy(), ref)
+            np.testing.assert_array_equal(i.numpy(), ref_idx)
+            return
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
+        got, gaps = read(dst)
+        if kind == "max":
+            np.testing.assert_array_equal(got, max_reference(x, *geo)[0])
+        else:
+            assert_mean_close(got, *average_reference(x, *geo, kind == "avg_inc"), dtype)
+        assert gaps, "wrote into the gaps of a non-packed output"
+        assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    check()
