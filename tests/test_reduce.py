@@ -17,7 +17,11 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from fuzzing import canaries_intact, execute_with_canaries, lay_out, padded_output
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
+                     fuzz_examples, fuzz_settings, lay_out, padded_output)
 from helpers import random_bits
 
 FUNCS = ["argmax", "argmin", "average", "l1", "l2", "log_sum", "log_sum_exp", "max", "min",
@@ -424,3 +428,55 @@ def test_feature_levels():
                  output_tensor=dml.TensorDesc("int64", (2, 1, 4))).feature_level() == FL.FL_5_0
     assert _desc(function="argmax", output_tensor=dml.TensorDesc("int64", (2, 1, 4))
                  ).feature_level() == FL.FL_3_0
+
+
+# -- fuzzing ------------------------------------------------------------------------------
+@st.composite
+def reduce_cases(draw):
+    rank = draw(st.integers(1, 8))
+    shape = draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank))
+    axes = draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True))
+    fn = draw(st.sampled_from(FUNCS))
+    types = ["float32", "float16"] + [t for t in INTS if allowed(fn, t)]
+    return dict(shape=shape, axes=axes, fn=fn, dtype=draw(st.sampled_from(types)),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["out", "axis", "dup", "type"])),
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_reduce(device, speed):
+    """Fuzzed reduce descriptors (fuzzing.py): every function, 1-8 dimensions, any axes,
+    layouts and types, one broken rule at a time; canaries after every buffer."""
+    @settings(fuzz_settings(speed), max_examples=max(20, fuzz_examples(speed) // 2))
+    @given(reduce_cases())
+    def one(case):
+        rng = np.random.default_rng(case["seed"])
+        m, fn, dtype = case["mutation"], case["fn"], case["dtype"]
+        shape, axes = case["shape"], list(case["axes"])
+        out = [1 if a in axes else n for a, n in enumerate(shape)]
+        out_type = "uint32" if fn.startswith("arg") else dtype
+        want = {"out": ["output_tensor.sizes"], "axis": ["axes"], "dup": ["axes"],
+                "type": ["data_type"]}.get(m, [])
+        if m == "out":
+            out[-1] += 1
+        if m == "axis":
+            axes[-1] = len(shape)
+        if m == "dup":
+            axes.append(axes[0])
+        if m == "type":
+            out_type = "int8" if fn.startswith("arg") else "float64"
+        x = random_input(rng, tuple(shape), dtype, fn)
+        flat, in_strides, x = lay_out(rng, x, case["layout"])
+        out_strides, read = padded_output(rng, out, out_type, case["out_padded"])
+        desc, compiled = compiled_or_refused(device, lambda: dml.ReduceOperatorDesc(
+            fn, dml.TensorDesc(dtype, shape, in_strides),
+            dml.TensorDesc(out_type, out, out_strides), tuple(axes)), want)
+        if desc is None:
+            return
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
+        got, gaps = read(dst)
+        check(got, x, fn, axes)
+        assert gaps, "wrote into the gaps of a non-packed output"
+        assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    one()
