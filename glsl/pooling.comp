@@ -13,6 +13,7 @@
 //          there are none).
 //
 // vkml:variant pooling_f32 F32=1
+// vkml:variant pooling_f32_texel F32=1 TEXEL=1
 // vkml:variant pooling_f16 F16=1
 // vkml:variant pooling_f16_packed F16_PACKED=1
 // vkml:variant pooling_i8 INT_BITS=8 SIGNED=1
@@ -26,7 +27,15 @@
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_elem.glsl"
 
+#ifdef TEXEL
+// float32 through an R32F uniform texel buffer: lavapipe vectorizes texel reads and
+// runs storage-buffer reads one lane at a time (docs/DEVELOPING.md)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;
+#define XLOAD(i) texelFetch(Xt, int(i)).x
+#else
 layout(std430, set = 0, binding = 0) readonly buffer In { E_T x[]; };
+#define XLOAD(i) ELOAD(x, i)
+#endif
 layout(std430, set = 0, binding = 1) buffer Out { E_T y[]; };
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 out_stride[2];          // per output dimension
@@ -118,7 +127,7 @@ void main() {
                 bool ok = ok1 && (D < 3 || uint(i2) < in_size.z);
                 uint off = base + uint(i0) * AT(in_stride, 2) + uint(i1) * AT(in_stride, 3);
                 if (D == 3) off += uint(i2) * AT(in_stride, 4);
-                VAL v = ELOAD(x, ok ? off : 0u);
+                VAL v = XLOAD(ok ? off : 0u);
                 if (MODE == 0) {
                     bool take = ok && (!found || EGT(v, best));
                     uint li = lbase + uint(i0) * AT(in_packed, 2) + uint(i1) * AT(in_packed, 3);

@@ -15,6 +15,7 @@
 // extreme on a tie and store k (OUT_INDEX 1: 32-bit, 2: 64-bit word pair).
 //
 // vkml:variant reduce_f32 F32=1
+// vkml:variant reduce_f32_texel F32=1 TEXEL=1
 // vkml:variant reduce_f16 F16=1
 // vkml:variant reduce_f16_packed F16_PACKED=1
 // vkml:variant reduce_i8 INT_BITS=8 SIGNED=1
@@ -28,7 +29,15 @@
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_elem.glsl"
 
+#ifdef TEXEL
+// float32 through an R32F uniform texel buffer: lavapipe vectorizes texel reads and
+// runs storage-buffer reads one lane at a time (docs/DEVELOPING.md)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;
+#define XLOAD(i) texelFetch(Xt, int(i)).x
+#else
 layout(std430, set = 0, binding = 0) readonly buffer In { E_T x[]; };
+#define XLOAD(i) ELOAD(x, i)
+#endif
 layout(std430, set = 0, binding = 1) buffer Out { E_T y[]; };
 layout(std430, set = 0, binding = 1) buffer OutWords { uint yw[]; };   // ARGMIN/ARGMAX
 layout(std140, set = 0, binding = 2) uniform Params {
@@ -132,7 +141,7 @@ void advance(uint digits[8]) {
 VAL element(uint base) {
     uint off = base;
     [[unroll]] for (int d = 0; d < RDIMS; d++) off += rc[d] * AT(rstride, d);
-    return ELOAD(x, off);
+    return XLOAD(off);
 }
 
 // Elements k0, k0 + step, ... below `count` (rc at k0), UNROLL an iteration, folded into

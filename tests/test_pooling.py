@@ -625,3 +625,33 @@ def test_fuzz_pooling(device, speed):
         assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
 
     check()
+
+
+@pytest.mark.parametrize("read", ["texel", "ssbo"])
+def test_read_paths(device, read):
+    """float32 through an R32F texel buffer (the rule where the input fits
+    maxTexelBufferElements) and from a storage buffer (forced), max with indices and
+    average."""
+    from vkml.ops.pooling import CompiledPooling
+
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    geo = ((3, 2), (2, 1), (1, 2), (1, 0), (0, 1))
+    out = (2, 3) + tuple(window_counts(x.shape[2:], geo[0], geo[1], geo[2], geo[3], geo[4]))
+    T = dml.TensorDesc
+    for desc in (dml.MaxPooling2OperatorDesc(T("float32", x.shape), T("float32", out),
+                                             T("uint32", out), geo[1], geo[0], geo[3], geo[4],
+                                             geo[2]),
+                 dml.AveragePooling1OperatorDesc(T("float32", x.shape), T("float32", out),
+                                                 geo[1], geo[0], geo[3], geo[4], geo[2], True)):
+        op = CompiledPooling(device, desc, read=None if read == "texel" else read)
+        assert op.read == read
+        outs = [device.empty(o.sizes, o.data_type.numpy) for o in desc.outputs()]
+        op.execute([device.tensor(x)], outs)
+        op.release()
+        if len(outs) == 2:
+            want, want_idx = max_reference(x, *geo)
+            np.testing.assert_array_equal(outs[0].numpy(), want)
+            np.testing.assert_array_equal(outs[1].numpy(), want_idx)
+        else:
+            assert_mean_close(outs[0].numpy(), *average_reference(x, *geo, True), "float32")

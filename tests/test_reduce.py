@@ -483,3 +483,24 @@ def test_fuzz_reduce(device, speed):
         assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
 
     one()
+
+
+@pytest.mark.parametrize("read", ["texel", "ssbo"])
+def test_read_paths(device, read):
+    """float32 through an R32F texel buffer (the rule where the input fits
+    maxTexelBufferElements) and from a storage buffer (forced), on both paths."""
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(32)
+    x = rng.standard_normal((6, 50, 7)).astype(np.float32)
+    for path in ("lane", "group"):
+        for fn in ("sum", "argmax"):
+            ot = "uint32" if fn == "argmax" else "float32"
+            desc = dml.ReduceOperatorDesc(fn, dml.TensorDesc("float32", x.shape),
+                                          dml.TensorDesc(ot, (6, 1, 1)), (1, 2))
+            op = CompiledReduce(device, desc, path=path, read=None if read == "texel" else read)
+            assert op.read == read and op.path == path
+            y = device.empty((6, 1, 1), ot)
+            op.execute([device.tensor(x)], [y])
+            op.release()
+            check(y.numpy(), x, fn, (1, 2))

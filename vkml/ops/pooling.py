@@ -31,14 +31,14 @@ from .fold import safe_geometry
 from .functional import as_array, pick_device, run
 from .grid import BOX_CONSTANTS, BoxKernel
 from ..intmath import ceil_div
-from .reduce import CompiledReduce, element_variant, words8
+from .reduce import CompiledReduce, element_variant, texel_read, words8
 
 __all__ = ["max_pooling", "average_pooling"]
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
-    ["pooling_" + s for s in ("f32", "f16", "f16_packed", "i8", "u8", "i16", "u16", "i32",
-                              "u32", "i64", "u64")],
+    ["pooling_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
+                              "u16", "i32", "u32", "i64", "u64")],
     BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
 #: Window positions (after those only in padding are dropped) one output visits: lavapipe
 #: ends a loop after 65535 iterations in all, and the innermost window loop runs them all.
@@ -67,11 +67,17 @@ class CompiledPooling(BoxKernel):
     #: None: global pooling runs as the reduction; "window": always the window kernel
     #: (tests compare the two).  ``path=`` sets it.
     force_path: str | None = None
+    #: "ssbo" reads the input from a storage buffer even where "texel" (float32 through an
+    #: R32F uniform texel buffer, the rule where the whole tensor fits
+    #: maxTexelBufferElements) is possible.  ``read=`` sets it.
+    force_read: str | None = None
     inner: CompiledReduce | None = None
 
-    def __init__(self, device, desc, path: str | None = None):
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
         if path is not None:
             self.force_path = path
+        if read is not None:
+            self.force_read = read
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -108,6 +114,7 @@ class CompiledPooling(BoxKernel):
                                    "whole and exceeds the device's binding range")
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
+        self.apply_read(texel_read(self, self.force_read))
         self.params = self.upload(self._params(idx))
         # what binding 3 holds without indices: a buffer of its own (the kernel declares
         # it writable; bound beside the parameters it would be a read-write hazard)
@@ -163,7 +170,7 @@ class CompiledPooling(BoxKernel):
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "XDIMS": xdims, **self.consts})
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for,
-                              [Bind(self.params), idx])
+                              [Bind(self.params), idx], self.in_kind, self.in_fmt)
 
     def release(self) -> None:
         if self.inner is not None:

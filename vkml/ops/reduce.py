@@ -38,8 +38,8 @@ _SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
            DataType.UINT32: "u32", DataType.INT64: "i64", DataType.UINT64: "u64"}
 #: Kernel variants this module requests (glsl/reduce.comp) and the constants it sets.
 VARIANTS = dict.fromkeys(
-    ["reduce_" + s for s in ("f32", "f16", "f16_packed", "i8", "u8", "i16", "u16", "i32",
-                             "u32", "i64", "u64")],
+    ["reduce_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
+                             "u16", "i32", "u32", "i64", "u64")],
     BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP"))
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
@@ -75,6 +75,16 @@ def merged_axes(sizes, strides, axes) -> tuple[list[int], list[int]]:
     return (rs or [1]), (rt or [0])
 
 
+def texel_read(op, force: str | None) -> str:
+    """"texel" (float32 read through an R32F uniform texel buffer: lavapipe vectorizes
+    texel reads, a storage-buffer read is one lane at a time) where the whole input is
+    bound (no windows) within maxTexelBufferElements and ``force`` is not "ssbo"; else
+    "ssbo".  Chosen from the limit (SwiftShader's texel buffers hold 65536 elements)."""
+    ok = (op.desc.input_tensor.data_type == DataType.FLOAT32 and op.windows is None
+          and op.in_bytes // 4 <= op.ctx.limits["maxTexelBufferElements"])
+    return "texel" if ok and force != "ssbo" else "ssbo"
+
+
 def words8(values) -> list[int]:
     """Up to 8 values as a flat ``uvec4[2]`` (zeros after them)."""
     return (list(values) + [0] * 8)[:8]
@@ -98,9 +108,14 @@ class CompiledReduce(BoxKernel):
     #: a path the tensors do not allow falls back to "lane".  ``path=`` sets it.
     force_path: str | None = None
 
-    def __init__(self, device, desc, path: str | None = None):
+    #: "ssbo" forces storage-buffer reads where "texel" is possible (:func:`texel_read`).
+    force_read: str | None = None
+
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
         if path is not None:
             self.force_path = path
+        if read is not None:
+            self.force_read = read
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -130,6 +145,7 @@ class CompiledReduce(BoxKernel):
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         self.path = self._choose_path()
+        self.apply_read(texel_read(self, self.force_read))
         self.group_local = 1 << (min(256, self.workgroup_size).bit_length() - 1)
         step = digits(self.group_local, self.rsize)
         self.params = self.upload(np.frombuffer(pack(
@@ -169,14 +185,15 @@ class CompiledReduce(BoxKernel):
         def pipeline_for(lx, ly, xdims, v, vec_store):
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "XDIMS": xdims, "GROUP": 0, **self.consts})
-        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)])
+        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
+                              self.in_kind, self.in_fmt)
 
     def _encode_group(self, seq, x, y) -> None:
         """One workgroup per output element, in dispatches of at most
         maxComputeWorkGroupCount[0] (push ``origin[0].x``: the first one's index)."""
         pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.group_local, "LOCAL_SIZE_Y": 1,
                                            "XDIMS": 1, "GROUP": 1, **self.consts})
-        binds = [Bind(x, 0, self.in_bind, "r"), Bind(y, 0, self.out_bytes, "w"),
+        binds = [Bind(x, 0, self.in_bind, "r", self.in_fmt), Bind(y, 0, self.out_bytes, "w"),
                  Bind(self.params)]
         step = int(self.ctx.limits["maxComputeWorkGroupCount"][0])
         for first in range(0, self.outputs_n, step):
