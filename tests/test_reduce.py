@@ -156,7 +156,7 @@ def test_both_paths(device, path):
 
     rng = np.random.default_rng(5)
     cases = (((3, 700), (1,)), ((700, 3), (0,)), ((2, 5, 3, 40), (1, 3)),
-             ((4, 1, 6), (0, 1, 2)))
+             ((4, 5, 6), (0, 1, 2)))
     funcs = FUNCS if path == "group" else ["argmin", "log_sum_exp", "sum"]
     for i, fn in enumerate(funcs):
         for shape, axes in (cases[i % 4],):
@@ -281,7 +281,7 @@ def test_grids_beyond_max_workgroup_count(device):
 
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (3, 3, 2)}) as dev:
         rng = np.random.default_rng(17)
-        for shape, axes in (((7, 40, 3), (1,)), ((2, 3, 4, 5, 30), (4,))):
+        for shape, axes in (((7, 80, 3), (1,)), ((2, 3, 4, 5, 70), (4,))):
             x = rng.standard_normal(shape).astype(np.float32)
             for path in ("lane", "group"):
                 out = tuple(1 if a in axes else n for a, n in enumerate(shape))
@@ -303,7 +303,7 @@ def test_path_rule_and_tuning_off(device):
     for ex in REDUCE_PATH.examples:
         assert tuning.Tuner(mode="off").choose(device, REDUCE_PATH, ex).name == "auto"
     for shape, axes, want in (((4, 5000), (1,), "group"), ((5000, 4), (1,), "lane"),
-                              ((64, 64), (1,), "lane")):
+                              ((64, 64), (1,), "lane"), ((1, 1 << 18), (1,), "group")):
         desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", shape),
                                       dml.TensorDesc("float32", tuple(
                                           1 if a in axes else n for a, n in enumerate(shape))),

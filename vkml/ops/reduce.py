@@ -44,6 +44,10 @@ VARIANTS = dict.fromkeys(
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
+#: "group" takes outputs of at least this many elements: with fewer most of a workgroup's
+#: lanes idle while its tree still runs, and the tuner would time (and wait for) a path
+#: that cannot win.
+GROUP_FLOOR = 64
 #: Elements one output may reduce on each path: a lane walks them 4 an iteration (lane:
 #: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
 LANE_MAX = 1 << 17
@@ -158,7 +162,8 @@ class CompiledReduce(BoxKernel):
                        "OUT_INDEX": index[dst.data_type] if self.fn in ARG_FUNCTIONS else 0}
 
     def _choose_path(self) -> str:
-        ok = {"lane": self.count <= LANE_MAX, "group": self.windows is None}
+        ok = {"lane": self.count <= LANE_MAX,
+              "group": self.windows is None and self.count >= GROUP_FLOOR}
         if not (ok["lane"] or ok["group"]):
             raise UnsupportedError("maxStorageBufferRange", f"{self.count} elements reduced "
                                    f"per output need the group path (over {LANE_MAX}), which "
