@@ -100,7 +100,8 @@ def random_input(rng, shape, dtype, fn):
     if fn == "log_sum":
         return rng.uniform(0.1, 2.0, shape).astype(dtype)
     if fn == "multiply":
-        return rng.uniform(0.8, 1.25, shape).astype(dtype) * rng.choice([-1, 1], shape).astype(dtype)
+        sign = rng.choice([-1, 1], shape).astype(dtype)
+        return rng.uniform(0.8, 1.25, shape).astype(dtype) * sign
     return (rng.standard_normal(shape) * 3).astype(dtype)
 
 

@@ -77,7 +77,7 @@ class ReduceOperatorDesc(OperatorDesc):
 
     Choices where the page is silent: ``axes`` is not empty and names each axis once.
     ARGMIN/ARGMAX store the position of the extreme among the reduced elements numbered
-    row-major over the reduced axes (the index along the axis for one axis, as ONNX
+    row-major over the reduced axes in increasing axis order (the index along the axis for one axis, as ONNX
     ArgMax); the first (smallest index) wins a tie, as DML_AXIS_DIRECTION_INCREASING
     scans, and NumPy's argmax; a NaN is the extreme of both (the first NaN wins).
     Integer SUM/MULTIPLY/L1/SUM_SQUARE wrap modulo 2^bits.

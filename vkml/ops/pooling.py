@@ -6,7 +6,8 @@ window, one variant per element type (glsl/include/vkml_elem.glsl: floats in flo
 integers through 32-bit words, so every type runs on every device), the mode, padding rule
 and indices specialization constants, the window geometry parameters (one pipeline per
 type, rank and mode: windows as constants unrolled and took lavapipe 1-2 s each to
-compile).  The grid and windows past ``maxStorageBufferRange`` come from :class:`.grid.BoxKernel`.
+compile); float32 is read through an R32F texel buffer where the whole input fits one
+(:func:`.reduce.texel_read`).  The grid and windows past ``maxStorageBufferRange`` come from :class:`.grid.BoxKernel`.
 A window covering the whole unpadded input (global pooling) without indices runs as
 the reduction (:class:`.reduce.CompiledReduce`, AVERAGE or MAX over the spatial axes).
 """

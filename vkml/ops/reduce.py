@@ -2,8 +2,9 @@
 
 Kernel: ``glsl/reduce.comp``, one variant per element type (floats in float32; 8/16/32-bit
 integers in 32-bit words, 64-bit ones as word pairs: no 8/16-bit storage or shaderInt64
-needed), the function a specialization constant.  The reduced axes are merged where
-neighbouring ones address as one.  Two paths, chosen by the tuner (:data:`REDUCE_PATH`):
+needed), the function a specialization constant; float32 is read through an R32F texel
+buffer where the whole input fits one (:func:`texel_read`).  The reduced axes are merged
+where neighbouring ones address as one.  Two paths, chosen by the tuner (:data:`REDUCE_PATH`):
 "lane" (one invocation per output element, over the output box with
 :class:`.grid.BoxKernel`'s windows and split dispatches) and "group" (one workgroup per
 output element, its lanes' states combined in a shared-memory tree; whole tensors within
@@ -24,7 +25,6 @@ from ..dml.operator import as_ints
 from ..dml.reduce import ARG_FUNCTIONS, ReduceFunction, ReduceOperatorDesc, reduce_output_sizes
 from ..dml.tensor_desc import TensorDesc
 from ..errors import UnsupportedError, ValidationError
-from ..intmath import ceil_div
 from ..runtime import Bind
 from ..runtime.blocks import layout, pack
 from .base import implements
@@ -203,8 +203,8 @@ class CompiledReduce(BoxKernel):
         step = int(self.ctx.limits["maxComputeWorkGroupCount"][0])
         for first in range(0, self.outputs_n, step):
             n = min(step, self.outputs_n - first)
-            push = pack(self.kernel, "push", origin=[first, 0, 0, 0], extent=[n, 0, 0, 0], in_base=0, out_base=0,
-                        x_count=n, pad_=0, magic=[0] * 8)
+            push = pack(self.kernel, "push", origin=[first, 0, 0, 0], extent=[n, 0, 0, 0],
+                        in_base=0, out_base=0, x_count=n, pad_=0, magic=[0] * 8)
             seq.dispatch(pipe, binds, (n, 1, 1), push)
 
 
