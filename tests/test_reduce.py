@@ -130,7 +130,7 @@ def test_random_against_numpy(device, budget, fn):
     # every allowed type for a few functions, one integer type for the others (each type
     # is a pipeline of its own, lavapipe compiling one in 0.1-0.6 s)
     ints = [t for t in INTS if allowed(fn, t)]
-    if fn not in ("max", "argmax", "sum"):
+    if fn not in ("max", "argmax", "sum") or budget < 20:
         ints = ints[FUNCS.index(fn) % len(ints):][:1] if ints else []
     types = ["float32", "float16"] + ints
     for case in range(len(types) + min(3, budget // 8)):
@@ -230,11 +230,12 @@ def test_argmax_numbers_the_reduced_axes_row_major(device):
 
 
 @pytest.mark.parametrize("dtype", INTS)
-def test_integer_extremes(device, dtype):
+def test_integer_extremes(device, budget, dtype):
     info = np.iinfo(dtype)
     x = np.array([[info.min, info.max, 0, info.min], [1, 1, info.max, info.max]], dtype)
-    for fn in ("max", "argmin") + (
-            ("sum", "multiply", "l1", "sum_square") if x.itemsize >= 4 else ("min", "argmax")):
+    fns = ("max", "argmin") + (
+        ("sum", "multiply", "l1", "sum_square") if x.itemsize >= 4 else ("min", "argmax"))
+    for fn in fns if budget >= 20 else fns[::3]:      # a slow device: every third
         check(vkml.reduce(x, fn, axes=1, device=device), x, fn, (1,))
 
 
@@ -263,7 +264,7 @@ def test_packed_float16(device):
     with vkml.Device(device.index, disable_features=["storage16"]) as dev:
         rng = np.random.default_rng(12)
         x = rng.standard_normal((3, 7, 9)).astype(np.float16)
-        for fn in ("sum", "max", "argmin", "l2"):
+        for fn in ("sum", "argmin"):
             check(vkml.reduce(x, fn, axes=(0, 2), device=dev), x, fn, (0, 2))
 
 
