@@ -1,0 +1,261 @@
+#version 450
+// DML_REDUCE_OPERATOR_DESC: each output element reduces the input elements that share
+// its kept coordinates, k = 0 .. count-1 numbering them row-major over the reduced axes
+// (the host merges neighbouring reduced axes that address as one: RDIMS of them left).
+// FUNC is DML_REDUCE_FUNCTION's value.  Two ways over an output element:
+//   GROUP false ("lane"): one invocation per output element over a box of the output
+//          (the grid machinery of glsl/fold.comp), walking k in blocks of BLOCK.
+//   GROUP true ("group"): one workgroup per output element; lane l takes k = l, l + L,
+//          ... (L = LOCAL_SIZE_X), then the lanes' states combine in a shared-memory tree.
+// Numerics: float types accumulate in float32; a sum is blocked (partial sums of at most
+// BLOCK terms, then the partials, and in GROUP a pairwise tree of the lanes), not one
+// serial loop; LOG_SUM_EXP keeps a running maximum m and sum(exp(x - m)).  Integer sums
+// and products wrap (two's complement, the same bits signed or unsigned).  MIN, MAX,
+// ARGMIN, ARGMAX propagate the first NaN; ARGMIN/ARGMAX keep the first (smallest k)
+// extreme on a tie and store k (OUT_INDEX 1: 32-bit, 2: 64-bit word pair).
+//
+// vkml:variant reduce_f32 F32=1
+// vkml:variant reduce_f32_texel F32=1 TEXEL=1
+// vkml:variant reduce_f16 F16=1
+// vkml:variant reduce_f16_packed F16_PACKED=1
+// vkml:variant reduce_i8 INT_BITS=8 SIGNED=1
+// vkml:variant reduce_u8 INT_BITS=8
+// vkml:variant reduce_i16 INT_BITS=16 SIGNED=1
+// vkml:variant reduce_u16 INT_BITS=16
+// vkml:variant reduce_i32 INT_BITS=32 SIGNED=1
+// vkml:variant reduce_u32 INT_BITS=32
+// vkml:variant reduce_i64 INT64=1 SIGNED=1
+// vkml:variant reduce_u64 INT64=1
+#extension GL_EXT_control_flow_attributes : enable
+#include "vkml_elem.glsl"
+
+#ifdef TEXEL
+// float32 through an R32F uniform texel buffer: lavapipe vectorizes texel reads and
+// runs storage-buffer reads one lane at a time (docs/DEVELOPING.md)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;
+#define XLOAD(i) texelFetch(Xt, int(i)).x
+#else
+layout(std430, set = 0, binding = 0) readonly buffer In { E_T x[]; };
+#define XLOAD(i) ELOAD(x, i)
+#endif
+layout(std430, set = 0, binding = 1) buffer Out { E_T y[]; };
+layout(std430, set = 0, binding = 1) buffer OutWords { uint yw[]; };   // ARGMIN/ARGMAX
+layout(std140, set = 0, binding = 2) uniform Params {
+    uvec4 out_stride[2];          // per output dimension
+    uvec4 in_stride[2];           // per input dimension (kept axes; reduced ones 0)
+    uvec4 out_size[2];            // GROUP: output sizes (reduced axes 1)
+    uvec4 rsize[2];               // the merged reduced axes' sizes, innermost last
+    uvec4 rstride[2];             // and input strides
+    uvec4 rstep[2];               // GROUP: L as digits of the mixed radix rsize
+    uint count;                   // elements reduced per output
+    uint pad0, pad1, pad2;
+};
+
+layout(local_size_x_id = 0, local_size_y_id = 23) in;
+layout(constant_id = 1) const int RANK = 4;
+layout(constant_id = 2) const int XDIMS = 1;
+layout(constant_id = 24) const int FUNC = 10;
+layout(constant_id = 25) const int RDIMS = 1;
+layout(constant_id = 26) const int OUT_INDEX = 0;
+layout(constant_id = 27) const bool GROUP = false;
+
+layout(push_constant) uniform Push {
+    uvec4 origin[2];              // GROUP: origin[0].x is the first output element
+    uvec4 extent[2];
+    uint in_base, out_base;
+    uint x_count;
+    uint pad_;
+    uvec4 magic[2];
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+const int ARGMAX = 0, ARGMIN = 1, AVERAGE = 2, L1 = 3, L2 = 4, LOG_SUM = 5,
+          LOG_SUM_EXP = 6, MAX = 7, MIN = 8, MULTIPLY = 9, SUM = 10, SUM_SQUARE = 11;
+const uint BLOCK = 256u;
+const uint UNROLL = 4u;
+const int LAST = RANK - 1;
+
+// One reduction's state: a (the sum, product, extreme, or LOG_SUM_EXP's maximum),
+// s (LOG_SUM_EXP's sum of exp(x - a)) and k (the extreme's index).
+struct State { VAL a; float s; uint k; };
+
+State initial() {
+    State t;
+    t.a = (FUNC == MAX || FUNC == ARGMAX || FUNC == LOG_SUM_EXP) ? ELOWEST :
+          (FUNC == MIN || FUNC == ARGMIN) ? EHIGHEST : FUNC == MULTIPLY ? EONE : EZERO;
+    t.s = 0.0;
+    t.k = 0xFFFFFFFFu;
+    return t;
+}
+
+#ifdef E_FLOAT
+// exp(v - m) for v <= m, 1 where they are equal (infinities included)
+float rel_exp(float v, float m) { return v == m ? 1.0 : exp(v - m); }
+#endif
+
+// t and u combined (u's indices come after t's for equal values unless GROUP).
+State merge(State t, State u) {
+    if (FUNC == ARGMAX || FUNC == ARGMIN) {
+        bool better = FUNC == ARGMAX ? EGT(u.a, t.a) : ELT(u.a, t.a);
+        bool tie = !EGT(u.a, t.a) && !ELT(u.a, t.a) && u.k < t.k;
+        return (better || tie) ? u : t;
+    }
+    if (FUNC == MAX) return EGT(u.a, t.a) ? u : t;
+    if (FUNC == MIN) return ELT(u.a, t.a) ? u : t;
+    if (FUNC == MULTIPLY) { t.a = EMUL(t.a, u.a); return t; }
+#ifdef E_FLOAT
+    if (FUNC == LOG_SUM_EXP) {
+        float m = (u.a > t.a || isnan(u.a)) ? u.a : t.a;
+        t.s = t.s * rel_exp(t.a, m) + u.s * rel_exp(u.a, m);
+        t.a = m;
+        return t;
+    }
+#endif
+    t.a = EADD(t.a, u.a);
+    return t;
+}
+
+// One element v (index k) into state t.
+State take(State t, VAL v, uint k) {
+    State u;
+    u.k = k;
+    u.s = 1.0;
+    u.a = v;
+    if (FUNC == L1) u.a = EABS(v);
+    if (FUNC == L2 || FUNC == SUM_SQUARE) u.a = EMUL(v, v);
+    return merge(t, u);
+}
+
+uint rc[8];      // the reduced coordinates of the element being read
+
+// rc += digits (each below its rsize): a mixed-radix add without divisions
+void advance(uint digits[8]) {
+    uint carry = 0u;
+    [[unroll]] for (int d = RDIMS - 1; d >= 0; d--) {
+        uint t = rc[d] + digits[d] + carry;
+        carry = t >= AT(rsize, d) ? 1u : 0u;
+        rc[d] = t - carry * AT(rsize, d);
+    }
+}
+
+VAL element(uint base) {
+    uint off = base;
+    [[unroll]] for (int d = 0; d < RDIMS; d++) off += rc[d] * AT(rstride, d);
+    return XLOAD(off);
+}
+
+// Elements k0, k0 + step, ... below `count` (rc at k0), UNROLL an iteration, folded into
+// partial states of BLOCK elements.  One loop of at most count / (UNROLL * step)
+// iterations: lavapipe ends a loop after 65535 iterations in all (an inner loop's count
+// is not reset when it is entered again), so the host keeps count below UNROLL * 65535
+// steps (LANE_MAX / GROUP_MAX in vkml/ops/reduce.py).
+State walk(uint base, uint k0, uint step, uint digits[8]) {
+    State total = initial();
+    State part = initial();
+    uint j = 0u;
+    for (uint k = k0; k < count; k += UNROLL * step) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint kk = k + u * step;
+            VAL v = element(base);     // rc stays within rsize (a carry out is dropped)
+            if (kk < count) part = take(part, v, kk);
+            advance(digits);
+        }
+        j += UNROLL;
+        if (j >= BLOCK) {
+            total = merge(total, part);
+            part = initial();
+            j = 0u;
+        }
+    }
+    return merge(total, part);
+}
+
+void store(uint o, State t) {
+    if (OUT_INDEX == 1) { yw[o] = t.k; return; }
+    if (OUT_INDEX == 2) { yw[2u * o] = t.k; yw[2u * o + 1u] = 0u; return; }
+#ifdef E_FLOAT
+    float r = t.a;
+    if (FUNC == AVERAGE) r = t.a / float(count);
+    if (FUNC == L2) r = sqrt(t.a);
+    if (FUNC == LOG_SUM) r = log(t.a);
+    if (FUNC == LOG_SUM_EXP) r = isinf(t.a) ? t.a : t.a + log(t.s);
+    FSTORE(y, o, r);
+#else
+    ESTORE(y, o, t.a);
+#endif
+}
+
+uint coord[8];
+
+uint divide(uint a, int d) {
+    uint hi, lo;
+    umulExtended(a, AT(magic, d), hi, lo);
+    return AT(extent, d) == 1u ? a : hi;
+}
+
+// GROUP: the lanes' states, combined pairwise
+shared State lanes[gl_WorkGroupSize.x];
+
+void main_group() {
+    uint l = gl_LocalInvocationID.x;
+    uint L = gl_WorkGroupSize.x;
+    uint o = origin[0].x + gl_WorkGroupID.x;      // the output element, row-major
+    uint base = 0u, out_off = 0u;
+    [[unroll]] for (int d = LAST; d >= 0; d--) {  // uniform per workgroup
+        uint c = o % AT(out_size, d);
+        o /= AT(out_size, d);
+        base += c * AT(in_stride, d);
+        out_off += c * AT(out_stride, d);
+    }
+    uint rest = l;                                // rc = l's digits (once per lane)
+    [[unroll]] for (int d = RDIMS - 1; d >= 0; d--) {
+        rc[d] = rest % AT(rsize, d);
+        rest /= AT(rsize, d);
+    }
+    uint digits[8];
+    [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d < RDIMS ? AT(rstep, d) : 0u;
+    State t = l < count ? walk(base, l, L, digits) : initial();
+    lanes[l] = t;
+    barrier();
+    for (uint s = L / 2u; s > 0u; s >>= 1) {
+        if (l < s) lanes[l] = merge(lanes[l], lanes[l + s]);
+        barrier();
+    }
+    if (l == 0u) store(out_off, lanes[0]);
+}
+
+void main_lane() {
+    uint gx = gl_GlobalInvocationID.x;
+    const int YDIM = RANK - XDIMS - 1;
+    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
+    uint z = gl_GlobalInvocationID.z;
+    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
+        uint q = divide(z, d);
+        coord[d] = AT(origin, d) + z - q * AT(extent, d);
+        z = q;
+    }
+    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
+    [[unroll]] for (int d = LAST; d > YDIM; d--) {
+        if (d == YDIM + 1) {
+            coord[d] = AT(origin, d) + gx;
+        } else {
+            uint q = divide(gx, d);
+            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
+            gx = q;
+        }
+    }
+    uint base = 0u, o = 0u;
+    [[unroll]] for (int d = 0; d < RANK; d++) {
+        base += coord[d] * AT(in_stride, d);
+        o += coord[d] * AT(out_stride, d);
+    }
+    [[unroll]] for (int d = 0; d < 8; d++) rc[d] = 0u;
+    uint digits[8];
+    [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 1u : 0u;
+    State t = walk(live ? base - in_base : 0u, live ? 0u : count, 1u, digits);
+    if (live) store(o - out_base, t);
+}
+
+void main() {
+    if (GROUP) main_group(); else main_lane();
+}

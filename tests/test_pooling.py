@@ -1,0 +1,657 @@
+"""DML_MAX_POOLING(1,2)_OPERATOR_DESC, DML_AVERAGE_POOLING(1)_OPERATOR_DESC,
+vkml.max_pooling and vkml.average_pooling.
+
+References: float64 NumPy written from the pages over ``window_taps`` (the windows' taps
+in row-major order, padding skipped: the first maximum wins, its index numbering the
+input as a packed 1-D array), and PyTorch's ``max_pool2d/3d`` (``return_indices``,
+``ceil_mode``, dilations) and ``avg_pool2d/3d`` (``count_include_pad``) where their
+semantics coincide (symmetric padding of at most half the window).
+
+Tolerances: max pooling is exact (a selection; indices equal); average pooling float32
+within 2^-20 of the mean of |x| over the window (float32 sums of a few terms), float16
+within one float16 ulp of the float64 mean plus that.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vkml
+from vkml import dml
+from vkml.errors import UnsupportedError, ValidationError
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
+                     fuzz_settings, lay_out, padded_output, window_geometry)
+from helpers import random_bits
+from references import window_counts, window_taps
+
+INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+
+
+def _taps(x, window, strides, dil, start, end):
+    outs = window_counts(x.shape[2:], window, strides, dil, start, end)
+    return outs, list(window_taps(x.shape[2:], outs, window, strides, dil, start))
+
+
+def max_reference(x, window, strides, dil, start, end):
+    """(maximum, index): the first greatest element of each window (NaN beats numbers),
+    the type's lowest and index 0 where the window lies wholly in the padding."""
+    outs, taps = _taps(x, window, strides, dil, start, end)
+    shape = x.shape[:2] + tuple(outs)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    best = np.full(shape, low, x.dtype)
+    idx = np.zeros(shape, np.int64)
+    found = np.zeros(shape, bool)
+    flat = np.arange(x.size, dtype=np.int64).reshape(x.shape)
+    for _, o_sl, i_sl in taps:
+        at = (slice(None), slice(None)) + o_sl
+        src = (slice(None), slice(None)) + i_sl
+        v, b = x[src], best[at]
+        greater = v > b
+        if x.dtype.kind == "f":
+            greater |= np.isnan(v) & ~np.isnan(b)
+        take = ~found[at] | greater
+        best[at] = np.where(take, v, b)
+        idx[at] = np.where(take, flat[src], idx[at])
+        found[at] = True
+    return best, idx
+
+
+def average_reference(x, window, strides, dil, start, end, include_padding):
+    """(mean, mean of |x|) in float64; the divisor the whole window or the cells in the
+    input (0 where none)."""
+    outs, taps = _taps(x, window, strides, dil, start, end)
+    shape = x.shape[:2] + tuple(outs)
+    total, mag, count = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    xf = x.astype(np.float64)
+    for _, o_sl, i_sl in taps:
+        at = (slice(None), slice(None)) + o_sl
+        v = xf[(slice(None), slice(None)) + i_sl]
+        total[at] += v
+        mag[at] += np.abs(v)
+        count[at] += 1
+    div = np.full(shape, float(math.prod(window))) if include_padding else count
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(div > 0, total / div, 0.0), np.where(div > 0, mag / div, 0.0)
+
+
+def assert_mean_close(got, ref, mag, dtype):
+    err = np.abs(got.astype(np.float64) - ref)
+    bound = mag * 2.0 ** -20 + 1e-30
+    if np.dtype(dtype) == np.float16:
+        bound = bound + np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+    assert np.all(err <= bound), (err - bound).max()
+
+
+def random_case(rng, dims, max_elems):
+    while True:
+        window = [int(rng.integers(1, 4)) for _ in range(dims)]
+        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
+        start = [int(rng.integers(0, 3)) for _ in range(dims)]
+        end = [int(rng.integers(0, 3)) for _ in range(dims)]
+        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
+        spatial = [int(rng.integers(l, l + (10 if dims == 2 else 5))) for l in lo]
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
+        if math.prod(shape) * math.prod(window) <= max_elems:
+            return shape, window, strides, start, end, dil
+
+
+def random_input(rng, shape, dtype):
+    if np.dtype(dtype).kind == "f":
+        return (rng.standard_normal(shape) * 3).astype(dtype)
+    return random_bits(rng, shape, dtype)
+
+
+# -- max pooling --------------------------------------------------------------------------
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint16", "int32", "uint64"])
+def test_max_random_against_numpy(device, budget, dims, dtype):
+    rng = np.random.default_rng(dims * 100 + len(dtype))
+    for case in range(max(2, budget // 3)):
+        shape, window, strides, start, end, dil = random_case(rng, dims, 4000)
+        x = random_input(rng, shape, dtype)
+        itype = ("uint32", "uint64")[case % 2]
+        got, idx = vkml.max_pooling(x, window, strides=strides, start_padding=start,
+                                    end_padding=end, dilations=dil, return_indices=True,
+                                    indices_type=itype, device=device)
+        want, want_idx = max_reference(x, window, strides, dil, start, end)
+        assert got.dtype == x.dtype and idx.dtype == np.dtype(itype)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(idx.astype(np.int64), want_idx)
+
+
+@pytest.mark.parametrize("dtype", INT_TYPES)
+def test_max_every_integer_type(device, dtype):
+    """Every integer type (32-bit words on every device), extremes included."""
+    rng = np.random.default_rng(len(dtype))
+    x = random_bits(rng, (2, 3, 5, 7), dtype)
+    info = np.iinfo(dtype)
+    x[0, 0, 0, :3] = [info.min, info.max, info.min]
+    got = vkml.max_pooling(x, (2, 3), strides=(1, 2), start_padding=1, device=device)
+    np.testing.assert_array_equal(got, max_reference(x, (2, 3), (1, 2), (1, 1), (1, 1),
+                                                     (0, 0))[0])
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_max_against_torch(device, budget, dims):
+    """torch max_pool2d/3d with return_indices, dilation and ceil_mode (its indices count
+    within each (n, c) plane: vkml's minus the plane's start)."""
+    rng = np.random.default_rng(7 + dims)
+    pool = F.max_pool2d if dims == 2 else F.max_pool3d
+    for case in range(max(3, budget // 3)):
+        window = [int(rng.integers(1, 4)) for _ in range(dims)]
+        pad = [int(rng.integers(0, w // 2 + 1)) for w in window]
+        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
+        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+        spatial = [d * (w - 1) + 1 + int(rng.integers(0, 8 if dims == 2 else 4))
+                   for w, d in zip(window, dil)]
+        x = rng.standard_normal((2, 3, *spatial)).astype(np.float32)
+        ceil = bool(case % 2)
+        got, idx = vkml.max_pooling(x, window, strides=strides, start_padding=pad,
+                                    end_padding=pad, dilations=dil, ceil_mode=ceil,
+                                    return_indices=True, device=device)
+        ref, ridx = pool(torch.from_numpy(x), window, strides, pad, dil, ceil_mode=ceil,
+                         return_indices=True)
+        np.testing.assert_array_equal(got, ref.numpy())
+        plane = math.prod(spatial)
+        starts = (np.arange(6).reshape(2, 3) * plane).reshape(2, 3, *([1] * dims))
+        np.testing.assert_array_equal(idx.astype(np.int64), ridx.numpy() + starts)
+
+
+def test_max_ties_nan_and_padding(device):
+    """Ties: the first (row-major window order) wins; NaN beats every number (the first
+    NaN wins); -inf inputs beat padding; a window wholly in the padding gives -inf."""
+    x = np.array([[[[1, 3, 3], [3, -np.inf, np.nan], [2, np.nan, 0]]]], np.float32)
+    y, i = vkml.max_pooling(x, 2, return_indices=True, device=device)
+    np.testing.assert_array_equal(y, [[[[3, np.nan], [np.nan, np.nan]]]])
+    np.testing.assert_array_equal(i, [[[[1, 5], [7, 5]]]])
+    x = np.full((1, 1, 2, 2), -np.inf, np.float32)
+    y, i = vkml.max_pooling(x, 2, start_padding=1, end_padding=1, return_indices=True,
+                            device=device)
+    np.testing.assert_array_equal(i, [[[[0, 0, 1], [0, 0, 1], [2, 2, 3]]]])
+    assert np.all(y == -np.inf)
+    x = np.ones((1, 1, 2, 2), np.float32)
+    y, i = vkml.max_pooling(x, 1, strides=3, start_padding=2, end_padding=1,
+                            return_indices=True, device=device)
+    np.testing.assert_array_equal(y, [[[[-np.inf, -np.inf], [-np.inf, 1]]]])
+    np.testing.assert_array_equal(i, [[[[0, 0], [0, 3]]]])
+
+
+# -- average pooling ----------------------------------------------------------------------
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_average_random_against_numpy(device, budget, dims, dtype):
+    rng = np.random.default_rng(dims * 10 + len(dtype))
+    for case in range(max(2, budget // 2)):
+        shape, window, strides, start, end, dil = random_case(rng, dims, 6000)
+        x = random_input(rng, shape, dtype)
+        inc = bool(case % 2)
+        got = vkml.average_pooling(x, window, strides=strides, start_padding=start,
+                                   end_padding=end, dilations=dil, include_padding=inc,
+                                   device=device)
+        ref, mag = average_reference(x, window, strides, dil, start, end, inc)
+        assert got.dtype == x.dtype
+        assert_mean_close(got, ref, mag, dtype)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_average_against_torch(device, budget, dims):
+    rng = np.random.default_rng(70 + dims)
+    pool = F.avg_pool2d if dims == 2 else F.avg_pool3d
+    for case in range(max(3, budget // 3)):
+        window = [int(rng.integers(1, 4)) for _ in range(dims)]
+        pad = [int(rng.integers(0, w // 2 + 1)) for w in window]
+        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+        spatial = [w + int(rng.integers(0, 8 if dims == 2 else 4)) for w in window]
+        x = rng.standard_normal((2, 3, *spatial)).astype(np.float32)
+        inc = bool(case % 2)
+        ceil = not inc and case % 3 == 0      # ceil mode: divisors agree without padding
+        got = vkml.average_pooling(x, window, strides=strides, start_padding=pad,
+                                   end_padding=pad, include_padding=inc, ceil_mode=ceil,
+                                   device=device)
+        ref = pool(torch.from_numpy(x).double(), window, strides, pad, ceil_mode=ceil,
+                   count_include_pad=inc).numpy()
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_average_page_divisors(device):
+    """IncludePadding counts the whole window, else the cells in the input; a window
+    wholly in the padding averages nothing: 0."""
+    x = np.arange(1, 10, dtype=np.float32).reshape(1, 1, 3, 3)
+    inc = vkml.average_pooling(x, 2, start_padding=1, include_padding=True, device=device)
+    exc = vkml.average_pooling(x, 2, start_padding=1, include_padding=False, device=device)
+    np.testing.assert_allclose(inc[0, 0, 0], [1 / 4, 3 / 4, 5 / 4])
+    np.testing.assert_allclose(exc[0, 0, 0], [1, 1.5, 2.5])
+    z = vkml.average_pooling(x, 1, strides=4, start_padding=1, device=device)
+    np.testing.assert_array_equal(z, [[[[0]]]])
+
+
+# -- global pooling ---------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["max", "average"])
+def test_global_pooling_runs_as_a_reduction(device, kind):
+    from vkml.ops.pooling import CompiledPooling
+
+    rng = np.random.default_rng(3)
+    for shape in ((2, 3, 7, 9), (1, 2, 3, 4, 5)):
+        for dtype in ("float32", "float16"):
+            x = rng.standard_normal(shape).astype(dtype)
+            n = len(shape) - 2
+            osz = shape[:2] + (1,) * n
+            cls = dml.MaxPooling2OperatorDesc if kind == "max" else \
+                dml.AveragePooling1OperatorDesc
+            desc = cls(dml.TensorDesc(dtype, shape), dml.TensorDesc(dtype, osz),
+                       window_size=shape[2:])
+            results = []
+            for path in (None, "window"):
+                op = CompiledPooling(device, desc, path=path)
+                assert (op.inner is not None) == (path is None)
+                y = device.empty(osz, dtype)
+                op.execute([device.tensor(x)], [y])
+                op.release()
+                results.append(y.numpy())
+            axes = tuple(range(2, len(shape)))
+            if kind == "max":
+                want = x.max(axis=axes, keepdims=True)
+                for r in results:
+                    np.testing.assert_array_equal(r, want)
+            else:
+                want = x.astype(np.float64).mean(axis=axes, keepdims=True)
+                mag = np.abs(x.astype(np.float64)).mean(axis=axes, keepdims=True)
+                for r in results:
+                    assert_mean_close(r, want, mag, dtype)
+
+
+# -- layouts, devices, limits -----------------------------------------------------------
+@pytest.mark.parametrize("kind", ["padded", "permuted", "broadcast"])
+def test_strided_inputs_and_outputs(device, kind):
+    """Non-packed inputs (zero strides included) and outputs with gaps, written inside
+    the output tensor only (canaries after it)."""
+    rng = np.random.default_rng(len(kind))
+    for dtype in ("float32", "float16", "int16"):
+        x = random_input(rng, (2, 3, 6, 7), dtype)
+        flat, in_strides, x = lay_out(rng, x, kind)
+        out = [2, 3, 4, 4]
+        out_strides, read = padded_output(rng, out, dtype, True)
+        for avg in ((False, True) if dtype != "int16" else (False,)):
+            cls = dml.AveragePooling1OperatorDesc if avg else dml.MaxPooling2OperatorDesc
+            desc = cls(dml.TensorDesc(dtype, x.shape, in_strides),
+                       dml.TensorDesc(dtype, out, out_strides), strides=(2, 2),
+                       window_size=(2, 2), start_padding=(1, 1), end_padding=(1, 0))
+            compiled = device.compile_operator(device.create_operator(desc))
+            src, dst = execute_with_canaries(device, compiled, desc, flat)
+            got, gaps = read(dst)
+            if avg:
+                ref, mag = average_reference(x, (2, 2), (2, 2), (1, 1), (1, 1), (1, 0), False)
+                assert_mean_close(got, ref, mag, dtype)
+            else:
+                np.testing.assert_array_equal(
+                    got, max_reference(x, (2, 2), (2, 2), (1, 1), (1, 1), (1, 0))[0])
+            assert gaps and canaries_intact(src) and canaries_intact(dst)
+
+
+def test_strided_indices_tensor(device):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    osz, ist = (1, 2, 2, 2), (16, 8, 4, 2)
+    desc = dml.MaxPooling1OperatorDesc(
+        dml.TensorDesc("float32", x.shape), dml.TensorDesc("float32", osz),
+        dml.TensorDesc("uint32", osz, ist), (2, 2), (2, 2), (0, 0), (0, 0))
+    op = device.compile_operator(device.create_operator(desc))
+    y, i = device.empty(osz, np.float32), device.tensor(np.full(32, 7, np.uint32))
+    op.execute([device.tensor(x)], [y, i])
+    op.release()
+    raw = i.numpy()
+    want, want_idx = max_reference(x, (2, 2), (2, 2), (1, 1), (0, 0), (0, 0))
+    np.testing.assert_array_equal(y.numpy(), want)
+    at = np.ravel(np.tensordot(np.indices(osz), np.array(ist), axes=(0, 0)))
+    np.testing.assert_array_equal(raw[at], want_idx.ravel())
+    gaps = np.ones(32, bool)
+    gaps[at] = False
+    assert np.all(raw[gaps] == 7)
+
+
+def test_packed_float16(device):
+    with vkml.Device(device.index, disable_features=["storage16"]) as dev:
+        rng = np.random.default_rng(12)
+        x = rng.standard_normal((2, 3, 7, 9)).astype(np.float16)
+        got = vkml.max_pooling(x, (2, 3), strides=(1, 2), start_padding=1, device=dev)
+        np.testing.assert_array_equal(
+            got, max_reference(x, (2, 3), (1, 2), (1, 1), (1, 1), (0, 0))[0])
+        got = vkml.average_pooling(x, (2, 3), strides=(1, 2), start_padding=1, device=dev)
+        assert_mean_close(got, *average_reference(x, (2, 3), (1, 2), (1, 1), (1, 1), (0, 0),
+                                                  False), "float16")
+
+
+def test_windows_beyond_max_storage_buffer_range(device):
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
+        rng = np.random.default_rng(13)
+        for dtype, shape in (("float32", (2, 3, 20, 30)), ("int8", (1, 2, 6, 20, 30)),
+                             ("float16", (1, 2, 6, 20, 30))):
+            x = random_input(rng, shape, dtype)
+            d = len(shape) - 2
+            geo = ((3,) * d, (2,) * d, (1,) * d, (1,) * d, (1,) * d)
+            got = vkml.max_pooling(x, geo[0], strides=2, start_padding=1, end_padding=1,
+                                   device=small)
+            np.testing.assert_array_equal(got, max_reference(x, *geo)[0])
+            if dtype != "int8":
+                got = vkml.average_pooling(x, geo[0], strides=2, start_padding=1,
+                                           end_padding=1, device=small)
+                assert_mean_close(got, *average_reference(x, *geo, False), dtype)
+        x = np.zeros((1, 1, 40, 40), np.float32)     # indices beyond the range: refused
+        with pytest.raises(UnsupportedError):
+            vkml.max_pooling(x, 1, return_indices=True, indices_type="uint64", device=small)
+        assert vkml.max_pooling(x, 2, device=small).shape == (1, 1, 39, 39)
+
+
+def test_grids_beyond_max_workgroup_count(device):
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
+        rng = np.random.default_rng(17)
+        for shape, window in (((2, 3, 7, 600), (2, 3)), ((1, 3, 4, 5, 3), (2, 2, 2))):
+            x = rng.standard_normal(shape).astype(np.float32)
+            d = len(window)
+            geo = (window, (1,) * d, (1,) * d, (1,) * d, (0,) * d)
+            got, idx = vkml.max_pooling(x, window, start_padding=1, return_indices=True,
+                                        device=dev)
+            want, want_idx = max_reference(x, *geo)
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(idx, want_idx)
+            got = vkml.average_pooling(x, window, start_padding=1, device=dev)
+            assert_mean_close(got, *average_reference(x, *geo, False), "float32")
+
+
+def test_tensor_in_tensor_out(device):
+    x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    t = vkml.tensor(x, device=device)
+    y = vkml.max_pooling(t, 2, strides=2)
+    assert isinstance(y, vkml.Tensor) and y.shape == (1, 1, 2, 2)
+    np.testing.assert_array_equal(y.numpy(), [[[[5, 7], [13, 15]]]])
+    y, i = vkml.max_pooling(t, 2, strides=2, return_indices=True)
+    assert isinstance(i, vkml.Tensor)
+    np.testing.assert_array_equal(i.numpy(), [[[[5, 7], [13, 15]]]])
+    a = vkml.average_pooling(t, 2, strides=2)
+    np.testing.assert_array_equal(a.numpy(), [[[[2.5, 4.5], [10.5, 12.5]]]])
+
+
+def test_no_leak_and_threads(device):
+    """Create/compile/execute/release cycles leave the device's memory as it was; eight
+    threads pooling at once get their own answers."""
+    from test_lifetime import run_in_threads
+
+    desc = dml.MaxPooling2OperatorDesc(
+        dml.TensorDesc("float32", (1, 2, 5, 5)), dml.TensorDesc("float32", (1, 2, 2, 2)),
+        dml.TensorDesc("uint32", (1, 2, 2, 2)), (2, 2), (3, 3), (0, 0), (0, 0), (1, 1))
+    x = device.tensor(np.arange(50, dtype=np.float32).reshape(1, 2, 5, 5))
+    y, i = device.empty((1, 2, 2, 2), np.float32), device.empty((1, 2, 2, 2), np.uint32)
+
+    def cycle():
+        op = device.compile_operator(device.create_operator(desc))
+        op.execute([x], [y, i])
+        op.release()
+    cycle()
+    before = device.memory_stats()
+    for _ in range(30):
+        cycle()
+    assert device.memory_stats() == before
+    np.testing.assert_array_equal(y.numpy().ravel(), [12, 14, 22, 24, 37, 39, 47, 49])
+    errors = []
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        for _ in range(3):
+            a = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+            got = vkml.average_pooling(a, 2, strides=2, device=device)
+            want = a.reshape(1, 2, 3, 2, 3, 2).mean(axis=(3, 5))
+            if not np.allclose(got, want, rtol=1e-6, atol=1e-6):
+                errors.append((k, "average"))
+            if not np.array_equal(vkml.max_pooling(a, 3, device=device),
+                                  max_reference(a, (3, 3), (1, 1), (1, 1), (0, 0), (0, 0))[0]):
+                errors.append((k, "max"))
+    run_in_threads(work, errors)
+    assert not errors, errors
+
+
+def test_graph_node(device):
+    """A graph of pooling nodes: max pooling then average pooling."""
+    T, N = dml.TensorDesc, dml.OperatorGraphNodeDesc
+    a, b, c = T("float32", (1, 2, 6, 6)), T("float32", (1, 2, 3, 3)), T("float32", (1, 2, 2, 2))
+    nodes = [N(dml.MaxPoolingOperatorDesc(a, b, (2, 2), (2, 2), (0, 0), (0, 0))),
+             N(dml.AveragePoolingOperatorDesc(b, c, (1, 1), (2, 2), (0, 0), (0, 0), False))]
+    g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
+                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
+    cg = device.compile_graph(g)
+    x = np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype(np.float32)
+    out = device.empty((1, 2, 2, 2), np.float32)
+    cg.execute([device.tensor(x)], [out])
+    cg.release()
+    m = x.reshape(1, 2, 3, 2, 3, 2).max(axis=(3, 5))
+    want = np.stack([m[..., i:i + 2, j:j + 2].mean(axis=(2, 3))
+                     for i in range(2) for j in range(2)], -1).reshape(1, 2, 2, 2)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+
+
+# -- validation ---------------------------------------------------------------------------
+_CLASSES = [dml.MaxPoolingOperatorDesc, dml.MaxPooling1OperatorDesc, dml.MaxPooling2OperatorDesc,
+            dml.AveragePoolingOperatorDesc, dml.AveragePooling1OperatorDesc]
+
+
+def _desc(cls, **kw):
+    kw = dict(kw)
+    args = dict(input_tensor=dml.TensorDesc("float32", (1, 2, 8, 8)),
+                output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4)),
+                strides=(2, 2), window_size=(3, 3), start_padding=(1, 1), end_padding=(0, 0),
+                dilations=(1, 1))
+    if cls not in (dml.MaxPooling2OperatorDesc, dml.AveragePooling1OperatorDesc):
+        args.pop("dilations")
+        kw = {k: v for k, v in kw.items() if k != "dilations"}
+    if "indices" in kw:
+        if cls not in (dml.MaxPooling1OperatorDesc, dml.MaxPooling2OperatorDesc):
+            return None
+        args["output_indices_tensor"] = kw.pop("indices")
+    if "include_padding" in kw and cls not in (dml.AveragePoolingOperatorDesc,
+                                               dml.AveragePooling1OperatorDesc):
+        return None
+    args.update(kw)
+    return cls(**args)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 5))), "output_tensor.sizes[3]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 3, 4))), "output_tensor.sizes[2]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 3, 4, 4))), "output_tensor.sizes[1]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (2, 2, 4, 4))), "output_tensor.sizes[0]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4, 1))), "output_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (2, 4, 4))), "input_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 4, 4))), "input_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float64", (1, 2, 8, 8)),
+          output_tensor=dml.TensorDesc("float64", (1, 2, 4, 4))), "input_tensor.data_type"),
+    (dict(output_tensor=dml.TensorDesc("float16", (1, 2, 4, 4))), "output_tensor.data_type"),
+    (dict(window_size=(3, 10)), "window_size[1]"),
+    (dict(window_size=(3, 0)), "window_size[1]"),
+    (dict(window_size=(3,)), "window_size"),
+    (dict(window_size=3), "window_size"),
+    (dict(strides=(0, 2)), "strides[0]"),
+    (dict(strides=(2, 2, 2)), "strides"),
+    (dict(start_padding=(1,)), "start_padding"),
+    (dict(end_padding=(0, -1)), "end_padding[1]"),
+    (dict(dilations=(1, 0)), "dilations[1]"),
+    (dict(dilations=(1, 1, 1)), "dilations"),
+    (dict(dilations=(1, 5)), "window_size[1]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
+     "output_tensor.strides"),
+    (dict(input_tensor=None), "input_tensor"),
+    (dict(indices=dml.TensorDesc("int32", (1, 2, 4, 4))), "output_indices_tensor.data_type"),
+    (dict(indices=dml.TensorDesc("uint32", (1, 2, 4, 5))), "output_indices_tensor.sizes"),
+    (dict(indices=dml.TensorDesc("uint32", (1, 2, 4, 4, 1))), "output_indices_tensor.sizes"),
+    (dict(indices=dml.TensorDesc("uint32", (1, 2, 4, 4), (32, 16, 0, 1))),
+     "output_indices_tensor.strides"),
+    (dict(include_padding=1), "include_padding"),
+])
+@pytest.mark.parametrize("cls", _CLASSES, ids=lambda c: c.__name__)
+def test_validation_names_the_field(device, cls, kw, field):
+    desc = _desc(cls, **kw)
+    if desc is None or ("dilations" in kw and not hasattr(desc, "dilations")):
+        pytest.skip(f"{cls.__name__} has no such field")
+    with pytest.raises(ValidationError) as err:
+        device.create_operator(desc)
+    assert f"{cls.__name__}.{field}" in str(err.value)
+
+
+def test_integer_types_are_max_only(device):
+    for cls in (dml.AveragePoolingOperatorDesc, dml.AveragePooling1OperatorDesc):
+        desc = _desc(cls, input_tensor=dml.TensorDesc("int32", (1, 2, 8, 8)),
+                     output_tensor=dml.TensorDesc("int32", (1, 2, 4, 4)))
+        with pytest.raises(ValidationError, match="input_tensor.data_type"):
+            device.create_operator(desc)
+    device.create_operator(_desc(dml.MaxPoolingOperatorDesc,
+                                 input_tensor=dml.TensorDesc("int8", (1, 2, 8, 8)),
+                                 output_tensor=dml.TensorDesc("int8", (1, 2, 4, 4))))
+
+
+def test_functional_argument_errors(device):
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(ValidationError, match="x"):
+        vkml.max_pooling(np.zeros((4, 4), np.float32), 2, device=device)
+    with pytest.raises(ValidationError, match="window_size"):
+        vkml.average_pooling(x, 5, device=device)
+    with pytest.raises(ValidationError, match="data_type"):
+        vkml.average_pooling(x.astype(np.int32), 2, device=device)
+    with pytest.raises(ValidationError, match="output_indices_tensor"):
+        vkml.max_pooling(x, 2, return_indices=True, indices_type="int64", device=device)
+    # the device is usable afterwards
+    np.testing.assert_array_equal(vkml.max_pooling(x + 1, 2, device=device), np.ones((1, 1, 3, 3)))
+
+
+def test_feature_levels():
+    FL = dml.FeatureLevel
+    assert _desc(dml.MaxPoolingOperatorDesc).feature_level() == FL.FL_1_0
+    assert _desc(dml.MaxPooling1OperatorDesc).feature_level() == FL.FL_2_0
+    assert _desc(dml.MaxPooling2OperatorDesc).feature_level() == FL.FL_2_1
+    assert _desc(dml.AveragePoolingOperatorDesc).feature_level() == FL.FL_1_0
+    assert _desc(dml.AveragePooling1OperatorDesc).feature_level() == FL.FL_6_2
+    i8 = dict(input_tensor=dml.TensorDesc("int8", (1, 2, 8, 8)),
+              output_tensor=dml.TensorDesc("int8", (1, 2, 4, 4)))
+    assert _desc(dml.MaxPoolingOperatorDesc, **i8).feature_level() == FL.FL_3_0
+    i32 = dict(input_tensor=dml.TensorDesc("int32", (1, 2, 8, 8)),
+               output_tensor=dml.TensorDesc("int32", (1, 2, 4, 4)))
+    assert _desc(dml.MaxPoolingOperatorDesc, **i32).feature_level() == FL.FL_5_0
+    assert _desc(dml.MaxPooling2OperatorDesc, indices=dml.TensorDesc(
+        "uint64", (1, 2, 4, 4))).feature_level() == FL.FL_5_0
+
+
+# -- fuzzing ------------------------------------------------------------------------------
+@st.composite
+def pooling_cases(draw):
+    g = window_geometry(draw, draw(st.integers(2, 3)))
+    spatial = g.pop("spatial")
+    return dict(shape=[draw(st.integers(1, 2)), draw(st.integers(1, 3))] + spatial, **g,
+                kind=draw(st.sampled_from(["max", "max_idx", "avg", "avg_inc"])),
+                dtype=draw(st.sampled_from(["float32", "float16", "int8", "uint16",
+                                            "int32", "int64"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["out", "stride0", "f64",
+                                                              "rank3", "idx"])),
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_pooling(device, speed):
+    """Fuzzed max/average pooling descriptors (fuzzing.py): valid ones against the
+    reference with canaries after every buffer and in the output's gaps, invalid ones
+    (one broken rule at a time) refused naming the field."""
+    @fuzz_settings(speed)
+    @given(pooling_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        m, kind, dtype = case["mutation"], case["kind"], case["dtype"]
+        if kind.startswith("avg") and dtype not in ("float32", "float16"):
+            dtype = "float32"
+        shape, strides = list(case["shape"]), list(case["strides"])
+        geo = (case["window"], strides, case["dilations"], case["start"], case["end"])
+        out = shape[:2] + window_counts(shape[2:], *geo[:1], strides, *geo[2:])
+        want = {"out": ["output_tensor.sizes"], "stride0": ["strides"], "f64": ["data_type"],
+                "rank3": ["input_tensor.sizes", "window_size", "output_tensor.sizes"],
+                "idx": ["output_indices_tensor"]}.get(m, [])
+        if m == "out":
+            out[-1] += 1
+        if m == "stride0":
+            strides[0] = 0
+        if m == "rank3":
+            shape, out = shape[:3], out[:3]
+        if m == "idx" and kind != "max_idx":
+            want = []
+        x = random_input(rng, shape, dtype)
+        flat, in_strides, x = lay_out(rng, x, case["layout"])
+        out_strides, read = padded_output(rng, out, dtype,
+                                          case["out_padded"] and kind != "max_idx")
+        t = "float64" if m == "f64" else dtype
+        idx = None
+        if kind == "max_idx":
+            idx = dml.TensorDesc("int32" if m == "idx" else "uint32", out)
+
+        def make():
+            src, dst = dml.TensorDesc(t, shape, in_strides), dml.TensorDesc(t, out, out_strides)
+            tail = (strides, case["window"], case["start"], case["end"], case["dilations"])
+            if kind.startswith("max"):
+                return dml.MaxPooling2OperatorDesc(src, dst, idx, *tail)
+            return dml.AveragePooling1OperatorDesc(src, dst, *tail, kind == "avg_inc")
+        desc, compiled = compiled_or_refused(device, make, want)
+        if desc is None:
+            return
+        if idx is not None:            # indices: compared, not canaried
+            y, i = device.empty(out, dtype), device.empty(out, np.uint32)
+            compiled.execute([device.tensor(flat)], [y, i])
+            compiled.release()
+            ref, ref_idx = max_reference(x, *geo)
+            np.testing.assert_array_equal(y.numpy(), ref)
+            np.testing.assert_array_equal(i.numpy(), ref_idx)
+            return
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
+        got, gaps = read(dst)
+        if kind == "max":
+            np.testing.assert_array_equal(got, max_reference(x, *geo)[0])
+        else:
+            assert_mean_close(got, *average_reference(x, *geo, kind == "avg_inc"), dtype)
+        assert gaps, "wrote into the gaps of a non-packed output"
+        assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    check()
+
+
+@pytest.mark.parametrize("read", ["texel", "ssbo"])
+def test_read_paths(device, read):
+    """float32 through an R32F texel buffer (the rule where the input fits
+    maxTexelBufferElements) and from a storage buffer (forced), max with indices and
+    average."""
+    from vkml.ops.pooling import CompiledPooling
+
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    geo = ((3, 2), (2, 1), (1, 2), (1, 0), (0, 1))
+    out = (2, 3) + tuple(window_counts(x.shape[2:], geo[0], geo[1], geo[2], geo[3], geo[4]))
+    T = dml.TensorDesc
+    for desc in (dml.MaxPooling2OperatorDesc(T("float32", x.shape), T("float32", out),
+                                             T("uint32", out), geo[1], geo[0], geo[3], geo[4],
+                                             geo[2]),
+                 dml.AveragePooling1OperatorDesc(T("float32", x.shape), T("float32", out),
+                                                 geo[1], geo[0], geo[3], geo[4], geo[2], True)):
+        op = CompiledPooling(device, desc, read=None if read == "texel" else read)
+        assert op.read == read
+        outs = [device.empty(o.sizes, o.data_type.numpy) for o in desc.outputs()]
+        op.execute([device.tensor(x)], outs)
+        op.release()
+        if len(outs) == 2:
+            want, want_idx = max_reference(x, *geo)
+            np.testing.assert_array_equal(outs[0].numpy(), want)
+            np.testing.assert_array_equal(outs[1].numpy(), want_idx)
+        else:
+            assert_mean_close(outs[0].numpy(), *average_reference(x, *geo, True), "float32")

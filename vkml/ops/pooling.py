@@ -1,0 +1,257 @@
+"""Max and average pooling: ``DML_MAX_POOLING(1,2)_OPERATOR_DESC``,
+``DML_AVERAGE_POOLING(1)_OPERATOR_DESC``, ``vkml.max_pooling`` and ``vkml.average_pooling``.
+
+Kernel: ``glsl/pooling.comp``, one invocation per output element over its (dilated)
+window, one variant per element type (glsl/include/vkml_elem.glsl: floats in float32,
+integers through 32-bit words, so every type runs on every device), the mode, padding rule
+and indices specialization constants, the window geometry parameters (one pipeline per
+type, rank and mode: windows as constants unrolled and took lavapipe 1-2 s each to
+compile); float32 is read through an R32F texel buffer where the whole input fits one
+(:func:`.reduce.texel_read`).  The grid and windows past ``maxStorageBufferRange`` come from :class:`.grid.BoxKernel`.
+A window covering the whole unpadded input (global pooling) without indices runs as
+the reduction (:class:`.reduce.CompiledReduce`, AVERAGE or MAX over the spatial axes).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..dml.data_type import DataType
+from ..dml.operator import as_tuple
+from ..dml.pooling import (AveragePooling1OperatorDesc, AveragePoolingOperatorDesc,
+                           MaxPooling1OperatorDesc, MaxPooling2OperatorDesc,
+                           MaxPoolingOperatorDesc, pooling_output_sizes)
+from ..dml.reduce import ReduceFunction, ReduceOperatorDesc
+from ..dml.tensor_desc import TensorDesc
+from ..errors import UnsupportedError, ValidationError
+from ..runtime import Bind
+from ..runtime.blocks import pack
+from .base import implements
+from .fold import safe_geometry
+from .functional import as_array, pick_device, run
+from .grid import BOX_CONSTANTS, BoxKernel
+from ..intmath import ceil_div
+from .reduce import CompiledReduce, element_variant, texel_read, words8
+
+__all__ = ["max_pooling", "average_pooling"]
+
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = dict.fromkeys(
+    ["pooling_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
+                              "u16", "i32", "u32", "i64", "u64")],
+    BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
+#: Window positions (after those only in padding are dropped) one output visits: lavapipe
+#: ends a loop after 65535 iterations in all, and the innermost window loop runs them all.
+MAX_WINDOW = 65535
+_MAX = (MaxPoolingOperatorDesc, MaxPooling1OperatorDesc, MaxPooling2OperatorDesc)
+
+
+def four(values, fill: int = 1) -> list[int]:
+    """Per spatial dimension values as a ``uvec4`` (``fill`` beyond them)."""
+    return (list(values) + [fill] * 4)[:4]
+
+
+def packed_strides(sizes) -> list[int]:
+    """Row-major element strides of ``sizes`` (the numbering of the indices output)."""
+    out, n = [], 1
+    for s in reversed(sizes):
+        out.append(n)
+        n *= s
+    return out[::-1]
+
+
+@implements(*_MAX, AveragePoolingOperatorDesc, AveragePooling1OperatorDesc)
+class CompiledPooling(BoxKernel):
+    """Max or average pooling on this device: see the module doc."""
+
+    #: None: global pooling runs as the reduction; "window": always the window kernel
+    #: (tests compare the two).  ``path=`` sets it.
+    force_path: str | None = None
+    #: "ssbo" reads the input from a storage buffer even where "texel" (float32 through an
+    #: R32F uniform texel buffer, the rule where the whole tensor fits
+    #: maxTexelBufferElements) is possible.  ``read=`` sets it.
+    force_read: str | None = None
+    inner: CompiledReduce | None = None
+
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
+        if path is not None:
+            self.force_path = path
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
+
+    def build(self) -> None:
+        d = self.desc
+        src, dst = d.input_tensor, d.output_tensor
+        self.mode = 0 if isinstance(d, _MAX) else 1
+        idx = d.indices_tensor
+        if self._is_global() and idx is None and self.force_path != "window":
+            fn = ReduceFunction.MAX if self.mode == 0 else ReduceFunction.AVERAGE
+            axes = tuple(range(2, src.dimension_count))
+            self.inner = CompiledReduce(self.device, ReduceOperatorDesc(fn, src, dst, axes))
+            return
+        self.kernel = element_variant("pooling", src.data_type, self.features)
+        self.in_esize = self.out_esize = src.data_type.size
+        self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
+        self.out_bytes = dst.total_tensor_size_in_bytes
+        self.rank = dst.dimension_count
+        self.box, self.box_out_strides = list(dst.sizes), list(dst.element_strides)
+        self.in_sizes, self.in_strides = src.sizes, src.element_strides
+        # equivalent windows whose positions fit 32-bit arithmetic; taps that only ever
+        # meet padding are dropped (they never win a max and average as nothing)
+        self.win, self.strides, self.dil, self.start = safe_geometry(
+            d, src.sizes[2:], dst.sizes[2:], d.window_size, d.strides, d.dilation_values,
+            d.start_padding, shrink_window=True)
+        if math.prod(self.win) > MAX_WINDOW:
+            raise UnsupportedError("pooling", f"windows of {math.prod(self.win)} positions "
+                                   f"that reach the input: at most {MAX_WINDOW} (the window "
+                                   "loop stays within lavapipe's 65535 iterations)")
+        if idx is not None and math.prod(src.sizes) >= 1 << 32:
+            raise UnsupportedError("indices", "vkml numbers the input's elements in 32 bits")
+        if idx is not None and idx.total_tensor_size_in_bytes > self.ctx.limits[
+                "maxStorageBufferRange"]:
+            raise UnsupportedError("maxStorageBufferRange", "the indices tensor is bound "
+                                   "whole and exceeds the device's binding range")
+        self.local = min(64, self.workgroup_size)
+        self.windows = self.plan_windows()
+        self.apply_read(texel_read(self, self.force_read))
+        self.params = self.upload(self._params(idx))
+        # what binding 3 holds without indices: a buffer of its own (the kernel declares
+        # it writable; bound beside the parameters it would be a read-write hazard)
+        self.no_indices = self.scratch(16) if idx is None else None
+        self.consts = {"RANK": self.rank, "MODE": self.mode,
+                       "INCLUDE_PADDING": int(bool(getattr(d, "include_padding", False))),
+                       "INDICES": 0 if idx is None else idx.data_type.size // 4}
+
+    def _is_global(self) -> bool:
+        """The window covers the whole unpadded input (one output per plane)."""
+        d = self.desc
+        n = d.input_tensor.dimension_count - 2
+        return (tuple(d.window_size) == tuple(d.input_tensor.sizes[2:])
+                and not any(d.start_padding) and not any(d.end_padding)
+                and all(s == 1 for s in d.output_tensor.sizes[2:]) and len(d.window_size) == n)
+
+    def _params(self, idx) -> np.ndarray:
+        n = self.rank - 2
+        divisor = float(math.prod(self.desc.window_size))
+        return np.frombuffer(pack(
+            self.kernel, "Params", out_stride=words8(self.box_out_strides),
+            in_stride=words8(self.in_strides),
+            in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
+            in_packed=words8(packed_strides(self.in_sizes)),
+            idx_stride=words8(idx.element_strides if idx is not None else ()),
+            win=four(self.win), stride=four(self.strides), dil=four(self.dil),
+            divisor=divisor, pad0=0, pad1=0, pad2=0), np.uint8)
+
+    def in_span(self, origin, extent):
+        lo = hi = 0
+        for dim in range(self.rank):
+            a, h = origin[dim], origin[dim] + extent[dim] - 1
+            if dim >= 2:
+                i = dim - 2
+                reach = self.dil[i] * (self.win[i] - 1)
+                a = max(0, a * self.strides[i] - self.start[i])
+                h = min(self.in_sizes[dim] - 1, h * self.strides[i] - self.start[i] + reach)
+                if a > h:
+                    return 0, 0
+            lo += a * self.in_strides[dim]
+            hi += h * self.in_strides[dim]
+        return lo, hi + 1
+
+    def encode(self, seq, inputs, outputs) -> None:
+        if self.inner is not None:
+            self.inner.encode(seq, inputs, outputs)
+            return
+        x, y = inputs[0].allocation, outputs[0].allocation
+        has_idx = len(outputs) > 1 and outputs[1] is not None
+        idx = Bind(outputs[1].allocation if has_idx else self.no_indices, access="w")
+
+        def pipeline_for(lx, ly, xdims, v, vec_store):
+            return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                               "XDIMS": xdims, **self.consts})
+        self.dispatch_windows(seq, x, y, self.windows, pipeline_for,
+                              [Bind(self.params), idx], self.in_kind, self.in_fmt)
+
+    def release(self) -> None:
+        if self.inner is not None:
+            self.inner.release()
+        super().release()
+
+
+def _geometry(x, window_size, strides, start_padding, end_padding, dilations, ceil_mode):
+    """Per-dimension arguments as tuples, with ``ceil_mode`` (ONNX, PyTorch) as extra end
+    padding: the output size rounded up, the last window starting inside the input or
+    the start padding."""
+    if len(x.shape) not in (4, 5):
+        raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
+                              f"shape {tuple(x.shape)}")
+    n = len(x.shape) - 2
+    window = as_tuple(window_size, 1, n, "window_size")
+    strides = as_tuple(strides, 1, n, "strides")
+    start = as_tuple(start_padding, 0, n, "start_padding")
+    end = as_tuple(end_padding, 0, n, "end_padding")
+    dil = as_tuple(dilations, 1, n, "dilations")
+    ok = all(len(a) == n for a in (window, strides, start, end, dil)) and \
+        all(s > 0 for s in strides)
+    if ceil_mode and ok:
+        end = list(end)
+        for i in range(n):
+            size = x.shape[2 + i]
+            span = size + start[i] + end[i] - dil[i] * (window[i] - 1) - 1
+            if span < 0:
+                continue
+            out = ceil_div(span, strides[i]) + 1
+            if (out - 1) * strides[i] >= size + start[i]:
+                out -= 1
+            end[i] += max(0, (out - 1) * strides[i] - span)
+        end = tuple(end)
+    if ok:
+        out = pooling_output_sizes(x.shape, strides, window, start, end, dil)
+        out = tuple(max(1, s) for s in out)     # the descriptor reports a window too large
+    else:
+        out = tuple(x.shape)                    # the descriptor reports the bad argument
+    return window, strides, start, end, dil, out
+
+
+def max_pooling(x, window_size, *, strides=None, start_padding=None, end_padding=None,
+                dilations=None, ceil_mode=False, return_indices=False, indices_type="uint32",
+                device=None):
+    """Max pooling, ``DML_MAX_POOLING2_OPERATOR_DESC``: the maximum over each (dilated)
+    window of ``x`` (N, C, *spatial), 2 or 3 spatial dimensions, float32, float16 or any
+    integer type; padding never wins.  Per-dimension arguments take one int per spatial
+    dimension or one int for all (``None``: 1 for strides and dilations, 0 for padding).
+    ``ceil_mode`` rounds the output size up (ONNX/PyTorch) by adding end padding.
+
+    ``return_indices``: also the index of each maximum (``indices_type`` "uint32" or
+    "uint64"), numbering the input as one packed 1-D array (``((n * C + c) * H + h) * W +
+    w``: ONNX MaxPool's Indices; PyTorch's ``return_indices`` is that minus the plane's
+    start ``(n * C + c) * H * W``); the first maximum wins a tie."""
+    dev = pick_device(device, x)
+    x = as_array(x, "x")
+    window, strides, start, end, dil, out = _geometry(
+        x, window_size, strides, start_padding, end_padding, dilations, ceil_mode)
+    out_desc = TensorDesc(x.dtype, out)
+    idx_desc = TensorDesc(DataType.of(indices_type, "indices_type"), out) \
+        if return_indices else None
+    desc = MaxPooling2OperatorDesc(TensorDesc(x.dtype, tuple(x.shape)), out_desc, idx_desc,
+                                   strides, window, start, end, dil)
+    return run(dev, desc, [x])
+
+
+def average_pooling(x, window_size, *, strides=None, start_padding=None, end_padding=None,
+                    dilations=None, include_padding=False, ceil_mode=False, device=None):
+    """Average pooling, ``DML_AVERAGE_POOLING1_OPERATOR_DESC``: the mean over each
+    (dilated) window of ``x`` (N, C, *spatial), float32 or float16 (summed in float32).
+    ``include_padding``: the divisor is the whole window, else the cells inside the input
+    (ONNX ``count_include_pad``).  Arguments as :func:`max_pooling`; with ``ceil_mode``
+    the extra end padding counts in an ``include_padding`` divisor (DML expresses ceil
+    mode as padding; PyTorch's divisor stops at the input plus its padding)."""
+    dev = pick_device(device, x)
+    x = as_array(x, "x")
+    window, strides, start, end, dil, out = _geometry(
+        x, window_size, strides, start_padding, end_padding, dilations, ceil_mode)
+    desc = AveragePooling1OperatorDesc(
+        TensorDesc(x.dtype, tuple(x.shape)), TensorDesc(x.dtype, out), strides, window,
+        start, end, dil, include_padding)
+    return run(dev, desc, [x])

@@ -1,0 +1,295 @@
+"""Reduce: ``DML_REDUCE_OPERATOR_DESC`` and ``vkml.reduce``.
+
+Kernel: ``glsl/reduce.comp``, one variant per element type (floats in float32; 8/16/32-bit
+integers in 32-bit words, 64-bit ones as word pairs: no 8/16-bit storage or shaderInt64
+needed), the function a specialization constant; float32 is read through an R32F texel
+buffer where the whole input fits one (:func:`texel_read`).  The reduced axes are merged
+where neighbouring ones address as one.  Two paths, chosen by the tuner (:data:`REDUCE_PATH`):
+"lane" (one invocation per output element, over the output box with
+:class:`.grid.BoxKernel`'s windows and split dispatches) and "group" (one workgroup per
+output element, its lanes' states combined in a shared-memory tree; whole tensors within
+``maxStorageBufferRange`` only).  ``VKML_TUNE=off`` ("auto"): "group" where the elements
+reduced per output are at least :data:`GROUP_MIN` and at least the output count (a long
+reduction into few outputs leaves most lanes idle in "lane"), or more than "lane" takes
+(:data:`LANE_MAX`), else "lane".
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import tuning
+from ..dml.data_type import DataType
+from ..dml.operator import as_ints
+from ..dml.reduce import ARG_FUNCTIONS, ReduceFunction, ReduceOperatorDesc, reduce_output_sizes
+from ..dml.tensor_desc import TensorDesc
+from ..errors import UnsupportedError, ValidationError
+from ..runtime import Bind
+from ..runtime.blocks import layout, pack
+from .base import implements
+from .functional import as_array, pick_device, run
+from .grid import BOX_CONSTANTS, PUSH_BYTES, BoxKernel, strided_span
+
+__all__ = ["reduce"]
+
+_SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
+           DataType.INT16: "i16", DataType.UINT16: "u16", DataType.INT32: "i32",
+           DataType.UINT32: "u32", DataType.INT64: "i64", DataType.UINT64: "u64"}
+#: Kernel variants this module requests (glsl/reduce.comp) and the constants it sets.
+VARIANTS = dict.fromkeys(
+    ["reduce_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
+                             "u16", "i32", "u32", "i64", "u64")],
+    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP"))
+#: "auto" takes "group" from this many elements reduced per output (and at least as many
+#: as there are outputs).
+GROUP_MIN = 1024
+#: "group" takes outputs of at least this many elements: with fewer most of a workgroup's
+#: lanes idle while its tree still runs, and the tuner would time (and wait for) a path
+#: that cannot win.
+GROUP_FLOOR = 64
+#: Elements one output may reduce on each path: a lane walks them 4 an iteration (lane:
+#: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
+LANE_MAX = 1 << 17
+GROUP_MAX = 1 << 26
+
+
+def element_variant(family: str, t: DataType, features: dict) -> str:
+    """The ``<family>_<type>`` variant of an element type (glsl/include/vkml_elem.glsl):
+    float16 as halves where the device has 16-bit storage, else packed in words."""
+    if t == DataType.FLOAT16:
+        return family + ("_f16" if features.get("storage16") else "_f16_packed")
+    return f"{family}_{_SUFFIX[t]}"
+
+
+def merged_axes(sizes, strides, axes) -> tuple[list[int], list[int]]:
+    """(sizes, strides) of the reduced axes in increasing order, size-1 axes dropped and
+    neighbours merged where the outer one's stride is the inner one's span (the row-major
+    numbering over the reduced axes is kept); at least one entry."""
+    rs, rt = [], []
+    for a in sorted(axes):
+        if sizes[a] == 1:
+            continue
+        if rs and rt[-1] == strides[a] * sizes[a]:
+            rs[-1] *= sizes[a]
+            rt[-1] = strides[a]
+        else:
+            rs.append(sizes[a])
+            rt.append(strides[a])
+    return (rs or [1]), (rt or [0])
+
+
+def texel_read(op, force: str | None) -> str:
+    """"texel" (float32 read through an R32F uniform texel buffer: lavapipe vectorizes
+    texel reads, a storage-buffer read is one lane at a time) where the whole input is
+    bound (no windows) within maxTexelBufferElements and ``force`` is not "ssbo"; else
+    "ssbo".  Chosen from the limit (SwiftShader's texel buffers hold 65536 elements)."""
+    ok = (op.desc.input_tensor.data_type == DataType.FLOAT32 and op.windows is None
+          and op.in_bytes // 4 <= op.ctx.limits["maxTexelBufferElements"])
+    return "texel" if ok and force != "ssbo" else "ssbo"
+
+
+def words8(values) -> list[int]:
+    """Up to 8 values as a flat ``uvec4[2]`` (zeros after them)."""
+    return (list(values) + [0] * 8)[:8]
+
+
+def digits(n: int, radix) -> list[int]:
+    """``n`` as mixed-radix digits of ``radix`` (innermost last), n below their product
+    taken modulo it."""
+    out = []
+    for r in reversed(radix):
+        out.append(n % r)
+        n //= r
+    return out[::-1]
+
+
+@implements(ReduceOperatorDesc)
+class CompiledReduce(BoxKernel):
+    """Reduce on this device: see the module doc and ``glsl/reduce.comp``."""
+
+    #: "lane", "group", None (the tuner chooses) or "auto" (the rule, no measuring);
+    #: a path the tensors do not allow falls back to "lane".  ``path=`` sets it.
+    force_path: str | None = None
+
+    #: "ssbo" forces storage-buffer reads where "texel" is possible (:func:`texel_read`).
+    force_read: str | None = None
+
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
+        if path is not None:
+            self.force_path = path
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
+
+    def build(self) -> None:
+        d = self.desc
+        src, dst = d.input_tensor, d.output_tensor
+        self.fn = d.reduce_function
+        self.kernel = element_variant("reduce", src.data_type, self.features)
+        self.in_esize, self.out_esize = src.data_type.size, dst.data_type.size
+        self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
+        self.out_bytes = dst.total_tensor_size_in_bytes
+        # the box has 8 dimensions whatever the rank (leading ones of size 1): one pipeline
+        # serves every rank (lavapipe compiles one in ~0.1-0.6 s)
+        lead = [0] * (8 - dst.dimension_count)
+        self.rank = 8
+        self.box = [1] * len(lead) + list(dst.sizes)
+        self.box_out_strides = lead + list(dst.element_strides)
+        axes = set(as_ints(d.axes, "axes"))
+        strides = src.element_strides
+        self.in_strides = lead + [0 if i in axes else s for i, s in enumerate(strides)]
+        self.rsize, self.rstride = merged_axes(src.sizes, strides, axes)
+        self.count = math.prod(self.rsize)
+        if self.count > GROUP_MAX:
+            raise UnsupportedError("reduce", f"{self.count} elements reduced per output: at "
+                                   f"most {GROUP_MAX} (a lane's loop stays within 65535 "
+                                   "iterations, lavapipe's limit)")
+        self.outputs_n = math.prod(dst.sizes)
+        self.local = min(64, self.workgroup_size)
+        self.windows = self.plan_windows()
+        self.path = self._choose_path()
+        self.apply_read(texel_read(self, self.force_read))
+        self.group_local = 1 << (min(256, self.workgroup_size).bit_length() - 1)
+        step = digits(self.group_local, self.rsize)
+        self.params = self.upload(np.frombuffer(pack(
+            self.kernel, "Params", out_stride=words8(self.box_out_strides),
+            in_stride=words8(self.in_strides), out_size=words8(self.box),
+            rsize=words8(self.rsize), rstride=words8(self.rstride), rstep=words8(step),
+            count=self.count, pad0=0, pad1=0, pad2=0), np.uint8))
+        index = {DataType.INT32: 1, DataType.UINT32: 1, DataType.INT64: 2, DataType.UINT64: 2}
+        self.consts = {"RANK": self.rank, "FUNC": int(self.fn), "RDIMS": len(self.rsize),
+                       "OUT_INDEX": index[dst.data_type] if self.fn in ARG_FUNCTIONS else 0}
+
+    def _choose_path(self) -> str:
+        ok = {"lane": self.count <= LANE_MAX,
+              "group": self.windows is None and self.count >= GROUP_FLOOR}
+        if not (ok["lane"] or ok["group"]):
+            raise UnsupportedError("maxStorageBufferRange", f"{self.count} elements reduced "
+                                   f"per output need the group path (over {LANE_MAX}), which "
+                                   "binds the whole tensors, and they exceed the range")
+        if self.force_path not in (None, "auto"):
+            return self.force_path if ok.get(self.force_path) else (
+                "lane" if ok["lane"] else "group")
+        rule = ("group" if ok["group"] and (not ok["lane"] or (
+            self.count >= GROUP_MIN and self.count >= self.outputs_n)) else "lane")
+        if self.force_path is None and self.desc.input_tensor.data_type == DataType.FLOAT32:
+            return self.tuned_read(REDUCE_PATH, reduce_shape(self.desc), ok) or rule
+        return rule
+
+    def in_span(self, origin, extent):
+        lo, hi = strided_span(origin, extent, self.in_strides)
+        return lo, hi + sum((s - 1) * t for s, t in zip(self.rsize, self.rstride))
+
+    def encode(self, seq, inputs, outputs) -> None:
+        x, y = inputs[0].allocation, outputs[0].allocation
+        if self.path == "group":
+            self._encode_group(seq, x, y)
+            return
+
+        def pipeline_for(lx, ly, xdims, v, vec_store):
+            return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                               "XDIMS": xdims, "GROUP": 0, **self.consts})
+        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
+                              self.in_kind, self.in_fmt)
+
+    def _encode_group(self, seq, x, y) -> None:
+        """One workgroup per output element, in dispatches of at most
+        maxComputeWorkGroupCount[0] (push ``origin[0].x``: the first one's index)."""
+        pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.group_local, "LOCAL_SIZE_Y": 1,
+                                           "XDIMS": 1, "GROUP": 1, **self.consts})
+        binds = [Bind(x, 0, self.in_bind, "r", self.in_fmt), Bind(y, 0, self.out_bytes, "w"),
+                 Bind(self.params)]
+        step = int(self.ctx.limits["maxComputeWorkGroupCount"][0])
+        for first in range(0, self.outputs_n, step):
+            n = min(step, self.outputs_n - first)
+            push = pack(self.kernel, "push", origin=[first, 0, 0, 0], extent=[n, 0, 0, 0],
+                        in_base=0, out_base=0, x_count=n, pad_=0, magic=[0] * 8)
+            seq.dispatch(pipe, binds, (n, 1, 1), push)
+
+
+assert layout("reduce_f32", "push").size == PUSH_BYTES
+
+
+def reduce_shape(desc) -> dict:
+    """A reduce descriptor as the tuner's JSON shape."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    return {"in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            "axes": sorted(as_ints(desc.axes, "axes")), "function": int(desc.reduce_function)}
+
+
+def _path_class(shape) -> str:
+    """Shapes sharing a path choice: elements reduced per output and outputs (powers of 4),
+    and whether the innermost reduced axis is the packed last one."""
+    (sizes, strides), axes = shape["in"], shape["axes"]
+    count = math.prod(sizes[a] for a in axes)
+    outs = math.prod(sizes) // max(1, count)
+    inner = axes[-1] == len(sizes) - 1 and strides[-1] == 1
+    return (f"count 4^{count.bit_length() // 2} out 4^{outs.bit_length() // 2} "
+            f"inner {int(inner)}")
+
+
+def _path_run(device, seq, cand, shape):
+    """Record a float32 reduction of ``shape`` on candidate ``cand``'s path."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    fn = ReduceFunction(shape["function"])
+    out_type = DataType.UINT32 if fn in ARG_FUNCTIONS else DataType.FLOAT32
+    desc = ReduceOperatorDesc(fn, TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
+                              TensorDesc(out_type, tuple(osz), tuple(ost)), tuple(shape["axes"]))
+    op = CompiledReduce(device, desc, path=cand.params["path"])
+    if op.path != cand.params["path"] and cand.name != "auto":
+        op.release()
+        raise tuning.Declined(cand.name)
+    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x], [y])
+
+    def free():
+        op.release()
+        x.free()
+        y.free()
+    return free
+
+
+#: Reduce's path: "auto" (the rule above, the ``VKML_TUNE=off`` default), "lane" or
+#: "group", chosen by measurement.
+REDUCE_PATH = tuning.register_path(
+    "reduce_path", [("auto", {"path": "auto"}), ("lane", {"path": "lane"}),
+                    ("group", {"path": "group"})], "auto",
+    _path_class, _path_run, work_fn=tuning.io_elements,
+    examples=[{"in": [[32, 64, 56, 56], [200704, 3136, 56, 1]],
+               "out": [[32, 64, 1, 1], [64, 1, 1, 1]], "axes": [2, 3], "function": 2},
+              {"in": [[1024, 4096], [4096, 1]], "out": [[1024, 1], [1, 1]], "axes": [1],
+               "function": 10}])
+
+
+def reduce(x, function, axes=None, *, output_type=None, device=None):
+    """``DML_REDUCE_OPERATOR_DESC``: ``function`` (a DML_REDUCE_FUNCTION name such as
+    "sum", "average", "argmax", any case, or its value) over ``axes`` of ``x`` (1 to 8
+    dimensions; an int or a sequence, negative counting from the end; None: every axis).
+    The rank is kept: reduced axes have size 1.
+
+    ARGMIN/ARGMAX return the position among the reduced elements numbered row-major over
+    the reduced axes in increasing order, the first extreme on a tie, as ``output_type``
+    ("uint32" by default, the page's type at every feature level; "int32", "int64",
+    "uint64").  Other functions return ``x``'s type; float16 is reduced in float32."""
+    dev = pick_device(device, x)
+    x = as_array(x, "x")
+    rank = len(x.shape)
+    if not 1 <= rank <= 8:
+        raise ValidationError("x", f"must have 1 to 8 dimensions, got shape {tuple(x.shape)}")
+    probe = ReduceOperatorDesc(function, None, None)
+    fn = probe.reduce_function
+    if axes is None:
+        axes = tuple(range(rank))
+    elif isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
+        axes = (int(axes),)
+    axes = tuple(a + rank if -rank <= a < 0 else a for a in as_ints(axes, "axes"))
+    in_desc = TensorDesc(x.dtype, tuple(x.shape))
+    out_type = (DataType.of(output_type or "uint32", "output_type") if fn in ARG_FUNCTIONS
+                else in_desc.data_type)
+    sizes = (reduce_output_sizes(x.shape, axes) if all(0 <= a < rank for a in axes)
+             else tuple(x.shape))       # the descriptor names the bad axis
+    desc = ReduceOperatorDesc(fn, in_desc, TensorDesc(out_type, sizes), axes)
+    return run(dev, desc, [x])
