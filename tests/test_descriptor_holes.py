@@ -49,6 +49,17 @@ def valid_descs() -> dict:
             x, T(1, 1, 1, 1), T(1, 1, 1, 1), T(1, 1, 1, 1), T(1, 1, 1, 1), x),
         dml.ActivationSoftmaxOperatorDesc: dml.ActivationSoftmaxOperatorDesc(T(2, 8), T(2, 8)),
         dml.ActivationSoftmax1OperatorDesc: dml.ActivationSoftmax1OperatorDesc(x, x, (3,)),
+        dml.MaxPoolingOperatorDesc: dml.MaxPoolingOperatorDesc(x, T(1, 1, 3, 3),
+                                                               window_size=(2, 2)),
+        dml.MaxPooling1OperatorDesc: dml.MaxPooling1OperatorDesc(x, T(1, 1, 3, 3),
+                                                                 window_size=(2, 2)),
+        dml.MaxPooling2OperatorDesc: dml.MaxPooling2OperatorDesc(x, T(1, 1, 3, 3),
+                                                                 window_size=(2, 2)),
+        dml.AveragePoolingOperatorDesc: dml.AveragePoolingOperatorDesc(x, T(1, 1, 3, 3),
+                                                                       window_size=(2, 2)),
+        dml.AveragePooling1OperatorDesc: dml.AveragePooling1OperatorDesc(x, T(1, 1, 3, 3),
+                                                                         window_size=(2, 2)),
+        dml.ReduceOperatorDesc: dml.ReduceOperatorDesc("sum", x, T(1, 1, 1, 4), (2,)),
     }
     for cls in dml.ACTIVATIONS.values():
         out[cls] = cls(x, x)

@@ -142,7 +142,8 @@ class OperatorDesc:
     def fail(self, name: str, rule: str):
         raise ValidationError(self.field(name), rule)
 
-    def check_tensor(self, name: str, t, ranks=None, types=None, optional: bool = False):
+    def check_tensor(self, name: str, t, ranks=None, types=None, optional: bool = False,
+                     context: str = ""):
         if t is None:
             if optional:
                 return
@@ -155,7 +156,7 @@ class OperatorDesc:
         if types is not None and t.data_type not in types:
             allowed = ", ".join(x.name for x in types)
             self.fail(f"{name}.data_type", f"{t.data_type.name} is not supported by "
-                      f"{self.OPERATOR_TYPE} (supported: {allowed})")
+                      f"{self.OPERATOR_TYPE}{context} (supported: {allowed})")
 
     def check_uints(self, name: str, values, count: int, minimum: int = 0,
                     what: str = "") -> tuple[int, ...]:

@@ -120,9 +120,13 @@ class ReduceOperatorDesc(OperatorDesc):
 
     def validate(self) -> None:
         fn = self.reduce_function
-        self.check_tensor("input_tensor", self.input_tensor, range(1, 9), INPUT_TYPES[fn])
+        # the page's data types depend on the function: a message names both
+        context = f" with function {fn.name}"
+        self.check_tensor("input_tensor", self.input_tensor, range(1, 9), INPUT_TYPES[fn],
+                          context=context)
         out_types = INDEX_TYPES if fn in ARG_FUNCTIONS else INPUT_TYPES[fn]
-        self.check_tensor("output_tensor", self.output_tensor, range(1, 9), out_types)
+        self.check_tensor("output_tensor", self.output_tensor, range(1, 9), out_types,
+                          context=context)
         if fn not in ARG_FUNCTIONS:
             self.check_same_type(["input_tensor", "output_tensor"])
         self.check_same_rank(["input_tensor", "output_tensor"])
