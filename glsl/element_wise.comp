@@ -304,9 +304,10 @@ void main() {
             y4[(so >> 2) + k] = words(u, v);
         }
     } else {                                         // the tail: whole elements of words
+        // not unrolled: the main loop's copy of the element code is enough to compile
         const uint STEP = WIDTH == 8u ? 2u : 1u;
-        [[unroll]] for (uint j = 0u; j < V; j += STEP) {
-            if (j < count) {
+        [[dont_unroll]] for (uint j = 0u; j < count; j += STEP) {
+            {
                 if (WIDTH == 8u) {
                     uvec2 u = uvec2(LOADA1(sa + j), LOADA1(sa + j + 1u));
                     uvec2 v = OP == OP_IDENTITY ? u : uvec2(LOADB1(sb + j), LOADB1(sb + j + 1u));

@@ -53,9 +53,11 @@ __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "ident
 VARIANTS = dict.fromkeys(["element_wise", "element_wise_texel4", "element_wise_ssbo4"],
                          BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE"))
 
-#: Words a flat invocation takes (as the flat activation: lavapipe's and SwiftShader's cost
-#: per invocation is high, so each takes many; a multiple of 4 for the uvec4 loop).
-FLAT_V = 32
+#: Words a flat invocation takes, by element size: 32 elements of up to 32 bits (as the flat
+#: activation: lavapipe's and SwiftShader's cost per invocation is high, so each takes
+#: many), 16 of 64 bits; a multiple of 4 for the uvec4 loop.  Fewer words for the small
+#: types also keep the unrolled element code (and the pipeline's compile time) bounded.
+FLAT_V = {1: 8, 2: 16, 4: 32, 8: 32}
 
 
 @implements(*ELEMENT_WISE)
@@ -168,11 +170,12 @@ class CompiledElementWise(CompiledOperator):
                 binds = [Bind(m, lo, min(round_up(hi, 16), m.size) - lo, acc)
                          for m, acc in ((a, "r"), (b, "r"), (y, "w"))]
                 items.append((o, e, binds, (o[0], o[0], o[0])))
+        # one pipeline per operation and type whatever the size (a small tensor's cost is
+        # the dispatch's, not its idle lanes)
+        v = FLAT_V[self.esize]
+        pipe = self._pipeline(self.local, 1, 1, 1, v)
         for origin, extent, binds, bases in items:
-            v = FLAT_V if extent[0] >= FLAT_V else 4
-            lx = min(self.local, max(8, round_up(ceil_div(extent[0], v), 8)))
-            pipe = self._pipeline(lx, 1, 1, 1, v)
-            self._dispatch(seq, pipe, binds, origin, extent, bases, 1, v, lx, 1)
+            self._dispatch(seq, pipe, binds, origin, extent, bases, 1, v, self.local, 1)
 
     def _encode_strided(self, seq, a, b, y) -> None:
         rank = len(self.box)
