@@ -24,12 +24,28 @@
 // No early return: on lavapipe, uniform loads after a divergent return become per-lane
 // gathers (docs/DEVELOPING.md).
 //
-// vkml:variant element_wise
-// vkml:variant element_wise_texel4 FLAT=1 TEXEL4=1
-// vkml:variant element_wise_ssbo4 FLAT=1 SSBO4=1
+// Three classes of type, each its own variant so that a pipeline holds only its class's
+// arithmetic (SwiftShader compiles the branches a specialization constant rules out, and
+// the 64-bit division loop and the activations cost it seconds a pipeline): FLOATV
+// (float32, float16: the operations in float32, then ACT), INTV (8/16/32-bit integers),
+// INT64V (64-bit integers; float64, moved only).
+//
+// vkml:variant element_wise_float FLOATV=1
+// vkml:variant element_wise_int INTV=1
+// vkml:variant element_wise_int64 INT64V=1
+// vkml:variant element_wise_float_texel4 FLOATV=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_int_texel4 INTV=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_int64_texel4 INT64V=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_float_ssbo4 FLOATV=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_int_ssbo4 INTV=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_int64_ssbo4 INT64V=1 FLAT=1 SSBO4=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_index.glsl"
+#ifdef FLOATV
 #include "vkml_activation.glsl"
+#else
+const int ACT_NONE = 0;
+#endif
 
 #if defined(TEXEL4)
 layout(set = 0, binding = 0) uniform usamplerBuffer At;
@@ -91,6 +107,7 @@ layout(push_constant) uniform Push {
 
 #define AT(arr, d) arr[(d) >> 2][(d) & 3]
 
+#ifdef INT64V
 // ---- 64-bit integers on word pairs (x: low word, y: high word) -------------------------
 uvec2 add64(uvec2 u, uvec2 v) {
     uint c;
@@ -146,6 +163,9 @@ uvec2 op64(uvec2 u, uvec2 v) {
     return u;
 }
 
+#endif
+
+#ifdef INTV
 // ---- 8/16/32-bit integers in 32-bit arithmetic (wrapped to the type on store) ----------
 uint op32(uint u, uint v) {
     int s = bitfieldExtract(int(u), 0, int(BITS)), t = bitfieldExtract(int(v), 0, int(BITS));
@@ -163,6 +183,9 @@ uint op32(uint u, uint v) {
     return u;
 }
 
+#endif
+
+#ifdef FLOATV
 float load_float(uint bits) {
     return DTYPE == T_F16 ? vkml_half_float(bits) : uintBitsToFloat(bits);
 }
@@ -181,16 +204,20 @@ float opf(float u, float v) {
     return u;
 }
 
+#endif
+
 // One element: raw bits in (x, y: the high word of 64-bit types), result raw bits.
 uvec2 element(uvec2 u, uvec2 v) {
-    if (FLOATS && (OP != OP_IDENTITY || ACT != ACT_NONE)) {
-        float r = opf(load_float(u.x), load_float(v.x));
-        if (ACT != ACT_NONE) r = vkml_activation(ACT, r, p);
-        return uvec2(store_float(r), 0u);
-    }
-    if (OP == OP_IDENTITY || FLOATS || DTYPE == T_F64) return u;
-    if (WIDTH == 8u) return op64(u, v);
+    if (OP == OP_IDENTITY && ACT == ACT_NONE) return u;
+#if defined(FLOATV)
+    float r = opf(load_float(u.x), load_float(v.x));
+    if (ACT != ACT_NONE) r = vkml_activation(ACT, r, p);
+    return uvec2(store_float(r), 0u);
+#elif defined(INT64V)
+    return DTYPE == T_F64 ? u : op64(u, v);
+#else
     return uvec2(op32(u.x, v.x), 0u);
+#endif
 }
 
 // A word of packed elements (WIDTH <= 4).
@@ -298,7 +325,7 @@ void main() {
     uint count = gx < x_count && w0 < end ? min(V, end - w0) : 0u;
     uint sa = w0 - a_base, sb = w0 - b_base, so = w0 - out_base;   // multiples of 4
     if (count == V) {
-        [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
+        [[dont_unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uvec4 u = LOADA4((sa >> 2) + k);
             uvec4 v = OP == OP_IDENTITY ? u : LOADB4((sb >> 2) + k);
             y4[(so >> 2) + k] = words(u, v);

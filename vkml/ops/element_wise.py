@@ -50,8 +50,17 @@ from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, d
 __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
 
 #: Kernel variants this module requests and the specialization constants it sets.
-VARIANTS = dict.fromkeys(["element_wise", "element_wise_texel4", "element_wise_ssbo4"],
+VARIANTS = dict.fromkeys([f"element_wise_{c}{r}" for c in ("float", "int", "int64")
+                          for r in ("", "_texel4", "_ssbo4")],
                          BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE"))
+
+
+def type_class(dt: DataType) -> str:
+    """The kernel variant's class of ``dt`` (glsl/element_wise.comp): "float" (float32,
+    float16), "int64" (64-bit types: integers, float64 moved), "int" (the rest)."""
+    if dt in (DataType.FLOAT32, DataType.FLOAT16):
+        return "float"
+    return "int64" if dt.size == 8 else "int"
 
 #: Words a flat invocation takes, by element size: 32 elements of up to 32 bits (as the flat
 #: activation: lavapipe's and SwiftShader's cost per invocation is high, so each takes
@@ -104,15 +113,15 @@ class CompiledElementWise(CompiledOperator):
             self.words = ceil_div(math.prod(self.box) * self.esize, 4)
             self.windows = None if fits else self._flat_windows()
             self.read = self._choose_read()
-            self.kernel = "element_wise_" + self.read
+            self.kernel = f"element_wise_{type_class(dt)}_{self.read}"
         else:
             self.windows = None if fits else plan_windows(
                 self.box, self._in_span, lambda o, e: strided_span(o, e, self.strides[2]),
                 self.esize, self.esize, self.room, f"one output element of {d.OPERATOR_TYPE}")
-            self.read, self.kernel = "ssbo", "element_wise"
+            self.read, self.kernel = "ssbo", f"element_wise_{type_class(dt)}"
         st = self.strides
         self.params = self.upload(np.frombuffer(pack(
-            "element_wise", "Params", out_stride=_dims(st[2]), a_stride=_dims(st[0]),
+            self.kernel, "Params", out_stride=_dims(st[2]), a_stride=_dims(st[0]),
             b_stride=_dims(st[1]),
             p=list(d.kernel_act()[1])), np.uint8))
 
@@ -213,7 +222,7 @@ class CompiledElementWise(CompiledOperator):
         """The box's dispatches, split to fit maxComputeWorkGroupCount."""
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-            push = pack("element_wise", "push", origin=_dims(o), extent=_dims(e),
+            push = pack(self.kernel, "push", origin=_dims(o), extent=_dims(e),
                         a_base=bases[0], b_base=bases[1], out_base=bases[2],
                         x_count=x_invocations(e, xdims, v), magic=_dims(map(div_magic, e)))
             seq.dispatch(pipe, binds + [Bind(self.params)], box_grid(e, lx, xdims, v, ly), push)
