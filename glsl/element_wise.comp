@@ -223,6 +223,14 @@ uvec2 element(uvec2 u, uvec2 v) {
 // A word of packed elements (WIDTH <= 4).
 uint word(uint u, uint v) {
     if (WIDTH == 4u) return element(uvec2(u, 0u), uvec2(v, 0u)).x;
+#ifdef INTV
+    // 8/16-bit ADD and SUBTRACT on the whole word at once (Hacker's Delight 2-18): the top
+    // bit of each element apart, so no carry or borrow crosses into the next element;
+    // wrapping arithmetic, the same for signed and unsigned types
+    const uint H = WIDTH == 1u ? 0x80808080u : 0x80008000u;
+    if (OP == OP_ADD) return ((u & ~H) + (v & ~H)) ^ ((u ^ v) & H);
+    if (OP == OP_SUBTRACT) return ((u | H) - (v & ~H)) ^ ((u ^ ~v) & H);
+#endif
     uint r = 0u;
     [[unroll]] for (uint k = 0u; k < 4u / WIDTH; k++) {
         uint s = k * BITS;
@@ -325,7 +333,7 @@ void main() {
     uint count = gx < x_count && w0 < end ? min(V, end - w0) : 0u;
     uint sa = w0 - a_base, sb = w0 - b_base, so = w0 - out_base;   // multiples of 4
     if (count == V) {
-        [[dont_unroll]] for (uint k = 0u; k < V / 4u; k++) {
+        [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uvec4 u = LOADA4((sa >> 2) + k);
             uvec4 v = OP == OP_IDENTITY ? u : LOADB4((sb >> 2) + k);
             y4[(so >> 2) + k] = words(u, v);

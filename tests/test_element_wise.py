@@ -150,7 +150,24 @@ def test_64_bit_words(device, dtype):
     a, b = np.meshgrid(edge, edge)
     a = np.concatenate([a.reshape(-1), random_values(rng, 200, dtype)])
     b = np.concatenate([b.reshape(-1), random_values(rng, 200, dtype, divisor=True)])
-    for op in OPS:
+    # uint64 differs from int64 only in division and comparison (and each op compiles)
+    for op in OPS if dtype == "int64" else ("add", "divide", "maximum"):
+        np.testing.assert_array_equal(getattr(vkml, op)(a, b, device=device),
+                                      reference(op, a, b), err_msg=op)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16"])
+def test_small_int_words(device, dtype):
+    """Packed 8/16-bit ADD and SUBTRACT work on whole words at once: carries and borrows
+    must stop at each element (every pair of edge values, odd sizes for the tail)."""
+    info = np.iinfo(dtype)
+    edge = np.array([0, 1, 2, info.max, info.max - 1, info.min, info.min + 1,
+                     (info.max + info.min) // 2, 0x7F, 0x80 % (info.max + 1)], dtype=object)
+    a, b = (g.reshape(-1).astype(dtype) for g in np.meshgrid(edge.astype(dtype), edge.astype(dtype)))
+    rng = np.random.default_rng(8)
+    a = np.concatenate([a, random_values(rng, 301, dtype)])
+    b = np.concatenate([b, random_values(rng, 301, dtype)])
+    for op in ("add", "subtract"):
         np.testing.assert_array_equal(getattr(vkml, op)(a, b, device=device),
                                       reference(op, a, b), err_msg=op)
 
@@ -174,7 +191,7 @@ def _out_index(shape, strides):
                for d, (s, st) in enumerate(zip(shape, strides)))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint16", "int64"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int64"])
 @pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])
 def test_strided_layouts(device, dtype, kind):
     """DML-level strides: A and B in non-packed layouts (B another kind than A) into an
@@ -209,8 +226,9 @@ def _compiled(device, desc, read=None):
     return cls(device, desc, read=read)
 
 
-@pytest.mark.parametrize("read", ["ssbo4", "texel4"])
-@pytest.mark.parametrize("dtype", ["float32", "int8", "float16", "uint64"])
+@pytest.mark.parametrize("read, dtype", [("ssbo4", "float32"), ("texel4", "float32"),
+                                         ("texel4", "int8"), ("ssbo4", "float16"),
+                                         ("texel4", "uint64"), ("ssbo4", "int16")])
 def test_flat_read_paths(device, read, dtype):
     """Packed tensors run flat (32 words an invocation, uvec4 reads and stores where a
     whole 32 fit, word by word in the tail), each read path forced; sizes around the
@@ -243,7 +261,6 @@ def test_windows_and_split_dispatches(device, layout, dtype):
     room = max(1024, a.nbytes // 3) + 4 * align           # about a third of the tensor
     limits = {"maxStorageBufferRange": room, "maxComputeWorkGroupCount": (2, 2, 2)}
     with vkml.Device(device.index, limits=limits) as dev:
-        check(vkml.multiply(a, b, device=dev), reference("multiply", a, b), "multiply")
         t = dml.TensorDesc(dtype, shape)
         tb = dml.TensorDesc(dtype, shape, (0, 1, 0)) if layout == "broadcast" else t
         c = _compiled(dev, dml.ElementWiseMaxOperatorDesc(t, tb, t))
