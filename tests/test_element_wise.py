@@ -163,7 +163,8 @@ def test_small_int_words(device, dtype):
     info = np.iinfo(dtype)
     edge = np.array([0, 1, 2, info.max, info.max - 1, info.min, info.min + 1,
                      (info.max + info.min) // 2, 0x7F, 0x80 % (info.max + 1)], dtype=object)
-    a, b = (g.reshape(-1).astype(dtype) for g in np.meshgrid(edge.astype(dtype), edge.astype(dtype)))
+    edge = edge.astype(dtype)
+    a, b = (g.reshape(-1) for g in np.meshgrid(edge, edge))
     rng = np.random.default_rng(8)
     a = np.concatenate([a, random_values(rng, 301, dtype)])
     b = np.concatenate([b, random_values(rng, 301, dtype)])
