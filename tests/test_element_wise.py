@@ -231,8 +231,8 @@ def _compiled(device, desc, read=None):
                                          ("texel4", "int8"), ("ssbo4", "float16"),
                                          ("texel4", "uint64"), ("ssbo4", "int16")])
 def test_flat_read_paths(device, read, dtype):
-    """Packed tensors run flat (32 words an invocation, uvec4 reads and stores where a
-    whole 32 fit, word by word in the tail), each read path forced; sizes around the
+    """Packed tensors run flat (FLAT_V words an invocation, uvec4 reads and stores where a
+    whole FLAT_V fit, word by word in the tail), each read path forced; sizes around the
     vector widths, sub-word tails included."""
     rng = np.random.default_rng(5)
     for n in (1, 3, 4, 31, 32, 33, 129, 1000, 4099):     # one pipeline for all

@@ -2,13 +2,14 @@
 ``vkml.subtract``, ``vkml.multiply``, ``vkml.divide``, ``vkml.maximum``, ``vkml.minimum``
 and ``vkml.identity``.
 
-One kernel family, ``glsl/element_wise.comp``, the operation, data type and activation
-as specialization constants; every tensor is bound as 32-bit words, so all 11 types run
+One kernel family, ``glsl/element_wise.comp`` (a variant per class of type: float,
+8-32-bit integer, 64-bit), the operation, data type and activation as specialization
+constants; every tensor is bound as 32-bit words, so all 11 types run
 on every device (8/16-bit elements inside words, 64-bit integers as word pairs: no
 device feature is needed).
 
-* Packed tensors of one layout (the common case) run *flat*: one dimension of words, 32
-  words an invocation, read four at a time (RGBA32UI texels where the inputs fit
+* Packed tensors of one layout (the common case) run *flat*: one dimension of words,
+  :data:`FLAT_V` words an invocation, read four at a time (RGBA32UI texels where the inputs fit
   ``maxTexelBufferElements`` unwindowed, else uvec4 storage-buffer loads: the tuner
   chooses between the two by measurement, :data:`READ_PATH`) and stored as uvec4s.
 * Anything else (broadcast inputs with zero strides, transposes, padded rows) runs
