@@ -180,7 +180,7 @@ def test_tensor_in_tensor_out(device):
 T = dml.TensorDesc("float32", (2, 3, 4))
 
 
-@pytest.mark.parametrize("cls", list(dml.ACTIVATIONS.values()))
+@pytest.mark.parametrize("cls", list(dml.OPERATOR_ACTIVATIONS.values()))
 @pytest.mark.parametrize("case", ["sizes", "data_type", "rank", "int", "no_input", "no_output",
                                   "overlap"])
 def test_tensor_rules(device, cls, case):
@@ -209,9 +209,12 @@ def test_tensor_rules(device, cls, case):
     ("clip", dict(max=float("nan")), "max"),
     ("clip", dict(scale_bias=dml.ScaleBias(float("inf"), 0.0)), "scale_bias.scale"),
     ("scaled_elu", dict(gamma="1"), "gamma"),
+    ("swish", dict(sigmoid_input_scale=float("nan")), "sigmoid_input_scale"),
+    ("hard_swish", dict(alpha=float("inf")), "alpha"),
+    ("hard_swish", dict(beta=None), "beta"),
 ])
 def test_parameter_rules(device, name, kwargs, field):
-    desc = dml.ACTIVATIONS[name](T, T, **kwargs)
+    desc = dml.OPERATOR_ACTIVATIONS[name](T, T, **kwargs)
     with pytest.raises(ValidationError) as info:
         device.create_operator(desc)
     assert info.value.field == f"{type(desc).__name__}.{field}"
@@ -247,3 +250,55 @@ def test_fused_and_standalone_forms():
     dml.ConvolutionOperatorDesc(t, w, None, t, fused_activation=act).validate()
     with pytest.raises(ValidationError, match="fused_activation.input_tensor"):
         dml.ConvolutionOperatorDesc(t, w, None, t, fused_activation=s).validate()
+
+
+# -- SWISH and HARD_SWISH (feature level 6_2): operators only, not fusable --------------------
+SWISH_TORCH = {
+    "swish": [({}, lambda t: torch.nn.functional.silu(t)),
+              (dict(sigmoid_input_scale=1.702), lambda t: t * torch.sigmoid(1.702 * t))],
+    "hard_swish": [({}, torch.nn.functional.hardswish),
+                   (dict(alpha=0.25, beta=0.4),
+                    lambda t: t * torch.clamp(0.25 * t + 0.4, 0.0, 1.0))],
+}
+
+
+@pytest.mark.parametrize("name", list(SWISH_TORCH))
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_swish_against_pytorch(device, name, dtype):
+    """The pages' formulas: x * Sigmoid(SigmoidInputScale * x) and
+    x * HardSigmoid(x, Alpha, Beta), defaults 1.0 and 1/6, 0.5, against PyTorch in
+    float64; a strided (transposed) input as well."""
+    x = np.concatenate([POINTS[np.abs(POINTS) < 60], [-95.0, 95.0, -1e4]]).astype(dtype)
+    for params, fn in SWISH_TORCH[name]:
+        got = vkml.activation(x, name, device=device, **params)
+        want = fn(torch.from_numpy(x.astype(np.float64))).numpy()
+        tol = dict(rtol=3e-5, atol=2e-6) if dtype == "float32" else dict(rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(got.astype(np.float64), want, **tol, err_msg=str(params))
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal((6, 5)) * 4).astype(np.float32)
+    t_in = dml.TensorDesc("float32", (5, 6), (1, 5))
+    desc = dml.OPERATOR_ACTIVATIONS[name](t_in, dml.TensorDesc("float32", (5, 6)))
+    got = _run(device, desc, a.reshape(-1), 30).reshape(5, 6)
+    want = SWISH_TORCH[name][0][1](torch.from_numpy(a.T.astype(np.float64))).numpy()
+    np.testing.assert_allclose(got, want, rtol=3e-5, atol=2e-6)
+
+
+def test_swish_is_not_fusable(device):
+    """dml-fused-activations.md does not list SWISH or HARD_SWISH: they are operators only."""
+    assert "swish" not in dml.ACTIVATIONS and "hard_swish" not in dml.ACTIVATIONS
+    assert dml.OPERATOR_ACTIVATIONS["swish"] is dml.ActivationSwishOperatorDesc
+    for cls in (dml.ActivationSwishOperatorDesc, dml.ActivationHardSwishOperatorDesc):
+        assert cls().feature_level() == dml.FeatureLevel.FL_6_2
+        assert cls.OPERATOR_TYPE.startswith("DML_OPERATOR_ACTIVATION_")
+        with pytest.raises(ValidationError, match="fused"):
+            dml.activation(cls.OPERATOR_TYPE)
+        t = dml.TensorDesc("float32", (1, 1, 4))
+        w = dml.TensorDesc("float32", (1, 1, 1))
+        with pytest.raises(ValidationError) as info:
+            dml.ConvolutionOperatorDesc(t, w, None, t, fused_activation=cls()).validate()
+        assert "fused_activation" in info.value.field
+    x = np.zeros((1, 1, 4), np.float32)
+    with pytest.raises(ValidationError):
+        vkml.convolution(x, np.ones((1, 1, 1), np.float32), fused_activation="swish",
+                         device=device)
+    assert dml.activation("hard_swish", fusable=False) == dml.ActivationHardSwishOperatorDesc()

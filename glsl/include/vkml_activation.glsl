@@ -29,6 +29,9 @@ const int ACT_IDENTITY = 15;
 const int ACT_SHRINK = 16;             // p: bias, threshold
 const int ACT_GELU = 17;
 const int ACT_CLIP = 18;               // p: scale, bias, min, max
+// Operators only (not on the fused-activation page): no fused kernel is given these.
+const int ACT_SWISH = 19;              // p: sigmoid_input_scale
+const int ACT_HARD_SWISH = 20;         // p: alpha, beta
 
 // tanh(x) = (1 - e^(-2|x|)) / (1 + e^(-2|x|)) with the sign of x: finite for every x
 // (the textbook (e^x - e^-x) / (e^x + e^-x) is inf/inf past |x| ~ 44); near 0 the
@@ -79,6 +82,9 @@ float vkml_activation(int kind, float x, vec4 p) {
     case ACT_SHRINK: return x > p.y ? x - p.x : (x < -p.y ? x + p.x : 0.0);
     case ACT_GELU: return vkml_gelu(x);
     case ACT_CLIP: return min(p.w, max(p.z, x * p.x + p.y));
+    // x / (1 + e^(-s x)): for a large -s x the denominator is inf and the result 0
+    case ACT_SWISH: return x / (1.0 + exp(-p.x * x));
+    case ACT_HARD_SWISH: return x * max(0.0, min(p.x * x + p.y, 1.0));
     default: return x;      // ACT_NONE, ACT_IDENTITY
     }
 }

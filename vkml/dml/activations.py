@@ -24,6 +24,10 @@ Rules:
   Zero is refused at every level (the formula divides by it).
 * CELU divides by ``alpha`` (``exp(x / Alpha)``): zero is refused.
 
+SWISH and HARD_SWISH (feature level 6_2) are operators only: the fused-activation page does
+not list them, so they are in :data:`OPERATOR_ACTIVATIONS` (``vkml.activation``) but not in
+:data:`ACTIVATIONS` / :data:`ACTIVATION_TABLE` (what Convolution and ADD1 fuse).
+
 Where a page gives no default (LINEAR's and PARAMETRIC_SOFTPLUS's alpha/beta, CLIP's
 min/max) vkml chooses the ONNX ones: Affine alpha=1, beta=0; ParametricSoftplus alpha=1,
 beta=1; Clip min=-FLT_MAX, max=+FLT_MAX (the type's lowest and highest values).
@@ -99,16 +103,31 @@ _ROWS = [
 ]
 
 
+#: Activations that run only as operators of their own: the fused-activation page does not
+#: list them (rows as above; kernel ids continue after the fusable ones).
+_STANDALONE_ROWS = [
+    ("swish", "ACTIVATION_SWISH", (("sigmoid_input_scale", 1.0),), _FL.FL_6_2,
+     "f(x) = x * Sigmoid(SigmoidInputScale * x)"),
+    ("hard_swish", "ACTIVATION_HARD_SWISH", (("alpha", 1 / 6), ("beta", 0.5)), _FL.FL_6_2,
+     "f(x) = x * HardSigmoid(x, Alpha, Beta) = x * max(0, min(Alpha * x + Beta, 1))"),
+]
+
+
 def _class_name(suffix: str) -> str:
     return "".join(w.capitalize() for w in suffix.split("_")) + "OperatorDesc"
 
 
-#: name -> ActivationSpec, in the order of the fused-activation page.
-ACTIVATION_TABLE: dict[str, ActivationSpec] = {
-    name: ActivationSpec(name, "DML_OPERATOR_" + suffix, _class_name(suffix), params, level,
-                         formula, kernel_id)
-    for kernel_id, (name, suffix, params, level, formula) in enumerate(_ROWS, start=1)
-}
+def _table(rows, first_id: int) -> dict[str, ActivationSpec]:
+    return {name: ActivationSpec(name, "DML_OPERATOR_" + suffix, _class_name(suffix), params,
+                                 level, formula, kernel_id)
+            for kernel_id, (name, suffix, params, level, formula) in enumerate(rows, first_id)}
+
+
+#: name -> ActivationSpec of the fusable activations, in the order of the fused-activation page.
+ACTIVATION_TABLE: dict[str, ActivationSpec] = _table(_ROWS, 1)
+#: name -> ActivationSpec of the activations that are operators only (not fusable).
+STANDALONE_ACTIVATION_TABLE: dict[str, ActivationSpec] = _table(_STANDALONE_ROWS,
+                                                                len(_ROWS) + 1)
 
 
 class ActivationDesc(OperatorDesc):
@@ -215,33 +234,45 @@ def _make_class(spec: ActivationSpec) -> type:
     return cls
 
 
-#: name -> descriptor class.
+#: name -> descriptor class of the fusable activations (the fused-activation page's list).
 ACTIVATIONS: dict[str, type] = {}
-for _spec in ACTIVATION_TABLE.values():
-    ACTIVATIONS[_spec.name] = globals()[_spec.class_name] = _make_class(_spec)
+#: name -> descriptor class of every activation operator: ACTIVATIONS, then swish and
+#: hard_swish (operators only).
+OPERATOR_ACTIVATIONS: dict[str, type] = {}
+for _spec in list(ACTIVATION_TABLE.values()) + list(STANDALONE_ACTIVATION_TABLE.values()):
+    OPERATOR_ACTIVATIONS[_spec.name] = globals()[_spec.class_name] = _make_class(_spec)
+    if _spec.name in ACTIVATION_TABLE:
+        ACTIVATIONS[_spec.name] = OPERATOR_ACTIVATIONS[_spec.name]
 del _spec
 
 
-def activation(value) -> ActivationDesc | None:
+def activation(value, fusable: bool = True) -> ActivationDesc | None:
     """An activation descriptor from None, an instance, its class, or a name: "relu",
-    "leaky_relu", "DML_OPERATOR_ACTIVATION_ELU", "element_wise_clip" (any case)."""
+    "leaky_relu", "DML_OPERATOR_ACTIVATION_ELU", "element_wise_clip" (any case).
+    ``fusable``: only those the fused-activation page lists (else swish and hard_swish
+    too, which are operators only)."""
     from ..errors import ValidationError
 
-    if value is None or isinstance(value, ActivationDesc):
+    table = ACTIVATIONS if fusable else OPERATOR_ACTIVATIONS
+    if value is None or (isinstance(value, ActivationDesc) and type(value) in table.values()):
         return value
-    if isinstance(value, type) and issubclass(value, ActivationDesc):
+    if isinstance(value, type) and issubclass(value, ActivationDesc) and value in table.values():
         return value()
     if isinstance(value, str):
         key = value.strip().lower()
         for prefix in ("dml_operator_activation_", "dml_operator_", "activation_"):
             key = key.removeprefix(prefix)
         key = {"element_wise_clip": "clip"}.get(key, key)
-        if key in ACTIVATIONS:
-            return ACTIVATIONS[key]()
-    error = ValidationError if isinstance(value, (str, type)) else ArgumentTypeError
-    raise error("fused_activation", f"{value!r} is not an activation that can be "
-                          f"fused ({', '.join(ACTIVATIONS)}), nor one of their descriptors")
+        if key in table:
+            return table[key]()
+    error = ValidationError if isinstance(value, (str, type, ActivationDesc)) else \
+        ArgumentTypeError
+    what = "that can be fused" if fusable else "operator"
+    raise error("fused_activation", f"{value!r} is not an activation {what} "
+                          f"({', '.join(table)}), nor one of their descriptors")
 
 
 __all__ = ["ACTIVATION_TABLE", "ACTIVATIONS", "ActivationDesc", "ActivationSpec", "ScaleBias",
-           "activation", "FLT_MAX"] + [s.class_name for s in ACTIVATION_TABLE.values()]
+           "OPERATOR_ACTIVATIONS", "STANDALONE_ACTIVATION_TABLE", "activation", "FLT_MAX"] + [
+    s.class_name for s in list(ACTIVATION_TABLE.values())
+    + list(STANDALONE_ACTIVATION_TABLE.values())]

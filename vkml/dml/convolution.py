@@ -5,7 +5,7 @@ import enum
 from dataclasses import dataclass
 
 from ..errors import ValidationError
-from .activations import ActivationDesc, activation
+from .activations import ACTIVATIONS, ActivationDesc, activation
 from .data_type import DataType
 from .operator import FeatureLevel, OperatorDesc, check_no_overlap, enum_of
 from .tensor_desc import TensorDesc
@@ -246,7 +246,7 @@ class ConvolutionOperatorDesc(OperatorDesc):
                           f"{want}, got {self.bias_tensor.sizes}")
         act = self.fused_activation
         if act is not None:
-            if not isinstance(act, ActivationDesc):
+            if not isinstance(act, ActivationDesc) or type(act) not in ACTIVATIONS.values():
                 self.fail("fused_activation", "must be None or an activation descriptor the "
                           "fused-activation page lists (vkml.dml.ACTIVATIONS), got "
                           f"{type(act).__name__}")

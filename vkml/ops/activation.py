@@ -1,7 +1,8 @@
 """The standalone activation operators: ``DML_ACTIVATION_*_OPERATOR_DESC`` and
 ``DML_ELEMENT_WISE_CLIP_OPERATOR_DESC`` with their tensors set, and ``vkml.activation``.
 
-The same 18 descriptors Convolution fuses (``vkml/dml/activations.py``) run on their own
+The same 18 descriptors Convolution fuses (``vkml/dml/activations.py``), and SWISH and
+HARD_SWISH, which are operators only, run on their own
 here: ``glsl/activation.comp`` applies the fused kernels' ``vkml_activation()`` to every
 element of the output box, reading and writing each tensor through its own element
 strides (0 broadcasts an input).  float32 and float16 on every device: float16 as halves
@@ -17,7 +18,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..dml.activations import ACTIVATIONS, ActivationReluOperatorDesc, activation as activation_desc
+from ..dml.activations import (OPERATOR_ACTIVATIONS, ActivationReluOperatorDesc,
+                               activation as activation_desc)
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import ValidationError
@@ -36,7 +38,7 @@ VARIANTS = dict.fromkeys(["activation_f32", "activation_f32_texel4", "activation
                          BOX_CONSTANTS + ("V", "VEC_STORE", "ACT"))
 
 
-@implements(*ACTIVATIONS.values())
+@implements(*OPERATOR_ACTIVATIONS.values())
 class CompiledActivation(BoxKernel):
     """An activation operator on this device: see the module doc.
 
@@ -138,9 +140,9 @@ READ_PATH = tuning.register_path(
 
 
 def activation(x, kind, *, device=None, **params):
-    """One of the 18 activations applied elementwise: ``vkml.activation(x, "relu")``,
-    ``vkml.activation(x, "leaky_relu", alpha=0.2)``, ``vkml.activation(x, "clip",
-    min=0.0, max=6.0)``.
+    """One of the 20 activations (the 18 fusable ones, swish and hard_swish) applied
+    elementwise: ``vkml.activation(x, "relu")``, ``vkml.activation(x, "leaky_relu",
+    alpha=0.2)``, ``vkml.activation(x, "clip", min=0.0, max=6.0)``.
 
     ``kind`` is a name (as ``fused_activation`` takes it: "relu", "elu", "clip" or
     "DML_OPERATOR_ACTIVATION_ELU", ...), a descriptor class, or a descriptor instance
@@ -153,7 +155,7 @@ def activation(x, kind, *, device=None, **params):
     dev = pick_device(device, x)
     x = as_array(x, "x")
     try:
-        base = activation_desc(kind)
+        base = activation_desc(kind, fusable=False)
     except ValidationError as exc:
         raise ValidationError("kind", exc.rule) from None
     if base is None:

@@ -1,0 +1,360 @@
+#version 450
+// The element-wise family: DML_ELEMENT_WISE_{ADD, ADD1, SUBTRACT, MULTIPLY, DIVIDE, MAX,
+// MIN, IDENTITY}_OPERATOR_DESC.  Y[i] = OP(A[i], B[i]) (IDENTITY: Y[i] = A[i]), then, for
+// float types, the activation ACT (ADD1's fused one; IDENTITY's ScaleBias as LINEAR).
+// OP, the data type DTYPE (DML_TENSOR_DATA_TYPE's value) and ACT are specialization
+// constants, so each pipeline keeps only its own arithmetic; lavapipe rebuilds a shader
+// whose branches hang on uniform values (docs/DEVELOPING.md).
+//
+// Every tensor is bound as 32-bit words, whatever its type, so one text serves all 11
+// types on every device: 8/16-bit elements are extracted from their word (stores change
+// only their bits, with atomics), 64-bit ones are word pairs with the integer arithmetic
+// written on them (SwiftShader has no shaderInt64; add/sub/mul/min/max are a few word
+// operations, division a 64-step shift-subtract loop).  float16 is computed in float32
+// and rounded once to nearest even (exact for + - * / of halves).
+//
+// element_wise: any strides (0 broadcasts); an invocation takes V neighbours along the
+//   last dimension.  Grid as glsl/activation.comp: x along the last XDIMS dimensions,
+//   y the one before, z the rest.
+// element_wise_texel4 / _ssbo4 (FLAT): A, B and Y packed with one layout; the host
+//   flattens them to one dimension of words, V (a multiple of 4) words an invocation,
+//   read four at a time (an RGBA32UI texel, which lavapipe vectorizes, or a uvec4
+//   storage-buffer load) and stored as uvec4s.  A word holds whole elements, so the
+//   arithmetic runs on the elements inside each word.
+// No early return: on lavapipe, uniform loads after a divergent return become per-lane
+// gathers (docs/DEVELOPING.md).
+//
+// Three classes of type, each its own variant so that a pipeline holds only its class's
+// arithmetic (SwiftShader compiles the branches a specialization constant rules out, and
+// the 64-bit division loop and the activations cost it seconds a pipeline): FLOATV
+// (float32, float16: the operations in float32, then ACT), INTV (8/16/32-bit integers),
+// INT64V (64-bit integers; float64, moved only).
+//
+// vkml:variant element_wise_float FLOATV=1
+// vkml:variant element_wise_int INTV=1
+// vkml:variant element_wise_int64 INT64V=1
+// vkml:variant element_wise_float_texel4 FLOATV=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_int_texel4 INTV=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_int64_texel4 INT64V=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_float_ssbo4 FLOATV=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_int_ssbo4 INTV=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_int64_ssbo4 INT64V=1 FLAT=1 SSBO4=1
+#extension GL_EXT_control_flow_attributes : enable
+#include "vkml_index.glsl"
+#ifdef FLOATV
+#include "vkml_activation.glsl"
+#else
+const int ACT_NONE = 0;
+#endif
+
+#if defined(TEXEL4)
+layout(set = 0, binding = 0) uniform usamplerBuffer At;
+layout(set = 0, binding = 1) uniform usamplerBuffer Bt;
+#define LOADA4(q) texelFetch(At, int(q))
+#define LOADB4(q) texelFetch(Bt, int(q))
+#define LOADA1(w) texelFetch(At, int((w) >> 2))[(w) & 3u]
+#define LOADB1(w) texelFetch(Bt, int((w) >> 2))[(w) & 3u]
+#elif defined(SSBO4)
+layout(std430, set = 0, binding = 0) readonly buffer A4 { uvec4 a4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B4 { uvec4 b4[]; };
+#define LOADA4(q) a4[q]
+#define LOADB4(q) b4[q]
+#define LOADA1(w) a4[(w) >> 2][(w) & 3u]
+#define LOADB1(w) b4[(w) >> 2][(w) & 3u]
+#else
+layout(std430, set = 0, binding = 0) readonly buffer A { uint a[]; };
+layout(std430, set = 0, binding = 1) readonly buffer B { uint b[]; };
+#endif
+layout(std430, set = 0, binding = 2) buffer Out { uint y[]; };
+#ifdef FLAT
+layout(std430, set = 0, binding = 2) buffer Out4 { uvec4 y4[]; };
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 23) in;
+layout(constant_id = 1) const int RANK = 4;      // 1 to 8 dimensions
+layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
+layout(constant_id = 21) const uint V = 1u;      // elements (FLAT: words) per invocation
+layout(constant_id = 24) const int ACT = 0;      // ACT_* of vkml_activation.glsl (floats)
+layout(constant_id = 25) const int OP = 0;       // OP_* below
+layout(constant_id = 26) const int DTYPE = 1;    // DML_TENSOR_DATA_TYPE
+
+const int OP_IDENTITY = 0, OP_ADD = 1, OP_SUBTRACT = 2, OP_MULTIPLY = 3, OP_DIVIDE = 4,
+          OP_MAX = 5, OP_MIN = 6;
+const int T_F32 = 1, T_F16 = 2, T_U32 = 3, T_U16 = 4, T_U8 = 5, T_I32 = 6, T_I16 = 7,
+          T_I8 = 8, T_F64 = 9, T_U64 = 10, T_I64 = 11;
+const uint WIDTH = (DTYPE == T_U8 || DTYPE == T_I8) ? 1u
+                 : (DTYPE == T_F16 || DTYPE == T_U16 || DTYPE == T_I16) ? 2u
+                 : (DTYPE == T_F64 || DTYPE == T_U64 || DTYPE == T_I64) ? 8u : 4u;
+const uint BITS = WIDTH >= 4u ? 32u : 8u * WIDTH;
+const uint MASK = WIDTH >= 4u ? 0xFFFFFFFFu : (1u << BITS) - 1u;
+const bool SIGNED = DTYPE == T_I8 || DTYPE == T_I16 || DTYPE == T_I32 || DTYPE == T_I64;
+const bool FLOATS = DTYPE == T_F32 || DTYPE == T_F16;
+
+layout(std140, set = 0, binding = 3) uniform Params {
+    uvec4 out_stride[2];          // per dimension, in elements
+    uvec4 a_stride[2];
+    uvec4 b_stride[2];
+    vec4 p;                       // the activation's parameters (kernel_parameters())
+};
+
+layout(push_constant) uniform Push {
+    uvec4 origin[2];
+    uvec4 extent[2];
+    uint a_base, b_base, out_base;   // element (FLAT: word) index of each binding's start
+    uint x_count;                 // invocations along x
+    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+
+#ifdef INT64V
+// ---- 64-bit integers on word pairs (x: low word, y: high word) -------------------------
+uvec2 add64(uvec2 u, uvec2 v) {
+    uint c;
+    uint lo = uaddCarry(u.x, v.x, c);
+    return uvec2(lo, u.y + v.y + c);
+}
+
+uvec2 sub64(uvec2 u, uvec2 v) {
+    uint c;
+    uint lo = usubBorrow(u.x, v.x, c);
+    return uvec2(lo, u.y - v.y - c);
+}
+
+uvec2 mul64(uvec2 u, uvec2 v) {           // the low 64 bits: the same signed or not
+    uint hi, lo;
+    umulExtended(u.x, v.x, hi, lo);
+    return uvec2(lo, hi + u.x * v.y + u.y * v.x);
+}
+
+bool less64(uvec2 u, uvec2 v) {
+    if (u.y != v.y) return SIGNED ? int(u.y) < int(v.y) : u.y < v.y;
+    return u.x < v.x;
+}
+
+// floor(n / d) for unsigned n, d; 0 for d = 0 (vkml's definition, see element_wise.py).
+uvec2 udiv64(uvec2 n, uvec2 d) {
+    if (d.x == 0u && d.y == 0u) return uvec2(0u);
+    if (n.y == 0u && d.y == 0u) return uvec2(n.x / d.x, 0u);
+    uvec2 q = uvec2(0u), r = uvec2(0u);
+    for (int i = 63; i >= 0; i--) {
+        r = uvec2(r.x << 1, (r.y << 1) | (r.x >> 31));
+        r.x |= (i >= 32 ? n.y >> (i - 32) : n.x >> i) & 1u;
+        if (!(r.y < d.y || (r.y == d.y && r.x < d.x))) {
+            r = sub64(r, d);
+            if (i >= 32) q.y |= 1u << (i - 32); else q.x |= 1u << i;
+        }
+    }
+    return q;
+}
+
+uvec2 op64(uvec2 u, uvec2 v) {
+    if (OP == OP_ADD) return add64(u, v);
+    if (OP == OP_SUBTRACT) return sub64(u, v);
+    if (OP == OP_MULTIPLY) return mul64(u, v);
+    if (OP == OP_MAX) return less64(u, v) ? v : u;
+    if (OP == OP_MIN) return less64(v, u) ? v : u;
+    if (OP == OP_DIVIDE) {        // truncated toward zero: magnitudes, then the sign
+        if (!SIGNED) return udiv64(u, v);
+        bool nu = int(u.y) < 0, nv = int(v.y) < 0;
+        uvec2 q = udiv64(nu ? sub64(uvec2(0u), u) : u, nv ? sub64(uvec2(0u), v) : v);
+        return nu != nv ? sub64(uvec2(0u), q) : q;
+    }
+    return u;
+}
+
+#endif
+
+#ifdef INTV
+// ---- 8/16/32-bit integers in 32-bit arithmetic (wrapped to the type on store) ----------
+uint op32(uint u, uint v) {
+    int s = bitfieldExtract(int(u), 0, int(BITS)), t = bitfieldExtract(int(v), 0, int(BITS));
+    if (OP == OP_ADD) return u + v;
+    if (OP == OP_SUBTRACT) return u - v;
+    if (OP == OP_MULTIPLY) return u * v;
+    if (OP == OP_MAX) return SIGNED ? uint(max(s, t)) : max(u, v);
+    if (OP == OP_MIN) return SIGNED ? uint(min(s, t)) : min(u, v);
+    if (OP == OP_DIVIDE) {        // truncated toward zero, x / 0 = 0
+        if (v == 0u) return 0u;
+        if (!SIGNED) return u / v;
+        uint q = uint(abs(s)) / uint(abs(t));   // abs(INT_MIN) wraps to 2^31 as a uint
+        return (s < 0) != (t < 0) ? 0u - q : q;
+    }
+    return u;
+}
+
+#endif
+
+#ifdef FLOATV
+float load_float(uint bits) {
+    return DTYPE == T_F16 ? vkml_half_float(bits) : uintBitsToFloat(bits);
+}
+
+uint store_float(float f) {
+    return DTYPE == T_F16 ? vkml_half_bits(f) : floatBitsToUint(f);
+}
+
+float opf(float u, float v) {
+    if (OP == OP_ADD) return u + v;
+    if (OP == OP_SUBTRACT) return u - v;
+    if (OP == OP_MULTIPLY) return u * v;
+    if (OP == OP_DIVIDE) return u / v;
+    if (OP == OP_MAX) return max(u, v);
+    if (OP == OP_MIN) return min(u, v);
+    return u;
+}
+
+#endif
+
+// One element: raw bits in (x, y: the high word of 64-bit types), result raw bits.
+uvec2 element(uvec2 u, uvec2 v) {
+    if (OP == OP_IDENTITY && ACT == ACT_NONE) return u;
+#if defined(FLOATV)
+    float r = opf(load_float(u.x), load_float(v.x));
+    if (ACT != ACT_NONE) r = vkml_activation(ACT, r, p);
+    return uvec2(store_float(r), 0u);
+#elif defined(INT64V)
+    return DTYPE == T_F64 ? u : op64(u, v);
+#else
+    return uvec2(op32(u.x, v.x), 0u);
+#endif
+}
+
+// A word of packed elements (WIDTH <= 4).
+uint word(uint u, uint v) {
+    if (WIDTH == 4u) return element(uvec2(u, 0u), uvec2(v, 0u)).x;
+#ifdef INTV
+    // 8/16-bit ADD and SUBTRACT on the whole word at once (Hacker's Delight 2-18): the top
+    // bit of each element apart, so no carry or borrow crosses into the next element;
+    // wrapping arithmetic, the same for signed and unsigned types
+    const uint H = WIDTH == 1u ? 0x80808080u : 0x80008000u;
+    if (OP == OP_ADD) return ((u & ~H) + (v & ~H)) ^ ((u ^ v) & H);
+    if (OP == OP_SUBTRACT) return ((u | H) - (v & ~H)) ^ ((u ^ ~v) & H);
+#endif
+    uint r = 0u;
+    [[unroll]] for (uint k = 0u; k < 4u / WIDTH; k++) {
+        uint s = k * BITS;
+        r |= (element(uvec2((u >> s) & MASK, 0u), uvec2((v >> s) & MASK, 0u)).x & MASK) << s;
+    }
+    return r;
+}
+
+uvec4 words(uvec4 u, uvec4 v) {
+    if (WIDTH == 8u) {
+        return uvec4(element(u.xy, v.xy), element(u.zw, v.zw));
+    }
+    return uvec4(word(u.x, v.x), word(u.y, v.y), word(u.z, v.z), word(u.w, v.w));
+}
+
+#ifndef FLAT
+uvec2 load_elem_a(uint i) {
+    if (WIDTH == 1u) return uvec2(VKML_LD8(a, i), 0u);
+    if (WIDTH == 2u) return uvec2(VKML_LD16(a, i), 0u);
+    if (WIDTH == 8u) return uvec2(a[2u * i], a[2u * i + 1u]);
+    return uvec2(a[i], 0u);
+}
+
+uvec2 load_elem_b(uint i) {
+    if (WIDTH == 1u) return uvec2(VKML_LD8(b, i), 0u);
+    if (WIDTH == 2u) return uvec2(VKML_LD16(b, i), 0u);
+    if (WIDTH == 8u) return uvec2(b[2u * i], b[2u * i + 1u]);
+    return uvec2(b[i], 0u);
+}
+
+void store_elem(uint i, uvec2 r) {
+    if (WIDTH == 1u) {
+        VKML_ST8(y, i, r.x);
+    } else if (WIDTH == 2u) {
+        VKML_ST16(y, i, r.x);
+    } else if (WIDTH == 8u) {
+        y[2u * i] = r.x;
+        y[2u * i + 1u] = r.y;
+    } else {
+        y[i] = r.x;
+    }
+}
+
+// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
+// a * ceil(2^32 / extent), exact there.
+uint divide(uint q, int d) {
+    uint hi, lo;
+    umulExtended(q, AT(magic, d), hi, lo);
+    return AT(extent, d) == 1u ? q : hi;
+}
+
+const int LAST = RANK - 1;
+
+void main() {
+    uint gx = gl_GlobalInvocationID.x;
+    const int YDIM = RANK - XDIMS - 1;
+    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
+    uint coord[8];
+    uint z = gl_GlobalInvocationID.z;
+    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
+        uint q = divide(z, d);
+        coord[d] = AT(origin, d) + z - q * AT(extent, d);
+        z = q;
+    }
+    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
+    [[unroll]] for (int d = LAST; d > YDIM; d--) {
+        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
+            coord[d] = AT(origin, d) + gx * V;
+        } else {
+            uint q = divide(gx, d);
+            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
+            gx = q;
+        }
+    }
+    uint end = AT(origin, LAST) + AT(extent, LAST);
+    uint count = live && coord[LAST] < end ? min(V, end - coord[LAST]) : 0u;
+    uint sa = 0u, sb = 0u, so = 0u;
+    [[unroll]] for (int d = 0; d < RANK; d++) {
+        sa += coord[d] * AT(a_stride, d);
+        sb += coord[d] * AT(b_stride, d);
+        so += coord[d] * AT(out_stride, d);
+    }
+    sa -= a_base;
+    sb -= b_base;
+    so -= out_base;
+    uint ta = AT(a_stride, LAST), tb = AT(b_stride, LAST), to = AT(out_stride, LAST);
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        if (j < count) {
+            uvec2 u = load_elem_a(sa + j * ta);
+            uvec2 v = OP == OP_IDENTITY ? u : load_elem_b(sb + j * tb);
+            store_elem(so + j * to, element(u, v));
+        }
+    }
+}
+#else
+void main() {
+    uint gx = gl_GlobalInvocationID.x;
+    uint w0 = origin[0].x + gx * V;                 // words
+    uint end = origin[0].x + extent[0].x;
+    uint count = gx < x_count && w0 < end ? min(V, end - w0) : 0u;
+    uint sa = w0 - a_base, sb = w0 - b_base, so = w0 - out_base;   // multiples of 4
+    if (count == V) {
+        [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
+            uvec4 u = LOADA4((sa >> 2) + k);
+            uvec4 v = OP == OP_IDENTITY ? u : LOADB4((sb >> 2) + k);
+            y4[(so >> 2) + k] = words(u, v);
+        }
+    } else {                                         // the tail: whole elements of words
+        // not unrolled: the main loop's copy of the element code is enough to compile
+        const uint STEP = WIDTH == 8u ? 2u : 1u;
+        [[dont_unroll]] for (uint j = 0u; j < count; j += STEP) {
+            {
+                if (WIDTH == 8u) {
+                    uvec2 u = uvec2(LOADA1(sa + j), LOADA1(sa + j + 1u));
+                    uvec2 v = OP == OP_IDENTITY ? u : uvec2(LOADB1(sb + j), LOADB1(sb + j + 1u));
+                    uvec2 r = element(u, v);
+                    y[so + j] = r.x;
+                    y[so + j + 1u] = r.y;
+                } else {
+                    uint u = LOADA1(sa + j);
+                    y[so + j] = word(u, OP == OP_IDENTITY ? u : LOADB1(sb + j));
+                }
+            }
+        }
+    }
+}
+#endif

@@ -1,0 +1,470 @@
+"""Element-wise ADD, ADD1, SUBTRACT, MULTIPLY, DIVIDE, MAX, MIN (vkml/dml/element_wise.py,
+vkml/ops/element_wise.py): every data type the pages list against an independent
+reference (float64 NumPy for floats, Python integers wrapped to the type for integers),
+NumPy broadcasting expressed as zero strides, non-packed layouts with canaries in the
+output's gaps, the flat read paths, windows and split dispatches at lowered limits,
+in-place execution, ADD1's fused activations, every rule of the pages, threads, leaks and
+a graph node."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import vkml
+from vkml import dml
+from vkml.errors import UnsupportedError, ValidationError
+
+from helpers import strided_view
+from test_activations import FORMULAS
+from test_lifetime import run_in_threads
+
+OPS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": None,
+       "maximum": np.maximum, "minimum": np.minimum}
+DESCS = {"add": dml.ElementWiseAddOperatorDesc, "subtract": dml.ElementWiseSubtractOperatorDesc,
+         "multiply": dml.ElementWiseMultiplyOperatorDesc,
+         "divide": dml.ElementWiseDivideOperatorDesc, "maximum": dml.ElementWiseMaxOperatorDesc,
+         "minimum": dml.ElementWiseMinOperatorDesc}
+TYPES = ["float32", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+         "uint64"]
+CANARY = 0xA5
+
+
+# -- the reference ---------------------------------------------------------------------------
+def _trunc_div(x: int, y: int) -> int:
+    if y == 0:
+        return 0                      # vkml's definition (NumPy's integer result too)
+    q = abs(x) // abs(y)
+    return -q if (x < 0) != (y < 0) else q
+
+
+def reference(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op`` on NumPy-broadcast ``a`` and ``b``: floats in float64 rounded once to the
+    type; integers as Python integers (exact), wrapped modulo 2^bits, division truncated
+    toward zero with x / 0 = 0."""
+    dt = a.dtype
+    if dt.kind == "f":
+        x, y = a.astype(np.float64), b.astype(np.float64)
+        with np.errstate(all="ignore"):
+            r = x / y if op == "divide" else OPS[op](x, y)
+        return r.astype(dt)
+    x, y = np.broadcast_arrays(a.astype(object), b.astype(object))
+    fn = {"add": lambda p, q: p + q, "subtract": lambda p, q: p - q,
+          "multiply": lambda p, q: p * q, "divide": _trunc_div, "maximum": max,
+          "minimum": min}[op]
+    bits = 8 * dt.itemsize
+    out = []
+    for p, q in zip(x.reshape(-1), y.reshape(-1)):
+        r = fn(int(p), int(q)) % (1 << bits)
+        if dt.kind == "i" and r >= 1 << (bits - 1):
+            r -= 1 << bits
+        out.append(r)
+    return np.array(out, dtype=dt).reshape(x.shape)
+
+
+def check(got, want, op):
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype == np.float16:
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                   rtol=1e-3, atol=1e-4)
+    elif want.dtype.kind == "f" and op == "divide":
+        np.testing.assert_allclose(got, want, rtol=3e-7, atol=0)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def random_values(rng, shape, dtype, op="add", divisor=False):
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        x = rng.standard_normal(shape) * 4
+        if divisor:
+            x = np.where(np.abs(x) < 0.25, 0.5, x)
+        return x.astype(dt)
+    info = np.iinfo(dt)
+    x = rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+    if divisor and rng.random() < 0.7:          # small divisors too, so quotients vary
+        x = (x % 7).astype(dt)
+    return x
+
+
+def random_shapes(rng):
+    """Two NumPy-broadcastable shapes (fewer dimensions, sizes of 1) and their result."""
+    rank = int(rng.integers(1, 6)) if rng.random() < 0.9 else 8
+    out = [int(rng.integers(1, 7 if rank <= 5 else 3)) for _ in range(rank)]
+    shapes = []
+    for _ in range(2):
+        s = [1 if rng.random() < 0.3 else n for n in out]
+        shapes.append(tuple(s[int(rng.integers(0, rank)) if rng.random() < 0.3 else 0:]) or (1,))
+    return shapes
+
+
+# -- randomized comparison -------------------------------------------------------------------
+@pytest.mark.parametrize("op", list(OPS))
+def test_random_broadcast(device, budget, op):
+    """Random shapes with NumPy broadcasting (packed, flat, and zero-stride cases), every
+    data type of the page, against the reference."""
+    rng = np.random.default_rng(list(OPS).index(op))
+    fn = getattr(vkml, op)
+    for case in range(max(2, budget // 4)):     # (each case compiles its own pipelines)
+        dtype = TYPES[case % len(TYPES)]
+        sa, sb = random_shapes(rng) if case % 3 else [(int(rng.integers(1, 300)),)] * 2
+        a = random_values(rng, sa, dtype)
+        b = random_values(rng, sb, dtype, divisor=op == "divide")
+        check(fn(a, b, device=device), reference(op, a, b), op)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
+def test_signed_division(device, dtype):
+    """Truncation toward zero (C, not NumPy's floor), x / 0 = 0, INT_MIN / -1 wraps."""
+    info = np.iinfo(dtype)
+    a = np.array([7, -7, 7, -7, 0, 5, -5, info.min, info.min, info.max, info.min, 1, -1,
+                  info.max, info.min + 1, 6], dtype)
+    b = np.array([2, 2, -2, -2, 3, 0, 0, -1, 1, -1, 2, info.min, info.max, info.max, -1, 3],
+                 dtype)
+    got = vkml.divide(a, b, device=device)
+    want = reference("divide", a, b)
+    np.testing.assert_array_equal(got, want)
+    assert got[1] == -3 and got[5] == 0 and got[7] == info.min
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
+def test_unsigned_division(device, dtype):
+    info = np.iinfo(dtype)
+    a = np.array([7, 0, 5, info.max, info.max, info.max, 1, 100], dtype)
+    b = np.array([2, 3, 0, 1, info.max, 2, info.max, 7], dtype)
+    np.testing.assert_array_equal(vkml.divide(a, b, device=device), reference("divide", a, b))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_64_bit_words(device, dtype):
+    """The word-pair arithmetic: carries and borrows across the words, products past
+    2^32, comparisons decided by the high word (sign) or the low one, wide quotients."""
+    rng = np.random.default_rng(64)
+    info = np.iinfo(dtype)
+    edge = np.array([0, 1, 0xFFFFFFFF, 1 << 32, (1 << 32) + 1, info.max, info.min,
+                     info.max - 1, 0x7FFFFFFF, 0x80000000], dtype=object)
+    if dtype == "int64":
+        edge = np.concatenate([edge, -edge[1:6]])
+    edge = edge.astype(dtype)
+    a, b = np.meshgrid(edge, edge)
+    a = np.concatenate([a.reshape(-1), random_values(rng, 200, dtype)])
+    b = np.concatenate([b.reshape(-1), random_values(rng, 200, dtype, divisor=True)])
+    # uint64 differs from int64 only in division and comparison (and each op compiles)
+    for op in OPS if dtype == "int64" else ("add", "divide", "maximum"):
+        np.testing.assert_array_equal(getattr(vkml, op)(a, b, device=device),
+                                      reference(op, a, b), err_msg=op)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16"])
+def test_small_int_words(device, dtype):
+    """Packed 8/16-bit ADD and SUBTRACT work on whole words at once: carries and borrows
+    must stop at each element (every pair of edge values, odd sizes for the tail)."""
+    info = np.iinfo(dtype)
+    edge = np.array([0, 1, 2, info.max, info.max - 1, info.min, info.min + 1,
+                     (info.max + info.min) // 2, 0x7F, 0x80 % (info.max + 1)], dtype=object)
+    edge = edge.astype(dtype)
+    a, b = (g.reshape(-1) for g in np.meshgrid(edge, edge))
+    rng = np.random.default_rng(8)
+    a = np.concatenate([a, random_values(rng, 301, dtype)])
+    b = np.concatenate([b, random_values(rng, 301, dtype)])
+    for op in ("add", "subtract"):
+        np.testing.assert_array_equal(getattr(vkml, op)(a, b, device=device),
+                                      reference(op, a, b), err_msg=op)
+
+
+def _run_dml(device, desc, a_flat, b_flat, out_elems):
+    """create -> compile -> execute with the output pre-filled by canary bytes; returns
+    the output buffer's elements."""
+    op = device.compile_operator(device.create_operator(desc))
+    try:
+        dt = desc.output_tensor.dtype
+        out = device.empty(out_elems, dt)
+        out.write(np.full(out_elems * np.dtype(dt).itemsize, CANARY, np.uint8).view(dt))
+        op.execute([device.tensor(a_flat), device.tensor(b_flat)], [out])
+        return out.numpy()
+    finally:
+        op.release()
+
+
+def _out_index(shape, strides):
+    return sum(np.arange(s).reshape([-1 if i == d else 1 for i in range(len(shape))]) * st
+               for d, (s, st) in enumerate(zip(shape, strides)))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int64"])
+@pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])
+def test_strided_layouts(device, dtype, kind):
+    """DML-level strides: A and B in non-packed layouts (B another kind than A) into an
+    output with gaps, which must keep their canaries."""
+    rng = np.random.default_rng(TYPES.index(dtype) * 3 + len(kind))
+    shape = (2, 3, 4, 5)
+    a_flat, a_st, a_log = strided_view(rng, shape, dtype, kind)
+    other = {"padded": "permuted", "broadcast": "padded", "permuted": "broadcast"}[kind]
+    b_flat, b_st, b_log = strided_view(rng, shape, dtype, other)
+    if np.dtype(dtype).kind == "f":          # finite values (strided_view draws raw bits)
+        a_flat = random_values(rng, a_flat.shape, dtype)
+        b_flat = random_values(rng, b_flat.shape, dtype)
+        a_log = np.lib.stride_tricks.as_strided(a_flat, shape, [s * a_flat.itemsize for s in a_st])
+        b_log = np.lib.stride_tricks.as_strided(b_flat, shape, [s * b_flat.itemsize for s in b_st])
+    out_st = (3 * 4 * 12, 4 * 12, 12, 2)
+    out_elems = shape[0] * out_st[0]
+    for op in [("add", "multiply", "maximum")[len(kind) % 3]]:
+        desc = DESCS[op](dml.TensorDesc(dtype, shape, a_st), dml.TensorDesc(dtype, shape, b_st),
+                         dml.TensorDesc(dtype, shape, out_st))
+        got = _run_dml(device, desc, a_flat, b_flat, out_elems)
+        idx = _out_index(shape, out_st)
+        check(got[idx], reference(op, np.array(a_log), np.array(b_log)), op)
+        gaps = np.ones(out_elems, bool)
+        gaps[idx.reshape(-1)] = False
+        raw = got[gaps].view(np.uint8)
+        assert (raw == CANARY).all(), "a write landed outside the output's elements"
+
+
+def _compiled(device, desc, read=None):
+    import importlib
+    cls = importlib.import_module("vkml.ops.element_wise").CompiledElementWise
+    return cls(device, desc, read=read)
+
+
+@pytest.mark.parametrize("read, dtype", [("ssbo4", "float32"), ("texel4", "float32"),
+                                         ("texel4", "int8"), ("ssbo4", "float16"),
+                                         ("texel4", "uint64"), ("ssbo4", "int16")])
+def test_flat_read_paths(device, read, dtype):
+    """Packed tensors run flat (FLAT_V words an invocation, uvec4 reads and stores where a
+    whole FLAT_V fit, word by word in the tail), each read path forced; sizes around the
+    vector widths, sub-word tails included."""
+    rng = np.random.default_rng(5)
+    for n in (1, 3, 4, 31, 32, 33, 129, 1000, 4099):     # one pipeline for all
+        a = random_values(rng, (n,), dtype)
+        b = random_values(rng, (n,), dtype)
+        t = dml.TensorDesc(dtype, (n,))
+        op = _compiled(device, dml.ElementWiseSubtractOperatorDesc(t, t, t), read)
+        try:
+            assert op.flat and op.read == read
+            out = device.empty((n,), dtype)
+            op.execute([device.tensor(a), device.tensor(b)], [out])
+            check(out.numpy(), reference("subtract", a, b), "subtract")
+        finally:
+            op.release()
+
+
+@pytest.mark.parametrize("layout", ["flat", "broadcast"])
+@pytest.mark.parametrize("dtype", ["float32", "uint8", "int64"])
+def test_windows_and_split_dispatches(device, layout, dtype):
+    """maxStorageBufferRange and maxComputeWorkGroupCount lowered: the tensors are bound in
+    windows and the grids split, with the same result."""
+    rng = np.random.default_rng(11)
+    shape = (5, 6, 70)
+    a = random_values(rng, shape, dtype)
+    b = random_values(rng, (6, 1) if layout == "broadcast" else shape, dtype)
+    align = device._ctx.binding_alignment()
+    room = max(1024, a.nbytes // 3) + 4 * align           # about a third of the tensor
+    limits = {"maxStorageBufferRange": room, "maxComputeWorkGroupCount": (2, 2, 2)}
+    with vkml.Device(device.index, limits=limits) as dev:
+        t = dml.TensorDesc(dtype, shape)
+        tb = dml.TensorDesc(dtype, shape, (0, 1, 0)) if layout == "broadcast" else t
+        c = _compiled(dev, dml.ElementWiseMaxOperatorDesc(t, tb, t))
+        try:
+            assert c.flat == (layout == "flat")
+            assert c.windows is not None and len(c.windows) > 1
+            out = dev.empty(shape, dtype)
+            c.execute([dev.tensor(a), dev.tensor(b)], [out])
+            check(out.numpy(), reference("maximum", a, b), "maximum")
+        finally:
+            c.release()
+
+
+@pytest.mark.parametrize("layout", ["flat", "broadcast"])
+def test_in_place(device, layout):
+    """The output may alias A ("supports in-place execution")."""
+    rng = np.random.default_rng(3)
+    a = random_values(rng, (4, 33), "float32")
+    b = random_values(rng, (4, 33) if layout == "flat" else (1, 33), "float32")
+    ta = dml.TensorDesc("float32", (4, 33))
+    tb = dml.TensorDesc("float32", (4, 33), None if layout == "flat" else (0, 1))
+    op = device.compile_operator(device.create_operator(
+        dml.ElementWiseSubtractOperatorDesc(ta, tb, ta)))
+    try:
+        xa, xb = device.tensor(a), device.tensor(b)
+        op.execute([xa, xb], [xa])
+        np.testing.assert_array_equal(xa.numpy(), a - b)
+    finally:
+        op.release()
+
+
+@pytest.mark.parametrize("name", ["relu", "sigmoid", "leaky_relu", "gelu", "linear"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_add1_fused_activation(device, name, dtype):
+    params, formula = FORMULAS[name]
+    rng = np.random.default_rng(1)
+    a = random_values(rng, (3, 17), dtype)
+    b = random_values(rng, (17,), dtype)
+    act = dml.ACTIVATIONS[name](**params)
+    got = vkml.add(a, b, fused_activation=act, device=device)
+    s = (a.astype(np.float32) + b.astype(np.float32)).astype(np.float64)
+    want = formula(s, **params)
+    tol = 3e-5 if dtype == "float32" else 2e-3
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+    # by name, with the page's defaults
+    np.testing.assert_allclose(vkml.add(a, b, fused_activation="relu", device=device)
+                               .astype(np.float64), np.maximum(s, 0), rtol=tol, atol=tol)
+
+
+def test_tensor_in_tensor_out(device):
+    a = vkml.tensor(np.arange(6, dtype=np.int32).reshape(2, 3), device=device)
+    b = vkml.tensor(np.array([10, 20, 30], np.int32), device=device)
+    y = vkml.add(a, b)
+    assert isinstance(y, vkml.Tensor) and y.shape == (2, 3)
+    np.testing.assert_array_equal(y.numpy(), np.arange(6).reshape(2, 3) + [10, 20, 30])
+    z = vkml.maximum(y, 23)                     # a Python number takes the other's type
+    np.testing.assert_array_equal(z.numpy(), np.maximum(y.numpy(), 23))
+
+
+def test_functional_arguments(device):
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValidationError) as info:
+        vkml.add(x, np.zeros((2, 3), np.float16), device=device)
+    assert info.value.field == "b"
+    with pytest.raises(ValidationError) as info:
+        vkml.subtract(x, np.zeros((4,), np.float32), device=device)
+    assert info.value.field == "b"
+    with pytest.raises(ValidationError):        # 9 dimensions
+        vkml.multiply(np.zeros((1,) * 9, np.float32), np.zeros((1,), np.float32), device=device)
+    with pytest.raises(ValidationError) as info:   # ADD1 takes floats only
+        vkml.add(np.zeros(3, np.int32), np.zeros(3, np.int32), fused_activation="relu",
+                 device=device)
+    assert "data_type" in info.value.field
+    with pytest.raises(ValidationError):        # swish is not fusable
+        vkml.add(x, x, fused_activation="swish", device=device)
+    np.testing.assert_array_equal(vkml.add(x, 1.5, device=device), x + 1.5)
+    np.testing.assert_array_equal(vkml.add(2, x, device=device), x + 2)
+
+
+# -- validation: every rule of the pages ---------------------------------------------------
+T = dml.TensorDesc("float32", (2, 3, 4))
+CLASSES = list(DESCS.values()) + [dml.ElementWiseAdd1OperatorDesc]
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+@pytest.mark.parametrize("case", ["data_type", "same_type", "rank", "sizes", "overlap",
+                                  "no_a", "no_b", "no_output"])
+def test_tensor_rules(device, cls, case):
+    bad_type = "int32" if cls is dml.ElementWiseAdd1OperatorDesc else "float64"
+    a, b, out, field = {
+        "data_type": (dml.TensorDesc(bad_type, (2, 3, 4)),) * 3 + ("a_tensor.data_type",),
+        "same_type": (T, dml.TensorDesc("float16", (2, 3, 4)), T, "b_tensor.data_type"),
+        "rank": (T, T, dml.TensorDesc("float32", (2, 3, 4, 1)), "output_tensor.sizes"),
+        "sizes": (T, dml.TensorDesc("float32", (2, 3, 5)), T, "b_tensor.sizes"),
+        "overlap": (T, T, dml.TensorDesc("float32", (2, 3, 4), (0, 1, 1)),
+                    "output_tensor.strides"),
+        "no_a": (None, T, T, "a_tensor"),
+        "no_b": (T, None, T, "b_tensor"),
+        "no_output": (T, T, None, "output_tensor"),
+    }[case]
+    with pytest.raises(ValidationError) as info:
+        device.create_operator(cls(a, b, out))
+    assert info.value.field == f"{cls.__name__}.{field}", str(info.value)
+    np.testing.assert_array_equal(vkml.add(np.ones(3, np.float32), np.ones(3, np.float32),
+                                           device=device), [2, 2, 2])   # still usable
+
+
+@pytest.mark.parametrize("act, field, match", [
+    (dml.ElementWiseClipOperatorDesc(min=0.0, max=1.0), "fused_activation", "Convolution and GEMM"),
+    (dml.ActivationReluOperatorDesc(T, T), "fused_activation.input_tensor", "NULL"),
+    (dml.ActivationEluOperatorDesc(alpha=float("nan")), "fused_activation.alpha", "finite"),
+    (dml.ActivationSwishOperatorDesc(), "fused_activation", "fused-activation page"),
+    ("relu", "fused_activation", "activation descriptor"),
+])
+def test_add1_fused_activation_rules(device, act, field, match):
+    with pytest.raises(ValidationError) as info:
+        device.create_operator(dml.ElementWiseAdd1OperatorDesc(T, T, T, act))
+    assert info.value.field == f"ElementWiseAdd1OperatorDesc.{field}", str(info.value)
+    assert match in info.value.rule
+
+
+def test_feature_levels():
+    FL = dml.FeatureLevel
+    i8 = dml.TensorDesc("int8", (2, 3, 4, 5))
+    i64 = dml.TensorDesc("int64", (2, 3))
+    f4 = dml.TensorDesc("float32", (2, 3, 4, 5))
+    assert dml.ElementWiseAddOperatorDesc(f4, f4, f4).feature_level() == FL.FL_1_0
+    assert dml.ElementWiseAddOperatorDesc(T, T, T).feature_level() == FL.FL_3_0
+    assert dml.ElementWiseAddOperatorDesc(i8, i8, i8).feature_level() == FL.FL_5_1
+    assert dml.ElementWiseDivideOperatorDesc(i64, i64, i64).feature_level() == FL.FL_6_0
+    assert dml.ElementWiseMaxOperatorDesc(i64, i64, i64).feature_level() == FL.FL_5_0
+    assert dml.ElementWiseMaxOperatorDesc(i8, i8, i8).feature_level() == FL.FL_2_1
+    add1 = dml.ElementWiseAdd1OperatorDesc(f4, f4, f4, dml.ActivationGeluOperatorDesc())
+    assert add1.feature_level() == FL.FL_5_1
+
+
+# -- threads, leaks, graphs ------------------------------------------------------------------
+def test_eight_threads(device):
+    """vkml.add from 8 threads (each its own shapes and types) and one compiled operator
+    shared by all of them."""
+    t = dml.TensorDesc("int32", (3, 40))
+    shared = device.compile_operator(device.create_operator(dml.ElementWiseMultiplyOperatorDesc(
+        t, dml.TensorDesc("int32", (3, 40), (0, 1)), t)))
+    errors = []
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        for i in range(6):
+            dtype = TYPES[(k + i) % len(TYPES)]
+            a = random_values(rng, (k + 1, 9), dtype)
+            b = random_values(rng, (9,), dtype)
+            check(vkml.add(a, b, device=device), reference("add", a, b), "add")
+            x = rng.integers(-99, 99, (3, 40)).astype(np.int32)
+            w = rng.integers(-99, 99, (40,)).astype(np.int32)
+            out = device.empty((3, 40), np.int32)
+            shared.execute([device.tensor(x), device.tensor(w)], [out])
+            np.testing.assert_array_equal(out.numpy(), x * w)
+
+    run_in_threads(work, errors)
+    shared.release()
+    assert not errors, errors
+
+
+def test_functional_does_not_leak(device):
+    a = np.ones((8, 8), np.float32)
+    b = np.ones((8,), np.float32)
+
+    def calls():
+        for _ in range(200):
+            vkml.add(a, b, device=device)
+            vkml.divide(vkml.tensor(a.astype(np.int16), device=device), np.int16(3).reshape(1))
+    calls()
+    gc.collect()
+    base = device.memory_stats()["used"]
+    calls()
+    gc.collect()
+    assert device.memory_stats()["used"] == base
+
+
+def test_graph_node(device):
+    """A graph: y = identity(a + b) * 2 + 1 (ADD with a broadcast B, then IDENTITY with a
+    ScaleBias), compiled and run as one."""
+    x = dml.TensorDesc("float32", (2, 3, 4))
+    bb = dml.TensorDesc("float32", (2, 3, 4), (0, 0, 1))
+    nodes = [dml.OperatorGraphNodeDesc(dml.ElementWiseAddOperatorDesc(x, bb, x)),
+             dml.OperatorGraphNodeDesc(dml.ElementWiseIdentityOperatorDesc(
+                 x, x, dml.ScaleBias(2.0, 1.0)))]
+    g = dml.GraphDesc(2, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0),
+                                    dml.InputGraphEdgeDesc(1, 0, 1)],
+                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
+    compiled = device.compile_graph(g)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b = rng.standard_normal((4,)).astype(np.float32)
+    out = device.empty((2, 3, 4))
+    compiled.execute([device.tensor(a), device.tensor(b)], [out])
+    np.testing.assert_allclose(out.numpy(), (a + b) * 2 + 1, rtol=1e-6, atol=1e-6)
+    compiled.release()
+
+
+def test_unsupported_is_named(device):
+    t = dml.TensorDesc("float64", (4,))
+    with pytest.raises(UnsupportedError):
+        device.compile_operator(device.create_operator(
+            dml.ElementWiseIdentityOperatorDesc(t, t, dml.ScaleBias(2.0, 0.0))))

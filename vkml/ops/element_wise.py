@@ -1,0 +1,362 @@
+"""Element-wise arithmetic and identity (``vkml/dml/element_wise.py``): ``vkml.add``,
+``vkml.subtract``, ``vkml.multiply``, ``vkml.divide``, ``vkml.maximum``, ``vkml.minimum``
+and ``vkml.identity``.
+
+One kernel family, ``glsl/element_wise.comp`` (a variant per class of type: float,
+8-32-bit integer, 64-bit), the operation, data type and activation as specialization
+constants; every tensor is bound as 32-bit words, so all 11 types run
+on every device (8/16-bit elements inside words, 64-bit integers as word pairs: no
+device feature is needed).
+
+* Packed tensors of one layout (the common case) run *flat*: one dimension of words,
+  :data:`FLAT_V` words an invocation, read four at a time (RGBA32UI texels where the inputs fit
+  ``maxTexelBufferElements`` unwindowed, else uvec4 storage-buffer loads: the tuner
+  chooses between the two by measurement, :data:`READ_PATH`) and stored as uvec4s.
+* Anything else (broadcast inputs with zero strides, transposes, padded rows) runs
+  strided: each tensor through its own element strides, the grid over the output's box.
+
+Tensors beyond ``maxStorageBufferRange`` are bound in windows and grids beyond
+``maxComputeWorkGroupCount`` split, with :mod:`vkml.ops.grid`'s functions (this operator
+has two inputs, which :class:`~vkml.ops.grid.BoxKernel` does not take).
+
+The functional forms take NumPy arrays or Tensors with NumPy/ONNX broadcasting: an input
+of fewer dimensions or with sizes of 1 becomes a DML tensor of the result's sizes whose
+strides are 0 along the broadcast dimensions; nothing is copied to broadcast it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import tuning
+from ..dml.activations import ScaleBias, activation as activation_desc
+from ..dml.data_type import DataType
+from ..dml.element_wise import (ELEMENT_WISE, KERNEL_OP, ElementWiseAdd1OperatorDesc,
+                                ElementWiseAddOperatorDesc, ElementWiseDivideOperatorDesc,
+                                ElementWiseIdentityOperatorDesc, ElementWiseMaxOperatorDesc,
+                                ElementWiseMinOperatorDesc, ElementWiseMultiplyOperatorDesc,
+                                ElementWiseSubtractOperatorDesc)
+from ..dml.tensor_desc import TensorDesc, packed_strides
+from ..errors import ArgumentTypeError, UnsupportedError, ValidationError
+from ..intmath import ceil_div, round_up
+from ..runtime import FORMAT_RGBA32_UINT, Bind
+from ..runtime.blocks import pack
+from ..tensor import Tensor
+from .base import CompiledOperator, implements
+from .functional import as_array, pick_device, run
+from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
+                   pick_xdims, plan_windows, split_groups, strided_span, x_invocations)
+
+__all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
+
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = dict.fromkeys([f"element_wise_{c}{r}" for c in ("float", "int", "int64")
+                          for r in ("", "_texel4", "_ssbo4")],
+                         BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE"))
+
+
+def type_class(dt: DataType) -> str:
+    """The kernel variant's class of ``dt`` (glsl/element_wise.comp): "float" (float32,
+    float16), "int64" (64-bit types: integers, float64 moved), "int" (the rest)."""
+    if dt in (DataType.FLOAT32, DataType.FLOAT16):
+        return "float"
+    return "int64" if dt.size == 8 else "int"
+
+#: Words a flat invocation takes, by element size: 32 elements of up to 32 bits (as the flat
+#: activation: lavapipe's and SwiftShader's cost per invocation is high, so each takes
+#: many), 16 of 64 bits; a multiple of 4 for the uvec4 loop.  Fewer words for the small
+#: types also keep the unrolled element code (and the pipeline's compile time) bounded.
+FLAT_V = {1: 8, 2: 16, 4: 32, 8: 32}
+
+
+@implements(*ELEMENT_WISE)
+class CompiledElementWise(CompiledOperator):
+    """An element-wise operator on this device (module doc).
+
+    ``read`` (flat tensors only) forces the read path: "texel4" (falls back to "ssbo4"
+    where the inputs do not fit one texel view) or "ssbo4"; None lets the tuner choose
+    (``VKML_TUNE=off``: texel4 where it fits)."""
+
+    force_read: str | None = None
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
+
+    def build(self) -> None:
+        d = self.desc
+        out = d.output_tensor
+        dt = out.data_type
+        if getattr(d, "scale_bias", None) is not None and dt == DataType.FLOAT64:
+            raise UnsupportedError("float64 ScaleBias", "vkml applies IDENTITY's ScaleBias "
+                                   "in float32 arithmetic only (FLOAT32, FLOAT16 tensors)")
+        ins = d.inputs()
+        a, b = ins[0], ins[-1]          # identity: B is A (its kernel never reads B)
+        for name, t in (("A", a), ("B", b), ("the output", out)):
+            check_allocatable(self.ctx, t.total_tensor_size_in_bytes, f"{name} tensor")
+        self.esize = dt.size
+        self.bytes = [a.total_tensor_size_in_bytes, b.total_tensor_size_in_bytes,
+                      out.total_tensor_size_in_bytes]
+        self.consts = {"OP": KERNEL_OP[d.NAME], "DTYPE": int(dt), "ACT": d.kernel_act()[0]}
+        self.box = list(out.sizes)
+        self.strides = [list(a.element_strides), list(b.element_strides),
+                        list(out.element_strides)]
+        packed = list(packed_strides(self.box))
+        self.flat = all(s == packed for s in self.strides)
+        self.local = min(64, self.workgroup_size)
+        lim = self.ctx.limits["maxStorageBufferRange"]
+        self.align = max(self.ctx.binding_alignment(), 16)
+        self.room = lim - 2 * self.align
+        fits = max(self.bytes) <= lim
+        if self.flat:
+            self.words = ceil_div(math.prod(self.box) * self.esize, 4)
+            self.windows = None if fits else self._flat_windows()
+            self.read = self._choose_read()
+            self.kernel = f"element_wise_{type_class(dt)}_{self.read}"
+        else:
+            self.windows = None if fits else plan_windows(
+                self.box, self._in_span, lambda o, e: strided_span(o, e, self.strides[2]),
+                self.esize, self.esize, self.room, f"one output element of {d.OPERATOR_TYPE}")
+            self.read, self.kernel = "ssbo", f"element_wise_{type_class(dt)}"
+        st = self.strides
+        self.params = self.upload(np.frombuffer(pack(
+            self.kernel, "Params", out_stride=_dims(st[2]), a_stride=_dims(st[0]),
+            b_stride=_dims(st[1]),
+            p=list(d.kernel_act()[1])), np.uint8))
+
+    def _in_span(self, origin, extent):
+        """A span as long as the longer of A's and B's over the box (plan_windows sizes
+        the windows by it; each input's own span is taken at dispatch)."""
+        lo_a, hi_a = strided_span(origin, extent, self.strides[0])
+        lo_b, hi_b = strided_span(origin, extent, self.strides[1])
+        return 0, max(hi_a - lo_a, hi_b - lo_b)
+
+    def _flat_windows(self):
+        """Runs of words of at most ``room`` bytes, each starting on a binding-aligned
+        offset (then also on a whole uvec4)."""
+        step = self.room // self.align * self.align // 4
+        return [([a], [min(step, self.words - a)]) for a in range(0, self.words, step)]
+
+    def _choose_read(self) -> str:
+        ok = (self.windows is None and ceil_div(max(self.bytes[:2]), 16)
+              <= self.ctx.limits["maxTexelBufferElements"])
+        if self.force_read is not None:
+            return "texel4" if self.force_read == "texel4" and ok else "ssbo4"
+        if not ok:
+            return "ssbo4"
+        choice = tuning.choose(self.device, READ_PATH, {"words": self.words})
+        self.observe_choice(choice, {"words": self.words})
+        return "ssbo4" if choice.name == "ssbo4" else "texel4"
+
+    def encode(self, seq, inputs, outputs) -> None:
+        a = inputs[0].allocation
+        b = inputs[-1].allocation
+        y = outputs[0].allocation
+        if self.flat:
+            self._encode_flat(seq, a, b, y)
+        else:
+            self._encode_strided(seq, a, b, y)
+
+    def _pipeline(self, lx, ly, rank, xdims, v):
+        return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "RANK": rank,
+                                           "XDIMS": xdims, "V": v, **self.consts})
+
+    def _encode_flat(self, seq, a, b, y) -> None:
+        texel = self.read == "texel4"
+        if self.windows is None:
+            if texel:
+                binds = [Bind(m, 0, min(round_up(n, 16), m.size), "r", FORMAT_RGBA32_UINT)
+                         for m, n in ((a, self.bytes[0]), (b, self.bytes[1]))]
+            else:
+                binds = [Bind(m, 0, min(round_up(n, 16), m.size), "r")
+                         for m, n in ((a, self.bytes[0]), (b, self.bytes[1]))]
+            items = [([0], [self.words], binds + [Bind(y, 0, self.bytes[2], "w")], (0, 0, 0))]
+        else:
+            items = []
+            for o, e in self.windows:
+                lo, hi = 4 * o[0], 4 * (o[0] + e[0])
+                binds = [Bind(m, lo, min(round_up(hi, 16), m.size) - lo, acc)
+                         for m, acc in ((a, "r"), (b, "r"), (y, "w"))]
+                items.append((o, e, binds, (o[0], o[0], o[0])))
+        # one pipeline per operation and type whatever the size (a small tensor's cost is
+        # the dispatch's, not its idle lanes)
+        v = FLAT_V[self.esize]
+        pipe = self._pipeline(self.local, 1, 1, 1, v)
+        for origin, extent, binds, bases in items:
+            self._dispatch(seq, pipe, binds, origin, extent, bases, 1, v, self.local, 1)
+
+    def _encode_strided(self, seq, a, b, y) -> None:
+        rank = len(self.box)
+        e = self.esize
+        if self.windows is None:
+            binds = [Bind(m, 0, n, acc) for m, n, acc in
+                     ((a, self.bytes[0], "r"), (b, self.bytes[1], "r"), (y, self.bytes[2], "rw"))]
+            items = [([0] * rank, list(self.box), binds, (0, 0, 0))]
+        else:
+            items = []
+            for origin, extent, *_ in self.windows:
+                binds, bases = [], []
+                for m, st, acc in ((a, self.strides[0], "r"), (b, self.strides[1], "r"),
+                                   (y, self.strides[2], "rw")):
+                    lo, hi = strided_span(origin, extent, st)
+                    off, size = binding_window(lo * e, hi * e, m.size, self.align)
+                    binds.append(Bind(m, off, size, acc))
+                    bases.append(off // e)
+                items.append((origin, extent, binds, tuple(bases)))
+        for origin, extent, binds, bases in items:
+            xdims = pick_xdims(extent, self.local)
+            v = 4 if xdims == 1 and extent[-1] >= 4 else 1
+            lx, ly = self.local, 1
+            if xdims == 1:
+                # a short row: a narrower workgroup spanning several rows (lavapipe's cost
+                # per workgroup is high), not idle invocations
+                lx = min(self.local, max(8, round_up(ceil_div(extent[-1], v), 8)))
+                if rank > 1:
+                    ly = max(1, min(self.local // lx, extent[-2],
+                                    int(self.ctx.limits["maxComputeWorkGroupSize"][1])))
+            pipe = self._pipeline(lx, ly, rank, xdims, v)
+            self._dispatch(seq, pipe, binds, origin, extent, bases, xdims, v, lx, ly)
+
+    def _dispatch(self, seq, pipe, binds, origin, extent, bases, xdims, v, lx, ly) -> None:
+        """The box's dispatches, split to fit maxComputeWorkGroupCount."""
+        max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
+        for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
+            push = pack(self.kernel, "push", origin=_dims(o), extent=_dims(e),
+                        a_base=bases[0], b_base=bases[1], out_base=bases[2],
+                        x_count=x_invocations(e, xdims, v), magic=_dims(map(div_magic, e)))
+            seq.dispatch(pipe, binds + [Bind(self.params)], box_grid(e, lx, xdims, v, ly), push)
+
+
+def _dims(values) -> list:
+    """Per-dimension values as the kernel's uvec4[2] takes them (8, zeros after)."""
+    values = list(values)
+    return values + [0] * (8 - len(values))
+
+
+def _read_class(shape) -> str:
+    """Flat element-wise operators sharing a read choice: size within a factor of 4."""
+    return f"flat 4^{(4 * shape['words']).bit_length() // 2}"
+
+
+def _read_run(device, seq, cand, shape):
+    """Record a flat float32 ADD of ``shape`` read by candidate ``cand``."""
+    t = TensorDesc(DataType.FLOAT32, (int(shape["words"]),))
+    op = CompiledElementWise(device, ElementWiseAddOperatorDesc(t, t, t),
+                             read=cand.params["read"])
+    if op.read != cand.params["read"]:
+        op.release()
+        raise tuning.Declined(cand.name)
+    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x, x], [y])
+
+    def free():
+        op.release()
+        x.free()
+        y.free()
+    return free
+
+
+#: A flat element-wise operator's read path where texel views can hold its inputs:
+#: "texel4" (the ``VKML_TUNE=off`` default) or "ssbo4", by measurement.
+READ_PATH = tuning.register_path(
+    "element_wise_read", [("texel4", {"read": "texel4"}), ("ssbo4", {"read": "ssbo4"})],
+    "texel4", _read_class, _read_run, examples=[{"words": 64 * 56 * 56}],
+    work_fn=lambda shape: float(shape["words"]))
+
+
+# -- functional forms --------------------------------------------------------------------
+def _operand(x, name: str, other):
+    """An operand: a Tensor, an array, or a Python number taking the other's dtype."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and other is not None:
+        dtype = other.dtype if isinstance(other, Tensor) else np.asarray(other).dtype
+        return np.array([x], dtype=dtype)
+    return as_array(x, name)
+
+
+def _broadcast_desc(dtype, shape, out_shape) -> TensorDesc:
+    """``shape`` broadcast to ``out_shape`` (NumPy's rule) as DML strides: 0 where the
+    input has no such dimension or a size of 1 the result repeats."""
+    lead = len(out_shape) - len(shape)
+    packed = packed_strides(shape)
+    strides = [0] * lead + [0 if s == 1 and o != 1 else p
+                            for s, p, o in zip(shape, packed, out_shape[lead:])]
+    same = tuple(shape) == tuple(out_shape)
+    return TensorDesc(dtype, out_shape, None if same else strides)
+
+
+def _binary(cls, a, b, device, **fields):
+    dev = pick_device(device, a, b)
+    a_in = _operand(a, "a", b if not isinstance(b, (int, float)) else None)
+    b_in = _operand(b, "b", a_in)
+    if np.dtype(a_in.dtype) != np.dtype(b_in.dtype):
+        raise ValidationError("b", f"must have a's data type ({np.dtype(a_in.dtype)}), got "
+                              f"{np.dtype(b_in.dtype)} (the page: the tensors must have the "
+                              f"same DataType)")
+    try:
+        out_shape = np.broadcast_shapes(tuple(a_in.shape), tuple(b_in.shape))
+    except ValueError:
+        raise ValidationError("b", f"shape {tuple(b_in.shape)} does not broadcast with a's "
+                              f"{tuple(a_in.shape)}") from None
+    dtype = np.dtype(a_in.dtype)
+    desc = cls(_broadcast_desc(dtype, a_in.shape, out_shape),
+               _broadcast_desc(dtype, b_in.shape, out_shape),
+               TensorDesc(dtype, out_shape), **fields)
+    return run(dev, desc, [a_in, b_in])
+
+
+def add(a, b, *, fused_activation=None, device=None):
+    """``a + b`` with NumPy broadcasting (DML_ELEMENT_WISE_ADD; with ``fused_activation``,
+    a name or fused-form activation descriptor, DML_ELEMENT_WISE_ADD1: float types).
+    ``a`` and ``b``: arrays or Tensors of one data type (a Python number takes the other's);
+    integers wrap around."""
+    if fused_activation is None:
+        return _binary(ElementWiseAddOperatorDesc, a, b, device)
+    act = activation_desc(fused_activation)
+    return _binary(ElementWiseAdd1OperatorDesc, a, b, device, fused_activation=act)
+
+
+def subtract(a, b, *, device=None):
+    """``a - b`` with NumPy broadcasting (DML_ELEMENT_WISE_SUBTRACT); integers wrap."""
+    return _binary(ElementWiseSubtractOperatorDesc, a, b, device)
+
+
+def multiply(a, b, *, device=None):
+    """``a * b`` with NumPy broadcasting (DML_ELEMENT_WISE_MULTIPLY); integers wrap."""
+    return _binary(ElementWiseMultiplyOperatorDesc, a, b, device)
+
+
+def divide(a, b, *, device=None):
+    """``a / b`` with NumPy broadcasting (DML_ELEMENT_WISE_DIVIDE).  Integers: truncated
+    toward zero (C's ``/``, not NumPy's floor division), ``x / 0 = 0``, INT_MIN / -1 wraps
+    to INT_MIN.  Floats: IEEE (x / 0 is +-inf, 0 / 0 NaN)."""
+    return _binary(ElementWiseDivideOperatorDesc, a, b, device)
+
+
+def maximum(a, b, *, device=None):
+    """The greater of ``a`` and ``b`` element by element, NumPy broadcasting
+    (DML_ELEMENT_WISE_MAX; named like NumPy's so as not to shadow the built-in ``max``)."""
+    return _binary(ElementWiseMaxOperatorDesc, a, b, device)
+
+
+def minimum(a, b, *, device=None):
+    """The lesser of ``a`` and ``b`` element by element (DML_ELEMENT_WISE_MIN)."""
+    return _binary(ElementWiseMinOperatorDesc, a, b, device)
+
+
+def identity(x, scale_bias=None, *, device=None):
+    """A copy of ``x`` (DML_ELEMENT_WISE_IDENTITY), any of the 11 data types; with
+    ``scale_bias`` (a ``vkml.dml.ScaleBias`` or a ``(scale, bias)`` pair; float32 and
+    float16 only) ``x * scale + bias``."""
+    dev = pick_device(device, x)
+    x = as_array(x, "x")
+    if isinstance(scale_bias, (tuple, list)):
+        if len(scale_bias) != 2:
+            raise ArgumentTypeError("scale_bias", f"must be a ScaleBias or a (scale, bias) "
+                                    f"pair, got {scale_bias!r}")
+        scale_bias = ScaleBias(*scale_bias)
+    t = TensorDesc(np.dtype(x.dtype), tuple(x.shape))
+    return run(dev, ElementWiseIdentityOperatorDesc(t, t, scale_bias), [x])
+
