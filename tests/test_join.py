@@ -165,6 +165,18 @@ def test_copy_engine_rows(device):
         assert paths == expect and same_bits(got, want)
 
 
+@pytest.mark.parametrize("path", ["kernel", "copy"])
+def test_broadcast_inputs(device, path):
+    """Zero strides (DirectML's broadcasting) in the inputs, as rows and as columns."""
+    rng = np.random.default_rng(11)
+    row, col = random_bits(rng, (1, 6), "int16"), random_bits(rng, (5, 1), "int16")
+    ins = [dml.TensorDesc("int16", (5, 6), (0, 1)), dml.TensorDesc("int16", (5, 6), (1, 0))]
+    desc = dml.JoinOperatorDesc(ins, dml.TensorDesc("int16", (5, 12)), 1)
+    (got,), _ = run_copies(device, desc, [row.reshape(-1), col.reshape(-1)], path)
+    want = np.concatenate([np.broadcast_to(row, (5, 6)), np.broadcast_to(col, (5, 6))], 1)
+    assert same_bits(got[:60].reshape(5, 12), want)
+
+
 def test_many_inputs(device):
     """27 small inputs (Microsoft's concat model has that many)."""
     rng = np.random.default_rng(6)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .data_type import ALL_TYPES, DataType
 from .operator import (FeatureLevel, OperatorDesc, check_no_overlap, field_tuple)
-from .tensor_desc import TensorDesc
+from .tensor_desc import TensorDesc, as_ints
 from ..errors import ArgumentTypeError
 
 __all__ = ["JoinOperatorDesc", "SplitOperatorDesc", "SliceOperatorDesc", "Slice1OperatorDesc"]
@@ -193,7 +193,6 @@ class _SliceRules(_CopyDesc):
         """SLICE1's strides: INT32s, not 0 ("Strides may not be 0")."""
         if values is None:
             self.fail(name, "is required")
-        from .tensor_desc import as_ints
         values = as_ints(values, name, fail=self.fail)
         if len(values) != rank:
             self.fail(name, f"must have {rank} entries (DimensionCount), got {len(values)}")

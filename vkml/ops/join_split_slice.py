@@ -23,8 +23,6 @@ A copy runs on one of two paths:
 """
 from __future__ import annotations
 
-import builtins
-
 import numpy as np
 
 from ..dml.join_split_slice import (JoinOperatorDesc, Slice1OperatorDesc, SliceOperatorDesc,
@@ -329,7 +327,7 @@ def slice(x, offsets, sizes, strides=None, *, device=None):  # noqa: A001 (vkml.
     steps = _steps(strides, rank)
     dt = np.dtype(x.dtype)
     xin, y = TensorDesc(dt, shape), TensorDesc(dt, sizes)
-    if builtins.all(s > 0 for s in steps):
+    if all(s > 0 for s in steps):
         desc = SliceOperatorDesc(xin, y, offsets, sizes, steps)
     else:
         # the window SLICE1 reads: from the lowest element copied to the highest
