@@ -11,9 +11,10 @@ along the outermost axis is one run of bytes per input.
 A copy runs on one of two paths:
 
 * "copy": ``vkCmdCopyBuffer``, one region per contiguous row (any data type: it moves
-  bytes).  Taken where rows are contiguous on both sides and at least
-  :data:`COPY_ROW_BYTES` long: the copy engine costs a fixed ~0.4 us per region on
-  lavapipe (docs/DEVELOPING.md), so short rows are cheaper in a kernel.
+  bytes), where rows are contiguous on both sides.  The copy engine costs a fixed time
+  per region (~0.35 us on lavapipe), the kernel a time per element, so short rows go to
+  the kernel: the tuner chooses per row length (:data:`ROWS_PATH`); ``VKML_TUNE=off``
+  takes the copy engine from :data:`COPY_ROW_BYTES` on.
 * "kernel": the element-wise family's strided IDENTITY (``glsl/element_wise.comp``,
   every tensor bound as 32-bit words, so all 11 types on every device).  Its index
   arithmetic is modulo 2^32, so a negative stride is passed as its two's complement and a
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import tuning
 from ..dml.join_split_slice import (JoinOperatorDesc, Slice1OperatorDesc, SliceOperatorDesc,
                                     SplitOperatorDesc)
 from ..dml.operator import as_tuple, as_uint
@@ -45,9 +47,11 @@ __all__ = ["join", "split", "slice"]
 VARIANTS = dict.fromkeys([f"element_wise_{c}" for c in ("float", "int", "int64")],
                          BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE"))
 
-#: Rows at least this long go to the copy engine (its per-region cost, ~0.4 us on
-#: lavapipe, is then below a kernel's per-byte cost; docs/DEVELOPING.md, vkCmdCopyBuffer).
-COPY_ROW_BYTES = 8192
+#: ``VKML_TUNE=off``: rows at least this long go to the copy engine.  On lavapipe a join
+#: of 4 MiB rows took, kernel against copy engine: 64-byte rows 102 against 121 ms,
+#: 256-byte 43 against 23, 1 KiB 55 against 8.8 (the strided kernel moves one element
+#: per lane and store; the copy engine ~0.35 us a region).
+COPY_ROW_BYTES = 256
 
 _U32 = 0xFFFFFFFF
 
@@ -135,11 +139,19 @@ class CompiledCopies(CompiledOperator):
         for c in self.plan():
             rows = None if self.force_path == "kernel" else c.rows(self.esize)
             if rows is not None and (self.force_path == "copy"
-                                     or c.box[-1] * self.esize >= COPY_ROW_BYTES):
+                                     or self._rows_path(c, len(rows)) == "copy"):
                 self.steps.append(("copy", c, rows))
             else:
                 self.steps.append(("kernel", c, self._kernel_plan(c)))
         self.paths = sorted({s[0] for s in self.steps})
+
+    def _rows_path(self, c: Copy, rows: int) -> str:
+        """The copy engine or the kernel for a copy of contiguous rows (module doc)."""
+        row = c.box[-1] * self.esize
+        if tuning.default_tuner().effective_mode() == "off":
+            return "copy" if row >= COPY_ROW_BYTES else "kernel"
+        shape = {"row_bytes": row, "bytes": row * rows}
+        return tuning.choose(self.device, ROWS_PATH, shape).name
 
     def _kernel_plan(self, c: Copy):
         """(params allocation, windows or None) of a copy on the kernel path."""
@@ -205,6 +217,40 @@ class CompiledCopies(CompiledOperator):
                             x_count=x_invocations(x, xdims, v),
                             magic=_dims(map(div_magic, x)))
                 seq.dispatch(pipe, binds + [Bind(params)], box_grid(x, lx, xdims, v, ly), push)
+
+
+def _rows_class(shape) -> str:
+    """Copies sharing a path choice: row length to the power of two (64 KiB and longer
+    one class), total bytes to the power of 4."""
+    row = min(int(shape["row_bytes"]), 1 << 16)
+    return f"row 2^{(row - 1).bit_length()} total 4^{int(shape['bytes']).bit_length() // 2}"
+
+
+def _rows_run(device, seq, cand, shape):
+    """Record a float32 join of two inputs of ``row_bytes`` rows (``bytes`` in all, at
+    most 16 MiB) on candidate ``cand``."""
+    w = max(1, int(shape["row_bytes"]) // 4)
+    rows = max(1, min(int(shape["bytes"]), 16 << 20) // (8 * w))
+    t = TensorDesc("float32", (rows, w))
+    y = TensorDesc("float32", (rows, 2 * w))
+    op = CompiledJoin(device, JoinOperatorDesc((t, t), y, 1), path=cand.params["path"])
+    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
+    out = device.empty((y.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x, x], [out])
+
+    def free():
+        op.release()
+        x.free()
+        out.free()
+    return free
+
+
+#: A copy of contiguous rows: the copy engine ("copy", the ``VKML_TUNE=off`` choice from
+#: COPY_ROW_BYTES on) or the strided kernel ("kernel"), by measurement per row length.
+ROWS_PATH = tuning.register_path(
+    "copy_rows", [("copy", {"path": "copy"}), ("kernel", {"path": "kernel"})], "copy",
+    _rows_class, _rows_run, examples=[{"row_bytes": 256, "bytes": 1 << 20}],
+    work_fn=lambda shape: float(shape["bytes"]))
 
 
 def _dims(values) -> list:
