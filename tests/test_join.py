@@ -303,3 +303,43 @@ def test_graph_nodes(device):
     want = np.concatenate([a[:, 2:], a[:, :2]], 1)[:, ::-1]
     assert same_bits(out.numpy(), want)
     compiled.release()
+
+
+def test_fields_of_every_kind(device):
+    """Every field of the four descriptors and every functional argument, given values of
+    every kind: a ValidationError (ArgumentTypeError for a wrong type) or a run, nothing
+    else; the device stays usable."""
+    t = dml.TensorDesc("float32", (2, 3))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    vals = [None, True, -1, 10**12, 2**32, 2.5, "abc", [], [1], [1, 2, 3], [None, 1], [t],
+            (t, t), t, {}, [2**31, 1], [-1, 1], [0, 0]]
+    makers = [
+        lambda v: dml.JoinOperatorDesc((t, t), dml.TensorDesc("float32", (4, 3)), v),
+        lambda v: dml.JoinOperatorDesc(v, t, 0),
+        lambda v: dml.JoinOperatorDesc((t,), v, 0),
+        lambda v: dml.SplitOperatorDesc(t, v, 0),
+        lambda v: dml.SplitOperatorDesc(t, (t,), v),
+        lambda v: dml.SliceOperatorDesc(t, t, v, (2, 3), (1, 1)),
+        lambda v: dml.SliceOperatorDesc(t, t, (0, 0), (2, 3), v),
+        lambda v: dml.Slice1OperatorDesc(t, t, (0, 0), (2, 3), v),
+        lambda v: dml.Slice1OperatorDesc(t, t, (0, 0), v, (1, 1)),
+    ]
+    calls = [lambda v: vkml.join([x, x], v, device=device),
+             lambda v: vkml.join(v, 0, device=device),
+             lambda v: vkml.split(x, v, 2, device=device),
+             lambda v: vkml.split(x, 0, v, device=device),
+             lambda v: vkml.slice(x, v, 1, device=device),
+             lambda v: vkml.slice(x, 0, v, device=device),
+             lambda v: vkml.slice(x, 0, 1, v, device=device)]
+    for v in vals:
+        for make in makers:
+            try:
+                device.compile_operator(device.create_operator(make(v))).release()
+            except ValidationError as exc:
+                assert not isinstance(exc, TypeError) or isinstance(exc, ArgumentTypeError)
+        for call in calls:
+            try:
+                call(v)
+            except (ValidationError, vkml.DeviceError) as exc:
+                assert not isinstance(exc, TypeError) or isinstance(exc, ArgumentTypeError)
+    assert same_bits(vkml.slice(x, 0, 1, device=device), x[:1, :1, :1])
