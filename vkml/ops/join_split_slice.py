@@ -12,9 +12,9 @@ A copy runs on one of two paths:
 
 * "copy": ``vkCmdCopyBuffer``, one region per contiguous row (any data type: it moves
   bytes), where rows are contiguous on both sides.  The copy engine costs a fixed time
-  per region (~0.35 us on lavapipe), the kernel a time per element, so short rows go to
-  the kernel: the tuner chooses per row length (:data:`ROWS_PATH`); ``VKML_TUNE=off``
-  takes the copy engine from :data:`COPY_ROW_BYTES` on.
+  per region, the kernel a time per element, so short rows go to the kernel: the tuner
+  chooses per row length (:data:`ROWS_PATH`); ``VKML_TUNE=off`` takes the copy engine
+  from :data:`COPY_ROW_BYTES` on.
 * "kernel": the element-wise family's strided IDENTITY (``glsl/element_wise.comp``,
   every tensor bound as 32-bit words, so all 11 types on every device).  Its index
   arithmetic is modulo 2^32, so a negative stride is passed as its two's complement and a
@@ -47,10 +47,9 @@ __all__ = ["join", "split", "slice"]
 VARIANTS = dict.fromkeys([f"element_wise_{c}" for c in ("float", "int", "int64")],
                          BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE"))
 
-#: ``VKML_TUNE=off``: rows at least this long go to the copy engine.  On lavapipe a join
-#: of 4 MiB rows took, kernel against copy engine: 64-byte rows 102 against 121 ms,
-#: 256-byte 43 against 23, 1 KiB 55 against 8.8 (the strided kernel moves one element
-#: per lane and store; the copy engine ~0.35 us a region).
+#: ``VKML_TUNE=off``: rows at least this long go to the copy engine: where lavapipe's copy
+#: engine overtakes the strided kernel (which moves one element per lane and store, while
+#: the copy engine pays a fixed cost per region).
 COPY_ROW_BYTES = 256
 
 _U32 = 0xFFFFFFFF
