@@ -1,0 +1,345 @@
+"""DML_JOIN (vkml.join): the page's examples verbatim, random joins of every data type bit
+for bit against numpy.concatenate (permuted and padded layouts in, a strided output with
+canaries in its gaps), both paths (kernel, copy engine), windows and split grids at
+lowered limits, a 27-input join, every rule of the page, threads, leaks and a graph.
+
+The helpers here (``layout``, ``out_layout``, ``run_copies``) serve test_split.py and
+test_slice.py too."""
+from __future__ import annotations
+
+import gc
+import importlib
+
+import numpy as np
+import pytest
+
+import vkml
+from vkml import dml
+from vkml.errors import ArgumentTypeError, ValidationError
+
+from helpers import ALL_DTYPES, random_bits, same_bits
+from test_lifetime import run_in_threads
+
+CANARY = 0xA5
+OPS = importlib.import_module("vkml.ops.join_split_slice")
+
+
+# -- helpers shared with test_split.py and test_slice.py ----------------------------------
+def layout(rng, shape, dtype, kind=None):
+    """Random bits of ``shape`` in a random memory layout: dimensions permuted and/or
+    padded (or packed).  Returns (flat buffer, DML element strides, logical array)."""
+    kind = kind or rng.choice(["packed", "padded", "permuted", "both"])
+    rank = len(shape)
+    perm = rng.permutation(rank) if kind in ("permuted", "both") else np.arange(rank)
+    pad = [int(rng.integers(0, 2)) if kind in ("padded", "both") else 0 for _ in shape]
+    phys = [shape[p] + pad[p] for p in perm]
+    buf = random_bits(rng, phys, dtype)
+    view = buf[tuple(slice(0, shape[p]) for p in perm)].transpose(np.argsort(perm))
+    strides = tuple(int(s) // np.dtype(dtype).itemsize for s in view.strides)
+    return buf.reshape(-1), strides, np.array(view)
+
+
+def out_layout(rng, shape, kind=None):
+    """A random output layout (as :func:`layout`): (strides, elements of its buffer,
+    flat indices of the logical elements)."""
+    kind = kind or rng.choice(["packed", "padded", "permuted", "both"])
+    rank = len(shape)
+    perm = rng.permutation(rank) if kind in ("permuted", "both") else np.arange(rank)
+    pad = [int(rng.integers(0, 2)) if kind in ("padded", "both") else 0 for _ in shape]
+    phys = [shape[p] + pad[p] for p in perm]
+    idx = np.arange(int(np.prod(phys))).reshape(phys)
+    view = idx[tuple(slice(0, shape[p]) for p in perm)].transpose(np.argsort(perm))
+    strides = tuple(int(s) // idx.itemsize for s in view.strides)
+    return strides, idx.size, np.array(view)
+
+
+def run_copies(device, desc, flats, path=None):
+    """Compile ``desc`` (forcing ``path`` when given), run it on the flat input buffers
+    into outputs filled with CANARY bytes; returns (output buffers, the operator's paths)."""
+    op_desc = device.create_operator(desc).desc
+    cls = {dml.JoinOperatorDesc: OPS.CompiledJoin, dml.SplitOperatorDesc: OPS.CompiledSplit,
+           dml.SliceOperatorDesc: OPS.CompiledSlice,
+           dml.Slice1OperatorDesc: OPS.CompiledSlice}[type(desc)]
+    op = cls(device, op_desc, path=path)
+    try:
+        outs = []
+        for t in desc.outputs():
+            n = t.total_tensor_size_in_bytes
+            o = device.empty((n,), np.uint8)
+            o.write(np.full(n, CANARY, np.uint8))
+            outs.append(o)
+        op.execute([device.tensor(f) for f in flats], outs)
+        dt = desc.outputs()[0].dtype
+        size = np.dtype(dt).itemsize
+        got = [o.numpy()[:o.numpy().size // size * size].view(dt) for o in outs]
+        return got, op.paths
+    finally:
+        op.release()
+
+
+def check_out(got, idx, want, nelems):
+    """The logical elements equal ``want`` bit for bit; every gap keeps its canary."""
+    assert same_bits(got[idx], want)
+    gaps = np.ones(got.size, bool)
+    gaps[idx.reshape(-1)] = False
+    assert (got[gaps].view(np.uint8) == CANARY).all()
+
+
+# -- the page's examples ---------------------------------------------------------------
+def test_page_example_1(device):
+    a = np.array([[[[1, 2, 3], [4, 5, 6]]]], np.float32)
+    b = np.array([[[[7, 8, 9, 10], [11, 12, 13, 14]]]], np.float32)
+    want = np.array([[[[1, 2, 3, 7, 8, 9, 10], [4, 5, 6, 11, 12, 13, 14]]]], np.float32)
+    assert same_bits(vkml.join([a, b], 3, device=device), want)
+
+
+@pytest.mark.parametrize("axis, want", [
+    (1, [[[[1, 2], [3, 4]], [[5, 6], [7, 8]], [[9, 10], [11, 12]]]]),
+    (2, [[[[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12]]]]),
+    (3, [[[[1, 2, 5, 6, 9, 10], [3, 4, 7, 8, 11, 12]]]]),
+])
+def test_page_example_2(device, axis, want):
+    ins = [np.array([[[[1, 2], [3, 4]]]], np.float32), np.array([[[[5, 6], [7, 8]]]], np.float32),
+           np.array([[[[9, 10], [11, 12]]]], np.float32)]
+    assert same_bits(vkml.join(ins, axis, device=device), np.array(want, np.float32))
+
+
+# -- randomized ------------------------------------------------------------------------
+def random_join(rng, device, dtype, path, max_rank=5):
+    rank = int(rng.integers(1, max_rank + 1))
+    shape = [int(rng.integers(1, 5)) for _ in range(rank)]
+    axis = int(rng.integers(0, rank))
+    count = int(rng.integers(1, 5))
+    parts = [int(rng.integers(1, 4)) for _ in range(count)]
+    ins, flats, logicals = [], [], []
+    for p in parts:
+        s = list(shape)
+        s[axis] = p
+        flat, st, logical = layout(rng, s, dtype)
+        ins.append(dml.TensorDesc(dtype, s, st))
+        flats.append(flat)
+        logicals.append(logical)
+    out_shape = list(shape)
+    out_shape[axis] = sum(parts)
+    ost, n, idx = out_layout(rng, out_shape)
+    desc = dml.JoinOperatorDesc(ins, dml.TensorDesc(dtype, out_shape, ost), axis)
+    (got,), paths = run_copies(device, desc, flats, path)
+    check_out(got, idx, np.concatenate(logicals, axis), n)
+    return paths
+
+
+@pytest.mark.parametrize("path", [None, "kernel", "copy"])
+def test_random_joins(device, budget, path):
+    rng = np.random.default_rng({None: 0, "kernel": 1, "copy": 2}[path])
+    for i in range(budget):
+        random_join(rng, device, ALL_DTYPES[(i * 5 + len(path or "")) % 11], path)
+
+
+def test_functional_all_types(device):
+    rng = np.random.default_rng(3)
+    for dtype in ALL_DTYPES:
+        a, b = random_bits(rng, (2, 3, 5), dtype), random_bits(rng, (2, 1, 5), dtype)
+        assert same_bits(vkml.join([a, b], -2, device=device), np.concatenate([a, b], 1))
+    t = vkml.tensor(a, device=device)
+    y = vkml.join([t, a], 0)
+    assert isinstance(y, vkml.Tensor) and same_bits(y.numpy(), np.concatenate([a, a]))
+
+
+def test_eight_dimensions(device):
+    rng = np.random.default_rng(4)
+    a = random_bits(rng, (2, 1, 2, 1, 2, 1, 2, 3), "uint16")
+    b = random_bits(rng, (2, 1, 2, 1, 2, 1, 2, 2), "uint16")
+    assert same_bits(vkml.join([a, b], 7, device=device), np.concatenate([a, b], 7))
+
+
+def test_copy_engine_rows(device):
+    """Long rows (a join along the outermost axis) go to the copy engine by default; the
+    kernel path gives the same bits."""
+    rng = np.random.default_rng(5)
+    a, b = random_bits(rng, (3, 4096), "int8"), random_bits(rng, (2, 4096), "int8")
+    ta, tb = dml.TensorDesc("int8", a.shape), dml.TensorDesc("int8", b.shape)
+    desc = dml.JoinOperatorDesc([ta, tb], dml.TensorDesc("int8", (5, 4096)), 0)
+    want = np.concatenate([a, b]).reshape(-1)
+    for path, expect in [(None, ["copy"]), ("kernel", ["kernel"])]:
+        (got,), paths = run_copies(device, desc, [a.reshape(-1), b.reshape(-1)], path)
+        assert paths == expect and same_bits(got, want)
+
+
+@pytest.mark.parametrize("path", ["kernel", "copy"])
+def test_broadcast_inputs(device, path):
+    """Zero strides (DirectML's broadcasting) in the inputs, as rows and as columns."""
+    rng = np.random.default_rng(11)
+    row, col = random_bits(rng, (1, 6), "int16"), random_bits(rng, (5, 1), "int16")
+    ins = [dml.TensorDesc("int16", (5, 6), (0, 1)), dml.TensorDesc("int16", (5, 6), (1, 0))]
+    desc = dml.JoinOperatorDesc(ins, dml.TensorDesc("int16", (5, 12)), 1)
+    (got,), _ = run_copies(device, desc, [row.reshape(-1), col.reshape(-1)], path)
+    want = np.concatenate([np.broadcast_to(row, (5, 6)), np.broadcast_to(col, (5, 6))], 1)
+    assert same_bits(got[:60].reshape(5, 12), want)
+
+
+def test_many_inputs(device):
+    """27 small inputs (Microsoft's concat model has that many)."""
+    rng = np.random.default_rng(6)
+    xs = [random_bits(rng, (1, int(rng.integers(1, 4)), 3, 3), "float32") for _ in range(27)]
+    assert same_bits(vkml.join(xs, 1, device=device), np.concatenate(xs, 1))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint8"])
+def test_windows_and_split_grids(device, dtype):
+    """Lowered limits: every binding windowed, every grid split."""
+    rng = np.random.default_rng(7)
+    a, b = random_bits(rng, (30, 20), dtype), random_bits(rng, (30, 24), dtype)
+    align = device._ctx.binding_alignment()
+    limits = {"maxStorageBufferRange": a.nbytes // 3 + 4 * align,
+              "maxComputeWorkGroupCount": (2, 2, 2)}
+    desc = dml.JoinOperatorDesc([dml.TensorDesc(dtype, a.shape), dml.TensorDesc(dtype, b.shape)],
+                                dml.TensorDesc(dtype, (30, 44)), 1)
+    with vkml.Device(device.index, limits=limits) as dev:
+        op = OPS.CompiledJoin(dev, dev.create_operator(desc).desc, path="kernel")
+        try:
+            assert all(w is not None and len(w) > 1 for _, _, (_, w) in op.steps)
+            out = dev.empty((30, 44), dtype)
+            op.execute([dev.tensor(a), dev.tensor(b)], [out])
+            assert same_bits(out.numpy(), np.concatenate([a, b], 1))
+        finally:
+            op.release()
+
+
+# -- rules -----------------------------------------------------------------------------
+T = dml.TensorDesc("float32", (2, 3, 4))
+
+
+@pytest.mark.parametrize("ins, out, axis, field", [
+    ([], T, 0, "input_tensors"),
+    ([T], T, 3, "axis"),
+    ([T, T], dml.TensorDesc("float32", (2, 3, 9)), 2, "output_tensor.sizes[2]"),
+    ([T, dml.TensorDesc("float32", (2, 4, 4))], dml.TensorDesc("float32", (2, 3, 8)), 2,
+     "input_tensors[1].sizes[1]"),
+    ([T, dml.TensorDesc("int32", (2, 3, 4))], dml.TensorDesc("float32", (2, 3, 8)), 2,
+     "input_tensors[1].data_type"),
+    ([T, dml.TensorDesc("float32", (2, 3, 4, 1))], dml.TensorDesc("float32", (2, 3, 8)), 2,
+     "input_tensors[1].sizes"),
+    ([T], dml.TensorDesc("float32", (2, 3, 4), (0, 0, 1)), 0, "output_tensor.strides"),
+    ([T, None], T, 0, "input_tensors[1]"),
+    ([T], None, 0, "output_tensor"),
+    ([T], T, -1, "axis"),
+])
+def test_rules(device, ins, out, axis, field):
+    with pytest.raises(ValidationError) as info:
+        device.create_operator(dml.JoinOperatorDesc(ins, out, axis))
+    assert info.value.field == f"JoinOperatorDesc.{field}", str(info.value)
+    assert same_bits(vkml.join([np.arange(3, dtype=np.int8)], device=device),
+                     np.arange(3, dtype=np.int8))
+
+
+def test_argument_rules(device):
+    with pytest.raises(ArgumentTypeError):
+        device.create_operator(dml.JoinOperatorDesc(T, T, 0))
+    with pytest.raises(ArgumentTypeError):
+        vkml.join(np.ones(3), device=device)
+    with pytest.raises(ValidationError):
+        vkml.join([], device=device)
+    with pytest.raises(ValidationError) as info:
+        vkml.join([np.ones((2, 3)), np.ones((3, 3))], 1, device=device)
+    assert info.value.field.endswith("input_tensors[1].sizes[0]")
+
+
+def test_feature_level():
+    f32 = dml.TensorDesc("float32", (1, 1, 2, 2))
+    assert dml.JoinOperatorDesc([f32], f32, 0).feature_level() == dml.FeatureLevel.FL_1_0
+    i64 = dml.TensorDesc("int64", (2,))
+    assert dml.JoinOperatorDesc([i64], i64, 0).feature_level() == dml.FeatureLevel.FL_4_1
+
+
+# -- threads, leaks, graph -------------------------------------------------------------
+def test_eight_threads(device):
+    errors = []
+
+    def work(k):
+        rng = np.random.default_rng(100 + k)
+        for i in range(3):
+            dtype = ALL_DTYPES[(k + i) % 11]
+            a, b = random_bits(rng, (k + 1, 3), dtype), random_bits(rng, (k + 1, 2), dtype)
+            assert same_bits(vkml.join([a, b], 1, device=device), np.concatenate([a, b], 1))
+
+    run_in_threads(work, errors)
+    assert not errors, errors
+
+
+def test_functional_does_not_leak(device):
+    a = np.ones((4, 8), np.float32)
+
+    def calls():
+        for _ in range(100):
+            vkml.join([a, a], 1, device=device)
+            vkml.split(a, 0, 2, device=device)
+            vkml.slice(a, (1, 7), (2, 3), (1, -2), device=device)
+    calls()
+    gc.collect()
+    base = device.memory_stats()["used"]
+    calls()
+    gc.collect()
+    assert device.memory_stats()["used"] == base
+
+
+def test_graph_nodes(device):
+    """A graph: split x along axis 1, join the pieces back in the other order, slice
+    (reversed rows): JOIN, SPLIT and SLICE1 as nodes."""
+    x = dml.TensorDesc("float32", (2, 5, 3))
+    p0, p1 = dml.TensorDesc("float32", (2, 2, 3)), dml.TensorDesc("float32", (2, 3, 3))
+    nodes = [dml.OperatorGraphNodeDesc(dml.SplitOperatorDesc(x, [p0, p1], 1)),
+             dml.OperatorGraphNodeDesc(dml.JoinOperatorDesc([p1, p0], x, 1)),
+             dml.OperatorGraphNodeDesc(dml.Slice1OperatorDesc(
+                 x, x, (0, 0, 0), (2, 5, 3), (1, -1, 1)))]
+    g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
+                      [dml.OutputGraphEdgeDesc(2, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 1),
+                       dml.IntermediateGraphEdgeDesc(0, 1, 1, 0),
+                       dml.IntermediateGraphEdgeDesc(1, 0, 2, 0)])
+    compiled = device.compile_graph(g)
+    a = np.random.default_rng(8).standard_normal((2, 5, 3)).astype(np.float32)
+    out = device.empty((2, 5, 3))
+    compiled.execute([device.tensor(a)], [out])
+    want = np.concatenate([a[:, 2:], a[:, :2]], 1)[:, ::-1]
+    assert same_bits(out.numpy(), want)
+    compiled.release()
+
+
+def test_fields_of_every_kind(device):
+    """Every field of the four descriptors and every functional argument, given values of
+    every kind: a ValidationError (ArgumentTypeError for a wrong type) or a run, nothing
+    else; the device stays usable."""
+    t = dml.TensorDesc("float32", (2, 3))
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    vals = [None, True, -1, 10**12, 2**32, 2.5, "abc", [], [1], [1, 2, 3], [None, 1], [t],
+            (t, t), t, {}, [2**31, 1], [-1, 1], [0, 0]]
+    makers = [
+        lambda v: dml.JoinOperatorDesc((t, t), dml.TensorDesc("float32", (4, 3)), v),
+        lambda v: dml.JoinOperatorDesc(v, t, 0),
+        lambda v: dml.JoinOperatorDesc((t,), v, 0),
+        lambda v: dml.SplitOperatorDesc(t, v, 0),
+        lambda v: dml.SplitOperatorDesc(t, (t,), v),
+        lambda v: dml.SliceOperatorDesc(t, t, v, (2, 3), (1, 1)),
+        lambda v: dml.SliceOperatorDesc(t, t, (0, 0), (2, 3), v),
+        lambda v: dml.Slice1OperatorDesc(t, t, (0, 0), (2, 3), v),
+        lambda v: dml.Slice1OperatorDesc(t, t, (0, 0), v, (1, 1)),
+    ]
+    calls = [lambda v: vkml.join([x, x], v, device=device),
+             lambda v: vkml.join(v, 0, device=device),
+             lambda v: vkml.split(x, v, 2, device=device),
+             lambda v: vkml.split(x, 0, v, device=device),
+             lambda v: vkml.slice(x, v, 1, device=device),
+             lambda v: vkml.slice(x, 0, v, device=device),
+             lambda v: vkml.slice(x, 0, 1, v, device=device)]
+    for v in vals:
+        for make in makers:
+            try:
+                device.compile_operator(device.create_operator(make(v))).release()
+            except ValidationError as exc:
+                assert not isinstance(exc, TypeError) or isinstance(exc, ArgumentTypeError)
+        for call in calls:
+            try:
+                call(v)
+            except (ValidationError, vkml.DeviceError) as exc:
+                assert not isinstance(exc, TypeError) or isinstance(exc, ArgumentTypeError)
+    assert same_bits(vkml.slice(x, 0, 1, device=device), x[:1, :1, :1])
