@@ -213,7 +213,7 @@ def test_model_files(path, device):
     if _model_ops(path) <= implemented:
         dxdispatch.run_model(path, device, timing, lines.append)
         assert any(line.startswith("Dispatch '") for line in lines)
-        assert any(line.startswith("Resource 'output': ") for line in lines)
+        assert any(line.startswith("Resource '") for line in lines)   # Microsoft's: 'Out'
     else:
         with pytest.raises(dxdispatch.ModelError, match="DML_OPERATOR_"):
             dxdispatch.run_model(path, device, timing, lines.append)
@@ -268,8 +268,8 @@ _PAD = {"type": "DML_OPERATOR_PADDING", "desc": {
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda m: m["dispatchables"]["op"].update(type="DML_OPERATOR_ELEMENT_WISE_ADD"),
-     "vkml has no DML_OPERATOR_ELEMENT_WISE_ADD"),
+    (lambda m: m["dispatchables"]["op"].update(type="DML_OPERATOR_TOP_K"),
+     "vkml has no DML_OPERATOR_TOP_K"),
     (lambda m: m["dispatchables"]["op"]["desc"].update(Bogus=1), "field 'Bogus'"),
     (lambda m: m["dispatchables"]["op"].update(type="hlsl"), "type 'hlsl' is not supported"),
     (lambda m: m["dispatchables"]["op"]["desc"].update(DimensionCount=2), "DimensionCount"),
@@ -312,18 +312,19 @@ def test_model_parsing_rules(device, tmp_path):
     assert lines[-1] == "Resource 'output': 4.5, 0.5, 2.5, 4.5, 0.5"
 
 
-_JOIN = {"type": "DML_OPERATOR_JOIN", "desc": {
-    "InputCount": 2, "Axis": 0,
-    "InputTensors": [{"DataType": "FLOAT32", "Sizes": [3]}, {"DataType": "FLOAT32", "Sizes": [2]}],
-    "OutputTensor": {"DataType": "FLOAT32", "Sizes": [5]}}}
-_SPLIT = {"type": "SPLIT", "desc": {
-    "InputTensor": {"DataType": "FLOAT32", "Sizes": [5]}, "OutputCount": 2, "Axis": 0,
-    "OutputTensors": [{"DataType": "FLOAT32", "Sizes": [3]}, {"DataType": "FLOAT32", "Sizes": [2]}]}}
+_TOP_K = {"type": "DML_OPERATOR_TOP_K", "desc": {
+    "InputTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 1, 5]},
+    "OutputValueTensor": {"DataType": "FLOAT32", "Sizes": [1, 1, 1, 2]},
+    "OutputIndexTensor": {"DataType": "UINT32", "Sizes": [1, 1, 1, 2]}, "Axis": 3, "K": 2}}
+_GATHER = {"type": "GATHER", "desc": {
+    "InputTensor": {"DataType": "FLOAT32", "Sizes": [5]},
+    "IndicesTensor": {"DataType": "UINT32", "Sizes": [2]},
+    "OutputTensor": {"DataType": "FLOAT32", "Sizes": [2]}, "Axis": 0, "IndexDimensions": 1}}
 
 
-@pytest.mark.parametrize("dispatchable, full", [(_JOIN, "DML_OPERATOR_JOIN"),
-                                                (_SPLIT, "DML_OPERATOR_SPLIT")],
-                         ids=["join", "split"])
+@pytest.mark.parametrize("dispatchable, full", [(_TOP_K, "DML_OPERATOR_TOP_K"),
+                                                (_GATHER, "DML_OPERATOR_GATHER")],
+                         ids=["top_k", "gather"])
 def test_model_operator_vkml_lacks(dispatchable, full, device, tmp_path):
     """An operator type vkml has no descriptor for is refused as such, at its ``type``,
     before its desc is read (its array of tensor descs is not "a malformed field")."""

@@ -60,8 +60,20 @@ def valid_descs() -> dict:
         dml.AveragePooling1OperatorDesc: dml.AveragePooling1OperatorDesc(x, T(1, 1, 3, 3),
                                                                          window_size=(2, 2)),
         dml.ReduceOperatorDesc: dml.ReduceOperatorDesc("sum", x, T(1, 1, 1, 4), (2,)),
+        dml.JoinOperatorDesc: dml.JoinOperatorDesc((x, x), T(2, 1, 4, 4), 0),
+        dml.SplitOperatorDesc: dml.SplitOperatorDesc(T(2, 1, 4, 4), (x, x), 0),
+        dml.SliceOperatorDesc: dml.SliceOperatorDesc(x, T(1, 1, 2, 2), (0, 0, 1, 1),
+                                                     (1, 1, 2, 2), (1, 1, 1, 1)),
+        dml.Slice1OperatorDesc: dml.Slice1OperatorDesc(x, T(1, 1, 2, 2), (0, 0, 1, 1),
+                                                       (1, 1, 2, 2), (1, 1, 1, -1)),
+        dml.ElementWiseAdd1OperatorDesc: dml.ElementWiseAdd1OperatorDesc(x, x, x),
+        dml.ElementWiseIdentityOperatorDesc: dml.ElementWiseIdentityOperatorDesc(x, x),
     }
-    for cls in dml.ACTIVATIONS.values():
+    for cls in (dml.ElementWiseAddOperatorDesc, dml.ElementWiseSubtractOperatorDesc,
+                dml.ElementWiseMultiplyOperatorDesc, dml.ElementWiseDivideOperatorDesc,
+                dml.ElementWiseMaxOperatorDesc, dml.ElementWiseMinOperatorDesc):
+        out[cls] = cls(x, x, x)
+    for cls in dml.OPERATOR_ACTIVATIONS.values():
         out[cls] = cls(x, x)
     return out
 
@@ -109,7 +121,7 @@ def float_fields():
     """(class, field, refused): every FLOAT field and which odd values its rules refuse
     (nan, inf, huge: finite beyond float32), by the rules of its page."""
     out = []
-    for cls in dml.ACTIVATIONS.values():
+    for cls in dml.OPERATOR_ACTIVATIONS.values():
         for name, _ in cls.SPEC.params:
             if name != "scale_bias":
                 unbounded = cls.SPEC.name == "clip"          # Clip's min/max may be +-inf

@@ -343,3 +343,39 @@ def test_image_malformed(device, tmp_path):
     model["resources"]["input"]["initialValues"]["sourcePath"] = str(tmp_path / "bad.png")
     rc, text = _run(model, tmp_path, device)
     assert rc == 2 and text.startswith("resources.input.initialValues.sourcePath: "), text
+
+
+# -- arrays of tensors: JOIN's InputTensors, SPLIT's OutputTensors ---------------------------
+def test_microsoft_join_split_slice(device):
+    """Microsoft's dml_join/dml_split/dml_slice models as DxDispatch runs them: a list of
+    resources (binding objects with offsets among them) on an array bind point."""
+    a = np.arange(1, 11)
+    lines = _lines(ROOT / "bench/models/dml_join.json", device)
+    np.testing.assert_array_equal(_values(lines[-1]), np.concatenate([a[:3], [100, 115],
+                                                                      a[4:9]]))
+    lines = _lines(ROOT / "bench/models/dml_split.json", device)
+    assert [list(_values(v)) for v in lines[-3:]] == [[1, 2], [3, 4], [5, 6]]
+    x = np.arange(1, 26).reshape(5, 5)
+    lines = _lines(ROOT / "bench/models/dml_slice.json", device)
+    np.testing.assert_array_equal(_values(lines[-1]), x[1:4, 1:4:2].ravel())
+
+
+@pytest.mark.parametrize("model, point, value", [
+    ("dml_join", "InputTensors", ["A", "B"]),
+    ("dml_split", "OutputTensors", ["Out1", "Out2", "Out3", "Out1"]),
+    ("dml_split", "InputTensor", ["A", "A"]),
+    ("dml_join", "OutputTensor", []),
+])
+def test_array_binding_counts(model, point, value, device, tmp_path):
+    """A list binding must have one resource per tensor of the bind point."""
+    bad = copy.deepcopy(LOADED[model])
+    bad["commands"][0]["bindings"][point] = value
+    rc, text = _run(bad, tmp_path, device)
+    assert rc == 2 and text.startswith(f"commands[0].bindings.{point}"), text
+
+
+def test_array_binding_unbound(device, tmp_path):
+    bad = copy.deepcopy(LOADED["dml_split"])
+    del bad["commands"][0]["bindings"]["OutputTensors"]
+    rc, text = _run(bad, tmp_path, device)
+    assert rc == 2 and "OutputTensors[0]" in text, text

@@ -18,14 +18,15 @@ What vkml reads (DxDispatch's documented format, doc/Guide.md and models/_schema
   activation as ``{"Type": "ACTIVATION_RELU", ...its fields}``; ``executionFlags``
   (no-ops in vkml, see EXECUTION_FLAG_EFFECT); ``bindings`` of OWNED_BY_DML inputs;
 * commands: ``dispatch`` (bindings by bind-point name: a resource name, a binding object
-  ``{name, format, elementOffset, elementCount}``, or a list of one), ``print``
+  ``{name, format, elementOffset, elementCount}``, or a list of them: one entry, or one
+  per tensor of an array bind point such as JOIN's ``InputTensors``), ``print``
   (``verbose``), ``writeFile`` (``.npy``, images, raw; ``dimensions``).
 
 Comments (``//``, ``/* */``) and trailing commas are accepted, as DxDispatch's parser does.
-Anything else (HLSL or ONNX dispatchables, list initializers, several resources on one
-bind point, an operator vkml does not implement, a field its descriptor does not have)
-is refused with an error naming it.  Timing follows DxDispatch: ``-i`` iterations of
-bind + ``-r`` dispatches + wait; the first ``-w`` samples are "cold", the rest "hot";
+Anything else (HLSL or ONNX dispatchables, list initializers, several resources on a
+bind point of one tensor, an operator vkml does not implement, a field its descriptor
+does not have) is refused with an error naming it.  Timing follows DxDispatch: ``-i``
+iterations of bind + ``-r`` dispatches + wait; the first ``-w`` samples are "cold", the rest "hot";
 CPU (wall) and GPU (timestamp-query) times per dispatch.
 
 The modules, in the order a file goes through them: ``schema`` (the schema language, the

@@ -223,19 +223,31 @@ def build_desc(type_name: str, desc: dict, where: str = "", limits: dict | None 
     return desc_obj
 
 
-def bind_points(desc) -> dict[str, tuple[str, int]]:
-    """Bind-point name (``InputTensor``) -> ("in" | "out", index in inputs()/outputs())."""
+def _slot(v, ins, outs):
+    """("in" | "out", index) of the tensor desc object ``v``, or None."""
+    for kind, lst in (("in", ins), ("out", outs)):
+        idx = next((i for i, t in enumerate(lst) if t is v), None)
+        if idx is not None:
+            return kind, idx
+    return None
+
+
+def bind_points(desc) -> dict[str, tuple]:
+    """Bind-point name (``InputTensor``) -> ("in" | "out", index in inputs()/outputs());
+    an array of tensors (JOIN's ``InputTensors``) -> ("in" | "out", (index, ...))."""
     ins, outs = desc.inputs(), desc.outputs()
     out = {}
     nones = [i for i, t in enumerate(ins) if t is None]
     for f in desc_fields(type(desc)):
         v = getattr(desc, f)
         if isinstance(v, dml.TensorDesc):
-            for kind, lst in (("in", ins), ("out", outs)):
-                idx = next((i for i, t in enumerate(lst) if t is v), None)
-                if idx is not None:
-                    out[pascal(f)] = (kind, idx)
-                    break
+            slot = _slot(v, ins, outs)
+            if slot is not None:
+                out[pascal(f)] = slot
+        elif isinstance(v, tuple) and v and all(isinstance(t, dml.TensorDesc) for t in v):
+            slots = [_slot(t, ins, outs) for t in v]
+            if None not in slots and len({k for k, _ in slots}) == 1:
+                out[pascal(f)] = (slots[0][0], tuple(i for _, i in slots))
         elif v is None and f.endswith("_tensor") and nones:
             out[pascal(f)] = ("in", nones.pop(0))
     return out

@@ -29,6 +29,16 @@ def check_model(model, limits: dict, base: Path = Path(".")) -> None:
     check_sizes(model, limits, base)
 
 
+def _point_name(points: dict, kind: str, idx: int) -> str | None:
+    """The bind point of input or output ``idx`` (``InputTensors[1]`` in an array)."""
+    for p, (k, i) in points.items():
+        if k == kind and i == idx:
+            return p
+        if k == kind and isinstance(i, tuple) and idx in i:
+            return f"{p}[{i.index(idx)}]"
+    return None
+
+
 @dataclasses.dataclass
 class Bound:
     """One resource bound to a bind point: ``offset`` bytes into it (a binding object's
@@ -190,17 +200,34 @@ class Executor:
         return Bound(r, offset, round_up(need, 4))
 
     def _point(self, d: Dispatchable, point: str, target, at: str, points: dict):
+        """The (kind, index, tensor desc, Bound) of each tensor ``target`` binds at
+        ``point``: one, or one per entry of an array bind point (``InputTensors``), whose
+        list must have an entry for every tensor of the array, as DirectML binds them."""
         if point not in points:
             raise ModelError(at, f"{d.desc.OPERATOR_TYPE} has no bind point {point!r} "
                              f"(bind points: {', '.join(points)})")
-        if isinstance(target, list):
-            target, at = target[0], join(at, 0)
         kind, idx = points[point]
-        tdesc = (d.desc.inputs() if kind == "in" else d.desc.outputs())[idx]
-        if tdesc is None:
-            raise ModelError(at, f"bind point {point!r} has a null tensor desc")
-        return kind, idx, tdesc, self._source(target, at, tdesc.total_tensor_size_in_bytes,
-                                              point)
+        if isinstance(idx, tuple):
+            targets = target if isinstance(target, list) else [target]
+            if len(targets) != len(idx):
+                raise ModelError(at, f"{point} has {len(idx)} tensors; the binding lists "
+                                 f"{len(targets)} resources")
+            pairs = [(i, t, join(at, j)) for j, (i, t) in enumerate(zip(idx, targets))]
+        else:
+            if isinstance(target, list):
+                if len(target) != 1:
+                    raise ModelError(at, f"{point} is one tensor; the binding lists "
+                                     f"{len(target)} resources")
+                target, at = target[0], join(at, 0)
+            pairs = [(idx, target, at)]
+        out = []
+        for i, t, where in pairs:
+            tdesc = (d.desc.inputs() if kind == "in" else d.desc.outputs())[i]
+            if tdesc is None:
+                raise ModelError(where, f"bind point {point!r} has a null tensor desc")
+            out.append((kind, i, tdesc, self._source(t, where, tdesc.total_tensor_size_in_bytes,
+                                                     point)))
+        return out
 
     def _init_bindings(self, d: Dispatchable, bindings: dict, where: str) -> None:
         """A dispatchable's own ``bindings``: DxDispatch binds them once, when it
@@ -208,14 +235,16 @@ class Executor:
         points = bind_points(d.desc)
         for point, target in bindings.items():
             at = join(where, point)
-            kind, idx, tdesc, b = self._point(d, point, target, at, points)
-            if kind != "in" or not _owned(tdesc):
+            (kind, idx, tdesc, b), *more = self._point(d, point, target, at, points)
+            if more or kind != "in" or not _owned(tdesc):
                 raise ModelError(at, f"{point} is not an input with DML_TENSOR_FLAG_OWNED_BY_DML;"
                                  " a dispatchable's bindings are bound at initialization, "
                                  "which only owned inputs are (bind it in the dispatch "
                                  "command)")
             d.init[point] = b
         for point, (kind, idx) in points.items():
+            if isinstance(idx, tuple):
+                continue        # an array of tensors: never owned (JOIN, SPLIT)
             tdesc = (d.desc.inputs() if kind == "in" else d.desc.outputs())[idx]
             if _owned(tdesc) and point not in d.init:
                 raise ModelError(where.rsplit(".", 1)[0], f"{point} is "
@@ -233,15 +262,15 @@ class Executor:
         outs = [None] * len(d.desc.outputs())
         for point, target in (bindings or {}).items():
             at = join(where, point)
-            kind, idx, tdesc, b = self._point(d, point, target, at, points)
             if point in d.init:
                 raise ModelError(at, f"{point} is DML_TENSOR_FLAG_OWNED_BY_DML and was bound "
                                  "at initialization (the dispatchable's bindings); DirectML "
                                  "binds nothing there at execution")
-            (ins if kind == "in" else outs)[idx] = b
+            for kind, idx, _, b in self._point(d, point, target, at, points):
+                (ins if kind == "in" else outs)[idx] = b
         for kind, lst, descs in (("in", ins, d.desc.inputs()), ("out", outs, d.desc.outputs())):
             for idx, (t, tdesc) in enumerate(zip(lst, descs)):
-                name = next((p for p, v in points.items() if v == (kind, idx)), None)
+                name = _point_name(points, kind, idx)
                 if t is None and tdesc is not None and name not in d.init:
                     raise ModelError(where, f"bind point {name!r} is not bound")
         return ins, outs
@@ -263,7 +292,7 @@ class Executor:
 
         def tensor_of(b: Bound | None, kind: str, idx: int):
             if b is None:
-                point = next((p for p, v in points.items() if v == (kind, idx)), None)
+                point = _point_name(points, kind, idx)
                 return None if d.initialized else d.owned.get(point)
             if b.offset == 0:
                 return b.resource.tensor

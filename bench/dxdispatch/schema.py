@@ -258,8 +258,9 @@ BINDING_OBJECT = Obj({"name": (Str(), True), "elementOffset": (Int(0), False),
                       "elementStride": (Int(0), False), "elementSizeInBytes": (Int(0), False),
                       "counter": (Str(), False), "counterOffsetBytes": (Int(0), False),
                       "shape": (Arr(Int(1), 0, 8), False)}, what="binding field")
-BINDING = Either((Str(), BINDING_OBJECT, Arr(Either((Str(), BINDING_OBJECT)), 1, 1)),
-                 'a resource name, {"name": ...} or [one of them]')
+BINDING = Either((Str(), BINDING_OBJECT, Arr(Either((Str(), BINDING_OBJECT)), 1)),
+                 'a resource name, {"name": ...} or a list of them (one per tensor of an '
+                 'array bind point such as InputTensors)')
 RESOURCE = Obj({
     "initialValuesDataType": (Str(), False),
     "initialValues": (Either((
