@@ -38,8 +38,11 @@ from vkml import dml
 from vkml.errors import DeviceError
 
 OPS = ("pad", "fold", "unfold", "convolution", "lp_pooling", "tensors", "sequence")
-CLOSE_LIMIT_S = 5.0       # close() returns within this once calls in flight finish
-JOIN_LIMIT_S = 20.0       # a worker not done this long after close() is a hang
+# Hang guards, not speed checks (speed is the bench's): close() waits only for the calls
+# already inside Vulkan (milliseconds each), so a close() or a worker still busy after
+# these is stuck, whatever the load on a shared 2-core machine with the layer on.
+CLOSE_LIMIT_S = 30.0      # close() returns within this once calls in flight finish
+JOIN_LIMIT_S = 30.0       # a worker not done this long after close() is a hang
 
 
 # -- the child process -----------------------------------------------------------------
