@@ -105,6 +105,40 @@ def budget(speed) -> int:
     return 8 if speed > 0.2 else 40
 
 
+# -- hypothesis tests state how many real cases they ran ------------------------------------
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "floor(**kinds): the least number of examples of each kind a hypothesis "
+        "test using the `cases` fixture must have counted (helpers.Cases.require)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+def cases(request):
+    """A :class:`helpers.Cases` shared by every example of a ``@given`` test (a fixture
+    of the test, so hypothesis keeps it across examples): the body counts each example
+    by kind, and when the test passed the counts must reach its
+    ``@pytest.mark.floor(kind=n, ...)``."""
+    from helpers import Cases
+
+    marker = request.node.get_closest_marker("floor")
+    assert marker is not None, "a test using `cases` states its floor: @pytest.mark.floor"
+    counted = Cases()
+    yield counted
+    if not request.node.stash.get(_CALL_FAILED, True):
+        counted.require(**marker.kwargs)
+
+
 # -- validation messages: every one fails the run, named by where it came from ---------------
 #: (where, level, text) of messages gathered and not reported yet.
 _PENDING: list[tuple[str, str, str]] = []

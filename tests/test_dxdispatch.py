@@ -92,10 +92,11 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+@pytest.mark.floor(refused=60, ran__refused=100)
 @settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=mutated())
-def test_malformed_models_name_the_place(case, device, tmp_path):
+def test_malformed_models_name_the_place(case, device, tmp_path, cases):
     """Every mutation runs (some are still valid) or is refused with one line naming a
     JSON path of the file; nothing else escapes and no large allocation is made."""
     name, model = case
@@ -108,6 +109,7 @@ def test_malformed_models_name_the_place(case, device, tmp_path):
         assert place and " " not in place.split("line ")[-1], text   # a JSON path
         top = place.split(".")[0].split("[")[0]
         assert top in ("resources", "dispatchables", "commands", "$") or place == "", text
+    cases.add("refused" if rc == 2 else "ran")
 
 
 @pytest.mark.parametrize("change, place", [
