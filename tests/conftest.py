@@ -183,12 +183,13 @@ def _take_report() -> str:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
-    collect_validation(f"setup of {request.node.nodeid}")
+    node = request.node.nodeid or "the session"
+    collect_validation(f"setup of {node}")
     try:
         return (yield)
     finally:
         collect_validation(f"setup of fixture '{fixturedef.argname}' ({fixturedef.scope} "
-                           f"scope, for {request.node.nodeid})")
+                           f"scope, for {node})")
 
 
 def pytest_fixture_post_finalizer(fixturedef, request):
