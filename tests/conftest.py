@@ -2,12 +2,22 @@
 
 ``VKML_REQUIRE_DEVICES`` (comma-separated name substrings, set by ``tools/test`` to
 "llvmpipe,SwiftShader") makes the session fail when one of them is missing: no silent
-skip.  With ``VKML_VALIDATION=1`` any validation-layer error or warning fails the test
-that caused it.
+skip.
+
+With ``VKML_VALIDATION=1`` every validation-layer error or warning fails the run and names
+where it came from.  Messages of this process are gathered after each fixture's setup and
+teardown and after each test body; this file also sets ``VKML_VALIDATION_LOG`` (a fresh
+file for the session), to which every process it starts appends its messages
+(``vkml/runtime/instance.py``), so a child's messages count too.  A test's report gets an
+error at teardown listing what arrived from its setup (each fixture, whatever its scope,
+named), its body and its teardown; messages at session finish (objects still alive when
+the devices are destroyed) are listed in the summary and make the run exit with status 1.
 """
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -16,6 +26,17 @@ import pytest
 import vkml
 from vkml import runtime
 
+
+def _session_log() -> str:
+    """A fresh file for this session's child processes' validation messages (set before
+    any device is enumerated, so every process inherits it)."""
+    fd, path = tempfile.mkstemp(prefix="vkml-validation-", suffix=".jsonl")
+    os.close(fd)
+    os.environ["VKML_VALIDATION_LOG"] = path
+    return path
+
+
+VALIDATION_LOG = _session_log()
 INFOS = vkml.devices()
 
 
@@ -84,16 +105,155 @@ def budget(speed) -> int:
     return 8 if speed > 0.2 else 40
 
 
-@pytest.fixture(autouse=True)
-def _validation_clean():
-    runtime.validation_messages.clear()
-    yield
-    if runtime.validation_messages:
-        msgs = "\n".join(f"[{lvl}] {text}" for lvl, text in runtime.validation_messages[:5])
-        runtime.validation_messages.clear()
-        pytest.fail(f"Vulkan validation layer reported:\n{msgs}")
+# -- hypothesis tests state how many real cases they ran ------------------------------------
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "floor(**kinds): the least number of examples of each kind a hypothesis "
+        "test using the `cases` fixture must have counted (helpers.Cases.require)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if call.when == "call":
+        item.stash[_CALL_FAILED] = report.failed
+    return report
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.fixture
+def cases(request):
+    """A :class:`helpers.Cases` shared by every example of a ``@given`` test (a fixture
+    of the test, so hypothesis keeps it across examples): the body counts each example
+    by kind, and when the test passed the counts must reach its
+    ``@pytest.mark.floor(kind=n, ...)``."""
+    from helpers import Cases
+
+    marker = request.node.get_closest_marker("floor")
+    assert marker is not None, "a test using `cases` states its floor: @pytest.mark.floor"
+    counted = Cases()
+    yield counted
+    if not request.node.stash.get(_CALL_FAILED, True):
+        counted.require(**marker.kwargs)
+
+
+# -- validation messages: every one fails the run, named by where it came from ---------------
+#: (where, level, text) of messages gathered and not reported yet.
+_PENDING: list[tuple[str, str, str]] = []
+_LOG_OFFSET = 0
+
+
+def collect_validation(where: str) -> None:
+    """Move the messages that arrived since the last call (this process's, and those
+    child processes appended to ``VALIDATION_LOG``) to the pending list, labelled
+    ``where``.  Lines of this process in the log are skipped: they are in
+    ``runtime.validation_messages``, which a test may have consumed on purpose."""
+    global _LOG_OFFSET
+    own = runtime.validation_messages
+    n = len(own)                       # (another thread may append meanwhile)
+    _PENDING.extend((where, level, text) for level, text in own[:n])
+    del own[:n]
+    try:
+        with open(VALIDATION_LOG, "rb") as f:
+            f.seek(_LOG_OFFSET)
+            data = f.read()
+    except OSError:
+        return
+    data = data[:data.rfind(b"\n") + 1]          # a line still being written: next time
+    _LOG_OFFSET += len(data)
+    for line in data.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            _PENDING.append((where, "error", f"unreadable line in {VALIDATION_LOG}: {line!r}"))
+            continue
+        if rec.get("pid") != os.getpid():
+            argv = " ".join(map(str, rec.get("argv") or []))[:160]
+            _PENDING.append((f"{where}, in child process {rec.get('pid')} [{argv}]",
+                             rec.get("level", "?"), str(rec.get("text"))))
+
+
+def _take_report() -> str:
+    lines = [f"[{level}] from {where}:\n    {text[:1500]}" for where, level, text in _PENDING]
+    _PENDING.clear()
+    return "\n".join(lines)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    node = request.node.nodeid or "the session"
+    collect_validation(f"setup of {node}")
+    try:
+        return (yield)
+    finally:
+        collect_validation(f"setup of fixture '{fixturedef.argname}' ({fixturedef.scope} "
+                           f"scope, for {node})")
+
+
+def pytest_fixture_post_finalizer(fixturedef, request):
+    collect_validation(f"teardown of fixture '{fixturedef.argname}' ({fixturedef.scope} scope)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    # anything before: collection (module imports) or the previous test's hooks
+    collect_validation(f"before {item.nodeid} (collection or between tests)")
+    try:
+        return (yield)
+    finally:
+        collect_validation(f"setup of {item.nodeid}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    finally:
+        collect_validation(f"{item.nodeid} (the test itself)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After every fixture torn down here (a module's or the session's too, after the
+    last test that uses it): this test's report fails with what arrived since its setup."""
+    try:
+        return (yield)
+    finally:
+        collect_validation(f"teardown of {item.nodeid}")
+        if _PENDING:
+            pytest.fail("Vulkan validation layer reported:\n" + _take_report(), pytrace=False)
+
+
+_SESSION_REPORT: list[str] = []
 
 
 def pytest_sessionfinish(session, exitstatus):
+    """Close every device (the shared ones, the default one, any a test left open), then
+    fail the run on messages that arrived after the last test (objects still alive at
+    ``vkDestroyDevice``, a child still writing)."""
+    collect_validation("after the last test")
     for dev in _OPEN.values():
         dev.close()
+    from vkml import device as device_module
+    device_module._close_all()
+    collect_validation("session finish (closing the devices)")
+    if _PENDING:
+        _SESSION_REPORT.append(_take_report())
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    else:
+        try:
+            os.unlink(VALIDATION_LOG)
+        except OSError:
+            pass
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _SESSION_REPORT:
+        terminalreporter.section("Vulkan validation messages outside any test", sep="=",
+                                 red=True, bold=True)
+        terminalreporter.write_line("\n".join(_SESSION_REPORT))
+        terminalreporter.write_line(f"(these make the run fail; log: {VALIDATION_LOG})",
+                                    red=True)

@@ -5,9 +5,14 @@ reference (tests/references.py), invalid ones must raise ValidationError, and no
 touch memory outside the output (canary bytes after every bound buffer, in the gaps of a
 non-packed output) or change the input.  ``VKML_FUZZ_EXAMPLES`` sets the number of
 examples per operator and device (default 200 on a fast device, 50 on a slow one).
+Each fuzzer runs its examples inside :func:`real_cases`, which counts the valid cases
+computed and the invalid ones refused (:func:`compiled_or_refused` counts them) and fails
+the test unless both reached their floor: a strategy that drifts to nearly all-invalid
+(or all-valid) cases would otherwise still pass.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -16,7 +21,7 @@ from hypothesis import strategies as st
 
 from vkml.errors import UnsupportedError, ValidationError
 
-from helpers import random_bits
+from helpers import Cases, random_bits
 
 CANARY = 0xA5
 def fuzz_examples(speed: float) -> int:
@@ -29,6 +34,31 @@ def fuzz_settings(speed: float):
     example database, no health checks (the device's speed varies)."""
     return settings(max_examples=fuzz_examples(speed), deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
+
+
+_COUNTING: list[Cases] = []
+
+
+def count(kind: str) -> None:
+    """Count one example of the running fuzzer as ``kind`` ("valid": computed and
+    compared; "refused": an invalid case refused by name; "unsupported")."""
+    if _COUNTING:
+        _COUNTING[-1].add(kind)
+
+
+@contextlib.contextmanager
+def real_cases(speed: float, valid: float = 0.25, refused: float = 0.05):
+    """Around a fuzzer's ``check()``: at least ``valid`` of its examples must have been
+    valid cases computed against the reference and ``refused`` of them invalid cases
+    refused (fractions of :func:`fuzz_examples`)."""
+    cases = Cases()
+    _COUNTING.append(cases)
+    try:
+        yield cases
+    finally:
+        _COUNTING.pop()
+    n = fuzz_examples(speed)
+    cases.require(valid=int(n * valid), refused=max(1, int(n * refused)))
 
 
 def bind_with_canary(device, nbytes: int, data: np.ndarray | None = None):
@@ -68,11 +98,14 @@ def compiled_or_refused(device, make_desc, want: list, may_be_unsupported=False)
     except ValidationError as err:
         assert want, f"valid case refused: {err}"
         assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
+        count("refused")
         return None, None
     except UnsupportedError as err:
         assert not want and may_be_unsupported, str(err)
+        count("unsupported")
         return None, None
     assert not want, f"invalid case accepted ({want})"
+    count("valid")
     return desc, compiled
 
 

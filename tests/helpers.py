@@ -102,3 +102,29 @@ def random_window_case(rng, dims, max_elems, symmetric=False):
         size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(spatial)
         if size <= max_elems:
             return n, c, spatial, window, strides, dil, start, end
+
+
+class Cases:
+    """What the examples of a hypothesis test did, so that the test states and checks how
+    many real cases it ran: ``assume()``, early returns and refusals can otherwise leave a
+    property test checking (almost) nothing.  In the body, ``cases.add(kind)`` once per
+    example (e.g. "ran", "refused"); after ``check()``, ``cases.require(ran=10)`` fails
+    with every count unless each named kind (a "__"-joined name sums several: ``ran__big=3``)
+    was seen that often.  Only examples that reached ``add`` count (hypothesis replays a
+    failing one while shrinking, but then the test fails anyway)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, kind: str) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def require(self, **floors: int) -> None:
+        for kinds, floor in floors.items():
+            got = sum(self.counts.get(k, 0) for k in kinds.split("__"))
+            assert got >= floor, (f"only {got} example(s) of kind {kinds.replace('__', '+')!r}"
+                                  f" (want >= {floor}); all: {self.counts}")

@@ -208,9 +208,10 @@ _SETTINGS = dict(deadline=None, database=None,
 
 
 # -- in process: every corrupt content is ignored and replaced ------------------------------
+@pytest.mark.floor(ran=100)
 @settings(max_examples=150, **_SETTINGS)
 @given(data=st.data())
-def test_corrupt_calibration_is_ignored_and_replaced(tmp_path, device, data):
+def test_corrupt_calibration_is_ignored_and_replaced(tmp_path, device, data, cases):
     """A corrupt tuning file (or entry) is not trusted: the calibration reads as absent,
     and storing one writes a valid file (no temporary left beside it)."""
     folder = tmp_path / "cache"
@@ -224,6 +225,7 @@ def test_corrupt_calibration_is_ignored_and_replaced(tmp_path, device, data):
     assert tuning._read_json(path) is not None
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         [path.name, path.with_suffix(".lock").name])     # the lock file, no temporary
+    cases.add("ran")
 
 
 def test_valid_calibration_is_read_and_other_entries_kept(tmp_path, device):
@@ -242,9 +244,10 @@ def test_valid_calibration_is_read_and_other_entries_kept(tmp_path, device):
     assert tuning.Tuner("fast", folder=tmp_path).lookup(key) == newer
 
 
+@pytest.mark.floor(ran=30)
 @settings(max_examples=40, **_SETTINGS)
 @given(data=st.data())
-def test_corrupt_pipeline_cache_is_ignored(tmp_path, monkeypatch, device, data):
+def test_corrupt_pipeline_cache_is_ignored(tmp_path, monkeypatch, device, data, cases):
     """A blob whose header does not name this device (or no blob at all) never reaches
     the driver; pipelines are created anyway and a valid blob and manifest are written."""
     folder = tmp_path / "cache"
@@ -266,6 +269,7 @@ def test_corrupt_pipeline_cache_is_ignored(tmp_path, monkeypatch, device, data):
         np.testing.assert_array_equal(vkml.pad(x, [1, 2], [2, 1], "symmetric", device=dev),
                                       np.pad(x, ((1, 2), (2, 1)), "symmetric"))
     _assert_valid_pipeline_cache(device.info)
+    cases.add("ran")
 
 
 def test_valid_header_with_garbage_body_does_not_break_pipelines(tmp_path, monkeypatch,
@@ -294,16 +298,19 @@ def _assert_valid_pipeline_cache(info) -> None:
 
 
 # -- the helper itself ----------------------------------------------------------------------
+@pytest.mark.floor(ran=60)
 @settings(max_examples=100, **_SETTINGS)
-@given(st.one_of(_json_values.map(lambda v: json.dumps(v).encode()), st.binary(max_size=200),
-                 _bad_numbers.map(lambda t: ('{"version": 1, "n": %s}' % t).encode())))
-def test_read_json_never_raises(tmp_path, raw):
+@given(raw=st.one_of(_json_values.map(lambda v: json.dumps(v).encode()),
+                     st.binary(max_size=200),
+                     _bad_numbers.map(lambda t: ('{"version": 1, "n": %s}' % t).encode())))
+def test_read_json_never_raises(tmp_path, raw, cases):
     path = tmp_path / "f.json"
     path.write_bytes(raw)
     data = cache.read_json(path, 1, lambda d: cache.is_number(d["n"], 0, 1e6))
     if data is not None:
         assert data["version"] == 1 and cache.is_int(data["version"])
         assert math.isfinite(data["n"]) and 0 <= data["n"] <= 1e6
+    cases.add("ran")
 
 
 def test_atomic_writes_from_many_threads(tmp_path):
@@ -378,9 +385,10 @@ def _child(folder, index: int, size: int, validation: bool = True) -> None:
     assert out.returncode == 0, out.stderr[-4000:]
 
 
+@pytest.mark.floor(ran=2)
 @settings(max_examples=2, **_SETTINGS)
 @given(data=st.data())
-def test_fresh_process_pads_over_corrupt_cache_files(tmp_path, device, data):
+def test_fresh_process_pads_over_corrupt_cache_files(tmp_path, device, data, cases):
     """Every cache file of the device corrupt: a new process pads 64 KiB correctly
     (calibrating again: without the validation layer, which would make the calibration
     take half a minute) and leaves valid files behind."""
@@ -400,6 +408,7 @@ def test_fresh_process_pads_over_corrupt_cache_files(tmp_path, device, data):
     assert stored[key[1:]]["times"] and stored[key[1:]]["times"] != FAKE_TIMES
     blob = cache.read_bytes(blob_path)
     assert blob is not None and pipelines.valid_blob(blob, info)
+    cases.add("ran")
 
 
 def test_pipeline_cache_does_not_grow_across_processes(tmp_path, device):

@@ -1,8 +1,9 @@
 """Convolution across the whole range of DML's UINT parameters (strides, dilations,
 paddings, output padding up to 2^32 - 1), both directions and modes, groups, every
 kernel path that accepts a case, against the shared reference (``references.py``), whose
-index arithmetic is exact (Python ints); and compile cost bounded by the work, not by a parameter (a cold
-call with extreme values finishes within seconds)."""
+index arithmetic is exact (Python ints); and compile cost bounded by the work, not by a
+parameter (a cold call with extreme values neither runs for minutes nor grows the
+process's memory by gigabytes)."""
 from __future__ import annotations
 
 import importlib
@@ -195,7 +196,9 @@ def test_whole_uint_range(device, budget):
         seen.append(run_case(device, c))
 
     check()
-    assert seen.count("ran") >= len(seen) // 4, seen        # most cases are computed
+    print("cases:", {k: seen.count(k) for k in set(seen)})
+    # a quarter of the examples drawn (not of those that ran: hypothesis may stop early)
+    assert seen.count("ran") >= budget * 5 // 4, seen
 
 
 # -- the issue's examples, verbatim ---------------------------------------------------------
@@ -303,27 +306,56 @@ COLD = textwrap.dedent("""
             x4[..., :2, :2], np.ones((1, 4, 3, 3), np.float32), strides=[2**32 - 1] * 2,
             end_padding=[2**32 - 2] * 2, direction="backward"),
     }
-    out = {}
+    vkml.pad(np.ones(2, np.float32), [1], [1])     # the device opened: not a convolution's cost
+
+    def peak_rss():
+        # this process's own peak (getrusage's ru_maxrss keeps the parent's across
+        # fork and exec: pytest's, gigabytes by then); Linux only, else None
+        try:
+            with open("/proc/self/status") as f:
+                return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
+        except (OSError, StopIteration, ValueError):
+            return None
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                   # the peak so far reset to the current size
+    except OSError:
+        peak_rss = lambda: None
+    out, rss = {}, {}
     for name, call in calls.items():
         t = time.perf_counter()
         np.asarray(call())
         out[name] = time.perf_counter() - t
-    print(json.dumps(out))
+        rss[name] = peak_rss()
+    print(json.dumps({"seconds": out, "peak_rss": rss}))
 """)
 
 
+#: A cold call's guard against a compile that grows with a parameter.  The failure this
+#: file exists for took minutes, 24 GB and then a segfault; a healthy cold call takes well
+#: under a second on lavapipe.  Speed is the bench's business: these bounds are far enough
+#: above any healthy run (a loaded 2-core machine, the validation layer on) that only the
+#: pathology reaches them, and memory, which load does not change, is the sharper one.
+COLD_GUARD_S = 60.0
+COLD_PEAK_RSS = 2 << 30
+
+
 def test_cold_compile_bounded():
-    """Every extreme call finishes within seconds from a cold pipeline cache on lavapipe
-    (a fresh VKML_CACHE_DIR; the issue saw minutes, 24 GB and a segfault)."""
+    """Every extreme call finishes from a cold pipeline cache on lavapipe (a fresh
+    VKML_CACHE_DIR, a child process) within :data:`COLD_GUARD_S` and without the
+    process's peak memory passing :data:`COLD_PEAK_RSS` (where the OS reports it)."""
     icds = [p for p in os.environ.get("VK_ICD_FILENAMES", "").split(os.pathsep) if "lvp" in p]
     if not icds:
         pytest.skip("lavapipe is not among the drivers")
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, VK_ICD_FILENAMES=icds[0], VKML_CACHE_DIR=cache)
         r = subprocess.run([sys.executable, "-c", COLD], env=env, capture_output=True,
-                           text=True, timeout=300)
+                           text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    times = json.loads(r.stdout.strip().splitlines()[-1])
-    print("cold call seconds:", {k: round(v, 3) for k, v in times.items()})
-    slow = {k: v for k, v in times.items() if v > 3.0}
-    assert not slow, f"cold calls over 3 s (1 s unloaded target): {slow}"
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    print("cold call seconds:", {k: round(v, 3) for k, v in got["seconds"].items()},
+          "peak MiB:", {k: v and v >> 20 for k, v in got["peak_rss"].items()})
+    slow = {k: v for k, v in got["seconds"].items() if v > COLD_GUARD_S}
+    assert not slow, f"cold calls over {COLD_GUARD_S} s (a compile growing with a parameter?): {slow}"
+    big = {k: v for k, v in got["peak_rss"].items() if v is not None and v > COLD_PEAK_RSS}
+    assert not big, f"peak memory over {COLD_PEAK_RSS} bytes after these calls: {big}"

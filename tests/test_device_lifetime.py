@@ -38,8 +38,11 @@ from vkml import dml
 from vkml.errors import DeviceError
 
 OPS = ("pad", "fold", "unfold", "convolution", "lp_pooling", "tensors", "sequence")
-CLOSE_LIMIT_S = 5.0       # close() returns within this once calls in flight finish
-JOIN_LIMIT_S = 20.0       # a worker not done this long after close() is a hang
+# Hang guards, not speed checks (speed is the bench's): close() waits only for the calls
+# already inside Vulkan (milliseconds each), so a close() or a worker still busy after
+# these is stuck, whatever the load on a shared 2-core machine with the layer on.
+CLOSE_LIMIT_S = 30.0      # close() returns within this once calls in flight finish
+JOIN_LIMIT_S = 30.0       # a worker not done this long after close() is a hang
 
 
 # -- the child process -----------------------------------------------------------------
@@ -241,16 +244,18 @@ def test_close_under_running_threads_every_operator(device):
         assert r["outcome"] == ["DeviceError"] * 4, r
 
 
+@pytest.mark.floor(ran=3)
 @settings(max_examples=3, deadline=None, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(OPS), st.integers(1, 6),
-                          st.floats(0.0, 0.25), st.integers(1, 40)),
-                min_size=2, max_size=3))
-def test_close_under_running_threads_drawn(device, cases):
+@given(drawn=st.lists(st.tuples(st.sampled_from(OPS), st.integers(1, 6),
+                                st.floats(0.0, 0.25), st.integers(1, 40)),
+                      min_size=2, max_size=3))
+def test_close_under_running_threads_drawn(device, drawn, cases):
     """Drawn operators, thread counts, close delays and call counts (some workers finish
     before the close, some are cut off by it, some never start a call)."""
-    cases = [list(c) for c in cases]
-    _check(_run_child("run", str(device.index), json.dumps(cases)), cases)
+    drawn = [list(c) for c in drawn]
+    _check(_run_child("run", str(device.index), json.dumps(drawn)), drawn)
+    cases.add("ran")
 
 
 def test_garbage_collected_device_held_by_threads(device):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from vkml import dml
 from vkml.errors import ValidationError
 
-from fuzzing import canaries_intact, execute_with_canaries, fuzz_settings
+from fuzzing import canaries_intact, count, execute_with_canaries, fuzz_settings, real_cases
 from helpers import ALL_DTYPES, random_bits, same_bits, strided_view
 from references import PAD_MODES, pad_reference
 
@@ -99,9 +99,10 @@ def test_fuzz_padding(device, speed):
         except ValidationError as err:
             assert want, f"valid case refused: {err}"
             assert any(f in str(err) for f in want), f"expected one of {want}, got {err}"
-            return
+            return count("refused")
         assert not want, f"invalid case accepted ({want})"
         compiled = device.compile_operator(op)
+        count("valid")
         src, dst = execute_with_canaries(device, compiled, desc, flat)
         out = desc.output_tensor
         got = dst.read_bytes(out.element_count * out.data_type.size).view(out.dtype)
@@ -110,4 +111,5 @@ def test_fuzz_padding(device, speed):
         assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
         assert same_bits(src.read_bytes(flat.nbytes).view(flat.dtype), flat), "input changed"
 
-    check()
+    with real_cases(speed):
+        check()

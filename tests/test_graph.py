@@ -78,9 +78,28 @@ def _raises(device, g, field, match=None):
     return info.value
 
 
-def test_valid_graphs_compile(device):
-    for g in (chain(), conv_graph()):
-        g.validate()
+@pytest.mark.parametrize("fuse", [True, False])
+def test_valid_graphs_compile(device, fuse):
+    """The valid graphs these tests start from validate, compile (fused or not) and
+    compute what their nodes describe."""
+    rng = np.random.default_rng(3)
+    g = chain()
+    g.validate()
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    cg = device.compile_graph(g, fuse=fuse)
+    out = device.empty((1, 2, 4, 4))
+    cg.execute([device.tensor(x)], [out])
+    want = np.tanh(1 / (1 + np.exp(-np.maximum(x.astype(np.float64), 0))))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    cg.release()
+    g = conv_graph()
+    g.validate()
+    x, w, b = conv_inputs(rng)
+    cg = device.compile_graph(g, fuse=fuse, constants={1: w})
+    out = device.empty((1, 3, 5, 5))
+    cg.execute([device.tensor(x), None, device.tensor(b)], [out])
+    np.testing.assert_allclose(out.numpy(), conv_want(x, w, b), rtol=1e-5, atol=1e-5)
+    cg.release()
 
 
 @pytest.mark.parametrize("case, field, match", [
@@ -453,9 +472,10 @@ def build_dag(values, ops, extra, rng):
     return g, arrays, constants, [refs[v] for v in outs], [values[v] for v in outs]
 
 
+@pytest.mark.floor(ran=20)
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=dags())
-def test_random_dags(device, case):
+def test_random_dags(device, case, cases):
     seed, values, ops, extra = case
     rng = np.random.default_rng(seed)
     g, arrays, constants, refs, shapes = build_dag(values, ops, extra, rng)
@@ -478,6 +498,7 @@ def test_random_dags(device, case):
         cg.release()
     for a, b in zip(*results):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    cases.add("ran")
 
 
 # -- owned filters through a graph -------------------------------------------------------------

@@ -36,10 +36,12 @@ def boxes(draw):
     return origin, extent
 
 
+@pytest.mark.floor(ran=100)
 @FAST
 @given(boxes(), st.sampled_from([1, 2, 8, 64]), st.tuples(*[st.integers(1, 5)] * 3),
        st.sampled_from([1, 4, 8]), st.integers(1, 3), st.booleans(), st.integers(0, 3))
-def test_split_groups_covers_once_within_limits(box, local, max_groups, v, ly, magic, xd):
+def test_split_groups_covers_once_within_limits(cases, box, local, max_groups, v, ly, magic,
+                                                xd):
     origin, extent = box
     xdims = max(1, min(len(extent), xd or pick_xdims(extent, local)))
     v = v if xdims == 1 else 1
@@ -51,6 +53,7 @@ def test_split_groups_covers_once_within_limits(box, local, max_groups, v, ly, m
         assert gx <= max_groups[0] and gy <= max_groups[1] and gz <= max_groups[2]
         if xdims == 1 and o[-1] != origin[-1]:
             assert (o[-1] - origin[-1]) % v == 0      # vector pieces stay aligned
+    cases.add("ran")
 
 
 def test_split_groups_caps_divided_coordinates_below_grid_limit():
@@ -65,23 +68,26 @@ def test_split_groups_caps_divided_coordinates_below_grid_limit():
     assert len(split_groups([0, 0, 0, 0], [300, 300, 2, 8], 8, big, 1, magic=False)) == 1
 
 
+@pytest.mark.floor(ran=100)
 @FAST
 @given(st.integers(0, GRID_LIMIT - 1), st.integers(1, GRID_LIMIT - 1))
-def test_div_magic_exact_below_grid_limit(z, e):
+def test_div_magic_exact_below_grid_limit(cases, z, e):
     q = z if e == 1 else (z * div_magic(e)) >> 32
     assert q == z // e
+    cases.add("ran")
 
 
+@pytest.mark.floor(ran=100)
 @FAST
 @given(boxes(), st.integers(1, 5), st.integers(8, 200))
-def test_plan_windows_covers_once_within_room(box, esize, room):
+def test_plan_windows_covers_once_within_room(cases, box, esize, room):
     _, extent = box
     strides = [math.prod(extent[i + 1:]) for i in range(len(extent))]
     span = lambda o, e: strided_span(o, e, strides)
     if esize > room:
         with pytest.raises(vkml.UnsupportedError):
             plan_windows(extent, span, span, esize, esize, room)
-        return
+        return cases.add("refused")
     windows = plan_windows(extent, span, span, esize, esize, room)
     seen = [c for o, e, *_ in windows for c in _cells(o, e)]
     assert sorted(seen) == sorted(_cells([0] * len(extent), extent))
@@ -89,17 +95,20 @@ def test_plan_windows_covers_once_within_room(box, esize, room):
         assert (ihi - ilo) * esize <= room and (ohi - olo) * esize <= room
         flat = [sum(c * s for c, s in zip(cell, strides)) for cell in _cells(o, e)]
         assert olo == min(flat) and ohi == max(flat) + 1
+    cases.add("ran")
 
 
+@pytest.mark.floor(ran=100)
 @FAST
 @given(st.integers(0, 1 << 20), st.integers(1, 1 << 12), st.sampled_from([4, 16, 64, 256]),
        st.integers(0, 64))
-def test_binding_window_aligned_and_covering(lo, length, align, slack):
+def test_binding_window_aligned_and_covering(cases, lo, length, align, slack):
     hi = lo + length
     size = ceil_div(hi, 4) * 4 + slack
     off, n = binding_window(lo, hi, size, align)
     assert off % align == 0 and off <= lo and off + n >= hi and off + n <= size
     assert n % 4 == 0 or off + n == size
+    cases.add("ran")
 
 
 def test_vector_width():

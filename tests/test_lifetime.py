@@ -286,11 +286,13 @@ def run_in_threads(work, errors: list, count: int = 8) -> None:
         except Exception as exc:  # noqa: BLE001
             errors.append((k, repr(exc)))
 
-    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(count)]
+    threads = [threading.Thread(target=guarded, args=(k,), daemon=True) for k in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=600)
+    # a thread still running is a hang (and its work was never checked)
+    assert not [t for t in threads if t.is_alive()], "threads did not finish within 600 s"
 
 
 # -- threads ----------------------------------------------------------------------------

@@ -10,17 +10,33 @@ import vkml
 from vkml.runtime import vk
 
 
+def _placements(allocs) -> list:
+    return [(id(a.block), a.offset, a.size) for a in allocs]
+
+
 def test_sub_allocation_reuses_and_coalesces(device):
+    """Sub-allocations are aligned and disjoint; freeing them in an interleaved order
+    leaves every block's free list coalesced (no two free ranges touching: a block the
+    test emptied is one free range again) and ``used`` as before; the same requests
+    again reuse exactly the same places (first fit over the coalesced lists) without
+    reserving any more device memory."""
     heap = device._ctx.tensor_heap
     gc.collect()
+    with heap.lock:
+        heap._drain()
+        heap._trim()          # no empty block another test left: placements are ours alone
     before = heap.stats()
-    allocs = [device._ctx.allocate(1000 + 37 * i) for i in range(50)]
+    sizes = [1000 + 37 * i for i in range(50)]
+    allocs = [device._ctx.allocate(n) for n in sizes]
+    first = _placements(allocs)
+    reserved = heap.stats()["reserved"]
     align = heap.alignment
     offsets = sorted((a.block.buffer, a.offset, a.size) for a in allocs)
     for (b1, o1, s1), (b2, o2, _) in zip(offsets, offsets[1:]):
         assert o1 % align == 0
         if b1 == b2:
             assert o1 + s1 <= o2, "overlapping allocations"
+    blocks = {id(a.block): a.block for a in allocs}
     for a in allocs[::2]:
         a.free()
     for a in allocs[1::2]:
@@ -30,6 +46,18 @@ def test_sub_allocation_reuses_and_coalesces(device):
     after = heap.stats()
     assert after["used"] == before["used"]
     assert after["blocks"] <= before["blocks"] + 1
+    for block in heap.blocks:
+        free = block.free_list
+        assert all(o1 + n1 < o2 for (o1, n1), (o2, _) in zip(free, free[1:])), free
+        if block.used == 0:
+            assert free == [(0, block.size)], free
+    assert all(b in heap.blocks for b in blocks.values())   # (at most one empty: kept)
+    again = [device._ctx.allocate(n) for n in sizes]
+    assert _placements(again) == first                      # the same places, reused
+    assert heap.stats()["reserved"] == reserved             # no new device memory
+    for a in again:
+        a.free()
+    assert heap.stats()["used"] == before["used"]
 
 
 def test_large_allocations_get_dedicated_blocks(device):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -77,10 +78,16 @@ def _random_case(rng, max_elems):
         rank = max(1, rank - 1)
 
 
+def _seed(mode: str) -> int:
+    """A seed per mode that is the same in every process (``hash`` of a str is salted
+    per process: a failure could not be replayed)."""
+    return zlib.crc32(mode.encode())
+
+
 @pytest.mark.parametrize("mode", list(PAD_MODES))
 def test_random_against_numpy(device, budget, mode):
     """Random ranks 1-8, every data type, paddings from 0 to several times the size."""
-    rng = np.random.default_rng(hash(mode) % 2**32)
+    rng = np.random.default_rng(_seed(mode))
     for case in range(budget):
         dtype = ALL_DTYPES[case % len(ALL_DTYPES)]
         shape, start, end = _random_case(rng, 20000)
@@ -247,7 +254,7 @@ def test_rows_path_against_numpy(device, budget, mode):
     into place, plus an edge pass) forced on random shapes: every data type, ranks 1-5,
     run starts at every byte offset, paddings up to several periods, tiny outer sizes."""
     cls = _forced("rows")
-    rng = np.random.default_rng(hash(mode) % 2**32 + 1)
+    rng = np.random.default_rng(_seed(mode) + 1)
     for case in range(budget):
         dtype = np.dtype(ALL_DTYPES[case % len(ALL_DTYPES)])
         e = dtype.itemsize

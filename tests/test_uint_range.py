@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import vkml
@@ -21,6 +21,8 @@ from references import (PAD_MODES, fold_reference, lp_pooling_reference, pad_ref
                         unfold_reference, window_counts)
 from vkml import dml
 from vkml.errors import DeviceError, ValidationError
+
+from helpers import Cases
 
 UINT_MAX = 2**32 - 1
 EDGES = [2**31 - 2, 2**31 - 1, 2**31, 2**31 + 1, 2**32 - 2, UINT_MAX]
@@ -37,7 +39,8 @@ def uints(lo=0):
 
 
 def small_uints(lo=0):
-    return st.one_of(st.integers(max(lo, 0), 4), st.sampled_from(EDGES))
+    return st.one_of(st.integers(max(lo, 0), 4), st.integers(max(lo, 0), 4),
+                     st.sampled_from(EDGES))
 
 
 def _fields(err) -> str:
@@ -102,22 +105,54 @@ def test_unsafe_windows_are_refused_by_field(device):
 
 
 # -- whole-range properties ---------------------------------------------------------------
+# Each test counts what its examples did (helpers.Cases) and requires a floor of computed
+# cases (and, for the window operators, computed cases with a value >= 2^30: the ones a
+# wrapped 32-bit index would get wrong); the strategies make those common on purpose.
+def _big(values) -> bool:
+    return any(v >= 2**30 for v in values)
+
+
 @st.composite
 def padding_cases(draw):
+    """Mostly small paddings (computed against the reference); else one padding drawn
+    from the whole range (an output refused by size or by memory)."""
     rank = draw(st.integers(1, 3))
+    pads = lambda: draw(st.lists(st.integers(0, 8), min_size=rank, max_size=rank))  # noqa
+    start, end = pads(), pads()
+    if draw(st.integers(0, 2)) == 0:
+        side = draw(st.sampled_from([start, end]))
+        side[draw(st.integers(0, rank - 1))] = draw(st.one_of(st.sampled_from(EDGES),
+                                                              st.integers(2**30, UINT_MAX)))
     return dict(shape=draw(st.lists(st.integers(1, 4), min_size=rank, max_size=rank)),
-                start=draw(st.lists(uints(), min_size=rank, max_size=rank)),
-                end=draw(st.lists(uints(), min_size=rank, max_size=rank)),
-                mode=draw(st.sampled_from(sorted(PAD_MODES))),
+                start=start, end=end, mode=draw(st.sampled_from(sorted(PAD_MODES))),
                 dtype=draw(st.sampled_from(["uint8", "float32", "int64"])))
 
 
+def _examples(budget) -> int:
+    """Examples a whole-range test draws: the device's budget, and enough on a slow one
+    that the floors below stand on more than a handful."""
+    return max(budget * 2, 16)
+
+
 def _settings(budget):
-    return settings(max_examples=budget * 2, deadline=None, derandomize=True,
-                    suppress_health_check=list(HealthCheck))
+    return settings(max_examples=_examples(budget), deadline=None, derandomize=True,
+                    database=None, suppress_health_check=list(HealthCheck))
+
+
+def _check_too_big(err, nbytes: int, names=()) -> None:
+    """An output beyond what a UINT counts or memory holds is refused naming why: a
+    DeviceError naming the bytes the output needs, or a ValidationError naming the
+    sizes (or, where some value is >= 2^30, a window field by index)."""
+    if isinstance(err, DeviceError):
+        assert f"needs {nbytes} bytes" in str(err), (nbytes, str(err))
+        return
+    fields = _fields(err)
+    assert "sizes" in fields or any(f"{n}[" in fields for n in names), str(err)
 
 
 def test_padding_whole_range(device, budget):
+    cases = Cases()
+
     @_settings(budget)
     @given(padding_cases())
     def check(case):
@@ -129,16 +164,21 @@ def test_padding_whole_range(device, budget):
         if max(out) > UINT_MAX or math.prod(out) > UINT_MAX:
             with pytest.raises(ValidationError, match="sizes"):
                 call()
-            return
+            return cases.add("refused")
         if nbytes > HUGE:
-            with pytest.raises((DeviceError, ValidationError)):
+            with pytest.raises((DeviceError, ValidationError)) as err:
                 call()
-            return
-        assume(nbytes <= SMALL)
+            _check_too_big(err.value, nbytes)
+            return cases.add("too_big")
+        if nbytes > SMALL:
+            return cases.add("not_computed")
         want = pad_reference(x, case["start"], case["end"], case["mode"])
         np.testing.assert_array_equal(call(), want)
+        cases.add("ran")
 
     check()
+    n = _examples(budget)
+    cases.require(ran=n // 3, refused__too_big=n // 8)
 
 
 @st.composite
@@ -150,12 +190,28 @@ def window_cases(draw, lp=False):
                 strides=draw(lists(uints(1))), dilations=draw(lists(uints(1))),
                 start=draw(lists(uints())), end=draw(lists(small_uints())),
                 p=draw(st.integers(1, 3)))
-    for i in range(d):        # mostly windows that fit: the end padding they need, or a bit more
-        need = (case["dilations"][i] * (case["window"][i] - 1) + 1 - case["spatial"][i]
-                - case["start"][i])
-        if need > case["end"][i] and draw(st.integers(0, 4)):
-            case["end"][i] = min(UINT_MAX, need + draw(st.integers(0, 2)))
+    for i in range(d):        # mostly windows that fit, with 1-4 outputs along the axis
+        if not draw(st.integers(0, 4)):
+            continue
+        _fit(case, i, draw(st.integers(1, 4)), draw(st.integers(0, 2)))
     return case
+
+
+def _fit(case, i: int, want: int, extra: int) -> None:
+    """Paddings along axis ``i`` that give ``want`` outputs (one where the strides
+    cannot), keeping the drawn start padding where it fits: the padded extent is the
+    window's span plus ``want - 1`` strides (plus ``extra``, less than a stride)."""
+    if case["dilations"][i] * (case["window"][i] - 1) + 1 > 2 * UINT_MAX:
+        case["dilations"][i] = 1                  # (no padding reaches this span)
+    span = case["dilations"][i] * (case["window"][i] - 1) + 1
+    stride = case["strides"][i]
+    if span + (want - 1) * stride > 2 * UINT_MAX:
+        want = 1
+    pad = max(0, span + (want - 1) * stride + extra % stride - case["spatial"][i])
+    start = min(case["start"][i], pad)
+    case["start"][i], case["end"][i] = start, pad - start
+    if pad - start > UINT_MAX:
+        case["start"][i], case["end"][i] = pad - UINT_MAX, UINT_MAX
 
 
 def _geometry(case):
@@ -164,7 +220,7 @@ def _geometry(case):
 
 def _small(case) -> bool:
     """Every value below 2^30: nothing to reduce, so nothing may be refused."""
-    return all(v < 2**30 for v in itertools.chain(*_geometry(case)))
+    return not _big(itertools.chain(*_geometry(case)))
 
 
 def _check_refusal(err, case, names):
@@ -172,7 +228,19 @@ def _check_refusal(err, case, names):
     assert any(f"{n}[" in _fields(err) for n in names), err
 
 
+def _ran(cases, case) -> None:
+    cases.add("ran" if _small(case) else "ran_big")
+
+
+def _window_floor(cases, budget) -> None:
+    """Computed cases: a quarter of the examples, and some with a value >= 2^30."""
+    n = _examples(budget)
+    cases.require(ran__ran_big=n // 4, ran_big=max(1, n // 16))
+
+
 def test_fold_whole_range(device, budget):
+    cases = Cases()
+
     @_settings(budget)
     @given(window_cases())
     def check(case):
@@ -185,22 +253,27 @@ def test_fold_whole_range(device, budget):
         if min(blocks) < 1:
             with pytest.raises(ValidationError, match="window_sizes|sizes"):
                 fold(np.zeros((1, k, 1), np.float32))
-            return
+            return cases.add("invalid")
         count = math.prod(blocks)
-        assume(count * k <= 256)
+        if count * k > 256:
+            return cases.add("not_computed")
         cols = np.arange(1, k * count + 1, dtype=np.float32).reshape(1, k, count)
         try:
             got = fold(cols)
         except ValidationError as err:
             _check_refusal(err, case, ("start_padding", "strides", "dilations"))
-            return
+            return cases.add("refused")
         want = fold_reference(cols, case["spatial"], *_geometry(case))
         np.testing.assert_allclose(got, want, rtol=1e-6)
+        _ran(cases, case)
 
     check()
+    _window_floor(cases, budget)
 
 
 def test_unfold_whole_range(device, budget):
+    cases = Cases()
+
     @_settings(budget)
     @given(window_cases())
     def check(case):
@@ -213,24 +286,30 @@ def test_unfold_whole_range(device, budget):
         if min(blocks) < 1:
             with pytest.raises(ValidationError, match="window_sizes|sizes"):
                 unfold()
-            return
+            return cases.add("invalid")
         nbytes = math.prod(blocks) * math.prod(case["window"]) * 4
         if math.prod(blocks) > UINT_MAX or nbytes > HUGE:
-            with pytest.raises((DeviceError, ValidationError)):
+            with pytest.raises((DeviceError, ValidationError)) as err:
                 unfold()
-            return
-        assume(nbytes <= SMALL)
+            _check_too_big(err.value, nbytes, ("start_padding", "strides", "dilations"))
+            return cases.add("too_big")
+        if nbytes > SMALL:
+            return cases.add("not_computed")
         try:
             got = unfold()
         except ValidationError as err:
             _check_refusal(err, case, ("start_padding", "strides", "dilations"))
-            return
+            return cases.add("refused")
         np.testing.assert_array_equal(got, unfold_reference(x, *_geometry(case)))
+        _ran(cases, case)
 
     check()
+    _window_floor(cases, budget)
 
 
 def test_lp_pooling_whole_range(device, budget):
+    cases = Cases()
+
     @_settings(budget)
     @given(window_cases(lp=True))
     def check(case):
@@ -243,19 +322,24 @@ def test_lp_pooling_whole_range(device, budget):
         if min(out) < 1:
             with pytest.raises(ValidationError, match="window_size|sizes"):
                 lp()
-            return
+            return cases.add("invalid")
         nbytes = math.prod(out) * 4
         if math.prod(out) > UINT_MAX or nbytes > HUGE:
-            with pytest.raises((DeviceError, ValidationError)):
+            with pytest.raises((DeviceError, ValidationError)) as err:
                 lp()
-            return
-        assume(nbytes <= SMALL)
+            _check_too_big(err.value, nbytes,
+                           ("start_padding", "strides", "dilations", "window_size"))
+            return cases.add("too_big")
+        if nbytes > SMALL:
+            return cases.add("not_computed")
         try:
             got = lp()
         except ValidationError as err:
             _check_refusal(err, case, ("start_padding", "strides", "dilations", "window_size"))
-            return
+            return cases.add("refused")
         want = lp_pooling_reference(x, *_geometry(case), p=case["p"])
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-30)
+        _ran(cases, case)
 
     check()
+    _window_floor(cases, budget)

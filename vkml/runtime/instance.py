@@ -3,10 +3,17 @@
 ``VKML_VALIDATION=1`` enables ``VK_LAYER_KHRONOS_validation`` (with synchronization
 validation) and a debug messenger that records every error and warning message in
 :data:`validation_messages`; the test suite fails on any of them.
+
+``VKML_VALIDATION_LOG=<file>`` also appends each message, as it arrives, to that file as
+one JSON line ``{"pid", "argv", "level", "text"}``: the test suite sets it for the whole
+session, so the messages of the processes it starts (which inherit both variables) reach
+it too, a crashing child's included (each line is written before the callback returns).
 """
 from __future__ import annotations
 
+import json
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 
@@ -34,6 +41,30 @@ _LIMIT_NAMES = (
 
 #: Validation-layer messages (severity, text) seen since the last clear; see module doc.
 validation_messages: list[tuple[str, str]] = []
+
+
+def _record(level: str, text: str) -> None:
+    """Keep a validation message in :data:`validation_messages` and, where
+    ``VKML_VALIDATION_LOG`` names a file, append it there (read at each message, so a
+    process that sets the variable later still reports to it)."""
+    validation_messages.append((level, text))
+    log = os.environ.get("VKML_VALIDATION_LOG")
+    if not log:
+        return
+    line = json.dumps({"pid": os.getpid(), "argv": sys.argv, "level": level,
+                       "text": text}) + "\n"
+    try:
+        # one write of one line to an O_APPEND file: processes appending at once do not
+        # interleave their lines
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        # the messenger callback must return to the driver; the message is still in
+        # validation_messages
+        pass
 
 
 def _version_str(v: int) -> str:
@@ -150,7 +181,7 @@ class Instance:
             text = vk.cstr(data.pMessage) if data.pMessage != vk.NULL else ""
             level = ("error" if severity & vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT
                      else "warning")
-            validation_messages.append((level, text))
+            _record(level, text)
             return vk.VK_FALSE
 
         info = ffi.new("VkDebugUtilsMessengerCreateInfoEXT*", {
@@ -188,55 +219,13 @@ class Instance:
 
     def _describe(self, index: int, pd) -> DeviceInfo:
         exts = self.device_extensions(pd)
-        base = ffi.new("VkPhysicalDeviceProperties*")
-        lib.vkGetPhysicalDeviceProperties(pd, base)
-        props = base[0]
-        api = props.apiVersion
+        props, subgroup, size_ctl, driver, host_ptr = _properties(pd, exts)
         driver_name, driver_info = "", ""
-        subgroup = ffi.new("VkPhysicalDeviceSubgroupProperties*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES})
-        chain = [subgroup]
-        size_ctl = None
-        if api >= (1 << 22 | 3 << 12) or "VK_EXT_subgroup_size_control" in exts:
-            size_ctl = ffi.new("VkPhysicalDeviceSubgroupSizeControlProperties*", {
-                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES})
-            chain.append(size_ctl)
-        driver = None
-        if api >= (1 << 22 | 2 << 12) or "VK_KHR_driver_properties" in exts:
-            driver = ffi.new("VkPhysicalDeviceDriverProperties*", {
-                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES})
-            chain.append(driver)
-        host_ptr = None
-        if "VK_EXT_external_memory_host" in exts:
-            host_ptr = ffi.new("VkPhysicalDeviceExternalMemoryHostPropertiesEXT*", {
-                "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT})
-            chain.append(host_ptr)
-        props2 = _chained("VkPhysicalDeviceProperties2*",
-                          vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, chain)
-        lib.vkGetPhysicalDeviceProperties2(pd, props2)
         if driver is not None:
             driver_name, driver_info = vk.cstr(driver.driverName), vk.cstr(driver.driverInfo)
-
         feats = self.query_features(pd, exts)
-        limits = {name: getattr(props.limits, name) for name in _LIMIT_NAMES}
-        limits["maxComputeWorkGroupCount"] = tuple(props.limits.maxComputeWorkGroupCount)
-        limits["maxComputeWorkGroupSize"] = tuple(props.limits.maxComputeWorkGroupSize)
-        limits["subgroupSize"] = subgroup.subgroupSize
-        # VK_EXT_subgroup_size_control (core in 1.3): the sizes a pipeline may require
-        limits["minSubgroupSize"] = size_ctl.minSubgroupSize if size_ctl else subgroup.subgroupSize
-        limits["maxSubgroupSize"] = size_ctl.maxSubgroupSize if size_ctl else subgroup.subgroupSize
-        limits["maxComputeWorkgroupSubgroups"] = (size_ctl.maxComputeWorkgroupSubgroups
-                                                  if size_ctl else 0)
-        limits["minImportedHostPointerAlignment"] = (
-            host_ptr.minImportedHostPointerAlignment if host_ptr is not None else 0)
-
-        qcount = ffi.new("uint32_t*")
-        lib.vkGetPhysicalDeviceQueueFamilyProperties(pd, qcount, vk.NULL)
-        qprops = ffi.new("VkQueueFamilyProperties[]", qcount[0])
-        lib.vkGetPhysicalDeviceQueueFamilyProperties(pd, qcount, qprops)
-        compute = [i for i in range(qcount[0])
-                   if qprops[i].queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
-        ts_bits = qprops[compute[0]].timestampValidBits if compute else 0
+        limits = _limits(props, subgroup, size_ctl, host_ptr)
+        compute, ts_bits = _compute_queues(pd)
 
         mem = ffi.new("VkPhysicalDeviceMemoryProperties*")
         lib.vkGetPhysicalDeviceMemoryProperties(pd, mem)
@@ -268,7 +257,7 @@ class Instance:
             device_type=_DEVICE_TYPES.get(props.deviceType, "other"),
             vendor_id=props.vendorID, device_id=props.deviceID,
             driver_name=driver_name, driver_info=driver_info,
-            api_version=_version_str(api), driver_version=props.driverVersion,
+            api_version=_version_str(props.apiVersion), driver_version=props.driverVersion,
             pipeline_cache_uuid=uuid, limits=limits, features=features,
             extensions=exts, memory_heaps=heaps)
 
@@ -305,6 +294,66 @@ class Instance:
             # (folded into "full_subgroups" by _describe)
             "_size_control": bool(ssc.subgroupSizeControl and ssc.computeFullSubgroups),
         }
+
+
+def _properties(pd, exts):
+    """The device's core properties and the extension structs vkml reads (subgroups,
+    subgroup size control, driver, host pointer import; None where the device's API
+    version and extensions do not offer one): (props, subgroup, size_ctl, driver,
+    host_ptr)."""
+    base = ffi.new("VkPhysicalDeviceProperties*")
+    lib.vkGetPhysicalDeviceProperties(pd, base)
+    props = base[0]
+    api = props.apiVersion
+    subgroup = ffi.new("VkPhysicalDeviceSubgroupProperties*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES})
+    chain = [subgroup]
+    size_ctl = None
+    if api >= (1 << 22 | 3 << 12) or "VK_EXT_subgroup_size_control" in exts:
+        size_ctl = ffi.new("VkPhysicalDeviceSubgroupSizeControlProperties*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES})
+        chain.append(size_ctl)
+    driver = None
+    if api >= (1 << 22 | 2 << 12) or "VK_KHR_driver_properties" in exts:
+        driver = ffi.new("VkPhysicalDeviceDriverProperties*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES})
+        chain.append(driver)
+    host_ptr = None
+    if "VK_EXT_external_memory_host" in exts:
+        host_ptr = ffi.new("VkPhysicalDeviceExternalMemoryHostPropertiesEXT*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT})
+        chain.append(host_ptr)
+    props2 = _chained("VkPhysicalDeviceProperties2*",
+                      vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, chain)
+    lib.vkGetPhysicalDeviceProperties2(pd, props2)
+    return props, subgroup, size_ctl, driver, host_ptr
+
+
+def _limits(props, subgroup, size_ctl, host_ptr) -> dict:
+    """The limits :class:`DeviceInfo` reports, by their Vulkan names."""
+    limits = {name: getattr(props.limits, name) for name in _LIMIT_NAMES}
+    limits["maxComputeWorkGroupCount"] = tuple(props.limits.maxComputeWorkGroupCount)
+    limits["maxComputeWorkGroupSize"] = tuple(props.limits.maxComputeWorkGroupSize)
+    limits["subgroupSize"] = subgroup.subgroupSize
+    # VK_EXT_subgroup_size_control (core in 1.3): the sizes a pipeline may require
+    limits["minSubgroupSize"] = size_ctl.minSubgroupSize if size_ctl else subgroup.subgroupSize
+    limits["maxSubgroupSize"] = size_ctl.maxSubgroupSize if size_ctl else subgroup.subgroupSize
+    limits["maxComputeWorkgroupSubgroups"] = (size_ctl.maxComputeWorkgroupSubgroups
+                                              if size_ctl else 0)
+    limits["minImportedHostPointerAlignment"] = (
+        host_ptr.minImportedHostPointerAlignment if host_ptr is not None else 0)
+    return limits
+
+
+def _compute_queues(pd) -> tuple[list, int]:
+    """The queue families with compute, and the first one's timestampValidBits."""
+    qcount = ffi.new("uint32_t*")
+    lib.vkGetPhysicalDeviceQueueFamilyProperties(pd, qcount, vk.NULL)
+    qprops = ffi.new("VkQueueFamilyProperties[]", qcount[0])
+    lib.vkGetPhysicalDeviceQueueFamilyProperties(pd, qcount, qprops)
+    compute = [i for i in range(qcount[0])
+               if qprops[i].queueFlags & vk.VK_QUEUE_COMPUTE_BIT]
+    return compute, (qprops[compute[0]].timestampValidBits if compute else 0)
 
 
 def _chained(ctype: str, stype: int, chain: list):
