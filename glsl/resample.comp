@@ -8,8 +8,8 @@
 // move a result; MODE 1 (linear) takes floor(x) and floor(x) + 1 weighted 1 - frac and
 // frac, along the dimensions of LIN_MASK only (elsewhere the weight is 0: nearest's
 // floor(x) = x).  Indices clamp to [0, size - 1] (the page's "output edges are clamped").
-// Arithmetic is float32; float16 and 8-bit values convert exactly, 8-bit results round to
-// nearest even and saturate.
+// Nearest moves each element's bits; linear computes in float32 (float16 and 8-bit values
+// convert exactly), 8-bit results rounded to nearest even and saturated.
 //
 // vkml:variant resample_f32 F32=1
 // vkml:variant resample_f32_texel F32=1 TEXEL=1
@@ -32,14 +32,26 @@
 // lavapipe vectorizes texel fetches; storage-buffer loads go one lane at a time
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 #define LOAD(i) texelFetch(Xt, int(i)).x
+#define LOADB(i) floatBitsToUint(texelFetch(Xt, int(i)).x)
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { FSTORE_T x[]; };
 #define LOAD(i) FLOAD(x, i)
 #endif
 layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
 #define STORE(i, v) FSTORE(y, i, v)
-#ifdef F32
+// nearest moves bits (NaN payloads included): LOADB / STOREB
+#if defined(F32)
 layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+#ifndef TEXEL
+#define LOADB(i) floatBitsToUint(x[i])
+#endif
+#define STOREB(i, v) y[i] = uintBitsToFloat(v)
+#elif defined(F16)
+#define LOADB(i) uint(x[i])
+#define STOREB(i, v) y[i] = uint16_t(v)
+#else
+#define LOADB(i) VKML_LD16(x, i)
+#define STOREB(i, v) VKML_ST16(y, i, v)
 #endif
 
 #else   // INT8 / UINT8: 8-bit storage, or bytes in 32-bit words (PACKED8)
@@ -63,6 +75,8 @@ const float LO8 = -128.0, HI8 = 127.0;
 const float LO8 = 0.0, HI8 = 255.0;
 #endif
 #define STORE(i, v) { uint b_ = uint(int(clamp(roundEven(v), LO8, HI8))) & 0xFFu; PUT(i, b_) }
+#define LOADB(i) RAW(i)
+#define STOREB(i, v) PUT(i, v)
 #endif
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
@@ -162,7 +176,28 @@ void main() {
         l0[j] = i0 * AT(in_stride, LAST);
         l1[j] = i1 * AT(in_stride, LAST);
     }
-    const bool LIN_LAST = MODE == 1 && ((LIN_MASK >> LAST) & 1u) != 0u;
+    out_off += coord[LAST] * AT(out_stride, LAST) - out_base;
+    uint ostep = AT(out_stride, LAST);
+    if (MODE == 0) {                  // nearest: one corner, the element's bits
+        uint off = 0u;
+        [[unroll]] for (int d = 0; d < LAST; d++) off += off0[d];
+        off -= in_base;
+        uint bits[8];
+        [[unroll]] for (uint j = 0u; j < V; j++) bits[j] = LOADB(off + l0[j]);
+#ifdef F32
+        if (VEC_STORE && count == V) {    // V = 4 or 8, out_off a multiple of 4
+            y4[out_off >> 2] = uintBitsToFloat(uvec4(bits[0], bits[1], bits[2], bits[3]));
+            if (V == 8u)
+                y4[(out_off >> 2) + 1u] = uintBitsToFloat(uvec4(bits[4], bits[5], bits[6], bits[7]));
+            return;
+        }
+#endif
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            if (j < count) STOREB(out_off + j * ostep, bits[j]);
+        }
+        return;
+    }
+    const bool LIN_LAST = ((LIN_MASK >> LAST) & 1u) != 0u;
     float acc[8];
     [[unroll]] for (uint c = 0u; c < CORNERS; c++) {
         if ((c & ~LIN_MASK) != 0u) continue;    // corners of interpolated dimensions only
@@ -180,15 +215,13 @@ void main() {
             acc[j] = c == 0u ? weight * v : acc[j] + weight * v;
         }
     }
-    out_off += coord[LAST] * AT(out_stride, LAST) - out_base;
 #ifdef F32
-    if (VEC_STORE && count == V) {    // V = 4 or 8, out_off a multiple of 4
+    if (VEC_STORE && count == V) {
         y4[out_off >> 2] = vec4(acc[0], acc[1], acc[2], acc[3]);
         if (V == 8u) y4[(out_off >> 2) + 1u] = vec4(acc[4], acc[5], acc[6], acc[7]);
         return;
     }
 #endif
-    uint ostep = AT(out_stride, LAST);
     [[unroll]] for (uint j = 0u; j < V; j++) {
         if (j < count) STORE(out_off + j * ostep, acc[j]);
     }

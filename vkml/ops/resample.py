@@ -56,6 +56,11 @@ def input_coordinates(o, a: float, b: float) -> np.ndarray:
     return (o * np.float32(a)).astype(np.float32) + np.float32(b)
 
 
+def _vec4s(values) -> list:
+    """Per-dimension values padded with zeros to whole vec4s (the blocks' arrays)."""
+    return list(values) + [0] * (-len(values) % 4)
+
+
 @implements(Resample1OperatorDesc, ResampleOperatorDesc, Upsample2dOperatorDesc)
 class CompiledResample(BoxKernel):
     """Resample on this device: see the module doc."""
@@ -104,24 +109,33 @@ class CompiledResample(BoxKernel):
         self.apply_read(read)
         n = self.rank
         self.params = self.upload(np.frombuffer(pack(
-            self.kernel, "Params", out_stride=self.box_out_strides, in_stride=self.in_strides,
-            in_size=self.in_sizes, coord_a=[a for a, _ in self.coords],
-            coord_b=[b for _, b in self.coords]), np.uint8))
+            self.kernel, "Params", out_stride=_vec4s(self.box_out_strides),
+            in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
+            coord_a=_vec4s([a for a, _ in self.coords]),
+            coord_b=_vec4s([b for _, b in self.coords])), np.uint8))
         self.consts = {"RANK": n, "MODE": int(self.linear), "LIN_MASK": self.lin_mask}
 
     def in_span(self, origin, extent):
-        """The input elements a box reads: per dimension the indices of its first and
-        last coordinates (the map is increasing), one more each side for rounding."""
+        """The input elements a box reads: per dimension the indices its first and last
+        coordinates take (the map is increasing), as the kernel computes them."""
         lo = hi = 0
         for k in range(self.rank):
-            a, b = self.coords[k]
-            first, last = input_coordinates([origin[k], origin[k] + extent[k] - 1], a, b)
-            n = self.in_sizes[k]
-            i0 = min(max(math.floor(first) - 1, 0), n - 1)
-            i1 = min(max(math.floor(last) + 2, 0), n - 1)
-            lo += i0 * self.in_strides[k]
-            hi += i1 * self.in_strides[k]
+            first, last = self.indices(k, [origin[k], origin[k] + extent[k] - 1])
+            lo += int(first[0]) * self.in_strides[k]
+            hi += int(last[-1]) * self.in_strides[k]
         return lo, hi + 1
+
+    def indices(self, k: int, o) -> tuple[np.ndarray, np.ndarray]:
+        """glsl/resample.comp's ``locate``: the (i0, i1) input indices of output
+        coordinates ``o`` along dimension k (i0 only is read by nearest)."""
+        n = self.in_sizes[k]
+        xf = np.clip(input_coordinates(o, *self.coords[k]), -1.0, float(n))
+        f = np.floor(xf)
+        i = f.astype(np.int64)
+        if self.linear and self.lin_mask >> k & 1:
+            return np.clip(i, 0, n - 1), np.clip(i + 1, 0, n - 1)
+        near = np.clip(i + (xf - f >= 0.5), 0, n - 1)
+        return near, near
 
     def vector_store(self, origin, out_base, v) -> bool:
         return self.kernel.startswith("resample_f32") and super().vector_store(
@@ -199,6 +213,13 @@ def onnx_resize_geometry(in_sizes, out_sizes, scales=None, *,
                   "asymmetric": (0.0, 0.0), "align_corners": (0.0, 0.0),
                   "tf_half_pixel_for_nn": (0.0, -0.5),
                   "half_pixel_symmetric": (0.5, -0.5)}[ctm]
+        if s == 1.0 and i == o:
+            # ONNX Runtime copies a dimension of scale 1, whatever the modes (with
+            # tf_half_pixel_for_nn the formula would shift it by half a pixel)
+            out_s.append(1.0)
+            out_i.append(0.0)
+            out_o.append(0.0)
+            continue
         if ctm == "pytorch_half_pixel" and o == 1:
             io, oo = 0.0, 0.0
         elif ctm == "align_corners":
