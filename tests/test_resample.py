@@ -532,3 +532,26 @@ def test_functional_argument_errors(device):
                       device=device)
     with pytest.raises(ValidationError, match="mode"):
         vkml.resample(x, 2, mode="cubic", device=device)
+
+
+def test_dxdispatch_descs(device):
+    """DxDispatch model files' RESAMPLE, RESAMPLE1 and UPSAMPLE_2D descs (PascalCase
+    fields, ScaleCount / DimensionCount, DML_SIZE_2D) build the descriptors."""
+    from bench.dxdispatch.descs import build_desc
+
+    t = lambda s: {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT32", "Sizes": s}   # noqa: E731
+    up = build_desc("UPSAMPLE_2D", {"InputTensor": t([1, 2, 3, 4]), "OutputTensor": t([1, 2, 6, 12]),
+                                    "ScaleSize": {"Width": 3, "Height": 2},
+                                    "InterpolationMode": "DML_INTERPOLATION_MODE_LINEAR"})
+    rs = build_desc("RESAMPLE", {"InputTensor": t([1, 2, 3, 4]), "OutputTensor": t([1, 2, 6, 12]),
+                                 "InterpolationMode": "DML_INTERPOLATION_MODE_LINEAR",
+                                 "ScaleCount": 4, "Scales": [1.0, 1.0, 2.0, 3.0]})
+    r1 = build_desc("RESAMPLE1", {"InputTensor": t([1, 2, 3, 4]), "OutputTensor": t([1, 2, 6, 12]),
+                                  "InterpolationMode": "DML_INTERPOLATION_MODE_NEAREST_NEIGHBOR",
+                                  "DimensionCount": 4, "Scales": [1.0, 1.0, 2.0, 3.0],
+                                  "InputPixelOffsets": [0.5] * 4,
+                                  "OutputPixelOffsets": [-0.5] * 4})
+    x = np.random.default_rng(2).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    assert np.array_equal(run_desc(device, up, x), run_desc(device, rs, x))
+    want = np.repeat(np.repeat(x, 2, 2), 3, 3)
+    assert np.array_equal(run_desc(device, r1, x).reshape(want.shape), want)

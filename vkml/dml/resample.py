@@ -13,7 +13,7 @@ from .operator import (FeatureLevel, OperatorDesc, as_real, check_no_overlap, en
                        field_tuple)
 from .tensor_desc import UINT32_MAX, TensorDesc, as_ints
 
-__all__ = ["InterpolationMode", "ResampleOperatorDesc", "Resample1OperatorDesc",
+__all__ = ["InterpolationMode", "ResampleOperatorDesc", "Resample1OperatorDesc", "Size2d",
            "Upsample2dOperatorDesc"]
 
 
@@ -22,6 +22,14 @@ class InterpolationMode(enum.IntEnum):
 
     NEAREST_NEIGHBOR = 0
     LINEAR = 1
+
+
+@dataclass(frozen=True)
+class Size2d:
+    """``DML_SIZE_2D``: ``{UINT Width; UINT Height;}`` (UPSAMPLE_2D's ScaleSize)."""
+
+    width: int
+    height: int
 
 
 #: Data types by the feature level that lists them (both resample pages' tables).
@@ -162,8 +170,8 @@ class ResampleOperatorDesc(_ResampleRules):
 class Upsample2dOperatorDesc(OperatorDesc):
     """``DML_UPSAMPLE_2D_OPERATOR_DESC`` (directml.h; its page is not in dml-docs):
     upsample the last two dimensions (height, width) of a 4D (NCHW) or 5D (NCDHW)
-    tensor by the UINT factors ``scale_size = (width, height)`` (``DML_SIZE_2D``, width
-    first as in the struct).
+    tensor by the UINT factors ``scale_size``: a :class:`Size2d` or ``(width, height)``
+    (``DML_SIZE_2D``'s order).
 
     Rules: InputTensor and OutputTensor have the same DataType (FLOAT32, FLOAT16) and
     DimensionCount (4 or 5); ``0 < ScaleSize.Height <= UINT_MAX / InputHeight`` and
@@ -220,7 +228,10 @@ class Upsample2dOperatorDesc(OperatorDesc):
                           f"ScaleSize.Width: expected {w}, got {got}")
 
     def _scale_pair(self) -> tuple[int, int]:
-        v = as_ints(self.scale_size, "scale_size", fail=self.fail)
+        v = self.scale_size
+        if isinstance(v, Size2d):
+            v = (v.width, v.height)
+        v = as_ints(v, "scale_size", fail=self.fail)
         if len(v) != 2:
             self.fail("scale_size", f"must be (width, height), got {len(v)} values")
         return v
