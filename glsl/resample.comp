@@ -20,9 +20,9 @@
 // vkml:variant resample_u8 U8=1
 // vkml:variant resample_u8_packed U8=1 PACKED8=1
 //
-// The grid runs over the output box (grid.py: x along the last dimension, V outputs an
-// invocation, y and z the outer ones, so the outer dimensions' index arithmetic is
-// uniform per workgroup).
+// The grid runs over the output box (grid.py: x along the last dimension only, V = 8
+// outputs an invocation, a short row's tail masked; y and z the outer dimensions, so
+// their index arithmetic is uniform per workgroup).
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_index.glsl"
 
@@ -82,7 +82,10 @@ const float LO8 = 0.0, HI8 = 255.0;
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // dimensions of the box (1 to 5)
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
-layout(constant_id = 3) const uint V = 1u;       // outputs of the last dimension an invocation
+// Outputs of the last dimension an invocation: compile-time, so the V loops unroll and
+// their arrays are registers (a loop bounded by a specialization constant with a body
+// this large stays a loop on lavapipe and SwiftShader, its arrays in memory, per lane).
+const uint V = 8u;
 layout(constant_id = 4) const bool VEC_STORE = false;   // float32, V = 4 or 8 as vec4s
 layout(constant_id = 5) const int MODE = 0;      // 0 nearest neighbour, 1 linear
 layout(constant_id = 6) const uint LIN_MASK = 0u;  // bit d: dimension d interpolated

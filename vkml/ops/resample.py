@@ -31,7 +31,7 @@ from .grid import BOX_CONSTANTS, BoxKernel
 
 __all__ = ["resample", "onnx_resize_geometry"]
 
-_CONSTS = BOX_CONSTANTS + ("V", "VEC_STORE", "MODE", "LIN_MASK")
+_CONSTS = BOX_CONSTANTS + ("VEC_STORE", "MODE", "LIN_MASK")
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     ["resample_f32", "resample_f32_texel", "resample_f16", "resample_f16_packed",
@@ -68,8 +68,10 @@ class CompiledResample(BoxKernel):
     #: "texel" (float32 through an R32F uniform texel buffer) or "ssbo"; None / "auto":
     #: texel where the whole input fits maxTexelBufferElements.  ``read=`` sets it.
     force_read: str | None = None
-    #: Output elements along the last dimension per invocation (1, 4 or 8).
-    vec: int = 4
+    #: Output elements along the last dimension per invocation: always 8 (the kernel's
+    #: compile-time V), the grid's x along the last dimension only.
+    vec: int = 8
+    x_last_only = True
 
     def __init__(self, device, desc, read: str | None = None):
         if read is not None:
@@ -101,7 +103,7 @@ class CompiledResample(BoxKernel):
         for k, ((a, b), n) in enumerate(zip(self.coords, self.in_sizes)):
             if self.linear and n > 1 and not (a == 1.0 and b == 0.0):
                 self.lin_mask |= 1 << k
-        self.local = min(64, self.workgroup_size)
+        self.local = min(256, self.workgroup_size)
         self.windows = self.plan_windows()
         texel_ok = (self.kernel == "resample_f32" and self.windows is None
                     and self.in_bytes // 4 <= self.ctx.limits["maxTexelBufferElements"])
@@ -137,6 +139,10 @@ class CompiledResample(BoxKernel):
         near = np.clip(i + (xf - f >= 0.5), 0, n - 1)
         return near, near
 
+    def vector_width(self, origin, extent, out_base) -> int:
+        """Always the kernel's V = 8 (a short row's tail is masked)."""
+        return 8
+
     def vector_store(self, origin, out_base, v) -> bool:
         return self.kernel.startswith("resample_f32") and super().vector_store(
             origin, out_base, v)
@@ -146,7 +152,7 @@ class CompiledResample(BoxKernel):
 
         def pipeline_for(local, ly, xdims, v, vec_store):
             return self.pipeline(self.kernel, {
-                "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims, "V": v,
+                "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims,
                 "VEC_STORE": int(vec_store), **self.consts})
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
