@@ -555,3 +555,22 @@ def test_dxdispatch_descs(device):
     assert np.array_equal(run_desc(device, up, x), run_desc(device, rs, x))
     want = np.repeat(np.repeat(x, 2, 2), 3, 3)
     assert np.array_equal(run_desc(device, r1, x).reshape(want.shape), want)
+
+
+def test_tuner_read_candidates_run(device):
+    """The tunable path ``resample_read``: each candidate records and runs a shape."""
+    import importlib
+
+    from vkml import tuning
+
+    mod = importlib.import_module("vkml.ops.resample")
+    desc = dml.ResampleOperatorDesc(T("float32", (1, 2, 5, 6)), T("float32", (1, 2, 10, 12)),
+                                    NEAREST, (1, 1, 2, 2))
+    shape = mod.read_shape(desc)
+    assert mod._read_class(shape).startswith("mode 0 rank 4")
+    for cand in mod.READ_PATH.candidates:
+        with device.context.sequence() as seq:
+            free = mod._read_run(device, seq, cand, shape)
+            seq.run()
+            free()
+    assert tuning.registered_paths()["resample_read"] is mod.READ_PATH

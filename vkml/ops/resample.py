@@ -3,7 +3,8 @@
 
 Kernel: ``glsl/resample.comp``, a :class:`~vkml.ops.grid.BoxKernel` over the output box
 (windows past maxStorageBufferRange and split dispatches come from grid.py): an
-invocation computes V neighbouring outputs of the last dimension, each from its input
+invocation computes 8 neighbouring outputs of the last dimension (compile-time, so its
+loops unroll into registers; stored as two vec4s where aligned), each from its input
 coordinate ``o * a + b`` (a = 1 / Scale, b = -OutputPixelOffset / Scale -
 InputPixelOffset, folded on the host in float64 and rounded to float32 once).  Float32
 reads through an R32F texel buffer where the input fits ``maxTexelBufferElements``
@@ -25,9 +26,10 @@ from ..dml.tensor_desc import TensorDesc, as_ints
 from ..errors import ArgumentTypeError, ValidationError
 from ..runtime import Bind
 from ..runtime.blocks import pack
+from .. import tuning
 from .base import implements
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel
+from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 
 __all__ = ["resample", "onnx_resize_geometry"]
 
@@ -108,6 +110,8 @@ class CompiledResample(BoxKernel):
         texel_ok = (self.kernel == "resample_f32" and self.windows is None
                     and self.in_bytes // 4 <= self.ctx.limits["maxTexelBufferElements"])
         read = "texel" if texel_ok and self.force_read in (None, "auto", "texel") else "ssbo"
+        if self.force_read is None and texel_ok:
+            read = self.tuned_read(READ_PATH, read_shape(d), {"ssbo": True}) or read
         self.apply_read(read)
         n = self.rank
         self.params = self.upload(np.frombuffer(pack(
@@ -159,6 +163,47 @@ class CompiledResample(BoxKernel):
                               self.in_kind, self.in_fmt)
 
 
+def read_shape(desc) -> dict:
+    """A float32 resample as the tuner's JSON shape (RESAMPLE1's fields)."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    scales, ins, outs = desc.geometry()
+    return {"in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            "mode": int(desc.mode), "scales": list(scales), "ins": list(ins),
+            "outs": list(outs)}
+
+
+def _read_class(shape) -> str:
+    """Shapes sharing a read path choice: mode, rank and output size (a factor of 4)."""
+    nbytes = 4 * math.prod(shape["out"][0])
+    return f"mode {shape['mode']} rank {len(shape['out'][0])} out 4^{nbytes.bit_length() // 2}"
+
+
+def _read_run(device, seq, cand, shape):
+    """Record a resample of ``shape`` read by candidate ``cand`` (its own tensors)."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    desc = Resample1OperatorDesc(_f32_desc(isz, ist), _f32_desc(osz, ost), shape["mode"],
+                                 tuple(shape["scales"]), tuple(shape["ins"]),
+                                 tuple(shape["outs"]))
+    return timed_read_candidate(device, seq, CompiledResample(device, desc,
+                                                              read=cand.params["read"]), cand)
+
+
+def _f32_desc(sizes, strides) -> TensorDesc:
+    """A float32 TensorDesc (the tuner's shapes are float32)."""
+    return TensorDesc(DataType.FLOAT32, tuple(sizes), tuple(strides))
+
+
+#: Resample's float32 read path where the input fits a texel buffer: "auto" (R32F texel
+#: reads, the ``VKML_TUNE=off`` default) or "ssbo" (storage-buffer reads), by measurement.
+READ_PATH = tuning.register_path(
+    "resample_read", [("auto", {"read": "auto"}), ("ssbo", {"read": "ssbo"})], "auto",
+    _read_class, _read_run, work_fn=tuning.io_elements,
+    examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
+               "out": [[1, 64, 224, 224], [3211264, 50176, 224, 1]], "mode": 0,
+               "scales": [1.0, 1.0, 2.0, 2.0], "ins": [0.5] * 4, "outs": [-0.5] * 4}])
+
+
 #: ONNX Resize's coordinate_transformation_mode values this mapping takes.
 COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
                     "tf_half_pixel_for_nn", "half_pixel_symmetric")
@@ -188,6 +233,9 @@ def onnx_resize_geometry(in_sizes, out_sizes, scales=None, *,
       exact;
     * tf_crop_and_resize (needs a region of interest and an extrapolation value): not
       expressible; ValidationError.
+
+    A dimension of scale 1 whose size does not change is a copy (scale 1, offsets 0,
+    whatever the modes), as ONNX Runtime treats it.
 
     Nearest modes (mode "nearest"): RESAMPLE1 rounds halves up (index
     ``floor(x + 0.5)``), so round_prefer_ceil is exact and floor (x shifted by half a
