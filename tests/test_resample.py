@@ -17,12 +17,16 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 import torch.nn.functional as F
 
 import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
+                     fuzz_settings, lay_out, padded_output)
 from helpers import run_desc, same_bits, strided_view
 from test_lifetime import run_in_threads
 
@@ -126,11 +130,12 @@ def random_geometry(rng, rank, max_elems):
 
 
 @pytest.mark.parametrize("rank", [1, 2, 3, 4])
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8"])
+@pytest.mark.parametrize("dtypes", ["float32", "float16", "int8 uint8"])
 @pytest.mark.parametrize("linear", [False, True])
-def test_random_against_numpy(device, budget, rank, dtype, linear):
-    rng = np.random.default_rng(rank * 100 + len(dtype) * 3 + linear)
-    for _ in range(max(3, budget // 4)):
+def test_random_against_numpy(device, budget, rank, dtypes, linear):
+    rng = np.random.default_rng(rank * 100 + len(dtypes) * 3 + linear)
+    for case in range(max(3, budget // 4)):
+        dtype = dtypes.split()[case % len(dtypes.split())]
         shape, out, scales, ins, outs = random_geometry(rng, rank, 4000 if budget < 40 else 40000)
         x = random_data(rng, shape, dtype)
         got = vkml.resample(x, scales, sizes=out, mode="linear" if linear else "nearest",
@@ -574,3 +579,71 @@ def test_tuner_read_candidates_run(device):
             seq.run()
             free()
     assert tuning.registered_paths()["resample_read"] is mod.READ_PATH
+
+
+# -- fuzzer ------------------------------------------------------------------------------
+@st.composite
+def resample_cases(draw):
+    rank = draw(st.integers(1, 4))
+    shape = [draw(st.integers(1, 6)) for _ in range(rank)]
+    scales = [draw(st.sampled_from([0.5, 1.0, 2.0, 3.0, 0.75, 1.7, 0.4])) for _ in range(rank)]
+    out = [max(1, int(n * s) + draw(st.integers(-1, 1))) for n, s in zip(shape, scales)]
+    return dict(shape=shape, out=out, scales=scales,
+                ins=[draw(st.sampled_from([0.0, 0.5, 0.25, -1.0])) for _ in range(rank)],
+                outs=[draw(st.sampled_from([0.0, -0.5, 0.5, 2.0])) for _ in range(rank)],
+                linear=draw(st.booleans()),
+                dtype=draw(st.sampled_from(["float32", "float16", "int8", "uint8"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["scale0", "int32", "rank5",
+                                                              "count", "nan", "type"])),
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_resample(device, speed):
+    """Fuzzed RESAMPLE1 descriptors (tests/fuzzing.py): 1-4 dimensions, scales, offsets,
+    both modes, the four data types, non-packed layouts (NaN gaps), padded outputs with
+    canaries, and one broken rule at a time."""
+    @fuzz_settings(speed)
+    @given(resample_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        m, dtype = case["mutation"], case["dtype"]
+        shape, out, scales = list(case["shape"]), list(case["out"]), list(case["scales"])
+        ins, outs = list(case["ins"]), list(case["outs"])
+        want = {"scale0": ["scales[0]"], "int32": ["data_type"], "rank5": ["sizes"],
+                "count": ["scales"], "nan": ["input_pixel_offsets[0]"],
+                "type": ["output_tensor.data_type"]}.get(m, [])
+        out_dtype = dtype
+        if m == "scale0":
+            scales[0] = 0.0
+        elif m == "int32":
+            dtype = out_dtype = "int32"
+        elif m == "rank5":
+            shape, out = [1] + shape + [1] * (4 - len(shape)), [1] + out + [1] * (4 - len(out))
+            scales, ins, outs = [1.0] * 5, [0.0] * 5, [0.0] * 5
+        elif m == "count":
+            scales = scales + [1.0]
+        elif m == "nan":
+            ins[0] = float("nan")
+        elif m == "type":
+            out_dtype = "float32" if dtype != "float32" else "float16"
+        x = random_data(rng, shape, dtype)
+        flat, in_strides, x = lay_out(rng, x, case["layout"])
+        out_strides, read = padded_output(rng, out, out_dtype, case["out_padded"])
+        desc, compiled = compiled_or_refused(device, lambda: dml.Resample1OperatorDesc(
+            T(dtype, shape, in_strides), T(out_dtype, out, out_strides),
+            LINEAR if case["linear"] else NEAREST, scales, ins, outs), want)
+        if desc is None:
+            return
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
+        got, gaps_intact = read(dst)
+        s32, i32, o32 = (np.float32(v).astype(np.float64) for v in (scales, ins, outs))
+        if case["linear"]:
+            ref = resample_reference(x, out, True, s32, i32, o32)
+            assert_matches(got, ref, dtype, coordinate_atol(x, out, scales, ins, outs))
+        else:
+            assert_nearest(got, x, out, s32, i32, o32)
+        assert gaps_intact, "wrote into the gaps of a non-packed output"
+        assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    check()

@@ -143,6 +143,12 @@ class CompiledResample(BoxKernel):
         near = np.clip(i + (xf - f >= 0.5), 0, n - 1)
         return near, near
 
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """Rows a workgroup rounded up to a power of two (rows past the box are masked):
+        fewer distinct pipelines to build across shapes."""
+        cap = max(1, min(self.local // lx, self.max_local_y))
+        return lx, min(1 << (ly - 1).bit_length(), cap)
+
     def vector_width(self, origin, extent, out_base) -> int:
         """Always the kernel's V = 8 (a short row's tail is masked)."""
         return 8
