@@ -5,10 +5,12 @@ References: a NumPy float64 reference written from RESAMPLE1's page (input coord
 linear ``floor(x)``/``floor(x) + 1`` weighted by ``frac(x)``, indices clamped), PyTorch's
 ``F.interpolate`` (nearest, nearest-exact, linear/bilinear/trilinear, align_corners True
 and False) and ONNX Runtime's Resize (coordinate and nearest modes through
-``vkml.onnx_resize_geometry``).  Nearest results are exact (data movement); linear
-float32 within 2e-6 absolute of the float64 reference for inputs of magnitude <= 4
-(float32 weights), float16 within one float16 ulp plus that, 8-bit within 1 of the
-reference (rounding of a float32 sum).
+``vkml.onnx_resize_geometry``).  Nearest results are input elements bit for bit: the
+page's, or its neighbour where x + 0.5 lies within float32 rounding of an integer (a tie
+the float32 coordinates may resolve either way).  Linear: float32 within 2e-6 absolute
+plus what float32 coordinates move (2^-22 of the coordinate times the largest neighbour
+difference: ``coordinate_atol``), float16 one float16 ulp more, 8-bit within 1 (rounding
+of a float32 sum).  A fuzzer with canaries (tests/fuzzing.py) at the end.
 """
 from __future__ import annotations
 

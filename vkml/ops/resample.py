@@ -7,10 +7,11 @@ invocation computes 8 neighbouring outputs of the last dimension (compile-time, 
 loops unroll into registers; stored as two vec4s where aligned), each from its input
 coordinate ``o * a + b`` (a = 1 / Scale, b = -OutputPixelOffset / Scale -
 InputPixelOffset, folded on the host in float64 and rounded to float32 once).  Float32
-reads through an R32F texel buffer where the input fits ``maxTexelBufferElements``
-(lavapipe vectorizes texel fetches, not storage loads), else storage buffers; the
-constructor's ``read=`` forces one.  Float16 is stored as halves (or packed in 32-bit
-words without 16-bit storage), INT8/UINT8 as bytes (or packed without 8-bit storage).
+reads through an R32F texel buffer (lavapipe vectorizes texel fetches, not storage
+loads) or storage buffers, chosen by the tuner (``resample_read``) where the input fits
+``maxTexelBufferElements``; the constructor's ``read=`` forces one.  Float16 is stored
+as halves (or packed in 32-bit words without 16-bit storage), INT8/UINT8 as bytes (or
+packed without 8-bit storage).
 """
 from __future__ import annotations
 
@@ -67,8 +68,10 @@ def _vec4s(values) -> list:
 class CompiledResample(BoxKernel):
     """Resample on this device: see the module doc."""
 
-    #: "texel" (float32 through an R32F uniform texel buffer) or "ssbo"; None / "auto":
-    #: texel where the whole input fits maxTexelBufferElements.  ``read=`` sets it.
+    #: "texel" (float32 through an R32F uniform texel buffer) or "ssbo" (a path the
+    #: tensor or device does not allow falls back to "ssbo"); None: the tuner chooses
+    #: (:data:`READ_PATH`); "auto": texel where the whole input fits
+    #: maxTexelBufferElements, without measuring.  The constructor's ``read=`` sets it.
     force_read: str | None = None
     #: Output elements along the last dimension per invocation: always 8 (the kernel's
     #: compile-time V), the grid's x along the last dimension only.
