@@ -86,7 +86,7 @@ layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid
 // their arrays are registers (a loop bounded by a specialization constant with a body
 // this large stays a loop on lavapipe and SwiftShader, its arrays in memory, per lane).
 const uint V = 8u;
-layout(constant_id = 4) const bool VEC_STORE = false;   // float32, V = 4 or 8 as vec4s
+layout(constant_id = 4) const bool VEC_STORE = false;   // float32: the V outputs as two vec4s
 layout(constant_id = 5) const int MODE = 0;      // 0 nearest neighbour, 1 linear
 layout(constant_id = 6) const uint LIN_MASK = 0u;  // bit d: dimension d interpolated
 
@@ -188,10 +188,9 @@ void main() {
         uint bits[8];
         [[unroll]] for (uint j = 0u; j < V; j++) bits[j] = LOADB(off + l0[j]);
 #ifdef F32
-        if (VEC_STORE && count == V) {    // V = 4 or 8, out_off a multiple of 4
+        if (VEC_STORE && count == V) {    // out_off a multiple of 4
             y4[out_off >> 2] = uintBitsToFloat(uvec4(bits[0], bits[1], bits[2], bits[3]));
-            if (V == 8u)
-                y4[(out_off >> 2) + 1u] = uintBitsToFloat(uvec4(bits[4], bits[5], bits[6], bits[7]));
+            y4[(out_off >> 2) + 1u] = uintBitsToFloat(uvec4(bits[4], bits[5], bits[6], bits[7]));
             return;
         }
 #endif
@@ -221,7 +220,7 @@ void main() {
 #ifdef F32
     if (VEC_STORE && count == V) {
         y4[out_off >> 2] = vec4(acc[0], acc[1], acc[2], acc[3]);
-        if (V == 8u) y4[(out_off >> 2) + 1u] = vec4(acc[4], acc[5], acc[6], acc[7]);
+        y4[(out_off >> 2) + 1u] = vec4(acc[4], acc[5], acc[6], acc[7]);
         return;
     }
 #endif

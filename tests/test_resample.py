@@ -192,8 +192,8 @@ def test_against_torch(device, budget, dims):
                           ("nearest-exact", dict(coordinate_transformation_mode="half_pixel",
                                                  nearest_mode="round_prefer_ceil")),
                           (linear_mode, dict(mode="linear")),
-                          ((linear_mode, True), dict(mode="linear",
-                                                     coordinate_transformation_mode="align_corners"))):
+                          ((linear_mode, True),
+                           dict(mode="linear", coordinate_transformation_mode="align_corners"))):
             if isinstance(tmode, tuple):
                 want = F.interpolate(tx, size=size, mode=tmode[0], align_corners=True)
             elif tmode in ("nearest", "nearest-exact"):
@@ -210,7 +210,6 @@ def test_against_torch(device, budget, dims):
 
 
 def _onnx_resize(x, sizes, mode, ctm, nearest_mode):
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
@@ -399,7 +398,8 @@ def test_graph_node(device):
     nodes = [N(dml.ResampleOperatorDesc(x, mid, LINEAR, (1, 1, 2, 2))),
              N(dml.ActivationReluOperatorDesc(mid, y))]
     g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
-                      [dml.OutputGraphEdgeDesc(1, 0, 0)], [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
+                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
     cg = device.compile_graph(g)
     a = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
     out = device.empty((1, 2, 6, 8), np.float32)
@@ -547,7 +547,8 @@ def test_dxdispatch_descs(device):
     from bench.dxdispatch.descs import build_desc
 
     t = lambda s: {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT32", "Sizes": s}   # noqa: E731
-    up = build_desc("UPSAMPLE_2D", {"InputTensor": t([1, 2, 3, 4]), "OutputTensor": t([1, 2, 6, 12]),
+    up = build_desc("UPSAMPLE_2D", {"InputTensor": t([1, 2, 3, 4]),
+                                    "OutputTensor": t([1, 2, 6, 12]),
                                     "ScaleSize": {"Width": 3, "Height": 2},
                                     "InterpolationMode": "DML_INTERPOLATION_MODE_LINEAR"})
     rs = build_desc("RESAMPLE", {"InputTensor": t([1, 2, 3, 4]), "OutputTensor": t([1, 2, 6, 12]),
