@@ -23,13 +23,13 @@ from .schema import (NESTED_DESC, TENSOR_DESC, WRAPPED_TENSOR_DESC, ModelError, 
 
 #: snake_case desc field -> the name of the vkml.dml class its JSON object builds (the
 #: class's dataclass fields are the struct's fields in snake_case).
-STRUCTS = {"scale_bias": "ScaleBias"}
+STRUCTS = {"scale_bias": "ScaleBias", "scale_size": "Size2d"}
 
 #: DirectML count field -> the PascalCase array fields whose length it states (None: every
 #: array of integers, as DimensionCount states the length of sizes, strides and paddings).
 #: vkml's descriptors hold tuples, so the count is checked and dropped.
 COUNTS = {"DimensionCount": None, "InputCount": ("InputTensors",),
-          "OutputCount": ("OutputTensors",), "AxisCount": ("Axes",)}
+          "OutputCount": ("OutputTensors",), "AxisCount": ("Axes",), "ScaleCount": ("Scales",)}
 
 
 def _dml_classes(base: type) -> list[type]:

@@ -1,0 +1,652 @@
+"""DML_RESAMPLE / DML_RESAMPLE1 / DML_UPSAMPLE_2D and vkml.resample.
+
+References: a NumPy float64 reference written from RESAMPLE1's page (input coordinate
+``x = (o - OutputPixelOffset) / Scale - InputPixelOffset``; nearest ``floor(x + 0.5)``,
+linear ``floor(x)``/``floor(x) + 1`` weighted by ``frac(x)``, indices clamped), PyTorch's
+``F.interpolate`` (nearest, nearest-exact, linear/bilinear/trilinear, align_corners True
+and False) and ONNX Runtime's Resize (coordinate and nearest modes through
+``vkml.onnx_resize_geometry``).  Nearest results are input elements bit for bit: the
+page's, or its neighbour where x + 0.5 lies within float32 rounding of an integer (a tie
+the float32 coordinates may resolve either way).  Linear: float32 within 2e-6 absolute
+plus what float32 coordinates move (2^-22 of the coordinate times the largest neighbour
+difference: ``coordinate_atol``), float16 one float16 ulp more, 8-bit within 1 (rounding
+of a float32 sum).  A fuzzer with canaries (tests/fuzzing.py) at the end.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+import torch.nn.functional as F
+
+import vkml
+from vkml import dml
+from vkml.errors import ValidationError
+
+from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
+                     fuzz_settings, lay_out, padded_output)
+from helpers import run_desc, same_bits, strided_view
+from test_lifetime import run_in_threads
+
+T = dml.TensorDesc
+NEAREST, LINEAR = dml.InterpolationMode.NEAREST_NEIGHBOR, dml.InterpolationMode.LINEAR
+
+
+def resample_reference(x, out_sizes, linear, scales, ins, outs):
+    """RESAMPLE1 from its page, in float64, one dimension after another (separable)."""
+    y = np.asarray(x, dtype=np.float64)
+    for d, (m, s, io, oo) in enumerate(zip(out_sizes, scales, ins, outs)):
+        n = y.shape[d]
+        xf = (np.arange(m, dtype=np.float64) - oo) / s - io
+        f = np.floor(xf)
+        if linear:
+            i0 = np.clip(f, 0, n - 1).astype(np.int64)
+            i1 = np.clip(f + 1, 0, n - 1).astype(np.int64)
+            w = (xf - f).reshape([-1 if k == d else 1 for k in range(y.ndim)])
+            y = (1 - w) * np.take(y, i0, axis=d) + w * np.take(y, i1, axis=d)
+        else:
+            y = np.take(y, np.clip(np.floor(xf + 0.5), 0, n - 1).astype(np.int64), axis=d)
+    return y
+
+
+def nearest_candidates(x, out_sizes, scales, ins, outs):
+    """Per dimension the nearest indices, floor(x + 0.5) from the page's formula in
+    float64, and the other neighbour where x + 0.5 lies within float32 rounding
+    (2^-21 relative) of an integer: the kernel's float32 coordinates may fall either
+    side of such a tie (ONNX Runtime's and PyTorch's float32 coordinates too)."""
+    cands = []
+    for d, (m, s, io, oo) in enumerate(zip(out_sizes, scales, ins, outs)):
+        n = x.shape[d]
+        xf = (np.arange(m, dtype=np.float64) - oo) / s - io + 0.5
+        near = np.floor(xf)
+        r = np.round(xf)
+        tie = np.abs(xf - r) <= 2.0 ** -21 * (np.abs(xf) + 1)
+        other = np.where(tie, np.where(r == near, r - 1, r), near)
+        cands.append((np.clip(near, 0, n - 1).astype(np.int64),
+                      np.clip(other, 0, n - 1).astype(np.int64)))
+    return cands
+
+
+def assert_nearest(got, x, out_sizes, scales, ins, outs):
+    """Nearest results are input elements bit for bit, the page's one or, at a tie
+    within float32 rounding, its neighbour."""
+    cands = nearest_candidates(x, out_sizes, scales, ins, outs)
+    ok = np.zeros(got.shape, bool)
+    for combo in range(1 << len(cands)):
+        idx = [c[(combo >> d) & 1] for d, c in enumerate(cands)]
+        ok |= same_elements(got, x[np.ix_(*idx)])
+    assert ok.all(), np.argwhere(~ok)[:5]
+
+
+def same_elements(a, b):
+    u = np.dtype(f"u{a.dtype.itemsize}")
+    return a.view(u) == np.ascontiguousarray(b).view(u)
+
+
+def coordinate_atol(x, out, scales, ins=0.0, outs=0.0):
+    """What float32 input coordinates (``o * (1 / s) + b``, two roundings: PyTorch's and
+    ONNX Runtime's are float32 too) may move a linear result from the float64 reference:
+    a coordinate error of 2^-22 of its magnitude times the largest neighbour difference."""
+    mag = max((m + abs(np.max(outs))) / s + abs(np.max(ins)) for m, s in zip(out, scales))
+    spread = 2 * float(np.max(np.abs(np.asarray(x, np.float64)))) if np.size(x) else 0.0
+    return 2.0 ** -22 * mag * spread
+
+
+def assert_matches(got, ref, dtype, coord_tol=0.0):
+    """Linear results against the float64 reference (nearest: :func:`assert_nearest`)."""
+    dt = np.dtype(dtype)
+    assert got.dtype == dt and got.shape == ref.shape
+    if dt == np.float16:
+        ulp = np.spacing(np.abs(ref).astype(np.float16)).astype(np.float64)
+        assert np.all(np.abs(got.astype(np.float64) - ref) <= ulp + 2e-6 + coord_tol)
+    elif dt.kind in "iu":
+        assert np.all(np.abs(got.astype(np.float64) - ref) <= 1 + coord_tol)
+    else:
+        np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 + coord_tol)
+
+
+def random_data(rng, shape, dtype):
+    if np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, int(info.max) + 1, shape).astype(dtype)
+    return (rng.standard_normal(shape) * 2).astype(dtype)
+
+
+def random_geometry(rng, rank, max_elems):
+    while True:
+        shape = tuple(int(rng.integers(1, 9)) for _ in range(rank))
+        kinds = rng.integers(0, 3, rank)
+        # ratios of sizes (ONNX-like), random reals, and scales not matching the sizes
+        scales = [float(rng.choice([0.5, 1, 2, 3, 1.5, 0.75])) if k == 0 else
+                  float(rng.uniform(0.3, 3.5)) for k in kinds]
+        out = tuple(max(1, int(n * s) + int(rng.integers(-1, 2)) * (k == 2))
+                    for n, s, k in zip(shape, scales, kinds))
+        ins = [float(rng.choice([0, 0.5, 0.25, -0.3, 1.0])) for _ in range(rank)]
+        outs = [float(rng.choice([0, -0.5, 0.5, -1.25])) for _ in range(rank)]
+        if math.prod(shape) + math.prod(out) * (2 ** rank) <= max_elems:
+            return shape, out, scales, ins, outs
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtypes", ["float32", "float16", "int8 uint8"])
+@pytest.mark.parametrize("linear", [False, True])
+def test_random_against_numpy(device, budget, rank, dtypes, linear):
+    rng = np.random.default_rng(rank * 100 + len(dtypes) * 3 + linear)
+    for case in range(max(3, budget // 8)):
+        dtype = dtypes.split()[case % len(dtypes.split())]
+        shape, out, scales, ins, outs = random_geometry(rng, rank, 4000 if budget < 40 else 40000)
+        x = random_data(rng, shape, dtype)
+        got = vkml.resample(x, scales, sizes=out, mode="linear" if linear else "nearest",
+                            input_pixel_offsets=ins, output_pixel_offsets=outs, device=device)
+        s32, i32, o32 = (np.float32(v).astype(np.float64) for v in (scales, ins, outs))
+        if not linear:
+            assert_nearest(got, x, out, s32, i32, o32)
+            continue
+        ref = resample_reference(x, out, linear, s32, i32, o32)
+        assert_matches(got, ref, dtype, coordinate_atol(x, out, scales, ins, outs))
+
+
+def test_nearest_rounds_halves_up(device):
+    """Ties: downsampling by 2 with pixel centres puts x exactly on n + 0.5; DirectML's
+    rounding (floor(x + 0.5)) takes n + 1, as PyTorch's nearest-exact."""
+    x = np.arange(8, dtype=np.float32)
+    got = vkml.resample(x, 0.5, device=device)
+    np.testing.assert_array_equal(got, [1, 3, 5, 7])
+    # asymmetric x = o / 0.4 - 0 -> 0, 2.5, 5, 7.5 -> 0, 3, 5, 8 (clamped to 7)
+    got = vkml.resample(np.arange(8, dtype=np.float32), 0.4, sizes=(4,), input_pixel_offsets=0,
+                        output_pixel_offsets=0, device=device)
+    np.testing.assert_array_equal(got, [0, 3, 5, 7])
+
+
+def test_nearest_moves_every_bit(device):
+    """Nearest is data movement: NaN payloads, -0 and subnormals of float16 survive."""
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 1 << 16, (3, 5, 7)).astype(np.uint16)
+    bits[bits & 0x7C00 == 0x7C00] &= 0xFDFF          # quiet NaNs only: a signalling one
+    x = bits.view(np.float16)                          # may be quieted by the conversion
+    got = vkml.resample(x, (1, 2, 1.5), device=device)
+    ref_idx = resample_reference(np.arange(x.size).reshape(x.shape), got.shape, False,
+                                 (1, 2, 1.5), (0.5,) * 3, (-0.5,) * 3).astype(np.int64)
+    assert same_bits(got, x.reshape(-1)[ref_idx])
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_against_torch(device, budget, dims):
+    rng = np.random.default_rng(dims)
+    linear_mode = {1: "linear", 2: "bilinear", 3: "trilinear"}[dims]
+    for case in range(max(4, budget // 3)):
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4))) + tuple(
+            int(rng.integers(1, 9)) for _ in range(dims))
+        if dims == 3:
+            shape = shape[1:]      # 4 dimensions at most: (C, D, H, W) as N = 1
+        size = tuple(int(rng.integers(1, 13)) for _ in range(dims))
+        x = rng.standard_normal(shape).astype(np.float32)
+        tx = torch.from_numpy(x if dims < 3 else x[None])
+        keep = x.shape[:len(shape) - dims]
+        for tmode, kw in (("nearest", dict(coordinate_transformation_mode="asymmetric",
+                                           nearest_mode="floor")),
+                          ("nearest-exact", dict(coordinate_transformation_mode="half_pixel",
+                                                 nearest_mode="round_prefer_ceil")),
+                          (linear_mode, dict(mode="linear")),
+                          ((linear_mode, True),
+                           dict(mode="linear", coordinate_transformation_mode="align_corners"))):
+            if isinstance(tmode, tuple):
+                want = F.interpolate(tx, size=size, mode=tmode[0], align_corners=True)
+            elif tmode in ("nearest", "nearest-exact"):
+                want = F.interpolate(tx, size=size, mode=tmode)
+            else:
+                want = F.interpolate(tx, size=size, mode=tmode, align_corners=False)
+            want = want.numpy().reshape(keep + size)
+            got = vkml.resample(x, sizes=keep + size, device=device, **kw)
+            if tmode in ("nearest", "nearest-exact"):
+                np.testing.assert_array_equal(got, want, err_msg=str((shape, size, tmode)))
+            else:
+                np.testing.assert_allclose(got, want, rtol=0, atol=3e-6,
+                                           err_msg=str((shape, size, tmode)))
+
+
+def _onnx_resize(x, sizes, mode, ctm, nearest_mode):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode=mode,
+                            coordinate_transformation_mode=ctm, nearest_mode=nearest_mode)
+    graph = helper.make_graph(
+        [node], "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("sizes", TensorProto.INT64, (len(sizes),), list(sizes))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x})[0]
+
+
+CTMS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+        "tf_half_pixel_for_nn", "half_pixel_symmetric"]
+
+
+@pytest.mark.parametrize("ctm", CTMS)
+def test_against_onnxruntime(device, ctm):
+    pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(len(ctm))
+    cases = [((1, 2, 4, 6), (1, 2, 8, 3)), ((1, 1, 8, 8), (1, 1, 4, 4)),
+             ((2, 3, 5, 7), (2, 3, 1, 10)), ((1, 1, 6, 9), (1, 1, 9, 4))]
+    for shape, sizes in cases:
+        x = rng.standard_normal(shape).astype(np.float32)
+        for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+            want = _onnx_resize(x, sizes, "nearest", ctm, nm)
+            got = vkml.resample(x, sizes=sizes, coordinate_transformation_mode=ctm,
+                                nearest_mode=nm, device=device)
+            np.testing.assert_array_equal(got, want, err_msg=str((shape, sizes, nm)))
+        if ctm != "tf_half_pixel_for_nn":
+            want = _onnx_resize(x, sizes, "linear", ctm, "round_prefer_floor")
+            got = vkml.resample(x, sizes=sizes, mode="linear",
+                                coordinate_transformation_mode=ctm, device=device)
+            np.testing.assert_allclose(got, want, rtol=0, atol=3e-6,
+                                       err_msg=str((shape, sizes)))
+
+
+def test_onnx_mapping_refuses_what_it_cannot_express():
+    with pytest.raises(ValidationError, match="coordinate_transformation_mode"):
+        vkml.onnx_resize_geometry((4,), (8,), coordinate_transformation_mode="tf_crop_and_resize")
+    with pytest.raises(ValidationError, match="nearest_mode"):
+        vkml.onnx_resize_geometry((4,), (8,), nearest_mode="nearest")
+    s, i, o = vkml.onnx_resize_geometry((4, 5), (8, 5), coordinate_transformation_mode="asymmetric",
+                                        nearest_mode="floor")
+    assert s == (2.0, 1.0) and i == (0.5, 0.0) and o == (0.0, 0.0)    # scale 1: a copy
+
+
+@pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])
+@pytest.mark.parametrize("linear", [False, True])
+def test_strided_tensors(device, kind, linear):
+    rng = np.random.default_rng(len(kind) + linear)
+    shape, out = (2, 3, 5, 6), (2, 4, 9, 4)
+    flat, strides, logical = strided_view(rng, shape, "float32", kind)
+    logical = np.nan_to_num(logical.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    flat = np.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0).clip(-1e3, 1e3)
+    logical = np.lib.stride_tricks.as_strided(flat, shape, [s * 4 for s in strides])
+    ost = (4 * 9 * 5 + 7, 9 * 5, 5, 1)                 # padded output rows
+    scales, ins, outs = (1, 4 / 3, 1.8, 0.7), (0.5,) * 4, (-0.5,) * 4
+    desc = dml.Resample1OperatorDesc(T("float32", shape, strides), T("float32", out, ost),
+                                     LINEAR if linear else NEAREST, scales, ins, outs)
+    raw = run_desc(device, desc, flat)
+    got = np.lib.stride_tricks.as_strided(raw, out, [s * 4 for s in ost])
+    ref = resample_reference(np.array(logical), out, linear, np.float32(scales), ins, outs)
+    atol = coordinate_atol(logical, out, scales, 0.5, 0.5) + 2e-6 if linear else 0
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=atol)
+
+
+def test_resample_desc_is_resample1_with_pixel_centres(device):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 3, 5, 4)).astype(np.float32)
+    for mode in (NEAREST, LINEAR):
+        a = run_desc(device, dml.ResampleOperatorDesc(
+            T("float32", x.shape), T("float32", (2, 3, 7, 9)), mode, (1, 1, 1.4, 2.25)), x)
+        b = run_desc(device, dml.Resample1OperatorDesc(
+            T("float32", x.shape), T("float32", (2, 3, 7, 9)), mode, (1, 1, 1.4, 2.25),
+            (0.5,) * 4, (-0.5,) * 4), x)
+        assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("rank", [4, 5])
+@pytest.mark.parametrize("linear", [False, True])
+def test_upsample_2d_against_torch(device, rank, linear):
+    rng = np.random.default_rng(rank + 2 * linear)
+    shape = (2, 3, 5, 7) if rank == 4 else (1, 2, 3, 4, 5)
+    x = rng.standard_normal(shape).astype(np.float32)
+    sh, sw = 3, 2
+    out = shape[:-2] + (shape[-2] * sh, shape[-1] * sw)
+    desc = dml.Upsample2dOperatorDesc(T("float32", shape), T("float32", out), (sw, sh),
+                                      LINEAR if linear else NEAREST)
+    got = run_desc(device, desc, x).reshape(out)
+    tx = torch.from_numpy(x.reshape((-1,) + shape[-3:]) if rank == 5 else x)
+    if rank == 5:      # bilinear over H and W only: each depth slice on its own
+        tx = tx.reshape(-1, 1, *shape[-2:])
+    if linear:
+        want = F.interpolate(tx, scale_factor=(sh, sw), mode="bilinear", align_corners=False)
+    else:
+        want = F.interpolate(tx, scale_factor=(sh, sw), mode="nearest")
+    want = want.numpy().reshape(out)
+    np.testing.assert_allclose(got, want, rtol=0, atol=3e-6 if linear else 0)
+
+
+def test_windows_beyond_max_storage_buffer_range(device):
+    rng = np.random.default_rng(13)
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
+        for dtype, shape, out in (("float32", (2, 3, 20, 30), (2, 3, 31, 47)),
+                                  ("float16", (3, 20, 30), (2, 9, 70)),
+                                  ("uint8", (4, 50, 60), (5, 70, 33))):
+            x = random_data(rng, shape, dtype)
+            for linear in (False, True):
+                got = vkml.resample(x, sizes=out, mode="linear" if linear else "nearest",
+                                    device=small)
+                scales = [o / i for i, o in zip(shape, out)]
+                s32 = np.float32(scales).astype(np.float64)
+                half = ((0.5,) * len(out), (-0.5,) * len(out))
+                if not linear:
+                    assert_nearest(got, x, out, s32, *half)
+                    continue
+                ref = resample_reference(x, out, linear, s32, *half)
+                assert_matches(got, ref, dtype, coordinate_atol(x, out, scales, 0.5))
+
+
+def test_grids_beyond_max_workgroup_count(device):
+    rng = np.random.default_rng(17)
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
+        for shape, out in (((2, 3, 7, 60), (3, 4, 9, 700)), ((5, 4, 3), (7, 6, 5))):
+            x = rng.standard_normal(shape).astype(np.float32)
+            for linear in (False, True):
+                got = vkml.resample(x, sizes=out, mode="linear" if linear else "nearest",
+                                    device=dev)
+                scales = [o / i for i, o in zip(shape, out)]
+                s32 = np.float32(scales).astype(np.float64)
+                half = ((0.5,) * len(out), (-0.5,) * len(out))
+                if not linear:
+                    assert_nearest(got, x, out, s32, *half)
+                    continue
+                ref = resample_reference(x, out, linear, s32, *half)
+                assert_matches(got, ref, "float32", coordinate_atol(x, out, scales, 0.5))
+
+
+@pytest.mark.parametrize("read", ["ssbo", "texel"])
+def test_read_paths_and_packed_storage(device, read):
+    """Both float32 read paths, and float16/8-bit through 32-bit words on a device
+    opened without 16/8-bit storage (SwiftShader's case on lavapipe)."""
+    from vkml.ops.resample import CompiledResample
+
+    rng = np.random.default_rng(23)
+    x = rng.standard_normal((2, 5, 9)).astype(np.float32)
+    desc = dml.Resample1OperatorDesc(T("float32", x.shape), T("float32", (3, 7, 13)), LINEAR,
+                                     (1.3, 1.5, 1.45), (0.5, 0, 0.25), (-0.5, 0, 0.5))
+    op = CompiledResample(device, desc, read=read)
+    assert op.read == read or read == "texel" and op.read == "ssbo"
+    ref = resample_reference(x, (3, 7, 13), True, np.float32((1.3, 1.5, 1.45)), (0.5, 0, 0.25),
+                             (-0.5, 0, 0.5))
+    assert_matches(run_desc(device, desc, x, compiled=op).reshape(3, 7, 13), ref, "float32")
+    with vkml.Device(device.index, disable_features=["storage16", "storage8"]) as dev:
+        for dtype in ("float16", "int8", "uint8"):
+            xi = random_data(rng, (3, 5, 7), dtype)
+            for linear in (False, True):
+                got = vkml.resample(xi, (1, 1.7, 0.6), mode="linear" if linear else "nearest",
+                                    device=dev)
+                s32 = np.float32((1, 1.7, 0.6)).astype(np.float64)
+                if not linear:
+                    assert_nearest(got, xi, got.shape, s32, (0.5,) * 3, (-0.5,) * 3)
+                    continue
+                ref = resample_reference(xi, got.shape, linear, s32, (0.5,) * 3, (-0.5,) * 3)
+                assert_matches(got, ref, dtype)
+
+
+def test_tensor_in_tensor_out(device):
+    x = np.arange(4, dtype=np.float32).reshape(2, 2)
+    t = vkml.tensor(x, device=device)
+    y = vkml.resample(t, 2)
+    assert isinstance(y, vkml.Tensor) and y.shape == (4, 4)
+    np.testing.assert_array_equal(y.numpy(), np.repeat(np.repeat(x, 2, 0), 2, 1))
+
+
+def test_graph_node(device):
+    x, mid, y = T("float32", (1, 2, 3, 4)), T("float32", (1, 2, 6, 8)), T("float32", (1, 2, 6, 8))
+    N = dml.OperatorGraphNodeDesc
+    nodes = [N(dml.ResampleOperatorDesc(x, mid, LINEAR, (1, 1, 2, 2))),
+             N(dml.ActivationReluOperatorDesc(mid, y))]
+    g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
+                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
+    cg = device.compile_graph(g)
+    a = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    out = device.empty((1, 2, 6, 8), np.float32)
+    cg.execute([device.tensor(a)], [out])
+    cg.release()
+    want = np.maximum(resample_reference(a, (1, 2, 6, 8), True, (1, 1, 2, 2), (0.5,) * 4,
+                                         (-0.5,) * 4), 0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=2e-6)
+
+
+def test_no_leak_and_threads(device):
+    desc = dml.ResampleOperatorDesc(T("float32", (2, 3, 4)), T("float32", (2, 6, 8)), LINEAR,
+                                    (1, 2, 2))
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    want = resample_reference(x, (2, 6, 8), True, (1, 2, 2), (0.5,) * 3, (-0.5,) * 3)
+    xt, y = device.tensor(x), device.empty((2, 6, 8), np.float32)
+
+    def cycle():
+        c = device.compile_operator(device.create_operator(desc))
+        c.execute([xt], [y])
+        c.release()
+    cycle()
+    base = device.memory_stats()["used"]
+    for _ in range(50):
+        cycle()
+    assert device.memory_stats()["used"] == base
+    np.testing.assert_allclose(y.numpy(), want, rtol=0, atol=2e-6)
+
+    errors = []
+
+    def work(k):
+        xs = (x + k).astype(np.float32)
+        for _ in range(5):
+            got = vkml.resample(xs, (1, 2, 2), mode="linear", device=device)
+            np.testing.assert_allclose(got, want + k, rtol=0, atol=1e-5)
+    run_in_threads(work, errors)
+    assert not errors, errors
+
+
+# -- validation -------------------------------------------------------------------------
+def _desc(cls=dml.Resample1OperatorDesc, **kw):
+    args = dict(input_tensor=T("float32", (1, 2, 4, 4)), output_tensor=T("float32", (1, 2, 8, 8)),
+                interpolation_mode=NEAREST, scales=(1, 1, 2, 2),
+                input_pixel_offsets=(0.5,) * 4, output_pixel_offsets=(-0.5,) * 4)
+    if cls is dml.ResampleOperatorDesc:
+        args.pop("input_pixel_offsets")
+        args.pop("output_pixel_offsets")
+    args.update(kw)
+    return cls(**args)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(input_tensor=T("float32", (1, 1, 2, 4, 4)),
+          output_tensor=T("float32", (1, 1, 2, 8, 8)), scales=(1,) * 5), "input_tensor.sizes"),
+    (dict(output_tensor=T("float32", (2, 8, 8))), "output_tensor.sizes"),
+    (dict(input_tensor=T("int32", (1, 2, 4, 4)), output_tensor=T("int32", (1, 2, 8, 8))),
+     "input_tensor.data_type"),
+    (dict(output_tensor=T("float16", (1, 2, 8, 8))), "output_tensor.data_type"),
+    (dict(output_tensor=T("float32", (1, 2, 8, 8), (128, 64, 0, 1))), "output_tensor.strides"),
+    (dict(input_tensor=None), "input_tensor"),
+    (dict(interpolation_mode=7), "interpolation_mode"),
+    (dict(scales=(1, 1, 2)), "scales"),
+    (dict(scales=(1, 1, 0, 2)), "scales[2]"),
+    (dict(scales=(1, 1, 2, -1)), "scales[3]"),
+    (dict(scales=(1, 1, 2, float("nan"))), "scales[3]"),
+    (dict(scales=(1, float("inf"), 2, 2)), "scales[1]"),
+    (dict(scales=(1, 1, 2, 1e39)), "scales[3]"),
+    (dict(scales=2), "scales"),
+])
+@pytest.mark.parametrize("cls", [dml.Resample1OperatorDesc, dml.ResampleOperatorDesc])
+def test_validation_names_the_field(device, kw, field, cls):
+    with pytest.raises(ValidationError) as err:
+        device.create_operator(_desc(cls, **kw))
+    assert f"{cls.__name__}.{field}" in str(err.value)
+    # the device stays usable
+    np.testing.assert_array_equal(vkml.resample(np.ones(2, np.float32), 2, device=device),
+                                  np.ones(4, np.float32))
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(input_pixel_offsets=(0.5,) * 3), "input_pixel_offsets"),
+    (dict(output_pixel_offsets=(0.5,) * 5), "output_pixel_offsets"),
+    (dict(input_pixel_offsets=(0.5, 0.5, float("nan"), 0.5)), "input_pixel_offsets[2]"),
+    (dict(output_pixel_offsets=(0, 0, 0, float("-inf"))), "output_pixel_offsets[3]"),
+])
+def test_resample1_offsets_validation(device, kw, field):
+    with pytest.raises(ValidationError) as err:
+        device.create_operator(_desc(**kw))
+    assert f"Resample1OperatorDesc.{field}" in str(err.value)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(scale_size=(0, 2)), "scale_size.width"),
+    (dict(scale_size=(2, 0)), "scale_size.height"),
+    (dict(scale_size=(2, 2**31)), "scale_size.height"),
+    (dict(scale_size=(2,)), "scale_size"),
+    (dict(output_tensor=T("float32", (1, 2, 8, 7))), "output_tensor.sizes[3]"),
+    (dict(output_tensor=T("float32", (1, 3, 8, 8))), "output_tensor.sizes[1]"),
+    (dict(input_tensor=T("float32", (2, 4, 4)), output_tensor=T("float32", (2, 8, 8))),
+     "input_tensor.sizes"),
+    (dict(input_tensor=T("int8", (1, 2, 4, 4)), output_tensor=T("int8", (1, 2, 8, 8))),
+     "input_tensor.data_type"),
+    (dict(output_tensor=T("float16", (1, 2, 8, 8))), "output_tensor.data_type"),
+    (dict(interpolation_mode="cubic"), "interpolation_mode"),
+])
+def test_upsample_2d_validation(device, kw, field):
+    args = dict(input_tensor=T("float32", (1, 2, 4, 4)), output_tensor=T("float32", (1, 2, 8, 8)),
+                scale_size=(2, 2), interpolation_mode=NEAREST)
+    args.update(kw)
+    with pytest.raises(ValidationError) as err:
+        device.create_operator(dml.Upsample2dOperatorDesc(**args))
+    assert f"Upsample2dOperatorDesc.{field}" in str(err.value)
+
+
+def test_feature_levels():
+    assert _desc().feature_level() == dml.FeatureLevel.FL_2_1
+    assert _desc(dml.ResampleOperatorDesc).feature_level() == dml.FeatureLevel.FL_2_0
+    assert _desc(input_tensor=T("float32", (4, 4)), output_tensor=T("float32", (8, 8)),
+                 scales=(2, 2), input_pixel_offsets=(0, 0),
+                 output_pixel_offsets=(0, 0)).feature_level() == dml.FeatureLevel.FL_5_1
+    assert _desc(input_tensor=T("uint8", (1, 2, 4, 4)),
+                 output_tensor=T("uint8", (1, 2, 8, 8))).feature_level() == dml.FeatureLevel.FL_6_2
+
+
+def test_functional_argument_errors(device):
+    x = np.zeros((2, 4), np.float32)
+    with pytest.raises(TypeError):
+        vkml.resample(x, device=device)
+    with pytest.raises(ValidationError, match="sizes"):
+        vkml.resample(x, sizes=(2, 4, 1), device=device)
+    with pytest.raises(ValidationError, match="scales"):
+        vkml.resample(x, (2, 0), device=device)
+    with pytest.raises(ValidationError, match="data_type"):
+        vkml.resample(x.astype(np.float64), 2, device=device)
+    with pytest.raises(ValidationError, match="coordinate_transformation_mode"):
+        vkml.resample(x, 2, input_pixel_offsets=0, coordinate_transformation_mode="asymmetric",
+                      device=device)
+    with pytest.raises(ValidationError, match="mode"):
+        vkml.resample(x, 2, mode="cubic", device=device)
+
+
+def test_dxdispatch_descs(device):
+    """DxDispatch model files' RESAMPLE, RESAMPLE1 and UPSAMPLE_2D descs (PascalCase
+    fields, ScaleCount / DimensionCount, DML_SIZE_2D) build the descriptors."""
+    from bench.dxdispatch.descs import build_desc
+
+    t = lambda s: {"DataType": "DML_TENSOR_DATA_TYPE_FLOAT32", "Sizes": s}   # noqa: E731
+    up = build_desc("UPSAMPLE_2D", {"InputTensor": t([1, 2, 3, 4]),
+                                    "OutputTensor": t([1, 2, 6, 12]),
+                                    "ScaleSize": {"Width": 3, "Height": 2},
+                                    "InterpolationMode": "DML_INTERPOLATION_MODE_LINEAR"})
+    rs = build_desc("RESAMPLE", {"InputTensor": t([1, 2, 3, 4]), "OutputTensor": t([1, 2, 6, 12]),
+                                 "InterpolationMode": "DML_INTERPOLATION_MODE_LINEAR",
+                                 "ScaleCount": 4, "Scales": [1.0, 1.0, 2.0, 3.0]})
+    r1 = build_desc("RESAMPLE1", {"InputTensor": t([1, 2, 3, 4]), "OutputTensor": t([1, 2, 6, 12]),
+                                  "InterpolationMode": "DML_INTERPOLATION_MODE_NEAREST_NEIGHBOR",
+                                  "DimensionCount": 4, "Scales": [1.0, 1.0, 2.0, 3.0],
+                                  "InputPixelOffsets": [0.5] * 4,
+                                  "OutputPixelOffsets": [-0.5] * 4})
+    x = np.random.default_rng(2).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    assert np.array_equal(run_desc(device, up, x), run_desc(device, rs, x))
+    want = np.repeat(np.repeat(x, 2, 2), 3, 3)
+    assert np.array_equal(run_desc(device, r1, x).reshape(want.shape), want)
+
+
+def test_tuner_read_candidates_run(device):
+    """The tunable path ``resample_read``: each candidate records and runs a shape."""
+    import importlib
+
+    from vkml import tuning
+
+    mod = importlib.import_module("vkml.ops.resample")
+    desc = dml.ResampleOperatorDesc(T("float32", (1, 2, 5, 6)), T("float32", (1, 2, 10, 12)),
+                                    NEAREST, (1, 1, 2, 2))
+    shape = mod.read_shape(desc)
+    assert mod._read_class(shape).startswith("mode 0 rank 4")
+    for cand in mod.READ_PATH.candidates:
+        with device.context.sequence() as seq:
+            free = mod._read_run(device, seq, cand, shape)
+            seq.run()
+            free()
+    assert tuning.registered_paths()["resample_read"] is mod.READ_PATH
+
+
+# -- fuzzer ------------------------------------------------------------------------------
+@st.composite
+def resample_cases(draw):
+    rank = draw(st.integers(1, 4))
+    shape = [draw(st.integers(1, 6)) for _ in range(rank)]
+    scales = [draw(st.sampled_from([0.5, 1.0, 2.0, 3.0, 0.75, 1.7, 0.4])) for _ in range(rank)]
+    out = [max(1, int(n * s) + draw(st.integers(-1, 1))) for n, s in zip(shape, scales)]
+    return dict(shape=shape, out=out, scales=scales,
+                ins=[draw(st.sampled_from([0.0, 0.5, 0.25, -1.0])) for _ in range(rank)],
+                outs=[draw(st.sampled_from([0.0, -0.5, 0.5, 2.0])) for _ in range(rank)],
+                linear=draw(st.booleans()),
+                dtype=draw(st.sampled_from(["float32", "float16", "int8", "uint8"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["scale0", "int32", "rank5",
+                                                              "count", "nan", "type"])),
+                layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_resample(device, speed):
+    """Fuzzed RESAMPLE1 descriptors (tests/fuzzing.py): 1-4 dimensions, scales, offsets,
+    both modes, the four data types, non-packed layouts (NaN gaps), padded outputs with
+    canaries, and one broken rule at a time."""
+    @fuzz_settings(speed)
+    @given(resample_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        m, dtype = case["mutation"], case["dtype"]
+        shape, out, scales = list(case["shape"]), list(case["out"]), list(case["scales"])
+        ins, outs = list(case["ins"]), list(case["outs"])
+        want = {"scale0": ["scales[0]"], "int32": ["data_type"], "rank5": ["sizes"],
+                "count": ["scales"], "nan": ["input_pixel_offsets[0]"],
+                "type": ["output_tensor.data_type"]}.get(m, [])
+        out_dtype = dtype
+        if m == "scale0":
+            scales[0] = 0.0
+        elif m == "int32":
+            dtype = out_dtype = "int32"
+        elif m == "rank5":
+            shape, out = [1] + shape + [1] * (4 - len(shape)), [1] + out + [1] * (4 - len(out))
+            scales, ins, outs = [1.0] * 5, [0.0] * 5, [0.0] * 5
+        elif m == "count":
+            scales = scales + [1.0]
+        elif m == "nan":
+            ins[0] = float("nan")
+        elif m == "type":
+            out_dtype = "float32" if dtype != "float32" else "float16"
+        x = random_data(rng, shape, dtype)
+        flat, in_strides, x = lay_out(rng, x, case["layout"])
+        out_strides, read = padded_output(rng, out, out_dtype, case["out_padded"])
+        desc, compiled = compiled_or_refused(device, lambda: dml.Resample1OperatorDesc(
+            T(dtype, shape, in_strides), T(out_dtype, out, out_strides),
+            LINEAR if case["linear"] else NEAREST, scales, ins, outs), want)
+        if desc is None:
+            return
+        src, dst = execute_with_canaries(device, compiled, desc, flat)
+        got, gaps_intact = read(dst)
+        s32, i32, o32 = (np.float32(v).astype(np.float64) for v in (scales, ins, outs))
+        if case["linear"]:
+            ref = resample_reference(x, out, True, s32, i32, o32)
+            assert_matches(got, ref, dtype, coordinate_atol(x, out, scales, ins, outs))
+        else:
+            assert_nearest(got, x, out, s32, i32, o32)
+        assert gaps_intact, "wrote into the gaps of a non-packed output"
+        assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
+
+    check()

@@ -1,0 +1,364 @@
+"""Resample: ``DML_RESAMPLE_OPERATOR_DESC``, ``DML_RESAMPLE1_OPERATOR_DESC``,
+``DML_UPSAMPLE_2D_OPERATOR_DESC`` and ``vkml.resample``.
+
+Kernel: ``glsl/resample.comp``, a :class:`~vkml.ops.grid.BoxKernel` over the output box
+(windows past maxStorageBufferRange and split dispatches come from grid.py): an
+invocation computes 8 neighbouring outputs of the last dimension (compile-time, so its
+loops unroll into registers; stored as two vec4s where aligned), each from its input
+coordinate ``o * a + b`` (a = 1 / Scale, b = -OutputPixelOffset / Scale -
+InputPixelOffset, folded on the host in float64 and rounded to float32 once).  Float32
+reads through an R32F texel buffer (lavapipe vectorizes texel fetches, not storage
+loads) or storage buffers, chosen by the tuner (``resample_read``) where the input fits
+``maxTexelBufferElements``; the constructor's ``read=`` forces one.  Float16 is stored
+as halves (or packed in 32-bit words without 16-bit storage), INT8/UINT8 as bytes (or
+packed without 8-bit storage).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..dml.data_type import DataType
+from ..dml.operator import as_real, enum_of
+from ..dml.resample import (InterpolationMode, Resample1OperatorDesc, ResampleOperatorDesc,
+                            Upsample2dOperatorDesc)
+from ..dml.tensor_desc import TensorDesc, as_ints
+from ..errors import ArgumentTypeError, ValidationError
+from ..runtime import Bind
+from ..runtime.blocks import pack
+from .. import tuning
+from .base import implements
+from .functional import as_array, pick_device, run
+from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
+
+__all__ = ["resample", "onnx_resize_geometry"]
+
+_CONSTS = BOX_CONSTANTS + ("VEC_STORE", "MODE", "LIN_MASK")
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = dict.fromkeys(
+    ["resample_f32", "resample_f32_texel", "resample_f16", "resample_f16_packed",
+     "resample_i8", "resample_i8_packed", "resample_u8", "resample_u8_packed"], _CONSTS)
+#: |a| and |b| are kept below this, so ``o * a + b`` stays finite in float32 for every
+#: 32-bit coordinate (a scale of 1e-38 reads the input's first element, as any tiny one).
+_COORD_CAP = 2.0 ** 96
+
+
+def coordinate_map(scale: float, in_offset: float, out_offset: float) -> tuple[float, float]:
+    """(a, b), float32: input coordinate ``o * a + b`` for output coordinate o, the page's
+    ``OutputX = (InputX + InputPixelOffset) * Scale + OutputPixelOffset`` solved for InputX."""
+    a = 1.0 / scale
+    b = -out_offset / scale - in_offset
+    a, b = (float(np.float32(min(max(v, -_COORD_CAP), _COORD_CAP))) for v in (a, b))
+    return a, b
+
+
+def input_coordinates(o, a: float, b: float) -> np.ndarray:
+    """The kernel's float32 ``o * a + b`` (no fused multiply-add: ``precise``)."""
+    o = np.asarray(o, dtype=np.float32)
+    return (o * np.float32(a)).astype(np.float32) + np.float32(b)
+
+
+def _vec4s(values) -> list:
+    """Per-dimension values padded with zeros to whole vec4s (the blocks' arrays)."""
+    return list(values) + [0] * (-len(values) % 4)
+
+
+@implements(Resample1OperatorDesc, ResampleOperatorDesc, Upsample2dOperatorDesc)
+class CompiledResample(BoxKernel):
+    """Resample on this device: see the module doc."""
+
+    #: "texel" (float32 through an R32F uniform texel buffer) or "ssbo" (a path the
+    #: tensor or device does not allow falls back to "ssbo"); None: the tuner chooses
+    #: (:data:`READ_PATH`); "auto": texel where the whole input fits
+    #: maxTexelBufferElements, without measuring.  The constructor's ``read=`` sets it.
+    force_read: str | None = None
+    #: Output elements along the last dimension per invocation: always 8 (the kernel's
+    #: compile-time V), the grid's x along the last dimension only.
+    vec: int = 8
+    x_last_only = True
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
+
+    def build(self) -> None:
+        d = self.desc
+        src, dst = d.input_tensor, d.output_tensor
+        scales, ins, outs = d.geometry()
+        dt = src.data_type
+        if dt in (DataType.INT8, DataType.UINT8):
+            family = "resample_" + ("i8" if dt == DataType.INT8 else "u8")
+            self.kernel = family + ("" if self.features.get("storage8") else "_packed")
+            self.in_esize = self.out_esize = 1
+            self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
+            self.out_bytes = dst.total_tensor_size_in_bytes
+            self.rank = dst.dimension_count
+            self.box = list(dst.sizes)
+            self.box_out_strides = list(dst.element_strides)
+        else:
+            self.float_box("resample")
+        self.in_sizes = list(src.sizes)
+        self.in_strides = list(src.element_strides)
+        self.coords = [coordinate_map(s, i, o) for s, i, o in zip(scales, ins, outs)]
+        self.linear = d.mode == InterpolationMode.LINEAR
+        # dimensions whose weights can be non-zero: elsewhere linear is nearest's floor(x)
+        self.lin_mask = 0
+        for k, ((a, b), n) in enumerate(zip(self.coords, self.in_sizes)):
+            if self.linear and n > 1 and not (a == 1.0 and b == 0.0):
+                self.lin_mask |= 1 << k
+        self.local = min(256, self.workgroup_size)
+        self.windows = self.plan_windows()
+        texel_ok = (self.kernel == "resample_f32" and self.windows is None
+                    and self.in_bytes // 4 <= self.ctx.limits["maxTexelBufferElements"])
+        read = "texel" if texel_ok and self.force_read in (None, "auto", "texel") else "ssbo"
+        if self.force_read is None and texel_ok:
+            read = self.tuned_read(READ_PATH, read_shape(d), {"ssbo": True}) or read
+        self.apply_read(read)
+        n = self.rank
+        self.params = self.upload(np.frombuffer(pack(
+            self.kernel, "Params", out_stride=_vec4s(self.box_out_strides),
+            in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
+            coord_a=_vec4s([a for a, _ in self.coords]),
+            coord_b=_vec4s([b for _, b in self.coords])), np.uint8))
+        self.consts = {"RANK": n, "MODE": int(self.linear), "LIN_MASK": self.lin_mask}
+
+    def in_span(self, origin, extent):
+        """The input elements a box reads: per dimension the indices its first and last
+        coordinates take (the map is increasing), as the kernel computes them."""
+        lo = hi = 0
+        for k in range(self.rank):
+            first, last = self.indices(k, [origin[k], origin[k] + extent[k] - 1])
+            lo += int(first[0]) * self.in_strides[k]
+            hi += int(last[-1]) * self.in_strides[k]
+        return lo, hi + 1
+
+    def indices(self, k: int, o) -> tuple[np.ndarray, np.ndarray]:
+        """glsl/resample.comp's ``locate``: the (i0, i1) input indices of output
+        coordinates ``o`` along dimension k (i0 only is read by nearest)."""
+        n = self.in_sizes[k]
+        xf = np.clip(input_coordinates(o, *self.coords[k]), -1.0, float(n))
+        f = np.floor(xf)
+        i = f.astype(np.int64)
+        if self.linear and self.lin_mask >> k & 1:
+            return np.clip(i, 0, n - 1), np.clip(i + 1, 0, n - 1)
+        near = np.clip(i + (xf - f >= 0.5), 0, n - 1)
+        return near, near
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """Rows a workgroup rounded up to a power of two (rows past the box are masked):
+        fewer distinct pipelines to build across shapes."""
+        cap = max(1, min(self.local // lx, self.max_local_y))
+        return lx, min(1 << (ly - 1).bit_length(), cap)
+
+    def vector_width(self, origin, extent, out_base) -> int:
+        """Always the kernel's V = 8 (a short row's tail is masked)."""
+        return 8
+
+    def vector_store(self, origin, out_base, v) -> bool:
+        return self.kernel.startswith("resample_f32") and super().vector_store(
+            origin, out_base, v)
+
+    def encode(self, seq, inputs, outputs) -> None:
+        x, y = inputs[0].allocation, outputs[0].allocation
+
+        def pipeline_for(local, ly, xdims, v, vec_store):
+            return self.pipeline(self.kernel, {
+                "LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": ly, "XDIMS": xdims,
+                "VEC_STORE": int(vec_store), **self.consts})
+
+        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
+                              self.in_kind, self.in_fmt)
+
+
+def read_shape(desc) -> dict:
+    """A float32 resample as the tuner's JSON shape (RESAMPLE1's fields)."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    scales, ins, outs = desc.geometry()
+    return {"in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            "mode": int(desc.mode), "scales": list(scales), "ins": list(ins),
+            "outs": list(outs)}
+
+
+def _read_class(shape) -> str:
+    """Shapes sharing a read path choice: mode, rank and output size (a factor of 4)."""
+    nbytes = 4 * math.prod(shape["out"][0])
+    return f"mode {shape['mode']} rank {len(shape['out'][0])} out 4^{nbytes.bit_length() // 2}"
+
+
+def _read_run(device, seq, cand, shape):
+    """Record a resample of ``shape`` read by candidate ``cand`` (its own tensors)."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    desc = Resample1OperatorDesc(_f32_desc(isz, ist), _f32_desc(osz, ost), shape["mode"],
+                                 tuple(shape["scales"]), tuple(shape["ins"]),
+                                 tuple(shape["outs"]))
+    return timed_read_candidate(device, seq, CompiledResample(device, desc,
+                                                              read=cand.params["read"]), cand)
+
+
+def _f32_desc(sizes, strides) -> TensorDesc:
+    """A float32 TensorDesc (the tuner's shapes are float32)."""
+    return TensorDesc(DataType.FLOAT32, tuple(sizes), tuple(strides))
+
+
+#: Resample's float32 read path where the input fits a texel buffer: "auto" (R32F texel
+#: reads, the ``VKML_TUNE=off`` default) or "ssbo" (storage-buffer reads), by measurement.
+READ_PATH = tuning.register_path(
+    "resample_read", [("auto", {"read": "auto"}), ("ssbo", {"read": "ssbo"})], "auto",
+    _read_class, _read_run, work_fn=tuning.io_elements,
+    examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
+               "out": [[1, 64, 224, 224], [3211264, 50176, 224, 1]], "mode": 0,
+               "scales": [1.0, 1.0, 2.0, 2.0], "ins": [0.5] * 4, "outs": [-0.5] * 4}])
+
+
+#: ONNX Resize's coordinate_transformation_mode values this mapping takes.
+COORDINATE_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric",
+                    "tf_half_pixel_for_nn", "half_pixel_symmetric")
+#: ONNX Resize's nearest_mode values.
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def onnx_resize_geometry(in_sizes, out_sizes, scales=None, *,
+                         coordinate_transformation_mode="half_pixel",
+                         nearest_mode="round_prefer_floor", mode="nearest"):
+    """ONNX Resize's coordinate mapping as RESAMPLE1's ``(scales, input_pixel_offsets,
+    output_pixel_offsets)``.
+
+    ``scales``: ONNX's per-dimension scales (None: ``out / in``, as ONNX when sizes
+    are given).  ONNX maps output coordinate o to input coordinate x; RESAMPLE1 reads
+    ``x = (o - OutputPixelOffset) / Scale - InputPixelOffset``:
+
+    * asymmetric ``x = o / s``: Scale s, offsets 0, 0 -- exact;
+    * half_pixel ``x = (o + 0.5) / s - 0.5``: offsets 0.5, -0.5 (RESAMPLE) -- exact;
+    * pytorch_half_pixel: half_pixel, and ``x = 0`` where the output size is 1
+      (offsets 0, 0) -- exact;
+    * align_corners ``x = o (in - 1) / (out - 1)``: Scale ``(out - 1) / (in - 1)``,
+      offsets 0 (``x = 0`` where in or out is 1) -- exact up to the float32 rounding of
+      the scale;
+    * tf_half_pixel_for_nn ``x = (o + 0.5) / s``: offsets 0, -0.5 -- exact;
+    * half_pixel_symmetric: half_pixel shifted by ``in / 2 * (1 - out / (in s))`` --
+      exact;
+    * tf_crop_and_resize (needs a region of interest and an extrapolation value): not
+      expressible; ValidationError.
+
+    A dimension of scale 1 whose size does not change is a copy (scale 1, offsets 0,
+    whatever the modes), as ONNX Runtime treats it.
+
+    Nearest modes (mode "nearest"): RESAMPLE1 rounds halves up (index
+    ``floor(x + 0.5)``), so round_prefer_ceil is exact and floor (x shifted by half a
+    pixel: ``floor(x) = floor((x - 0.5) + 0.5)``) is exact; round_prefer_floor and ceil
+    cannot be expressed exactly (they differ from it exactly at ties, the one place an
+    offset cannot reach) and are mapped by shifting x by ``eps = 1 / (4 * out)`` (ONNX
+    Runtime's DirectML provider nudges by an epsilon the same way): exact wherever x is
+    farther than eps from a tie and the float32 arithmetic resolves it, which holds for
+    every x of an ONNX-sized resize (its coordinates are multiples of ``1 / (2 out)``)
+    while ``in * out`` stays below about 2^20 per dimension.  Linear mode ignores
+    nearest_mode (ONNX's linear/bilinear/trilinear ``Resize`` with
+    ``cubic``/``antialias`` are not resample).
+    """
+    n = len(in_sizes)
+    ctm = str(coordinate_transformation_mode).lower()
+    nm = str(nearest_mode).lower()
+    if ctm not in COORDINATE_MODES:
+        raise ValidationError("coordinate_transformation_mode", f"{ctm!r} has no RESAMPLE1 "
+                              f"equivalent (one of {', '.join(COORDINATE_MODES)})")
+    if nm not in NEAREST_MODES:
+        raise ValidationError("nearest_mode", f"must be one of {', '.join(NEAREST_MODES)}, "
+                              f"got {nm!r}")
+    if scales is None:
+        scales = [o / i for i, o in zip(in_sizes, out_sizes)]
+    out_s, out_i, out_o = [], [], []
+    for k in range(n):
+        i, o, s = in_sizes[k], out_sizes[k], float(scales[k])
+        io, oo = {"half_pixel": (0.5, -0.5), "pytorch_half_pixel": (0.5, -0.5),
+                  "asymmetric": (0.0, 0.0), "align_corners": (0.0, 0.0),
+                  "tf_half_pixel_for_nn": (0.0, -0.5),
+                  "half_pixel_symmetric": (0.5, -0.5)}[ctm]
+        if s == 1.0 and i == o:
+            # ONNX Runtime copies a dimension of scale 1, whatever the modes (with
+            # tf_half_pixel_for_nn the formula would shift it by half a pixel)
+            out_s.append(1.0)
+            out_i.append(0.0)
+            out_o.append(0.0)
+            continue
+        if ctm == "pytorch_half_pixel" and o == 1:
+            io, oo = 0.0, 0.0
+        elif ctm == "align_corners":
+            s = (o - 1) / (i - 1) if o > 1 and i > 1 else 1.0
+        elif ctm == "half_pixel_symmetric":
+            io -= i / 2 * (1 - o / (i * s))
+        if mode == "nearest":
+            eps = 0.25 / max(o, 1)
+            io += {"round_prefer_ceil": 0.0, "floor": 0.5, "round_prefer_floor": eps,
+                   "ceil": eps - 0.5}[nm]
+        out_s.append(s)
+        out_i.append(io)
+        out_o.append(oo)
+    return tuple(out_s), tuple(out_i), tuple(out_o)
+
+
+def _reals(value, n: int, field: str, default=None) -> tuple:
+    if value is None:
+        if default is None:
+            raise ArgumentTypeError(field, "is required")
+        return (default,) * n
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        return (as_real(value, field),) * n
+    return tuple(as_real(v, f"{field}[{i}]") for i, v in enumerate(value))
+
+
+def resample(x, scales=None, *, sizes=None, mode="nearest", input_pixel_offsets=None,
+             output_pixel_offsets=None, coordinate_transformation_mode=None,
+             nearest_mode=None, device=None):
+    """Resample ``x`` (1 to 4 dimensions; float32, float16, int8, uint8),
+    ``DML_RESAMPLE1_OPERATOR_DESC``: output element o reads input coordinate
+    ``x = (o - output_pixel_offset) / scale - input_pixel_offset`` per dimension.
+
+    ``mode``: "nearest" (the element at ``floor(x + 0.5)``: halves round up, DirectML's
+    rounding) or "linear" (weights ``1 - frac(x)``, ``frac(x)`` along each dimension);
+    indices are clamped to the input.  ``scales`` (one per dimension, or one for all)
+    and ``sizes`` (the output's): either or both; sizes default to ``floor(in *
+    scale)``, scales to ``out / in``.  Offsets default to 0.5 and -0.5 (pixel centres:
+    DML_RESAMPLE_OPERATOR_DESC, ONNX's half_pixel, PyTorch's ``align_corners=False``).
+
+    ``coordinate_transformation_mode`` / ``nearest_mode`` (ONNX Resize's attributes,
+    instead of the offsets) map through :func:`onnx_resize_geometry`, whose doc says
+    which map exactly.  PyTorch ``F.interpolate`` given ``size``: "nearest" is
+    asymmetric + floor, "nearest-exact" half_pixel + round_prefer_ceil, linear modes
+    with ``align_corners`` False / True are half_pixel / align_corners (all exact).
+    """
+    dev = pick_device(device, x)
+    x = as_array(x, "x")
+    n = len(x.shape)
+    mode = enum_of(InterpolationMode, {"nearest": 0, "linear": 1}.get(mode, mode), "mode",
+                   "DML_INTERPOLATION_MODE_")
+    if sizes is None and scales is None:
+        raise ArgumentTypeError("scales", "scales or sizes is required")
+    if sizes is not None:
+        sizes = as_ints(sizes, "sizes")
+        if len(sizes) != n:
+            raise ValidationError("sizes", f"must have {n} entries (x's dimensions), got "
+                                  f"{len(sizes)}")
+        if scales is None:
+            scales = tuple(o / i if i else 1.0 for i, o in zip(x.shape, sizes))
+    scales = _reals(scales, n, "scales")
+    if sizes is None and len(scales) == n:
+        sizes = tuple(max(1, math.floor(i * s)) if math.isfinite(s) and s > 0 else 1
+                      for i, s in zip(x.shape, scales))
+    if coordinate_transformation_mode is not None or nearest_mode is not None:
+        if input_pixel_offsets is not None or output_pixel_offsets is not None:
+            raise ValidationError("coordinate_transformation_mode", "give either the ONNX "
+                                  "modes or the pixel offsets, not both")
+        scales, ins, outs = onnx_resize_geometry(
+            x.shape, sizes, scales,
+            coordinate_transformation_mode=coordinate_transformation_mode or "half_pixel",
+            nearest_mode=nearest_mode or "round_prefer_floor",
+            mode="linear" if mode == InterpolationMode.LINEAR else "nearest")
+    else:
+        ins = _reals(input_pixel_offsets, n, "input_pixel_offsets", 0.5)
+        outs = _reals(output_pixel_offsets, n, "output_pixel_offsets", -0.5)
+    desc = Resample1OperatorDesc(TensorDesc(x.dtype, tuple(x.shape)),
+                                 TensorDesc(x.dtype, tuple(sizes)), mode, scales, ins, outs)
+    return run(dev, desc, [x])
