@@ -68,6 +68,11 @@ def valid_descs() -> dict:
                                                        (1, 1, 2, 2), (1, 1, 1, -1)),
         dml.ElementWiseAdd1OperatorDesc: dml.ElementWiseAdd1OperatorDesc(x, x, x),
         dml.ElementWiseIdentityOperatorDesc: dml.ElementWiseIdentityOperatorDesc(x, x),
+        dml.ResampleOperatorDesc: dml.ResampleOperatorDesc(x, y, scales=(1, 1, 1.5, 1.5)),
+        dml.Resample1OperatorDesc: dml.Resample1OperatorDesc(
+            x, y, scales=(1, 1, 1.5, 1.5), input_pixel_offsets=(0.5,) * 4,
+            output_pixel_offsets=(-0.5,) * 4),
+        dml.Upsample2dOperatorDesc: dml.Upsample2dOperatorDesc(x, T(1, 1, 8, 8), (2, 2)),
     }
     for cls in (dml.ElementWiseAddOperatorDesc, dml.ElementWiseSubtractOperatorDesc,
                 dml.ElementWiseMultiplyOperatorDesc, dml.ElementWiseDivideOperatorDesc,
