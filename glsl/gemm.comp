@@ -4,25 +4,40 @@
 // B's last two for a transform and gives 0 for a broadcast dimension), so transposed,
 // strided and broadcast operands need no copy.
 //
-// Tiled and register-blocked: a workgroup of LX x LY invocations computes a
-// (4*LY) x (4*LX) block of Y; each K step of KT stages op(A)'s (4*LY) x KT and op(B)'s
-// KT x (4*LX) slices in shared memory (out-of-range elements as 0, so the inner loop has
-// no bounds tests), and each invocation accumulates a 4 x 4 block as four vec4 rows:
-// per k two vec4 shared loads feed 16 FMAs.  Arithmetic is float32 for every storage
-// type (float16 stored as halves, or packed two to a word without 16-bit storage).
-// TEXEL variants read float32 A and B as R32F texels: lavapipe gathers texel fetches
-// across lanes but runs storage-buffer loads one lane at a time.
-// No early return: every invocation reaches the barriers.
+// Two families, one text:
+// * TILED: a workgroup of LX x LY invocations computes a (4*LY) x (4*LX) block of Y;
+//   each K step of KT stages op(A)'s (4*LY) x KT and op(B)'s KT x (4*LX) slices in
+//   shared memory (out-of-range elements as 0, so the inner loop has no bounds tests),
+//   and each invocation accumulates a 4 x 4 block as four vec4 rows: per k two vec4
+//   shared loads feed 16 FMAs.  Suits devices with fast shared memory.
+// * DIRECT: no shared memory and no barriers; each invocation reads its own 4 rows of
+//   op(A) and 4 columns of op(B) per k (rows and columns past the end clamped to the
+//   last, their results never stored).  On lavapipe barriers and shared memory cost more
+//   than the reuse saves.  TEXEL4 reads A along K and B along N as RGBA32F texels (the
+//   host's rule: both contiguous there, K and N multiples of 4, every other stride and
+//   base 4-aligned): per 4 k, 8 vec4 fetches feed 64 FMAs.
+// Arithmetic is float32 for every storage type (float16 stored as halves, or packed two
+// to a word without 16-bit storage).  TEXEL variants read float32 A and B as R32F texels:
+// lavapipe gathers texel fetches across lanes but runs storage-buffer loads one lane at a
+// time.  No early return: every invocation reaches the barriers.
 //
-// vkml:variant gemm_f32 F32=1
-// vkml:variant gemm_f32_texel F32=1 TEXEL=1
-// vkml:variant gemm_f16 F16=1
-// vkml:variant gemm_f16_packed F16_PACKED=1
+// vkml:variant gemm_tiled_f32 F32=1
+// vkml:variant gemm_tiled_f32_texel F32=1 TEXEL=1
+// vkml:variant gemm_tiled_f16 F16=1
+// vkml:variant gemm_tiled_f16_packed F16_PACKED=1
+// vkml:variant gemm_direct_f32 F32=1 DIRECT=1
+// vkml:variant gemm_direct_f32_texel F32=1 TEXEL=1 DIRECT=1
+// vkml:variant gemm_direct_f32_texel4 F32=1 TEXEL4=1 DIRECT=1
+// vkml:variant gemm_direct_f16 F16=1 DIRECT=1
+// vkml:variant gemm_direct_f16_packed F16_PACKED=1 DIRECT=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
-#ifdef TEXEL
+#if defined(TEXEL4)
+layout(set = 0, binding = 0) uniform samplerBuffer At;     // RGBA32F: 4 elements a texel
+layout(set = 0, binding = 1) uniform samplerBuffer Bt;
+#elif defined(TEXEL)
 layout(set = 0, binding = 0) uniform samplerBuffer At;
 layout(set = 0, binding = 1) uniform samplerBuffer Bt;
 #define LOADA(i) texelFetch(At, int(i)).x
@@ -57,10 +72,12 @@ layout(push_constant) uniform Push {
 };
 
 const uint LX = gl_WorkGroupSize.x, LY = gl_WorkGroupSize.y;
-const uint KT = 16u;
 const uint BM = 4u * LY, BN = 4u * LX;
+#ifndef DIRECT
+const uint KT = 16u;
 shared vec4 As[KT][LY];           // As[k][r] = op(A) rows 4r..4r+3 at column k
 shared vec4 Bs[KT][LX];           // Bs[k][q] = op(B) columns 4q..4q+3 at row k
+#endif
 
 void main() {
     uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
@@ -75,6 +92,37 @@ void main() {
     uint abase = at.x * sa.x + at.y * sa.y - a_base;
     uint bbase = at.x * sb.x + at.y * sb.y - b_base;
     vec4 acc[4] = vec4[4](vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0));
+#if defined(DIRECT) && defined(TEXEL4)
+    uint m0 = at.z + 4u * ty, n0 = min(at.w + 4u * tx, end.w - 4u);
+    uint ra[4];
+    [[unroll]] for (uint i = 0u; i < 4u; i++) ra[i] = (abase + min(m0 + i, end.z - 1u) * sa.z) >> 2;
+    uint bq = (bbase + n0) >> 2, kstep = sb.z >> 2;
+    for (uint kq = 0u; kq < kn / 4u; kq++) {
+        uint q = bq + 4u * kq * kstep;
+        vec4 b0 = texelFetch(Bt, int(q)), b1 = texelFetch(Bt, int(q + kstep));
+        vec4 b2 = texelFetch(Bt, int(q + 2u * kstep)), b3 = texelFetch(Bt, int(q + 3u * kstep));
+        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+            vec4 av = texelFetch(At, int(ra[i] + kq));
+            acc[i] += av.x * b0 + av.y * b1 + av.z * b2 + av.w * b3;
+        }
+    }
+#elif defined(DIRECT)
+    uint m0 = at.z + 4u * ty, n0 = at.w + 4u * tx;
+    uint ra[4], rb[4];
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        ra[i] = abase + min(m0 + i, end.z - 1u) * sa.z;
+        rb[i] = bbase + min(n0 + i, end.w - 1u) * sb.w;
+    }
+    for (uint kk = 0u; kk < kn; kk++) {
+        uint ka = kk * sa.w, kb = kk * sb.z;
+        vec4 av = vec4(LOADA(ra[0] + ka), LOADA(ra[1] + ka), LOADA(ra[2] + ka), LOADA(ra[3] + ka));
+        vec4 bv = vec4(LOADB(rb[0] + kb), LOADB(rb[1] + kb), LOADB(rb[2] + kb), LOADB(rb[3] + kb));
+        acc[0] += av.x * bv;
+        acc[1] += av.y * bv;
+        acc[2] += av.z * bv;
+        acc[3] += av.w * bv;
+    }
+#else
     for (uint k0 = 0u; k0 < kn; k0 += KT) {
         // op(A): BM x KT elements, consecutive invocations on consecutive rows
         [[unroll]] for (uint e = tid; e < BM * KT; e += LX * LY) {
@@ -102,6 +150,7 @@ void main() {
         }
         barrier();
     }
+#endif
     vec4 prm = act_params;
     uvec4 sc = c_stride, sy = y_stride;
     uint cb = at.x * sc.x + at.y * sc.y - c_base;

@@ -23,7 +23,8 @@ from ..dml.operator import as_real, enum_of
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..intmath import ceil_div
-from ..runtime import FORMAT_R32_SFLOAT, Bind
+from .. import tuning
+from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
@@ -32,8 +33,13 @@ from .grid import binding_window, check_allocatable, pieces, plan_windows, strid
 __all__ = ["gemm"]
 
 #: Kernel variants this module requests and the specialization constants it sets.
-VARIANTS = dict.fromkeys(["gemm_f32", "gemm_f32_texel", "gemm_f16", "gemm_f16_packed"],
-                         ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT"))
+VARIANTS = dict.fromkeys(
+    [f"gemm_tiled_{t}" for t in ("f32", "f32_texel", "f16", "f16_packed")]
+    + [f"gemm_direct_{t}" for t in ("f32", "f32_texel", "f32_texel4", "f16", "f16_packed")],
+    ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT"))
+
+#: The kernel families (glsl/gemm.comp) and the reads each can take.
+PATHS = {"direct": ("texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
 
 #: Workgroup shape; each invocation computes 4 x 4 outputs (the kernel's register block).
 LOCAL = (8, 8)
@@ -57,10 +63,15 @@ def _four(t: TensorDesc | None, swap: bool = False) -> list[int]:
 class CompiledGemm(CompiledOperator):
     """GEMM on this device: see the module doc."""
 
-    def __init__(self, device, desc, read: str | None = None):
-        if read not in (None, "texel", "ssbo"):
-            raise ValidationError("read", f"must be 'texel' or 'ssbo', got {read!r}")
-        self.force_read = read
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
+        """``path``: "direct" or "tiled" forces a kernel family (None: :data:`PATH`'s
+        choice); ``read``: "texel4", "texel" or "ssbo" forces a read where the geometry
+        allows it (None: the widest that does)."""
+        if path not in (None, *PATHS):
+            raise ValidationError("path", f"must be one of {tuple(PATHS)}, got {path!r}")
+        if read not in (None, "texel4", "texel", "ssbo"):
+            raise ValidationError("read", f"must be 'texel4', 'texel' or 'ssbo', got {read!r}")
+        self.force_path, self.force_read = path, read
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -81,11 +92,9 @@ class CompiledGemm(CompiledOperator):
         base = "f32" if y.data_type == DataType.FLOAT32 else (
             "f16" if self.features.get("storage16") else "f16_packed")
         self.windows = self._plan_windows()
-        texels = self.ctx.limits["maxTexelBufferElements"]
-        self.read = "texel" if (base == "f32" and self.windows is None
-                                and self.force_read != "ssbo"
-                                and max(self.bytes[:2]) // 4 <= texels) else "ssbo"
-        self.kernel = "gemm_" + base + ("_texel" if self.read == "texel" else "")
+        self.path = self._choose_path()
+        self.read = self._choose_read(base)
+        self.kernel = f"gemm_{self.path}_{base}" + ("" if self.read == "ssbo" else f"_{self.read}")
         act = d.fused_activation
         self.pipe = self.pipeline(self.kernel, {
             "LOCAL_SIZE_X": LOCAL[0], "LOCAL_SIZE_Y": LOCAL[1], "HAS_C": self.has_c,
@@ -95,6 +104,40 @@ class CompiledGemm(CompiledOperator):
                      act_params=act.kernel_parameters() if act is not None else np.zeros(4),
                      alpha=float(d.alpha), beta=float(d.beta), k_size=k)
         self.params = self.upload(np.frombuffer(block, np.uint8))
+
+    def _choose_read(self, base: str) -> str:
+        """texel4 (direct float32 only): A contiguous along K and B along N, K and N
+        multiples of 4, every other stride 4-aligned, so each 4-element run is one
+        RGBA32F texel; texel (float32): A and B as R32F texels; else storage buffers.
+        Texel reads need the tensors bound whole (no windows) within
+        maxTexelBufferElements."""
+        texels = self.ctx.limits["maxTexelBufferElements"]
+        if base != "f32" or self.windows is not None or self.force_read == "ssbo" \
+                or max(self.bytes[:2]) // 4 > texels:
+            return "ssbo"
+        sa, sb = self.strides[0], self.strides[1]
+        aligned = (sa[3] == 1 and sb[3] == 1 and self.k % 4 == 0 and self.box[3] % 4 == 0
+                   and all(s % 4 == 0 for s in sa[:3] + sb[:3])
+                   and all(nb % 16 == 0 for nb in self.bytes[:2]))
+        if self.path == "direct" and aligned and self.force_read in (None, "texel4"):
+            return "texel4"
+        return "texel"
+
+    def _choose_path(self) -> str:
+        """The forced path, else the tuner's choice for the shape's class; with
+        ``VKML_TUNE=off`` "direct" (no shared memory or barriers: it runs on every
+        device, and is the one lavapipe's coroutine barriers do not slow)."""
+        if self.force_path is not None:
+            return self.force_path
+        choice = tuning.choose(self.device, PATH, self.shape())
+        self.observe_choice(choice, self.shape())
+        return choice.name
+
+    def shape(self) -> dict:
+        """The tuner's shape: M, K, N, the batch layer count, data type."""
+        return {"m": self.box[2], "k": self.k, "n": self.box[3],
+                "batch": self.box[0] * self.box[1],
+                "dtype": self.desc.output_tensor.data_type.name.lower()}
 
     def spans(self, origin, extent) -> list[tuple[int, int]]:
         """[lo, hi) elements of A, B, C and the output a box of the output reads/writes."""
@@ -128,7 +171,7 @@ class CompiledGemm(CompiledOperator):
             allocs = allocs[:2] + [allocs[3], allocs[3]]
         if origin is None:
             nbytes = self.bytes[:2] + [self.bytes[2] or self.bytes[3], self.bytes[3]]
-            fmt = FORMAT_R32_SFLOAT if self.read == "texel" else 0
+            fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT}.get(self.read, 0)
             binds = [Bind(a, 0, nb, "r", fmt if i < 2 else 0)
                      for i, (a, nb) in enumerate(zip(allocs[:3], nbytes))]
             return binds + [Bind(allocs[3], 0, nbytes[3], "w")], [0] * 4
@@ -172,6 +215,40 @@ class CompiledGemm(CompiledOperator):
         return [([b0, c0, m0, n0], [nb, nc, nm, nn]) for b0, nb, c0, nc in layers
                 for m0, nm in pieces(extent[2], gy * BLOCK_M, origin[2])
                 for n0, nn in pieces(extent[3], gx * BLOCK_N, origin[3])]
+
+
+def _path_class(shape) -> str:
+    """GEMMs sharing a path choice: M, K, N and the layer count each within a factor of 4."""
+    return shape["dtype"] + "".join(f" {k} 4^{int(shape[k]).bit_length() // 2}"
+                                    for k in ("m", "k", "n", "batch"))
+
+
+def _path_run(device, seq, cand, shape):
+    """Record a packed GEMM of ``shape`` on candidate ``cand``."""
+    dt, b, m, k, n = (shape.get("dtype", "float32"), int(shape.get("batch", 1)),
+                      int(shape["m"]), int(shape["k"]), int(shape["n"]))
+    ts = [TensorDesc(dt, (b, r, c)) for r, c in ((m, k), (k, n), (m, n))]
+    op = CompiledGemm(device, GemmOperatorDesc(ts[0], ts[1], None, ts[2]),
+                      path=cand.params["path"])
+    bufs = [device.empty((t.total_tensor_size_in_bytes,), np.uint8) for t in ts]
+    op.encode(seq, bufs[:2] + [None], bufs[2:])
+
+    def free():
+        op.release()
+        for t in bufs:
+            t.free()
+    return free
+
+
+#: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
+#: :meth:`CompiledGemm._choose_path`) or "tiled", chosen by the device's timing for the
+#: shape's class (M, K, N and the layer count within a factor of 4).
+PATH = tuning.register_path(
+    "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})], "direct",
+    _path_class, _path_run,
+    work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
+    examples=[{"m": 256, "k": 256, "n": 256, "batch": 1, "dtype": "float32"},
+              {"m": 64, "k": 64, "n": 64, "batch": 16, "dtype": "float32"}])
 
 
 def _transform(value, name: str) -> MatrixTransform:
