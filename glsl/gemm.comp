@@ -72,7 +72,12 @@ layout(push_constant) uniform Push {
 };
 
 const uint LX = gl_WorkGroupSize.x, LY = gl_WorkGroupSize.y;
-const uint BM = 4u * LY, BN = 4u * LX;
+#ifdef TEXEL4
+const uint RM = 8u;               // rows an invocation (texel4: 8 x 4, more reuse per fetch)
+#else
+const uint RM = 4u;
+#endif
+const uint BM = RM * LY, BN = 4u * LX;
 #ifndef DIRECT
 const uint KT = 16u;
 shared vec4 As[KT][LY];           // As[k][r] = op(A) rows 4r..4r+3 at column k
@@ -91,17 +96,18 @@ void main() {
     uvec4 sa = a_stride, sb = b_stride;
     uint abase = at.x * sa.x + at.y * sa.y - a_base;
     uint bbase = at.x * sb.x + at.y * sb.y - b_base;
-    vec4 acc[4] = vec4[4](vec4(0.0), vec4(0.0), vec4(0.0), vec4(0.0));
+    vec4 acc[RM];
+    [[unroll]] for (uint i = 0u; i < RM; i++) acc[i] = vec4(0.0);
 #if defined(DIRECT) && defined(TEXEL4)
-    uint m0 = at.z + 4u * ty, n0 = min(at.w + 4u * tx, end.w - 4u);
-    uint ra[4];
-    [[unroll]] for (uint i = 0u; i < 4u; i++) ra[i] = (abase + min(m0 + i, end.z - 1u) * sa.z) >> 2;
+    uint m0 = at.z + RM * ty, n0 = min(at.w + 4u * tx, end.w - 4u);
+    uint ra[RM];
+    [[unroll]] for (uint i = 0u; i < RM; i++) ra[i] = (abase + min(m0 + i, end.z - 1u) * sa.z) >> 2;
     uint bq = (bbase + n0) >> 2, kstep = sb.z >> 2;
     for (uint kq = 0u; kq < kn / 4u; kq++) {
         uint q = bq + 4u * kq * kstep;
         vec4 b0 = texelFetch(Bt, int(q)), b1 = texelFetch(Bt, int(q + kstep));
         vec4 b2 = texelFetch(Bt, int(q + 2u * kstep)), b3 = texelFetch(Bt, int(q + 3u * kstep));
-        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        [[unroll]] for (uint i = 0u; i < RM; i++) {
             vec4 av = texelFetch(At, int(ra[i] + kq));
             acc[i] += av.x * b0 + av.y * b1 + av.z * b2 + av.w * b3;
         }
@@ -155,8 +161,8 @@ void main() {
     uvec4 sc = c_stride, sy = y_stride;
     uint cb = at.x * sc.x + at.y * sc.y - c_base;
     uint yb = at.x * sy.x + at.y * sy.y - y_base;
-    [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        uint m = at.z + 4u * ty + i;
+    [[unroll]] for (uint i = 0u; i < RM; i++) {
+        uint m = at.z + RM * ty + i;
         [[unroll]] for (uint j = 0u; j < 4u; j++) {
             uint n = at.w + 4u * tx + j;
             if (m < end.z && n < end.w) {

@@ -41,9 +41,10 @@ VARIANTS = dict.fromkeys(
 #: The kernel families (glsl/gemm.comp) and the reads each can take.
 PATHS = {"direct": ("texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
 
-#: Workgroup shape; each invocation computes 4 x 4 outputs (the kernel's register block).
+#: Workgroup shape; each invocation computes ROWS[read] x 4 outputs (the kernel's RM).
 LOCAL = (8, 8)
-BLOCK_M, BLOCK_N = 4 * LOCAL[1], 4 * LOCAL[0]
+ROWS = {"texel4": 8, "texel": 4, "ssbo": 4}
+BLOCK_N = 4 * LOCAL[0]
 
 
 def _four(t: TensorDesc | None, swap: bool = False) -> list[int]:
@@ -95,6 +96,7 @@ class CompiledGemm(CompiledOperator):
         self.path = self._choose_path()
         self.read = self._choose_read(base)
         self.kernel = f"gemm_{self.path}_{base}" + ("" if self.read == "ssbo" else f"_{self.read}")
+        self.block_m = ROWS[self.read] * LOCAL[1]
         act = d.fused_activation
         self.pipe = self.pipeline(self.kernel, {
             "LOCAL_SIZE_X": LOCAL[0], "LOCAL_SIZE_Y": LOCAL[1], "HAS_C": self.has_c,
@@ -197,7 +199,7 @@ class CompiledGemm(CompiledOperator):
             for o, e in self.split(origin, extent):
                 push = pack(self.kernel, "push", origin=o, extent=e, a_base=bases[0],
                             b_base=bases[1], c_base=bases[2], y_base=bases[3])
-                groups = (ceil_div(e[3], BLOCK_N), ceil_div(e[2], BLOCK_M), e[0] * e[1])
+                groups = (ceil_div(e[3], BLOCK_N), ceil_div(e[2], self.block_m), e[0] * e[1])
                 seq.dispatch(self.pipe, binds, groups, push)
 
     def split(self, origin, extent) -> list[tuple[list, list]]:
@@ -213,7 +215,7 @@ class CompiledGemm(CompiledOperator):
             layers = [(b0, 1, c0, nc) for b0 in range(origin[0], origin[0] + eb)
                       for c0, nc in pieces(ec, gz, origin[1])]
         return [([b0, c0, m0, n0], [nb, nc, nm, nn]) for b0, nb, c0, nc in layers
-                for m0, nm in pieces(extent[2], gy * BLOCK_M, origin[2])
+                for m0, nm in pieces(extent[2], gy * self.block_m, origin[2])
                 for n0, nn in pieces(extent[3], gx * BLOCK_N, origin[3])]
 
 
