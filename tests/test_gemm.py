@@ -411,3 +411,89 @@ def test_no_leaks(device):
         cycle()
     gc.collect()
     assert device.memory_stats() == base
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
+                     compiled_or_refused, fuzz_examples, fuzz_settings, lay_out,
+                     padded_output)
+
+
+@st.composite
+def gemm_cases(draw):
+    rank = draw(st.integers(2, 4))
+    return dict(batch=draw(st.lists(st.integers(1, 3), min_size=rank - 2, max_size=rank - 2)),
+                mkn=draw(st.lists(st.integers(1, 20), min_size=3, max_size=3)),
+                ta=draw(st.booleans()), tb=draw(st.booleans()), with_c=draw(st.booleans()),
+                dtype=draw(st.sampled_from(["float32", "float16"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["k", "batch", "c", "int",
+                                                              "rank", "trans"])),
+                layouts=draw(st.lists(st.sampled_from(LAYOUTS), min_size=3, max_size=3)),
+                out_padded=draw(st.booleans()),
+                act=draw(st.sampled_from([None, None, "relu", "tanh", "clip"])),
+                alpha=draw(st.sampled_from([1.0, -0.5, 2.0])),
+                beta=draw(st.sampled_from([1.0, 0.0, 0.25])),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_gemm(device, speed):
+    """Random descriptors, one broken rule at a time: valid ones equal the reference with
+    every canary intact (after each bound buffer, in the output's gaps), invalid ones
+    raise ValidationError naming the field."""
+    @settings(fuzz_settings(speed), max_examples=max(10, fuzz_examples(speed) // 4))
+    @given(gemm_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        mut, dtype, batch = case["mutation"], case["dtype"], list(case["batch"])
+        m, k, n = case["mkn"]
+        ta, tb = case["ta"], case["tb"]
+        want = {"k": ["b_tensor.sizes"], "batch": ["b_tensor.sizes["], "c": ["c_tensor.sizes"],
+                "int": ["data_type"], "rank": ["sizes"], "trans": ["trans_a"]}.get(mut, [])
+        if mut == "batch" and not batch:
+            mut, want = "k", ["b_tensor.sizes"]
+        ashape = batch + ([k, m] if ta else [m, k])
+        kb = k + 1 if mut == "k" else k
+        bbatch = [s + 1 for s in batch] if mut == "batch" else batch
+        bshape = bbatch + ([n, kb] if tb else [kb, n])
+        yshape = batch + [m, n]
+        with_c = case["with_c"] or mut == "c"
+        cshape = yshape[:-1] + [n + 1] if mut == "c" else yshape
+        if mut == "rank":
+            ashape = [1] + ashape if len(ashape) < 4 else ashape[1:]
+        arrays = [rng.uniform(-2, 2, s).astype(dtype) for s in (ashape, bshape, cshape)]
+        laid = [lay_out(rng, x, kind) for x, kind in zip(arrays, case["layouts"])]
+        out_strides, read = padded_output(rng, yshape, dtype, case["out_padded"])
+        act = {"clip": dml.ElementWiseClipOperatorDesc(min=-1.0, max=1.5)}.get(
+            case["act"], case["act"])
+        a_type = "int32" if mut == "int" else dtype
+
+        def make():
+            return Desc(T(a_type, ashape, laid[0][1]), T(dtype, bshape, laid[1][1]),
+                        T(dtype, cshape, laid[2][1]) if with_c else None,
+                        T(dtype, yshape, out_strides), 2 if mut == "trans" else int(ta), int(tb),
+                        alpha=case["alpha"], beta=case["beta"], fused_activation=act)
+
+        desc, compiled = compiled_or_refused(device, make, want)
+        if desc is None:
+            return
+        ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, lay[0])
+               for t, lay in zip(desc.inputs()[:2], laid)]
+        ins.append(bind_with_canary(device, desc.c_tensor.total_tensor_size_in_bytes,
+                                    laid[2][0]) if with_c else None)
+        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+        compiled.execute(ins, [dst])
+        compiled.release()
+        got, gaps_intact = read(dst)
+        y = reference(laid[0][2], laid[1][2], laid[2][2] if with_c else None, ta, tb,
+                      case["alpha"], case["beta"])
+        y = np.clip(y, -1.0, 1.5) if case["act"] == "clip" else (
+            FORMULAS[case["act"]][1](y) if case["act"] else y)
+        np.testing.assert_allclose(got.astype(np.float64), y, **_tol(dtype, k))
+        assert gaps_intact, "wrote into the gaps of a non-packed output"
+        assert all(canaries_intact(t) for t in ins + [dst] if t is not None), \
+            "wrote outside a tensor"
+
+    check()
