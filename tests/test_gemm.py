@@ -308,7 +308,8 @@ def test_rules(device, kw, field):
 def test_transposed_sizes_accepted(device):
     """The Sizes the page gives for each transform are accepted."""
     device.create_operator(Desc(T("float32", (5, 4)), T("float32", (6, 5)), None,
-                                T("float32", (4, 6)), "transpose", "DML_MATRIX_TRANSFORM_TRANSPOSE"))
+                                T("float32", (4, 6)), "transpose",
+                                "DML_MATRIX_TRANSFORM_TRANSPOSE"))
 
 
 def test_feature_levels():
