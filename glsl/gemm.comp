@@ -15,7 +15,7 @@
 //   last, their results never stored).  On lavapipe barriers and shared memory cost more
 //   than the reuse saves.  TEXEL4 reads A along K and B along N as RGBA32F texels (the
 //   host's rule: both contiguous there, K and N multiples of 4, every other stride and
-//   base 4-aligned): per 4 k, 8 vec4 fetches feed 64 FMAs.
+//   base 4-aligned) and takes an 8 x 8 block: per 4 k, 16 vec4 fetches feed 256 FMAs.
 // Arithmetic is float32 for every storage type (float16 stored as halves, or packed two
 // to a word without 16-bit storage).  TEXEL variants read float32 A and B as R32F texels:
 // lavapipe gathers texel fetches across lanes but runs storage-buffer loads one lane at a
@@ -73,11 +73,11 @@ layout(push_constant) uniform Push {
 
 const uint LX = gl_WorkGroupSize.x, LY = gl_WorkGroupSize.y;
 #ifdef TEXEL4
-const uint RM = 8u;               // rows an invocation (texel4: 8 x 4, more reuse per fetch)
+const uint RM = 8u, CV = 2u;      // texel4: 8 rows x 8 columns, more reuse per fetch
 #else
-const uint RM = 4u;
+const uint RM = 4u, CV = 1u;      // rows, vec4s of columns an invocation
 #endif
-const uint BM = RM * LY, BN = 4u * LX;
+const uint BM = RM * LY, BN = 4u * CV * LX;
 #ifndef DIRECT
 const uint KT = 16u;
 shared vec4 As[KT][LY];           // As[k][r] = op(A) rows 4r..4r+3 at column k
@@ -96,20 +96,26 @@ void main() {
     uvec4 sa = a_stride, sb = b_stride;
     uint abase = at.x * sa.x + at.y * sa.y - a_base;
     uint bbase = at.x * sb.x + at.y * sb.y - b_base;
-    vec4 acc[RM];
-    [[unroll]] for (uint i = 0u; i < RM; i++) acc[i] = vec4(0.0);
+    vec4 acc[RM * CV];            // acc[i * CV + v]: row i, columns 4v..4v+3
+    [[unroll]] for (uint i = 0u; i < RM * CV; i++) acc[i] = vec4(0.0);
 #if defined(DIRECT) && defined(TEXEL4)
-    uint m0 = at.z + RM * ty, n0 = min(at.w + 4u * tx, end.w - 4u);
-    uint ra[RM];
+    uint m0 = at.z + RM * ty, n0 = at.w + 4u * CV * tx;
+    uint ra[RM], bq[CV];
     [[unroll]] for (uint i = 0u; i < RM; i++) ra[i] = (abase + min(m0 + i, end.z - 1u) * sa.z) >> 2;
-    uint bq = (bbase + n0) >> 2, kstep = sb.z >> 2;
+    uint kstep = sb.z >> 2;
+    [[unroll]] for (uint v = 0u; v < CV; v++) bq[v] = (bbase + min(n0 + 4u * v, end.w - 4u)) >> 2;
     for (uint kq = 0u; kq < kn / 4u; kq++) {
-        uint q = bq + 4u * kq * kstep;
-        vec4 b0 = texelFetch(Bt, int(q)), b1 = texelFetch(Bt, int(q + kstep));
-        vec4 b2 = texelFetch(Bt, int(q + 2u * kstep)), b3 = texelFetch(Bt, int(q + 3u * kstep));
+        vec4 bv[4 * CV];
+        [[unroll]] for (uint v = 0u; v < CV; v++) {
+            uint q = bq[v] + 4u * kq * kstep;
+            [[unroll]] for (uint r = 0u; r < 4u; r++)
+                bv[4u * v + r] = texelFetch(Bt, int(q + r * kstep));
+        }
         [[unroll]] for (uint i = 0u; i < RM; i++) {
             vec4 av = texelFetch(At, int(ra[i] + kq));
-            acc[i] += av.x * b0 + av.y * b1 + av.z * b2 + av.w * b3;
+            [[unroll]] for (uint v = 0u; v < CV; v++)
+                acc[i * CV + v] += av.x * bv[4u * v] + av.y * bv[4u * v + 1u]
+                                 + av.z * bv[4u * v + 2u] + av.w * bv[4u * v + 3u];
         }
     }
 #elif defined(DIRECT)
@@ -163,10 +169,10 @@ void main() {
     uint yb = at.x * sy.x + at.y * sy.y - y_base;
     [[unroll]] for (uint i = 0u; i < RM; i++) {
         uint m = at.z + RM * ty + i;
-        [[unroll]] for (uint j = 0u; j < 4u; j++) {
-            uint n = at.w + 4u * tx + j;
+        [[unroll]] for (uint j = 0u; j < 4u * CV; j++) {
+            uint n = at.w + 4u * CV * tx + j;
             if (m < end.z && n < end.w) {
-                float v = al * acc[i][j];
+                float v = al * acc[i * CV + j / 4u][j & 3u];
                 if (HAS_C) v += be * FLOAD(c, cb + m * sc.z + n * sc.w);
                 FSTORE(y, yb + m * sy.z + n * sy.w, vkml_activation(ACT, v, prm));
             }

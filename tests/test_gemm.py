@@ -175,6 +175,22 @@ def test_transforms_descriptor(device, path, read):
                                        reference(a, b, None, ta, tb, 2.0), **_tol("float32", k))
 
 
+def test_texel4_edges(device):
+    """The RGBA32F read at its edges: N of one or an odd number of 4-column groups (the
+    last group clamped), M of one row, K of one texel, C and the batch layers."""
+    rng = np.random.default_rng(11)
+    for b, m, k, n in ((1, 1, 4, 4), (2, 9, 8, 12), (1, 70, 4, 20), (3, 65, 16, 36)):
+        a = rng.standard_normal((b, m, k)).astype(np.float32)
+        bb = rng.standard_normal((b, k, n)).astype(np.float32)
+        c = rng.standard_normal((b, m, n)).astype(np.float32)
+        desc = Desc(T("float32", a.shape), T("float32", bb.shape), T("float32", c.shape),
+                    T("float32", c.shape), alpha=-1.0, beta=0.5)
+        op, got = _run(device, desc, [a, bb, c], c.size, path="direct")
+        assert op.read == "texel4"
+        np.testing.assert_allclose(got.reshape(c.shape), reference(a, bb, c, alpha=-1.0,
+                                                                   beta=0.5), **_tol("float32", k))
+
+
 @pytest.mark.parametrize("act, params", [("relu", {}), ("leaky_relu", {"alpha": 0.2}),
                                          ("sigmoid", {}), ("elu", {"alpha": 0.5}),
                                          ("gelu", {}), ("clip", {"min": -0.5, "max": 1.0})])

@@ -1,13 +1,16 @@
 """GEMM: ``DML_GEMM_OPERATOR_DESC`` and ``vkml.gemm``.
 
-Kernel: ``glsl/gemm.comp``, shared-memory tiles and 4 x 4 register blocks, a workgroup
-of 8 x 8 invocations per 32 x 32 block of the output, one z layer per (batch, channel)
-pair.  Every tensor is read through its own element strides: a transform swaps the last
-two strides of its operand, a broadcast dimension has stride 0, so no operand is copied.
-Alpha scales the product and Beta * C is added in the epilogue before the fused
-activation.  float32 A and B are read as R32F texels where the device can bind them
-whole (lavapipe gathers texel fetches across lanes, storage-buffer loads go one lane at
-a time); ``read="ssbo"`` forces storage buffers.  Tensors larger than
+Kernel: ``glsl/gemm.comp``, two families (:data:`PATH` chooses by the device's timings):
+"direct", register blocks read straight from the operands (4 x 4 an invocation; 8 x 8
+where A and B are read as RGBA32F texels), and "tiled", shared-memory tiles of 32 x 32
+with 4 x 4 register blocks; 8 x 8 invocations a workgroup, one z layer per (batch,
+channel) pair.  Every tensor is read through its own element strides: a transform swaps
+the last two strides of its operand, a broadcast dimension has stride 0, so no operand
+is copied.  Alpha scales the product and Beta * C is added in the epilogue before the
+fused activation.  float32 A and B are read as texels (RGBA32F where
+:meth:`CompiledGemm._choose_read` allows, else R32F) where the device can bind them whole
+(lavapipe gathers texel fetches across lanes, storage-buffer loads go one lane at a
+time); ``read="ssbo"`` forces storage buffers.  Tensors larger than
 ``maxStorageBufferRange`` run in windows of the output box (:func:`.grid.plan_windows`),
 each tensor bound over what its window reads; grids over ``maxComputeWorkGroupCount``
 are split into boxes that fit.
@@ -41,10 +44,10 @@ VARIANTS = dict.fromkeys(
 #: The kernel families (glsl/gemm.comp) and the reads each can take.
 PATHS = {"direct": ("texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
 
-#: Workgroup shape; each invocation computes ROWS[read] x 4 outputs (the kernel's RM).
+#: Workgroup shape; each invocation computes BLOCK[read] = (rows, columns) outputs (the
+#: kernel's RM and 4 * CV).
 LOCAL = (8, 8)
-ROWS = {"texel4": 8, "texel": 4, "ssbo": 4}
-BLOCK_N = 4 * LOCAL[0]
+BLOCK = {"texel4": (8, 8), "texel": (4, 4), "ssbo": (4, 4)}
 
 
 def _four(t: TensorDesc | None, swap: bool = False) -> list[int]:
@@ -96,7 +99,8 @@ class CompiledGemm(CompiledOperator):
         self.path = self._choose_path()
         self.read = self._choose_read(base)
         self.kernel = f"gemm_{self.path}_{base}" + ("" if self.read == "ssbo" else f"_{self.read}")
-        self.block_m = ROWS[self.read] * LOCAL[1]
+        self.block_m = BLOCK[self.read][0] * LOCAL[1]
+        self.block_n = BLOCK[self.read][1] * LOCAL[0]
         act = d.fused_activation
         self.pipe = self.pipeline(self.kernel, {
             "LOCAL_SIZE_X": LOCAL[0], "LOCAL_SIZE_Y": LOCAL[1], "HAS_C": self.has_c,
@@ -199,7 +203,7 @@ class CompiledGemm(CompiledOperator):
             for o, e in self.split(origin, extent):
                 push = pack(self.kernel, "push", origin=o, extent=e, a_base=bases[0],
                             b_base=bases[1], c_base=bases[2], y_base=bases[3])
-                groups = (ceil_div(e[3], BLOCK_N), ceil_div(e[2], self.block_m), e[0] * e[1])
+                groups = (ceil_div(e[3], self.block_n), ceil_div(e[2], self.block_m), e[0] * e[1])
                 seq.dispatch(self.pipe, binds, groups, push)
 
     def split(self, origin, extent) -> list[tuple[list, list]]:
@@ -216,7 +220,7 @@ class CompiledGemm(CompiledOperator):
                       for c0, nc in pieces(ec, gz, origin[1])]
         return [([b0, c0, m0, n0], [nb, nc, nm, nn]) for b0, nb, c0, nc in layers
                 for m0, nm in pieces(extent[2], gy * self.block_m, origin[2])
-                for n0, nn in pieces(extent[3], gx * BLOCK_N, origin[3])]
+                for n0, nn in pieces(extent[3], gx * self.block_n, origin[3])]
 
 
 def _path_class(shape) -> str:
