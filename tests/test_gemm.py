@@ -1,0 +1,516 @@
+"""DML_GEMM (``vkml.gemm``): against a float64 NumPy reference (and PyTorch's ``addmm``)
+over 2 to 4 dimensions, both transforms, batch broadcast by zero strides, C broadcast,
+Alpha/Beta, float32 and float16 (halves, or packed words without 16-bit storage), every
+read path, strided operands with NaN in their gaps and NaN canaries in an output's gaps,
+fused activations (CLIP included), windows past maxStorageBufferRange and grids past
+maxComputeWorkGroupCount, every rule of the page, a graph node, threads and leaks."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+import vkml
+from vkml import dml
+from vkml.errors import ValidationError
+
+from test_activations import FORMULAS
+
+T = dml.TensorDesc
+Desc = dml.GemmOperatorDesc
+#: (path, read) of every kernel CompiledGemm has: forced in turn where a test takes them.
+PATHS = [("direct", "texel4"), ("direct", "texel"), ("direct", "ssbo"), ("tiled", "texel"),
+         ("tiled", "ssbo")]
+
+
+def reference(a, b, c=None, ta=False, tb=False, alpha=1.0, beta=1.0, act=None, params=None):
+    """The page's formula in float64 on logical (already broadcast) arrays."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if ta:
+        a = np.swapaxes(a, -1, -2)
+    if tb:
+        b = np.swapaxes(b, -1, -2)
+    y = alpha * (a @ b)
+    if c is not None:
+        y = y + beta * np.asarray(c, np.float64)
+    if act is not None:
+        y = FORMULAS[act][1](y, **(params or {}))
+    return y
+
+
+def _tol(dtype, k=16):
+    if dtype == "float32":
+        return dict(rtol=1e-5, atol=1e-5 * max(1.0, np.sqrt(k)))
+    return dict(rtol=3e-3, atol=3e-3 * max(1.0, np.sqrt(k)))
+
+
+def _run(device, desc, arrays, out_elems, path=None, read=None):
+    """Execute ``desc`` on flat buffers through CompiledGemm with a forced read path; the
+    output starts as NaN canaries."""
+    from vkml.ops.gemm import CompiledGemm
+
+    op = CompiledGemm(device, device.create_operator(desc).desc, path=path, read=read)
+    try:
+        ins = [None if a is None else device.tensor(np.ascontiguousarray(a).reshape(-1))
+               for a in arrays]
+        out = device.empty(out_elems, desc.output_tensor.dtype)
+        out.write(np.full(out_elems, np.nan, desc.output_tensor.dtype))
+        op.execute(ins, [out])
+        return op, out.numpy()
+    finally:
+        op.release()
+
+
+def test_torch_addmm(device):
+    """A plain 2-D GEMM with C against PyTorch's addmm (an independent implementation)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((37, 53)).astype(np.float32)
+    b = rng.standard_normal((53, 45)).astype(np.float32)
+    c = rng.standard_normal((37, 45)).astype(np.float32)
+    want = torch.addmm(torch.from_numpy(c.astype(np.float64)), torch.from_numpy(
+        a.astype(np.float64)), torch.from_numpy(b.astype(np.float64)), beta=0.5,
+        alpha=1.5).numpy()
+    got = vkml.gemm(a, b, c, alpha=1.5, beta=0.5, device=device)
+    assert got.shape == (37, 45) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_random_shapes(device, budget, dtype):
+    """Ranks 2 to 4, both transforms, batch dimensions broadcast (NumPy matmul rules, as
+    zero strides), C broadcast or absent, random Alpha and Beta, every read path."""
+    rng = np.random.default_rng(1 if dtype == "float32" else 2)
+    kernels = set()
+    for case in range(budget):
+        rank = 2 + case % 3
+        batch = tuple(int(rng.integers(1, 4)) for _ in range(rank - 2))
+        m, k, n = (int(rng.integers(1, 70)) for _ in range(3))
+        ta, tb = bool(case & 1), bool(case & 2)
+        abatch = tuple(s if rng.random() < 0.7 else 1 for s in batch)
+        bbatch = tuple(s if rng.random() < 0.7 else 1 for s in batch)[int(rng.integers(0, 2)):]
+        a = rng.standard_normal(abatch + ((k, m) if ta else (m, k))).astype(dtype)
+        b = rng.standard_normal(bbatch + ((n, k) if tb else (k, n))).astype(dtype)
+        c = None
+        if case % 4 != 3:
+            cshape = tuple(s if rng.random() < 0.5 else 1 for s in batch + (m, n))
+            c = rng.standard_normal(cshape[int(rng.integers(0, len(cshape))):]).astype(dtype)
+        alpha, beta = float(rng.uniform(-2, 2)), float(rng.uniform(-2, 2))
+        got = vkml.gemm(a, b, c, trans_a=ta, trans_b=tb, alpha=alpha, beta=beta,
+                        device=device)
+        want = reference(a, b, c, ta, tb, alpha, beta)
+        assert got.shape == want.shape and got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got.astype(np.float64), want, **_tol(dtype, k),
+                                   err_msg=f"{a.shape} {b.shape} {ta} {tb}")
+        kernels.add(device.compiled(_last_desc(a, b, c, ta, tb, alpha, beta)).kernel)
+    assert kernels
+
+
+def _last_desc(a, b, c, ta, tb, alpha, beta):
+    """The descriptor vkml.gemm builds for these arguments (its compiled-operator key)."""
+    from vkml.ops.gemm import _broadcast_desc
+
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    ad = _broadcast_desc(a, "a", batch + a.shape[-2:])
+    bd = _broadcast_desc(b, "b", batch + b.shape[-2:])
+    m = a.shape[-1] if ta else a.shape[-2]
+    n = b.shape[-2] if tb else b.shape[-1]
+    yd = T(ad.data_type, batch + (m, n))
+    cd = None if c is None else _broadcast_desc(c, "c", yd.sizes)
+    return Desc(ad, bd, cd, yd, int(ta), int(tb), alpha=alpha, beta=beta)
+
+
+@pytest.mark.parametrize("path, read", PATHS)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_strides_and_canaries(device, dtype, path, read):
+    """A stored transposed (element strides), B padded with NaN in its gaps and broadcast
+    along the batch by a zero stride, C broadcast along M, into an output whose gaps hold
+    NaN canaries that must stay."""
+    rng = np.random.default_rng(3)
+    bt, ch, m, k, n = 2, 3, 13, 11, 9
+    a_mem = rng.standard_normal((bt, ch, k, m)).astype(dtype)       # A stored as (K, M)
+    a = a_mem.swapaxes(-1, -2)
+    a_strides = (ch * k * m, k * m, 1, m)
+    b_mem = np.full((ch, k, n + 3), np.nan, dtype)
+    b_mem[:, :, :n] = rng.standard_normal((ch, k, n))
+    b = np.broadcast_to(b_mem[:, :, :n], (bt, ch, k, n))
+    b_strides = (0, k * (n + 3), n + 3, 1)
+    c_mem = rng.standard_normal((bt, ch, n)).astype(dtype)
+    c = np.broadcast_to(c_mem[:, :, None, :], (bt, ch, m, n))
+    c_strides = (ch * n, n, 0, 1)
+    y_strides = (ch * m * 16, m * 16, 16, 1)
+    out_elems = bt * y_strides[0]
+    shape = (bt, ch, m, n)
+    desc = Desc(T(dtype, (bt, ch, m, k), a_strides), T(dtype, (bt, ch, k, n), b_strides),
+                T(dtype, shape, c_strides), T(dtype, shape, y_strides), alpha=0.75, beta=-1.25)
+    op, got = _run(device, desc, [a_mem, b_mem, c_mem], out_elems, path=path, read=read)
+    assert op.path == path
+    assert op.read == ("ssbo" if dtype == "float16" else "texel" if read == "texel4" else read)
+    idx = sum(np.arange(s).reshape([-1 if i == d else 1 for i in range(4)]) * st
+              for d, (s, st) in enumerate(zip(shape, y_strides)))
+    np.testing.assert_allclose(got[idx].astype(np.float64),
+                               reference(a, b, c, alpha=0.75, beta=-1.25), **_tol(dtype, k))
+    gaps = np.ones(out_elems, bool)
+    gaps[idx.reshape(-1)] = False
+    assert np.isnan(got[gaps].astype(np.float64)).all(), "a write landed outside the output"
+
+
+@pytest.mark.parametrize("path, read", PATHS)
+def test_transforms_descriptor(device, path, read):
+    """TransA / TransB given as DML_MATRIX_TRANSFORM members on 4-D descriptors, odd
+    sizes past one workgroup's block on every axis."""
+    rng = np.random.default_rng(4)
+    for ta in (dml.MatrixTransform.NONE, dml.MatrixTransform.TRANSPOSE):
+        for tb in (dml.MatrixTransform.NONE, dml.MatrixTransform.TRANSPOSE):
+            m, k, n = 41, 36, 68
+            a = rng.standard_normal((1, 2) + ((k, m) if ta else (m, k))).astype(np.float32)
+            b = rng.standard_normal((1, 2) + ((n, k) if tb else (k, n))).astype(np.float32)
+            desc = Desc(T("float32", a.shape), T("float32", b.shape), None,
+                        T("float32", (1, 2, m, n)), ta, tb, alpha=2.0, beta=5.0)
+            op, got = _run(device, desc, [a, b, None], 2 * m * n, path=path, read=read)
+            want_read = read if read != "texel4" or (not ta and not tb) else "texel"
+            assert (op.path, op.read) == (path, want_read)
+            np.testing.assert_allclose(got.reshape(1, 2, m, n),
+                                       reference(a, b, None, ta, tb, 2.0), **_tol("float32", k))
+
+
+def test_texel4_edges(device):
+    """The RGBA32F read at its edges: N of one or an odd number of 4-column groups (the
+    last group clamped), M of one row, K of one texel, C and the batch layers."""
+    rng = np.random.default_rng(11)
+    for b, m, k, n in ((1, 1, 4, 4), (2, 9, 8, 12), (1, 70, 4, 20), (3, 65, 16, 36)):
+        a = rng.standard_normal((b, m, k)).astype(np.float32)
+        bb = rng.standard_normal((b, k, n)).astype(np.float32)
+        c = rng.standard_normal((b, m, n)).astype(np.float32)
+        desc = Desc(T("float32", a.shape), T("float32", bb.shape), T("float32", c.shape),
+                    T("float32", c.shape), alpha=-1.0, beta=0.5)
+        op, got = _run(device, desc, [a, bb, c], c.size, path="direct")
+        assert op.read == "texel4"
+        np.testing.assert_allclose(got.reshape(c.shape), reference(a, bb, c, alpha=-1.0,
+                                                                   beta=0.5), **_tol("float32", k))
+
+
+@pytest.mark.parametrize("act, params", [("relu", {}), ("leaky_relu", {"alpha": 0.2}),
+                                         ("sigmoid", {}), ("elu", {"alpha": 0.5}),
+                                         ("gelu", {}), ("clip", {"min": -0.5, "max": 1.0})])
+def test_fused_activation(device, act, params):
+    """The fused activation after Alpha * AB + Beta * C (CLIP is fusable for GEMM)."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((2, 7, 12)).astype(np.float32)
+    b = rng.standard_normal((2, 12, 9)).astype(np.float32)
+    c = rng.standard_normal((9,)).astype(np.float32)
+    fused = dml.ACTIVATIONS[act](**params)
+    got = vkml.gemm(a, b, c, alpha=0.5, beta=2.0, fused_activation=fused, device=device)
+    want = reference(a, b, c, alpha=0.5, beta=2.0)
+    want = np.clip(want, -0.5, 1.0) if act == "clip" else FORMULAS[act][1](want, **params)
+    np.testing.assert_allclose(got, want, rtol=3e-5, atol=3e-5)
+
+
+def test_alpha_beta_edge_values(device):
+    """Alpha 0 gives Beta * C; Beta with no C is ignored; NaN Alpha propagates."""
+    a = np.ones((3, 4), np.float32)
+    b = np.ones((4, 5), np.float32)
+    c = np.full((3, 5), 2.0, np.float32)
+    np.testing.assert_array_equal(vkml.gemm(a, b, c, alpha=0.0, beta=3.0, device=device), 6.0)
+    np.testing.assert_array_equal(vkml.gemm(a, b, beta=7.0, device=device), 4.0)
+    assert np.isnan(vkml.gemm(a, b, alpha=float("nan"), device=device)).all()
+
+
+@pytest.mark.parametrize("path, read", PATHS)
+def test_windows_and_split_grids(device, path, read):
+    """maxStorageBufferRange lowered: the tensors are bound in windows of the output;
+    maxComputeWorkGroupCount lowered: grids split along N, M and the batch layers."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((3, 2, 40, 24)).astype(np.float32)
+    b = rng.standard_normal((3, 2, 24, 72)).astype(np.float32)
+    c = rng.standard_normal((3, 2, 40, 72)).astype(np.float32)
+    want = reference(a, b, c, alpha=1.5, beta=0.5)
+    align = device._ctx.binding_alignment()
+    for limits in ({"maxStorageBufferRange": 8192 + 4 * align},
+                   {"maxComputeWorkGroupCount": (2, 1, 2)},
+                   {"maxComputeWorkGroupCount": (1, 2, 7)}):
+        with vkml.Device(device.index, limits=limits) as small:
+            desc = Desc(T("float32", a.shape), T("float32", b.shape), T("float32", c.shape),
+                        T("float32", c.shape), alpha=1.5, beta=0.5)
+            op, got = _run(small, desc, [a, b, c], c.size, path=path, read=read)
+            if "maxStorageBufferRange" in limits:
+                assert op.windows is not None and len(op.windows) > 1 and op.read == "ssbo"
+            else:
+                assert op.read == read
+            np.testing.assert_allclose(got.reshape(c.shape), want, **_tol("float32", 24))
+
+
+def test_windows_float16_packed(device):
+    """Windows over packed float16 (bases in half-words, 4-byte aligned windows)."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((4, 33, 17)).astype(np.float16)
+    b = rng.standard_normal((4, 17, 31)).astype(np.float16)
+    align = device._ctx.binding_alignment()
+    with vkml.Device(device.index, disable_features=["storage16"],
+                     limits={"maxStorageBufferRange": 2048 + 4 * align}) as dev:
+        desc = Desc(T("float16", a.shape), T("float16", b.shape), None,
+                    T("float16", (4, 33, 31)))
+        for path in ("direct", "tiled"):
+            op, got = _run(dev, desc, [a, b, None], 4 * 33 * 31, path=path)
+            assert op.kernel == f"gemm_{path}_f16_packed" and len(op.windows) > 1
+            np.testing.assert_allclose(got.reshape(4, 33, 31).astype(np.float64),
+                                       reference(a, b), **_tol("float16", 17))
+
+
+def test_float16_without_16bit_storage(device):
+    """float16 packed two to a 32-bit word, odd sizes so words are shared by neighbours
+    that other invocations write."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((3, 5, 7)).astype(np.float16)
+    b = rng.standard_normal((3, 7, 9)).astype(np.float16)
+    c = rng.standard_normal((1, 5, 9)).astype(np.float16)
+    with vkml.Device(device.index, disable_features=["storage16"]) as dev:
+        got = vkml.gemm(a, b, c, beta=0.5, fused_activation="tanh", device=dev)
+    np.testing.assert_allclose(got.astype(np.float64),
+                               np.tanh(reference(a, b, c, beta=0.5)), **_tol("float16"))
+
+
+def test_tensor_in_tensor_out(device):
+    a = vkml.tensor(np.arange(6, dtype=np.float32).reshape(2, 3), device=device)
+    b = vkml.tensor(np.eye(3, dtype=np.float32), device=device)
+    y = vkml.gemm(a, b)
+    assert isinstance(y, vkml.Tensor)
+    np.testing.assert_array_equal(y.numpy(), np.arange(6).reshape(2, 3))
+
+
+# -- validation: every rule of the page, with the field it names ----------------------------
+A = T("float32", (2, 3, 4, 5))
+B = T("float32", (2, 3, 5, 6))
+Y = T("float32", (2, 3, 4, 6))
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(a_tensor=T("int32", (2, 3, 4, 5))), "a_tensor.data_type"),
+    (dict(b_tensor=T("float16", (2, 3, 5, 6))), "b_tensor.data_type"),
+    (dict(c_tensor=T("float16", (2, 3, 4, 6))), "c_tensor.data_type"),
+    (dict(a_tensor=T("float32", (4,)), ), "a_tensor.sizes"),
+    (dict(a_tensor=T("float32", (1, 2, 3, 4, 5))), "a_tensor.sizes"),
+    (dict(b_tensor=T("float32", (3, 5, 6))), "b_tensor.sizes"),
+    (dict(b_tensor=T("float32", (2, 3, 4, 6))), "b_tensor.sizes"),
+    (dict(a_tensor=T("float32", (1, 3, 4, 5))), "a_tensor.sizes[0]"),
+    (dict(b_tensor=T("float32", (2, 1, 5, 6))), "b_tensor.sizes[1]"),
+    (dict(output_tensor=T("float32", (2, 3, 4, 7))), "output_tensor.sizes"),
+    (dict(c_tensor=T("float32", (2, 3, 1, 6))), "c_tensor.sizes"),
+    (dict(trans_a=dml.MatrixTransform.TRANSPOSE), "b_tensor.sizes"),
+    (dict(trans_b=dml.MatrixTransform.TRANSPOSE), "b_tensor.sizes"),
+    (dict(trans_a=2), "trans_a"),
+    (dict(trans_b="flip"), "trans_b"),
+    (dict(output_tensor=T("float32", (2, 3, 4, 6), (0, 24, 6, 1))), "output_tensor.strides"),
+    (dict(a_tensor=None), "a_tensor"),
+    (dict(alpha="1"), "alpha"),
+    (dict(beta=None), "beta"),
+    (dict(fused_activation=dml.ActivationReluOperatorDesc(Y, Y)),
+     "fused_activation.input_tensor"),
+    (dict(fused_activation=dml.ActivationEluOperatorDesc(alpha=float("nan"))),
+     "fused_activation.alpha"),
+    (dict(fused_activation="softmax"), "fused_activation"),
+])
+def test_rules(device, kw, field):
+    args = dict(a_tensor=A, b_tensor=B, c_tensor=Y, output_tensor=Y)
+    args.update(kw)
+    with pytest.raises(ValidationError) as info:
+        device.create_operator(Desc(**args))
+    assert info.value.field == f"GemmOperatorDesc.{field}", str(info.value)
+    one = np.ones((1, 1), np.float32)          # the device is usable afterwards
+    np.testing.assert_array_equal(vkml.gemm(one, one, device=device), one)
+
+
+def test_transposed_sizes_accepted(device):
+    """The Sizes the page gives for each transform are accepted."""
+    device.create_operator(Desc(T("float32", (5, 4)), T("float32", (6, 5)), None,
+                                T("float32", (4, 6)), "transpose",
+                                "DML_MATRIX_TRANSFORM_TRANSPOSE"))
+
+
+def test_feature_levels():
+    assert Desc(A, B, Y, Y).feature_level() == dml.FeatureLevel.FL_1_0
+    a3, b3, y3 = T("float32", (3, 4, 5)), T("float32", (3, 5, 6)), T("float32", (3, 4, 6))
+    assert Desc(a3, b3, None, y3).feature_level() == dml.FeatureLevel.FL_4_0
+    assert Desc(A, B, None, Y, fused_activation="gelu").feature_level() == \
+        dml.FeatureLevel.FL_5_1
+
+
+def test_functional_argument_errors(device):
+    a = np.zeros((2, 3), np.float32)
+    with pytest.raises(ValidationError) as info:
+        vkml.gemm(np.zeros(3, np.float32), a, device=device)
+    assert info.value.field == "a"
+    with pytest.raises(ValidationError) as info:
+        vkml.gemm(np.zeros((2, 2, 2, 2, 3, 2), np.float32), a, device=device)
+    assert info.value.field == "a"
+    with pytest.raises(ValidationError) as info:
+        vkml.gemm(np.zeros((2, 4, 2), np.float32), np.zeros((3, 3, 2), np.float32),
+                  device=device)
+    assert info.value.field == "b"
+    with pytest.raises(ValidationError) as info:
+        vkml.gemm(a.T, a, np.zeros((3, 2), np.float32), device=device)
+    assert info.value.field == "c"
+    with pytest.raises(ValidationError) as info:
+        vkml.gemm(a, a, device=device)               # K mismatch
+    assert info.value.field == "GemmOperatorDesc.b_tensor.sizes"
+    with pytest.raises(ValidationError) as info:
+        vkml.gemm(a, a.T, fused_activation="nope", device=device)
+    assert info.value.field.endswith("fused_activation")
+    with pytest.raises(ValidationError):
+        vkml.gemm(a.astype(np.float16), a.T, device=device)
+
+
+# -- graph, threads, leaks ------------------------------------------------------------------
+def test_graph_node(device):
+    """GEMM (fused relu) -> softmax over N as a two-node graph."""
+    N, IN, OUT, MID = (dml.OperatorGraphNodeDesc, dml.InputGraphEdgeDesc,
+                       dml.OutputGraphEdgeDesc, dml.IntermediateGraphEdgeDesc)
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    b = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    c = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
+    nodes = [N(Desc(A, B, Y, Y, alpha=0.5, fused_activation="relu")),
+             N(dml.ActivationSoftmax1OperatorDesc(Y, Y, (3,)))]
+    g = dml.GraphDesc(3, 1, nodes, [IN(i, 0, i) for i in range(3)], [OUT(1, 0, 0)],
+                      [MID(0, 0, 1, 0)])
+    compiled = device.compile_graph(g)
+    out = device.empty(Y.sizes)
+    compiled.execute([device.tensor(x) for x in (a, b, c)], [out])
+    compiled.release()
+    y = np.maximum(reference(a, b, c, alpha=0.5), 0)
+    e = np.exp(y - y.max(axis=3, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), e / e.sum(axis=3, keepdims=True), rtol=2e-5,
+                               atol=1e-6)
+
+
+def test_threads(device):
+    from test_lifetime import run_in_threads
+
+    errors = []
+    rng = np.random.default_rng(10)
+    arrays = [rng.standard_normal(t.sizes).astype(np.float32) for t in (A, B, Y)]
+    shared = device.compile_operator(device.create_operator(Desc(A, B, Y, Y)))
+    ins = [device.tensor(x) for x in arrays]
+    want = reference(*arrays)
+
+    def work(k):
+        out = device.empty(Y.sizes)
+        for i in range(5):
+            a = np.full((2 + k % 3, 3 + i), float(k), np.float32)
+            b = np.ones((3 + i, 4), np.float32)
+            if not np.allclose(vkml.gemm(a, b, device=device), reference(a, b)):
+                errors.append((k, i))
+            shared.execute(ins, [out])
+            if not np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-5):
+                errors.append((k, i, "shared"))
+
+    run_in_threads(work, errors)
+    shared.release()
+    assert not errors, errors[:5]
+
+
+def test_no_leaks(device):
+    """create -> compile -> execute -> release cycles leave the device's memory as it was."""
+    ins = [device.tensor(np.ones(t.sizes, np.float32)) for t in (A, B, Y)]
+    out = device.empty(Y.sizes)
+
+    def cycle():
+        op = device.compile_operator(device.create_operator(Desc(A, B, Y, Y, beta=0.5)))
+        op.execute(ins, [out])
+        op.release()
+
+    for _ in range(20):
+        cycle()
+    gc.collect()
+    base = device.memory_stats()
+    for _ in range(100):
+        cycle()
+    gc.collect()
+    assert device.memory_stats() == base
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
+                     compiled_or_refused, fuzz_examples, fuzz_settings, lay_out,
+                     padded_output)
+
+
+@st.composite
+def gemm_cases(draw):
+    rank = draw(st.integers(2, 4))
+    return dict(batch=draw(st.lists(st.integers(1, 3), min_size=rank - 2, max_size=rank - 2)),
+                mkn=draw(st.lists(st.integers(1, 20), min_size=3, max_size=3)),
+                ta=draw(st.booleans()), tb=draw(st.booleans()), with_c=draw(st.booleans()),
+                dtype=draw(st.sampled_from(["float32", "float16"])),
+                mutation=draw(st.sampled_from(["none"] * 8 + ["k", "batch", "c", "int",
+                                                              "rank", "trans"])),
+                layouts=draw(st.lists(st.sampled_from(LAYOUTS), min_size=3, max_size=3)),
+                out_padded=draw(st.booleans()),
+                act=draw(st.sampled_from([None, None, "relu", "tanh", "clip"])),
+                alpha=draw(st.sampled_from([1.0, -0.5, 2.0])),
+                beta=draw(st.sampled_from([1.0, 0.0, 0.25])),
+                seed=draw(st.integers(0, 2**31)))
+
+
+def test_fuzz_gemm(device, speed):
+    """Random descriptors, one broken rule at a time: valid ones equal the reference with
+    every canary intact (after each bound buffer, in the output's gaps), invalid ones
+    raise ValidationError naming the field."""
+    @settings(fuzz_settings(speed), max_examples=max(10, fuzz_examples(speed) // 4))
+    @given(gemm_cases())
+    def check(case):
+        rng = np.random.default_rng(case["seed"])
+        mut, dtype, batch = case["mutation"], case["dtype"], list(case["batch"])
+        m, k, n = case["mkn"]
+        ta, tb = case["ta"], case["tb"]
+        want = {"k": ["b_tensor.sizes"], "batch": ["b_tensor.sizes["], "c": ["c_tensor.sizes"],
+                "int": ["data_type"], "rank": ["sizes"], "trans": ["trans_a"]}.get(mut, [])
+        if mut == "batch" and not batch:
+            mut, want = "k", ["b_tensor.sizes"]
+        ashape = batch + ([k, m] if ta else [m, k])
+        kb = k + 1 if mut == "k" else k
+        bbatch = [s + 1 for s in batch] if mut == "batch" else batch
+        bshape = bbatch + ([n, kb] if tb else [kb, n])
+        yshape = batch + [m, n]
+        with_c = case["with_c"] or mut == "c"
+        cshape = yshape[:-1] + [n + 1] if mut == "c" else yshape
+        if mut == "rank":
+            ashape = [1] + ashape if len(ashape) < 4 else ashape[1:]
+        arrays = [rng.uniform(-2, 2, s).astype(dtype) for s in (ashape, bshape, cshape)]
+        laid = [lay_out(rng, x, kind) for x, kind in zip(arrays, case["layouts"])]
+        out_strides, read = padded_output(rng, yshape, dtype, case["out_padded"])
+        act = {"clip": dml.ElementWiseClipOperatorDesc(min=-1.0, max=1.5)}.get(
+            case["act"], case["act"])
+        a_type = "int32" if mut == "int" else dtype
+
+        def make():
+            return Desc(T(a_type, ashape, laid[0][1]), T(dtype, bshape, laid[1][1]),
+                        T(dtype, cshape, laid[2][1]) if with_c else None,
+                        T(dtype, yshape, out_strides), 2 if mut == "trans" else int(ta), int(tb),
+                        alpha=case["alpha"], beta=case["beta"], fused_activation=act)
+
+        desc, compiled = compiled_or_refused(device, make, want)
+        if desc is None:
+            return
+        ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, lay[0])
+               for t, lay in zip(desc.inputs()[:2], laid)]
+        ins.append(bind_with_canary(device, desc.c_tensor.total_tensor_size_in_bytes,
+                                    laid[2][0]) if with_c else None)
+        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+        compiled.execute(ins, [dst])
+        compiled.release()
+        got, gaps_intact = read(dst)
+        y = reference(laid[0][2], laid[1][2], laid[2][2] if with_c else None, ta, tb,
+                      case["alpha"], case["beta"])
+        y = np.clip(y, -1.0, 1.5) if case["act"] == "clip" else (
+            FORMULAS[case["act"]][1](y) if case["act"] else y)
+        np.testing.assert_allclose(got.astype(np.float64), y, **_tol(dtype, k))
+        assert gaps_intact, "wrote into the gaps of a non-packed output"
+        assert all(canaries_intact(t) for t in ins + [dst] if t is not None), \
+            "wrote outside a tensor"
+
+    check()

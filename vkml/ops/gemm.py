@@ -1,0 +1,317 @@
+"""GEMM: ``DML_GEMM_OPERATOR_DESC`` and ``vkml.gemm``.
+
+Kernel: ``glsl/gemm.comp``, two families (:data:`PATH` chooses by the device's timings):
+"direct", register blocks read straight from the operands (4 x 4 an invocation; 8 x 8
+where A and B are read as RGBA32F texels), and "tiled", shared-memory tiles of 32 x 32
+with 4 x 4 register blocks; 8 x 8 invocations a workgroup, one z layer per (batch,
+channel) pair.  Every tensor is read through its own element strides: a transform swaps
+the last two strides of its operand, a broadcast dimension has stride 0, so no operand
+is copied.  Alpha scales the product and Beta * C is added in the epilogue before the
+fused activation.  float32 A and B are read as texels (RGBA32F where
+:meth:`CompiledGemm._choose_read` allows, else R32F) where the device can bind them whole
+(lavapipe gathers texel fetches across lanes, storage-buffer loads go one lane at a
+time); ``read="ssbo"`` forces storage buffers.  Tensors larger than
+``maxStorageBufferRange`` run in windows of the output box (:func:`.grid.plan_windows`),
+each tensor bound over what its window reads; grids over ``maxComputeWorkGroupCount``
+are split into boxes that fit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dml.activations import activation as activation_desc
+from ..dml.data_type import DataType
+from ..dml.gemm import GemmOperatorDesc, MatrixTransform
+from ..dml.operator import as_real, enum_of
+from ..dml.tensor_desc import TensorDesc
+from ..errors import ValidationError
+from ..intmath import ceil_div
+from .. import tuning
+from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
+from ..runtime.blocks import pack
+from .base import CompiledOperator, implements
+from .functional import as_array, pick_device, run
+from .grid import binding_window, check_allocatable, pieces, plan_windows, strided_span
+
+__all__ = ["gemm"]
+
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = dict.fromkeys(
+    [f"gemm_tiled_{t}" for t in ("f32", "f32_texel", "f16", "f16_packed")]
+    + [f"gemm_direct_{t}" for t in ("f32", "f32_texel", "f32_texel4", "f16", "f16_packed")],
+    ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT"))
+
+#: The kernel families (glsl/gemm.comp) and the reads each can take.
+PATHS = {"direct": ("texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
+
+#: Workgroup shape; each invocation computes BLOCK[read] = (rows, columns) outputs (the
+#: kernel's RM and 4 * CV).
+LOCAL = (8, 8)
+BLOCK = {"texel4": (8, 8), "texel": (4, 4), "ssbo": (4, 4)}
+
+
+def _four(t: TensorDesc | None, swap: bool = False) -> list[int]:
+    """A tensor's element strides as the kernel's (batch, channel, row, column): missing
+    batch dimensions get stride 0, a dimension of size 1 stride 0 (its only coordinate
+    is 0), the last two swapped for a transform."""
+    if t is None:
+        return [0] * 4
+    st = [s if n > 1 else 0 for n, s in zip(t.sizes, t.element_strides)]
+    st = [0] * (4 - len(st)) + st
+    if swap:
+        st[2], st[3] = st[3], st[2]
+    return st
+
+
+@implements(GemmOperatorDesc)
+class CompiledGemm(CompiledOperator):
+    """GEMM on this device: see the module doc."""
+
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
+        """``path``: "direct" or "tiled" forces a kernel family (None: :data:`PATH`'s
+        choice); ``read``: "texel4", "texel" or "ssbo" forces a read where the geometry
+        allows it (None: the widest that does)."""
+        if path not in (None, *PATHS):
+            raise ValidationError("path", f"must be one of {tuple(PATHS)}, got {path!r}")
+        if read not in (None, "texel4", "texel", "ssbo"):
+            raise ValidationError("read", f"must be 'texel4', 'texel' or 'ssbo', got {read!r}")
+        self.force_path, self.force_read = path, read
+        super().__init__(device, desc)
+
+    def build(self) -> None:
+        d = self.desc
+        y = d.output_tensor
+        m, k, n = d.mkn()
+        sizes = [1] * (4 - y.dimension_count) + list(y.sizes)
+        self.box = sizes[:2] + [m, n]
+        self.k = k
+        self.strides = [_four(d.a_tensor, d.transpose_a), _four(d.b_tensor, d.transpose_b),
+                        _four(d.c_tensor), _four(y)]
+        self.has_c = d.c_tensor is not None
+        self.esize = y.data_type.size
+        tensors = [d.a_tensor, d.b_tensor, d.c_tensor, y]
+        self.bytes = [t.total_tensor_size_in_bytes if t is not None else 0 for t in tensors]
+        for what, nb in zip(("A", "B", "C", "output"), self.bytes):
+            check_allocatable(self.ctx, nb, f"the {what} tensor")
+        base = "f32" if y.data_type == DataType.FLOAT32 else (
+            "f16" if self.features.get("storage16") else "f16_packed")
+        self.windows = self._plan_windows()
+        self.path = self._choose_path()
+        self.read = self._choose_read(base)
+        self.kernel = f"gemm_{self.path}_{base}" + ("" if self.read == "ssbo" else f"_{self.read}")
+        self.block_m = BLOCK[self.read][0] * LOCAL[1]
+        self.block_n = BLOCK[self.read][1] * LOCAL[0]
+        act = d.fused_activation
+        self.pipe = self.pipeline(self.kernel, {
+            "LOCAL_SIZE_X": LOCAL[0], "LOCAL_SIZE_Y": LOCAL[1], "HAS_C": self.has_c,
+            "ACT": act.SPEC.kernel_id if act is not None else 0})
+        block = pack(self.kernel, "Params", a_stride=self.strides[0], b_stride=self.strides[1],
+                     c_stride=self.strides[2], y_stride=self.strides[3],
+                     act_params=act.kernel_parameters() if act is not None else np.zeros(4),
+                     alpha=float(d.alpha), beta=float(d.beta), k_size=k)
+        self.params = self.upload(np.frombuffer(block, np.uint8))
+
+    def _choose_read(self, base: str) -> str:
+        """texel4 (direct float32 only): A contiguous along K and B along N, K and N
+        multiples of 4, every other stride 4-aligned, so each 4-element run is one
+        RGBA32F texel; texel (float32): A and B as R32F texels; else storage buffers.
+        Texel reads need the tensors bound whole (no windows) within
+        maxTexelBufferElements."""
+        texels = self.ctx.limits["maxTexelBufferElements"]
+        if base != "f32" or self.windows is not None or self.force_read == "ssbo" \
+                or max(self.bytes[:2]) // 4 > texels:
+            return "ssbo"
+        sa, sb = self.strides[0], self.strides[1]
+        aligned = (sa[3] == 1 and sb[3] == 1 and self.k % 4 == 0 and self.box[3] % 4 == 0
+                   and all(s % 4 == 0 for s in sa[:3] + sb[:3])
+                   and all(nb % 16 == 0 for nb in self.bytes[:2]))
+        if self.path == "direct" and aligned and self.force_read in (None, "texel4"):
+            return "texel4"
+        return "texel"
+
+    def _choose_path(self) -> str:
+        """The forced path, else the tuner's choice for the shape's class; with
+        ``VKML_TUNE=off`` "direct" (no shared memory or barriers: it runs on every
+        device, and is the one lavapipe's coroutine barriers do not slow)."""
+        if self.force_path is not None:
+            return self.force_path
+        choice = tuning.choose(self.device, PATH, self.shape())
+        self.observe_choice(choice, self.shape())
+        return choice.name
+
+    def shape(self) -> dict:
+        """The tuner's shape: M, K, N, the batch layer count, data type."""
+        return {"m": self.box[2], "k": self.k, "n": self.box[3],
+                "batch": self.box[0] * self.box[1],
+                "dtype": self.desc.output_tensor.data_type.name.lower()}
+
+    def spans(self, origin, extent) -> list[tuple[int, int]]:
+        """[lo, hi) elements of A, B, C and the output a box of the output reads/writes."""
+        k = self.k
+        sa, sb, sc, sy = self.strides
+        oa, ea = origin[:3] + [0], extent[:3] + [k]
+        ob, eb = origin[:2] + [0, origin[3]], extent[:2] + [k, extent[3]]
+        return [strided_span(oa, ea, sa), strided_span(ob, eb, sb),
+                strided_span(origin, extent, sc), strided_span(origin, extent, sy)]
+
+    def _plan_windows(self):
+        """Boxes of the output whose every tensor's span fits one binding (None: all
+        fit whole)."""
+        limit = self.ctx.limits["maxStorageBufferRange"]
+        if max(self.bytes) <= limit:
+            return None
+        room = limit - 2 * self.ctx.binding_alignment()
+
+        def in_span(origin, extent):     # the widest input span: each is bound on its own
+            return 0, max(hi - lo for lo, hi in self.spans(origin, extent)[:3])
+
+        return [(o, e) for o, e, *_ in plan_windows(
+            self.box, in_span, lambda o, e: self.spans(o, e)[3], self.esize, self.esize,
+            room, f"one output element of {self.desc.OPERATOR_TYPE}")]
+
+    def _bindings(self, allocs, origin, extent):
+        """The kernel's bindings A, B, C, output and the base element of each (a window's
+        first bound element; 0 for whole tensors).  An absent C is bound to the output
+        (HAS_C false: never read)."""
+        if not self.has_c:
+            allocs = allocs[:2] + [allocs[3], allocs[3]]
+        if origin is None:
+            nbytes = self.bytes[:2] + [self.bytes[2] or self.bytes[3], self.bytes[3]]
+            fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT}.get(self.read, 0)
+            binds = [Bind(a, 0, nb, "r", fmt if i < 2 else 0)
+                     for i, (a, nb) in enumerate(zip(allocs[:3], nbytes))]
+            return binds + [Bind(allocs[3], 0, nbytes[3], "w")], [0] * 4
+        es, align = self.esize, self.ctx.binding_alignment()
+        spans = self.spans(origin, extent)
+        if not self.has_c:
+            spans[2] = spans[3]
+        binds, bases = [], []
+        for i, (a, (lo, hi)) in enumerate(zip(allocs, spans)):
+            off, size = binding_window(lo * es, hi * es, a.size, align)
+            binds.append(Bind(a, off, size, "w" if i == 3 else "r"))
+            bases.append(off // es)
+        return binds, bases
+
+    def encode(self, seq, inputs, outputs) -> None:
+        allocs = [t.allocation if t is not None else None for t in inputs[:3]]
+        allocs += [None] * (3 - len(allocs)) + [outputs[0].allocation]
+        for origin, extent in self.windows or [(None, None)]:
+            binds, bases = self._bindings(allocs, origin, extent)
+            if origin is None:
+                origin, extent = [0] * 4, list(self.box)
+            binds.append(Bind(self.params))
+            for o, e in self.split(origin, extent):
+                push = pack(self.kernel, "push", origin=o, extent=e, a_base=bases[0],
+                            b_base=bases[1], c_base=bases[2], y_base=bases[3])
+                groups = (ceil_div(e[3], self.block_n), ceil_div(e[2], self.block_m), e[0] * e[1])
+                seq.dispatch(self.pipe, binds, groups, push)
+
+    def split(self, origin, extent) -> list[tuple[list, list]]:
+        """The box as boxes whose grids fit ``maxComputeWorkGroupCount``: N and M in
+        pieces of whole blocks, the (batch, channel) layers so that their product does."""
+        gx, gy, gz = (int(v) for v in self.ctx.limits["maxComputeWorkGroupCount"])
+        eb, ec = extent[0], extent[1]
+        if eb * ec <= gz:
+            layers = [(origin[0], eb, origin[1], ec)]
+        elif ec <= gz:
+            layers = [(b0, nb, origin[1], ec) for b0, nb in pieces(eb, gz // ec, origin[0])]
+        else:
+            layers = [(b0, 1, c0, nc) for b0 in range(origin[0], origin[0] + eb)
+                      for c0, nc in pieces(ec, gz, origin[1])]
+        return [([b0, c0, m0, n0], [nb, nc, nm, nn]) for b0, nb, c0, nc in layers
+                for m0, nm in pieces(extent[2], gy * self.block_m, origin[2])
+                for n0, nn in pieces(extent[3], gx * self.block_n, origin[3])]
+
+
+def _path_class(shape) -> str:
+    """GEMMs sharing a path choice: M, K, N and the layer count each within a factor of 4."""
+    return shape["dtype"] + "".join(f" {k} 4^{int(shape[k]).bit_length() // 2}"
+                                    for k in ("m", "k", "n", "batch"))
+
+
+def _path_run(device, seq, cand, shape):
+    """Record a packed GEMM of ``shape`` on candidate ``cand``."""
+    dt, b, m, k, n = (shape.get("dtype", "float32"), int(shape.get("batch", 1)),
+                      int(shape["m"]), int(shape["k"]), int(shape["n"]))
+    ts = [TensorDesc(dt, (b, r, c)) for r, c in ((m, k), (k, n), (m, n))]
+    op = CompiledGemm(device, GemmOperatorDesc(ts[0], ts[1], None, ts[2]),
+                      path=cand.params["path"])
+    bufs = [device.empty((t.total_tensor_size_in_bytes,), np.uint8) for t in ts]
+    op.encode(seq, bufs[:2] + [None], bufs[2:])
+
+    def free():
+        op.release()
+        for t in bufs:
+            t.free()
+    return free
+
+
+#: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
+#: :meth:`CompiledGemm._choose_path`) or "tiled", chosen by the device's timing for the
+#: shape's class (M, K, N and the layer count within a factor of 4).
+PATH = tuning.register_path(
+    "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})], "direct",
+    _path_class, _path_run,
+    work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
+    examples=[{"m": 256, "k": 256, "n": 256, "batch": 1, "dtype": "float32"},
+              {"m": 64, "k": 64, "n": 64, "batch": 16, "dtype": "float32"}])
+
+
+def _transform(value, name: str) -> MatrixTransform:
+    """A bool (True: transpose) or a DML_MATRIX_TRANSFORM member, value or name."""
+    if isinstance(value, (bool, np.bool_)):
+        return MatrixTransform(int(value))
+    return enum_of(MatrixTransform, value, name, "DML_MATRIX_TRANSFORM_")
+
+
+def _broadcast_desc(x, name: str, sizes) -> TensorDesc:
+    """``x`` (its own contiguous elements) as a tensor of ``sizes``: NumPy's
+    right-aligned broadcast, each broadcast dimension with stride 0."""
+    shape = tuple(x.shape)
+    if len(shape) > len(sizes) or any(s not in (1, w) for s, w in
+                                      zip(shape[::-1], tuple(sizes)[::-1])):
+        raise ValidationError(name, f"shape {shape} does not broadcast to {tuple(sizes)}")
+    own = [1] * len(shape)
+    for d in range(len(shape) - 2, -1, -1):
+        own[d] = own[d + 1] * shape[d + 1]
+    lead = len(sizes) - len(shape)
+    strides = [0] * lead + [0 if s == 1 and w != 1 else st
+                            for s, w, st in zip(shape, sizes[lead:], own)]
+    return TensorDesc(np.dtype(x.dtype), tuple(sizes), tuple(strides))
+
+
+def gemm(a, b, c=None, *, trans_a=False, trans_b=False, alpha=1.0, beta=1.0,
+         fused_activation=None, device=None):
+    """``fused_activation(alpha * op(a) @ op(b) + beta * c)``, ``DML_GEMM_OPERATOR_DESC``.
+
+    ``a``, ``b``: float32 or float16 (the same), 2 to 4 dimensions ``(..., M, K)`` and
+    ``(..., K, N)`` (``trans_a``/``trans_b``: True or a DML_MATRIX_TRANSFORM to read them
+    as ``(..., K, M)``/``(..., N, K)``); leading (batch) dimensions broadcast as NumPy's
+    ``matmul`` does (by zero strides, no copy).  ``c``: None or an array broadcasting to
+    the result ``(..., M, N)``.  ``fused_activation``: None, an activation name or
+    descriptor (ELEMENT_WISE_CLIP included)."""
+    dev = pick_device(device, a, b, c)
+    a, b = as_array(a, "a"), as_array(b, "b")
+    c = as_array(c, "c", optional=True)
+    ta, tb = _transform(trans_a, "trans_a"), _transform(trans_b, "trans_b")
+    for x, name in ((a, "a"), (b, "b")):
+        if not 2 <= len(x.shape) <= 4:
+            raise ValidationError(name, f"must have 2 to 4 dimensions, got shape {tuple(x.shape)}")
+    try:
+        batch = np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    except ValueError:
+        raise ValidationError("b", f"batch dimensions {tuple(b.shape[:-2])} do not broadcast "
+                              f"with a's {tuple(a.shape[:-2])}") from None
+    m = a.shape[-1] if ta else a.shape[-2]
+    n = b.shape[-2] if tb else b.shape[-1]
+    ad = _broadcast_desc(a, "a", batch + tuple(a.shape[-2:]))
+    bd = _broadcast_desc(b, "b", batch + tuple(b.shape[-2:]))
+    yd = TensorDesc(ad.data_type, batch + (m, n))
+    cd = None if c is None else _broadcast_desc(c, "c", yd.sizes)
+    try:
+        act = activation_desc(fused_activation)
+    except ValidationError as exc:
+        raise ValidationError("fused_activation", exc.rule) from None
+    desc = GemmOperatorDesc(ad, bd, cd, yd, ta, tb, alpha=as_real(alpha, "alpha"),
+                            beta=as_real(beta, "beta"), fused_activation=act)
+    return run(dev, desc, [a, b, c])
