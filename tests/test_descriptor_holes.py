@@ -73,6 +73,8 @@ def valid_descs() -> dict:
             x, y, scales=(1, 1, 1.5, 1.5), input_pixel_offsets=(0.5,) * 4,
             output_pixel_offsets=(-0.5,) * 4),
         dml.Upsample2dOperatorDesc: dml.Upsample2dOperatorDesc(x, T(1, 1, 8, 8), (2, 2)),
+        dml.GemmOperatorDesc: dml.GemmOperatorDesc(T(1, 1, 4, 3), T(1, 1, 3, 5), None,
+                                                   T(1, 1, 4, 5)),
     }
     for cls in (dml.ElementWiseAddOperatorDesc, dml.ElementWiseSubtractOperatorDesc,
                 dml.ElementWiseMultiplyOperatorDesc, dml.ElementWiseDivideOperatorDesc,
