@@ -80,8 +80,7 @@ const uint LP_T = LP_SL * (LP_V - 1u) + LP_LL * (LP_WL - 1u) + 1u;   // inputs o
 const uint LP_NT = (LP_T + 6u) / 4u;               // texels fetched per row
 #ifdef PP
 // P = 1 or 2 compile-time (the variants ending in p1, p2): glslc -O folds it before
-// SwiftShader sees the module (the bench's workload: 11.9 -> 8.1 ms CPU time on
-// SwiftShader against P frozen, the same code otherwise)
+// SwiftShader sees the module (which runs the frozen P's code slower)
 const uint LP_P = PP;
 #else
 // frozen on the host (FROZEN_CONSTANTS): they select code
@@ -181,7 +180,7 @@ void main() {
     [[unroll]] for (uint j = 0u; j < LP_V; j++) r[j] = 0.0;
 #ifdef PP
     // P = 1, 2: the column sums, texel by texel (each fetched texel's inputs summed before
-    // the next is fetched: 3.7 against 4.7 ms CPU time with all LP_NT texels fetched first)
+    // the next is fetched: faster than fetching all LP_NT texels first)
     [[unroll]] for (uint t = 0u; t < LP_T; t++) col[t] = 0.0;
     for (uint ka = 0u; ka < WA; ka++) {
         int ia = iA0 + int(ka * LA);
@@ -213,9 +212,8 @@ void main() {
     }
     bad &= (1u << count) - 1u;
     // (a loop no lane enters unless some sum was tiny, 0, inf or NaN) a segment of zeros, every
-    // window row's texels ORed: its zero windows stay exact zeros, not summed again (all
-    // zeros, as the tuner's scratch tensors: 7.5 against 25.5 ms CPU time; 5.7 against
-    // 5.3 ms on other inputs)
+    // window row's texels ORed: its zero windows stay exact zeros, not summed again (the
+    // tuner's scratch tensors are all zeros: they would time the slow path otherwise)
     for (uint once = 0u; once < (bad != 0u ? 1u : 0u); once++) {
         uvec4 b = uvec4(0u);
         for (uint ka = 0u; ka < WA; ka++)

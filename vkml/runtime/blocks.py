@@ -11,8 +11,9 @@ that layout and places each value where the kernel reads it::
 Reordering, adding or retyping a member in GLSL moves the packing with it.  A member the
 block does not have, one left out, a value of the wrong shape, kind (a float for an int)
 or range raises :class:`BlockError` naming the kernel, block and member.  Arrays may be
-given fewer elements than declared (the rest are zero); every other member must be
-given, padding included, so a forgotten value is an error rather than a zero.
+given fewer values than declared, flat or by element (the rest are zero: per-dimension
+lists of any rank in ``uvec4 x[2]``); every other member must be given, padding included,
+so a forgotten value is an error rather than a zero.
 """
 from __future__ import annotations
 
@@ -87,16 +88,18 @@ class Layout:
         flat = arr.reshape(-1)
         n = m.components * m.count
         if m.array:
-            if flat.size > n or flat.size % m.components:
-                raise BlockError(f"{self.where(m.name)}: {m.type} takes at most {m.count} "
-                                 f"elements of {m.components}, got {flat.size} values")
+            if flat.size > n:
+                raise BlockError(f"{self.where(m.name)}: {m.type} takes at most {n} values "
+                                 f"({m.count} elements of {m.components}), got {flat.size}")
         elif flat.size != n:
             raise BlockError(f"{self.where(m.name)}: {m.type} takes {n} value(s), got "
                              f"{flat.size}")
         data = self._convert(m, flat)
+        # an array given flat (a per-dimension list in uvec4s, say) ends mid-element: zeros
+        data = np.concatenate([data, np.zeros(-data.size % m.components, np.uint32)])
         step = m.stride // 4
         base = m.offset // 4
-        for e in range(flat.size // m.components):
+        for e in range(data.size // m.components):
             at = base + e * step
             words[at:at + m.components] = data[e * m.components:(e + 1) * m.components]
 
