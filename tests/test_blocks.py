@@ -3,6 +3,7 @@ are reordered reads what it was given, and every wrong fill fails loudly, naming
 block and member; a push of the wrong size is refused at dispatch."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import shutil
 import subprocess
@@ -125,7 +126,7 @@ def test_permuted_layout_follows_the_offsets():
     members, at = {}, 0
     for name in reversed(list(real.members)):
         m = real.members[name]
-        members[name] = blocks.Member(**{**m.__dict__, "offset": at})
+        members[name] = dataclasses.replace(m, offset=at)
         at += -(m.stride * m.count) % 16 + m.stride * m.count if m.array else 16
     values = {"out_stride": list(range(1, 9)), "in_stride": [11, 12, 13, 0],
               "start": [-1, 2, -3, 4, 0, 0], "blocks": [5, 6, 7], "block_stride": [8, 9],
