@@ -28,7 +28,6 @@ from ..intmath import ceil_div
 
 __all__ = ["fold"]
 
-MAX_RANK = 8
 MAX_SPATIAL = 6
 #: The kernels compute window positions in 32-bit signed integers (SwiftShader has no
 #: int64): every position, start padding and image size stays below this.

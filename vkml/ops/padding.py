@@ -51,7 +51,6 @@ from ..intmath import ceil_div
 
 __all__ = ["pad"]
 
-MAX_RANK = 8
 #: Kernel variants this module requests ("padding" or "padding_rows", + "_e<element
 #: bytes>", + "_packed" without 8/16-bit storage) and the specialization constants it sets.
 _SUFFIXES = ("_e1", "_e1_packed", "_e2", "_e2_packed", "_e4", "_e8")
