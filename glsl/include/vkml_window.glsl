@@ -6,27 +6,21 @@
 #ifndef VKML_WINDOW_GLSL
 #define VKML_WINDOW_GLSL
 
-layout(constant_id = 3) const uint W0 = 1u;
-layout(constant_id = 4) const uint W1 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;
-layout(constant_id = 16) const uint L1 = 1u;
+// Spatial dimension d: window size W<d>, stride S<d> and dilation L<d> are constant ids
+// 3 + d, 9 + d and 15 + d.
+#define VKML_WINDOW_DIM(W, S, L, w, s, l) \
+    layout(constant_id = w) const uint W = 1u; \
+    layout(constant_id = s) const uint S = 1u; \
+    layout(constant_id = l) const uint L = 1u;
+VKML_WINDOW_DIM(W0, S0, L0, 3, 9, 15)
+VKML_WINDOW_DIM(W1, S1, L1, 4, 10, 16)
 #if VKML_WINDOW_DIMS >= 3
-layout(constant_id = 5) const uint W2 = 1u;
-layout(constant_id = 11) const uint S2 = 1u;
-layout(constant_id = 17) const uint L2 = 1u;
+VKML_WINDOW_DIM(W2, S2, L2, 5, 11, 17)
 #endif
 #if VKML_WINDOW_DIMS == 6
-layout(constant_id = 6) const uint W3 = 1u;
-layout(constant_id = 7) const uint W4 = 1u;
-layout(constant_id = 8) const uint W5 = 1u;
-layout(constant_id = 12) const uint S3 = 1u;
-layout(constant_id = 13) const uint S4 = 1u;
-layout(constant_id = 14) const uint S5 = 1u;
-layout(constant_id = 18) const uint L3 = 1u;
-layout(constant_id = 19) const uint L4 = 1u;
-layout(constant_id = 20) const uint L5 = 1u;
+VKML_WINDOW_DIM(W3, S3, L3, 6, 12, 18)
+VKML_WINDOW_DIM(W4, S4, L4, 7, 13, 19)
+VKML_WINDOW_DIM(W5, S5, L5, 8, 14, 20)
 uint win(int d) { return d == 0 ? W0 : d == 1 ? W1 : d == 2 ? W2 : d == 3 ? W3 : d == 4 ? W4 : W5; }
 uint stride(int d) { return d == 0 ? S0 : d == 1 ? S1 : d == 2 ? S2 : d == 3 ? S3 : d == 4 ? S4 : S5; }
 uint dil(int d) { return d == 0 ? L0 : d == 1 ? L1 : d == 2 ? L2 : d == 3 ? L3 : d == 4 ? L4 : L5; }
