@@ -34,6 +34,7 @@ void main() {
     y[12] = floatBitsToUint(e.x); y[13] = floatBitsToUint(e.y); y[14] = floatBitsToUint(e.z);
     y[15] = uint(f);
     for (int i = 0; i < 3; i++) y[16 + i] = g[i];
+    y[19] = 19u;                  // every word of the output written
     y[20] = pa; y[21] = floatBitsToUint(pb); y[22] = uint(pc.x); y[23] = uint(pc.y);
     y[24] = uint(pc.z); y[25] = pd[0]; y[26] = pd[1];
 }
@@ -49,7 +50,7 @@ def _expected() -> np.ndarray:
     f = lambda v: int(np.float32(v).view(np.uint32))                   # noqa: E731
     u = lambda v: v & 0xFFFFFFFF                                        # noqa: E731
     return np.array([7, f(-1.5), 1, 2, 3, 4, 5, 6, 7, 8, u(-3), 4, f(0.25), f(2.0), f(-8.0),
-                     u(-(1 << 31)), 9, 10, 0, 0, (1 << 32) - 1, f(3.0), u(-1), 0, 1 << 30, 11,
+                     u(-(1 << 31)), 9, 10, 0, 19, (1 << 32) - 1, f(3.0), u(-1), 0, 1 << 30, 11,
                      0], np.uint32)
 
 
