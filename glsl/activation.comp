@@ -52,49 +52,15 @@ layout(std140, set = 0, binding = 2) uniform Params {
     vec4 p;                       // the activation's parameters (kernel_parameters())
 };
 
-layout(push_constant) uniform Push {
-    uvec4 origin[2];
-    uvec4 extent[2];
-    uint in_base, out_base;       // element index of the first bound element
-    uint x_count;                 // invocations along x
-    uint pad_;
-    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
-};
-
-#define AT(arr, d) arr[(d) >> 2][(d) & 3]
-
-// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
-// a * ceil(2^32 / extent), exact there.
-uint divide(uint a, int d) {
-    uint hi, lo;
-    umulExtended(a, AT(magic, d), hi, lo);
-    return AT(extent, d) == 1u ? a : hi;
-}
+#define VKML_BOX_COORD
+#include "vkml_box.glsl"
 
 const int LAST = RANK - 1;
 
 void main() {
-    uint gx = gl_GlobalInvocationID.x;
-    const int YDIM = RANK - XDIMS - 1;
-    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
+    bool live = !box_outside();
     vec4 prm = p;
-    uint coord[8];
-    uint z = gl_GlobalInvocationID.z;
-    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
-        uint q = divide(z, d);
-        coord[d] = AT(origin, d) + z - q * AT(extent, d);
-        z = q;
-    }
-    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
-    [[unroll]] for (int d = LAST; d > YDIM; d--) {
-        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
-            coord[d] = AT(origin, d) + gx * V;
-        } else {
-            uint q = divide(gx, d);
-            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
-            gx = q;
-        }
-    }
+    box_coord();
     uint end = AT(origin, LAST) + AT(extent, LAST);
     uint count = live && coord[LAST] < end ? min(V, end - coord[LAST]) : 0u;
     uint src = 0u, dst = 0u;

@@ -3,7 +3,7 @@
 //
 // Each invocation runs 8 independent vec4 fma() chains for ITERS iterations, so the loop
 // is bound by FMA issue, not latency.  The chains are separate variables, not an array:
-// SwiftShader keeps a loop-indexed array in memory (10x slower there).  The multiplier and
+// SwiftShader keeps a loop-indexed array in memory (far slower there).  The multiplier and
 // addend come from push constants (nothing to fold at compile time) and the sum is stored
 // behind a bound the compiler cannot see through, so no chain is dead code.
 // FLOPs per invocation: ITERS * 8 chains * 4 lanes * 2.

@@ -26,6 +26,8 @@
 // vkml:variant fold_i32_ssbo4 I32=1 TEXEL4=1 SSBO4=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_index.glsl"
+#define VKML_WINDOW_DIMS 6
+#include "vkml_window.glsl"
 
 #if defined(F32) || defined(F16) || defined(F16_PACKED)
 #include "vkml_float.glsl"
@@ -124,35 +126,11 @@ layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // output dimensions: N, C, D spatial
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
-// The window geometry is specialized: the window loops unroll and their index arithmetic
-// (position -> k[d], divisions by strides) folds into constants.
-layout(constant_id = 3) const uint W0 = 1u;
-layout(constant_id = 4) const uint W1 = 1u;
-layout(constant_id = 5) const uint W2 = 1u;
-layout(constant_id = 6) const uint W3 = 1u;
-layout(constant_id = 7) const uint W4 = 1u;
-layout(constant_id = 8) const uint W5 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 11) const uint S2 = 1u;
-layout(constant_id = 12) const uint S3 = 1u;
-layout(constant_id = 13) const uint S4 = 1u;
-layout(constant_id = 14) const uint S5 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;     // dilations
-layout(constant_id = 16) const uint L1 = 1u;
-layout(constant_id = 17) const uint L2 = 1u;
-layout(constant_id = 18) const uint L3 = 1u;
-layout(constant_id = 19) const uint L4 = 1u;
-layout(constant_id = 20) const uint L5 = 1u;
 // Consecutive outputs along the last dimension per invocation (1, 4 or 8; XDIMS = 1
 // only): their window reads are neighbours, and lavapipe stores a vec4 far faster than
 // 4 floats.
 layout(constant_id = 21) const uint V = 1u;
 layout(constant_id = 22) const bool VEC_STORE = false;   // V = 4 or 8 stored as vec4s
-
-uint win(int d) { return d == 0 ? W0 : d == 1 ? W1 : d == 2 ? W2 : d == 3 ? W3 : d == 4 ? W4 : W5; }
-uint stride(int d) { return d == 0 ? S0 : d == 1 ? S1 : d == 2 ? S2 : d == 3 ? S3 : d == 4 ? S4 : S5; }
-uint dil(int d) { return d == 0 ? L0 : d == 1 ? L1 : d == 2 ? L2 : d == 3 ? L3 : d == 4 ? L4 : L5; }
 
 // Parameters in a uniform buffer (std140); none of them steers control flow.
 layout(std140, set = 0, binding = 2) uniform Params {
@@ -164,28 +142,8 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uint in_texels;               // TEXEL4: 4-element texels bound
 };
 
-// The box of output coordinates this dispatch covers (see ops/fold.py): x runs along the
-// last XDIMS dimensions (V elements of the last per invocation), y the one before, z the
-// rest.
-layout(push_constant) uniform Push {
-    uvec4 origin[2];
-    uvec4 extent[2];
-    uint in_base, out_base;       // element index of the first bound element
-    uint x_count;                 // invocations along x
-    uint pad_;
-    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
-};
-
-#define AT(arr, d) arr[(d) >> 2][(d) & 3]
-
-// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
-// a * ceil(2^32 / extent), exact there.  lavapipe runs an integer division as one scalar
-// division per lane; the multiply-high is a vector instruction.
-uint divide(uint a, int d) {
-    uint hi, lo;
-    umulExtended(a, AT(magic, d), hi, lo);
-    return AT(extent, d) == 1u ? a : hi;
-}
+#define VKML_BOX_COORD
+#include "vkml_box.glsl"
 
 // Block coordinate of output coordinate o for window position k along dimension d,
 // and whether it exists: (o + start - k * dilation) / stride, exact, in [0, blocks).
@@ -202,19 +160,13 @@ uint block_of(int d, uint o, uint k, out bool ok) {
 }
 
 #ifdef TEXEL4
-// Elements sh..sh+3 of the 8 in (a, b).
-VEC4 shift4(VEC4 a, VEC4 b, uint sh) {
-    VEC4 h = (sh & 2u) != 0u ? VEC4(a.zw, b.xy) : a;        // shift by 2
-    VEC4 g = (sh & 2u) != 0u ? VEC4(b.zw, b.zw) : b;        // (its next 2; only .xy used)
-    return (sh & 1u) != 0u ? VEC4(h.yzw, g.x) : h;
-}
+VKML_SHIFT4(VEC4)
 #endif
 
 const int D = RANK - 2;
 const int LAST = RANK - 1;
 const uint WL = D == 1 ? W0 : D == 2 ? W1 : D == 3 ? W2 : D == 4 ? W3 : D == 5 ? W4 : W5;
 const uint KO = (W0 * W1 * W2 * W3 * W4 * W5) / WL;
-uint coord[8];
 ACC acc[8];
 #ifdef TEXEL4
 VEC4 acc4[2];
@@ -255,25 +207,8 @@ void add_position(uint row, uint kl) {
 }
 
 void main() {
-    uint gx = gl_GlobalInvocationID.x;
-    const int YDIM = RANK - XDIMS - 1;
-    if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
-    uint z = gl_GlobalInvocationID.z;
-    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
-        uint q = divide(z, d);
-        coord[d] = AT(origin, d) + z - q * AT(extent, d);
-        z = q;
-    }
-    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
-    [[unroll]] for (int d = LAST; d > YDIM; d--) {
-        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
-            coord[d] = AT(origin, d) + gx * V;
-        } else {
-            uint q = divide(gx, d);
-            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
-            gx = q;
-        }
-    }
+    if (box_outside()) return;
+    box_coord();
     // Elements of this invocation inside the box (V > 1: the last may overhang it).
     uint count = min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);
     uint out_off = 0u;

@@ -27,6 +27,8 @@
 // vkml:variant lp_pooling_f16_packed F16_PACKED=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
+#define VKML_WINDOW_DIMS 3
+#include "vkml_window.glsl"
 
 #if defined(SSBO4)
 // the TEXEL4 reads from a vec4 storage buffer (SwiftShader: one 16-byte load a lane)
@@ -52,25 +54,11 @@ layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 4 or 5: N, C, 2 or 3 spatial
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
-// The window geometry is specialized (the window loops unroll).
-layout(constant_id = 3) const uint W0 = 1u;
-layout(constant_id = 4) const uint W1 = 1u;
-layout(constant_id = 5) const uint W2 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 11) const uint S2 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;     // dilations
-layout(constant_id = 16) const uint L1 = 1u;
-layout(constant_id = 17) const uint L2 = 1u;
 layout(constant_id = 21) const uint V = 1u;      // outputs of the last dimension per invocation
 layout(constant_id = 22) const bool VEC_STORE = false;   // V = 4 or 8 stored as vec4s
 layout(constant_id = 24) const uint P = 2u;
 layout(constant_id = 25) const bool SCALE = false;
 layout(constant_id = 26) const bool HOLD = false;   // KO * T <= 64: values kept in registers
-
-uint win(int d) { return d == 0 ? W0 : d == 1 ? W1 : W2; }
-uint stride(int d) { return d == 0 ? S0 : d == 1 ? S1 : S2; }
-uint dil(int d) { return d == 0 ? L0 : d == 1 ? L1 : L2; }
 
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 out_stride[2];          // per output dimension
@@ -80,25 +68,8 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uint in_texels;               // TEXEL4: 4-element texels bound
 };
 
-layout(push_constant) uniform Push {
-    uvec4 origin[2];
-    uvec4 extent[2];
-    uint in_base, out_base;       // element index of the first bound element
-    uint x_count;                 // invocations along x
-    uint pad_;
-    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
-};
-
-#define AT(arr, d) arr[(d) >> 2][(d) & 3]
-
-// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
-// a * ceil(2^32 / extent), exact there.  lavapipe runs an integer division as one scalar
-// division per lane; the multiply-high is a vector instruction.
-uint divide(uint a, int d) {
-    uint hi, lo;
-    umulExtended(a, AT(magic, d), hi, lo);
-    return AT(extent, d) == 1u ? a : hi;
-}
+#define VKML_BOX_COORD
+#include "vkml_box.glsl"
 const int D = RANK - 2;
 const int LAST = RANK - 1;
 const uint WL = RANK == 4 ? W1 : W2;  // the last spatial dimension's window,
@@ -109,7 +80,6 @@ const uint T = SL * (V - 1u) + LL * (WL - 1u) + 1u;   // inputs of a window row
 const bool ROWS = T <= 32u;
 const uint TR = ROWS ? T : 1u;
 
-uint coord[8];
 uint base;
 
 // a^P for 0 <= a <= 1, by repeated squaring (P is a constant: this unrolls).
@@ -148,12 +118,7 @@ float row_element(bool row_ok, uint off, int i0, uint t) {
 }
 
 #ifdef TEXEL4
-// Elements sh..sh+3 of the 8 in (a, b).
-vec4 shift4(vec4 a, vec4 b, uint sh) {
-    vec4 h = (sh & 2u) != 0u ? vec4(a.zw, b.xy) : a;
-    vec4 g = (sh & 2u) != 0u ? vec4(b.zw, b.zw) : b;
-    return (sh & 1u) != 0u ? vec4(h.yzw, g.x) : h;
-}
+VKML_SHIFT4(vec4)
 #endif
 
 // The T inputs of window row `off` from last coordinate i0 (ROWS).
@@ -232,25 +197,8 @@ float share(float v, float m, float s1, float s2) {
 }
 
 void main() {
-    uint gx = gl_GlobalInvocationID.x;
-    const int YDIM = RANK - XDIMS - 1;
-    if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
-    uint z = gl_GlobalInvocationID.z;
-    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
-        uint q = divide(z, d);
-        coord[d] = AT(origin, d) + z - q * AT(extent, d);
-        z = q;
-    }
-    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
-    [[unroll]] for (int d = LAST; d > YDIM; d--) {
-        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
-            coord[d] = AT(origin, d) + gx * V;
-        } else {
-            uint q = divide(gx, d);
-            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
-            gx = q;
-        }
-    }
+    if (box_outside()) return;
+    box_coord();
     uint count = min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);
     uint out_off = 0u;
     [[unroll]] for (int d = 0; d < RANK; d++) out_off += coord[d] * AT(out_stride, d);

@@ -66,15 +66,8 @@ layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 4 or 5: N, C, 2 or 3 spatial
 layout(constant_id = 2) const int XDIMS = 1;     // always 1 here
-layout(constant_id = 3) const uint W0 = 1u;
-layout(constant_id = 4) const uint W1 = 1u;
-layout(constant_id = 5) const uint W2 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 11) const uint S2 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;     // dilations
-layout(constant_id = 16) const uint L1 = 1u;
-layout(constant_id = 17) const uint L2 = 1u;
+#define VKML_WINDOW_DIMS 3
+#include "vkml_window.glsl"
 // the last dimension's window, stride and dilation: compile-time (a variant each), so
 // every [[unroll]] loop unrolls when the module is built and its arrays are registers
 const uint LP_WL = BW, LP_SL = BS, LP_LL = BL;
@@ -87,8 +80,7 @@ const uint LP_T = LP_SL * (LP_V - 1u) + LP_LL * (LP_WL - 1u) + 1u;   // inputs o
 const uint LP_NT = (LP_T + 6u) / 4u;               // texels fetched per row
 #ifdef PP
 // P = 1 or 2 compile-time (the variants ending in p1, p2): glslc -O folds it before
-// SwiftShader sees the module (the bench's workload: 11.9 -> 8.1 ms CPU time on
-// SwiftShader against P frozen, the same code otherwise)
+// SwiftShader sees the module (which runs the frozen P's code slower)
 const uint LP_P = PP;
 #else
 // frozen on the host (FROZEN_CONSTANTS): they select code
@@ -104,22 +96,7 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uint in_texels;               // (unused here)
 };
 
-layout(push_constant) uniform Push {
-    uvec4 origin[2];
-    uvec4 extent[2];
-    uint in_base, out_base;       // element index of the first bound element
-    uint x_count;                 // invocations along x
-    uint pad_;
-    uvec4 magic[2];               // ceil(2^32 / extent)
-};
-
-#define AT(arr, d) arr[(d) >> 2][(d) & 3]
-
-uint divide(uint a, int d) {
-    uint hi, lo;
-    umulExtended(a, AT(magic, d), hi, lo);
-    return AT(extent, d) == 1u ? a : hi;
-}
+#include "vkml_box.glsl"
 
 const bool R5 = RANK == 5;
 const int D = RANK - 2;
@@ -203,7 +180,7 @@ void main() {
     [[unroll]] for (uint j = 0u; j < LP_V; j++) r[j] = 0.0;
 #ifdef PP
     // P = 1, 2: the column sums, texel by texel (each fetched texel's inputs summed before
-    // the next is fetched: 3.7 against 4.7 ms CPU time with all LP_NT texels fetched first)
+    // the next is fetched: faster than fetching all LP_NT texels first)
     [[unroll]] for (uint t = 0u; t < LP_T; t++) col[t] = 0.0;
     for (uint ka = 0u; ka < WA; ka++) {
         int ia = iA0 + int(ka * LA);
@@ -235,9 +212,8 @@ void main() {
     }
     bad &= (1u << count) - 1u;
     // (a loop no lane enters unless some sum was tiny, 0, inf or NaN) a segment of zeros, every
-    // window row's texels ORed: its zero windows stay exact zeros, not summed again (all
-    // zeros, as the tuner's scratch tensors: 7.5 against 25.5 ms CPU time; 5.7 against
-    // 5.3 ms on other inputs)
+    // window row's texels ORed: its zero windows stay exact zeros, not summed again (the
+    // tuner's scratch tensors are all zeros: they would time the slow path otherwise)
     for (uint once = 0u; once < (bad != 0u ? 1u : 0u); once++) {
         uvec4 b = uvec4(0u);
         for (uint ka = 0u; ka < WA; ka++)

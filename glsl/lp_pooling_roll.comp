@@ -29,15 +29,8 @@ layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 4 or 5: N, C, 2 or 3 spatial
 layout(constant_id = 2) const int XDIMS = 1;     // always 1 here
-layout(constant_id = 3) const uint W0 = 1u;
-layout(constant_id = 4) const uint W1 = 1u;
-layout(constant_id = 5) const uint W2 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 11) const uint S2 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;     // dilations
-layout(constant_id = 16) const uint L1 = 1u;
-layout(constant_id = 17) const uint L2 = 1u;
+#define VKML_WINDOW_DIMS 3
+#include "vkml_window.glsl"
 layout(constant_id = 21) const uint V = 4u;      // outputs per invocation: 4 (1 on short rows)
 layout(constant_id = 22) const bool VEC_STORE = false;   // the 4 stored as one vec4
 layout(constant_id = 24) const uint P = 2u;
@@ -54,22 +47,7 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uint in_texels;               // (unused here)
 };
 
-layout(push_constant) uniform Push {
-    uvec4 origin[2];
-    uvec4 extent[2];
-    uint in_base, out_base;       // element index of the first bound element
-    uint x_count;                 // invocations along x
-    uint pad_;
-    uvec4 magic[2];               // ceil(2^32 / extent)
-};
-
-#define AT(arr, d) arr[(d) >> 2][(d) & 3]
-
-uint divide(uint a, int d) {
-    uint hi, lo;
-    umulExtended(a, AT(magic, d), hi, lo);
-    return AT(extent, d) == 1u ? a : hi;
-}
+#include "vkml_box.glsl"
 
 const bool R5 = RANK == 5;
 const int D = RANK - 2;

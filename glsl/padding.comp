@@ -29,8 +29,8 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int RANK = 8;      // dimensions after merging (loops unroll)
 // The padding mode is a specialization constant, not a parameter: lavapipe inlines
-// uniform-buffer values that steer branches and rebuilds the shader on every dispatch
-// (1.4 ms each), and the branches vanish for the mode at hand.
+// uniform-buffer values that steer branches and rebuilds the shader on every dispatch,
+// and the branches vanish for the mode at hand.
 layout(constant_id = 2) const uint MODE = 0u;
 // How many trailing dimensions the grid's x covers: more than one when the last is too
 // short to fill a workgroup (a border box 2 elements wide, say).

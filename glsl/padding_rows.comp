@@ -21,16 +21,16 @@
 //   32-bit components are picked from the texels the invocation already holds, as
 //   constants say (the same for every row), so they cost a few selects: lavapipe runs
 //   every instruction for every lane (branches and loops no lane enters included), and
-//   building them element by element with their own texel fetches made the kernel 3x
-//   slower.  x runs over (row of dimension YDIM, invocation of the row) flattened, so no
-//   lane idles at a row's end.  lavapipe, 1x64x256x256 by 2: the edge dispatch cost
-//   0.24 ms of 1.85 (0.07 ms of it the dispatch itself, the rest 8 scalar stores a row).
+//   building them element by element with their own texel fetches made the kernel several
+//   times slower.  x runs over (row of dimension YDIM, invocation of the row) flattened, so
+//   no lane idles at a row's end.  It saves the edge dispatch: its own cost and a row's
+//   scalar stores.
 //
 // Measured on lavapipe, which decides the shape of the code:
 // * Every parameter load comes before any divergent branch: uniform-buffer and push-constant
 //   loads made under a partial execution mask become 8-lane gathers (8 scalar loads with
 //   bounds checks) that are not hoisted; unmasked ones are hoisted out of the lanes' loop
-//   (an early `return` instead of the `valid` flag: 8.2 -> 5.8 ms CPU on 16 MiB).
+//   (hence the `valid` flag, not an early `return`).
 // * Both sides of a divergent branch always run (masks, no jumps): no slow path in a
 //   branch, the edge elements are a second dispatch.
 // * Lanes are packed along local_size_x only: local_size_x = 1 runs 1 lane in 8.
@@ -46,8 +46,8 @@
 // U64 (devices with int64 shaders; the main dispatch only, any element width: words are
 // bytes): the words go out as u64vec4 pairs (32-byte aligned) and one u64vec2 a row end
 // (a pair with one word of the row), not as uvec4s.  lavapipe's store loop goes per
-// component, not per byte: a store-only kernel writing 1.6 MB took 0.095 ms with
-// u64vec4s against 0.149 with vec4s (docs/DEVELOPING.md, "Stores").  An invocation's
+// component, not per byte: half the components store faster (docs/DEVELOPING.md,
+// "Stores").  An invocation's
 // words start on a pair: the row's first word is its k = 0 or 1 (the row's parity), so
 // the border constants come twice (ROWS_BL1, ROWS_BR1: the odd rows'), and the rows
 // have one word more of invocations (x_count) for the odd rows.  PER must be even.

@@ -66,7 +66,6 @@ layout(push_constant) uniform Push {
     uvec4 extent[2];
     uint in_base, out_base;       // element index of the first bound element
     uint x_count;                 // invocations along x
-    uint pad_;
     uvec4 magic[2];               // ceil(2^32 / extent): see divide()
 };
 

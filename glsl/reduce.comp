@@ -64,7 +64,6 @@ layout(push_constant) uniform Push {
     uvec4 extent[2];
     uint in_base, out_base;
     uint x_count;
-    uint pad_;
     uvec4 magic[2];
 };
 

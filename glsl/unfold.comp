@@ -23,6 +23,8 @@
 // storage-buffer read is a scalar load per lane.
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_index.glsl"
+#define VKML_WINDOW_DIMS 6
+#include "vkml_window.glsl"
 
 #if ELEM_BYTES == 1 && !defined(PACKED)
 #extension GL_EXT_shader_8bit_storage : require
@@ -49,24 +51,6 @@ layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 2 + D: the box is (N, C x K, blocks...)
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
-layout(constant_id = 3) const uint W0 = 1u;
-layout(constant_id = 4) const uint W1 = 1u;
-layout(constant_id = 5) const uint W2 = 1u;
-layout(constant_id = 6) const uint W3 = 1u;
-layout(constant_id = 7) const uint W4 = 1u;
-layout(constant_id = 8) const uint W5 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 11) const uint S2 = 1u;
-layout(constant_id = 12) const uint S3 = 1u;
-layout(constant_id = 13) const uint S4 = 1u;
-layout(constant_id = 14) const uint S5 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;     // dilations
-layout(constant_id = 16) const uint L1 = 1u;
-layout(constant_id = 17) const uint L2 = 1u;
-layout(constant_id = 18) const uint L3 = 1u;
-layout(constant_id = 19) const uint L4 = 1u;
-layout(constant_id = 20) const uint L5 = 1u;
 layout(constant_id = 21) const uint V = 1u;      // outputs of the last dimension per invocation
 layout(constant_id = 22) const bool VEC_STORE = false;   // V = 4 or 8 stored as uvec4s
 // The grid's dimension 1 is the output row c * K + k (one window position an invocation:
@@ -74,9 +58,6 @@ layout(constant_id = 22) const bool VEC_STORE = false;   // V = 4 or 8 stored as
 layout(constant_id = 27) const bool PER_ROW = false;
 const uint K = W0 * W1 * W2 * W3 * W4 * W5;
 
-uint win(int d) { return d == 0 ? W0 : d == 1 ? W1 : d == 2 ? W2 : d == 3 ? W3 : d == 4 ? W4 : W5; }
-uint stride(int d) { return d == 0 ? S0 : d == 1 ? S1 : d == 2 ? S2 : d == 3 ? S3 : d == 4 ? S4 : S5; }
-uint dil(int d) { return d == 0 ? L0 : d == 1 ? L1 : d == 2 ? L2 : d == 3 ? L3 : d == 4 ? L4 : L5; }
 
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 out_stride[2];          // per box dimension (N, row, blocks...)
@@ -86,33 +67,11 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uint in_texels;               // TEXEL4: 4-element texels bound
 };
 
-layout(push_constant) uniform Push {
-    uvec4 origin[2];
-    uvec4 extent[2];
-    uint in_base, out_base;       // element index of the first bound element
-    uint x_count;                 // invocations along x
-    uint pad_;
-    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
-};
-
-#define AT(arr, d) arr[(d) >> 2][(d) & 3]
-
-// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
-// a * ceil(2^32 / extent), exact there.  lavapipe runs an integer division as one scalar
-// division per lane; the multiply-high is a vector instruction.
-uint divide(uint a, int d) {
-    uint hi, lo;
-    umulExtended(a, AT(magic, d), hi, lo);
-    return AT(extent, d) == 1u ? a : hi;
-}
+#define VKML_BOX_COORD
+#include "vkml_box.glsl"
 
 #ifdef TEXEL4
-// Elements sh..sh+3 of the 8 in (a, b).
-uvec4 shift4(uvec4 a, uvec4 b, uint sh) {
-    uvec4 h = (sh & 2u) != 0u ? uvec4(a.zw, b.xy) : a;
-    uvec4 g = (sh & 2u) != 0u ? uvec4(b.zw, b.zw) : b;
-    return (sh & 1u) != 0u ? uvec4(h.yzw, g.x) : h;
-}
+VKML_SHIFT4(uvec4)
 #endif
 
 // The value (as bits) of input element src, 0 where !ok.
@@ -161,7 +120,6 @@ const uint T = SL * (V - 1u) + LL * (WL - 1u) + 1u;   // inputs of a window row
 const bool ROWS = T <= 32u;
 const uint TR = ROWS ? T : 1u;
 
-uint coord[8];
 VALUE row[32];
 
 // The TR inputs of a window row from last coordinate i0 (0 in the padding, or where
@@ -222,25 +180,8 @@ void emit(uint ko, uint kl, bool row_ok, uint off, int i0, uint out_off, uint co
 }
 
 void main() {
-    uint gx = gl_GlobalInvocationID.x;
-    const int YDIM = RANK - XDIMS - 1;
-    if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
-    uint z = gl_GlobalInvocationID.z;
-    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
-        uint q = divide(z, d);
-        coord[d] = AT(origin, d) + z - q * AT(extent, d);
-        z = q;
-    }
-    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
-    [[unroll]] for (int d = LAST; d > YDIM; d--) {
-        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
-            coord[d] = AT(origin, d) + gx * V;
-        } else {
-            uint q = divide(gx, d);
-            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
-            gx = q;
-        }
-    }
+    if (box_outside()) return;
+    box_coord();
     uint count = min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);
     // box (N, C, blocks): output row c * K + k, out_stride[1] is one row's stride
     uint kk = 0u;                     // PER_ROW: the window position

@@ -17,12 +17,8 @@ layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // the box: N, C, 2 block dimensions
 layout(constant_id = 2) const int XDIMS = 1;     // always 1 here
-layout(constant_id = 3) const uint W0 = 1u;
-layout(constant_id = 4) const uint W1 = 1u;
-layout(constant_id = 9) const uint S0 = 1u;
-layout(constant_id = 10) const uint S1 = 1u;
-layout(constant_id = 15) const uint L0 = 1u;
-layout(constant_id = 16) const uint L1 = 1u;
+#define VKML_WINDOW_DIMS 2
+#include "vkml_window.glsl"
 layout(constant_id = 21) const uint V = 4u;      // 4 (1 on short rows)
 layout(constant_id = 22) const bool VEC_STORE = false;
 layout(constant_id = 25) const uint TILE_SIZE = 1u;   // elements of the tile: HB * IL
@@ -36,20 +32,7 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uint in_texels;
 };
 
-layout(push_constant) uniform Push {
-    uvec4 origin[2];
-    uvec4 extent[2];
-    uint in_base, out_base;
-    uint x_count;
-    uint pad_;
-    uvec4 magic[2];
-};
-
-uint divide(uint a, int d) {
-    uint hi, lo;
-    umulExtended(a, magic[0][d], hi, lo);
-    return extent[0][d] == 1u ? a : hi;
-}
+#include "vkml_box.glsl"
 
 const uint K = W0 * W1;
 

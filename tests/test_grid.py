@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import vkml
 from references import fold_reference, lp_pooling_reference, pad_reference, unfold_reference
-from vkml.ops.grid import (GRID_LIMIT, binding_window, box_grid, div_magic, pick_xdims,
-                           plan_windows, split_groups, strided_span, vector_width)
+from vkml.ops.grid import (GRID_LIMIT, binding_window, box_grid, div_magic, grid_cap,
+                           pick_xdims, plan_windows, split_groups, strided_span, vector_width)
 from vkml.intmath import ceil_div
 
 FAST = settings(max_examples=150, deadline=None, derandomize=True,
@@ -66,6 +66,13 @@ def test_split_groups_caps_divided_coordinates_below_grid_limit():
         assert math.prod(e) < GRID_LIMIT
     # without division (the padding element kernel) only the device's limits apply
     assert len(split_groups([0, 0, 0, 0], [300, 300, 2, 8], 8, big, 1, magic=False)) == 1
+
+
+def test_grid_cap_is_the_least_count_and_65535():
+    """Every device takes 65535 workgroups an axis and the multiply-high divisions are
+    exact below it: the cap never exceeds it, nor any count given."""
+    assert grid_cap(1 << 31) == grid_cap(1 << 31, 70000) == GRID_LIMIT - 1 == 65535
+    assert grid_cap(65535, 100) == grid_cap(100) == 100
 
 
 @pytest.mark.floor(ran=100)

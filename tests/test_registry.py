@@ -75,11 +75,8 @@ class CompiledAffine(BoxKernel):
         self.in_strides = list(src.element_strides)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
-        p = np.zeros(4 * 5, dtype=np.uint32)
-        p[0:self.rank] = self.box_out_strides
-        p[8:8 + self.rank] = self.in_strides
-        p[16:18] = np.array([d.alpha, d.beta], np.float32).view(np.uint32)
-        self.params = self.upload(p)
+        self.params = self.upload_block(self.kernel, "Params", out_stride=self.box_out_strides,
+                                        in_stride=self.in_strides, p=[d.alpha, d.beta, 0, 0])
 
     def in_span(self, origin, extent):
         lo = sum(o * s for o, s in zip(origin, self.in_strides))

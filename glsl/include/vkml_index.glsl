@@ -4,9 +4,9 @@
 //     for (uint i = first + gl_GlobalInvocationID.x; i < first + count; i += stride)
 // where `stride` (invocations in the dispatch) comes in a push constant, so one dispatch
 // of at most maxComputeWorkGroupCount groups covers any count.  (Not gl_NumWorkGroups:
-// lavapipe reloads it every iteration, 20x slower.)
+// lavapipe reloads it every iteration.)
 // Kernel parameters go in uniform buffers (std140), not storage buffers: lavapipe
-// scalarizes storage-buffer loads per lane even at uniform offsets (2.5x slower).
+// scalarizes storage-buffer loads per lane even at uniform offsets.
 #ifndef VKML_INDEX_GLSL
 #define VKML_INDEX_GLSL
 

@@ -16,17 +16,14 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-import numpy as np
-
 from ..dml.activations import (OPERATOR_ACTIVATIONS, ActivationReluOperatorDesc,
                                activation as activation_desc)
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import TensorDesc, packed_strides
 from ..errors import ValidationError
 from ..runtime import Bind
-from .. import tuning
 from .base import implements
-from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
+from .grid import BOX_CONSTANTS, BoxKernel, register_read_path
 from .functional import as_array, pick_device, run
 from ..intmath import ceil_div
 
@@ -47,15 +44,7 @@ class CompiledActivation(BoxKernel):
     (RGBA32F texels: lavapipe vectorizes texel reads; the whole input within
     ``maxTexelBufferElements``) or "ssbo4" (vec4 storage-buffer loads).  None: the tuner
     chooses between the texel rule ("auto") and "ssbo4" (:data:`READ_PATH`); the
-    constructor's ``read=`` forces one (a path the tensors or the device do not allow
-    falls back to "ssbo")."""
-
-    force_read: str | None = None
-
-    def __init__(self, device, desc, read: str | None = None):
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
+    constructor's ``read=`` forces one (:meth:`~.grid.BoxKernel.choose_read`)."""
 
     def build(self) -> None:
         d = self.desc
@@ -68,11 +57,8 @@ class CompiledActivation(BoxKernel):
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         self.apply_read(self._choose_read())
-        p = np.zeros(4 * 5, dtype=np.uint32)
-        p[0:self.rank] = self.box_out_strides
-        p[8:8 + self.rank] = self.in_strides
-        p[16:20] = d.kernel_parameters().view(np.uint32)
-        self.params = self.upload(p)
+        self.params = self.upload_block(self.kernel, "Params", out_stride=self.box_out_strides,
+                                        in_stride=self.in_strides, p=d.kernel_parameters())
 
     def _choose_read(self) -> str:
         if not (self.flat and self.kernel == "activation_f32"):
@@ -81,16 +67,12 @@ class CompiledActivation(BoxKernel):
               "texel4": (self.windows is None and ceil_div(self.in_bytes, 16)
                          <= self.ctx.limits["maxTexelBufferElements"]),
               "ssbo4": self.ctx.binding_alignment() % 16 == 0}
-        if self.force_read not in (None, "auto"):
-            return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "ssbo4" if ok["ssbo4"] else "ssbo"
-        if self.force_read is None and ok["ssbo4"] and rule != "ssbo4":
-            return self.tuned_read(READ_PATH, {"elements": self.box[0]}, ok) or rule
-        return rule
+        return self.choose_read(ok, rule, ok["ssbo4"] and rule != "ssbo4",
+                                lambda: {"elements": self.box[0]})
 
-    #: Elements a flat activation's invocation takes (a Relu over 1x64x56x56, device time
-    #: with V = 4 / 8 / 16 / 32: lavapipe texel4 0.38 / 0.61 / 0.56 / 0.32 ms, SwiftShader
-    #: 2.25 / 1.29 / 0.81 / 0.57 ms: its cost per invocation is high).
+    #: Elements a flat activation's invocation takes: the most of those measured, as
+    #: both drivers' cost per invocation is high (bench/RESULTS.md).
     flat_v = 32
 
     def vector_width(self, origin, extent, out_base) -> int:
@@ -124,19 +106,17 @@ def _read_class(shape) -> str:
     return f"flat 4^{(4 * shape['elements']).bit_length() // 2}"
 
 
-def _read_run(device, seq, cand, shape):
-    """Record a flat float32 Relu of ``shape`` read by candidate ``cand``."""
+def _read_desc(shape):
+    """A flat float32 Relu of ``shape``."""
     t = TensorDesc(DataType.FLOAT32, (1, int(shape["elements"])))
-    op = CompiledActivation(device, ActivationReluOperatorDesc(t, t), read=cand.params["read"])
-    return timed_read_candidate(device, seq, op, cand)
+    return ActivationReluOperatorDesc(t, t)
 
 
 #: A flat float32 activation's read path where "ssbo4" is possible besides the texel
 #: rule: "auto" (the rule, the ``VKML_TUNE=off`` default) or "ssbo4", by measurement.
-READ_PATH = tuning.register_path(
-    "activation_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"})], "auto",
-    _read_class, _read_run, examples=[{"elements": 64 * 56 * 56}],
-    work_fn=lambda shape: float(shape["elements"]))
+READ_PATH = register_read_path(
+    "activation_read", ("auto", "ssbo4"), CompiledActivation, _read_desc, _read_class,
+    examples=[{"elements": 64 * 56 * 56}], work_fn=lambda shape: float(shape["elements"]))
 
 
 def activation(x, kind, *, device=None, **params):

@@ -23,7 +23,7 @@ from .. import runtime, tuning
 from ..dml.operator import OperatorDesc
 from ..errors import DeviceError, UnsupportedError, ValidationError
 from ..tensor import Tensor
-from ..intmath import ceil_div
+from ..runtime.blocks import pack
 
 REGISTRY: dict[type, type["CompiledOperator"]] = {}
 #: Every this-many-th ``execute`` of an operator whose path the tuner chose (counted over
@@ -121,6 +121,11 @@ class CompiledOperator:
         self._owned.append(alloc)
         return alloc
 
+    def upload_block(self, kernel: str, block: str, **values) -> runtime.Allocation:
+        """:meth:`upload` of ``kernel``'s uniform block ``block`` with its members set by
+        name (:func:`vkml.runtime.blocks.pack`)."""
+        return self.upload(np.frombuffer(pack(kernel, block, **values), np.uint8))
+
     def scratch(self, nbytes: int) -> runtime.Allocation:
         """A device buffer owned by this operator (temporary results)."""
         alloc = self.ctx.allocate(max(int(nbytes), 4))
@@ -143,12 +148,6 @@ class CompiledOperator:
         lim = self.ctx.limits
         return int(min(256, lim["maxComputeWorkGroupInvocations"],
                        lim["maxComputeWorkGroupSize"][0]))
-
-    def groups_for(self, items: int, per_group: int | None = None) -> int:
-        """Workgroups for a grid-stride loop over ``items`` (capped by the device limit)."""
-        per = per_group or self.workgroup_size
-        cap = min(self.ctx.limits["maxComputeWorkGroupCount"][0], 65535)
-        return max(1, min(ceil_div(items, per), cap))
 
     # -- binding -----------------------------------------------------------------------
     def _check_bindings(self, inputs, outputs) -> tuple[list, list]:

@@ -3,7 +3,7 @@
 Padding chooses between three paths (element kernel, rows kernel, copy engine for the
 interior; :mod:`.padding`) by estimated device time, modelled per path as
 ``seconds = fixed + per_row * rows + per_byte * output bytes`` (rows: copy regions for
-the copy engine, which on lavapipe pays ~0.25 us per region).  One calibration per device
+the copy engine, which on lavapipe pays a fixed cost per region).  One calibration per device
 covers every shape: each path is timed on a tiny padding (2 x 64, the fixed cost) and on
 two float32 paddings with the same bytes and different row counts (4096 rows of 256
 elements and 256 of 4096, padded by 2 on each side of the rows), and the two other terms
@@ -66,17 +66,14 @@ POINT_BYTES = max(r * _SCALE[p] * (2 * w + 2 * _PAD) * 4 for p in ("rows", "copy
 #: size on, whether a path's data stays in the last-level cache between runs decides its
 #: time, and the interleaved points measure that for one path and not for another.  Such
 #: a padding's paths (those within LARGE_SPREAD of the model's best) are timed at its own
-#: size class instead; its own runs take milliseconds, the timing is once per class.
-#: Measured on the AMD EPYC machine (lavapipe): 1x64x512x512 by 2, reflection, the model
-#: chose the copy engine, 14.8 ms, where the rows kernel took 7.2; and under load the
-#: model sent 1x64x256x256 to the copy engine (8.2 ms against the rows kernel's 3.8).
+#: size class instead; its own runs take milliseconds, the timing is once per class
+#: (the model alone has sent such paddings to the copy engine at twice the rows kernel's
+#: time: bench/RESULTS.md).
 LARGE_BYTES = POINT_BYTES // 2
 LARGE_SPREAD = 4.0
 #: Words-pass blocks (workgroup size, 16-byte words per invocation) a large padding's
-#: timing tries besides the rows path's defaults (64, ROWS_PER).  Measured on the AMD
-#: EPYC machine (lavapipe, interleaved in one process, minimum of 8 rounds): 1x64x256x256
-#: by 2, constant, (64, 8) 2.41-4.10 ms, (256, 4) 1.82-3.46; 1x64x512x512 (64, 4) 12.8,
-#: (256, 4) 9.1.
+#: timing tries besides the rows path's defaults (64, ROWS_PER): the one that beat them
+#: on large paddings on lavapipe.
 ROWS_BLOCKS = ((256, 4),)
 #: ...and, where the rows path writes whole rows in one dispatch (``rows_full``), the
 #: same blocks as two dispatches (words, then edge elements; the default before):

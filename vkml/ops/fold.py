@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..dml.fold import FoldOperatorDesc
 from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
@@ -24,13 +22,12 @@ from ..runtime import Bind
 from ..dml.data_type import DataType
 from .. import tuning
 from .base import implements
-from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
+from .grid import BOX_CONSTANTS, BoxKernel, register_read_path
 from .functional import as_array, pick_device, run
 from ..intmath import ceil_div
 
 __all__ = ["fold"]
 
-MAX_RANK = 8
 MAX_SPATIAL = 6
 #: The kernels compute window positions in 32-bit signed integers (SwiftShader has no
 #: int64): every position, start padding and image size stays below this.
@@ -38,10 +35,6 @@ POSITION_LIMIT = 1 << 31
 #: LP pooling: window positions per dimension, after dropping those that only meet
 #: padding, that one output loops over (a longer loop would outlast the device's timeout).
 MAX_TAPS = 1 << 20
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return ceil_div(a, b)
 
 
 def safe_window_dim(size: int, blocks: int, window: int, stride: int, dilation: int,
@@ -83,9 +76,9 @@ def safe_window_dim(size: int, blocks: int, window: int, stride: int, dilation: 
             st = 1
         if w == 1:
             dl = 1
-        b_lo = max(0, _ceil_div(a - (w - 1) * dl, st))
+        b_lo = max(0, ceil_div(a - (w - 1) * dl, st))
         b_hi = min(blocks - 1, (a + s - 1) // st)
-        k_lo = max(0, _ceil_div(a - (blocks - 1) * st, dl))
+        k_lo = max(0, ceil_div(a - (blocks - 1) * st, dl))
         k_hi = min(w - 1, (a + s - 1) // dl)
         if b_lo > b_hi or k_lo > k_hi:        # only padding
             w = 1 if shrink_window else w
@@ -189,20 +182,13 @@ def fold_variant(desc_type: DataType, features: dict, require) -> tuple[str, int
 
 @implements(FoldOperatorDesc)
 class CompiledFold(BoxKernel):
-    """Fold on this device: see the module doc and ``glsl/fold.comp``."""
+    """Fold on this device: see the module doc and ``glsl/fold.comp``.
 
-    #: How the kernel reads the input: "ssbo" (storage buffer), "texel" (R32 uniform
-    #: texel buffer), "texel4" (RGBA32 texels, 4 neighbours at once) or "ssbo4" (the
-    #: same from a vec4 storage buffer); a path the tensor or device does not allow
-    #: falls back to "ssbo".  None: the tuner chooses (:data:`READ_PATH`); "auto": the
-    #: rule of :meth:`_choose_read` without measuring.  The constructor's ``read=``
-    #: sets it per operator.
-    force_read: str | None = None
+    Read paths: "ssbo" (storage buffer), "texel" (R32 uniform texel buffer), "texel4"
+    (RGBA32 texels, 4 neighbours at once), "ssbo4" (the same from a vec4 storage buffer),
+    "roll" and "tile" (glsl/fold_roll.comp); the rule of :meth:`_choose_read` or the
+    tuner's choice (:data:`READ_PATH`), or ``read=`` (:class:`~.grid.BoxKernel`)."""
 
-    def __init__(self, device, desc, read: str | None = None):
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 8
 
@@ -224,12 +210,9 @@ class CompiledFold(BoxKernel):
               "roll": self.kernel == "fold_f32" and self.rank == 4,
               "tile": (self.kernel == "fold_f32" and self.rank == 4
                        and self.tile_floats(1, 1, 1) <= self.shared_floats)}
-        if self.force_read not in (None, "auto"):
-            return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
-        if self.force_read is None and (ok["ssbo4"] or ok["roll"]):
-            return self.tuned_read(READ_PATH, read_shape(self.desc), ok) or rule
-        return rule
+        return self.choose_read(ok, rule, ok["ssbo4"] or ok["roll"],
+                                lambda: read_shape(self.desc))
 
     def build(self) -> None:
         d = self.desc
@@ -260,7 +243,10 @@ class CompiledFold(BoxKernel):
             self.kernel += "_" + read
             self.vec, self.x_last_only = 4, True
         self.vec_store_ok = self.kernel.startswith(("fold_f32", "fold_i32"))
-        self.params = self.upload(self._params())
+        self.params = self.upload_block(
+            self.kernel, "Params", out_stride=self.box_out_strides,
+            in_stride=[*self.col_strides, 0], start=self.start, blocks=self.blocks,
+            block_stride=self.block_strides, in_texels=self.in_bind // 16)
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
 
     def tile_floats(self, lx: int, ly: int, v: int) -> int:
@@ -271,17 +257,6 @@ class CompiledFold(BoxKernel):
         hb = ((ly - 1) + (w0 - 1) * l0) // s0 + 2
         il = ((lx - 1) * v + 3 + (w1 - 1) * l1) // s1 + 2
         return self.k * hb * il
-
-    def _params(self) -> np.ndarray:
-        p = np.zeros(4 * (2 + 1 + 2 + 2 + 2 + 1), dtype=np.uint32)
-        p[0:self.rank] = self.box_out_strides
-        p[8:11] = self.col_strides
-        n = len(self.win)
-        p[12:12 + n] = self.start
-        p[20:20 + n] = self.blocks
-        p[28:28 + n] = self.block_strides
-        p[36] = self.in_bind // 16
-        return p
 
     def in_span(self, origin, extent):
         sn, sr, sc = self.col_strides
@@ -321,14 +296,26 @@ class CompiledFold(BoxKernel):
                               self.in_kind, self.in_fmt)
 
 
+_WINDOW_FIELDS = ("window_sizes", "strides", "dilations", "start_padding", "end_padding")
+
+
+def window_shape(desc) -> dict:
+    """A Fold or Unfold descriptor's tensors and window fields as a tuner's JSON shape."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    return {"in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            **{k: list(getattr(desc, k) or ()) for k in _WINDOW_FIELDS}}
+
+
+def window_args(shape) -> list:
+    """The window fields of a :func:`window_shape`, in the descriptors' order."""
+    return [tuple(shape[k]) or None for k in _WINDOW_FIELDS]
+
+
 def read_shape(desc) -> dict:
     """A Fold descriptor as the tuner's JSON shape (float32 and int32 read alike)."""
-    src, dst = desc.input_tensor, desc.output_tensor
-    dtype = "int32" if src.data_type in (DataType.INT32, DataType.UINT32) else "float32"
-    return {"dtype": dtype, "in": [list(src.sizes), list(src.element_strides)],
-            "out": [list(dst.sizes), list(dst.element_strides)],
-            **{k: list(getattr(desc, k) or ()) for k in
-               ("window_sizes", "strides", "dilations", "start_padding", "end_padding")}}
+    ints = desc.input_tensor.data_type in (DataType.INT32, DataType.UINT32)
+    return {"dtype": "int32" if ints else "float32", **window_shape(desc)}
 
 
 def _read_class(shape) -> str:
@@ -338,26 +325,20 @@ def _read_class(shape) -> str:
     return f"{shape['dtype']} rank {len(shape['out'][0])} in 4^{nbytes.bit_length() // 2}"
 
 
-def _read_run(device, seq, cand, shape):
-    """Record a Fold of ``shape`` read by candidate ``cand`` (its own tensors)."""
+def _read_desc(shape):
+    """The Fold descriptor of a tuner's ``shape``."""
     dt = DataType.INT32 if shape["dtype"] == "int32" else DataType.FLOAT32
     (isz, ist), (osz, ost) = shape["in"], shape["out"]
-    desc = FoldOperatorDesc(TensorDesc(dt, tuple(isz), tuple(ist)),
-                            TensorDesc(dt, tuple(osz), tuple(ost)),
-                            *(tuple(shape[k]) or None for k in
-                              ("window_sizes", "strides", "dilations", "start_padding",
-                               "end_padding")))
-    op = CompiledFold(device, desc, read=cand.params["read"])
-    return timed_read_candidate(device, seq, op, cand)
+    return FoldOperatorDesc(TensorDesc(dt, tuple(isz), tuple(ist)),
+                            TensorDesc(dt, tuple(osz), tuple(ost)), *window_args(shape))
 
 
-#: Fold's read path where "ssbo4" is possible: "auto" (the texel rule of
-#: :meth:`CompiledFold._choose_read`, the ``VKML_TUNE=off`` default: lavapipe vectorizes
-#: texel reads) or "ssbo4" (SwiftShader: 2x on the bench's fold), chosen by measurement.
-READ_PATH = tuning.register_path(
-    "fold_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"}),
-                  ("roll", {"read": "roll"}), ("tile", {"read": "tile"})], "auto",
-    _read_class, _read_run, work_fn=tuning.io_elements,
+#: Fold's read path where "ssbo4", "roll" or "tile" is possible: "auto" (the texel rule
+#: of :meth:`CompiledFold._choose_read`, the ``VKML_TUNE=off`` default: lavapipe
+#: vectorizes texel reads) or one of those (SwiftShader), chosen by measurement.
+READ_PATH = register_read_path(
+    "fold_read", ("auto", "ssbo4", "roll", "tile"), CompiledFold, _read_desc, _read_class,
+    work_fn=tuning.io_elements,
     examples=[{"dtype": "float32", "in": [[1, 576, 3136], [1806336, 3136, 1]],
                "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "window_sizes": [3, 3],
                "strides": [1, 1], "dilations": [1, 1], "start_padding": [1, 1],

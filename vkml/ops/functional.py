@@ -30,8 +30,7 @@ from ..tensor import Tensor
 
 #: Largest total size of NumPy-call tensors kept for reuse per compiled operator.  Beyond
 #: it the tensors are allocated per call, which costs nothing measurable (the heap keeps
-#: freed dedicated blocks): a 64 MiB padding with it raised to 1 TiB took 60.5 vs 60.6 ms
-#: with staging and 41.6 vs 41.9 ms without (lavapipe, host imports off).
+#: freed dedicated blocks).
 REUSE_BYTES = 32 << 20
 #: Smallest total size (inputs + outputs) of a NumPy call that imports host memory instead
 #: of copying.  Measured on lavapipe, vkml.pad of float32 by 2 on each side of H and W,
@@ -161,8 +160,8 @@ class _Replay:
     once: the I/O set, its typed views and the recorded command buffer (a
     ``CompiledOperator.replay`` token).  A repeated call copies in, replays and copies
     out without re-checking what the first call established (the I/O tensors' key and
-    liveness, ``execute``'s argument checks): 6.0 -> 4.0 us of Python per tiny
-    ``vkml.pad`` (docs/DEVELOPING.md, "A tiny call's time").  Any change (another I/O
+    liveness, ``execute``'s argument checks): a third of a tiny ``vkml.pad``'s Python
+    time (docs/DEVELOPING.md, "A tiny call's time").  Any change (another I/O
     set, a re-recorded buffer, a busy or released operator, a size now over
     ``IMPORT_BYTES``) falls back to the full path."""
 

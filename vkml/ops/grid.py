@@ -19,6 +19,7 @@ from .. import tuning
 from ..errors import UnsupportedError
 from ..runtime import (FORMAT_R32_SFLOAT, FORMAT_R32_UINT, FORMAT_RGBA32_SFLOAT,
                        FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind)
+from ..runtime.blocks import pack
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
@@ -29,8 +30,6 @@ __all__: list[str] = []     # helpers only: no functional form
 #: Grid coordinates the kernels divide (z, and x over several dimensions) stay below
 #: this, so the division by an extent is a multiply-high by ``magic`` (see div_magic).
 GRID_LIMIT = 1 << 16
-# origin[8], extent[8], in_base, out_base, x_count, (pad), magic[8]
-PUSH_BYTES = 112
 #: Specialization constants every box kernel takes (glsl/fold.comp and its kin).
 BOX_CONSTANTS = ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "XDIMS")
 
@@ -41,6 +40,14 @@ def div_magic(e: int) -> int:
     past the next multiple).  lavapipe runs an integer division as 8 scalar divisions
     per 8 lanes; a multiply-high is a vector instruction.  e = 1 is handled apart."""
     return 0 if e <= 1 else ceil_div(1 << 32, e)
+
+
+def grid_cap(*counts: int) -> int:
+    """The least of ``counts`` (a device's ``maxComputeWorkGroupCount`` along an axis, a
+    grid's own count) and ``GRID_LIMIT - 1`` = 65535: what every device takes (the
+    Vulkan minimum of the limit) and the kernels' multiply-high divisions stay exact
+    below (:func:`div_magic`)."""
+    return min(*counts, GRID_LIMIT - 1)
 
 
 def pick_xdims(extent, local: int, whole_row: bool = True) -> int:
@@ -87,7 +94,7 @@ def split_groups(origin, extent, local: int, max_groups, xdims: int = 1, v: int 
     whatever larger counts the device reports."""
     mx, my, mz = max_groups
     if magic:
-        mz = min(mz, GRID_LIMIT - 1)
+        mz = grid_cap(mz)
     rank = len(extent)
 
     def pieces(d, step):
@@ -101,7 +108,7 @@ def split_groups(origin, extent, local: int, max_groups, xdims: int = 1, v: int 
 
     if xdims == 1 and x_invocations(extent, xdims, v) > mx * local:
         return pieces(rank - 1, mx * local * v)
-    cap = min(mx * local, GRID_LIMIT - 1) if magic else mx * local
+    cap = grid_cap(mx * local) if magic else mx * local
     if xdims > 1 and x_invocations(extent, xdims, v) > cap:
         # the innermost dimension whose trailing product exceeds the cap: the dimensions
         # inside it fit, so whole slices of it do (an outer one could loop forever)
@@ -193,6 +200,12 @@ class BoxKernel(CompiledOperator):
     ``in_bytes``/``out_bytes`` and implement :meth:`in_span` (the input elements a box
     reads).  :meth:`plan_windows` then splits the box where a binding would exceed
     ``maxStorageBufferRange`` (or ``limit``), and :meth:`dispatch_windows` records it.
+
+    Read paths (how the kernel reads its input: "ssbo", "texel", "texel4", "ssbo4" and
+    the operators' own): the constructor's ``read=`` (or the class's ``force_read``)
+    forces one, "auto" the operator's rule without measuring, None lets the tuner choose
+    on the operator's tunable path :attr:`read_path` (:func:`register_read_path`);
+    :meth:`choose_read` applies that order.
     """
 
     box: list
@@ -201,6 +214,26 @@ class BoxKernel(CompiledOperator):
     vec: int = 1
     #: The grid's x runs along the last dimension only (kernels without the XDIMS loop).
     x_last_only: bool = False
+    #: The forced read path: None (the tuner chooses where it may), "auto" (the rule) or
+    #: a path name (one the tensors or the device do not allow falls back to "ssbo").
+    force_read: str | None = None
+    #: The operator's tunable read path (set by :func:`register_read_path`).
+    read_path: tuning.TunablePath | None = None
+
+    def __init__(self, device, desc, read: str | None = None):
+        if read is not None:
+            self.force_read = read
+        super().__init__(device, desc)
+
+    def choose_read(self, ok: dict, rule: str, tune: bool, shape) -> str:
+        """The read path: the forced one where ``ok`` allows it (else "ssbo"); else, with
+        ``tune`` and nothing forced, the tuner's choice for ``shape()`` among those ``ok``
+        allows; else ``rule`` (the operator's own, the ``VKML_TUNE=off`` default)."""
+        if self.force_read not in (None, "auto"):
+            return self.force_read if ok[self.force_read] else "ssbo"
+        if self.force_read is None and tune:
+            return self.tuned_read(self.read_path, shape(), ok) or rule
+        return rule
 
     def in_span(self, origin, extent) -> tuple[int, int]:
         """[lo, hi) input element indices the box reads (lo >= hi: none)."""
@@ -306,12 +339,9 @@ class BoxKernel(CompiledOperator):
             lx, ly = self.fit_local(lx, ly, v)
             pipe = pipeline_for(lx, ly, xdims, v, self.vector_store(origin, out_base, v))
             for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-                push = np.zeros(PUSH_BYTES // 4, dtype=np.uint32)
-                push[0:rank] = o
-                push[8:8 + rank] = e
-                push[16:19] = [in_base, out_base, x_invocations(e, xdims, v)]
-                push[20:20 + rank] = [div_magic(n) for n in e]
-                seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly), push.tobytes())
+                seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ly),
+                             box_push(pipe.name, o, e, in_base, out_base,
+                                      x_invocations(e, xdims, v)))
 
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
         """The workgroup size (x, y) a dispatch uses, given the one chosen for the box: the
@@ -351,6 +381,12 @@ class BoxKernel(CompiledOperator):
                 and origin[-1] % 4 == 0 and out_base % 4 == 0)
 
 
+def box_push(kernel: str, origin, extent, in_base: int, out_base: int, x_count: int) -> bytes:
+    """The push constants of a box kernel's dispatch (glsl/include/vkml_box.glsl)."""
+    return pack(kernel, "push", origin=origin, extent=extent, in_base=in_base,
+                out_base=out_base, x_count=x_count, magic=[div_magic(n) for n in extent])
+
+
 def whole_vec4s(windows):
     """Windows whose input spans end on a 4-element boundary (the binding then holds
     whole vec4s: its offset is 16-byte aligned); None stays None."""
@@ -359,12 +395,26 @@ def whole_vec4s(windows):
     return [(o, e, ilo, ceil_div(ihi, 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
 
 
+def register_read_path(name: str, reads, op_class, desc_for, shape_class, **kw):
+    """Register the tunable path ``name`` choosing ``op_class``'s read path among
+    ``reads`` ("auto", the operator's rule, is the default) and set it as the class's
+    :attr:`BoxKernel.read_path`.  A candidate runs ``op_class`` on ``desc_for(shape)``
+    with ``read=`` the candidate's name; ``shape_class`` and ``kw`` as
+    :func:`vkml.tuning.register_path` takes them."""
+    def run(device, seq, cand, shape):
+        op = op_class(device, desc_for(shape), read=cand.params["read"])
+        return timed_read_candidate(device, seq, op, cand)
+
+    path = tuning.register_path(name, [(r, {"read": r}) for r in reads], "auto",
+                                shape_class, run, **kw)
+    op_class.read_path = path
+    return path
+
+
 def timed_read_candidate(device, seq, op, cand):
     """A tuner run function's body for a BoxKernel whose ``read`` path a candidate forces
     (``op`` built with ``read=cand.params["read"]``): decline a candidate the operator
     could not take, record ``op`` over scratch tensors, return their release."""
-    from .. import tuning
-
     if op.read != cand.params["read"] and cand.name != "auto":   # "auto": the op's own rule
         op.release()
         raise tuning.Declined(cand.name)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..dml.data_type import DataType
 from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc, lp_pooling_output_sizes
 from ..dml.operator import as_tuple, as_uint
@@ -26,7 +24,7 @@ from .. import tuning
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
-from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate, whole_vec4s, x_invocations
+from .grid import BOX_CONSTANTS, BoxKernel, register_read_path, whole_vec4s, x_invocations
 from .functional import as_array, pick_device, run
 from ..intmath import ceil_div
 
@@ -48,8 +46,8 @@ VARIANTS["lp_pooling_f32_tile"] = VARIANTS["lp_pooling_f32_roll"] + ("TILE_SIZE"
 #: as RGBA32F texels): its last-dimension geometries (window, stride, dilation), a
 #: variant each (compiled with them constant: SwiftShader unrolls nothing itself), and the
 #: constants the host freezes (FROZEN_CONSTANTS); P = 1 and 2 have variants of their own
-#: with P compile-time (suffix p1, p2: SwiftShader 11.9 -> 8.1 ms CPU time on the bench's
-#: workload against frozen P), other P the frozen one.
+#: with P compile-time (suffix p1, p2: SwiftShader runs a frozen P's code slower), other P
+#: the frozen one.
 BLOCK_GEOMETRIES = ((2, 2, 1), (3, 1, 1), (3, 2, 1))
 BLOCK_P = (1, 2)
 BLOCK_CONSTANTS = ("LP_P", "LP_VSTORE")
@@ -63,22 +61,17 @@ for (_w, _s, _d), _h in ((g, h) for g in BLOCK_GEOMETRIES for h in range(4)):
 
 @implements(LpPooling1OperatorDesc, LpPoolingOperatorDesc)
 class CompiledLpPooling(BoxKernel):
-    """LP pooling on this device: see the module doc."""
+    """LP pooling on this device: see the module doc.
 
-    #: "ssbo", "texel" (float32 through an R32 uniform texel buffer: lavapipe
-    #: vectorizes texel reads), "texel4" (RGBA32 texels, 4 neighbours at once) or
-    #: "ssbo4" (the same from a vec4 storage buffer), "roll" (float32: rolled window loops,
-    #: 4 outputs a vec4, glsl/lp_pooling_roll.comp, for drivers that do not fold
-    #: specialization constants), "tile" (float32: the same, each workgroup first copying
-    #: its input tile with the halo into shared memory); a path the tensor or device does
-    #: not allow falls back to "ssbo".  None: the tuner chooses (:data:`READ_PATH`);
-    #: "auto": the texel rule without measuring.  The constructor's ``read=`` sets it.
-    force_read: str | None = None
+    Read paths: "ssbo", "texel" (float32 through an R32 uniform texel buffer: lavapipe
+    vectorizes texel reads), "texel4" (RGBA32 texels, 4 neighbours at once) or "ssbo4"
+    (the same from a vec4 storage buffer), "roll" (float32: rolled window loops, 4 outputs
+    a vec4, glsl/lp_pooling_roll.comp, for drivers that do not fold specialization
+    constants), "tile" (float32: the same, each workgroup first copying its input tile
+    with the halo into shared memory), "block" (glsl/lp_pooling_block.comp); the texel
+    rule or the tuner's choice (:data:`READ_PATH`), or ``read=``
+    (:class:`~.grid.BoxKernel`)."""
 
-    def __init__(self, device, desc, read: str | None = None):
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 8
 
@@ -100,12 +93,8 @@ class CompiledLpPooling(BoxKernel):
                   self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES
                   and self.block_plan()[1] is not None),
               "tile": f32 and self.tile_floats(1, 1, 1) <= self.shared_floats}
-        if self.force_read not in (None, "auto"):
-            return self.force_read if ok[self.force_read] else "ssbo"
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
-        if self.force_read is None and f32:
-            return self.tuned_read(READ_PATH, read_shape(self.desc), ok) or rule
-        return rule
+        return self.choose_read(ok, rule, f32, lambda: read_shape(self.desc))
 
     def _row_inputs(self, v: int) -> int:
         """T: inputs of one window row along the last dimension for v outputs."""
@@ -138,7 +127,11 @@ class CompiledLpPooling(BoxKernel):
             self.kernel += "_" + read
             self.vec, self.x_last_only = 4, True
         self.vec_store_ok = src.data_type == DataType.FLOAT32
-        self.params = self.upload(self._params())
+        pad = [0] * (4 - len(self.win))          # in_size and start: uvec4s of 2 or 3
+        self.params = self.upload_block(
+            self.kernel, "Params", out_stride=self.box_out_strides, in_stride=self.in_strides,
+            in_size=[*self.in_sizes[2:], *pad], start=[*self.start, *pad],
+            in_texels=self.in_bind // 16)
         self.consts = {"RANK": self.rank, "P": self.p,
                        **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
 
@@ -172,9 +165,8 @@ class CompiledLpPooling(BoxKernel):
         return ({} if self.p in BLOCK_P else {"LP_P": self.p}) | {"LP_VSTORE": int(vec_store)}
 
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
-        """"block": no wider along x than a row's invocations (x_count is 7 for the bench's
-        56-wide rows: a 7 x 8 workgroup, where 8 x 8 left every eighth lane idle; 5.8 ->
-        5.1 ms CPU time on SwiftShader)."""
+        """"block": no wider along x than a row's invocations (a 56-wide row takes 7: a
+        7 x 8 workgroup, where 8 x 8 left every eighth lane idle)."""
         if self.read == "block":
             return min(lx, x_invocations(self.box, 1, v)), ly
         return super().fit_local(lx, ly, v)
@@ -197,16 +189,6 @@ class CompiledLpPooling(BoxKernel):
         a window row's inputs are read as one row (T <= 32) and all rows make <= 64."""
         t = self._row_inputs(v)
         return self.scale and t <= 32 and self.window_count // self.win[-1] * t <= 64
-
-    def _params(self) -> np.ndarray:
-        p = np.zeros(4 * 7, dtype=np.uint32)
-        p[0:self.rank] = self.box_out_strides
-        p[8:8 + self.rank] = self.in_strides
-        n = self.rank - 2
-        p[16:16 + n] = self.in_sizes[2:]
-        p[20:20 + n] = self.start
-        p[24] = self.in_bind // 16
-        return p
 
     def in_span(self, origin, extent):
         lo = hi = 0
@@ -263,25 +245,21 @@ def _read_class(shape) -> str:
     return f"rank {len(sizes)} p {p} in 4^{nbytes.bit_length() // 2}"
 
 
-def _read_run(device, seq, cand, shape):
-    """Record an LP pooling of ``shape`` read by candidate ``cand`` (its own tensors)."""
+def _read_desc(shape):
+    """The float32 LP pooling descriptor of a tuner's ``shape``."""
     (isz, ist), (osz, ost) = shape["in"], shape["out"]
-    desc = LpPooling1OperatorDesc(
+    return LpPooling1OperatorDesc(
         TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
         TensorDesc(DataType.FLOAT32, tuple(osz), tuple(ost)),
         *(tuple(shape[k]) for k in ("strides", "window_size", "start_padding",
                                     "end_padding", "dilations")), shape["p"])
-    op = CompiledLpPooling(device, desc, read=cand.params["read"])
-    return timed_read_candidate(device, seq, op, cand)
 
 
-#: LP pooling's read path where "ssbo4" is possible: "auto" (the texel rule, the
-#: ``VKML_TUNE=off`` default) or "ssbo4", chosen by measurement.
-READ_PATH = tuning.register_path(
-    "lp_pooling_read", [("auto", {"read": "auto"}), ("ssbo4", {"read": "ssbo4"}),
-                        ("roll", {"read": "roll"}), ("tile", {"read": "tile"}),
-                        ("block", {"read": "block"})], "auto",
-    _read_class, _read_run, work_fn=tuning.io_elements,
+#: LP pooling's read path (float32): "auto" (the texel rule, the ``VKML_TUNE=off``
+#: default) or one of the others, chosen by measurement.
+READ_PATH = register_read_path(
+    "lp_pooling_read", ("auto", "ssbo4", "roll", "tile", "block"), CompiledLpPooling,
+    _read_desc, _read_class, work_fn=tuning.io_elements,
     examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
                "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "strides": [2, 2],
                "window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1],

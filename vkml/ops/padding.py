@@ -13,7 +13,7 @@ Three ways to fill the output, chosen per device from a calibrated cost model
   both tensors, each output row is a border, a copy of an input row, a border.  One
   dispatch writes the whole 16-byte words inside each row's copy (RGBA32UI texel reads
   shifted into place, uvec4 stores), a second the few elements around them: on lavapipe
-  ~20x faster than the element kernel (bench/RESULTS.md, "Kernel design").  Where rows
+  far faster than the element kernel (bench/RESULTS.md, "Kernel design").  Where rows
   are 16-byte aligned and each border fits a row's first or last word, one dispatch
   writes whole rows instead (``rows_full``; docs/DEVELOPING.md, "Why the 16 MiB
   padding moved bytes slower").  On devices with int64 shaders the words may go out as
@@ -39,6 +39,7 @@ from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_RGBA32_UINT, Bind
+from ..runtime.blocks import pack
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from . import calibrate
@@ -50,7 +51,6 @@ from ..intmath import ceil_div
 
 __all__ = ["pad"]
 
-MAX_RANK = 8
 #: Kernel variants this module requests ("padding" or "padding_rows", + "_e<element
 #: bytes>", + "_packed" without 8/16-bit storage) and the specialization constants it sets.
 _SUFFIXES = ("_e1", "_e1_packed", "_e2", "_e2_packed", "_e4", "_e8")
@@ -60,27 +60,21 @@ VARIANTS = {**dict.fromkeys((f"padding{s}" for s in _SUFFIXES),
                             ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "MODE", "EDGE", "PER",
                              "SIMPLE", "SHIFT", "ROWS_FULL", "ROWS_BL", "ROWS_BR"))}
 VARIANTS["padding_rows_u64"] += ("ROWS_BL1", "ROWS_BR1")
-_PARAM_WORDS = 4 + 4 * MAX_RANK        # std140 uvec4s, see the GLSL
-_PUSH_BYTES = 76
-_ROWS_PUSH = 112          # origin[8], extent[8], bases, x_count, x_magic, magic[8]
 #: 16-byte words per invocation of the rows kernel, for tensors (input + output) up to
 #: ROWS_PER_BYTES and beyond: more words a lane amortize the row's arithmetic and the
-#: extra texel, fewer keep the lanes' write streams few.  lavapipe, CPU time of the words
-#: pass: 16 MiB inputs 4.8 ms with 8 against 5.1-5.6 with 4; 64 MiB ones 25.9 against 25.3.
+#: extra texel, fewer keep the lanes' write streams few (lavapipe's measured optimum).
 ROWS_PER = (8, 4)
 ROWS_PER_BYTES = 64 << 20
 #: Words per invocation of the whole-rows dispatch (``rows_full``), or one more where that
-#: leaves fewer idle at a row's end.  lavapipe, interleaved in one process (device time,
-#: min of 5-8 rounds), reflection by 2: 1x64x256x256 (65 words a row) 3 words 1.82 ms,
-#: 4 1.67, 5 1.60, 6 1.71, 8 1.87; 1x64x512x512 (129) 3 6.54, 4 6.45, 5 6.30, 6 6.75,
-#: 8 7.24, 10 7.63 (more words spill the texels an invocation holds).
+#: leaves fewer idle at a row's end: lavapipe's fastest of those measured (more words
+#: spill the texels an invocation holds).
 FULL_PER = 4
 #: Most words per invocation a ``rows_block`` may ask for (the kernel unrolls them).
 ROWS_PER_MAX = 16
 #: Outputs below this many bytes take the element kernel without measuring anything.
 SMALL_BYTES = 64 << 10
 #: Edge elements per invocation of the rows path: one row's (up to 16, unrolled), so its
-#: arithmetic is shared (lavapipe: a row per vector lane, 2x faster than a slot per lane).
+#: arithmetic is shared (lavapipe: a row per vector lane beats a slot per lane).
 EDGE_PER = 16
 
 
@@ -179,14 +173,17 @@ class CompiledPadding(CompiledOperator):
                 self.full = self.full_plan()
             self.u64 = self.full["u64"] if self.full is not None else self._u64_ok(rows)
             self.rows_kernel = "padding_rows" + suffix
-            self.params = self.upload(self._rows_params(rows))
+            self.params = self._rows_params(rows)
             return
         self.value = self.upload(np.array([bits], dtype=np.dtype(f"u{esize}")))
         if path == "copy" and copy_ok:
             self.copy_regions = self._interior_regions()
         self.boxes = self._border_boxes() if self.copy_regions is not None else \
             [([0] * len(self.out_size), list(self.out_size))]
-        self.params = self.upload(self._params(bits))
+        self.params = self.upload_block(
+            self.kernel, "Params", value_bits=[bits & 0xFFFFFFFF, 0, 0, 0],
+            in_size=self.in_size, start=self.start, in_stride=self.in_stride,
+            out_stride=self.out_stride)
 
     def _cheapest(self, rows: dict | None, copy_ok: bool) -> str:
         """The path of least estimated device time, from this device's calibrated costs
@@ -314,34 +311,19 @@ class CompiledPadding(CompiledOperator):
             return max(s, e) <= n - 1
         return max(s, e) <= n
 
-    def _rows_params(self, rows: dict) -> np.ndarray:
+    def _rows_params(self, rows: dict):
+        """The rows kernel's parameters (glsl/padding_rows.comp, uniform block Params)."""
         e = self.esize
-        rank = len(self.out_size)
-        p = np.zeros(4 * 12, dtype=np.uint32)
-        o = 0
-        for arr in (self.in_size[:-1], self.start[:-1],
-                    [st * e for st in self.in_stride[:-1]],
-                    [st * e for st in self.out_stride[:-1]]):
-            p[o:o + rank - 1] = np.array(arr, dtype=np.int64).astype(np.uint32)
-            o += 8
-        raw = np.frombuffer(np.array([self.bits], dtype=np.dtype(f"u{e}")).tobytes() * (16 // e),
-                            dtype=np.uint32)
-        p[32:36] = raw
-        p[36:40] = [self.start[-1] * e, self.in_size[-1] * e, self.out_size[-1] * e,
-                    rows["in_bind"] // 16 - 1]
-        p[40:43] = [self.start[-1], self.in_size[-1], self.out_size[-1]]
-        p[44:46] = [rows["left"], rows["right"]]
-        return p
-
-    def _params(self, bits) -> np.ndarray:
-        p = np.zeros(_PARAM_WORDS, dtype=np.uint32)
-        rank = len(self.out_size)
-        p[0] = bits & 0xFFFFFFFF
-        o = 4
-        for arr in (self.in_size, self.start, self.in_stride, self.out_stride):
-            p[o:o + rank] = np.array(arr, dtype=np.int64).astype(np.uint32)
-            o += MAX_RANK
-        return p
+        value = np.array([self.bits], dtype=np.dtype(f"u{e}")).tobytes() * (16 // e)
+        return self.upload_block(
+            self.rows_kernel, "Params", in_size=self.in_size[:-1], start=self.start[:-1],
+            in_stride=[st * e for st in self.in_stride[:-1]],
+            out_stride=[st * e for st in self.out_stride[:-1]],
+            value4=np.frombuffer(value, np.uint32),
+            row=[self.start[-1] * e, self.in_size[-1] * e, self.out_size[-1] * e,
+                 rows["in_bind"] // 16 - 1],
+            inner=[self.start[-1], self.in_size[-1], self.out_size[-1], 0],
+            slots=[rows["left"], rows["right"], 0, 0])
 
     def _border_boxes(self):
         """Output boxes outside the interior: for each padded dimension d, the start and
@@ -446,11 +428,9 @@ class CompiledPadding(CompiledOperator):
         for o, ext in split_groups(origin, extent, self.local,
                                    self.ctx.limits["maxComputeWorkGroupCount"], xdims,
                                    magic=False):
-            push = np.zeros(_PUSH_BYTES // 4, dtype=np.uint32)
-            push[0:rank] = o
-            push[8:8 + rank] = ext
-            push[16:19] = [in_base, out_base, math.prod(ext[rank - xdims:])]
-            seq.dispatch(pipe, binds, box_grid(ext, self.local, xdims), push.tobytes())
+            push = pack(pipe.name, "push", origin=o, extent=ext, in_base=in_base,
+                        out_base=out_base, x_count=math.prod(ext[rank - xdims:]))
+            seq.dispatch(pipe, binds, box_grid(ext, self.local, xdims), push)
 
     def _encode_rows(self, seq, x, y) -> None:
         """The rows path: the words pass, then the edge pass (see glsl/padding_rows.comp)."""
@@ -604,14 +584,10 @@ class CompiledPadding(CompiledOperator):
 
     def _dispatch_rows(self, seq, pipe, binds, origin, extent, x_count, groups,
                        magic: bool = False) -> None:
-        rank = len(extent)
-        push = np.zeros(_ROWS_PUSH // 4, dtype=np.uint32)
-        push[0:rank] = origin
-        push[8:8 + rank] = extent
-        push[18] = x_count
-        push[19] = div_magic(x_count) if magic else 0
-        push[20:20 + rank] = [div_magic(n) for n in extent]
-        seq.dispatch(pipe, binds, groups, push.tobytes())
+        push = pack(pipe.name, "push", origin=origin, extent=extent, in_base=0, out_base=0,
+                    x_count=x_count, x_magic=div_magic(x_count) if magic else 0,
+                    magic=[div_magic(n) for n in extent])
+        seq.dispatch(pipe, binds, groups, push)
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0].allocation, outputs[0].allocation

@@ -14,19 +14,18 @@ import numpy as np
 
 from .. import tuning
 from ..runtime import Bind
+from ..runtime.blocks import pack
 from ..intmath import ceil_div
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {"store_probe_vec4": ("LOCAL_SIZE_X", "R"), "store_probe_u64": ("LOCAL_SIZE_X", "R")}
-#: Bytes the probe writes (large enough to hide the dispatch, small enough to be cheap:
-#: lavapipe ~0.1-0.2 ms a run).
+#: Bytes the probe writes (large enough to hide the dispatch, small enough to be cheap).
 PROBE_BYTES = 2 << 20
 _RUNS = 4              # 32-byte runs an invocation writes
 _LOCAL = 64
 #: u64vec4 stores unless float4 stores were faster by more than this factor: a tie goes
-#: to the form with half the store components (lavapipe, six quiet processes: 0.14-0.22
-#: against 0.24-0.27 ms; one probe taken while the machine was slow read 0.263 against
-#: 0.258 and would have turned the wide stores off for that device's whole cache).
+#: to the form with half the store components (a probe taken while the machine is busy
+#: can read a tie, and would turn the wide stores off for that device's whole cache).
 TIE = 1.1
 
 
@@ -39,8 +38,8 @@ def _run(device, seq, cand, _shape):
     lanes = PROBE_BYTES // (32 * _RUNS)
     pipe = device.context.pipelines.variant("store_probe_u64" if u64 else "store_probe_vec4",
                                             {"LOCAL_SIZE_X": _LOCAL, "R": _RUNS})
-    push = np.array([lanes], np.uint32).tobytes() + np.array([1.0], np.float32).tobytes()
-    seq.dispatch(pipe, [Bind(y.allocation, 0, PROBE_BYTES, "w")], (ceil_div(lanes, _LOCAL), 1, 1), push)
+    seq.dispatch(pipe, [Bind(y.allocation, 0, PROBE_BYTES, "w")], (ceil_div(lanes, _LOCAL), 1, 1),
+                 pack(pipe.name, "push", lanes=lanes, seed=1.0))
     return y.free
 
 
@@ -60,8 +59,8 @@ def wide_stores(device) -> bool:
     tuner = tuning.default_tuner()
     if tuner.effective_mode() == "off":
         return False
-    # every round of the full mode: two runs of ~0.2 ms a round cost nothing next to
-    # compiling the two probes, and fast mode's few rounds have picked either on lavapipe
+    # every round of the full mode: the probe's runs cost little next to compiling the
+    # two probes, and fast mode's few rounds have picked either on lavapipe
     c = tuner.choose(device, PATH, "device", mode="full")
     t = c.times or {}
     if t.get("u64vec4") and t.get("vec4"):

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..dml.fold import blocks_per_dimension
 from ..dml.operator import as_tuple
 from ..dml.tensor_desc import TensorDesc
 from ..dml.unfold import UnfoldOperatorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
+from ..dml.data_type import DataType
 from .. import tuning
 from .base import implements
-from .fold import MAX_SPATIAL, geometry_names, safe_geometry, spec_geometry
-from .grid import BOX_CONSTANTS, BoxKernel
+from .fold import (MAX_SPATIAL, geometry_names, safe_geometry, spec_geometry, window_args,
+                   window_shape)
+from .grid import BOX_CONSTANTS, BoxKernel, register_read_path
 from .functional import as_array, pick_device, run
 from ..intmath import ceil_div
 
@@ -44,20 +44,14 @@ VARIANTS["unfold_e4_tile"] = BOX_CONSTANTS + ("V", "VEC_STORE", "TILE_SIZE") + t
 
 @implements(UnfoldOperatorDesc)
 class CompiledUnfold(BoxKernel):
-    """Unfold on this device: see the module doc."""
+    """Unfold on this device: see the module doc.
 
-    #: "ssbo", "texel4" (4-byte elements as RGBA32UI texels, 4 neighbours at once) or
-    #: "tile" (4-byte elements, 2 spatial dimensions: each workgroup copies its input tile
-    #: with the halo into shared memory first, glsl/unfold_tile.comp); a path the tensor
-    #: or device does not allow falls back to "ssbo".  None: the tuner chooses
-    #: (:data:`READ_PATH`); "auto": texel4 where allowed, else ssbo, without measuring.
-    #: The constructor's ``read=`` sets it.
-    force_read: str | None = None
+    Read paths: "ssbo", "texel4" (4-byte elements as RGBA32UI texels, 4 neighbours at
+    once) or "tile" (4-byte elements, 2 spatial dimensions: each workgroup copies its
+    input tile with the halo into shared memory first, glsl/unfold_tile.comp); the rule
+    (texel4 where allowed, else ssbo) or the tuner's choice (:data:`READ_PATH`), or
+    ``read=`` (:class:`~.grid.BoxKernel`)."""
 
-    def __init__(self, device, desc, read: str | None = None):
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
     #: Output elements along the last dimension per invocation (1, 4 or 8): 4 measured
     #: fastest on lavapipe (each invocation writes K x V outputs).
     vec: int = 4
@@ -101,13 +95,8 @@ class CompiledUnfold(BoxKernel):
         tile = (self.kernel == "unfold_e4" and not self.per_row and spatial == 2
                 and self.tile_floats(1, 1, 1) <= self.shared_floats)
         ok = {"ssbo": True, "texel4": texel4, "tile": tile}
-        rule = "texel4" if texel4 else "ssbo"
-        if self.force_read not in (None, "auto"):
-            self.read = self.force_read if ok[self.force_read] else "ssbo"
-        else:
-            self.read = rule
-            if self.force_read is None and tile:
-                self.read = self.tuned_read(READ_PATH, read_shape(d), ok) or rule
+        self.read = self.choose_read(ok, "texel4" if texel4 else "ssbo", tile,
+                                     lambda: window_shape(d))
         self.in_kind, self.in_fmt = STORAGE, 0
         if self.read == "tile":
             self.kernel += "_tile"
@@ -117,7 +106,11 @@ class CompiledUnfold(BoxKernel):
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_UINT
             self.in_bind = ceil_div(self.in_bytes, 16) * 16
         self.vec_store_ok = esize == 4 and not packed
-        self.params = self.upload(self._params())
+        out_stride = list(self.box_out_strides)
+        out_stride[1] = self.row_stride          # the kernel steps rows of a channel by it
+        self.params = self.upload_block(
+            self.kernel, "Params", out_stride=out_stride, in_stride=self.in_strides,
+            in_size=self.in_sizes[2:], start=self.start, in_texels=self.in_bind // 16)
         self.consts = {"RANK": self.rank, **spec_geometry(self.win, self.strides, self.dil)}
 
     def tile_floats(self, lx: int, ly: int, v: int) -> int:
@@ -126,17 +119,6 @@ class CompiledUnfold(BoxKernel):
         (w0, w1), (s0, s1), (l0, l1) = self.win, self.strides, self.dil
         return ((ly - 1) * s0 + (w0 - 1) * l0 + 1) * (((lx - 1) * v + 3) * s1
                                                        + (w1 - 1) * l1 + 1)
-
-    def _params(self) -> np.ndarray:
-        p = np.zeros(4 * 9, dtype=np.uint32)
-        p[0:self.rank] = self.box_out_strides
-        p[1] = self.row_stride
-        p[8:8 + self.rank] = self.in_strides
-        n = len(self.win)
-        p[16:16 + n] = self.in_sizes[2:]
-        p[24:24 + n] = self.start
-        p[32] = self.in_bind // 16
-        return p
 
     def out_span(self, origin, extent):
         lo, hi = super().out_span(origin, extent)
@@ -185,15 +167,6 @@ class CompiledUnfold(BoxKernel):
                               self.in_kind, self.in_fmt)
 
 
-def read_shape(desc) -> dict:
-    """An Unfold descriptor (4-byte elements) as the tuner's JSON shape."""
-    src, dst = desc.input_tensor, desc.output_tensor
-    return {"in": [list(src.sizes), list(src.element_strides)],
-            "out": [list(dst.sizes), list(dst.element_strides)],
-            **{k: list(getattr(desc, k) or ()) for k in
-               ("window_sizes", "strides", "dilations", "start_padding", "end_padding")}}
-
-
 def _read_class(shape) -> str:
     """Shapes sharing a read path choice: rank and input size (a factor of 4)."""
     sizes, strides = shape["in"]
@@ -201,27 +174,20 @@ def _read_class(shape) -> str:
     return f"rank {len(sizes)} in 4^{nbytes.bit_length() // 2}"
 
 
-def _read_run(device, seq, cand, shape):
-    """Record an Unfold of ``shape`` (float32) read by candidate ``cand``."""
-    from ..dml.data_type import DataType
-    from .grid import timed_read_candidate
-
+def _read_desc(shape):
+    """The float32 Unfold descriptor of a tuner's ``shape``."""
     (isz, ist), (osz, ost) = shape["in"], shape["out"]
-    desc = UnfoldOperatorDesc(TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
+    return UnfoldOperatorDesc(TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
                               TensorDesc(DataType.FLOAT32, tuple(osz), tuple(ost)),
-                              *(tuple(shape[k]) or None for k in
-                                ("window_sizes", "strides", "dilations", "start_padding",
-                                 "end_padding")))
-    op = CompiledUnfold(device, desc, read=cand.params["read"])
-    return timed_read_candidate(device, seq, op, cand)
+                              *window_args(shape))
 
 
 #: Unfold's read path where "tile" is possible (4-byte elements, 2 spatial dimensions):
 #: "auto" (RGBA32UI texel reads where maxTexelBufferElements allows, else storage
 #: buffer; the ``VKML_TUNE=off`` default) or "tile", chosen by measurement.
-READ_PATH = tuning.register_path(
-    "unfold_read", [("auto", {"read": "auto"}), ("tile", {"read": "tile"})], "auto",
-    _read_class, _read_run, work_fn=tuning.io_elements,
+READ_PATH = register_read_path(
+    "unfold_read", ("auto", "tile"), CompiledUnfold, _read_desc, _read_class,
+    work_fn=tuning.io_elements,
     examples=[{"in": [[1, 64, 56, 56], [200704, 3136, 56, 1]],
                "out": [[1, 576, 3136], [1806336, 3136, 1]], "window_sizes": [3, 3],
                "strides": [1, 1], "dilations": [1, 1], "start_padding": [1, 1],

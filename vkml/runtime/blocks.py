@@ -11,14 +11,16 @@ that layout and places each value where the kernel reads it::
 Reordering, adding or retyping a member in GLSL moves the packing with it.  A member the
 block does not have, one left out, a value of the wrong shape, kind (a float for an int)
 or range raises :class:`BlockError` naming the kernel, block and member.  Arrays may be
-given fewer elements than declared (the rest are zero); every other member must be
-given, padding included, so a forgotten value is an error rather than a zero.
+given fewer values than declared, flat or by element (the rest are zero: per-dimension
+lists of any rank in ``uvec4 x[2]``); every other member must be given, padding included,
+so a forgotten value is an error rather than a zero.
 """
 from __future__ import annotations
 
 import functools
 import math
 import re
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +53,12 @@ class Member:
     stride: int        # bytes between array elements (the element's size otherwise)
     array: bool
 
+    @functools.cached_property
+    def words(self) -> tuple[int, ...]:
+        """The block's 32-bit word of each value, flat (element by element)."""
+        return tuple(self.offset // 4 + e * (self.stride // 4) + c
+                     for e in range(self.count) for c in range(self.components))
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -62,6 +70,42 @@ class Layout:
 
     def pack(self, values: dict) -> bytes:
         """The block's bytes with ``values`` (member name -> value) in place."""
+        names, fmt, places = self._fast
+        if values.keys() == names:
+            # every dispatch packs its push: plain numbers straight into a struct, whose
+            # format (uint, int or float a word) refuses what does not fit; anything else,
+            # or anything refused, goes the checked way below for the error naming it
+            words = [0] * (self.size // 4)
+            try:
+                for name, value in values.items():
+                    at, whole = places[name]
+                    if type(value) is int or type(value) is float:
+                        if len(at) != 1:
+                            raise TypeError
+                        words[at[0]] = value
+                        continue
+                    if len(value) > len(at) or (whole and len(value) != len(at)):
+                        raise TypeError
+                    for w, v in zip(at, value):
+                        words[w] = v
+                return fmt.pack(*words)
+            except (TypeError, struct.error):
+                pass
+        return self._checked(values)
+
+    @functools.cached_property
+    def _fast(self):
+        """(member names, the block's struct, {name: (words, whole)}): whole members
+        (not arrays) take exactly their words' values."""
+        codes = ["I"] * (self.size // 4)
+        for m in self.members.values():
+            for w in m.words:
+                codes[w] = {np.uint32: "I", np.int32: "i", np.float32: "f"}[m.dtype]
+        return (self.members.keys(), struct.Struct("<" + "".join(codes)),
+                {n: (m.words, not m.array) for n, m in self.members.items()})
+
+    def _checked(self, values: dict) -> bytes:
+        """:meth:`pack` checking every value, a :class:`BlockError` for the first wrong."""
         given = set(values)
         unknown = given - set(self.members)
         if unknown:
@@ -71,34 +115,41 @@ class Layout:
         if missing:
             raise BlockError(f"{self.where(missing[0])}: not given (every member of a "
                              f"parameter block must be)")
-        words = np.zeros(self.size // 4, np.uint32)
+        words = [0] * (self.size // 4)
         for name, value in values.items():
             self._place(words, self.members[name], value)
-        return words.tobytes()
+        return struct.pack(f"<{len(words)}I", *words)
 
     def where(self, member: str) -> str:
         return f"kernel {self.kernel}, block {self.block}, member {member}"
 
-    def _place(self, words: np.ndarray, m: Member, value) -> None:
+    def _place(self, words: list, m: Member, value) -> None:
+        # Python ints (the common case: every dispatch packs its push) skip NumPy
+        ints = (value,) if type(value) is int else value if (
+            type(value) in (list, tuple) and all(type(v) is int for v in value)) else None
+        if ints is not None and m.dtype is not np.float32:
+            lo, hi = _RANGES[m.dtype]
+            if len(ints) == m.components * m.count or (m.array and len(ints) <= len(m.words)):
+                if all(lo <= v <= hi for v in ints):
+                    for w, v in zip(m.words, ints):
+                        words[w] = v & 0xFFFFFFFF
+                    return
         arr = np.asarray(value)
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
-                                       or arr.dtype == np.bool_):
+        if arr.dtype.kind not in "biuf":
             raise BlockError(f"{self.where(m.name)}: {m.type} takes numbers, got {value!r}")
         flat = arr.reshape(-1)
         n = m.components * m.count
         if m.array:
-            if flat.size > n or flat.size % m.components:
-                raise BlockError(f"{self.where(m.name)}: {m.type} takes at most {m.count} "
-                                 f"elements of {m.components}, got {flat.size} values")
+            if flat.size > n:
+                raise BlockError(f"{self.where(m.name)}: {m.type} takes at most {n} values "
+                                 f"({m.count} elements of {m.components}), got {flat.size}")
         elif flat.size != n:
             raise BlockError(f"{self.where(m.name)}: {m.type} takes {n} value(s), got "
                              f"{flat.size}")
-        data = self._convert(m, flat)
-        step = m.stride // 4
-        base = m.offset // 4
-        for e in range(flat.size // m.components):
-            at = base + e * step
-            words[at:at + m.components] = data[e * m.components:(e + 1) * m.components]
+        # an array given flat (a per-dimension list in uvec4s, say) may end mid-element:
+        # the words after it stay zero
+        for w, v in zip(m.words, self._convert(m, flat).tolist()):
+            words[w] = v
 
     def _convert(self, m: Member, flat: np.ndarray) -> np.ndarray:
         if m.dtype is np.float32:
@@ -107,14 +158,12 @@ class Layout:
             if not np.all(np.isfinite(flat)) or np.any(flat != np.floor(flat)):
                 raise BlockError(f"{self.where(m.name)}: {m.type} takes integers, got "
                                  f"{flat.tolist()}")
-            flat = flat.astype(np.int64)
         lo, hi = _RANGES[m.dtype]
-        ints = [int(v) for v in flat]
-        bad = [v for v in ints if not lo <= v <= hi]
-        if bad:
-            raise BlockError(f"{self.where(m.name)}: {bad[0]} is outside {m.type}'s range "
+        if flat.size and (flat.min() < lo or flat.max() > hi):
+            bad = next(v for v in flat.tolist() if not lo <= v <= hi)
+            raise BlockError(f"{self.where(m.name)}: {int(bad)} is outside {m.type}'s range "
                              f"[{lo}, {hi}]")
-        return np.array(ints, np.int64).astype(m.dtype).view(np.uint32)
+        return flat.astype(np.int64).astype(m.dtype).view(np.uint32)
 
 
 def _member(kernel: str, block: str, entry: dict) -> Member:

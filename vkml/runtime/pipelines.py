@@ -32,11 +32,10 @@ from .vk import ffi, lib
 #: Specialization constants frozen into the module on the host (:mod:`vkml.runtime.spirv`),
 #: for drivers that do not fold specialization constants before generating code:
 #: ``ACT`` selects code (the switch of glsl/include/vkml_activation.glsl; SwiftShader
-#: otherwise runs every case, a Relu 8x slower); ``RM``/``RN`` size the small register
-#: blocks of convolution_blocked/tiled, whose loops must unroll to keep the block in
-#: registers (SwiftShader: a 1x1 GEMM 0.2 -> 3.1 GFLOP/s).  Not the others: with gemm's
-#: large blocks (MB, NB) constant, SwiftShader unrolls them and spills (1x1 256->64:
-#: 174 -> 355 ms); the remaining gemm constants changed nothing.  ``LP_P`` and
+#: otherwise runs every case); ``RM``/``RN`` size the small register blocks of
+#: convolution_blocked/tiled, whose loops must unroll to keep the block in registers.
+#: Not the others: with gemm's large blocks (MB, NB) constant, SwiftShader unrolls them
+#: and spills; the remaining gemm constants changed nothing.  ``LP_P`` and
 #: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp);
 #: ``ROWS_FULL``, ``ROWS_BL``, ``ROWS_BR`` pick the texel components of the padding rows
 #: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen.

@@ -32,15 +32,13 @@ _NOT_READY = vk.VK_NOT_READY
 TIMEOUT_NS = int(float(os.environ.get("VKML_TIMEOUT", "120")) * 1e9)
 #: How long :meth:`Sequence.run` polls the fence before sleeping in vkWaitForFences, for
 #: sequences whose last run was short.  A sleeping thread's wake-up is one more hop on the
-#: hot path: a replayed tiny padding on lavapipe, other processes loading both cores, took
-#: 73-92 us blocking and 30 us polling (15-17 us either way on an idle machine).  Long runs
+#: hot path, costly when other processes load the cores (bench/RESULTS.md).  Long runs
 #: never poll (it would take a core from a CPU driver's own threads).
 SPIN_S = 100e-6
 #: Whether each poll gives the core away (``sched_yield``) before the next.  On a loaded
 #: 2-core machine a CPU driver's queue thread may be waiting for the core the poller
-#: holds: a replayed tiny padding on SwiftShader took ~35 or ~135 us (bimodal, by the
-#: load of the moment) polling without yielding and 35-44 us yielding; on lavapipe
-#: 38-50 vs 40-43 us (medians of 2000 replays, interleaved in one process).
+#: holds (SwiftShader's replays turn bimodal by the load of the moment without yielding;
+#: lavapipe's are the same either way).
 #: ``VKML_SPIN_YIELD=0`` polls without yielding.
 SPIN_YIELD = os.environ.get("VKML_SPIN_YIELD", "1") != "0"
 _perf = time.perf_counter
@@ -376,9 +374,9 @@ class Sequence:
 
         Recorded as one ``vkCmdCopyBuffer`` per :data:`COPY_CHUNK` regions: the validation
         layer checks every pair of a command's regions for overlap (src and dst may be one
-        sub-allocated ``VkBuffer``): recording 16384 regions took 123 s on lavapipe (the
-        padding calibration 129 s), in chunks of 256 the calibration takes 2.7 s, and
-        lavapipe runs the chunks at the same ~0.3 us per region as one command."""
+        sub-allocated ``VkBuffer``), quadratic in a command's regions; in chunks the
+        padding calibration records in seconds, not minutes, and lavapipe runs the chunks
+        as fast per region as one command."""
         import numpy as np
 
         self._check_open()
