@@ -58,7 +58,7 @@ _OPEN: dict[int, vkml.Device] = {}
 
 def open_device(index: int) -> vkml.Device:
     dev = _OPEN.get(index)
-    if dev is None or dev._closed:
+    if dev is None or dev.closed:
         dev = _OPEN[index] = vkml.Device(index)
     return dev
 
