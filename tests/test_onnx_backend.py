@@ -26,7 +26,7 @@ import vkml.onnx as vonnx  # noqa: E402
 
 OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", "Sigmoid",
        "Tanh", "HardSigmoid", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu",
-       "Shrink", "Gelu", "Clip", "Identity"}
+       "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -46,7 +46,8 @@ HOST_BY_DESIGN = {
 #: ``_expanded`` function-body variants, is generated when its module is imported).
 CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "leakyrelu",
                 "sigmoid", "tanh", "hardsigmoid", "elu", "selu", "celu", "softplus",
-                "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity"]
+                "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
+                "mul", "div", "max", "min", "sum"]
 
 
 def _collect():

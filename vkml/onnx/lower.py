@@ -251,6 +251,73 @@ def _lower_identity(lw: _Lowering, node):
     lw.emit(None, [node.input[0]], [node.output[0]], [(shape, dt)])   # other types: alias
 
 
+# -- element-wise arithmetic ------------------------------------------------------------------
+
+#: ONNX element-wise op -> the vkml.dml descriptor class (two inputs; Sum, Max and Min with
+#: more take a chain of them, one input is an alias).
+BINARY_OPS = {"Add": dml.ElementWiseAddOperatorDesc, "Sum": dml.ElementWiseAddOperatorDesc,
+              "Sub": dml.ElementWiseSubtractOperatorDesc,
+              "Mul": dml.ElementWiseMultiplyOperatorDesc,
+              "Div": dml.ElementWiseDivideOperatorDesc,
+              "Max": dml.ElementWiseMaxOperatorDesc, "Min": dml.ElementWiseMinOperatorDesc}
+
+#: THE list of element-wise cases that stay on the host: reason key -> why.
+HOST_ELEMENT_WISE: dict[str, str] = {
+    "rank": "more than 8 dimensions (DML tensors have 1 to 8)",
+    "empty": "an empty tensor (DML sizes are at least 1)",
+    "dtype": "a data type the DML element-wise operators do not take (float64, bool, "
+             "bfloat16: they take float32, float16 and the 8- to 64-bit integers)",
+}
+
+
+def _broadcast_tdesc(shape, out_shape, dt) -> dml.TensorDesc:
+    """``shape`` broadcast to ``out_shape`` (ONNX's multidirectional rule, NumPy's) as a
+    DML tensor of the output's sizes with stride 0 along the broadcast dimensions, so that
+    nothing is copied: the element-wise pages' "same Sizes" with broadcasting by strides."""
+    out_shape = tuple(out_shape) or (1,)
+    lead = len(out_shape) - len(shape)
+    packed = dml.packed_strides(tuple(shape)) if shape else ()
+    strides = [0] * lead + [0 if s == 1 and o != 1 else p
+                            for s, p, o in zip(shape, packed, out_shape[lead:])]
+    same = tuple(shape) == out_shape
+    return dml.TensorDesc(dml.DataType.of(np.dtype(dt)), out_shape,
+                          None if same else tuple(strides))
+
+
+def _lower_element_wise(lw: _Lowering, node):
+    """Add, Sub, Mul, Div, Max, Min (and Sum/Max/Min of any count) as DML_ELEMENT_WISE_*:
+    inputs broadcast by zero strides; Div of integers truncates toward zero (DIVIDE's page:
+    "For integer divisions, the result is truncated"), as ONNX Runtime's C++ division."""
+    names = [x for x in node.input if x]
+    dt = np.dtype(lw.info(names[0])[1])
+    if len(names) == 1:                             # Sum/Max/Min of one input: itself
+        lw.emit(None, names, [node.output[0]], [lw.info(names[0])])
+        return
+    shapes = [tuple(lw.info(x)[0]) for x in names]
+    try:
+        out_shape = tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValidationError(f"{node.op_type} {node.name!r}: inputs", f"shapes {shapes} do "
+                              f"not broadcast (ONNX's multidirectional rule)") from None
+    if len(out_shape) > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["rank"] + f" ({len(out_shape)})")
+    if 0 in out_shape:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty"] + f" ({out_shape})")
+    cls = BINARY_OPS[node.op_type]
+    acc = names[0]
+    for k, b in enumerate(names[1:], 1):
+        # a chain broadcasts its partial results too: each step's output has the sizes
+        # of the inputs it has combined so far
+        a_shape = lw.info(acc)[0]
+        step_shape = tuple(np.broadcast_shapes(a_shape, lw.info(b)[0]))
+        desc = cls(_broadcast_tdesc(a_shape, step_shape, dt),
+                   _broadcast_tdesc(lw.info(b)[0], step_shape, dt),
+                   _tdesc(step_shape or (1,), dt))
+        out = node.output[0] if k == len(names) - 1 else f"{node.output[0]}#vkml{k}"
+        lw.emit(desc, [acc, b], [out], [(step_shape, dt)])
+        acc = out
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -367,6 +434,10 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "Col2Im": DeviceOp(_lower_col2im, frozenset(_ALL), params=(1, 2)),
     "Identity": DeviceOp(_lower_identity, frozenset(_ALL)),
 }
+#: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
+_ARITH = frozenset(_ALL - {np.dtype(np.float64)})
+DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
+                   for op in BINARY_OPS})
 DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
                                 params=(1, 2) if op == "Clip" else ())
                    for op in ACTIVATION_OPS if op != "Identity"})
@@ -375,7 +446,8 @@ DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
 # -- a lowered device partition as one DML graph ---------------------------------------------
 
 #: Descriptor fields of each input slot (to mark constant inputs OWNED_BY_DML).
-_INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor")}
+_INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor"),
+                 **{cls: ("a_tensor", "b_tensor") for cls in BINARY_OPS.values()}}
 
 
 @dataclass
