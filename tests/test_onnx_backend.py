@@ -26,7 +26,8 @@ import vkml.onnx as vonnx  # noqa: E402
 
 OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", "Sigmoid",
        "Tanh", "HardSigmoid", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu",
-       "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum"}
+       "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
+       "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -39,6 +40,13 @@ HOST_BY_DESIGN = {
     "test_identity_opt": "an optional value: vkml tensors are tensors only",
     "test_gelu_tanh_1": vonnx.HOST_ACTIVATIONS["gelu_tanh"],
     "test_gelu_tanh_2": vonnx.HOST_ACTIVATIONS["gelu_tanh"],
+    **{f"test_{n}": vonnx.HOST_ALIASES["dropout_mask"]
+       for n in ("dropout_default_mask", "dropout_default_mask_ratio",
+                 "training_dropout_default_mask", "training_dropout_mask",
+                 "training_dropout_zero_ratio_mask")},
+    **{f"test_{n}": vonnx.HOST_ALIASES["dropout_training"]
+       for n in ("training_dropout", "training_dropout_default",
+                 "training_dropout_zero_ratio")},
 }
 
 
@@ -47,7 +55,8 @@ HOST_BY_DESIGN = {
 CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "leakyrelu",
                 "sigmoid", "tanh", "hardsigmoid", "elu", "selu", "celu", "softplus",
                 "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
-                "mul", "div", "max", "min", "sum"]
+                "mul", "div", "max", "min", "sum", "reshape", "flatten", "squeeze", "unsqueeze",
+                "dropout"]
 
 
 def _collect():

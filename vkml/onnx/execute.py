@@ -74,9 +74,9 @@ class GraphExecutor:
             self.compiled.execute(ins, self.out_tensors)
             for t, names in zip(self.out_tensors, lw.outputs):
                 for name in names:
-                    env[name] = t
+                    env[name] = reshaped(t, lw.infos[name][0])
         for name, src in lw.aliases.items():
-            env[name] = env[src]
+            env[name] = reshaped(env[src], lw.infos[name][0])
 
     def release(self) -> None:
         if self.compiled is not None:
@@ -159,6 +159,19 @@ def host_ops(model) -> list:
             return super()._run(data, pads, constant_value, axes, mode)
 
     return [Pad]
+
+
+def reshaped(value, shape):
+    """``value`` (a Tensor or an array) under ``shape``, no copy: an alias (Reshape,
+    Squeeze, ...) of a device tensor is a view of its allocation, which the tensor it
+    views (an executor's output, or a value of the run) keeps alive."""
+    shape = tuple(shape)
+    if tuple(value.shape) == shape:
+        return value
+    if isinstance(value, Tensor):
+        return Tensor(value.device, shape, value.dtype, value.allocation, value.nbytes,
+                      owner=False)
+    return np.reshape(value, shape)
 
 
 def host_value(value):

@@ -318,6 +318,88 @@ def _lower_element_wise(lw: _Lowering, node):
         acc = out
 
 
+# -- aliases: ops that only rename or reshape ----------------------------------------------
+
+def _axes(node, lw: _Lowering, rank: int):
+    """Squeeze/Unsqueeze axes: the attribute (opsets < 13) or input 1; None if absent;
+    negative axes count from ``rank``'s end."""
+    a = _attrs(node)
+    ax = a.get("axes")
+    if ax is None:
+        v = lw.param(node, 1)
+        ax = None if v is None else [int(x) for x in v.reshape(-1)]
+    return None if ax is None else [int(x) + rank if int(x) < 0 else int(x) for x in ax]
+
+
+def _reshape_shape(node, lw: _Lowering, shape) -> tuple:
+    """Reshape's output shape (ONNX's rules: 0 copies the input's size unless allowzero,
+    one -1 takes the rest)."""
+    a = _attrs(node)
+    want = list(a["shape"]) if "shape" in a else [int(v) for v in lw.param(node, 1).reshape(-1)]
+    allowzero = int(a.get("allowzero", 0))
+    out = [shape[i] if v == 0 and not allowzero and i < len(shape) else v
+           for i, v in enumerate(want)]
+    if out.count(-1) > 1:
+        raise ValidationError(f"Reshape {node.name!r}: shape", f"may hold one -1, got {want}")
+    if -1 in out:
+        rest = math.prod(v for v in out if v != -1)
+        out[out.index(-1)] = math.prod(shape) // rest if rest else 0
+    if math.prod(out) != math.prod(shape) or min(out, default=0) < 0:
+        raise ValidationError(f"Reshape {node.name!r}: shape", f"{want} does not hold the "
+                              f"{math.prod(shape)} elements of an input of shape {tuple(shape)}")
+    return tuple(out)
+
+
+def _alias_shape(node, lw: _Lowering, shape) -> tuple:
+    """The output shape of an alias op (its elements are the input's, in the same order)."""
+    rank = len(shape)
+    op = node.op_type
+    if op == "Reshape":
+        return _reshape_shape(node, lw, shape)
+    if op == "Flatten":
+        axis = int(_attrs(node).get("axis", 1))
+        axis = axis + rank if axis < 0 else axis
+        return (math.prod(shape[:axis]), math.prod(shape[axis:]))
+    if op == "Squeeze":
+        axes = _axes(node, lw, rank)
+        if axes is None:
+            return tuple(s for s in shape if s != 1)
+        if any(shape[x] != 1 for x in axes):
+            raise ValidationError(f"Squeeze {node.name!r}: axes", f"{axes} must name "
+                                  f"dimensions of size 1 of shape {tuple(shape)}")
+        return tuple(s for i, s in enumerate(shape) if i not in axes)
+    if op == "Unsqueeze":
+        out_rank = rank + len(_axes(node, lw, 0) or [])
+        axes = sorted(_axes(node, lw, out_rank))
+        out, it = [], iter(shape)
+        for i in range(out_rank):
+            out.append(1 if i in axes else next(it))
+        return tuple(out)
+    return tuple(shape)                             # Dropout (inference)
+
+
+#: THE list of alias cases that stay on the host: reason key -> why.
+HOST_ALIASES: dict[str, str] = {
+    "dropout_mask": "Dropout's mask output (a bool tensor of ones: vkml tensors hold no bool)",
+    "dropout_training": "Dropout with training_mode true (random: no DML operator)",
+}
+
+
+def _lower_alias(lw: _Lowering, node):
+    """Reshape, Flatten, Squeeze, Unsqueeze and Dropout (inference) as aliases: the output
+    is the input's buffer under another shape, no copy (a DML tensor is bound as raw
+    memory; the consumers' descriptors give its sizes)."""
+    shape, dt = lw.info(node.input[0])
+    if node.op_type == "Dropout":
+        if len(node.output) > 1 and node.output[1]:
+            raise _HostFallback(HOST_ALIASES["dropout_mask"])
+        training = lw.param(node, 2)
+        if training is not None and bool(training.reshape(-1)[0]):
+            raise _HostFallback(HOST_ALIASES["dropout_training"])
+    out = _alias_shape(node, lw, tuple(shape))
+    lw.emit(None, [node.input[0]], [node.output[0]], [(out, dt)])
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -434,6 +516,8 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "Col2Im": DeviceOp(_lower_col2im, frozenset(_ALL), params=(1, 2)),
     "Identity": DeviceOp(_lower_identity, frozenset(_ALL)),
 }
+DEVICE_OPS.update({op: DeviceOp(_lower_alias, frozenset(_ALL), params=(1, 2))
+                   for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout")})
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
 _ARITH = frozenset(_ALL - {np.dtype(np.float64)})
 DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
