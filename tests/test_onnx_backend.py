@@ -27,7 +27,8 @@ import vkml.onnx as vonnx  # noqa: E402
 OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", "Sigmoid",
        "Tanh", "HardSigmoid", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu",
        "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
-       "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout"}
+       "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "MaxPool", "AveragePool",
+       "GlobalMaxPool", "GlobalAveragePool"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -47,6 +48,9 @@ HOST_BY_DESIGN = {
     **{f"test_{n}": vonnx.HOST_ALIASES["dropout_training"]
        for n in ("training_dropout", "training_dropout_default",
                  "training_dropout_zero_ratio")},
+    "test_maxpool_with_argmax_2d_precomputed_strides": vonnx.HOST_POOLING["storage_order"],
+    "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True":
+        vonnx.HOST_POOLING["ceil_include_pad"],
 }
 
 
@@ -56,7 +60,7 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
                 "sigmoid", "tanh", "hardsigmoid", "elu", "selu", "celu", "softplus",
                 "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
                 "mul", "div", "max", "min", "sum", "reshape", "flatten", "squeeze", "unsqueeze",
-                "dropout"]
+                "dropout", "maxpool", "averagepool", "globalmaxpool", "globalaveragepool"]
 
 
 def _collect():

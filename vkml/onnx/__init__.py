@@ -22,7 +22,9 @@ How a model runs (``prepare``), one module each:
    express; Add/Sub/Mul/Div/Max/Min/Sum, :data:`BINARY_OPS`, as DML's element-wise
    operators with ONNX broadcasting as zero strides, :data:`HOST_ELEMENT_WISE` listing
    what stays on the host; Reshape/Flatten/Squeeze/Unsqueeze/Dropout as aliases of their
-   input's buffer, no copy, :data:`HOST_ALIASES` listing what stays on the host); else on the host (the reference evaluator), between device partitions, as
+   input's buffer, no copy, :data:`HOST_ALIASES` listing what stays on the host;
+   MaxPool/AveragePool/GlobalMaxPool/GlobalAveragePool as DML's pooling operators,
+   :data:`HOST_POOLING` listing what stays on the host); else on the host (the reference evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).
@@ -56,8 +58,8 @@ from __future__ import annotations
 from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, supports_device
 from .execute import GraphExecutor
 from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, HOST_ACTIVATIONS, HOST_ALIASES,
-                    HOST_ELEMENT_WISE, Step)
+                    HOST_ELEMENT_WISE, HOST_POOLING, Step)
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
-           "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "prepare",
-           "run_model", "run_node", "supports_device"]
+           "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
+           "prepare", "run_model", "run_node", "supports_device"]

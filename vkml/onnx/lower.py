@@ -400,6 +400,91 @@ def _lower_alias(lw: _Lowering, node):
     lw.emit(None, [node.input[0]], [node.output[0]], [(out, dt)])
 
 
+# -- max and average pooling ------------------------------------------------------------------
+
+#: THE list of pooling cases that stay on the host: reason key -> why.
+HOST_POOLING: dict[str, str] = {
+    "storage_order": "MaxPool storage_order=1 (column-major Indices: DML numbers them "
+                     "row-major)",
+    "rank": "a spatial rank other than 1 to 3 (DML pooling takes 4-D and 5-D tensors)",
+    "ceil_include_pad": "AveragePool ceil_mode with count_include_pad=1 and a window hanging "
+                        "over the end (ONNX divides by the window inside the padded input; "
+                        "DML_AVERAGE_POOLING1 IncludePadding by the whole window)",
+}
+
+
+def _ceil_extra(sizes, kernel, strides, dil, start, end) -> list:
+    """End padding to add per spatial axis so that DML's floor output sizes equal ONNX's
+    ceil_mode sizes: ceil((in + pads - dilated window) / stride) + 1, less a last window
+    that would start in the end padding (ONNX Runtime's and PyTorch's rule)."""
+    extra = []
+    for i, n in enumerate(sizes):
+        span = n + start[i] + end[i] - ((kernel[i] - 1) * dil[i] + 1)
+        floor_out = span // strides[i] + 1
+        out = ceil_div(span, strides[i]) + 1
+        if (out - 1) * strides[i] >= n + start[i]:
+            out -= 1
+        extra.append(max(out - floor_out, 0) * strides[i])
+    return extra
+
+
+def _pool_geometry(node, xs):
+    """(view sizes, kernel, strides, dilations, start, end, spatial rank) of a MaxPool or
+    AveragePool (Global*: the window is the whole plane); 1-D runs as 2-D with a trailing
+    1, as LpPool."""
+    n = len(xs) - 2
+    if not 1 <= n <= 3:
+        raise _HostFallback(HOST_POOLING["rank"] + f" ({n})")
+    a = _attrs(node)
+    if node.op_type.startswith("Global"):
+        kernel, strides, dil = list(xs[2:]), [1] * n, [1] * n
+        start, end = [0] * n, [0] * n
+    else:
+        kernel = list(a["kernel_shape"])
+        strides = list(a.get("strides", [1] * n))
+        dil = list(a.get("dilations", [1] * n))
+        start, end = _auto_pads(a.get("auto_pad"), xs[2:], kernel, strides, dil, a.get("pads"))
+    view = list(xs)
+    if n == 1:
+        view, kernel, strides, dil = view + [1], kernel + [1], strides + [1], dil + [1]
+        start, end = start + [0], end + [0]
+    return view, kernel, strides, dil, list(start), list(end), n
+
+
+def _lower_pool(lw: _Lowering, node):
+    """MaxPool (its Indices output too), AveragePool, GlobalMaxPool, GlobalAveragePool as
+    DML_MAX_POOLING2 / DML_AVERAGE_POOLING1; ceil_mode as added end padding, which a max
+    never picks and an average without count_include_pad does not count."""
+    xs, dt = lw.info(node.input[0])
+    a = _attrs(node)
+    view, kernel, strides, dil, start, end, n = _pool_geometry(node, xs)
+    if int(a.get("ceil_mode", 0)):
+        extra = _ceil_extra(view[2:], kernel, strides, dil, start, end)
+        if any(extra) and node.op_type == "AveragePool" and int(a.get("count_include_pad", 0)):
+            raise _HostFallback(HOST_POOLING["ceil_include_pad"])
+        end = [e + x for e, x in zip(end, extra)]
+    out = list(dml.lp_pooling_output_sizes(view, strides, kernel, start, end, dil))
+    out_shape = tuple(out[:-1]) if n == 1 else tuple(out)
+    common = dict(strides=tuple(strides), window_size=tuple(kernel),
+                  start_padding=tuple(start), end_padding=tuple(end), dilations=tuple(dil))
+    outputs, infos = [node.output[0]], [(out_shape, dt)]
+    if "Max" in node.op_type:
+        idx = None
+        if len(node.output) > 1 and node.output[1]:
+            if int(a.get("storage_order", 0)):
+                raise _HostFallback(HOST_POOLING["storage_order"])
+            # ONNX's int64 Indices as DML's UINT64 (the same bits: indices are >= 0)
+            idx = dml.TensorDesc(dml.DataType.UINT64, tuple(out))
+            outputs.append(node.output[1])
+            infos.append((out_shape, np.dtype(np.int64)))
+        desc = dml.MaxPooling2OperatorDesc(_tdesc(view, dt), _tdesc(out, dt), idx, **common)
+    else:
+        include = bool(int(a.get("count_include_pad", 0)))
+        desc = dml.AveragePooling1OperatorDesc(_tdesc(view, dt), _tdesc(out, dt),
+                                               include_padding=include, **common)
+    lw.emit(desc, [node.input[0]], outputs, infos)
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -518,6 +603,11 @@ DEVICE_OPS: dict[str, DeviceOp] = {
 }
 DEVICE_OPS.update({op: DeviceOp(_lower_alias, frozenset(_ALL), params=(1, 2))
                    for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout")})
+_MAX_POOL = frozenset(_FLOATS | {np.dtype(np.int8), np.dtype(np.uint8)})
+DEVICE_OPS.update({"MaxPool": DeviceOp(_lower_pool, _MAX_POOL),
+                   "GlobalMaxPool": DeviceOp(_lower_pool, _MAX_POOL),
+                   "AveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS)),
+                   "GlobalAveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS))})
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
 _ARITH = frozenset(_ALL - {np.dtype(np.float64)})
 DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
