@@ -28,7 +28,7 @@ OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", 
        "Tanh", "HardSigmoid", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu",
        "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "MaxPool", "AveragePool",
-       "GlobalMaxPool", "GlobalAveragePool"}
+       "GlobalMaxPool", "GlobalAveragePool", "Transpose"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -60,7 +60,8 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
                 "sigmoid", "tanh", "hardsigmoid", "elu", "selu", "celu", "softplus",
                 "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
                 "mul", "div", "max", "min", "sum", "reshape", "flatten", "squeeze", "unsqueeze",
-                "dropout", "maxpool", "averagepool", "globalmaxpool", "globalaveragepool"]
+                "dropout", "maxpool", "averagepool", "globalmaxpool", "globalaveragepool",
+                "transpose"]
 
 
 def _collect():

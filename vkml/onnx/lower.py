@@ -485,6 +485,32 @@ def _lower_pool(lw: _Lowering, node):
     lw.emit(desc, [node.input[0]], outputs, infos)
 
 
+# -- data movement ----------------------------------------------------------------------------
+
+def _lower_transpose(lw: _Lowering, node):
+    """Transpose as DML_ELEMENT_WISE_IDENTITY whose input is viewed with permuted strides
+    (the identity page: strided copies), every data type."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    perm = [int(p) for p in _attrs(node).get("perm", list(range(rank))[::-1])]
+    if sorted(perm) != list(range(rank)):
+        raise ValidationError(f"Transpose {node.name!r}: perm", f"must be a permutation of "
+                              f"0..{rank - 1}, got {perm}")
+    out_shape = tuple(shape[p] for p in perm)
+    if rank > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["rank"] + f" ({rank})")
+    if 0 in out_shape:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty"] + f" ({out_shape})")
+    if perm == sorted(perm) or rank == 0:          # nothing moves: an alias
+        lw.emit(None, [node.input[0]], [node.output[0]], [(out_shape, dt)])
+        return
+    packed = dml.packed_strides(tuple(shape))
+    src = dml.TensorDesc(dml.DataType.of(np.dtype(dt)), out_shape,
+                         tuple(packed[p] for p in perm))
+    desc = dml.ElementWiseIdentityOperatorDesc(src, _tdesc(out_shape, dt))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -608,6 +634,7 @@ DEVICE_OPS.update({"MaxPool": DeviceOp(_lower_pool, _MAX_POOL),
                    "GlobalMaxPool": DeviceOp(_lower_pool, _MAX_POOL),
                    "AveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS)),
                    "GlobalAveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS))})
+DEVICE_OPS["Transpose"] = DeviceOp(_lower_transpose, frozenset(_ALL))
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
 _ARITH = frozenset(_ALL - {np.dtype(np.float64)})
 DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
