@@ -1,13 +1,14 @@
 """vkml.onnx: Transpose on the device as DML_ELEMENT_WISE_IDENTITY with permuted input
-strides, against ONNX Runtime on the CPU: random ranks, permutations and data types, from a
-model input and from another device node (an intermediate edge)."""
+strides and Slice as DML_SLICE1, against ONNX Runtime on the CPU: random ranks,
+permutations, slices (negative, out-of-range and reversing) and data types, from a model
+input and from another device node (an intermediate edge)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
 
 import vkml.onnx as vonnx  # noqa: E402
 
@@ -15,6 +16,7 @@ DTYPES = [np.float32, np.float16, np.int8, np.uint16, np.int32, np.int64, np.flo
 
 
 def _vi(name, shape, dtype):
+    """A tensor value info (a str in ``shape``: a symbolic dimension)."""
     t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     return helper.make_tensor_value_info(name, t, list(shape))
 
@@ -50,4 +52,47 @@ def test_transpose(dtype, device):
         (want,) = _expected(model, {"x": x})
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want, err_msg=str((shape, perm)))
+        assert not rep.fallbacks
+
+
+def _random_slice(rng, shape):
+    """starts, ends, axes, steps over a random subset of axes (negative and
+    out-of-range values, negative steps), each selecting at least one element."""
+    rank = len(shape)
+    axes = [int(a) for a in rng.permutation(rank)[:int(rng.integers(1, rank + 1))]]
+    starts, ends, steps = [], [], []
+    for ax in axes:
+        n = shape[ax]
+        while True:
+            st = int(rng.integers(-n - 2, n + 2))
+            en = int(rng.choice([int(rng.integers(-n - 2, n + 2)), 2**62, -2**62]))
+            sp = int(rng.choice([1, 2, 3, -1, -2]))
+            if len(range(*slice(st, en, sp).indices(n))):
+                break
+        starts.append(st), ends.append(en), steps.append(sp)
+    axes = [a - rank if rng.random() < 0.3 else a for a in axes]
+    return starts, ends, axes, steps
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:6], ids=lambda d: np.dtype(d).name)
+def test_slice(dtype, device):
+    rng = np.random.default_rng(100 + np.dtype(dtype).num)
+    for _ in range(5):
+        rank = int(rng.integers(1, 6))
+        shape = [int(rng.integers(1, 7)) for _ in range(rank)]
+        starts, ends, axes, steps = _random_slice(rng, shape)
+        x = (rng.standard_normal(shape) * 20).astype(dtype)
+        inits = [numpy_helper.from_array(np.array(v, np.int64), n) for v, n in
+                 ((starts, "st"), (ends, "en"), (axes, "ax"), (steps, "sp"))]
+        nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="pre"),
+                 helper.make_node("Slice", ["a", "st", "en", "ax", "sp"], ["y"], name="s")]
+        g = helper.make_graph(nodes, "g", [_vi("x", shape, dtype)],
+                              [_vi("y", [f"d{i}" for i in range(rank)], dtype)], inits)
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        rep = vonnx.prepare(model, device=device, strict=True)
+        (got,) = rep.run({"x": x})
+        (want,) = _expected(model, {"x": x})
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=str((shape, starts, ends, axes,
+                                                               steps)))
         assert not rep.fallbacks

@@ -511,6 +511,44 @@ def _lower_transpose(lw: _Lowering, node):
     lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
 
 
+def _lower_slice(lw: _Lowering, node):
+    """Slice (constant or host-known starts/ends/axes/steps) as DML_SLICE1: per axis the
+    elements ONNX selects (NumPy's slice rules: negatives count from the end, clamped) as
+    an input window and a signed stride (a negative one walks it from its end)."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    a = _attrs(node)
+    if "starts" in a:                               # opset 1: attributes
+        starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
+    else:
+        def ints(i):
+            v = lw.param(node, i)
+            return None if v is None else [int(x) for x in v.reshape(-1)]
+        starts, ends, axes, steps = ints(1), ints(2), ints(3), ints(4)
+    axes = list(range(len(starts))) if axes is None else [x + rank if x < 0 else x
+                                                          for x in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not (len(starts) == len(ends) == len(axes) == len(steps)) or \
+            sorted(set(axes)) != sorted(axes) or any(not 0 <= x < rank for x in axes):
+        raise ValidationError(f"Slice {node.name!r}: starts/ends/axes/steps", "must have one "
+                              f"entry per distinct axis of a rank-{rank} input")
+    offs, sizes, strides, out = [0] * rank, list(shape), [1] * rank, list(shape)
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        if sp == 0:
+            raise ValidationError(f"Slice {node.name!r}: steps", "may not be 0")
+        idx = range(*slice(st, en, sp).indices(shape[ax]))
+        out[ax] = len(idx)
+        if len(idx):
+            lo, hi = min(idx[0], idx[-1]), max(idx[0], idx[-1])
+            offs[ax], sizes[ax], strides[ax] = lo, hi - lo + 1, sp
+    if 0 in out or rank > 8 or rank == 0:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if 0 in out else "rank"]
+                            + f" ({tuple(out)})")
+    desc = dml.Slice1OperatorDesc(_tdesc(shape, dt), _tdesc(out, dt), tuple(offs),
+                                  tuple(sizes), tuple(strides))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(tuple(out), dt)])
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -635,6 +673,7 @@ DEVICE_OPS.update({"MaxPool": DeviceOp(_lower_pool, _MAX_POOL),
                    "AveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS)),
                    "GlobalAveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS))})
 DEVICE_OPS["Transpose"] = DeviceOp(_lower_transpose, frozenset(_ALL))
+DEVICE_OPS["Slice"] = DeviceOp(_lower_slice, frozenset(_ALL), params=(1, 2, 3, 4))
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
 _ARITH = frozenset(_ALL - {np.dtype(np.float64)})
 DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
