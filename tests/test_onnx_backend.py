@@ -28,7 +28,8 @@ OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", 
        "Tanh", "HardSigmoid", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu",
        "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "MaxPool", "AveragePool",
-       "GlobalMaxPool", "GlobalAveragePool", "Transpose", "Slice"}
+       "GlobalMaxPool", "GlobalAveragePool", "Transpose", "Slice",
+       "Concat", "Split"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -52,6 +53,8 @@ HOST_BY_DESIGN = {
     "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True":
         vonnx.HOST_POOLING["ceil_include_pad"],
     "test_slice_start_out_of_bounds": vonnx.HOST_ELEMENT_WISE["empty"],
+    "test_split_zero_size_splits_opset13": vonnx.HOST_ELEMENT_WISE["empty"],
+    "test_split_zero_size_splits_opset18": vonnx.HOST_ELEMENT_WISE["empty"],
 }
 
 
@@ -62,7 +65,7 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
                 "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
                 "mul", "div", "max", "min", "sum", "reshape", "flatten", "squeeze", "unsqueeze",
                 "dropout", "maxpool", "averagepool", "globalmaxpool", "globalaveragepool",
-                "transpose", "slice"]
+                "transpose", "slice", "concat", "split"]
 
 
 def _collect():

@@ -1,5 +1,5 @@
 """vkml.onnx: Transpose on the device as DML_ELEMENT_WISE_IDENTITY with permuted input
-strides and Slice as DML_SLICE1, against ONNX Runtime on the CPU: random ranks,
+strides, Slice as DML_SLICE1, Concat as DML_JOIN and Split as DML_SPLIT, against ONNX Runtime on the CPU: random ranks,
 permutations, slices (negative, out-of-range and reversing) and data types, from a model
 input and from another device node (an intermediate edge)."""
 from __future__ import annotations
@@ -95,4 +95,42 @@ def test_slice(dtype, device):
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want, err_msg=str((shape, starts, ends, axes,
                                                                steps)))
+        assert not rep.fallbacks
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:6], ids=lambda d: np.dtype(d).name)
+def test_concat_and_split(dtype, device):
+    """Concat of a model input, a device intermediate and a constant (bound once) along a
+    random axis (negative too), then Split of it into random parts (the split as an
+    input) and into num_outputs parts; every part a graph output."""
+    rng = np.random.default_rng(200 + np.dtype(dtype).num)
+    for _ in range(4):
+        rank = int(rng.integers(1, 6))
+        shape = [int(rng.integers(1, 5)) for _ in range(rank)]
+        axis = int(rng.integers(-rank, rank))
+        c_shape = list(shape)
+        c_shape[axis] = int(rng.integers(1, 4))
+        c = (rng.standard_normal(c_shape) * 20).astype(dtype)
+        total = 2 * shape[axis] + c_shape[axis]
+        cuts = np.sort(rng.choice(np.arange(1, total), size=min(2, total - 1), replace=False))
+        parts = np.diff(np.concatenate([[0], cuts, [total]])).astype(np.int64)
+        nodes = [helper.make_node("Add", ["x", "x"], ["a"], name="pre"),
+                 helper.make_node("Concat", ["x", "a", "c"], ["cat"], name="cat", axis=axis),
+                 helper.make_node("Split", ["cat", "parts"], [f"p{i}" for i in
+                                                               range(len(parts))],
+                                  name="split", axis=axis),
+                 helper.make_node("Split", ["cat"], ["q0", "q1"], name="split2", axis=axis,
+                                  num_outputs=2)]
+        outs = [_vi(n, [f"{n}_{i}" for i in range(rank)], dtype)
+                for n in [f"p{i}" for i in range(len(parts))] + ["q0", "q1", "cat"]]
+        g = helper.make_graph(nodes, "g", [_vi("x", shape, dtype)], outs,
+                              [numpy_helper.from_array(c, "c"),
+                               numpy_helper.from_array(parts, "parts")])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        rep = vonnx.prepare(model, device=device, strict=True)
+        x = (rng.standard_normal(shape) * 20).astype(dtype)
+        got = rep.run({"x": x})
+        for gv, wv in zip(got, _expected(model, {"x": x})):
+            assert gv.shape == wv.shape and gv.dtype == wv.dtype
+            np.testing.assert_array_equal(gv, wv, err_msg=str((shape, axis, parts)))
         assert not rep.fallbacks

@@ -25,7 +25,7 @@ How a model runs (``prepare``), one module each:
    input's buffer, no copy, :data:`HOST_ALIASES` listing what stays on the host;
    MaxPool/AveragePool/GlobalMaxPool/GlobalAveragePool as DML's pooling operators,
    :data:`HOST_POOLING` listing what stays on the host; Transpose as DML's identity with
-   permuted strides, Slice as DML_SLICE1); else on the host (the reference evaluator), between device partitions, as
+   permuted strides, Slice as DML_SLICE1, Concat and Split as DML_JOIN and DML_SPLIT); else on the host (the reference evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).

@@ -549,6 +549,75 @@ def _lower_slice(lw: _Lowering, node):
     lw.emit(desc, [node.input[0]], [node.output[0]], [(tuple(out), dt)])
 
 
+def _lower_concat(lw: _Lowering, node):
+    """Concat as DML_JOIN (inputs empty along the axis dropped; one left: an alias)."""
+    names = [x for x in node.input if x]
+    shape, dt = lw.info(names[0])
+    rank = len(shape)
+    axis = int(_attrs(node)["axis"])
+    axis = axis + rank if axis < 0 else axis
+    shapes = [tuple(lw.info(x)[0]) for x in names]
+    if not 0 <= axis < rank or any(len(s) != rank or s[:axis] + s[axis + 1:] !=
+                                   shape[:axis] + shape[axis + 1:] for s in shapes):
+        raise ValidationError(f"Concat {node.name!r}: inputs", f"shapes {shapes} must match "
+                              f"but along axis {axis}")
+    keep = [(x, s) for x, s in zip(names, shapes) if s[axis]]
+    out = list(shape)
+    out[axis] = sum(s[axis] for _, s in keep)
+    if not keep or 0 in out or rank > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if not keep or 0 in out else "rank"]
+                            + f" ({tuple(out)})")
+    if len(keep) == 1:
+        lw.emit(None, [keep[0][0]], [node.output[0]], [(tuple(out), dt)])
+        return
+    desc = dml.JoinOperatorDesc(tuple(_tdesc(s, dt) for _, s in keep), _tdesc(out, dt), axis)
+    lw.emit(desc, [x for x, _ in keep], [node.output[0]], [(tuple(out), dt)])
+
+
+def _split_sizes(node, lw: _Lowering, dim: int) -> list:
+    """Split's part sizes: ``split`` (attribute before opset 13, else input 1), else
+    ``num_outputs`` parts of ceil(dim / num_outputs) (the last smaller), else equal."""
+    a = _attrs(node)
+    split = a.get("split")
+    if split is None and lw.param(node, 1) is not None:
+        split = [int(v) for v in lw.param(node, 1).reshape(-1)]
+    count = len(node.output)
+    if split is None:
+        if "num_outputs" in a:
+            part = ceil_div(dim, int(a["num_outputs"]))
+            split = [min(part, dim - part * i) for i in range(count)]
+        else:
+            split = [dim // count] * count
+    if len(split) != count or sum(split) != dim or min(split) < 0:
+        raise ValidationError(f"Split {node.name!r}: split", f"{list(split)} must give "
+                              f"{count} sizes summing to the axis' {dim}")
+    return list(split)
+
+
+def _lower_split(lw: _Lowering, node):
+    """Split as DML_SPLIT (an empty part, which DML cannot state, keeps it on the host)."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    axis = int(_attrs(node).get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise ValidationError(f"Split {node.name!r}: axis", f"must be within the rank {rank}")
+    sizes = _split_sizes(node, lw, shape[axis])
+    outs = []
+    for k in sizes:
+        o = list(shape)
+        o[axis] = k
+        outs.append(tuple(o))
+    if any(0 in o for o in outs) or rank > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if rank <= 8 else "rank"]
+                            + f" ({outs})")
+    if len(outs) == 1:
+        lw.emit(None, [node.input[0]], [node.output[0]], [(outs[0], dt)])
+        return
+    desc = dml.SplitOperatorDesc(_tdesc(shape, dt), tuple(_tdesc(o, dt) for o in outs), axis)
+    lw.emit(desc, [node.input[0]], list(node.output), [(o, dt) for o in outs])
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -674,6 +743,8 @@ DEVICE_OPS.update({"MaxPool": DeviceOp(_lower_pool, _MAX_POOL),
                    "GlobalAveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS))})
 DEVICE_OPS["Transpose"] = DeviceOp(_lower_transpose, frozenset(_ALL))
 DEVICE_OPS["Slice"] = DeviceOp(_lower_slice, frozenset(_ALL), params=(1, 2, 3, 4))
+DEVICE_OPS["Concat"] = DeviceOp(_lower_concat, frozenset(_ALL), tensors=tuple(range(64)))
+DEVICE_OPS["Split"] = DeviceOp(_lower_split, frozenset(_ALL), params=(1,))
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
 _ARITH = frozenset(_ALL - {np.dtype(np.float64)})
 DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
@@ -705,6 +776,17 @@ class _Lowered:
     infos: dict
     aliases: dict
     origins: list
+
+
+def _owned_input(desc, fields, slot):
+    """``desc`` with input ``slot`` flagged OWNED_BY_DML (a constant); JOIN's inputs are
+    one tuple field."""
+    if isinstance(desc, dml.JoinOperatorDesc):
+        ts = list(desc.input_tensors)
+        ts[slot] = replace(ts[slot], flags=dml.TensorFlags.OWNED_BY_DML)
+        return replace(desc, input_tensors=tuple(ts))
+    t = getattr(desc, fields[slot])
+    return replace(desc, **{fields[slot]: replace(t, flags=dml.TensorFlags.OWNED_BY_DML)})
 
 
 def _lower_graph(steps: list, outputs: list, consts: dict, infos: dict) -> _Lowered:
@@ -741,9 +823,7 @@ def _lower_graph(steps: list, outputs: list, consts: dict, infos: dict) -> _Lowe
                 in_names.append(name)
             in_edges.append(dml.InputGraphEdgeDesc(in_names.index(name), i, slot))
             if name in consts:
-                t = getattr(desc, fields[slot])
-                desc = replace(desc, **{fields[slot]: replace(
-                    t, flags=dml.TensorFlags.OWNED_BY_DML)})
+                desc = _owned_input(desc, fields, slot)
         for k, name in enumerate(st.outputs):
             producer[name] = (i, k)
         nodes.append(dml.OperatorGraphNodeDesc(desc, name=st.outputs[0]))
