@@ -1,7 +1,8 @@
 """vkml.onnx: Transpose on the device as DML_ELEMENT_WISE_IDENTITY with permuted input
-strides, Slice as DML_SLICE1, Concat as DML_JOIN and Split as DML_SPLIT, against ONNX Runtime on the CPU: random ranks,
-permutations, slices (negative, out-of-range and reversing) and data types, from a model
-input and from another device node (an intermediate edge)."""
+strides, Slice as DML_SLICE1, Concat as DML_JOIN and Split as DML_SPLIT, against ONNX
+Runtime on the CPU: random ranks, permutations, slices (negative, out-of-range and
+reversing), concatenations, splits and data types, from a model input and from another
+device node (an intermediate edge)."""
 from __future__ import annotations
 
 import numpy as np
