@@ -29,7 +29,7 @@ OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", 
        "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "MaxPool", "AveragePool",
        "GlobalMaxPool", "GlobalAveragePool", "Transpose", "Slice",
-       "Concat", "Split"}
+       "Concat", "Split", "BatchNormalization"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -55,6 +55,8 @@ HOST_BY_DESIGN = {
     "test_slice_start_out_of_bounds": vonnx.HOST_ELEMENT_WISE["empty"],
     "test_split_zero_size_splits_opset13": vonnx.HOST_ELEMENT_WISE["empty"],
     "test_split_zero_size_splits_opset18": vonnx.HOST_ELEMENT_WISE["empty"],
+    "test_batchnorm_epsilon_training_mode": vonnx.HOST_BATCH_NORMALIZATION["training"],
+    "test_batchnorm_example_training_mode": vonnx.HOST_BATCH_NORMALIZATION["training"],
 }
 
 
@@ -65,7 +67,7 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
                 "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
                 "mul", "div", "max", "min", "sum", "reshape", "flatten", "squeeze", "unsqueeze",
                 "dropout", "maxpool", "averagepool", "globalmaxpool", "globalaveragepool",
-                "transpose", "slice", "concat", "split"]
+                "transpose", "slice", "concat", "split", "batch_normalization"]
 
 
 def _collect():

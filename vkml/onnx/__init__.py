@@ -25,7 +25,9 @@ How a model runs (``prepare``), one module each:
    input's buffer, no copy, :data:`HOST_ALIASES` listing what stays on the host;
    MaxPool/AveragePool/GlobalMaxPool/GlobalAveragePool as DML's pooling operators,
    :data:`HOST_POOLING` listing what stays on the host; Transpose as DML's identity with
-   permuted strides, Slice as DML_SLICE1, Concat and Split as DML_JOIN and DML_SPLIT); else on the host (the reference evaluator), between device partitions, as
+   permuted strides, Slice as DML_SLICE1, Concat and Split as DML_JOIN and DML_SPLIT,
+   BatchNormalization's inference form, :data:`HOST_BATCH_NORMALIZATION` listing what
+   stays on the host); else on the host (the reference evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).
@@ -59,8 +61,8 @@ from __future__ import annotations
 from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, supports_device
 from .execute import GraphExecutor
 from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, HOST_ACTIVATIONS, HOST_ALIASES,
-                    HOST_ELEMENT_WISE, HOST_POOLING, Step)
+                    HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_POOLING, Step)
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
-           "prepare", "run_model", "run_node", "supports_device"]
+           "HOST_BATCH_NORMALIZATION", "prepare", "run_model", "run_node", "supports_device"]

@@ -11,6 +11,7 @@ import numpy as np
 from onnx import helper
 
 from .. import dml
+from ..dml.batch_normalization import STATISTICS
 from ..errors import ValidationError
 from ..intmath import ceil_div
 
@@ -618,6 +619,43 @@ def _lower_split(lw: _Lowering, node):
     lw.emit(desc, [node.input[0]], list(node.output), [(o, dt) for o in outs])
 
 
+# -- batch normalization ----------------------------------------------------------------------
+
+_BN_FIELDS = ("input_tensor",) + tuple(STATISTICS)     # desc.inputs() order
+
+#: THE list of BatchNormalization cases that stay on the host: reason key -> why.
+HOST_BATCH_NORMALIZATION: dict[str, str] = {
+    "training": "training_mode or the running mean/variance outputs (DML_BATCH_NORMALIZATION "
+                "is the inference form; DML's training operator is not in vkml)",
+    "rank": "an input of rank other than 2 to 8",
+}
+
+
+def _lower_batch_normalization(lw: _Lowering, node):
+    """BatchNormalization (inference) as DML_BATCH_NORMALIZATION: ONNX's per-channel 1-D
+    scale, bias, mean and variance viewed as (1, C, 1, ...), broadcast by their sizes of 1
+    (the page)."""
+    xs, dt = lw.info(node.input[0])
+    a = _attrs(node)
+    if int(a.get("training_mode", 0)) or any(o for o in node.output[1:]):
+        raise _HostFallback(HOST_BATCH_NORMALIZATION["training"])
+    if not 2 <= len(xs) <= 8 or 0 in xs:
+        raise _HostFallback(HOST_BATCH_NORMALIZATION["rank"] + f" ({tuple(xs)})")
+    stat = (1, xs[1]) + (1,) * (len(xs) - 2)
+    for i in range(1, 5):
+        if tuple(lw.info(node.input[i])[0]) != (xs[1],):
+            raise ValidationError(f"BatchNormalization {node.name!r}: input {i}", f"must "
+                                  f"have shape ({xs[1]},), got {lw.info(node.input[i])[0]}")
+    t = _tdesc(stat, dt)
+    desc = dml.BatchNormalizationOperatorDesc(
+        _tdesc(xs, dt), t, t, t, t, _tdesc(xs, dt), spatial=True,
+        epsilon=float(a.get("epsilon", 1e-5)))
+    onnx_of = {"mean_tensor": node.input[3], "variance_tensor": node.input[4],
+               "scale_tensor": node.input[1], "bias_tensor": node.input[2]}
+    ins = [node.input[0]] + [onnx_of[n] for n in _BN_FIELDS[1:]]
+    lw.emit(desc, ins, [node.output[0]], [(tuple(xs), dt)])
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -745,6 +783,8 @@ DEVICE_OPS["Transpose"] = DeviceOp(_lower_transpose, frozenset(_ALL))
 DEVICE_OPS["Slice"] = DeviceOp(_lower_slice, frozenset(_ALL), params=(1, 2, 3, 4))
 DEVICE_OPS["Concat"] = DeviceOp(_lower_concat, frozenset(_ALL), tensors=tuple(range(64)))
 DEVICE_OPS["Split"] = DeviceOp(_lower_split, frozenset(_ALL), params=(1,))
+DEVICE_OPS["BatchNormalization"] = DeviceOp(_lower_batch_normalization, frozenset(_FLOATS),
+                                            tensors=(0, 1, 2, 3, 4))
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
 _ARITH = frozenset(_ALL - {np.dtype(np.float64)})
 DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
@@ -758,7 +798,8 @@ DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
 
 #: Descriptor fields of each input slot (to mark constant inputs OWNED_BY_DML).
 _INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor"),
-                 **{cls: ("a_tensor", "b_tensor") for cls in BINARY_OPS.values()}}
+                 **{cls: ("a_tensor", "b_tensor") for cls in BINARY_OPS.values()},
+                 dml.BatchNormalizationOperatorDesc: _BN_FIELDS}
 
 
 @dataclass

@@ -11,7 +11,8 @@ from onnx import helper
 
 from ..errors import UnsupportedError
 from .execute import DevicePartition, HostPartition, host_ops, node_label, subgraph_inputs
-from .lower import (DEVICE_OPS, HOST_ALIASES, HOST_POOLING, _activation_desc,
+from .lower import (DEVICE_OPS, HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_POOLING,
+                    _activation_desc,
                     _HostFallback, _attrs, _lower_activation)
 
 
@@ -41,6 +42,9 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
     if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] and \
             int(_attrs(node).get("storage_order", 0)):
         return HOST_POOLING["storage_order"]
+    if node.op_type == "BatchNormalization" and (
+            int(_attrs(node).get("training_mode", 0)) or any(node.output[1:])):
+        return HOST_BATCH_NORMALIZATION["training"]
     if spec.lower is _lower_activation:
         # what HOST_ACTIVATIONS lists, decided here when the parameters are constants
         def param(i):
