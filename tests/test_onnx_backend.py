@@ -29,7 +29,7 @@ OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", 
        "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
        "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "MaxPool", "AveragePool",
        "GlobalMaxPool", "GlobalAveragePool", "Transpose", "Slice",
-       "Concat", "Split", "BatchNormalization"}
+       "Concat", "Split", "BatchNormalization", "Softmax"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -67,7 +67,8 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
                 "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
                 "mul", "div", "max", "min", "sum", "reshape", "flatten", "squeeze", "unsqueeze",
                 "dropout", "maxpool", "averagepool", "globalmaxpool", "globalaveragepool",
-                "transpose", "slice", "concat", "split", "batch_normalization"]
+                "transpose", "slice", "concat", "split", "batch_normalization",
+                "softmax"]
 
 
 def _collect():

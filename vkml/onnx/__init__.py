@@ -27,7 +27,8 @@ How a model runs (``prepare``), one module each:
    :data:`HOST_POOLING` listing what stays on the host; Transpose as DML's identity with
    permuted strides, Slice as DML_SLICE1, Concat and Split as DML_JOIN and DML_SPLIT,
    BatchNormalization's inference form, :data:`HOST_BATCH_NORMALIZATION` listing what
-   stays on the host); else on the host (the reference evaluator), between device partitions, as
+   stays on the host, Softmax as DML_ACTIVATION_SOFTMAX1 over opset 13's axis or the
+   older opsets' coerced 2-D axes); else on the host (the reference evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).

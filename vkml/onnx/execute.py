@@ -222,7 +222,9 @@ class DevicePartition:
     def _build(self, env):
         infos = {n: (tuple(env[n].shape), np.dtype(env[n].dtype)) for n in self.tensor_inputs}
         values = {n: host_value(env[n]) for n in self.params}
-        lw = _Lowering(values, infos)
+        opset = max((o.version for o in self.rep.model.opset_import
+                     if o.domain in ("", "ai.onnx")), default=1)
+        lw = _Lowering(values, infos, opset)
         for j, node in enumerate(self.nodes):
             spec = DEVICE_OPS[node.op_type]
             dt = infos[node.input[0]][1]

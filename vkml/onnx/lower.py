@@ -73,9 +73,10 @@ class _Lowering:
     """Lowers the nodes of one device partition for concrete shapes: ``infos`` maps value
     names to (shape, dtype); ``values`` gives host values of parameter inputs."""
 
-    def __init__(self, values: dict, infos: dict):
+    def __init__(self, values: dict, infos: dict, opset: int = 10**6):
         self.values = values
         self.infos = infos
+        self.opset = opset          # the model's default-domain opset (Softmax's axis)
         self.steps: list[Step] = []
         self.origin = -1            # the index (in the partition) of the node being lowered
 
@@ -656,6 +657,29 @@ def _lower_batch_normalization(lw: _Lowering, node):
     lw.emit(desc, ins, [node.output[0]], [(tuple(xs), dt)])
 
 
+# -- softmax --------------------------------------------------------------------------------
+
+def _lower_softmax(lw: _Lowering, node):
+    """Softmax as DML_ACTIVATION_SOFTMAX1 over ``axes``: opset 13 on ``axis`` alone;
+    before it the input is coerced to 2-D at ``axis`` (default 1), so the axes are
+    ``axis`` to the last, normalized jointly."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    opset13 = lw.opset >= 13
+    axis = int(_attrs(node).get("axis", -1 if opset13 else 1))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < max(rank, 1):
+        raise ValidationError(f"Softmax {node.name!r}: axis", f"must be within the rank "
+                              f"{rank}")
+    if rank > 8 or 0 in shape:
+        raise _HostFallback(HOST_ELEMENT_WISE["rank" if rank > 8 else "empty"])
+    view = tuple(shape) or (1,)
+    axes = (axis,) if opset13 else tuple(range(axis, len(view)))
+    t = _tdesc(view, dt)
+    desc = dml.ActivationSoftmax1OperatorDesc(t, t, axes)
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(tuple(shape), dt)])
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -783,6 +807,7 @@ DEVICE_OPS["Transpose"] = DeviceOp(_lower_transpose, frozenset(_ALL))
 DEVICE_OPS["Slice"] = DeviceOp(_lower_slice, frozenset(_ALL), params=(1, 2, 3, 4))
 DEVICE_OPS["Concat"] = DeviceOp(_lower_concat, frozenset(_ALL), tensors=tuple(range(64)))
 DEVICE_OPS["Split"] = DeviceOp(_lower_split, frozenset(_ALL), params=(1,))
+DEVICE_OPS["Softmax"] = DeviceOp(_lower_softmax, frozenset(_FLOATS))
 DEVICE_OPS["BatchNormalization"] = DeviceOp(_lower_batch_normalization, frozenset(_FLOATS),
                                             tensors=(0, 1, 2, 3, 4))
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
