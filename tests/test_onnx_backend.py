@@ -26,7 +26,10 @@ import vkml.onnx as vonnx  # noqa: E402
 
 OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", "Sigmoid",
        "Tanh", "HardSigmoid", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu",
-       "Shrink", "Gelu", "Clip", "Identity"}
+       "Shrink", "Gelu", "Clip", "Identity", "Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
+       "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "MaxPool", "AveragePool",
+       "GlobalMaxPool", "GlobalAveragePool", "Transpose", "Slice",
+       "Concat", "Split", "BatchNormalization", "Softmax"}
 
 #: THE list of excluded ONNX node cases: case name -> reason (what is wrong).  Empty: every
 #: case passes on lavapipe and SwiftShader.
@@ -39,6 +42,21 @@ HOST_BY_DESIGN = {
     "test_identity_opt": "an optional value: vkml tensors are tensors only",
     "test_gelu_tanh_1": vonnx.HOST_ACTIVATIONS["gelu_tanh"],
     "test_gelu_tanh_2": vonnx.HOST_ACTIVATIONS["gelu_tanh"],
+    **{f"test_{n}": vonnx.HOST_ALIASES["dropout_mask"]
+       for n in ("dropout_default_mask", "dropout_default_mask_ratio",
+                 "training_dropout_default_mask", "training_dropout_mask",
+                 "training_dropout_zero_ratio_mask")},
+    **{f"test_{n}": vonnx.HOST_ALIASES["dropout_training"]
+       for n in ("training_dropout", "training_dropout_default",
+                 "training_dropout_zero_ratio")},
+    "test_maxpool_with_argmax_2d_precomputed_strides": vonnx.HOST_POOLING["storage_order"],
+    "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True":
+        vonnx.HOST_POOLING["ceil_include_pad"],
+    "test_slice_start_out_of_bounds": vonnx.HOST_ELEMENT_WISE["empty"],
+    "test_split_zero_size_splits_opset13": vonnx.HOST_ELEMENT_WISE["empty"],
+    "test_split_zero_size_splits_opset18": vonnx.HOST_ELEMENT_WISE["empty"],
+    "test_batchnorm_epsilon_training_mode": vonnx.HOST_BATCH_NORMALIZATION["training"],
+    "test_batchnorm_example_training_mode": vonnx.HOST_BATCH_NORMALIZATION["training"],
 }
 
 
@@ -46,7 +64,11 @@ HOST_BY_DESIGN = {
 #: ``_expanded`` function-body variants, is generated when its module is imported).
 CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "leakyrelu",
                 "sigmoid", "tanh", "hardsigmoid", "elu", "selu", "celu", "softplus",
-                "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity"]
+                "softsign", "thresholdedrelu", "shrink", "gelu", "clip", "identity", "add", "sub",
+                "mul", "div", "max", "min", "sum", "reshape", "flatten", "squeeze", "unsqueeze",
+                "dropout", "maxpool", "averagepool", "globalmaxpool", "globalaveragepool",
+                "transpose", "slice", "concat", "split", "batch_normalization",
+                "softmax"]
 
 
 def _collect():
@@ -245,7 +267,8 @@ def test_torch_exported_model(device):
     """F.pad (reflect) + Conv + ReLU + lp_pool2d exported by torch.onnx.export (TorchScript
     exporter): Pad's pads come from a Constant/ConstantOfShape/Concat/Reshape/Slice/
     Transpose/Cast subgraph, folded at prepare; torch writes lp_pool2d as Pow/AveragePool/
-    Sign/Abs/..., which run on the host."""
+    Sign/Abs/..., of which AveragePool and Mul run on the device, Pow, Sign, Abs on the
+    host."""
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
 
@@ -275,7 +298,8 @@ def test_torch_exported_model(device):
     assert {"Constant", "ConstantOfShape", "Concat", "Reshape", "Slice", "Transpose",
             "Cast"} <= {n.op_type for _, n in rep.folded}
     where = {op.split(" ")[0]: w for w, nodes in rep.partitions for _, op in nodes}
-    assert where["Pad"] == where["Conv"] == "device" and where["AveragePool"] == "host"
+    assert where["Pad"] == where["Conv"] == where["AveragePool"] == "device"
+    assert where["Pow"] == "host"
     assert any("fused into Conv" in op for _, nodes in rep.partitions for _, op in nodes)
     (y,) = rep.run([x.numpy()])
     with torch.no_grad():

@@ -19,7 +19,16 @@ How a model runs (``prepare``), one module each:
 3. ``place``: every other node is placed: on the device when :data:`DEVICE_OPS` has a
    lowering for its op type and its data types (the activations, :data:`ACTIVATION_OPS`, as DML's
    activation operators, float32/float16; :data:`HOST_ACTIVATIONS` lists what DML cannot
-   express); else on the host (the reference evaluator), between device partitions, as
+   express; Add/Sub/Mul/Div/Max/Min/Sum, :data:`BINARY_OPS`, as DML's element-wise
+   operators with ONNX broadcasting as zero strides, :data:`HOST_ELEMENT_WISE` listing
+   what stays on the host; Reshape/Flatten/Squeeze/Unsqueeze/Dropout as aliases of their
+   input's buffer, no copy, :data:`HOST_ALIASES` listing what stays on the host;
+   MaxPool/AveragePool/GlobalMaxPool/GlobalAveragePool as DML's pooling operators,
+   :data:`HOST_POOLING` listing what stays on the host; Transpose as DML's identity with
+   permuted strides, Slice as DML_SLICE1, Concat and Split as DML_JOIN and DML_SPLIT,
+   BatchNormalization's inference form, :data:`HOST_BATCH_NORMALIZATION` listing what
+   stays on the host, Softmax as DML_ACTIVATION_SOFTMAX1 over opset 13's axis or the
+   older opsets' coerced 2-D axes); else on the host (the reference evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).
@@ -52,7 +61,9 @@ from __future__ import annotations
 
 from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, supports_device
 from .execute import GraphExecutor
-from .lower import ACTIVATION_OPS, DEVICE_OPS, HOST_ACTIVATIONS, Step
+from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, HOST_ACTIVATIONS, HOST_ALIASES,
+                    HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_POOLING, Step)
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
-           "HOST_ACTIVATIONS", "prepare", "run_model", "run_node", "supports_device"]
+           "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
+           "HOST_BATCH_NORMALIZATION", "prepare", "run_model", "run_node", "supports_device"]

@@ -74,9 +74,9 @@ class GraphExecutor:
             self.compiled.execute(ins, self.out_tensors)
             for t, names in zip(self.out_tensors, lw.outputs):
                 for name in names:
-                    env[name] = t
+                    env[name] = reshaped(t, lw.infos[name][0])
         for name, src in lw.aliases.items():
-            env[name] = env[src]
+            env[name] = reshaped(env[src], lw.infos[name][0])
 
     def release(self) -> None:
         if self.compiled is not None:
@@ -161,6 +161,19 @@ def host_ops(model) -> list:
     return [Pad]
 
 
+def reshaped(value, shape):
+    """``value`` (a Tensor or an array) under ``shape``, no copy: an alias (Reshape,
+    Squeeze, ...) of a device tensor is a view of its allocation, which the tensor it
+    views (an executor's output, or a value of the run) keeps alive."""
+    shape = tuple(shape)
+    if tuple(value.shape) == shape:
+        return value
+    if isinstance(value, Tensor):
+        return Tensor(value.device, shape, value.dtype, value.allocation, value.nbytes,
+                      owner=False)
+    return np.reshape(value, shape)
+
+
 def host_value(value):
     return value.numpy() if isinstance(value, Tensor) else value
 
@@ -209,7 +222,9 @@ class DevicePartition:
     def _build(self, env):
         infos = {n: (tuple(env[n].shape), np.dtype(env[n].dtype)) for n in self.tensor_inputs}
         values = {n: host_value(env[n]) for n in self.params}
-        lw = _Lowering(values, infos)
+        opset = max((o.version for o in self.rep.model.opset_import
+                     if o.domain in ("", "ai.onnx")), default=1)
+        lw = _Lowering(values, infos, opset)
         for j, node in enumerate(self.nodes):
             spec = DEVICE_OPS[node.op_type]
             dt = infos[node.input[0]][1]

@@ -11,6 +11,7 @@ import numpy as np
 from onnx import helper
 
 from .. import dml
+from ..dml.batch_normalization import STATISTICS
 from ..errors import ValidationError
 from ..intmath import ceil_div
 
@@ -72,9 +73,10 @@ class _Lowering:
     """Lowers the nodes of one device partition for concrete shapes: ``infos`` maps value
     names to (shape, dtype); ``values`` gives host values of parameter inputs."""
 
-    def __init__(self, values: dict, infos: dict):
+    def __init__(self, values: dict, infos: dict, opset: int = 10**6):
         self.values = values
         self.infos = infos
+        self.opset = opset          # the model's default-domain opset (Softmax's axis)
         self.steps: list[Step] = []
         self.origin = -1            # the index (in the partition) of the node being lowered
 
@@ -251,6 +253,433 @@ def _lower_identity(lw: _Lowering, node):
     lw.emit(None, [node.input[0]], [node.output[0]], [(shape, dt)])   # other types: alias
 
 
+# -- element-wise arithmetic ------------------------------------------------------------------
+
+#: ONNX element-wise op -> the vkml.dml descriptor class (two inputs; Sum, Max and Min with
+#: more take a chain of them, one input is an alias).
+BINARY_OPS = {"Add": dml.ElementWiseAddOperatorDesc, "Sum": dml.ElementWiseAddOperatorDesc,
+              "Sub": dml.ElementWiseSubtractOperatorDesc,
+              "Mul": dml.ElementWiseMultiplyOperatorDesc,
+              "Div": dml.ElementWiseDivideOperatorDesc,
+              "Max": dml.ElementWiseMaxOperatorDesc, "Min": dml.ElementWiseMinOperatorDesc}
+
+#: THE list of element-wise cases that stay on the host: reason key -> why.
+HOST_ELEMENT_WISE: dict[str, str] = {
+    "rank": "more than 8 dimensions (DML tensors have 1 to 8)",
+    "empty": "an empty tensor (DML sizes are at least 1)",
+    "dtype": "a data type the DML element-wise operators do not take (float64, bool, "
+             "bfloat16: they take float32, float16 and the 8- to 64-bit integers)",
+}
+
+
+def _broadcast_tdesc(shape, out_shape, dt) -> dml.TensorDesc:
+    """``shape`` broadcast to ``out_shape`` (ONNX's multidirectional rule, NumPy's) as a
+    DML tensor of the output's sizes with stride 0 along the broadcast dimensions, so that
+    nothing is copied: the element-wise pages' "same Sizes" with broadcasting by strides."""
+    out_shape = tuple(out_shape) or (1,)
+    lead = len(out_shape) - len(shape)
+    packed = dml.packed_strides(tuple(shape)) if shape else ()
+    strides = [0] * lead + [0 if s == 1 and o != 1 else p
+                            for s, p, o in zip(shape, packed, out_shape[lead:])]
+    same = tuple(shape) == out_shape
+    return dml.TensorDesc(dml.DataType.of(np.dtype(dt)), out_shape,
+                          None if same else tuple(strides))
+
+
+def _lower_element_wise(lw: _Lowering, node):
+    """Add, Sub, Mul, Div, Max, Min (and Sum/Max/Min of any count) as DML_ELEMENT_WISE_*:
+    inputs broadcast by zero strides; Div of integers truncates toward zero (DIVIDE's page:
+    "For integer divisions, the result is truncated"), as ONNX Runtime's C++ division."""
+    names = [x for x in node.input if x]
+    dt = np.dtype(lw.info(names[0])[1])
+    if len(names) == 1:                             # Sum/Max/Min of one input: itself
+        lw.emit(None, names, [node.output[0]], [lw.info(names[0])])
+        return
+    shapes = [tuple(lw.info(x)[0]) for x in names]
+    try:
+        out_shape = tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValidationError(f"{node.op_type} {node.name!r}: inputs", f"shapes {shapes} do "
+                              f"not broadcast (ONNX's multidirectional rule)") from None
+    if len(out_shape) > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["rank"] + f" ({len(out_shape)})")
+    if 0 in out_shape:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty"] + f" ({out_shape})")
+    cls = BINARY_OPS[node.op_type]
+    acc = names[0]
+    for k, b in enumerate(names[1:], 1):
+        # a chain broadcasts its partial results too: each step's output has the sizes
+        # of the inputs it has combined so far
+        a_shape = lw.info(acc)[0]
+        step_shape = tuple(np.broadcast_shapes(a_shape, lw.info(b)[0]))
+        desc = cls(_broadcast_tdesc(a_shape, step_shape, dt),
+                   _broadcast_tdesc(lw.info(b)[0], step_shape, dt),
+                   _tdesc(step_shape or (1,), dt))
+        out = node.output[0] if k == len(names) - 1 else f"{node.output[0]}#vkml{k}"
+        lw.emit(desc, [acc, b], [out], [(step_shape, dt)])
+        acc = out
+
+
+# -- aliases: ops that only rename or reshape ----------------------------------------------
+
+def _axes(node, lw: _Lowering, rank: int):
+    """Squeeze/Unsqueeze axes: the attribute (opsets < 13) or input 1; None if absent;
+    negative axes count from ``rank``'s end."""
+    a = _attrs(node)
+    ax = a.get("axes")
+    if ax is None:
+        v = lw.param(node, 1)
+        ax = None if v is None else [int(x) for x in v.reshape(-1)]
+    return None if ax is None else [int(x) + rank if int(x) < 0 else int(x) for x in ax]
+
+
+def _reshape_shape(node, lw: _Lowering, shape) -> tuple:
+    """Reshape's output shape (ONNX's rules: 0 copies the input's size unless allowzero,
+    one -1 takes the rest)."""
+    a = _attrs(node)
+    want = list(a["shape"]) if "shape" in a else [int(v) for v in lw.param(node, 1).reshape(-1)]
+    allowzero = int(a.get("allowzero", 0))
+    out = [shape[i] if v == 0 and not allowzero and i < len(shape) else v
+           for i, v in enumerate(want)]
+    if out.count(-1) > 1:
+        raise ValidationError(f"Reshape {node.name!r}: shape", f"may hold one -1, got {want}")
+    if -1 in out:
+        rest = math.prod(v for v in out if v != -1)
+        out[out.index(-1)] = math.prod(shape) // rest if rest else 0
+    if math.prod(out) != math.prod(shape) or min(out, default=0) < 0:
+        raise ValidationError(f"Reshape {node.name!r}: shape", f"{want} does not hold the "
+                              f"{math.prod(shape)} elements of an input of shape {tuple(shape)}")
+    return tuple(out)
+
+
+def _alias_shape(node, lw: _Lowering, shape) -> tuple:
+    """The output shape of an alias op (its elements are the input's, in the same order)."""
+    rank = len(shape)
+    op = node.op_type
+    if op == "Reshape":
+        return _reshape_shape(node, lw, shape)
+    if op == "Flatten":
+        axis = int(_attrs(node).get("axis", 1))
+        axis = axis + rank if axis < 0 else axis
+        return (math.prod(shape[:axis]), math.prod(shape[axis:]))
+    if op == "Squeeze":
+        axes = _axes(node, lw, rank)
+        if axes is None:
+            return tuple(s for s in shape if s != 1)
+        if any(shape[x] != 1 for x in axes):
+            raise ValidationError(f"Squeeze {node.name!r}: axes", f"{axes} must name "
+                                  f"dimensions of size 1 of shape {tuple(shape)}")
+        return tuple(s for i, s in enumerate(shape) if i not in axes)
+    if op == "Unsqueeze":
+        out_rank = rank + len(_axes(node, lw, 0) or [])
+        axes = sorted(_axes(node, lw, out_rank))
+        out, it = [], iter(shape)
+        for i in range(out_rank):
+            out.append(1 if i in axes else next(it))
+        return tuple(out)
+    return tuple(shape)                             # Dropout (inference)
+
+
+#: THE list of alias cases that stay on the host: reason key -> why.
+HOST_ALIASES: dict[str, str] = {
+    "dropout_mask": "Dropout's mask output (a bool tensor of ones: vkml tensors hold no bool)",
+    "dropout_training": "Dropout with training_mode true (random: no DML operator)",
+}
+
+
+def _lower_alias(lw: _Lowering, node):
+    """Reshape, Flatten, Squeeze, Unsqueeze and Dropout (inference) as aliases: the output
+    is the input's buffer under another shape, no copy (a DML tensor is bound as raw
+    memory; the consumers' descriptors give its sizes)."""
+    shape, dt = lw.info(node.input[0])
+    if node.op_type == "Dropout":
+        if len(node.output) > 1 and node.output[1]:
+            raise _HostFallback(HOST_ALIASES["dropout_mask"])
+        training = lw.param(node, 2)
+        if training is not None and bool(training.reshape(-1)[0]):
+            raise _HostFallback(HOST_ALIASES["dropout_training"])
+    out = _alias_shape(node, lw, tuple(shape))
+    lw.emit(None, [node.input[0]], [node.output[0]], [(out, dt)])
+
+
+# -- max and average pooling ------------------------------------------------------------------
+
+#: THE list of pooling cases that stay on the host: reason key -> why.
+HOST_POOLING: dict[str, str] = {
+    "storage_order": "MaxPool storage_order=1 (column-major Indices: DML numbers them "
+                     "row-major)",
+    "rank": "a spatial rank other than 1 to 3 (DML pooling takes 4-D and 5-D tensors)",
+    "ceil_include_pad": "AveragePool ceil_mode with count_include_pad=1 and a window hanging "
+                        "over the end (ONNX divides by the window inside the padded input; "
+                        "DML_AVERAGE_POOLING1 IncludePadding by the whole window)",
+}
+
+
+def _ceil_extra(sizes, kernel, strides, dil, start, end) -> list:
+    """End padding to add per spatial axis so that DML's floor output sizes equal ONNX's
+    ceil_mode sizes: ceil((in + pads - dilated window) / stride) + 1, less a last window
+    that would start in the end padding (ONNX Runtime's and PyTorch's rule)."""
+    extra = []
+    for i, n in enumerate(sizes):
+        span = n + start[i] + end[i] - ((kernel[i] - 1) * dil[i] + 1)
+        floor_out = span // strides[i] + 1
+        out = ceil_div(span, strides[i]) + 1
+        if (out - 1) * strides[i] >= n + start[i]:
+            out -= 1
+        extra.append(max(out - floor_out, 0) * strides[i])
+    return extra
+
+
+def _pool_geometry(node, xs):
+    """(view sizes, kernel, strides, dilations, start, end, spatial rank) of a MaxPool or
+    AveragePool (Global*: the window is the whole plane); 1-D runs as 2-D with a trailing
+    1, as LpPool."""
+    n = len(xs) - 2
+    if not 1 <= n <= 3:
+        raise _HostFallback(HOST_POOLING["rank"] + f" ({n})")
+    a = _attrs(node)
+    if node.op_type.startswith("Global"):
+        kernel, strides, dil = list(xs[2:]), [1] * n, [1] * n
+        start, end = [0] * n, [0] * n
+    else:
+        kernel = list(a["kernel_shape"])
+        strides = list(a.get("strides", [1] * n))
+        dil = list(a.get("dilations", [1] * n))
+        start, end = _auto_pads(a.get("auto_pad"), xs[2:], kernel, strides, dil, a.get("pads"))
+    view = list(xs)
+    if n == 1:
+        view, kernel, strides, dil = view + [1], kernel + [1], strides + [1], dil + [1]
+        start, end = start + [0], end + [0]
+    return view, kernel, strides, dil, list(start), list(end), n
+
+
+def _lower_pool(lw: _Lowering, node):
+    """MaxPool (its Indices output too), AveragePool, GlobalMaxPool, GlobalAveragePool as
+    DML_MAX_POOLING2 / DML_AVERAGE_POOLING1; ceil_mode as added end padding, which a max
+    never picks and an average without count_include_pad does not count."""
+    xs, dt = lw.info(node.input[0])
+    a = _attrs(node)
+    view, kernel, strides, dil, start, end, n = _pool_geometry(node, xs)
+    if int(a.get("ceil_mode", 0)):
+        extra = _ceil_extra(view[2:], kernel, strides, dil, start, end)
+        if any(extra) and node.op_type == "AveragePool" and int(a.get("count_include_pad", 0)):
+            raise _HostFallback(HOST_POOLING["ceil_include_pad"])
+        end = [e + x for e, x in zip(end, extra)]
+    out = list(dml.lp_pooling_output_sizes(view, strides, kernel, start, end, dil))
+    out_shape = tuple(out[:-1]) if n == 1 else tuple(out)
+    common = dict(strides=tuple(strides), window_size=tuple(kernel),
+                  start_padding=tuple(start), end_padding=tuple(end), dilations=tuple(dil))
+    outputs, infos = [node.output[0]], [(out_shape, dt)]
+    if "Max" in node.op_type:
+        idx = None
+        if len(node.output) > 1 and node.output[1]:
+            if int(a.get("storage_order", 0)):
+                raise _HostFallback(HOST_POOLING["storage_order"])
+            # ONNX's int64 Indices as DML's UINT64 (the same bits: indices are >= 0)
+            idx = dml.TensorDesc(dml.DataType.UINT64, tuple(out))
+            outputs.append(node.output[1])
+            infos.append((out_shape, np.dtype(np.int64)))
+        desc = dml.MaxPooling2OperatorDesc(_tdesc(view, dt), _tdesc(out, dt), idx, **common)
+    else:
+        include = bool(int(a.get("count_include_pad", 0)))
+        desc = dml.AveragePooling1OperatorDesc(_tdesc(view, dt), _tdesc(out, dt),
+                                               include_padding=include, **common)
+    lw.emit(desc, [node.input[0]], outputs, infos)
+
+
+# -- data movement ----------------------------------------------------------------------------
+
+def _lower_transpose(lw: _Lowering, node):
+    """Transpose as DML_ELEMENT_WISE_IDENTITY whose input is viewed with permuted strides
+    (the identity page: strided copies), every data type."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    perm = [int(p) for p in _attrs(node).get("perm", list(range(rank))[::-1])]
+    if sorted(perm) != list(range(rank)):
+        raise ValidationError(f"Transpose {node.name!r}: perm", f"must be a permutation of "
+                              f"0..{rank - 1}, got {perm}")
+    out_shape = tuple(shape[p] for p in perm)
+    if rank > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["rank"] + f" ({rank})")
+    if 0 in out_shape:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty"] + f" ({out_shape})")
+    if perm == sorted(perm) or rank == 0:          # nothing moves: an alias
+        lw.emit(None, [node.input[0]], [node.output[0]], [(out_shape, dt)])
+        return
+    packed = dml.packed_strides(tuple(shape))
+    src = dml.TensorDesc(dml.DataType.of(np.dtype(dt)), out_shape,
+                         tuple(packed[p] for p in perm))
+    desc = dml.ElementWiseIdentityOperatorDesc(src, _tdesc(out_shape, dt))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out_shape, dt)])
+
+
+def _lower_slice(lw: _Lowering, node):
+    """Slice (constant or host-known starts/ends/axes/steps) as DML_SLICE1: per axis the
+    elements ONNX selects (NumPy's slice rules: negatives count from the end, clamped) as
+    an input window and a signed stride (a negative one walks it from its end)."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    a = _attrs(node)
+    if "starts" in a:                               # opset 1: attributes
+        starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
+    else:
+        def ints(i):
+            v = lw.param(node, i)
+            return None if v is None else [int(x) for x in v.reshape(-1)]
+        starts, ends, axes, steps = ints(1), ints(2), ints(3), ints(4)
+    axes = list(range(len(starts))) if axes is None else [x + rank if x < 0 else x
+                                                          for x in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not (len(starts) == len(ends) == len(axes) == len(steps)) or \
+            sorted(set(axes)) != sorted(axes) or any(not 0 <= x < rank for x in axes):
+        raise ValidationError(f"Slice {node.name!r}: starts/ends/axes/steps", "must have one "
+                              f"entry per distinct axis of a rank-{rank} input")
+    offs, sizes, strides, out = [0] * rank, list(shape), [1] * rank, list(shape)
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        if sp == 0:
+            raise ValidationError(f"Slice {node.name!r}: steps", "may not be 0")
+        idx = range(*slice(st, en, sp).indices(shape[ax]))
+        out[ax] = len(idx)
+        if len(idx):
+            lo, hi = min(idx[0], idx[-1]), max(idx[0], idx[-1])
+            offs[ax], sizes[ax], strides[ax] = lo, hi - lo + 1, sp
+    if 0 in out or rank > 8 or rank == 0:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if 0 in out else "rank"]
+                            + f" ({tuple(out)})")
+    desc = dml.Slice1OperatorDesc(_tdesc(shape, dt), _tdesc(out, dt), tuple(offs),
+                                  tuple(sizes), tuple(strides))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(tuple(out), dt)])
+
+
+def _lower_concat(lw: _Lowering, node):
+    """Concat as DML_JOIN (inputs empty along the axis dropped; one left: an alias)."""
+    names = [x for x in node.input if x]
+    shape, dt = lw.info(names[0])
+    rank = len(shape)
+    axis = int(_attrs(node)["axis"])
+    axis = axis + rank if axis < 0 else axis
+    shapes = [tuple(lw.info(x)[0]) for x in names]
+    if not 0 <= axis < rank or any(len(s) != rank or s[:axis] + s[axis + 1:] !=
+                                   shape[:axis] + shape[axis + 1:] for s in shapes):
+        raise ValidationError(f"Concat {node.name!r}: inputs", f"shapes {shapes} must match "
+                              f"but along axis {axis}")
+    keep = [(x, s) for x, s in zip(names, shapes) if s[axis]]
+    out = list(shape)
+    out[axis] = sum(s[axis] for _, s in keep)
+    if not keep or 0 in out or rank > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if not keep or 0 in out else "rank"]
+                            + f" ({tuple(out)})")
+    if len(keep) == 1:
+        lw.emit(None, [keep[0][0]], [node.output[0]], [(tuple(out), dt)])
+        return
+    desc = dml.JoinOperatorDesc(tuple(_tdesc(s, dt) for _, s in keep), _tdesc(out, dt), axis)
+    lw.emit(desc, [x for x, _ in keep], [node.output[0]], [(tuple(out), dt)])
+
+
+def _split_sizes(node, lw: _Lowering, dim: int) -> list:
+    """Split's part sizes: ``split`` (attribute before opset 13, else input 1), else
+    ``num_outputs`` parts of ceil(dim / num_outputs) (the last smaller), else equal."""
+    a = _attrs(node)
+    split = a.get("split")
+    if split is None and lw.param(node, 1) is not None:
+        split = [int(v) for v in lw.param(node, 1).reshape(-1)]
+    count = len(node.output)
+    if split is None:
+        if "num_outputs" in a:
+            part = ceil_div(dim, int(a["num_outputs"]))
+            split = [min(part, dim - part * i) for i in range(count)]
+        else:
+            split = [dim // count] * count
+    if len(split) != count or sum(split) != dim or min(split) < 0:
+        raise ValidationError(f"Split {node.name!r}: split", f"{list(split)} must give "
+                              f"{count} sizes summing to the axis' {dim}")
+    return list(split)
+
+
+def _lower_split(lw: _Lowering, node):
+    """Split as DML_SPLIT (an empty part, which DML cannot state, keeps it on the host)."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    axis = int(_attrs(node).get("axis", 0))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank:
+        raise ValidationError(f"Split {node.name!r}: axis", f"must be within the rank {rank}")
+    sizes = _split_sizes(node, lw, shape[axis])
+    outs = []
+    for k in sizes:
+        o = list(shape)
+        o[axis] = k
+        outs.append(tuple(o))
+    if any(0 in o for o in outs) or rank > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if rank <= 8 else "rank"]
+                            + f" ({outs})")
+    if len(outs) == 1:
+        lw.emit(None, [node.input[0]], [node.output[0]], [(outs[0], dt)])
+        return
+    desc = dml.SplitOperatorDesc(_tdesc(shape, dt), tuple(_tdesc(o, dt) for o in outs), axis)
+    lw.emit(desc, [node.input[0]], list(node.output), [(o, dt) for o in outs])
+
+
+# -- batch normalization ----------------------------------------------------------------------
+
+_BN_FIELDS = ("input_tensor",) + tuple(STATISTICS)     # desc.inputs() order
+
+#: THE list of BatchNormalization cases that stay on the host: reason key -> why.
+HOST_BATCH_NORMALIZATION: dict[str, str] = {
+    "training": "training_mode or the running mean/variance outputs (DML_BATCH_NORMALIZATION "
+                "is the inference form; DML's training operator is not in vkml)",
+    "rank": "an input of rank other than 2 to 8",
+}
+
+
+def _lower_batch_normalization(lw: _Lowering, node):
+    """BatchNormalization (inference) as DML_BATCH_NORMALIZATION: ONNX's per-channel 1-D
+    scale, bias, mean and variance viewed as (1, C, 1, ...), broadcast by their sizes of 1
+    (the page)."""
+    xs, dt = lw.info(node.input[0])
+    a = _attrs(node)
+    if int(a.get("training_mode", 0)) or any(o for o in node.output[1:]):
+        raise _HostFallback(HOST_BATCH_NORMALIZATION["training"])
+    if not 2 <= len(xs) <= 8 or 0 in xs:
+        raise _HostFallback(HOST_BATCH_NORMALIZATION["rank"] + f" ({tuple(xs)})")
+    stat = (1, xs[1]) + (1,) * (len(xs) - 2)
+    for i in range(1, 5):
+        if tuple(lw.info(node.input[i])[0]) != (xs[1],):
+            raise ValidationError(f"BatchNormalization {node.name!r}: input {i}", f"must "
+                                  f"have shape ({xs[1]},), got {lw.info(node.input[i])[0]}")
+    t = _tdesc(stat, dt)
+    desc = dml.BatchNormalizationOperatorDesc(
+        _tdesc(xs, dt), t, t, t, t, _tdesc(xs, dt), spatial=True,
+        epsilon=float(a.get("epsilon", 1e-5)))
+    onnx_of = {"mean_tensor": node.input[3], "variance_tensor": node.input[4],
+               "scale_tensor": node.input[1], "bias_tensor": node.input[2]}
+    ins = [node.input[0]] + [onnx_of[n] for n in _BN_FIELDS[1:]]
+    lw.emit(desc, ins, [node.output[0]], [(tuple(xs), dt)])
+
+
+# -- softmax --------------------------------------------------------------------------------
+
+def _lower_softmax(lw: _Lowering, node):
+    """Softmax as DML_ACTIVATION_SOFTMAX1 over ``axes``: opset 13 on ``axis`` alone;
+    before it the input is coerced to 2-D at ``axis`` (default 1), so the axes are
+    ``axis`` to the last, normalized jointly."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    opset13 = lw.opset >= 13
+    axis = int(_attrs(node).get("axis", -1 if opset13 else 1))
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < max(rank, 1):
+        raise ValidationError(f"Softmax {node.name!r}: axis", f"must be within the rank "
+                              f"{rank}")
+    if rank > 8 or 0 in shape:
+        raise _HostFallback(HOST_ELEMENT_WISE["rank" if rank > 8 else "empty"])
+    view = tuple(shape) or (1,)
+    axes = (axis,) if opset13 else tuple(range(axis, len(view)))
+    t = _tdesc(view, dt)
+    desc = dml.ActivationSoftmax1OperatorDesc(t, t, axes)
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(tuple(shape), dt)])
+
+
 # -- activations ------------------------------------------------------------------------------
 
 #: THE list of ONNX activation cases that DML cannot express: they run on the host (placed
@@ -367,6 +796,24 @@ DEVICE_OPS: dict[str, DeviceOp] = {
     "Col2Im": DeviceOp(_lower_col2im, frozenset(_ALL), params=(1, 2)),
     "Identity": DeviceOp(_lower_identity, frozenset(_ALL)),
 }
+DEVICE_OPS.update({op: DeviceOp(_lower_alias, frozenset(_ALL), params=(1, 2))
+                   for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout")})
+_MAX_POOL = frozenset(_FLOATS | {np.dtype(np.int8), np.dtype(np.uint8)})
+DEVICE_OPS.update({"MaxPool": DeviceOp(_lower_pool, _MAX_POOL),
+                   "GlobalMaxPool": DeviceOp(_lower_pool, _MAX_POOL),
+                   "AveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS)),
+                   "GlobalAveragePool": DeviceOp(_lower_pool, frozenset(_FLOATS))})
+DEVICE_OPS["Transpose"] = DeviceOp(_lower_transpose, frozenset(_ALL))
+DEVICE_OPS["Slice"] = DeviceOp(_lower_slice, frozenset(_ALL), params=(1, 2, 3, 4))
+DEVICE_OPS["Concat"] = DeviceOp(_lower_concat, frozenset(_ALL), tensors=tuple(range(64)))
+DEVICE_OPS["Split"] = DeviceOp(_lower_split, frozenset(_ALL), params=(1,))
+DEVICE_OPS["Softmax"] = DeviceOp(_lower_softmax, frozenset(_FLOATS))
+DEVICE_OPS["BatchNormalization"] = DeviceOp(_lower_batch_normalization, frozenset(_FLOATS),
+                                            tensors=(0, 1, 2, 3, 4))
+#: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
+_ARITH = frozenset(_ALL - {np.dtype(np.float64)})
+DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))
+                   for op in BINARY_OPS})
 DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
                                 params=(1, 2) if op == "Clip" else ())
                    for op in ACTIVATION_OPS if op != "Identity"})
@@ -375,7 +822,9 @@ DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
 # -- a lowered device partition as one DML graph ---------------------------------------------
 
 #: Descriptor fields of each input slot (to mark constant inputs OWNED_BY_DML).
-_INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor")}
+_INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor"),
+                 **{cls: ("a_tensor", "b_tensor") for cls in BINARY_OPS.values()},
+                 dml.BatchNormalizationOperatorDesc: _BN_FIELDS}
 
 
 @dataclass
@@ -393,6 +842,17 @@ class _Lowered:
     infos: dict
     aliases: dict
     origins: list
+
+
+def _owned_input(desc, fields, slot):
+    """``desc`` with input ``slot`` flagged OWNED_BY_DML (a constant); JOIN's inputs are
+    one tuple field."""
+    if isinstance(desc, dml.JoinOperatorDesc):
+        ts = list(desc.input_tensors)
+        ts[slot] = replace(ts[slot], flags=dml.TensorFlags.OWNED_BY_DML)
+        return replace(desc, input_tensors=tuple(ts))
+    t = getattr(desc, fields[slot])
+    return replace(desc, **{fields[slot]: replace(t, flags=dml.TensorFlags.OWNED_BY_DML)})
 
 
 def _lower_graph(steps: list, outputs: list, consts: dict, infos: dict) -> _Lowered:
@@ -429,9 +889,7 @@ def _lower_graph(steps: list, outputs: list, consts: dict, infos: dict) -> _Lowe
                 in_names.append(name)
             in_edges.append(dml.InputGraphEdgeDesc(in_names.index(name), i, slot))
             if name in consts:
-                t = getattr(desc, fields[slot])
-                desc = replace(desc, **{fields[slot]: replace(
-                    t, flags=dml.TensorFlags.OWNED_BY_DML)})
+                desc = _owned_input(desc, fields, slot)
         for k, name in enumerate(st.outputs):
             producer[name] = (i, k)
         nodes.append(dml.OperatorGraphNodeDesc(desc, name=st.outputs[0]))

@@ -11,7 +11,9 @@ from onnx import helper
 
 from ..errors import UnsupportedError
 from .execute import DevicePartition, HostPartition, host_ops, node_label, subgraph_inputs
-from .lower import DEVICE_OPS, _activation_desc, _HostFallback, _lower_activation
+from .lower import (DEVICE_OPS, HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_POOLING,
+                    _activation_desc,
+                    _HostFallback, _attrs, _lower_activation)
 
 
 def device_refusal(rep, node, producer_where: dict) -> str | None:
@@ -31,6 +33,18 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
     if node.op_type == "Pad" and len(node.input) > 1 and node.input[1] in rep.consts:
         if (np.asarray(rep.consts[node.input[1]]) < 0).any():
             return "negative pads (cropping): DML_PADDING takes UINT paddings"
+    if node.op_type == "Dropout":                   # what HOST_ALIASES lists, when known
+        if len(node.output) > 1 and node.output[1]:
+            return HOST_ALIASES["dropout_mask"]
+        if len(node.input) > 2 and node.input[2] in rep.consts and \
+                bool(np.asarray(rep.consts[node.input[2]]).reshape(-1)[0]):
+            return HOST_ALIASES["dropout_training"]
+    if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] and \
+            int(_attrs(node).get("storage_order", 0)):
+        return HOST_POOLING["storage_order"]
+    if node.op_type == "BatchNormalization" and (
+            int(_attrs(node).get("training_mode", 0)) or any(node.output[1:])):
+        return HOST_BATCH_NORMALIZATION["training"]
     if spec.lower is _lower_activation:
         # what HOST_ACTIVATIONS lists, decided here when the parameters are constants
         def param(i):

@@ -83,7 +83,7 @@ from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, relea
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
-from ..intmath import ceil_div
+from ..intmath import ceil_div, round_up
 
 __all__ = ["Fusion"]
 
@@ -400,10 +400,13 @@ class CompiledGraph(CompiledOperator):
         self.arena = None
         self._views: dict = {}
         if self.arena_bytes:
-            self.arena = ctx.tensor_heap.allocate(self.arena_bytes, align)
+            # each view spans its size rounded up to 16 bytes: a uvec4 / RGBA32UI texel read
+            # (element-wise) binds whole texels, and the bytes up to the next 16 are no
+            # other intermediate's (offsets are aligned to at least 16)
+            self.arena = ctx.tensor_heap.allocate(round_up(self.arena_bytes, 16), align)
             self._owned.append(self.arena)
             for key, (off, size) in self.offsets.items():
-                part = self.arena.sub_allocation(off, size)   # released with the arena
+                part = self.arena.sub_allocation(off, round_up(size, 16))  # freed with it
                 self._views[key] = Tensor(self.device, (size,), np.uint8, part, size,
                                           owner=False)
 
