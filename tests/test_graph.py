@@ -851,16 +851,20 @@ def test_lp_pooling_fusion_is_timed_and_stored(device, tmp_path, monkeypatch):
     device.compile_graph(g, constants={1: w}).release()
 
 
-@pytest.mark.parametrize("count, at", [(2 ** 32 - 1, 0), (2 ** 32 - 1, 7), (2 ** 31, 3),
-                                       (1000, 997), (12, 5)])
+@pytest.mark.parametrize("count, at", [(dml.MAX_GRAPH_INPUTS, 0), (dml.MAX_GRAPH_INPUTS, 7),
+                                       (2 ** 17, 3), (1000, 997), (12, 5)])
 def test_unconnected_graph_inputs_cost_nothing(device, count, at):
-    """InputCount may exceed the graph inputs any edge connects (DML_GRAPH_DESC): a huge
-    one compiles without holding a slot per input; the binding list ends at the last
-    connected input, or runs on with Nones up to InputCount; a constant (OWNED_BY_DML)
-    input at a high index is initialized by its index."""
+    """InputCount may exceed the graph inputs any edge connects (DML_GRAPH_DESC): the
+    largest count vkml takes (MAX_GRAPH_INPUTS) compiles without holding a slot per
+    input; the binding list ends at the last connected input, or runs on with Nones up
+    to InputCount; a constant (OWNED_BY_DML) input at a high index is initialized by its
+    index.  A larger count is refused, naming the field, before anything is sized."""
     rng = np.random.default_rng(at)
     x, w, b = conv_inputs(rng)
     src = conv_graph()
+    with pytest.raises(ValidationError, match="input_count"):
+        device.compile_graph(dml.GraphDesc(2 ** 32 - 1, 1, src.nodes, [IN(at, 0, 0)],
+                                           src.output_edges, src.intermediate_edges))
     g = dml.GraphDesc(count, 1, src.nodes, [IN(at, 0, 0), IN(at + 1, 1, 1), IN(at + 2, 1, 2)],
                       src.output_edges, src.intermediate_edges)
     cg = device.compile_graph(g, constants={at + 1: w})
