@@ -46,7 +46,8 @@ from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, strided_span, x_invocations)
+                   pick_xdims, plan_windows, split_groups, strided_span, words8,
+                   x_invocations)
 
 __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
 
@@ -122,8 +123,8 @@ class CompiledElementWise(CompiledOperator):
             self.read, self.kernel = "ssbo", f"element_wise_{type_class(dt)}"
         st = self.strides
         self.params = self.upload(np.frombuffer(pack(
-            self.kernel, "Params", out_stride=_dims(st[2]), a_stride=_dims(st[0]),
-            b_stride=_dims(st[1]),
+            self.kernel, "Params", out_stride=words8(st[2]), a_stride=words8(st[0]),
+            b_stride=words8(st[1]),
             p=list(d.kernel_act()[1])), np.uint8))
 
     def _in_span(self, origin, extent):
@@ -223,16 +224,10 @@ class CompiledElementWise(CompiledOperator):
         """The box's dispatches, split to fit maxComputeWorkGroupCount."""
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-            push = pack(self.kernel, "push", origin=_dims(o), extent=_dims(e),
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
                         a_base=bases[0], b_base=bases[1], out_base=bases[2],
-                        x_count=x_invocations(e, xdims, v), magic=_dims(map(div_magic, e)))
+                        x_count=x_invocations(e, xdims, v), magic=words8(map(div_magic, e)))
             seq.dispatch(pipe, binds + [Bind(self.params)], box_grid(e, lx, xdims, v, ly), push)
-
-
-def _dims(values) -> list:
-    """Per-dimension values as the kernel's uvec4[2] takes them (8, zeros after)."""
-    values = list(values)
-    return values + [0] * (8 - len(values))
 
 
 def _read_class(shape) -> str:

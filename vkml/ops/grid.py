@@ -191,6 +191,12 @@ def strided_span(origin, extent, strides) -> tuple[int, int]:
     return lo, hi
 
 
+def words8(values) -> list[int]:
+    """Up to 8 per-dimension values as a kernel's flat ``uvec4[2]`` member takes them
+    (zeros after them)."""
+    return (list(values) + [0] * 8)[:8]
+
+
 class BoxKernel(CompiledOperator):
     """A kernel over a box of coordinates ``self.box`` (at most 8 dimensions) whose
     output element offsets are ``sum(coord[d] * self.box_out_strides[d])``.

@@ -39,7 +39,7 @@ from .base import CompiledOperator, implements
 from .element_wise import type_class
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, x_invocations)
+                   pick_xdims, plan_windows, split_groups, words8, x_invocations)
 
 __all__ = ["join", "split", "slice"]
 
@@ -164,8 +164,8 @@ class CompiledCopies(CompiledOperator):
                 lim - 2 * self.align, f"one output element of {self.desc.OPERATOR_TYPE}")
         st_in = [s & _U32 for s in c.src_st]
         params = self.upload(np.frombuffer(pack(
-            self.kernel, "Params", out_stride=_dims(s & _U32 for s in c.dst_st),
-            a_stride=_dims(st_in), b_stride=_dims(st_in), p=[0.0] * 4), np.uint8))
+            self.kernel, "Params", out_stride=words8(s & _U32 for s in c.dst_st),
+            a_stride=words8(st_in), b_stride=words8(st_in), p=[0.0] * 4), np.uint8))
         return params, windows
 
     def encode(self, seq, inputs, outputs) -> None:
@@ -211,10 +211,10 @@ class CompiledCopies(CompiledOperator):
                                                **self.consts})
             max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
             for o, x in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-                push = pack(self.kernel, "push", origin=_dims(o), extent=_dims(x),
+                push = pack(self.kernel, "push", origin=words8(o), extent=words8(x),
                             a_base=bases[0], b_base=bases[0], out_base=bases[1],
                             x_count=x_invocations(x, xdims, v),
-                            magic=_dims(map(div_magic, x)))
+                            magic=words8(map(div_magic, x)))
                 seq.dispatch(pipe, binds + [Bind(params)], box_grid(x, lx, xdims, v, ly), push)
 
 
@@ -250,12 +250,6 @@ ROWS_PATH = tuning.register_path(
     "copy_rows", [("copy", {"path": "copy"}), ("kernel", {"path": "kernel"})], "copy",
     _rows_class, _rows_run, examples=[{"row_bytes": 256, "bytes": 1 << 20}],
     work_fn=lambda shape: float(shape["bytes"]))
-
-
-def _dims(values) -> list:
-    """Per-dimension values as the kernel's uvec4[2] takes them (8, zeros after)."""
-    values = list(values)
-    return values + [0] * (8 - len(values))
 
 
 def _along(t: TensorDesc, axis: int, start: int) -> int:

@@ -30,9 +30,9 @@ from ..runtime.blocks import pack
 from .base import implements
 from .fold import safe_geometry
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel
+from .grid import BOX_CONSTANTS, BoxKernel, words8
 from ..intmath import ceil_div
-from .reduce import CompiledReduce, element_variant, texel_read, words8
+from .reduce import CompiledReduce, element_variant, texel_read
 
 __all__ = ["max_pooling", "average_pooling"]
 

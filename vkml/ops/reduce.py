@@ -29,7 +29,7 @@ from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel, strided_span
+from .grid import BOX_CONSTANTS, BoxKernel, strided_span, words8
 
 __all__ = ["reduce"]
 
@@ -87,11 +87,6 @@ def texel_read(op, force: str | None) -> str:
     ok = (op.desc.input_tensor.data_type == DataType.FLOAT32 and op.windows is None
           and op.in_bytes // 4 <= op.ctx.limits["maxTexelBufferElements"])
     return "texel" if ok and force != "ssbo" else "ssbo"
-
-
-def words8(values) -> list[int]:
-    """Up to 8 values as a flat ``uvec4[2]`` (zeros after them)."""
-    return (list(values) + [0] * 8)[:8]
 
 
 def digits(n: int, radix) -> list[int]:

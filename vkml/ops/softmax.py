@@ -36,7 +36,8 @@ from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
-from .grid import binding_window, check_allocatable, pieces, plan_windows, strided_span
+from .grid import (binding_window, check_allocatable, pieces, plan_windows, strided_span,
+                   words8)
 from ..intmath import ceil_div
 
 __all__ = ["softmax"]
@@ -70,10 +71,6 @@ def split_axes(sizes, strides_in, strides_out, reduced):
             g.append((s, strides_in[d], strides_out[d]))
         last = red
     return groups[False] or [(1, 0, 0)], groups[True] or [(1, 0, 0)]
-
-
-def _eight(values) -> list:
-    return list(values) + [0] * (8 - len(values))
 
 
 @implements(ActivationSoftmaxOperatorDesc, ActivationSoftmax1OperatorDesc)
@@ -116,9 +113,9 @@ class CompiledSoftmax(CompiledOperator):
         self.local = self._local()
         self.pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.local,
                                                 "KR": len(self.box), "RR": len(self.rsize)})
-        block = pack(self.kernel, "Params", in_kstride=_eight(self.kin),
-                     out_kstride=_eight(self.kout), in_rstride=_eight(self.rin),
-                     out_rstride=_eight(self.rout), rsize=_eight(self.rsize), count=self.count)
+        block = pack(self.kernel, "Params", in_kstride=words8(self.kin),
+                     out_kstride=words8(self.kout), in_rstride=words8(self.rin),
+                     out_rstride=words8(self.rout), rsize=words8(self.rsize), count=self.count)
         self.params = self.upload(np.frombuffer(block, np.uint8))
 
     def _choose_read(self, f32: bool) -> str:
@@ -202,7 +199,7 @@ class CompiledSoftmax(CompiledOperator):
         for o, e, bx, by, ib, ob in items:
             rows = math.prod(e)
             for first, n in pieces(rows, max_x * per_group):
-                push = pack(self.kernel, "push", origin=_eight(o), extent=_eight(e),
+                push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
                             in_base=ib, out_base=ob, row_first=first, rows=rows)
                 seq.dispatch(self.pipe, [bx, by, Bind(self.params)],
                              (ceil_div(n, per_group), 1, 1), push)
