@@ -22,7 +22,7 @@ from ..errors import ValidationError
 from ..runtime import Bind
 from .. import tuning
 from .base import implements
-from .fold import geometry_names, safe_geometry, spec_geometry
+from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
 from .grid import BOX_CONSTANTS, BoxKernel, register_read_path, whole_vec4s, x_invocations
 from .functional import as_array, pick_device, run
@@ -191,19 +191,7 @@ class CompiledLpPooling(BoxKernel):
         return self.scale and t <= 32 and self.window_count // self.win[-1] * t <= 64
 
     def in_span(self, origin, extent):
-        lo = hi = 0
-        for dim in range(self.rank):
-            a, h = origin[dim], origin[dim] + extent[dim] - 1
-            if dim >= 2:
-                i = dim - 2
-                reach = self.dil[i] * (self.win[i] - 1)
-                a = max(0, a * self.strides[i] - self.start[i])
-                h = min(self.in_sizes[dim] - 1, h * self.strides[i] - self.start[i] + reach)
-                if a > h:
-                    return 0, 0
-            lo += a * self.in_strides[dim]
-            hi += h * self.in_strides[dim]
-        return lo, hi + 1
+        return window_in_span(self, origin, extent)
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0].allocation, outputs[0].allocation

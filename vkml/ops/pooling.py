@@ -28,7 +28,7 @@ from ..errors import UnsupportedError, ValidationError
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
-from .fold import safe_geometry
+from .fold import safe_geometry, window_in_span
 from .functional import as_array, pick_device, run
 from .grid import BOX_CONSTANTS, BoxKernel, words8
 from ..intmath import ceil_div
@@ -145,19 +145,7 @@ class CompiledPooling(BoxKernel):
             divisor=divisor, pad0=0, pad1=0, pad2=0), np.uint8)
 
     def in_span(self, origin, extent):
-        lo = hi = 0
-        for dim in range(self.rank):
-            a, h = origin[dim], origin[dim] + extent[dim] - 1
-            if dim >= 2:
-                i = dim - 2
-                reach = self.dil[i] * (self.win[i] - 1)
-                a = max(0, a * self.strides[i] - self.start[i])
-                h = min(self.in_sizes[dim] - 1, h * self.strides[i] - self.start[i] + reach)
-                if a > h:
-                    return 0, 0
-            lo += a * self.in_strides[dim]
-            hi += h * self.in_strides[dim]
-        return lo, hi + 1
+        return window_in_span(self, origin, extent)
 
     def encode(self, seq, inputs, outputs) -> None:
         if self.inner is not None:
