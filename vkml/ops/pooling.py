@@ -167,21 +167,41 @@ class CompiledPooling(BoxKernel):
         super().release()
 
 
+def spatial_count(x) -> int:
+    """The pooling functions' input: N, C and 2 or 3 spatial dimensions (their count)."""
+    if len(x.shape) not in (4, 5):
+        raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
+                              f"shape {tuple(x.shape)}")
+    return len(x.shape) - 2
+
+
+def window_args(n: int, window_size, strides, start_padding, end_padding, dilations):
+    """The pooling functions' per-dimension arguments as tuples (one int for all; None: 1
+    for strides and dilations, 0 for padding): (window, strides, start, end, dilations)
+    and whether they are ``n`` long with positive strides (an output size exists)."""
+    args = (as_tuple(window_size, 1, n, "window_size"), as_tuple(strides, 1, n, "strides"),
+            as_tuple(start_padding, 0, n, "start_padding"),
+            as_tuple(end_padding, 0, n, "end_padding"), as_tuple(dilations, 1, n, "dilations"))
+    return args, all(len(a) == n for a in args) and all(s > 0 for s in args[1])
+
+
+def window_output(sizes_fn, shape, args, ok: bool) -> tuple[int, ...]:
+    """The output sizes ``sizes_fn`` (the page's formula) gives ``args`` (as
+    :func:`window_args`): at least 1 each, for the descriptor to report a window too
+    large; the input's sizes where the arguments are bad, for it to report the bad one."""
+    if not ok:
+        return tuple(shape)
+    window, strides, start, end, dil = args
+    return tuple(max(1, s) for s in sizes_fn(shape, strides, window, start, end, dil))
+
+
 def _geometry(x, window_size, strides, start_padding, end_padding, dilations, ceil_mode):
     """Per-dimension arguments as tuples, with ``ceil_mode`` (ONNX, PyTorch) as extra end
     padding: the output size rounded up, the last window starting inside the input or
     the start padding."""
-    if len(x.shape) not in (4, 5):
-        raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
-                              f"shape {tuple(x.shape)}")
-    n = len(x.shape) - 2
-    window = as_tuple(window_size, 1, n, "window_size")
-    strides = as_tuple(strides, 1, n, "strides")
-    start = as_tuple(start_padding, 0, n, "start_padding")
-    end = as_tuple(end_padding, 0, n, "end_padding")
-    dil = as_tuple(dilations, 1, n, "dilations")
-    ok = all(len(a) == n for a in (window, strides, start, end, dil)) and \
-        all(s > 0 for s in strides)
+    n = spatial_count(x)
+    (window, strides, start, end, dil), ok = window_args(
+        n, window_size, strides, start_padding, end_padding, dilations)
     if ceil_mode and ok:
         end = list(end)
         for i in range(n):
@@ -194,11 +214,7 @@ def _geometry(x, window_size, strides, start_padding, end_padding, dilations, ce
                 out -= 1
             end[i] += max(0, (out - 1) * strides[i] - span)
         end = tuple(end)
-    if ok:
-        out = pooling_output_sizes(x.shape, strides, window, start, end, dil)
-        out = tuple(max(1, s) for s in out)     # the descriptor reports a window too large
-    else:
-        out = tuple(x.shape)                    # the descriptor reports the bad argument
+    out = window_output(pooling_output_sizes, x.shape, (window, strides, start, end, dil), ok)
     return window, strides, start, end, dil, out
 
 
