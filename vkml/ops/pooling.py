@@ -77,9 +77,7 @@ class CompiledPooling(BoxKernel):
     def __init__(self, device, desc, path: str | None = None, read: str | None = None):
         if path is not None:
             self.force_path = path
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
+        super().__init__(device, desc, read)
 
     def build(self) -> None:
         d = self.desc
