@@ -25,7 +25,7 @@ from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
 from ..runtime.blocks import pack
-from .base import CompiledOperator, implements
+from .base import CompiledOperator, check_choice, implements
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
                    pick_xdims, plan_windows, split_groups, strided_span, words8,
@@ -66,8 +66,7 @@ class CompiledBatchNormalization(CompiledOperator):
     vec = 32
 
     def __init__(self, device, desc, read: str | None = None):
-        if read not in (None, "texel4", "ssbo"):
-            raise ValidationError("read", f"must be 'texel4' or 'ssbo', got {read!r}")
+        check_choice("read", read, ("texel4", "ssbo"))
         self.force_read = read
         super().__init__(device, desc)
 

@@ -34,7 +34,7 @@ from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
-from .base import CompiledOperator, implements
+from .base import CompiledOperator, check_choice, implements
 from .functional import as_array, pick_device, run
 from .grid import (binding_window, check_allocatable, pieces, plan_windows, strided_span,
                    words8)
@@ -83,8 +83,7 @@ class CompiledSoftmax(CompiledOperator):
     def __init__(self, device, desc, path: str | None = None, read: str | None = None):
         if path not in (None, "auto", "lane", "group"):
             raise ValidationError("path", f"must be 'lane' or 'group', got {path!r}")
-        if read not in (None, "texel4", "texel", "ssbo"):
-            raise ValidationError("read", f"must be 'texel4', 'texel' or 'ssbo', got {read!r}")
+        check_choice("read", read, ("texel4", "texel", "ssbo"))
         self.force_path, self.force_read = path, read
         super().__init__(device, desc)
 
