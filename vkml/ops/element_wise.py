@@ -45,9 +45,9 @@ from ..runtime.blocks import pack
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, strided_span, words8,
-                   x_invocations)
+from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
+                   decline_unless, div_magic, pick_xdims, plan_windows, record_on_scratch,
+                   split_groups, strided_span, words8, x_invocations)
 
 __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
 
@@ -240,18 +240,8 @@ def _read_run(device, seq, cand, shape):
     t = TensorDesc(DataType.FLOAT32, (int(shape["words"]),))
     op = CompiledElementWise(device, ElementWiseAddOperatorDesc(t, t, t),
                              read=cand.params["read"])
-    if op.read != cand.params["read"]:
-        op.release()
-        raise tuning.Declined(cand.name)
-    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x, x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    decline_unless(op, "read", cand)
+    return record_on_scratch(device, seq, op, t, t, inputs=2)
 
 
 #: A flat element-wise operator's read path where texel views can hold its inputs:

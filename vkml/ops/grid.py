@@ -421,13 +421,25 @@ def timed_read_candidate(device, seq, op, cand):
     """A tuner run function's body for a BoxKernel whose ``read`` path a candidate forces
     (``op`` built with ``read=cand.params["read"]``): decline a candidate the operator
     could not take, record ``op`` over scratch tensors, return their release."""
-    if op.read != cand.params["read"] and cand.name != "auto":   # "auto": the op's own rule
+    decline_unless(op, "read", cand)
+    return record_on_scratch(device, seq, op, op.desc.input_tensor, op.desc.output_tensor)
+
+
+def decline_unless(op, key: str, cand) -> None:
+    """Release ``op`` and decline tuner candidate ``cand`` where ``op`` did not take the
+    path the candidate forces (``getattr(op, key)`` against ``cand.params[key]``): it
+    would time another candidate's work.  "auto" (the op's own rule) always runs."""
+    if getattr(op, key) != cand.params[key] and cand.name != "auto":
         op.release()
         raise tuning.Declined(cand.name)
-    d = op.desc
-    x = device.empty((d.input_tensor.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((d.output_tensor.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
+
+
+def record_on_scratch(device, seq, op, in_desc, out_desc, inputs: int = 1):
+    """A tuner run function's recording: ``op`` over scratch tensors, ``inputs`` bindings
+    of one of ``in_desc``'s size and one of ``out_desc``'s; returns the release of all."""
+    x = device.empty((in_desc.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((out_desc.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x] * inputs, [y])
 
     def free():
         op.release()

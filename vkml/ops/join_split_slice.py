@@ -39,7 +39,8 @@ from .base import CompiledOperator, implements
 from .element_wise import type_class
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, words8, x_invocations)
+                   pick_xdims, plan_windows, record_on_scratch, split_groups, words8,
+                   x_invocations)
 
 __all__ = ["join", "split", "slice"]
 
@@ -233,15 +234,7 @@ def _rows_run(device, seq, cand, shape):
     t = TensorDesc("float32", (rows, w))
     y = TensorDesc("float32", (rows, 2 * w))
     op = CompiledJoin(device, JoinOperatorDesc((t, t), y, 1), path=cand.params["path"])
-    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    out = device.empty((y.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x, x], [out])
-
-    def free():
-        op.release()
-        x.free()
-        out.free()
-    return free
+    return record_on_scratch(device, seq, op, t, y, inputs=2)
 
 
 #: A copy of contiguous rows: the copy engine ("copy", the ``VKML_TUNE=off`` choice from

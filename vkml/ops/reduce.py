@@ -29,7 +29,8 @@ from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel, strided_span, words8
+from .grid import (BOX_CONSTANTS, BoxKernel, decline_unless, record_on_scratch, strided_span,
+                   words8)
 
 __all__ = ["reduce"]
 
@@ -229,18 +230,8 @@ def _path_run(device, seq, cand, shape):
     desc = ReduceOperatorDesc(fn, TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
                               TensorDesc(out_type, tuple(osz), tuple(ost)), tuple(shape["axes"]))
     op = CompiledReduce(device, desc, path=cand.params["path"])
-    if op.path != cand.params["path"] and cand.name != "auto":
-        op.release()
-        raise tuning.Declined(cand.name)
-    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    decline_unless(op, "path", cand)
+    return record_on_scratch(device, seq, op, desc.input_tensor, desc.output_tensor)
 
 
 #: Reduce's path: "auto" (the rule above, the ``VKML_TUNE=off`` default), "lane" or

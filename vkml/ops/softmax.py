@@ -36,8 +36,8 @@ from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, check_choice, implements
 from .functional import as_array, pick_device, run
-from .grid import (binding_window, check_allocatable, pieces, plan_windows, strided_span,
-                   words8)
+from .grid import (binding_window, check_allocatable, pieces, plan_windows, record_on_scratch,
+                   strided_span, words8)
 from ..intmath import ceil_div
 
 __all__ = ["softmax"]
@@ -215,15 +215,7 @@ def _path_run(device, seq, cand, shape):
     t = TensorDesc(shape.get("dtype", "float32"), (int(shape["rows"]), int(shape["count"])))
     op = CompiledSoftmax(device, ActivationSoftmax1OperatorDesc(t, t, (1,)),
                          path=cand.params["path"])
-    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    return record_on_scratch(device, seq, op, t, t)
 
 
 #: The softmax kernel: "auto" (the ``VKML_TUNE=off`` default: "group" for rows of at
