@@ -46,7 +46,7 @@ from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
-                   decline_unless, div_magic, pick_xdims, plan_windows, record_on_scratch,
+                   decline_unless, div_magic, plan_windows, record_on_scratch, row_workgroup,
                    split_groups, strided_span, words8, x_invocations)
 
 __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
@@ -206,17 +206,9 @@ class CompiledElementWise(CompiledOperator):
                     binds.append(Bind(m, off, size, acc))
                     bases.append(off // e)
                 items.append((origin, extent, binds, tuple(bases)))
+        max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
         for origin, extent, binds, bases in items:
-            xdims = pick_xdims(extent, self.local)
-            v = 4 if xdims == 1 and extent[-1] >= 4 else 1
-            lx, ly = self.local, 1
-            if xdims == 1:
-                # a short row: a narrower workgroup spanning several rows (lavapipe's cost
-                # per workgroup is high), not idle invocations
-                lx = min(self.local, max(8, round_up(ceil_div(extent[-1], v), 8)))
-                if rank > 1:
-                    ly = max(1, min(self.local // lx, extent[-2],
-                                    int(self.ctx.limits["maxComputeWorkGroupSize"][1])))
+            xdims, v, lx, ly = row_workgroup(extent, self.local, max_y)
             pipe = self._pipeline(lx, ly, rank, xdims, v)
             self._dispatch(seq, pipe, binds, origin, extent, bases, xdims, v, lx, ly)
 

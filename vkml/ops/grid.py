@@ -23,7 +23,7 @@ from ..runtime.blocks import pack
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
-from ..intmath import ceil_div
+from ..intmath import ceil_div, round_up
 
 __all__: list[str] = []     # helpers only: no functional form
 
@@ -63,6 +63,21 @@ def pick_xdims(extent, local: int, whole_row: bool = True) -> int:
         n *= e
         count += 1
     return count
+
+
+def row_workgroup(extent, local: int, max_y: int) -> tuple[int, int, int, int]:
+    """(xdims, v, lx, ly) of a strided element-wise box kernel: :func:`pick_xdims`, 4
+    elements an invocation along a last dimension of at least 4 the grid's x runs alone,
+    and for such a short row a workgroup narrower than ``local`` spanning up to
+    ``max_y`` rows (lavapipe's cost per workgroup is high), not idle invocations."""
+    xdims = pick_xdims(extent, local)
+    v = 4 if xdims == 1 and extent[-1] >= 4 else 1
+    lx, ly = local, 1
+    if xdims == 1:
+        lx = min(local, max(8, round_up(ceil_div(extent[-1], v), 8)))
+        if len(extent) > 1:
+            ly = max(1, min(local // lx, extent[-2], max_y))
+    return xdims, v, lx, ly
 
 
 def x_invocations(extent, xdims: int, v: int = 1) -> int:

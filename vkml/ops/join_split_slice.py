@@ -32,14 +32,13 @@ from ..dml.join_split_slice import (JoinOperatorDesc, Slice1OperatorDesc, SliceO
 from ..dml.operator import as_tuple, as_uint
 from ..dml.tensor_desc import TensorDesc, as_int
 from ..errors import ArgumentTypeError, ValidationError
-from ..intmath import ceil_div, round_up
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, implements
 from .element_wise import type_class
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, record_on_scratch, split_groups, words8,
+                   plan_windows, record_on_scratch, row_workgroup, split_groups, words8,
                    x_invocations)
 
 __all__ = ["join", "split", "slice"]
@@ -196,17 +195,9 @@ class CompiledCopies(CompiledOperator):
                     binds.append(Bind(m, off, size, acc))
                     bases.append((off // e - off0) & _U32)
                 items.append((origin, extent, [binds[0], binds[0], binds[1]], tuple(bases)))
+        max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
         for origin, extent, binds, bases in items:
-            xdims = pick_xdims(extent, self.local)
-            v = 4 if xdims == 1 and extent[-1] >= 4 else 1
-            lx, ly = self.local, 1
-            if xdims == 1:
-                # a short row: a narrower workgroup spanning several rows, as the
-                # element-wise operators do (lavapipe's cost per workgroup is high)
-                lx = min(self.local, max(8, round_up(ceil_div(extent[-1], v), 8)))
-                if rank > 1:
-                    ly = max(1, min(self.local // lx, extent[-2],
-                                    int(self.ctx.limits["maxComputeWorkGroupSize"][1])))
+            xdims, v, lx, ly = row_workgroup(extent, self.local, max_y)
             pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "RANK": rank, "XDIMS": xdims, "V": v,
                                                **self.consts})
