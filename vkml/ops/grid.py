@@ -402,6 +402,18 @@ class BoxKernel(CompiledOperator):
                 and origin[-1] % 4 == 0 and out_base % 4 == 0)
 
 
+class PathBoxKernel(BoxKernel):
+    """A BoxKernel with kernel paths besides its read paths: the constructor's ``path=``
+    (or the class's ``force_path``) forces one; what the paths are is the operator's."""
+
+    force_path: str | None = None
+
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
+        if path is not None:
+            self.force_path = path
+        super().__init__(device, desc, read)
+
+
 def box_push(kernel: str, origin, extent, in_base: int, out_base: int, x_count: int) -> bytes:
     """The push constants of a box kernel's dispatch (glsl/include/vkml_box.glsl)."""
     return pack(kernel, "push", origin=origin, extent=extent, in_base=in_base,

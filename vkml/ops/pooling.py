@@ -30,7 +30,7 @@ from ..runtime.blocks import pack
 from .base import implements
 from .fold import safe_geometry, window_in_span
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel, words8
+from .grid import BOX_CONSTANTS, PathBoxKernel, words8
 from ..intmath import ceil_div
 from .reduce import CompiledReduce, element_variant, texel_read
 
@@ -62,22 +62,16 @@ def packed_strides(sizes) -> list[int]:
 
 
 @implements(*_MAX, AveragePoolingOperatorDesc, AveragePooling1OperatorDesc)
-class CompiledPooling(BoxKernel):
-    """Max or average pooling on this device: see the module doc."""
+class CompiledPooling(PathBoxKernel):
+    """Max or average pooling on this device: see the module doc.
 
-    #: None: global pooling runs as the reduction; "window": always the window kernel
-    #: (tests compare the two).  ``path=`` sets it.
-    force_path: str | None = None
-    #: "ssbo" reads the input from a storage buffer even where "texel" (float32 through an
-    #: R32F uniform texel buffer, the rule where the whole tensor fits
-    #: maxTexelBufferElements) is possible.  ``read=`` sets it.
-    force_read: str | None = None
+    ``force_path`` (``path=``): None, global pooling runs as the reduction; "window":
+    always the window kernel (tests compare the two).  ``force_read`` (``read=``):
+    "ssbo" reads the input from a storage buffer even where "texel" (float32 through an
+    R32F uniform texel buffer, the rule where the whole tensor fits
+    maxTexelBufferElements) is possible."""
+
     inner: CompiledReduce | None = None
-
-    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
-        if path is not None:
-            self.force_path = path
-        super().__init__(device, desc, read)
 
     def build(self) -> None:
         d = self.desc

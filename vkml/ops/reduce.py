@@ -29,7 +29,7 @@ from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, BoxKernel, decline_unless, record_on_scratch, strided_span,
+from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch, strided_span,
                    words8)
 
 __all__ = ["reduce"]
@@ -101,20 +101,13 @@ def digits(n: int, radix) -> list[int]:
 
 
 @implements(ReduceOperatorDesc)
-class CompiledReduce(BoxKernel):
-    """Reduce on this device: see the module doc and ``glsl/reduce.comp``."""
+class CompiledReduce(PathBoxKernel):
+    """Reduce on this device: see the module doc and ``glsl/reduce.comp``.
 
-    #: "lane", "group", None (the tuner chooses) or "auto" (the rule, no measuring);
-    #: a path the tensors do not allow falls back to "lane".  ``path=`` sets it.
-    force_path: str | None = None
-
-    #: "ssbo" forces storage-buffer reads where "texel" is possible (:func:`texel_read`).
-    force_read: str | None = None
-
-    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
-        if path is not None:
-            self.force_path = path
-        super().__init__(device, desc, read)
+    ``force_path`` (``path=``): "lane", "group", None (the tuner chooses) or "auto" (the
+    rule, no measuring); a path the tensors do not allow falls back to "lane".
+    ``force_read`` (``read=``): "ssbo" forces storage-buffer reads where "texel" is
+    possible (:func:`texel_read`)."""
 
     def build(self) -> None:
         d = self.desc
