@@ -46,6 +46,15 @@ def empty_for(device, desc) -> Tensor:
     return device.empty(desc.total_tensor_size_in_bytes // desc.data_type.size, desc.dtype)
 
 
+def check_choice(field: str, value, allowed) -> None:
+    """ValidationError naming ``field`` unless ``value`` is None (the operator's own
+    choice) or one of ``allowed`` (a constructor's forced path or read)."""
+    if value not in (None, *allowed):
+        names = [repr(a) for a in allowed]
+        listed = " or ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+        raise ValidationError(field, f"must be {listed}, got {value!r}")
+
+
 def implements(*desc_types):
     """Class decorator: register a CompiledOperator for these descriptor types."""
     def deco(cls):

@@ -25,10 +25,11 @@ from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, STORAGE, UNIFORM_TEXEL, Bind
 from ..runtime.blocks import pack
-from .base import CompiledOperator, implements
+from .base import CompiledOperator, check_choice, implements
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, strided_span, x_invocations)
+                   pick_xdims, plan_windows, split_groups, strided_span, words8,
+                   x_invocations)
 from ..intmath import ceil_div
 
 __all__ = ["batch_normalization"]
@@ -65,8 +66,7 @@ class CompiledBatchNormalization(CompiledOperator):
     vec = 32
 
     def __init__(self, device, desc, read: str | None = None):
-        if read not in (None, "texel4", "ssbo"):
-            raise ValidationError("read", f"must be 'texel4' or 'ssbo', got {read!r}")
+        check_choice("read", read, ("texel4", "ssbo"))
         self.force_read = read
         super().__init__(device, desc)
 
@@ -105,7 +105,7 @@ class CompiledBatchNormalization(CompiledOperator):
         self.act = act.SPEC.kernel_id if act is not None else 0
         names = ("out_stride", "in_stride", "mean_stride", "var_stride", "scale_stride",
                  "bias_stride")
-        rows = {n: _eight(s) for n, s in zip(names, self.strides)}
+        rows = {n: words8(s) for n, s in zip(names, self.strides)}
         block = pack(self.kernel, "Params", **rows, epsilon=float(d.epsilon),
                      act_params=act.kernel_parameters() if act is not None else np.zeros(4))
         self.params = self.upload(np.frombuffer(block, np.uint8))
@@ -184,17 +184,12 @@ class CompiledBatchNormalization(CompiledOperator):
             "ACT": self.act})
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-            push = pack(self.kernel, "push", origin=_eight(o), extent=_eight(e),
-                        magic=_eight([div_magic(n) for n in e]), in_base=bases[1],
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
+                        magic=words8([div_magic(n) for n in e]), in_base=bases[1],
                         out_base=bases[0], mean_base=bases[2], var_base=bases[3],
                         scale_base=bases[4], bias_base=bases[5],
                         x_count=x_invocations(e, xdims, v), pad_=0)
             seq.dispatch(pipe, binds, box_grid(e, lx, xdims, v, ly), push)
-
-
-def _eight(values) -> list:
-    """A per-dimension array as the kernels' ``uvec4[2]`` members take it, zero-filled."""
-    return list(values) + [0] * (8 - len(values))
 
 
 def _statistic_desc(a, name: str, x_shape, dtype) -> TensorDesc:

@@ -45,8 +45,9 @@ from ..runtime.blocks import pack
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, strided_span, x_invocations)
+from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
+                   decline_unless, div_magic, plan_windows, record_on_scratch, row_workgroup,
+                   split_groups, strided_span, words8, x_invocations)
 
 __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
 
@@ -122,8 +123,8 @@ class CompiledElementWise(CompiledOperator):
             self.read, self.kernel = "ssbo", f"element_wise_{type_class(dt)}"
         st = self.strides
         self.params = self.upload(np.frombuffer(pack(
-            self.kernel, "Params", out_stride=_dims(st[2]), a_stride=_dims(st[0]),
-            b_stride=_dims(st[1]),
+            self.kernel, "Params", out_stride=words8(st[2]), a_stride=words8(st[0]),
+            b_stride=words8(st[1]),
             p=list(d.kernel_act()[1])), np.uint8))
 
     def _in_span(self, origin, extent):
@@ -205,17 +206,9 @@ class CompiledElementWise(CompiledOperator):
                     binds.append(Bind(m, off, size, acc))
                     bases.append(off // e)
                 items.append((origin, extent, binds, tuple(bases)))
+        max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
         for origin, extent, binds, bases in items:
-            xdims = pick_xdims(extent, self.local)
-            v = 4 if xdims == 1 and extent[-1] >= 4 else 1
-            lx, ly = self.local, 1
-            if xdims == 1:
-                # a short row: a narrower workgroup spanning several rows (lavapipe's cost
-                # per workgroup is high), not idle invocations
-                lx = min(self.local, max(8, round_up(ceil_div(extent[-1], v), 8)))
-                if rank > 1:
-                    ly = max(1, min(self.local // lx, extent[-2],
-                                    int(self.ctx.limits["maxComputeWorkGroupSize"][1])))
+            xdims, v, lx, ly = row_workgroup(extent, self.local, max_y)
             pipe = self._pipeline(lx, ly, rank, xdims, v)
             self._dispatch(seq, pipe, binds, origin, extent, bases, xdims, v, lx, ly)
 
@@ -223,16 +216,10 @@ class CompiledElementWise(CompiledOperator):
         """The box's dispatches, split to fit maxComputeWorkGroupCount."""
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-            push = pack(self.kernel, "push", origin=_dims(o), extent=_dims(e),
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
                         a_base=bases[0], b_base=bases[1], out_base=bases[2],
-                        x_count=x_invocations(e, xdims, v), magic=_dims(map(div_magic, e)))
+                        x_count=x_invocations(e, xdims, v), magic=words8(map(div_magic, e)))
             seq.dispatch(pipe, binds + [Bind(self.params)], box_grid(e, lx, xdims, v, ly), push)
-
-
-def _dims(values) -> list:
-    """Per-dimension values as the kernel's uvec4[2] takes them (8, zeros after)."""
-    values = list(values)
-    return values + [0] * (8 - len(values))
 
 
 def _read_class(shape) -> str:
@@ -245,18 +232,8 @@ def _read_run(device, seq, cand, shape):
     t = TensorDesc(DataType.FLOAT32, (int(shape["words"]),))
     op = CompiledElementWise(device, ElementWiseAddOperatorDesc(t, t, t),
                              read=cand.params["read"])
-    if op.read != cand.params["read"]:
-        op.release()
-        raise tuning.Declined(cand.name)
-    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x, x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    decline_unless(op, "read", cand)
+    return record_on_scratch(device, seq, op, t, t, inputs=2)
 
 
 #: A flat element-wise operator's read path where texel views can hold its inputs:

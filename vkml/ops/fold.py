@@ -131,6 +131,26 @@ def safe_geometry(desc, spatial, blocks, window, strides, dilations, start,
     return out
 
 
+def window_in_span(op, origin, extent) -> tuple[int, int]:
+    """[lo, hi) input elements an output box of a pooling-like ``op`` reads: dimensions 0
+    and 1 as they are, each spatial one through the window (``op.win``, ``strides``,
+    ``dil``, ``start`` as :func:`safe_geometry` gives them) clipped to the input; (0, 0)
+    where the box's windows meet only padding."""
+    lo = hi = 0
+    for dim in range(op.rank):
+        a, h = origin[dim], origin[dim] + extent[dim] - 1
+        if dim >= 2:
+            i = dim - 2
+            reach = op.dil[i] * (op.win[i] - 1)
+            a = max(0, a * op.strides[i] - op.start[i])
+            h = min(op.in_sizes[dim] - 1, h * op.strides[i] - op.start[i] + reach)
+            if a > h:
+                return 0, 0
+        lo += a * op.in_strides[dim]
+        hi += h * op.in_strides[dim]
+    return lo, hi + 1
+
+
 def geometry_names(slots: int = MAX_SPATIAL) -> tuple[str, ...]:
     """Names of the window-size (W), stride (S) and dilation (L) constants of a kernel
     declaring ``slots`` spatial dimensions."""

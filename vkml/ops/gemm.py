@@ -29,7 +29,7 @@ from ..intmath import ceil_div
 from .. import tuning
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
-from .base import CompiledOperator, implements
+from .base import CompiledOperator, check_choice, implements
 from .functional import as_array, pick_device, run
 from .grid import binding_window, check_allocatable, pieces, plan_windows, strided_span
 
@@ -73,8 +73,7 @@ class CompiledGemm(CompiledOperator):
         allows it (None: the widest that does)."""
         if path not in (None, *PATHS):
             raise ValidationError("path", f"must be one of {tuple(PATHS)}, got {path!r}")
-        if read not in (None, "texel4", "texel", "ssbo"):
-            raise ValidationError("read", f"must be 'texel4', 'texel' or 'ssbo', got {read!r}")
+        check_choice("read", read, ("texel4", "texel", "ssbo"))
         self.force_path, self.force_read = path, read
         super().__init__(device, desc)
 

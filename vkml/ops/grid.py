@@ -23,7 +23,7 @@ from ..runtime.blocks import pack
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import check_allocation
 from .base import CompiledOperator
-from ..intmath import ceil_div
+from ..intmath import ceil_div, round_up
 
 __all__: list[str] = []     # helpers only: no functional form
 
@@ -63,6 +63,21 @@ def pick_xdims(extent, local: int, whole_row: bool = True) -> int:
         n *= e
         count += 1
     return count
+
+
+def row_workgroup(extent, local: int, max_y: int) -> tuple[int, int, int, int]:
+    """(xdims, v, lx, ly) of a strided element-wise box kernel: :func:`pick_xdims`, 4
+    elements an invocation along a last dimension of at least 4 the grid's x runs alone,
+    and for such a short row a workgroup narrower than ``local`` spanning up to
+    ``max_y`` rows (lavapipe's cost per workgroup is high), not idle invocations."""
+    xdims = pick_xdims(extent, local)
+    v = 4 if xdims == 1 and extent[-1] >= 4 else 1
+    lx, ly = local, 1
+    if xdims == 1:
+        lx = min(local, max(8, round_up(ceil_div(extent[-1], v), 8)))
+        if len(extent) > 1:
+            ly = max(1, min(local // lx, extent[-2], max_y))
+    return xdims, v, lx, ly
 
 
 def x_invocations(extent, xdims: int, v: int = 1) -> int:
@@ -189,6 +204,12 @@ def strided_span(origin, extent, strides) -> tuple[int, int]:
     lo = sum(o * s for o, s in zip(origin, strides))
     hi = sum((o + e - 1) * s for o, e, s in zip(origin, extent, strides)) + 1
     return lo, hi
+
+
+def words8(values) -> list[int]:
+    """Up to 8 per-dimension values as a kernel's flat ``uvec4[2]`` member takes them
+    (zeros after them)."""
+    return (list(values) + [0] * 8)[:8]
 
 
 class BoxKernel(CompiledOperator):
@@ -381,6 +402,18 @@ class BoxKernel(CompiledOperator):
                 and origin[-1] % 4 == 0 and out_base % 4 == 0)
 
 
+class PathBoxKernel(BoxKernel):
+    """A BoxKernel with kernel paths besides its read paths: the constructor's ``path=``
+    (or the class's ``force_path``) forces one; what the paths are is the operator's."""
+
+    force_path: str | None = None
+
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
+        if path is not None:
+            self.force_path = path
+        super().__init__(device, desc, read)
+
+
 def box_push(kernel: str, origin, extent, in_base: int, out_base: int, x_count: int) -> bytes:
     """The push constants of a box kernel's dispatch (glsl/include/vkml_box.glsl)."""
     return pack(kernel, "push", origin=origin, extent=extent, in_base=in_base,
@@ -415,13 +448,25 @@ def timed_read_candidate(device, seq, op, cand):
     """A tuner run function's body for a BoxKernel whose ``read`` path a candidate forces
     (``op`` built with ``read=cand.params["read"]``): decline a candidate the operator
     could not take, record ``op`` over scratch tensors, return their release."""
-    if op.read != cand.params["read"] and cand.name != "auto":   # "auto": the op's own rule
+    decline_unless(op, "read", cand)
+    return record_on_scratch(device, seq, op, op.desc.input_tensor, op.desc.output_tensor)
+
+
+def decline_unless(op, key: str, cand) -> None:
+    """Release ``op`` and decline tuner candidate ``cand`` where ``op`` did not take the
+    path the candidate forces (``getattr(op, key)`` against ``cand.params[key]``): it
+    would time another candidate's work.  "auto" (the op's own rule) always runs."""
+    if getattr(op, key) != cand.params[key] and cand.name != "auto":
         op.release()
         raise tuning.Declined(cand.name)
-    d = op.desc
-    x = device.empty((d.input_tensor.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((d.output_tensor.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
+
+
+def record_on_scratch(device, seq, op, in_desc, out_desc, inputs: int = 1):
+    """A tuner run function's recording: ``op`` over scratch tensors, ``inputs`` bindings
+    of one of ``in_desc``'s size and one of ``out_desc``'s; returns the release of all."""
+    x = device.empty((in_desc.total_tensor_size_in_bytes,), np.uint8)
+    y = device.empty((out_desc.total_tensor_size_in_bytes,), np.uint8)
+    op.encode(seq, [x] * inputs, [y])
 
     def free():
         op.release()

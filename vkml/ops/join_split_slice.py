@@ -32,14 +32,14 @@ from ..dml.join_split_slice import (JoinOperatorDesc, Slice1OperatorDesc, SliceO
 from ..dml.operator import as_tuple, as_uint
 from ..dml.tensor_desc import TensorDesc, as_int
 from ..errors import ArgumentTypeError, ValidationError
-from ..intmath import ceil_div, round_up
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, implements
 from .element_wise import type_class
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, x_invocations)
+                   plan_windows, record_on_scratch, row_workgroup, split_groups, words8,
+                   x_invocations)
 
 __all__ = ["join", "split", "slice"]
 
@@ -164,8 +164,8 @@ class CompiledCopies(CompiledOperator):
                 lim - 2 * self.align, f"one output element of {self.desc.OPERATOR_TYPE}")
         st_in = [s & _U32 for s in c.src_st]
         params = self.upload(np.frombuffer(pack(
-            self.kernel, "Params", out_stride=_dims(s & _U32 for s in c.dst_st),
-            a_stride=_dims(st_in), b_stride=_dims(st_in), p=[0.0] * 4), np.uint8))
+            self.kernel, "Params", out_stride=words8(s & _U32 for s in c.dst_st),
+            a_stride=words8(st_in), b_stride=words8(st_in), p=[0.0] * 4), np.uint8))
         return params, windows
 
     def encode(self, seq, inputs, outputs) -> None:
@@ -195,26 +195,18 @@ class CompiledCopies(CompiledOperator):
                     binds.append(Bind(m, off, size, acc))
                     bases.append((off // e - off0) & _U32)
                 items.append((origin, extent, [binds[0], binds[0], binds[1]], tuple(bases)))
+        max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
         for origin, extent, binds, bases in items:
-            xdims = pick_xdims(extent, self.local)
-            v = 4 if xdims == 1 and extent[-1] >= 4 else 1
-            lx, ly = self.local, 1
-            if xdims == 1:
-                # a short row: a narrower workgroup spanning several rows, as the
-                # element-wise operators do (lavapipe's cost per workgroup is high)
-                lx = min(self.local, max(8, round_up(ceil_div(extent[-1], v), 8)))
-                if rank > 1:
-                    ly = max(1, min(self.local // lx, extent[-2],
-                                    int(self.ctx.limits["maxComputeWorkGroupSize"][1])))
+            xdims, v, lx, ly = row_workgroup(extent, self.local, max_y)
             pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "RANK": rank, "XDIMS": xdims, "V": v,
                                                **self.consts})
             max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
             for o, x in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-                push = pack(self.kernel, "push", origin=_dims(o), extent=_dims(x),
+                push = pack(self.kernel, "push", origin=words8(o), extent=words8(x),
                             a_base=bases[0], b_base=bases[0], out_base=bases[1],
                             x_count=x_invocations(x, xdims, v),
-                            magic=_dims(map(div_magic, x)))
+                            magic=words8(map(div_magic, x)))
                 seq.dispatch(pipe, binds + [Bind(params)], box_grid(x, lx, xdims, v, ly), push)
 
 
@@ -233,15 +225,7 @@ def _rows_run(device, seq, cand, shape):
     t = TensorDesc("float32", (rows, w))
     y = TensorDesc("float32", (rows, 2 * w))
     op = CompiledJoin(device, JoinOperatorDesc((t, t), y, 1), path=cand.params["path"])
-    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    out = device.empty((y.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x, x], [out])
-
-    def free():
-        op.release()
-        x.free()
-        out.free()
-    return free
+    return record_on_scratch(device, seq, op, t, y, inputs=2)
 
 
 #: A copy of contiguous rows: the copy engine ("copy", the ``VKML_TUNE=off`` choice from
@@ -250,12 +234,6 @@ ROWS_PATH = tuning.register_path(
     "copy_rows", [("copy", {"path": "copy"}), ("kernel", {"path": "kernel"})], "copy",
     _rows_class, _rows_run, examples=[{"row_bytes": 256, "bytes": 1 << 20}],
     work_fn=lambda shape: float(shape["bytes"]))
-
-
-def _dims(values) -> list:
-    """Per-dimension values as the kernel's uvec4[2] takes them (8, zeros after)."""
-    values = list(values)
-    return values + [0] * (8 - len(values))
 
 
 def _along(t: TensorDesc, axis: int, start: int) -> int:

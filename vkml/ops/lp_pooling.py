@@ -16,14 +16,14 @@ import math
 
 from ..dml.data_type import DataType
 from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc, lp_pooling_output_sizes
-from ..dml.operator import as_tuple, as_uint
+from ..dml.operator import as_uint
 from ..dml.tensor_desc import TensorDesc
-from ..errors import ValidationError
 from ..runtime import Bind
 from .. import tuning
 from .base import implements
-from .fold import geometry_names, safe_geometry, spec_geometry
+from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
+from .pooling import spatial_count, window_args, window_output
 from .grid import BOX_CONSTANTS, BoxKernel, register_read_path, whole_vec4s, x_invocations
 from .functional import as_array, pick_device, run
 from ..intmath import ceil_div
@@ -191,19 +191,7 @@ class CompiledLpPooling(BoxKernel):
         return self.scale and t <= 32 and self.window_count // self.win[-1] * t <= 64
 
     def in_span(self, origin, extent):
-        lo = hi = 0
-        for dim in range(self.rank):
-            a, h = origin[dim], origin[dim] + extent[dim] - 1
-            if dim >= 2:
-                i = dim - 2
-                reach = self.dil[i] * (self.win[i] - 1)
-                a = max(0, a * self.strides[i] - self.start[i])
-                h = min(self.in_sizes[dim] - 1, h * self.strides[i] - self.start[i] + reach)
-                if a > h:
-                    return 0, 0
-            lo += a * self.in_strides[dim]
-            hi += h * self.in_strides[dim]
-        return lo, hi + 1
+        return window_in_span(self, origin, extent)
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0].allocation, outputs[0].allocation
@@ -280,23 +268,11 @@ def lp_pooling(x, window_size, *, strides=None, start_padding=None, end_padding=
     """
     dev = pick_device(device, x)
     x = as_array(x, "x")
-    if len(x.shape) not in (4, 5):
-        raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
-                              f"shape {tuple(x.shape)}")
+    n = spatial_count(x)
     p = as_uint(p, "p", 1)
-    n = len(x.shape) - 2
-    window = as_tuple(window_size, 1, n, "window_size")
-    strides = as_tuple(strides, 1, n, "strides")
-    start = as_tuple(start_padding, 0, n, "start_padding")
-    end = as_tuple(end_padding, 0, n, "end_padding")
-    dil = as_tuple(dilations, 1, n, "dilations")
+    args, ok = window_args(n, window_size, strides, start_padding, end_padding, dilations)
+    window, strides, start, end, dil = args
     in_desc = TensorDesc(x.dtype, tuple(x.shape))
-    if all(len(a) == n for a in (window, strides, start, end, dil)) and \
-            all(s > 0 for s in strides):
-        out = lp_pooling_output_sizes(x.shape, strides, window, start, end, dil)
-        out = tuple(max(1, s) for s in out)     # the descriptor reports a window too large
-    else:
-        out = tuple(x.shape)                    # the descriptor reports the bad argument
-    out_desc = TensorDesc(x.dtype, out)
+    out_desc = TensorDesc(x.dtype, window_output(lp_pooling_output_sizes, x.shape, args, ok))
     desc = LpPooling1OperatorDesc(in_desc, out_desc, strides, window, start, end, dil, p)
     return run(dev, desc, [x])

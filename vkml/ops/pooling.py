@@ -28,11 +28,11 @@ from ..errors import UnsupportedError, ValidationError
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
-from .fold import safe_geometry
+from .fold import safe_geometry, window_in_span
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel
+from .grid import BOX_CONSTANTS, PathBoxKernel, words8
 from ..intmath import ceil_div
-from .reduce import CompiledReduce, element_variant, texel_read, words8
+from .reduce import CompiledReduce, element_variant, texel_read
 
 __all__ = ["max_pooling", "average_pooling"]
 
@@ -62,24 +62,16 @@ def packed_strides(sizes) -> list[int]:
 
 
 @implements(*_MAX, AveragePoolingOperatorDesc, AveragePooling1OperatorDesc)
-class CompiledPooling(BoxKernel):
-    """Max or average pooling on this device: see the module doc."""
+class CompiledPooling(PathBoxKernel):
+    """Max or average pooling on this device: see the module doc.
 
-    #: None: global pooling runs as the reduction; "window": always the window kernel
-    #: (tests compare the two).  ``path=`` sets it.
-    force_path: str | None = None
-    #: "ssbo" reads the input from a storage buffer even where "texel" (float32 through an
-    #: R32F uniform texel buffer, the rule where the whole tensor fits
-    #: maxTexelBufferElements) is possible.  ``read=`` sets it.
-    force_read: str | None = None
+    ``force_path`` (``path=``): None, global pooling runs as the reduction; "window":
+    always the window kernel (tests compare the two).  ``force_read`` (``read=``):
+    "ssbo" reads the input from a storage buffer even where "texel" (float32 through an
+    R32F uniform texel buffer, the rule where the whole tensor fits
+    maxTexelBufferElements) is possible."""
+
     inner: CompiledReduce | None = None
-
-    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
-        if path is not None:
-            self.force_path = path
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
 
     def build(self) -> None:
         d = self.desc
@@ -145,19 +137,7 @@ class CompiledPooling(BoxKernel):
             divisor=divisor, pad0=0, pad1=0, pad2=0), np.uint8)
 
     def in_span(self, origin, extent):
-        lo = hi = 0
-        for dim in range(self.rank):
-            a, h = origin[dim], origin[dim] + extent[dim] - 1
-            if dim >= 2:
-                i = dim - 2
-                reach = self.dil[i] * (self.win[i] - 1)
-                a = max(0, a * self.strides[i] - self.start[i])
-                h = min(self.in_sizes[dim] - 1, h * self.strides[i] - self.start[i] + reach)
-                if a > h:
-                    return 0, 0
-            lo += a * self.in_strides[dim]
-            hi += h * self.in_strides[dim]
-        return lo, hi + 1
+        return window_in_span(self, origin, extent)
 
     def encode(self, seq, inputs, outputs) -> None:
         if self.inner is not None:
@@ -179,21 +159,41 @@ class CompiledPooling(BoxKernel):
         super().release()
 
 
+def spatial_count(x) -> int:
+    """The pooling functions' input: N, C and 2 or 3 spatial dimensions (their count)."""
+    if len(x.shape) not in (4, 5):
+        raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
+                              f"shape {tuple(x.shape)}")
+    return len(x.shape) - 2
+
+
+def window_args(n: int, window_size, strides, start_padding, end_padding, dilations):
+    """The pooling functions' per-dimension arguments as tuples (one int for all; None: 1
+    for strides and dilations, 0 for padding): (window, strides, start, end, dilations)
+    and whether they are ``n`` long with positive strides (an output size exists)."""
+    args = (as_tuple(window_size, 1, n, "window_size"), as_tuple(strides, 1, n, "strides"),
+            as_tuple(start_padding, 0, n, "start_padding"),
+            as_tuple(end_padding, 0, n, "end_padding"), as_tuple(dilations, 1, n, "dilations"))
+    return args, all(len(a) == n for a in args) and all(s > 0 for s in args[1])
+
+
+def window_output(sizes_fn, shape, args, ok: bool) -> tuple[int, ...]:
+    """The output sizes ``sizes_fn`` (the page's formula) gives ``args`` (as
+    :func:`window_args`): at least 1 each, for the descriptor to report a window too
+    large; the input's sizes where the arguments are bad, for it to report the bad one."""
+    if not ok:
+        return tuple(shape)
+    window, strides, start, end, dil = args
+    return tuple(max(1, s) for s in sizes_fn(shape, strides, window, start, end, dil))
+
+
 def _geometry(x, window_size, strides, start_padding, end_padding, dilations, ceil_mode):
     """Per-dimension arguments as tuples, with ``ceil_mode`` (ONNX, PyTorch) as extra end
     padding: the output size rounded up, the last window starting inside the input or
     the start padding."""
-    if len(x.shape) not in (4, 5):
-        raise ValidationError("x", f"must have 4 or 5 dimensions (N, C, 2 or 3 spatial), got "
-                              f"shape {tuple(x.shape)}")
-    n = len(x.shape) - 2
-    window = as_tuple(window_size, 1, n, "window_size")
-    strides = as_tuple(strides, 1, n, "strides")
-    start = as_tuple(start_padding, 0, n, "start_padding")
-    end = as_tuple(end_padding, 0, n, "end_padding")
-    dil = as_tuple(dilations, 1, n, "dilations")
-    ok = all(len(a) == n for a in (window, strides, start, end, dil)) and \
-        all(s > 0 for s in strides)
+    n = spatial_count(x)
+    (window, strides, start, end, dil), ok = window_args(
+        n, window_size, strides, start_padding, end_padding, dilations)
     if ceil_mode and ok:
         end = list(end)
         for i in range(n):
@@ -206,11 +206,7 @@ def _geometry(x, window_size, strides, start_padding, end_padding, dilations, ce
                 out -= 1
             end[i] += max(0, (out - 1) * strides[i] - span)
         end = tuple(end)
-    if ok:
-        out = pooling_output_sizes(x.shape, strides, window, start, end, dil)
-        out = tuple(max(1, s) for s in out)     # the descriptor reports a window too large
-    else:
-        out = tuple(x.shape)                    # the descriptor reports the bad argument
+    out = window_output(pooling_output_sizes, x.shape, (window, strides, start, end, dil), ok)
     return window, strides, start, end, dil, out
 
 

@@ -29,7 +29,8 @@ from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel, strided_span
+from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch, strided_span,
+                   words8)
 
 __all__ = ["reduce"]
 
@@ -89,11 +90,6 @@ def texel_read(op, force: str | None) -> str:
     return "texel" if ok and force != "ssbo" else "ssbo"
 
 
-def words8(values) -> list[int]:
-    """Up to 8 values as a flat ``uvec4[2]`` (zeros after them)."""
-    return (list(values) + [0] * 8)[:8]
-
-
 def digits(n: int, radix) -> list[int]:
     """``n`` as mixed-radix digits of ``radix`` (innermost last), n below their product
     taken modulo it."""
@@ -105,22 +101,13 @@ def digits(n: int, radix) -> list[int]:
 
 
 @implements(ReduceOperatorDesc)
-class CompiledReduce(BoxKernel):
-    """Reduce on this device: see the module doc and ``glsl/reduce.comp``."""
+class CompiledReduce(PathBoxKernel):
+    """Reduce on this device: see the module doc and ``glsl/reduce.comp``.
 
-    #: "lane", "group", None (the tuner chooses) or "auto" (the rule, no measuring);
-    #: a path the tensors do not allow falls back to "lane".  ``path=`` sets it.
-    force_path: str | None = None
-
-    #: "ssbo" forces storage-buffer reads where "texel" is possible (:func:`texel_read`).
-    force_read: str | None = None
-
-    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
-        if path is not None:
-            self.force_path = path
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
+    ``force_path`` (``path=``): "lane", "group", None (the tuner chooses) or "auto" (the
+    rule, no measuring); a path the tensors do not allow falls back to "lane".
+    ``force_read`` (``read=``): "ssbo" forces storage-buffer reads where "texel" is
+    possible (:func:`texel_read`)."""
 
     def build(self) -> None:
         d = self.desc
@@ -236,18 +223,8 @@ def _path_run(device, seq, cand, shape):
     desc = ReduceOperatorDesc(fn, TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
                               TensorDesc(out_type, tuple(osz), tuple(ost)), tuple(shape["axes"]))
     op = CompiledReduce(device, desc, path=cand.params["path"])
-    if op.path != cand.params["path"] and cand.name != "auto":
-        op.release()
-        raise tuning.Declined(cand.name)
-    x = device.empty((desc.input_tensor.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((desc.output_tensor.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    decline_unless(op, "path", cand)
+    return record_on_scratch(device, seq, op, desc.input_tensor, desc.output_tensor)
 
 
 #: Reduce's path: "auto" (the rule above, the ``VKML_TUNE=off`` default), "lane" or

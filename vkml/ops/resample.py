@@ -78,11 +78,6 @@ class CompiledResample(BoxKernel):
     vec: int = 8
     x_last_only = True
 
-    def __init__(self, device, desc, read: str | None = None):
-        if read is not None:
-            self.force_read = read
-        super().__init__(device, desc)
-
     def build(self) -> None:
         d = self.desc
         src, dst = d.input_tensor, d.output_tensor

@@ -34,9 +34,10 @@ from ..dml.tensor_desc import TensorDesc
 from ..errors import ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
-from .base import CompiledOperator, implements
+from .base import CompiledOperator, check_choice, implements
 from .functional import as_array, pick_device, run
-from .grid import binding_window, check_allocatable, pieces, plan_windows, strided_span
+from .grid import (binding_window, check_allocatable, pieces, plan_windows, record_on_scratch,
+                   strided_span, words8)
 from ..intmath import ceil_div
 
 __all__ = ["softmax"]
@@ -72,10 +73,6 @@ def split_axes(sizes, strides_in, strides_out, reduced):
     return groups[False] or [(1, 0, 0)], groups[True] or [(1, 0, 0)]
 
 
-def _eight(values) -> list:
-    return list(values) + [0] * (8 - len(values))
-
-
 @implements(ActivationSoftmaxOperatorDesc, ActivationSoftmax1OperatorDesc)
 class CompiledSoftmax(CompiledOperator):
     """Softmax on this device (module doc).  ``path``: "lane" or "group" forces one;
@@ -86,8 +83,7 @@ class CompiledSoftmax(CompiledOperator):
     def __init__(self, device, desc, path: str | None = None, read: str | None = None):
         if path not in (None, "auto", "lane", "group"):
             raise ValidationError("path", f"must be 'lane' or 'group', got {path!r}")
-        if read not in (None, "texel4", "texel", "ssbo"):
-            raise ValidationError("read", f"must be 'texel4', 'texel' or 'ssbo', got {read!r}")
+        check_choice("read", read, ("texel4", "texel", "ssbo"))
         self.force_path, self.force_read = path, read
         super().__init__(device, desc)
 
@@ -116,9 +112,9 @@ class CompiledSoftmax(CompiledOperator):
         self.local = self._local()
         self.pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.local,
                                                 "KR": len(self.box), "RR": len(self.rsize)})
-        block = pack(self.kernel, "Params", in_kstride=_eight(self.kin),
-                     out_kstride=_eight(self.kout), in_rstride=_eight(self.rin),
-                     out_rstride=_eight(self.rout), rsize=_eight(self.rsize), count=self.count)
+        block = pack(self.kernel, "Params", in_kstride=words8(self.kin),
+                     out_kstride=words8(self.kout), in_rstride=words8(self.rin),
+                     out_rstride=words8(self.rout), rsize=words8(self.rsize), count=self.count)
         self.params = self.upload(np.frombuffer(block, np.uint8))
 
     def _choose_read(self, f32: bool) -> str:
@@ -202,7 +198,7 @@ class CompiledSoftmax(CompiledOperator):
         for o, e, bx, by, ib, ob in items:
             rows = math.prod(e)
             for first, n in pieces(rows, max_x * per_group):
-                push = pack(self.kernel, "push", origin=_eight(o), extent=_eight(e),
+                push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
                             in_base=ib, out_base=ob, row_first=first, rows=rows)
                 seq.dispatch(self.pipe, [bx, by, Bind(self.params)],
                              (ceil_div(n, per_group), 1, 1), push)
@@ -219,15 +215,7 @@ def _path_run(device, seq, cand, shape):
     t = TensorDesc(shape.get("dtype", "float32"), (int(shape["rows"]), int(shape["count"])))
     op = CompiledSoftmax(device, ActivationSoftmax1OperatorDesc(t, t, (1,)),
                          path=cand.params["path"])
-    x = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    y = device.empty((t.total_tensor_size_in_bytes,), np.uint8)
-    op.encode(seq, [x], [y])
-
-    def free():
-        op.release()
-        x.free()
-        y.free()
-    return free
+    return record_on_scratch(device, seq, op, t, t)
 
 
 #: The softmax kernel: "auto" (the ``VKML_TUNE=off`` default: "group" for rows of at
