@@ -2,6 +2,7 @@
 The references are in tests/references.py, the fuzzers' helpers in tests/fuzzing.py."""
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
@@ -102,6 +103,28 @@ def random_window_case(rng, dims, max_elems, symmetric=False):
         size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(spatial)
         if size <= max_elems:
             return n, c, spatial, window, strides, dil, start, end
+
+
+def assert_no_leaks(device, cycle, *, warm: int, rounds: int, collect: bool = True,
+                    key: str | None = None) -> None:
+    """Run ``cycle()`` ``warm`` times, note the device's memory stats (only ``key`` of them
+    when given), run it ``rounds`` more times and assert the stats came back: a cycle that
+    creates and releases objects must leave the device's memory as it found it.  With
+    ``collect``, ``gc.collect()`` after each batch so that dropped Python handles count."""
+    def stats():
+        got = device.memory_stats()
+        return got if key is None else got[key]
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            cycle()
+        if collect:
+            gc.collect()
+
+    run(warm)
+    base = stats()
+    run(rounds)
+    assert stats() == base
 
 
 class Cases:

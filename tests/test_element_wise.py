@@ -7,8 +7,6 @@ in-place execution, ADD1's fused activations, every rule of the pages, threads, 
 a graph node."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 
@@ -16,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
-from helpers import strided_view
+from helpers import assert_no_leaks, strided_view
 from test_activations import FORMULAS
 from test_lifetime import run_in_threads
 
@@ -433,12 +431,7 @@ def test_functional_does_not_leak(device):
         for _ in range(200):
             vkml.add(a, b, device=device)
             vkml.divide(vkml.tensor(a.astype(np.int16), device=device), np.int16(3).reshape(1))
-    calls()
-    gc.collect()
-    base = device.memory_stats()["used"]
-    calls()
-    gc.collect()
-    assert device.memory_stats()["used"] == base
+    assert_no_leaks(device, calls, warm=1, rounds=1, key="used")
 
 
 def test_graph_node(device):

@@ -6,8 +6,6 @@ fused activations (CLIP included), windows past maxStorageBufferRange and grids 
 maxComputeWorkGroupCount, every rule of the page, a graph node, threads and leaks."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
+from helpers import assert_no_leaks
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -420,14 +419,7 @@ def test_no_leaks(device):
         op.execute(ins, [out])
         op.release()
 
-    for _ in range(20):
-        cycle()
-    gc.collect()
-    base = device.memory_stats()
-    for _ in range(100):
-        cycle()
-    gc.collect()
-    assert device.memory_stats() == base
+    assert_no_leaks(device, cycle, warm=20, rounds=100)
 
 
 # -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output, window_geometry)
-from helpers import random_bits
+from helpers import assert_no_leaks, random_bits
 from references import window_counts, window_taps
 
 INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -395,11 +395,7 @@ def test_no_leak_and_threads(device):
         op = device.compile_operator(device.create_operator(desc))
         op.execute([x], [y, i])
         op.release()
-    cycle()
-    before = device.memory_stats()
-    for _ in range(30):
-        cycle()
-    assert device.memory_stats() == before
+    assert_no_leaks(device, cycle, warm=1, rounds=30, collect=False)
     np.testing.assert_array_equal(y.numpy().ravel(), [12, 14, 22, 24, 37, 39, 47, 49])
     errors = []
 

@@ -7,8 +7,6 @@ windows past maxStorageBufferRange, grids past maxComputeWorkGroupCount, every r
 the pages, the tuner's path, threads and leaks."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +14,8 @@ import torch
 import vkml
 from vkml import dml, tuning
 from vkml.errors import ValidationError
+
+from helpers import assert_no_leaks
 
 T = dml.TensorDesc
 S1 = dml.ActivationSoftmax1OperatorDesc
@@ -295,14 +295,7 @@ def test_no_leaks(device):
         op.execute([xt], [out])
         op.release()
 
-    for _ in range(20):
-        cycle()
-    gc.collect()
-    base = device.memory_stats()
-    for _ in range(100):
-        cycle()
-    gc.collect()
-    assert device.memory_stats() == base
+    assert_no_leaks(device, cycle, warm=20, rounds=100)
     np.testing.assert_allclose(out.numpy(), np.full((3, 8), 0.125))
 
 
