@@ -127,6 +127,30 @@ def assert_no_leaks(device, cycle, *, warm: int, rounds: int, collect: bool = Tr
     assert stats() == base
 
 
+def threads_share_one_operator(device, shared, ins, want, out_shape, functional, *,
+                               rtol: float, atol: float) -> None:
+    """Eight threads, five rounds each: ``functional(k, i)`` (a functional call checked
+    against its reference; False is an error) and the ``shared`` compiled operator run on
+    ``ins`` into the thread's own output, which must match ``want``.  Releases ``shared``,
+    then asserts that no thread saw an error."""
+    from test_lifetime import run_in_threads
+
+    errors: list = []
+
+    def work(k):
+        out = device.empty(out_shape)
+        for i in range(5):
+            if not functional(k, i):
+                errors.append((k, i))
+            shared.execute(ins, [out])
+            if not np.allclose(out.numpy(), want, rtol=rtol, atol=atol):
+                errors.append((k, i, "shared"))
+
+    run_in_threads(work, errors)
+    shared.release()
+    assert not errors, errors[:5]
+
+
 class Cases:
     """What the examples of a hypothesis test did, so that the test states and checks how
     many real cases it ran: ``assume()``, early returns and refusals can otherwise leave a

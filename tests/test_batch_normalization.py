@@ -14,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks
+from helpers import assert_no_leaks, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -266,32 +266,22 @@ def test_graph_node(device):
 
 
 def test_threads(device):
-    from test_lifetime import run_in_threads
-
-    errors = []
     x = np.random.default_rng(7).standard_normal((2, 3, 4, 5)).astype(np.float32)
     stats = _stats(np.random.default_rng(8), [(1, 3, 1, 1)] * 4, np.float32)
     shared = device.compile_operator(device.create_operator(Desc(X, S, S, S, S, X)))
     ins = [device.tensor(a) for a in (x, *stats)]
     want = reference(x, *stats, 1e-5)
 
-    def work(k):
-        out = device.empty(x.shape)
-        for i in range(5):
-            shape = (1, 2 + k % 3, 3 + i)
-            xi = np.full(shape, float(k), np.float32)
-            c = np.arange(shape[1], dtype=np.float32)
-            got = vkml.batch_normalization(xi, c, c + 1, c, c, device=device)
-            if not np.allclose(got, reference(xi, *(a.reshape(1, -1, 1) for a in (c, c + 1, c, c)),
-                                                1e-5), rtol=1e-5, atol=1e-5):
-                errors.append((k, i))
-            shared.execute(ins, [out])
-            if not np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-5):
-                errors.append((k, i, "shared"))
+    def functional(k, i):
+        shape = (1, 2 + k % 3, 3 + i)
+        xi = np.full(shape, float(k), np.float32)
+        c = np.arange(shape[1], dtype=np.float32)
+        got = vkml.batch_normalization(xi, c, c + 1, c, c, device=device)
+        return np.allclose(got, reference(xi, *(a.reshape(1, -1, 1) for a in (c, c + 1, c, c)),
+                                          1e-5), rtol=1e-5, atol=1e-5)
 
-    run_in_threads(work, errors)
-    shared.release()
-    assert not errors, errors[:5]
+    threads_share_one_operator(device, shared, ins, want, x.shape, functional,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_no_leaks(device):

@@ -14,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks
+from helpers import assert_no_leaks, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -384,29 +384,19 @@ def test_graph_node(device):
 
 
 def test_threads(device):
-    from test_lifetime import run_in_threads
-
-    errors = []
     rng = np.random.default_rng(10)
     arrays = [rng.standard_normal(t.sizes).astype(np.float32) for t in (A, B, Y)]
     shared = device.compile_operator(device.create_operator(Desc(A, B, Y, Y)))
     ins = [device.tensor(x) for x in arrays]
     want = reference(*arrays)
 
-    def work(k):
-        out = device.empty(Y.sizes)
-        for i in range(5):
-            a = np.full((2 + k % 3, 3 + i), float(k), np.float32)
-            b = np.ones((3 + i, 4), np.float32)
-            if not np.allclose(vkml.gemm(a, b, device=device), reference(a, b)):
-                errors.append((k, i))
-            shared.execute(ins, [out])
-            if not np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-5):
-                errors.append((k, i, "shared"))
+    def functional(k, i):
+        a = np.full((2 + k % 3, 3 + i), float(k), np.float32)
+        b = np.ones((3 + i, 4), np.float32)
+        return np.allclose(vkml.gemm(a, b, device=device), reference(a, b))
 
-    run_in_threads(work, errors)
-    shared.release()
-    assert not errors, errors[:5]
+    threads_share_one_operator(device, shared, ins, want, Y.sizes, functional,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_no_leaks(device):

@@ -15,7 +15,7 @@ import vkml
 from vkml import dml, tuning
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks
+from helpers import assert_no_leaks, threads_share_one_operator
 
 T = dml.TensorDesc
 S1 = dml.ActivationSoftmax1OperatorDesc
@@ -260,30 +260,20 @@ def test_functional_argument_errors(device):
 
 # -- threads, leaks -------------------------------------------------------------------------
 def test_threads(device):
-    from test_lifetime import run_in_threads
-
-    errors = []
     x = np.random.default_rng(12).standard_normal((3, 50)).astype(np.float32)
     t = T("float32", x.shape)
     shared = device.compile_operator(device.create_operator(S1(t, t, (1,))))
     xt = device.tensor(x)
     want = reference(x, (1,))
 
-    def work(k):
-        out = device.empty(x.shape)
-        for i in range(5):
-            xi = np.random.default_rng(k * 10 + i).standard_normal((2 + k, 3 + i))
-            xi = xi.astype(np.float32)
-            if not np.allclose(vkml.softmax(xi, k % 2, device=device), reference(xi, (k % 2,)),
-                               rtol=2e-5, atol=1e-7):
-                errors.append((k, i))
-            shared.execute([xt], [out])
-            if not np.allclose(out.numpy(), want, rtol=2e-5, atol=1e-7):
-                errors.append((k, i, "shared"))
+    def functional(k, i):
+        xi = np.random.default_rng(k * 10 + i).standard_normal((2 + k, 3 + i))
+        xi = xi.astype(np.float32)
+        return np.allclose(vkml.softmax(xi, k % 2, device=device), reference(xi, (k % 2,)),
+                           rtol=2e-5, atol=1e-7)
 
-    run_in_threads(work, errors)
-    shared.release()
-    assert not errors, errors[:5]
+    threads_share_one_operator(device, shared, [xt], want, x.shape, functional,
+                               rtol=2e-5, atol=1e-7)
 
 
 def test_no_leaks(device):
