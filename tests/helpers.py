@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from vkml import dml
+
 from references import window_counts
 
 ALL_DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
@@ -149,6 +151,22 @@ def threads_share_one_operator(device, shared, ins, want, out_shape, functional,
     run_in_threads(work, errors)
     shared.release()
     assert not errors, errors[:5]
+
+
+def run_two_node_graph(device, first, second, inputs, out_shape) -> np.ndarray:
+    """Compile and run the graph ``first -> second``: ``first`` takes every array of
+    ``inputs`` in order, its output 0 is ``second``'s input 0, and ``second``'s output 0 (a
+    float32 tensor of ``out_shape``) is the graph's, returned as a NumPy array."""
+    n = len(inputs)
+    g = dml.GraphDesc(n, 1, [dml.OperatorGraphNodeDesc(first), dml.OperatorGraphNodeDesc(second)],
+                      [dml.InputGraphEdgeDesc(i, 0, i) for i in range(n)],
+                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
+    compiled = device.compile_graph(g)
+    out = device.empty(out_shape, np.float32)
+    compiled.execute([device.tensor(a) for a in inputs], [out])
+    compiled.release()
+    return out.numpy()
 
 
 class Cases:

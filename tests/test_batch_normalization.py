@@ -14,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks, threads_share_one_operator
+from helpers import assert_no_leaks, run_two_node_graph, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -246,23 +246,15 @@ def test_functional_argument_errors(device):
 # -- graph, threads, leaks ------------------------------------------------------------------
 def test_graph_node(device):
     """batch normalization -> softmax over the channels as a two-node graph."""
-    N, IN, OUT, MID = (dml.OperatorGraphNodeDesc, dml.InputGraphEdgeDesc,
-                       dml.OutputGraphEdgeDesc, dml.IntermediateGraphEdgeDesc)
     rng = np.random.default_rng(6)
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     stats = _stats(rng, [(1, 3, 1, 1)] * 4, np.float32)
-    nodes = [N(Desc(X, S, S, S, S, X, fused_activation="relu")),
-             N(dml.ActivationSoftmax1OperatorDesc(X, X, (1,)))]
-    g = dml.GraphDesc(5, 1, nodes, [IN(i, 0, i) for i in range(5)], [OUT(1, 0, 0)],
-                      [MID(0, 0, 1, 0)])
-    compiled = device.compile_graph(g)
-    out = device.empty(x.shape)
-    compiled.execute([device.tensor(a) for a in (x, *stats)], [out])
-    compiled.release()
+    got = run_two_node_graph(device, Desc(X, S, S, S, S, X, fused_activation="relu"),
+                             dml.ActivationSoftmax1OperatorDesc(X, X, (1,)), (x, *stats),
+                             x.shape)
     y = reference(x, *stats, 1e-5, "relu")
     e = np.exp(y - y.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(out.numpy(), e / e.sum(axis=1, keepdims=True), rtol=2e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=2e-5, atol=1e-6)
 
 
 def test_threads(device):

@@ -14,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks, threads_share_one_operator
+from helpers import assert_no_leaks, run_two_node_graph, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -363,24 +363,15 @@ def test_functional_argument_errors(device):
 # -- graph, threads, leaks ------------------------------------------------------------------
 def test_graph_node(device):
     """GEMM (fused relu) -> softmax over N as a two-node graph."""
-    N, IN, OUT, MID = (dml.OperatorGraphNodeDesc, dml.InputGraphEdgeDesc,
-                       dml.OutputGraphEdgeDesc, dml.IntermediateGraphEdgeDesc)
     rng = np.random.default_rng(9)
     a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     b = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
     c = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
-    nodes = [N(Desc(A, B, Y, Y, alpha=0.5, fused_activation="relu")),
-             N(dml.ActivationSoftmax1OperatorDesc(Y, Y, (3,)))]
-    g = dml.GraphDesc(3, 1, nodes, [IN(i, 0, i) for i in range(3)], [OUT(1, 0, 0)],
-                      [MID(0, 0, 1, 0)])
-    compiled = device.compile_graph(g)
-    out = device.empty(Y.sizes)
-    compiled.execute([device.tensor(x) for x in (a, b, c)], [out])
-    compiled.release()
+    got = run_two_node_graph(device, Desc(A, B, Y, Y, alpha=0.5, fused_activation="relu"),
+                             dml.ActivationSoftmax1OperatorDesc(Y, Y, (3,)), (a, b, c), Y.sizes)
     y = np.maximum(reference(a, b, c, alpha=0.5), 0)
     e = np.exp(y - y.max(axis=3, keepdims=True))
-    np.testing.assert_allclose(out.numpy(), e / e.sum(axis=3, keepdims=True), rtol=2e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got, e / e.sum(axis=3, keepdims=True), rtol=2e-5, atol=1e-6)
 
 
 def test_threads(device):

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output, window_geometry)
-from helpers import assert_no_leaks, random_bits
+from helpers import assert_no_leaks, random_bits, run_two_node_graph
 from references import window_counts, window_taps
 
 INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -416,22 +416,17 @@ def test_no_leak_and_threads(device):
 
 def test_graph_node(device):
     """A graph of pooling nodes: max pooling then average pooling."""
-    T, N = dml.TensorDesc, dml.OperatorGraphNodeDesc
+    T = dml.TensorDesc
     a, b, c = T("float32", (1, 2, 6, 6)), T("float32", (1, 2, 3, 3)), T("float32", (1, 2, 2, 2))
-    nodes = [N(dml.MaxPoolingOperatorDesc(a, b, (2, 2), (2, 2), (0, 0), (0, 0))),
-             N(dml.AveragePoolingOperatorDesc(b, c, (1, 1), (2, 2), (0, 0), (0, 0), False))]
-    g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
-                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
-                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
-    cg = device.compile_graph(g)
     x = np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype(np.float32)
-    out = device.empty((1, 2, 2, 2), np.float32)
-    cg.execute([device.tensor(x)], [out])
-    cg.release()
+    got = run_two_node_graph(
+        device, dml.MaxPoolingOperatorDesc(a, b, (2, 2), (2, 2), (0, 0), (0, 0)),
+        dml.AveragePoolingOperatorDesc(b, c, (1, 1), (2, 2), (0, 0), (0, 0), False), [x],
+        (1, 2, 2, 2))
     m = x.reshape(1, 2, 3, 2, 3, 2).max(axis=(3, 5))
     want = np.stack([m[..., i:i + 2, j:j + 2].mean(axis=(2, 3))
                      for i in range(2) for j in range(2)], -1).reshape(1, 2, 2, 2)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 # -- validation ---------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from vkml.errors import ValidationError
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output)
-from helpers import run_desc, same_bits, strided_view
+from helpers import run_desc, run_two_node_graph, same_bits, strided_view
 from test_lifetime import run_in_threads
 
 T = dml.TensorDesc
@@ -394,20 +394,12 @@ def test_tensor_in_tensor_out(device):
 
 def test_graph_node(device):
     x, mid, y = T("float32", (1, 2, 3, 4)), T("float32", (1, 2, 6, 8)), T("float32", (1, 2, 6, 8))
-    N = dml.OperatorGraphNodeDesc
-    nodes = [N(dml.ResampleOperatorDesc(x, mid, LINEAR, (1, 1, 2, 2))),
-             N(dml.ActivationReluOperatorDesc(mid, y))]
-    g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
-                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
-                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
-    cg = device.compile_graph(g)
     a = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
-    out = device.empty((1, 2, 6, 8), np.float32)
-    cg.execute([device.tensor(a)], [out])
-    cg.release()
+    got = run_two_node_graph(device, dml.ResampleOperatorDesc(x, mid, LINEAR, (1, 1, 2, 2)),
+                             dml.ActivationReluOperatorDesc(mid, y), [a], (1, 2, 6, 8))
     want = np.maximum(resample_reference(a, (1, 2, 6, 8), True, (1, 1, 2, 2), (0.5,) * 4,
                                          (-0.5,) * 4), 0)
-    np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
 
 
 def test_no_leak_and_threads(device):
