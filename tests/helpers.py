@@ -15,6 +15,44 @@ ALL_DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64"
               "uint8", "uint16", "uint32", "uint64"]
 
 
+# -- pooling descriptors' validation ------------------------------------------------------
+#: The window geometry the pooling validation tests start from (max/average and LP pooling):
+#: (1, 2, 8, 8) -> (1, 2, 4, 4), a 3x3 window, stride 2, start padding 1.
+POOLING_DESC_ARGS = dict(input_tensor=dml.TensorDesc("float32", (1, 2, 8, 8)),
+                         output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4)),
+                         strides=(2, 2), window_size=(3, 3), start_padding=(1, 1),
+                         end_padding=(0, 0), dilations=(1, 1))
+
+#: (changes to POOLING_DESC_ARGS, the field the ValidationError must name) that every pooling
+#: descriptor refuses alike: the window rules of the pooling pages.
+POOLING_WINDOW_CASES = [
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 5))), "output_tensor.sizes[3]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 3, 4))), "output_tensor.sizes[2]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 3, 4, 4))), "output_tensor.sizes[1]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (2, 2, 4, 4))), "output_tensor.sizes[0]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4, 1))), "output_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (2, 4, 4))), "input_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 4, 4))), "input_tensor.sizes"),
+    (dict(output_tensor=dml.TensorDesc("float16", (1, 2, 4, 4))), "output_tensor.data_type"),
+    (dict(window_size=(3, 10)), "window_size[1]"),
+    (dict(window_size=(3, 0)), "window_size[1]"),
+    (dict(window_size=(3,)), "window_size"),
+    (dict(window_size=3), "window_size"),
+    (dict(strides=(0, 2)), "strides[0]"),
+    (dict(strides=(2, 2, 2)), "strides"),
+    (dict(start_padding=(1,)), "start_padding"),
+    (dict(end_padding=(0, -1)), "end_padding[1]"),
+    (dict(dilations=(1, 0)), "dilations[1]"),
+    (dict(dilations=(1, 1, 1)), "dilations"),
+    (dict(dilations=(1, 5)), "window_size[1]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
+     "output_tensor.strides"),
+    (dict(input_tensor=None), "input_tensor"),
+]
+
+
 def random_bits(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     """Random raw bits viewed as ``dtype``: data-movement operators must move every bit
     pattern (NaN payloads, negative zero, subnormals) unchanged."""

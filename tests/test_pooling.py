@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output, window_geometry)
-from helpers import assert_no_leaks, random_bits, run_two_node_graph
+from helpers import (POOLING_DESC_ARGS, POOLING_WINDOW_CASES, assert_no_leaks, random_bits,
+                     run_two_node_graph)
 from references import window_counts, window_taps
 
 INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -436,10 +437,7 @@ _CLASSES = [dml.MaxPoolingOperatorDesc, dml.MaxPooling1OperatorDesc, dml.MaxPool
 
 def _desc(cls, **kw):
     kw = dict(kw)
-    args = dict(input_tensor=dml.TensorDesc("float32", (1, 2, 8, 8)),
-                output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4)),
-                strides=(2, 2), window_size=(3, 3), start_padding=(1, 1), end_padding=(0, 0),
-                dilations=(1, 1))
+    args = dict(POOLING_DESC_ARGS)
     if cls not in (dml.MaxPooling2OperatorDesc, dml.AveragePooling1OperatorDesc):
         args.pop("dilations")
         kw = {k: v for k, v in kw.items() if k != "dilations"}
@@ -454,33 +452,9 @@ def _desc(cls, **kw):
     return cls(**args)
 
 
-@pytest.mark.parametrize("kw,field", [
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 5))), "output_tensor.sizes[3]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 3, 4))), "output_tensor.sizes[2]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 3, 4, 4))), "output_tensor.sizes[1]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (2, 2, 4, 4))), "output_tensor.sizes[0]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4, 1))), "output_tensor.sizes"),
-    (dict(input_tensor=dml.TensorDesc("float32", (2, 8, 8)),
-          output_tensor=dml.TensorDesc("float32", (2, 4, 4))), "input_tensor.sizes"),
-    (dict(input_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 8, 8)),
-          output_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 4, 4))), "input_tensor.sizes"),
+@pytest.mark.parametrize("kw,field", POOLING_WINDOW_CASES + [
     (dict(input_tensor=dml.TensorDesc("float64", (1, 2, 8, 8)),
           output_tensor=dml.TensorDesc("float64", (1, 2, 4, 4))), "input_tensor.data_type"),
-    (dict(output_tensor=dml.TensorDesc("float16", (1, 2, 4, 4))), "output_tensor.data_type"),
-    (dict(window_size=(3, 10)), "window_size[1]"),
-    (dict(window_size=(3, 0)), "window_size[1]"),
-    (dict(window_size=(3,)), "window_size"),
-    (dict(window_size=3), "window_size"),
-    (dict(strides=(0, 2)), "strides[0]"),
-    (dict(strides=(2, 2, 2)), "strides"),
-    (dict(start_padding=(1,)), "start_padding"),
-    (dict(end_padding=(0, -1)), "end_padding[1]"),
-    (dict(dilations=(1, 0)), "dilations[1]"),
-    (dict(dilations=(1, 1, 1)), "dilations"),
-    (dict(dilations=(1, 5)), "window_size[1]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
-     "output_tensor.strides"),
-    (dict(input_tensor=None), "input_tensor"),
     (dict(indices=dml.TensorDesc("int32", (1, 2, 4, 4))), "output_indices_tensor.data_type"),
     (dict(indices=dml.TensorDesc("uint32", (1, 2, 4, 5))), "output_indices_tensor.sizes"),
     (dict(indices=dml.TensorDesc("uint32", (1, 2, 4, 4, 1))), "output_indices_tensor.sizes"),
