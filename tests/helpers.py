@@ -145,6 +145,24 @@ def random_window_case(rng, dims, max_elems, symmetric=False):
             return n, c, spatial, window, strides, dil, start, end
 
 
+def random_pooling_case(rng, dims, max_elems, window_below, spread):
+    """A pooling geometry ``(shape, window, strides, start, end, dilations)`` whose input
+    times window holds at most ``max_elems`` elements: windows of 1 to ``window_below - 1``,
+    spatial sizes from ``lo``, the least the padded, dilated window fits in, to below
+    ``lo + spread[0]`` (2-D; ``spread[1]`` otherwise)."""
+    while True:
+        window = [int(rng.integers(1, window_below)) for _ in range(dims)]
+        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
+        start = [int(rng.integers(0, 3)) for _ in range(dims)]
+        end = [int(rng.integers(0, 3)) for _ in range(dims)]
+        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
+        spatial = [int(rng.integers(l, l + spread[dims != 2])) for l in lo]
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
+        if math.prod(shape) * math.prod(window) <= max_elems:
+            return shape, window, strides, start, end, dil
+
+
 def assert_no_leaks(device, cycle, *, warm: int, rounds: int, collect: bool = True,
                     key: str | None = None) -> None:
     """Run ``cycle()`` ``warm`` times, note the device's memory stats (only ``key`` of them

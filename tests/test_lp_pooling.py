@@ -22,7 +22,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import POOLING_DESC_ARGS, POOLING_WINDOW_CASES
+from helpers import POOLING_DESC_ARGS, POOLING_WINDOW_CASES, random_pooling_case
 from references import lp_pooling_reference
 
 
@@ -40,17 +40,7 @@ def assert_close(got, ref, dtype, p):
 
 
 def random_case(rng, dims, max_elems):
-    while True:
-        window = [int(rng.integers(1, 5)) for _ in range(dims)]
-        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
-        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
-        start = [int(rng.integers(0, 3)) for _ in range(dims)]
-        end = [int(rng.integers(0, 3)) for _ in range(dims)]
-        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
-        spatial = [int(rng.integers(l, l + (12 if dims == 2 else 6))) for l in lo]
-        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
-        if math.prod(shape) * math.prod(window) <= max_elems:
-            return shape, window, strides, start, end, dil
+    return random_pooling_case(rng, dims, max_elems, window_below=5, spread=(12, 6))
 
 
 @pytest.mark.parametrize("dims", [2, 3])

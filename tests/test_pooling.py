@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output, window_geometry)
 from helpers import (POOLING_DESC_ARGS, POOLING_WINDOW_CASES, assert_no_leaks, random_bits,
-                     run_two_node_graph)
+                     random_pooling_case, run_two_node_graph)
 from references import window_counts, window_taps
 
 INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -92,17 +92,7 @@ def assert_mean_close(got, ref, mag, dtype):
 
 
 def random_case(rng, dims, max_elems):
-    while True:
-        window = [int(rng.integers(1, 4)) for _ in range(dims)]
-        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
-        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
-        start = [int(rng.integers(0, 3)) for _ in range(dims)]
-        end = [int(rng.integers(0, 3)) for _ in range(dims)]
-        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
-        spatial = [int(rng.integers(l, l + (10 if dims == 2 else 5))) for l in lo]
-        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
-        if math.prod(shape) * math.prod(window) <= max_elems:
-            return shape, window, strides, start, end, dil
+    return random_pooling_case(rng, dims, max_elems, window_below=4, spread=(10, 5))
 
 
 def random_input(rng, shape, dtype):
