@@ -163,6 +163,17 @@ def random_pooling_case(rng, dims, max_elems, window_below, spread):
             return shape, window, strides, start, end, dil
 
 
+def operator_cycle(device, desc, ins, outs):
+    """The cycle assert_no_leaks repeats for one operator: create -> compile -> execute
+    (``ins`` into ``outs``) -> release."""
+    def cycle():
+        op = device.compile_operator(device.create_operator(desc))
+        op.execute(ins, outs)
+        op.release()
+
+    return cycle
+
+
 def assert_no_leaks(device, cycle, *, warm: int, rounds: int, collect: bool = True,
                     key: str | None = None) -> None:
     """Run ``cycle()`` ``warm`` times, note the device's memory stats (only ``key`` of them

@@ -14,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks, run_two_node_graph, threads_share_one_operator
+from helpers import assert_no_leaks, operator_cycle, run_two_node_graph, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -283,12 +283,7 @@ def test_no_leaks(device):
     ins = [device.tensor(a) for a in (x, s, s, s, s)]
     out = device.empty(x.shape)
     t, st = T("float32", x.shape), T("float32", s.shape)
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(Desc(t, st, st, st, st, t)))
-        op.execute(ins, [out])
-        op.release()
-
+    cycle = operator_cycle(device, Desc(t, st, st, st, st, t), ins, [out])
     assert_no_leaks(device, cycle, warm=20, rounds=100)
 
 

@@ -14,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks, run_two_node_graph, threads_share_one_operator
+from helpers import assert_no_leaks, operator_cycle, run_two_node_graph, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -394,12 +394,7 @@ def test_no_leaks(device):
     """create -> compile -> execute -> release cycles leave the device's memory as it was."""
     ins = [device.tensor(np.ones(t.sizes, np.float32)) for t in (A, B, Y)]
     out = device.empty(Y.sizes)
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(Desc(A, B, Y, Y, beta=0.5)))
-        op.execute(ins, [out])
-        op.release()
-
+    cycle = operator_cycle(device, Desc(A, B, Y, Y, beta=0.5), ins, [out])
     assert_no_leaks(device, cycle, warm=20, rounds=100)
 
 

@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output, window_geometry)
-from helpers import (POOLING_DESC_ARGS, POOLING_WINDOW_CASES, assert_no_leaks, random_bits,
-                     random_pooling_case, run_two_node_graph)
+from helpers import (POOLING_DESC_ARGS, POOLING_WINDOW_CASES, assert_no_leaks, operator_cycle,
+                     random_bits, random_pooling_case, run_two_node_graph)
 from references import window_counts, window_taps
 
 INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -381,12 +381,8 @@ def test_no_leak_and_threads(device):
         dml.TensorDesc("uint32", (1, 2, 2, 2)), (2, 2), (3, 3), (0, 0), (0, 0), (1, 1))
     x = device.tensor(np.arange(50, dtype=np.float32).reshape(1, 2, 5, 5))
     y, i = device.empty((1, 2, 2, 2), np.float32), device.empty((1, 2, 2, 2), np.uint32)
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(desc))
-        op.execute([x], [y, i])
-        op.release()
-    assert_no_leaks(device, cycle, warm=1, rounds=30, collect=False)
+    assert_no_leaks(device, operator_cycle(device, desc, [x], [y, i]), warm=1, rounds=30,
+                    collect=False)
     np.testing.assert_array_equal(y.numpy().ravel(), [12, 14, 22, 24, 37, 39, 47, 49])
     errors = []
 

@@ -15,7 +15,7 @@ import vkml
 from vkml import dml, tuning
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks, threads_share_one_operator
+from helpers import assert_no_leaks, operator_cycle, threads_share_one_operator
 
 T = dml.TensorDesc
 S1 = dml.ActivationSoftmax1OperatorDesc
@@ -279,12 +279,7 @@ def test_threads(device):
 def test_no_leaks(device):
     t = T("float32", (3, 8))
     xt, out = device.tensor(np.ones((3, 8), np.float32)), device.empty((3, 8))
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(S1(t, t, (1,))))
-        op.execute([xt], [out])
-        op.release()
-
+    cycle = operator_cycle(device, S1(t, t, (1,)), [xt], [out])
     assert_no_leaks(device, cycle, warm=20, rounds=100)
     np.testing.assert_allclose(out.numpy(), np.full((3, 8), 0.125))
 
