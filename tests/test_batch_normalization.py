@@ -292,8 +292,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
-                     compiled_or_refused, fuzz_examples, fuzz_settings, lay_out,
-                     padded_output)
+                     compiled_or_refused, execute_into_canaries, fuzz_examples,
+                     fuzz_settings, lay_out, padded_output)
 
 
 @st.composite
@@ -348,9 +348,7 @@ def test_fuzz_batch_normalization(device, speed):
             return
         ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, l[0])
                for t, l in zip(desc.inputs(), laid)]
-        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-        compiled.execute(ins, [dst])
-        compiled.release()
+        dst = execute_into_canaries(device, compiled, desc, ins)
         got, gaps_intact = read(dst)
         params = {"hard_sigmoid": {"alpha": 0.2, "beta": 0.5}}.get(act, {})
         np.testing.assert_allclose(got.astype(np.float64),

@@ -403,8 +403,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
-                     compiled_or_refused, fuzz_examples, fuzz_settings, lay_out,
-                     padded_output)
+                     compiled_or_refused, execute_into_canaries, fuzz_examples,
+                     fuzz_settings, lay_out, padded_output)
 
 
 @st.composite
@@ -468,9 +468,7 @@ def test_fuzz_gemm(device, speed):
                for t, lay in zip(desc.inputs()[:2], laid)]
         ins.append(bind_with_canary(device, desc.c_tensor.total_tensor_size_in_bytes,
                                     laid[2][0]) if with_c else None)
-        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-        compiled.execute(ins, [dst])
-        compiled.release()
+        dst = execute_into_canaries(device, compiled, desc, ins)
         got, gaps_intact = read(dst)
         y = reference(laid[0][2], laid[1][2], laid[2][2] if with_c else None, ta, tb,
                       case["alpha"], case["beta"])
