@@ -1,5 +1,7 @@
-"""Test helpers: random data per data type, strided layouts, and running one descriptor.
-The references are in tests/references.py, the fuzzers' helpers in tests/fuzzing.py."""
+"""Test helpers: random data per data type, strided layouts, running one descriptor or a
+two-node graph, the pooling validation cases, and the leak and thread checks the operator
+tests share.  The references are in tests/references.py, the fuzzers' helpers in
+tests/fuzzing.py."""
 from __future__ import annotations
 
 import gc
