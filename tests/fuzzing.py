@@ -72,14 +72,20 @@ def bind_with_canary(device, nbytes: int, data: np.ndarray | None = None):
     return t
 
 
+def execute_into_canaries(device, compiled, desc, ins: list):
+    """Run ``compiled`` (then release it) from ``ins`` into a fresh output bound with
+    canaries (:func:`bind_with_canary`): returns the output tensor."""
+    dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
+    compiled.execute(ins, [dst])
+    compiled.release()
+    return dst
+
+
 def execute_with_canaries(device, compiled, desc, flat: np.ndarray):
     """Run ``compiled`` (then release it) from ``flat`` into a fresh output, both bound
     with canaries (:func:`bind_with_canary`): returns the input and output tensors."""
     src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
-    dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-    compiled.execute([src], [dst])
-    compiled.release()
-    return src, dst
+    return src, execute_into_canaries(device, compiled, desc, [src])
 
 
 def canaries_intact(t) -> bool:

@@ -1,15 +1,58 @@
-"""Test helpers: random data per data type, strided layouts, and running one descriptor.
-The references are in tests/references.py, the fuzzers' helpers in tests/fuzzing.py."""
+"""Test helpers: random data per data type, strided layouts, running one descriptor or a
+two-node graph, the pooling validation cases, and the leak and thread checks the operator
+tests share.  The references are in tests/references.py, the fuzzers' helpers in
+tests/fuzzing.py."""
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
+
+from vkml import dml
 
 from references import window_counts
 
 ALL_DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
               "uint8", "uint16", "uint32", "uint64"]
+
+
+# -- pooling descriptors' validation ------------------------------------------------------
+#: The window geometry the pooling validation tests start from (max/average and LP pooling):
+#: (1, 2, 8, 8) -> (1, 2, 4, 4), a 3x3 window, stride 2, start padding 1.
+POOLING_DESC_ARGS = dict(input_tensor=dml.TensorDesc("float32", (1, 2, 8, 8)),
+                         output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4)),
+                         strides=(2, 2), window_size=(3, 3), start_padding=(1, 1),
+                         end_padding=(0, 0), dilations=(1, 1))
+
+#: (changes to POOLING_DESC_ARGS, the field the ValidationError must name) that every pooling
+#: descriptor refuses alike: the window rules of the pooling pages.
+POOLING_WINDOW_CASES = [
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 5))), "output_tensor.sizes[3]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 3, 4))), "output_tensor.sizes[2]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 3, 4, 4))), "output_tensor.sizes[1]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (2, 2, 4, 4))), "output_tensor.sizes[0]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4, 1))), "output_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (2, 4, 4))), "input_tensor.sizes"),
+    (dict(input_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 8, 8)),
+          output_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 4, 4))), "input_tensor.sizes"),
+    (dict(output_tensor=dml.TensorDesc("float16", (1, 2, 4, 4))), "output_tensor.data_type"),
+    (dict(window_size=(3, 10)), "window_size[1]"),
+    (dict(window_size=(3, 0)), "window_size[1]"),
+    (dict(window_size=(3,)), "window_size"),
+    (dict(window_size=3), "window_size"),
+    (dict(strides=(0, 2)), "strides[0]"),
+    (dict(strides=(2, 2, 2)), "strides"),
+    (dict(start_padding=(1,)), "start_padding"),
+    (dict(end_padding=(0, -1)), "end_padding[1]"),
+    (dict(dilations=(1, 0)), "dilations[1]"),
+    (dict(dilations=(1, 1, 1)), "dilations"),
+    (dict(dilations=(1, 5)), "window_size[1]"),
+    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
+     "output_tensor.strides"),
+    (dict(input_tensor=None), "input_tensor"),
+]
 
 
 def random_bits(rng: np.random.Generator, shape, dtype) -> np.ndarray:
@@ -102,6 +145,97 @@ def random_window_case(rng, dims, max_elems, symmetric=False):
         size = n * c * math.prod(window) * math.prod(blocks) + n * c * math.prod(spatial)
         if size <= max_elems:
             return n, c, spatial, window, strides, dil, start, end
+
+
+def random_pooling_case(rng, dims, max_elems, window_below, spread):
+    """A pooling geometry ``(shape, window, strides, start, end, dilations)`` whose input
+    times window holds at most ``max_elems`` elements: windows of 1 to ``window_below - 1``,
+    spatial sizes from ``lo``, the least the padded, dilated window fits in, to below
+    ``lo + spread[0]`` (2-D; ``spread[1]`` otherwise)."""
+    while True:
+        window = [int(rng.integers(1, window_below)) for _ in range(dims)]
+        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
+        start = [int(rng.integers(0, 3)) for _ in range(dims)]
+        end = [int(rng.integers(0, 3)) for _ in range(dims)]
+        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
+        spatial = [int(rng.integers(l, l + spread[dims != 2])) for l in lo]
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
+        if math.prod(shape) * math.prod(window) <= max_elems:
+            return shape, window, strides, start, end, dil
+
+
+def operator_cycle(device, desc, ins, outs):
+    """The cycle assert_no_leaks repeats for one operator: create -> compile -> execute
+    (``ins`` into ``outs``) -> release."""
+    def cycle():
+        op = device.compile_operator(device.create_operator(desc))
+        op.execute(ins, outs)
+        op.release()
+
+    return cycle
+
+
+def assert_no_leaks(device, cycle, *, warm: int, rounds: int, collect: bool = True,
+                    key: str | None = None) -> None:
+    """Run ``cycle()`` ``warm`` times, note the device's memory stats (only ``key`` of them
+    when given), run it ``rounds`` more times and assert the stats came back: a cycle that
+    creates and releases objects must leave the device's memory as it found it.  With
+    ``collect``, ``gc.collect()`` after each batch so that dropped Python handles count."""
+    def stats():
+        got = device.memory_stats()
+        return got if key is None else got[key]
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            cycle()
+        if collect:
+            gc.collect()
+
+    run(warm)
+    base = stats()
+    run(rounds)
+    assert stats() == base
+
+
+def threads_share_one_operator(device, shared, ins, want, out_shape, functional, *,
+                               rtol: float, atol: float) -> None:
+    """Eight threads, five rounds each: ``functional(k, i)`` (a functional call checked
+    against its reference; False is an error) and the ``shared`` compiled operator run on
+    ``ins`` into the thread's own output, which must match ``want``.  Releases ``shared``,
+    then asserts that no thread saw an error."""
+    from test_lifetime import run_in_threads
+
+    errors: list = []
+
+    def work(k):
+        out = device.empty(out_shape)
+        for i in range(5):
+            if not functional(k, i):
+                errors.append((k, i))
+            shared.execute(ins, [out])
+            if not np.allclose(out.numpy(), want, rtol=rtol, atol=atol):
+                errors.append((k, i, "shared"))
+
+    run_in_threads(work, errors)
+    shared.release()
+    assert not errors, errors[:5]
+
+
+def run_two_node_graph(device, first, second, inputs, out_shape) -> np.ndarray:
+    """Compile and run the graph ``first -> second``: ``first`` takes every array of
+    ``inputs`` in order, its output 0 is ``second``'s input 0, and ``second``'s output 0 (a
+    float32 tensor of ``out_shape``) is the graph's, returned as a NumPy array."""
+    n = len(inputs)
+    g = dml.GraphDesc(n, 1, [dml.OperatorGraphNodeDesc(first), dml.OperatorGraphNodeDesc(second)],
+                      [dml.InputGraphEdgeDesc(i, 0, i) for i in range(n)],
+                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
+    compiled = device.compile_graph(g)
+    out = device.empty(out_shape, np.float32)
+    compiled.execute([device.tensor(a) for a in inputs], [out])
+    compiled.release()
+    return out.numpy()
 
 
 class Cases:

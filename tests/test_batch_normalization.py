@@ -6,8 +6,6 @@ fused activations, windows past maxStorageBufferRange and grids past
 maxComputeWorkGroupCount, every rule of the page, a graph node, threads and leaks."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
+from helpers import assert_no_leaks, operator_cycle, run_two_node_graph, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -247,52 +246,34 @@ def test_functional_argument_errors(device):
 # -- graph, threads, leaks ------------------------------------------------------------------
 def test_graph_node(device):
     """batch normalization -> softmax over the channels as a two-node graph."""
-    N, IN, OUT, MID = (dml.OperatorGraphNodeDesc, dml.InputGraphEdgeDesc,
-                       dml.OutputGraphEdgeDesc, dml.IntermediateGraphEdgeDesc)
     rng = np.random.default_rng(6)
     x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     stats = _stats(rng, [(1, 3, 1, 1)] * 4, np.float32)
-    nodes = [N(Desc(X, S, S, S, S, X, fused_activation="relu")),
-             N(dml.ActivationSoftmax1OperatorDesc(X, X, (1,)))]
-    g = dml.GraphDesc(5, 1, nodes, [IN(i, 0, i) for i in range(5)], [OUT(1, 0, 0)],
-                      [MID(0, 0, 1, 0)])
-    compiled = device.compile_graph(g)
-    out = device.empty(x.shape)
-    compiled.execute([device.tensor(a) for a in (x, *stats)], [out])
-    compiled.release()
+    got = run_two_node_graph(device, Desc(X, S, S, S, S, X, fused_activation="relu"),
+                             dml.ActivationSoftmax1OperatorDesc(X, X, (1,)), (x, *stats),
+                             x.shape)
     y = reference(x, *stats, 1e-5, "relu")
     e = np.exp(y - y.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(out.numpy(), e / e.sum(axis=1, keepdims=True), rtol=2e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=2e-5, atol=1e-6)
 
 
 def test_threads(device):
-    from test_lifetime import run_in_threads
-
-    errors = []
     x = np.random.default_rng(7).standard_normal((2, 3, 4, 5)).astype(np.float32)
     stats = _stats(np.random.default_rng(8), [(1, 3, 1, 1)] * 4, np.float32)
     shared = device.compile_operator(device.create_operator(Desc(X, S, S, S, S, X)))
     ins = [device.tensor(a) for a in (x, *stats)]
     want = reference(x, *stats, 1e-5)
 
-    def work(k):
-        out = device.empty(x.shape)
-        for i in range(5):
-            shape = (1, 2 + k % 3, 3 + i)
-            xi = np.full(shape, float(k), np.float32)
-            c = np.arange(shape[1], dtype=np.float32)
-            got = vkml.batch_normalization(xi, c, c + 1, c, c, device=device)
-            if not np.allclose(got, reference(xi, *(a.reshape(1, -1, 1) for a in (c, c + 1, c, c)),
-                                                1e-5), rtol=1e-5, atol=1e-5):
-                errors.append((k, i))
-            shared.execute(ins, [out])
-            if not np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-5):
-                errors.append((k, i, "shared"))
+    def functional(k, i):
+        shape = (1, 2 + k % 3, 3 + i)
+        xi = np.full(shape, float(k), np.float32)
+        c = np.arange(shape[1], dtype=np.float32)
+        got = vkml.batch_normalization(xi, c, c + 1, c, c, device=device)
+        return np.allclose(got, reference(xi, *(a.reshape(1, -1, 1) for a in (c, c + 1, c, c)),
+                                          1e-5), rtol=1e-5, atol=1e-5)
 
-    run_in_threads(work, errors)
-    shared.release()
-    assert not errors, errors[:5]
+    threads_share_one_operator(device, shared, ins, want, x.shape, functional,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_no_leaks(device):
@@ -302,20 +283,8 @@ def test_no_leaks(device):
     ins = [device.tensor(a) for a in (x, s, s, s, s)]
     out = device.empty(x.shape)
     t, st = T("float32", x.shape), T("float32", s.shape)
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(Desc(t, st, st, st, st, t)))
-        op.execute(ins, [out])
-        op.release()
-
-    for _ in range(20):
-        cycle()
-    gc.collect()
-    base = device.memory_stats()
-    for _ in range(100):
-        cycle()
-    gc.collect()
-    assert device.memory_stats() == base
+    cycle = operator_cycle(device, Desc(t, st, st, st, st, t), ins, [out])
+    assert_no_leaks(device, cycle, warm=20, rounds=100)
 
 
 # -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
@@ -323,8 +292,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
-                     compiled_or_refused, fuzz_examples, fuzz_settings, lay_out,
-                     padded_output)
+                     compiled_or_refused, execute_into_canaries, fuzz_examples,
+                     fuzz_settings, lay_out, padded_output)
 
 
 @st.composite
@@ -379,9 +348,7 @@ def test_fuzz_batch_normalization(device, speed):
             return
         ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, l[0])
                for t, l in zip(desc.inputs(), laid)]
-        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-        compiled.execute(ins, [dst])
-        compiled.release()
+        dst = execute_into_canaries(device, compiled, desc, ins)
         got, gaps_intact = read(dst)
         params = {"hard_sigmoid": {"alpha": 0.2, "beta": 0.5}}.get(act, {})
         np.testing.assert_allclose(got.astype(np.float64),

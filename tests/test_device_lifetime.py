@@ -295,6 +295,25 @@ def test_closed_device_objects_refuse_and_release_quietly(device):
                                       np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))))
 
 
+def _in_four_threads(action) -> tuple[list, list]:
+    """Run ``action()`` in four threads at once and join them (JOIN_LIMIT_S each); returns
+    the threads and the repr of every exception they raised."""
+    errors: list = []
+
+    def guarded():
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(repr(exc))
+
+    ts = [threading.Thread(target=guarded) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(JOIN_LIMIT_S)
+    return ts, errors
+
+
 def _padding_op_small(dev):
     desc = dml.PaddingOperatorDesc(dml.TensorDesc("float32", (1, 1, 4, 4)),
                                    dml.TensorDesc("float32", (1, 1, 6, 6)), "constant", 0.0,
@@ -307,19 +326,7 @@ def test_concurrent_close_calls(device):
     is gone; none raises."""
     dev = vkml.Device(device.index)
     vkml.pad(np.ones((3, 3), np.float32), [1, 1], [1, 1], device=dev)
-    errors = []
-
-    def close():
-        try:
-            dev.close()
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(repr(exc))
-
-    ts = [threading.Thread(target=close) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(JOIN_LIMIT_S)
+    ts, errors = _in_four_threads(dev.close)
     assert not errors and not any(t.is_alive() for t in ts)
     assert dev._ctx.lifetime.closed
 
@@ -339,20 +346,12 @@ def test_first_run_of_one_sequence_from_several_threads(device):
         seq = device.sequence()
         compiled.record(seq, [xt], [yt])
         start = threading.Barrier(4)
-        errors: list = []
 
         def first_run():
-            try:
-                start.wait()
-                seq.run()
-            except BaseException as exc:  # noqa: BLE001
-                errors.append(repr(exc))
+            start.wait()
+            seq.run()
 
-        ts = [threading.Thread(target=first_run) for _ in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join(JOIN_LIMIT_S)
+        _, errors = _in_four_threads(first_run)
         assert not errors and seq.ended
         with pytest.raises(DeviceError):
             seq.barrier()

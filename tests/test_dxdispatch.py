@@ -88,6 +88,15 @@ def _run(model: dict, tmp_path: Path, device) -> tuple[int, str]:
     return 0, "\n".join(lines)
 
 
+def _assert_refused(name: str, change, place: str, tmp_path: Path, device) -> None:
+    """The shipped model ``name`` with ``change(model)`` applied is refused (exit status 2)
+    with a message that starts with the field ``place``."""
+    model = copy.deepcopy(LOADED[name])
+    change(model)
+    rc, text = _run(model, tmp_path, device)
+    assert rc == 2 and text.startswith(place + ": "), text
+
+
 def _peak_rss_mb() -> float:
     """This process's peak memory since :func:`_reset_peak` (Linux: VmHWM), else its
     peak ever (which a large earlier test may already hold above anything a model does)."""
@@ -160,10 +169,7 @@ def test_malformed_models_name_the_place(case, device, tmp_path, cases):
         "resources-list", "bindings-string", "dispatchable-list", "string-value",
         "float-padding", "null-value", "unknown-resource", "int8-range"])
 def test_issue_examples(change, place, device, tmp_path):
-    model = copy.deepcopy(LOADED["padding_constant"])
-    change(model)
-    rc, text = _run(model, tmp_path, device)
-    assert rc == 2 and text.startswith(place + ": "), text
+    _assert_refused("padding_constant", change, place, tmp_path, device)
 
 
 def test_corrupt_npy(device, tmp_path):
@@ -335,10 +341,7 @@ def test_image_resource(size, device, tmp_path, monkeypatch):
 ], ids=["flag", "flag-type", "verbose", "dimensions", "format", "offset", "init-binding",
         "resample"])
 def test_new_fields_malformed(change, place, device, tmp_path):
-    model = copy.deepcopy(LOADED["dml_write_file_padding"])
-    change(model)
-    rc, text = _run(model, tmp_path, device)
-    assert rc == 2 and text.startswith(place + ": "), text
+    _assert_refused("dml_write_file_padding", change, place, tmp_path, device)
 
 
 def test_image_malformed(device, tmp_path):

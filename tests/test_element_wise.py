@@ -7,8 +7,6 @@ in-place execution, ADD1's fused activations, every rule of the pages, threads, 
 a graph node."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 
@@ -16,7 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
-from helpers import strided_view
+from helpers import assert_no_leaks, run_two_node_graph, strided_view
 from test_activations import FORMULAS
 from test_lifetime import run_in_threads
 
@@ -433,12 +431,7 @@ def test_functional_does_not_leak(device):
         for _ in range(200):
             vkml.add(a, b, device=device)
             vkml.divide(vkml.tensor(a.astype(np.int16), device=device), np.int16(3).reshape(1))
-    calls()
-    gc.collect()
-    base = device.memory_stats()["used"]
-    calls()
-    gc.collect()
-    assert device.memory_stats()["used"] == base
+    assert_no_leaks(device, calls, warm=1, rounds=1, key="used")
 
 
 def test_graph_node(device):
@@ -446,21 +439,13 @@ def test_graph_node(device):
     ScaleBias), compiled and run as one."""
     x = dml.TensorDesc("float32", (2, 3, 4))
     bb = dml.TensorDesc("float32", (2, 3, 4), (0, 0, 1))
-    nodes = [dml.OperatorGraphNodeDesc(dml.ElementWiseAddOperatorDesc(x, bb, x)),
-             dml.OperatorGraphNodeDesc(dml.ElementWiseIdentityOperatorDesc(
-                 x, x, dml.ScaleBias(2.0, 1.0)))]
-    g = dml.GraphDesc(2, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0),
-                                    dml.InputGraphEdgeDesc(1, 0, 1)],
-                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
-                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
-    compiled = device.compile_graph(g)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((2, 3, 4)).astype(np.float32)
     b = rng.standard_normal((4,)).astype(np.float32)
-    out = device.empty((2, 3, 4))
-    compiled.execute([device.tensor(a), device.tensor(b)], [out])
-    np.testing.assert_allclose(out.numpy(), (a + b) * 2 + 1, rtol=1e-6, atol=1e-6)
-    compiled.release()
+    got = run_two_node_graph(device, dml.ElementWiseAddOperatorDesc(x, bb, x),
+                             dml.ElementWiseIdentityOperatorDesc(x, x, dml.ScaleBias(2.0, 1.0)),
+                             [a, b], (2, 3, 4))
+    np.testing.assert_allclose(got, (a + b) * 2 + 1, rtol=1e-6, atol=1e-6)
 
 
 def test_unsupported_is_named(device):

@@ -6,8 +6,6 @@ fused activations (CLIP included), windows past maxStorageBufferRange and grids 
 maxComputeWorkGroupCount, every rule of the page, a graph node, threads and leaks."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +14,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
+from helpers import assert_no_leaks, operator_cycle, run_two_node_graph, threads_share_one_operator
 from test_activations import FORMULAS
 
 T = dml.TensorDesc
@@ -364,70 +363,39 @@ def test_functional_argument_errors(device):
 # -- graph, threads, leaks ------------------------------------------------------------------
 def test_graph_node(device):
     """GEMM (fused relu) -> softmax over N as a two-node graph."""
-    N, IN, OUT, MID = (dml.OperatorGraphNodeDesc, dml.InputGraphEdgeDesc,
-                       dml.OutputGraphEdgeDesc, dml.IntermediateGraphEdgeDesc)
     rng = np.random.default_rng(9)
     a = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     b = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
     c = rng.standard_normal((2, 3, 4, 6)).astype(np.float32)
-    nodes = [N(Desc(A, B, Y, Y, alpha=0.5, fused_activation="relu")),
-             N(dml.ActivationSoftmax1OperatorDesc(Y, Y, (3,)))]
-    g = dml.GraphDesc(3, 1, nodes, [IN(i, 0, i) for i in range(3)], [OUT(1, 0, 0)],
-                      [MID(0, 0, 1, 0)])
-    compiled = device.compile_graph(g)
-    out = device.empty(Y.sizes)
-    compiled.execute([device.tensor(x) for x in (a, b, c)], [out])
-    compiled.release()
+    got = run_two_node_graph(device, Desc(A, B, Y, Y, alpha=0.5, fused_activation="relu"),
+                             dml.ActivationSoftmax1OperatorDesc(Y, Y, (3,)), (a, b, c), Y.sizes)
     y = np.maximum(reference(a, b, c, alpha=0.5), 0)
     e = np.exp(y - y.max(axis=3, keepdims=True))
-    np.testing.assert_allclose(out.numpy(), e / e.sum(axis=3, keepdims=True), rtol=2e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(got, e / e.sum(axis=3, keepdims=True), rtol=2e-5, atol=1e-6)
 
 
 def test_threads(device):
-    from test_lifetime import run_in_threads
-
-    errors = []
     rng = np.random.default_rng(10)
     arrays = [rng.standard_normal(t.sizes).astype(np.float32) for t in (A, B, Y)]
     shared = device.compile_operator(device.create_operator(Desc(A, B, Y, Y)))
     ins = [device.tensor(x) for x in arrays]
     want = reference(*arrays)
 
-    def work(k):
-        out = device.empty(Y.sizes)
-        for i in range(5):
-            a = np.full((2 + k % 3, 3 + i), float(k), np.float32)
-            b = np.ones((3 + i, 4), np.float32)
-            if not np.allclose(vkml.gemm(a, b, device=device), reference(a, b)):
-                errors.append((k, i))
-            shared.execute(ins, [out])
-            if not np.allclose(out.numpy(), want, rtol=1e-5, atol=1e-5):
-                errors.append((k, i, "shared"))
+    def functional(k, i):
+        a = np.full((2 + k % 3, 3 + i), float(k), np.float32)
+        b = np.ones((3 + i, 4), np.float32)
+        return np.allclose(vkml.gemm(a, b, device=device), reference(a, b))
 
-    run_in_threads(work, errors)
-    shared.release()
-    assert not errors, errors[:5]
+    threads_share_one_operator(device, shared, ins, want, Y.sizes, functional,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_no_leaks(device):
     """create -> compile -> execute -> release cycles leave the device's memory as it was."""
     ins = [device.tensor(np.ones(t.sizes, np.float32)) for t in (A, B, Y)]
     out = device.empty(Y.sizes)
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(Desc(A, B, Y, Y, beta=0.5)))
-        op.execute(ins, [out])
-        op.release()
-
-    for _ in range(20):
-        cycle()
-    gc.collect()
-    base = device.memory_stats()
-    for _ in range(100):
-        cycle()
-    gc.collect()
-    assert device.memory_stats() == base
+    cycle = operator_cycle(device, Desc(A, B, Y, Y, beta=0.5), ins, [out])
+    assert_no_leaks(device, cycle, warm=20, rounds=100)
 
 
 # -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
@@ -435,8 +403,8 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
-                     compiled_or_refused, fuzz_examples, fuzz_settings, lay_out,
-                     padded_output)
+                     compiled_or_refused, execute_into_canaries, fuzz_examples,
+                     fuzz_settings, lay_out, padded_output)
 
 
 @st.composite
@@ -500,9 +468,7 @@ def test_fuzz_gemm(device, speed):
                for t, lay in zip(desc.inputs()[:2], laid)]
         ins.append(bind_with_canary(device, desc.c_tensor.total_tensor_size_in_bytes,
                                     laid[2][0]) if with_c else None)
-        dst = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
-        compiled.execute(ins, [dst])
-        compiled.release()
+        dst = execute_into_canaries(device, compiled, desc, ins)
         got, gaps_intact = read(dst)
         y = reference(laid[0][2], laid[1][2], laid[2][2] if with_c else None, ta, tb,
                       case["alpha"], case["beta"])

@@ -7,7 +7,6 @@ The helpers here (``layout``, ``out_layout``, ``run_copies``) serve test_split.p
 test_slice.py too."""
 from __future__ import annotations
 
-import gc
 import importlib
 
 import numpy as np
@@ -17,7 +16,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ArgumentTypeError, ValidationError
 
-from helpers import ALL_DTYPES, random_bits, same_bits
+from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
 from test_lifetime import run_in_threads
 
 CANARY = 0xA5
@@ -274,12 +273,7 @@ def test_functional_does_not_leak(device):
             vkml.join([a, a], 1, device=device)
             vkml.split(a, 0, 2, device=device)
             vkml.slice(a, (1, 7), (2, 3), (1, -2), device=device)
-    calls()
-    gc.collect()
-    base = device.memory_stats()["used"]
-    calls()
-    gc.collect()
-    assert device.memory_stats()["used"] == base
+    assert_no_leaks(device, calls, warm=1, rounds=1, key="used")
 
 
 def test_graph_nodes(device):

@@ -22,6 +22,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
+from helpers import POOLING_DESC_ARGS, POOLING_WINDOW_CASES, random_pooling_case
 from references import lp_pooling_reference
 
 
@@ -39,17 +40,7 @@ def assert_close(got, ref, dtype, p):
 
 
 def random_case(rng, dims, max_elems):
-    while True:
-        window = [int(rng.integers(1, 5)) for _ in range(dims)]
-        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
-        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
-        start = [int(rng.integers(0, 3)) for _ in range(dims)]
-        end = [int(rng.integers(0, 3)) for _ in range(dims)]
-        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
-        spatial = [int(rng.integers(l, l + (12 if dims == 2 else 6))) for l in lo]
-        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
-        if math.prod(shape) * math.prod(window) <= max_elems:
-            return shape, window, strides, start, end, dil
+    return random_pooling_case(rng, dims, max_elems, window_below=5, spread=(12, 6))
 
 
 @pytest.mark.parametrize("dims", [2, 3])
@@ -539,45 +530,18 @@ def test_tensor_in_tensor_out(device):
 
 # -- validation -------------------------------------------------------------------------
 def _desc(cls=dml.LpPooling1OperatorDesc, **kw):
-    args = dict(input_tensor=dml.TensorDesc("float32", (1, 2, 8, 8)),
-                output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4)),
-                strides=(2, 2), window_size=(3, 3), start_padding=(1, 1), end_padding=(0, 0),
-                dilations=(1, 1), p=2)
+    args = dict(POOLING_DESC_ARGS, p=2)
     if cls is dml.LpPoolingOperatorDesc:
         args.pop("dilations")
     args.update(kw)
     return cls(**args)
 
 
-@pytest.mark.parametrize("kw,field", [
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 5))), "output_tensor.sizes[3]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 3, 4))), "output_tensor.sizes[2]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 3, 4, 4))), "output_tensor.sizes[1]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (2, 2, 4, 4))), "output_tensor.sizes[0]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4, 1))), "output_tensor.sizes"),
-    (dict(input_tensor=dml.TensorDesc("float32", (2, 8, 8)),
-          output_tensor=dml.TensorDesc("float32", (2, 4, 4))), "input_tensor.sizes"),
-    (dict(input_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 8, 8)),
-          output_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 4, 4))), "input_tensor.sizes"),
+@pytest.mark.parametrize("kw,field", POOLING_WINDOW_CASES + [
     (dict(input_tensor=dml.TensorDesc("int32", (1, 2, 8, 8)),
           output_tensor=dml.TensorDesc("int32", (1, 2, 4, 4))), "input_tensor.data_type"),
-    (dict(output_tensor=dml.TensorDesc("float16", (1, 2, 4, 4))), "output_tensor.data_type"),
-    (dict(window_size=(3, 10)), "window_size[1]"),
-    (dict(window_size=(3, 0)), "window_size[1]"),
-    (dict(window_size=(3,)), "window_size"),
-    (dict(strides=(0, 2)), "strides[0]"),
-    (dict(strides=(2, 2, 2)), "strides"),
-    (dict(start_padding=(1,)), "start_padding"),
-    (dict(end_padding=(0, -1)), "end_padding[1]"),
-    (dict(dilations=(1, 0)), "dilations[1]"),
-    (dict(dilations=(1, 1, 1)), "dilations"),
-    (dict(dilations=(1, 5)), "window_size[1]"),
     (dict(p=0), "p"),
     (dict(p=2.5), "p"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
-     "output_tensor.strides"),
-    (dict(input_tensor=None), "input_tensor"),
-    (dict(window_size=3), "window_size"),
 ])
 def test_validation_names_the_field(device, kw, field):
     with pytest.raises(ValidationError) as err:

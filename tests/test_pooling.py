@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output, window_geometry)
-from helpers import random_bits
+from helpers import (POOLING_DESC_ARGS, POOLING_WINDOW_CASES, assert_no_leaks, operator_cycle,
+                     random_bits, random_pooling_case, run_two_node_graph)
 from references import window_counts, window_taps
 
 INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -91,17 +92,7 @@ def assert_mean_close(got, ref, mag, dtype):
 
 
 def random_case(rng, dims, max_elems):
-    while True:
-        window = [int(rng.integers(1, 4)) for _ in range(dims)]
-        strides = [int(rng.integers(1, 4)) for _ in range(dims)]
-        dil = [int(rng.integers(1, 3)) for _ in range(dims)]
-        start = [int(rng.integers(0, 3)) for _ in range(dims)]
-        end = [int(rng.integers(0, 3)) for _ in range(dims)]
-        lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
-        spatial = [int(rng.integers(l, l + (10 if dims == 2 else 5))) for l in lo]
-        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *spatial)
-        if math.prod(shape) * math.prod(window) <= max_elems:
-            return shape, window, strides, start, end, dil
+    return random_pooling_case(rng, dims, max_elems, window_below=4, spread=(10, 5))
 
 
 def random_input(rng, shape, dtype):
@@ -390,16 +381,8 @@ def test_no_leak_and_threads(device):
         dml.TensorDesc("uint32", (1, 2, 2, 2)), (2, 2), (3, 3), (0, 0), (0, 0), (1, 1))
     x = device.tensor(np.arange(50, dtype=np.float32).reshape(1, 2, 5, 5))
     y, i = device.empty((1, 2, 2, 2), np.float32), device.empty((1, 2, 2, 2), np.uint32)
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(desc))
-        op.execute([x], [y, i])
-        op.release()
-    cycle()
-    before = device.memory_stats()
-    for _ in range(30):
-        cycle()
-    assert device.memory_stats() == before
+    assert_no_leaks(device, operator_cycle(device, desc, [x], [y, i]), warm=1, rounds=30,
+                    collect=False)
     np.testing.assert_array_equal(y.numpy().ravel(), [12, 14, 22, 24, 37, 39, 47, 49])
     errors = []
 
@@ -420,22 +403,17 @@ def test_no_leak_and_threads(device):
 
 def test_graph_node(device):
     """A graph of pooling nodes: max pooling then average pooling."""
-    T, N = dml.TensorDesc, dml.OperatorGraphNodeDesc
+    T = dml.TensorDesc
     a, b, c = T("float32", (1, 2, 6, 6)), T("float32", (1, 2, 3, 3)), T("float32", (1, 2, 2, 2))
-    nodes = [N(dml.MaxPoolingOperatorDesc(a, b, (2, 2), (2, 2), (0, 0), (0, 0))),
-             N(dml.AveragePoolingOperatorDesc(b, c, (1, 1), (2, 2), (0, 0), (0, 0), False))]
-    g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
-                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
-                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
-    cg = device.compile_graph(g)
     x = np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype(np.float32)
-    out = device.empty((1, 2, 2, 2), np.float32)
-    cg.execute([device.tensor(x)], [out])
-    cg.release()
+    got = run_two_node_graph(
+        device, dml.MaxPoolingOperatorDesc(a, b, (2, 2), (2, 2), (0, 0), (0, 0)),
+        dml.AveragePoolingOperatorDesc(b, c, (1, 1), (2, 2), (0, 0), (0, 0), False), [x],
+        (1, 2, 2, 2))
     m = x.reshape(1, 2, 3, 2, 3, 2).max(axis=(3, 5))
     want = np.stack([m[..., i:i + 2, j:j + 2].mean(axis=(2, 3))
                      for i in range(2) for j in range(2)], -1).reshape(1, 2, 2, 2)
-    np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -445,10 +423,7 @@ _CLASSES = [dml.MaxPoolingOperatorDesc, dml.MaxPooling1OperatorDesc, dml.MaxPool
 
 def _desc(cls, **kw):
     kw = dict(kw)
-    args = dict(input_tensor=dml.TensorDesc("float32", (1, 2, 8, 8)),
-                output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4)),
-                strides=(2, 2), window_size=(3, 3), start_padding=(1, 1), end_padding=(0, 0),
-                dilations=(1, 1))
+    args = dict(POOLING_DESC_ARGS)
     if cls not in (dml.MaxPooling2OperatorDesc, dml.AveragePooling1OperatorDesc):
         args.pop("dilations")
         kw = {k: v for k, v in kw.items() if k != "dilations"}
@@ -463,33 +438,9 @@ def _desc(cls, **kw):
     return cls(**args)
 
 
-@pytest.mark.parametrize("kw,field", [
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 5))), "output_tensor.sizes[3]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 3, 4))), "output_tensor.sizes[2]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 3, 4, 4))), "output_tensor.sizes[1]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (2, 2, 4, 4))), "output_tensor.sizes[0]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4, 1))), "output_tensor.sizes"),
-    (dict(input_tensor=dml.TensorDesc("float32", (2, 8, 8)),
-          output_tensor=dml.TensorDesc("float32", (2, 4, 4))), "input_tensor.sizes"),
-    (dict(input_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 8, 8)),
-          output_tensor=dml.TensorDesc("float32", (1, 1, 1, 2, 4, 4))), "input_tensor.sizes"),
+@pytest.mark.parametrize("kw,field", POOLING_WINDOW_CASES + [
     (dict(input_tensor=dml.TensorDesc("float64", (1, 2, 8, 8)),
           output_tensor=dml.TensorDesc("float64", (1, 2, 4, 4))), "input_tensor.data_type"),
-    (dict(output_tensor=dml.TensorDesc("float16", (1, 2, 4, 4))), "output_tensor.data_type"),
-    (dict(window_size=(3, 10)), "window_size[1]"),
-    (dict(window_size=(3, 0)), "window_size[1]"),
-    (dict(window_size=(3,)), "window_size"),
-    (dict(window_size=3), "window_size"),
-    (dict(strides=(0, 2)), "strides[0]"),
-    (dict(strides=(2, 2, 2)), "strides"),
-    (dict(start_padding=(1,)), "start_padding"),
-    (dict(end_padding=(0, -1)), "end_padding[1]"),
-    (dict(dilations=(1, 0)), "dilations[1]"),
-    (dict(dilations=(1, 1, 1)), "dilations"),
-    (dict(dilations=(1, 5)), "window_size[1]"),
-    (dict(output_tensor=dml.TensorDesc("float32", (1, 2, 4, 4), (32, 16, 0, 1))),
-     "output_tensor.strides"),
-    (dict(input_tensor=None), "input_tensor"),
     (dict(indices=dml.TensorDesc("int32", (1, 2, 4, 4))), "output_indices_tensor.data_type"),
     (dict(indices=dml.TensorDesc("uint32", (1, 2, 4, 5))), "output_indices_tensor.sizes"),
     (dict(indices=dml.TensorDesc("uint32", (1, 2, 4, 4, 1))), "output_indices_tensor.sizes"),

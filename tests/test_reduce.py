@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_examples, fuzz_settings, lay_out, padded_output)
-from helpers import random_bits
+from helpers import assert_no_leaks, operator_cycle, random_bits
 
 FUNCS = ["argmax", "argmin", "average", "l1", "l2", "log_sum", "log_sum_exp", "max", "min",
          "multiply", "sum", "sum_square"]
@@ -330,16 +330,8 @@ def test_no_leak_and_threads(device):
                                   dml.TensorDesc("uint32", (4, 1)), (1,))
     x = device.tensor(np.arange(24, dtype=np.float32).reshape(4, 6))
     y = device.empty((4, 1), np.uint32)
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(desc))
-        op.execute([x], [y])
-        op.release()
-    cycle()
-    before = device.memory_stats()
-    for _ in range(30):
-        cycle()
-    assert device.memory_stats() == before
+    assert_no_leaks(device, operator_cycle(device, desc, [x], [y]), warm=1, rounds=30,
+                    collect=False)
     assert y.numpy().ravel().tolist() == [5, 5, 5, 5]
     errors = []
 

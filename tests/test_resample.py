@@ -29,7 +29,7 @@ from vkml.errors import ValidationError
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output)
-from helpers import run_desc, same_bits, strided_view
+from helpers import run_desc, run_two_node_graph, same_bits, strided_view
 from test_lifetime import run_in_threads
 
 T = dml.TensorDesc
@@ -317,24 +317,28 @@ def test_upsample_2d_against_torch(device, rank, linear):
     np.testing.assert_allclose(got, want, rtol=0, atol=3e-6 if linear else 0)
 
 
+def _check_functional_both_modes(device, x, out, dtype):
+    """``vkml.resample(x, sizes=out)`` nearest and linear (half-pixel offsets) against the
+    references."""
+    scales = [o / i for i, o in zip(x.shape, out)]
+    s32 = np.float32(scales).astype(np.float64)
+    half = ((0.5,) * len(out), (-0.5,) * len(out))
+    for linear in (False, True):
+        got = vkml.resample(x, sizes=out, mode="linear" if linear else "nearest", device=device)
+        if not linear:
+            assert_nearest(got, x, out, s32, *half)
+            continue
+        ref = resample_reference(x, out, linear, s32, *half)
+        assert_matches(got, ref, dtype, coordinate_atol(x, out, scales, 0.5))
+
+
 def test_windows_beyond_max_storage_buffer_range(device):
     rng = np.random.default_rng(13)
     with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
         for dtype, shape, out in (("float32", (2, 3, 20, 30), (2, 3, 31, 47)),
                                   ("float16", (3, 20, 30), (2, 9, 70)),
                                   ("uint8", (4, 50, 60), (5, 70, 33))):
-            x = random_data(rng, shape, dtype)
-            for linear in (False, True):
-                got = vkml.resample(x, sizes=out, mode="linear" if linear else "nearest",
-                                    device=small)
-                scales = [o / i for i, o in zip(shape, out)]
-                s32 = np.float32(scales).astype(np.float64)
-                half = ((0.5,) * len(out), (-0.5,) * len(out))
-                if not linear:
-                    assert_nearest(got, x, out, s32, *half)
-                    continue
-                ref = resample_reference(x, out, linear, s32, *half)
-                assert_matches(got, ref, dtype, coordinate_atol(x, out, scales, 0.5))
+            _check_functional_both_modes(small, random_data(rng, shape, dtype), out, dtype)
 
 
 def test_grids_beyond_max_workgroup_count(device):
@@ -342,17 +346,7 @@ def test_grids_beyond_max_workgroup_count(device):
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
         for shape, out in (((2, 3, 7, 60), (3, 4, 9, 700)), ((5, 4, 3), (7, 6, 5))):
             x = rng.standard_normal(shape).astype(np.float32)
-            for linear in (False, True):
-                got = vkml.resample(x, sizes=out, mode="linear" if linear else "nearest",
-                                    device=dev)
-                scales = [o / i for i, o in zip(shape, out)]
-                s32 = np.float32(scales).astype(np.float64)
-                half = ((0.5,) * len(out), (-0.5,) * len(out))
-                if not linear:
-                    assert_nearest(got, x, out, s32, *half)
-                    continue
-                ref = resample_reference(x, out, linear, s32, *half)
-                assert_matches(got, ref, "float32", coordinate_atol(x, out, scales, 0.5))
+            _check_functional_both_modes(dev, x, out, "float32")
 
 
 @pytest.mark.parametrize("read", ["ssbo", "texel"])
@@ -394,20 +388,12 @@ def test_tensor_in_tensor_out(device):
 
 def test_graph_node(device):
     x, mid, y = T("float32", (1, 2, 3, 4)), T("float32", (1, 2, 6, 8)), T("float32", (1, 2, 6, 8))
-    N = dml.OperatorGraphNodeDesc
-    nodes = [N(dml.ResampleOperatorDesc(x, mid, LINEAR, (1, 1, 2, 2))),
-             N(dml.ActivationReluOperatorDesc(mid, y))]
-    g = dml.GraphDesc(1, 1, nodes, [dml.InputGraphEdgeDesc(0, 0, 0)],
-                      [dml.OutputGraphEdgeDesc(1, 0, 0)],
-                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
-    cg = device.compile_graph(g)
     a = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
-    out = device.empty((1, 2, 6, 8), np.float32)
-    cg.execute([device.tensor(a)], [out])
-    cg.release()
+    got = run_two_node_graph(device, dml.ResampleOperatorDesc(x, mid, LINEAR, (1, 1, 2, 2)),
+                             dml.ActivationReluOperatorDesc(mid, y), [a], (1, 2, 6, 8))
     want = np.maximum(resample_reference(a, (1, 2, 6, 8), True, (1, 1, 2, 2), (0.5,) * 4,
                                          (-0.5,) * 4), 0)
-    np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
 
 
 def test_no_leak_and_threads(device):

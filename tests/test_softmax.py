@@ -7,8 +7,6 @@ windows past maxStorageBufferRange, grids past maxComputeWorkGroupCount, every r
 the pages, the tuner's path, threads and leaks."""
 from __future__ import annotations
 
-import gc
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +14,8 @@ import torch
 import vkml
 from vkml import dml, tuning
 from vkml.errors import ValidationError
+
+from helpers import assert_no_leaks, operator_cycle, threads_share_one_operator
 
 T = dml.TensorDesc
 S1 = dml.ActivationSoftmax1OperatorDesc
@@ -260,49 +260,27 @@ def test_functional_argument_errors(device):
 
 # -- threads, leaks -------------------------------------------------------------------------
 def test_threads(device):
-    from test_lifetime import run_in_threads
-
-    errors = []
     x = np.random.default_rng(12).standard_normal((3, 50)).astype(np.float32)
     t = T("float32", x.shape)
     shared = device.compile_operator(device.create_operator(S1(t, t, (1,))))
     xt = device.tensor(x)
     want = reference(x, (1,))
 
-    def work(k):
-        out = device.empty(x.shape)
-        for i in range(5):
-            xi = np.random.default_rng(k * 10 + i).standard_normal((2 + k, 3 + i))
-            xi = xi.astype(np.float32)
-            if not np.allclose(vkml.softmax(xi, k % 2, device=device), reference(xi, (k % 2,)),
-                               rtol=2e-5, atol=1e-7):
-                errors.append((k, i))
-            shared.execute([xt], [out])
-            if not np.allclose(out.numpy(), want, rtol=2e-5, atol=1e-7):
-                errors.append((k, i, "shared"))
+    def functional(k, i):
+        xi = np.random.default_rng(k * 10 + i).standard_normal((2 + k, 3 + i))
+        xi = xi.astype(np.float32)
+        return np.allclose(vkml.softmax(xi, k % 2, device=device), reference(xi, (k % 2,)),
+                           rtol=2e-5, atol=1e-7)
 
-    run_in_threads(work, errors)
-    shared.release()
-    assert not errors, errors[:5]
+    threads_share_one_operator(device, shared, [xt], want, x.shape, functional,
+                               rtol=2e-5, atol=1e-7)
 
 
 def test_no_leaks(device):
     t = T("float32", (3, 8))
     xt, out = device.tensor(np.ones((3, 8), np.float32)), device.empty((3, 8))
-
-    def cycle():
-        op = device.compile_operator(device.create_operator(S1(t, t, (1,))))
-        op.execute([xt], [out])
-        op.release()
-
-    for _ in range(20):
-        cycle()
-    gc.collect()
-    base = device.memory_stats()
-    for _ in range(100):
-        cycle()
-    gc.collect()
-    assert device.memory_stats() == base
+    cycle = operator_cycle(device, S1(t, t, (1,)), [xt], [out])
+    assert_no_leaks(device, cycle, warm=20, rounds=100)
     np.testing.assert_allclose(out.numpy(), np.full((3, 8), 0.125))
 
 
