@@ -20,6 +20,8 @@ import numpy as np
 import vkml
 from vkml.runtime import FORMAT_RGBA32_UINT, STORAGE, UNIFORM_TEXEL, Bind
 from vkml.intmath import ceil_div
+from vkml.ops.grid import grid_cap
+from vkml.runtime.blocks import pack
 
 _LOCAL = 64
 _PER = 4                  # uvec4s per invocation in bench_copy.comp
@@ -63,7 +65,7 @@ def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
     ctx = dev.context
     lim = ctx.limits
     max_local = min(lim["maxComputeWorkGroupInvocations"], lim["maxComputeWorkGroupSize"][0])
-    max_x = min(lim["maxComputeWorkGroupCount"][0], 65535)
+    max_x = grid_cap(lim["maxComputeWorkGroupCount"][0])
     max_y = lim["maxComputeWorkGroupCount"][1]
     out = ctx.allocate(65536 * 16)
     best = None
@@ -73,8 +75,8 @@ def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
             groups = max(1, 1024 // local)
             while True:
                 gx, gy = _grid(groups, max_x)
-                push = np.array([0.999999, 1e-6], np.float32).tobytes() + \
-                    np.array([groups * local, gx * local], np.uint32).tobytes()
+                push = pack("bench_fma", "push", mul=0.999999, add=1e-6, count=groups * local,
+                            row=gx * local)
 
                 def record(seq, pipe=pipe, gx=gx, gy=gy, push=push):
                     seq.dispatch(pipe, [Bind(out, 0, out.size, "w")], (gx, gy, 1), push)
@@ -110,7 +112,7 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
     lim = ctx.limits
     max_local = min(lim["maxComputeWorkGroupInvocations"], lim["maxComputeWorkGroupSize"][0])
     locals_ = sorted({min(n, max_local) for n in (64, 256)})
-    max_x = min(lim["maxComputeWorkGroupCount"][0], 65535)
+    max_x = grid_cap(lim["maxComputeWorkGroupCount"][0])
     src, dst = ctx.allocate(size), ctx.allocate(size)
     out = {}
     check = np.empty(size // 4, np.uint32)
@@ -130,7 +132,7 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
                     for off, n in _copy_windows(size, window):
                         count = n // 16
                         gx, gy = _grid(ceil_div(count, (local * _PER)), max_x)
-                        push = np.array([count, gx * local], np.uint32).tobytes()
+                        push = pack(pipe.name, "push", count=count, row=gx * local)
                         seq.dispatch(pipe, [Bind(src, off, n, "r", fmt),
                                             Bind(dst, off, n, "w")], (gx, gy, 1), push)
 
