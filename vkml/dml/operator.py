@@ -204,6 +204,24 @@ class OperatorDesc:
         return out
 
 
+class InputOutputDesc(OperatorDesc):
+    """A descriptor of one input, ``input_tensor``, and one output, ``output_tensor``.
+    The per-dimension fields ``_TUPLE_FIELDS`` names are stored as tuples
+    (:func:`field_tuple`: a list or array given for one still hashes)."""
+
+    _TUPLE_FIELDS: tuple = ()
+
+    def __post_init__(self):
+        for name in self._TUPLE_FIELDS:
+            object.__setattr__(self, name, field_tuple(getattr(self, name)))
+
+    def inputs(self):
+        return [self.input_tensor]
+
+    def outputs(self):
+        return [self.output_tensor]
+
+
 def _span(ranks) -> str:
     r = sorted(ranks)
     return f"{r[0]} to {r[-1]}" if r == list(range(r[0], r[-1] + 1)) and len(r) > 1 else \
