@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, make_dataclass
 
 import numpy as np
 
-from ..errors import ArgumentTypeError
+from ..errors import ArgumentTypeError, ValidationError
 from .operator import FLT_MAX, FeatureLevel, OperatorDesc, check_float
 from .tensor_desc import fail_with
 
@@ -270,6 +270,46 @@ def activation(value, fusable: bool = True) -> ActivationDesc | None:
     what = "that can be fused" if fusable else "operator"
     raise error("fused_activation", f"{value!r} is not an activation {what} "
                           f"({', '.join(table)}), nor one of their descriptors")
+
+
+def coerce_fused_activation(desc) -> None:
+    """A fusing descriptor's ``__post_init__``: an activation name or class given for
+    ``fused_activation`` is stored as its descriptor (:func:`activation`); an unknown one
+    raises ValidationError naming the field."""
+    if isinstance(desc.fused_activation, (str, type)):
+        try:
+            act = activation(desc.fused_activation)
+        except ValidationError as exc:
+            raise ValidationError(desc.field("fused_activation"), exc.rule) from None
+        object.__setattr__(desc, "fused_activation", act)
+
+
+def fused_activation_level(desc, level: FeatureLevel) -> FeatureLevel:
+    """``level``, raised to the fused activation's feature level where there is one."""
+    act = desc.fused_activation
+    return level if act is None else max(level, act.feature_level())
+
+
+def check_fused_activation(desc, clip: bool, listed_only: bool = False) -> None:
+    """dml-fused-activations.md: ``fused_activation`` is None or an activation descriptor
+    (``listed_only``: of the page's list, :data:`ACTIVATIONS`) with both tensors NULL;
+    ELEMENT_WISE_CLIP only where ``clip`` (the page: "for Convolution and GEMM only")."""
+    act = desc.fused_activation
+    if act is None:
+        return
+    if not isinstance(act, ActivationDesc) or (listed_only and
+                                               type(act) not in ACTIVATIONS.values()):
+        desc.fail("fused_activation", "must be None or an activation descriptor the "
+                  "fused-activation page lists (vkml.dml.ACTIVATIONS), got "
+                  f"{type(act).__name__}")
+    for t in ("input_tensor", "output_tensor"):
+        if getattr(act, t) is not None:
+            desc.fail(f"fused_activation.{t}", "must be None: a fused activation's "
+                      "InputTensor and OutputTensor are NULL")
+    if not clip and act.SPEC.name == "clip":
+        desc.fail("fused_activation", "DML_OPERATOR_ELEMENT_WISE_CLIP can be fused "
+                  "for Convolution and GEMM only")
+    act.validate_parameters(lambda name, rule: desc.fail(f"fused_activation.{name}", rule))
 
 
 __all__ = ["ACTIVATION_TABLE", "ACTIVATIONS", "ActivationDesc", "ActivationSpec", "ScaleBias",

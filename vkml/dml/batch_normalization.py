@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ValidationError
-from .activations import ActivationDesc, activation
+from .activations import (ActivationDesc, check_fused_activation, coerce_fused_activation,
+                          fused_activation_level)
 from .data_type import FLOAT_TYPES
 from .operator import FeatureLevel, OperatorDesc, check_float, check_no_overlap
 from .tensor_desc import TensorDesc
@@ -54,12 +54,7 @@ class BatchNormalizationOperatorDesc(OperatorDesc):
     FEATURE_LEVEL = FeatureLevel.FL_1_0
 
     def __post_init__(self):
-        if isinstance(self.fused_activation, (str, type)):
-            try:
-                act = activation(self.fused_activation)
-            except ValidationError as exc:
-                raise ValidationError(self.field("fused_activation"), exc.rule) from None
-            object.__setattr__(self, "fused_activation", act)
+        coerce_fused_activation(self)
 
     def inputs(self):
         return [self.input_tensor] + [getattr(self, n) for n in STATISTICS]
@@ -76,9 +71,7 @@ class BatchNormalizationOperatorDesc(OperatorDesc):
             for t in (self.mean_tensor, self.variance_tensor):
                 if any(t.sizes[d] != sizes[d] for d in (2, 3)):
                     level = max(level, FeatureLevel.FL_4_0)   # Spatial FALSE: no effect
-        if self.fused_activation is not None:
-            level = max(level, self.fused_activation.feature_level())
-        return level
+        return fused_activation_level(self, level)
 
     def validate(self) -> None:
         names = ["input_tensor"] + list(STATISTICS) + ["output_tensor"]
@@ -99,22 +92,4 @@ class BatchNormalizationOperatorDesc(OperatorDesc):
         if not isinstance(self.spatial, (bool, int, np.bool_)) or self.spatial not in (0, 1):
             self.fail("spatial", f"must be a BOOL (True or False), got {self.spatial!r}")
         check_float(self.fail, "epsilon", self.epsilon)
-        self._validate_activation()
-
-    def _validate_activation(self) -> None:
-        """dml-fused-activations.md: an activation of its list, tensors NULL, not CLIP."""
-        act = self.fused_activation
-        if act is None:
-            return
-        if not isinstance(act, ActivationDesc):
-            self.fail("fused_activation", "must be None or an activation descriptor the "
-                      "fused-activation page lists (vkml.dml.ACTIVATIONS), got "
-                      f"{type(act).__name__}")
-        for t in ("input_tensor", "output_tensor"):
-            if getattr(act, t) is not None:
-                self.fail(f"fused_activation.{t}", "must be None: a fused activation's "
-                          "InputTensor and OutputTensor are NULL")
-        if act.SPEC.name == "clip":
-            self.fail("fused_activation", "DML_OPERATOR_ELEMENT_WISE_CLIP can be fused "
-                      "for Convolution and GEMM only")
-        act.validate_parameters(lambda name, rule: self.fail(f"fused_activation.{name}", rule))
+        check_fused_activation(self, clip=False)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..errors import ValidationError
-from .activations import ACTIVATIONS, ActivationDesc, activation
+from .activations import (ActivationDesc, check_fused_activation, coerce_fused_activation,
+                          fused_activation_level)
 from .data_type import DataType
 from .operator import FeatureLevel, OperatorDesc, check_no_overlap, enum_of
 from .tensor_desc import TensorDesc
@@ -111,12 +111,7 @@ class ConvolutionOperatorDesc(OperatorDesc):
             elif isinstance(v, list):
                 v = tuple(v)
             object.__setattr__(self, name, v)
-        if isinstance(self.fused_activation, (str, type)):
-            try:
-                act = activation(self.fused_activation)
-            except ValidationError as exc:
-                raise ValidationError(self.field("fused_activation"), exc.rule) from None
-            object.__setattr__(self, "fused_activation", act)
+        coerce_fused_activation(self)
 
     # -- enums ---------------------------------------------------------------------------
     @property
@@ -178,9 +173,7 @@ class ConvolutionOperatorDesc(OperatorDesc):
         level = self.FEATURE_LEVEL
         if self.input_tensor.dimension_count == 3:
             level = max(level, FeatureLevel.FL_4_0)     # 3D tensors: "4_0 and above"
-        if self.fused_activation is not None:
-            level = max(level, self.fused_activation.feature_level())
-        return level
+        return fused_activation_level(self, level)
 
     def validate(self) -> None:
         names = ["input_tensor", "filter_tensor", "bias_tensor", "output_tensor"]
@@ -244,15 +237,4 @@ class ConvolutionOperatorDesc(OperatorDesc):
             if self.bias_tensor.sizes != want:
                 self.fail("bias_tensor.sizes", f"must be {{1, OutputChannelCount, 1, ...}} = "
                           f"{want}, got {self.bias_tensor.sizes}")
-        act = self.fused_activation
-        if act is not None:
-            if not isinstance(act, ActivationDesc) or type(act) not in ACTIVATIONS.values():
-                self.fail("fused_activation", "must be None or an activation descriptor the "
-                          "fused-activation page lists (vkml.dml.ACTIVATIONS), got "
-                          f"{type(act).__name__}")
-            for t in ("input_tensor", "output_tensor"):
-                if getattr(act, t) is not None:
-                    self.fail(f"fused_activation.{t}", "must be None: a fused activation's "
-                              "InputTensor and OutputTensor are NULL")
-            act.validate_parameters(lambda name, rule: self.fail(f"fused_activation.{name}",
-                                                                 rule))
+        check_fused_activation(self, clip=True, listed_only=True)

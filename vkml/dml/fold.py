@@ -31,12 +31,22 @@ def blocks_per_dimension(spatial, window_sizes, strides, dilations, start_paddin
     return tuple(out)
 
 
+@dataclass(frozen=True)
 class SlidingWindowDesc(OperatorDesc):
-    """The rules Fold and Unfold share.
+    """The fields (both pages list the same, in the same order) and rules Fold and Unfold
+    share.
 
     ``image`` is the (N, C, *spatial) side, ``columns`` the (N, C x prod(WindowSizes),
     BlockCount) side; ``_image_name``/``_columns_name`` say which tensor field each is.
     """
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    window_sizes: tuple = ()
+    strides: tuple | None = None
+    dilations: tuple | None = None
+    start_padding: tuple | None = None
+    end_padding: tuple | None = None
 
     _image_name = ""
     _columns_name = ""
@@ -168,14 +178,6 @@ class FoldOperatorDesc(SlidingWindowDesc):
     float16 sums are accumulated in float32 and rounded once.  The summation order is
     fixed (window positions in row-major order), so results are bit-identical run to run.
     """
-
-    input_tensor: TensorDesc
-    output_tensor: TensorDesc
-    window_sizes: tuple = ()
-    strides: tuple | None = None
-    dilations: tuple | None = None
-    start_padding: tuple | None = None
-    end_padding: tuple | None = None
 
     OPERATOR_TYPE = "DML_OPERATOR_FOLD"
     FEATURE_LEVEL = FeatureLevel.FL_6_4

@@ -4,8 +4,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ..errors import ValidationError
-from .activations import ActivationDesc, activation
+from .activations import (ActivationDesc, check_fused_activation, coerce_fused_activation,
+                          fused_activation_level)
 from .data_type import FLOAT_TYPES
 from .operator import FeatureLevel, OperatorDesc, as_real, check_no_overlap, enum_of
 from .tensor_desc import TensorDesc
@@ -55,12 +55,7 @@ class GemmOperatorDesc(OperatorDesc):
     FEATURE_LEVEL = FeatureLevel.FL_1_0
 
     def __post_init__(self):
-        if isinstance(self.fused_activation, (str, type)):
-            try:
-                act = activation(self.fused_activation)
-            except ValidationError as exc:
-                raise ValidationError(self.field("fused_activation"), exc.rule) from None
-            object.__setattr__(self, "fused_activation", act)
+        coerce_fused_activation(self)
 
     def inputs(self):
         return [self.a_tensor, self.b_tensor, self.c_tensor]
@@ -89,9 +84,7 @@ class GemmOperatorDesc(OperatorDesc):
         level = self.FEATURE_LEVEL
         if self.a_tensor.dimension_count != 4:
             level = FeatureLevel.FL_4_0            # "2 to 4" from 4_0, 4 before
-        if self.fused_activation is not None:
-            level = max(level, self.fused_activation.feature_level())
-        return level
+        return fused_activation_level(self, level)
 
     def validate(self) -> None:
         names = ["a_tensor", "b_tensor", "c_tensor", "output_tensor"]
@@ -105,7 +98,7 @@ class GemmOperatorDesc(OperatorDesc):
         check_no_overlap(self, "output_tensor", self.output_tensor)
         for name in ("alpha", "beta"):
             as_real(getattr(self, name), name, self.fail)
-        self._validate_activation()
+        check_fused_activation(self, clip=True)
 
     def _validate_sizes(self) -> None:
         """The page's Sizes table: {batch..., M, K} x {batch..., K, N} -> {batch..., M, N}."""
@@ -129,17 +122,3 @@ class GemmOperatorDesc(OperatorDesc):
             self.fail("c_tensor.sizes", "CTensor and OutputTensor must have the same "
                       f"Sizes, got {c.sizes} and {y}")
 
-    def _validate_activation(self) -> None:
-        """dml-fused-activations.md: an activation of its list, its tensors NULL."""
-        act = self.fused_activation
-        if act is None:
-            return
-        if not isinstance(act, ActivationDesc):
-            self.fail("fused_activation", "must be None or an activation descriptor the "
-                      "fused-activation page lists (vkml.dml.ACTIVATIONS), got "
-                      f"{type(act).__name__}")
-        for t in ("input_tensor", "output_tensor"):
-            if getattr(act, t) is not None:
-                self.fail(f"fused_activation.{t}", "must be None: a fused activation's "
-                          "InputTensor and OutputTensor are NULL")
-        act.validate_parameters(lambda name, rule: self.fail(f"fused_activation.{name}", rule))

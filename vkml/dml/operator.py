@@ -178,20 +178,22 @@ class OperatorDesc:
         return as_uint(getattr(self, name), name, minimum, fail=self.fail)
 
     def check_same_type(self, names: list[str]) -> None:
-        tensors = [(n, getattr(self, n)) for n in names if getattr(self, n) is not None]
-        first_name, first = tensors[0]
-        for n, t in tensors[1:]:
-            if t.data_type != first.data_type:
-                self.fail(f"{n}.data_type", f"must equal {first_name}.data_type "
-                          f"({first.data_type.name}), got {t.data_type.name}")
+        self._check_same(names, "data_type", "data_type", lambda first, want, got:
+                         f"must equal {first}.data_type ({want.name}), got {got.name}")
 
     def check_same_rank(self, names: list[str]) -> None:
+        self._check_same(names, "dimension_count", "sizes", lambda first, want, got:
+                         f"DimensionCount must equal {first}'s ({want}), got {got}")
+
+    def _check_same(self, names: list[str], attr: str, field: str, rule) -> None:
+        """Every present tensor of ``names`` has the first one's ``attr``; ``rule(first
+        name, its value, the differing value)`` words the failure on ``<name>.<field>``."""
         tensors = [(n, getattr(self, n)) for n in names if getattr(self, n) is not None]
         first_name, first = tensors[0]
+        want = getattr(first, attr)
         for n, t in tensors[1:]:
-            if t.dimension_count != first.dimension_count:
-                self.fail(f"{n}.sizes", f"DimensionCount must equal {first_name}'s "
-                          f"({first.dimension_count}), got {t.dimension_count}")
+            if getattr(t, attr) != want:
+                self.fail(f"{n}.{field}", rule(first_name, want, getattr(t, attr)))
 
     def describe(self) -> dict:
         """The fields as plain Python values (for reports and model files)."""
@@ -200,6 +202,24 @@ class OperatorDesc:
             v = getattr(self, f.name)
             out[f.name] = v
         return out
+
+
+class InputOutputDesc(OperatorDesc):
+    """A descriptor of one input, ``input_tensor``, and one output, ``output_tensor``.
+    The per-dimension fields ``_TUPLE_FIELDS`` names are stored as tuples
+    (:func:`field_tuple`: a list or array given for one still hashes)."""
+
+    _TUPLE_FIELDS: tuple = ()
+
+    def __post_init__(self):
+        for name in self._TUPLE_FIELDS:
+            object.__setattr__(self, name, field_tuple(getattr(self, name)))
+
+    def inputs(self):
+        return [self.input_tensor]
+
+    def outputs(self):
+        return [self.output_tensor]
 
 
 def _span(ranks) -> str:

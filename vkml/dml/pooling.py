@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .data_type import DataType, FLOAT_TYPES
-from .lp_pooling import lp_pooling_output_sizes
 from .operator import FeatureLevel, OperatorDesc, check_no_overlap, field_tuple
 from .tensor_desc import TensorDesc
 
@@ -23,19 +22,55 @@ INDEX_TYPES = (DataType.UINT32, DataType.UINT64)
 #: The types each feature level added to max pooling.
 _LEVEL_OF_TYPE = {DataType.INT8: FeatureLevel.FL_3_0, DataType.UINT8: FeatureLevel.FL_3_0}
 
-pooling_output_sizes = lp_pooling_output_sizes
+def pooling_output_sizes(input_sizes, strides, window_size, start_padding, end_padding,
+                         dilations) -> tuple[int, ...]:
+    """``OutputTensor.Sizes``: N and C of the input, then per spatial dimension
+    ``(Input + StartPadding + EndPadding - Dilations * (WindowSize - 1) - 1) / Strides + 1``
+    (0 where the dilated window does not fit the padded input)."""
+    out = list(input_sizes[:2])
+    for s, st, w, a, b, dl in zip(input_sizes[2:], strides, window_size, start_padding,
+                                  end_padding, dilations):
+        num = s + a + b - dl * (w - 1) - 1
+        out.append(num // st + 1 if num >= 0 else 0)
+    return tuple(out)
 
 
-def _max_outputs(desc) -> list:
-    """OutputTensor, then OutputIndicesTensor where the descriptor has one (an absent
-    optional output is not bound at all)."""
-    idx = desc.output_indices_tensor
-    return [desc.output_tensor] + ([idx] if idx is not None else [])
+@dataclass(frozen=True)
+class WindowFields:
+    """The fields (in the pages' order) of a pooling descriptor without dilations."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    strides: tuple | None = None
+    window_size: tuple = ()
+    start_padding: tuple | None = None
+    end_padding: tuple | None = None
 
 
-class _PoolingRules(OperatorDesc):
-    """Rules every max and average pooling descriptor shares (see
-    MaxPooling2OperatorDesc)."""
+@dataclass(frozen=True)
+class DilatedWindowFields(WindowFields):
+    """:class:`WindowFields`, then ``dilations`` (the pages of the later versions)."""
+
+    dilations: tuple | None = None
+
+
+@dataclass(frozen=True)
+class _MaxWindowFields:
+    """Max pooling's fields: OutputIndicesTensor stands between the output and Strides."""
+
+    input_tensor: TensorDesc
+    output_tensor: TensorDesc
+    output_indices_tensor: TensorDesc | None = None
+    strides: tuple | None = None
+    window_size: tuple = ()
+    start_padding: tuple | None = None
+    end_padding: tuple | None = None
+
+
+class PoolingWindowRules(OperatorDesc):
+    """The window rules every pooling descriptor shares (max, average and LP pooling):
+    4D or 5D input and output of one DataType of ``_TYPES``, per-dimension arrays of
+    DimensionCount - 2 entries, and the dilated window fitting the padded input."""
 
     _PER_DIM = ("strides", "window_size", "start_padding", "end_padding", "dilations")
     _TYPES = FLOAT_TYPES
@@ -63,28 +98,19 @@ class _PoolingRules(OperatorDesc):
         d = getattr(self, "dilations", None)
         return d if d is not None else (1,) * (self.input_tensor.dimension_count - 2)
 
-    @property
-    def indices_tensor(self) -> TensorDesc | None:
-        return getattr(self, "output_indices_tensor", None)
-
-    def feature_level(self) -> FeatureLevel:
-        level = self.FEATURE_LEVEL
-        t = getattr(self.input_tensor, "data_type", None)
-        if t is not None and t not in FLOAT_TYPES:
-            level = max(level, _LEVEL_OF_TYPE.get(t, FeatureLevel.FL_5_0))
-        idx = self.indices_tensor
-        if idx is not None and getattr(idx, "data_type", None) == DataType.UINT64:
-            level = max(level, FeatureLevel.FL_5_0)
-        return level
-
-    def validate(self) -> None:
+    def validate_tensors(self) -> None:
+        """Input and output: 4D or 5D, ``_TYPES``, the same DataType and DimensionCount;
+        the output's elements do not overlap."""
         self.check_tensor("input_tensor", self.input_tensor, (4, 5), self._TYPES)
         self.check_tensor("output_tensor", self.output_tensor, (4, 5), self._TYPES)
         self.check_same_type(["input_tensor", "output_tensor"])
         self.check_same_rank(["input_tensor", "output_tensor"])
         check_no_overlap(self, "output_tensor", self.output_tensor)
-        if hasattr(self, "output_indices_tensor"):
-            self._validate_indices()
+
+    def validate_window(self) -> tuple[tuple[int, ...], ...]:
+        """The per-dimension arrays (DimensionCount - 2 UINTs; window sizes, strides and
+        dilations at least 1), as (window, strides, start, end, dilations); dilations
+        are all 1 for a descriptor without them."""
         d = self.input_tensor.dimension_count - 2
         what = f"DimensionCount = {d}: 2 for 4D tensors, 3 for 5D"
         for name in self._PER_DIM:
@@ -96,26 +122,9 @@ class _PoolingRules(OperatorDesc):
         end = self.check_uints("end_padding", self.end_padding, d, 0, what)
         dil = (self.check_uints("dilations", self.dilations, d, 1, what)
                if hasattr(self, "dilations") else (1,) * d)
-        if hasattr(self, "include_padding") and not isinstance(self.include_padding, bool):
-            self.fail("include_padding", f"is a BOOL (True or False), got "
-                      f"{self.include_padding!r}")
-        self._validate_sizes(window, strides, start, end, dil)
+        return window, strides, start, end, dil
 
-    def _validate_indices(self) -> None:
-        """OutputIndicesTensor (optional): UINT32 or UINT64, the output's
-        DimensionCount and (the page: "both have the same tensor sizes") Sizes."""
-        idx = self.output_indices_tensor
-        self.check_tensor("output_indices_tensor", idx, (4, 5), INDEX_TYPES, optional=True)
-        if idx is None:
-            return
-        self.check_same_rank(["input_tensor", "output_tensor", "output_indices_tensor"])
-        if tuple(idx.sizes) != tuple(self.output_tensor.sizes):
-            self.fail("output_indices_tensor.sizes", f"OutputIndicesTensor and OutputTensor "
-                      f"have the same sizes: expected {tuple(self.output_tensor.sizes)}, "
-                      f"got {tuple(idx.sizes)}")
-        check_no_overlap(self, "output_indices_tensor", idx)
-
-    def _validate_sizes(self, window, strides, start, end, dil) -> None:
+    def validate_sizes(self, window, strides, start, end, dil) -> None:
         """The dilated window fits the padded input, and the output sizes follow it."""
         sizes_in = self.input_tensor.sizes
         for i in range(len(window)):
@@ -135,8 +144,62 @@ class _PoolingRules(OperatorDesc):
                           f"got {got}")
 
 
+class _PoolingRules(PoolingWindowRules):
+    """Rules every max and average pooling descriptor shares (see
+    MaxPooling2OperatorDesc)."""
+
+    @property
+    def indices_tensor(self) -> TensorDesc | None:
+        return getattr(self, "output_indices_tensor", None)
+
+    def feature_level(self) -> FeatureLevel:
+        level = self.FEATURE_LEVEL
+        t = getattr(self.input_tensor, "data_type", None)
+        if t is not None and t not in FLOAT_TYPES:
+            level = max(level, _LEVEL_OF_TYPE.get(t, FeatureLevel.FL_5_0))
+        idx = self.indices_tensor
+        if idx is not None and getattr(idx, "data_type", None) == DataType.UINT64:
+            level = max(level, FeatureLevel.FL_5_0)
+        return level
+
+    def validate(self) -> None:
+        self.validate_tensors()
+        if hasattr(self, "output_indices_tensor"):
+            self._validate_indices()
+        window = self.validate_window()
+        if hasattr(self, "include_padding") and not isinstance(self.include_padding, bool):
+            self.fail("include_padding", f"is a BOOL (True or False), got "
+                      f"{self.include_padding!r}")
+        self.validate_sizes(*window)
+
+    def _validate_indices(self) -> None:
+        """OutputIndicesTensor (optional): UINT32 or UINT64, the output's
+        DimensionCount and (the page: "both have the same tensor sizes") Sizes."""
+        idx = self.output_indices_tensor
+        self.check_tensor("output_indices_tensor", idx, (4, 5), INDEX_TYPES, optional=True)
+        if idx is None:
+            return
+        self.check_same_rank(["input_tensor", "output_tensor", "output_indices_tensor"])
+        if tuple(idx.sizes) != tuple(self.output_tensor.sizes):
+            self.fail("output_indices_tensor.sizes", f"OutputIndicesTensor and OutputTensor "
+                      f"have the same sizes: expected {tuple(self.output_tensor.sizes)}, "
+                      f"got {tuple(idx.sizes)}")
+        check_no_overlap(self, "output_indices_tensor", idx)
+
+
+class _MaxPoolingRules(_PoolingRules):
+    """Max pooling's types, and OutputIndicesTensor bound after the output where the
+    descriptor has one (an absent optional output is not bound at all)."""
+
+    _TYPES = MAX_TYPES
+
+    def outputs(self):
+        idx = self.indices_tensor
+        return [self.output_tensor] + ([idx] if idx is not None else [])
+
+
 @dataclass(frozen=True)
-class MaxPooling2OperatorDesc(_PoolingRules):
+class MaxPooling2OperatorDesc(_MaxPoolingRules, _MaxWindowFields):
     """``DML_MAX_POOLING2_OPERATOR_DESC``: the maximum over each (dilated) window, and
     optionally its index.
 
@@ -158,63 +221,32 @@ class MaxPooling2OperatorDesc(_PoolingRules):
     value (-inf for floats) and index 0.
     """
 
-    input_tensor: TensorDesc
-    output_tensor: TensorDesc
-    output_indices_tensor: TensorDesc | None = None
-    strides: tuple | None = None
-    window_size: tuple = ()
-    start_padding: tuple | None = None
-    end_padding: tuple | None = None
     dilations: tuple | None = None
 
     OPERATOR_TYPE = "DML_OPERATOR_MAX_POOLING2"
     FEATURE_LEVEL = FeatureLevel.FL_2_1
-    _TYPES = MAX_TYPES
-
-    def outputs(self):
-        return _max_outputs(self)
 
 
 @dataclass(frozen=True)
-class MaxPooling1OperatorDesc(_PoolingRules):
+class MaxPooling1OperatorDesc(_MaxPoolingRules, _MaxWindowFields):
     """``DML_MAX_POOLING1_OPERATOR_DESC``: :class:`MaxPooling2OperatorDesc` without
     dilations (all 1)."""
 
-    input_tensor: TensorDesc
-    output_tensor: TensorDesc
-    output_indices_tensor: TensorDesc | None = None
-    strides: tuple | None = None
-    window_size: tuple = ()
-    start_padding: tuple | None = None
-    end_padding: tuple | None = None
-
     OPERATOR_TYPE = "DML_OPERATOR_MAX_POOLING1"
     FEATURE_LEVEL = FeatureLevel.FL_2_0
-    _TYPES = MAX_TYPES
-
-    def outputs(self):
-        return _max_outputs(self)
 
 
 @dataclass(frozen=True)
-class MaxPoolingOperatorDesc(_PoolingRules):
+class MaxPoolingOperatorDesc(_MaxPoolingRules, WindowFields):
     """``DML_MAX_POOLING_OPERATOR_DESC``: :class:`MaxPooling2OperatorDesc` without
     dilations and without indices."""
 
-    input_tensor: TensorDesc
-    output_tensor: TensorDesc
-    strides: tuple | None = None
-    window_size: tuple = ()
-    start_padding: tuple | None = None
-    end_padding: tuple | None = None
-
     OPERATOR_TYPE = "DML_OPERATOR_MAX_POOLING"
     FEATURE_LEVEL = FeatureLevel.FL_1_0
-    _TYPES = MAX_TYPES
 
 
 @dataclass(frozen=True)
-class AveragePooling1OperatorDesc(_PoolingRules):
+class AveragePooling1OperatorDesc(_PoolingRules, DilatedWindowFields):
     """``DML_AVERAGE_POOLING1_OPERATOR_DESC``: the mean over each (dilated) window.
 
     Rules as :class:`MaxPooling2OperatorDesc` but FLOAT32/FLOAT16 only, and
@@ -223,13 +255,6 @@ class AveragePooling1OperatorDesc(_PoolingRules):
     of its cells inside the input; a window with none gives 0.  Sums are float32.
     """
 
-    input_tensor: TensorDesc
-    output_tensor: TensorDesc
-    strides: tuple | None = None
-    window_size: tuple = ()
-    start_padding: tuple | None = None
-    end_padding: tuple | None = None
-    dilations: tuple | None = None
     include_padding: bool = False
 
     OPERATOR_TYPE = "DML_OPERATOR_AVERAGE_POOLING1"
@@ -237,16 +262,10 @@ class AveragePooling1OperatorDesc(_PoolingRules):
 
 
 @dataclass(frozen=True)
-class AveragePoolingOperatorDesc(_PoolingRules):
+class AveragePoolingOperatorDesc(_PoolingRules, WindowFields):
     """``DML_AVERAGE_POOLING_OPERATOR_DESC``: :class:`AveragePooling1OperatorDesc`
     without dilations (all 1)."""
 
-    input_tensor: TensorDesc
-    output_tensor: TensorDesc
-    strides: tuple | None = None
-    window_size: tuple = ()
-    start_padding: tuple | None = None
-    end_padding: tuple | None = None
     include_padding: bool = False
 
     OPERATOR_TYPE = "DML_OPERATOR_AVERAGE_POOLING"

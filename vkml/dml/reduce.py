@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 
 from .data_type import DataType, FLOAT_TYPES
-from .operator import FeatureLevel, OperatorDesc, check_no_overlap, enum_of, field_tuple
+from .operator import FeatureLevel, InputOutputDesc, check_no_overlap, enum_of
 from .tensor_desc import TensorDesc, as_ints
 
 __all__ = ["ReduceFunction", "ReduceOperatorDesc", "reduce_output_sizes"]
@@ -63,7 +63,7 @@ def _type_level(function: ReduceFunction, t: DataType) -> FeatureLevel:
 
 
 @dataclass(frozen=True)
-class ReduceOperatorDesc(OperatorDesc):
+class ReduceOperatorDesc(InputOutputDesc):
     """``DML_REDUCE_OPERATOR_DESC``: each output element is ``function`` over the input
     elements sharing its coordinates on the axes not reduced.
 
@@ -90,20 +90,12 @@ class ReduceOperatorDesc(OperatorDesc):
 
     OPERATOR_TYPE = "DML_OPERATOR_REDUCE"
     FEATURE_LEVEL = FeatureLevel.FL_1_0
-
-    def __post_init__(self):
-        object.__setattr__(self, "axes", field_tuple(self.axes))
+    _TUPLE_FIELDS = ("axes",)
 
     @property
     def reduce_function(self) -> ReduceFunction:
         return enum_of(ReduceFunction, self.function, self.field("function"),
                        "DML_REDUCE_FUNCTION_")
-
-    def inputs(self):
-        return [self.input_tensor]
-
-    def outputs(self):
-        return [self.output_tensor]
 
     def feature_level(self) -> FeatureLevel:
         level = self.FEATURE_LEVEL

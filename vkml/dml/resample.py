@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data_type import DataType
-from .operator import (FeatureLevel, OperatorDesc, as_real, check_no_overlap, enum_of,
-                       field_tuple)
+from .operator import FeatureLevel, InputOutputDesc, as_real, check_no_overlap, enum_of
 from .tensor_desc import UINT32_MAX, TensorDesc, as_ints
 
 __all__ = ["InterpolationMode", "ResampleOperatorDesc", "Resample1OperatorDesc", "Size2d",
@@ -37,25 +36,18 @@ _BASE_TYPES = (DataType.FLOAT32, DataType.FLOAT16)
 _INT8_TYPES = (DataType.INT8, DataType.UINT8)
 
 
-class _ResampleRules(OperatorDesc):
-    """The rules RESAMPLE and RESAMPLE1 share (see Resample1OperatorDesc)."""
-
-    _PER_DIM: tuple = ()
-
-    def __post_init__(self):
-        for name in self._PER_DIM:
-            object.__setattr__(self, name, field_tuple(getattr(self, name)))
-
-    def inputs(self):
-        return [self.input_tensor]
-
-    def outputs(self):
-        return [self.output_tensor]
+class _InterpolationRules(InputOutputDesc):
+    """What RESAMPLE, RESAMPLE1 and UPSAMPLE_2D share: one input, one output and an
+    ``interpolation_mode``."""
 
     @property
     def mode(self) -> InterpolationMode:
         return enum_of(InterpolationMode, self.interpolation_mode,
                        self.field("interpolation_mode"), "DML_INTERPOLATION_MODE_")
+
+
+class _ResampleRules(_InterpolationRules):
+    """The rules RESAMPLE and RESAMPLE1 share (see Resample1OperatorDesc)."""
 
     def feature_level(self) -> FeatureLevel:
         """INT8/UINT8 from 6_2, 1-3 dimensions from 5_1 (the pages' tables)."""
@@ -137,7 +129,7 @@ class Resample1OperatorDesc(_ResampleRules):
 
     OPERATOR_TYPE = "DML_OPERATOR_RESAMPLE1"
     FEATURE_LEVEL = FeatureLevel.FL_2_1
-    _PER_DIM = ("scales", "input_pixel_offsets", "output_pixel_offsets")
+    _TUPLE_FIELDS = ("scales", "input_pixel_offsets", "output_pixel_offsets")
 
     def geometry(self):
         n = self.input_tensor.dimension_count
@@ -159,7 +151,7 @@ class ResampleOperatorDesc(_ResampleRules):
 
     OPERATOR_TYPE = "DML_OPERATOR_RESAMPLE"
     FEATURE_LEVEL = FeatureLevel.FL_2_0
-    _PER_DIM = ("scales",)
+    _TUPLE_FIELDS = ("scales",)
 
     def geometry(self):
         n = self.input_tensor.dimension_count
@@ -167,7 +159,7 @@ class ResampleOperatorDesc(_ResampleRules):
 
 
 @dataclass(frozen=True)
-class Upsample2dOperatorDesc(OperatorDesc):
+class Upsample2dOperatorDesc(_InterpolationRules):
     """``DML_UPSAMPLE_2D_OPERATOR_DESC`` (directml.h; its page is not in dml-docs):
     upsample the last two dimensions (height, width) of a 4D (NCHW) or 5D (NCDHW)
     tensor by the UINT factors ``scale_size``: a :class:`Size2d` or ``(width, height)``
@@ -188,20 +180,7 @@ class Upsample2dOperatorDesc(OperatorDesc):
 
     OPERATOR_TYPE = "DML_OPERATOR_UPSAMPLE_2D"
     FEATURE_LEVEL = FeatureLevel.FL_1_0
-
-    def __post_init__(self):
-        object.__setattr__(self, "scale_size", field_tuple(self.scale_size))
-
-    def inputs(self):
-        return [self.input_tensor]
-
-    def outputs(self):
-        return [self.output_tensor]
-
-    @property
-    def mode(self) -> InterpolationMode:
-        return enum_of(InterpolationMode, self.interpolation_mode,
-                       self.field("interpolation_mode"), "DML_INTERPOLATION_MODE_")
+    _TUPLE_FIELDS = ("scale_size",)
 
     def validate(self) -> None:
         self.check_tensor("input_tensor", self.input_tensor, (4, 5), _BASE_TYPES)

@@ -9,22 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .data_type import FLOAT_TYPES
-from .operator import FeatureLevel, OperatorDesc, check_no_overlap, field_tuple
+from .operator import FeatureLevel, InputOutputDesc, check_no_overlap
 from .tensor_desc import TensorDesc, as_ints
 
 __all__ = ["ActivationSoftmaxOperatorDesc", "ActivationSoftmax1OperatorDesc"]
 
 
-class _SoftmaxRules(OperatorDesc):
+class _SoftmaxRules(InputOutputDesc):
     """The tensor rules both pages share: FLOAT32/FLOAT16, 1 to 8 dimensions, "InputTensor
     and OutputTensor must have the same DataType, DimensionCount, and Sizes"; the output's
     elements must not overlap (its writes would race)."""
-
-    def inputs(self):
-        return [self.input_tensor]
-
-    def outputs(self):
-        return [self.output_tensor]
 
     def validate_tensors(self) -> None:
         self.check_tensor("input_tensor", self.input_tensor, range(1, 9), FLOAT_TYPES)
@@ -96,9 +90,7 @@ class ActivationSoftmax1OperatorDesc(_SoftmaxRules):
 
     OPERATOR_TYPE = "DML_OPERATOR_ACTIVATION_SOFTMAX1"
     FEATURE_LEVEL = FeatureLevel.FL_5_1
-
-    def __post_init__(self):
-        object.__setattr__(self, "axes", field_tuple(self.axes))
+    _TUPLE_FIELDS = ("axes",)
 
     def validate(self) -> None:
         self.validate_tensors()

@@ -5,7 +5,6 @@ from dataclasses import dataclass
 
 from .fold import SlidingWindowDesc
 from .operator import FeatureLevel
-from .tensor_desc import TensorDesc
 
 __all__ = ["UnfoldOperatorDesc"]
 
@@ -33,14 +32,6 @@ class UnfoldOperatorDesc(SlidingWindowDesc):
     DimensionCount" constraint, the input's count with leading sizes of 1.  Unfold moves
     data only: every type runs on every device, every bit pattern is kept.
     """
-
-    input_tensor: TensorDesc
-    output_tensor: TensorDesc
-    window_sizes: tuple = ()
-    strides: tuple | None = None
-    dilations: tuple | None = None
-    start_padding: tuple | None = None
-    end_padding: tuple | None = None
 
     OPERATOR_TYPE = "DML_OPERATOR_UNFOLD"
     FEATURE_LEVEL = FeatureLevel.FL_6_4
