@@ -302,3 +302,25 @@ def test_swish_is_not_fusable(device):
         vkml.convolution(x, np.ones((1, 1, 1), np.float32), fused_activation="swish",
                          device=device)
     assert dml.activation("hard_swish", fusable=False) == dml.ActivationHardSwishOperatorDesc()
+
+
+@pytest.mark.parametrize("name", ["swish", "hard_swish"])
+@pytest.mark.parametrize("fuser", ["convolution", "gemm", "batch_normalization", "add1"])
+def test_operator_only_activations_are_not_fused(name, fuser):
+    """dml-fused-activations.md does not list SWISH or HARD_SWISH: every operator that
+    takes a fused activation refuses them, naming fused_activation."""
+    from vkml.dml.activations import OPERATOR_ACTIVATIONS
+    act = next(c for c in OPERATOR_ACTIVATIONS.values() if c.SPEC.name == name)()
+    T = lambda *s: vkml.dml.TensorDesc("float32", s)        # noqa: E731
+    x, one = T(1, 1, 4, 4), T(1, 1, 1, 1)
+    make = {
+        "convolution": lambda: vkml.dml.ConvolutionOperatorDesc(
+            x, T(1, 1, 3, 3), None, T(1, 1, 2, 2), fused_activation=act),
+        "gemm": lambda: vkml.dml.GemmOperatorDesc(T(1, 1, 4, 3), T(1, 1, 3, 5), None,
+                                                  T(1, 1, 4, 5), fused_activation=act),
+        "batch_normalization": lambda: vkml.dml.BatchNormalizationOperatorDesc(
+            x, one, one, one, one, x, fused_activation=act),
+        "add1": lambda: vkml.dml.ElementWiseAdd1OperatorDesc(x, x, x, fused_activation=act),
+    }[fuser]
+    with pytest.raises(vkml.ValidationError, match="fused_activation"):
+        make().validate()

@@ -290,15 +290,14 @@ def fused_activation_level(desc, level: FeatureLevel) -> FeatureLevel:
     return level if act is None else max(level, act.feature_level())
 
 
-def check_fused_activation(desc, clip: bool, listed_only: bool = False) -> None:
+def check_fused_activation(desc, clip: bool) -> None:
     """dml-fused-activations.md: ``fused_activation`` is None or an activation descriptor
-    (``listed_only``: of the page's list, :data:`ACTIVATIONS`) with both tensors NULL;
+    of the page's list (:data:`ACTIVATIONS`; not SWISH or HARD_SWISH) with both tensors NULL;
     ELEMENT_WISE_CLIP only where ``clip`` (the page: "for Convolution and GEMM only")."""
     act = desc.fused_activation
     if act is None:
         return
-    if not isinstance(act, ActivationDesc) or (listed_only and
-                                               type(act) not in ACTIVATIONS.values()):
+    if not isinstance(act, ActivationDesc) or type(act) not in ACTIVATIONS.values():
         desc.fail("fused_activation", "must be None or an activation descriptor the "
                   "fused-activation page lists (vkml.dml.ACTIVATIONS), got "
                   f"{type(act).__name__}")

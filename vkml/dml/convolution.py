@@ -237,4 +237,4 @@ class ConvolutionOperatorDesc(OperatorDesc):
             if self.bias_tensor.sizes != want:
                 self.fail("bias_tensor.sizes", f"must be {{1, OutputChannelCount, 1, ...}} = "
                           f"{want}, got {self.bias_tensor.sizes}")
-        check_fused_activation(self, clip=True, listed_only=True)
+        check_fused_activation(self, clip=True)
