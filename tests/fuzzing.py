@@ -16,7 +16,7 @@ import contextlib
 import os
 
 import numpy as np
-from hypothesis import HealthCheck, settings
+from hypothesis import given, HealthCheck, settings
 from hypothesis import strategies as st
 
 from vkml.errors import UnsupportedError, ValidationError
@@ -34,6 +34,16 @@ def fuzz_settings(speed: float):
     example database, no health checks (the device's speed varies)."""
     return settings(max_examples=fuzz_examples(speed), deadline=None, database=None,
                     suppress_health_check=list(HealthCheck))
+
+
+def fuzzer(speed: float, cases, share: int = 4):
+    """The decorator of a fuzzer's inner check: ``cases`` drawn with :func:`fuzz_settings`
+    and a ``share``-th of :func:`fuzz_examples` (at least 10): the operators whose
+    pipelines are many and slow to compile draw fewer."""
+    def deco(check):
+        return settings(fuzz_settings(speed),
+                        max_examples=max(10, fuzz_examples(speed) // share))(given(cases)(check))
+    return deco
 
 
 _COUNTING: list[Cases] = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 import torch
 
 import vkml
@@ -16,6 +17,8 @@ from vkml.errors import ValidationError
 
 from helpers import assert_no_leaks, operator_cycle, run_two_node_graph, threads_share_one_operator
 from test_activations import FORMULAS
+from fuzzing import (LAYOUTS, fuzzer, bind_with_canary, canaries_intact,
+                     compiled_or_refused, execute_into_canaries, lay_out, padded_output)
 
 T = dml.TensorDesc
 Desc = dml.BatchNormalizationOperatorDesc
@@ -288,12 +291,6 @@ def test_no_leaks(device):
 
 
 # -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from fuzzing import (LAYOUTS, bind_with_canary, canaries_intact,  # noqa: E402
-                     compiled_or_refused, execute_into_canaries, fuzz_examples,
-                     fuzz_settings, lay_out, padded_output)
 
 
 @st.composite
@@ -312,11 +309,10 @@ def bn_cases(draw):
 
 
 def test_fuzz_batch_normalization(device, speed):
-    """Random descriptors, one broken rule at a time: valid ones equal the reference with
-    every canary intact (after each bound buffer, in the output's gaps), invalid ones
-    raise ValidationError naming the field."""
-    @settings(fuzz_settings(speed), max_examples=max(10, fuzz_examples(speed) // 4))
-    @given(bn_cases())
+    """Random batch normalization descriptors, one broken rule at a time (tests/fuzzing.py's contract:
+    valid ones equal the reference with every canary intact, invalid ones raise
+    ValidationError naming the field)."""
+    @fuzzer(speed, bn_cases())
     def check(case):
         rng = np.random.default_rng(case["seed"])
         m, shape, dtype = case["mutation"], list(case["shape"]), case["dtype"]

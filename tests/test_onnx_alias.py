@@ -11,24 +11,7 @@ from onnx import helper, numpy_helper  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
-
-
-def _vi(name, shape, dtype=np.float32):
-    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    return helper.make_tensor_value_info(name, t, None if shape is None else list(shape))
-
-
-def _model(nodes, inputs, outputs, inits=(), opset=18):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    onnx.checker.check_model(m)
-    return m
-
-
-def _expected(model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+from onnx_helpers import make_model as _model, ort_expected as _expected, value_info as _vi  # noqa: E402
 
 
 def _i64(name, values):

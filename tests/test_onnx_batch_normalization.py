@@ -11,17 +11,7 @@ from onnx import helper, numpy_helper  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
-
-
-def _vi(name, shape, dtype):
-    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    return helper.make_tensor_value_info(name, t, list(shape))
-
-
-def _expected(model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+from onnx_helpers import ort_expected as _expected, value_info as _vi  # noqa: E402
 
 
 @pytest.mark.parametrize("constants", [True, False], ids=["constants", "inputs"])

@@ -16,22 +16,11 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
+from onnx_helpers import make_model as _model, value_info as _vi  # noqa: E402
 
 OPS = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
 DTYPES = [np.float32, np.float16, np.int8, np.uint8, np.int16, np.uint16, np.int32,
           np.uint32, np.int64, np.uint64]
-
-
-def _vi(name, shape, dtype):
-    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    return helper.make_tensor_value_info(name, t, list(shape))
-
-
-def _model(nodes, inputs, outputs, inits=(), opset=18):
-    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    onnx.checker.check_model(m)
-    return m
 
 
 def _expected(model, feeds):

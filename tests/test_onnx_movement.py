@@ -12,20 +12,9 @@ onnx = pytest.importorskip("onnx")
 from onnx import helper, numpy_helper  # noqa: E402
 
 import vkml.onnx as vonnx  # noqa: E402
+from onnx_helpers import ort_expected as _expected, value_info as _vi  # noqa: E402
 
 DTYPES = [np.float32, np.float16, np.int8, np.uint16, np.int32, np.int64, np.float64]
-
-
-def _vi(name, shape, dtype):
-    """A tensor value info (a str in ``shape``: a symbolic dimension)."""
-    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    return helper.make_tensor_value_info(name, t, list(shape))
-
-
-def _expected(model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

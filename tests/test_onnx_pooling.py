@@ -12,11 +12,7 @@ from onnx import helper  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
-
-
-def _vi(name, shape, dtype=np.float32):
-    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    return helper.make_tensor_value_info(name, t, list(shape))
+from onnx_helpers import ort_expected as _expected, value_info as _vi  # noqa: E402
 
 
 def _model(node, x_shape, dtype, outs):
@@ -26,12 +22,6 @@ def _model(node, x_shape, dtype, outs):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
     onnx.checker.check_model(m)
     return m
-
-
-def _expected(model, feeds):
-    ort = pytest.importorskip("onnxruntime")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
 
 
 def _geometry(rng, n):

@@ -285,12 +285,10 @@ def test_no_leaks(device):
 
 
 # -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
-from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused,  # noqa: E402
-                     execute_with_canaries, fuzz_examples, fuzz_settings, lay_out,
-                     padded_output)
+from fuzzing import (LAYOUTS, fuzzer, canaries_intact, compiled_or_refused,  # noqa: E402
+                     execute_with_canaries, lay_out, padded_output)
 
 
 @st.composite
@@ -310,8 +308,7 @@ def test_fuzz_softmax(device, speed):
     """Random SOFTMAX1 descriptors, one broken rule at a time: valid ones equal the
     reference with every canary intact (after the bound buffers, in the output's gaps),
     invalid ones raise ValidationError naming the field."""
-    @settings(fuzz_settings(speed), max_examples=max(10, fuzz_examples(speed) // 4))
-    @given(softmax_cases())
+    @fuzzer(speed, softmax_cases())
     def check(case):
         rng = np.random.default_rng(case["seed"])
         m, shape, axes, dtype = case["mutation"], list(case["shape"]), list(case["axes"]), \

@@ -30,7 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .activations import ACTIVATIONS, ActivationDesc, ScaleBias
+from .activations import (ACTIVATIONS, ActivationDesc, ScaleBias, check_fused_activation,
+                          fused_activation_level)
 from .data_type import ALL_TYPES, DataType
 from .operator import FeatureLevel, OperatorDesc, as_real, check_no_overlap
 from .tensor_desc import TensorDesc, fail_with
@@ -152,27 +153,11 @@ class ElementWiseAdd1OperatorDesc(ElementWiseDesc):
     FEATURE_LEVEL = _FL.FL_2_0
 
     def feature_level(self) -> FeatureLevel:
-        level = super().feature_level()
-        act = self.fused_activation
-        return max(level, act.feature_level()) if act is not None else level
+        return fused_activation_level(self, super().feature_level())
 
     def validate(self) -> None:
         super().validate()
-        act = self.fused_activation
-        if act is None:
-            return
-        if not isinstance(act, ActivationDesc) or type(act) not in ACTIVATIONS.values():
-            self.fail("fused_activation", "must be None or an activation descriptor the "
-                      "fused-activation page lists (vkml.dml.ACTIVATIONS), got "
-                      f"{type(act).__name__}")
-        if act.SPEC.name == "clip":
-            self.fail("fused_activation", "DML_OPERATOR_ELEMENT_WISE_CLIP may be fused "
-                      "into Convolution and GEMM only (dml-fused-activations.md)")
-        for t in ("input_tensor", "output_tensor"):
-            if getattr(act, t) is not None:
-                self.fail(f"fused_activation.{t}", "must be None: a fused activation's "
-                          "InputTensor and OutputTensor are NULL")
-        act.validate_parameters(lambda n, rule: self.fail(f"fused_activation.{n}", rule))
+        check_fused_activation(self, clip=False)
 
     def kernel_act(self):
         act = self.fused_activation
