@@ -8,7 +8,7 @@ checks, execution, replay and release are done here, and so is the re-check of a
 choice: an operator whose kernel path the tuner chose sets :attr:`CompiledOperator.observed`,
 and every :data:`OBSERVE_EVERY`-th execution of such operators runs timed and reports its
 time to the tuner (:meth:`vkml.tuning.Tuner.observe`), which marks the choice stale when
-the times disagree with it by a wide margin (a choice measured under load, issue #12).
+the times disagree with it by a wide margin (a choice measured under load).
 """
 from __future__ import annotations
 
