@@ -28,7 +28,7 @@ from ..runtime.blocks import pack
 from .base import CompiledOperator, check_choice, implements
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
-                   pick_xdims, plan_windows, split_groups, strided_span, words8,
+                   plan_windows, row_workgroup, split_groups, strided_span, words8,
                    x_invocations)
 from ..intmath import ceil_div
 
@@ -168,18 +168,11 @@ class CompiledBatchNormalization(CompiledOperator):
 
     def _dispatch(self, seq, binds, bases, origin, extent) -> None:
         """Record one window: the grid as BoxKernel's, split to the device's limits."""
-        local, rank = self.local, self.rank
-        xdims = pick_xdims(extent, local)
-        v = next((w for w in (self.vec, 16, 8, 4) if extent[-1] >= w), 1) if xdims == 1 else 1
-        lx, ly = local, 1
-        ydim = rank - xdims - 1
-        if xdims == 1:
-            lx = min(local, max(8, ceil_div(x_invocations(extent, 1, v), 8) * 8))
-            if ydim >= 0:
-                lim = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
-                ly = max(1, min(local // lx, extent[ydim], lim))
+        max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
+        xdims, v, lx, ly = row_workgroup(extent, self.local, max_y,
+                                         widths=(self.vec, 16, 8, 4))
         pipe = self.pipeline(self.kernel, {
-            "LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "RANK": rank, "XDIMS": xdims, "V": v,
+            "LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "RANK": self.rank, "XDIMS": xdims, "V": v,
             "VEC_STORE": int(self.vector_store(origin, [bases[1], bases[0]], v)),
             "ACT": self.act})
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]

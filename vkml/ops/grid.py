@@ -65,13 +65,15 @@ def pick_xdims(extent, local: int, whole_row: bool = True) -> int:
     return count
 
 
-def row_workgroup(extent, local: int, max_y: int) -> tuple[int, int, int, int]:
-    """(xdims, v, lx, ly) of a strided element-wise box kernel: :func:`pick_xdims`, 4
-    elements an invocation along a last dimension of at least 4 the grid's x runs alone,
-    and for such a short row a workgroup narrower than ``local`` spanning up to
-    ``max_y`` rows (lavapipe's cost per workgroup is high), not idle invocations."""
+def row_workgroup(extent, local: int, max_y: int,
+                  widths=(4,)) -> tuple[int, int, int, int]:
+    """(xdims, v, lx, ly) of a strided element-wise box kernel: :func:`pick_xdims`, the
+    first of ``widths`` elements an invocation that the last dimension holds where the
+    grid's x runs along it alone, and for such a short row a workgroup narrower than
+    ``local`` spanning up to ``max_y`` rows (lavapipe's cost per workgroup is high), not
+    idle invocations."""
     xdims = pick_xdims(extent, local)
-    v = 4 if xdims == 1 and extent[-1] >= 4 else 1
+    v = next((w for w in widths if extent[-1] >= w), 1) if xdims == 1 else 1
     lx, ly = local, 1
     if xdims == 1:
         lx = min(local, max(8, round_up(ceil_div(extent[-1], v), 8)))
