@@ -24,6 +24,8 @@ from vkml.errors import UnsupportedError, ValidationError
 from helpers import Cases, random_bits
 
 CANARY = 0xA5
+
+
 def fuzz_examples(speed: float) -> int:
     default = 50 if speed > 0.2 else 200
     return int(os.environ.get("VKML_FUZZ_EXAMPLES", default))
@@ -39,7 +41,9 @@ def fuzz_settings(speed: float):
 def fuzzer(speed: float, cases, share: int = 4):
     """The decorator of a fuzzer's inner check: ``cases`` drawn with :func:`fuzz_settings`
     and a ``share``-th of :func:`fuzz_examples` (at least 10): the operators whose
-    pipelines are many and slow to compile draw fewer."""
+    pipelines are many and slow to compile draw fewer.  The contract of a check: a valid
+    descriptor's result equals the reference with every canary intact; an invalid one
+    (one broken rule at a time) raises ValidationError naming the field."""
     def deco(check):
         return settings(fuzz_settings(speed),
                         max_examples=max(10, fuzz_examples(speed) // share))(given(cases)(check))
@@ -91,6 +95,21 @@ def execute_into_canaries(device, compiled, desc, ins: list):
     return dst
 
 
+def run_checked(device, compiled, desc, buffers: list, read):
+    """Run ``compiled`` (then release it) with each input of ``desc`` bound from its flat
+    buffer (``None``: an absent optional input) between canaries; check that nothing was
+    written outside a tensor or into the output's gaps, and return the output as ``read``
+    (:func:`padded_output`) gives it."""
+    ins = [None if t is None else bind_with_canary(device, t.total_tensor_size_in_bytes, b)
+           for t, b in zip(desc.inputs(), buffers)]
+    dst = execute_into_canaries(device, compiled, desc, ins)
+    got, gaps_intact = read(dst)
+    assert gaps_intact, "wrote into the gaps of a non-packed output"
+    assert all(canaries_intact(t) for t in ins + [dst] if t is not None), \
+        "wrote outside a tensor"
+    return got
+
+
 def execute_with_canaries(device, compiled, desc, flat: np.ndarray):
     """Run ``compiled`` (then release it) from ``flat`` into a fresh output, both bound
     with canaries (:func:`bind_with_canary`): returns the input and output tensors."""
@@ -126,6 +145,14 @@ def compiled_or_refused(device, make_desc, want: list, may_be_unsupported=False)
 
 
 LAYOUTS = ["packed"] * 3 + ["padded", "permuted", "broadcast"]
+
+
+def placement(draw, inputs: int) -> dict:
+    """Draws shared by the fuzzers of several inputs: each input's ``layouts`` (for
+    :func:`lay_out`), ``out_padded`` (for :func:`padded_output`) and the values' ``seed``."""
+    return dict(layouts=draw(st.lists(st.sampled_from(LAYOUTS), min_size=inputs,
+                                      max_size=inputs)),
+                out_padded=draw(st.booleans()), seed=draw(st.integers(0, 2**31)))
 
 
 def lay_out(rng, logical: np.ndarray, kind: str):

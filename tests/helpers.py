@@ -117,6 +117,21 @@ def run_desc(device, desc, *inputs, compiled=None):
         compiled.release()
 
 
+def run_into_nan(device, op, arrays, out_elems: int, out_dtype) -> np.ndarray:
+    """Execute the compiled operator ``op`` (then release it) on flat copies of ``arrays``
+    (``None``: an absent optional input) into an output that starts as NaN, so an element
+    the kernel never wrote shows; returns the output, flat."""
+    try:
+        ins = [None if a is None else device.tensor(np.ascontiguousarray(a).reshape(-1))
+               for a in arrays]
+        out = device.empty(out_elems, out_dtype)
+        out.write(np.full(out_elems, np.nan, out_dtype))
+        op.execute(ins, [out])
+        return out.numpy()
+    finally:
+        op.release()
+
+
 def compile_on_path(device, desc, path: str):
     """``desc`` (a ConvolutionOperatorDesc) compiled on the kernel path or tuning
     candidate named ``path`` (``CompiledConvolution(device, desc, path=...)``, the

@@ -13,20 +13,13 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import strided_view
+from helpers import run_into_nan, strided_view
 from test_activations import DEFAULTS, FORMULAS, POINTS
 
 
 def _run(device, desc, x_flat, out_elems):
     op = device.compile_operator(device.create_operator(desc))
-    try:
-        xt = device.tensor(x_flat)
-        out = device.empty(out_elems, desc.output_tensor.dtype)
-        out.write(np.full(out_elems, np.nan, desc.output_tensor.dtype))
-        op.execute([xt], [out])
-        return out.numpy()
-    finally:
-        op.release()
+    return run_into_nan(device, op, [x_flat], out_elems, desc.output_tensor.dtype)
 
 
 @pytest.mark.parametrize("name", list(FORMULAS))

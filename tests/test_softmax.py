@@ -15,7 +15,7 @@ import vkml
 from vkml import dml, tuning
 from vkml.errors import ValidationError
 
-from helpers import assert_no_leaks, operator_cycle, threads_share_one_operator
+from helpers import assert_no_leaks, operator_cycle, run_into_nan, threads_share_one_operator
 
 T = dml.TensorDesc
 S1 = dml.ActivationSoftmax1OperatorDesc
@@ -41,13 +41,7 @@ def _compiled(device, desc, path=None, read=None):
 
 def _run(device, desc, x_flat, out_elems, path=None, read=None):
     op = _compiled(device, desc, path, read)
-    try:
-        out = device.empty(out_elems, desc.output_tensor.dtype)
-        out.write(np.full(out_elems, np.nan, desc.output_tensor.dtype))
-        op.execute([device.tensor(np.ascontiguousarray(x_flat).reshape(-1))], [out])
-        return op, out.numpy()
-    finally:
-        op.release()
+    return op, run_into_nan(device, op, [x_flat], out_elems, desc.output_tensor.dtype)
 
 
 def test_page_formula_1d(device):
