@@ -11,7 +11,8 @@ file for the session), to which every process it starts appends its messages
 (``vkml/runtime/instance.py``), so a child's messages count too.  A test's report gets an
 error at teardown listing what arrived from its setup (each fixture, whatever its scope,
 named), its body and its teardown; messages at session finish (objects still alive when
-the devices are destroyed) are listed in the summary and make the run exit with status 1.
+the devices are destroyed) are listed in the summary and make the run exit with status 1;
+under pytest-xdist each worker gathers its own and the controller lists them.
 """
 from __future__ import annotations
 
@@ -229,6 +230,7 @@ def pytest_runtest_teardown(item, nextitem):
 _SESSION_REPORT: list[str] = []
 
 
+@pytest.hookimpl(tryfirst=True)     # before an xdist worker sends its output to the controller
 def pytest_sessionfinish(session, exitstatus):
     """Close every device (the shared ones, the default one, any a test left open), then
     fail the run on messages that arrived after the last test (objects still alive at
@@ -240,14 +242,27 @@ def pytest_sessionfinish(session, exitstatus):
     device_module._close_all()
     collect_validation("session finish (closing the devices)")
     if _PENDING:
-        _SESSION_REPORT.append(_take_report())
-        if session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        report = _take_report()
+        _SESSION_REPORT.append(report)
+        worker_output = getattr(session.config, "workeroutput", None)
+        if worker_output is not None:        # a pytest-xdist worker: the controller reports
+            worker_output["vkml_validation"] = report
     else:
         try:
             os.unlink(VALIDATION_LOG)
         except OSError:
             pass
+    if _SESSION_REPORT and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller, when a worker ends: what the worker's session finish
+    gathered joins this session's report (and fails the run)."""
+    report = getattr(node, "workeroutput", {}).get("vkml_validation")
+    if report:
+        _SESSION_REPORT.append(f"(in test worker {node.gateway.id})\n{report}")
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -78,7 +78,11 @@ INNER = textwrap.dedent('''
 ''')
 
 
-def test_messages_from_fixtures_children_and_session_end_fail_the_run(tmp_path):
+@pytest.mark.parametrize("workers", [[], ["-n", "2", "--dist", "loadfile"]],
+                         ids=["one-process", "xdist-workers"])
+def test_messages_from_fixtures_children_and_session_end_fail_the_run(tmp_path, workers):
+    """Also under pytest-xdist (as tools/test runs): a worker's session-end messages reach
+    the controller's report and exit status."""
     if not Instance.get().validation:
         pytest.skip("VKML_VALIDATION is off: there is no layer to report anything")
     shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
@@ -91,12 +95,15 @@ def test_messages_from_fixtures_children_and_session_end_fail_the_run(tmp_path):
     if icds:        # one driver is enough to show the mechanism (lavapipe where present)
         env["VK_ICD_FILENAMES"] = next((p for p in icds if "lvp" in p), icds[0])
     r = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                        "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")],
+                        *workers, "--rootdir", str(tmp_path), str(tmp_path / "test_inner.py")],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-6000:]
     for clean in ("test_clean", "test_clean_again", "test_leak_until_session_end"):
-        assert re.search(rf"test_inner.py::{clean}\[[^]]*\] PASSED", out), out[-6000:]
+        # "test_inner.py::name[id] PASSED" in one process, "PASSED test_inner.py::name[id]"
+        # from an xdist worker
+        assert re.search(rf"test_inner.py::{clean}\[[^]]*\] PASSED|PASSED test_inner.py::"
+                         rf"{clean}\[", out), out[-6000:]
     assert "ERROR at teardown of test_after_a_fixture_misuse" in out, out[-6000:]
     assert "setup of fixture 'misused_in_fixture' (module scope" in out, out[-6000:]
     assert "ERROR at teardown of test_child_misuse" in out, out[-6000:]
