@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import vkml
 from vkml import dml
-from vkml.errors import ValidationError
+from vkml.errors import UnsupportedError, ValidationError
 
 from helpers import POOLING_DESC_ARGS, POOLING_WINDOW_CASES, random_pooling_case
 from references import lp_pooling_reference
@@ -471,6 +471,18 @@ def test_large_windows(device):
                                   p=p, device=device)
             ref = lp_pooling_reference(x, window, strides, dil, (2, 2), (0, 0), p)
             assert_close(got, ref, "float32", p)
+
+
+def test_windows_beyond_the_loop_limit(device):
+    """A window whose loops (rows, then their positions; twice where sums are scaled) would
+    run more than pooling.MAX_WINDOW iterations is refused on every device alike (lavapipe
+    would end them early, silently); the largest allowed runs, p = 1 and p = 2."""
+    x = np.ones((1, 1, 300, 300), np.float32)
+    with pytest.raises(UnsupportedError, match=r"window_size \(300, 300\)"):
+        vkml.lp_pooling(x, (300, 300), p=1, device=device)
+    for p, want in ((1, 127 * 255), (2, math.sqrt(127 * 255))):
+        got = vkml.lp_pooling(x[:, :, :127, :255], (127, 255), p=p, device=device)
+        np.testing.assert_allclose(got, np.full((1, 1, 1, 1), want), rtol=1e-6)
 
 
 def test_packed_float16(device):

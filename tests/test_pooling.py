@@ -342,6 +342,17 @@ def test_windows_beyond_max_storage_buffer_range(device):
         assert vkml.max_pooling(x, 2, device=small).shape == (1, 1, 39, 39)
 
 
+def test_windows_beyond_the_loop_limit(device):
+    """A window (not the global one, which runs as a reduction) of more than MAX_WINDOW
+    positions that reach the input is refused on every device alike; one of exactly that
+    many runs."""
+    x = np.ones((1, 1, 300, 301), np.float32)
+    with pytest.raises(UnsupportedError, match=r"window_size \(300, 300\)"):
+        vkml.max_pooling(x, (300, 300), device=device)
+    got = vkml.average_pooling(x[:, :, :255, :258], (255, 257), device=device)
+    np.testing.assert_array_equal(got, np.ones((1, 1, 1, 2), np.float32))
+
+
 def test_grids_beyond_max_workgroup_count(device):
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
         rng = np.random.default_rng(17)

@@ -23,7 +23,7 @@ from .. import tuning
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
-from .pooling import spatial_count, window_args, window_output
+from .pooling import require_small_window, spatial_count, window_args, window_output
 from .grid import BOX_CONSTANTS, BoxKernel, register_read_path, whole_vec4s, x_invocations
 from .functional import as_array, pick_device, run
 from ..intmath import ceil_div
@@ -116,6 +116,9 @@ class CompiledLpPooling(BoxKernel):
         # overflow or underflow float32)
         self.scale = self.p > 2 or (self.p == 2 and src.data_type == DataType.FLOAT32)
         self.window_count = math.prod(self.win)
+        # window rows one loop, their positions the inner one (whose header also runs at
+        # its exit); scaled sums read the window twice
+        require_small_window(self.win, 2 * math.prod(self.win[:-1]) * (self.win[-1] + 2))
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         read = self._choose_read(src)

@@ -41,10 +41,21 @@ VARIANTS = dict.fromkeys(
     ["pooling_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
                               "u16", "i32", "u32", "i64", "u64")],
     BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
-#: Window positions (after those only in padding are dropped) one output visits: lavapipe
-#: ends a loop after 65535 iterations in all, and the innermost window loop runs them all.
+#: Loop iterations one invocation may run: lavapipe ends its loops after 65535 iterations
+#: in all (counted over every loop of the invocation), without an error.
 MAX_WINDOW = 65535
 _MAX = (MaxPoolingOperatorDesc, MaxPooling1OperatorDesc, MaxPooling2OperatorDesc)
+
+
+def require_small_window(win, iterations: int) -> None:
+    """Refuse, on every device alike, a window whose loops would run more than
+    :data:`MAX_WINDOW` iterations in one invocation (``iterations``: the kernel's count
+    for ``win``, the window positions that reach the input)."""
+    if iterations > MAX_WINDOW:
+        raise UnsupportedError(f"window loops of more than {MAX_WINDOW} iterations",
+                               f"window_size {tuple(win)} (the positions that reach the "
+                               f"input) needs {iterations}; lavapipe ends a longer loop "
+                               "early, silently")
 
 
 def four(values, fill: int = 1) -> list[int]:
@@ -95,10 +106,7 @@ class CompiledPooling(PathBoxKernel):
         self.win, self.strides, self.dil, self.start = safe_geometry(
             d, src.sizes[2:], dst.sizes[2:], d.window_size, d.strides, d.dilation_values,
             d.start_padding, shrink_window=True)
-        if math.prod(self.win) > MAX_WINDOW:
-            raise UnsupportedError("pooling", f"windows of {math.prod(self.win)} positions "
-                                   f"that reach the input: at most {MAX_WINDOW} (the window "
-                                   "loop stays within lavapipe's 65535 iterations)")
+        require_small_window(self.win, math.prod(self.win))
         if idx is not None and math.prod(src.sizes) >= 1 << 32:
             raise UnsupportedError("indices", "vkml numbers the input's elements in 32 bits")
         if idx is not None and idx.total_tensor_size_in_bytes > self.ctx.limits[
