@@ -250,3 +250,42 @@ def test_host_runs_rewritten_nodes_at_older_opsets():
             ev = ReferenceEvaluator(model, new_ops=host_ops(model))
             np.testing.assert_allclose(ev.run(None, {"x": x})[0], want[op], rtol=1e-6,
                                        atol=1e-6)
+
+
+def _node_cases():
+    """ONNX's own node test cases of HardSwish and Swish (opsets 22 and 24), the ops
+    the rewrites write, with their ``_expanded`` function-body variants."""
+    import importlib
+    import warnings
+
+    import onnx.backend.test.case.node as node_cases
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for mod in ("hardswish", "swish"):
+            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
+    return {c.name: c for c in node_cases._NodeTestCases
+            if c.name.startswith(("test_hardswish", "test_swish"))}
+
+
+NODE_CASES = _node_cases()
+
+
+def test_node_cases_exist():
+    assert set(NODE_CASES) == {"test_hardswish", "test_hardswish_expanded", "test_swish",
+                               "test_swish_expanded"}
+
+
+@pytest.mark.parametrize("name", sorted(NODE_CASES))
+def test_onnx_node_case(name, device):
+    """On the device (strict, but for the expanded Swish's CastLike, a host op), as
+    ``onnx.backend.test`` compares them; the expanded HardSwish (HardSigmoid(1/6, 0.5)
+    times x) is rewritten back into one HardSwish."""
+    from onnx.backend.test.runner import Runner
+    case = NODE_CASES[name]
+    rep = vonnx.prepare(case.model, device=device, strict=name != "test_swish_expanded")
+    for inputs, expected in case.data_sets:
+        Runner.assert_similar_outputs(expected, rep.run(inputs), rtol=case.rtol,
+                                      atol=case.atol)
+    kinds = [r.kind for r in rep.rewrites]
+    assert kinds == (["hard_swish"] if name == "test_hardswish_expanded" else [])
+    assert not rep.fallbacks
