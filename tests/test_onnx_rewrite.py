@@ -289,3 +289,20 @@ def test_onnx_node_case(name, device):
     kinds = [r.kind for r in rep.rewrites]
     assert kinds == (["hard_swish"] if name == "test_hardswish_expanded" else [])
     assert not rep.fallbacks
+
+
+def test_refused_partition_runs_rewritten_node_on_host(device, monkeypatch):
+    """A partition the device refuses at compile runs on the host, rewritten HardSwish
+    and all, at opset 13 (which has no HardSwish)."""
+    from vkml.onnx import execute
+    from vkml.onnx.lower import _HostFallback
+
+    def refuse(self, env):
+        raise _HostFallback("refused for the test")
+    monkeypatch.setattr(execute.DevicePartition, "_build", refuse)
+    model, feeds = _swish_model("HardSigmoid", 1, opset=13, alpha=1 / 6, beta=0.5)
+    rep = vonnx.prepare(model, device=device)
+    assert [r.kind for r in rep.rewrites] == ["hard_swish"]
+    (want,) = _ort(model, feeds)
+    _close(rep.run(feeds)[0], want, np.float32)
+    assert [why for _, why in rep.fallbacks] == ["refused for the test"]
