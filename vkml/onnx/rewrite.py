@@ -122,6 +122,8 @@ def _fresh(name: str, taken: set) -> str:
 
 
 def _fold_batch_normalizations(nodes, consts, output_names, done) -> list:
+    """``nodes`` with each Conv/ConvTranspose + BatchNormalization pair that folds
+    (:func:`folded_weights`) as one Conv; its weights added to ``consts``."""
     producer, readers = _graph_maps(nodes, output_names)
     taken = set(consts) | set(producer) | set(readers)
     out = list(nodes)
@@ -204,6 +206,8 @@ def _swish_kind(act, attrs) -> str | None:
 
 
 def _swishes(nodes, types, output_names, kinds, done) -> list:
+    """``nodes`` with each Mul of x by Sigmoid(x) or HardSigmoid(x, 1/6, 0.5), the Mul
+    being the activation's only reader, as one Swish or HardSwish (``kinds``)."""
     producer, readers = _graph_maps(nodes, output_names)
     out = list(nodes)
     for p, (i, mul) in enumerate(nodes):
