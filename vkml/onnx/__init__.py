@@ -16,7 +16,18 @@ How a model runs (``prepare``), one module each:
    ``torch.onnx.export`` writes for ``Pad``'s pads) are evaluated once by ONNX's own
    reference evaluator (``onnx.reference.ReferenceEvaluator``) and become constants, each
    only where its outputs fit ``fold.fold_limit`` (ValidationError naming the node).
-3. ``place``: every other node is placed: on the device when :data:`DEVICE_OPS` has a
+3. ``rewrite``: graph rewrites beyond DirectML's documented fusions, each listed in
+   ``rep.rewrites`` (:class:`Rewrite`: its kind, the ONNX nodes it absorbed, the node
+   that replaces them): a BatchNormalization (inference) after a Conv or ConvTranspose
+   that only it reads, with constant weights and statistics, folded into the
+   convolution's weights and bias (``"batch_normalization"``); ``Mul(x, Sigmoid(x))``
+   (SiLU) as one Swish (``"swish"``) and ``Mul(x, HardSigmoid(x, 1/6, 0.5))`` as one
+   HardSwish (``"hard_swish"``), for float32/float16: ONNX ops (opsets 24 and 14; the
+   host runs them at any opset) that the device runs as DML_ACTIVATION_SWISH and
+   DML_ACTIVATION_HARD_SWISH, one operator each instead of two.
+   ``prepare(model, rewrites=False)`` does none (to measure them), ``rewrites={"swish"}``
+   only the kinds named (:data:`REWRITE_KINDS`).
+4. ``place``: every other node is placed: on the device when :data:`DEVICE_OPS` has a
    lowering for its op type and its data types (the activations, :data:`ACTIVATION_OPS`, as DML's
    activation operators, float32/float16; :data:`HOST_ACTIVATIONS` lists what DML cannot
    express; Add/Sub/Mul/Div/Max/Min/Sum, :data:`BINARY_OPS`, as DML's element-wise
@@ -33,7 +44,7 @@ How a model runs (``prepare``), one module each:
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).
    Consecutive nodes with the same placement form a partition (``rep.partitions``).
-4. Device partitions whose input shapes the model declares (and whose parameter inputs
+5. Device partitions whose input shapes the model declares (and whose parameter inputs
    are constants) are compiled at once, so ``rep.partitions`` shows what the graph
    compiler fused ("Relu (fused into Conv)", "Pad (folded into Conv)").
 
@@ -49,8 +60,9 @@ steps are intermediate edges, the partition's inputs graph inputs -- constants
 (initializers, folded values) marked ``DML_TENSOR_FLAG_OWNED_BY_DML`` and bound once --
 and its outputs graph outputs.  ``execute``'s :class:`GraphExecutor` compiles it with
 ``Device.compile_graph`` (which fuses an activation into the convolution before it and a
-zero padding into the convolution or LP pooling after it: the one place that fuses, see
-``vkml/ops/graph.py``, which reports its fusions as data) and replays its command buffer
+zero padding into the convolution or LP pooling after it: the one place that fuses DML
+operators, see ``vkml/ops/graph.py``, which reports its fusions as data; ``rewrite``
+changes the ONNX graph before it) and replays its command buffer
 on later runs with the same shapes.
 When the device cannot run a partition (``UnsupportedError`` at compile, e.g. float64
 arithmetic on SwiftShader, or an ONNX case vkml has no descriptor for, such as a negative
@@ -63,7 +75,9 @@ from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, support
 from .execute import GraphExecutor
 from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, HOST_ACTIVATIONS, HOST_ALIASES,
                     HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_POOLING, Step)
+from .rewrite import KINDS as REWRITE_KINDS, Rewrite
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
-           "HOST_BATCH_NORMALIZATION", "prepare", "run_model", "run_node", "supports_device"]
+           "HOST_BATCH_NORMALIZATION", "Rewrite", "REWRITE_KINDS", "prepare", "run_model",
+           "run_node", "supports_device"]

@@ -16,6 +16,7 @@ from .execute import DevicePartition, host_value, node_label
 from .fold import fold
 from .load import load, sparse_to_dense
 from .place import place
+from .rewrite import rewrite, rewrite_kinds
 
 
 def resolve_device(device) -> Device:
@@ -91,13 +92,16 @@ def check_input(name: str, value, declared):
 
 class VkmlRep(BackendRep):
     """A prepared model: ``run(inputs)`` -> list of NumPy outputs; ``partitions``,
-    ``folded`` (constant-folded nodes), ``fallbacks`` (partitions the device could not
-    run, with the reason)."""
+    ``folded`` (constant-folded nodes), ``rewrites`` (``vkml.onnx.rewrite.Rewrite`` s:
+    the graph rewrites done, of the kinds ``rewrite_kinds`` asked for), ``fallbacks``
+    (partitions the device could not run, with the reason)."""
 
-    def __init__(self, model: onnx.ModelProto, device: Device, strict: bool):
+    def __init__(self, model: onnx.ModelProto, device: Device, strict: bool,
+                 rewrites=True):
         self.model = model
         self.device = device
         self.strict = strict
+        self.rewrite_kinds = rewrite_kinds(rewrites)
         self.fallbacks: list = []
         g = model.graph
         inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -114,6 +118,8 @@ class VkmlRep(BackendRep):
         self.output_names = [o.name for o in g.output]
         self._infer_types(model, inits)
         self.consts, self.folded, rest = fold(model, inits, self.output_names)
+        rest, self.consts, self.rewrites = rewrite(rest, self.consts, self.types,
+                                                   self.output_names, self.rewrite_kinds)
         for name, v in self.consts.items():
             if isinstance(v, np.ndarray):
                 self.types[name] = v.dtype
@@ -203,7 +209,8 @@ class VkmlRep(BackendRep):
             keep = [t for t in m.graph.initializer if t.name not in names]
             del m.graph.initializer[:]
             m.graph.initializer.extend(keep)
-            rep = self._variants[names] = VkmlRep(m, self.device, self.strict)
+            rep = self._variants[names] = VkmlRep(m, self.device, self.strict,
+                                                  self.rewrite_kinds)
             rep.fallbacks = self.fallbacks
         return rep
 
@@ -235,13 +242,18 @@ class VkmlBackend(Backend):
     "VKML:<index>" (``vkml.devices()`` order), or a ``vkml.Device``."""
 
     @classmethod
-    def prepare(cls, model, device=None, strict: bool = False, **kwargs) -> VkmlRep:
+    def prepare(cls, model, device=None, strict: bool = False, rewrites=True,
+                **kwargs) -> VkmlRep:
+        """``rewrites``: the graph rewrites to do (``vkml.onnx.rewrite``): True all of them,
+        False none (to measure them), or a collection of kinds (``rewrite.KINDS``)."""
+        kinds = rewrite_kinds(rewrites)
         proto = load(model)
-        return VkmlRep(proto, resolve_device(device), strict)
+        return VkmlRep(proto, resolve_device(device), strict, kinds)
 
     @classmethod
-    def run_model(cls, model, inputs, device=None, strict: bool = False, **kwargs):
-        return cls.prepare(model, device, strict=strict).run(inputs)
+    def run_model(cls, model, inputs, device=None, strict: bool = False, rewrites=True,
+                  **kwargs):
+        return cls.prepare(model, device, strict=strict, rewrites=rewrites).run(inputs)
 
     @classmethod
     def run_node(cls, node, inputs, device=None, outputs_info=None, strict: bool = False,

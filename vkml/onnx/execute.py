@@ -134,11 +134,14 @@ class HostPartition:
 def host_ops(model) -> list:
     """Replacements for the reference evaluator's kernels where it lacks a case: Pad with
     negative pads (cropping, allowed by the ONNX spec; the reference's ``np.pad`` refuses
-    them) crops, then pads with the rest.  Opset 11 and up (pads as an input)."""
+    them) crops, then pads with the rest.  Opset 11 and up (pads as an input).  And the
+    Swish and HardSwish nodes ``vkml.onnx.rewrite`` writes, at opsets that predate them."""
+    from .rewrite import host_ops as rewritten_ops
+
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                 default=0)
     if opset < 11:
-        return []
+        return rewritten_ops(opset)
     from onnx.reference.ops.op_pad import Pad_18
 
     class Pad(Pad_18):
@@ -158,7 +161,7 @@ def host_ops(model) -> list:
                 pads = np.maximum(pads, 0)
             return super()._run(data, pads, constant_value, axes, mode)
 
-    return [Pad]
+    return [Pad] + rewritten_ops(opset)
 
 
 def reshaped(value, shape):

@@ -711,8 +711,9 @@ def _clip_bounds(node, a, param):
 
 
 #: ONNX activation op -> f(attributes) giving (DML activation name, its parameters).
-#: Each runs through ``vkml.dml.ACTIVATIONS[name]``: standalone (its tensors set), or fused
-#: into the convolution before it by the graph compiler (``Device.compile_graph``).
+#: Each runs through ``vkml.dml.OPERATOR_ACTIVATIONS[name]``: standalone (its tensors set),
+#: or fused into the convolution before it by the graph compiler (``Device.compile_graph``;
+#: not swish and hard_swish, which DML fuses nowhere).
 ACTIVATION_OPS = {
     "Relu": lambda a: ("relu", {}),
     "LeakyRelu": lambda a: ("leaky_relu", {"alpha": a.get("alpha", 0.01)}),
@@ -730,6 +731,8 @@ ACTIVATION_OPS = {
     "Shrink": lambda a: ("shrink", {"bias": a.get("bias", 0.0),
                                     "threshold": a.get("lambd", 0.5)}),
     "Gelu": lambda a: ("gelu", {}),
+    "HardSwish": lambda a: ("hard_swish", {}),
+    "Swish": lambda a: ("swish", {"sigmoid_input_scale": a.get("alpha", 1.0)}),
     "Clip": None,                                  # bounds: attributes or inputs 1, 2
     "Identity": lambda a: ("identity", {}),
 }
@@ -747,7 +750,7 @@ def _activation_desc(node, param):
         name, params = "clip", {"min": lo, "max": hi}
     else:
         name, params = ACTIVATION_OPS[node.op_type](a)
-    desc = dml.ACTIVATIONS[name](**params)
+    desc = dml.OPERATOR_ACTIVATIONS[name](**params)
     try:
         desc.validate_parameters(desc.fail)
     except ValidationError as exc:
