@@ -67,3 +67,6 @@ from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, HOST_ACTIVATIONS, HO
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
            "HOST_BATCH_NORMALIZATION", "prepare", "run_model", "run_node", "supports_device"]
+from .lower import GATHER_SLICES_MAX, HOST_GATHER  # noqa: E402  (Gather on the device)
+
+__all__ += ["HOST_GATHER", "GATHER_SLICES_MAX"]
