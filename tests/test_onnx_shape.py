@@ -7,6 +7,8 @@ Equal/Where) folds with them, so that the model exported without simplification 
 that reads it on the host; folding stays within its size bound."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -179,3 +181,55 @@ def test_onnx_node_case(name, device):
     for inputs, expected in case.data_sets:
         Runner.assert_similar_outputs(expected, rep.run(inputs), rtol=case.rtol,
                                       atol=case.atol)
+
+
+@functools.lru_cache(maxsize=None)
+def _exported(dynamic_batch: bool):
+    """A detection-head-like module exported by torch.onnx (TorchScript, no constant
+    folding, no simplification): its ``x.shape`` views, expand and index_select become
+    Shape/Gather/Unsqueeze/Concat/Reshape/Expand/Where chains."""
+    torch = pytest.importorskip("torch")
+    import io
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(4, 6, 3, padding=1)
+
+        def forward(self, x):
+            y = torch.relu(self.conv(x))
+            b, c, h, w = y.shape
+            y = y.view(b, 2, c // 2, h * w)
+            first = y[:, :, :, :1].expand(b, 2, c // 2, h * w)
+            return (y * 0.5 + first).flatten(2), y[:, :, [2, 0, 1], :], y[:, 1]
+
+    torch.manual_seed(0)
+    f = io.BytesIO()
+    axes = {"x": {0: "batch"}} if dynamic_batch else None
+    torch.onnx.export(Head().eval(), (torch.randn(1, 4, 5, 3),), f, input_names=["x"],
+                      opset_version=17, dynamo=False, do_constant_folding=False,
+                      dynamic_axes=axes)
+    return onnx.load_from_string(f.getvalue())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+def test_exported_model(device):
+    """Static shapes: every shape node folds, strict=True accepts the model, one device
+    partition; a symbolic batch: the Shapes reading it stay on the host, values still
+    ONNX Runtime's for two batch sizes."""
+    model = _exported(dynamic_batch=False)
+    assert {"Shape", "Gather", "Unsqueeze", "Concat", "Expand"} <= \
+        {n.op_type for n in model.graph.node}
+    rep = vonnx.prepare(model, device=device, strict=True)
+    assert "Shape" in {n.op_type for _, n in rep.folded}
+    assert [w for w, _ in rep.partitions] == ["device"]
+    x = np.random.default_rng(1).standard_normal((1, 4, 5, 3)).astype(np.float32)
+    for g, w in zip(rep.run([x]), ort_expected(model, {"x": x})):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    model = _exported(dynamic_batch=True)
+    rep = vonnx.prepare(model, device=device)
+    assert "host" in [w for w, _ in rep.partitions]
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 4, 5, 3)).astype(np.float32)
+        for g, w in zip(rep.run([x]), ort_expected(model, {"x": x})):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
