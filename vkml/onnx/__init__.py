@@ -16,6 +16,12 @@ How a model runs (``prepare``), one module each:
    ``torch.onnx.export`` writes for ``Pad``'s pads) are evaluated once by ONNX's own
    reference evaluator (``onnx.reference.ReferenceEvaluator``) and become constants, each
    only where its outputs fit ``fold.fold_limit`` (ValidationError naming the node).
+   Shape-only subgraphs fold too: ``Shape`` (its start/end) and ``Size`` of a value whose
+   dimensions are static (the model's declared input shapes, through ONNX shape inference)
+   are constants, and so is what is computed from them (Gather, Unsqueeze, Concat, Slice,
+   Cast, arithmetic, ConstantOfShape, Range, Equal/Where), so that Reshape, Slice and
+   Expand get constant parameters.  ``rep.folded`` lists every folded node as ``(index,
+   node)`` (``len(rep.folded)``: how many); a Shape of a symbolic dimension stays.
 3. ``rewrite``: graph rewrites beyond DirectML's documented fusions, each listed in
    ``rep.rewrites`` (:class:`Rewrite`: its kind, the ONNX nodes it absorbed, the node
    that replaces them): a BatchNormalization (inference) after a Conv or ConvTranspose
@@ -39,7 +45,11 @@ How a model runs (``prepare``), one module each:
    permuted strides, Slice as DML_SLICE1, Concat and Split as DML_JOIN and DML_SPLIT,
    BatchNormalization's inference form, :data:`HOST_BATCH_NORMALIZATION` listing what
    stays on the host, Softmax as DML_ACTIVATION_SOFTMAX1 over opset 13's axis or the
-   older opsets' coerced 2-D axes); else on the host (the reference evaluator), between device partitions, as
+   older opsets' coerced 2-D axes;
+   Gather on constant indices as DML_SLICE1 (one per run of indices in arithmetic
+   progression, a scalar index's axis dropped by an alias) joined by DML_JOIN,
+   :data:`HOST_GATHER` listing what stays on the host; Expand as DML's identity reading
+   its input with zero strides); else on the host (the reference evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).
@@ -73,11 +83,12 @@ from __future__ import annotations
 
 from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, supports_device
 from .execute import GraphExecutor
-from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, HOST_ACTIVATIONS, HOST_ALIASES,
-                    HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_POOLING, Step)
+from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, GATHER_SLICES_MAX, HOST_ACTIVATIONS,
+                    HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_GATHER,
+                    HOST_POOLING, Step)
 from .rewrite import KINDS as REWRITE_KINDS, Rewrite
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
-           "HOST_BATCH_NORMALIZATION", "Rewrite", "REWRITE_KINDS", "prepare", "run_model",
-           "run_node", "supports_device"]
+           "HOST_BATCH_NORMALIZATION", "HOST_GATHER", "GATHER_SLICES_MAX", "Rewrite",
+           "REWRITE_KINDS", "prepare", "run_model", "run_node", "supports_device"]

@@ -1,7 +1,11 @@
 """Constant folding (package doc, step 2): the nodes whose inputs are all constant are
 evaluated once, node by node, by ONNX's reference evaluator, each only after ONNX shape
 inference (reading its constant inputs) shows its outputs fit :func:`fold_limit`.  An
-op whose output size nothing here can tell beforehand is evaluated, then checked."""
+op whose output size nothing here can tell beforehand is evaluated, then checked.
+``Shape`` and ``Size`` of values whose dimensions are static (declared model inputs, and
+what ONNX shape inference derives from them) are constants too, so that a model exported
+without simplification loses its shape subgraphs (``Shape -> Gather -> Unsqueeze ->
+Concat -> Reshape``) here, before placement."""
 from __future__ import annotations
 
 import math
@@ -44,34 +48,130 @@ def foldable(node, const: set) -> bool:
 
 def fold(model, inits: dict, output_names) -> tuple[dict, list, list]:
     """``(values, folded, rest)``: initializer and folded values by name; the folded
-    ``(index, node)`` s; the others.  ValidationError naming the node when a folded
-    value would exceed :func:`fold_limit` or its evaluation fails."""
-    const = set(inits)
-    folded, rest = [], []
-    for i, node in enumerate(model.graph.node):
-        if foldable(node, const):
-            folded.append((i, node))
-            const.update(o for o in node.output if o)
-        else:
-            rest.append((i, node))
+    ``(index, node)`` s, in graph order; the others.  Shape-only subgraphs fold too:
+    ``Shape`` and ``Size`` of a value whose (selected) dimensions ONNX shape inference
+    gives statically (:func:`static_dims`) are constants, and so is what is computed from
+    them alone.  ValidationError naming the node when a folded value would exceed
+    :func:`fold_limit` or its evaluation fails."""
     values = dict(inits)
-    limit = fold_limit(inits)
-    total = 0
-    for i, node in folded:
+    folded, pending = [], list(enumerate(model.graph.node))
+    budget = [fold_limit(inits), 0]              # the limit, and bytes folded so far
+    for _ in range(_SHAPE_PASSES):
+        # dimensions are inferred again after a pass that folded something, as far as
+        # Shape/Size nodes remain: a folded Reshape's shape gives its output's dimensions
+        dims = static_dims(model, values, pending) if _shape_ops(pending, values) else {}
+        before = len(folded)
+        pending = _fold_pass(model, pending, values, dims, folded, budget)
+        if len(folded) == before or not _shape_ops(pending, values):
+            break
+    folded.sort(key=lambda item: item[0])
+    needed = {x for _, n in pending for x in list(n.input) + sorted(subgraph_inputs(n))}
+    needed |= set(output_names) | set(inits)
+    return {k: v for k, v in values.items() if k in needed}, folded, pending
+
+
+#: Rounds of shape inference and folding at most (each round folds what the previous
+#: one made static; a shape chain through a computed Reshape takes two).
+_SHAPE_PASSES = 4
+
+#: Ops folded from their input's static dimensions alone (its values are not read).
+SHAPE_OPS = ("Shape", "Size")
+
+
+def _shape_ops(pending, values) -> bool:
+    return any(n.op_type in SHAPE_OPS and n.domain in ("", "ai.onnx") and n.input
+               and n.input[0] not in values for _, n in pending)
+
+
+def _fold_pass(model, pending, values, dims, folded, budget) -> list:
+    """Folds, in graph order, each pending node whose inputs are all constant (or a
+    Shape/Size whose dimensions ``dims`` gives), into ``values`` and ``folded``; returns
+    the nodes left."""
+    rest = []
+    for i, node in pending:
+        shaped = shape_value(node, dims)
+        if shaped is None and not foldable(node, values):
+            rest.append((i, node))
+            continue
         label = f"node {node_label(node, i)!r} ({node.op_type})"
-        sizes = _inferred_bytes(model, node, values) or _legacy_bytes(node, values)
-        for name, nbytes in sizes.items():
-            _check_size(label, name, nbytes, limit, total)
-        for name, v in zip(node.output, _evaluate(model, node, values, label)):
+        if shaped is not None:
+            outs = [shaped]
+        else:
+            sizes = _inferred_bytes(model, node, values) or _legacy_bytes(node, values)
+            for name, nbytes in sizes.items():
+                _check_size(label, name, nbytes, budget[0], budget[1])
+            outs = _evaluate(model, node, values, label)
+        for name, v in zip(node.output, outs):
             if not name:
                 continue
             nbytes = v.nbytes if isinstance(v, np.ndarray) else 0
-            _check_size(label, name, nbytes, limit, total)
-            total += nbytes
+            _check_size(label, name, nbytes, budget[0], budget[1])
+            budget[1] += nbytes
             values[name] = v
-    needed = {x for _, n in rest for x in list(n.input) + sorted(subgraph_inputs(n))}
-    needed |= set(output_names) | set(inits)
-    return {k: v for k, v in values.items() if k in needed}, folded, rest
+        folded.append((i, node))
+    return rest
+
+
+def shape_value(node, dims: dict):
+    """The value of a ``Shape`` (its ``start``/``end``, opset 15: negatives count from
+    the end, clamped to [0, rank]) or ``Size`` node whose input's dimensions ``dims``
+    gives (those it selects), as int64; else None."""
+    if node.op_type not in SHAPE_OPS or node.domain not in ("", "ai.onnx") or \
+            not node.input or node.input[0] not in dims:
+        return None
+    d = dims[node.input[0]]
+    if node.op_type == "Size":
+        return None if None in d else np.array(math.prod(d), np.int64)
+    a = {at.name: helper.get_attribute_value(at) for at in node.attribute}
+    sel = d[slice(int(a.get("start", 0)), None if "end" not in a else int(a["end"]))]
+    return None if None in sel else np.array(sel, np.int64)
+
+
+def static_dims(model, values: dict, pending) -> dict:
+    """Value name -> its dimensions (an int each, None where not static) as ONNX shape
+    inference gives them (``data_prop``: through shape arithmetic too) for the graph of
+    the ``pending`` nodes, the constants ``values`` given as initializers (small ones) or
+    by their shapes alone.  The model's declared inputs are checked at ``run``, so
+    dimensions inferred from them hold for every run."""
+    g = model.graph
+    infos, inits = _const_infos(values)
+    known = {vi.name for vi in infos}
+    inputs = [vi for vi in g.input if vi.name not in known] + infos
+    outs = [helper.make_value_info(o.name, onnx.TypeProto()) for o in g.output]
+    m = helper.make_model(helper.make_graph([n for _, n in pending], "vkml_shapes", inputs,
+                                            outs, inits),
+                          opset_imports=model.opset_import, ir_version=model.ir_version,
+                          functions=model.functions)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    out = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + \
+            list(inferred.graph.output):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+            out[vi.name] = [int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
+                            else None for d in t.shape.dim]
+    return out
+
+
+def _const_infos(values: dict) -> tuple[list, list]:
+    """Value infos of the constant arrays, and initializers of the small ones (up to
+    :data:`_INFER_VALUES_MAX` elements: shapes, pads, indices; a model's weights are not
+    serialized for shape inference)."""
+    infos, inits = [], []
+    for name, v in values.items():
+        if not isinstance(v, np.ndarray) or v.dtype == object:
+            continue
+        try:
+            elem = helper.np_dtype_to_tensor_dtype(v.dtype)
+        except Exception:
+            continue
+        infos.append(helper.make_tensor_value_info(name, elem, v.shape))
+        if v.size <= _INFER_VALUES_MAX:
+            inits.append(numpy_helper.from_array(v, name))
+    return infos, inits
 
 
 def _check_size(label, name, nbytes, limit, total) -> None:
@@ -84,18 +184,7 @@ def _check_size(label, name, nbytes, limit, total) -> None:
 def _inferred_bytes(model, node, values) -> dict:
     """Bytes of each output whose shape ONNX shape inference gives, from the node's input
     values (small ones) and shapes; outputs it cannot size are left out."""
-    inits, infos = [], []
-    for x in dict.fromkeys(x for x in node.input if x):
-        v = values.get(x)
-        if not isinstance(v, np.ndarray) or v.dtype == object:
-            continue
-        try:
-            elem = helper.np_dtype_to_tensor_dtype(v.dtype)
-        except Exception:
-            continue
-        infos.append(helper.make_tensor_value_info(x, elem, v.shape))
-        if v.size <= _INFER_VALUES_MAX:
-            inits.append(numpy_helper.from_array(v, x))
+    infos, inits = _const_infos({x: values[x] for x in node.input if x in values})
     g = helper.make_graph([node], "vkml_fold_size", infos,
                           [helper.make_value_info(o, onnx.TypeProto()) for o in node.output
                            if o], inits)

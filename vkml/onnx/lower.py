@@ -620,6 +620,120 @@ def _lower_split(lw: _Lowering, node):
     lw.emit(desc, [node.input[0]], list(node.output), [(o, dt) for o in outs])
 
 
+# -- gather and expand (constant indices and shapes) -----------------------------------------
+
+#: The most DML_SLICE1 operators a Gather with constant indices is lowered to (one per run
+#: of indices in arithmetic progression, joined by DML_JOIN): past it, a table lookup of
+#: many scattered indices would be as many copies, and stays on the host.
+GATHER_SLICES_MAX = 64
+
+#: THE list of Gather cases that stay on the host: reason key -> why.  (An empty result or
+#: more than 8 dimensions: :data:`HOST_ELEMENT_WISE`.)
+HOST_GATHER: dict[str, str] = {
+    "indices": "indices that are not constants (vkml has no DML_GATHER: constant indices "
+               "run as DML_SLICE1 and DML_JOIN, chosen by their values)",
+    "slices": f"indices forming more than {GATHER_SLICES_MAX} runs in arithmetic "
+              f"progression (one DML_SLICE1 each, joined by DML_JOIN)",
+}
+
+
+def gather_runs(indices, n: int, name: str = "Gather") -> list:
+    """Gather's indices (negatives count from the end of an axis of ``n``) as maximal runs
+    ``(first, count, step)`` of a constant non-zero step, in order; each is one
+    DML_SLICE1 ("Strides may not be 0": a repeated index starts a new run).
+    ValidationError for an index outside [-n, n) (ONNX: out of bounds is an error)."""
+    idx = [int(v) for v in np.asarray(indices).reshape(-1)]
+    bad = [v for v in idx if not -n <= v < n]
+    if bad:
+        raise ValidationError(f"{name}: indices", f"must lie within [{-n}, {n - 1}] (the "
+                              f"axis has {n} elements), got {bad[0]}")
+    idx = [v + n if v < 0 else v for v in idx]
+    runs, i = [], 0
+    while i < len(idx):
+        j = i + 1
+        if j < len(idx) and idx[j] != idx[i]:
+            step = idx[j] - idx[i]
+            while j + 1 < len(idx) and idx[j + 1] - idx[j] == step:
+                j += 1
+            runs.append((idx[i], j - i + 1, step))
+            i = j + 1
+        else:
+            runs.append((idx[i], 1, 1))
+            i += 1
+    return runs
+
+
+def _lower_gather(lw: _Lowering, node):
+    """Gather with constant indices as DML_SLICE1 along ``axis`` (a scalar index: a
+    window of one, its axis dropped by an alias; indices in arithmetic progression: one
+    window walked by a signed stride, SLICE1's page) or, for other indices, one SLICE1 per
+    run joined by DML_JOIN; the result viewed as data.shape[:axis] + indices.shape +
+    data.shape[axis + 1:] (an alias, no copy)."""
+    shape, dt = lw.info(node.input[0])
+    rank = len(shape)
+    indices = lw.param(node, 1)
+    axis = int(_attrs(node).get("axis", 0))
+    if not -rank <= axis < rank:
+        raise ValidationError(f"Gather {node.name!r}: axis", f"must lie within [{-rank}, "
+                              f"{rank - 1}] for data of rank {rank}")
+    axis = axis + rank if axis < 0 else axis
+    runs = gather_runs(indices, shape[axis], f"Gather {node.name!r}")
+    out_shape = tuple(shape[:axis]) + tuple(indices.shape) + tuple(shape[axis + 1:])
+    mid = list(shape)
+    mid[axis] = indices.size
+    if 0 in mid or rank > 8 or len(out_shape) > 8:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if 0 in mid else "rank"]
+                            + f" ({out_shape})")
+    if len(runs) > GATHER_SLICES_MAX:
+        raise _HostFallback(HOST_GATHER["slices"] + f" ({len(runs)})")
+    mid = tuple(mid)
+    out = node.output[0]
+    joined = out if mid == out_shape else f"{out}#vkml_gathered"
+    parts, made = [], {}
+    for first, count, step in runs:
+        if (first, count, step) in made:            # a repeated run: sliced once
+            parts.append(made[first, count, step])
+            continue
+        part = joined if len(runs) == 1 else f"{out}#vkml_run{len(made)}"
+        offs, sizes, strides = [0] * rank, list(shape), [1] * rank
+        last = first + step * (count - 1)
+        offs[axis], sizes[axis], strides[axis] = min(first, last), abs(last - first) + 1, step
+        sliced = list(shape)
+        sliced[axis] = count
+        desc = dml.Slice1OperatorDesc(_tdesc(shape, dt), _tdesc(sliced, dt), tuple(offs),
+                                      tuple(sizes), tuple(strides))
+        lw.emit(desc, [node.input[0]], [part], [(tuple(sliced), dt)])
+        made[first, count, step] = part
+        parts.append(part)
+    if len(runs) > 1:
+        desc = dml.JoinOperatorDesc(tuple(_tdesc(lw.info(p)[0], dt) for p in parts),
+                                    _tdesc(mid, dt), axis)
+        lw.emit(desc, parts, [joined], [(mid, dt)])
+    if joined != out:
+        lw.emit(None, [joined], [out], [(out_shape, dt)])
+
+
+def _lower_expand(lw: _Lowering, node):
+    """Expand (constant or host-known shape) as DML_ELEMENT_WISE_IDENTITY reading its
+    input broadcast by zero strides (ONNX's bidirectional broadcast, NumPy's); an output
+    of the input's shape is an alias."""
+    shape, dt = lw.info(node.input[0])
+    want = tuple(int(v) for v in lw.param(node, 1).reshape(-1))
+    try:
+        out = tuple(np.broadcast_shapes(tuple(shape), want))
+    except ValueError:
+        raise ValidationError(f"Expand {node.name!r}: shape", f"{list(want)} does not "
+                              f"broadcast with the input's {tuple(shape)}") from None
+    if out == tuple(shape):
+        lw.emit(None, [node.input[0]], [node.output[0]], [(out, dt)])
+        return
+    if len(out) > 8 or 0 in out:
+        raise _HostFallback(HOST_ELEMENT_WISE["empty" if 0 in out else "rank"] + f" ({out})")
+    desc = dml.ElementWiseIdentityOperatorDesc(_broadcast_tdesc(shape, out, dt),
+                                               _tdesc(out, dt))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out, dt)])
+
+
 # -- batch normalization ----------------------------------------------------------------------
 
 _BN_FIELDS = ("input_tensor",) + tuple(STATISTICS)     # desc.inputs() order
@@ -813,6 +927,8 @@ DEVICE_OPS["Split"] = DeviceOp(_lower_split, frozenset(_ALL), params=(1,))
 DEVICE_OPS["Softmax"] = DeviceOp(_lower_softmax, frozenset(_FLOATS))
 DEVICE_OPS["BatchNormalization"] = DeviceOp(_lower_batch_normalization, frozenset(_FLOATS),
                                             tensors=(0, 1, 2, 3, 4))
+DEVICE_OPS["Gather"] = DeviceOp(_lower_gather, frozenset(_ALL), params=(1,))
+DEVICE_OPS["Expand"] = DeviceOp(_lower_expand, frozenset(_ALL), params=(1,))
 #: the DML element-wise operators' types (no float64: HOST_ELEMENT_WISE)
 _ARITH = frozenset(_ALL - {np.dtype(np.float64)})
 DEVICE_OPS.update({op: DeviceOp(_lower_element_wise, _ARITH, tensors=tuple(range(8)))

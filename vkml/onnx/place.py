@@ -14,6 +14,7 @@ from .execute import DevicePartition, HostPartition, host_ops, node_label, subgr
 from .lower import (DEVICE_OPS, HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_POOLING,
                     _activation_desc,
                     _HostFallback, _attrs, _lower_activation)
+from .lower import GATHER_SLICES_MAX, HOST_GATHER, gather_runs
 
 
 def device_refusal(rep, node, producer_where: dict) -> str | None:
@@ -27,6 +28,10 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
         return f"input {x!r} is not a tensor of known element type"
     if dt not in spec.dtypes:
         return f"data type {dt} (the device operator takes {sorted(map(str, spec.dtypes))})"
+    if node.op_type == "Gather":
+        why = _gather_refusal(rep, node)
+        if why is not None:
+            return why
     for i, name in enumerate(node.input):
         if name and i in spec.params and producer_where.get(name) == "device":
             return f"parameter input {name!r} is computed on the device"
@@ -56,6 +61,25 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
                 _activation_desc(node, param)
             except _HostFallback as exc:
                 return str(exc)
+    return None
+
+
+def _gather_refusal(rep, node) -> str | None:
+    """What :data:`~vkml.onnx.lower.HOST_GATHER` lists, decided here: indices that are
+    not constants, or too many runs of them where the axis' size is known (else, and
+    for out-of-range indices, the lowering decides at ``run``)."""
+    if len(node.input) < 2 or node.input[1] not in rep.consts:
+        return HOST_GATHER["indices"]
+    indices = np.asarray(rep.consts[node.input[1]])
+    shape = rep.shapes.get(node.input[0])
+    axis = int(_attrs(node).get("axis", 0))
+    if shape is None or not -len(shape) <= axis < len(shape):
+        return None
+    n = shape[axis]
+    if ((indices < -n) | (indices >= n)).any():
+        return None
+    if len(gather_runs(indices, n)) > GATHER_SLICES_MAX:
+        return HOST_GATHER["slices"]
     return None
 
 
