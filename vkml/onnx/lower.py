@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import numpy as np
 from onnx import helper
@@ -1038,23 +1039,25 @@ def _resize_targets(lw: _Lowering, node, shape, axes):
     return (full_scales if sizes is None else None), out
 
 
-def _nearest_onnx(o, n_in, n_out, s, ctm, nearest_mode):
-    """ONNX's nearest input index of output coordinates ``o`` (float64: a tie of the
-    formula is found exactly), clamped to the input."""
-    if ctm in ("half_pixel", "pytorch_half_pixel"):
-        x = (o + 0.5) / s - 0.5 if n_out > 1 or ctm == "half_pixel" else 0 * o
-    elif ctm == "align_corners":
-        x = o * (n_in - 1) / (n_out - 1) if n_out > 1 else 0 * o
-    elif ctm == "tf_half_pixel_for_nn":
-        x = (o + 0.5) / s
-    elif ctm == "half_pixel_symmetric":
-        x = n_in / 2 * (1 - n_out / (s * n_in)) + (o + 0.5) / s - 0.5
-    else:                                           # asymmetric
-        x = o / s
-    i = {"round_prefer_floor": lambda v: np.ceil(v - 0.5),
-         "round_prefer_ceil": lambda v: np.floor(v + 0.5),
-         "floor": np.floor, "ceil": np.ceil}[nearest_mode](x)
-    return np.clip(i, 0, n_in - 1).astype(np.int64)
+def _nearest_onnx(n_in, n_out, s, ctm, nearest_mode) -> np.ndarray:
+    """ONNX's nearest input index of every output coordinate, clamped to the input, in
+    exact rational arithmetic (``s``: a Fraction) so that its ties are ties."""
+    half = Fraction(1, 2)
+
+    def coordinate(o):
+        if ctm == "half_pixel" or ctm == "pytorch_half_pixel" and n_out > 1:
+            return (o + half) / s - half
+        if ctm == "align_corners":
+            return Fraction(o * (n_in - 1), n_out - 1) if n_out > 1 else Fraction(0)
+        if ctm == "tf_half_pixel_for_nn":
+            return (o + half) / s
+        if ctm == "half_pixel_symmetric":
+            return n_in * half * (1 - n_out / (s * n_in)) + (o + half) / s - half
+        return o / s if ctm == "asymmetric" else Fraction(0)
+    pick = {"round_prefer_floor": lambda v: math.ceil(v - half),
+            "round_prefer_ceil": lambda v: math.floor(v + half),
+            "floor": math.floor, "ceil": math.ceil}[nearest_mode]
+    return np.clip([pick(coordinate(o)) for o in range(n_out)], 0, n_in - 1)
 
 
 def _nearest_kernel(o, n_in, scale, in_offset, out_offset):
@@ -1087,11 +1090,16 @@ def _resize_geometry(node, shape, out, scales, a, opset):
                                  coordinate_transformation_mode=ctm, nearest_mode=mode,
                                  mode="nearest" if a["mode"] == "nearest" else "linear")
         g = tuple(v[0] for v in g)
+        if a["mode"] == "nearest" and mode in ("floor", "round_prefer_ceil") and \
+                g != (1.0, 0.0, 0.0):
+            # the coordinates' float32 rounding may put an exact tie (or an integer, for
+            # floor) a hair below it: nudged up by the eps onnx_resize_geometry nudges
+            # round_prefer_floor and ceil by, ties resolve as ONNX's formula does
+            g = (g[0], g[1] - 0.25 / max(n_out, 1), g[2])
         if a["mode"] == "nearest" and n_in > 1 and g != (1.0, 0.0, 0.0):
-            o = np.arange(n_out)
-            want = _nearest_onnx(o.astype(np.float64), n_in, n_out,
-                                 s if s is not None else n_out / n_in, ctm, mode)
-            if not np.array_equal(want, _nearest_kernel(o, n_in, *g)):
+            exact = Fraction(n_out, n_in) if s is None else Fraction(s)
+            want = _nearest_onnx(n_in, n_out, exact, ctm, mode)
+            if not np.array_equal(want, _nearest_kernel(np.arange(n_out), n_in, *g)):
                 raise _HostFallback(HOST_RESIZE["nearest_ties"] + f" ({mode}, axis {k}: "
                                     f"{n_in} -> {n_out})")
         geo.append(g)
