@@ -28,7 +28,9 @@ How a model runs (``prepare``), one module each:
    permuted strides, Slice as DML_SLICE1, Concat and Split as DML_JOIN and DML_SPLIT,
    BatchNormalization's inference form, :data:`HOST_BATCH_NORMALIZATION` listing what
    stays on the host, Softmax as DML_ACTIVATION_SOFTMAX1 over opset 13's axis or the
-   older opsets' coerced 2-D axes); else on the host (the reference evaluator), between device partitions, as
+   older opsets' coerced 2-D axes; Gemm and MatMul as DML_GEMM, :data:`HOST_GEMM`
+   listing what stays on the host; Resize and Upsample as DML_RESAMPLE1,
+   :data:`HOST_RESIZE` listing what stays on the host); else on the host (the reference evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).
@@ -63,7 +65,9 @@ from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, support
 from .execute import GraphExecutor
 from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, HOST_ACTIVATIONS, HOST_ALIASES,
                     HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_POOLING, Step)
+from .lower import HOST_GEMM, HOST_RESIZE
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
-           "HOST_BATCH_NORMALIZATION", "prepare", "run_model", "run_node", "supports_device"]
+           "HOST_BATCH_NORMALIZATION", "prepare", "run_model", "run_node", "supports_device",
+           "HOST_GEMM", "HOST_RESIZE"]
