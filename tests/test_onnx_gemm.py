@@ -87,11 +87,13 @@ def test_gemm(dtype, device):
 
 
 #: MatMul operand shapes: 1-D promotions, batch broadcast both ways, a B without batch
-#: under a 5-D A (folded into M), 5-D against 5-D (batch dimensions merged to one).
+#: under a 5-D A (folded into M), 5-D against 5-D (batch dimensions merged to one), batch
+#: dimensions one operand could merge and the other broadcasts (kept apart).
 _MATMUL_SHAPES = [((5,), (5,)), ((4,), (2, 4, 3)), ((1, 2, 4, 3), (3,)), ((3, 4), (4, 2)),
                   ((2, 3, 4), (4, 5)), ((3, 1, 3, 4), (1, 2, 4, 2)), ((2, 3, 4), (2, 4, 1)),
                   ((2, 1, 2, 3, 5, 4), (4, 3)), ((2, 3, 2, 2, 3), (2, 3, 2, 3, 4)),
-                  ((1, 5), (3, 5, 2))]
+                  ((1, 5), (3, 5, 2)), ((2, 3, 2, 3), (2, 1, 3, 4)),
+                  ((2, 1, 2, 3), (2, 3, 3, 4))]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, **_ids)
