@@ -182,3 +182,21 @@ def test_onnx_node_case(name, device):
         Runner.assert_similar_outputs(expected, rep.run(inputs), rtol=case.rtol,
                                       atol=case.atol)
     _on_device(rep, case.model.graph.node[0].op_type)
+
+
+@pytest.mark.parametrize("op, a_s, b_s, field", [
+    ("Gemm", (2, 3), (4, 5), "Gemm 'gemm': B"), ("MatMul", (2, 3), (4, 5), "MatMul 'mm'"),
+    ("MatMul", (2, 2, 3), (3, 3, 4), "MatMul 'mm'")])
+def test_mismatched_operands_raise_validation_error(op, a_s, b_s, field, device):
+    """Operands that do not multiply: ValidationError naming the node and the input, and
+    the device still usable."""
+    name = "gemm" if op == "Gemm" else "mm"
+    node = helper.make_node(op, ["a", "b"], ["y"], name=name)
+    model = make_model([node], [value_info("a", a_s), value_info("b", b_s)],
+                       [value_info("y", ["m", "n", "k"][:len(a_s)])], opset=13)
+    rep = vonnx.prepare(model, device=device)
+    feeds = {"a": np.ones(a_s, np.float32), "b": np.ones(b_s, np.float32)}
+    with pytest.raises(vkml.ValidationError) as err:
+        rep.run(feeds)
+    assert field in err.value.field, err.value
+    test_matmul_add_relu_graph(device)

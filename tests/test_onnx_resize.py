@@ -284,3 +284,20 @@ def test_onnx_node_case(name, device):
     else:
         assert not rep.fallbacks, rep.fallbacks
         assert rep.partitions[0][0] == "device", rep.partitions
+
+
+@pytest.mark.parametrize("scales, sizes, field", [
+    ((1, 1, 2, 2), (1, 1, 4, 4), "scales/sizes"), ((1, 1, -2, 2), None, "scales"),
+    ((2, 2), None, "scales/sizes")])
+def test_bad_scales_raise_validation_error(scales, sizes, field, device):
+    """Both scales and sizes, a negative scale, a count other than the rank:
+    ValidationError naming the node and the input."""
+    ins = ["x", "", "s" if scales else "", "z" if sizes else ""]
+    inits = [numpy_helper.from_array(np.asarray(v, dt), n)
+             for v, dt, n in ((scales, np.float32, "s"), (sizes, np.int64, "z")) if v]
+    node = helper.make_node("Resize", ins, ["y"], name="rs")
+    shape = (1, 1, 2, 2)
+    model = make_model([node], [value_info("x", shape)], [_out("y", shape)], inits)
+    with pytest.raises(vkml.ValidationError) as err:
+        vonnx.prepare(model, device=device).run({"x": np.ones(shape, np.float32)})
+    assert err.value.field == f"Resize 'rs': {field}", err.value

@@ -1026,12 +1026,15 @@ def _resize_targets(lw: _Lowering, node, shape, axes):
                                       f"> 0, got {scales}")
             full_scales[ax] = v
             out[ax] = int(np.float32(v) * np.float32(shape[ax]))
+        elif v < 0:
+            raise ValidationError(f"{node.op_type} {node.name!r}: sizes", f"must be >= 0, "
+                                  f"got {sizes}")
         else:
             out[ax] = v
-    if sizes is not None and a.get("keep_aspect_ratio_policy", b"stretch") != b"stretch":
+    policy = _resize_attrs(node)["policy"]
+    if sizes is not None and policy != "stretch":
         ratios = [v / shape[ax] for ax, v in zip(axes, sizes)]
-        scale = min(ratios) if _s(a["keep_aspect_ratio_policy"]) == "not_larger" else \
-            max(ratios)
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
         for ax in axes:
             full_scales[ax] = scale
             out[ax] = int(scale * shape[ax] + 0.5)

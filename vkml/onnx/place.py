@@ -31,8 +31,9 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
         if name and i in spec.params and producer_where.get(name) == "device":
             return f"parameter input {name!r} is computed on the device"
     check = HOST_CHECKS.get(node.op_type)
-    if check is not None and check(node, dt):
-        return check(node, dt)
+    why = None if check is None else check(node, dt)
+    if why:
+        return why
     if node.op_type == "Pad" and len(node.input) > 1 and node.input[1] in rep.consts:
         if (np.asarray(rep.consts[node.input[1]]) < 0).any():
             return "negative pads (cropping): DML_PADDING takes UINT paddings"
