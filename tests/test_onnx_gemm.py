@@ -111,6 +111,38 @@ def test_matmul(dtype, device):
         _on_device(rep, "MatMul")
 
 
+def _random_operand_shapes(rng):
+    """Random MatMul operands: ranks 1 to 6, batch dimensions of 1 to 3 each, some 1
+    (broadcast) in one operand."""
+    ra, rb = (int(r) for r in rng.integers(1, 7, 2))
+    batch = [int(s) for s in rng.integers(1, 4, max(ra, rb) - 2)] if max(ra, rb) > 2 else []
+    m, k, n = (int(v) for v in rng.integers(1, 6, 3))
+
+    def lead(r):
+        return [1 if rng.random() < 0.3 else s for s in batch[len(batch) - (r - 2):]] \
+            if r > 2 else []
+    return ([k] if ra == 1 else lead(ra) + [m, k]), ([k] if rb == 1 else lead(rb) + [k, n])
+
+
+def test_matmul_random(device):
+    """Random ranks and broadcasts: right everywhere; on the device wherever the output
+    has at most two batch dimensions above 1 (GEMM's BatchCount and ChannelCount)."""
+    rng = np.random.default_rng(21)
+    for _ in range(8):
+        a_s, b_s = _random_operand_shapes(rng)
+        a = rng.standard_normal(a_s).astype(np.float32)
+        b = rng.standard_normal(b_s).astype(np.float32)
+        y_s = np.matmul(a, b).shape
+        node = helper.make_node("MatMul", ["a", "b"], ["y"], name="mm")
+        model = make_model([node], [value_info("a", a_s), value_info("b", b_s)],
+                           [value_info("y", [f"d{i}" for i in range(len(y_s))])], opset=13)
+        rep = vonnx.prepare(model, device=device)
+        _check(rep, model, {"a": a, "b": b}, np.float32, a_s[-1])
+        batch = y_s[:len(y_s) - (len(a_s) > 1) - (len(b_s) > 1)]
+        if sum(s > 1 for s in batch) <= 2:
+            _on_device(rep, "MatMul")
+
+
 def test_matmul_add_relu_graph(device):
     """MatMul with a constant B, then Add and Relu: one device partition."""
     rng = np.random.default_rng(3)
