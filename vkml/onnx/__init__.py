@@ -49,7 +49,10 @@ How a model runs (``prepare``), one module each:
    Gather on constant indices as DML_SLICE1 (one per run of indices in arithmetic
    progression, a scalar index's axis dropped by an alias) joined by DML_JOIN,
    :data:`HOST_GATHER` listing what stays on the host; Expand as DML's identity reading
-   its input with zero strides); else on the host (the reference evaluator), between device partitions, as
+   its input with zero strides; Gemm and MatMul as DML_GEMM, :data:`HOST_GEMM`
+   listing what stays on the host; Resize and Upsample as DML_RESAMPLE1,
+   :data:`HOST_RESIZE` listing what stays on the host); else on the host (the reference
+   evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
    ``prepare`` does for a node neither side implements (an unknown domain).
@@ -85,10 +88,11 @@ from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, support
 from .execute import GraphExecutor
 from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, GATHER_SLICES_MAX, HOST_ACTIVATIONS,
                     HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_GATHER,
-                    HOST_POOLING, Step)
+                    HOST_GEMM, HOST_POOLING, HOST_RESIZE, Step)
 from .rewrite import KINDS as REWRITE_KINDS, Rewrite
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
-           "HOST_BATCH_NORMALIZATION", "HOST_GATHER", "GATHER_SLICES_MAX", "Rewrite",
-           "REWRITE_KINDS", "prepare", "run_model", "run_node", "supports_device"]
+           "HOST_BATCH_NORMALIZATION", "HOST_GATHER", "GATHER_SLICES_MAX", "HOST_GEMM",
+           "HOST_RESIZE", "Rewrite", "REWRITE_KINDS", "prepare", "run_model", "run_node",
+           "supports_device"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from fractions import Fraction
 
 import numpy as np
 from onnx import helper
@@ -14,6 +15,7 @@ from .. import dml
 from ..dml.batch_normalization import STATISTICS
 from ..errors import ValidationError
 from ..intmath import ceil_div
+from ..ops.resample import coordinate_map, input_coordinates, onnx_resize_geometry
 
 
 class _HostFallback(Exception):
@@ -938,12 +940,357 @@ DEVICE_OPS.update({op: DeviceOp(_lower_activation, frozenset(_FLOATS),
                    for op in ACTIVATION_OPS if op != "Identity"})
 
 
+# -- GEMM: Gemm and MatMul --------------------------------------------------------------------
+
+#: THE list of Gemm/MatMul cases that stay on the host: reason key -> why.
+HOST_GEMM: dict[str, str] = {
+    "empty": "an empty operand or output (DML sizes are at least 1; an empty K would "
+             "give zeros)",
+    "batch": "MatMul batch dimensions that do not fold into DML_GEMM's two (BatchCount, "
+             "ChannelCount): more than two after merging the dimensions whose strides "
+             "allow it",
+}
+
+
+def _gemm_tdesc(dt, sizes, strides) -> dml.TensorDesc:
+    """A GEMM operand: packed strides stated as None (the plain descriptor)."""
+    sizes, strides = tuple(sizes), tuple(strides)
+    return dml.TensorDesc(dml.DataType.of(np.dtype(dt)), sizes,
+                          None if strides == dml.packed_strides(sizes) else strides)
+
+
+def _lower_gemm(lw: _Lowering, node):
+    """Gemm as DML_GEMM: ``Y = alpha * A' B' + beta * C`` (the GEMM page's formula) with
+    TransA/TransB as DML_MATRIX_TRANSFORM; C of any shape ONNX's unidirectional rule lets
+    broadcast to (M, N) is viewed with (M, N) sizes and stride 0 along its broadcast
+    dimensions ("CTensor and OutputTensor must have the same Sizes")."""
+    (a_s, dt), (b_s, _) = lw.info(node.input[0]), lw.info(node.input[1])
+    a = _attrs(node)
+    trans_a, trans_b = int(a.get("transA", 0)), int(a.get("transB", 0))
+    if len(a_s) != 2 or len(b_s) != 2:
+        raise ValidationError(f"Gemm {node.name!r}: inputs", f"A and B must be 2-D, got "
+                              f"{tuple(a_s)} and {tuple(b_s)}")
+    m, k = (a_s[1], a_s[0]) if trans_a else (a_s[0], a_s[1])
+    kb, n = (b_s[1], b_s[0]) if trans_b else (b_s[0], b_s[1])
+    if k != kb:
+        raise ValidationError(f"Gemm {node.name!r}: B", f"K of B ({kb}) must equal K of A "
+                              f"({k})")
+    has_c = len(node.input) > 2 and bool(node.input[2])
+    c = None
+    if has_c:
+        c_s = tuple(lw.info(node.input[2])[0])
+        if len(c_s) > 2 or any(s not in (1, w) for s, w in zip(c_s[::-1], (n, m))):
+            raise ValidationError(f"Gemm {node.name!r}: C", f"shape {c_s} must broadcast "
+                                  f"to ({m}, {n}) (ONNX's unidirectional rule)")
+        if 0 in c_s:
+            raise _HostFallback(HOST_GEMM["empty"] + f" (C {c_s})")
+        c = _broadcast_tdesc(c_s, (m, n), dt)
+    if 0 in (m, k, n):
+        raise _HostFallback(HOST_GEMM["empty"] + f" (M, K, N = {m}, {k}, {n})")
+    desc = dml.GemmOperatorDesc(
+        _tdesc(a_s, dt), _tdesc(b_s, dt), c, _tdesc((m, n), dt),
+        trans_a=dml.MatrixTransform(trans_a), trans_b=dml.MatrixTransform(trans_b),
+        alpha=float(a.get("alpha", 1.0)), beta=float(a.get("beta", 1.0)) if has_c else 0.0)
+    lw.emit(desc, [node.input[0], node.input[1], node.input[2] if has_c else None],
+            [node.output[0]], [((m, n), dt)])
+
+
+def _merge_batch(dims) -> list:
+    """MatMul's batch dimensions ``(size, a_stride, b_stride)`` with the dimensions of
+    size 1 dropped and each pair merged where both operands' strides run on from one
+    into the next (``stride[i] == stride[i + 1] * size[i + 1]``, a zero stride after a
+    zero stride too): the same elements under fewer dimensions."""
+    out = []
+    for size, sa, sb in dims:
+        if size == 1:
+            continue
+        if out:
+            ps, pa, pb = out[-1]
+            if pa == sa * size and pb == sb * size:
+                out[-1] = (ps * size, sa, sb)
+                continue
+        out.append((size, sa, sb))
+    return out
+
+
+def _lower_matmul(lw: _Lowering, node):
+    """MatMul (NumPy's matmul) as DML_GEMM: a 1-D A is a row (1, K), a 1-D B a column
+    (K, 1), both viewed without a copy and the added dimension dropped from the output;
+    batch dimensions broadcast by stride 0.  Where B has no batch, A's batch dimensions
+    fold into M (one product); else they merge as their strides allow into GEMM's
+    {BatchCount, ChannelCount}."""
+    (a_s, dt), (b_s, _) = lw.info(node.input[0]), lw.info(node.input[1])
+    a_s, b_s = tuple(a_s), tuple(b_s)
+    if not a_s or not b_s:
+        raise ValidationError(f"MatMul {node.name!r}: inputs", "must be at least 1-D")
+    a2 = (1,) + a_s if len(a_s) == 1 else a_s
+    b2 = b_s + (1,) if len(b_s) == 1 else b_s
+    (m, k), (kb, n) = a2[-2:], b2[-2:]
+    try:
+        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    except ValueError:
+        batch = None
+    if k != kb or batch is None:
+        raise ValidationError(f"MatMul {node.name!r}: inputs", f"shapes {a_s} and {b_s} do "
+                              "not multiply (NumPy's matmul rules)")
+    out_shape = batch + ((m,) if len(a_s) > 1 else ()) + ((n,) if len(b_s) > 1 else ())
+    if 0 in batch + (m, k, n):
+        raise _HostFallback(HOST_GEMM["empty"] + f" ({a_s} x {b_s})")
+    if math.prod(b2[:-2]) == 1:                    # B is one matrix: A's batch joins M
+        rows = math.prod(a2[:-1])
+        desc = dml.GemmOperatorDesc(_tdesc((rows, k), dt), _tdesc((k, n), dt), None,
+                                    _tdesc((rows, n), dt))
+    else:
+        dims = []
+        for shape in (a2, b2):
+            packed = dml.packed_strides(shape)
+            lead = len(batch) - (len(shape) - 2)
+            dims.append([0] * lead + [0 if s == 1 else p for s, p in
+                                      zip(shape[:-2], packed[:-2])])
+        merged = _merge_batch(zip(batch, *dims))
+        if len(merged) > 2:
+            raise _HostFallback(HOST_GEMM["batch"] + f" ({a_s} x {b_s})")
+        sizes = [s for s, _, _ in merged]
+        y_sizes = tuple(sizes) + (m, n)
+        desc = dml.GemmOperatorDesc(
+            _gemm_tdesc(dt, tuple(sizes) + (m, k), [sa for _, sa, _ in merged] + [k, 1]),
+            _gemm_tdesc(dt, tuple(sizes) + (k, n), [sb for _, _, sb in merged] + [n, 1]),
+            None, _tdesc(y_sizes, dt))
+    lw.emit(desc, [node.input[0], node.input[1]], [node.output[0]], [(out_shape, dt)])
+
+
+# -- Resize and Upsample ----------------------------------------------------------------------
+
+#: THE list of Resize/Upsample cases that stay on the host: reason key -> why.
+HOST_RESIZE: dict[str, str] = {
+    "cubic": 'mode "cubic" (DML_INTERPOLATION_MODE has nearest neighbour and linear only)',
+    "crop": 'coordinate_transformation_mode "tf_crop_and_resize" (a region of interest and '
+            "an extrapolation value outside it: RESAMPLE1 clamps to the input's edges)",
+    "antialias": "antialias=1 when a dimension is scaled down in linear mode (a widened "
+                 "filter: RESAMPLE1 reads 2 neighbours per dimension)",
+    "exclude_outside": "exclude_outside=1 in linear mode (ONNX renormalizes the weights "
+                       "inside the input; RESAMPLE1 clamps)",
+    "int_linear": "linear mode on int8/uint8 (ONNX Runtime truncates the interpolated "
+                  "value; RESAMPLE1 rounds it to nearest)",
+    "rank": "more than 4 dimensions that change (RESAMPLE1 takes 1 to 4; dimensions "
+            "copied as they are merge into one)",
+    "empty": "an empty input or output (DML sizes are at least 1)",
+    "fractional": "align_corners (or pytorch_half_pixel to one element) with scales whose "
+                  "in * scale is not a whole length: ONNX's reference takes that fractional "
+                  "length, ONNX Runtime the output size",
+    "nearest_ties": "a nearest_mode whose ties RESAMPLE1 cannot reach for these sizes "
+                    "(RESAMPLE1 rounds halves up; round_prefer_floor and ceil map by an "
+                    "offset that is exact only where no coordinate lies within it of a "
+                    "tie, checked output by output when lowering)",
+}
+
+
+def _resize_attrs(node) -> dict:
+    a = {k: _s(v) for k, v in _attrs(node).items()}
+    return {"mode": str(a.get("mode", "nearest")).lower(),
+            "ctm": str(a.get("coordinate_transformation_mode", "half_pixel")).lower(),
+            "nearest_mode": str(a.get("nearest_mode", "round_prefer_floor")).lower(),
+            "antialias": int(a.get("antialias", 0)), "axes": a.get("axes"),
+            "exclude_outside": int(a.get("exclude_outside", 0)),
+            "policy": str(a.get("keep_aspect_ratio_policy", "stretch")).lower()}
+
+
+def resize_refusal(node, dtype) -> str | None:
+    """The :data:`HOST_RESIZE` reason a Resize/Upsample node's attributes and data type
+    alone give (at placement), or None."""
+    a = _resize_attrs(node)
+    if a["mode"] == "cubic":
+        return HOST_RESIZE["cubic"]
+    if node.op_type == "Resize" and a["ctm"] == "tf_crop_and_resize":
+        return HOST_RESIZE["crop"]
+    if a["mode"] != "nearest" and a["exclude_outside"]:
+        return HOST_RESIZE["exclude_outside"]
+    if a["mode"] != "nearest" and dtype is not None and np.dtype(dtype).kind in "iu":
+        return HOST_RESIZE["int_linear"]
+    return None
+
+
+def _resize_targets(lw: _Lowering, node, shape, axes):
+    """(scales or None, output sizes) of a Resize/Upsample: its ``scales`` (attribute
+    before opset 9, else input 1 or, from opset 11, input 2) or ``sizes`` (input 3),
+    given for ``axes`` (the rest keep scale 1 and their size).  Output sizes from scales
+    are ``floor(in * scale)`` in float32, as ONNX Runtime computes them;
+    keep_aspect_ratio_policy "not_larger"/"not_smaller" takes one scale for every axis,
+    the smallest/largest of ``sizes / in``, and sizes ``round_half_up(scale * in)``
+    (ONNX's reference), the scale mapping the coordinates."""
+    rank = len(shape)
+    a = _attrs(node)
+    if "scales" in a:                               # Upsample-7
+        scales, sizes = a["scales"], None
+    else:
+        i = 1 if node.op_type == "Upsample" or lw.opset < 11 else 2
+        scales, sizes = lw.param(node, i), lw.param(node, 3)
+    scales = None if scales is None or not np.size(scales) else \
+        [float(v) for v in np.asarray(scales, np.float32).reshape(-1)]
+    sizes = None if sizes is None or not np.size(sizes) else \
+        [int(v) for v in np.asarray(sizes).reshape(-1)]
+    if (scales is None) == (sizes is None):
+        raise ValidationError(f"{node.op_type} {node.name!r}: scales/sizes", "exactly one "
+                              "of them must be given (non-empty)")
+    given = scales if sizes is None else sizes
+    if len(given) != len(axes):
+        raise ValidationError(f"{node.op_type} {node.name!r}: scales/sizes", f"must have "
+                              f"{len(axes)} entries (one per axis), got {len(given)}")
+    full_scales = [1.0] * rank
+    out = list(shape)
+    for ax, v in zip(axes, given):
+        if sizes is None:
+            if not v > 0:
+                raise ValidationError(f"{node.op_type} {node.name!r}: scales", f"must be "
+                                      f"> 0, got {scales}")
+            full_scales[ax] = v
+            out[ax] = int(np.float32(v) * np.float32(shape[ax]))
+        elif v < 0:
+            raise ValidationError(f"{node.op_type} {node.name!r}: sizes", f"must be >= 0, "
+                                  f"got {sizes}")
+        else:
+            out[ax] = v
+    policy = _resize_attrs(node)["policy"]
+    if sizes is not None and policy != "stretch":
+        ratios = [v / shape[ax] for ax, v in zip(axes, sizes)]
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        for ax in axes:
+            full_scales[ax] = scale
+            out[ax] = int(scale * shape[ax] + 0.5)
+        return full_scales, out
+    return (full_scales if sizes is None else None), out
+
+
+def _nearest_onnx(n_in, n_out, s, ctm, nearest_mode) -> np.ndarray:
+    """ONNX's nearest input index of every output coordinate, clamped to the input, in
+    exact rational arithmetic (``s``: a Fraction) so that its ties are ties."""
+    half = Fraction(1, 2)
+
+    def coordinate(o):
+        if ctm == "half_pixel" or ctm == "pytorch_half_pixel" and n_out > 1:
+            return (o + half) / s - half
+        if ctm == "align_corners":
+            return Fraction(o * (n_in - 1), n_out - 1) if n_out > 1 else Fraction(0)
+        if ctm == "tf_half_pixel_for_nn":
+            return (o + half) / s
+        if ctm == "half_pixel_symmetric":
+            return n_in * half * (1 - n_out / (s * n_in)) + (o + half) / s - half
+        return o / s if ctm == "asymmetric" else Fraction(0)
+    pick = {"round_prefer_floor": lambda v: math.ceil(v - half),
+            "round_prefer_ceil": lambda v: math.floor(v + half),
+            "floor": math.floor, "ceil": math.ceil}[nearest_mode]
+    return np.clip([pick(coordinate(o)) for o in range(n_out)], 0, n_in - 1)
+
+
+def _nearest_kernel(o, n_in, scale, in_offset, out_offset):
+    """The nearest index RESAMPLE1's kernel takes (``CompiledResample.indices``: float32
+    ``o * a + b`` clamped to [-1, n], then ``floor(x + 0.5)`` as ``f + (x - f >= 0.5)``)."""
+    a, b = coordinate_map(scale, in_offset, out_offset)
+    xf = np.clip(input_coordinates(o, a, b), np.float32(-1), np.float32(n_in))
+    f = np.floor(xf)
+    return np.clip(f.astype(np.int64) + (xf - f >= np.float32(0.5)), 0, n_in - 1)
+
+
+def _resize_geometry(node, shape, out, scales, a, opset):
+    """Per dimension RESAMPLE1's (scale, input offset, output offset): ONNX's modes through
+    ``onnx_resize_geometry`` (before opset 11: asymmetric, and ONNX Runtime's nearest
+    rounding then, floor scaling up and ceil scaling down); nearest indices checked
+    against ONNX's formula output by output."""
+    old = node.op_type == "Upsample" or opset < 11
+    ctm = "asymmetric" if old else a["ctm"]
+    geo = []
+    for k, (n_in, n_out) in enumerate(zip(shape, out)):
+        s = None if scales is None else scales[k]
+        if s is not None and abs(n_in * s - n_out) > 1e-5 * n_out and (
+                ctm == "align_corners" and n_in > 1 and n_out > 1 or
+                ctm == "pytorch_half_pixel" and n_out == 1 < n_in * s):
+            raise _HostFallback(HOST_RESIZE["fractional"] + f" (axis {k}: {n_in} x {s})")
+        mode = a["nearest_mode"]
+        if old:
+            mode = "floor" if (s if s is not None else n_out / n_in) >= 1 else "ceil"
+        g = onnx_resize_geometry([n_in], [n_out], None if s is None else [s],
+                                 coordinate_transformation_mode=ctm, nearest_mode=mode,
+                                 mode="nearest" if a["mode"] == "nearest" else "linear")
+        g = tuple(v[0] for v in g)
+        if a["mode"] == "nearest" and mode in ("floor", "round_prefer_ceil") and \
+                g != (1.0, 0.0, 0.0):
+            # the coordinates' float32 rounding may put an exact tie (or an integer, for
+            # floor) a hair below it: nudged up by the eps onnx_resize_geometry nudges
+            # round_prefer_floor and ceil by, ties resolve as ONNX's formula does
+            g = (g[0], g[1] - 0.25 / max(n_out, 1), g[2])
+        if a["mode"] == "nearest" and n_in > 1 and g != (1.0, 0.0, 0.0):
+            exact = Fraction(n_out, n_in) if s is None else Fraction(s)
+            want = _nearest_onnx(n_in, n_out, exact, ctm, mode)
+            if not np.array_equal(want, _nearest_kernel(np.arange(n_out), n_in, *g)):
+                raise _HostFallback(HOST_RESIZE["nearest_ties"] + f" ({mode}, axis {k}: "
+                                    f"{n_in} -> {n_out})")
+        geo.append(g)
+    return geo
+
+
+def _lower_resize(lw: _Lowering, node):
+    """Resize (opsets 10 to 19) and Upsample (7, 9) as DML_RESAMPLE1: ONNX's coordinate
+    transformation as RESAMPLE1's scale and pixel offsets (``onnx_resize_geometry`` says
+    which map exactly), ``axes`` expanded to every dimension; dimensions copied as they
+    are (size 1 to 1, or scale 1 and the same size) merge with copied neighbours, so a
+    5-D resize of 3 dimensions runs as 4-D.  :data:`HOST_RESIZE` lists the rest."""
+    shape, dt = lw.info(node.input[0])
+    shape = tuple(shape)
+    rank = len(shape)
+    a = _resize_attrs(node)
+    why = resize_refusal(node, dt)
+    if why:
+        raise _HostFallback(why)
+    axes = list(range(rank)) if a["axes"] is None else \
+        [int(x) + rank if int(x) < 0 else int(x) for x in a["axes"]]
+    scales, out = _resize_targets(lw, node, shape, axes)
+    if 0 in shape or 0 in out or rank == 0:
+        raise _HostFallback(HOST_RESIZE["empty"] + f" ({shape} -> {tuple(out)})")
+    if a["mode"] != "nearest" and a["antialias"] and any(o < i for i, o in zip(shape, out)):
+        raise _HostFallback(HOST_RESIZE["antialias"])
+    geo = _resize_geometry(node, shape, out, scales, a, lw.opset)
+    view_in, view_out, view_geo = [], [], []
+    for n_in, n_out, g in zip(shape, out, geo):
+        copy = n_in == n_out and (n_in == 1 or g == (1.0, 0.0, 0.0))
+        if copy and view_geo and view_geo[-1] is None:
+            view_in[-1] *= n_in
+            view_out[-1] *= n_out
+            continue
+        view_in.append(n_in), view_out.append(n_out), view_geo.append(None if copy else g)
+    out = tuple(out)
+    if all(g is None for g in view_geo):            # nothing moves: an alias
+        lw.emit(None, [node.input[0]], [node.output[0]], [(out, dt)])
+        return
+    if len(view_in) > 4:
+        raise _HostFallback(HOST_RESIZE["rank"] + f" ({shape} -> {out})")
+    view_geo = [(1.0, 0.0, 0.0) if g is None else g for g in view_geo]
+    mode = dml.InterpolationMode.NEAREST_NEIGHBOR if a["mode"] == "nearest" else \
+        dml.InterpolationMode.LINEAR
+    desc = dml.Resample1OperatorDesc(
+        _tdesc(view_in, dt), _tdesc(view_out, dt), mode, tuple(g[0] for g in view_geo),
+        tuple(g[1] for g in view_geo), tuple(g[2] for g in view_geo))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out, dt)])
+
+
+#: Gemm and MatMul as DML_GEMM (float32/float16: GEMM's types), Resize and Upsample as
+#: DML_RESAMPLE1 (its types): HOST_GEMM and HOST_RESIZE list what stays on the host.
+DEVICE_OPS["Gemm"] = DeviceOp(_lower_gemm, frozenset(_FLOATS), tensors=(0, 1, 2))
+DEVICE_OPS["MatMul"] = DeviceOp(_lower_matmul, frozenset(_FLOATS), tensors=(0, 1))
+_RESAMPLE = frozenset(_FLOATS | {np.dtype(np.int8), np.dtype(np.uint8)})
+DEVICE_OPS.update({op: DeviceOp(_lower_resize, _RESAMPLE, params=(1, 2, 3))
+                   for op in ("Resize", "Upsample")})
+#: Placement checks: op type -> f(node, input 0's data type) giving the reason an
+#: attribute keeps the node on the host, or None.
+HOST_CHECKS = {"Resize": resize_refusal, "Upsample": resize_refusal}
+
+
 # -- a lowered device partition as one DML graph ---------------------------------------------
 
 #: Descriptor fields of each input slot (to mark constant inputs OWNED_BY_DML).
 _INPUT_FIELDS = {dml.ConvolutionOperatorDesc: ("input_tensor", "filter_tensor", "bias_tensor"),
                  **{cls: ("a_tensor", "b_tensor") for cls in BINARY_OPS.values()},
                  dml.BatchNormalizationOperatorDesc: _BN_FIELDS}
+_INPUT_FIELDS[dml.GemmOperatorDesc] = ("a_tensor", "b_tensor", "c_tensor")
 
 
 @dataclass

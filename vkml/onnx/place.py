@@ -11,8 +11,8 @@ from onnx import helper
 
 from ..errors import UnsupportedError
 from .execute import DevicePartition, HostPartition, host_ops, node_label, subgraph_inputs
-from .lower import (DEVICE_OPS, HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_POOLING,
-                    _activation_desc,
+from .lower import (DEVICE_OPS, HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_CHECKS,
+                    HOST_POOLING, _activation_desc,
                     _HostFallback, _attrs, _lower_activation)
 from .lower import GATHER_SLICES_MAX, HOST_GATHER, gather_runs
 
@@ -35,6 +35,10 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
     for i, name in enumerate(node.input):
         if name and i in spec.params and producer_where.get(name) == "device":
             return f"parameter input {name!r} is computed on the device"
+    check = HOST_CHECKS.get(node.op_type)
+    why = None if check is None else check(node, dt)
+    if why:
+        return why
     if node.op_type == "Pad" and len(node.input) > 1 and node.input[1] in rep.consts:
         if (np.asarray(rep.consts[node.input[1]]) < 0).any():
             return "negative pads (cropping): DML_PADDING takes UINT paddings"
