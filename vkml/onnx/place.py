@@ -11,10 +11,9 @@ from onnx import helper
 
 from ..errors import UnsupportedError
 from .execute import DevicePartition, HostPartition, host_ops, node_label, subgraph_inputs
-from .lower import (DEVICE_OPS, HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_CHECKS,
-                    HOST_POOLING, _activation_desc,
-                    _HostFallback, _attrs, _lower_activation)
-from .lower import GATHER_SLICES_MAX, HOST_GATHER, gather_runs
+from .lower import (DEVICE_OPS, GATHER_SLICES_MAX, HOST_ALIASES, HOST_BATCH_NORMALIZATION,
+                    HOST_CHECKS, HOST_GATHER, HOST_POOLING, _activation_desc, _attrs,
+                    _HostFallback, _lower_activation, gather_runs)
 
 
 def device_refusal(rep, node, producer_where: dict) -> str | None:
@@ -28,43 +27,52 @@ def device_refusal(rep, node, producer_where: dict) -> str | None:
         return f"input {x!r} is not a tensor of known element type"
     if dt not in spec.dtypes:
         return f"data type {dt} (the device operator takes {sorted(map(str, spec.dtypes))})"
-    if node.op_type == "Gather":
-        why = _gather_refusal(rep, node)
-        if why is not None:
-            return why
     for i, name in enumerate(node.input):
         if name and i in spec.params and producer_where.get(name) == "device":
             return f"parameter input {name!r} is computed on the device"
-    check = HOST_CHECKS.get(node.op_type)
-    why = None if check is None else check(node, dt)
-    if why:
-        return why
-    if node.op_type == "Pad" and len(node.input) > 1 and node.input[1] in rep.consts:
+    check = REFUSALS.get(node.op_type)
+    return None if check is None else check(rep, node, dt)
+
+
+def _pad_refusal(rep, node, dt) -> str | None:
+    if len(node.input) > 1 and node.input[1] in rep.consts:
         if (np.asarray(rep.consts[node.input[1]]) < 0).any():
             return "negative pads (cropping): DML_PADDING takes UINT paddings"
-    if node.op_type == "Dropout":                   # what HOST_ALIASES lists, when known
-        if len(node.output) > 1 and node.output[1]:
-            return HOST_ALIASES["dropout_mask"]
-        if len(node.input) > 2 and node.input[2] in rep.consts and \
-                bool(np.asarray(rep.consts[node.input[2]]).reshape(-1)[0]):
-            return HOST_ALIASES["dropout_training"]
-    if node.op_type == "MaxPool" and len(node.output) > 1 and node.output[1] and \
-            int(_attrs(node).get("storage_order", 0)):
+    return None
+
+
+def _dropout_refusal(rep, node, dt) -> str | None:
+    if len(node.output) > 1 and node.output[1]:
+        return HOST_ALIASES["dropout_mask"]
+    if len(node.input) > 2 and node.input[2] in rep.consts and \
+            bool(np.asarray(rep.consts[node.input[2]]).reshape(-1)[0]):
+        return HOST_ALIASES["dropout_training"]
+    return None
+
+
+def _max_pool_refusal(rep, node, dt) -> str | None:
+    if len(node.output) > 1 and node.output[1] and int(_attrs(node).get("storage_order", 0)):
         return HOST_POOLING["storage_order"]
-    if node.op_type == "BatchNormalization" and (
-            int(_attrs(node).get("training_mode", 0)) or any(node.output[1:])):
+    return None
+
+
+def _batch_normalization_refusal(rep, node, dt) -> str | None:
+    if int(_attrs(node).get("training_mode", 0)) or any(node.output[1:]):
         return HOST_BATCH_NORMALIZATION["training"]
-    if spec.lower is _lower_activation:
-        # what HOST_ACTIVATIONS lists, decided here when the parameters are constants
-        def param(i):
-            if i >= len(node.input) or not node.input[i]:
-                return None
-            return rep.consts.get(node.input[i])
-        if all(x in rep.consts for x in node.input[1:] if x):
-            try:
-                _activation_desc(node, param)
-            except _HostFallback as exc:
-                return str(exc)
+    return None
+
+
+def _activation_refusal(rep, node, dt) -> str | None:
+    """What HOST_ACTIVATIONS lists, decided here when the parameters are constants."""
+    def param(i):
+        if i >= len(node.input) or not node.input[i]:
+            return None
+        return rep.consts.get(node.input[i])
+    if all(x in rep.consts for x in node.input[1:] if x):
+        try:
+            _activation_desc(node, param)
+        except _HostFallback as exc:
+            return str(exc)
     return None
 
 
@@ -85,6 +93,17 @@ def _gather_refusal(rep, node) -> str | None:
     if len(gather_runs(indices, n)) > GATHER_SLICES_MAX:
         return HOST_GATHER["slices"]
     return None
+
+
+#: THE placement checks: op type -> f(rep, node, input 0's data type) giving the reason an
+#: attribute or a constant parameter keeps the node on the host (the HOST_* tables'
+#: entries that can be decided at ``prepare``), or None.  The lowering decides the rest.
+REFUSALS = {"Pad": _pad_refusal, "Dropout": _dropout_refusal, "MaxPool": _max_pool_refusal,
+            "BatchNormalization": _batch_normalization_refusal,
+            "Gather": lambda rep, node, dt: _gather_refusal(rep, node),
+            **{op: (lambda rep, node, dt, f=f: f(node, dt)) for op, f in HOST_CHECKS.items()},
+            **{op: _activation_refusal for op, spec in DEVICE_OPS.items()
+               if spec.lower is _lower_activation}}
 
 
 def check_host_partition(model, part, items) -> None:
