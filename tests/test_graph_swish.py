@@ -101,26 +101,41 @@ def _tolerance(dtype):
     return dict(rtol=5e-3, atol=4e-2) if dtype == "float16" else dict(rtol=1e-4, atol=3e-4)
 
 
+def _cases(dtype):
+    """The candidates a test of ``dtype`` forces, each with its activation: every path's
+    own candidate (its default knobs) in both data types, the other candidates (knob
+    variants: other kernel variants of the same family) in one data type each, in turn;
+    the activations and their parameters in turn over all of them (tiled-f16, float16
+    arithmetic, in float16; the -v8 ones, float32 stores as u64vec4, in float32)."""
+    out = []
+    for k, (cand, (path, knobs)) in enumerate(conv_ops.CANDIDATES.items()):
+        u64 = knobs.get("store64") or knobs.get("dw_v8")
+        turn = ("float16" if knobs.get("f16_arith") else "float32" if u64
+                else ["float32", "float16"][k % 2])
+        if cand == path or turn == dtype:
+            out.append((cand, *ACTS[len(out) % len(ACTS)]))
+    return out
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("name", ["swish", "hard_swish"])
-def test_fused_on_every_path(device, dtype, name):
+def test_fused_on_every_path(device, dtype):
     """Each candidate of ``convolution.CANDIDATES`` the device runs (the depthwise ones on
-    a depthwise convolution), forced by ``paths=``: one node, an EpilogueConvolutionDesc on
-    that path, the fusion reported; PyTorch's values; the unfused graph's numbers (float32:
-    the same sum and formula; float16: one rounding fewer)."""
+    a depthwise convolution), forced by ``paths=`` (:func:`_cases`): one node, an
+    EpilogueConvolutionDesc on that path, the fusion reported; PyTorch's values; for each
+    path's own candidate, the unfused graph's numbers (float32: the same sum and formula;
+    float16: one rounding fewer)."""
     rng = np.random.default_rng(5)
     ran = set()
-    for k, cand in enumerate(conv_ops.CANDIDATES):
+    for cand, name, params in _cases(dtype):
         path = conv_ops.CANDIDATES[cand][0]
         dw = path == "depthwise"
-        params = [p for n, p in ACTS if n == name][k % 2]     # defaults and not, in turn
         g = act_graph(dtype, name, params, depthwise=dw)
         arrays = inputs(rng, dtype, dw)
         try:
             cg, (got,) = run(device, g, arrays, dtype, paths={0: cand})
         except vkml.UnsupportedError:
             continue                      # the device lacks the path's features
-        ran.add(path)
+        ran.add(cand)
         assert [type(d) for d in cg.nodes] == [EpilogueConvolutionDesc], cand
         assert cg.nodes[0].epilogue.SPEC.name == name and cg.nodes[0].fused_activation is None
         assert cg._graph_nodes[0].compiled.path.name == path, cand
@@ -131,15 +146,17 @@ def test_fused_on_every_path(device, dtype, name):
         assert cg.arena_bytes == 0
         cg.release()
         want = reference(arrays, name, params, dw)
-        np.testing.assert_allclose(got.astype(np.float64), want, err_msg=cand,
+        np.testing.assert_allclose(got.astype(np.float64), want, err_msg=f"{cand} {name}",
                                    **_tolerance(dtype))
+        if cand != path:
+            continue
         cg, (plain,) = run(device, g, arrays, dtype, fuse=False, paths={0: cand})
         assert not cg.fusions and len(cg.nodes) == 2
         cg.release()
         same = dict(rtol=1e-6, atol=1e-6) if dtype == "float32" else dict(rtol=2e-3, atol=2e-3)
         np.testing.assert_allclose(got.astype(np.float64), plain.astype(np.float64),
                                    err_msg=cand, **same)
-    # every path family runs somewhere (tiled-f16, sg and the like where the device has them)
+    # every path family ran (gemm_sg and the like where the device has their features)
     assert {"direct", "gemm", "winograd", "depthwise", "tiled", "blocked"} <= ran, ran
 
 
