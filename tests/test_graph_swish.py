@@ -176,6 +176,30 @@ def test_not_fused_where_the_output_has_a_second_reader(device, name):
     np.testing.assert_allclose(s, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["swish", "hard_swish"])
+def test_with_lp_pooling_in_winograd(device, name):
+    """Conv (Winograd) -> SWISH / HARD_SWISH -> LP pooling 2x2/2: both run in the
+    convolution's output pass (the activation before the pooling), one node; the
+    reference's values (p = 2: the root of the window's sum of squares)."""
+    rng = np.random.default_rng(9)
+    g = act_graph("float32", name, {})
+    y = g.nodes[1].desc.output_tensor
+    pooled = F("float32", (1, 16, 12, 12))
+    pool = dml.LpPooling1OperatorDesc(y, pooled, (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 2)
+    g = dml.GraphDesc(3, 1, [*g.nodes, N(pool, name="pool")], g.input_edges,
+                      [OUT(2, 0, 0)], [*g.intermediate_edges, MID(1, 0, 2, 0)])
+    arrays = inputs(rng, np.float32)
+    cg, (got,) = run(device, g, arrays, np.float32, paths={0: "winograd"})
+    assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
+    assert [(f.kind, f.absorbed, f.into) for f in cg.fusions] == [
+        ("activation", (1,), (0,)), ("pooling", (2,), (0, 1))]
+    assert cg.nodes[0].epilogue.SPEC.name == name
+    cg.release()
+    a = reference(arrays, name, {})
+    want = np.sqrt((a.reshape(1, 16, 12, 2, 12, 2) ** 2).sum(axis=(3, 5)))
+    np.testing.assert_allclose(got, want, **_tolerance("float32"))
+
+
 def test_dml_rule_unchanged(device):
     """DML's rule stays: a convolution descriptor with fused_activation swish or hard_swish
     is refused; the private descriptor refuses an activation DML fuses itself, and both."""
