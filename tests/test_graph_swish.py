@@ -200,6 +200,27 @@ def test_with_lp_pooling_in_winograd(device, name):
     np.testing.assert_allclose(got, want, **_tolerance("float32"))
 
 
+def test_transposed_convolution(device):
+    """A transposed convolution (stride 2) -> SWISH with its own scale: fused, on the path
+    the device chooses; torch's conv_transpose2d then the formula."""
+    rng = np.random.default_rng(10)
+    x, w, b, y = F("float32", (1, 4, 5, 6)), F("float32", (4, 3, 3, 3)), \
+        F("float32", (1, 3, 1, 1)), F("float32", (1, 3, 11, 13))
+    conv = dml.ConvolutionOperatorDesc(x, w, b, y, direction="backward", strides=(2, 2))
+    act = dml.OPERATOR_ACTIVATIONS["swish"](y, y, sigmoid_input_scale=1.5)
+    g = dml.GraphDesc(3, 1, [N(conv), N(act)], [IN(0, 0, 0), IN(1, 0, 1), IN(2, 0, 2)],
+                      [OUT(1, 0, 0)], [MID(0, 0, 1, 0)])
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((1, 4, 5, 6), (4, 3, 3, 3),
+                                                                 (1, 3, 1, 1))]
+    cg, (got,) = run(device, g, arrays, np.float32)
+    assert [type(d) for d in cg.nodes] == [EpilogueConvolutionDesc] and cg.nodes[0].is_backward
+    assert [f.operator for f in cg.fusions] == ["swish"]
+    cg.release()
+    xt, wt, bt = (torch.from_numpy(a.astype(np.float64)) for a in arrays)
+    c = torch.nn.functional.conv_transpose2d(xt, wt, bt.reshape(-1), stride=2)
+    np.testing.assert_allclose(got, (c * torch.sigmoid(1.5 * c)).numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_dml_rule_unchanged(device):
     """DML's rule stays: a convolution descriptor with fused_activation swish or hard_swish
     is refused; the private descriptor refuses an activation DML fuses itself, and both."""
