@@ -9,7 +9,16 @@ work):
    * an activation node (``DML_ACTIVATION_*`` / ``ELEMENT_WISE_CLIP``) whose input is a
      Convolution output that nothing else reads (no other node, no graph output), read
      with the layout the convolution wrote it in, becomes that convolution's
-     ``fused_activation``; the convolution writes the activation's output tensor;
+     ``fused_activation``; the convolution writes the activation's output tensor.
+     Beyond DirectML's fusions, SWISH and HARD_SWISH (operators only: the fused-activation
+     page does not list them, and a user's ``fused_activation=swish`` stays a
+     ValidationError) fuse the same way, since the kernels evaluate them like any fused
+     activation: the node becomes an ``EpilogueConvolutionDesc``
+     (``convolution/epilogue.py``), the convolution's descriptor validated by its page's
+     rules plus a private ``epilogue`` field for the activation, which every path
+     applies where it applies a fused activation; it is no registered operator, so the
+     graph compiles it with ``CompiledConvolution`` itself.  Reported as the other
+     activations (kind "activation", operator "swish" / "hard_swish");
    * a Padding node in CONSTANT mode with value +0, padding only the spatial dimensions
      (not N and C), whose output feeds only the input of one forward Convolution or LP
      pooling (read with the layout it was written in), folds into that operator's
@@ -64,7 +73,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -82,6 +91,7 @@ from ..tensor import Tensor
 from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, release_all
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
+from .convolution.epilogue import EPILOGUE_ACTIVATIONS, EpilogueConvolutionDesc
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 from ..intmath import ceil_div, round_up
 
@@ -142,6 +152,21 @@ class _GraphBindings:
 def _same_layout(a, b) -> bool:
     return (a.data_type == b.data_type and a.sizes == b.sizes
             and a.element_strides == b.element_strides)
+
+
+def _with_activation(conv, act):
+    """``conv`` writing ``act``'s output with ``act`` in its output pass (module doc, step
+    1): as its ``fused_activation``, or for SWISH / HARD_SWISH, which the fused-activation
+    page does not list, as an :class:`EpilogueConvolutionDesc`'s ``epilogue`` (the
+    descriptor validation of user convolutions stays DML's); None where ``conv`` applies
+    an activation already."""
+    if conv.fused_activation is not None or getattr(conv, "epilogue", None) is not None:
+        return None
+    if act.SPEC.name in EPILOGUE_ACTIVATIONS:
+        own = {f.name: getattr(conv, f.name) for f in fields(conv)}
+        return EpilogueConvolutionDesc(**{**own, "output_tensor": act.output_tensor},
+                                       epilogue=act.fused())
+    return replace(conv, output_tensor=act.output_tensor, fused_activation=act.fused())
 
 
 def _is_zero_padding(d) -> bool:
@@ -249,7 +274,9 @@ class CompiledGraph(CompiledOperator):
                 n = nodes[i]
                 if n.compiled is None:         # (a convolution compiled by _fuse_pooling)
                     op = self.device.create_operator(n.desc)
-                    n.compiled = compile_operator(op, self.paths.get(i))
+                    n.compiled = (CompiledConvolution(self.device, n.desc, self.paths.get(i))
+                                  if isinstance(n.desc, EpilogueConvolutionDesc)  # (unregistered)
+                                  else compile_operator(op, self.paths.get(i)))
             self._plan_arena(nodes, order)
         except BaseException:
             self._release_nodes()
@@ -293,10 +320,8 @@ class CompiledGraph(CompiledOperator):
                     continue
                 new = None
                 if (isinstance(n.desc, ActivationDesc) and not n.desc.is_fused_form
-                        and isinstance(p.desc, ConvolutionOperatorDesc)
-                        and p.desc.fused_activation is None):
-                    new = replace(p.desc, output_tensor=n.desc.output_tensor,
-                                  fused_activation=n.desc.fused())
+                        and isinstance(p.desc, ConvolutionOperatorDesc)):
+                    new = _with_activation(p.desc, n.desc)
                     what = self._fusion("activation", n, p, n.desc.SPEC.name)
                 elif (_is_zero_padding(p.desc)
                       and isinstance(n.desc, (LpPooling1OperatorDesc, LpPoolingOperatorDesc,

@@ -17,6 +17,7 @@ from ...dml.tensor_desc import TensorDesc
 from ...runtime import Bind
 from ..base import CompiledOperator
 from ...intmath import ceil_div
+from .epilogue import kernel_activation
 
 #: The storages every kernel family is compiled for (see vkml_float.glsl).
 STORAGES = ("f32", "f16", "f16_packed")
@@ -279,7 +280,7 @@ class Path:
     def __init__(self, op: CompiledOperator, geo: Geometry, knobs: dict | None = None):
         self.op, self.geo, self.ctx = op, geo, op.ctx
         self.knobs = knobs_of(knobs)
-        self.act = op.desc.fused_activation
+        self.act = kernel_activation(op.desc)      # a graph's SWISH / HARD_SWISH too
         self.act_id = self.act.SPEC.kernel_id if self.act is not None else 0
         self.act_params = (self.act.kernel_parameters() if self.act is not None
                            else np.zeros(4, np.float32))
