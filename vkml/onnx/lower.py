@@ -829,7 +829,7 @@ def _clip_bounds(node, a, param):
 #: ONNX activation op -> f(attributes) giving (DML activation name, its parameters).
 #: Each runs through ``vkml.dml.OPERATOR_ACTIVATIONS[name]``: standalone (its tensors set),
 #: or fused into the convolution before it by the graph compiler (``Device.compile_graph``;
-#: not swish and hard_swish, which DML fuses nowhere).
+#: swish and hard_swish too, beyond DML's fused-activation page).
 ACTIVATION_OPS = {
     "Relu": lambda a: ("relu", {}),
     "LeakyRelu": lambda a: ("leaky_relu", {"alpha": a.get("alpha", 0.01)}),
