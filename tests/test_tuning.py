@@ -20,6 +20,7 @@ import threading
 import weakref
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -104,6 +105,44 @@ def test_keeps_the_fastest(device, tmp_path):
     stored = entries(tmp_path, device)[c.key[1:]]
     assert stored["choice"] == "x1" and stored["mode"] == "full" and stored["rounds"] == 2
     assert stored["shape"] == SIZE
+
+
+def test_asked_again_while_timing_the_same_key(device, tmp_path):
+    """Building a candidate may ask the tuner for the same key again (a convolution that
+    re-chooses its path while being timed): that call gets the default at once instead
+    of waiting for the key's lock, which its own thread holds (a hang until the fix)."""
+    tuner = Tuner("full", folder=tmp_path, rounds=1)
+    calls, inner = [], []
+    path = copies_path(calls, name="reentrant")
+    run = path.run
+
+    def run_asking_again(device_, seq, cand, shape):
+        inner.append(tuner.choose(device_, path, shape))
+        return run(device_, seq, cand, shape)
+    path = tuning.tunable_path("reentrant", path.candidates, "x20", path.shape_class,
+                               run_asking_again)
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(tuner.choose(device, path, SIZE)),
+                              daemon=True)
+    worker.start()
+    worker.join(60)                 # a hang guard, not a timing: the call takes a second
+    assert not worker.is_alive(), "the tuner waited on itself"
+    assert (result[0].name, result[0].source) == ("x1", "measured")
+    assert inner and all((c.name, c.source) == ("x20", "default") for c in inner)
+    assert tuner.choose(device, path, SIZE).source == "stored"
+
+
+def test_candidates_are_timed_on_zeroed_tensors(device):
+    """The tensors a candidate is timed on hold zeros, not what earlier work left (NaN
+    there made a constant filter leave Winograd while the tuner timed it)."""
+    from vkml.ops.base import empty_for
+
+    desc = vkml.dml.TensorDesc("float32", (3, 37))
+    junk = device.tensor(np.full(3 * 37 + 64, np.nan, np.float32))
+    del junk
+    for _ in range(3):
+        t = empty_for(device, desc)
+        assert not t.read_bytes(t.nbytes).any()
 
 
 def test_off_uses_the_default_without_timing(device, tmp_path):

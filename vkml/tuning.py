@@ -523,6 +523,7 @@ class Tuner:
         self._lock = threading.RLock()
         self._entries: dict[str, dict] = {}          # device stem -> {(f, p, c): entry}
         self._key_locks: dict[TuneKey, threading.Lock] = {}
+        self._measuring = threading.local()          # .keys: what this thread measures now
         self._observed: dict[tuple, list] = {}
         #: ``{TuneKey: (point times, params)}``: the fits :meth:`model` made (the per-
         #: device store of measured models; a key names the device and its features).
@@ -629,6 +630,11 @@ class Tuner:
             found = self._usable(p, key, listed, reload=False)
             if found is not None:
                 return found
+        measuring = self._measuring.__dict__.setdefault("keys", set())
+        if key in measuring:
+            # asked again while timing one of this key's candidates (building it asks its
+            # own path): the default, since waiting on the key's lock would never end
+            return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
         with self._lock:
             klock = self._key_locks.setdefault(key, threading.Lock())
         with klock:
@@ -637,7 +643,11 @@ class Tuner:
                 if found is not None:
                     return found
             old = self.lookup(key)
-            entry = self._measure(device, p, shape, listed, mode)
+            measuring.add(key)
+            try:
+                entry = self._measure(device, p, shape, listed, mode)
+            finally:
+                measuring.discard(key)
             if entry is None:
                 return Choice(p.name, p.candidate(p.default), key, "default", default=p.default)
             if old is not None and old.get("stale"):

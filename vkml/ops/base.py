@@ -42,8 +42,15 @@ def release_all(made) -> None:
 
 
 def empty_for(device, desc) -> Tensor:
-    """A device tensor holding ``desc``'s TotalTensorSizeInBytes (its data type)."""
-    return device.empty(desc.total_tensor_size_in_bytes // desc.data_type.size, desc.dtype)
+    """A zeroed device tensor holding ``desc``'s TotalTensorSizeInBytes (its data type):
+    what the tuner times a candidate on.  Zeroed, because memory left by earlier work may
+    hold NaN or infinity (a constant filter with one takes another path:
+    ``CompiledConvolution.initialize``) or subnormals (which some drivers time apart)."""
+    t = device.empty(desc.total_tensor_size_in_bytes // desc.data_type.size, desc.dtype)
+    with device.sequence() as seq:
+        seq.fill(t.allocation, 0, t.allocation.size - t.allocation.size % 4, 0)
+        seq.run()
+    return t
 
 
 def check_choice(field: str, value, allowed) -> None:
