@@ -476,7 +476,10 @@ def element_wise_cases(draw):
     rank = draw(st.integers(1, 8))
     hi = 5 if rank <= 3 else 3 if rank <= 5 else 2
     op = draw(st.sampled_from(FUZZ_OPS))
-    return dict(op=op, shape=draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank)),
+    shape = draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank))
+    if rank <= 2 and draw(st.booleans()):      # rows past the vector widths, sub-word tails
+        shape[-1] = draw(st.integers(6, 300))
+    return dict(op=op, shape=shape,
                 dtype=draw(st.sampled_from(TYPES[:2] if op == "add1" else TYPES)),
                 # dimensions broadcast (stride 0) on top of the layout, per input
                 bcast=draw(st.lists(st.lists(st.booleans(), min_size=rank, max_size=rank),

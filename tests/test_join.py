@@ -348,9 +348,13 @@ FUZZ_SHARE = 2
 
 
 def fuzz_shape(draw, rank: int) -> list[int]:
-    """Small sizes, smaller for higher ranks (every case compiles and runs)."""
+    """Small sizes, smaller for higher ranks (every case compiles and runs); at ranks 1
+    and 2 now and then a long last dimension (rows past the vector widths, sub-word tails)."""
     hi = 4 if rank <= 3 else 3 if rank <= 5 else 2
-    return draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank))
+    shape = draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank))
+    if rank <= 2 and draw(st.booleans()):
+        shape[-1] = draw(st.integers(6, 300))
+    return shape
 
 
 def on_path(device, desc, compiled, path):

@@ -16,8 +16,8 @@ from fuzzing import (compiled_or_refused, fuzzer, lay_out, padded_output, placem
                      run_checked)
 from helpers import (ALL_DTYPES, assert_no_leaks, random_bits, same_bits,
                      threads_share_one_operator)
-from test_join import (FUZZ_SHARE, OPS, check_out, layout, on_path, out_layout, overlapping,
-                       run_copies)
+from test_join import (FUZZ_SHARE, OPS, check_out, fuzz_shape, layout, on_path, out_layout,
+                       overlapping, run_copies)
 
 X = np.arange(1, 17, dtype=np.float32).reshape(1, 1, 4, 4)
 T4 = dml.TensorDesc("float32", (1, 1, 4, 4))
@@ -213,9 +213,7 @@ SLICE_BROKEN = {
 @st.composite
 def slice_cases(draw):
     rank = draw(st.integers(1, 8))
-    hi = 6 if rank <= 3 else 3 if rank <= 5 else 2
-    return dict(shape=draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank)),
-                slice1=draw(st.booleans()), dtype=draw(st.sampled_from(ALL_DTYPES)),
+    return dict(shape=fuzz_shape(draw, rank), slice1=draw(st.booleans()), dtype=draw(st.sampled_from(ALL_DTYPES)),
                 path=draw(st.sampled_from([None, "kernel", "copy"])),
                 broken=draw(st.sampled_from(["none"] * 12 + list(SLICE_BROKEN))),
                 **placement(draw, 1))
