@@ -3,8 +3,8 @@ vkml/ops/element_wise.py): every data type the pages list against an independent
 reference (float64 NumPy for floats, Python integers wrapped to the type for integers),
 NumPy broadcasting expressed as zero strides, non-packed layouts with canaries in the
 output's gaps, the flat read paths, windows and split dispatches at lowered limits,
-in-place execution, ADD1's fused activations, every rule of the pages, threads, leaks and
-a graph node."""
+in-place execution, ADD1's fused activations, every rule of the pages, a fuzzer
+(tests/fuzzing.py), threads, leaks and a graph node."""
 from __future__ import annotations
 
 import numpy as np

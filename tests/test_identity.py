@@ -1,7 +1,8 @@
 """DML_ELEMENT_WISE_IDENTITY (vkml.identity): strided copies of all 11 data types, bit for
 bit (NaN payloads, -0, subnormals: raw bits from helpers.random_bits), transposes and
 layout changes through strides with canaries in the output's gaps, windows at lowered
-limits, ScaleBias on float types, and every rule of the page."""
+limits, ScaleBias on float types, every rule of the page, a fuzzer (tests/fuzzing.py),
+threads and leaks."""
 from __future__ import annotations
 
 import numpy as np

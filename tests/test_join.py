@@ -1,10 +1,11 @@
 """DML_JOIN (vkml.join): the page's examples verbatim, random joins of every data type bit
 for bit against numpy.concatenate (permuted and padded layouts in, a strided output with
 canaries in its gaps), both paths (kernel, copy engine), windows and split grids at
-lowered limits, a 27-input join, every rule of the page, threads, leaks and a graph.
+lowered limits, a 27-input join, every rule of the page, a fuzzer (tests/fuzzing.py),
+threads, leaks and a graph.
 
-The helpers here (``layout``, ``out_layout``, ``run_copies``) serve test_split.py and
-test_slice.py too."""
+The helpers here (``layout``, ``out_layout``, ``run_copies``; the fuzzers' ``fuzz_shape``,
+``on_path``, ``overlapping``) serve test_split.py and test_slice.py too."""
 from __future__ import annotations
 
 import importlib

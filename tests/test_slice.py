@@ -1,7 +1,8 @@
 """DML_SLICE and DML_SLICE1 (vkml.slice): the pages' examples verbatim, random slices of
 every data type bit for bit against NumPy indexing (positive and negative strides, permuted
 and padded input layouts, strided outputs with canaries), both paths, windows and split
-grids at lowered limits, every rule of both pages."""
+grids at lowered limits, every rule of both pages, a fuzzer (tests/fuzzing.py), threads
+and leaks."""
 from __future__ import annotations
 
 import numpy as np

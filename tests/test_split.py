@@ -1,6 +1,7 @@
 """DML_SPLIT (vkml.split): the page's examples verbatim, random splits of every data type
 bit for bit against numpy.split (permuted and padded input layouts, strided outputs with
-canaries), both paths, windows and split grids at lowered limits, every rule of the page."""
+canaries), both paths, windows and split grids at lowered limits, every rule of the page,
+a fuzzer (tests/fuzzing.py), threads and leaks."""
 from __future__ import annotations
 
 import numpy as np
