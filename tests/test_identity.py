@@ -155,7 +155,7 @@ FUZZ_SHARE = 2              # a share of fuzz_examples (fuzzing.fuzzer): one pip
 #: broken rule -> the fields a ValidationError may name.
 FUZZ_BROKEN = {"sizes": ["output_tensor.sizes"], "rank": ["output_tensor.sizes"],
                "data_type": ["output_tensor.data_type"], "overlap": ["output_tensor.strides"],
-               "missing": ["input_tensor"], "scale": ["scale_bias.scale"],
+               "missing": ["input_tensor: is required"], "scale": ["scale_bias.scale"],
                "bias": ["scale_bias.bias"], "int_scale_bias": ["scale_bias"],
                "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
                "strides_count": ["TensorDesc.strides"]}

@@ -384,7 +384,7 @@ def overlapping(strides, shape):
 #: join's broken rules -> the fields a ValidationError may name.
 JOIN_BROKEN = {"empty": ["input_tensors"], "axis": ["axis"], "other_size": [".sizes["],
                "sum": [".sizes["], "data_type": ["data_type"], "rank": ["sizes"],
-               "overlap": ["output_tensor.strides"], "missing": ["input_tensors["],
+               "overlap": ["output_tensor.strides"], "missing": ["]: is required"],
                "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
                "strides_count": ["TensorDesc.strides"]}
 

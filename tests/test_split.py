@@ -131,7 +131,7 @@ def test_functional_rules(device):
 #: split's broken rules -> the fields a ValidationError may name.
 SPLIT_BROKEN = {"empty": ["output_tensors"], "axis": ["axis"], "other_size": [".sizes["],
                 "sum": ["input_tensor.sizes["], "data_type": ["data_type"], "rank": ["sizes"],
-                "overlap": ["output_tensors["], "missing": ["output_tensors["],
+                "overlap": ["output_tensors["], "missing": ["]: is required"],
                 "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
                 "strides_count": ["TensorDesc.strides"]}
 
