@@ -3,18 +3,21 @@ vkml/ops/element_wise.py): every data type the pages list against an independent
 reference (float64 NumPy for floats, Python integers wrapped to the type for integers),
 NumPy broadcasting expressed as zero strides, non-packed layouts with canaries in the
 output's gaps, the flat read paths, windows and split dispatches at lowered limits,
-in-place execution, ADD1's fused activations, every rule of the pages, threads, leaks and
-a graph node."""
+in-place execution, ADD1's fused activations, every rule of the pages, a fuzzer
+(tests/fuzzing.py), threads, leaks and a graph node."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
-from helpers import assert_no_leaks, run_two_node_graph, strided_view
+from fuzzing import (bind_with_canary, canaries_intact, compiled_or_refused, fuzzer, lay_out,
+                     padded_output, placement, real_cases, run_checked)
+from helpers import assert_no_leaks, run_two_node_graph, same_bits, strided_view
 from test_activations import FORMULAS
 from test_lifetime import run_in_threads
 
@@ -453,3 +456,183 @@ def test_unsupported_is_named(device):
     with pytest.raises(UnsupportedError):
         device.compile_operator(device.create_operator(
             dml.ElementWiseIdentityOperatorDesc(t, t, dml.ScaleBias(2.0, 0.0))))
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+FUZZ_OPS = list(OPS) + ["add1"]
+FUZZ_SHARE = 2              # a share of fuzz_examples (fuzzing.fuzzer): one pipeline a case
+#: ADD1's fused activations the fuzzer draws (None: plain ADD1).
+FUZZ_ACTS = [None, "relu", "sigmoid", "leaky_relu", "linear"]
+#: broken rule -> the fields a ValidationError may name.
+FUZZ_BROKEN = {"data_type": ["data_type"], "same_type": ["data_type"],
+               "rank": ["output_tensor.sizes"], "sizes": ["b_tensor.sizes", "a_tensor.sizes"],
+               "overlap": ["output_tensor.strides"], "missing": ["a_tensor: "],
+               "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
+               "strides_count": ["TensorDesc.strides"], "activation": ["fused_activation"]}
+
+
+@st.composite
+def element_wise_cases(draw):
+    rank = draw(st.integers(1, 8))
+    hi = 5 if rank <= 3 else 3 if rank <= 5 else 2
+    op = draw(st.sampled_from(FUZZ_OPS))
+    shape = draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank))
+    if rank <= 2 and draw(st.booleans()):      # rows past the vector widths, sub-word tails
+        shape[-1] = draw(st.integers(6, 300))
+    return dict(op=op, shape=shape,
+                dtype=draw(st.sampled_from(TYPES[:2] if op == "add1" else TYPES)),
+                # dimensions broadcast (stride 0) on top of the layout, per input
+                bcast=draw(st.lists(st.one_of(st.just([False] * rank),
+                                              st.lists(st.booleans(), min_size=rank,
+                                                       max_size=rank)),
+                                    min_size=2, max_size=2)),
+                act=draw(st.sampled_from(FUZZ_ACTS)) if op == "add1" else None,
+                in_place=draw(st.booleans()),
+                broken=draw(st.sampled_from(["none"] * 10 + list(FUZZ_BROKEN))),
+                **placement(draw, 2))
+
+
+def _with_edges(rng, x, op: str, divisor: bool):
+    """``x`` with about a quarter of its elements replaced by the type's edge values:
+    integers' MIN, MAX, 0, 1 and -1 (INT_MIN / -1 and x / 0 included); floats' zeros of
+    both signs, infinities and the largest finite values (overflow to infinity), not as
+    divisors (the precision Vulkan gives a division holds for normal divisors only) nor
+    in ADD1 (its activations are compared with a tolerance)."""
+    dt = x.dtype
+    if dt.kind == "f":
+        if op == "add1" or divisor:
+            return x
+        big = [] if op == "divide" else [np.finfo(dt).max, -np.finfo(dt).max]
+        edges = [0.0, -0.0, np.inf, -np.inf] + big
+    else:
+        info = np.iinfo(dt)
+        edges = [info.min, info.max, 0, 1] + ([-1] if dt.kind == "i" else [])
+    mask = rng.random(x.shape) < 0.25
+    return np.where(mask, rng.choice(np.array(edges, dt), x.shape), x).astype(dt)
+
+
+def _fuzz_operand(rng, shape, dtype, bcast, kind, op, divisor=False):
+    """One input of a fuzzed case: values (with edge values) broadcast along ``bcast``
+    (stride 0) and laid out as ``kind`` (fuzzing.lay_out): (flat buffer, element strides,
+    logical array)."""
+    small = [1 if b else n for n, b in zip(shape, bcast)]
+    x = _with_edges(rng, random_values(rng, small, dtype, divisor=divisor), op, divisor)
+    flat, strides, logical = lay_out(rng, x, kind)
+    strides = strides or tuple(int(np.prod(small[i + 1:])) for i in range(len(small)))
+    strides = tuple(0 if b else s for s, b in zip(strides, bcast))
+    return flat, strides, np.broadcast_to(logical, shape)
+
+
+def _fuzz_reference(case, a, b):
+    op, act = case["op"], case["act"]
+    if op != "add1":
+        with np.errstate(over="ignore"):        # (float16 edge values overflow to inf)
+            return reference(op, a, b)
+    s = (a.astype(np.float32) + b.astype(np.float32)).astype(np.float64)
+    if act is not None:
+        params, formula = FORMULAS[act]
+        s = formula(s, **params)
+    return s
+
+
+def _fuzz_descriptor(case, shape, dtype, a_st, b_st, out_st):
+    """The case's descriptor maker with its one broken rule (``case["broken"]``), and the
+    fields a refusal may name (empty: the case is valid)."""
+    broken, op, rank = case["broken"], case["op"], len(shape)
+    want = FUZZ_BROKEN.get(broken, [])
+    ta = tb = to = dtype
+    sa, sb, so = list(shape), list(shape), list(shape)
+    act = None if case["act"] is None else dml.ACTIVATIONS[case["act"]](**FORMULAS[case["act"]][0])
+    total = None
+    if broken == "data_type":
+        ta = tb = to = "int32" if op == "add1" else "float64"
+    elif broken == "same_type":
+        tb = {"float32": "float16"}.get(dtype, "float32")
+    elif broken == "rank":          # (the output's strides follow, so only the rank breaks)
+        so, out_st = (so + [1], out_st and out_st + (1,)) if rank < 8 else \
+            (so[:-1], out_st and out_st[:-1])
+    elif broken == "sizes":
+        sb[-1] += 1
+    elif broken == "overlap":
+        big = [d for d, n in enumerate(shape) if n > 1]
+        if big:
+            out_st = list(out_st or [int(np.prod(shape[i + 1:])) for i in range(rank)])
+            out_st[big[0]] = 0
+        else:
+            want = []
+    elif broken == "rank9":
+        sa = [1] * (9 - rank) + sa
+    elif broken == "total_size":
+        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
+    elif broken == "strides_count":
+        a_st = (a_st or (1,) * rank) + (1,)
+    elif broken == "activation":
+        if op == "add1":
+            act = dml.ElementWiseClipOperatorDesc(min=0.0, max=1.0)
+        else:
+            want = []
+
+    def make():
+        a = None if broken == "missing" else dml.TensorDesc(ta, sa, a_st, total)
+        args = (a, dml.TensorDesc(tb, sb, b_st), dml.TensorDesc(to, so, out_st))
+        if op == "add1":
+            return dml.ElementWiseAdd1OperatorDesc(*args, fused_activation=act)
+        return DESCS[op](*args)
+    return make, want
+
+
+def _run_in_place(device, compiled, desc, a_flat, b_flat):
+    """Run ``compiled`` (then release it) with A's tensor as the output too ("supports
+    in-place execution"); nothing may be written outside the tensors or into A's gaps.
+    Returns the output's logical elements."""
+    ins = [bind_with_canary(device, t.total_tensor_size_in_bytes, f)
+           for t, f in zip(desc.inputs(), (a_flat, b_flat))]
+    compiled.execute(ins, [ins[0]])
+    compiled.release()
+    assert all(canaries_intact(t) for t in ins), "wrote outside a tensor"
+    out = desc.output_tensor
+    raw = ins[0].read_bytes(a_flat.nbytes).view(a_flat.dtype)
+    idx = np.zeros(out.sizes, np.int64)
+    for d, (n, st) in enumerate(zip(out.sizes, out.strides)):
+        idx += (np.arange(n) * st).reshape([-1 if k == d else 1 for k in range(len(out.sizes))])
+    gaps = np.ones(raw.size, bool)
+    gaps[idx.reshape(-1)] = False
+    assert same_bits(raw[gaps], a_flat[gaps]), "wrote into the gaps of A's layout"
+    return raw[idx]
+
+
+def test_fuzz_element_wise(device, speed):
+    """Random ADD/ADD1/SUBTRACT/MULTIPLY/DIVIDE/MAX/MIN descriptors (the contract of
+    ``fuzzing.fuzzer``): ranks 1-8, broadcasts by zero strides on either input, padded,
+    permuted and strided layouts, edge values, in-place execution, every data type of the
+    pages, one broken rule at a time."""
+    @fuzzer(speed, element_wise_cases(), share=FUZZ_SHARE)
+    def fuzz_case(case):
+        rng = np.random.default_rng(case["seed"])
+        op, dtype, shape = case["op"], case["dtype"], list(case["shape"])
+        a_flat, a_st, a = _fuzz_operand(rng, shape, dtype, case["bcast"][0],
+                                        case["layouts"][0], op)
+        b_flat, b_st, b = _fuzz_operand(rng, shape, dtype, case["bcast"][1],
+                                        case["layouts"][1], op, op == "divide")
+        out_st, read = padded_output(rng, shape, dtype, case["out_padded"])
+        # in place: the output is A's memory, in A's layout (one that does not overlap)
+        in_place = case["in_place"] and case["broken"] == "none" and all(
+            st or n == 1 for st, n in zip(a_st, shape))
+        make, want = _fuzz_descriptor(case, shape, dtype, a_st, b_st,
+                                      a_st if in_place else out_st)
+        desc, compiled = compiled_or_refused(device, make, want, may_be_unsupported=True)
+        if desc is None:
+            return
+        if in_place:
+            got = _run_in_place(device, compiled, desc, a_flat, b_flat)
+        else:
+            got = run_checked(device, compiled, desc, [a_flat, b_flat], read)
+        expect = _fuzz_reference(case, a, b)
+        if op == "add1":
+            tol = 3e-5 if dtype == "float32" else 2e-3
+            np.testing.assert_allclose(got.astype(np.float64), expect, rtol=tol, atol=tol)
+        else:
+            check(got, expect, op)
+
+    with real_cases(speed, valid=0.25 / FUZZ_SHARE, refused=0.1 / FUZZ_SHARE):
+        fuzz_case()

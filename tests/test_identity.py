@@ -1,17 +1,22 @@
 """DML_ELEMENT_WISE_IDENTITY (vkml.identity): strided copies of all 11 data types, bit for
 bit (NaN payloads, -0, subnormals: raw bits from helpers.random_bits), transposes and
 layout changes through strides with canaries in the output's gaps, windows at lowered
-limits, ScaleBias on float types, and every rule of the page."""
+limits, ScaleBias on float types, every rule of the page, a fuzzer (tests/fuzzing.py),
+threads and leaks."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import vkml
 from vkml import dml
 from vkml.errors import ArgumentTypeError, UnsupportedError, ValidationError
 
-from helpers import ALL_DTYPES, random_bits, same_bits, strided_view
+from fuzzing import (compiled_or_refused, count, fuzzer, lay_out, padded_output, placement,
+                     real_cases, run_checked)
+from helpers import (ALL_DTYPES, assert_no_leaks, operator_cycle, random_bits, same_bits,
+                     strided_view, threads_share_one_operator)
 
 CANARY = 0xA5
 
@@ -143,3 +148,139 @@ def test_scale_bias_float64_unsupported(device):
     assert dml.ElementWiseIdentityOperatorDesc(t, t).feature_level() == dml.FeatureLevel.FL_4_1
     with pytest.raises(ArgumentTypeError):
         vkml.identity(np.ones(4, np.float32), (1.0,), device=device)
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+FUZZ_SHARE = 2              # a share of fuzz_examples (fuzzing.fuzzer): one pipeline a case
+#: broken rule -> the fields a ValidationError may name.
+FUZZ_BROKEN = {"sizes": ["output_tensor.sizes"], "rank": ["output_tensor.sizes"],
+               "data_type": ["output_tensor.data_type"], "overlap": ["output_tensor.strides"],
+               "missing": ["input_tensor: is required"], "scale": ["scale_bias.scale"],
+               "bias": ["scale_bias.bias"], "int_scale_bias": ["scale_bias"],
+               "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
+               "strides_count": ["TensorDesc.strides"]}
+
+
+@st.composite
+def identity_cases(draw):
+    rank = draw(st.integers(1, 8))
+    hi = 5 if rank <= 3 else 3 if rank <= 5 else 2
+    shape = draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank))
+    if rank <= 2 and draw(st.booleans()):      # rows past the vector widths, sub-word tails
+        shape[-1] = draw(st.integers(6, 300))
+    return dict(shape=shape, dtype=draw(st.sampled_from(ALL_DTYPES)),
+                scale_bias=draw(st.sampled_from([None, None, (2.5, -1.0), (-0.5, 0.25)])),
+                broken=draw(st.sampled_from(["none"] * 10 + list(FUZZ_BROKEN))),
+                **placement(draw, 1))
+
+
+def _identity_descriptor(case, shape, dtype, in_st, out_st, sb):
+    """The case's descriptor maker with its one broken rule, and the fields a refusal may
+    name (empty: the case is valid)."""
+    broken, rank = case["broken"], len(shape)
+    want = FUZZ_BROKEN.get(broken, [])
+    si, so, to, total = list(shape), list(shape), dtype, None
+    if broken == "sizes":
+        so[-1] += 1
+    elif broken == "rank":          # (the output's strides follow, so only the rank breaks)
+        so, out_st = (so + [1], out_st and out_st + (1,)) if rank < 8 else \
+            (so[:-1], out_st and out_st[:-1])
+    elif broken == "data_type":
+        to = "int32" if dtype == "float32" else "float32"
+    elif broken == "overlap":
+        big = [d for d, n in enumerate(shape) if n > 1]
+        if big:
+            out_st = list(out_st or [int(np.prod(shape[i + 1:])) for i in range(rank)])
+            out_st[big[-1]] = 0
+        else:
+            want = []
+    elif broken in ("scale", "bias"):
+        sb = dml.ScaleBias(float("nan"), 1.0) if broken == "scale" else \
+            dml.ScaleBias(1.0, float("-inf"))
+    elif broken == "int_scale_bias":
+        if np.dtype(dtype).kind == "f":
+            want = []               # (a float tensor takes a ScaleBias)
+        sb = dml.ScaleBias(2.0, 1.0)
+    elif broken == "rank9":
+        si = [1] * (9 - rank) + si
+    elif broken == "total_size":
+        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
+    elif broken == "strides_count":
+        in_st = (in_st or (1,) * rank) + (1,)
+
+    def make():
+        x = None if broken == "missing" else dml.TensorDesc(dtype, si, in_st, total)
+        return dml.ElementWiseIdentityOperatorDesc(x, dml.TensorDesc(to, so, out_st), sb)
+    return make, want, sb
+
+
+def test_fuzz_identity(device, speed):
+    """Random ELEMENT_WISE_IDENTITY descriptors (the contract of ``fuzzing.fuzzer``):
+    ranks 1-8, all 11 data types copied bit for bit from padded, permuted and broadcast
+    layouts, ScaleBias on float tensors, one broken rule at a time."""
+    @fuzzer(speed, identity_cases(), share=FUZZ_SHARE)
+    def fuzz_case(case):
+        rng = np.random.default_rng(case["seed"])
+        dtype, shape = case["dtype"], list(case["shape"])
+        sb = None if case["scale_bias"] is None else dml.ScaleBias(*case["scale_bias"])
+        if sb is not None and dtype not in ("float32", "float16"):
+            sb = None               # (a ScaleBias on other types is a broken rule below)
+        x = random_bits(rng, shape, dtype)
+        if sb is not None or case["broken"] == "int_scale_bias":   # finite values to scale
+            x = (rng.standard_normal(shape) * 3).astype(dtype)
+        flat, in_st, x = lay_out(rng, x, case["layouts"][0])
+        out_st, read = padded_output(rng, shape, dtype, case["out_padded"])
+        make, want, sb = _identity_descriptor(case, shape, dtype, in_st, out_st, sb)
+        if not want and sb is not None and dtype == "float64":
+            with pytest.raises(UnsupportedError):    # (vkml.dml.element_wise's docstring)
+                device.compile_operator(device.create_operator(make()))
+            return count("unsupported")
+        desc, compiled = compiled_or_refused(device, make, want, may_be_unsupported=True)
+        if desc is None:
+            return
+        got = run_checked(device, compiled, desc, [flat], read)
+        if sb is None:
+            assert same_bits(got, x)
+        else:
+            expect = (x.astype(np.float32) * np.float32(sb.scale) + np.float32(sb.bias))
+            tol = 1e-6 if dtype == "float32" else 1e-3
+            np.testing.assert_allclose(got.astype(np.float64), expect.astype(dtype)
+                                       .astype(np.float64), rtol=tol, atol=tol)
+
+    with real_cases(speed, valid=0.25 / FUZZ_SHARE, refused=0.1 / FUZZ_SHARE):
+        fuzz_case()
+
+
+# -- threads and leaks -----------------------------------------------------------------------
+def test_eight_threads(device):
+    """vkml.identity from 8 threads (each its own data types) and one compiled transpose
+    with a ScaleBias shared by all of them."""
+    shape = (6, 5)
+    shared = device.compile_operator(device.create_operator(dml.ElementWiseIdentityOperatorDesc(
+        dml.TensorDesc("float32", shape, (1, 6)), dml.TensorDesc("float32", shape),
+        dml.ScaleBias(2.0, -1.0))))
+    x = np.random.default_rng(1).standard_normal((5, 6)).astype(np.float32)
+    rngs = [np.random.default_rng(200 + k) for k in range(8)]
+
+    def functional(k, i):
+        y = random_bits(rngs[k], (k + 1, 7), ("float16", "int8", "uint64")[(k + i) % 3])
+        return same_bits(vkml.identity(y, device=device), y)
+
+    threads_share_one_operator(device, shared, [device.tensor(x.reshape(-1))], x.T * 2 - 1,
+                               shape, functional, rtol=1e-6, atol=1e-6)
+
+
+def test_does_not_leak(device):
+    """create -> compile -> execute -> release of a strided copy, and the functional call,
+    leave the device's memory as they found it."""
+    t = dml.TensorDesc("float16", (4, 6), (1, 4))
+    x, out = device.tensor(np.ones(24, np.float16)), device.empty((4, 6), np.float16)
+    cycle = operator_cycle(device, dml.ElementWiseIdentityOperatorDesc(
+        t, dml.TensorDesc("float16", (4, 6)), dml.ScaleBias(0.5, 0.0)), [x], [out])
+    assert_no_leaks(device, cycle, warm=5, rounds=50)
+    a = np.arange(12, dtype=np.int64).reshape(3, 4)
+
+    def calls():
+        for _ in range(100):
+            vkml.identity(a, device=device)
+    assert_no_leaks(device, calls, warm=1, rounds=1, key="used")

@@ -1,21 +1,25 @@
 """DML_JOIN (vkml.join): the page's examples verbatim, random joins of every data type bit
 for bit against numpy.concatenate (permuted and padded layouts in, a strided output with
 canaries in its gaps), both paths (kernel, copy engine), windows and split grids at
-lowered limits, a 27-input join, every rule of the page, threads, leaks and a graph.
+lowered limits, a 27-input join, every rule of the page, a fuzzer (tests/fuzzing.py),
+threads, leaks and a graph.
 
-The helpers here (``layout``, ``out_layout``, ``run_copies``) serve test_split.py and
-test_slice.py too."""
+The helpers here (``layout``, ``out_layout``, ``run_copies``; the fuzzers' ``fuzz_shape``,
+``on_path``, ``overlapping``) serve test_split.py and test_slice.py too."""
 from __future__ import annotations
 
 import importlib
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import vkml
 from vkml import dml
 from vkml.errors import ArgumentTypeError, ValidationError
 
+from fuzzing import (compiled_or_refused, fuzzer, lay_out, padded_output, placement,
+                     real_cases, run_checked)
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
 from test_lifetime import run_in_threads
 
@@ -337,3 +341,130 @@ def test_fields_of_every_kind(device):
             except (ValidationError, vkml.DeviceError) as exc:
                 assert not isinstance(exc, TypeError) or isinstance(exc, ArgumentTypeError)
     assert same_bits(vkml.slice(x, 0, 1, device=device), x[:1, :1, :1])
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+#: The fuzzers of join, split and slice: a share of fuzz_examples (fuzzing.fuzzer) each.
+FUZZ_SHARE = 2
+
+
+def fuzz_shape(draw, rank: int) -> list[int]:
+    """Small sizes, smaller for higher ranks (every case compiles and runs); at ranks 1
+    and 2 now and then a long last dimension (rows past the vector widths, sub-word tails)."""
+    hi = 4 if rank <= 3 else 3 if rank <= 5 else 2
+    shape = draw(st.lists(st.integers(1, hi), min_size=rank, max_size=rank))
+    if rank <= 2 and draw(st.booleans()):
+        shape[-1] = draw(st.integers(6, 300))
+    return shape
+
+
+def on_path(device, desc, compiled, path):
+    """``compiled`` (the device's choice) or, where ``path`` is given, ``desc`` compiled
+    on that path instead (the copy engine takes contiguous rows, the kernel the rest)."""
+    if path is None:
+        return compiled
+    compiled.release()
+    cls = {dml.JoinOperatorDesc: OPS.CompiledJoin, dml.SplitOperatorDesc: OPS.CompiledSplit,
+           dml.SliceOperatorDesc: OPS.CompiledSlice,
+           dml.Slice1OperatorDesc: OPS.CompiledSlice}[type(desc)]
+    return cls(device, device.create_operator(desc).desc, path=path)
+
+
+def overlapping(strides, shape):
+    """``strides`` (None: packed) with a dimension of more than one element made stride 0,
+    so the tensor's elements overlap; None where every size is 1."""
+    big = [d for d, n in enumerate(shape) if n > 1]
+    if not big:
+        return None
+    out = list(strides or [int(np.prod(shape[i + 1:])) for i in range(len(shape))])
+    out[big[-1]] = 0
+    return tuple(out)
+
+
+#: join's broken rules -> the fields a ValidationError may name.
+JOIN_BROKEN = {"empty": ["input_tensors"], "axis": ["axis"], "other_size": [".sizes["],
+               "sum": [".sizes["], "data_type": ["data_type"], "rank": ["sizes"],
+               "overlap": ["output_tensor.strides"], "missing": ["]: is required"],
+               "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
+               "strides_count": ["TensorDesc.strides"]}
+
+
+@st.composite
+def join_cases(draw):
+    rank = draw(st.integers(1, 8))
+    count = draw(st.integers(1, 4))
+    return dict(shape=fuzz_shape(draw, rank), axis=draw(st.integers(0, rank - 1)),
+                parts=draw(st.lists(st.integers(1, 3), min_size=count, max_size=count)),
+                dtype=draw(st.sampled_from(ALL_DTYPES)),
+                path=draw(st.sampled_from([None, "kernel", "copy"])),
+                broken=draw(st.sampled_from(["none"] * 10 + list(JOIN_BROKEN))),
+                **placement(draw, 4))
+
+
+def _join_descriptor(case, shapes, yshape, strides, out_st):
+    """The case's descriptor maker with its one broken rule, and the fields a refusal may
+    name (empty: the case is valid)."""
+    broken, dtype, axis, rank = case["broken"], case["dtype"], case["axis"], len(yshape)
+    want = JOIN_BROKEN.get(broken, [])
+    shapes, strides, types = [list(s) for s in shapes], list(strides), [dtype] * len(shapes)
+    i = len(shapes) - 1             # the input a rule is broken on
+    total = None
+    if broken == "axis":
+        axis = rank if case["seed"] % 2 else -1
+    elif broken == "other_size":
+        if rank == 1:
+            want = []
+        else:
+            d = (axis + 1) % rank
+            shapes[i][d] += 1
+    elif broken == "sum":
+        yshape = list(yshape)
+        yshape[axis] += 1
+        out_st = None
+    elif broken == "data_type":
+        types[i] = "int32" if dtype == "float32" else "float32"
+    elif broken == "rank":
+        shapes[i], strides[i] = (shapes[i] + [1], None) if rank < 8 else (shapes[i][1:], None)
+    elif broken == "overlap":
+        out_st = overlapping(out_st, yshape)
+        want = want if out_st is not None else []
+    elif broken == "rank9":
+        shapes[i], strides[i] = [1] * (9 - rank) + shapes[i], None
+    elif broken == "total_size":
+        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
+    elif broken == "strides_count":
+        strides[i] = (strides[i] or (1,) * rank) + (1,)
+
+    def make():
+        ins = [dml.TensorDesc(t, s, st, total if k == i else None)
+               for k, (t, s, st) in enumerate(zip(types, shapes, strides))]
+        if broken == "missing":
+            ins[i] = None
+        return dml.JoinOperatorDesc([] if broken == "empty" else ins,
+                                    dml.TensorDesc(dtype, yshape, out_st), axis)
+    return make, want
+
+
+def test_fuzz_join(device, speed):
+    """Random JOIN descriptors (the contract of ``fuzzing.fuzzer``): ranks 1-8, 1-4 inputs
+    of all 11 data types (random bits, compared bit for bit with numpy.concatenate) in
+    padded, permuted and broadcast layouts, either path, one broken rule at a time."""
+    @fuzzer(speed, join_cases(), share=FUZZ_SHARE)
+    def fuzz_case(case):
+        rng = np.random.default_rng(case["seed"])
+        dtype, axis, shape = case["dtype"], case["axis"], list(case["shape"])
+        shapes = [shape[:axis] + [p] + shape[axis + 1:] for p in case["parts"]]
+        laid = [lay_out(rng, random_bits(rng, s, dtype), kind)
+                for s, kind in zip(shapes, case["layouts"])]
+        yshape = shape[:axis] + [sum(case["parts"])] + shape[axis + 1:]
+        out_st, read = padded_output(rng, yshape, dtype, case["out_padded"])
+        make, want = _join_descriptor(case, shapes, yshape, [l[1] for l in laid], out_st)
+        desc, compiled = compiled_or_refused(device, make, want)
+        if desc is None:
+            return
+        compiled = on_path(device, desc, compiled, case["path"])
+        got = run_checked(device, compiled, desc, [l[0] for l in laid], read)
+        assert same_bits(got, np.concatenate([l[2] for l in laid], axis))
+
+    with real_cases(speed, valid=0.25 / FUZZ_SHARE, refused=0.1 / FUZZ_SHARE):
+        fuzz_case()

@@ -1,17 +1,23 @@
 """DML_SPLIT (vkml.split): the page's examples verbatim, random splits of every data type
 bit for bit against numpy.split (permuted and padded input layouts, strided outputs with
-canaries), both paths, windows and split grids at lowered limits, every rule of the page."""
+canaries), both paths, windows and split grids at lowered limits, every rule of the page,
+a fuzzer (tests/fuzzing.py), threads and leaks."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import ALL_DTYPES, random_bits, same_bits
-from test_join import OPS, check_out, layout, out_layout, run_copies
+from fuzzing import (bind_with_canary, canaries_intact, compiled_or_refused, fuzzer, lay_out,
+                     padded_output, placement, real_cases)
+from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
+from test_join import (FUZZ_SHARE, OPS, check_out, fuzz_shape, layout, on_path, out_layout,
+                       overlapping, run_copies)
+from test_lifetime import run_in_threads
 
 X = np.arange(1, 13, dtype=np.float32).reshape(1, 1, 6, 2)
 
@@ -119,3 +125,153 @@ def test_functional_rules(device):
     assert info.value.field.endswith("input_tensor.sizes[0]")
     with pytest.raises(ValidationError):
         vkml.split(np.ones(5), 1, 1, device=device)
+
+
+# -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
+#: split's broken rules -> the fields a ValidationError may name.
+SPLIT_BROKEN = {"empty": ["output_tensors"], "axis": ["axis"], "other_size": [".sizes["],
+                "sum": ["input_tensor.sizes["], "data_type": ["data_type"], "rank": ["sizes"],
+                "overlap": ["output_tensors["], "missing": ["]: is required"],
+                "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
+                "strides_count": ["TensorDesc.strides"]}
+
+
+@st.composite
+def split_cases(draw):
+    rank = draw(st.integers(1, 8))
+    count = draw(st.integers(1, 4))
+    return dict(shape=fuzz_shape(draw, rank), axis=draw(st.integers(0, rank - 1)),
+                parts=draw(st.lists(st.integers(1, 3), min_size=count, max_size=count)),
+                padded=draw(st.lists(st.booleans(), min_size=count, max_size=count)),
+                dtype=draw(st.sampled_from(ALL_DTYPES)),
+                path=draw(st.sampled_from([None, "kernel", "copy"])),
+                broken=draw(st.sampled_from(["none"] * 10 + list(SPLIT_BROKEN))),
+                **placement(draw, 1))
+
+
+def _split_descriptor(case, xshape, in_st, shapes, out_sts):
+    """The case's descriptor maker with its one broken rule, and the fields a refusal may
+    name (empty: the case is valid)."""
+    broken, dtype, axis, rank = case["broken"], case["dtype"], case["axis"], len(xshape)
+    want = SPLIT_BROKEN.get(broken, [])
+    shapes, out_sts, types = [list(s) for s in shapes], list(out_sts), [dtype] * len(shapes)
+    i = len(shapes) - 1             # the output a rule is broken on
+    total = None
+    if broken == "axis":
+        axis = rank if case["seed"] % 2 else -1
+    elif broken == "other_size":
+        if rank == 1:
+            want = []
+        else:
+            shapes[i][(axis + 1) % rank] += 1
+            out_sts[i] = None
+    elif broken == "sum":
+        xshape = list(xshape)
+        xshape[axis] += 1
+        in_st = None
+    elif broken == "data_type":
+        types[i] = "int32" if dtype == "float32" else "float32"
+    elif broken == "rank":
+        shapes[i], out_sts[i] = (shapes[i] + [1], None) if rank < 8 else (shapes[i][1:], None)
+    elif broken == "overlap":
+        out_sts[i] = overlapping(out_sts[i], shapes[i])
+        want = want if out_sts[i] is not None else []
+    elif broken == "rank9":
+        shapes[i], out_sts[i] = [1] * (9 - rank) + shapes[i], None
+    elif broken == "total_size":
+        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
+    elif broken == "strides_count":
+        in_st = (in_st or (1,) * rank) + (1,)
+
+    def make():
+        outs = [dml.TensorDesc(t, s, st) for t, s, st in zip(types, shapes, out_sts)]
+        if broken == "missing":
+            outs[i] = None
+        return dml.SplitOperatorDesc(dml.TensorDesc(dtype, xshape, in_st, total),
+                                     [] if broken == "empty" else outs, axis)
+    return make, want
+
+
+def _run_split_checked(device, compiled, desc, flat, reads):
+    """fuzzing.run_checked for several outputs: the input and every output bound between
+    canaries, none written outside a tensor or into an output's gaps, the input unchanged;
+    returns the outputs as ``reads`` give them."""
+    src = bind_with_canary(device, desc.input_tensor.total_tensor_size_in_bytes, flat)
+    dsts = [bind_with_canary(device, t.total_tensor_size_in_bytes) for t in desc.outputs()]
+    compiled.execute([src], dsts)
+    compiled.release()
+    got = [read(d) for read, d in zip(reads, dsts)]
+    assert all(intact for _, intact in got), "wrote into the gaps of a non-packed output"
+    assert all(canaries_intact(t) for t in [src] + dsts), "wrote outside a tensor"
+    assert same_bits(src.read_bytes(flat.nbytes).view(flat.dtype), flat), "input changed"
+    return [g for g, _ in got]
+
+
+def test_fuzz_split(device, speed):
+    """Random SPLIT descriptors (the contract of ``fuzzing.fuzzer``): ranks 1-8, all 11
+    data types (random bits, compared bit for bit with numpy.split) from padded, permuted
+    and broadcast layouts into 1-4 outputs with or without gaps, either path, one broken
+    rule at a time."""
+    @fuzzer(speed, split_cases(), share=FUZZ_SHARE)
+    def fuzz_case(case):
+        rng = np.random.default_rng(case["seed"])
+        dtype, axis, shape, parts = case["dtype"], case["axis"], list(case["shape"]), \
+            case["parts"]
+        xshape = shape[:axis] + [sum(parts)] + shape[axis + 1:]
+        flat, in_st, x = lay_out(rng, random_bits(rng, xshape, dtype), case["layouts"][0])
+        shapes = [shape[:axis] + [p] + shape[axis + 1:] for p in parts]
+        outs = [padded_output(rng, s, dtype, pad) for s, pad in zip(shapes, case["padded"])]
+        make, want = _split_descriptor(case, xshape, in_st, shapes, [o[0] for o in outs])
+        desc, compiled = compiled_or_refused(device, make, want)
+        if desc is None:
+            return
+        compiled = on_path(device, desc, compiled, case["path"])
+        got = _run_split_checked(device, compiled, desc, flat, [o[1] for o in outs])
+        for g, w in zip(got, np.split(x, np.cumsum(parts)[:-1], axis)):
+            assert same_bits(g, w)
+
+    with real_cases(speed, valid=0.25 / FUZZ_SHARE, refused=0.1 / FUZZ_SHARE):
+        fuzz_case()
+
+
+# -- threads and leaks -----------------------------------------------------------------------
+def test_eight_threads(device):
+    """vkml.split from 8 threads (each its own data types) and one compiled split shared
+    by all of them, each thread into its own outputs."""
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    outs = [dml.TensorDesc("float32", (4, 2)), dml.TensorDesc("float32", (4, 4))]
+    shared = device.compile_operator(device.create_operator(
+        dml.SplitOperatorDesc(dml.TensorDesc("float32", (4, 6)), outs, 1)))
+    src = device.tensor(x)
+    errors = []
+
+    def work(k):
+        rng = np.random.default_rng(300 + k)
+        ys = [device.empty((4, 2)), device.empty((4, 4))]
+        for i in range(3):
+            dtype = ("float16", "int8", "uint64", "int32")[(k + i) % 4]
+            y = random_bits(rng, (k + 2, 3), dtype)
+            for g, w in zip(vkml.split(y, 0, [1, k + 1], device=device), np.split(y, [1])):
+                assert same_bits(g, w)
+            shared.execute([src], ys)
+            assert same_bits(ys[0].numpy(), x[:, :2]) and same_bits(ys[1].numpy(), x[:, 2:])
+
+    run_in_threads(work, errors)
+    shared.release()
+    assert not errors, errors
+
+
+def test_does_not_leak(device):
+    """create -> compile -> execute -> release on either path leaves the device's memory
+    as it found it."""
+    t = dml.TensorDesc("int16", (3, 8))
+    desc = dml.SplitOperatorDesc(t, [dml.TensorDesc("int16", (3, 5)),
+                                     dml.TensorDesc("int16", (3, 3), (6, 2))], 1)
+    x = device.tensor(np.arange(24, dtype=np.int16))
+    outs = [device.empty((16,), np.int16), device.empty((18,), np.int16)]
+    for path in ("kernel", "copy"):
+        def cycle():
+            op = OPS.CompiledSplit(device, device.create_operator(desc).desc, path=path)
+            op.execute([x], outs)
+            op.release()
+        assert_no_leaks(device, cycle, warm=5, rounds=30)
