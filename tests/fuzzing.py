@@ -13,6 +13,7 @@ the test unless both reached their floor: a strategy that drifts to nearly all-i
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 
 import numpy as np
@@ -38,15 +39,24 @@ def fuzz_settings(speed: float):
                     suppress_health_check=list(HealthCheck))
 
 
-def fuzzer(speed: float, cases, share: int = 4):
+def fuzzer(speed: float, cases, share: int = 4, valid: float = 0.25, refused: float = 0.05):
     """The decorator of a fuzzer's inner check: ``cases`` drawn with :func:`fuzz_settings`
     and a ``share``-th of :func:`fuzz_examples` (at least 10): the operators whose
     pipelines are many and slow to compile draw fewer.  The contract of a check: a valid
     descriptor's result equals the reference with every canary intact; an invalid one
-    (one broken rule at a time) raises ValidationError naming the field."""
+    (one broken rule at a time) raises ValidationError naming the field.  Calling the
+    decorated check runs it and then requires that at least ``valid`` of the examples
+    drawn were valid cases computed and ``refused`` of them (at least one) refused, as
+    :func:`count` (which :func:`compiled_or_refused` calls) counted them."""
     def deco(check):
-        return settings(fuzz_settings(speed),
-                        max_examples=max(10, fuzz_examples(speed) // share))(given(cases)(check))
+        drawn = max(10, fuzz_examples(speed) // share)
+        run = settings(fuzz_settings(speed), max_examples=drawn)(given(cases)(check))
+
+        @functools.wraps(check)
+        def counted():
+            with _floor(drawn, valid, refused):
+                run()
+        return counted
     return deco
 
 
@@ -61,18 +71,22 @@ def count(kind: str) -> None:
 
 
 @contextlib.contextmanager
-def real_cases(speed: float, valid: float = 0.25, refused: float = 0.05):
-    """Around a fuzzer's ``check()``: at least ``valid`` of its examples must have been
-    valid cases computed against the reference and ``refused`` of them invalid cases
-    refused (fractions of :func:`fuzz_examples`)."""
+def _floor(examples: int, valid: float, refused: float):
     cases = Cases()
     _COUNTING.append(cases)
     try:
         yield cases
     finally:
         _COUNTING.pop()
-    n = fuzz_examples(speed)
-    cases.require(valid=int(n * valid), refused=max(1, int(n * refused)))
+    cases.require(valid=int(examples * valid), refused=max(1, int(examples * refused)))
+
+
+def real_cases(speed: float, valid: float = 0.25, refused: float = 0.05):
+    """Around a fuzzer's ``check()`` drawn with :func:`fuzz_settings`: at least ``valid``
+    of its examples must have been valid cases computed against the reference and
+    ``refused`` of them invalid cases refused (fractions of :func:`fuzz_examples`);
+    :func:`fuzzer` does this itself."""
+    return _floor(fuzz_examples(speed), valid, refused)
 
 
 def bind_with_canary(device, nbytes: int, data: np.ndarray | None = None):

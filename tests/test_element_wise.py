@@ -16,7 +16,7 @@ from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
 from fuzzing import (bind_with_canary, canaries_intact, compiled_or_refused, fuzzer, lay_out,
-                     padded_output, placement, real_cases, run_checked)
+                     padded_output, placement, run_checked)
 from helpers import assert_no_leaks, run_two_node_graph, same_bits, strided_view
 from test_activations import FORMULAS
 from test_lifetime import run_in_threads
@@ -606,7 +606,7 @@ def test_fuzz_element_wise(device, speed):
     ``fuzzing.fuzzer``): ranks 1-8, broadcasts by zero strides on either input, padded,
     permuted and strided layouts, edge values, in-place execution, every data type of the
     pages, one broken rule at a time."""
-    @fuzzer(speed, element_wise_cases(), share=FUZZ_SHARE)
+    @fuzzer(speed, element_wise_cases(), share=FUZZ_SHARE, refused=0.1)
     def fuzz_case(case):
         rng = np.random.default_rng(case["seed"])
         op, dtype, shape = case["op"], case["dtype"], list(case["shape"])
@@ -634,5 +634,4 @@ def test_fuzz_element_wise(device, speed):
         else:
             check(got, expect, op)
 
-    with real_cases(speed, valid=0.25 / FUZZ_SHARE, refused=0.1 / FUZZ_SHARE):
-        fuzz_case()
+    fuzz_case()

@@ -13,7 +13,7 @@ from vkml import dml
 from vkml.errors import ValidationError
 
 from fuzzing import (bind_with_canary, canaries_intact, compiled_or_refused, fuzzer, lay_out,
-                     padded_output, placement, real_cases)
+                     padded_output, placement)
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
 from test_join import (FUZZ_SHARE, OPS, check_out, fuzz_shape, layout, on_path, out_layout,
                        overlapping, run_copies)
@@ -212,7 +212,7 @@ def test_fuzz_split(device, speed):
     data types (random bits, compared bit for bit with numpy.split) from padded, permuted
     and broadcast layouts into 1-4 outputs with or without gaps, either path, one broken
     rule at a time."""
-    @fuzzer(speed, split_cases(), share=FUZZ_SHARE)
+    @fuzzer(speed, split_cases(), share=FUZZ_SHARE, refused=0.1)
     def fuzz_case(case):
         rng = np.random.default_rng(case["seed"])
         dtype, axis, shape, parts = case["dtype"], case["axis"], list(case["shape"]), \
@@ -230,8 +230,7 @@ def test_fuzz_split(device, speed):
         for g, w in zip(got, np.split(x, np.cumsum(parts)[:-1], axis)):
             assert same_bits(g, w)
 
-    with real_cases(speed, valid=0.25 / FUZZ_SHARE, refused=0.1 / FUZZ_SHARE):
-        fuzz_case()
+    fuzz_case()
 
 
 # -- threads and leaks -----------------------------------------------------------------------
