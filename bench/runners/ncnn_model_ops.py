@@ -99,9 +99,7 @@ def _pooling(op, p, x):
     (kh, kw), (sh, sw) = p["window"], p["strides"]
     (pt, pl), (pb, pr) = p["start_padding"], p["end_padding"]
     kind = 0 if op == "max_pooling" else 1
-    if kind and p["window"] == list(p["shape"][2:]) and not any(p["start_padding"]) \
-            and not any(p["end_padding"]):
-        return "Pooling", f"0=1 4=1", b"", [x]
+    # global pooling too is a window of the whole image (one parameter set for all)
     # pad_mode 1: the explicit paddings, output sizes rounded down as DML's
     params = (f"0={kind} 1={kw} 11={kh} 2={sw} 12={sh} 3={pl} 13={pt} 14={pr} 15={pb} 5=1 "
               f"6={int(bool(p['include_padding']))}")
