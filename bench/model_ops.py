@@ -110,6 +110,9 @@ def _shapes(op: str, p: dict) -> list[list[int]]:
                 for k in p["sizes"]]
     if op == "slice":
         p["strides"] = _ints(p.get("strides"), 1, len(p["shape"]))
+        if any(o < 0 or o + (k - 1) * s >= n for o, k, s, n in
+               zip(p["offsets"], p["sizes"], p["strides"], p["shape"])):
+            raise ValueError("the slice reaches past the input")
         return [list(p["sizes"])]
     if op == "resample":
         n = len(p["shape"])
