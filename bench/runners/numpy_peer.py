@@ -1,8 +1,8 @@
 """NumPy as a peer: ``numpy.pad`` for padding; for the other operators the
 straightforward NumPy formulation (strided slices and ``matmul`` per window tap; for the
 model operators ``np.add``, ``np.concatenate``, ``@``, ...; none for pooling or
-resampling), in float32.  float16 workloads are computed in float32 and rounded (NumPy has no float16
-BLAS).  A peer, timed like the others and checked against the independent references of
+resampling), in float32.  float16 workloads are computed in float32 and rounded (NumPy
+has no float16 BLAS).  A peer, timed like the others and checked against the independent references of
 ``bench/references.py``; it is not a reference itself."""
 from __future__ import annotations
 
