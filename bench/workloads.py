@@ -78,7 +78,10 @@ class Workload:
         if self.op == "convolution":
             return (f"{'x'.join(map(str, p['input']))} * {'x'.join(map(str, p['filter']))}"
                     f" -> {'x'.join(map(str, p['out_shape']))}")
-        return f"{'x'.join(map(str, p['shape']))} -> {'x'.join(map(str, p['out_shape']))}"
+        ins = {"element_wise": ("a", "b"), "gemm": ("a", "b")}.get(self.op)
+        ins = [p[k] for k in ins] if ins else p["shapes"] if self.op == "join" else [p["shape"]]
+        outs = p["out_shapes"] if self.op == "split" else [p["out_shape"]]
+        return " -> ".join(", ".join("x".join(map(str, s)) for s in side) for side in (ins, outs))
 
     def flops(self) -> float:
         return operators.flops(self.op, self.p)
