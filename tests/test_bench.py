@@ -214,11 +214,12 @@ def test_reference_matches_torch(case):
 
 
 TINY_MODEL_OPS = {"workloads": [
-    {"name": "tiny-split", "op": "split", "shape": [1, 6, 5, 4], "axis": 1, "sizes": [2, 4]},
+    {"name": "tiny-split", "op": "split", "shape": [1, 6, 5, 4], "axis": 1, "sizes": [2, 4],
+     "sets": ["quick"]},
     {"name": "tiny-gemm-bias", "op": "gemm", "a": [1, 24], "b": [10, 24], "trans_b": True,
-     "bias": True},
+     "bias": True, "sets": ["quick"]},
     {"name": "tiny-max-pool", "op": "max_pooling", "shape": [1, 4, 9, 9], "window": 3,
-     "strides": 2, "start_padding": 1, "end_padding": 1},
+     "strides": 2, "start_padding": 1, "end_padding": 1, "sets": ["quick"]},
 ]}
 
 
@@ -226,8 +227,8 @@ def test_model_operator_workloads(tmp_path, device):
     """Tiny model-operator workloads end to end: several outputs (split), FLOPs against
     the FMA peak (GEMM), bytes against shader copy (pooling); vkml and every installed
     CPU peer right, the model-operator goals checked."""
-    rc, doc = _run(tmp_path, device, "--peers", "numpy,torch-cpu,onnxruntime-cpu,ncnn-cpu",
-                   workloads=TINY_MODEL_OPS)
+    rc, doc = _run(tmp_path, device, "--quick", "--peers",
+                   "numpy,torch-cpu,onnxruntime-cpu,ncnn-cpu", workloads=TINY_MODEL_OPS)
     assert rc == 0 and report.validate(doc) == []
     rows = {(r["workload"], r["runner"]): r for r in doc["results"]}
     for w in TINY_MODEL_OPS["workloads"]:
