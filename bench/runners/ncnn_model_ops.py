@@ -39,7 +39,12 @@ def layer(workload, inputs) -> tuple[str, str, bytes, list]:
         return _gemm(p, inputs)
     x = _unbatched(inputs[0])
     if op == "element_wise":
-        return "BinaryOp", f"0={_BINARY[p['function']]}", b"", [x, _unbatched(inputs[1])]
+        b = _unbatched(inputs[1])
+        if b.ndim == x.ndim == 3 and b.shape == (x.shape[0], 1, 1):
+            # per channel as ncnn's converters write it, a 1-D blob of C: its Vulkan
+            # BinaryOp gets a (C, 1, 1) blob wrong on lavapipe and SwiftShader (CPU right)
+            b = b.reshape(-1)
+        return "BinaryOp", f"0={_BINARY[p['function']]}", b"", [x, b]
     if op == "identity":
         if p["perm"] != [0, 2, 3, 1]:
             raise Absent("ncnn has no copy layer; the runner maps NCHW -> NHWC only")
