@@ -3,6 +3,10 @@ writes them, inputs, its float64 reference (``bench/references.py``, which the t
 too), the work it does (FLOPs or bytes moved), the call of vkml's functional form, and
 its DML descriptor (for GPU-timed replay).
 
+The operators CNN models are made of (element-wise, identity, join/split/slice, resample,
+pooling, reduce, GEMM, batch normalization, softmax) live in ``bench/model_ops.py``; the
+functions here hand them over.
+
 An operator vkml does not have yet (``hasattr(vkml, spec.function)`` is false) makes its
 workloads report vkml as absent; they run as soon as the operator lands.
 """
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import references
+from . import model_ops, references
 
 PAD_MODES = tuple(references.PAD_MODES)
 
@@ -45,12 +49,15 @@ OPS = {
     "lp_pooling": OpSpec("lp_pooling", "lp_pooling", "LpPooling1OperatorDesc", "bytes"),
     # Pad -> Conv -> Relu -> LpPool -> Conv as one DML graph (bench/graph.py)
     "graph": OpSpec("graph", "Device.compile_graph", "GraphDesc", "flops"),
+    **{name: OpSpec(name, *spec) for name, spec in model_ops.OPS.items()},
 }
 
 
 # -- parameters -----------------------------------------------------------------------
 def normalize(op: str, p: dict) -> dict:
     """Fill the defaults of a workload's parameters and derive the shapes."""
+    if op in model_ops.OPS:
+        return model_ops.normalize(op, p)
     p = dict(p)
     if op == "pad":
         n = len(p["shape"])
@@ -134,6 +141,8 @@ def make_inputs(op: str, p: dict, dtype: np.dtype, seed: int = 0) -> list:
     if op == "graph":
         from . import graph
         return graph.make_inputs(p, dtype, rng)
+    if op in model_ops.OPS:
+        return model_ops.make_inputs(op, p, dtype, rng)
     if op == "convolution":
         f = p["filter"]
         fan_in = math.prod(f[1:]) if p["direction"] == "forward" else f[0] * math.prod(f[2:])
@@ -145,6 +154,8 @@ def make_inputs(op: str, p: dict, dtype: np.dtype, seed: int = 0) -> list:
 # -- work -----------------------------------------------------------------------------
 def flops(op: str, p: dict) -> float:
     """Direct-algorithm FLOPs (one multiply-add = 2), 0 for data movement."""
+    if op in model_ops.OPS:
+        return model_ops.flops(op, p)
     if op == "graph":                   # its two convolutions
         from . import graph
         return float(graph.flops(p))
@@ -158,7 +169,9 @@ def flops(op: str, p: dict) -> float:
 
 
 def bytes_moved(op: str, p: dict, inputs: list, itemsize: int) -> int:
-    """Bytes read plus bytes written, each tensor once."""
+    """Bytes read plus bytes written, each tensor once (a slice: the elements it copies)."""
+    if op == "slice":
+        return 2 * math.prod(p["out_shape"]) * itemsize
     return sum(a.nbytes for a in inputs if a is not None) + math.prod(p["out_shape"]) * itemsize
 
 
@@ -167,6 +180,8 @@ def compute(op: str, p: dict, inputs: list, dtype=np.float64) -> np.ndarray:
     """The operator by its independent reference (``bench/references.py``, the tests'
     too), the inputs converted to ``dtype`` first; floats are computed in float64."""
     xs = [None if a is None else a.astype(dtype, copy=False) for a in inputs]
+    if op in model_ops.OPS:
+        return model_ops.compute(op, p, xs)
     if op == "graph":
         from . import graph
         return graph.reference(p, xs)
@@ -189,6 +204,8 @@ def compute(op: str, p: dict, inputs: list, dtype=np.float64) -> np.ndarray:
 # -- vkml -----------------------------------------------------------------------------
 def vkml_call(vkml, op: str, p: dict, inputs: list, device):
     """vkml's functional form (NumPy in, NumPy out)."""
+    if op in model_ops.OPS:
+        return model_ops.vkml_call(vkml, op, p, inputs, device)
     if op == "pad":
         return vkml.pad(inputs[0], list(p["start"]), list(p["end"]), p["mode"], p["value"],
                         device=device)
@@ -216,6 +233,8 @@ def vkml_call(vkml, op: str, p: dict, inputs: list, device):
 def dml_desc(dml, op: str, p: dict, dtype: np.dtype):
     """The DML descriptor of the workload (inputs in binding order, as vkml's functional
     form builds them)."""
+    if op in model_ops.OPS:
+        return model_ops.dml_desc(dml, op, p, dtype)
     T = dml.TensorDesc
     x = T(dtype, tuple(p["shape"]))
     y = T(dtype, tuple(p["out_shape"]))

@@ -259,3 +259,128 @@ def activation_reference(y: np.ndarray, name: str | None, **params) -> np.ndarra
     if name is None:
         return y
     return ACTIVATION_FORMULAS[name](y, **{**ACTIVATION_DEFAULTS.get(name, {}), **params})
+
+
+# -- the operators CNN models are made of ---------------------------------------------------
+#: DML_ELEMENT_WISE_* binary functions and their NumPy formula (float64)
+ELEMENT_WISE_BINARY = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+                       "divide": np.divide, "maximum": np.maximum, "minimum": np.minimum}
+
+
+def element_wise_reference(function: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """DML_ELEMENT_WISE_{ADD, SUBTRACT, MULTIPLY, DIVIDE, MAX, MIN}: the formula element
+    by element, ``b`` broadcast to ``a`` (NumPy broadcasting, as DML's zero strides)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return ELEMENT_WISE_BINARY[function](a, b)
+
+
+def transpose_reference(x: np.ndarray, perm=None) -> np.ndarray:
+    """DML_ELEMENT_WISE_IDENTITY of ``x`` read through permuted strides: output dimension
+    ``d`` walks input dimension ``perm[d]`` (``perm`` None: a plain copy)."""
+    return np.ascontiguousarray(x if perm is None else np.transpose(x, perm))
+
+
+def slice_reference(x: np.ndarray, offsets, sizes, strides=None) -> np.ndarray:
+    """DML_SLICE1: per dimension the elements ``offset + stride * i`` for ``i < size``."""
+    strides = _ints(strides, x.ndim, 1)
+    index = tuple(np.arange(sizes[d]) * strides[d] + int(offsets[d]) for d in range(x.ndim))
+    return x[np.ix_(*index)]
+
+
+def split_reference(x: np.ndarray, axis: int, sizes) -> list:
+    """DML_SPLIT: consecutive pieces of ``sizes`` along ``axis``."""
+    return np.split(x, np.cumsum(sizes)[:-1], axis=axis)
+
+
+def resample_reference(x: np.ndarray, out_sizes, scales, mode: str, input_offsets,
+                       output_offsets) -> np.ndarray:
+    """DML_RESAMPLE1, one dimension after the other (both modes are separable): output
+    ``o`` reads ``c = (o - OutputPixelOffset) / Scale - InputPixelOffset``; NEAREST the
+    element ``floor(c + 0.5)``, LINEAR ``floor(c)`` and ``floor(c) + 1`` weighted
+    ``1 - frac(c)`` and ``frac(c)``; indices clamped to the input."""
+    y = np.asarray(x, np.float64)
+    for d, (n_out, s, a, b) in enumerate(zip(out_sizes, scales, input_offsets,
+                                             output_offsets)):
+        n_in = y.shape[d]
+        c = (np.arange(n_out, dtype=np.float64) - b) / s - a
+        if mode == "nearest":
+            y = np.take(y, np.clip(np.floor(c + 0.5), 0, n_in - 1).astype(np.int64), axis=d)
+            continue
+        lo = np.floor(c)
+        frac = (c - lo).reshape((-1,) + (1,) * (y.ndim - d - 1))
+        i0 = np.clip(lo, 0, n_in - 1).astype(np.int64)
+        i1 = np.clip(lo + 1, 0, n_in - 1).astype(np.int64)
+        y = np.take(y, i0, axis=d) * (1 - frac) + np.take(y, i1, axis=d) * frac
+    return y
+
+
+def _pool_windows(x, window, strides, dilations, start, end):
+    n = x.ndim - 2
+    window, strides, dilations, start, end = _window_params(n, window, strides, dilations,
+                                                            start, end)
+    outs = window_counts(x.shape[2:], window, strides, dilations, start, end)
+    return outs, list(window_taps(x.shape[2:], outs, window, strides, dilations, start)), window
+
+
+def max_pooling_reference(x: np.ndarray, window, strides=None, dilations=None, start=None,
+                          end=None) -> np.ndarray:
+    """DML_MAX_POOLING2: the maximum over each dilated window's cells inside the input
+    (padding never wins)."""
+    outs, taps, _ = _pool_windows(x, window, strides, dilations, start, end)
+    y = np.full(x.shape[:2] + tuple(outs), -np.inf)
+    for _, o_sl, i_sl in taps:
+        at = (slice(None), slice(None)) + o_sl
+        y[at] = np.maximum(y[at], x[(slice(None), slice(None)) + i_sl])
+    return y
+
+
+def average_pooling_reference(x: np.ndarray, window, strides=None, dilations=None,
+                              start=None, end=None, include_padding=False) -> np.ndarray:
+    """DML_AVERAGE_POOLING1: the sum over each dilated window divided by the window's
+    size (``include_padding``) or by the count of its cells inside the input."""
+    outs, taps, window = _pool_windows(x, window, strides, dilations, start, end)
+    total = np.zeros(x.shape[:2] + tuple(outs))
+    count = np.zeros(tuple(outs))
+    for _, o_sl, i_sl in taps:
+        total[(slice(None), slice(None)) + o_sl] += x[(slice(None), slice(None)) + i_sl]
+        count[o_sl] += 1
+    divisor = math.prod(window) if include_padding else np.maximum(count, 1)
+    return total / divisor
+
+
+#: DML_REDUCE_FUNCTION -> its formula over axes (float64, keepdims)
+REDUCE_FUNCTIONS = {
+    "sum": lambda x, axes: np.sum(x, axes, keepdims=True),
+    "average": lambda x, axes: np.mean(x, axes, keepdims=True),
+    "max": lambda x, axes: np.max(x, axes, keepdims=True),
+    "min": lambda x, axes: np.min(x, axes, keepdims=True),
+    "sum_square": lambda x, axes: np.sum(x * x, axes, keepdims=True),
+    "l1": lambda x, axes: np.sum(np.abs(x), axes, keepdims=True),
+    "l2": lambda x, axes: np.sqrt(np.sum(x * x, axes, keepdims=True)),
+}
+
+
+def reduce_reference(x: np.ndarray, function: str, axes) -> np.ndarray:
+    """DML_REDUCE: ``function`` over ``axes``, the rank kept (reduced axes of size 1)."""
+    return REDUCE_FUNCTIONS[function](x, tuple(int(a) for a in axes))
+
+
+def gemm_reference(a, b, c=None, trans_a=False, trans_b=False, alpha=1.0, beta=1.0):
+    """DML_GEMM: ``alpha * op(A) @ op(B) + beta * C`` in float64 (C broadcast)."""
+    a = np.swapaxes(a, -1, -2) if trans_a else a
+    b = np.swapaxes(b, -1, -2) if trans_b else b
+    y = alpha * (np.asarray(a, np.float64) @ np.asarray(b, np.float64))
+    return y if c is None else y + beta * c
+
+
+def batch_normalization_reference(x, mean, variance, scale, bias, epsilon=1e-5):
+    """DML_BATCH_NORMALIZATION: ``Scale * (x - Mean) / sqrt(Variance + Epsilon) + Bias``,
+    the statistics broadcast to ``x``."""
+    return scale * (x - mean) / np.sqrt(variance + epsilon) + bias
+
+
+def softmax_reference(x: np.ndarray, axes) -> np.ndarray:
+    """DML_ACTIVATION_SOFTMAX1: ``exp(x - max) / sum(exp(x - max))`` over ``axes``."""
+    axes = tuple(int(a) for a in axes)
+    e = np.exp(x - np.max(x, axes, keepdims=True))
+    return e / np.sum(e, axes, keepdims=True)

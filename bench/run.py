@@ -35,7 +35,17 @@ class Options:
 
 def errors(y, ref, tolerance: float) -> dict:
     """Largest absolute error and relative error (to the reference's largest magnitude)
-    against the float64 reference; ``flagged`` when over ``tolerance``."""
+    against the float64 reference; ``flagged`` when over ``tolerance``.  An operator of
+    several outputs (split) gives lists: the largest error over them counts."""
+    if isinstance(ref, list):
+        if not isinstance(y, (list, tuple)) or len(y) != len(ref):
+            return {"max_abs_err": None, "max_rel_err": None, "flagged": True,
+                    "error_note": f"{len(ref)} outputs expected"}
+        parts = [errors(a, r, tolerance) for a, r in zip(y, ref)]
+        for part in parts:
+            if part["max_abs_err"] is None:
+                return part
+        return max(parts, key=lambda e: e["max_rel_err"])
     y = np.asarray(y)
     if y.shape != ref.shape:
         return {"max_abs_err": None, "max_rel_err": None, "flagged": True,

@@ -31,6 +31,11 @@ class Target:
 _PAD = ("pad-constant-1x64x256x256", "pad-reflection-1x64x256x256", "pad-constant-64MiB",
         "pad-reflection-64MiB")
 _CONV2D = ("conv2d-*",)
+# the model operators (bench/workloads/{element_wise,join_split_slice,resample,pooling,
+# reduce,gemm,batch_normalization,softmax}.json), by the share of a limit each is held to
+_COPY_LIKE = ("add-*", "multiply-*", "identity-*", "join-*", "split-*", "slice-*",
+              "resample-*")
+_POOL_REDUCE = ("max-pool-*", "avg-pool-*", "global-avg-pool-*", "reduce-*")
 
 TARGETS = [
     Target("padding", "padding device time beats numpy.pad", "speedup.numpy.compute", _PAD,
@@ -69,6 +74,17 @@ TARGETS = [
            "pct_fma", _CONV2D, (), "geomean", at_least=65.0),
     Target("convolution", "conv3d and transposed conv2d >= 30% of the FMA peak", "pct_fma",
            ("conv3d-*", "convT2d-*"), at_least=30.0),
+    Target("model operators", "element-wise, identity, join/split/slice and resample >= 60% "
+           "of the device's shader-copy bandwidth", "pct_shader_copy", _COPY_LIKE,
+           at_least=60.0),
+    Target("model operators", "max/average pooling and reduce >= 50% of the device's "
+           "shader-copy bandwidth", "pct_shader_copy", _POOL_REDUCE, at_least=50.0),
+    Target("model operators", "GEMM >= 60% of the FMA peak where it is compute-bound "
+           "(M, N, K >= 256)", "pct_fma", ("gemm-256x*", "gemm-512x*", "gemm-1024x*"),
+           at_least=60.0),
+    Target("model operators", "softmax and batch normalization >= 50% of the device's "
+           "shader-copy bandwidth", "pct_shader_copy", ("softmax-*", "batch-norm-*"),
+           at_least=50.0),
     Target("graph", "a compiled graph >= 1.3x its operators executed one by one",
            "speedup.vkml-ops.e2e", ("graph-*",), at_least=1.3),
     Target("graph", "the ONNX backend within 10% of the same DML graph built by hand",

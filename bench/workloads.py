@@ -3,7 +3,11 @@
 A file is ``{"workloads": [...]}``; each workload is an object with
 
 * ``name`` (unique), ``op`` (``pad``, ``fold``, ``unfold``, ``convolution``,
-  ``lp_pooling``, ``graph``: Pad -> Conv -> Relu -> LpPool -> Conv, see ``bench/graph.py``), ``dtype`` (``float32`` by default, ``float16``);
+  ``lp_pooling``, ``graph``: Pad -> Conv -> Relu -> LpPool -> Conv, see ``bench/graph.py``;
+  the operators CNN models are made of: ``element_wise``, ``identity``, ``join``,
+  ``split``, ``slice``, ``resample``, ``max_pooling``, ``average_pooling``, ``reduce``,
+  ``gemm``, ``batch_normalization``, ``softmax``, see ``bench/model_ops.py``), ``dtype``
+  (``float32`` by default, ``float16``);
 * the operator's parameters (see :func:`bench.operators.normalize`), e.g. for ``pad``:
   ``shape``, ``start``, ``end``, ``mode``, ``value``; for ``convolution``: ``input``,
   ``filter``, ``bias``, ``strides``, ``dilations``, ``start_padding``, ``end_padding``,
@@ -32,6 +36,17 @@ _TOLERANCE = {
     ("convolution", "float32"): 1e-4, ("convolution", "float16"): 1e-2,
     ("lp_pooling", "float32"): 1e-5, ("lp_pooling", "float16"): 2e-3,
     ("graph", "float32"): 1e-4, ("graph", "float16"): 1e-2,
+    # the operators CNN models are made of (bench/model_ops.py): copies are exact; one
+    # rounding per element for element-wise, resample and batch normalization; sums of
+    # many terms for pooling, reduce, GEMM and softmax
+    **{(op, "float32"): 0.0 for op in ("identity", "join", "split", "slice", "max_pooling")},
+    **{(op, "float16"): 0.0 for op in ("identity", "join", "split", "slice", "max_pooling")},
+    **{(op, "float32"): 1e-6 for op in ("element_wise", "resample")},
+    **{(op, "float32"): 1e-5 for op in ("average_pooling", "reduce", "gemm", "softmax",
+                                        "batch_normalization")},
+    **{(op, "float16"): 2e-3 for op in ("element_wise", "resample", "batch_normalization",
+                                        "average_pooling", "softmax")},
+    ("reduce", "float16"): 1e-2, ("gemm", "float16"): 1e-2,
 }
 
 
@@ -63,7 +78,10 @@ class Workload:
         if self.op == "convolution":
             return (f"{'x'.join(map(str, p['input']))} * {'x'.join(map(str, p['filter']))}"
                     f" -> {'x'.join(map(str, p['out_shape']))}")
-        return f"{'x'.join(map(str, p['shape']))} -> {'x'.join(map(str, p['out_shape']))}"
+        ins = {"element_wise": ("a", "b"), "gemm": ("a", "b")}.get(self.op)
+        ins = [p[k] for k in ins] if ins else p["shapes"] if self.op == "join" else [p["shape"]]
+        outs = p["out_shapes"] if self.op == "split" else [p["out_shape"]]
+        return " -> ".join(", ".join("x".join(map(str, s)) for s in side) for side in (ins, outs))
 
     def flops(self) -> float:
         return operators.flops(self.op, self.p)

@@ -169,7 +169,7 @@ def test_shipped_workloads():
     assert quick and {w.op for w in quick} == set(operators.OPS)
     assert wl.select(ws, filters=["conv2d-64-64"]) and not wl.select(ws, filters=["nothing"])
     with pytest.raises(ValueError, match="unknown op"):
-        wl.parse({"name": "bad", "op": "gemm"})
+        wl.parse({"name": "bad", "op": "matmul"})
 
 
 @pytest.mark.parametrize("case", [
@@ -183,6 +183,23 @@ def test_shipped_workloads():
     ("unfold", {"shape": [2, 3, 7, 8], "window": [3, 2], "strides": [2, 1],
                 "dilations": [1, 2], "start_padding": 1, "end_padding": 1}),
     ("lp_pooling", {"shape": [1, 3, 9, 9], "window": 3, "strides": 2, "p": 2}),
+    ("element_wise", {"function": "divide", "a": [2, 3, 4, 5], "b": [1, 3, 1, 1]}),
+    ("identity", {"shape": [2, 3, 4, 5], "perm": [0, 2, 3, 1]}),
+    ("split", {"shape": [2, 5, 4, 3], "axis": 1, "sizes": [2, 3]}),
+    ("slice", {"shape": [2, 5, 9, 8], "offsets": [1, 1, 2, 0], "sizes": [1, 2, 3, 4],
+               "strides": [1, 2, 3, 2]}),
+    ("resample", {"shape": [1, 2, 5, 7], "scales": [1, 1, 2, 3], "mode": "linear"}),
+    ("resample", {"shape": [1, 2, 5, 7], "scales": [1, 1, 3, 2], "mode": "nearest"}),
+    ("max_pooling", {"shape": [1, 3, 9, 8], "window": [3, 2], "strides": 2,
+                     "start_padding": 1, "end_padding": 1}),
+    ("average_pooling", {"shape": [1, 3, 9, 8], "window": 3, "strides": [2, 1],
+                         "start_padding": 1, "end_padding": 1}),
+    ("average_pooling", {"shape": [1, 3, 9, 8], "window": 3, "start_padding": 1,
+                         "end_padding": 1, "include_padding": True}),
+    ("reduce", {"shape": [2, 3, 4, 5], "function": "average", "axes": [1, 3]}),
+    ("gemm", {"a": [7, 9], "b": [5, 9], "trans_b": True, "bias": True}),
+    ("batch_normalization", {"shape": [2, 3, 4, 5]}),
+    ("softmax", {"shape": [3, 4, 7], "axes": [1]}),
 ], ids=lambda c: c[0])
 def test_reference_matches_torch(case):
     """The float64 references the bench checks every runner against agree with PyTorch."""
@@ -191,8 +208,45 @@ def test_reference_matches_torch(case):
     ins = operators.make_inputs(op, w.p, np.float32)
     ref = operators.compute(op, w.p, ins)
     got = TorchPeer().prepare(w, ins)()
-    assert got.shape == ref.shape
-    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
+    for g, r in zip(got, ref) if isinstance(ref, list) else [(got, ref)]:
+        assert g.shape == r.shape
+        assert np.abs(g - r).max() <= 1e-5 * np.abs(r).max()
+
+
+TINY_MODEL_OPS = {"workloads": [
+    {"name": "tiny-split", "op": "split", "shape": [1, 6, 5, 4], "axis": 1, "sizes": [2, 4],
+     "sets": ["quick"]},
+    {"name": "tiny-gemm-bias", "op": "gemm", "a": [1, 24], "b": [10, 24], "trans_b": True,
+     "bias": True, "sets": ["quick"]},
+    {"name": "tiny-max-pool", "op": "max_pooling", "shape": [1, 4, 9, 9], "window": 3,
+     "strides": 2, "start_padding": 1, "end_padding": 1, "sets": ["quick"]},
+]}
+
+
+def test_model_operator_workloads(tmp_path, device):
+    """Tiny model-operator workloads end to end: several outputs (split), FLOPs against
+    the FMA peak (GEMM), bytes against shader copy (pooling); vkml and every installed
+    CPU peer right, the model-operator goals checked."""
+    rc, doc = _run(tmp_path, device, "--quick", "--peers",
+                   "numpy,torch-cpu,onnxruntime-cpu,ncnn-cpu", workloads=TINY_MODEL_OPS)
+    assert rc == 0 and report.validate(doc) == []
+    rows = {(r["workload"], r["runner"]): r for r in doc["results"]}
+    for w in TINY_MODEL_OPS["workloads"]:
+        v = rows[w["name"], "vkml"]
+        assert v["status"] == "ok", v.get("reason")
+        assert not v["flagged"] and v["compute_ms"] > 0
+        for peer in ("numpy", "torch-cpu", "onnxruntime-cpu", "ncnn-cpu"):
+            r = rows[w["name"], peer]
+            if doc["peers"][peer]["available"] and r["status"] != "absent":
+                assert r["status"] == "ok" and not r["flagged"], (peer, r)
+    assert rows["tiny-max-pool", "numpy"]["status"] == "absent"
+    assert rows["tiny-split", "vkml"]["max_abs_err"] == 0
+    assert rows["tiny-split", "torch-cpu"]["status"] == "ok"
+    assert rows["tiny-gemm-bias", "vkml"]["flops"] == 2 * 24 * 10
+    assert rows["tiny-gemm-bias", "vkml"]["pct_fma"] > 0
+    assert rows["tiny-max-pool", "vkml"]["pct_shader_copy"] > 0
+    areas = {t["target"] for t in doc["targets"] if t["area"] == "model operators"}
+    assert areas == set()           # tiny names match no goal's workload patterns
 
 
 # -- DxDispatch model files ---------------------------------------------------------------

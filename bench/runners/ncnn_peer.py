@@ -1,7 +1,9 @@
 """ncnn (PyPI ``ncnn``): its Vulkan backend on the same device as vkml, and its CPU backend.
 
 Each workload is a single-layer net built in memory: a ``.param`` text and a ``.bin`` blob
-(Padding, Fold, Unfold, Convolution, ConvolutionDepthWise, Deconvolution, Convolution3D).
+(Padding, Fold, Unfold, Convolution, ConvolutionDepthWise, Deconvolution, Convolution3D;
+the model operators' layers are in ``ncnn_model_ops.py``), fed by one Input layer per
+input.
 ncnn blobs have no batch dimension, so batch > 1 is absent; so are modes and layers ncnn
 lacks (symmetric/wrap padding, LP pooling), and on Vulkan a layer this ncnn build has no
 Vulkan kernel for (ncnn would run it on the CPU).  float32 workloads run with ncnn's
@@ -17,7 +19,8 @@ import sys
 
 import numpy as np
 
-from . import Absent, Runner, require
+from .. import model_ops
+from . import Absent, Runner, ncnn_model_ops, require
 
 _PAD_TYPE = {"constant": 0, "edge": 1, "reflection": 2}
 
@@ -144,9 +147,47 @@ class _NcnnPeer(Runner):
 
     def prepare(self, workload, inputs):
         ncnn = require("ncnn")
-        kind, params, blob, rank = _layer(workload)
-        if blob is None:
-            blob = _weights(workload, inputs, kind)
+        if workload.op in model_ops.OPS:
+            kind, params, blob, xs = ncnn_model_ops.layer(workload, inputs)
+            outs = [tuple(s) for s in workload.p["out_shapes"]]
+        else:
+            kind, params, blob, rank = _layer(workload)
+            if blob is None:
+                blob = _weights(workload, inputs, kind)
+            xs = [np.ascontiguousarray(inputs[0][0].astype(np.float32))]
+            if xs[0].ndim != rank:
+                raise Absent(f"ncnn {kind} takes {rank}-D blobs, the input is {xs[0].ndim}-D")
+            outs = None
+        net = self._net(ncnn, workload, kind, params, blob, len(xs), len(outs or [0]))
+        out_dtype = workload.np_dtype
+
+        def result(out, shape):
+            y = np.array(out)
+            y = y[None] if shape is None else y.reshape(shape)   # (ncnn drops the batch)
+            return y.astype(out_dtype, copy=False)
+
+        # An in-place layer (BatchNorm, Softmax) reads the input's reference count, which a
+        # Mat over NumPy memory lacks (ncnn crashes): it gets a copy it owns.
+        own = kind in ("BatchNorm", "Softmax")
+
+        def run():
+            ex = net.create_extractor()
+            for i, x in enumerate(xs):
+                ex.input(f"in{i}", ncnn.Mat(x).clone() if own else ncnn.Mat(x))
+            ys = []
+            for i, shape in enumerate(outs or [None]):
+                ret, out = ex.extract(f"out{i}")
+                if ret != 0:
+                    raise RuntimeError(f"ncnn extract failed ({ret})")
+                if shape is not None and np.array(out).size != np.prod(shape):
+                    raise RuntimeError(f"ncnn gave {np.array(out).shape}, expected {shape}")
+                ys.append(result(out, shape))
+            return ys[0] if len(ys) == 1 else ys
+
+        return run
+
+    def _net(self, ncnn, workload, kind, params, blob, n_in, n_out):
+        """A net of ``n_in`` Input layers feeding one ``kind`` layer of ``n_out`` outputs."""
         net = ncnn.Net()
         opt = net.opt
         opt.use_vulkan_compute = self.vulkan
@@ -157,37 +198,28 @@ class _NcnnPeer(Runner):
         opt.num_threads = os.cpu_count() or 1
         if self.vulkan:
             net.set_vulkan_device(_gpu_index(ncnn, self.device.name))
-        text = f"7767517\n2 2\nInput in0 0 1 in0\n{kind} layer0 1 1 in0 out0 {params}\n"
+        ins = [f"in{i}" for i in range(n_in)]
+        outs = [f"out{i}" for i in range(n_out)]
+        text = (f"7767517\n{n_in + 1} {n_in + n_out}\n"
+                + "".join(f"Input {b} 0 1 {b}\n" for b in ins)
+                + f"{kind} layer0 {n_in} {n_out} {' '.join(ins + outs)} {params}\n")
         if net.load_param_mem(text) != 0:
             raise Absent(f"ncnn cannot load a {kind} layer with {params}")
-        if self.vulkan and not net.layers()[1].support_vulkan:
+        if self.vulkan and not net.layers()[n_in].support_vulkan:
             raise Absent(f"this ncnn build has no Vulkan {kind} (it would run on the CPU)")
         # load_model also creates the layer's pipelines: needed even without weights
         if blob:
             net.load_model_mem(blob)
         else:
             net.load_model(ncnn.DataReaderFromEmpty())
-        x = np.ascontiguousarray(inputs[0][0].astype(np.float32))
-        if x.ndim != rank:
-            raise Absent(f"ncnn {kind} takes {rank}-D blobs, the input is {x.ndim}-D")
-        out_dtype = workload.np_dtype
-        self._net = net
-
-        def run():
-            ex = net.create_extractor()
-            ex.input("in0", ncnn.Mat(x))
-            ret, out = ex.extract("out0")
-            if ret != 0:
-                raise RuntimeError(f"ncnn extract failed ({ret})")
-            return np.array(out)[None].astype(out_dtype, copy=False)
-
-        return run
+        self._loaded = net
+        return net
 
     def close(self) -> None:
-        net = getattr(self, "_net", None)
+        net = getattr(self, "_loaded", None)
         if net is not None:
             net.clear()
-            self._net = None
+            self._loaded = None
 
 
 class NcnnVulkanPeer(_NcnnPeer):

@@ -1,7 +1,8 @@
 """NumPy as a peer: ``numpy.pad`` for padding; for the other operators the
-straightforward NumPy formulation (strided slices and ``matmul`` per window tap), in
-float32.  float16 workloads are computed in float32 and rounded (NumPy has no float16
-BLAS).  A peer, timed like the others and checked against the independent references of
+straightforward NumPy formulation (strided slices and ``matmul`` per window tap; for the
+model operators ``np.add``, ``np.concatenate``, ``@``, ...; none for pooling or
+resampling), in float32.  float16 workloads are computed in float32 and rounded (NumPy
+has no float16 BLAS).  A peer, timed like the others and checked against the independent references of
 ``bench/references.py``; it is not a reference itself."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 
 import numpy as np
 
+from .. import model_ops, references
 from ..references import PAD_MODES
 from . import Absent, Runner
 
@@ -27,8 +29,13 @@ class NumpyPeer(Runner):
         if p.get("activation") not in (None, "relu"):
             raise Absent(f"the NumPy peer has no activation {p['activation']!r} (it knows relu)")
 
+        if op in ("resample", "max_pooling", "average_pooling"):
+            raise Absent(f"NumPy has no {op.replace('_', ' ')}")
+
         def run():
             y = compute(op, p, inputs, work)
+            if isinstance(y, list):
+                return [a if a.dtype == dtype else a.astype(dtype) for a in y]
             return y if y.dtype == dtype else y.astype(dtype)
 
         return run
@@ -128,9 +135,45 @@ def _activation(y, name):
     raise ValueError(f"the NumPy peer has no activation {name!r} (it knows relu)")
 
 
+def _model_op(op: str, p: dict, xs: list):
+    """The operators CNN models are made of, as NumPy writes them (no pooling or
+    resampling: NumPy has neither)."""
+    x = xs[0]
+    if op == "element_wise":
+        return references.ELEMENT_WISE_BINARY[p["function"]](x, xs[1])
+    if op == "identity":
+        return x.copy() if p["perm"] is None else np.ascontiguousarray(x.transpose(p["perm"]))
+    if op == "join":
+        return np.concatenate(xs, axis=p["axis"])
+    if op == "split":
+        return [np.ascontiguousarray(a) for a in
+                np.split(x, np.cumsum(p["sizes"])[:-1], axis=p["axis"])]
+    if op == "slice":
+        return np.ascontiguousarray(x[tuple(slice(o, o + (n - 1) * s + 1, s) for o, n, s in
+                                            zip(p["offsets"], p["sizes"], p["strides"]))])
+    if op == "reduce":
+        fn = {"sum": np.sum, "average": np.mean, "max": np.max, "min": np.min}.get(p["function"])
+        if fn is None:
+            raise Absent(f"the NumPy peer has no reduce {p['function']}")
+        return fn(x, tuple(p["axes"]), keepdims=True)
+    if op == "gemm":
+        y = x @ (xs[1].T if p["trans_b"] else xs[1])
+        return y if xs[2] is None else y + xs[2]
+    if op == "batch_normalization":
+        mean, variance, scale, bias = xs[1:]
+        return (x - mean) * (scale / np.sqrt(variance + np.float32(p["epsilon"]))) + bias
+    if op == "softmax":
+        axes = tuple(p["axes"])
+        e = np.exp(x - x.max(axes, keepdims=True))
+        return e / e.sum(axes, keepdims=True)
+    raise Absent(f"NumPy has no {op.replace('_', ' ')}")
+
+
 def compute(op: str, p: dict, inputs: list, dtype) -> np.ndarray:
     """The operator by the peer's algorithm, computed in ``dtype``."""
     xs = [None if a is None else a.astype(dtype, copy=False) for a in inputs]
+    if op in model_ops.OPS:
+        return _model_op(op, p, xs)
     if op == "pad":
         pads = list(zip(p["start"], p["end"]))
         mode = PAD_MODES[p["mode"]]

@@ -53,10 +53,10 @@ class VkmlRunner(Runner):
         compiled = dev.compile_operator(dev.create_operator(desc))
         self.last_candidate = _candidate(compiled)
         ins = [None if a is None else dev.empty(a.shape, a.dtype) for a in inputs]
-        out_desc = desc.outputs()[0]
-        out = dev.empty(tuple(workload.p["out_shape"]), workload.np_dtype,
-                        nbytes=out_desc.total_tensor_size_in_bytes)
-        result = np.empty(tuple(workload.p["out_shape"]), workload.np_dtype)
+        shapes = [tuple(s) for s in workload.p.get("out_shapes", [workload.p["out_shape"]])]
+        outs = [dev.empty(s, workload.np_dtype, nbytes=d.total_tensor_size_in_bytes)
+                for s, d in zip(shapes, desc.outputs())]
+        results = [np.empty(s, workload.np_dtype) for s in shapes]
         seq = dev.sequence(timed=True)
         try:
             def upload():
@@ -65,10 +65,11 @@ class VkmlRunner(Runner):
                         t.write(a)
 
             def download():
-                dev.context.read(out.allocation, result)
+                for out, result in zip(outs, results):
+                    dev.context.read(out.allocation, result)
 
             up = sample(upload, budget)
-            compiled.record(seq, ins, [out])
+            compiled.record(seq, ins, outs)
             gpu = []
 
             def compute():
@@ -80,11 +81,11 @@ class VkmlRunner(Runner):
             gpu = gpu[-len(wall):]
             down = sample(download, budget)
             return {"upload": up, "compute_wall": wall, "compute_gpu": gpu,
-                    "download": down}, result
+                    "download": down}, results[0] if len(results) == 1 else results
         finally:
             seq.close()
             compiled.release()
-            for tensor in ins + [out]:
+            for tensor in ins + outs:
                 if tensor is not None:
                     tensor.free()
 
