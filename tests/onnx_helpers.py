@@ -27,3 +27,18 @@ def ort_expected(model, feeds):
     ort = pytest.importorskip("onnxruntime")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def node_cases(modules, keep) -> dict:
+    """ONNX's own node test cases (``onnx.backend.test.case.node``) of ``modules`` that
+    ``keep(case)`` accepts, by name.  Importing a module registers its cases in one list
+    shared by the process (other modules' cases too), hence ``keep``."""
+    import importlib
+    import warnings
+
+    import onnx.backend.test.case.node as cases
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for mod in modules:
+            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
+    return {c.name: c for c in cases._NodeTestCases if keep(c)}

@@ -401,35 +401,44 @@ def join_cases(draw):
                 **placement(draw, 4))
 
 
+def break_shared_rule(case, shapes, strides, types, whole, whole_st):
+    """Break the case's rule if it is one JOIN and SPLIT share, on the last part (the
+    lists ``shapes``, ``strides``, ``types`` of the parts, join's inputs or split's
+    outputs, change in place; ``whole`` and ``whole_st`` are the other tensor's sizes and
+    strides).  Returns (axis, whole, whole_st, whether the case stays valid after all)."""
+    broken, axis, rank, i = case["broken"], case["axis"], len(whole), len(shapes) - 1
+    if broken == "axis":
+        axis = rank if case["seed"] % 2 else -1
+    elif broken == "other_size" and rank > 1:
+        shapes[i][(axis + 1) % rank] += 1
+        strides[i] = None
+    elif broken == "sum":
+        whole = list(whole)
+        whole[axis] += 1
+        whole_st = None
+    elif broken == "data_type":
+        types[i] = "int32" if case["dtype"] == "float32" else "float32"
+    elif broken == "rank":
+        shapes[i], strides[i] = (shapes[i] + [1], None) if rank < 8 else (shapes[i][1:], None)
+    elif broken == "rank9":
+        shapes[i], strides[i] = [1] * (9 - rank) + shapes[i], None
+    return axis, whole, whole_st, broken == "other_size" and rank == 1
+
+
 def _join_descriptor(case, shapes, yshape, strides, out_st):
     """The case's descriptor maker with its one broken rule, and the fields a refusal may
     name (empty: the case is valid)."""
-    broken, dtype, axis, rank = case["broken"], case["dtype"], case["axis"], len(yshape)
+    broken, dtype, rank = case["broken"], case["dtype"], len(yshape)
     want = JOIN_BROKEN.get(broken, [])
     shapes, strides, types = [list(s) for s in shapes], list(strides), [dtype] * len(shapes)
     i = len(shapes) - 1             # the input a rule is broken on
+    axis, yshape, out_st, valid = break_shared_rule(case, shapes, strides, types, yshape,
+                                                    out_st)
+    want = [] if valid else want
     total = None
-    if broken == "axis":
-        axis = rank if case["seed"] % 2 else -1
-    elif broken == "other_size":
-        if rank == 1:
-            want = []
-        else:
-            d = (axis + 1) % rank
-            shapes[i][d] += 1
-    elif broken == "sum":
-        yshape = list(yshape)
-        yshape[axis] += 1
-        out_st = None
-    elif broken == "data_type":
-        types[i] = "int32" if dtype == "float32" else "float32"
-    elif broken == "rank":
-        shapes[i], strides[i] = (shapes[i] + [1], None) if rank < 8 else (shapes[i][1:], None)
-    elif broken == "overlap":
+    if broken == "overlap":
         out_st = overlapping(out_st, yshape)
         want = want if out_st is not None else []
-    elif broken == "rank9":
-        shapes[i], strides[i] = [1] * (9 - rank) + shapes[i], None
     elif broken == "total_size":
         total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
     elif broken == "strides_count":

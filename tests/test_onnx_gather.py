@@ -15,7 +15,7 @@ from onnx.backend.test.runner import Runner  # noqa: E402
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
 from vkml.onnx.lower import _lower_gather, _Lowering, gather_runs  # noqa: E402
-from onnx_helpers import ort_expected, value_info as _vi  # noqa: E402
+from onnx_helpers import node_cases, ort_expected, value_info as _vi  # noqa: E402
 
 DTYPES = [np.float32, np.float16, np.int32, np.int64]
 
@@ -169,16 +169,8 @@ def test_expand(dtype, device):
 
 
 def _node_cases():
-    import importlib
-    import warnings
-
-    import onnx.backend.test.case.node as node_cases
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in ("gather", "expand"):
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    return {c.name: c for c in node_cases._NodeTestCases
-            if c.name.startswith(("test_gather_", "test_expand_"))}
+    return node_cases(("gather", "expand"),
+                      lambda c: c.name.startswith(("test_gather_", "test_expand_")))
 
 
 NODE_CASES = _node_cases()

@@ -9,9 +9,7 @@ the host (HOST_GEMM) is placed there and refused by ``strict=True``.  float32 an
 """
 from __future__ import annotations
 
-import importlib
 import re
-import warnings
 
 import numpy as np
 import pytest
@@ -23,7 +21,7 @@ from onnx.backend.test.runner import Runner  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
-from onnx_helpers import make_model, ort_expected, value_info  # noqa: E402
+from onnx_helpers import make_model, node_cases, ort_expected, value_info  # noqa: E402
 
 DTYPES = [np.float32, np.float16]
 _ids = {"ids": lambda d: np.dtype(d).name}
@@ -189,13 +187,8 @@ def test_host_gemm_cases(device):
 
 
 def _node_cases():
-    import onnx.backend.test.case.node as node_cases
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in ("gemm", "matmul"):
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    return {c.name: c for c in node_cases._NodeTestCases
-            if c.model.graph.node[0].op_type in ("Gemm", "MatMul")}
+    return node_cases(("gemm", "matmul"),
+                      lambda c: c.model.graph.node[0].op_type in ("Gemm", "MatMul"))
 
 
 NODE_CASES = _node_cases()

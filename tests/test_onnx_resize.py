@@ -13,9 +13,7 @@ HOST_RESIZE reason: placed on the host (or falling back there at run) and refuse
 """
 from __future__ import annotations
 
-import importlib
 import re
-import warnings
 
 import numpy as np
 import pytest
@@ -28,7 +26,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
-from onnx_helpers import make_model, ort_expected, value_info  # noqa: E402
+from onnx_helpers import make_model, node_cases, ort_expected, value_info  # noqa: E402
 
 CTMS = ["half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners",
         "tf_half_pixel_for_nn", "half_pixel_symmetric"]
@@ -241,13 +239,8 @@ def test_host_resize_cases(key, device):
 
 
 def _node_cases():
-    import onnx.backend.test.case.node as node_cases
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in ("resize", "upsample"):
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    return {c.name: c for c in node_cases._NodeTestCases
-            if c.model.graph.node[0].op_type in ("Resize", "Upsample")}
+    return node_cases(("resize", "upsample"),
+                      lambda c: c.model.graph.node[0].op_type in ("Resize", "Upsample"))
 
 
 NODE_CASES = _node_cases()

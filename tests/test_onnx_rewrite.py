@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
-from onnx_helpers import make_model, value_info as _vi  # noqa: E402
+from onnx_helpers import make_model, node_cases, value_info as _vi  # noqa: E402
 from vkml.onnx.rewrite import Rewrite  # noqa: E402
 
 
@@ -255,16 +255,8 @@ def test_host_runs_rewritten_nodes_at_older_opsets():
 def _node_cases():
     """ONNX's own node test cases of HardSwish and Swish (opsets 22 and 24), the ops
     the rewrites write, with their ``_expanded`` function-body variants."""
-    import importlib
-    import warnings
-
-    import onnx.backend.test.case.node as node_cases
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in ("hardswish", "swish"):
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    return {c.name: c for c in node_cases._NodeTestCases
-            if c.name.startswith(("test_hardswish", "test_swish"))}
+    return node_cases(("hardswish", "swish"),
+                      lambda c: c.name.startswith(("test_hardswish", "test_swish")))
 
 
 NODE_CASES = _node_cases()

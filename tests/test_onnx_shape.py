@@ -19,7 +19,7 @@ from onnx.backend.test.runner import Runner  # noqa: E402
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
 from vkml.onnx import fold as vfold  # noqa: E402
-from onnx_helpers import make_model, ort_expected, value_info as _vi  # noqa: E402
+from onnx_helpers import make_model, node_cases, ort_expected, value_info as _vi  # noqa: E402
 
 SHAPE_OPS = {"Shape", "Size", "Gather", "Unsqueeze", "Concat", "Slice", "Cast", "Add", "Sub",
              "Mul", "Div", "ConstantOfShape", "Range", "Equal", "Where", "ReduceProd"}
@@ -155,16 +155,8 @@ def test_shape_folding_is_bounded(device):
 
 
 def _node_cases():
-    import importlib
-    import warnings
-
-    import onnx.backend.test.case.node as node_cases
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in ("shape", "size"):
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    return {c.name: c for c in node_cases._NodeTestCases
-            if c.name.startswith(("test_shape", "test_size"))}
+    return node_cases(("shape", "size"),
+                      lambda c: c.name.startswith(("test_shape", "test_size")))
 
 
 NODE_CASES = _node_cases()

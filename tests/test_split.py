@@ -15,8 +15,8 @@ from vkml.errors import ValidationError
 from fuzzing import (bind_with_canary, canaries_intact, compiled_or_refused, fuzzer, lay_out,
                      padded_output, placement)
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
-from test_join import (FUZZ_SHARE, OPS, check_out, fuzz_shape, layout, on_path, out_layout,
-                       overlapping, run_copies)
+from test_join import (FUZZ_SHARE, OPS, break_shared_rule, check_out, fuzz_shape, layout,
+                       on_path, out_layout, overlapping, run_copies)
 from test_lifetime import run_in_threads
 
 X = np.arange(1, 13, dtype=np.float32).reshape(1, 1, 6, 2)
@@ -152,32 +152,16 @@ def split_cases(draw):
 def _split_descriptor(case, xshape, in_st, shapes, out_sts):
     """The case's descriptor maker with its one broken rule, and the fields a refusal may
     name (empty: the case is valid)."""
-    broken, dtype, axis, rank = case["broken"], case["dtype"], case["axis"], len(xshape)
+    broken, dtype, rank = case["broken"], case["dtype"], len(xshape)
     want = SPLIT_BROKEN.get(broken, [])
     shapes, out_sts, types = [list(s) for s in shapes], list(out_sts), [dtype] * len(shapes)
     i = len(shapes) - 1             # the output a rule is broken on
+    axis, xshape, in_st, valid = break_shared_rule(case, shapes, out_sts, types, xshape, in_st)
+    want = [] if valid else want
     total = None
-    if broken == "axis":
-        axis = rank if case["seed"] % 2 else -1
-    elif broken == "other_size":
-        if rank == 1:
-            want = []
-        else:
-            shapes[i][(axis + 1) % rank] += 1
-            out_sts[i] = None
-    elif broken == "sum":
-        xshape = list(xshape)
-        xshape[axis] += 1
-        in_st = None
-    elif broken == "data_type":
-        types[i] = "int32" if dtype == "float32" else "float32"
-    elif broken == "rank":
-        shapes[i], out_sts[i] = (shapes[i] + [1], None) if rank < 8 else (shapes[i][1:], None)
-    elif broken == "overlap":
+    if broken == "overlap":
         out_sts[i] = overlapping(out_sts[i], shapes[i])
         want = want if out_sts[i] is not None else []
-    elif broken == "rank9":
-        shapes[i], out_sts[i] = [1] * (9 - rank) + shapes[i], None
     elif broken == "total_size":
         total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
     elif broken == "strides_count":
