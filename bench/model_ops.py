@@ -264,13 +264,7 @@ def _transpose(vkml, p, x, device):
 
 def _strided(dml, dtype, shape, sizes) -> object:
     """``shape``'s packed tensor read as ``sizes`` (NumPy broadcasting: zero strides)."""
-    own = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        own[d] = own[d + 1] * shape[d + 1]
-    lead = len(sizes) - len(shape)
-    strides = [0] * lead + [0 if s == 1 and w != 1 else st
-                            for s, w, st in zip(shape, sizes[lead:], own)]
-    return dml.TensorDesc(dtype, tuple(sizes), tuple(strides))
+    return dml.broadcast_tensor_desc(dtype, shape, sizes)
 
 
 def dml_desc(dml, op: str, p: dict, dtype):

@@ -129,6 +129,19 @@ def packed_strides(sizes) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def broadcast_tensor_desc(data_type, shape, sizes) -> "TensorDesc":
+    """A packed tensor of ``shape`` read as a tensor of ``sizes`` by NumPy's (and ONNX's
+    multidirectional) broadcast: right-aligned, stride 0 along every dimension the
+    tensor lacks or has as 1 where ``sizes`` has more, so nothing is copied.  ``shape``
+    must broadcast to ``sizes`` (the caller names the field when it does not)."""
+    shape, sizes = tuple(shape), tuple(sizes)
+    lead = len(sizes) - len(shape)
+    packed = packed_strides(shape)
+    strides = [0] * lead + [0 if s == 1 and w != 1 else p
+                            for s, p, w in zip(shape, packed, sizes[lead:])]
+    return TensorDesc(data_type, sizes, None if shape == sizes else tuple(strides))
+
+
 def calc_buffer_tensor_size(data_type, sizes, strides=None) -> int:
     """``DMLCalcBufferTensorSize``: the minimum bytes a buffer holding the tensor needs."""
     dt = DataType.of(data_type)

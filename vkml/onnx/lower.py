@@ -278,14 +278,8 @@ def _broadcast_tdesc(shape, out_shape, dt) -> dml.TensorDesc:
     """``shape`` broadcast to ``out_shape`` (ONNX's multidirectional rule, NumPy's) as a
     DML tensor of the output's sizes with stride 0 along the broadcast dimensions, so that
     nothing is copied: the element-wise pages' "same Sizes" with broadcasting by strides."""
-    out_shape = tuple(out_shape) or (1,)
-    lead = len(out_shape) - len(shape)
-    packed = dml.packed_strides(tuple(shape)) if shape else ()
-    strides = [0] * lead + [0 if s == 1 and o != 1 else p
-                            for s, p, o in zip(shape, packed, out_shape[lead:])]
-    same = tuple(shape) == out_shape
-    return dml.TensorDesc(dml.DataType.of(np.dtype(dt)), out_shape,
-                          None if same else tuple(strides))
+    return dml.broadcast_tensor_desc(dml.DataType.of(np.dtype(dt)), shape,
+                                     tuple(out_shape) or (1,))
 
 
 def _lower_element_wise(lw: _Lowering, node):

@@ -37,7 +37,7 @@ from ..dml.element_wise import (ELEMENT_WISE, KERNEL_OP, ElementWiseAdd1Operator
                                 ElementWiseIdentityOperatorDesc, ElementWiseMaxOperatorDesc,
                                 ElementWiseMinOperatorDesc, ElementWiseMultiplyOperatorDesc,
                                 ElementWiseSubtractOperatorDesc)
-from ..dml.tensor_desc import TensorDesc, packed_strides
+from ..dml.tensor_desc import TensorDesc, broadcast_tensor_desc, packed_strides
 from ..errors import ArgumentTypeError, UnsupportedError, ValidationError
 from ..intmath import ceil_div, round_up
 from ..runtime import FORMAT_RGBA32_UINT, Bind
@@ -253,17 +253,6 @@ def _operand(x, name: str, other):
     return as_array(x, name)
 
 
-def _broadcast_desc(dtype, shape, out_shape) -> TensorDesc:
-    """``shape`` broadcast to ``out_shape`` (NumPy's rule) as DML strides: 0 where the
-    input has no such dimension or a size of 1 the result repeats."""
-    lead = len(out_shape) - len(shape)
-    packed = packed_strides(shape)
-    strides = [0] * lead + [0 if s == 1 and o != 1 else p
-                            for s, p, o in zip(shape, packed, out_shape[lead:])]
-    same = tuple(shape) == tuple(out_shape)
-    return TensorDesc(dtype, out_shape, None if same else strides)
-
-
 def _binary(cls, a, b, device, **fields):
     dev = pick_device(device, a, b)
     a_in = _operand(a, "a", b if not isinstance(b, (int, float)) else None)
@@ -278,8 +267,8 @@ def _binary(cls, a, b, device, **fields):
         raise ValidationError("b", f"shape {tuple(b_in.shape)} does not broadcast with a's "
                               f"{tuple(a_in.shape)}") from None
     dtype = np.dtype(a_in.dtype)
-    desc = cls(_broadcast_desc(dtype, a_in.shape, out_shape),
-               _broadcast_desc(dtype, b_in.shape, out_shape),
+    desc = cls(broadcast_tensor_desc(dtype, a_in.shape, out_shape),
+               broadcast_tensor_desc(dtype, b_in.shape, out_shape),
                TensorDesc(dtype, out_shape), **fields)
     return run(dev, desc, [a_in, b_in])
 

@@ -23,7 +23,7 @@ from ..dml.activations import activation as activation_desc
 from ..dml.data_type import DataType
 from ..dml.gemm import GemmOperatorDesc, MatrixTransform
 from ..dml.operator import as_real, enum_of
-from ..dml.tensor_desc import TensorDesc
+from ..dml.tensor_desc import TensorDesc, broadcast_tensor_desc
 from ..errors import ValidationError
 from ..intmath import ceil_div
 from .. import tuning
@@ -270,13 +270,7 @@ def _broadcast_desc(x, name: str, sizes) -> TensorDesc:
     if len(shape) > len(sizes) or any(s not in (1, w) for s, w in
                                       zip(shape[::-1], tuple(sizes)[::-1])):
         raise ValidationError(name, f"shape {shape} does not broadcast to {tuple(sizes)}")
-    own = [1] * len(shape)
-    for d in range(len(shape) - 2, -1, -1):
-        own[d] = own[d + 1] * shape[d + 1]
-    lead = len(sizes) - len(shape)
-    strides = [0] * lead + [0 if s == 1 and w != 1 else st
-                            for s, w, st in zip(shape, sizes[lead:], own)]
-    return TensorDesc(np.dtype(x.dtype), tuple(sizes), tuple(strides))
+    return broadcast_tensor_desc(np.dtype(x.dtype), shape, sizes)
 
 
 def gemm(a, b, c=None, *, trans_a=False, trans_b=False, alpha=1.0, beta=1.0,
