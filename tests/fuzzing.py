@@ -160,6 +160,25 @@ def compiled_or_refused(device, make_desc, want: list, may_be_unsupported=False)
 
 LAYOUTS = ["packed"] * 3 + ["padded", "permuted", "broadcast"]
 
+#: The TensorDesc rules a fuzzer breaks on one tensor -> the field a ValidationError names.
+TENSOR_BROKEN = {"rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
+                 "strides_count": ["TensorDesc.strides"]}
+
+
+def break_tensor_rule(broken: str, sizes, strides):
+    """``(sizes, strides, total_tensor_size_in_bytes)`` of one tensor with the rule
+    ``broken`` of :data:`TENSOR_BROKEN` broken (nine dimensions; a total below
+    DMLCalcBufferTensorSize, a multiple of 4; one stride too many); any other ``broken``
+    leaves the tensor as it is (total None)."""
+    rank = len(sizes)
+    if broken == "rank9":
+        return [1] * (9 - rank) + list(sizes), None, None
+    if broken == "total_size":
+        return list(sizes), strides, 2
+    if broken == "strides_count":
+        return list(sizes), tuple(strides or (1,) * rank) + (1,), None
+    return list(sizes), strides, None
+
 
 def placement(draw, inputs: int) -> dict:
     """Draws shared by the fuzzers of several inputs: each input's ``layouts`` (for

@@ -15,8 +15,8 @@ import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
 
-from fuzzing import (bind_with_canary, canaries_intact, compiled_or_refused, fuzzer, lay_out,
-                     padded_output, placement, run_checked)
+from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canaries_intact,
+                     compiled_or_refused, fuzzer, lay_out, padded_output, placement, run_checked)
 from helpers import assert_no_leaks, run_two_node_graph, same_bits, strided_view
 from test_activations import FORMULAS
 from test_lifetime import run_in_threads
@@ -467,8 +467,7 @@ FUZZ_ACTS = [None, "relu", "sigmoid", "leaky_relu", "linear"]
 FUZZ_BROKEN = {"data_type": ["data_type"], "same_type": ["data_type"],
                "rank": ["output_tensor.sizes"], "sizes": ["b_tensor.sizes", "a_tensor.sizes"],
                "overlap": ["output_tensor.strides"], "missing": ["a_tensor: "],
-               "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
-               "strides_count": ["TensorDesc.strides"], "activation": ["fused_activation"]}
+               "activation": ["fused_activation"], **TENSOR_BROKEN}
 
 
 @st.composite
@@ -560,12 +559,8 @@ def _fuzz_descriptor(case, shape, dtype, a_st, b_st, out_st):
             out_st[big[0]] = 0
         else:
             want = []
-    elif broken == "rank9":
-        sa = [1] * (9 - rank) + sa
-    elif broken == "total_size":
-        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
-    elif broken == "strides_count":
-        a_st = (a_st or (1,) * rank) + (1,)
+    elif broken in TENSOR_BROKEN:
+        sa, a_st, total = break_tensor_rule(broken, sa, a_st)
     elif broken == "activation":
         if op == "add1":
             act = dml.ElementWiseClipOperatorDesc(min=0.0, max=1.0)
@@ -593,8 +588,8 @@ def _run_in_place(device, compiled, desc, a_flat, b_flat):
     out = desc.output_tensor
     raw = ins[0].read_bytes(a_flat.nbytes).view(a_flat.dtype)
     idx = np.zeros(out.sizes, np.int64)
-    for d, (n, st) in enumerate(zip(out.sizes, out.strides)):
-        idx += (np.arange(n) * st).reshape([-1 if k == d else 1 for k in range(len(out.sizes))])
+    for d, (n, stride) in enumerate(zip(out.sizes, out.strides)):
+        idx += (np.arange(n) * stride).reshape([-1 if k == d else 1 for k in range(len(out.sizes))])
     gaps = np.ones(raw.size, bool)
     gaps[idx.reshape(-1)] = False
     assert same_bits(raw[gaps], a_flat[gaps]), "wrote into the gaps of A's layout"

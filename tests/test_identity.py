@@ -13,8 +13,8 @@ import vkml
 from vkml import dml
 from vkml.errors import ArgumentTypeError, UnsupportedError, ValidationError
 
-from fuzzing import (compiled_or_refused, count, fuzzer, lay_out, padded_output, placement,
-                     run_checked)
+from fuzzing import (TENSOR_BROKEN, break_tensor_rule, compiled_or_refused, count, fuzzer, lay_out,
+                     padded_output, placement, run_checked)
 from helpers import (ALL_DTYPES, assert_no_leaks, operator_cycle, random_bits, same_bits,
                      strided_view, threads_share_one_operator)
 
@@ -156,9 +156,7 @@ FUZZ_SHARE = 2              # a share of fuzz_examples (fuzzing.fuzzer): one pip
 FUZZ_BROKEN = {"sizes": ["output_tensor.sizes"], "rank": ["output_tensor.sizes"],
                "data_type": ["output_tensor.data_type"], "overlap": ["output_tensor.strides"],
                "missing": ["input_tensor: is required"], "scale": ["scale_bias.scale"],
-               "bias": ["scale_bias.bias"], "int_scale_bias": ["scale_bias"],
-               "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
-               "strides_count": ["TensorDesc.strides"]}
+               "bias": ["scale_bias.bias"], "int_scale_bias": ["scale_bias"], **TENSOR_BROKEN}
 
 
 @st.composite
@@ -201,12 +199,8 @@ def _identity_descriptor(case, shape, dtype, in_st, out_st, sb):
         if np.dtype(dtype).kind == "f":
             want = []               # (a float tensor takes a ScaleBias)
         sb = dml.ScaleBias(2.0, 1.0)
-    elif broken == "rank9":
-        si = [1] * (9 - rank) + si
-    elif broken == "total_size":
-        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
-    elif broken == "strides_count":
-        in_st = (in_st or (1,) * rank) + (1,)
+    elif broken in TENSOR_BROKEN:
+        si, in_st, total = break_tensor_rule(broken, si, in_st)
 
     def make():
         x = None if broken == "missing" else dml.TensorDesc(dtype, si, in_st, total)

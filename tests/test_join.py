@@ -18,8 +18,8 @@ import vkml
 from vkml import dml
 from vkml.errors import ArgumentTypeError, ValidationError
 
-from fuzzing import (compiled_or_refused, fuzzer, lay_out, padded_output, placement,
-                     run_checked)
+from fuzzing import (TENSOR_BROKEN, break_tensor_rule, compiled_or_refused, fuzzer, lay_out,
+                     padded_output, placement, run_checked)
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
 from test_lifetime import run_in_threads
 
@@ -381,12 +381,12 @@ def overlapping(strides, shape):
     return tuple(out)
 
 
+#: The broken rules join and split share -> the fields a ValidationError may name.
+PARTS_BROKEN = {"axis": ["axis"], "other_size": [".sizes["], "data_type": ["data_type"],
+                "rank": ["sizes"], "missing": ["]: is required"], **TENSOR_BROKEN}
 #: join's broken rules -> the fields a ValidationError may name.
-JOIN_BROKEN = {"empty": ["input_tensors"], "axis": ["axis"], "other_size": [".sizes["],
-               "sum": [".sizes["], "data_type": ["data_type"], "rank": ["sizes"],
-               "overlap": ["output_tensor.strides"], "missing": ["]: is required"],
-               "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
-               "strides_count": ["TensorDesc.strides"]}
+JOIN_BROKEN = {**PARTS_BROKEN, "empty": ["input_tensors"], "sum": [".sizes["],
+               "overlap": ["output_tensor.strides"]}
 
 
 @st.composite
@@ -420,15 +420,13 @@ def break_shared_rule(case, shapes, strides, types, whole, whole_st):
         types[i] = "int32" if case["dtype"] == "float32" else "float32"
     elif broken == "rank":
         shapes[i], strides[i] = (shapes[i] + [1], None) if rank < 8 else (shapes[i][1:], None)
-    elif broken == "rank9":
-        shapes[i], strides[i] = [1] * (9 - rank) + shapes[i], None
     return axis, whole, whole_st, broken == "other_size" and rank == 1
 
 
 def _join_descriptor(case, shapes, yshape, strides, out_st):
     """The case's descriptor maker with its one broken rule, and the fields a refusal may
     name (empty: the case is valid)."""
-    broken, dtype, rank = case["broken"], case["dtype"], len(yshape)
+    broken, dtype = case["broken"], case["dtype"]
     want = JOIN_BROKEN.get(broken, [])
     shapes, strides, types = [list(s) for s in shapes], list(strides), [dtype] * len(shapes)
     i = len(shapes) - 1             # the input a rule is broken on
@@ -439,10 +437,8 @@ def _join_descriptor(case, shapes, yshape, strides, out_st):
     if broken == "overlap":
         out_st = overlapping(out_st, yshape)
         want = want if out_st is not None else []
-    elif broken == "total_size":
-        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
-    elif broken == "strides_count":
-        strides[i] = (strides[i] or (1,) * rank) + (1,)
+    elif broken in TENSOR_BROKEN:
+        shapes[i], strides[i], total = break_tensor_rule(broken, shapes[i], strides[i])
 
     def make():
         ins = [dml.TensorDesc(t, s, st, total if k == i else None)

@@ -13,8 +13,8 @@ import vkml
 from vkml import dml
 from vkml.errors import ArgumentTypeError, ValidationError
 
-from fuzzing import (compiled_or_refused, fuzzer, lay_out, padded_output, placement,
-                     run_checked)
+from fuzzing import (TENSOR_BROKEN, break_tensor_rule, compiled_or_refused, fuzzer, lay_out,
+                     padded_output, placement, run_checked)
 from helpers import (ALL_DTYPES, assert_no_leaks, random_bits, same_bits,
                      threads_share_one_operator)
 from test_join import (FUZZ_SHARE, OPS, check_out, fuzz_shape, layout, on_path, out_layout,
@@ -261,12 +261,8 @@ def _break_slice(case, geometry, out_st, shape, in_st):
     elif broken == "overlap":
         out_st = overlapping(out_st, outs)
         want = want if out_st is not None else []
-    elif broken == "rank9":
-        shape, in_st = [1] * (9 - rank) + list(shape), None
-    elif broken == "total_size":
-        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
-    elif broken == "strides_count":
-        in_st = (in_st or (1,) * rank) + (1,)
+    elif broken in TENSOR_BROKEN:
+        shape, in_st, total = break_tensor_rule(broken, shape, in_st)
     return offs, sizes, steps, outs, out_st, shape, in_st, out_type, total, want
 
 

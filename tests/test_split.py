@@ -12,10 +12,10 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from fuzzing import (bind_with_canary, canaries_intact, compiled_or_refused, fuzzer, lay_out,
-                     padded_output, placement)
+from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canaries_intact,
+                     compiled_or_refused, fuzzer, lay_out, padded_output, placement)
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
-from test_join import (FUZZ_SHARE, OPS, break_shared_rule, check_out, fuzz_shape, layout,
+from test_join import (FUZZ_SHARE, OPS, PARTS_BROKEN, break_shared_rule, check_out, fuzz_shape, layout,
                        on_path, out_layout, overlapping, run_copies)
 from test_lifetime import run_in_threads
 
@@ -129,11 +129,8 @@ def test_functional_rules(device):
 
 # -- fuzzer (tests/fuzzing.py): valid and invalid descriptors, canaries ---------------------
 #: split's broken rules -> the fields a ValidationError may name.
-SPLIT_BROKEN = {"empty": ["output_tensors"], "axis": ["axis"], "other_size": [".sizes["],
-                "sum": ["input_tensor.sizes["], "data_type": ["data_type"], "rank": ["sizes"],
-                "overlap": ["output_tensors["], "missing": ["]: is required"],
-                "rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_size_in_bytes"],
-                "strides_count": ["TensorDesc.strides"]}
+SPLIT_BROKEN = {**PARTS_BROKEN, "empty": ["output_tensors"], "sum": ["input_tensor.sizes["],
+                "overlap": ["output_tensors["]}
 
 
 @st.composite
@@ -152,7 +149,7 @@ def split_cases(draw):
 def _split_descriptor(case, xshape, in_st, shapes, out_sts):
     """The case's descriptor maker with its one broken rule, and the fields a refusal may
     name (empty: the case is valid)."""
-    broken, dtype, rank = case["broken"], case["dtype"], len(xshape)
+    broken, dtype = case["broken"], case["dtype"]
     want = SPLIT_BROKEN.get(broken, [])
     shapes, out_sts, types = [list(s) for s in shapes], list(out_sts), [dtype] * len(shapes)
     i = len(shapes) - 1             # the output a rule is broken on
@@ -162,10 +159,8 @@ def _split_descriptor(case, xshape, in_st, shapes, out_sts):
     if broken == "overlap":
         out_sts[i] = overlapping(out_sts[i], shapes[i])
         want = want if out_sts[i] is not None else []
-    elif broken == "total_size":
-        total = 2                   # DMLCalcBufferTensorSize is a multiple of 4
-    elif broken == "strides_count":
-        in_st = (in_st or (1,) * rank) + (1,)
+    elif broken in TENSOR_BROKEN:
+        xshape, in_st, total = break_tensor_rule(broken, xshape, in_st)
 
     def make():
         outs = [dml.TensorDesc(t, s, st) for t, s, st in zip(types, shapes, out_sts)]
