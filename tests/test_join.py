@@ -389,16 +389,24 @@ JOIN_BROKEN = {**PARTS_BROKEN, "empty": ["input_tensors"], "sum": [".sizes["],
                "overlap": ["output_tensor.strides"]}
 
 
-@st.composite
-def join_cases(draw):
+def draw_parts_case(draw, broken: dict, inputs: int) -> dict:
+    """A join or split case (``draw`` of a composite strategy): rank 1-8, 1-4 parts of
+    1-3 along ``axis`` (``padded``: per part, whether split stores it with gaps), a data
+    type, the path, a rule of ``broken`` or none, and the placement of ``inputs``."""
     rank = draw(st.integers(1, 8))
     count = draw(st.integers(1, 4))
     return dict(shape=fuzz_shape(draw, rank), axis=draw(st.integers(0, rank - 1)),
                 parts=draw(st.lists(st.integers(1, 3), min_size=count, max_size=count)),
+                padded=draw(st.lists(st.booleans(), min_size=count, max_size=count)),
                 dtype=draw(st.sampled_from(ALL_DTYPES)),
                 path=draw(st.sampled_from([None, "kernel", "copy"])),
-                broken=draw(st.sampled_from(["none"] * 10 + list(JOIN_BROKEN))),
-                **placement(draw, 4))
+                broken=draw(st.sampled_from(["none"] * 10 + list(broken))),
+                **placement(draw, inputs))
+
+
+@st.composite
+def join_cases(draw):
+    return draw_parts_case(draw, JOIN_BROKEN, 4)
 
 
 def break_shared_rule(case, shapes, strides, types, whole, whole_st):

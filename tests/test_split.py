@@ -13,10 +13,10 @@ from vkml import dml
 from vkml.errors import ValidationError
 
 from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canaries_intact,
-                     compiled_or_refused, fuzzer, lay_out, padded_output, placement)
+                     compiled_or_refused, fuzzer, lay_out, padded_output)
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
-from test_join import (FUZZ_SHARE, OPS, PARTS_BROKEN, break_shared_rule, check_out, fuzz_shape, layout,
-                       on_path, out_layout, overlapping, run_copies)
+from test_join import (FUZZ_SHARE, OPS, PARTS_BROKEN, break_shared_rule, check_out,
+                       draw_parts_case, layout, on_path, out_layout, overlapping, run_copies)
 from test_lifetime import run_in_threads
 
 X = np.arange(1, 13, dtype=np.float32).reshape(1, 1, 6, 2)
@@ -135,15 +135,7 @@ SPLIT_BROKEN = {**PARTS_BROKEN, "empty": ["output_tensors"], "sum": ["input_tens
 
 @st.composite
 def split_cases(draw):
-    rank = draw(st.integers(1, 8))
-    count = draw(st.integers(1, 4))
-    return dict(shape=fuzz_shape(draw, rank), axis=draw(st.integers(0, rank - 1)),
-                parts=draw(st.lists(st.integers(1, 3), min_size=count, max_size=count)),
-                padded=draw(st.lists(st.booleans(), min_size=count, max_size=count)),
-                dtype=draw(st.sampled_from(ALL_DTYPES)),
-                path=draw(st.sampled_from([None, "kernel", "copy"])),
-                broken=draw(st.sampled_from(["none"] * 10 + list(SPLIT_BROKEN))),
-                **placement(draw, 1))
+    return draw_parts_case(draw, SPLIT_BROKEN, 1)
 
 
 def _split_descriptor(case, xshape, in_st, shapes, out_sts):
