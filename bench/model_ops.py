@@ -36,21 +36,16 @@ import numpy as np
 
 from . import references
 
-#: operator -> (vkml function, DML descriptor class, metric)
-OPS = {
-    "element_wise": ("add", "ElementWiseAddOperatorDesc", "bytes"),
-    "identity": ("identity", "ElementWiseIdentityOperatorDesc", "bytes"),
-    "join": ("join", "JoinOperatorDesc", "bytes"),
-    "split": ("split", "SplitOperatorDesc", "bytes"),
-    "slice": ("slice", "SliceOperatorDesc", "bytes"),
-    "resample": ("resample", "Resample1OperatorDesc", "bytes"),
-    "max_pooling": ("max_pooling", "MaxPooling2OperatorDesc", "bytes"),
-    "average_pooling": ("average_pooling", "AveragePooling1OperatorDesc", "bytes"),
-    "reduce": ("reduce", "ReduceOperatorDesc", "bytes"),
-    "gemm": ("gemm", "GemmOperatorDesc", "flops"),
-    "batch_normalization": ("batch_normalization", "BatchNormalizationOperatorDesc", "bytes"),
-    "softmax": ("softmax", "ActivationSoftmax1OperatorDesc", "bytes"),
-}
+#: operator -> (vkml function, DML descriptor class, metric): GEMM counts FLOPs, the others
+#: the bytes they move; the functions share their operator's name unless listed here.
+_FUNCTION = {"element_wise": "add"}
+_CLASS = {"element_wise": "ElementWiseAdd", "identity": "ElementWiseIdentity", "join": "Join",
+          "split": "Split", "slice": "Slice", "resample": "Resample1",
+          "max_pooling": "MaxPooling2", "average_pooling": "AveragePooling1",
+          "reduce": "Reduce", "gemm": "Gemm", "batch_normalization": "BatchNormalization",
+          "softmax": "ActivationSoftmax1"}
+OPS = {op: (_FUNCTION.get(op, op), f"{cls}OperatorDesc", "flops" if op == "gemm" else "bytes")
+       for op, cls in _CLASS.items()}
 
 _DESC = {"add": "ElementWiseAddOperatorDesc", "subtract": "ElementWiseSubtractOperatorDesc",
          "multiply": "ElementWiseMultiplyOperatorDesc",

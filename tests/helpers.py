@@ -55,6 +55,18 @@ POOLING_WINDOW_CASES = [
 ]
 
 
+def split_grid_windows(device):
+    """(a device whose maxComputeWorkGroupCount is (1, 3, 2), a float32 input, its window)
+    for a 2-D and a 3-D pooling, with start padding 1 in the tests: grids that must split
+    into several dispatches."""
+    import vkml
+
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
+        rng = np.random.default_rng(17)
+        for shape, window in (((2, 3, 7, 600), (2, 3)), ((1, 3, 4, 5, 3), (2, 2, 2))):
+            yield dev, rng.standard_normal(shape).astype(np.float32), window
+
+
 def random_bits(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     """Random raw bits viewed as ``dtype``: data-movement operators must move every bit
     pattern (NaN payloads, negative zero, subnormals) unchanged."""

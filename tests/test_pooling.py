@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output, window_geometry)
 from helpers import (POOLING_DESC_ARGS, POOLING_WINDOW_CASES, assert_no_leaks, operator_cycle,
-                     random_bits, random_pooling_case, run_two_node_graph)
+                     random_bits, random_pooling_case, run_two_node_graph, split_grid_windows)
 from references import window_counts, window_taps
 
 INT_TYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
@@ -354,19 +354,16 @@ def test_windows_beyond_the_loop_limit(device):
 
 
 def test_grids_beyond_max_workgroup_count(device):
-    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
-        rng = np.random.default_rng(17)
-        for shape, window in (((2, 3, 7, 600), (2, 3)), ((1, 3, 4, 5, 3), (2, 2, 2))):
-            x = rng.standard_normal(shape).astype(np.float32)
-            d = len(window)
-            geo = (window, (1,) * d, (1,) * d, (1,) * d, (0,) * d)
-            got, idx = vkml.max_pooling(x, window, start_padding=1, return_indices=True,
-                                        device=dev)
-            want, want_idx = max_reference(x, *geo)
-            np.testing.assert_array_equal(got, want)
-            np.testing.assert_array_equal(idx, want_idx)
-            got = vkml.average_pooling(x, window, start_padding=1, device=dev)
-            assert_mean_close(got, *average_reference(x, *geo, False), "float32")
+    for dev, x, window in split_grid_windows(device):
+        d = len(window)
+        geo = (window, (1,) * d, (1,) * d, (1,) * d, (0,) * d)
+        got, idx = vkml.max_pooling(x, window, start_padding=1, return_indices=True,
+                                    device=dev)
+        want, want_idx = max_reference(x, *geo)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(idx, want_idx)
+        got = vkml.average_pooling(x, window, start_padding=1, device=dev)
+        assert_mean_close(got, *average_reference(x, *geo, False), "float32")
 
 
 def test_tensor_in_tensor_out(device):
