@@ -1,0 +1,130 @@
+"""The peers of ``python -m bench models``: each ``prepare(spec, onnx_bytes, size)``
+returns a function running the model once on a NumPy input (NumPy out), or raises
+:class:`~bench.runners.Absent` with the reason; each is checked against ONNX Runtime
+CPU in the same run."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from ..runners import Absent, require
+
+
+class Peer:
+    name = ""
+    on_device = False          # a Vulkan peer: runs once per device
+
+    def version(self) -> str:
+        raise NotImplementedError
+
+    def prepare(self, spec, data: bytes, size: int, device=None):
+        raise NotImplementedError
+
+
+class OrtCpu(Peer):
+    """ONNX Runtime's CPU provider on the exported model: the correctness reference."""
+    name = "onnxruntime-cpu"
+
+    def version(self):
+        return require("onnxruntime", "onnxruntime").__version__
+
+    def prepare(self, spec, data, size, device=None):
+        ort = require("onnxruntime", "onnxruntime")
+        sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        return lambda x: sess.run(None, {name: x})[0]
+
+
+class TorchCpu(Peer):
+    """PyTorch (eager, CPU) on the same definition, rebuilt with the same seed, so the
+    same weights as the exported model."""
+    name = "torch-cpu"
+
+    def version(self):
+        return require("torch").__version__
+
+    def prepare(self, spec, data, size, device=None):
+        torch = require("torch")
+        from .models import SEED
+
+        torch.manual_seed(SEED)
+        try:
+            model = spec.build(size)
+        except Exception as exc:             # noqa: BLE001 (a definition that needs more)
+            raise Absent(f"building {spec.name}: {type(exc).__name__}: {exc}") from None
+
+        def run(x):
+            with torch.inference_mode():
+                y = model(torch.from_numpy(x))
+            return (y[0] if isinstance(y, (tuple, list)) else y).numpy()
+        return run
+
+
+def _iree_driver_devices(rt) -> list:
+    try:
+        return rt.get_driver("vulkan").query_available_devices()
+    except Exception as exc:                 # noqa: BLE001
+        raise Absent(f"IREE's vulkan driver: {type(exc).__name__}: {exc}") from None
+
+
+class IreeVulkan(Peer):
+    """IREE: the ONNX model imported (``iree.compiler.tools.import_onnx``), compiled for
+    ``--iree-hal-target-device=vulkan`` and run on its ``vulkan`` driver, on the device
+    whose name matches vkml's."""
+    name = "iree-vulkan"
+    on_device = True
+
+    def version(self):
+        rt = require("iree.runtime", "iree-base-runtime")
+        require("iree.compiler", "iree-base-compiler")
+        return getattr(rt, "__version__", None) or "installed"
+
+    def prepare(self, spec, data, size, device=None):
+        rt = require("iree.runtime", "iree-base-runtime")
+        from iree.compiler import compile_file
+        from iree.compiler.tools.import_onnx import __main__ as import_onnx
+
+        folder = tempfile.mkdtemp(prefix="vkml-iree-")
+        src, mlir = os.path.join(folder, "m.onnx"), os.path.join(folder, "m.mlir")
+        with open(src, "wb") as f:
+            f.write(data)
+        try:
+            import_onnx.main(import_onnx.parse_arguments([src, "-o", mlir]))
+            vmfb = compile_file(mlir,
+                                extra_args=["--iree-hal-target-device=vulkan",
+                                            "--iree-input-type=onnx"])
+        except Exception as exc:             # noqa: BLE001
+            raise Absent(f"IREE compile: {type(exc).__name__}: {str(exc)[-300:]}") from None
+        avail = _iree_driver_devices(rt)
+        want = (device.info.name if device is not None else "").lower()
+        pick = next((d for d in avail if want and want.split(" ")[0] in d["name"].lower()),
+                    None)
+        if pick is None:
+            raise Absent(f"IREE's vulkan driver does not list {want!r} (it lists "
+                         f"{[d['name'] for d in avail]})")
+        dev = rt.get_driver("vulkan").create_device(pick["device_id"])
+        config = rt.Config(device=dev)
+        ctx = rt.SystemContext(config=config)
+        ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+        fn = ctx.modules.module[next(iter(k for k in ctx.modules.module.vm_module.function_names
+                                          if not k.startswith("__")))]
+        return lambda x: np.asarray(_first(fn(_aligned(x))).to_host())
+
+
+def _first(y):
+    return y[0] if isinstance(y, (tuple, list)) else y
+
+
+def _aligned(x: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` at a 4096-byte-aligned address: IREE imports host memory in
+    place on these drivers, which they accept only page-aligned."""
+    raw = np.empty(x.nbytes + 4096, np.uint8)
+    off = (-raw.ctypes.data) % 4096
+    out = raw[off:off + x.nbytes].view(x.dtype).reshape(x.shape)
+    out[...] = x
+    return out
+
+
+PEERS = [OrtCpu(), TorchCpu(), IreeVulkan()]
