@@ -108,8 +108,9 @@ class IreeVulkan(Peer):
         config = rt.Config(device=dev)
         ctx = rt.SystemContext(config=config)
         ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
-        fn = ctx.modules.module[next(iter(k for k in ctx.modules.module.vm_module.function_names
-                                          if not k.startswith("__")))]
+        names = [k for k in ctx.modules.module.vm_module.function_names
+                 if not k.startswith("__") and "$async" not in k]
+        fn = ctx.modules.module[names[0]]
         return lambda x: np.asarray(_first(fn(_aligned(x))).to_host())
 
 
