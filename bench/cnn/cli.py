@@ -44,6 +44,9 @@ def _parser() -> argparse.ArgumentParser:
                          + "); onnxruntime-cpu always runs (the reference)")
     ap.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement")
     ap.add_argument("--repeats", type=int, default=None, help="hot runs per measurement")
+    ap.add_argument("--peer-timeout", type=float, default=300.0, metavar="S",
+                    help="time limit of a peer measured in a child process (IREE), per "
+                         "model (default 300)")
     ap.add_argument("--no-limits", action="store_true",
                     help="skip measuring the device's FMA peak and copy bandwidth")
     ap.add_argument("--tolerance", type=float, default=1e-3,
@@ -121,6 +124,9 @@ def main(argv=None) -> int:
     if args.peers:
         want = {p.strip() for p in args.peers.split(",")} | {"onnxruntime-cpu"}
         peers = [p for p in PEERS if p.name in want]
+    for p in peers:
+        if hasattr(p, "timeout_s"):
+            p.timeout_s = args.peer_timeout
     infos = vkml.devices()
     if args.all_devices:
         devices = infos

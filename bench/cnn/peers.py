@@ -72,9 +72,40 @@ def _iree_driver_devices(rt) -> list:
 class IreeVulkan(Peer):
     """IREE: the ONNX model imported (``iree.compiler.tools.import_onnx``), compiled for
     ``--iree-hal-target-device=vulkan`` and run on its ``vulkan`` driver, on the device
-    whose name matches vkml's."""
+    whose name matches vkml's.  It is measured in a child process (``measure``) under a
+    time limit: its kernels can run for many minutes on a CPU driver, and a call into
+    its runtime cannot be interrupted."""
     name = "iree-vulkan"
     on_device = True
+    timeout_s = 300.0
+
+    def measure(self, spec, data, size, device, x, budget) -> tuple:
+        """(figures, output) from ``python -m bench.cnn.iree_worker`` in a child."""
+        import json
+        import subprocess
+        import sys
+
+        folder = tempfile.mkdtemp(prefix="vkml-iree-")
+        paths = [os.path.join(folder, n) for n in ("m.onnx", "x.npy", "y.npy", "fig.json")]
+        with open(paths[0], "wb") as f:
+            f.write(data)
+        np.save(paths[1], x)
+        cmd = [sys.executable, "-m", "bench.cnn.iree_worker", *paths, device.info.name,
+               str(budget.seconds), str(budget.repeats or 0)]
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=root,
+                                 timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise Absent(f"no result within {self.timeout_s:.0f} s (compile + first run + "
+                         f"hot runs) on {device.info.name}") from None
+        if not os.path.exists(paths[3]):
+            raise Absent(f"IREE failed: {res.stderr.strip()[-300:]}")
+        with open(paths[3]) as f:
+            fig = json.load(f)
+        if "absent" in fig:
+            raise Absent(fig["absent"])
+        return fig, np.load(paths[2])
 
     def version(self):
         rt = require("iree.runtime", "iree-base-runtime")
@@ -111,11 +142,30 @@ class IreeVulkan(Peer):
         names = [k for k in ctx.modules.module.vm_module.function_names
                  if not k.startswith("__") and "$async" not in k]
         fn = ctx.modules.module[names[0]]
-        return lambda x: np.asarray(_first(fn(_aligned(x))).to_host())
+        return lambda x: _to_host(rt, _first(fn(_aligned(x))))
 
 
 def _first(y):
     return y[0] if isinstance(y, (tuple, list)) else y
+
+
+def _to_host(rt, arr) -> np.ndarray:
+    """An IREE DeviceArray's data, read through a staging buffer: ``to_host`` imports a
+    fresh NumPy array's memory, whose address these drivers refuse (they import only
+    4096-byte-aligned host pointers)."""
+    if arr._is_mappable():
+        return np.array(arr.to_host())
+    view, dev = arr._buffer_view, arr._device
+    src = view.get_buffer()
+    staging = dev.allocator.allocate_buffer(
+        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+        allocation_size=src.byte_length())
+    sem = dev.create_semaphore(0)
+    dev.queue_copy(src, staging, wait_semaphores=rt.HalFence.create_at(sem, 0),
+                   signal_semaphores=rt.HalFence.create_at(sem, 1))
+    rt.HalFence.create_at(sem, 1).wait()
+    return np.array(staging.map().asarray(view.shape, arr._get_raw_dtype()))
 
 
 def _aligned(x: np.ndarray) -> np.ndarray:
