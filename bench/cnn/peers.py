@@ -178,4 +178,67 @@ def _aligned(x: np.ndarray) -> np.ndarray:
     return out
 
 
-PEERS = [OrtCpu(), TorchCpu(), IreeVulkan()]
+class NcnnVulkan(Peer):
+    """ncnn's Vulkan backend on the same device, the model converted from the exported
+    ONNX by pnnx (the ``pnnx`` wheel's converter; ``fp16=0``), with float16 storage and
+    arithmetic off (float32 like the others); ncnn blobs have no batch dimension, so the
+    output gets its batch of one back."""
+    name = "ncnn-vulkan"
+    on_device = True
+
+    def version(self):
+        ncnn = require("ncnn")
+        require("pnnx")
+        return ncnn.__version__
+
+    @staticmethod
+    def convert(data: bytes, size: int) -> tuple[str, str]:
+        import subprocess
+
+        import pnnx
+
+        folder = tempfile.mkdtemp(prefix="vkml-pnnx-")
+        src = os.path.join(folder, "m.onnx")
+        with open(src, "wb") as f:
+            f.write(data)
+        outs = {k: os.path.join(folder, v) for k, v in (
+            ("ncnnparam", "m.param"), ("ncnnbin", "m.bin"), ("pnnxparam", "p.param"),
+            ("pnnxbin", "p.bin"), ("pnnxpy", "p.py"), ("pnnxonnx", "p.onnx"),
+            ("ncnnpy", "n.py"))}
+        cmd = [pnnx.EXEC_PATH, src, f"inputshape=[1,3,{size},{size}]", "fp16=0",
+               *[f"{k}={v}" for k, v in outs.items()]]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=folder)
+        if res.returncode != 0 or not os.path.exists(outs["ncnnparam"]):
+            raise Absent(f"pnnx could not convert the model: {res.stderr.strip()[-300:]}")
+        return outs["ncnnparam"], outs["ncnnbin"]
+
+    def prepare(self, spec, data, size, device=None):
+        ncnn = require("ncnn")
+        from ..runners.ncnn_peer import _gpu_index
+
+        param, binary = self.convert(data, size)
+        net = ncnn.Net()
+        opt = net.opt
+        opt.use_vulkan_compute = True
+        for flag in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic",
+                     "use_bf16_storage"):
+            setattr(opt, flag, False)
+        net.set_vulkan_device(_gpu_index(ncnn, device.info.name))
+        if net.load_param(param) != 0 or net.load_model(binary) != 0:
+            raise Absent("ncnn could not load pnnx's conversion")
+        on_cpu = sorted({ly.type for ly in net.layers() if not ly.support_vulkan} - {"Input"})
+        self.note = f"layers without a Vulkan kernel: {on_cpu}" if on_cpu else ""
+
+        def run(x):
+            ex = net.create_extractor()
+            ex.input("in0", ncnn.Mat(np.ascontiguousarray(x[0])))
+            ret, out = ex.extract("out0")
+            if ret != 0:
+                raise RuntimeError(f"ncnn extract failed ({ret})")
+            y = np.array(out)
+            return y.reshape((1,) + y.shape)
+        self._net = net                     # kept alive while the row is measured
+        return run
+
+
+PEERS = [OrtCpu(), TorchCpu(), IreeVulkan(), NcnnVulkan()]

@@ -112,6 +112,8 @@ def peer_row(peer, spec, data, size, dev, x, ref, budget: Budget) -> dict:
     except Exception as exc:           # noqa: BLE001 (a peer never fails the run)
         return {"status": "error", "reason": f"{type(exc).__name__}: {str(exc)[-300:]}"}
     fig.update(status="ok", version=version, rel_err=rel_err(y, ref))
+    if getattr(peer, "note", ""):
+        fig["note"] = peer.note
     return fig
 
 
