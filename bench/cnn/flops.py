@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 COMPUTE = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish"}

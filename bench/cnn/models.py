@@ -36,7 +36,6 @@ class ModelSpec:
     build: object
     size: int = 224
     source: list = field(default_factory=list)
-    note: str = ""
 
 
 def _bare(name: str, path: str) -> types.ModuleType:
