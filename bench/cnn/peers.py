@@ -69,43 +69,52 @@ def _iree_driver_devices(rt) -> list:
         raise Absent(f"IREE's vulkan driver: {type(exc).__name__}: {exc}") from None
 
 
-class IreeVulkan(Peer):
-    """IREE: the ONNX model imported (``iree.compiler.tools.import_onnx``), compiled for
-    ``--iree-hal-target-device=vulkan`` and run on its ``vulkan`` driver, on the device
-    whose name matches vkml's.  It is measured in a child process (``measure``) under a
-    time limit: its kernels can run for many minutes on a CPU driver, and a call into
-    its runtime cannot be interrupted."""
-    name = "iree-vulkan"
-    on_device = True
+class ChildPeer(Peer):
+    """A peer measured in a child process (``python -m <worker>``) under a time limit:
+    a call into its runtime cannot be interrupted, and its kernels can run for many
+    minutes on a CPU driver.  The worker writes its figures and output to files."""
+    worker = ""
     timeout_s = 300.0
 
+    def python(self) -> str:
+        import sys
+        return sys.executable
+
     def measure(self, spec, data, size, device, x, budget) -> tuple:
-        """(figures, output) from ``python -m bench.cnn.iree_worker`` in a child."""
+        """(figures, output) from the worker, or Absent with why."""
         import json
         import subprocess
-        import sys
 
-        folder = tempfile.mkdtemp(prefix="vkml-iree-")
+        folder = tempfile.mkdtemp(prefix=f"vkml-{self.name}-")
         paths = [os.path.join(folder, n) for n in ("m.onnx", "x.npy", "y.npy", "fig.json")]
         with open(paths[0], "wb") as f:
             f.write(data)
         np.save(paths[1], x)
-        cmd = [sys.executable, "-m", "bench.cnn.iree_worker", *paths, device.info.name,
+        cmd = [self.python(), "-m", self.worker, *paths, device.info.name,
                str(budget.seconds), str(budget.repeats or 0)]
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=root,
                                  timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            raise Absent(f"no result within {self.timeout_s:.0f} s (compile + first run + "
+            raise Absent(f"no result within {self.timeout_s:.0f} s (prepare + first run + "
                          f"hot runs) on {device.info.name}") from None
         if not os.path.exists(paths[3]):
-            raise Absent(f"IREE failed: {res.stderr.strip()[-300:]}")
+            raise Absent(f"{self.name} failed: {res.stderr.strip()[-300:]}")
         with open(paths[3]) as f:
             fig = json.load(f)
         if "absent" in fig:
             raise Absent(fig["absent"])
         return fig, np.load(paths[2])
+
+
+class IreeVulkan(ChildPeer):
+    """IREE: the ONNX model imported (``iree.compiler.tools.import_onnx``), compiled for
+    ``--iree-hal-target-device=vulkan`` and run on its ``vulkan`` driver, on the device
+    whose name matches vkml's (``bench.cnn.iree_worker``, in a child process)."""
+    name = "iree-vulkan"
+    on_device = True
+    worker = "bench.cnn.iree_worker"
 
     def version(self):
         rt = require("iree.runtime", "iree-base-runtime")
@@ -241,4 +250,31 @@ class NcnnVulkan(Peer):
         return run
 
 
-PEERS = [OrtCpu(), TorchCpu(), IreeVulkan(), NcnnVulkan()]
+class OrtWebGpu(ChildPeer):
+    """ONNX Runtime's WebGPU provider (the ``onnxruntime-webgpu`` wheel: Dawn on Vulkan),
+    from its own virtualenv since it installs the same module name as ``onnxruntime``:
+    $VKML_WEBGPU_PYTHON, else ``.venv-peers/bin/python`` at the repository root
+    (``bench.cnn.webgpu_worker``, in a child process).  Dawn picks its adapter itself
+    among the Vulkan devices the loader lists: run with $VK_ICD_FILENAMES naming the one
+    driver, as the results in bench/RESULTS.md were."""
+    name = "onnxruntime-webgpu"
+    on_device = True
+    worker = "bench.cnn.webgpu_worker"
+
+    def python(self) -> str:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return os.environ.get("VKML_WEBGPU_PYTHON") or os.path.join(root, ".venv-peers", "bin",
+                                                                    "python")
+
+    def version(self):
+        if not os.path.exists(self.python()):
+            raise Absent(f"no {self.python()} (a virtualenv with onnxruntime-webgpu: "
+                         f"python -m venv .venv-peers && .venv-peers/bin/pip install "
+                         f"onnxruntime-webgpu numpy)")
+        return "onnxruntime-webgpu"
+
+    def prepare(self, spec, data, size, device=None):
+        raise Absent("measured in a child process only")
+
+
+PEERS = [OrtCpu(), TorchCpu(), IreeVulkan(), NcnnVulkan(), OrtWebGpu()]

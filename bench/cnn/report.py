@@ -32,7 +32,7 @@ def _errs(r: dict) -> str:
     out = [f"vkml {_f(vk.get('rel_err'), '{:.1e}')}"]
     for n, p in r["peers"].items():
         if p.get("status") == "ok" and n != "onnxruntime-cpu":
-            out.append(f"{n.split('-')[0]} {p['rel_err']:.1e}")
+            out.append(f"{n} {p['rel_err']:.1e}")
     return ", ".join(out)
 
 
