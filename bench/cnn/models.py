@@ -100,7 +100,7 @@ def _tv_source(module: str) -> list:
 def ultralytics_detection(cfg: str = "yolov8n.yaml"):
     """ultralytics' DetectionModel built from its own architecture file, random weights,
     its Detect head in export mode (the one tensor of boxes and class scores)."""
-    if importlib.util.find_spec("cv2") is None and "cv2" not in sys.modules:
+    if "cv2" not in sys.modules and importlib.util.find_spec("cv2") is None:
         class _NoCv2(types.ModuleType):
             def __getattr__(self, name):
                 if name.startswith("__"):
