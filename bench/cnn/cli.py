@@ -2,7 +2,7 @@
 
     python -m bench models                          # every model on the default device
     python -m bench models --all-devices --json models.json --markdown models.md
-    python -m bench models -k resnet18 -k unet --size unet=128 --peers onnxruntime-cpu
+    python -m bench models -k resnet18 -k unet --size unet=128 --peers onnxruntime-cpu --cpu-threads 1
     python -m bench models --list
 
 Models are built from their torchvision / ultralytics definitions with random weights
@@ -47,6 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--peer-timeout", type=float, default=300.0, metavar="S",
                     help="time limit of a peer measured in a child process (IREE), per "
                          "model (default 300)")
+    ap.add_argument("--cpu-threads", type=int, default=0, metavar="N",
+                    help="threads of ONNX Runtime CPU and PyTorch CPU (default: theirs)")
     ap.add_argument("--no-limits", action="store_true",
                     help="skip measuring the device's FMA peak and copy bandwidth")
     ap.add_argument("--tolerance", type=float, default=1e-3,
@@ -124,6 +126,8 @@ def main(argv=None) -> int:
     if args.peers:
         want = {p.strip() for p in args.peers.split(",")} | {"onnxruntime-cpu"}
         peers = [p for p in PEERS if p.name in want]
+    from . import peers as peers_mod
+    peers_mod.CPU_THREADS[0] = args.cpu_threads
     for p in peers:
         if hasattr(p, "timeout_s"):
             p.timeout_s = args.peer_timeout

@@ -12,6 +12,12 @@ import numpy as np
 from ..runners import Absent, require
 
 
+#: Threads of the CPU peers (ONNX Runtime's intra-op pool, torch.set_num_threads); 0:
+#: their defaults.  On a loaded machine their default pools spin against each other and
+#: the CPU drivers' threads (``--cpu-threads``).
+CPU_THREADS = [0]
+
+
 class Peer:
     name = ""
     on_device = False          # a Vulkan peer: runs once per device
@@ -32,7 +38,10 @@ class OrtCpu(Peer):
 
     def prepare(self, spec, data, size, device=None):
         ort = require("onnxruntime", "onnxruntime")
-        sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        if CPU_THREADS[0]:
+            so.intra_op_num_threads = CPU_THREADS[0]
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
         name = sess.get_inputs()[0].name
         return lambda x: sess.run(None, {name: x})[0]
 
@@ -49,6 +58,8 @@ class TorchCpu(Peer):
         torch = require("torch")
         from .models import SEED
 
+        if CPU_THREADS[0]:
+            torch.set_num_threads(CPU_THREADS[0])
         torch.manual_seed(SEED)
         try:
             model = spec.build(size)
