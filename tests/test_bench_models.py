@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch")
+pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from bench.cnn import flops, models, report                       # noqa: E402
