@@ -9,6 +9,7 @@ device's own limits.
     python -m bench --compare before.json after.json
     python -m bench dispatch bench/models/padding_reflection.json -i 20 -v 1
     python -m bench --list               # the workloads and what runs them
+    python -m bench models -k resnet18   # whole models (see 'python -m bench models --help')
 
 Exit status: 0, or 1 when a vkml result failed or exceeded its workload's tolerance
 (peers never fail the run; a missing peer or operator is reported as absent).
@@ -92,6 +93,9 @@ def main(argv=None) -> int:
     if argv and argv[0] == "dispatch":
         from . import dxdispatch
         return dxdispatch.main(argv[1:])
+    if argv and argv[0] == "models":
+        from .cnn import cli
+        return cli.main(argv[1:])
     try:
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn,

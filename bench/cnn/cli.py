@@ -1,0 +1,156 @@
+"""``python -m bench models``: whole CNNs on each Vulkan device next to their peers.
+
+    python -m bench models                          # every model on the default device
+    python -m bench models --all-devices --json models.json --markdown models.md
+    python -m bench models -k resnet18 -k unet --size unet=128 --peers onnxruntime-cpu --cpu-threads 1
+    python -m bench models --list
+
+Models are built from their torchvision / ultralytics definitions with random weights
+(``bench/cnn/models.py``), exported to ONNX once and cached (``bench/.models/``, or
+$VKML_MODEL_CACHE).  Exit status 0, or 1 when vkml failed on a model or its output is
+off ONNX Runtime CPU's by more than ``--tolerance`` (peers never fail the run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+
+import vkml
+
+from ..stats import Budget
+from . import models as models_mod
+from . import report
+from .peers import PEERS
+from .run import model_row
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench models",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default=None, help="index or name substring")
+    ap.add_argument("--all-devices", action="store_true", help="every Vulkan device")
+    ap.add_argument("-k", "--filter", action="append", default=[], metavar="NAME",
+                    help="only models whose name contains NAME (repeatable)")
+    ap.add_argument("--size", action="append", default=[], metavar="[MODEL=]N",
+                    help="input height and width: for every model, or MODEL=N for one "
+                         "(default 224; yolov8n 640)")
+    ap.add_argument("--peers", default=None, metavar="LIST",
+                    help="comma-separated peers (" + ", ".join(p.name for p in PEERS)
+                         + "); onnxruntime-cpu always runs (the reference)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement")
+    ap.add_argument("--repeats", type=int, default=None, help="hot runs per measurement")
+    ap.add_argument("--peer-timeout", type=float, default=300.0, metavar="S",
+                    help="time limit of a peer measured in a child process (IREE), per "
+                         "model (default 300)")
+    ap.add_argument("--cpu-threads", type=int, default=0, metavar="N",
+                    help="threads of ONNX Runtime CPU and PyTorch CPU (default: theirs)")
+    ap.add_argument("--no-limits", action="store_true",
+                    help="skip measuring the device's FMA peak and copy bandwidth")
+    ap.add_argument("--tolerance", type=float, default=1e-3,
+                    help="largest vkml rel err accepted (default 1e-3)")
+    ap.add_argument("--json", metavar="PATH", help="every figure")
+    ap.add_argument("--markdown", metavar="PATH", help="the tables as Markdown")
+    ap.add_argument("--list", action="store_true", help="list the models and exit")
+    return ap
+
+
+def sizes(args_size, specs) -> dict:
+    out = {s.name: s.size for s in specs}
+    for item in args_size:
+        name, _, n = item.rpartition("=")
+        for s in specs:
+            if not name or name == s.name:
+                out[s.name] = int(n)
+    return out
+
+
+def device_limits(dev) -> dict:
+    """The device's FMA peak and compute-shader copy bandwidth (``bench/limits.py``)."""
+    from .. import limits
+
+    size = max(1 << 16, min(32 << 20, dev.limits["maxStorageBufferRange"] // 2) >> 16 << 16)
+    fma = limits.fma_gflops(dev, target_s=0.05)
+    copy = limits.shader_copy_gbs(dev, size)
+    return {"fma_gflops": fma["gflops"], "shader_copy_gbs": copy["gbs"]}
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or None
+    except Exception:                     # noqa: BLE001
+        return None
+
+
+def run_devices(devices, specs, size_of, peers, budget, with_limits, log) -> list:
+    """Rows for every (device, model); each model exported (or read from the cache) once."""
+    exported = {}
+    rows = []
+    for info in devices:
+        with vkml.Device(info.index) as dev:
+            lim = device_limits(dev) if with_limits else None
+            log(f"{info.name}: limits {lim}")
+            for spec in specs:
+                size = size_of[spec.name]
+                if (spec.name, size) not in exported:
+                    t = time.perf_counter()
+                    data, path, hit = models_mod.export(spec, size)
+                    exported[spec.name, size] = data
+                    log(f"{spec.name} {size}x{size}: {'cached' if hit else 'exported'} "
+                        f"{path} ({time.perf_counter() - t:.1f} s)")
+                log(f"{info.name}: {spec.name}")
+                row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim)
+                row["limits"] = lim
+                rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    specs = [s for s in models_mod.MODELS
+             if not args.filter or any(f in s.name for f in args.filter)]
+    size_of = sizes(args.size, models_mod.MODELS)
+    if args.list:
+        for s in models_mod.MODELS:
+            print(f"{s.name:18s} 1x3x{size_of[s.name]}x{size_of[s.name]}")
+        return 0
+    if not specs:
+        print(f"no model matches {args.filter} (try --list)", file=sys.stderr)
+        return 2
+    peers = PEERS
+    if args.peers:
+        want = {p.strip() for p in args.peers.split(",")} | {"onnxruntime-cpu"}
+        peers = [p for p in PEERS if p.name in want]
+    from . import peers as peers_mod
+    peers_mod.CPU_THREADS[0] = args.cpu_threads
+    for p in peers:
+        if hasattr(p, "timeout_s"):
+            p.timeout_s = args.peer_timeout
+    infos = vkml.devices()
+    if args.all_devices:
+        devices = infos
+    else:
+        with vkml.Device(args.device) as dev:
+            devices = [dev.info]
+    budget = Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=args.seconds,
+                    repeats=args.repeats, cap=4.0)
+    log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
+    rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log)
+    doc = {"command": ["python", "-m", "bench", "models", *(argv or sys.argv[2:])],
+           "commit": _commit(), "machine": platform.node(), "cpu": platform.processor()
+           or platform.machine(), "vkml": vkml.__version__, "rows": rows}
+    report.print_tables(doc)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=float)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(report.markdown(doc))
+    bad = [r for r in rows if r["vkml"].get("status") != "ok"
+           or not r["vkml"]["rel_err"] <= args.tolerance]
+    return 1 if bad else 0

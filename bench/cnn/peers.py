@@ -1,0 +1,291 @@
+"""The peers of ``python -m bench models``: each ``prepare(spec, onnx_bytes, size)``
+returns a function running the model once on a NumPy input (NumPy out), or raises
+:class:`~bench.runners.Absent` with the reason; each is checked against ONNX Runtime
+CPU in the same run."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from ..runners import Absent, require
+
+
+#: Threads of the CPU peers (ONNX Runtime's intra-op pool, torch.set_num_threads); 0:
+#: their defaults.  On a loaded machine their default pools spin against each other and
+#: the CPU drivers' threads (``--cpu-threads``).
+CPU_THREADS = [0]
+
+
+class Peer:
+    name = ""
+    on_device = False          # a Vulkan peer: runs once per device
+
+    def version(self) -> str:
+        raise NotImplementedError
+
+    def prepare(self, spec, data: bytes, size: int, device=None):
+        raise NotImplementedError
+
+
+class OrtCpu(Peer):
+    """ONNX Runtime's CPU provider on the exported model: the correctness reference."""
+    name = "onnxruntime-cpu"
+
+    def version(self):
+        return require("onnxruntime", "onnxruntime").__version__
+
+    def prepare(self, spec, data, size, device=None):
+        ort = require("onnxruntime", "onnxruntime")
+        so = ort.SessionOptions()
+        if CPU_THREADS[0]:
+            so.intra_op_num_threads = CPU_THREADS[0]
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        return lambda x: sess.run(None, {name: x})[0]
+
+
+class TorchCpu(Peer):
+    """PyTorch (eager, CPU) on the same definition, rebuilt with the same seed, so the
+    same weights as the exported model."""
+    name = "torch-cpu"
+
+    def version(self):
+        return require("torch").__version__
+
+    def prepare(self, spec, data, size, device=None):
+        torch = require("torch")
+        from .models import SEED
+
+        if CPU_THREADS[0]:
+            torch.set_num_threads(CPU_THREADS[0])
+        torch.manual_seed(SEED)
+        try:
+            model = spec.build(size)
+        except Exception as exc:             # noqa: BLE001 (a definition that needs more)
+            raise Absent(f"building {spec.name}: {type(exc).__name__}: {exc}") from None
+
+        def run(x):
+            with torch.inference_mode():
+                y = model(torch.from_numpy(x))
+            return (y[0] if isinstance(y, (tuple, list)) else y).numpy()
+        return run
+
+
+def _iree_driver_devices(rt) -> list:
+    try:
+        return rt.get_driver("vulkan").query_available_devices()
+    except Exception as exc:                 # noqa: BLE001
+        raise Absent(f"IREE's vulkan driver: {type(exc).__name__}: {exc}") from None
+
+
+class ChildPeer(Peer):
+    """A peer measured in a child process (``python -m <worker>``) under a time limit:
+    a call into its runtime cannot be interrupted, and its kernels can run for many
+    minutes on a CPU driver.  The worker writes its figures and output to files."""
+    worker = ""
+    timeout_s = 300.0
+
+    def python(self) -> str:
+        import sys
+        return sys.executable
+
+    def measure(self, spec, data, size, device, x, budget) -> tuple:
+        """(figures, output) from the worker, or Absent with why."""
+        import json
+        import subprocess
+
+        folder = tempfile.mkdtemp(prefix=f"vkml-{self.name}-")
+        paths = [os.path.join(folder, n) for n in ("m.onnx", "x.npy", "y.npy", "fig.json")]
+        with open(paths[0], "wb") as f:
+            f.write(data)
+        np.save(paths[1], x)
+        cmd = [self.python(), "-m", self.worker, *paths, device.info.name,
+               str(budget.seconds), str(budget.repeats or 0)]
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=root,
+                                 timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise Absent(f"no result within {self.timeout_s:.0f} s (prepare + first run + "
+                         f"hot runs) on {device.info.name}") from None
+        if not os.path.exists(paths[3]):
+            raise Absent(f"{self.name} failed: {res.stderr.strip()[-300:]}")
+        with open(paths[3]) as f:
+            fig = json.load(f)
+        if "absent" in fig:
+            raise Absent(fig["absent"])
+        return fig, np.load(paths[2])
+
+
+class IreeVulkan(ChildPeer):
+    """IREE: the ONNX model imported (``iree.compiler.tools.import_onnx``), compiled for
+    ``--iree-hal-target-device=vulkan`` and run on its ``vulkan`` driver, on the device
+    whose name matches vkml's (``bench.cnn.iree_worker``, in a child process)."""
+    name = "iree-vulkan"
+    on_device = True
+    worker = "bench.cnn.iree_worker"
+
+    def version(self):
+        rt = require("iree.runtime", "iree-base-runtime")
+        require("iree.compiler", "iree-base-compiler")
+        return getattr(rt, "__version__", None) or "installed"
+
+    def prepare(self, spec, data, size, device=None):
+        rt = require("iree.runtime", "iree-base-runtime")
+        from iree.compiler import compile_file
+        from iree.compiler.tools.import_onnx import __main__ as import_onnx
+
+        folder = tempfile.mkdtemp(prefix="vkml-iree-")
+        src, mlir = os.path.join(folder, "m.onnx"), os.path.join(folder, "m.mlir")
+        with open(src, "wb") as f:
+            f.write(data)
+        try:
+            import_onnx.main(import_onnx.parse_arguments([src, "-o", mlir]))
+            vmfb = compile_file(mlir,
+                                extra_args=["--iree-hal-target-device=vulkan",
+                                            "--iree-input-type=onnx"])
+        except Exception as exc:             # noqa: BLE001
+            raise Absent(f"IREE compile: {type(exc).__name__}: {str(exc)[-300:]}") from None
+        avail = _iree_driver_devices(rt)
+        want = (device.info.name if device is not None else "").lower()
+        pick = next((d for d in avail if want and want.split(" ")[0] in d["name"].lower()),
+                    None)
+        if pick is None:
+            raise Absent(f"IREE's vulkan driver does not list {want!r} (it lists "
+                         f"{[d['name'] for d in avail]})")
+        dev = rt.get_driver("vulkan").create_device(pick["device_id"])
+        config = rt.Config(device=dev)
+        ctx = rt.SystemContext(config=config)
+        ctx.add_vm_module(rt.VmModule.copy_buffer(ctx.instance, vmfb))
+        names = [k for k in ctx.modules.module.vm_module.function_names
+                 if not k.startswith("__") and "$async" not in k]
+        fn = ctx.modules.module[names[0]]
+        return lambda x: _to_host(rt, _first(fn(_aligned(x))))
+
+
+def _first(y):
+    return y[0] if isinstance(y, (tuple, list)) else y
+
+
+def _to_host(rt, arr) -> np.ndarray:
+    """An IREE DeviceArray's data, read through a staging buffer: ``to_host`` imports a
+    fresh NumPy array's memory, whose address these drivers refuse (they import only
+    4096-byte-aligned host pointers)."""
+    if arr._is_mappable():
+        return np.array(arr.to_host())
+    view, dev = arr._buffer_view, arr._device
+    src = view.get_buffer()
+    staging = dev.allocator.allocate_buffer(
+        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+        allocation_size=src.byte_length())
+    sem = dev.create_semaphore(0)
+    dev.queue_copy(src, staging, wait_semaphores=rt.HalFence.create_at(sem, 0),
+                   signal_semaphores=rt.HalFence.create_at(sem, 1))
+    rt.HalFence.create_at(sem, 1).wait()
+    return np.array(staging.map().asarray(view.shape, arr._get_raw_dtype()))
+
+
+def _aligned(x: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` at a 4096-byte-aligned address: IREE imports host memory in
+    place on these drivers, which they accept only page-aligned."""
+    raw = np.empty(x.nbytes + 4096, np.uint8)
+    off = (-raw.ctypes.data) % 4096
+    out = raw[off:off + x.nbytes].view(x.dtype).reshape(x.shape)
+    out[...] = x
+    return out
+
+
+class NcnnVulkan(Peer):
+    """ncnn's Vulkan backend on the same device, the model converted from the exported
+    ONNX by pnnx (the ``pnnx`` wheel's converter; ``fp16=0``), with float16 storage and
+    arithmetic off (float32 like the others); ncnn blobs have no batch dimension, so the
+    output gets its batch of one back."""
+    name = "ncnn-vulkan"
+    on_device = True
+
+    def version(self):
+        ncnn = require("ncnn")
+        require("pnnx")
+        return ncnn.__version__
+
+    @staticmethod
+    def convert(data: bytes, size: int) -> tuple[str, str]:
+        import subprocess
+
+        import pnnx
+
+        folder = tempfile.mkdtemp(prefix="vkml-pnnx-")
+        src = os.path.join(folder, "m.onnx")
+        with open(src, "wb") as f:
+            f.write(data)
+        outs = {k: os.path.join(folder, v) for k, v in (
+            ("ncnnparam", "m.param"), ("ncnnbin", "m.bin"), ("pnnxparam", "p.param"),
+            ("pnnxbin", "p.bin"), ("pnnxpy", "p.py"), ("pnnxonnx", "p.onnx"),
+            ("ncnnpy", "n.py"))}
+        cmd = [pnnx.EXEC_PATH, src, f"inputshape=[1,3,{size},{size}]", "fp16=0",
+               *[f"{k}={v}" for k, v in outs.items()]]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=folder)
+        if res.returncode != 0 or not os.path.exists(outs["ncnnparam"]):
+            raise Absent(f"pnnx could not convert the model: {res.stderr.strip()[-300:]}")
+        return outs["ncnnparam"], outs["ncnnbin"]
+
+    def prepare(self, spec, data, size, device=None):
+        ncnn = require("ncnn")
+        from ..runners.ncnn_peer import _gpu_index
+
+        param, binary = self.convert(data, size)
+        net = ncnn.Net()
+        opt = net.opt
+        opt.use_vulkan_compute = True
+        for flag in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic",
+                     "use_bf16_storage"):
+            setattr(opt, flag, False)
+        net.set_vulkan_device(_gpu_index(ncnn, device.info.name))
+        if net.load_param(param) != 0 or net.load_model(binary) != 0:
+            raise Absent("ncnn could not load pnnx's conversion")
+        on_cpu = sorted({ly.type for ly in net.layers() if not ly.support_vulkan} - {"Input"})
+        self.note = f"layers without a Vulkan kernel: {on_cpu}" if on_cpu else ""
+
+        def run(x):
+            ex = net.create_extractor()
+            ex.input("in0", ncnn.Mat(np.ascontiguousarray(x[0])))
+            ret, out = ex.extract("out0")
+            if ret != 0:
+                raise RuntimeError(f"ncnn extract failed ({ret})")
+            y = np.array(out)
+            return y.reshape((1,) + y.shape)
+        self._net = net                     # kept alive while the row is measured
+        return run
+
+
+class OrtWebGpu(ChildPeer):
+    """ONNX Runtime's WebGPU provider (the ``onnxruntime-webgpu`` wheel: Dawn on Vulkan),
+    from its own virtualenv since it installs the same module name as ``onnxruntime``:
+    $VKML_WEBGPU_PYTHON, else ``.venv-peers/bin/python`` at the repository root
+    (``bench.cnn.webgpu_worker``, in a child process).  Dawn picks its adapter itself
+    among the Vulkan devices the loader lists: run with $VK_ICD_FILENAMES naming the one
+    driver, as the results in bench/RESULTS.md were."""
+    name = "onnxruntime-webgpu"
+    on_device = True
+    worker = "bench.cnn.webgpu_worker"
+
+    def python(self) -> str:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return os.environ.get("VKML_WEBGPU_PYTHON") or os.path.join(root, ".venv-peers", "bin",
+                                                                    "python")
+
+    def version(self):
+        if not os.path.exists(self.python()):
+            raise Absent(f"no {self.python()} (a virtualenv with onnxruntime-webgpu: "
+                         f"python -m venv .venv-peers && .venv-peers/bin/pip install "
+                         f"onnxruntime-webgpu numpy)")
+        return "onnxruntime-webgpu"
+
+    def prepare(self, spec, data, size, device=None):
+        raise Absent("measured in a child process only")
+
+
+PEERS = [OrtCpu(), TorchCpu(), IreeVulkan(), NcnnVulkan(), OrtWebGpu()]

@@ -1,0 +1,155 @@
+"""One row per (model, device) of ``python -m bench models``: vkml (``vkml.onnx.prepare``
+on the device: prepare, first run, hot runs; NumPy in and out) next to each peer, every
+output checked against ONNX Runtime CPU (max |y - ref| / max |ref|), what ran on the
+host (with vkml's reason for each op type), whether ``strict=True`` accepts the model
+(else the first node it refuses), and the share of the device's limits: the FMA peak on
+the model's convolution/GEMM FLOPs, and the per-layer roofline (``flops``)."""
+from __future__ import annotations
+
+import collections
+import time
+
+import numpy as np
+
+import vkml
+import vkml.onnx
+from vkml.onnx.place import device_refusal
+
+from ..runners import Absent
+from ..stats import Budget, Stats, sample
+from . import flops as flops_mod
+
+
+def rel_err(y, ref) -> float:
+    """max |y - ref| / max |ref| (inf for a shape mismatch)."""
+    y, ref = np.asarray(y, np.float64), np.asarray(ref, np.float64)
+    if y.shape != ref.shape:
+        return float("inf")
+    return float(np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def timed(prepare, x, budget: Budget) -> tuple:
+    """(figures, output): prepare (cold) seconds, first run seconds, hot Stats (ms)."""
+    t = time.perf_counter()
+    fn = prepare()
+    prep = time.perf_counter() - t
+    t = time.perf_counter()
+    y = fn(x)
+    first = time.perf_counter() - t
+    hot = Stats.of(sample(lambda: fn(x), budget))
+    return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
+
+
+def host_nodes(rep) -> dict:
+    """op type -> {"count", "reason"} of the nodes placed on the host (vkml's own
+    placement reason, ``vkml.onnx.place.device_refusal``), and the fallbacks."""
+    out: dict = {}
+    where: dict = {}
+    for w, items in rep._groups:
+        for _, node in items:
+            if w == "host":
+                why = device_refusal(rep, node, where) or "placed on the host"
+                e = out.setdefault(node.op_type, {"count": 0, "reason": why})
+                e["count"] += 1
+            for o in node.output:
+                where[o] = w
+    for fb in rep.fallbacks:
+        out.setdefault("(fallback)", {"count": 0, "reason": str(fb)})["count"] += 1
+    return out
+
+
+def strict_check(data: bytes, dev) -> dict:
+    """Whether ``prepare(strict=True)`` accepts the model; else the refused node."""
+    try:
+        rep = vkml.onnx.prepare(data, device=dev, strict=True)
+    except vkml.UnsupportedError as exc:
+        text = str(exc)
+        op = text.split("op type ", 1)[1].split(")")[0].split(",")[0] if "op type " in text \
+            else None
+        return {"accepted": False, "refused_op": op, "reason": text}
+    rep.release()
+    return {"accepted": True, "refused_op": None, "reason": None}
+
+
+def vkml_row(data: bytes, dev, x, ref, budget: Budget) -> dict:
+    """vkml's figures for one model on ``dev``: timings, rel err, placement."""
+    holder = {}
+
+    def prepare():
+        holder["rep"] = vkml.onnx.prepare(data, device=dev)
+        return lambda a: holder["rep"].run([a])[0]
+
+    try:
+        fig, y = timed(prepare, x, budget)
+    except vkml.VkmlError as exc:
+        return {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    rep = holder["rep"]
+    try:
+        parts = collections.Counter(w for w, _ in rep.partitions)
+        hosted = host_nodes(rep)
+        fig.update(status="ok", rel_err=rel_err(y, ref),
+                   device_partitions=parts.get("device", 0),
+                   host_partitions=parts.get("host", 0),
+                   host_node_count=sum(v["count"] for k, v in hosted.items()
+                                       if k != "(fallback)"),
+                   host_ops=hosted, fallbacks=[str(f) for f in rep.fallbacks],
+                   folded=len(rep.folded), rewrites=len(rep.rewrites))
+    finally:
+        rep.release()
+    fig["strict"] = strict_check(data, dev)
+    return fig
+
+
+def peer_row(peer, spec, data, size, dev, x, ref, budget: Budget) -> dict:
+    try:
+        version = peer.version()
+        if hasattr(peer, "measure"):             # measured in a child process
+            fig, y = peer.measure(spec, data, size, dev, x, budget)
+        else:
+            fig, y = timed(lambda: peer.prepare(spec, data, size, dev), x, budget)
+    except Absent as exc:
+        return {"status": "absent", "reason": str(exc)}
+    except Exception as exc:           # noqa: BLE001 (a peer never fails the run)
+        return {"status": "error", "reason": f"{type(exc).__name__}: {str(exc)[-300:]}"}
+    fig.update(status="ok", version=version, rel_err=rel_err(y, ref))
+    if getattr(peer, "note", ""):
+        fig["note"] = peer.note
+    return fig
+
+
+def shares(row: dict, counted: dict, limits: dict | None) -> None:
+    """Add the share of the FMA peak (conv/GEMM FLOPs over the hot median) and of the
+    roofline bound to ``row``."""
+    row["conv_gemm_gflop"] = counted["conv_gemm_flops"] / 1e9
+    row["model_mb"] = counted["bytes"] / 1e6
+    vk = row["vkml"]
+    if not limits or vk.get("status") != "ok":
+        return
+    hot_s = vk["hot"]["median"] / 1e3
+    peak, bw = limits["fma_gflops"], limits["shader_copy_gbs"]
+    row["gflops"] = counted["conv_gemm_flops"] / hot_s / 1e9
+    row["fma_share"] = row["gflops"] / peak
+    bound = flops_mod.roofline_seconds(counted["layers"], peak, bw)
+    row["roofline_ms"] = bound * 1e3
+    row["roofline_share"] = bound / hot_s
+
+
+def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
+              limits: dict | None, seed: int = 0) -> dict:
+    """Every figure of one model on one device (the CPU peers run once per device too:
+    the machine is the same, and their numbers sit next to the device's)."""
+    import onnx
+
+    x = np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)
+    ref_peer = next(p for p in peers if p.name == "onnxruntime-cpu")
+    ref = ref_peer.prepare(spec, data, size)(x)
+    row = {"model": spec.name, "size": size, "device": dev.info.name,
+           "driver": dev.info.driver_info}
+    row["vkml"] = vkml_row(data, dev, x, ref, budget)
+    row["peers"] = {p.name: peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
+    vk = row["vkml"]
+    for name, pr in row["peers"].items():
+        if pr.get("status") == "ok" and vk.get("status") == "ok":
+            pr["vkml_speedup"] = pr["hot"]["median"] / vk["hot"]["median"]
+    shares(row, flops_mod.count(onnx.load_from_string(data)), limits)
+    return row
