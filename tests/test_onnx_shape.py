@@ -142,6 +142,25 @@ def test_a_shape_made_static_by_folding(device, monkeypatch):
         np.testing.assert_array_equal(g, w)
 
 
+def test_a_chain_of_shapes_made_static_by_folding(device):
+    """Eight such Reshapes in a row, each sized by a ReduceMax of the previous one's shape
+    (as a detection head's neck chains them): every round of inference and folding makes
+    the next one static, and all fold (YOLOv8n's export needed more than four rounds)."""
+    nodes, prev = [], "x"
+    for k in range(8):
+        nodes += [_n("Shape", [prev], f"s{k}"), _n("ReduceMax", [f"s{k}"], f"m{k}", keepdims=1),
+                  _n("Concat", [f"m{k}", "minus_1"], f"t{k}", axis=0),
+                  _n("Reshape", [prev, f"t{k}"], f"r{k}")]
+        prev = f"r{k}"
+    nodes += [_n("Shape", [prev], "last", name="last_shape"),
+              _n("Cast", ["last"], "y", to=TensorProto.FLOAT)]
+    model = make_model(nodes, [_vi("x", [2, 6])], [_vi("y", [2])], [_i64("minus_1", [-1])])
+    rep = vonnx.prepare(model, device=device, strict=True)
+    assert "last_shape" in [n.name for _, n in rep.folded]
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(rep.run({"x": x})[0], ort_expected(model, {"x": x})[0])
+
+
 def test_shape_folding_is_bounded(device):
     """A ConstantOfShape of a folded shape times 2**20 is refused at prepare, naming the
     node, as any other fold over the bound."""

@@ -71,8 +71,9 @@ def fold(model, inits: dict, output_names) -> tuple[dict, list, list]:
 
 
 #: Rounds of shape inference and folding at most (each round folds what the previous
-#: one made static; a shape chain through a computed Reshape takes two).
-_SHAPE_PASSES = 4
+#: one made static: a shape chain through a computed Reshape takes two, a detection
+#: neck's chained ones several); the loop ends as soon as a round folds nothing.
+_SHAPE_PASSES = 16
 
 #: Ops folded from their input's static dimensions alone (its values are not read).
 SHAPE_OPS = ("Shape", "Size")
