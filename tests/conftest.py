@@ -21,11 +21,12 @@ import os
 import tempfile
 import time
 
-import numpy as np
 import pytest
 
 import vkml
 from vkml import runtime
+
+from helpers import slow
 
 
 def _session_log() -> str:
@@ -103,7 +104,22 @@ def speed(device) -> float:
 @pytest.fixture(scope="session")
 def budget(speed) -> int:
     """How many randomized cases a test may afford on this device (fast device: many)."""
-    return 8 if speed > 0.2 else 40
+    return 8 if slow(speed) else 40
+
+
+#: Test files that take longest (big tensors, leak cycles in child processes, SwiftShader's
+#: pipeline compiles).  ``tools/test`` hands whole files to its pytest-xdist workers in
+#: collection order: these go first, so that no worker is left with one at the end while
+#: the others idle.  A file missing here only starts later.
+LONG_FIRST = ("test_lifetime.py", "test_lp_pooling.py", "test_activations.py",
+              "test_padding.py", "test_bench.py", "test_convolution.py", "test_unfold.py",
+              "test_reduce.py", "test_functional.py", "test_device_lifetime.py", "test_gemm.py",
+              "test_tuning.py", "test_graph.py", "test_fold.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    first = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))    # (stable)
 
 
 # -- hypothesis tests state how many real cases they ran ------------------------------------

@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 
 from vkml.errors import UnsupportedError, ValidationError
 
-from helpers import Cases, random_bits
+from helpers import Cases, random_bits, slow
 
 CANARY = 0xA5
 
 
 def fuzz_examples(speed: float) -> int:
-    default = 50 if speed > 0.2 else 200
+    default = 50 if slow(speed) else 200
     return int(os.environ.get("VKML_FUZZ_EXAMPLES", default))
 
 

@@ -13,6 +13,16 @@ from vkml import dml
 
 from references import window_counts
 
+#: ``speed`` (conftest.py) above which a device counts as slow (SwiftShader: about 0.13 s
+#: or more, lavapipe 0.03 s or less, loaded or not): tests size their work by the class,
+#: not by the figure, so that their cost does not jump with the machine's load.
+SLOW_DEVICE_S = 0.09
+
+
+def slow(speed: float) -> bool:
+    return speed > SLOW_DEVICE_S
+
+
 ALL_DTYPES = ["float32", "float16", "float64", "int8", "int16", "int32", "int64",
               "uint8", "uint16", "uint32", "uint64"]
 

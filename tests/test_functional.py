@@ -22,7 +22,7 @@ import pytest
 import vkml
 from vkml.ops import functional
 
-from helpers import random_bits, same_bits
+from helpers import random_bits, same_bits, slow
 
 PAGE = 4096
 
@@ -400,7 +400,7 @@ def test_imports_do_not_leak(device, speed):
     """Thousands of import-path calls (results dropped at once or kept a while): host
     RSS and device memory flat after warm-up, and no imports left but the idle pool."""
     imports_of(device)
-    cycles = int(os.environ.get("VKML_LEAK_CYCLES", 4000 if speed < 0.2 else 800))
+    cycles = int(os.environ.get("VKML_LEAK_CYCLES", 800 if slow(speed) else 4000))
     env = dict(os.environ, VKML_VALIDATION="0")
     out = subprocess.run([sys.executable, "-c", _LEAK_CHILD, str(device.index), str(cycles)],
                          capture_output=True, text=True, env=env, timeout=1200)
