@@ -8,16 +8,29 @@
 // row each) and share A's fetches, which are uniform across them.  Rows and columns past
 // the end are clamped to the last, their results never stored; no shared memory, no
 // barriers (lavapipe's coroutine barriers cost more than the reuse saves).  The host's
-// rule: K a multiple of 4, every other stride and both bindings 4-aligned, bound whole.
+// rule: K a multiple of 4, every other stride and both operands 4-aligned, bound whole.
 // Params and Push are gemm.comp's, so the host packs them the same way.
 //
 // vkml:variant gemm_dot_f32 F32=1
+// vkml:variant gemm_dot_f32_ssbo F32=1 SSBO4=1
+//
+// SSBO4 reads A and B as vec4 storage buffers, for operands past the device's
+// maxTexelBufferElements (SwiftShader's is 65536: a 512 x 1000 classifier's weights).
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
+#ifdef SSBO4
+layout(std430, set = 0, binding = 0) readonly buffer InA { vec4 a4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer InB { vec4 b4[]; };
+#define FETCH_A(i) a4[i]
+#define FETCH_B(i) b4[i]
+#else
 layout(set = 0, binding = 0) uniform samplerBuffer At;     // RGBA32F: 4 k a texel
 layout(set = 0, binding = 1) uniform samplerBuffer Bt;
+#define FETCH_A(i) texelFetch(At, int(i))
+#define FETCH_B(i) texelFetch(Bt, int(i))
+#endif
 layout(std430, set = 0, binding = 2) readonly buffer InC { FSTORE_T c[]; };
 layout(std430, set = 0, binding = 3) buffer Out { FSTORE_T y[]; };
 
@@ -62,9 +75,9 @@ void main() {
     uint kq_end = k_size >> 2;
     for (uint kq = 0u; kq < kq_end; kq++) {
         vec4 bv[CN];
-        [[unroll]] for (int j = 0; j < CN; j++) bv[j] = texelFetch(Bt, int(rb[j] + kq));
+        [[unroll]] for (int j = 0; j < CN; j++) bv[j] = FETCH_B(rb[j] + kq);
         [[unroll]] for (int i = 0; i < RM; i++) {
-            vec4 av = texelFetch(At, int(ra[i] + kq));
+            vec4 av = FETCH_A(ra[i] + kq);
             [[unroll]] for (int j = 0; j < CN; j++) acc[i * CN + j] += dot(av, bv[j]);
         }
     }

@@ -192,7 +192,8 @@ def test_dot4_edges(device):
     """gemm_dot.comp (A along K, B transposed): every rows-an-invocation choice (M of 1,
     2, 3, 5, 9, 70: blocks of 1, 2, 4 and 8 rows, the last clamped), N past one
     workgroup and odd, K of one texel, batch layers with B broadcast by a zero stride, C
-    broadcast along M, a fused activation; the classifier's 1 x 512 by 1000 GEMV."""
+    broadcast along M, a fused activation; the classifier's 1 x 512 by 1000 GEMV (as vec4
+    storage buffers where its weights exceed maxTexelBufferElements: SwiftShader)."""
     rng = np.random.default_rng(12)
     for bt, m, k, n in ((1, 1, 4, 1), (1, 1, 512, 1000), (2, 2, 8, 13), (1, 3, 12, 260),
                         (3, 5, 16, 7), (1, 9, 20, 33), (2, 70, 4, 130)):
@@ -204,11 +205,31 @@ def test_dot4_edges(device):
         desc = Desc(T("float32", a.shape), wd, cd, T("float32", (bt, m, n)), 0, 1,
                     alpha=0.5, beta=2.0, fused_activation=dml.ACTIVATIONS["relu"]())
         op, got = _run(device, desc, [a, w, c], bt * m * n, path="direct")
-        assert op.read == "dot4" and op.kernel == "gemm_dot_f32"
+        texels = max(a.size, w.size) <= device.limits["maxTexelBufferElements"]
+        assert op.read == "dot4"
+        assert op.kernel == "gemm_dot_f32" + ("" if texels else "_ssbo")
         want = reference(a, np.broadcast_to(w, (bt, n, k)), np.broadcast_to(c, (bt, m, n)),
                          tb=True, alpha=0.5, beta=2.0, act="relu")
         np.testing.assert_allclose(got.reshape(bt, m, n), want, **_tol("float32", k),
                                    err_msg=f"{(bt, m, k, n)}")
+
+
+def test_dot4_past_texel_limit(device):
+    """dot4 with operands past maxTexelBufferElements (lowered) reads vec4 storage
+    buffers (gemm_dot_f32_ssbo), clamped rows and columns included."""
+    rng = np.random.default_rng(13)
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as small:
+        for m, k, n in ((1, 16, 37), (11, 24, 20)):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            w = rng.standard_normal((n, k)).astype(np.float32)
+            c = rng.standard_normal((n,)).astype(np.float32)
+            cd = T("float32", (m, n), (0, 1))
+            desc = Desc(T("float32", a.shape), T("float32", w.shape), cd, T("float32", (m, n)),
+                        0, 1, alpha=1.5, beta=-0.5)
+            op, got = _run(small, desc, [a, w, c], m * n)
+            assert (op.read, op.kernel) == ("dot4", "gemm_dot_f32_ssbo")
+            want = reference(a, w, np.broadcast_to(c, (m, n)), tb=True, alpha=1.5, beta=-0.5)
+            np.testing.assert_allclose(got.reshape(m, n), want, **_tol("float32", k))
 
 
 @pytest.mark.parametrize("m", [1, 2, 7, 9, 33])

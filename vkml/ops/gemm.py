@@ -44,7 +44,8 @@ VARIANTS = dict.fromkeys(
     [f"gemm_tiled_{t}" for t in ("f32", "f32_texel", "f16", "f16_packed")]
     + [f"gemm_direct_{t}" for t in ("f32", "f32_texel", "f32_texel4", "f16", "f16_packed")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT"))
-VARIANTS["gemm_dot_f32"] = ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "RM", "CN")
+VARIANTS.update(dict.fromkeys(["gemm_dot_f32", "gemm_dot_f32_ssbo"],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "RM", "CN")))
 
 #: The kernel families (glsl/gemm.comp) and the reads each can take.
 PATHS = {"direct": ("dot4", "texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
@@ -123,7 +124,7 @@ class CompiledGemm(CompiledOperator):
         self.path = self._choose_path()
         self.read = self._choose_read(base)
         if self.read == "dot4":
-            self.kernel = "gemm_dot_f32"
+            self.kernel = "gemm_dot_f32" + ("" if self.texel_ok else "_ssbo")
         else:
             self.kernel = f"gemm_{self.path}_{base}" + ("" if self.read == "ssbo" else f"_{self.read}")
         lx, ly, rows, cols = block_shape(self.path, self.read, m)
@@ -146,10 +147,9 @@ class CompiledGemm(CompiledOperator):
         need K a multiple of 4 and every other stride 4-aligned, so each 4-element run is
         one RGBA32F texel.  texel (float32): A and B as R32F texels; else storage
         buffers.  Texel reads need the tensors bound whole (no windows) within
-        maxTexelBufferElements."""
-        texels = self.ctx.limits["maxTexelBufferElements"]
-        if base != "f32" or self.windows is not None or self.force_read == "ssbo" \
-                or max(self.bytes[:2]) // 4 > texels:
+        maxTexelBufferElements; dot4 past that limit reads vec4 storage buffers."""
+        self.texel_ok = max(self.bytes[:2]) // 4 <= self.ctx.limits["maxTexelBufferElements"]
+        if base != "f32" or self.windows is not None or self.force_read == "ssbo":
             return "ssbo"
         sa, sb = self.strides[0], self.strides[1]
         rgba = (self.path == "direct" and sa[3] == 1 and self.k % 4 == 0
@@ -157,7 +157,9 @@ class CompiledGemm(CompiledOperator):
                 and all(nb % 16 == 0 for nb in self.bytes[:2]))
         if rgba and sb[2] == 1 and all(sb[i] % 4 == 0 for i in (0, 1, 3)) \
                 and self.force_read in (None, "dot4"):
-            return "dot4"
+            return "dot4"          # as vec4 storage buffers where texels do not fit
+        if not self.texel_ok:
+            return "ssbo"
         if rgba and sb[3] == 1 and self.box[3] % 4 == 0 and all(s % 4 == 0 for s in sb[:3]) \
                 and self.force_read in (None, "texel4"):
             return "texel4"
@@ -212,7 +214,7 @@ class CompiledGemm(CompiledOperator):
         if origin is None:
             nbytes = self.bytes[:2] + [self.bytes[2] or self.bytes[3], self.bytes[3]]
             fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT,
-                   "dot4": FORMAT_RGBA32_SFLOAT}.get(self.read, 0)
+                   "dot4": FORMAT_RGBA32_SFLOAT if self.texel_ok else 0}.get(self.read, 0)
             binds = [Bind(a, 0, nb, "r", fmt if i < 2 else 0)
                      for i, (a, nb) in enumerate(zip(allocs[:3], nbytes))]
             return binds + [Bind(allocs[3], 0, nbytes[3], "w")], [0] * 4
