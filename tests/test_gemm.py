@@ -24,8 +24,8 @@ from fuzzing import compiled_or_refused, fuzzer, lay_out, padded_output, placeme
 T = dml.TensorDesc
 Desc = dml.GemmOperatorDesc
 #: (path, read) of every kernel CompiledGemm has: forced in turn where a test takes them.
-PATHS = [("direct", "dot4"), ("direct", "texel4"), ("direct", "texel"), ("direct", "ssbo"), ("tiled", "texel"),
-         ("tiled", "ssbo")]
+PATHS = [("direct", "dot4"), ("direct", "texel4"), ("direct", "texel"), ("direct", "ssbo"),
+         ("tiled", "texel"), ("tiled", "ssbo")]
 
 
 def reference(a, b, c=None, ta=False, tb=False, alpha=1.0, beta=1.0, act=None, params=None):

@@ -126,7 +126,8 @@ class CompiledGemm(CompiledOperator):
         if self.read == "dot4":
             self.kernel = "gemm_dot_f32" + ("" if self.texel_ok else "_ssbo")
         else:
-            self.kernel = f"gemm_{self.path}_{base}" + ("" if self.read == "ssbo" else f"_{self.read}")
+            read = "" if self.read == "ssbo" else f"_{self.read}"
+            self.kernel = f"gemm_{self.path}_{base}{read}"
         lx, ly, rows, cols = block_shape(self.path, self.read, m)
         self.block_m, self.block_n = rows * ly, cols * lx
         act = d.fused_activation
