@@ -24,8 +24,8 @@ from fuzzing import compiled_or_refused, fuzzer, lay_out, padded_output, placeme
 T = dml.TensorDesc
 Desc = dml.GemmOperatorDesc
 #: (path, read) of every kernel CompiledGemm has: forced in turn where a test takes them.
-PATHS = [("direct", "texel4"), ("direct", "texel"), ("direct", "ssbo"), ("tiled", "texel"),
-         ("tiled", "ssbo")]
+PATHS = [("direct", "dot4"), ("direct", "texel4"), ("direct", "texel"), ("direct", "ssbo"),
+         ("tiled", "texel"), ("tiled", "ssbo")]
 
 
 def reference(a, b, c=None, ta=False, tb=False, alpha=1.0, beta=1.0, act=None, params=None):
@@ -141,7 +141,8 @@ def test_strides_and_canaries(device, dtype, path, read):
                 T(dtype, shape, c_strides), T(dtype, shape, y_strides), alpha=0.75, beta=-1.25)
     op, got = _run(device, desc, [a_mem, b_mem, c_mem], out_elems, path=path, read=read)
     assert op.path == path
-    assert op.read == ("ssbo" if dtype == "float16" else "texel" if read == "texel4" else read)
+    assert op.read == ("ssbo" if dtype == "float16" else
+                       "texel" if read in ("texel4", "dot4") else read)
     idx = sum(np.arange(s).reshape([-1 if i == d else 1 for i in range(4)]) * st
               for d, (s, st) in enumerate(zip(shape, y_strides)))
     np.testing.assert_allclose(got[idx].astype(np.float64),
@@ -164,7 +165,8 @@ def test_transforms_descriptor(device, path, read):
             desc = Desc(T("float32", a.shape), T("float32", b.shape), None,
                         T("float32", (1, 2, m, n)), ta, tb, alpha=2.0, beta=5.0)
             op, got = _run(device, desc, [a, b, None], 2 * m * n, path=path, read=read)
-            want_read = read if read != "texel4" or (not ta and not tb) else "texel"
+            fits = {"texel4": not ta and not tb, "dot4": not ta and tb}.get(read, True)
+            want_read = read if fits else "texel"
             assert (op.path, op.read) == (path, want_read)
             np.testing.assert_allclose(got.reshape(1, 2, m, n),
                                        reference(a, b, None, ta, tb, 2.0), **_tol("float32", k))
@@ -184,6 +186,72 @@ def test_texel4_edges(device):
         assert op.read == "texel4"
         np.testing.assert_allclose(got.reshape(c.shape), reference(a, bb, c, alpha=-1.0,
                                                                    beta=0.5), **_tol("float32", k))
+
+
+def test_dot4_edges(device):
+    """gemm_dot.comp (A along K, B transposed): every rows-an-invocation choice (M of 1,
+    2, 3, 5, 9, 70: blocks of 1, 2, 4 and 8 rows, the last clamped), N past one
+    workgroup and odd, K of one texel, batch layers with B broadcast by a zero stride, C
+    broadcast along M, a fused activation; the classifier's 1 x 512 by 1000 GEMV (as vec4
+    storage buffers where its weights exceed maxTexelBufferElements: SwiftShader)."""
+    rng = np.random.default_rng(12)
+    for bt, m, k, n in ((1, 1, 4, 1), (1, 1, 512, 1000), (2, 2, 8, 13), (1, 3, 12, 260),
+                        (3, 5, 16, 7), (1, 9, 20, 33), (2, 70, 4, 130)):
+        a = rng.standard_normal((bt, m, k)).astype(np.float32)
+        w = rng.standard_normal((1, n, k)).astype(np.float32)
+        c = rng.standard_normal((bt, 1, n)).astype(np.float32)
+        wd = T("float32", (bt, n, k), (0, k, 1))
+        cd = T("float32", (bt, m, n), (n, 0, 1))
+        desc = Desc(T("float32", a.shape), wd, cd, T("float32", (bt, m, n)), 0, 1,
+                    alpha=0.5, beta=2.0, fused_activation=dml.ACTIVATIONS["relu"]())
+        op, got = _run(device, desc, [a, w, c], bt * m * n, path="direct")
+        texels = max(a.size, w.size) <= device.limits["maxTexelBufferElements"]
+        assert op.read == "dot4"
+        assert op.kernel == "gemm_dot_f32" + ("" if texels else "_ssbo")
+        want = reference(a, np.broadcast_to(w, (bt, n, k)), np.broadcast_to(c, (bt, m, n)),
+                         tb=True, alpha=0.5, beta=2.0, act="relu")
+        np.testing.assert_allclose(got.reshape(bt, m, n), want, **_tol("float32", k),
+                                   err_msg=f"{(bt, m, k, n)}")
+
+
+def test_dot4_past_texel_limit(device):
+    """dot4 with operands past maxTexelBufferElements (lowered) reads vec4 storage
+    buffers (gemm_dot_f32_ssbo), clamped rows and columns included."""
+    rng = np.random.default_rng(13)
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as small:
+        for m, k, n in ((1, 16, 37), (11, 24, 20)):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            w = rng.standard_normal((n, k)).astype(np.float32)
+            c = rng.standard_normal((n,)).astype(np.float32)
+            cd = T("float32", (m, n), (0, 1))
+            desc = Desc(T("float32", a.shape), T("float32", w.shape), cd, T("float32", (m, n)),
+                        0, 1, alpha=1.5, beta=-0.5)
+            op, got = _run(small, desc, [a, w, c], m * n)
+            assert (op.read, op.kernel) == ("dot4", "gemm_dot_f32_ssbo")
+            want = reference(a, w, np.broadcast_to(c, (m, n)), tb=True, alpha=1.5, beta=-0.5)
+            np.testing.assert_allclose(got.reshape(m, n), want, **_tol("float32", k))
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 9, 33])
+@pytest.mark.parametrize("path, read", PATHS)
+def test_few_rows(device, m, path, read):
+    """Products of few rows on every kernel (the direct family's workgroups then take
+    fewer invocation rows, :func:`vkml.ops.gemm.block_shape`)."""
+    from vkml.ops.gemm import block_shape
+
+    rng = np.random.default_rng(m)
+    k, n = 8, 300
+    tb = read == "dot4"
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    desc = Desc(T("float32", a.shape), T("float32", b.shape), None, T("float32", (m, n)),
+                0, int(tb))
+    op, got = _run(device, desc, [a, b, None], m * n, path=path, read=read)
+    assert (op.path, op.read) == (path, read)
+    lx, ly, rows, cols = block_shape(path, read, m)
+    assert lx * ly == 64 and (op.block_m, op.block_n) == (rows * ly, cols * lx)
+    assert path == "tiled" or rows * ly < 2 * m + rows
+    np.testing.assert_allclose(got.reshape(m, n), reference(a, b, tb=tb), **_tol("float32", k))
 
 
 @pytest.mark.parametrize("act, params", [("relu", {}), ("leaky_relu", {"alpha": 0.2}),
@@ -215,19 +283,21 @@ def test_alpha_beta_edge_values(device):
 @pytest.mark.parametrize("path, read", PATHS)
 def test_windows_and_split_grids(device, path, read):
     """maxStorageBufferRange lowered: the tensors are bound in windows of the output;
-    maxComputeWorkGroupCount lowered: grids split along N, M and the batch layers."""
+    maxComputeWorkGroupCount lowered: grids split along N, M and the batch layers (B
+    transposed for dot4)."""
     rng = np.random.default_rng(6)
+    tb = read == "dot4"
     a = rng.standard_normal((3, 2, 40, 24)).astype(np.float32)
-    b = rng.standard_normal((3, 2, 24, 72)).astype(np.float32)
+    b = rng.standard_normal((3, 2) + ((72, 24) if tb else (24, 72))).astype(np.float32)
     c = rng.standard_normal((3, 2, 40, 72)).astype(np.float32)
-    want = reference(a, b, c, alpha=1.5, beta=0.5)
+    want = reference(a, b, c, tb=tb, alpha=1.5, beta=0.5)
     align = device._ctx.binding_alignment()
     for limits in ({"maxStorageBufferRange": 8192 + 4 * align},
                    {"maxComputeWorkGroupCount": (2, 1, 2)},
                    {"maxComputeWorkGroupCount": (1, 2, 7)}):
         with vkml.Device(device.index, limits=limits) as small:
             desc = Desc(T("float32", a.shape), T("float32", b.shape), T("float32", c.shape),
-                        T("float32", c.shape), alpha=1.5, beta=0.5)
+                        T("float32", c.shape), 0, int(tb), alpha=1.5, beta=0.5)
             op, got = _run(small, desc, [a, b, c], c.size, path=path, read=read)
             if "maxStorageBufferRange" in limits:
                 assert op.windows is not None and len(op.windows) > 1 and op.read == "ssbo"

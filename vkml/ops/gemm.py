@@ -1,13 +1,17 @@
 """GEMM: ``DML_GEMM_OPERATOR_DESC`` and ``vkml.gemm``.
 
-Kernel: ``glsl/gemm.comp``, two families (:data:`PATH` chooses by the device's timings):
+Kernels: ``glsl/gemm.comp``, two families (:data:`PATH` chooses by the device's timings):
 "direct", register blocks read straight from the operands (4 x 4 an invocation; 8 x 8
 where A and B are read as RGBA32F texels), and "tiled", shared-memory tiles of 32 x 32
-with 4 x 4 register blocks; 8 x 8 invocations a workgroup, one z layer per (batch,
-channel) pair.  Every tensor is read through its own element strides: a transform swaps
-the last two strides of its operand, a broadcast dimension has stride 0, so no operand
-is copied.  Alpha scales the product and Beta * C is added in the epilogue before the
-fused activation.  float32 A and B are read as texels (RGBA32F where
+with 4 x 4 register blocks, one z layer per (batch, channel) pair; and
+``glsl/gemm_dot.comp`` (the direct family's "dot4" read) where op(A) and op(B) are both
+contiguous along K (B transposed: fully connected weights), each output a dot product of
+RGBA32F texels.  Direct workgroups put no more invocation rows along M than the product
+has (:func:`block_shape`: a one-row GEMV spreads its 64 invocations along N).  Every
+tensor is read through its own element strides: a transform swaps the last two strides
+of its operand, a broadcast dimension has stride 0, so no operand is copied.  Alpha
+scales the product and Beta * C is added in the epilogue before the fused activation.
+float32 A and B are read as texels (RGBA32F where
 :meth:`CompiledGemm._choose_read` allows, else R32F) where the device can bind them whole
 (lavapipe gathers texel fetches across lanes, storage-buffer loads go one lane at a
 time); ``read="ssbo"`` forces storage buffers.  Tensors larger than
@@ -40,14 +44,36 @@ VARIANTS = dict.fromkeys(
     [f"gemm_tiled_{t}" for t in ("f32", "f32_texel", "f16", "f16_packed")]
     + [f"gemm_direct_{t}" for t in ("f32", "f32_texel", "f32_texel4", "f16", "f16_packed")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT"))
+VARIANTS.update(dict.fromkeys(["gemm_dot_f32", "gemm_dot_f32_ssbo"],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "RM", "CN")))
 
 #: The kernel families (glsl/gemm.comp) and the reads each can take.
-PATHS = {"direct": ("texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
+PATHS = {"direct": ("dot4", "texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
+READS = ("dot4", "texel4", "texel", "ssbo")
 
-#: Workgroup shape; each invocation computes BLOCK[read] = (rows, columns) outputs (the
-#: kernel's RM and 4 * CV).
-LOCAL = (8, 8)
-BLOCK = {"texel4": (8, 8), "texel": (4, 4), "ssbo": (4, 4)}
+#: Invocations a workgroup; each invocation computes BLOCK[read] = (rows, columns)
+#: outputs (gemm.comp's RM and 4 * CV; dot4: gemm_dot.comp's RM and CN for M >= 8).
+INVOCATIONS = 64
+BLOCK = {"dot4": (8, 8), "texel4": (8, 8), "texel": (4, 4), "ssbo": (4, 4)}
+
+
+def _pow2_at_least(v: int) -> int:
+    return 1 << max(0, int(v) - 1).bit_length()
+
+
+def block_shape(path: str, read: str, m: int) -> tuple[int, int, int, int]:
+    """(local x, local y, rows, columns an invocation).  The tiled family takes 8 x 8
+    invocations (its shared tiles assume them).  The direct family puts no more
+    invocation rows along M than the product has (clamped rows repeat the last row's
+    work): a one-row product (a classifier's GEMV) spreads all 64 along N, and dot4 takes
+    one row an invocation there (4 columns: enough workgroups for every core)."""
+    rows, cols = BLOCK[read]
+    if path == "tiled":
+        return 8, 8, rows, cols
+    if read == "dot4" and m < rows:
+        rows, cols = _pow2_at_least(m), 4
+    ly = min(8, _pow2_at_least(ceil_div(m, rows)))
+    return INVOCATIONS // ly, ly, rows, cols
 
 
 def _four(t: TensorDesc | None, swap: bool = False) -> list[int]:
@@ -73,7 +99,7 @@ class CompiledGemm(CompiledOperator):
         allows it (None: the widest that does)."""
         if path not in (None, *PATHS):
             raise ValidationError("path", f"must be one of {tuple(PATHS)}, got {path!r}")
-        check_choice("read", read, ("texel4", "texel", "ssbo"))
+        check_choice("read", read, READS)
         self.force_path, self.force_read = path, read
         super().__init__(device, desc)
 
@@ -97,13 +123,19 @@ class CompiledGemm(CompiledOperator):
         self.windows = self._plan_windows()
         self.path = self._choose_path()
         self.read = self._choose_read(base)
-        self.kernel = f"gemm_{self.path}_{base}" + ("" if self.read == "ssbo" else f"_{self.read}")
-        self.block_m = BLOCK[self.read][0] * LOCAL[1]
-        self.block_n = BLOCK[self.read][1] * LOCAL[0]
+        if self.read == "dot4":
+            self.kernel = "gemm_dot_f32" + ("" if self.texel_ok else "_ssbo")
+        else:
+            read = "" if self.read == "ssbo" else f"_{self.read}"
+            self.kernel = f"gemm_{self.path}_{base}{read}"
+        lx, ly, rows, cols = block_shape(self.path, self.read, m)
+        self.block_m, self.block_n = rows * ly, cols * lx
         act = d.fused_activation
-        self.pipe = self.pipeline(self.kernel, {
-            "LOCAL_SIZE_X": LOCAL[0], "LOCAL_SIZE_Y": LOCAL[1], "HAS_C": self.has_c,
-            "ACT": act.SPEC.kernel_id if act is not None else 0})
+        constants = {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "HAS_C": self.has_c,
+                     "ACT": act.SPEC.kernel_id if act is not None else 0}
+        if self.read == "dot4":
+            constants.update(RM=rows, CN=cols)
+        self.pipe = self.pipeline(self.kernel, constants)
         block = pack(self.kernel, "Params", a_stride=self.strides[0], b_stride=self.strides[1],
                      c_stride=self.strides[2], y_stride=self.strides[3],
                      act_params=act.kernel_parameters() if act is not None else np.zeros(4),
@@ -111,20 +143,26 @@ class CompiledGemm(CompiledOperator):
         self.params = self.upload(np.frombuffer(block, np.uint8))
 
     def _choose_read(self, base: str) -> str:
-        """texel4 (direct float32 only): A contiguous along K and B along N, K and N
-        multiples of 4, every other stride 4-aligned, so each 4-element run is one
-        RGBA32F texel; texel (float32): A and B as R32F texels; else storage buffers.
-        Texel reads need the tensors bound whole (no windows) within
-        maxTexelBufferElements."""
-        texels = self.ctx.limits["maxTexelBufferElements"]
-        if base != "f32" or self.windows is not None or self.force_read == "ssbo" \
-                or max(self.bytes[:2]) // 4 > texels:
+        """Direct float32 only: dot4 where op(A) and op(B) are both contiguous along K
+        (gemm_dot.comp), texel4 where A is along K and B along N, N a multiple of 4; both
+        need K a multiple of 4 and every other stride 4-aligned, so each 4-element run is
+        one RGBA32F texel.  texel (float32): A and B as R32F texels; else storage
+        buffers.  Texel reads need the tensors bound whole (no windows) within
+        maxTexelBufferElements; dot4 past that limit reads vec4 storage buffers."""
+        self.texel_ok = max(self.bytes[:2]) // 4 <= self.ctx.limits["maxTexelBufferElements"]
+        if base != "f32" or self.windows is not None or self.force_read == "ssbo":
             return "ssbo"
         sa, sb = self.strides[0], self.strides[1]
-        aligned = (sa[3] == 1 and sb[3] == 1 and self.k % 4 == 0 and self.box[3] % 4 == 0
-                   and all(s % 4 == 0 for s in sa[:3] + sb[:3])
-                   and all(nb % 16 == 0 for nb in self.bytes[:2]))
-        if self.path == "direct" and aligned and self.force_read in (None, "texel4"):
+        rgba = (self.path == "direct" and sa[3] == 1 and self.k % 4 == 0
+                and all(s % 4 == 0 for s in sa[:3])
+                and all(nb % 16 == 0 for nb in self.bytes[:2]))
+        if rgba and sb[2] == 1 and all(sb[i] % 4 == 0 for i in (0, 1, 3)) \
+                and self.force_read in (None, "dot4"):
+            return "dot4"          # as vec4 storage buffers where texels do not fit
+        if not self.texel_ok:
+            return "ssbo"
+        if rgba and sb[3] == 1 and self.box[3] % 4 == 0 and all(s % 4 == 0 for s in sb[:3]) \
+                and self.force_read in (None, "texel4"):
             return "texel4"
         return "texel"
 
@@ -176,7 +214,8 @@ class CompiledGemm(CompiledOperator):
             allocs = allocs[:2] + [allocs[3], allocs[3]]
         if origin is None:
             nbytes = self.bytes[:2] + [self.bytes[2] or self.bytes[3], self.bytes[3]]
-            fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT}.get(self.read, 0)
+            fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT,
+                   "dot4": FORMAT_RGBA32_SFLOAT if self.texel_ok else 0}.get(self.read, 0)
             binds = [Bind(a, 0, nb, "r", fmt if i < 2 else 0)
                      for i, (a, nb) in enumerate(zip(allocs[:3], nbytes))]
             return binds + [Bind(allocs[3], 0, nbytes[3], "w")], [0] * 4
