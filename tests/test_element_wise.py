@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
+from vkml.intmath import round_up
 
 from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canaries_intact,
                      compiled_or_refused, fuzzer, lay_out, padded_output, placement, run_checked)
@@ -257,7 +258,7 @@ def _row_case(rng, dtype):
     rank = int(rng.integers(2, 6))
     out = [int(rng.integers(1, 5)) for _ in range(rank - 1)] + [int(rng.integers(1, 40))]
     per = max(1, 4 // np.dtype(dtype).itemsize)
-    out[-1] = -(-out[-1] // per) * per    # whole words a row (else the strided path)
+    out[-1] = round_up(out[-1], per)      # whole words a row (else the strided path)
     cut = int(rng.integers(1, rank))
     kind = rng.choice(["inner", "outer", "mixed"])
     if kind == "inner":      # constant along the trailing dimensions
