@@ -28,6 +28,9 @@
 //   contiguous: a per-channel bias or scale over NCHW runs as the flat path does, V words
 //   an invocation along a row, as uvec4s where every row starts on a whole uvec4 (VEC4),
 //   else word by word.  Grid as the strided variant's with XDIMS = 1.
+// element_wise_copy_*: IDENTITY without ScaleBias (any type: its bits), the FLAT or ROW
+//   main with no element code in its uvec4 loop: on SwiftShader the mere presence of that
+//   code there (dead for an identity: OP and ACT fold it away) made a copy six times slower.
 // No early return: on lavapipe, uniform loads after a divergent return become per-lane
 // gathers (docs/DEVELOPING.md).
 //
@@ -46,6 +49,10 @@
 // vkml:variant element_wise_float_ssbo4 FLOATV=1 FLAT=1 SSBO4=1
 // vkml:variant element_wise_int_ssbo4 INTV=1 FLAT=1 SSBO4=1
 // vkml:variant element_wise_int64_ssbo4 INT64V=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_copy_texel4 INTV=1 COPY=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_copy_ssbo4 INTV=1 COPY=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_copy_row_texel4 INTV=1 COPY=1 FLAT=1 ROW=1 TEXEL4=1
+// vkml:variant element_wise_copy_row_ssbo4 INTV=1 COPY=1 FLAT=1 ROW=1 SSBO4=1
 // vkml:variant element_wise_float_row_texel4 FLOATV=1 FLAT=1 ROW=1 TEXEL4=1
 // vkml:variant element_wise_int_row_texel4 INTV=1 FLAT=1 ROW=1 TEXEL4=1
 // vkml:variant element_wise_int64_row_texel4 INT64V=1 FLAT=1 ROW=1 TEXEL4=1
@@ -264,6 +271,13 @@ uvec4 words(uvec4 u, uvec4 v) {
     return uvec4(word(u.x, v.x), word(u.y, v.y), word(u.z, v.z), word(u.w, v.w));
 }
 
+// Four words of the uvec4 loops (COPY: A's).
+#ifdef COPY
+#define WORDS4(u, v) (u)
+#else
+#define WORDS4(u, v) words(u, v)
+#endif
+
 // a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
 // a * ceil(2^32 / extent), exact there.
 uint divide(uint q, int d) {
@@ -381,13 +395,13 @@ void main() {
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uvec4 u = A_BCAST ? ca : LOADA4((sa >> 2) + k);
             uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb >> 2) + k);
-            y4[(so >> 2) + k] = words(u, v);
+            y4[(so >> 2) + k] = WORDS4(u, v);
         }
     } else if (VEC4) {                              // a row's end: whole uvec4s
         [[dont_unroll]] for (uint j = 0u; j < count; j += 4u) {
             uvec4 u = A_BCAST ? ca : LOADA4((sa + j) >> 2);
             uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb + j) >> 2);
-            y4[(so + j) >> 2] = words(u, v);
+            y4[(so + j) >> 2] = WORDS4(u, v);
         }
     } else {                                        // rows on words only
         const uint STEP = WIDTH == 8u ? 2u : 1u;
@@ -419,7 +433,7 @@ void main() {
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uvec4 u = LOADA4((sa >> 2) + k);
             uvec4 v = OP == OP_IDENTITY ? u : LOADB4((sb >> 2) + k);
-            y4[(so >> 2) + k] = words(u, v);
+            y4[(so >> 2) + k] = WORDS4(u, v);
         }
     } else {                                         // the tail: whole elements of words
         // not unrolled: the main loop's copy of the element code is enough to compile

@@ -19,6 +19,8 @@ device feature is needed).
   an invocation along a row as the flat path reads them, a constant operand's value loaded
   once an invocation (as batch normalization's row variants), read path by
   :data:`ROW_READ_PATH`.
+* A plain IDENTITY (no ScaleBias) of either kind runs the ``copy`` variants: the same
+  mains without element code, which SwiftShader runs several times faster.
 * Anything else (transposes, sub-word rows) runs strided: each tensor through its own
   element strides, the grid over the output's box.
 
@@ -61,9 +63,10 @@ __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "ident
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {**dict.fromkeys([f"element_wise_{c}{r}" for c in ("float", "int", "int64")
-                             for r in ("", "_texel4", "_ssbo4")],
+                             for r in ("", "_texel4", "_ssbo4")]
+                            + ["element_wise_copy_texel4", "element_wise_copy_ssbo4"],
                             BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE")),
-            **dict.fromkeys([f"element_wise_{c}_row{r}" for c in ("float", "int", "int64")
+            **dict.fromkeys([f"element_wise_{c}_row{r}" for c in ("float", "int", "int64", "copy")
                              for r in ("_texel4", "_ssbo4")],
                             BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE", "A_BCAST", "B_BCAST",
                                              "VEC4"))}
@@ -127,16 +130,19 @@ class CompiledElementWise(CompiledOperator):
         self.room = lim - 2 * self.align
         fits = max(self.bytes) <= lim
         self.row = None if self.flat or not (fits and self.allow_rows) else self._row_plan()
+        # a plain IDENTITY moves bits: the copy variants, with no element code (module doc)
+        copy = self.consts["OP"] == 0 and self.consts["ACT"] == 0
+        cls = "copy" if copy else type_class(dt)
         if self.flat:
             self.words = ceil_div(math.prod(self.box) * self.esize, 4)
             self.windows = None if fits else self._flat_windows()
             self.read = self._choose_read(READ_PATH)
-            self.kernel = f"element_wise_{type_class(dt)}_{self.read}"
+            self.kernel = f"element_wise_{cls}_{self.read}"
         elif self.row is not None:
             self.windows = None
             self.words = math.prod(self.row["box"])
             self.read = self._choose_read(ROW_READ_PATH)
-            self.kernel = f"element_wise_{type_class(dt)}_row_{self.read}"
+            self.kernel = f"element_wise_{cls}_row_{self.read}"
             self.box, self.strides = self.row["box"], self.row["strides"]
         else:
             self.windows = None if fits else plan_windows(
