@@ -28,6 +28,9 @@
 //   contiguous: a per-channel bias or scale over NCHW runs as the flat path does, V words
 //   an invocation along a row, as uvec4s where every row starts on a whole uvec4 (VEC4),
 //   else word by word.  Grid as the strided variant's with XDIMS = 1.
+// element_wise_f32_*: float32 with no activation, the FLAT or ROW main with the float16
+//   conversions and the activations left out of its element code (SwiftShader runs the
+//   float variants' element code, where those are dead, several times slower).
 // element_wise_copy_*: IDENTITY without ScaleBias (any type: its bits), the FLAT or ROW
 //   main with no element code in its uvec4 loop: on SwiftShader the mere presence of that
 //   code there (dead for an identity: OP and ACT fold it away) made a copy six times slower.
@@ -49,6 +52,10 @@
 // vkml:variant element_wise_float_ssbo4 FLOATV=1 FLAT=1 SSBO4=1
 // vkml:variant element_wise_int_ssbo4 INTV=1 FLAT=1 SSBO4=1
 // vkml:variant element_wise_int64_ssbo4 INT64V=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_f32_texel4 FLOATV=1 F32PLAIN=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_f32_ssbo4 FLOATV=1 F32PLAIN=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_f32_row_texel4 FLOATV=1 F32PLAIN=1 FLAT=1 ROW=1 TEXEL4=1
+// vkml:variant element_wise_f32_row_ssbo4 FLOATV=1 F32PLAIN=1 FLAT=1 ROW=1 SSBO4=1
 // vkml:variant element_wise_copy_texel4 INTV=1 COPY=1 FLAT=1 TEXEL4=1
 // vkml:variant element_wise_copy_ssbo4 INTV=1 COPY=1 FLAT=1 SSBO4=1
 // vkml:variant element_wise_copy_row_texel4 INTV=1 COPY=1 FLAT=1 ROW=1 TEXEL4=1
@@ -234,7 +241,9 @@ float opf(float u, float v) {
 // One element: raw bits in (x, y: the high word of 64-bit types), result raw bits.
 uvec2 element(uvec2 u, uvec2 v) {
     if (OP == OP_IDENTITY && ACT == ACT_NONE) return u;
-#if defined(FLOATV)
+#if defined(F32PLAIN)
+    return uvec2(floatBitsToUint(opf(uintBitsToFloat(u.x), uintBitsToFloat(v.x))), 0u);
+#elif defined(FLOATV)
     float r = opf(load_float(u.x), load_float(v.x));
     if (ACT != ACT_NONE) r = vkml_activation(ACT, r, p);
     return uvec2(store_float(r), 0u);

@@ -20,7 +20,9 @@ device feature is needed).
   once an invocation (as batch normalization's row variants), read path by
   :data:`ROW_READ_PATH`.
 * A plain IDENTITY (no ScaleBias) of either kind runs the ``copy`` variants: the same
-  mains without element code, which SwiftShader runs several times faster.
+  mains without element code; float32 without an activation the ``f32`` ones, without
+  the float16 conversions and the activations.  SwiftShader runs such smaller element
+  code several times faster, though it would never execute the rest.
 * Anything else (transposes, sub-word rows) runs strided: each tensor through its own
   element strides, the grid over the output's box.
 
@@ -61,12 +63,14 @@ from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
 
 __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
 
+_CLASSES = ("float", "int", "int64")        # the element code by class of type (type_class)
 #: Kernel variants this module requests and the specialization constants it sets.
-VARIANTS = {**dict.fromkeys([f"element_wise_{c}{r}" for c in ("float", "int", "int64")
+VARIANTS = {**dict.fromkeys([f"element_wise_{c}{r}" for c in _CLASSES
                              for r in ("", "_texel4", "_ssbo4")]
-                            + ["element_wise_copy_texel4", "element_wise_copy_ssbo4"],
+                            + [f"element_wise_{c}{r}" for c in ("copy", "f32")
+                               for r in ("_texel4", "_ssbo4")],
                             BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE")),
-            **dict.fromkeys([f"element_wise_{c}_row{r}" for c in ("float", "int", "int64", "copy")
+            **dict.fromkeys([f"element_wise_{c}_row{r}" for c in _CLASSES + ("copy", "f32")
                              for r in ("_texel4", "_ssbo4")],
                             BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE", "A_BCAST", "B_BCAST",
                                              "VEC4"))}
@@ -130,9 +134,11 @@ class CompiledElementWise(CompiledOperator):
         self.room = lim - 2 * self.align
         fits = max(self.bytes) <= lim
         self.row = None if self.flat or not (fits and self.allow_rows) else self._row_plan()
-        # a plain IDENTITY moves bits: the copy variants, with no element code (module doc)
-        copy = self.consts["OP"] == 0 and self.consts["ACT"] == 0
-        cls = "copy" if copy else type_class(dt)
+        # a plain IDENTITY moves bits: the copy variants, with no element code; float32
+        # with no activation the f32 ones, without float16's and the activations' (module doc)
+        plain = self.consts["ACT"] == 0
+        cls = ("copy" if plain and self.consts["OP"] == 0 else
+               "f32" if plain and dt == DataType.FLOAT32 else type_class(dt))
         if self.flat:
             self.words = ceil_div(math.prod(self.box) * self.esize, 4)
             self.windows = None if fits else self._flat_windows()
