@@ -330,10 +330,10 @@ READ_PATH = tuning.register_path(
 def _row_read_run(device, seq, cand, shape):
     """Record a float32 ADD of a per-channel operand (64 rows of ``shape["words"] / 64``)
     on the row path, read by candidate ``cand``."""
-    rows = max(1, int(shape["words"]) // 64)
-    t = TensorDesc(DataType.FLOAT32, (64, rows))
+    n = max(1, int(shape["words"]) // 64)
+    t = TensorDesc(DataType.FLOAT32, (64, n))
     op = CompiledElementWise(device, ElementWiseAddOperatorDesc(
-        t, TensorDesc(DataType.FLOAT32, (64, rows), (1, 0)), t), read=cand.params["read"])
+        t, TensorDesc(DataType.FLOAT32, (64, n), (1, 0)), t), read=cand.params["read"])
     decline_unless(op, "read", cand)
     return record_on_scratch(device, seq, op, t, t, inputs=2)
 
