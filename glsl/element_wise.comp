@@ -273,7 +273,23 @@ uint word(uint u, uint v) {
     return r;
 }
 
+#ifdef F32PLAIN
+vec4 opf4(vec4 u, vec4 v) {
+    if (OP == OP_ADD) return u + v;
+    if (OP == OP_SUBTRACT) return u - v;
+    if (OP == OP_MULTIPLY) return u * v;
+    if (OP == OP_DIVIDE) return u / v;
+    if (OP == OP_MAX) return max(u, v);
+    if (OP == OP_MIN) return min(u, v);
+    return u;
+}
+#endif
+
 uvec4 words(uvec4 u, uvec4 v) {
+#ifdef F32PLAIN
+    // four float32 elements as one vec4 (no per-word element code)
+    return floatBitsToUint(opf4(uintBitsToFloat(u), uintBitsToFloat(v)));
+#endif
     if (WIDTH == 8u) {
         return uvec4(element(u.xy, v.xy), element(u.zw, v.zw));
     }
