@@ -33,7 +33,7 @@
 //   float variants' element code, where those are dead, several times slower).
 // element_wise_copy_*: IDENTITY without ScaleBias (any type: its bits), the FLAT or ROW
 //   main with no element code in its uvec4 loop: on SwiftShader the mere presence of that
-//   code there (dead for an identity: OP and ACT fold it away) made a copy six times slower.
+//   code there (dead for an identity: OP and ACT fold it away) made a copy several times slower.
 // No early return: on lavapipe, uniform loads after a divergent return become per-lane
 // gathers (docs/DEVELOPING.md).
 //
