@@ -21,6 +21,19 @@
 //   read four at a time (an RGBA32UI texel, which lavapipe vectorizes, or a uvec4
 //   storage-buffer load) and stored as uvec4s.  A word holds whole elements, so the
 //   arithmetic runs on the elements inside each word.
+// element_wise_row_texel4 / _ssbo4 (ROW): the box the host merged to (rows..., inner
+//   extent in words), each operand either contiguous along the inner extent (strides in
+//   words) or constant along it (A_BCAST / B_BCAST: strides in elements, the one element
+//   of the row loaded once an invocation and replicated across a uvec4), the output
+//   contiguous: a per-channel bias or scale over NCHW runs as the flat path does, V words
+//   an invocation along a row, as uvec4s where every row starts on a whole uvec4 (VEC4),
+//   else word by word.  Grid as the strided variant's with XDIMS = 1.
+// element_wise_f32_*: float32 with no activation, the FLAT or ROW main with the float16
+//   conversions and the activations left out of its element code (SwiftShader runs the
+//   float variants' element code, where those are dead, several times slower).
+// element_wise_copy_*: IDENTITY without ScaleBias (any type: its bits), the FLAT or ROW
+//   main with no element code in its uvec4 loop: on SwiftShader the mere presence of that
+//   code there (dead for an identity: OP and ACT fold it away) made a copy several times slower.
 // No early return: on lavapipe, uniform loads after a divergent return become per-lane
 // gathers (docs/DEVELOPING.md).
 //
@@ -39,6 +52,20 @@
 // vkml:variant element_wise_float_ssbo4 FLOATV=1 FLAT=1 SSBO4=1
 // vkml:variant element_wise_int_ssbo4 INTV=1 FLAT=1 SSBO4=1
 // vkml:variant element_wise_int64_ssbo4 INT64V=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_f32_texel4 FLOATV=1 F32PLAIN=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_f32_ssbo4 FLOATV=1 F32PLAIN=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_f32_row_texel4 FLOATV=1 F32PLAIN=1 FLAT=1 ROW=1 TEXEL4=1
+// vkml:variant element_wise_f32_row_ssbo4 FLOATV=1 F32PLAIN=1 FLAT=1 ROW=1 SSBO4=1
+// vkml:variant element_wise_copy_texel4 INTV=1 COPY=1 FLAT=1 TEXEL4=1
+// vkml:variant element_wise_copy_ssbo4 INTV=1 COPY=1 FLAT=1 SSBO4=1
+// vkml:variant element_wise_copy_row_texel4 INTV=1 COPY=1 FLAT=1 ROW=1 TEXEL4=1
+// vkml:variant element_wise_copy_row_ssbo4 INTV=1 COPY=1 FLAT=1 ROW=1 SSBO4=1
+// vkml:variant element_wise_float_row_texel4 FLOATV=1 FLAT=1 ROW=1 TEXEL4=1
+// vkml:variant element_wise_int_row_texel4 INTV=1 FLAT=1 ROW=1 TEXEL4=1
+// vkml:variant element_wise_int64_row_texel4 INT64V=1 FLAT=1 ROW=1 TEXEL4=1
+// vkml:variant element_wise_float_row_ssbo4 FLOATV=1 FLAT=1 ROW=1 SSBO4=1
+// vkml:variant element_wise_int_row_ssbo4 INTV=1 FLAT=1 ROW=1 SSBO4=1
+// vkml:variant element_wise_int64_row_ssbo4 INT64V=1 FLAT=1 ROW=1 SSBO4=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_index.glsl"
 #ifdef FLOATV
@@ -77,6 +104,11 @@ layout(constant_id = 21) const uint V = 1u;      // elements (FLAT: words) per i
 layout(constant_id = 24) const int ACT = 0;      // ACT_* of vkml_activation.glsl (floats)
 layout(constant_id = 25) const int OP = 0;       // OP_* below
 layout(constant_id = 26) const int DTYPE = 1;    // DML_TENSOR_DATA_TYPE
+#ifdef ROW
+layout(constant_id = 27) const bool A_BCAST = false;   // A constant along the inner extent
+layout(constant_id = 28) const bool B_BCAST = false;
+layout(constant_id = 29) const bool VEC4 = false;      // rows on whole uvec4s
+#endif
 
 const int OP_IDENTITY = 0, OP_ADD = 1, OP_SUBTRACT = 2, OP_MULTIPLY = 3, OP_DIVIDE = 4,
           OP_MAX = 5, OP_MIN = 6;
@@ -209,7 +241,9 @@ float opf(float u, float v) {
 // One element: raw bits in (x, y: the high word of 64-bit types), result raw bits.
 uvec2 element(uvec2 u, uvec2 v) {
     if (OP == OP_IDENTITY && ACT == ACT_NONE) return u;
-#if defined(FLOATV)
+#if defined(F32PLAIN)
+    return uvec2(floatBitsToUint(opf(uintBitsToFloat(u.x), uintBitsToFloat(v.x))), 0u);
+#elif defined(FLOATV)
     float r = opf(load_float(u.x), load_float(v.x));
     if (ACT != ACT_NONE) r = vkml_activation(ACT, r, p);
     return uvec2(store_float(r), 0u);
@@ -239,11 +273,70 @@ uint word(uint u, uint v) {
     return r;
 }
 
+#ifdef F32PLAIN
+vec4 opf4(vec4 u, vec4 v) {
+    if (OP == OP_ADD) return u + v;
+    if (OP == OP_SUBTRACT) return u - v;
+    if (OP == OP_MULTIPLY) return u * v;
+    if (OP == OP_DIVIDE) return u / v;
+    if (OP == OP_MAX) return max(u, v);
+    if (OP == OP_MIN) return min(u, v);
+    return u;
+}
+#endif
+
 uvec4 words(uvec4 u, uvec4 v) {
+#ifdef F32PLAIN
+    // four float32 elements as one vec4 (no per-word element code)
+    return floatBitsToUint(opf4(uintBitsToFloat(u), uintBitsToFloat(v)));
+#endif
     if (WIDTH == 8u) {
         return uvec4(element(u.xy, v.xy), element(u.zw, v.zw));
     }
     return uvec4(word(u.x, v.x), word(u.y, v.y), word(u.z, v.z), word(u.w, v.w));
+}
+
+// Four words of the uvec4 loops (COPY: A's).
+#ifdef COPY
+#define WORDS4(u, v) (u)
+#else
+#define WORDS4(u, v) words(u, v)
+#endif
+
+// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
+// a * ceil(2^32 / extent), exact there.
+uint divide(uint q, int d) {
+    uint hi, lo;
+    umulExtended(q, AT(magic, d), hi, lo);
+    return AT(extent, d) == 1u ? q : hi;
+}
+
+const int LAST = RANK - 1;
+
+// The box coordinates of this invocation's first element (V of the last dimension an
+// invocation along x) and how many of its V it has (0: none).
+uint box_coords(out uint coord[8]) {
+    uint gx = gl_GlobalInvocationID.x;
+    const int YDIM = RANK - XDIMS - 1;
+    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
+    uint z = gl_GlobalInvocationID.z;
+    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
+        uint q = divide(z, d);
+        coord[d] = AT(origin, d) + z - q * AT(extent, d);
+        z = q;
+    }
+    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
+    [[unroll]] for (int d = LAST; d > YDIM; d--) {
+        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
+            coord[d] = AT(origin, d) + gx * V;
+        } else {
+            uint q = divide(gx, d);
+            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
+            gx = q;
+        }
+    }
+    uint end = AT(origin, LAST) + AT(extent, LAST);
+    return live && coord[LAST] < end ? min(V, end - coord[LAST]) : 0u;
 }
 
 #ifndef FLAT
@@ -274,39 +367,9 @@ void store_elem(uint i, uvec2 r) {
     }
 }
 
-// a / extent[d] for a < 2^16 (the host keeps grid coordinates below it): the high word of
-// a * ceil(2^32 / extent), exact there.
-uint divide(uint q, int d) {
-    uint hi, lo;
-    umulExtended(q, AT(magic, d), hi, lo);
-    return AT(extent, d) == 1u ? q : hi;
-}
-
-const int LAST = RANK - 1;
-
 void main() {
-    uint gx = gl_GlobalInvocationID.x;
-    const int YDIM = RANK - XDIMS - 1;
-    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
     uint coord[8];
-    uint z = gl_GlobalInvocationID.z;
-    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
-        uint q = divide(z, d);
-        coord[d] = AT(origin, d) + z - q * AT(extent, d);
-        z = q;
-    }
-    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
-    [[unroll]] for (int d = LAST; d > YDIM; d--) {
-        if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
-            coord[d] = AT(origin, d) + gx * V;
-        } else {
-            uint q = divide(gx, d);
-            coord[d] = AT(origin, d) + gx - q * AT(extent, d);
-            gx = q;
-        }
-    }
-    uint end = AT(origin, LAST) + AT(extent, LAST);
-    uint count = live && coord[LAST] < end ? min(V, end - coord[LAST]) : 0u;
+    uint count = box_coords(coord);
     uint sa = 0u, sb = 0u, so = 0u;
     [[unroll]] for (int d = 0; d < RANK; d++) {
         sa += coord[d] * AT(a_stride, d);
@@ -325,6 +388,65 @@ void main() {
         }
     }
 }
+#elif defined(ROW)
+// Element i (an element index) of a word buffer, raw bits (y: a 64-bit one's high word).
+#define ELEM(LOAD1, i) (WIDTH == 8u ? uvec2(LOAD1(2u * (i)), LOAD1(2u * (i) + 1u)) \
+    : uvec2(LOAD1((i) / (4u / WIDTH)) >> (((i) % (4u / WIDTH)) * BITS), 0u))
+
+// One element's bits replicated over a uvec4 of words (every element of the four words).
+uvec4 splat(uvec2 e) {
+    if (WIDTH == 8u) return uvec4(e, e);
+    uint w = WIDTH == 4u ? e.x : WIDTH == 2u ? (e.x & 0xFFFFu) * 0x10001u
+                                             : (e.x & 0xFFu) * 0x01010101u;
+    return uvec4(w);
+}
+
+void main() {
+    uint coord[8];
+    uint count = box_coords(coord);                 // words of the row
+    uint sa = 0u, sb = 0u, so = 0u;
+    [[unroll]] for (int d = 0; d < RANK; d++) {
+        sa += coord[d] * AT(a_stride, d);
+        sb += coord[d] * AT(b_stride, d);
+        so += coord[d] * AT(out_stride, d);
+    }
+    // the row's broadcast values, loaded once (inside the box only: sa, sb lie in it)
+    uvec4 ca = uvec4(0u), cb = uvec4(0u);
+    if (count > 0u) {
+        if (A_BCAST) ca = splat(ELEM(LOADA1, sa));
+        if (B_BCAST && OP != OP_IDENTITY) cb = splat(ELEM(LOADB1, sb));
+    }
+    if (VEC4 && count == V) {                       // sa, sb, so multiples of 4 words
+        [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
+            uvec4 u = A_BCAST ? ca : LOADA4((sa >> 2) + k);
+            uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb >> 2) + k);
+            y4[(so >> 2) + k] = WORDS4(u, v);
+        }
+    } else if (VEC4) {                              // a row's end: whole uvec4s
+        [[dont_unroll]] for (uint j = 0u; j < count; j += 4u) {
+            uvec4 u = A_BCAST ? ca : LOADA4((sa + j) >> 2);
+            uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb + j) >> 2);
+            y4[(so + j) >> 2] = WORDS4(u, v);
+        }
+    } else {                                        // rows on words only
+        const uint STEP = WIDTH == 8u ? 2u : 1u;
+        [[unroll]] for (uint j = 0u; j < V; j += STEP) {
+            if (j < count) {
+                if (WIDTH == 8u) {
+                    uvec2 u = A_BCAST ? ca.xy : uvec2(LOADA1(sa + j), LOADA1(sa + j + 1u));
+                    uvec2 v = OP == OP_IDENTITY ? u
+                            : B_BCAST ? cb.xy : uvec2(LOADB1(sb + j), LOADB1(sb + j + 1u));
+                    uvec2 r = element(u, v);
+                    y[so + j] = r.x;
+                    y[so + j + 1u] = r.y;
+                } else {
+                    uint u = A_BCAST ? ca.x : LOADA1(sa + j);
+                    y[so + j] = word(u, OP == OP_IDENTITY ? u : B_BCAST ? cb.x : LOADB1(sb + j));
+                }
+            }
+        }
+    }
+}
 #else
 void main() {
     uint gx = gl_GlobalInvocationID.x;
@@ -336,7 +458,7 @@ void main() {
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uvec4 u = LOADA4((sa >> 2) + k);
             uvec4 v = OP == OP_IDENTITY ? u : LOADB4((sb >> 2) + k);
-            y4[(so >> 2) + k] = words(u, v);
+            y4[(so >> 2) + k] = WORDS4(u, v);
         }
     } else {                                         // the tail: whole elements of words
         // not unrolled: the main loop's copy of the element code is enough to compile

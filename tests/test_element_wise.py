@@ -2,7 +2,7 @@
 vkml/ops/element_wise.py): every data type the pages list against an independent
 reference (float64 NumPy for floats, Python integers wrapped to the type for integers),
 NumPy broadcasting expressed as zero strides, non-packed layouts with canaries in the
-output's gaps, the flat read paths, windows and split dispatches at lowered limits,
+output's gaps, the flat read paths, the row path, windows and split dispatches at lowered limits,
 in-place execution, ADD1's fused activations, every rule of the pages, a fuzzer
 (tests/fuzzing.py), threads, leaks and a graph node."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import vkml
 from vkml import dml
 from vkml.errors import UnsupportedError, ValidationError
+from vkml.intmath import round_up
 
 from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canaries_intact,
                      compiled_or_refused, fuzzer, lay_out, padded_output, placement, run_checked)
@@ -222,10 +223,10 @@ def test_strided_layouts(device, dtype, kind):
         assert (raw == CANARY).all(), "a write landed outside the output's elements"
 
 
-def _compiled(device, desc, read=None):
+def _compiled(device, desc, read=None, rows=True):
     import importlib
     cls = importlib.import_module("vkml.ops.element_wise").CompiledElementWise
-    return cls(device, desc, read=read)
+    return cls(device, desc, read=read, rows=rows)
 
 
 @pytest.mark.parametrize("read, dtype", [("ssbo4", "float32"), ("texel4", "float32"),
@@ -248,6 +249,80 @@ def test_flat_read_paths(device, read, dtype):
             check(out.numpy(), reference("subtract", a, b), "subtract")
         finally:
             op.release()
+
+
+def _row_case(rng, dtype):
+    """Shapes the row path takes: an operand broadcast along the inner dimensions (a
+    per-channel bias), along the outer ones, or along both, either operand; rows of any
+    length (uvec4 rows, word rows)."""
+    rank = int(rng.integers(2, 6))
+    out = [int(rng.integers(1, 5)) for _ in range(rank - 1)] + [int(rng.integers(1, 40))]
+    per = max(1, 4 // np.dtype(dtype).itemsize)
+    out[-1] = round_up(out[-1], per)      # whole words a row (else the strided path)
+    cut = int(rng.integers(1, rank))
+    kind = rng.choice(["inner", "outer", "mixed"])
+    if kind == "inner":      # constant along the trailing dimensions
+        small = [n if d < cut else 1 for d, n in enumerate(out)]
+    elif kind == "outer":    # varies along the trailing ones only
+        small = [1 if d < cut else n for d, n in enumerate(out)]
+    else:
+        small = [n if rng.random() < 0.5 else 1 for n in out]
+    return (small, out) if rng.random() < 0.5 else (out, small)
+
+
+@pytest.mark.parametrize("read", ["texel4", "ssbo4"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint16", "int32", "int64",
+                                   "uint64"])
+def test_row_path(device, read, dtype):
+    """Per-channel and other row broadcasts run by rows (each input contiguous or constant
+    along the merged inner extent), each read path forced, uvec4 and word rows, every
+    operation; against the reference and against the strided path."""
+    rng = np.random.default_rng(21 + TYPES.index(dtype) if dtype in TYPES else 99)
+    seen = set()
+    for i in range(12):
+        sa, sb = _row_case(rng, dtype)
+        out = np.broadcast_shapes(tuple(sa), tuple(sb))
+        op = list(OPS)[i % len(OPS)]
+        a = random_values(rng, sa, dtype)
+        b = random_values(rng, sb, dtype, divisor=op == "divide")
+        desc = DESCS[op](dml.broadcast_tensor_desc(dtype, sa, out),
+                         dml.broadcast_tensor_desc(dtype, sb, out), dml.TensorDesc(dtype, out))
+        results = []
+        for rows in (True, False):
+            c = _compiled(device, desc, read, rows=rows)
+            try:
+                assert (c.row is not None) == rows or c.flat, (sa, sb)
+                if c.row is not None:
+                    assert c.read == read
+                    seen.add(c.row["vec4"])
+                y = device.empty(out, dtype)
+                c.execute([device.tensor(a), device.tensor(b)], [y])
+                results.append(y.numpy())
+            finally:
+                c.release()
+        check(results[0], reference(op, a, b), op)
+        assert same_bits(results[0], results[1])
+    assert seen == {True, False}
+
+
+def test_row_path_split_dispatches(device):
+    """The row path with maxComputeWorkGroupCount lowered: its grid split (along rows and
+    along the inner extent, which keeps whole uvec4s), the same result."""
+    rng = np.random.default_rng(13)
+    shape = (3, 20, 136)
+    a = random_values(rng, shape, "float32")
+    b = random_values(rng, (20, 1), "float32")
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (2, 2, 2)}) as dev:
+        t = dml.TensorDesc("float32", shape)
+        c = _compiled(dev, dml.ElementWiseMultiplyOperatorDesc(
+            t, dml.TensorDesc("float32", shape, (0, 1, 0)), t))
+        try:
+            assert c.row is not None and c.row["vec4"]
+            y = dev.empty(shape, "float32")
+            c.execute([dev.tensor(a), dev.tensor(b)], [y])
+            check(y.numpy(), reference("multiply", a, b), "multiply")
+        finally:
+            c.release()
 
 
 @pytest.mark.parametrize("layout", ["flat", "broadcast"])

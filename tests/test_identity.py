@@ -68,6 +68,44 @@ def test_strided_copy(device, dtype, kind):
     assert (got[gaps].view(np.uint8) == CANARY).all()
 
 
+@pytest.mark.parametrize("read", ["texel4", "ssbo4"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_copy_variants(device, read, dtype):
+    """A plain IDENTITY runs the copy variants, bits unchanged: packed (flat) and broadcast
+    along rows into a packed output (the row path: uvec4 rows and word rows), each read
+    path forced; with a ScaleBias it runs the arithmetic variants."""
+    from vkml.ops.element_wise import CompiledElementWise
+    rng = np.random.default_rng(ALL_DTYPES.index(dtype) + 40)
+    es = np.dtype(dtype).itemsize
+    row = 16 // es if es < 8 else 4                     # a whole uvec4, then not
+    cases = [((3, 5, 2 * row), None), ((2, 3, 4 * row), (0, 1, 0)), ((2, 3, 4 * row), (1, 0, 0)),
+             ((3, 2, 4 // min(es, 4) * 3), (0, 0, 1))]
+    for shape, bcast in cases:
+        small = shape if bcast is None else tuple(n if b else 1 for n, b in zip(shape, bcast))
+        x = random_bits(rng, small, dtype)
+        strides = None if bcast is None else tuple(
+            int(np.prod(small[d + 1:])) if b else 0 for d, b in enumerate(bcast))
+        desc = dml.ElementWiseIdentityOperatorDesc(dml.TensorDesc(dtype, shape, strides),
+                                                   dml.TensorDesc(dtype, shape))
+        op = CompiledElementWise(device, desc, read=read)
+        try:
+            assert op.kernel.startswith("element_wise_copy_"), op.kernel
+            assert (op.row is not None) == (bcast is not None) and op.read == read
+            out = device.empty(shape, dtype)
+            op.execute([device.tensor(x.reshape(-1))], [out])
+            assert same_bits(out.numpy(), np.broadcast_to(x, shape))
+        finally:
+            op.release()
+    if dtype in ("float32", "float16"):
+        t = dml.TensorDesc(dtype, (4, 8))
+        op = CompiledElementWise(device, dml.ElementWiseIdentityOperatorDesc(
+            t, t, dml.ScaleBias(2.0, 1.0)))
+        try:
+            assert not op.kernel.startswith("element_wise_copy_")
+        finally:
+            op.release()
+
+
 @pytest.mark.parametrize("dtype", ["int64", "uint16"])
 def test_transpose_in_windows(device, dtype):
     """A transpose (output packed, input read across) bound in windows with split grids."""

@@ -12,8 +12,19 @@ device feature is needed).
   :data:`FLAT_V` words an invocation, read four at a time (RGBA32UI texels where the inputs fit
   ``maxTexelBufferElements`` unwindowed, else uvec4 storage-buffer loads: the tuner
   chooses between the two by measurement, :data:`READ_PATH`) and stored as uvec4s.
-* Anything else (broadcast inputs with zero strides, transposes, padded rows) runs
-  strided: each tensor through its own element strides, the grid over the output's box.
+* Operands that, with the dimensions they all walk alike merged (a per-channel
+  ``(1, C, 1, 1)`` operand over ``(N, C, H, W)`` becomes rows of ``H * W``), are each
+  contiguous or constant along the inner extent, with the output contiguous along it and
+  every row on whole words, run *by rows* (:meth:`CompiledElementWise._row_plan`): V words
+  an invocation along a row as the flat path reads them, a constant operand's value loaded
+  once an invocation (as batch normalization's row variants), read path by
+  :data:`ROW_READ_PATH`.
+* A plain IDENTITY (no ScaleBias) of either kind runs the ``copy`` variants: the same
+  mains without element code; float32 without an activation the ``f32`` ones, without
+  the float16 conversions and the activations.  SwiftShader runs such smaller element
+  code several times faster, though it would never execute the rest.
+* Anything else (transposes, sub-word rows) runs strided: each tensor through its own
+  element strides, the grid over the output's box.
 
 Tensors beyond ``maxStorageBufferRange`` are bound in windows and grids beyond
 ``maxComputeWorkGroupCount`` split, with :mod:`vkml.ops.grid`'s functions (this operator
@@ -44,6 +55,7 @@ from ..runtime import FORMAT_RGBA32_UINT, Bind
 from ..runtime.blocks import pack
 from ..tensor import Tensor
 from .base import CompiledOperator, implements
+from .batch_normalization import merge_dims
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
                    decline_unless, div_magic, plan_windows, record_on_scratch, row_workgroup,
@@ -51,10 +63,17 @@ from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
 
 __all__ = ["add", "subtract", "multiply", "divide", "maximum", "minimum", "identity"]
 
+_CLASSES = ("float", "int", "int64")        # the element code by class of type (type_class)
 #: Kernel variants this module requests and the specialization constants it sets.
-VARIANTS = dict.fromkeys([f"element_wise_{c}{r}" for c in ("float", "int", "int64")
-                          for r in ("", "_texel4", "_ssbo4")],
-                         BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE"))
+VARIANTS = {**dict.fromkeys([f"element_wise_{c}{r}" for c in _CLASSES
+                             for r in ("", "_texel4", "_ssbo4")]
+                            + [f"element_wise_{c}{r}" for c in ("copy", "f32")
+                               for r in ("_texel4", "_ssbo4")],
+                            BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE")),
+            **dict.fromkeys([f"element_wise_{c}_row{r}" for c in _CLASSES + ("copy", "f32")
+                             for r in ("_texel4", "_ssbo4")],
+                            BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE", "A_BCAST", "B_BCAST",
+                                             "VEC4"))}
 
 
 def type_class(dt: DataType) -> str:
@@ -75,15 +94,18 @@ FLAT_V = {1: 8, 2: 16, 4: 32, 8: 32}
 class CompiledElementWise(CompiledOperator):
     """An element-wise operator on this device (module doc).
 
-    ``read`` (flat tensors only) forces the read path: "texel4" (falls back to "ssbo4"
+    ``read`` (flat and row paths) forces the read path: "texel4" (falls back to "ssbo4"
     where the inputs do not fit one texel view) or "ssbo4"; None lets the tuner choose
-    (``VKML_TUNE=off``: texel4 where it fits)."""
+    (``VKML_TUNE=off``: texel4 where it fits).  ``rows=False`` keeps a geometry the row
+    path takes on the strided one (tests compare the two)."""
 
     force_read: str | None = None
+    allow_rows: bool = True
 
-    def __init__(self, device, desc, read: str | None = None):
+    def __init__(self, device, desc, read: str | None = None, rows: bool = True):
         if read is not None:
             self.force_read = read
+        self.allow_rows = rows
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -111,11 +133,23 @@ class CompiledElementWise(CompiledOperator):
         self.align = max(self.ctx.binding_alignment(), 16)
         self.room = lim - 2 * self.align
         fits = max(self.bytes) <= lim
+        self.row = None if self.flat or not (fits and self.allow_rows) else self._row_plan()
+        # a plain IDENTITY moves bits: the copy variants, with no element code; float32
+        # with no activation the f32 ones, without float16's and the activations' (module doc)
+        plain = self.consts["ACT"] == 0
+        cls = ("copy" if plain and self.consts["OP"] == 0 else
+               "f32" if plain and dt == DataType.FLOAT32 else type_class(dt))
         if self.flat:
             self.words = ceil_div(math.prod(self.box) * self.esize, 4)
             self.windows = None if fits else self._flat_windows()
-            self.read = self._choose_read()
-            self.kernel = f"element_wise_{type_class(dt)}_{self.read}"
+            self.read = self._choose_read(READ_PATH)
+            self.kernel = f"element_wise_{cls}_{self.read}"
+        elif self.row is not None:
+            self.windows = None
+            self.words = math.prod(self.row["box"])
+            self.read = self._choose_read(ROW_READ_PATH)
+            self.kernel = f"element_wise_{cls}_row_{self.read}"
+            self.box, self.strides = self.row["box"], self.row["strides"]
         else:
             self.windows = None if fits else plan_windows(
                 self.box, self._in_span, lambda o, e: strided_span(o, e, self.strides[2]),
@@ -140,14 +174,38 @@ class CompiledElementWise(CompiledOperator):
         step = self.room // self.align * self.align // 4
         return [([a], [min(step, self.words - a)]) for a in range(0, self.words, step)]
 
-    def _choose_read(self) -> str:
+    def _row_plan(self) -> dict | None:
+        """The row path's geometry, or None where it does not apply: the box merged over
+        the dimensions every tensor walks alike (batch normalization's ``merge_dims``),
+        the output contiguous along the inner extent and each input contiguous (stride 1)
+        or constant (stride 0) along it, every contiguous tensor's rows starting on whole
+        words.  The inner extent and the contiguous tensors' strides become words (a
+        constant operand's stay elements: the kernel loads its one element a row);
+        ``vec4``: every row starts on a whole uvec4."""
+        es = self.esize
+        # a size-1 dimension is never walked: its stride is read as 0 (merge_dims drops it)
+        box, strides = merge_dims(self.box, self.strides)
+        last = [st[-1] for st in strides]
+        if last[2] != 1 or any(s not in (0, 1) for s in last[:2]) or box[-1] * es % 4:
+            return None
+        contiguous = [st for st in strides if st[-1] == 1]
+        if any(s * es % 4 for st in contiguous for s in st[:-1]):
+            return None
+        vec4 = box[-1] * es % 16 == 0 and all(s * es % 16 == 0 for st in contiguous
+                                              for s in st[:-1])
+        words = [[s * es // 4 for s in st[:-1]] + [1] if st[-1] == 1 else st
+                 for st in strides]
+        return {"box": box[:-1] + [box[-1] * es // 4], "strides": words, "vec4": vec4,
+                "bcast": [last[0] == 0, last[1] == 0]}
+
+    def _choose_read(self, path) -> str:
         ok = (self.windows is None and ceil_div(max(self.bytes[:2]), 16)
               <= self.ctx.limits["maxTexelBufferElements"])
         if self.force_read is not None:
             return "texel4" if self.force_read == "texel4" and ok else "ssbo4"
         if not ok:
             return "ssbo4"
-        choice = tuning.choose(self.device, READ_PATH, {"words": self.words})
+        choice = tuning.choose(self.device, path, {"words": self.words})
         self.observe_choice(choice, {"words": self.words})
         return "ssbo4" if choice.name == "ssbo4" else "texel4"
 
@@ -157,12 +215,37 @@ class CompiledElementWise(CompiledOperator):
         y = outputs[0].allocation
         if self.flat:
             self._encode_flat(seq, a, b, y)
+        elif self.row is not None:
+            self._encode_rows(seq, a, b, y)
         else:
             self._encode_strided(seq, a, b, y)
 
-    def _pipeline(self, lx, ly, rank, xdims, v):
+    def _pipeline(self, lx, ly, rank, xdims, v, **extra):
         return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "RANK": rank,
-                                           "XDIMS": xdims, "V": v, **self.consts})
+                                           "XDIMS": xdims, "V": v, **self.consts, **extra})
+
+    def _encode_rows(self, seq, a, b, y) -> None:
+        """The row path: whole tensors (it takes no windows), V words of a row an
+        invocation (FLAT_V where the row holds them: lavapipe's and SwiftShader's cost is
+        per invocation), a workgroup spanning several rows where they are short."""
+        box, rank = self.box, len(self.box)
+        kinds = [("r", FORMAT_RGBA32_UINT) if self.read == "texel4" else ("r",)] * 2
+        binds = [Bind(m, 0, min(round_up(n, 16), m.size), *k)
+                 for m, n, k in zip((a, b), self.bytes, kinds)]
+        binds.append(Bind(y, 0, self.bytes[2], "w"))
+        v = FLAT_V[self.esize]
+        while v > 4 and v > box[-1]:
+            v //= 2
+        v = v if self.row["vec4"] else max(2, min(v, round_up(box[-1], 2)))
+        lx = min(self.local, max(8, round_up(ceil_div(box[-1], v), 8)))
+        ly = 1
+        if rank > 1:
+            max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
+            ly = max(1, min(self.local // lx, box[-2], max_y))
+        bc = self.row["bcast"]
+        pipe = self._pipeline(lx, ly, rank, 1, v, A_BCAST=int(bc[0]), B_BCAST=int(bc[1]),
+                              VEC4=int(self.row["vec4"]))
+        self._dispatch(seq, pipe, binds, [0] * rank, list(box), (0, 0, 0), 1, v, lx, ly)
 
     def _encode_flat(self, seq, a, b, y) -> None:
         texel = self.read == "texel4"
@@ -241,6 +324,25 @@ def _read_run(device, seq, cand, shape):
 READ_PATH = tuning.register_path(
     "element_wise_read", [("texel4", {"read": "texel4"}), ("ssbo4", {"read": "ssbo4"})],
     "texel4", _read_class, _read_run, examples=[{"words": 64 * 56 * 56}],
+    work_fn=lambda shape: float(shape["words"]))
+
+
+def _row_read_run(device, seq, cand, shape):
+    """Record a float32 ADD of a per-channel operand (64 rows of ``shape["words"] / 64``)
+    on the row path, read by candidate ``cand``."""
+    n = max(1, int(shape["words"]) // 64)
+    t = TensorDesc(DataType.FLOAT32, (64, n))
+    op = CompiledElementWise(device, ElementWiseAddOperatorDesc(
+        t, TensorDesc(DataType.FLOAT32, (64, n), (1, 0)), t), read=cand.params["read"])
+    decline_unless(op, "read", cand)
+    return record_on_scratch(device, seq, op, t, t, inputs=2)
+
+
+#: The row path's read (an operand constant along rows): "texel4" (the ``VKML_TUNE=off``
+#: default) or "ssbo4", by measurement.
+ROW_READ_PATH = tuning.register_path(
+    "element_wise_row_read", [("texel4", {"read": "texel4"}), ("ssbo4", {"read": "ssbo4"})],
+    "texel4", _read_class, _row_read_run, examples=[{"words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))
 
 
