@@ -274,7 +274,7 @@ def dml_desc(dml, op: str, p: dict, dtype):
     if op == "identity":
         if p["perm"] is None:
             return dml.ElementWiseIdentityOperatorDesc(x, y)
-        packed = _strided(dml, dtype, p["shape"], p["shape"]).strides
+        packed = dml.packed_strides(p["shape"])
         src = T(dtype, tuple(p["out_shape"]), tuple(packed[d] for d in p["perm"]))
         return dml.ElementWiseIdentityOperatorDesc(src, y)
     if op == "join":
