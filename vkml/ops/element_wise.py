@@ -36,6 +36,7 @@ strides are 0 along the broadcast dimensions; nothing is copied to broadcast it.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -310,40 +311,30 @@ def _read_class(shape) -> str:
     return f"flat 4^{(4 * shape['words']).bit_length() // 2}"
 
 
-def _read_run(device, seq, cand, shape):
-    """Record a flat float32 ADD of ``shape`` read by candidate ``cand``."""
-    t = TensorDesc(DataType.FLOAT32, (int(shape["words"]),))
-    op = CompiledElementWise(device, ElementWiseAddOperatorDesc(t, t, t),
+def _timed_add(device, seq, cand, shape, per_channel: bool):
+    """Record a float32 ADD of ``shape["words"]`` elements read by candidate ``cand``:
+    flat, or (``per_channel``) 64 rows with an operand constant along each (the row path)."""
+    n = int(shape["words"])
+    t = TensorDesc(DataType.FLOAT32, (64, max(1, n // 64)) if per_channel else (n,))
+    b = TensorDesc(DataType.FLOAT32, t.sizes, (1, 0)) if per_channel else t
+    op = CompiledElementWise(device, ElementWiseAddOperatorDesc(t, b, t),
                              read=cand.params["read"])
     decline_unless(op, "read", cand)
     return record_on_scratch(device, seq, op, t, t, inputs=2)
 
 
+def _register_read(name: str, per_channel: bool):
+    return tuning.register_path(
+        name, [("texel4", {"read": "texel4"}), ("ssbo4", {"read": "ssbo4"})], "texel4",
+        _read_class, functools.partial(_timed_add, per_channel=per_channel),
+        examples=[{"words": 64 * 56 * 56}], work_fn=lambda shape: float(shape["words"]))
+
+
 #: A flat element-wise operator's read path where texel views can hold its inputs:
 #: "texel4" (the ``VKML_TUNE=off`` default) or "ssbo4", by measurement.
-READ_PATH = tuning.register_path(
-    "element_wise_read", [("texel4", {"read": "texel4"}), ("ssbo4", {"read": "ssbo4"})],
-    "texel4", _read_class, _read_run, examples=[{"words": 64 * 56 * 56}],
-    work_fn=lambda shape: float(shape["words"]))
-
-
-def _row_read_run(device, seq, cand, shape):
-    """Record a float32 ADD of a per-channel operand (64 rows of ``shape["words"] / 64``)
-    on the row path, read by candidate ``cand``."""
-    n = max(1, int(shape["words"]) // 64)
-    t = TensorDesc(DataType.FLOAT32, (64, n))
-    op = CompiledElementWise(device, ElementWiseAddOperatorDesc(
-        t, TensorDesc(DataType.FLOAT32, (64, n), (1, 0)), t), read=cand.params["read"])
-    decline_unless(op, "read", cand)
-    return record_on_scratch(device, seq, op, t, t, inputs=2)
-
-
-#: The row path's read (an operand constant along rows): "texel4" (the ``VKML_TUNE=off``
-#: default) or "ssbo4", by measurement.
-ROW_READ_PATH = tuning.register_path(
-    "element_wise_row_read", [("texel4", {"read": "texel4"}), ("ssbo4", {"read": "ssbo4"})],
-    "texel4", _read_class, _row_read_run, examples=[{"words": 64 * 56 * 56}],
-    work_fn=lambda shape: float(shape["words"]))
+READ_PATH = _register_read("element_wise_read", per_channel=False)
+#: The row path's read (an operand constant along rows): the same choice, measured apart.
+ROW_READ_PATH = _register_read("element_wise_row_read", per_channel=True)
 
 
 # -- functional forms --------------------------------------------------------------------
