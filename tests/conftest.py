@@ -26,8 +26,6 @@ import pytest
 import vkml
 from vkml import runtime
 
-from helpers import slow
-
 
 def _session_log() -> str:
     """A fresh file for this session's child processes' validation messages (set before
@@ -104,6 +102,8 @@ def speed(device) -> float:
 @pytest.fixture(scope="session")
 def budget(speed) -> int:
     """How many randomized cases a test may afford on this device (fast device: many)."""
+    from helpers import slow
+
     return 8 if slow(speed) else 40
 
 
