@@ -28,28 +28,18 @@
 // vkml:variant pooling_rows_u32 INT_BITS=32
 // vkml:variant pooling_rows_i64 INT64=1 SIGNED=1
 // vkml:variant pooling_rows_u64 INT64=1
-// vkml:variant pooling_rows_f32_texel4 F32=1 TEXEL4=1
 // vkml:variant pooling_rows_f32_w3s2d1 F32=1 BW=3u BS=2u BL=1u
 // vkml:variant pooling_rows_f32_w3s2d1_texel F32=1 TEXEL=1 BW=3u BS=2u BL=1u
-// vkml:variant pooling_rows_f32_w3s2d1_texel4 F32=1 TEXEL4=1 BW=3u BS=2u BL=1u
 // vkml:variant pooling_rows_f32_w2s2d1 F32=1 BW=2u BS=2u BL=1u
 // vkml:variant pooling_rows_f32_w2s2d1_texel F32=1 TEXEL=1 BW=2u BS=2u BL=1u
-// vkml:variant pooling_rows_f32_w2s2d1_texel4 F32=1 TEXEL4=1 BW=2u BS=2u BL=1u
 // vkml:variant pooling_rows_f32_w3s1d1 F32=1 BW=3u BS=1u BL=1u
 // vkml:variant pooling_rows_f32_w3s1d1_texel F32=1 TEXEL=1 BW=3u BS=1u BL=1u
-// vkml:variant pooling_rows_f32_w3s1d1_texel4 F32=1 TEXEL4=1 BW=3u BS=1u BL=1u
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_elem.glsl"
 #define VKML_WINDOW_DIMS 3
 #include "vkml_window.glsl"
 
-#if defined(TEXEL4)
-// float32 of unit last stride through an RGBA32F uniform texel buffer: a window row's
-// inputs as aligned 4-element texels shifted into place (lavapipe fetches a texel per lane
-// in one instruction, R32F or RGBA32F alike)
-layout(set = 0, binding = 0) uniform samplerBuffer Xt;
-#define XLOAD(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
-#elif defined(TEXEL)
+#ifdef TEXEL
 // float32 through an R32F uniform texel buffer: lavapipe vectorizes texel reads and
 // runs storage-buffer reads one lane at a time (docs/DEVELOPING.md)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;
@@ -68,7 +58,6 @@ layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 in_size;                // spatial sizes
     ivec4 start;                  // StartPadding (after safe_geometry)
     float divisor;                // INCLUDE_PADDING: the window's element count
-    uint in_texels;               // TEXEL4: 4-element texels bound
 };
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
@@ -100,10 +89,6 @@ const uint KO = W0 * W1 * W2 / WL;    // window rows: positions of the outer dim
 const uint T = SL * (VV - 1u) + LL * (WL - 1u) + 1u;   // inputs of a window row
 const uint TR = T <= 32u ? T : 32u;   // the host keeps T <= 32; this bounds the arrays
 
-#ifdef TEXEL4
-VKML_SHIFT4(vec4)
-#endif
-
 uint base;
 VAL best[8];
 float sum[8], cnt[8];
@@ -133,25 +118,6 @@ void window_row(uint ko, uint used) {
     uint off;
     bool row_ok = outer_row(ko, off);
     int i0 = int(coord[LAST] * SL) - start[D - 1];
-#ifdef TEXEL4
-    int e0 = int(off) + i0;
-    int q = e0 >> 2, last = int(in_texels) - 1;
-    uint sh = uint(e0) & 3u;
-    vec4 prev = texelFetch(Xt, clamp(q, 0, last));
-    [[unroll]] for (uint n = 0u; n < (TR + 3u) / 4u; n++) {
-        vec4 next = texelFetch(Xt, clamp(q + int(n) + 1, 0, last));
-        vec4 r = shift4(prev, next, sh);
-        [[unroll]] for (uint c = 0u; c < 4u; c++) {
-            uint t = 4u * n + c;
-            bool ok = row_ok && uint(i0 + int(t)) < in_size[D - 1] && t < used;
-            if (t < TR) {
-                row[t] = ok ? r[c] : (MODE == 0 ? ELOWEST : EZERO);
-                row_in[t] = ok ? 1.0 : 0.0;
-            }
-        }
-        prev = next;
-    }
-#else
     [[unroll]] for (uint t = 0u; t < TR; t++) {
         int i = i0 + int(t);
         bool ok = row_ok && uint(i) < in_size[D - 1] && t < used;
@@ -159,7 +125,6 @@ void window_row(uint ko, uint used) {
         row[t] = ok ? v : (MODE == 0 ? ELOWEST : EZERO);
         row_in[t] = ok ? 1.0 : 0.0;
     }
-#endif
     [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
         [[unroll]] for (uint j = 0u; j < VV; j++) {
             VAL v = row[SL * j + LL * kl];

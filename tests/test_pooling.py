@@ -586,11 +586,11 @@ def test_fuzz_pooling(device, speed):
     check()
 
 
-@pytest.mark.parametrize("read", ["texel", "ssbo", "texel4"])
+@pytest.mark.parametrize("read", ["texel", "ssbo"])
 def test_read_paths(device, read):
-    """float32 through an R32F texel buffer (the one-output kernel's rule where the input
-    fits maxTexelBufferElements), RGBA32F texels (the rows kernel's rule: average here)
-    and from a storage buffer, max with indices and average; "texel" and "ssbo" forced."""
+    """float32 through an R32F texel buffer (the rule where the input fits
+    maxTexelBufferElements) and from a storage buffer (forced), max with indices and
+    average."""
     from vkml.ops.pooling import CompiledPooling
 
     rng = np.random.default_rng(31)
@@ -603,9 +603,8 @@ def test_read_paths(device, read):
                                              geo[2]),
                  dml.AveragePooling1OperatorDesc(T("float32", x.shape), T("float32", out),
                                                  geo[1], geo[0], geo[3], geo[4], geo[2], True)):
-        op = CompiledPooling(device, desc, read=None if read == "texel4" else read)
-        indices = len(desc.outputs()) == 2
-        assert op.read == ("texel" if read == "texel4" and indices else read)
+        op = CompiledPooling(device, desc, read=None if read == "texel" else read)
+        assert op.read == read
         outs = [device.empty(o.sizes, o.data_type.numpy) for o in desc.outputs()]
         op.execute([device.tensor(x)], outs)
         op.release()
@@ -649,7 +648,7 @@ def _rows_case(rng, dims):
 def test_rows_kernel_against_numpy(device, budget, dims, dtype):
     """The rows kernel (the rule without indices) against the reference and against the
     one-output kernel ("general", forced): random geometries with dilations, padding and
-    strides, every type for max, floats for average with either divisor, the three reads of
+    strides, every type for max, floats for average with either divisor, both reads of
     float32."""
     T = dml.TensorDesc
     rng = np.random.default_rng(dims * 1000 + len(dtype) * 7 + INT_TYPES.count(dtype))
@@ -660,7 +659,7 @@ def test_rows_kernel_against_numpy(device, budget, dims, dtype):
         if dtype in ("float32", "float16") and case % 2:
             x.flat[rng.integers(0, x.size, 3)] = np.nan
         out = shape[:2] + tuple(window_counts(shape[2:], window, strides, dil, start, end))
-        read = (None, "texel", "ssbo")[case % 3]     # None: texel4 where it may
+        read = "ssbo" if case % 3 == 2 else None
         max_desc = dml.MaxPooling2OperatorDesc(T(dtype, shape), T(dtype, out), None, strides,
                                                window, start, end, dil)
         want = max_reference(x, window, strides, dil, start, end)[0]

@@ -54,9 +54,8 @@ ROW_GEOMETRIES = ((3, 2, 1), (2, 2, 1), (3, 1, 1))
 VARIANTS.update(dict.fromkeys(
     ["pooling_rows_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
                                    "u16", "i32", "u32", "i64", "u64")]
-    + ["pooling_rows_f32_texel4"]
     + [f"pooling_rows_f32_w{w}s{s}d{d}{t}" for w, s, d in ROW_GEOMETRIES
-       for t in ("", "_texel", "_texel4")],
+       for t in ("", "_texel")],
     BOX_CONSTANTS + ("V", "POOL_VSTORE", "POOL_MODE", "POOL_INCLUDE_PADDING", "POOL_UNROLL")
     + geometry_names(KERNEL_SPATIAL)))
 #: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
@@ -103,9 +102,7 @@ class CompiledPooling(PathBoxKernel):
     else "general"; "window": the same without the reduction (tests compare the two);
     "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
     input from a storage buffer even where "texel" (float32 through an R32F uniform texel
-    buffer, the rule where the whole tensor fits maxTexelBufferElements) or "texel4" (the
-    rows kernel's rule before it: :meth:`_choose_read`) is possible; "texel" forces the
-    R32F texels over "texel4"."""
+    buffer, the rule where the whole tensor fits maxTexelBufferElements) is possible."""
 
     inner: CompiledReduce | None = None
 
@@ -149,7 +146,7 @@ class CompiledPooling(PathBoxKernel):
         self._check_indices(idx, src)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
-        self.apply_read(self._choose_read())
+        self.apply_read(texel_read(self, self.force_read))
         self.params = self.upload(self._params(idx))
         # what binding 3 holds without indices: a buffer of its own (the kernel declares
         # it writable; bound beside the parameters it would be a read-write hazard)
@@ -172,18 +169,6 @@ class CompiledPooling(PathBoxKernel):
                 "maxStorageBufferRange"]:
             raise UnsupportedError("maxStorageBufferRange", "the indices tensor is bound "
                                    "whole and exceeds the device's binding range")
-
-    def _choose_read(self) -> str:
-        """"texel4" (the rows kernel, float32 of unit last stride: RGBA32F texels, a window
-        row's inputs four at a time) where the whole input fits maxTexelBufferElements
-        texels and ``force_read`` is None, "auto" or "texel4"; else the texel rule
-        (:func:`.reduce.texel_read`), "ssbo" where forced."""
-        texel4 = (self.path == "rows" and self.windows is None and self.in_strides[-1] == 1
-                  and self.desc.input_tensor.data_type == DataType.FLOAT32
-                  and ceil_div(self.in_bytes, 16) <= self.ctx.limits["maxTexelBufferElements"])
-        if texel4 and self.force_read in (None, "auto", "texel4"):
-            return "texel4"
-        return texel_read(self, None if self.force_read == "texel4" else self.force_read)
 
     def row_inputs(self, v: int) -> int:
         """T: inputs of one window row along the last dimension for v outputs."""
@@ -214,8 +199,7 @@ class CompiledPooling(PathBoxKernel):
                       in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
                       divisor=divisor)
         if self.path == "rows":
-            return np.frombuffer(pack(self.kernel, "Params", **common,
-                                      in_texels=self.in_bind // 16), np.uint8)
+            return np.frombuffer(pack(self.kernel, "Params", **common), np.uint8)
         return np.frombuffer(pack(
             self.kernel, "Params", **common,
             in_packed=words8(packed_strides(self.in_sizes)),
