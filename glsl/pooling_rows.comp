@@ -7,10 +7,6 @@
 // each read once into `row` and reused by the V outputs (T <= 32: the host picks V).  The
 // window geometry is specialization constants, so the window row and the V outputs unroll
 // (lavapipe and SwiftShader unroll only what is constant) and the index arithmetic folds.
-// SwiftShader unrolls only compile-time constants (docs/DEVELOPING.md): the variants with
-// a geometry suffix (w<W>s<S>d<L>) have the last dimension's window, stride and
-// dilation compile-time and V = 8; the flags are frozen on the host (POOL_* in
-// vkml/runtime/pipelines.py FROZEN_CONSTANTS: SwiftShader runs both sides of a branch).
 //   MODE 0 (max): padded cells are the lowest value (they never win; a window wholly in
 //          the padding gives it); a NaN beats every number (EGT).
 //   MODE 1 (average, float types): the float32 sum of the cells inside the input divided
@@ -28,12 +24,6 @@
 // vkml:variant pooling_rows_u32 INT_BITS=32
 // vkml:variant pooling_rows_i64 INT64=1 SIGNED=1
 // vkml:variant pooling_rows_u64 INT64=1
-// vkml:variant pooling_rows_f32_w3s2d1 F32=1 BW=3u BS=2u BL=1u
-// vkml:variant pooling_rows_f32_w3s2d1_texel F32=1 TEXEL=1 BW=3u BS=2u BL=1u
-// vkml:variant pooling_rows_f32_w2s2d1 F32=1 BW=2u BS=2u BL=1u
-// vkml:variant pooling_rows_f32_w2s2d1_texel F32=1 TEXEL=1 BW=2u BS=2u BL=1u
-// vkml:variant pooling_rows_f32_w3s1d1 F32=1 BW=3u BS=1u BL=1u
-// vkml:variant pooling_rows_f32_w3s1d1_texel F32=1 TEXEL=1 BW=3u BS=1u BL=1u
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_elem.glsl"
 #define VKML_WINDOW_DIMS 3
@@ -64,29 +54,20 @@ layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 4 or 5: N, C, 2 or 3 spatial
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
 layout(constant_id = 21) const uint V = 1u;      // outputs of the last dimension per invocation
-layout(constant_id = 22) const bool POOL_VSTORE = false;  // float32, V = 4 or 8 as vec4s
-layout(constant_id = 24) const int POOL_MODE = 0;          // 0 max, 1 average
-layout(constant_id = 25) const bool POOL_INCLUDE_PADDING = false;
-layout(constant_id = 26) const bool POOL_UNROLL = false;   // few window rows: unrolled too
-#define MODE POOL_MODE
+layout(constant_id = 22) const bool VEC_STORE = false;   // float32, V = 4 or 8 as vec4s
+layout(constant_id = 24) const int MODE = 0;              // 0 max, 1 average
+layout(constant_id = 25) const bool INCLUDE_PADDING = false;
+layout(constant_id = 26) const bool UNROLL_ROWS = false;  // few window rows: unrolled too
 
 #define VKML_BOX_COORD
 #include "vkml_box.glsl"
 const int D = RANK - 2;
 const int LAST = RANK - 1;
-#ifdef BW
-const uint WL = BW;                   // the host sets the same W, S, L constants
-const uint SL = BS;
-const uint LL = BL;
-const uint VV = 8u;                   // and V = 8
-#else
 const uint WL = RANK == 4 ? W1 : W2;  // the last spatial dimension's window,
 const uint SL = RANK == 4 ? S1 : S2;  // stride
 const uint LL = RANK == 4 ? L1 : L2;  // and dilation
-#define VV V
-#endif
 const uint KO = W0 * W1 * W2 / WL;    // window rows: positions of the outer dimensions
-const uint T = SL * (VV - 1u) + LL * (WL - 1u) + 1u;   // inputs of a window row
+const uint T = SL * (V - 1u) + LL * (WL - 1u) + 1u;   // inputs of a window row
 const uint TR = T <= 32u ? T : 32u;   // the host keeps T <= 32; this bounds the arrays
 
 uint base;
@@ -102,9 +83,8 @@ bool outer_row(uint ko, out uint off) {
     off = base;
     bool ok = true;
     [[unroll]] for (int d = D - 2; d >= 0; d--) {
-        // the outermost: rem < its window (no division: SwiftShader divides per lane)
-        uint k = d == 0 ? rem : rem % win(d);
-        rem = d == 0 ? 0u : rem / win(d);
+        uint k = rem % win(d);
+        rem /= win(d);
         int i = int(coord[2 + d] * stride(d) + k * dil(d)) - start[d];
         ok = ok && uint(i) < in_size[d];
         off += uint(i) * AT(in_stride, 2 + d);
@@ -126,7 +106,7 @@ void window_row(uint ko, uint used) {
         row_in[t] = ok ? 1.0 : 0.0;
     }
     [[unroll]] for (uint kl = 0u; kl < WL; kl++) {
-        [[unroll]] for (uint j = 0u; j < VV; j++) {
+        [[unroll]] for (uint j = 0u; j < V; j++) {
             VAL v = row[SL * j + LL * kl];
             if (MODE == 0) best[j] = EGT(v, best[j]) ? v : best[j];
 #ifdef E_FLOAT
@@ -142,7 +122,7 @@ void window_row(uint ko, uint used) {
 void main() {
     if (box_outside()) return;
     box_coord();
-    uint count = min(VV, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);
+    uint count = min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);
     base = coord[0] * in_stride[0].x + coord[1] * in_stride[0].y - in_base;
     [[unroll]] for (uint j = 0u; j < 8u; j++) {
         best[j] = ELOWEST;
@@ -150,7 +130,7 @@ void main() {
         cnt[j] = 0.0;
     }
     uint used = SL * (count - 1u) + LL * (WL - 1u) + 1u;
-    if (POOL_UNROLL) {
+    if (UNROLL_ROWS) {
         [[unroll]] for (uint ko = 0u; ko < KO; ko++) window_row(ko, used);
     } else {
         for (uint ko = 0u; ko < KO; ko++) window_row(ko, used);
@@ -160,21 +140,21 @@ void main() {
     o -= out_base;
 #ifdef E_FLOAT
     float r[8];
-    [[unroll]] for (uint j = 0u; j < VV; j++) {
-        float avg = POOL_INCLUDE_PADDING ? sum[j] / divisor
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        float avg = INCLUDE_PADDING ? sum[j] / divisor
                                     : (cnt[j] == 0.0 ? 0.0 : sum[j] / cnt[j]);
         r[j] = MODE == 1 ? avg : best[j];
     }
 #ifdef F32
-    if (POOL_VSTORE && count == VV) {    // V = 4 or 8, o a multiple of 4
+    if (VEC_STORE && count == V) {    // V = 4 or 8, o a multiple of 4
         y4[o >> 2] = vec4(r[0], r[1], r[2], r[3]);
-        if (VV == 8u) y4[(o >> 2) + 1u] = vec4(r[4], r[5], r[6], r[7]);
+        if (V == 8u) y4[(o >> 2) + 1u] = vec4(r[4], r[5], r[6], r[7]);
         return;
     }
 #endif
 #endif
     uint ostep = AT(out_stride, LAST);
-    [[unroll]] for (uint j = 0u; j < VV; j++) {
+    [[unroll]] for (uint j = 0u; j < V; j++) {
         if (j < count) {
 #ifdef E_FLOAT
             ESTORE(y, o + j * ostep, r[j]);

@@ -48,15 +48,10 @@ VARIANTS = dict.fromkeys(
     BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
 #: Spatial dimensions glsl/pooling_rows.comp declares window constants for.
 KERNEL_SPATIAL = 3
-#: "rows": last-dimension geometries (window, stride, dilation) with float32 variants of
-#: their own, compiled with them constant and V = 8 (SwiftShader unrolls nothing else).
-ROW_GEOMETRIES = ((3, 2, 1), (2, 2, 1), (3, 1, 1))
 VARIANTS.update(dict.fromkeys(
     ["pooling_rows_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
-                                   "u16", "i32", "u32", "i64", "u64")]
-    + [f"pooling_rows_f32_w{w}s{s}d{d}{t}" for w, s, d in ROW_GEOMETRIES
-       for t in ("", "_texel")],
-    BOX_CONSTANTS + ("V", "POOL_VSTORE", "POOL_MODE", "POOL_INCLUDE_PADDING", "POOL_UNROLL")
+                                   "u16", "i32", "u32", "i64", "u64")],
+    BOX_CONSTANTS + ("V", "VEC_STORE", "MODE", "INCLUDE_PADDING", "UNROLL_ROWS")
     + geometry_names(KERNEL_SPATIAL)))
 #: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
 #: row array) and the most window rows whose loop it unrolls.
@@ -132,12 +127,6 @@ class CompiledPooling(PathBoxKernel):
         self.path = "rows" if rows and self.force_path != "general" else "general"
         self.kernel = element_variant(
             "pooling_rows" if self.path == "rows" else "pooling", src.data_type, self.features)
-        geometry = (self.win[-1], self.strides[-1], self.dil[-1])
-        self.fixed_v = (self.path == "rows" and src.data_type == DataType.FLOAT32
-                        and geometry in ROW_GEOMETRIES)
-        if self.fixed_v:        # its V = 8 counts along the last dimension only
-            self.kernel += "_w{}s{}d{}".format(*geometry)
-            self.x_last_only = True
         outer = math.prod(self.win[:-1])
         # "rows": the window-row loop (its header runs once more, at the exit), the row
         # unrolled; "general": every window position
@@ -151,15 +140,14 @@ class CompiledPooling(PathBoxKernel):
         # what binding 3 holds without indices: a buffer of its own (the kernel declares
         # it writable; bound beside the parameters it would be a read-write hazard)
         self.no_indices = self.scratch(16) if idx is None and self.path == "general" else None
-        inc = int(bool(getattr(d, "include_padding", False)))
+        self.consts = {"RANK": self.rank, "MODE": self.mode,
+                       "INCLUDE_PADDING": int(bool(getattr(d, "include_padding", False)))}
         if self.path == "rows":
             self.vec = 8
-            self.consts = {"RANK": self.rank, "POOL_MODE": self.mode,
-                           "POOL_INCLUDE_PADDING": inc, "POOL_UNROLL": int(outer <= UNROLL_ROWS),
-                           **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+            self.consts |= {"UNROLL_ROWS": int(outer <= UNROLL_ROWS),
+                            **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
         else:
-            self.consts = {"RANK": self.rank, "MODE": self.mode, "INCLUDE_PADDING": inc,
-                           "INDICES": 0 if idx is None else idx.data_type.size // 4}
+            self.consts["INDICES"] = 0 if idx is None else idx.data_type.size // 4
 
     def _check_indices(self, idx, src) -> None:
         """Refuse indices the kernel cannot number or bind."""
@@ -179,8 +167,6 @@ class CompiledPooling(PathBoxKernel):
         their window row fits :data:`ROW_INPUTS`, else 1; "general": 1."""
         if self.path != "rows":
             return 1
-        if self.fixed_v:        # the geometry variants: V = 8 compile-time (tails masked)
-            return 8
         return next((v for v in (8, 4) if extent[-1] >= v
                      and self.row_inputs(v) <= ROW_INPUTS), 1)
 
@@ -218,7 +204,7 @@ class CompiledPooling(PathBoxKernel):
         f32 = self.desc.input_tensor.data_type == DataType.FLOAT32
 
         def pipeline_for(lx, ly, xdims, v, vec_store):
-            extra = ({"V": v, "POOL_VSTORE": int(vec_store and f32)}
+            extra = ({"V": v, "VEC_STORE": int(vec_store and f32)}
                      if self.path == "rows" else {})
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "XDIMS": xdims, **extra, **self.consts})

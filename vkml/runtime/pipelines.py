@@ -39,10 +39,8 @@ from .vk import ffi, lib
 #: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp);
 #: ``ROWS_FULL``, ``ROWS_BL``, ``ROWS_BR`` pick the texel components of the padding rows
 #: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen.
-#: ``POOL_*`` select code in max/average pooling's rows kernel (glsl/pooling_rows.comp).
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "WINO_XO", "ROWS_FULL", "ROWS_BL",
-                    "ROWS_BR", "POOL_MODE", "POOL_INCLUDE_PADDING", "POOL_UNROLL",
-                    "POOL_VSTORE")
+                    "ROWS_BR")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
