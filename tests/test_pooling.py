@@ -614,3 +614,97 @@ def test_read_paths(device, read):
             np.testing.assert_array_equal(outs[1].numpy(), want_idx)
         else:
             assert_mean_close(outs[0].numpy(), *average_reference(x, *geo, True), "float32")
+
+
+# -- the "rows" kernel (glsl/pooling_rows.comp) -------------------------------------------
+def _run_path(device, desc, x, path, read=None):
+    """Run ``desc`` on ``x`` with CompiledPooling forced to ``path``: (op.path, outputs)."""
+    from vkml.ops.pooling import CompiledPooling
+
+    op = CompiledPooling(device, desc, path=path, read=read)
+    outs = [device.empty(o.sizes, o.data_type.numpy) for o in desc.outputs()]
+    op.execute([device.tensor(x)], outs)
+    op.release()
+    return op.path, [o.numpy() for o in outs]
+
+
+def _rows_case(rng, dims):
+    """A geometry whose last window row fits the rows kernel (T <= 32 for one output),
+    rows of 1 to about 30 outputs (V = 8, 4 and 1, tails)."""
+    window = [int(rng.integers(1, 4)) for _ in range(dims - 1)] + [int(rng.integers(1, 7))]
+    strides = [int(rng.integers(1, 4)) for _ in range(dims)]
+    dil = [int(rng.integers(1, 3)) for _ in range(dims - 1)] + [int(rng.integers(1, 4))]
+    start = [int(rng.integers(0, 3)) for _ in range(dims)]
+    end = [int(rng.integers(0, 3)) for _ in range(dims)]
+    lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
+    spatial = [int(rng.integers(l, l + 6)) for l in lo[:-1]] + [int(rng.integers(lo[-1],
+                                                                                lo[-1] + 40))]
+    return (int(rng.integers(1, 3)), int(rng.integers(1, 3)), *spatial), (
+        window, strides, dil, start, end)
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float16"] + INT_TYPES)
+def test_rows_kernel_against_numpy(device, budget, dims, dtype):
+    """The rows kernel (the rule without indices) against the reference and against the
+    one-output kernel ("general", forced): random geometries with dilations, padding and
+    strides, every type for max, floats for average with either divisor, both reads of
+    float32."""
+    T = dml.TensorDesc
+    rng = np.random.default_rng(dims * 1000 + len(dtype) * 7 + INT_TYPES.count(dtype))
+    for case in range(max(2, budget // 4)):
+        shape, geo = _rows_case(rng, dims)
+        window, strides, dil, start, end = geo
+        x = random_input(rng, shape, dtype)
+        if dtype in ("float32", "float16") and case % 2:
+            x.flat[rng.integers(0, x.size, 3)] = np.nan
+        out = shape[:2] + tuple(window_counts(shape[2:], window, strides, dil, start, end))
+        read = "ssbo" if case % 3 == 2 else None
+        max_desc = dml.MaxPooling2OperatorDesc(T(dtype, shape), T(dtype, out), None, strides,
+                                               window, start, end, dil)
+        want = max_reference(x, window, strides, dil, start, end)[0]
+        for path in ("window", "general"):
+            got_path, (got,) = _run_path(device, max_desc, x, path, read)
+            assert got_path == ("rows" if path == "window" else "general")
+            np.testing.assert_array_equal(got, want)
+        if dtype not in ("float32", "float16"):
+            continue
+        inc = bool(case % 2)
+        avg_desc = dml.AveragePooling1OperatorDesc(T(dtype, shape), T(dtype, out), strides,
+                                                   window, start, end, dil, inc)
+        got_path, (got,) = _run_path(device, avg_desc, np.abs(x), "window", read)
+        assert got_path == "rows"
+        ref, mag = average_reference(np.abs(x), window, strides, dil, start, end, inc)
+        nan = np.isnan(ref)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        assert_mean_close(np.where(nan, 0, got), np.where(nan, 0, ref), np.where(nan, 0, mag),
+                          dtype)
+
+
+def test_rows_kernel_choice_and_windows(device):
+    """Indices and a window row past 32 inputs take the one-output kernel; the rows kernel
+    over windows past a small maxStorageBufferRange (binding windows cut its rows: the
+    inputs past the box's last output are not read) and wide rows (V = 8, tails)."""
+    T = dml.TensorDesc
+    x = np.random.default_rng(5).standard_normal((1, 2, 5, 40)).astype(np.float32)
+    long_row = dml.MaxPooling2OperatorDesc(T("float32", x.shape), T("float32", (1, 2, 5, 7)),
+                                           None, (1, 1), (1, 12), (0, 0), (0, 0), (1, 3))
+    got_path, (got,) = _run_path(device, long_row, x, None)
+    assert got_path == "general"
+    np.testing.assert_array_equal(got, max_reference(x, (1, 12), (1, 1), (1, 3), (0, 0),
+                                                     (0, 0))[0])
+    rng = np.random.default_rng(17)
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 2048}) as small:
+        for dims in (2, 3):
+            for _ in range(3):
+                shape, (window, strides, dil, start, end) = _rows_case(rng, dims)
+                shape = shape[:-1] + (shape[-1] + 60,)
+                x = rng.standard_normal(shape).astype(np.float32)
+                got = vkml.max_pooling(x, window, strides=strides, start_padding=start,
+                                       end_padding=end, dilations=dil, device=small)
+                np.testing.assert_array_equal(
+                    got, max_reference(x, window, strides, dil, start, end)[0])
+                got = vkml.average_pooling(x, window, strides=strides, start_padding=start,
+                                           end_padding=end, dilations=dil, device=small)
+                assert_mean_close(got, *average_reference(x, window, strides, dil, start,
+                                                          end, False), "float32")

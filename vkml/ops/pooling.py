@@ -1,13 +1,18 @@
 """Max and average pooling: ``DML_MAX_POOLING(1,2)_OPERATOR_DESC``,
 ``DML_AVERAGE_POOLING(1)_OPERATOR_DESC``, ``vkml.max_pooling`` and ``vkml.average_pooling``.
 
-Kernel: ``glsl/pooling.comp``, one invocation per output element over its (dilated)
-window, one variant per element type (glsl/include/vkml_elem.glsl: floats in float32,
-integers through 32-bit words, so every type runs on every device), the mode, padding rule
-and indices specialization constants, the window geometry parameters (one pipeline per
-type, rank and mode: windows as constants unrolled and took lavapipe 1-2 s each to
-compile); float32 is read through an R32F texel buffer where the whole input fits one
-(:func:`.reduce.texel_read`).  The grid and windows past ``maxStorageBufferRange`` come from :class:`.grid.BoxKernel`.
+Kernels: ``glsl/pooling_rows.comp`` ("rows", the rule where no indices are asked for and
+a window row's inputs fit registers): an invocation computes V (8, 4 or 1) neighbouring
+outputs of the last dimension, reading each window row's T = S*(V-1) + L*(W-1) + 1
+inputs once and reusing them across the V outputs, the window geometry specialization
+constants (its loops unroll).  ``glsl/pooling.comp`` ("general": the indices output and
+longer window rows): one invocation per output element over its (dilated) window, the
+geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
+element type (glsl/include/vkml_elem.glsl: floats in float32, integers through 32-bit
+words, so every type runs on every device), the mode, padding rule and indices
+specialization constants; float32 is read through an R32F texel buffer where the whole
+input fits one (:func:`.reduce.texel_read`).  The grid and windows past
+``maxStorageBufferRange`` come from :class:`.grid.BoxKernel`.
 A window covering the whole unpadded input (global pooling) without indices runs as
 the reduction (:class:`.reduce.CompiledReduce`, AVERAGE or MAX over the spatial axes).
 """
@@ -28,7 +33,7 @@ from ..errors import UnsupportedError, ValidationError
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
-from .fold import safe_geometry, window_in_span
+from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from .functional import as_array, pick_device, run
 from .grid import BOX_CONSTANTS, PathBoxKernel, words8
 from ..intmath import ceil_div
@@ -41,6 +46,17 @@ VARIANTS = dict.fromkeys(
     ["pooling_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
                               "u16", "i32", "u32", "i64", "u64")],
     BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
+#: Spatial dimensions glsl/pooling_rows.comp declares window constants for.
+KERNEL_SPATIAL = 3
+VARIANTS.update(dict.fromkeys(
+    ["pooling_rows_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
+                                   "u16", "i32", "u32", "i64", "u64")],
+    BOX_CONSTANTS + ("V", "VEC_STORE", "MODE", "INCLUDE_PADDING", "UNROLL_ROWS")
+    + geometry_names(KERNEL_SPATIAL)))
+#: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
+#: row array) and the most window rows whose loop it unrolls.
+ROW_INPUTS = 32
+UNROLL_ROWS = 8
 #: Loop iterations one invocation may run: lavapipe ends its loops after 65535 iterations
 #: in all (counted over every loop of the invocation), without an error.
 MAX_WINDOW = 65535
@@ -76,11 +92,12 @@ def packed_strides(sizes) -> list[int]:
 class CompiledPooling(PathBoxKernel):
     """Max or average pooling on this device: see the module doc.
 
-    ``force_path`` (``path=``): None, global pooling runs as the reduction; "window":
-    always the window kernel (tests compare the two).  ``force_read`` (``read=``):
-    "ssbo" reads the input from a storage buffer even where "texel" (float32 through an
-    R32F uniform texel buffer, the rule where the whole tensor fits
-    maxTexelBufferElements) is possible."""
+    ``force_path`` (``path=``): None, global pooling runs as the reduction, other windows
+    "rows" where it may (no indices, a window row of at most :data:`ROW_INPUTS` inputs),
+    else "general"; "window": the same without the reduction (tests compare the two);
+    "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
+    input from a storage buffer even where "texel" (float32 through an R32F uniform texel
+    buffer, the rule where the whole tensor fits maxTexelBufferElements) is possible."""
 
     inner: CompiledReduce | None = None
 
@@ -89,12 +106,12 @@ class CompiledPooling(PathBoxKernel):
         src, dst = d.input_tensor, d.output_tensor
         self.mode = 0 if isinstance(d, _MAX) else 1
         idx = d.indices_tensor
-        if self._is_global() and idx is None and self.force_path != "window":
+        if self._is_global() and idx is None and self.force_path not in ("window", "general"):
             fn = ReduceFunction.MAX if self.mode == 0 else ReduceFunction.AVERAGE
             axes = tuple(range(2, src.dimension_count))
+            self.path = "reduce"
             self.inner = CompiledReduce(self.device, ReduceOperatorDesc(fn, src, dst, axes))
             return
-        self.kernel = element_variant("pooling", src.data_type, self.features)
         self.in_esize = self.out_esize = src.data_type.size
         self.in_bytes = self.in_bind = src.total_tensor_size_in_bytes
         self.out_bytes = dst.total_tensor_size_in_bytes
@@ -106,23 +123,52 @@ class CompiledPooling(PathBoxKernel):
         self.win, self.strides, self.dil, self.start = safe_geometry(
             d, src.sizes[2:], dst.sizes[2:], d.window_size, d.strides, d.dilation_values,
             d.start_padding, shrink_window=True)
-        require_small_window(self.win, math.prod(self.win))
-        if idx is not None and math.prod(src.sizes) >= 1 << 32:
-            raise UnsupportedError("indices", "vkml numbers the input's elements in 32 bits")
-        if idx is not None and idx.total_tensor_size_in_bytes > self.ctx.limits[
-                "maxStorageBufferRange"]:
-            raise UnsupportedError("maxStorageBufferRange", "the indices tensor is bound "
-                                   "whole and exceeds the device's binding range")
+        rows = idx is None and self.row_inputs(1) <= ROW_INPUTS
+        self.path = "rows" if rows and self.force_path != "general" else "general"
+        self.kernel = element_variant(
+            "pooling_rows" if self.path == "rows" else "pooling", src.data_type, self.features)
+        outer = math.prod(self.win[:-1])
+        # "rows": the window-row loop (its header runs once more, at the exit), the row
+        # unrolled; "general": every window position
+        require_small_window(self.win, outer + 1 if self.path == "rows"
+                             else math.prod(self.win))
+        self._check_indices(idx, src)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
         self.apply_read(texel_read(self, self.force_read))
         self.params = self.upload(self._params(idx))
         # what binding 3 holds without indices: a buffer of its own (the kernel declares
         # it writable; bound beside the parameters it would be a read-write hazard)
-        self.no_indices = self.scratch(16) if idx is None else None
+        self.no_indices = self.scratch(16) if idx is None and self.path == "general" else None
         self.consts = {"RANK": self.rank, "MODE": self.mode,
-                       "INCLUDE_PADDING": int(bool(getattr(d, "include_padding", False))),
-                       "INDICES": 0 if idx is None else idx.data_type.size // 4}
+                       "INCLUDE_PADDING": int(bool(getattr(d, "include_padding", False)))}
+        if self.path == "rows":
+            self.vec = 8
+            self.consts |= {"UNROLL_ROWS": int(outer <= UNROLL_ROWS),
+                            **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+        else:
+            self.consts["INDICES"] = 0 if idx is None else idx.data_type.size // 4
+
+    def _check_indices(self, idx, src) -> None:
+        """Refuse indices the kernel cannot number or bind."""
+        if idx is not None and math.prod(src.sizes) >= 1 << 32:
+            raise UnsupportedError("indices", "vkml numbers the input's elements in 32 bits")
+        if idx is not None and idx.total_tensor_size_in_bytes > self.ctx.limits[
+                "maxStorageBufferRange"]:
+            raise UnsupportedError("maxStorageBufferRange", "the indices tensor is bound "
+                                   "whole and exceeds the device's binding range")
+
+    def row_inputs(self, v: int) -> int:
+        """T: inputs of one window row along the last dimension for v outputs."""
+        return self.strides[-1] * (v - 1) + self.dil[-1] * (self.win[-1] - 1) + 1
+
+    def vector_width(self, origin, extent, out_base) -> int:
+        """"rows": 8 or 4 outputs an invocation where the box's last extent has them and
+        their window row fits :data:`ROW_INPUTS`, else 1; "general": 1."""
+        if self.path != "rows":
+            return 1
+        return next((v for v in (8, 4) if extent[-1] >= v
+                     and self.row_inputs(v) <= ROW_INPUTS), 1)
 
     def _is_global(self) -> bool:
         """The window covers the whole unpadded input (one output per plane)."""
@@ -135,14 +181,17 @@ class CompiledPooling(PathBoxKernel):
     def _params(self, idx) -> np.ndarray:
         n = self.rank - 2
         divisor = float(math.prod(self.desc.window_size))
+        common = dict(out_stride=words8(self.box_out_strides), in_stride=words8(self.in_strides),
+                      in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
+                      divisor=divisor)
+        if self.path == "rows":
+            return np.frombuffer(pack(self.kernel, "Params", **common), np.uint8)
         return np.frombuffer(pack(
-            self.kernel, "Params", out_stride=words8(self.box_out_strides),
-            in_stride=words8(self.in_strides),
-            in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
+            self.kernel, "Params", **common,
             in_packed=words8(packed_strides(self.in_sizes)),
             idx_stride=words8(idx.element_strides if idx is not None else ()),
             win=four(self.win), stride=four(self.strides), dil=four(self.dil),
-            divisor=divisor, pad0=0, pad1=0, pad2=0), np.uint8)
+            pad0=0, pad1=0, pad2=0), np.uint8)
 
     def in_span(self, origin, extent):
         return window_in_span(self, origin, extent)
@@ -152,14 +201,20 @@ class CompiledPooling(PathBoxKernel):
             self.inner.encode(seq, inputs, outputs)
             return
         x, y = inputs[0].allocation, outputs[0].allocation
-        has_idx = len(outputs) > 1 and outputs[1] is not None
-        idx = Bind(outputs[1].allocation if has_idx else self.no_indices, access="w")
+        f32 = self.desc.input_tensor.data_type == DataType.FLOAT32
 
         def pipeline_for(lx, ly, xdims, v, vec_store):
+            extra = ({"V": v, "VEC_STORE": int(vec_store and f32)}
+                     if self.path == "rows" else {})
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                               "XDIMS": xdims, **self.consts})
-        self.dispatch_windows(seq, x, y, self.windows, pipeline_for,
-                              [Bind(self.params), idx], self.in_kind, self.in_fmt)
+                                               "XDIMS": xdims, **extra, **self.consts})
+        fixed = [Bind(self.params)]
+        if self.path == "general":
+            has_idx = len(outputs) > 1 and outputs[1] is not None
+            fixed.append(Bind(outputs[1].allocation if has_idx else self.no_indices,
+                              access="w"))
+        self.dispatch_windows(seq, x, y, self.windows, pipeline_for, fixed,
+                              self.in_kind, self.in_fmt)
 
     def release(self) -> None:
         if self.inner is not None:
