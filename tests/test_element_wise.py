@@ -273,13 +273,15 @@ def _row_case(rng, dtype):
 @pytest.mark.parametrize("read", ["texel4", "ssbo4"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint16", "int32", "int64",
                                    "uint64"])
-def test_row_path(device, read, dtype):
+def test_row_path(device, budget, read, dtype):
     """Per-channel and other row broadcasts run by rows (each input contiguous or constant
     along the merged inner extent), each read path forced, uvec4 and word rows, every
-    operation; against the reference and against the strided path."""
+    operation; against the reference and against the strided path (a slow device: half
+    the cases, uvec4 and word rows as they come)."""
     rng = np.random.default_rng(21 + TYPES.index(dtype) if dtype in TYPES else 99)
     seen = set()
-    for i in range(12):
+    cases = 12 if budget > 8 else 6
+    for i in range(cases):
         sa, sb = _row_case(rng, dtype)
         out = np.broadcast_shapes(tuple(sa), tuple(sb))
         op = list(OPS)[i % len(OPS)]
@@ -302,7 +304,7 @@ def test_row_path(device, read, dtype):
                 c.release()
         check(results[0], reference(op, a, b), op)
         assert same_bits(results[0], results[1])
-    assert seen == {True, False}
+    assert seen == {True, False} or cases < 12
 
 
 def test_row_path_split_dispatches(device):

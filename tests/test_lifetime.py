@@ -89,7 +89,7 @@ LEAK_OPS = ["padding", "fold", "unfold", "lp_pooling", "convolution"]
 
 @pytest.mark.parametrize("op", LEAK_OPS)
 def test_no_leaks_create_compile_execute_release(device, speed, op):
-    """10,000 create/compile/execute/release cycles of each operator (2,000 on a slow
+    """6,000 create/compile/execute/release cycles of each operator (2,000 on a slow
     device): host RSS and device memory stay flat after warm-up, and the last result is
     right.  Measured in a child process without the validation layer, whose own
     bookkeeping grows by ~3 KiB per submission."""
@@ -97,7 +97,7 @@ def test_no_leaks_create_compile_execute_release(device, speed, op):
     import subprocess
     import sys
 
-    cycles = int(os.environ.get("VKML_LEAK_CYCLES", 2000 if slow(speed) else 10000))
+    cycles = int(os.environ.get("VKML_LEAK_CYCLES", 2000 if slow(speed) else 6000))
     env = dict(os.environ, VKML_VALIDATION="0")
     out = subprocess.run([sys.executable, "-c", _LEAK_CHILD, str(device.index), op,
                           str(cycles)], capture_output=True, text=True, env=env, timeout=1200)
