@@ -409,12 +409,15 @@ def join_cases(draw):
     return draw_parts_case(draw, JOIN_BROKEN, 4)
 
 
-def break_shared_rule(case, shapes, strides, types, whole, whole_st):
-    """Break the case's rule if it is one JOIN and SPLIT share, on the last part (the
-    lists ``shapes``, ``strides``, ``types`` of the parts, join's inputs or split's
-    outputs, change in place; ``whole`` and ``whole_st`` are the other tensor's sizes and
-    strides).  Returns (axis, whole, whole_st, whether the case stays valid after all)."""
+def break_shared_rule(case, table, shapes, strides, whole, whole_st):
+    """Break the case's rule if it is one JOIN and SPLIT share, on the last part
+    (``shapes`` and ``strides``: the parts, join's inputs or split's outputs; ``whole``
+    and ``whole_st``: the other tensor's sizes and strides; ``table``: the operator's
+    broken rules).  Returns new lists (shapes, strides, types) of the parts, the axis,
+    whole, whole_st and the fields a refusal may name (empty: the case is valid)."""
     broken, axis, rank, i = case["broken"], case["axis"], len(whole), len(shapes) - 1
+    shapes, strides = [list(s) for s in shapes], list(strides)
+    types = [case["dtype"]] * len(shapes)
     if broken == "axis":
         axis = rank if case["seed"] % 2 else -1
     elif broken == "other_size" and rank > 1:
@@ -428,19 +431,16 @@ def break_shared_rule(case, shapes, strides, types, whole, whole_st):
         types[i] = "int32" if case["dtype"] == "float32" else "float32"
     elif broken == "rank":
         shapes[i], strides[i] = (shapes[i] + [1], None) if rank < 8 else (shapes[i][1:], None)
-    return axis, whole, whole_st, broken == "other_size" and rank == 1
+    want = [] if broken == "other_size" and rank == 1 else table.get(broken, [])
+    return shapes, strides, types, axis, whole, whole_st, want
 
 
 def _join_descriptor(case, shapes, yshape, strides, out_st):
     """The case's descriptor maker with its one broken rule, and the fields a refusal may
     name (empty: the case is valid)."""
-    broken, dtype = case["broken"], case["dtype"]
-    want = JOIN_BROKEN.get(broken, [])
-    shapes, strides, types = [list(s) for s in shapes], list(strides), [dtype] * len(shapes)
-    i = len(shapes) - 1             # the input a rule is broken on
-    axis, yshape, out_st, valid = break_shared_rule(case, shapes, strides, types, yshape,
-                                                    out_st)
-    want = [] if valid else want
+    broken, dtype, i = case["broken"], case["dtype"], len(shapes) - 1   # (i: the input broken)
+    shapes, strides, types, axis, yshape, out_st, want = break_shared_rule(
+        case, JOIN_BROKEN, shapes, strides, yshape, out_st)
     total = None
     if broken == "overlap":
         out_st = overlapping(out_st, yshape)

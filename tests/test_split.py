@@ -141,12 +141,9 @@ def split_cases(draw):
 def _split_descriptor(case, xshape, in_st, shapes, out_sts):
     """The case's descriptor maker with its one broken rule, and the fields a refusal may
     name (empty: the case is valid)."""
-    broken, dtype = case["broken"], case["dtype"]
-    want = SPLIT_BROKEN.get(broken, [])
-    shapes, out_sts, types = [list(s) for s in shapes], list(out_sts), [dtype] * len(shapes)
-    i = len(shapes) - 1             # the output a rule is broken on
-    axis, xshape, in_st, valid = break_shared_rule(case, shapes, out_sts, types, xshape, in_st)
-    want = [] if valid else want
+    broken, dtype, i = case["broken"], case["dtype"], len(shapes) - 1  # (i: the output broken)
+    shapes, out_sts, types, axis, xshape, in_st, want = break_shared_rule(
+        case, SPLIT_BROKEN, shapes, out_sts, xshape, in_st)
     total = None
     if broken == "overlap":
         out_sts[i] = overlapping(out_sts[i], shapes[i])
