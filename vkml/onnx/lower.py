@@ -1273,9 +1273,6 @@ DEVICE_OPS["MatMul"] = DeviceOp(_lower_matmul, frozenset(_FLOATS), tensors=(0, 1
 _RESAMPLE = frozenset(_FLOATS | {np.dtype(np.int8), np.dtype(np.uint8)})
 DEVICE_OPS.update({op: DeviceOp(_lower_resize, _RESAMPLE, params=(1, 2, 3))
                    for op in ("Resize", "Upsample")})
-#: Placement checks: op type -> f(node, input 0's data type) giving the reason an
-#: attribute keeps the node on the host, or None.
-HOST_CHECKS = {"Resize": resize_refusal, "Upsample": resize_refusal}
 
 
 # -- a lowered device partition as one DML graph ---------------------------------------------

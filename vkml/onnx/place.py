@@ -12,8 +12,8 @@ from onnx import helper
 from ..errors import UnsupportedError
 from .execute import DevicePartition, HostPartition, host_ops, node_label, subgraph_inputs
 from .lower import (DEVICE_OPS, GATHER_SLICES_MAX, HOST_ALIASES, HOST_BATCH_NORMALIZATION,
-                    HOST_CHECKS, HOST_GATHER, HOST_POOLING, _activation_desc, _attrs,
-                    _HostFallback, _lower_activation, gather_runs)
+                    HOST_GATHER, HOST_POOLING, _activation_desc, _attrs,
+                    _HostFallback, _lower_activation, gather_runs, resize_refusal)
 
 
 def device_refusal(rep, node, producer_where: dict) -> str | None:
@@ -101,7 +101,8 @@ def _gather_refusal(rep, node) -> str | None:
 REFUSALS = {"Pad": _pad_refusal, "Dropout": _dropout_refusal, "MaxPool": _max_pool_refusal,
             "BatchNormalization": _batch_normalization_refusal,
             "Gather": lambda rep, node, dt: _gather_refusal(rep, node),
-            **{op: (lambda rep, node, dt, f=f: f(node, dt)) for op, f in HOST_CHECKS.items()},
+            **dict.fromkeys(("Resize", "Upsample"),
+                            lambda rep, node, dt: resize_refusal(node, dt)),
             **{op: _activation_refusal for op, spec in DEVICE_OPS.items()
                if spec.lower is _lower_activation}}
 
