@@ -23,6 +23,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
+from onnx_helpers import node_cases  # noqa: E402
 
 OPS = {"Pad", "Conv", "ConvTranspose", "LpPool", "Col2Im", "Relu", "LeakyRelu", "Sigmoid",
        "Tanh", "HardSigmoid", "Elu", "Selu", "Celu", "Softplus", "Softsign", "ThresholdedRelu",
@@ -73,15 +74,15 @@ CASE_MODULES = ["pad", "conv", "convtranspose", "lppool", "col2im", "relu", "lea
 
 def _collect():
     """Import only the case modules of our ops (collect_testcases() imports all of them,
-    which is slow); every case they generate is kept."""
-    import importlib
+    which is slow); every case of our ops they generate is kept, with its ``_expanded``
+    function-body variants (other test files import other ops' modules into the same
+    process-wide list: those stay out, whatever the order of import)."""
+    every = node_cases(CASE_MODULES, lambda c: True)
 
-    import onnx.backend.test.case.node as node_cases
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for mod in CASE_MODULES:
-            importlib.import_module(f"onnx.backend.test.case.node.{mod}")
-    cases = {c.name: c for c in node_cases._NodeTestCases}
+    def ours(name):
+        base = every.get(name.split("_expanded")[0])
+        return base is not None and base.model.graph.node[0].op_type in OPS
+    cases = {n: c for n, c in every.items() if ours(n)}
     return cases, sorted(cases)
 
 
