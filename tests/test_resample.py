@@ -237,7 +237,14 @@ def test_against_onnxruntime(device, ctm):
     pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(len(ctm))
     cases = [((1, 2, 4, 6), (1, 2, 8, 3)), ((1, 1, 8, 8), (1, 1, 4, 4)),
-             ((2, 3, 5, 7), (2, 3, 1, 10)), ((1, 1, 6, 9), (1, 1, 9, 4))]
+             ((2, 3, 5, 7), (2, 3, 1, 10)), ((1, 1, 6, 9), (1, 1, 9, 4)),
+             # float32's o * a + b puts some exact ties and integers a hair below them
+             ((1, 1, 3, 2), (1, 1, 19, 25)), ((1, 1, 2, 6), (1, 1, 42, 74))]
+    if ctm == "half_pixel_symmetric":
+        # ONNX Runtime's own float arithmetic puts integers below themselves here (3 -> 19
+        # floor: row 9 reads 0 where the formula gives exactly 1); vkml follows the
+        # formula, test_onnx_nearest_indices_exact
+        cases = cases[:4]
     for shape, sizes in cases:
         x = rng.standard_normal(shape).astype(np.float32)
         for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
@@ -253,6 +260,28 @@ def test_against_onnxruntime(device, ctm):
                                        err_msg=str((shape, sizes)))
 
 
+@pytest.mark.parametrize("ctm", CTMS)
+def test_onnx_nearest_indices_exact(ctm):
+    """Every nearest mode's indices, as the kernel computes them in float32 from
+    ``onnx_resize_geometry``, equal ONNX's formula in exact rational arithmetic over
+    random sizes and known hard ones (a dimension of scale 1 and the same size is a copy, as ONNX Runtime
+    runs it)."""
+    from fractions import Fraction
+    from vkml.onnx.lower import _nearest_kernel, _nearest_onnx
+    rng = np.random.default_rng(len(ctm))
+    # sizes where float32 put ties or integers a hair below themselves before the nudge
+    sizes = [(2, 25), (3, 19), (2, 42), (6, 74), (3, 74), (4, 75), (14, 23), (7, 46)]
+    sizes += [tuple(p) for p in rng.integers(1, 80, size=(60, 2))]
+    for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+        for n_in, n_out in sizes:
+            g = tuple(v[0] for v in vkml.onnx_resize_geometry(
+                (n_in,), (n_out,), coordinate_transformation_mode=ctm, nearest_mode=nm))
+            got = _nearest_kernel(np.arange(n_out), n_in, *g)
+            want = (np.arange(n_out) if g == (1.0, 0.0, 0.0) else
+                    _nearest_onnx(n_in, n_out, Fraction(n_out, n_in), ctm, nm))
+            np.testing.assert_array_equal(got, want, err_msg=str((nm, n_in, n_out)))
+
+
 def test_onnx_mapping_refuses_what_it_cannot_express():
     with pytest.raises(ValidationError, match="coordinate_transformation_mode"):
         vkml.onnx_resize_geometry((4,), (8,), coordinate_transformation_mode="tf_crop_and_resize")
@@ -260,7 +289,8 @@ def test_onnx_mapping_refuses_what_it_cannot_express():
         vkml.onnx_resize_geometry((4,), (8,), nearest_mode="nearest")
     s, i, o = vkml.onnx_resize_geometry((4, 5), (8, 5), coordinate_transformation_mode="asymmetric",
                                         nearest_mode="floor")
-    assert s == (2.0, 1.0) and i == (0.5, 0.0) and o == (0.0, 0.0)    # scale 1: a copy
+    # floor: half a pixel, less the eps towards its ties; scale 1: a copy
+    assert s == (2.0, 1.0) and i == (0.5 - 1 / 32, 0.0) and o == (0.0, 0.0)
 
 
 @pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])

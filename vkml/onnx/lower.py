@@ -1206,12 +1206,6 @@ def _resize_geometry(node, shape, out, scales, a, opset):
                                  coordinate_transformation_mode=ctm, nearest_mode=mode,
                                  mode="nearest" if a["mode"] == "nearest" else "linear")
         g = tuple(v[0] for v in g)
-        if a["mode"] == "nearest" and mode in ("floor", "round_prefer_ceil") and \
-                g != (1.0, 0.0, 0.0):
-            # the coordinates' float32 rounding may put an exact tie (or an integer, for
-            # floor) a hair below it: nudged up by the eps onnx_resize_geometry nudges
-            # round_prefer_floor and ceil by, ties resolve as ONNX's formula does
-            g = (g[0], g[1] - 0.25 / max(n_out, 1), g[2])
         if a["mode"] == "nearest" and n_in > 1 and g != (1.0, 0.0, 0.0):
             exact = Fraction(n_out, n_in) if s is None else Fraction(s)
             want = _nearest_onnx(n_in, n_out, exact, ctm, mode)

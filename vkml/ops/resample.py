@@ -242,14 +242,17 @@ def onnx_resize_geometry(in_sizes, out_sizes, scales=None, *,
     whatever the modes), as ONNX Runtime treats it.
 
     Nearest modes (mode "nearest"): RESAMPLE1 rounds halves up (index
-    ``floor(x + 0.5)``), so round_prefer_ceil is exact and floor (x shifted by half a
-    pixel: ``floor(x) = floor((x - 0.5) + 0.5)``) is exact; round_prefer_floor and ceil
-    cannot be expressed exactly (they differ from it exactly at ties, the one place an
-    offset cannot reach) and are mapped by shifting x by ``eps = 1 / (4 * out)`` (ONNX
-    Runtime's DirectML provider nudges by an epsilon the same way): exact wherever x is
-    farther than eps from a tie and the float32 arithmetic resolves it, which holds for
-    every x of an ONNX-sized resize (its coordinates are multiples of ``1 / (2 out)``)
-    while ``in * out`` stays below about 2^20 per dimension.  Linear mode ignores
+    ``floor(x + 0.5)``), which is round_prefer_ceil, and floor with x shifted by half a
+    pixel (``floor(x) = floor((x - 0.5) + 0.5)``); round_prefer_floor and ceil differ
+    from it exactly at ties, the one place an offset cannot reach.  Every mode is
+    therefore mapped with x shifted by ``eps = 1 / (4 * out)`` towards the side its ties
+    resolve to (ONNX Runtime's DirectML provider nudges by an epsilon the same way): up
+    for round_prefer_ceil and floor, whose exact ties and integers float32's rounding of
+    ``o * a + b`` can otherwise put a hair below, down for round_prefer_floor and ceil.
+    Exact wherever x is farther than eps from a tie, which holds for every x of an
+    ONNX-sized resize (its coordinates are multiples of ``1 / (2 out)``) while
+    ``in * out`` stays below about 2^20 per dimension (tests/test_resample.py checks
+    every mode against ONNX's formula in exact arithmetic).  Linear mode ignores
     nearest_mode (ONNX's linear/bilinear/trilinear ``Resize`` with
     ``cubic``/``antialias`` are not resample).
     """
@@ -286,7 +289,7 @@ def onnx_resize_geometry(in_sizes, out_sizes, scales=None, *,
             io -= i / 2 * (1 - o / (i * s))
         if mode == "nearest":
             eps = 0.25 / max(o, 1)
-            io += {"round_prefer_ceil": 0.0, "floor": 0.5, "round_prefer_floor": eps,
+            io += {"round_prefer_ceil": -eps, "floor": 0.5 - eps, "round_prefer_floor": eps,
                    "ceil": eps - 0.5}[nm]
         out_s.append(s)
         out_i.append(io)
