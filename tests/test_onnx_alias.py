@@ -94,6 +94,8 @@ def test_dropout_mask_and_training_stay_on_the_host(device):
     model = _model(nodes, [_vi("x", [3, 4])], [_vi("y", [3, 4]), _vi("mask", [3, 4], bool)])
     rep = vonnx.prepare(model, device=device)
     assert rep.partitions == [("host", [("drop_mask", "Dropout")])]
+    ((label, op, why),) = rep.host_nodes
+    assert (label, op) == ("drop_mask", "Dropout") and "mask output" in why, why
     with pytest.raises(vkml.UnsupportedError, match="drop_mask.*mask output"):
         vonnx.prepare(model, device=device, strict=True)
     nodes = [helper.make_node("Dropout", ["x", "ratio", "train"], ["y"], name="drop_train")]

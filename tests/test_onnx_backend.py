@@ -213,6 +213,7 @@ def test_standalone_activations(dtype, device):
     rep = vonnx.prepare(model, device=device, strict=False)
     assert rep.partitions[0] == ("host", [("sin", "Sin")])
     assert rep.partitions[1][0] == "device" and len(rep.partitions) == 2
+    assert rep.host_nodes == [("sin", "Sin", "vkml has no operator for it")]
     x = np.linspace(-3, 3, 24).reshape(2, 3, 4).astype(dtype)
     lo, hi = np.array(-0.5, dtype), np.array(0.25, dtype)
     got = rep.run([x, lo, hi])

@@ -13,7 +13,6 @@ import numpy as np
 
 import vkml
 import vkml.onnx
-from vkml.onnx.place import device_refusal
 
 from ..runners import Absent
 from ..stats import Budget, Stats, sample
@@ -41,18 +40,12 @@ def timed(prepare, x, budget: Budget) -> tuple:
 
 
 def host_nodes(rep) -> dict:
-    """op type -> {"count", "reason"} of the nodes placed on the host (vkml's own
-    placement reason, ``vkml.onnx.place.device_refusal``), and the fallbacks."""
+    """op type -> {"count", "reason"} of the nodes placed on the host (``rep.host_nodes``:
+    vkml's own placement reason), and the fallbacks."""
     out: dict = {}
-    where: dict = {}
-    for w, items in rep._groups:
-        for _, node in items:
-            if w == "host":
-                why = device_refusal(rep, node, where) or "placed on the host"
-                e = out.setdefault(node.op_type, {"count": 0, "reason": why})
-                e["count"] += 1
-            for o in node.output:
-                where[o] = w
+    for _, op_type, why in rep.host_nodes:
+        e = out.setdefault(op_type, {"count": 0, "reason": why})
+        e["count"] += 1
     for fb in rep.fallbacks:
         out.setdefault("(fallback)", {"count": 0, "reason": str(fb)})["count"] += 1
     return out

@@ -15,7 +15,7 @@ from ..tensor import Tensor
 from .execute import DevicePartition, host_value, node_label
 from .fold import fold
 from .load import load, sparse_to_dense
-from .place import place
+from .place import device_refusal, place
 from .rewrite import rewrite, rewrite_kinds
 
 
@@ -155,6 +155,23 @@ class VkmlRep(BackendRep):
                 out.append((w, part.labels(idx)))
             else:
                 out.append((w, [(node_label(n, i), n.op_type) for i, n in items]))
+        return out
+
+    @property
+    def host_nodes(self) -> list:
+        """[(node label, op type, reason), ...] of the nodes placed on the host, in
+        execution order, each with the reason the device refused it
+        (:func:`vkml.onnx.place.device_refusal`; "placed on the host" for a node the
+        device could run but placement kept beside its host neighbours).  Partitions the
+        device refused when compiling are in ``fallbacks``."""
+        out, where = [], {}
+        for w, items in self._groups:
+            for i, node in items:
+                if w == "host":
+                    why = device_refusal(self, node, where) or "placed on the host"
+                    out.append((node_label(node, i), node.op_type, why))
+                for o in node.output:
+                    where[o] = w
         return out
 
     def _warm(self) -> None:
