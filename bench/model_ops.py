@@ -257,11 +257,6 @@ def _transpose(vkml, p, x, device):
         y.free()
 
 
-def _strided(dml, dtype, shape, sizes) -> object:
-    """``shape``'s packed tensor read as ``sizes`` (NumPy broadcasting: zero strides)."""
-    return dml.broadcast_tensor_desc(dtype, shape, sizes)
-
-
 def dml_desc(dml, op: str, p: dict, dtype):
     """The DML descriptor of the workload, inputs in the order of :func:`make_inputs`."""
     T = dml.TensorDesc
@@ -269,8 +264,9 @@ def dml_desc(dml, op: str, p: dict, dtype):
     y = T(dtype, tuple(p["out_shape"]))
     if op == "element_wise":
         out = tuple(p["out_shape"])
-        return getattr(dml, _DESC[p["function"]])(_strided(dml, dtype, p["a"], out),
-                                                  _strided(dml, dtype, p["b"], out), y)
+        # operands read with NumPy broadcasting (zero strides)
+        a, b = (dml.broadcast_tensor_desc(dtype, p[k], out) for k in "ab")
+        return getattr(dml, _DESC[p["function"]])(a, b, y)
     if op == "identity":
         if p["perm"] is None:
             return dml.ElementWiseIdentityOperatorDesc(x, y)
@@ -311,7 +307,7 @@ def _dml_rest(dml, op, p, dtype, x, y):
                                       tuple(p["axes"]))
     if op == "gemm":
         b = T(dtype, tuple(p["b"]))
-        c = _strided(dml, dtype, (1, p["out_shape"][1]), tuple(p["out_shape"])) \
+        c = dml.broadcast_tensor_desc(dtype, (1, p["out_shape"][1]), tuple(p["out_shape"])) \
             if p["bias"] else None
         trans = dml.MatrixTransform.TRANSPOSE if p["trans_b"] else dml.MatrixTransform.NONE
         return dml.GemmOperatorDesc(x, b, c, y, dml.MatrixTransform.NONE, trans)

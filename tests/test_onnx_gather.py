@@ -168,12 +168,8 @@ def test_expand(dtype, device):
         assert not rep.fallbacks
 
 
-def _node_cases():
-    return node_cases(("gather", "expand"),
-                      lambda c: c.name.startswith(("test_gather_", "test_expand_")))
-
-
-NODE_CASES = _node_cases()
+NODE_CASES = node_cases(("gather", "expand"),
+                        lambda c: c.name.startswith(("test_gather_", "test_expand_")))
 
 
 def _with_constant_input(model, name, value):

@@ -186,12 +186,8 @@ def test_host_gemm_cases(device):
         vonnx.prepare(model, device=device, strict=True)
 
 
-def _node_cases():
-    return node_cases(("gemm", "matmul"),
-                      lambda c: c.model.graph.node[0].op_type in ("Gemm", "MatMul"))
-
-
-NODE_CASES = _node_cases()
+NODE_CASES = node_cases(("gemm", "matmul"),
+                        lambda c: c.model.graph.node[0].op_type in ("Gemm", "MatMul"))
 
 
 def test_node_cases_exist():

@@ -238,12 +238,8 @@ def test_host_resize_cases(key, device):
             strict.run({"x": x})
 
 
-def _node_cases():
-    return node_cases(("resize", "upsample"),
-                      lambda c: c.model.graph.node[0].op_type in ("Resize", "Upsample"))
-
-
-NODE_CASES = _node_cases()
+NODE_CASES = node_cases(("resize", "upsample"),
+                        lambda c: c.model.graph.node[0].op_type in ("Resize", "Upsample"))
 
 #: ONNX's cases that stay on the host by design: case name -> the HOST_RESIZE reason.
 HOST_BY_DESIGN = {

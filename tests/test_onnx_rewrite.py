@@ -252,14 +252,10 @@ def test_host_runs_rewritten_nodes_at_older_opsets():
                                        atol=1e-6)
 
 
-def _node_cases():
-    """ONNX's own node test cases of HardSwish and Swish (opsets 22 and 24), the ops
-    the rewrites write, with their ``_expanded`` function-body variants."""
-    return node_cases(("hardswish", "swish"),
-                      lambda c: c.name.startswith(("test_hardswish", "test_swish")))
-
-
-NODE_CASES = _node_cases()
+#: ONNX's own node test cases of HardSwish and Swish (opsets 22 and 24), the ops
+#: the rewrites write, with their ``_expanded`` function-body variants.
+NODE_CASES = node_cases(("hardswish", "swish"),
+                        lambda c: c.name.startswith(("test_hardswish", "test_swish")))
 
 
 def test_node_cases_exist():

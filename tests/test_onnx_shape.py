@@ -173,12 +173,8 @@ def test_shape_folding_is_bounded(device):
     assert "bytes" in info.value.rule
 
 
-def _node_cases():
-    return node_cases(("shape", "size"),
-                      lambda c: c.name.startswith(("test_shape", "test_size")))
-
-
-NODE_CASES = _node_cases()
+NODE_CASES = node_cases(("shape", "size"),
+                        lambda c: c.name.startswith(("test_shape", "test_size")))
 
 
 @pytest.mark.parametrize("name", sorted(NODE_CASES))
