@@ -57,10 +57,11 @@ class GraphProfile:
 
 
 def kernel_of(compiled) -> str | None:
-    """The path or kernel variant ``compiled`` runs: a path object's name (convolution),
-    a path string (GEMM, padding, pooling), else its kernel variant name."""
+    """The path or kernel variant ``compiled`` runs: a path object's candidate name (a
+    convolution: "winograd-cl", the path with its knobs) or name, a path string (GEMM,
+    padding, pooling), else its kernel variant name."""
     path = getattr(compiled, "path", None)
-    name = getattr(path, "name", path)
+    name = getattr(path, "candidate", None) or getattr(path, "name", path)
     if isinstance(name, str):
         return name
     kernel = getattr(compiled, "kernel", None)
