@@ -730,6 +730,48 @@ def check_winograd_candidate(device, rng, budget, name):
         yield compiled
 
 
+@pytest.mark.parametrize("name", [n for n in conv_ops.CANDIDATES if n.startswith("winograd")])
+def test_winograd_few_tiles(device, name):
+    """Every Winograd candidate, forced, where the output has fewer tiles than the
+    ``VKML_TUNE=off`` choice takes Winograd for (1 to 30 4x4 tiles: ResNet's 14x14 and
+    7x7 stages; partial tiles, two images, a 1x1 output), equal to the reference and to
+    gemm's result; not the heuristic's choice there."""
+    rng = np.random.default_rng(41)
+    ran = 0
+    for x_shape, cout, st, en in [((1, 16, 4, 4), 16, (1, 1), (1, 1)),
+                                  ((1, 24, 7, 7), 20, (1, 1), (1, 1)),
+                                  ((2, 17, 6, 5), 33, (0, 2), (1, 0)),
+                                  ((1, 40, 14, 14), 24, (1, 1), (1, 1)),
+                                  ((1, 20, 3, 3), 16, (0, 0), (0, 0)),
+                                  ((1, 33, 11, 3), 18, (2, 1), (0, 1))]:
+        xd = dml.TensorDesc("float32", x_shape)
+        wd = dml.TensorDesc("float32", (cout, x_shape[1], 3, 3))
+        kw = dict(start_padding=st, end_padding=en)
+        out = dml.ConvolutionOperatorDesc(xd, wd, None, xd, **kw).expected_output_sizes()
+        desc = dml.ConvolutionOperatorDesc(xd, wd, dml.TensorDesc("float32", (1, cout, 1, 1)),
+                                           dml.TensorDesc("float32", out), **kw)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(wd.sizes).astype(np.float32)
+        b = rng.standard_normal(cout).astype(np.float32)
+        try:
+            got, compiled = run_path(device, desc, x, w, b, path=name)
+        except vkml.UnsupportedError:
+            assert name != "winograd", desc          # every device takes the default
+            continue
+        geo = conv_ops.Geometry.of(desc)
+        assert conv_ops.choice.heuristic(compiled, geo)[0] != "winograd"
+        compiled.release()
+        ran += 1
+        ref = desc_reference(desc, x, w, b)
+        np.testing.assert_allclose(got[:ref.size].reshape(ref.shape), ref,
+                                   **path_tolerance("winograd", w), err_msg=str(desc))
+        other, compiled = run_path(device, desc, x, w, b, path="gemm")
+        compiled.release()
+        np.testing.assert_allclose(got, other, **path_tolerance("winograd", w))
+    if ran == 0:
+        pytest.skip(f"{name} takes none of these geometries here")
+
+
 @pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
 @pytest.mark.parametrize("x_shape, w_shape, kw", [
     ((2, 5, 6, 12), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),

@@ -4,6 +4,7 @@
     python -m bench models --all-devices --json models.json --markdown models.md
     python -m bench models -k resnet18 -k unet --size unet=128 --peers onnxruntime-cpu --cpu-threads 1
     python -m bench models --list
+    python -m bench models -k mobilenet --profile   # per-layer ms against the roofline
 
 Models are built from their torchvision / ultralytics definitions with random weights
 (``bench/cnn/models.py``), exported to ONNX once and cached (``bench/.models/``, or
@@ -55,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
                     help="largest vkml rel err accepted (default 1e-3)")
     ap.add_argument("--json", metavar="PATH", help="every figure")
     ap.add_argument("--markdown", metavar="PATH", help="the tables as Markdown")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile each model (rep.profile): per layer, device ms next "
+                         "to its roofline bound and the share reached")
+    ap.add_argument("--profile-repeats", type=int, default=5, metavar="N",
+                    help="runs per profile (median per node; default 5)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     return ap
 
@@ -87,7 +93,8 @@ def _commit() -> str | None:
         return None
 
 
-def run_devices(devices, specs, size_of, peers, budget, with_limits, log) -> list:
+def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
+                profile: int = 0) -> list:
     """Rows for every (device, model); each model exported (or read from the cache) once."""
     exported = {}
     rows = []
@@ -106,6 +113,10 @@ def run_devices(devices, specs, size_of, peers, budget, with_limits, log) -> lis
                 log(f"{info.name}: {spec.name}")
                 row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim)
                 row["limits"] = lim
+                if profile:
+                    from .profile import measure
+                    row["profile"] = measure(spec, size, exported[spec.name, size], dev, lim,
+                                             profile, log)
                 rows.append(row)
     return rows
 
@@ -140,7 +151,8 @@ def main(argv=None) -> int:
     budget = Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=args.seconds,
                     repeats=args.repeats, cap=4.0)
     log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
-    rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log)
+    rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log,
+                       args.profile_repeats if args.profile else 0)
     doc = {"command": ["python", "-m", "bench", "models", *(argv or sys.argv[2:])],
            "commit": _commit(), "machine": platform.node(), "cpu": platform.processor()
            or platform.machine(), "vkml": vkml.__version__, "rows": rows}

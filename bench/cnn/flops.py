@@ -105,7 +105,9 @@ def _fused_activations(nodes, readers: dict) -> set:
 
 
 def count(model: onnx.ModelProto) -> dict:
-    """``conv_gemm_flops``, and ``layers``: [(op type, flops, bytes)] for the roofline."""
+    """``conv_gemm_flops``, and ``layers``: [(op type, flops, bytes)] for the roofline;
+    ``layer_nodes``: per layer, the names of the ONNX nodes it counts (its own first,
+    then the activations fused into it), to join with a profile."""
     shapes, sizes, consts = _shapes(model)
     nodes = list(model.graph.node)
     readers: dict = {}
@@ -114,23 +116,31 @@ def count(model: onnx.ModelProto) -> dict:
             readers.setdefault(x, []).append(i)
     fused = _fused_activations(nodes, readers)
     nbytes = lambda v: int(np.prod(shapes[v])) * sizes.get(v, 4) if v in shapes else 0  # noqa
-    layers, total = [], 0.0
+    layers, names, total = [], [], 0.0
     for i, n in enumerate(nodes):
         if i in fused or n.op_type in FREE or all(x in consts for x in n.input if x):
             continue
         f = node_flops(n, shapes)
         total += f
         out = n.output[0]
+        own = [n.name]
         if n.op_type in COMPUTE:        # a fused activation writes the output instead
             for j in fused & set(readers.get(out, [])):
+                own.append(nodes[j].name)
                 if nodes[j].op_type != "Sigmoid":
                     out = nodes[j].output[0]
         b = sum(nbytes(x) for x in dict.fromkeys(n.input) if x) + nbytes(out)
         layers.append((n.op_type, f, b))
-    return {"conv_gemm_flops": total, "layers": layers,
+        names.append(tuple(own))
+    return {"conv_gemm_flops": total, "layers": layers, "layer_nodes": names,
             "bytes": sum(b for _, _, b in layers)}
 
 
+def layer_bound(flops: float, nbytes: float, fma_gflops: float, copy_gbs: float) -> float:
+    """One layer's roofline seconds: max(FLOPs / FMA peak, bytes / shader-copy bandwidth)."""
+    return max(flops / (fma_gflops * 1e9), nbytes / (copy_gbs * 1e9))
+
+
 def roofline_seconds(layers, fma_gflops: float, copy_gbs: float) -> float:
-    """Sum over layers of max(FLOPs / FMA peak, bytes / shader-copy bandwidth)."""
-    return sum(max(f / (fma_gflops * 1e9), b / (copy_gbs * 1e9)) for _, f, b in layers)
+    """Sum over layers of :func:`layer_bound`."""
+    return sum(layer_bound(f, b, fma_gflops, copy_gbs) for _, f, b in layers)

@@ -245,6 +245,14 @@ class VkmlRep(BackendRep):
             part.run(env)
         return [host_value(env[o]) for o in self.output_names]
 
+    def profile(self, inputs, repeat: int = 5):
+        """Where ``run(inputs)``'s time goes: a :class:`vkml.onnx.profile.ModelProfile`,
+        per compiled node the ONNX nodes it runs, its DML operator and kernel path, and
+        its median device milliseconds from timestamp queries (host partitions: wall
+        time)."""
+        from .profile import profile_model
+        return profile_model(self, inputs, repeat)
+
     def release(self) -> None:
         for p in self._parts:
             if isinstance(p, DevicePartition):

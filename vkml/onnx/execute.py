@@ -56,21 +56,34 @@ class GraphExecutor:
         return [([origins[i] for i in f.absorbed], [origins[i] for i in f.into])
                 for f in self.compiled.fusions]
 
+    def _bound_inputs(self, env: dict) -> list:
+        """The graph's inputs from ``env``: a previous partition's device output as it
+        is, any other value written into its staging tensor (None for a constant)."""
+        lw = self.lowered
+        ins = []
+        for name in lw.inputs:
+            if name in lw.constants:
+                ins.append(None)
+                continue
+            v, t = env[name], self.staging[name]
+            if (isinstance(v, Tensor) and v.device is self.device and v.dtype == t.dtype
+                    and v.nbytes >= t.nbytes):
+                ins.append(v)                  # a previous partition's output
+            else:
+                t.write(np.ascontiguousarray(host_value(v), dtype=t.dtype))
+                ins.append(t)
+        return ins
+
+    def profile(self, env: dict, repeat: int):
+        """``CompiledGraph.profile`` on ``env``'s values (None: nothing on the device)."""
+        if self.compiled is None:
+            return None
+        return self.compiled.profile(self._bound_inputs(env), self.out_tensors, repeat)
+
     def run(self, env: dict) -> None:
         lw = self.lowered
         if self.compiled is not None:
-            ins = []
-            for name in lw.inputs:
-                if name in lw.constants:
-                    ins.append(None)
-                    continue
-                v, t = env[name], self.staging[name]
-                if (isinstance(v, Tensor) and v.device is self.device and v.dtype == t.dtype
-                        and v.nbytes >= t.nbytes):
-                    ins.append(v)                  # a previous partition's output
-                else:
-                    t.write(np.ascontiguousarray(host_value(v), dtype=t.dtype))
-                    ins.append(t)
+            ins = self._bound_inputs(env)
             self.compiled.execute(ins, self.out_tensors)
             for t, names in zip(self.out_tensors, lw.outputs):
                 for name in names:

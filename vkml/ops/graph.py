@@ -493,8 +493,12 @@ class CompiledGraph(CompiledOperator):
             inputs = inputs[:bound]         # unconnected graph inputs, bound as None
         return super()._check_bindings(inputs, outputs)
 
-    def encode(self, seq, inputs, outputs) -> None:
+    def encode(self, seq, inputs, outputs, marks: bool = False) -> None:
+        """Record every node; ``marks``: a ``seq.mark()`` before the first node and
+        after each (:meth:`profile`)."""
         consts = self._constants
+        if marks:
+            seq.mark()
         for i in self.order:
             n = self._graph_nodes[i]
             owned = getattr(n.compiled, "owned_inputs", ())
@@ -508,7 +512,17 @@ class CompiledGraph(CompiledOperator):
                     ins.append(self._tensor_of(src[1], src[2], outputs))
             outs = [self._tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
             n.compiled.record(seq, ins, outs)
+            if marks:
+                seq.mark()
         seq.keep(self)
+
+    def profile(self, inputs, outputs, repeat: int = 5):
+        """Device time per compiled node on these tensors, from timestamp queries: a
+        :class:`vkml.ops.profile.GraphProfile` (its ``entries``: node index, the declared
+        nodes it runs, names, operator, chosen kernel path, median ms; see that module
+        for what the marks between nodes cost)."""
+        from .profile import profile_graph
+        return profile_graph(self, inputs, outputs, repeat)
 
     def _tensor_of(self, i, k, outputs):
         g = self._graph_out.get((i, k))

@@ -179,9 +179,10 @@ class Context:
         self._drain()
         return self._pool
 
-    def sequence(self, timed: bool = False, hold: bool = True) -> Sequence:
-        """A new command sequence (see :class:`~vkml.runtime.scheduler.Sequence`)."""
-        return Sequence(self, timed=timed, hold=hold)
+    def sequence(self, timed: bool = False, hold: bool = True, marks: int = 0) -> Sequence:
+        """A new command sequence (see :class:`~vkml.runtime.scheduler.Sequence`);
+        ``marks``: how many :meth:`~vkml.runtime.scheduler.Sequence.mark` it takes."""
+        return Sequence(self, timed=timed, hold=hold, marks=marks)
 
     def defer_release(self, res) -> None:
         self._pending.append(res)

@@ -181,12 +181,12 @@ COPY_CHUNK = 256
 class Sequence:
     """A recorded command buffer that can be submitted any number of times."""
 
-    def __init__(self, ctx, timed: bool = False, hold: bool = True):
+    def __init__(self, ctx, timed: bool = False, hold: bool = True, marks: int = 0):
         self.ctx = ctx
         with ctx.lifetime:
-            self._create(ctx, timed, hold)
+            self._create(ctx, timed, hold, marks)
 
-    def _create(self, ctx, timed: bool, hold: bool) -> None:
+    def _create(self, ctx, timed: bool, hold: bool, marks: int = 0) -> None:
         self.device = ctx.device
         self.pool = ctx.command_pool()
         self._res = _Resources(ctx, self.pool)
@@ -206,21 +206,25 @@ class Sequence:
         self._spin = SPIN_S             # 0 once a run took long (see run)
         self._lock = threading.Lock()
         self._query_pool = None
+        self._queries = 2 + max(0, int(marks))
+        self._marked = 0
+        #: per :meth:`mark`, nanoseconds from the sequence's start stamp (after a run)
+        self.mark_ns: list = []
         if timed and ctx.features.get("timestamps"):
             qinfo = ffi.new("VkQueryPoolCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
-                "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": 2})
+                "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": self._queries})
             qp = ffi.new("VkQueryPool*")
             vk.check(lib.vkCreateQueryPool(self.device, qinfo, vk.NULL, qp), "vkCreateQueryPool")
             self._query_pool = self._res.query_pool = qp[0]
-            self._stamps = ffi.new("uint64_t[2]")
+            self._stamps = ffi.new(f"uint64_t[{self._queries}]")
         self._finalizer = weakref.finalize(self, ctx.defer_release, self._res)
         begin = ffi.new("VkCommandBufferBeginInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO})
         with self.pool.lock:
             vk.check(lib.vkBeginCommandBuffer(self.cmd, begin), "vkBeginCommandBuffer")
             if self._query_pool is not None:
-                lib.vkCmdResetQueryPool(self.cmd, self._query_pool, 0, 2)
+                lib.vkCmdResetQueryPool(self.cmd, self._query_pool, 0, self._queries)
                 lib.vkCmdWriteTimestamp(self.cmd, vk.VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT,
                                         self._query_pool, 0)
             # Whatever earlier submissions wrote is visible to this one.
@@ -418,6 +422,26 @@ class Sequence:
             self._written.clear()
             self._read.clear()
 
+    @lifetime.entry
+    def mark(self) -> None:
+        """A full barrier, then a timestamp once everything recorded before it is done:
+        the time between two marks is what the commands between them took, none of
+        them overlapping commands outside (a profile's per-node times).  A sequence
+        takes the ``marks`` its constructor was given; without timestamps (not timed, or
+        a device without them) it records the barrier only."""
+        with self.pool.lock:
+            self._check_open()
+            self._barrier(_STAGES, _STAGES, _WRITES, _SHADER_RW | _XFER_RW)
+            self._written.clear()
+            self._read.clear()
+            if self._query_pool is None:
+                return
+            if self._marked + 2 >= self._queries:
+                raise DeviceError(f"this sequence takes {self._queries - 2} marks")
+            lib.vkCmdWriteTimestamp(self.cmd, vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                                    self._query_pool, 2 + self._marked)
+            self._marked += 1
+
     # -- submission --------------------------------------------------------------------
     @lifetime.entry
     def end(self) -> None:
@@ -482,12 +506,17 @@ class Sequence:
             ctx.fail(result, "vkWaitForFences")
         _reset_fences(device, 1, fence_ptr)
         if self._query_pool is not None:
+            n = 2 + self._marked
             r = lib.vkGetQueryPoolResults(
-                device, self._query_pool, 0, 2, 16, self._stamps, 8,
+                device, self._query_pool, 0, n, 8 * n, self._stamps, 8,
                 vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT)
             if r == vk.VK_SUCCESS:
-                ticks = ctx.mask_timestamp(self._stamps[1] - self._stamps[0])
-                self.gpu_time_ns = ticks * ctx.limits["timestampPeriod"]
+                period, s = ctx.limits["timestampPeriod"], self._stamps
+                ticks = ctx.mask_timestamp(s[1] - s[0])
+                self.gpu_time_ns = ticks * period
+                if n > 2:
+                    self.mark_ns = [ctx.mask_timestamp(s[k] - s[0]) * period
+                                    for k in range(2, n)]
 
     def close(self) -> None:
         """Release the command buffer, fence and descriptor sets (idempotent)."""

@@ -108,6 +108,12 @@ class PooledConvolutionDesc:
             raise ValidationError("pooling", why)
 
 
+#: Below this many output tiles Winograd accepts a geometry (forced, or timed by the
+#: tuner) but is never the ``VKML_TUNE=off`` choice: with few tiles its 36 GEMMs are
+#: short and its transforms cost as much as they save, or not, by the device.
+MIN_PREFERRED_TILES = 32
+
+
 class WinogradPath(Path):
     """Winograd F(4x4, 3x3) (``glsl/convolution_winograd.comp``): 3x3, stride 1, dilation 1,
     one group, forward, enough channels for the transforms to pay off.  Per execution:
@@ -149,11 +155,13 @@ class WinogradPath(Path):
         lim = op.ctx.limits
         tiles = geo.n * ceil_div(geo.out_size[1], 4) * ceil_div(geo.out_size[2], 4)
         big = 36 * max(geo.c_in, geo.c_out) * (tiles + 16) * 4
+        # any number of tiles: a few large-channel tiles (ResNet's 14x14 and 7x7 stages)
+        # are the tuner's to judge (prefers keeps the VKML_TUNE=off choice for them)
         return (geo.plain and not geo.backward and geo.kernel == (1, 3, 3)
                 and geo.stride == (1, 1, 1)
                 and geo.dilation == (1, 1, 1) and geo.groups == 1
                 and geo.valid == geo.out_size and geo.in_size[0] == 1
-                and geo.c_in >= 16 and geo.c_out >= 16 and tiles >= 32
+                and geo.c_in >= 16 and geo.c_out >= 16 and tiles >= 1
                 and big < lim["maxStorageBufferRange"]
                 and geo.c_in <= lim["maxComputeWorkGroupCount"][1]
                 and geo.c_out <= lim["maxComputeWorkGroupCount"][1])
@@ -163,10 +171,12 @@ class WinogradPath(Path):
         """Where gemm_sg can run the geometry, Winograd only where it wins: the
         transforms cost per tile and channel, the filter transform per channel pair.
         The bounds are lavapipe's crossover (bench/RESULTS.md, "Kernel design")."""
-        if not GemmSgPath.accepts(op, geo):
-            return True
         c = min(geo.c_in, geo.c_out)
         tiles = geo.n * ceil_div(geo.out_size[1], 4) * ceil_div(geo.out_size[2], 4)
+        if tiles < MIN_PREFERRED_TILES:
+            return False
+        if not GemmSgPath.accepts(op, geo):
+            return True
         return c >= 64 and tiles >= 49 and tiles * c >= 9000
 
     def __init__(self, op, geo, knobs=None, pool=None):
