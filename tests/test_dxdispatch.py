@@ -409,6 +409,8 @@ import re  # noqa: E402
 #: the model with no expectation line (dml_gemm, dml_gemm_graph); the values are checked
 #: against NumPy below, as every model's are.
 MICROSOFT_EXPECT = {
+    "dml_convolution_2d": "Resource 'output': 6, 8, 12, 14",
+    "dml_convolution_3d": "Resource 'output': 4, 4, 4, 4, 4, 4, 4, 4",
     "dml_element_wise_add": "Resource 'Out': 6, 10, -2",
     "dml_element_wise_add_npy": "Resource 'Out': 2, 4, 6, 8, 10, 12",
     "dml_element_wise_add1": "Resource 'Out': 6, 10, -0.432332",
@@ -445,7 +447,11 @@ def _numpy_values(name: str) -> dict:
     a, b = np.array([1, 2, 3], np.float64), np.array([5, 8, -5], np.float64)
     s = a + b
     models = ROOT / "bench" / "models"
+    windows = np.lib.stride_tricks.sliding_window_view
     return {
+        "dml_convolution_2d": {"output": windows(np.arange(1.0, 10).reshape(3, 3), (2, 2))
+                               .sum(axis=(2, 3)).ravel() * 0.5},
+        "dml_convolution_3d": {"output": np.full(8, 8 * 0.5)},
         "dml_element_wise_add": {"Out": s},
         "dml_element_wise_add_npy": {"Out": np.load(models / "dml_element_wise_add_input.npy")
                                      + np.fromfile(models / "dml_element_wise_add_input.dat",
