@@ -264,10 +264,11 @@ class ElementWiseClip1OperatorDesc(ElementWiseDesc):
         out = []
         for name in ("min", "max"):
             v = getattr(self, name)
-            if v is None:
-                info = np.finfo(dt.numpy) if dt.is_float else np.iinfo(dt.numpy)
-                v = -np.inf if dt.is_float else info.min
-                v = (np.inf if dt.is_float else info.max) if name == "max" else v
+            if v is None and dt.is_float:
+                v = -math.inf if name == "min" else math.inf
+            elif v is None:
+                info = np.iinfo(dt.numpy)
+                v = int(info.min if name == "min" else info.max)
             elif isinstance(as_real(v, name, self.fail), float) and math.isnan(v):
                 self.fail(name, f"must be a number of type {dt.name}, got NaN")
             bits = padding_value_bits(v, dt, True, name, self.fail)
