@@ -257,9 +257,12 @@ def _model_ops(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted(p for p in MODELS.glob("*.json")
                                         if "timing" not in p.name), ids=lambda p: p.stem)
-def test_model_files(path, device):
-    """Every shipped model runs where vkml has its operator, and names it where not."""
+def test_model_files(path, device, tmp_path, monkeypatch):
+    """Every shipped model runs where vkml has its operator, and names it where not (in a
+    scratch folder: writeFile targets are relative to the current one)."""
     from vkml.ops.base import REGISTRY
+
+    monkeypatch.chdir(tmp_path)
 
     implemented = {cls.OPERATOR_TYPE for cls in REGISTRY}
     lines = []

@@ -68,6 +68,8 @@ def valid_descs() -> dict:
                                                        (1, 1, 2, 2), (1, 1, 1, -1)),
         dml.ElementWiseAdd1OperatorDesc: dml.ElementWiseAdd1OperatorDesc(x, x, x),
         dml.ElementWiseIdentityOperatorDesc: dml.ElementWiseIdentityOperatorDesc(x, x),
+        dml.ElementWiseClip1OperatorDesc: dml.ElementWiseClip1OperatorDesc(x, x, None,
+                                                                           "FLOAT32", 0, 6),
         dml.ResampleOperatorDesc: dml.ResampleOperatorDesc(x, y, scales=(1, 1, 1.5, 1.5)),
         dml.Resample1OperatorDesc: dml.Resample1OperatorDesc(
             x, y, scales=(1, 1, 1.5, 1.5), input_pixel_offsets=(0.5,) * 4,

@@ -399,3 +399,187 @@ def test_array_binding_unbound(device, tmp_path):
     del bad["commands"][0]["bindings"]["OutputTensors"]
     rc, text = _run(bad, tmp_path, device)
     assert rc == 2 and "OutputTensors[0]" in text, text
+
+
+# -- Microsoft's own models, run as DxDispatch's CMakeLists.txt tests them ------------------
+import re  # noqa: E402
+
+#: ``model_test`` lines of microsoft/DirectML DxDispatch/CMakeLists.txt: the model's
+#: PASS_REGULAR_EXPRESSION, verbatim (CMake's "\n" is a newline).  None: Microsoft tests
+#: the model with no expectation line (dml_gemm, dml_gemm_graph); the values are checked
+#: against NumPy below, as every model's are.
+MICROSOFT_EXPECT = {
+    "dml_convolution_2d": "Resource 'output': 6, 8, 12, 14",
+    "dml_convolution_3d": "Resource 'output': 4, 4, 4, 4, 4, 4, 4, 4",
+    "dml_element_wise_add": "Resource 'Out': 6, 10, -2",
+    "dml_element_wise_add_npy": "Resource 'Out': 2, 4, 6, 8, 10, 12",
+    "dml_element_wise_add1": "Resource 'Out': 6, 10, -0.432332",
+    "dml_element_wise_clip": "Resource 'A': -2.5, -2.5, -2, -1, 0, 1, 2, 2.5, 2.5",
+    "dml_element_wise_identity": "Resource 'Out': 12, 14, 16",
+    "dml_join": "Resource 'Out': 1, 2, 3, 100, 115, 5, 6, 7, 8, 9",
+    "dml_reduce": "Resource 'output': 6, 15, 24",
+    "dml_slice": "Resource 'output': 7, 9, 12, 14, 17, 19",
+    "dml_split": "Resource 'Out1': 1, 2\nResource 'Out2': 3, 4\nResource 'Out3': 5, 6",
+    "dml_upsample_2d": "Resource 'output': 1, 1.25, 1.75, 2, 1.5, 1.75, 2.25, 2.5, 2.5, 2.75, "
+                       "3.25, 3.5, 3, 3.25, 3.75, 4",
+    "dml_owned_tensors": "Resource 'Out': 6, 10, -2",
+    "dml_scalar_union_fp16": "Resource 'output': 2, 2, 3, 4, 4",
+    "dml_gemm": None,
+    "dml_gemm_graph": None,
+}
+
+
+def _bilinear_2x(x: np.ndarray) -> np.ndarray:
+    """UPSAMPLE_2D LINEAR by 2 (half-pixel centres, edges clamped), in float64."""
+    def axis(n):
+        src = np.clip((np.arange(2 * n) + 0.5) / 2 - 0.5, 0, n - 1)
+        lo = np.floor(src).astype(int)
+        hi = np.minimum(lo + 1, n - 1)
+        w = np.zeros((2 * n, n))
+        w[np.arange(2 * n), lo] += 1 - (src - lo)
+        w[np.arange(2 * n), hi] += src - lo
+        return w
+    return axis(x.shape[0]) @ x @ axis(x.shape[1]).T
+
+
+def _numpy_values(name: str) -> dict:
+    """Each printed resource of Microsoft's model ``name`` as NumPy computes it."""
+    a, b = np.array([1, 2, 3], np.float64), np.array([5, 8, -5], np.float64)
+    s = a + b
+    models = ROOT / "bench" / "models"
+    windows = np.lib.stride_tricks.sliding_window_view
+    return {
+        "dml_convolution_2d": {"output": windows(np.arange(1.0, 10).reshape(3, 3), (2, 2))
+                               .sum(axis=(2, 3)).ravel() * 0.5},
+        "dml_convolution_3d": {"output": np.full(8, 8 * 0.5)},
+        "dml_element_wise_add": {"Out": s},
+        "dml_element_wise_add_npy": {"Out": np.load(models / "dml_element_wise_add_input.npy")
+                                     + np.fromfile(models / "dml_element_wise_add_input.dat",
+                                                   np.float32)},
+        "dml_element_wise_add1": {"Out": np.where(s >= 0, s, 0.5 * np.expm1(s))},
+        "dml_element_wise_clip": {"A": np.clip(np.arange(-4, 5), -2.5, 2.5)},
+        "dml_element_wise_identity": {"Out": a * 2 + 10},
+        "dml_join": {"Out": np.r_[1:4, 100, 115, 5:10]},
+        "dml_reduce": {"input": np.arange(1, 10),
+                       "output": np.arange(1, 10).reshape(3, 3).sum(axis=1)},
+        "dml_slice": {"output": np.arange(1, 26).reshape(5, 5)[1:4, 1:4:2].ravel()},
+        "dml_split": {"Out1": [1, 2], "Out2": [3, 4], "Out3": [5, 6]},
+        "dml_upsample_2d": {"output": _bilinear_2x(np.array([[1.0, 2], [3, 4]])).ravel()},
+        "dml_owned_tensors": {"Out": s},
+        "dml_scalar_union_fp16": {"output": np.clip(np.arange(1, 6), 2, 4)},
+        "dml_gemm": {"output": (np.outer(a, [4, 5, 6]) + 2).ravel()},
+        "dml_gemm_graph": {"output": (np.ones((32, 32)) @ np.ones((32, 32))).ravel()},
+    }[name]
+
+
+def _printed(text: str) -> dict:
+    """``Resource 'NAME': v0, v1, ...`` lines as {NAME: values}."""
+    return {m.group(1): np.array([float(v) for v in m.group(2).split(", ")])
+            for m in re.finditer(r"^Resource '([^']*)': (.+)$", text, re.M)}
+
+
+@pytest.mark.parametrize("name", sorted(MICROSOFT_EXPECT))
+def test_microsoft_models(name, device, tmp_path):
+    """Microsoft's model run as its tests run it (``dxdispatch models/NAME.json``: here
+    ``python -m bench dispatch``, in a scratch folder for the files it writes): exit
+    status 0, the output matching CMakeLists.txt's regular expression, and every printed
+    resource equal to NumPy's values (the regexes hold 6 significant digits, and '.'
+    matches any character)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "bench", "dispatch",
+                           str(ROOT / "bench" / "models" / f"{name}.json"), "-a",
+                           str(device.index)], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    expect = MICROSOFT_EXPECT[name]
+    if expect is not None:
+        assert re.search(expect, proc.stdout + proc.stderr), proc.stdout
+    printed = _printed(proc.stdout)
+    for res, want in _numpy_values(name).items():
+        np.testing.assert_allclose(printed[res], want, rtol=5e-6, atol=0, err_msg=res)
+    if name == "dml_element_wise_add_npy":       # its writeFile commands, into the folder
+        out = np.load(tmp_path / "dml_element_wise_add_output.npy")
+        assert out.dtype == np.float32 and out.shape == (6,)
+        np.testing.assert_array_equal(out, [2, 4, 6, 8, 10, 12])
+        raw = (tmp_path / "dml_element_wise_add_output.dat").read_bytes()
+        np.testing.assert_array_equal(np.frombuffer(raw, np.float32), out)
+
+
+@pytest.mark.parametrize("model, dispatchable", [("dml_gemm_graph", "gemm"),
+                                                 ("dml_owned_tensors_convolution", "conv_owned"),
+                                                 ("dml_owned_tensors", "add")])
+def test_compile_as_graph(model, dispatchable, device):
+    """``dmlCompileType: DmlCompileGraph`` compiles the operator as a one-node graph (its
+    owned inputs the graph's constant inputs); the results equal the operator's."""
+    from vkml.ops.graph import CompiledGraph
+
+    results = {}
+    for kind in ("DmlCompileOp", "DmlCompileGraph"):
+        m = copy.deepcopy(LOADED[model])
+        m["dispatchables"][dispatchable]["dmlCompileType"] = kind
+        dxdispatch.check_model(m, dxdispatch.device_limits(device))
+        lines = []
+        ex = dxdispatch.Executor(m, ROOT / "bench" / "models", device, dxdispatch.Timing(),
+                                 lines.append)
+        try:
+            records = ex.run()
+            compiled = ex.dispatchables[dispatchable].compiled
+            assert isinstance(compiled, CompiledGraph) == (kind == "DmlCompileGraph")
+            assert records[0]["compile_type"] == kind
+        finally:
+            ex.release()
+        results[kind] = lines[-1]
+    assert results["DmlCompileOp"] == results["DmlCompileGraph"]
+
+
+def _clip1_model(dtype: str, lo, hi) -> dict:
+    m = copy.deepcopy(LOADED["dml_scalar_union_fp16"])
+    for r in m["resources"].values():
+        r["initialValuesDataType"] = dtype
+    desc = m["dispatchables"]["clip"]["desc"]
+    desc["InputTensor"]["DataType"] = desc["OutputTensor"]["DataType"] = dtype
+    desc.update(MinMaxDataType=dtype, Min=lo, Max=hi)
+    return m
+
+
+@pytest.mark.parametrize("dtype, lo, hi", [
+    ("FLOAT16", {"UInt16": 0x4000}, {"UInt16": 0x4400}),      # 2.0 and 4.0 as half bits
+    ("FLOAT32", {"Float32": 2}, 4.0),
+    ("INT32", {"Int32": 2}, {"Int32": 4}),
+    ("UINT8", 2, {"UInt8": 4}),
+    ("INT64", {"Int64": 2}, 4),
+])
+def test_scalar_unions(dtype, lo, hi, device, tmp_path):
+    """CLIP1's Min and Max as DxDispatch reads a DML_SCALAR_UNION: a number of
+    MinMaxDataType, or an object naming the union member (FLOAT16: its bits)."""
+    rc, text = _run(_clip1_model(dtype, lo, hi), tmp_path, device)
+    assert rc == 0, text
+    assert text.splitlines()[-1] == "Resource 'output': 2, 2, 3, 4, 4"
+
+
+@pytest.mark.parametrize("dtype, lo, hi, place", [
+    ("FLOAT16", {"Float32": 2}, 4, "Min"),                   # not FLOAT16's member
+    ("FLOAT16", 2, {"UInt16": 70000}, "Max.UInt16"),
+    ("FLOAT16", 2, {"UInt16": 1.5}, "Max.UInt16"),
+    ("INT32", {"Int32": 2, "Float32": 1}, 4, "Min"),
+    ("INT32", 2.5, 4, "Min"),                               # not an integer of INT32
+    ("UINT8", 2, 256, "Max"),
+    ("INT32", {"Int32": "2"}, 4, "Min.Int32"),              # (the schema: a number)
+])
+def test_scalar_unions_malformed(dtype, lo, hi, place, device, tmp_path):
+    rc, text = _run(_clip1_model(dtype, lo, hi), tmp_path, device)
+    assert rc == 2 and text.startswith(f"dispatchables.clip.desc.{place}: "), text
+
+
+def test_clip1_type_must_match(device, tmp_path):
+    m = _clip1_model("FLOAT16", 2, 4)
+    m["dispatchables"]["clip"]["desc"]["MinMaxDataType"] = "FLOAT32"
+    rc, text = _run(m, tmp_path, device)
+    assert rc == 2 and text.startswith("dispatchables.clip.desc.MinMaxDataType: "), text
+
+
+def test_one_letter_fields():
+    """DirectML's ATensor, BTensor, CTensor, TransA read as vkml's a_tensor, ..."""
+    assert [dxdispatch.schema.snake(n) for n in ("ATensor", "CTensor", "TransA",
+                                                   "MinMaxDataType", "P", "StartPadding")] \
+        == ["a_tensor", "c_tensor", "trans_a", "min_max_data_type", "p", "start_padding"]

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
+import numpy as np
+
 import vkml
 from vkml import dml
 
@@ -24,6 +26,16 @@ from .schema import (NESTED_DESC, TENSOR_DESC, WRAPPED_TENSOR_DESC, ModelError, 
 #: snake_case desc field -> the name of the vkml.dml class its JSON object builds (the
 #: class's dataclass fields are the struct's fields in snake_case).
 STRUCTS = {"scale_bias": "ScaleBias", "scale_size": "Size2d"}
+
+#: DML_SCALAR_UNION fields -> the field holding their DML_TENSOR_DATA_TYPE.  DxDispatch
+#: reads a union as a JSON number of that type, or as an object naming the union's member
+#: ({"Int32": 5}; FLOAT16 is {"UInt16": its bits}, as DirectML stores a half).
+SCALAR_UNIONS = {"min": "MinMaxDataType", "max": "MinMaxDataType",
+                 "padding_value": "PaddingValueDataType"}
+#: The DML_SCALAR_UNION member DxDispatch reads for each data type.
+UNION_MEMBERS = {"FLOAT16": "UInt16", "FLOAT32": "Float32", "FLOAT64": "Float64",
+                 "UINT8": "UInt8", "UINT16": "UInt16", "UINT32": "UInt32", "UINT64": "UInt64",
+                 "INT8": "Int8", "INT16": "Int16", "INT32": "Int32", "INT64": "Int64"}
 
 #: DirectML count field -> the PascalCase array fields whose length it states (None: every
 #: array of integers, as DimensionCount states the length of sizes, strides and paddings).
@@ -156,6 +168,29 @@ def _convert(value, field: str, where: str, limits: dict):
     return value
 
 
+def _scalar_union(value: dict, desc: dict, field: str, where: str):
+    """A DML_SCALAR_UNION given as ``{"<member>": number}``: the member DxDispatch reads
+    for the desc's data type field (FLOAT16's ``UInt16`` holds the half's bits)."""
+    type_field = SCALAR_UNIONS[field]
+    try:
+        dt = dml.DataType.of(desc.get(type_field, "FLOAT32"))
+    except vkml.ValidationError:
+        raise ModelError(join(where.rsplit(".", 1)[0], type_field), "is not a data type") \
+            from None
+    member = UNION_MEMBERS[dt.name]
+    if set(value) != {member} or not isinstance(value[member], (int, float)) \
+            or isinstance(value[member], bool):
+        raise ModelError(where, f"a DML_SCALAR_UNION of {type_field} {dt.name} is a number "
+                         f'or {{"{member}": number}}, got {short(value)}')
+    v = value[member]
+    if dt == dml.DataType.FLOAT16:
+        if not isinstance(v, int) or not 0 <= v <= 0xFFFF:
+            raise ModelError(join(where, member), f"the bits of a FLOAT16 (0 to 65535), "
+                             f"got {v!r}")
+        return float(np.array([v], np.uint16).view(np.float16)[0])
+    return v
+
+
 def _struct(cls, value: dict, where: str):
     names = [f.name for f in dataclasses.fields(cls)]
     for k in value:
@@ -197,7 +232,9 @@ def build_desc(type_name: str, desc: dict, where: str = "", limits: dict | None 
     kwargs, counts = {}, {}
     for key, value in desc.items():
         name = snake(key)
-        if name in fields:
+        if name in fields and name in SCALAR_UNIONS and isinstance(value, dict):
+            kwargs[name] = _scalar_union(value, desc, name, join(where, key))
+        elif name in fields:
             kwargs[name] = _convert(value, name, join(where, key), limits)
         elif key.endswith("Count") and isinstance(value, int) and not isinstance(value, bool):
             counts[key] = value        # implied by the arrays in vkml (checked below)
@@ -269,6 +306,9 @@ class Dispatchable:
     initialized: bool = False
     compiled: object = None
     init_ms: float = 0.0
+    #: ``dmlCompileType``: "DmlCompileOp" (IDMLDevice::CompileOperator) or
+    #: "DmlCompileGraph" (a one-node graph through IDMLDevice1::CompileGraph).
+    compile_type: str = "DmlCompileOp"
 
 
 def _flag_names(value) -> tuple:
@@ -285,7 +325,26 @@ def parse_dispatchables(model: dict, limits: dict) -> dict[str, Dispatchable]:
         if key not in d:
             raise ModelError(where, "needs a 'desc'")
         out[name] = Dispatchable(name, build_desc(d["type"], d[key], join(where, key), limits),
-                                 _flag_names(d.get("executionFlags")))
+                                 _flag_names(d.get("executionFlags")),
+                                 compile_type=d.get("dmlCompileType", "DmlCompileOp"))
     return out
 
 
+
+
+def one_node_graph(device, d: Dispatchable):
+    """DxDispatch's ``DmlCompileGraph``: the operator as the one node of a DML graph whose
+    graph input ``i`` feeds the operator's input ``i`` (each input whose tensor desc is
+    set; an absent optional one is left unconnected) and whose graph output ``k`` is the
+    operator's output ``k``; OWNED_BY_DML inputs become the graph's constant inputs."""
+    desc = d.desc
+    ins, outs = desc.inputs(), desc.outputs()
+    names = {v: k for k, v in bind_points(desc).items() if not isinstance(v[1], tuple)}
+    graph = dml.GraphDesc(
+        input_count=len(ins), output_count=len(outs),
+        nodes=(dml.OperatorGraphNodeDesc(device.create_operator(desc), d.name),),
+        input_edges=tuple(dml.InputGraphEdgeDesc(i, 0, i, names.get(("in", i)))
+                          for i, t in enumerate(ins) if t is not None),
+        output_edges=tuple(dml.OutputGraphEdgeDesc(0, k, k, names.get(("out", k)))
+                           for k in range(len(outs))))
+    return device.compile_graph(graph)

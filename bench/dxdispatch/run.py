@@ -14,7 +14,8 @@ import vkml
 from vkml import dml
 from vkml.intmath import round_up
 
-from .descs import Dispatchable, bind_points, check_operator_types, parse_dispatchables
+from .descs import (Dispatchable, bind_points, check_operator_types, one_node_graph,
+                    parse_dispatchables)
 from .resources import (IMAGE_SUFFIXES, Resource, check_sizes, check_write, parse_resources,
                         write_image)
 from .schema import DXGI_FORMAT_BYTES, ModelError, check_structure, device_limits, join, loads
@@ -122,14 +123,17 @@ class Executor:
                                  "(its descriptor exists)")
             t = time.perf_counter()
             try:
-                d.compiled = dev.compile_operator(dev.create_operator(d.desc))
+                d.compiled = (one_node_graph(dev, d) if d.compile_type == "DmlCompileGraph"
+                              else dev.compile_operator(dev.create_operator(d.desc)))
             except (vkml.ValidationError, vkml.UnsupportedError) as exc:
                 raise ModelError(where, f"{d.desc.OPERATOR_TYPE}: {exc}") from None
             for point, b in d.init.items():
                 d.owned[point] = dev.tensor(self._read_range(b.resource, b.offset, b.nbytes))
-            if d.owned and getattr(d.compiled, "owned_inputs", None):
-                # the operator's own initializer (IDMLOperatorInitializer): it keeps (or
-                # transforms) the owned inputs, and executions bind nothing in their place
+            if d.owned and (getattr(d.compiled, "owned_inputs", None)
+                            or getattr(d.compiled, "constant_inputs", None)):
+                # the operator's (or graph's) own initializer (IDMLOperatorInitializer): it
+                # keeps (or transforms) the owned inputs (a graph's constant inputs, indexed
+                # as the operator's inputs), and executions bind nothing in their place
                 points = bind_points(d.desc)
                 d.compiled.initialize({points[p][1]: t for p, t in d.owned.items()})
                 d.initialized = True
@@ -353,7 +357,8 @@ class Executor:
         self.records.append({"dispatchable": name, "operator": d.desc.OPERATOR_TYPE,
                              "init_ms": d.init_ms, "iterations": n, "repeat": tm.repeat,
                              "cpu_ms": cpu, "gpu_ms": gpu, "cold_samples": w,
-                             "execution_flags": list(d.flags)})
+                             "execution_flags": list(d.flags),
+                             "compile_type": d.compile_type})
 
     def _read(self, r: Resource) -> np.ndarray:
         raw = r.tensor.read_bytes(r.nbytes)

@@ -337,8 +337,9 @@ def device_limits(device) -> dict:
 
 
 def snake(name: str) -> str:
-    """``StartPadding`` -> ``start_padding``, ``P`` -> ``p``."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    """``StartPadding`` -> ``start_padding``, ``P`` -> ``p``, ``ATensor`` -> ``a_tensor``
+    (a capital followed by a word starts a word: GEMM's and ADD's one-letter tensors)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 def pascal(name: str) -> str:
