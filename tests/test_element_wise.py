@@ -235,7 +235,8 @@ def _compiled(device, desc, read=None, rows=True):
 def test_flat_read_paths(device, read, dtype):
     """Packed tensors run flat (FLAT_V words an invocation, uvec4 reads and stores where a
     whole FLAT_V fit, word by word in the tail), each read path forced; sizes around the
-    vector widths, sub-word tails included."""
+    vector widths.  Elements ending inside a word take the strided path (the flat one
+    would write the word's other bytes: test_in_place_leaves_the_last_word_padding)."""
     rng = np.random.default_rng(5)
     for n in (1, 3, 4, 31, 32, 33, 129, 1000, 4099):     # one pipeline for all
         a = random_values(rng, (n,), dtype)
@@ -243,7 +244,8 @@ def test_flat_read_paths(device, read, dtype):
         t = dml.TensorDesc(dtype, (n,))
         op = _compiled(device, dml.ElementWiseSubtractOperatorDesc(t, t, t), read)
         try:
-            assert op.flat and op.read == read
+            whole = n * np.dtype(dtype).itemsize % 4 == 0
+            assert op.flat == whole and (op.read == read or not whole)
             out = device.empty((n,), dtype)
             op.execute([device.tensor(a), device.tensor(b)], [out])
             check(out.numpy(), reference("subtract", a, b), "subtract")
@@ -671,6 +673,36 @@ def _run_in_place(device, compiled, desc, a_flat, b_flat):
     gaps[idx.reshape(-1)] = False
     assert same_bits(raw[gaps], a_flat[gaps]), "wrote into the gaps of A's layout"
     return raw[idx]
+
+
+@pytest.mark.parametrize("dtype, n", [("int8", 5), ("uint8", 7), ("int16", 3),
+                                      ("float16", 9), ("int8", 4099)])
+@pytest.mark.parametrize("op", ["add", "identity"])
+def test_in_place_leaves_the_last_word_padding(dtype, n, op, device):
+    """A packed 8/16-bit tensor whose elements end inside a 32-bit word: run in place,
+    the bytes after the last element (inside TotalTensorSizeInBytes, rounded up to 4)
+    keep their values; the kernels move whole words, so the word's other bytes must not
+    take an element's result."""
+    rng = np.random.default_rng(n)
+    a = rng.integers(-3, 4, n).astype(dtype)
+    b = rng.integers(-3, 4, n).astype(dtype)
+    total = round_up(a.nbytes, 4)
+    t = dml.TensorDesc(dtype, (n,), None, total)
+    desc = (dml.ElementWiseIdentityOperatorDesc(t, t) if op == "identity" else
+            dml.ElementWiseAddOperatorDesc(t, dml.TensorDesc(dtype, (n,)), t))
+    compiled = device.compile_operator(device.create_operator(desc))
+    pad = np.frombuffer(bytes([0x7F, 0x3C, 0xA5]), np.uint8)[:total - a.nbytes]
+    a_flat = np.concatenate([a.view(np.uint8), pad]).view(np.uint8)
+    ins = [bind_with_canary(device, total, a_flat)]
+    if op == "add":
+        ins.append(bind_with_canary(device, b.nbytes, b))
+    compiled.execute(ins, [ins[0]])
+    compiled.release()
+    assert all(canaries_intact(x) for x in ins), "wrote outside a tensor"
+    raw = ins[0].read_bytes(total)
+    np.testing.assert_array_equal(raw[a.nbytes:], pad, err_msg="the last word's padding")
+    want = a if op == "identity" else (a + b).astype(dtype)
+    assert same_bits(raw[:a.nbytes].view(dtype), want)
 
 
 def test_fuzz_element_wise(device, speed):

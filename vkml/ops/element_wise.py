@@ -128,7 +128,12 @@ class CompiledElementWise(CompiledOperator):
         self.strides = [list(a.element_strides), list(b.element_strides),
                         list(out.element_strides)]
         packed = list(packed_strides(self.box))
-        self.flat = all(s == packed for s in self.strides)
+        # the flat path moves whole words: where the elements end inside a word, the
+        # element code would write the word's other bytes (A's own padding, in place),
+        # so only a plain copy, which writes them back unchanged in place, takes it then
+        whole = math.prod(self.box) * dt.size % 4 == 0 or (
+            KERNEL_OP[d.NAME] == 0 and d.kernel_act()[0] == 0)
+        self.flat = whole and all(s == packed for s in self.strides)
         self.local = min(64, self.workgroup_size)
         lim = self.ctx.limits["maxStorageBufferRange"]
         self.align = max(self.ctx.binding_alignment(), 16)
