@@ -238,6 +238,31 @@ def test_producer_with_a_second_reader(device):
     assert slots == [0, 1, 2]
 
 
+def test_join_buffer_lives_from_the_first_write(device):
+    """The join's buffer holds producer 0's slice from the first step on: the chain that
+    makes input 1 (an intermediate between) gets other bytes of the arena."""
+    t = F("float32", (1, 4, 4, 4))
+    y = F("float32", (1, 8, 4, 4))
+    nodes = [N(dml.ActivationReluOperatorDesc(t, t)), N(dml.ActivationSigmoidOperatorDesc(t, t)),
+             N(dml.ActivationTanhOperatorDesc(t, t)), N(dml.JoinOperatorDesc((t, t), y, 1)),
+             N(dml.ActivationReluOperatorDesc(y, y))]
+    g = dml.GraphDesc(2, 1, nodes, [IN(0, 0, 0), IN(1, 1, 0)], [OUT(4, 0, 0)],
+                      [MID(0, 0, 3, 0), MID(1, 0, 2, 0), MID(2, 0, 3, 1), MID(3, 0, 4, 0)])
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal((1, 4, 4, 4)).astype(np.float32) for _ in range(2))
+    cg = device.compile_graph(g)
+    assert set(cg.in_place) == {(0, 0), (2, 0)}
+    (root,) = {r for r, _, _ in cg.in_place.values()}
+    lo, size = cg.offsets[root]
+    mid = cg.offsets[(1, 0)][0]
+    assert mid >= lo + size or mid + 256 <= lo
+    out = device.empty((1, 8, 4, 4))
+    cg.execute([device.tensor(a), device.tensor(b)], [out])
+    want = np.maximum(np.concatenate([np.maximum(a, 0), np.tanh(1 / (1 + np.exp(-b)))], 1), 0)
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    cg.release()
+
+
 def test_nested_joins_split_and_an_input_joined_twice(device):
     """YOLOv8's C2f / SPPF shapes: a split's outputs and a pooling chain joined, one join
     inside another (its in-place inputs land in the outer join's buffer), an output read
