@@ -190,7 +190,7 @@ ALL = ["convolution", "activation", "element_wise", "resample", "pooling"]
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_channel_join_of_every_producer_kind(device, dtype):
     """SqueezeNet / U-Net / YOLOv8's join: N = 1, along channels, every input in place."""
-    slots = check(device, dtype, ALL, (1, 0, 8, 6), 1, [4, 8, 4, 12, 4], 1)
+    slots = check(device, dtype, ALL, (1, 0, 8, 16), 1, [4, 8, 4, 12, 4], 1)
     assert slots == [0, 1, 2, 3, 4]
 
 
@@ -214,7 +214,7 @@ def test_random_joins(device, seed):
 
 @pytest.mark.parametrize("axis, base, parts, want", [
     (0, (0, 4, 4, 4), [2, 1], [0, 1]),             # batch: contiguous slices
-    (2, (1, 1, 0, 8), [4, 6], [0, 1]),             # rows, one channel: contiguous
+    (2, (1, 1, 0, 16), [8, 6], [0, 1]),            # rows, one channel: contiguous
     (2, (1, 2, 0, 8), [4, 6], []),                 # rows of two channels: strided, copied
     (3, (1, 1, 4, 0), [4, 8], []),                 # columns: strided, copied
     (1, (2, 0, 4, 4), [4, 4], []),                 # channels at N = 2: strided, copied
@@ -225,6 +225,27 @@ def test_join_axes(device, axis, base, parts, want):
     assert check(device, "float32", kinds, base, axis, parts, 7) == want
 
 
+def test_edge_of_another_rank(device):
+    """U-Net's Resample writes (64, 56, 56) where the join reads (1, 64, 56, 56): the
+    same elements, written in place."""
+    a, t = F("float32", (4, 4, 8)), F("float32", (1, 4, 4, 8))
+    y = F("float32", (1, 8, 4, 8))
+    nodes = [N(dml.ActivationReluOperatorDesc(a, a)), N(dml.ActivationTanhOperatorDesc(t, t)),
+             N(dml.JoinOperatorDesc((t, t), y, 1)), N(dml.ActivationSigmoidOperatorDesc(y, y))]
+    g = dml.GraphDesc(2, 1, nodes, [IN(0, 0, 0), IN(1, 1, 0)], [OUT(3, 0, 0)],
+                      [MID(0, 0, 2, 0), MID(1, 0, 2, 1), MID(2, 0, 3, 0)])
+    rng = np.random.default_rng(6)
+    u, v = rng.standard_normal((4, 4, 8)).astype(np.float32), \
+        rng.standard_normal((1, 4, 4, 8)).astype(np.float32)
+    cg = device.compile_graph(g)
+    assert set(cg.in_place) == {(0, 0), (1, 0)} and len(cg.nodes) == 3
+    out = device.empty((1, 8, 4, 8))
+    cg.execute([device.tensor(u), device.tensor(v)], [out])
+    want = 1 / (1 + np.exp(-np.concatenate([np.maximum(u, 0)[None], np.tanh(v)], 1)))
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-6)
+    cg.release()
+
+
 def test_graph_input_and_output_keep_their_copies(device):
     slots = check(device, "float32", ["input", "convolution", "activation"], (1, 0, 4, 4), 1,
                   [4, 4, 4], 3, output_of=2)
@@ -233,7 +254,7 @@ def test_graph_input_and_output_keep_their_copies(device):
 
 def test_producer_with_a_second_reader(device):
     """The Tanh reads producer 0's output from its slice of the join's buffer."""
-    slots = check(device, "float32", ["activation", "pooling", "resample"], (1, 0, 4, 6), 1,
+    slots = check(device, "float32", ["activation", "pooling", "resample"], (1, 0, 4, 8), 1,
                   [4, 8, 4], 5, second_reader=True)
     assert slots == [0, 1, 2]
 
@@ -269,24 +290,24 @@ def test_nested_joins_split_and_an_input_joined_twice(device):
     by the next producer too, and one output joined at two slots (the second copied)."""
     rng = np.random.default_rng(11)
     t = lambda *s: F("float32", s)      # noqa: E731
-    x = rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+    x = rng.standard_normal((1, 8, 8, 8)).astype(np.float32)
     pool = lambda a, b: dml.MaxPoolingOperatorDesc(a, b, strides=(1, 1),  # noqa: E731
                                                    window_size=(3, 3), start_padding=(1, 1),
                                                    end_padding=(1, 1))
-    c4 = t(1, 4, 6, 6)
-    nodes = [N(dml.SplitOperatorDesc(t(1, 8, 6, 6), (c4, c4), 1)),              # 0
+    c4 = t(1, 4, 8, 8)
+    nodes = [N(dml.SplitOperatorDesc(t(1, 8, 8, 8), (c4, c4), 1)),              # 0
              N(pool(c4, c4)),                                                  # 1: p(b)
              N(pool(c4, c4)),                                                  # 2: p(p(b))
-             N(dml.JoinOperatorDesc((c4, c4, c4), t(1, 12, 6, 6), 1)),         # 3 inner
-             N(dml.JoinOperatorDesc((c4, t(1, 12, 6, 6), c4), t(1, 20, 6, 6), 1)),  # 4 outer
-             N(dml.ActivationSigmoidOperatorDesc(t(1, 20, 6, 6), t(1, 20, 6, 6)))]
+             N(dml.JoinOperatorDesc((c4, c4, c4), t(1, 12, 8, 8), 1)),         # 3 inner
+             N(dml.JoinOperatorDesc((c4, t(1, 12, 8, 8), c4), t(1, 20, 8, 8), 1)),  # 4 outer
+             N(dml.ActivationSigmoidOperatorDesc(t(1, 20, 8, 8), t(1, 20, 8, 8)))]
     mids = [MID(0, 1, 1, 0), MID(1, 0, 2, 0), MID(0, 1, 3, 0), MID(1, 0, 3, 1),
             MID(2, 0, 3, 2), MID(0, 0, 4, 0), MID(3, 0, 4, 1), MID(2, 0, 4, 2), MID(4, 0, 5, 0)]
     g = dml.GraphDesc(1, 1, nodes, [IN(0, 0, 0)], [OUT(5, 0, 0)], mids)
 
     def mp(a):
         p = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
-        return np.max([p[:, :, i:i + 6, j:j + 6] for i in range(3) for j in range(3)], axis=0)
+        return np.max([p[:, :, i:i + 8, j:j + 8] for i in range(3) for j in range(3)], axis=0)
     a, b = x[:, :4], x[:, 4:]
     p1 = mp(b)
     p2 = mp(p1)
@@ -294,15 +315,15 @@ def test_nested_joins_split_and_an_input_joined_twice(device):
     got = {}
     for fuse in (True, False):
         cg = device.compile_graph(g, fuse=fuse)
-        out = device.empty((1, 20, 6, 6))
+        out = device.empty((1, 20, 8, 8))
         cg.execute([device.tensor(x)], [out])
         got[fuse] = out.numpy()
         if fuse:
             inner, outer = [f for f in cg.fusions if f.kind == KIND]
             assert inner.absorbed == (3,) and inner.into == (0, 1, 2)
             assert outer.absorbed == () and outer.into == (0, 3)   # p(p(b)) is taken
-            assert cg.in_place[(3, 0)][:2] == ((4, 0), 4 * 36 * 4)
-            assert cg.in_place[(1, 0)][:2] == ((4, 0), 8 * 36 * 4)
+            assert cg.in_place[(3, 0)][:2] == ((4, 0), 4 * 64 * 4)
+            assert cg.in_place[(1, 0)][:2] == ((4, 0), 8 * 64 * 4)
             assert len(cg.nodes) == 5
         cg.release()
     np.testing.assert_allclose(got[True], got[False], rtol=1e-6, atol=1e-6)

@@ -8,10 +8,11 @@ An input is written in place where
   lives in the tensor the caller binds, so its copy stays), written by a node, and not
   already written in place into another join (or another slot of this one);
 * the join's output is an intermediate too, packed, and the input's slice of it is laid
-  out element for element as the producer writes its own output (same data type, sizes
-  and, in every dimension of more than one element, strides): along the axis this holds
-  where the dimensions before it have one element (N = 1 and a channel join, as in
-  SqueezeNet's Fire modules, U-Net's skips, YOLOv8's C2f / SPPF);
+  out element for element as the producer writes its own output (same data type, and the
+  same sizes and strides in every dimension of more than one element, whatever the ranks
+  the edge joins): along the axis this holds where the dimensions before it have one
+  element (N = 1 and a channel join, as in SqueezeNet's Fire modules, U-Net's skips,
+  YOLOv8's C2f / SPPF);
 * the slice starts at a byte offset the device can bind a buffer at (the arena's
   alignment, storage and texel buffer offsets alike).
 
@@ -20,8 +21,7 @@ tuner's shape classes hold no binding offset): only its output binding moves, to
 the join's buffer.  A strided slice (a join along a later axis with more than one element
 before it) would change the producer's output descriptor and may change its path, which
 no measurement here can tell beforehand: those inputs keep their copy.  Other readers of
-the producer's output read the same view with the descriptor they declared, which the
-layout rule makes the same elements.
+the producer's output read the same bytes as before, through the same view.
 
 The slices are disjoint and every in-place slice starts at an aligned offset, so a kernel
 reading or writing whole 16-byte texels past its tensor's end reaches at most a slice the
@@ -48,16 +48,18 @@ class PartialJoin(CompiledJoin):
         return [c for c in super().plan() if c.src_i not in self.in_place]
 
 
-def _same_layout(a, b) -> bool:
-    return (a.data_type == b.data_type and a.sizes == b.sizes
-            and a.element_strides == b.element_strides)
+def _elements(t) -> tuple:
+    """(size, stride) of each dimension of more than one element: the layout of the
+    elements, whatever the rank (an edge may join (64, 56, 56) to (1, 64, 56, 56))."""
+    return tuple((n, s) for n, s in zip(t.sizes, t.element_strides) if n > 1)
 
 
 def slice_offset(join: JoinOperatorDesc, slot: int, produced, align: int) -> int | None:
     """Byte offset in ``join``'s output of input ``slot``'s slice, where the producer's
     output ``produced`` can be written there as it is (module doc); else None."""
     y, a, x = join.output_tensor, join.axis, join.input_tensors[slot]
-    if not (_same_layout(produced, x) and y.is_packed):
+    if not (produced.data_type == x.data_type and _elements(produced) == _elements(x)
+            and y.is_packed):
         return None
     ys = y.element_strides
     if any(n > 1 and s != ys[d] for d, (n, s) in enumerate(zip(x.sizes, x.element_strides))):
