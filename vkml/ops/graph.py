@@ -132,8 +132,11 @@ class Fusion:
         if self.kind == "padding":
             return f"the zero padding nodes{list(self.absorbed)} folded into nodes{list(self.into)}"
         if self.kind == "join in place":
-            whose = f"the join nodes{list(self.absorbed)}'" if self.absorbed else "a join's"
-            return f"nodes{list(self.into)} write {whose} output slices in place"
+            if self.absorbed:
+                return (f"nodes{list(self.into)} write in place into the output of the join "
+                        f"nodes{list(self.absorbed)}")
+            return (f"nodes{list(self.into)} write in place into the output of a join "
+                    "(which copies its other inputs)")
         return (f"nodes{list(self.absorbed)} ({self.operator}) fused into the convolution "
                 f"nodes{list(self.into)}")
 
