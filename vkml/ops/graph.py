@@ -217,12 +217,26 @@ def _lifetimes(order, outputs, readers, graph_out) -> list:
     return items
 
 
+#: Orders :func:`_first_fit` places intermediates in: largest first, longest-lived first,
+#: largest bytes x lifetime first.  No one order packs every graph best: a join written
+#: in place (module doc, step 1) makes a large buffer that lives long, which largest
+#: first places early and the short-lived ones then fragment around.
+_FIT_ORDERS = (lambda x: (-x[1], x[2]), lambda x: (x[2] - x[3], -x[1]),
+               lambda x: (-x[1] * (x[3] - x[2] + 1), x[2]))
+
+
 def _first_fit(items, align: int) -> tuple[dict, int]:
-    """Place ``items`` (from :func:`_lifetimes`) in one arena, largest first, each at the
-    lowest ``align``-ed offset free for its whole lifetime: ``({key: (offset, bytes)},
+    """Place ``items`` (from :func:`_lifetimes`) in one arena, each at the lowest
+    ``align``-ed offset free for its whole lifetime, in each of :data:`_FIT_ORDERS`,
+    keeping the smallest arena (the first order on a tie): ``({key: (offset, bytes)},
     arena bytes)``."""
+    return min((_fit(sorted(items, key=order), align) for order in _FIT_ORDERS),
+               key=lambda plan: plan[1])
+
+
+def _fit(items, align: int) -> tuple[dict, int]:
     placed, offsets = [], {}      # placed: (offset, size, first, last)
-    for key, size, first, last in sorted(items, key=lambda x: (-x[1], x[2])):
+    for key, size, first, last in items:
         busy = sorted((o, o + s) for o, s, f, la in placed if f <= last and first <= la)
         off = 0
         for lo, hi in busy:
