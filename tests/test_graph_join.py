@@ -178,6 +178,8 @@ def check(device, dtype, kinds, base, axis, parts, seed, **kw):
                     for s in slots)
         assert cg.intermediate_tensor_bytes == ref.intermediate_tensor_bytes - saved
         assert cg.intermediate_bytes < cg.declared_intermediate_bytes
+        # the producers' outputs all live until the join: in place, they take no arena bytes
+        assert cg.arena_bytes < ref.arena_bytes == cg.unfused_arena_bytes
         assert set(cg.in_place) == {(srcs[s], 0) for s in slots}
     cg.release()
     ref.release()
