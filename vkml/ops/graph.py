@@ -52,8 +52,8 @@ work):
    output tensors; every other output (an intermediate) gets a range of one arena,
    planned by lifetime in the topological order: an intermediate lives from the node
    that writes it to the last node that reads it, and two whose lifetimes do not overlap
-   may share bytes (first fit, largest first; offsets aligned to the device's storage and
-   texel buffer offset alignments).  ``arena_bytes`` <= ``intermediate_bytes``.  An
+   may share bytes (first fit, in each of a few orders, the smallest arena kept; offsets
+   aligned to the device's storage and texel buffer offset alignments).  ``arena_bytes`` <= ``intermediate_bytes``.  An
    output written into a join's slice has no bytes of its own: the join's output lives
    from the first write into it to the last read of it or of any slice (``in_place``:
    {(node, output): (join output, byte offset, bytes)}).
@@ -252,8 +252,8 @@ class CompiledGraph(CompiledOperator):
     """``IDMLCompiledOperator`` of a graph: ``initialize``, ``execute``, ``record``.
 
     ``nodes``: the compiled nodes' descriptors in execution order (a join written wholly
-    in place is none); ``fusions``: what
-    fusion did, as :class:`Fusion` data (``str()`` of one is a sentence);
+    in place is none); ``fusions``: what fusion did, as :class:`Fusion` data (``str()``
+    of one is a sentence);
     ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum of the
     intermediates' sizes each rounded up to the binding alignment (what they would
     take without sharing); ``intermediate_tensor_bytes``: the sum of their
