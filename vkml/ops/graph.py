@@ -53,10 +53,11 @@ work):
    planned by lifetime in the topological order: an intermediate lives from the node
    that writes it to the last node that reads it, and two whose lifetimes do not overlap
    may share bytes (first fit, in each of a few orders, the smallest arena kept; offsets
-   aligned to the device's storage and texel buffer offset alignments).  ``arena_bytes`` <= ``intermediate_bytes``.  An
-   output written into a join's slice has no bytes of its own: the join's output lives
-   from the first write into it to the last read of it or of any slice (``in_place``:
-   {(node, output): (join output, byte offset, bytes)}).
+   aligned to the device's storage and texel buffer offset alignments).
+   ``arena_bytes`` <= ``intermediate_bytes``.  An output written into a join's slice has
+   no bytes of its own: the join's output lives from the first write into it to the last
+   read of it or of any slice (``in_place``: {(node, output): (join output, byte offset,
+   bytes)}).
 
 4. Constant inputs: graph inputs whose consumers' tensors carry
    ``DML_TENSOR_FLAG_OWNED_BY_DML`` are bound once, by :meth:`CompiledGraph.initialize`
