@@ -37,7 +37,14 @@ work):
      path is winograd.  The fused node computes the
      same values in the same order as the pair (the convolution's outputs rounded to
      the tensor type, then glsl/lp_pooling.comp's sums) and stores only the pooled
-     output: no pooling pass, no full-size intermediate.
+     output: no pooling pass, no full-size intermediate;
+   * last, join in place (``join_in_place``): a JOIN input that is an intermediate
+     written by a node, whose slice of the join's (intermediate, packed) output is laid
+     out exactly as the producer writes it (the dimensions before the axis of one
+     element: a channel join at N = 1) at a bindable offset, is written there by its
+     producer, whose descriptor and so kernel path stay as they are; the join copies only
+     the other inputs, and records nothing where none are left.  Graph inputs and
+     outputs keep their copies.  Reported as kind "join in place".
 
 2. Each remaining node is compiled as an operator.
 
@@ -45,8 +52,12 @@ work):
    output tensors; every other output (an intermediate) gets a range of one arena,
    planned by lifetime in the topological order: an intermediate lives from the node
    that writes it to the last node that reads it, and two whose lifetimes do not overlap
-   may share bytes (first fit, largest first; offsets aligned to the device's storage and
-   texel buffer offset alignments).  ``arena_bytes`` <= ``intermediate_bytes``.
+   may share bytes (first fit, in each of a few orders, the smallest arena kept; offsets
+   aligned to the device's storage and texel buffer offset alignments).
+   ``arena_bytes`` <= ``intermediate_bytes``.  An output written into a join's slice has
+   no bytes of its own: the join's output lives from the first write into it to the last
+   read of it or of any slice (``in_place``: {(node, output): (join output, byte offset,
+   bytes)}).
 
 4. Constant inputs: graph inputs whose consumers' tensors carry
    ``DML_TENSOR_FLAG_OWNED_BY_DML`` are bound once, by :meth:`CompiledGraph.initialize`
@@ -92,6 +103,7 @@ from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, relea
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
 from .convolution.epilogue import EPILOGUE_ACTIVATIONS, EpilogueConvolutionDesc
+from . import join_in_place
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 from ..intmath import ceil_div, round_up
 
@@ -101,10 +113,12 @@ __all__ = ["Fusion"]
 @dataclass(frozen=True)
 class Fusion:
     """One rewrite of step 1 (module doc), as ``CompiledGraph.fusions`` reports it:
-    ``kind`` ("activation", "padding" or "pooling"), the declared graph's node indices
-    ``absorbed`` (nodes that no longer run as nodes of their own) and ``into`` (the node
-    they run inside: a convolution, or the LP pooling / convolution a padding folded
-    into), their ``GraphDesc`` node names, and ``operator``, the absorbed node's operator.
+    ``kind`` ("activation", "padding", "pooling" or "join in place"), the declared graph's
+    node indices ``absorbed`` (nodes that no longer run as nodes of their own) and ``into``
+    (the node they run inside: a convolution, or the LP pooling / convolution a padding
+    folded into), their ``GraphDesc`` node names, and ``operator``, the absorbed node's
+    operator.  A join in place: ``into`` the nodes writing its inputs into its output,
+    ``absorbed`` the join where no copy of it is left (else empty), ``operator`` "join".
     ``str()`` gives the sentence (``nodes[2] (relu) fused into the convolution nodes[0,
     1]``)."""
 
@@ -118,6 +132,12 @@ class Fusion:
     def __str__(self) -> str:
         if self.kind == "padding":
             return f"the zero padding nodes{list(self.absorbed)} folded into nodes{list(self.into)}"
+        if self.kind == "join in place":
+            if self.absorbed:
+                return (f"nodes{list(self.into)} write in place into the output of the join "
+                        f"nodes{list(self.absorbed)}")
+            return (f"nodes{list(self.into)} write in place into the output of a join "
+                    "(which copies its other inputs)")
         return (f"nodes{list(self.absorbed)} ({self.operator}) fused into the convolution "
                 f"nodes{list(self.into)}")
 
@@ -179,6 +199,11 @@ def _is_zero_padding(d) -> bool:
         and not any(d.end_padding[:2])
 
 
+def _idle(node) -> bool:
+    """Whether a node records nothing: a join whose inputs were all written in place."""
+    return isinstance(node.compiled, join_in_place.PartialJoin) and not node.compiled.steps
+
+
 def _lifetimes(order, outputs, readers, graph_out) -> list:
     """``(key, bytes, first step, last step)`` of each node output that is not a graph
     output, in execution ``order``: it lives from the node that writes it to the last
@@ -193,12 +218,26 @@ def _lifetimes(order, outputs, readers, graph_out) -> list:
     return items
 
 
+#: Orders :func:`_first_fit` places intermediates in: largest first, longest-lived first,
+#: largest bytes x lifetime first.  No one order packs every graph best: a join written
+#: in place (module doc, step 1) makes a large buffer that lives long, which largest
+#: first places early and the short-lived ones then fragment around.
+_FIT_ORDERS = (lambda x: (-x[1], x[2]), lambda x: (x[2] - x[3], -x[1]),
+               lambda x: (-x[1] * (x[3] - x[2] + 1), x[2]))
+
+
 def _first_fit(items, align: int) -> tuple[dict, int]:
-    """Place ``items`` (from :func:`_lifetimes`) in one arena, largest first, each at the
-    lowest ``align``-ed offset free for its whole lifetime: ``({key: (offset, bytes)},
+    """Place ``items`` (from :func:`_lifetimes`) in one arena, each at the lowest
+    ``align``-ed offset free for its whole lifetime, in each of :data:`_FIT_ORDERS`,
+    keeping the smallest arena (the first order on a tie): ``({key: (offset, bytes)},
     arena bytes)``."""
+    return min((_fit(sorted(items, key=order), align) for order in _FIT_ORDERS),
+               key=lambda plan: plan[1])
+
+
+def _fit(items, align: int) -> tuple[dict, int]:
     placed, offsets = [], {}      # placed: (offset, size, first, last)
-    for key, size, first, last in sorted(items, key=lambda x: (-x[1], x[2])):
+    for key, size, first, last in items:
         busy = sorted((o, o + s) for o, s, f, la in placed if f <= last and first <= la)
         off = 0
         for lo, hi in busy:
@@ -213,8 +252,9 @@ def _first_fit(items, align: int) -> tuple[dict, int]:
 class CompiledGraph(CompiledOperator):
     """``IDMLCompiledOperator`` of a graph: ``initialize``, ``execute``, ``record``.
 
-    ``nodes``: the compiled nodes' descriptors in execution order; ``fusions``: what
-    fusion did, as :class:`Fusion` data (``str()`` of one is a sentence);
+    ``nodes``: the compiled nodes' descriptors in execution order (a join written wholly
+    in place is none); ``fusions``: what fusion did, as :class:`Fusion` data (``str()``
+    of one is a sentence);
     ``arena_bytes``: the arena's size; ``intermediate_bytes``: the sum of the
     intermediates' sizes each rounded up to the binding alignment (what they would
     take without sharing); ``intermediate_tensor_bytes``: the sum of their
@@ -264,11 +304,13 @@ class CompiledGraph(CompiledOperator):
         self.fusions: list[Fusion] = []
         self._graph_nodes = nodes
         try:
+            self._aliases: dict = {}
             if self.fuse:
                 self._fuse(nodes, order, graph_out)
                 self._fuse_pooling(nodes, order, graph_out)
+                self._join_in_place(nodes, order, graph_out)
             self.order = order
-            self.nodes = [nodes[i].desc for i in order]
+            self.nodes = [nodes[i].desc for i in order if not _idle(nodes[i])]
             self._graph_out = {src: g for g, src in enumerate(topo.output_source)}
             for i in order:
                 n = nodes[i]
@@ -402,14 +444,39 @@ class CompiledGraph(CompiledOperator):
             order.remove(i)
             self.fusions.append(self._fusion("pooling", n, p, n.desc.OPERATOR_TYPE))
 
+    def _join_in_place(self, nodes, order, graph_out) -> None:
+        """Producers of a JOIN's inputs write them into its output's slices (module doc,
+        step 1; ``join_in_place``): each such join is compiled here copying the rest."""
+        plans = join_in_place.plan_join_in_place(nodes, order, graph_out,
+                                                 self._arena_align())
+        for j, slots in plans:
+            n = nodes[j]
+            self.device.create_operator(n.desc)       # validated (as build would)
+            n.compiled = join_in_place.PartialJoin(self.device, n.desc, slots,
+                                                   self.paths.get(j))
+            into = []
+            for key, off in slots.values():
+                self._aliases[key] = ((j, 0), off)
+                into += [o for o in nodes[key[0]].origin if o not in into]
+            self.fusions.append(Fusion(
+                join_in_place.KIND, tuple(n.origin) if _idle(n) else (), tuple(into), "join",
+                tuple(self.graph.nodes[i].name for i in n.origin) if _idle(n) else (),
+                tuple(self.graph.nodes[i].name for i in into)))
+
+    def _arena_align(self) -> int:
+        ctx = self.ctx
+        return max(16, ctx.binding_alignment(), ctx.binding_alignment(UNIFORM_TEXEL))
+
     def _plan_arena(self, nodes, order) -> None:
         """Offsets of the intermediates in one arena (module doc, step 3); also the
         declared graph's figures (``declared_intermediate_bytes``, ``unfused_arena_bytes``)."""
         ctx = self.ctx
-        align = max(16, ctx.binding_alignment(), ctx.binding_alignment(UNIFORM_TEXEL))
+        align = self._arena_align()
         items = _lifetimes(order, lambda i: nodes[i].desc.outputs(),
                            lambda i, k: [j for j, _ in self._consumers(nodes, i, k)],
                            self._graph_out)
+        # outputs written into a join's slices: no bytes of their own (module doc, step 1)
+        items, self.in_place = join_in_place.merge_aliases(items, self._aliases)
         self.offsets, self.arena_bytes = _first_fit(items, align)
         # what the intermediates take apart, each at a binding-aligned offset
         self.intermediate_bytes = sum(ceil_div(s, align) * align for _, s, _, _ in items)
@@ -432,6 +499,10 @@ class CompiledGraph(CompiledOperator):
             self._owned.append(self.arena)
             for key, (off, size) in self.offsets.items():
                 part = self.arena.sub_allocation(off, round_up(size, 16))  # freed with it
+                self._views[key] = Tensor(self.device, (size,), np.uint8, part, size,
+                                          owner=False)
+            for key, (root, off, size) in self.in_place.items():
+                part = self.arena.sub_allocation(self.offsets[root][0] + off, round_up(size, 16))
                 self._views[key] = Tensor(self.device, (size,), np.uint8, part, size,
                                           owner=False)
 
