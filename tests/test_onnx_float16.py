@@ -380,3 +380,24 @@ def test_squeezenet(device, speed, tmp_path):
     assert got.dtype == np.float16
     check(got, want)
     rep.release()
+
+
+def test_bench_row_in_float16(device, speed, tmp_path):
+    """``python -m bench models --dtype float16``'s row: vkml prepared in float16, its
+    rel err against ONNX Runtime CPU float32 (a tiny U-Net, 32x32); fast devices only."""
+    if slow(speed):
+        pytest.skip("a whole model on a slow device (SwiftShader): beyond the time budget")
+    pytest.importorskip("torch")
+    from bench.cnn import models
+    from bench.cnn.peers import OrtCpu
+    from bench.cnn.run import model_row
+    from bench.stats import Budget
+
+    spec = models.ModelSpec("unet-tiny", lambda size: models.unet(base=4, depth=2), size=32,
+                            source=[models.__file__])
+    data, _, _ = models.export(spec, 32, cache=str(tmp_path))
+    budget = Budget(warmup=0, min_repeats=1, max_repeats=1, seconds=0.1)
+    rows = {dt: model_row(spec, 32, data, device, [OrtCpu()], budget, None, dtype=dt)["vkml"]
+            for dt in (None, "float16")}
+    assert [r["dtype"] for r in rows.values()] == ["float32", "float16"]
+    assert rows[None]["rel_err"] < 1e-4 and 0 < rows["float16"]["rel_err"] < TOL, rows
