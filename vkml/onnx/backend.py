@@ -156,8 +156,8 @@ class VkmlRep(BackendRep):
     def _device_consts(self) -> dict:
         """The constants the device partitions bind, in :meth:`device_dtype`: float32 ones
         converted to float16 here, once, under ``dtype="float16"``, rounded to nearest as
-        PyTorch's ``.half()`` and ONNX Runtime's float16 conversion do (a value beyond
-        float16's range becomes +-inf; no error)."""
+        PyTorch's ``.half()`` does (a value beyond float16's range becomes +-inf, no
+        error: a model exported from ``.half()`` would hold the same)."""
         out = {}
         for part in self._parts:
             for name in getattr(part, "tensor_inputs", ()):
