@@ -3,6 +3,7 @@
     python -m bench models                          # every model on the default device
     python -m bench models --all-devices --json models.json --markdown models.md
     python -m bench models -k resnet18 -k unet --size unet=128 --peers onnxruntime-cpu --cpu-threads 1
+    python -m bench models -k squeezenet --dtype float16   # vkml in float16
     python -m bench models --list
     python -m bench models -k mobilenet --profile   # per-layer ms against the roofline
 
@@ -52,8 +53,13 @@ def _parser() -> argparse.ArgumentParser:
                     help="threads of ONNX Runtime CPU and PyTorch CPU (default: theirs)")
     ap.add_argument("--no-limits", action="store_true",
                     help="skip measuring the device's FMA peak and copy bandwidth")
-    ap.add_argument("--tolerance", type=float, default=1e-3,
-                    help="largest vkml rel err accepted (default 1e-3)")
+    ap.add_argument("--dtype", choices=["float32", "float16"], default="float32",
+                    help="vkml's data type on the device: float16 runs the float32 models "
+                         "with vkml.onnx.prepare(dtype=\"float16\") (rel err still against "
+                         "ONNX Runtime CPU float32; peers unchanged)")
+    ap.add_argument("--tolerance", type=float, default=None,
+                    help="largest vkml rel err accepted (default 1e-3; 1e-2 with --dtype "
+                         "float16, float16's 11 significant bits)")
     ap.add_argument("--json", metavar="PATH", help="every figure")
     ap.add_argument("--markdown", metavar="PATH", help="the tables as Markdown")
     ap.add_argument("--profile", action="store_true",
@@ -94,7 +100,7 @@ def _commit() -> str | None:
 
 
 def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
-                profile: int = 0) -> list:
+                profile: int = 0, dtype=None) -> list:
     """Rows for every (device, model); each model exported (or read from the cache) once."""
     exported = {}
     rows = []
@@ -111,7 +117,8 @@ def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
                     log(f"{spec.name} {size}x{size}: {'cached' if hit else 'exported'} "
                         f"{path} ({time.perf_counter() - t:.1f} s)")
                 log(f"{info.name}: {spec.name}")
-                row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim)
+                row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim,
+                                dtype=dtype)
                 row["limits"] = lim
                 if profile:
                     from .profile import measure
@@ -151,8 +158,9 @@ def main(argv=None) -> int:
     budget = Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=args.seconds,
                     repeats=args.repeats, cap=4.0)
     log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
+    dtype = None if args.dtype == "float32" else args.dtype
     rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log,
-                       args.profile_repeats if args.profile else 0)
+                       args.profile_repeats if args.profile else 0, dtype)
     doc = {"command": ["python", "-m", "bench", "models", *(argv or sys.argv[2:])],
            "commit": _commit(), "machine": platform.node(), "cpu": platform.processor()
            or platform.machine(), "vkml": vkml.__version__, "rows": rows}
@@ -163,6 +171,8 @@ def main(argv=None) -> int:
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write(report.markdown(doc))
+    tolerance = args.tolerance if args.tolerance is not None else \
+        (1e-2 if dtype else 1e-3)
     bad = [r for r in rows if r["vkml"].get("status") != "ok"
-           or not r["vkml"]["rel_err"] <= args.tolerance]
+           or not r["vkml"]["rel_err"] <= tolerance]
     return 1 if bad else 0

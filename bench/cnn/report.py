@@ -29,7 +29,8 @@ def _peer_cell(p: dict) -> str:
 
 def _errs(r: dict) -> str:
     vk = r["vkml"]
-    out = [f"vkml {_f(vk.get('rel_err'), '{:.1e}')}"]
+    dtype = "" if vk.get("dtype", "float32") == "float32" else f" {vk['dtype']}"
+    out = [f"vkml{dtype} {_f(vk.get('rel_err'), '{:.1e}')}"]
     for n, p in r["peers"].items():
         if p.get("status") == "ok" and n != "onnxruntime-cpu":
             out.append(f"{n} {p['rel_err']:.1e}")

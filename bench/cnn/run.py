@@ -51,10 +51,10 @@ def host_nodes(rep) -> dict:
     return out
 
 
-def strict_check(data: bytes, dev) -> dict:
+def strict_check(data: bytes, dev, dtype=None) -> dict:
     """Whether ``prepare(strict=True)`` accepts the model; else the refused node."""
     try:
-        rep = vkml.onnx.prepare(data, device=dev, strict=True)
+        rep = vkml.onnx.prepare(data, device=dev, strict=True, dtype=dtype)
     except vkml.UnsupportedError as exc:
         text = str(exc)
         op = text.split("op type ", 1)[1].split(")")[0].split(",")[0] if "op type " in text \
@@ -64,12 +64,14 @@ def strict_check(data: bytes, dev) -> dict:
     return {"accepted": True, "refused_op": None, "reason": None}
 
 
-def vkml_row(data: bytes, dev, x, ref, budget: Budget) -> dict:
-    """vkml's figures for one model on ``dev``: timings, rel err, placement."""
+def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None) -> dict:
+    """vkml's figures for one model on ``dev``: timings, rel err, placement.  ``dtype``:
+    ``prepare``'s (``"float16"``: the float32 model in float16 on the device, its rel err
+    still against ONNX Runtime CPU float32)."""
     holder = {}
 
     def prepare():
-        holder["rep"] = vkml.onnx.prepare(data, device=dev)
+        holder["rep"] = vkml.onnx.prepare(data, device=dev, dtype=dtype)
         return lambda a: holder["rep"].run([a])[0]
 
     try:
@@ -80,7 +82,7 @@ def vkml_row(data: bytes, dev, x, ref, budget: Budget) -> dict:
     try:
         parts = collections.Counter(w for w, _ in rep.partitions)
         hosted = host_nodes(rep)
-        fig.update(status="ok", rel_err=rel_err(y, ref),
+        fig.update(status="ok", rel_err=rel_err(y, ref), dtype=dtype or "float32",
                    device_partitions=parts.get("device", 0),
                    host_partitions=parts.get("host", 0),
                    host_node_count=sum(v["count"] for k, v in hosted.items()
@@ -89,7 +91,7 @@ def vkml_row(data: bytes, dev, x, ref, budget: Budget) -> dict:
                    folded=len(rep.folded), rewrites=len(rep.rewrites))
     finally:
         rep.release()
-    fig["strict"] = strict_check(data, dev)
+    fig["strict"] = strict_check(data, dev, dtype)
     return fig
 
 
@@ -128,9 +130,10 @@ def shares(row: dict, counted: dict, limits: dict | None) -> None:
 
 
 def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
-              limits: dict | None, seed: int = 0) -> dict:
+              limits: dict | None, seed: int = 0, dtype=None) -> dict:
     """Every figure of one model on one device (the CPU peers run once per device too:
-    the machine is the same, and their numbers sit next to the device's)."""
+    the machine is the same, and their numbers sit next to the device's); vkml's in
+    ``dtype`` (``vkml_row``), the peers' as the model says."""
     import onnx
 
     x = np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)
@@ -138,7 +141,7 @@ def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
     ref = ref_peer.prepare(spec, data, size)(x)
     row = {"model": spec.name, "size": size, "device": dev.info.name,
            "driver": dev.info.driver_info}
-    row["vkml"] = vkml_row(data, dev, x, ref, budget)
+    row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype)
     row["peers"] = {p.name: peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
     vk = row["vkml"]
     for name, pr in row["peers"].items():

@@ -61,6 +61,12 @@ How a model runs (``prepare``), one module each:
    are constants) are compiled at once, so ``rep.partitions`` shows what the graph
    compiler fused ("Relu (fused into Conv)", "Pad (folded into Conv)").
 
+``prepare(model, dtype="float16")`` runs a float32 model's device partitions in float16
+(``VkmlRep.device_dtype``): its float32 constants converted once (beyond float16's range
+to +-inf, as PyTorch's ``.half()``), its float32 inputs on upload; host partitions and the
+outputs get the model's own float32 back (``VkmlRep.host_feed``).  A float16 model runs
+as it is.
+
 ``run`` checks each input against the model's declaration (element type exactly, fixed
 dimensions; ValidationError naming the input) and runs the partitions in order
 (``execute``).  An initializer that is also a graph input may be fed by name: the fed

@@ -18,6 +18,23 @@ from .load import load, sparse_to_dense
 from .place import device_refusal, place
 from .rewrite import rewrite, rewrite_kinds
 
+_FLOAT16, _FLOAT32 = np.dtype(np.float16), np.dtype(np.float32)
+
+
+def compute_dtype(dtype) -> np.dtype | None:
+    """``prepare``'s ``dtype``: None (every tensor as the model types it) or float16
+    (``"float16"``, ``np.float16``); ValidationError naming ``dtype`` otherwise."""
+    if dtype is None:
+        return None
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt != _FLOAT16:
+        raise ValidationError("dtype", f"must be None (the model's own types) or "
+                              f"\"float16\", got {dtype!r}")
+    return dt
+
 
 def resolve_device(device) -> Device:
     """A ``vkml.Device``, or one of the process-wide shared devices (``vkml.device``'s
@@ -94,13 +111,15 @@ class VkmlRep(BackendRep):
     """A prepared model: ``run(inputs)`` -> list of NumPy outputs; ``partitions``,
     ``folded`` (constant-folded nodes), ``rewrites`` (``vkml.onnx.rewrite.Rewrite`` s:
     the graph rewrites done, of the kinds ``rewrite_kinds`` asked for), ``fallbacks``
-    (partitions the device could not run, with the reason)."""
+    (partitions the device could not run, with the reason), ``dtype`` (None, or float16:
+    the model's float32 tensors are float16 on the device, :meth:`device_dtype`)."""
 
     def __init__(self, model: onnx.ModelProto, device: Device, strict: bool,
-                 rewrites=True):
+                 rewrites=True, dtype=None):
         self.model = model
         self.device = device
         self.strict = strict
+        self.dtype = compute_dtype(dtype)
         self.rewrite_kinds = rewrite_kinds(rewrites)
         self.fallbacks: list = []
         g = model.graph
@@ -116,6 +135,7 @@ class VkmlRep(BackendRep):
         self.overridable = [i.name for i in g.input if i.name in inits]
         self._variants: dict = {}
         self.output_names = [o.name for o in g.output]
+        self.output_types = {o.name: (_declared(o) or (None,))[0] for o in g.output}
         self._infer_types(model, inits)
         self.consts, self.folded, rest = fold(model, inits, self.output_names)
         rest, self.consts, self.rewrites = rewrite(rest, self.consts, self.types,
@@ -124,7 +144,43 @@ class VkmlRep(BackendRep):
             if isinstance(v, np.ndarray):
                 self.types[name] = v.dtype
         self._groups, self._parts = place(self, rest)
+        self.device_consts = self._device_consts()
         self._warm()
+
+    def device_dtype(self, dt) -> np.dtype:
+        """The element type a value the model types as ``dt`` has on the device: float16
+        for float32 under ``dtype="float16"``, else ``dt`` itself."""
+        dt = np.dtype(dt)
+        return self.dtype if self.dtype is not None and dt == _FLOAT32 else dt
+
+    def _device_consts(self) -> dict:
+        """The constants the device partitions bind, in :meth:`device_dtype`: float32 ones
+        converted to float16 here, once, under ``dtype="float16"``, rounded to nearest as
+        PyTorch's ``.half()`` does (a value beyond float16's range becomes +-inf, no
+        error: a model exported from ``.half()`` would hold the same)."""
+        out = {}
+        for part in self._parts:
+            for name in getattr(part, "tensor_inputs", ()):
+                if name not in self.consts or name in out:
+                    continue
+                v = self.consts[name]
+                if isinstance(v, np.ndarray):
+                    with np.errstate(over="ignore"):
+                        v = v.astype(self.device_dtype(v.dtype), copy=False)
+                out[name] = v
+        return out
+
+    def host_feed(self, name: str, value):
+        """``value`` of ``name`` as the host (a host partition, ``run``'s result) reads it:
+        a float16 device value the model types as float32 (``dtype="float16"``) back in
+        float32, so the host computes in the model's own types."""
+        value = host_value(value)
+        if self.dtype is not None and getattr(value, "dtype", None) == _FLOAT16:
+            want = self.output_types.get(name) if name in self.output_types else \
+                self.types.get(name)
+            if want == _FLOAT32:
+                return value.astype(_FLOAT32)
+        return value
 
     def _infer_types(self, model, inits) -> None:
         try:
@@ -227,7 +283,7 @@ class VkmlRep(BackendRep):
             del m.graph.initializer[:]
             m.graph.initializer.extend(keep)
             rep = self._variants[names] = VkmlRep(m, self.device, self.strict,
-                                                  self.rewrite_kinds)
+                                                  self.rewrite_kinds, self.dtype)
             rep.fallbacks = self.fallbacks
         return rep
 
@@ -243,7 +299,7 @@ class VkmlRep(BackendRep):
             if missing:
                 raise ValidationError("inputs", f"missing model input(s) {missing}")
             part.run(env)
-        return [host_value(env[o]) for o in self.output_names]
+        return [self.host_feed(o, env[o]) for o in self.output_names]
 
     def profile(self, inputs, repeat: int = 5):
         """Where ``run(inputs)``'s time goes: a :class:`vkml.onnx.profile.ModelProfile`,
@@ -268,17 +324,25 @@ class VkmlBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device=None, strict: bool = False, rewrites=True,
-                **kwargs) -> VkmlRep:
+                dtype=None, **kwargs) -> VkmlRep:
         """``rewrites``: the graph rewrites to do (``vkml.onnx.rewrite``): True all of them,
-        False none (to measure them), or a collection of kinds (``rewrite.KINDS``)."""
+        False none (to measure them), or a collection of kinds (``rewrite.KINDS``).
+        ``dtype``: None (the model's types) or ``"float16"``: the model's float32 tensors
+        are float16 on the device (initializers converted once here, rounded as PyTorch's
+        ``.half()``: beyond float16's range to +-inf), its float32 inputs converted on
+        upload and its outputs given back in the types it declares; host nodes compute in
+        the model's types.  Every device kernel stores float16 as halves, or packed two to
+        a 32-bit word where the device lacks 16-bit storage (SwiftShader)."""
         kinds = rewrite_kinds(rewrites)
+        dt = compute_dtype(dtype)
         proto = load(model)
-        return VkmlRep(proto, resolve_device(device), strict, kinds)
+        return VkmlRep(proto, resolve_device(device), strict, kinds, dt)
 
     @classmethod
     def run_model(cls, model, inputs, device=None, strict: bool = False, rewrites=True,
-                  **kwargs):
-        return cls.prepare(model, device, strict=strict, rewrites=rewrites).run(inputs)
+                  dtype=None, **kwargs):
+        return cls.prepare(model, device, strict=strict, rewrites=rewrites,
+                           dtype=dtype).run(inputs)
 
     @classmethod
     def run_node(cls, node, inputs, device=None, outputs_info=None, strict: bool = False,

@@ -139,7 +139,7 @@ class HostPartition:
         return self._evaluator
 
     def run(self, env: dict) -> None:
-        feeds = {i: host_value(env[i]) for i in self.inputs}
+        feeds = {i: self.rep.host_feed(i, env[i]) for i in self.inputs}
         for name, value in zip(self.outputs, self.evaluator().run(None, feeds)):
             env[name] = value
 
@@ -236,7 +236,10 @@ class DevicePartition:
         return tuple(key)
 
     def _build(self, env):
-        infos = {n: (tuple(env[n].shape), np.dtype(env[n].dtype)) for n in self.tensor_inputs}
+        # under prepare(dtype="float16") the model's float32 values are float16 here: the
+        # staging tensors convert float32 inputs on upload (GraphExecutor.run)
+        infos = {n: (tuple(env[n].shape), self.rep.device_dtype(env[n].dtype))
+                 for n in self.tensor_inputs}
         values = {n: host_value(env[n]) for n in self.params}
         opset = max((o.version for o in self.rep.model.opset_import
                      if o.domain in ("", "ai.onnx")), default=1)
@@ -249,7 +252,8 @@ class DevicePartition:
                                     f"{sorted(map(str, spec.dtypes))})")
             lw.origin = j
             spec.lower(lw, node)
-        consts = {n: self.rep.consts[n] for n in self.tensor_inputs if n in self.rep.consts}
+        consts = {n: self.rep.device_consts[n] for n in self.tensor_inputs
+                  if n in self.rep.device_consts}
         return GraphExecutor(self.rep.device, _lower_graph(lw.steps, self.outputs, consts,
                                                             lw.infos))
 
