@@ -94,13 +94,15 @@ class VkmlRep(BackendRep):
     """A prepared model: ``run(inputs)`` -> list of NumPy outputs; ``partitions``,
     ``folded`` (constant-folded nodes), ``rewrites`` (``vkml.onnx.rewrite.Rewrite`` s:
     the graph rewrites done, of the kinds ``rewrite_kinds`` asked for), ``fallbacks``
-    (partitions the device could not run, with the reason)."""
+    (partitions the device could not run, with the reason); ``fuse``: what the graph
+    compiler fuses (``Device.compile_graph``'s ``fuse``)."""
 
     def __init__(self, model: onnx.ModelProto, device: Device, strict: bool,
-                 rewrites=True):
+                 rewrites=True, fuse=True):
         self.model = model
         self.device = device
         self.strict = strict
+        self.fuse = fuse
         self.rewrite_kinds = rewrite_kinds(rewrites)
         self.fallbacks: list = []
         g = model.graph
@@ -242,13 +244,19 @@ class VkmlBackend(Backend):
     "VKML:<index>" (``vkml.devices()`` order), or a ``vkml.Device``."""
 
     @classmethod
-    def prepare(cls, model, device=None, strict: bool = False, rewrites=True,
+    def prepare(cls, model, device=None, strict: bool = False, rewrites=True, fuse=True,
                 **kwargs) -> VkmlRep:
         """``rewrites``: the graph rewrites to do (``vkml.onnx.rewrite``): True all of them,
-        False none (to measure them), or a collection of kinds (``rewrite.KINDS``)."""
+        False none (to measure them), or a collection of kinds (``rewrite.KINDS``).
+        ``fuse``: the graph compiler's fusions in each device partition
+        (``Device.compile_graph``): True all, False none, or ``{kind: False}`` to switch
+        kinds off (``vkml.ops.graph.FUSION_KINDS``: "activation", "padding", "pooling",
+        "residual"), e.g. ``fuse={"residual": False}`` to measure one."""
         kinds = rewrite_kinds(rewrites)
+        from ..ops.graph import _fusion_kinds
+        _fusion_kinds(fuse)                       # (refused before any work)
         proto = load(model)
-        return VkmlRep(proto, resolve_device(device), strict, kinds)
+        return VkmlRep(proto, resolve_device(device), strict, kinds, fuse)
 
     @classmethod
     def run_model(cls, model, inputs, device=None, strict: bool = False, rewrites=True,
