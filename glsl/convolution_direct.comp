@@ -134,10 +134,11 @@ void main() {
         }
     }
     if (dil.w != 0) acc += FLOAD(b, co * ws_last.w);
-    uint yi = n * ys.x + co * ys.y + od * ys.z + oh * ys.w + ow * ws_last.y - y_base;
+#define Y_INDEX (n * ys.x + co * ys.y + od * ys.z + oh * ys.w + ow * ws_last.y - y_base)
 #ifdef RES
-    acc += FLOAD(res, yi);
+    acc += FLOAD(res, Y_INDEX);
 #endif
     float v = vkml_activation(ACT, acc, act);
+    uint yi = Y_INDEX;
     FSTORE(y, yi, v);
 }

@@ -132,8 +132,9 @@ layout(std430, set = 0, binding = 5) readonly buffer Res { FSTORE_T res[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Res4 { vec4 res4[]; };
 #endif
 #define RESID(i) FLOAD(res, (i))
+#define PLUS_RESID(i) + FLOAD(res, (i))
 #else
-#define RESID(i) 0.0
+#define PLUS_RESID(i)       // (nothing: x + 0.0 is no identity, -0 + 0 = +0)
 #endif
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 chans;        // input channels per group, padded output channels per group
@@ -336,25 +337,35 @@ void main() {
                 bool odd = HALF && (qw0 & 4) != 0;
                 [[unroll]] for (int i = 0; i < N8; i++) {
                     int j = (odd ? 4 : 0) + 8 * i;
+#ifdef RES
                     int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
-                    uint rb = (has && yj >= 0) ? yc + uint(yj) : 0u;  // (RES: R's pixels)
+                    uint rb = (has && yj >= 0) ? yc + uint(yj) : 0u;  // R's first pixel
+#endif
                     uvec4 u[2];
                     [[unroll]] for (int q = 0; q < 8; q++)
                         u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
                             ACT, (HALF && odd ? acc[i4][min(4 + 8 * i + q, NB - 1)][c]
-                                              : acc[i4][8 * i + q][c]) + bv + RESID(rb + uint(q)),
-                            act));
+                                              : acc[i4][8 * i + q][c]) + bv
+                                 PLUS_RESID(rb + uint(q)), act));
+#ifndef RES
+                    int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
+#endif
                     if (has && yj >= 0)
                         y8[(yc + uint(yj)) >> 3] = vkml_u64x4(u[0], u[1]);
                 }
                 if (HALF) {
+#ifdef RES
                     int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
                     uint rb = (has && yj >= 0) ? yc + uint(yj) : 0u;
+#endif
                     uvec4 u;
                     [[unroll]] for (int q = 0; q < 4; q++)
                         u[q] = floatBitsToUint(vkml_activation(
                             ACT, (odd ? acc[i4][q][c] : acc[i4][min(8 * N8 + q, NB - 1)][c]) + bv
-                                 + RESID(rb + uint(q)), act));
+                                 PLUS_RESID(rb + uint(q)), act));
+#ifndef RES
+                    int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
+#endif
                     if (has && yj >= 0)
                         y8h[(yc + uint(yj)) >> 2] = vkml_u64x2(u);
                 }
@@ -363,18 +374,23 @@ void main() {
 #endif
             if (YV4) {              // (groups of 4 pixels all exist or none, aligned)
                 [[unroll]] for (int j = 0; j < NB; j += 4) {
-                    vec4 s = vec4(acc[i4][j][c], acc[i4][j + 1][c], acc[i4][j + 2][c],
-                                  acc[i4][j + 3][c]) + bv;
 #ifdef RES
                     uint rb = (has && yo[j] >= 0) ? yc + uint(yo[j]) : 0u;
 #ifdef F32
-                    s += res4[rb >> 2];
+                    vec4 r = res4[rb >> 2];
 #else
-                    s += vec4(RESID(rb), RESID(rb + 1u), RESID(rb + 2u), RESID(rb + 3u));
+                    vec4 r = vec4(RESID(rb), RESID(rb + 1u), RESID(rb + 2u), RESID(rb + 3u));
 #endif
+                    vec4 o = vec4(vkml_activation(ACT, acc[i4][j][c] + bv + r.x, act),
+                                  vkml_activation(ACT, acc[i4][j + 1][c] + bv + r.y, act),
+                                  vkml_activation(ACT, acc[i4][j + 2][c] + bv + r.z, act),
+                                  vkml_activation(ACT, acc[i4][j + 3][c] + bv + r.w, act));
+#else
+                    vec4 o = vec4(vkml_activation(ACT, acc[i4][j][c] + bv, act),
+                                  vkml_activation(ACT, acc[i4][j + 1][c] + bv, act),
+                                  vkml_activation(ACT, acc[i4][j + 2][c] + bv, act),
+                                  vkml_activation(ACT, acc[i4][j + 3][c] + bv, act));
 #endif
-                    vec4 o = vec4(vkml_activation(ACT, s.x, act), vkml_activation(ACT, s.y, act),
-                                  vkml_activation(ACT, s.z, act), vkml_activation(ACT, s.w, act));
                     if (has && yo[j] >= 0)
 #ifdef F32
                         y4[(yc + uint(yo[j])) >> 2] = o;
@@ -389,7 +405,7 @@ void main() {
             [[unroll]] for (int j = 0; j < NB; j++) {
                 if (has && yo[j] >= 0) {
                     float v = vkml_activation(
-                        ACT, acc[i4][j][c] + bv + RESID(yc + uint(yo[j])), act);
+                        ACT, acc[i4][j][c] + bv PLUS_RESID(yc + uint(yo[j])), act);
                     FSTORE(y, yc + uint(yo[j]), v);
                 }
             }

@@ -123,8 +123,9 @@ layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
 #ifdef RES
 layout(std430, set = 0, binding = 4) readonly buffer Res { FSTORE_T res[]; };
 #define RESID(i) FLOAD(res, (i))
+#define PLUS_RESID(i) + FLOAD(res, (i))
 #else
-#define RESID(i) 0.0
+#define PLUS_RESID(i)       // (nothing: x + 0.0 is no identity, -0 + 0 = +0)
 #endif
 layout(std430, set = 0, binding = 1) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
@@ -401,16 +402,17 @@ void main() {
 #else
             int oh = th * 4 + r;
 #ifdef V4
-            uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
 #ifdef RES
+            uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
             uint rb = oh < out_size.x ? i4 << 2 : 0u;       // (V4: ys.w == 1)
-            vec4 o = vec4(vkml_activation(ACT, v[0] + bv + RESID(rb), act),
-                          vkml_activation(ACT, v[1] + bv + RESID(rb + 1u), act),
-                          vkml_activation(ACT, v[2] + bv + RESID(rb + 2u), act),
-                          vkml_activation(ACT, v[3] + bv + RESID(rb + 3u), act));
+            vec4 o = vec4(vkml_activation(ACT, v[0] + bv PLUS_RESID(rb), act),
+                          vkml_activation(ACT, v[1] + bv PLUS_RESID(rb + 1u), act),
+                          vkml_activation(ACT, v[2] + bv PLUS_RESID(rb + 2u), act),
+                          vkml_activation(ACT, v[3] + bv PLUS_RESID(rb + 3u), act));
 #else
             vec4 o = vec4(vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
                           vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
+            uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
 #endif
 #if (defined(F16) || defined(F16_PACKED)) && defined(V8)
             // (FSTORE's rounding: vkml_half_bits, the same on every driver)
@@ -443,7 +445,7 @@ void main() {
                 int ow = tw * 4 + c;
                 if (oh < out_size.x && ow < out_size.y)
                     FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w, vkml_activation(
-                        ACT, v[c] + bv + RESID(yb + uint(oh) * ys.z + uint(ow) * ys.w), act));
+                        ACT, v[c] + bv PLUS_RESID(yb + uint(oh) * ys.z + uint(ow) * ys.w), act));
             }
 #endif
 #endif
