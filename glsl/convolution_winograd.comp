@@ -122,7 +122,8 @@ layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
 // type and element strides) added after the bias, before the activation
 #ifdef RES
 layout(std430, set = 0, binding = 4) readonly buffer Res { FSTORE_T res[]; };
-#define RESID(i) FLOAD(res, (i))
+// V4 float32: a tile row of R as one load (lavapipe loads a vector in one lane turn)
+layout(std430, set = 0, binding = 4) readonly buffer Res4 { vec4 res4[]; };
 #define PLUS_RESID(i) + FLOAD(res, (i))
 #else
 #define PLUS_RESID(i)       // (nothing: x + 0.0 is no identity, -0 + 0 = +0)
@@ -405,10 +406,16 @@ void main() {
 #ifdef RES
             uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
             uint rb = oh < out_size.x ? i4 << 2 : 0u;       // (V4: ys.w == 1)
-            vec4 o = vec4(vkml_activation(ACT, v[0] + bv PLUS_RESID(rb), act),
-                          vkml_activation(ACT, v[1] + bv PLUS_RESID(rb + 1u), act),
-                          vkml_activation(ACT, v[2] + bv PLUS_RESID(rb + 2u), act),
-                          vkml_activation(ACT, v[3] + bv PLUS_RESID(rb + 3u), act));
+#ifdef F32
+            vec4 rv = res4[rb >> 2];
+#else
+            vec4 rv = vec4(FLOAD(res, rb), FLOAD(res, rb + 1u), FLOAD(res, rb + 2u),
+                          FLOAD(res, rb + 3u));
+#endif
+            vec4 o = vec4(vkml_activation(ACT, v[0] + bv + rv.x, act),
+                          vkml_activation(ACT, v[1] + bv + rv.y, act),
+                          vkml_activation(ACT, v[2] + bv + rv.z, act),
+                          vkml_activation(ACT, v[3] + bv + rv.w, act));
 #else
             vec4 o = vec4(vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
                           vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
