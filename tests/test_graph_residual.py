@@ -161,8 +161,9 @@ def test_fused_on_every_path(device, dtype):
             want = [("residual", (1,), (0,))] + (
                 [("activation", (2,), (0,))] if act is not None and not add1 else [])
             assert kinds == want, what
-            assert str(cg.fusions[0]) == (f"the residual add nodes[1] ({g.nodes[1].desc.OPERATOR_TYPE})"
-                                          " fused into the convolution nodes[0]")
+            op = g.nodes[1].desc.OPERATOR_TYPE
+            assert str(cg.fusions[0]) == (f"the residual add nodes[1] ({op}) fused into the "
+                                          "convolution nodes[0]")
             assert cg.arena_bytes == 0
         else:
             assert not any(f.kind == "residual" for f in cg.fusions), what

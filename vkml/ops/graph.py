@@ -801,9 +801,9 @@ def compile_graph(device, graph_desc, *, fuse=True, constants=None,
                   paths=None) -> CompiledGraph:
     """``IDMLDevice1::CompileGraph`` (module doc).  ``fuse=False`` compiles every node as
     given (to compare with the fused graph), ``fuse={"residual": False}`` (kinds of
-    :data:`FUSION_KINDS`) all but the kinds switched off; ``constants`` initializes the OWNED_BY_DML
-    inputs at once (else call ``initialize``); ``paths`` forces nodes' kernel paths
-    (module doc, "Kernel paths")."""
+    :data:`FUSION_KINDS`) all but the kinds switched off; ``constants`` initializes the
+    OWNED_BY_DML inputs at once (else call ``initialize``); ``paths`` forces nodes' kernel
+    paths (module doc, "Kernel paths")."""
     device.check_open()
     if not isinstance(graph_desc, GraphDesc):
         raise ValidationError("graph_desc", f"must be a vkml.dml.GraphDesc, got "
