@@ -334,3 +334,26 @@ def test_onnx_resnet_block(device):
     (off,) = rep.run(feeds)
     assert rep.partitions[0][1][3:] == [("add", "Add"), ("relu2", "Relu")]
     np.testing.assert_allclose(off, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("path", ["gemm", "direct"])
+def test_transposed_convolution(device, path):
+    """A transposed convolution (stride 2, one GEMM dispatch per output phase) -> Add(skip)
+    -> Relu: fused on the paths that run it; torch's conv_transpose2d plus the skip."""
+    rng = np.random.default_rng(20)
+    x, w, b, y = F("float32", (1, 6, 5, 6)), F("float32", (6, 8, 3, 3)), \
+        F("float32", (1, 8, 1, 1)), F("float32", (1, 8, 11, 13))
+    conv = dml.ConvolutionOperatorDesc(x, w, b, y, direction="backward", strides=(2, 2))
+    g = dml.GraphDesc(4, 1, [N(conv), N(dml.ElementWiseAddOperatorDesc(y, y, y)),
+                             N(dml.ActivationReluOperatorDesc(y, y))],
+                      [IN(0, 0, 0), IN(1, 0, 1), IN(2, 0, 2), IN(3, 1, 0)], [OUT(2, 0, 0)],
+                      [MID(0, 0, 1, 1), MID(1, 0, 2, 0)])
+    arrays = [rng.standard_normal(s).astype(np.float32)
+              for s in ((1, 6, 5, 6), (6, 8, 3, 3), (1, 8, 1, 1), (1, 8, 11, 13))]
+    cg, (got,) = run(device, g, arrays, np.float32, paths={0: path})
+    assert [f.kind for f in cg.fusions] == ["residual", "activation"]
+    assert cg._graph_nodes[0].compiled.path.name == path
+    cg.release()
+    xt, wt, bt, s = (torch.from_numpy(a.astype(np.float64)) for a in arrays)
+    c = torch.nn.functional.conv_transpose2d(xt, wt, bt.reshape(-1), stride=2)
+    np.testing.assert_allclose(got, torch.relu(c + s).numpy(), rtol=1e-4, atol=1e-4)
