@@ -19,6 +19,9 @@
 // vkml:variant convolution_direct_f32 F32=1
 // vkml:variant convolution_direct_f16 F16=1
 // vkml:variant convolution_direct_f16_packed F16_PACKED=1
+// vkml:variant convolution_direct_f32_res F32=1 RES=1
+// vkml:variant convolution_direct_f16_res F16=1 RES=1
+// vkml:variant convolution_direct_f16_packed_res F16_PACKED=1 RES=1
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
 
@@ -30,6 +33,11 @@ layout(std430, set = 0, binding = 0) readonly buffer X { FSTORE_T x[]; };
 layout(std430, set = 0, binding = 1) readonly buffer W { FSTORE_T w[]; };
 layout(std430, set = 0, binding = 2) readonly buffer B { FSTORE_T b[]; };
 layout(std430, set = 0, binding = 3) buffer Y { FSTORE_T y[]; };
+#ifdef RES
+// a graph's residual fusion (vkml/ops/graph.py): R laid out as the output (same type and
+// element strides, bound at the output's window) added after the bias
+layout(std430, set = 0, binding = 5) readonly buffer Res { FSTORE_T res[]; };
+#endif
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 in_size;      // D, H, W, C_in / groups
     ivec4 out_size;     // D, H, W, C_out
@@ -126,7 +134,11 @@ void main() {
         }
     }
     if (dil.w != 0) acc += FLOAD(b, co * ws_last.w);
+#define Y_INDEX (n * ys.x + co * ys.y + od * ys.z + oh * ys.w + ow * ws_last.y - y_base)
+#ifdef RES
+    acc += FLOAD(res, Y_INDEX);
+#endif
     float v = vkml_activation(ACT, acc, act);
-    uint yi = n * ys.x + co * ys.y + od * ys.z + oh * ys.w + ow * ws_last.y - y_base;
+    uint yi = Y_INDEX;
     FSTORE(y, yi, v);
 }

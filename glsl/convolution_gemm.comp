@@ -36,6 +36,22 @@
 // vkml:variant convolution_gemm_sg_f32_v8 F32=1 TEXEL=1 SGW=1 V8=1
 // vkml:variant convolution_gemm_sg_f16 F16=1 TEXEL=1 SGW=1
 // vkml:variant convolution_gemm_sg_f16_packed F16_PACKED=1 TEXEL=1 SGW=1
+// vkml:variant convolution_gemm_f32_res F32=1 TEXEL=1 RES=1
+// vkml:variant convolution_gemm_f16_res F16=1 TEXEL=1 RES=1
+// vkml:variant convolution_gemm_f16_packed_res F16_PACKED=1 TEXEL=1 RES=1
+// vkml:variant convolution_gemm_f32_ssbo_res F32=1 RES=1
+// vkml:variant convolution_gemm_f16_ssbo_res F16=1 RES=1
+// vkml:variant convolution_gemm_f16_packed_ssbo_res F16_PACKED=1 RES=1
+// vkml:variant convolution_gemm_sg_f32_res F32=1 TEXEL=1 SGW=1 RES=1
+// vkml:variant convolution_gemm_f32_v8_res F32=1 TEXEL=1 V8=1 RES=1
+// vkml:variant convolution_gemm_sg_f32_v8_res F32=1 TEXEL=1 SGW=1 V8=1 RES=1
+// vkml:variant convolution_gemm_sg_f16_res F16=1 TEXEL=1 SGW=1 RES=1
+// vkml:variant convolution_gemm_sg_f16_packed_res F16_PACKED=1 TEXEL=1 SGW=1 RES=1
+//
+// RES variants (a graph's residual fusion, vkml/ops/graph.py) add a residual tensor R,
+// laid out as the output (same type and element strides), after the bias and before the
+// activation: y = act(conv + bias + R).  A variant of its own rather than a
+// specialization constant: SwiftShader keeps a constant-dead branch in the code.
 //
 // SGW variants read the filter in place through its DML strides (no re-laid copy) and
 // share it across a subgroup: the lanes of a subgroup work on the same output channels
@@ -109,6 +125,16 @@ layout(std430, set = 0, binding = 3) buffer Y8h { u64vec2 y8h[]; };
 #endif
 #else
 layout(std430, set = 0, binding = 3) buffer Y2 { uvec2 y2[]; };
+#endif
+#ifdef RES
+layout(std430, set = 0, binding = 5) readonly buffer Res { FSTORE_T res[]; };
+#ifdef F32
+layout(std430, set = 0, binding = 5) readonly buffer Res4 { vec4 res4[]; };
+#endif
+#define RESID(i) FLOAD(res, (i))
+#define PLUS_RESID(i) + FLOAD(res, (i))
+#else
+#define PLUS_RESID(i)       // (nothing: x + 0.0 is no identity, -0 + 0 = +0)
 #endif
 layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 chans;        // input channels per group, padded output channels per group
@@ -311,22 +337,35 @@ void main() {
                 bool odd = HALF && (qw0 & 4) != 0;
                 [[unroll]] for (int i = 0; i < N8; i++) {
                     int j = (odd ? 4 : 0) + 8 * i;
+#ifdef RES
+                    int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
+                    uint rb = (has && yj >= 0) ? yc + uint(yj) : 0u;  // R's first pixel
+#endif
                     uvec4 u[2];
                     [[unroll]] for (int q = 0; q < 8; q++)
                         u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
                             ACT, (HALF && odd ? acc[i4][min(4 + 8 * i + q, NB - 1)][c]
-                                              : acc[i4][8 * i + q][c]) + bv, act));
+                                              : acc[i4][8 * i + q][c]) + bv
+                                 PLUS_RESID(rb + uint(q)), act));
+#ifndef RES
                     int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
+#endif
                     if (has && yj >= 0)
                         y8[(yc + uint(yj)) >> 3] = vkml_u64x4(u[0], u[1]);
                 }
                 if (HALF) {
+#ifdef RES
+                    int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
+                    uint rb = (has && yj >= 0) ? yc + uint(yj) : 0u;
+#endif
                     uvec4 u;
                     [[unroll]] for (int q = 0; q < 4; q++)
                         u[q] = floatBitsToUint(vkml_activation(
-                            ACT, (odd ? acc[i4][q][c] : acc[i4][min(8 * N8 + q, NB - 1)][c]) + bv,
-                            act));
+                            ACT, (odd ? acc[i4][q][c] : acc[i4][min(8 * N8 + q, NB - 1)][c]) + bv
+                                 PLUS_RESID(rb + uint(q)), act));
+#ifndef RES
                     int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
+#endif
                     if (has && yj >= 0)
                         y8h[(yc + uint(yj)) >> 2] = vkml_u64x2(u);
                 }
@@ -335,10 +374,23 @@ void main() {
 #endif
             if (YV4) {              // (groups of 4 pixels all exist or none, aligned)
                 [[unroll]] for (int j = 0; j < NB; j += 4) {
+#ifdef RES
+                    uint rb = (has && yo[j] >= 0) ? yc + uint(yo[j]) : 0u;
+#ifdef F32
+                    vec4 r = res4[rb >> 2];
+#else
+                    vec4 r = vec4(RESID(rb), RESID(rb + 1u), RESID(rb + 2u), RESID(rb + 3u));
+#endif
+                    vec4 o = vec4(vkml_activation(ACT, acc[i4][j][c] + bv + r.x, act),
+                                  vkml_activation(ACT, acc[i4][j + 1][c] + bv + r.y, act),
+                                  vkml_activation(ACT, acc[i4][j + 2][c] + bv + r.z, act),
+                                  vkml_activation(ACT, acc[i4][j + 3][c] + bv + r.w, act));
+#else
                     vec4 o = vec4(vkml_activation(ACT, acc[i4][j][c] + bv, act),
                                   vkml_activation(ACT, acc[i4][j + 1][c] + bv, act),
                                   vkml_activation(ACT, acc[i4][j + 2][c] + bv, act),
                                   vkml_activation(ACT, acc[i4][j + 3][c] + bv, act));
+#endif
                     if (has && yo[j] >= 0)
 #ifdef F32
                         y4[(yc + uint(yo[j])) >> 2] = o;
@@ -352,7 +404,8 @@ void main() {
             }
             [[unroll]] for (int j = 0; j < NB; j++) {
                 if (has && yo[j] >= 0) {
-                    float v = vkml_activation(ACT, acc[i4][j][c] + bv, act);
+                    float v = vkml_activation(
+                        ACT, acc[i4][j][c] + bv PLUS_RESID(yc + uint(yo[j])), act);
                     FSTORE(y, yc + uint(yo[j]), v);
                 }
             }

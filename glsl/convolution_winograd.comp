@@ -52,6 +52,18 @@
 // vkml:variant convolution_winograd_output_f32_ssbo_pool OUTPUT=1 F32=1 POOL=1
 // vkml:variant convolution_winograd_output_f16_ssbo_pool OUTPUT=1 F16=1 POOL=1
 // vkml:variant convolution_winograd_output_f16_packed_ssbo_pool OUTPUT=1 F16_PACKED=1 POOL=1
+// vkml:variant convolution_winograd_output_f32_res OUTPUT=1 TEXEL=1 F32=1 RES=1
+// vkml:variant convolution_winograd_output_f32_v4_res OUTPUT=1 TEXEL=1 F32=1 V4=1 RES=1
+// vkml:variant convolution_winograd_output_f32_v8_res OUTPUT=1 TEXEL=1 F32=1 V4=1 V8=1 RES=1
+// vkml:variant convolution_winograd_output_f16_v8_res OUTPUT=1 TEXEL=1 F16=1 V4=1 V8=1 RES=1
+// vkml:variant convolution_winograd_output_f16_packed_v8_res OUTPUT=1 TEXEL=1 F16_PACKED=1 V4=1 V8=1 RES=1
+// vkml:variant convolution_winograd_output_f16_res OUTPUT=1 TEXEL=1 F16=1 RES=1
+// vkml:variant convolution_winograd_output_f16_v4_res OUTPUT=1 TEXEL=1 F16=1 V4=1 RES=1
+// vkml:variant convolution_winograd_output_f16_packed_res OUTPUT=1 TEXEL=1 F16_PACKED=1 RES=1
+// vkml:variant convolution_winograd_output_f16_packed_v4_res OUTPUT=1 TEXEL=1 F16_PACKED=1 V4=1 RES=1
+// vkml:variant convolution_winograd_output_f32_ssbo_res OUTPUT=1 F32=1 RES=1
+// vkml:variant convolution_winograd_output_f16_ssbo_res OUTPUT=1 F16=1 RES=1
+// vkml:variant convolution_winograd_output_f16_packed_ssbo_res OUTPUT=1 F16_PACKED=1 RES=1
 #extension GL_EXT_control_flow_attributes : require
 #ifdef V8
 #extension GL_ARB_gpu_shader_int64 : require
@@ -106,6 +118,16 @@ layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
 #endif
 
 #ifdef OUTPUT
+// RES (a graph's residual fusion, vkml/ops/graph.py): R laid out as the output (same
+// type and element strides) added after the bias, before the activation
+#ifdef RES
+layout(std430, set = 0, binding = 4) readonly buffer Res { FSTORE_T res[]; };
+// V4 float32: a tile row of R as one load (lavapipe loads a vector in one lane turn)
+layout(std430, set = 0, binding = 4) readonly buffer Res4 { vec4 res4[]; };
+#define PLUS_RESID(i) + FLOAD(res, (i))
+#else
+#define PLUS_RESID(i)       // (nothing: x + 0.0 is no identity, -0 + 0 = +0)
+#endif
 layout(std430, set = 0, binding = 1) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
 // V4: a tile row is one store (packed rows of a multiple of 4: a float4, or float16's
@@ -381,9 +403,24 @@ void main() {
 #else
             int oh = th * 4 + r;
 #ifdef V4
+#ifdef RES
+            uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
+            uint rb = oh < out_size.x ? i4 << 2 : 0u;       // (V4: ys.w == 1)
+#ifdef F32
+            vec4 rv = res4[rb >> 2];
+#else
+            vec4 rv = vec4(FLOAD(res, rb), FLOAD(res, rb + 1u), FLOAD(res, rb + 2u),
+                          FLOAD(res, rb + 3u));
+#endif
+            vec4 o = vec4(vkml_activation(ACT, v[0] + bv + rv.x, act),
+                          vkml_activation(ACT, v[1] + bv + rv.y, act),
+                          vkml_activation(ACT, v[2] + bv + rv.z, act),
+                          vkml_activation(ACT, v[3] + bv + rv.w, act));
+#else
             vec4 o = vec4(vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
                           vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
             uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
+#endif
 #if (defined(F16) || defined(F16_PACKED)) && defined(V8)
             // (FSTORE's rounding: vkml_half_bits, the same on every driver)
             uvec2 h = uvec2(vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
@@ -414,8 +451,8 @@ void main() {
             [[unroll]] for (int c = 0; c < 4; c++) {
                 int ow = tw * 4 + c;
                 if (oh < out_size.x && ow < out_size.y)
-                    FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w,
-                           vkml_activation(ACT, v[c] + bv, act));
+                    FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w, vkml_activation(
+                        ACT, v[c] + bv PLUS_RESID(yb + uint(oh) * ys.z + uint(ow) * ys.w), act));
             }
 #endif
 #endif

@@ -114,7 +114,7 @@ def budget(speed) -> int:
 LONG_FIRST = ("test_lifetime.py", "test_lp_pooling.py", "test_activations.py",
               "test_padding.py", "test_bench.py", "test_convolution.py", "test_unfold.py",
               "test_reduce.py", "test_functional.py", "test_device_lifetime.py", "test_gemm.py",
-              "test_tuning.py", "test_graph.py", "test_fold.py")
+              "test_tuning.py", "test_graph.py", "test_fold.py", "test_graph_residual.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

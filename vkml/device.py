@@ -152,7 +152,7 @@ class Device:
             raise ValidationError("op", "was created on another device")
         return compile_operator(op)
 
-    def compile_graph(self, graph_desc, *, fuse: bool = True, constants=None, paths=None):
+    def compile_graph(self, graph_desc, *, fuse=True, constants=None, paths=None):
         """``IDMLDevice1::CompileGraph``: validate a ``vkml.dml.GraphDesc``, fuse, plan
         its intermediates in one arena and compile its nodes (``vkml/ops/graph.py``).
         ``paths``: {node index: path name} forces the kernel path of those nodes

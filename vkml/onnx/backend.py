@@ -112,14 +112,16 @@ class VkmlRep(BackendRep):
     ``folded`` (constant-folded nodes), ``rewrites`` (``vkml.onnx.rewrite.Rewrite`` s:
     the graph rewrites done, of the kinds ``rewrite_kinds`` asked for), ``fallbacks``
     (partitions the device could not run, with the reason), ``dtype`` (None, or float16:
-    the model's float32 tensors are float16 on the device, :meth:`device_dtype`)."""
+    the model's float32 tensors are float16 on the device, :meth:`device_dtype`);
+    ``fuse``: what the graph compiler fuses (``Device.compile_graph``'s ``fuse``)."""
 
     def __init__(self, model: onnx.ModelProto, device: Device, strict: bool,
-                 rewrites=True, dtype=None):
+                 rewrites=True, dtype=None, fuse=True):
         self.model = model
         self.device = device
         self.strict = strict
         self.dtype = compute_dtype(dtype)
+        self.fuse = fuse
         self.rewrite_kinds = rewrite_kinds(rewrites)
         self.fallbacks: list = []
         g = model.graph
@@ -283,7 +285,7 @@ class VkmlRep(BackendRep):
             del m.graph.initializer[:]
             m.graph.initializer.extend(keep)
             rep = self._variants[names] = VkmlRep(m, self.device, self.strict,
-                                                  self.rewrite_kinds, self.dtype)
+                                                  self.rewrite_kinds, self.dtype, self.fuse)
             rep.fallbacks = self.fallbacks
         return rep
 
@@ -324,7 +326,7 @@ class VkmlBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device=None, strict: bool = False, rewrites=True,
-                dtype=None, **kwargs) -> VkmlRep:
+                dtype=None, fuse=True, **kwargs) -> VkmlRep:
         """``rewrites``: the graph rewrites to do (``vkml.onnx.rewrite``): True all of them,
         False none (to measure them), or a collection of kinds (``rewrite.KINDS``).
         ``dtype``: None (the model's types) or ``"float16"``: the model's float32 tensors
@@ -332,17 +334,23 @@ class VkmlBackend(Backend):
         ``.half()``: beyond float16's range to +-inf), its float32 inputs converted on
         upload and its outputs given back in the types it declares; host nodes compute in
         the model's types.  Every device kernel stores float16 as halves, or packed two to
-        a 32-bit word where the device lacks 16-bit storage (SwiftShader)."""
+        a 32-bit word where the device lacks 16-bit storage (SwiftShader).
+        ``fuse``: the graph compiler's fusions in each device partition
+        (``Device.compile_graph``): True all, False none, or ``{kind: False}`` to switch
+        kinds off (``vkml.ops.graph.FUSION_KINDS``), e.g. ``fuse={"residual": False}`` to
+        measure one."""
         kinds = rewrite_kinds(rewrites)
         dt = compute_dtype(dtype)
+        from ..ops.graph import _fusion_kinds
+        _fusion_kinds(fuse)                       # (refused before any work)
         proto = load(model)
-        return VkmlRep(proto, resolve_device(device), strict, kinds, dt)
+        return VkmlRep(proto, resolve_device(device), strict, kinds, dt, fuse)
 
     @classmethod
     def run_model(cls, model, inputs, device=None, strict: bool = False, rewrites=True,
-                  dtype=None, **kwargs):
+                  dtype=None, fuse=True, **kwargs):
         return cls.prepare(model, device, strict=strict, rewrites=rewrites,
-                           dtype=dtype).run(inputs)
+                           dtype=dtype, fuse=fuse).run(inputs)
 
     @classmethod
     def run_node(cls, node, inputs, device=None, outputs_info=None, strict: bool = False,

@@ -21,7 +21,7 @@ class GraphExecutor:
     bound).  ``fusions``: what the graph compiler fused, as ``(absorbed, into)`` pairs of
     ONNX node indices in the partition."""
 
-    def __init__(self, device: Device, lowered: _Lowered):
+    def __init__(self, device: Device, lowered: _Lowered, fuse=True):
         self.device = device
         self.lowered = lw = lowered
         self.compiled = None
@@ -33,7 +33,8 @@ class GraphExecutor:
         try:
             consts = {g: np.asarray(lw.constants[n]) for g, n in enumerate(lw.inputs)
                       if n in lw.constants}
-            self.compiled = device.compile_graph(lw.graph, constants=consts or None)
+            self.compiled = device.compile_graph(lw.graph, constants=consts or None,
+                                                 fuse=fuse)
             self.fusions = self._fusions()
             bound = self.compiled.desc.inputs()
             for g, name in enumerate(lw.inputs):
@@ -255,7 +256,8 @@ class DevicePartition:
         consts = {n: self.rep.device_consts[n] for n in self.tensor_inputs
                   if n in self.rep.device_consts}
         return GraphExecutor(self.rep.device, _lower_graph(lw.steps, self.outputs, consts,
-                                                            lw.infos))
+                                                            lw.infos),
+                             getattr(self.rep, "fuse", True))
 
     def warm(self, env) -> None:
         """Compile for the shapes the model declares (``prepare``), so that

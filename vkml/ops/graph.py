@@ -3,8 +3,11 @@
 Compilation, after :meth:`vkml.dml.GraphDesc.validate` (every rule, before any Vulkan
 work):
 
-1. Fusion (``fuse=True``), each rewrite kept only where the rewritten descriptor
-   validates, so the result is exactly that of the unfused graph:
+1. Fusion (``fuse=True``; ``fuse=False`` none; or a dict switching kinds off for
+   measurement, ``fuse={"residual": False}``: kinds of :data:`FUSION_KINDS` not named stay
+   on), each rewrite kept only where the rewritten descriptor validates, so the result is
+   exactly that of the unfused graph (float16: up to the one rounding the fused node
+   leaves out):
 
    * an activation node (``DML_ACTIVATION_*`` / ``ELEMENT_WISE_CLIP``) whose input is a
      Convolution output that nothing else reads (no other node, no graph output), read
@@ -38,6 +41,21 @@ work):
      same values in the same order as the pair (the convolution's outputs rounded to
      the tensor type, then glsl/lp_pooling.comp's sums) and stores only the pooled
      output: no pooling pass, no full-size intermediate;
+   * then (kind "residual"): an ELEMENT_WISE_ADD / ADD1 one of whose inputs is a
+     Convolution output that nothing else reads, read as written, from a convolution
+     that applies no activation of its own (``relu(conv) + skip`` is not
+     ``relu(conv + skip)``), and whose other input (the residual) has the add output's
+     sizes and element strides (no broadcast: the kernels read it at the output
+     element's offset), runs inside that convolution's output pass:
+     ``act(conv + bias + residual)``, an :class:`EpilogueConvolutionDesc` with
+     ``residual`` (``convolution/epilogue.py``; a fourth input of the node).  ``act`` is
+     ADD1's fused activation, or an activation node that alone reads the add, read as
+     written (reported apart, kind "activation"; fused only with "activation" on).  The
+     fused node runs where the add ran (its residual may be written after the
+     convolution).  Only the paths with residual kernels (``Path.RESIDUAL``: winograd,
+     gemm, gemm_sg, direct) take it: the convolution's path is chosen as for the
+     convolution alone (the tuner's shape leaves the residual out), and where that path
+     has none the pair stays apart (``CompiledConvolution(residual=)``);
    * last, join in place (``join_in_place``): a JOIN input that is an intermediate
      written by a node, whose slice of the join's (intermediate, packed) output is laid
      out exactly as the producer writes it (the dimensions before the axis of one
@@ -92,6 +110,7 @@ from .. import tuning
 from ..dml.activations import ActivationDesc
 from ..dml.convolution import ConvolutionOperatorDesc
 from ..dml.data_type import DataType
+from ..dml.element_wise import ElementWiseAdd1OperatorDesc, ElementWiseAddOperatorDesc
 from ..dml.graph import GraphDesc
 from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
@@ -107,17 +126,20 @@ from . import join_in_place
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 from ..intmath import ceil_div, round_up
 
-__all__ = ["Fusion"]
+__all__ = ["Fusion", "FUSION_KINDS"]
+
+#: The kinds of fusion (module doc, step 1), each switchable by ``fuse={kind: False}``.
+FUSION_KINDS = ("activation", "padding", "pooling", "residual", "join in place")
 
 
 @dataclass(frozen=True)
 class Fusion:
     """One rewrite of step 1 (module doc), as ``CompiledGraph.fusions`` reports it:
-    ``kind`` ("activation", "padding", "pooling" or "join in place"), the declared graph's
-    node indices ``absorbed`` (nodes that no longer run as nodes of their own) and ``into``
-    (the node they run inside: a convolution, or the LP pooling / convolution a padding
-    folded into), their ``GraphDesc`` node names, and ``operator``, the absorbed node's
-    operator.  A join in place: ``into`` the nodes writing its inputs into its output,
+    ``kind`` (one of :data:`FUSION_KINDS`), the declared graph's node indices
+    ``absorbed`` (nodes that no longer run as nodes of their own) and ``into`` (the node
+    they run inside: a convolution, or the LP pooling / convolution a padding folded
+    into), their ``GraphDesc`` node names, and ``operator``, the absorbed node's operator.
+    A join in place: ``into`` the nodes writing its inputs into its output,
     ``absorbed`` the join where no copy of it is left (else empty), ``operator`` "join".
     ``str()`` gives the sentence (``nodes[2] (relu) fused into the convolution nodes[0,
     1]``)."""
@@ -138,6 +160,9 @@ class Fusion:
                         f"nodes{list(self.absorbed)}")
             return (f"nodes{list(self.into)} write in place into the output of a join "
                     "(which copies its other inputs)")
+        if self.kind == "residual":
+            return (f"the residual add nodes{list(self.absorbed)} ({self.operator}) fused "
+                    f"into the convolution nodes{list(self.into)}")
         return (f"nodes{list(self.absorbed)} ({self.operator}) fused into the convolution "
                 f"nodes{list(self.into)}")
 
@@ -265,10 +290,11 @@ class CompiledGraph(CompiledOperator):
     would plan for it (``fuse=False`` compiles to that arena).
     """
 
-    def __init__(self, device, graph: GraphDesc, fuse: bool = True, constants=None,
+    def __init__(self, device, graph: GraphDesc, fuse=True, constants=None,
                  paths=None):
         self.graph = graph
         self.fuse = fuse
+        self.fusion_kinds = _fusion_kinds(fuse)
         self.topology = graph.validate()          # every rule, before any Vulkan work
         self.paths = _check_paths(graph, paths)
         self._constants_given = constants
@@ -305,10 +331,14 @@ class CompiledGraph(CompiledOperator):
         self._graph_nodes = nodes
         try:
             self._aliases: dict = {}
-            if self.fuse:
+            if self.fusion_kinds:
                 self._fuse(nodes, order, graph_out)
-                self._fuse_pooling(nodes, order, graph_out)
-                self._join_in_place(nodes, order, graph_out)
+                if "pooling" in self.fusion_kinds:
+                    self._fuse_pooling(nodes, order, graph_out)
+                if "residual" in self.fusion_kinds:
+                    self._fuse_residual(nodes, order, graph_out)
+                if join_in_place.KIND in self.fusion_kinds:
+                    self._join_in_place(nodes, order, graph_out)
             self.order = order
             self.nodes = [nodes[i].desc for i in order if not _idle(nodes[i])]
             self._graph_out = {src: g for g, src in enumerate(topo.output_source)}
@@ -362,10 +392,11 @@ class CompiledGraph(CompiledOperator):
                     continue
                 new = None
                 if (isinstance(n.desc, ActivationDesc) and not n.desc.is_fused_form
-                        and isinstance(p.desc, ConvolutionOperatorDesc)):
+                        and isinstance(p.desc, ConvolutionOperatorDesc)
+                        and "activation" in self.fusion_kinds):
                     new = _with_activation(p.desc, n.desc)
                     what = self._fusion("activation", n, p, n.desc.SPEC.name)
-                elif (_is_zero_padding(p.desc)
+                elif (_is_zero_padding(p.desc) and "padding" in self.fusion_kinds
                       and isinstance(n.desc, (LpPooling1OperatorDesc, LpPoolingOperatorDesc,
                                               ConvolutionOperatorDesc))
                       and not (isinstance(n.desc, ConvolutionOperatorDesc)
@@ -443,6 +474,115 @@ class CompiledGraph(CompiledOperator):
             del nodes[i]
             order.remove(i)
             self.fusions.append(self._fusion("pooling", n, p, n.desc.OPERATOR_TYPE))
+
+    def _fuse_residual(self, nodes, order, graph_out) -> None:
+        """Residual adds into the convolution that produces one of their inputs (module
+        doc, step 1): each candidate convolution is compiled here with the residual
+        offered; it keeps that compilation whether or not its path took it."""
+        for i in list(order):
+            n = nodes.get(i)
+            if not isinstance(n, _Node) or not isinstance(
+                    n.desc, (ElementWiseAddOperatorDesc, ElementWiseAdd1OperatorDesc)):
+                continue
+            for slot in (0, 1):
+                c = self._residual_producer(nodes, graph_out, i, slot)
+                if c is None:
+                    continue
+                p = nodes[c]
+                act, new = self._residual_desc(nodes, graph_out, c, i, slot)
+                if new is None:
+                    continue
+                self.device.create_operator(p.desc)       # validated (as build would)
+                op = CompiledConvolution(self.device, p.desc, self.paths.get(c), residual=new)
+                if op.desc is not new:
+                    p.compiled = op          # its path adds no residual: the pair stays
+                    break
+                self._join_residual(nodes, order, graph_out, c, i, act, op, slot)
+                break
+
+    def _residual_producer(self, nodes, graph_out, i, slot):
+        """The node of the convolution whose output is input ``slot`` of add ``i`` where
+        that may take the add (module doc, step 1), else None."""
+        src = nodes[i].sources[slot]
+        if src is None or src[0] != "node" or (src[1], src[2]) in graph_out:
+            return None
+        p = nodes[src[1]]
+        if (type(p.desc) not in (ConvolutionOperatorDesc, EpilogueConvolutionDesc)
+                or p.compiled is not None or p.desc.fused_activation is not None
+                or getattr(p.desc, "epilogue", None) is not None
+                or getattr(p.desc, "residual", None) is not None
+                or self._consumers(nodes, src[1], src[2]) != [(i, slot)]
+                or not _same_layout(p.desc.outputs()[0], nodes[i].desc.inputs()[slot])):
+            return None
+        return src[1]
+
+    def _residual_desc(self, nodes, graph_out, c, i, slot):
+        """``(activation node index or None, descriptor)``: convolution ``c`` with add
+        ``i``'s other input as its residual, writing the add's output -- or the output of
+        the activation node that alone reads the add (ADD1's own activation otherwise);
+        (None, None) where no such descriptor validates."""
+        p, n = nodes[c], nodes[i]
+        residual = n.desc.inputs()[1 - slot]
+        own = {f.name: getattr(p.desc, f.name) for f in fields(ConvolutionOperatorDesc)}
+        act = getattr(n.desc, "fused_activation", None)
+        tries = []
+        j = self._activation_after(nodes, graph_out, i) if act is None else None
+        if j is not None:
+            a = nodes[j].desc
+            extra = ({"epilogue": a.fused()} if a.SPEC.name in EPILOGUE_ACTIVATIONS
+                     else {"fused_activation": a.fused()})
+            tries.append((j, a.output_tensor, extra))
+        tries.append((None, n.desc.output_tensor, {"fused_activation": act}))
+        for j, out, extra in tries:
+            new = EpilogueConvolutionDesc(**{**own, "output_tensor": out, **extra},
+                                          residual=residual)
+            if self._try(new):
+                return j, new
+        return None, None
+
+    def _activation_after(self, nodes, graph_out, i):
+        """The activation node that alone reads add ``i``'s output, read as written, where
+        activations fuse (``fuse``), else None."""
+        n = nodes[i]
+        if "activation" not in self.fusion_kinds or (i, 0) in graph_out:
+            return None
+        readers = self._consumers(nodes, i, 0)
+        if len(readers) != 1 or readers[0][1] != 0:
+            return None
+        a = nodes[readers[0][0]].desc
+        if (not isinstance(a, ActivationDesc) or a.is_fused_form
+                or not _same_layout(n.desc.output_tensor, a.inputs()[0])):
+            return None
+        return readers[0][0]
+
+    def _join_residual(self, nodes, order, graph_out, c, i, j, op, slot) -> None:
+        """Convolution ``c``, add ``i`` (and activation ``j``) become one node, compiled
+        (``op``), in the add's place in ``order`` (after its residual's producer); it keeps
+        the convolution's index."""
+        p, n = nodes[c], nodes[i]
+        gone = [i] if j is None else [i, j]
+        last = gone[-1]
+        fused = _Node(op.desc, p.sources + [n.sources[1 - slot]], p.origin + n.origin, op)
+        if j is not None:
+            fused.origin += nodes[j].origin
+        self.fusions.append(self._fusion("residual", n, p, n.desc.OPERATOR_TYPE))
+        if j is not None:
+            self.fusions.append(self._fusion("activation", nodes[j], p,
+                                             nodes[j].desc.SPEC.name))
+        nodes[c] = fused
+        for m in nodes.values():               # readers of the last absorbed node's output
+            m.sources = [("node", c, 0) if s == ("node", last, 0) else s for s in m.sources]
+        for gk in [x for x in graph_out if x[0] == last]:
+            graph_out.discard(gk)
+            graph_out.add((c, 0))
+            self.topology.output_source = [(c, 0) if s == gk else s
+                                           for s in self.topology.output_source]
+        order[order.index(i)] = c
+        order.remove(c)       # (the first occurrence: the convolution's own place)
+        for k in gone:
+            del nodes[k]
+            if k in order:
+                order.remove(k)
 
     def _join_in_place(self, nodes, order, graph_out) -> None:
         """Producers of a JOIN's inputs write them into its output's slices (module doc,
@@ -726,12 +866,30 @@ def _check_paths(graph: GraphDesc, paths) -> dict:
     return dict(paths)
 
 
-def compile_graph(device, graph_desc, *, fuse: bool = True, constants=None,
+def _fusion_kinds(fuse) -> frozenset:
+    """The kinds of fusion ``fuse`` switches on: True all of :data:`FUSION_KINDS`, False
+    none, a dict ``{kind: bool}`` all but those it switches off."""
+    if isinstance(fuse, bool):
+        return frozenset(FUSION_KINDS) if fuse else frozenset()
+    if not isinstance(fuse, dict):
+        raise ValidationError("fuse", f"must be True, False or a dict {{kind: bool}}, got "
+                              f"{type(fuse).__name__}")
+    for k, on in fuse.items():
+        if k not in FUSION_KINDS:
+            raise ValidationError("fuse", f"keys must be fusion kinds ({', '.join(FUSION_KINDS)})"
+                                  f", got {k!r}")
+        if not isinstance(on, bool):
+            raise ValidationError(f"fuse[{k!r}]", f"must be True or False, got {on!r}")
+    return frozenset(k for k in FUSION_KINDS if fuse.get(k, True))
+
+
+def compile_graph(device, graph_desc, *, fuse=True, constants=None,
                   paths=None) -> CompiledGraph:
     """``IDMLDevice1::CompileGraph`` (module doc).  ``fuse=False`` compiles every node as
-    given (to compare with the fused graph); ``constants`` initializes the OWNED_BY_DML
-    inputs at once (else call ``initialize``); ``paths`` forces nodes' kernel paths
-    (module doc, "Kernel paths")."""
+    given (to compare with the fused graph), ``fuse={"residual": False}`` (kinds of
+    :data:`FUSION_KINDS`) all but the kinds switched off; ``constants`` initializes the
+    OWNED_BY_DML inputs at once (else call ``initialize``); ``paths`` forces nodes' kernel
+    paths (module doc, "Kernel paths")."""
     device.check_open()
     if not isinstance(graph_desc, GraphDesc):
         raise ValidationError("graph_desc", f"must be a vkml.dml.GraphDesc, got "
@@ -741,4 +899,5 @@ def compile_graph(device, graph_desc, *, fuse: bool = True, constants=None,
         if getattr(op, "device", device) is not device:
             raise ValidationError(f"GraphDesc.nodes[{i}].operator", "was created on another "
                                   "device")
+    _fusion_kinds(fuse)                     # (refused before any work)
     return CompiledGraph(device, graph_desc, fuse=fuse, constants=constants, paths=paths)

@@ -111,6 +111,7 @@ from .geometry import DEFAULT_KNOBS, Geometry, Path
 from .blocked import BLOCKS, BlockedPath
 from .tiled import TILES, TiledPath
 from .winograd import PooledConvolutionDesc, WinogradPath, pool_rule
+from .epilogue import residual_of
 from ...intmath import ceil_div
 
 __all__ = ["convolution"]
@@ -133,20 +134,34 @@ class CompiledConvolution(CompiledOperator):
     (a graph's fusion): where the chosen path absorbs it (winograd, :func:`pool_rule`),
     the operator stores the pooled output and ``desc`` becomes a
     :class:`PooledConvolutionDesc` (its ``outputs()``: the pooling's); else it runs the
-    convolution alone (``desc`` unchanged)."""
+    convolution alone (``desc`` unchanged).  ``residual``: an
+    :class:`~.epilogue.EpilogueConvolutionDesc` of this convolution with a ``residual``
+    (a graph's fusion, ``epilogue.py``): where the path the operator takes adds one
+    (``Path.RESIDUAL``), ``desc`` becomes it (a fourth input, the residual, and its
+    output); else the convolution runs alone (``desc`` unchanged)."""
 
     INPUT_NAMES = ("input", "filter", "bias")
 
-    def __init__(self, device, desc, path: str | None = None, pool=None):
+    def __init__(self, device, desc, path: str | None = None, pool=None, residual=None):
         #: None: the tuner's or the heuristic's choice; a name of :data:`CANDIDATES`
         #: (a path name: that path, default knobs) forces it (tests, the tuner).
         self.force = path
         self._offered_pool = pool           # (read by build, which the base class calls)
+        self._offered_residual = residual
         super().__init__(device, desc)
 
     def build(self) -> None:
+        plain = self.desc
+        if self._offered_residual is not None:
+            # built for the residual first (the tuner's shape is the same: the choice
+            # too); a path without residual variants is built again for the convolution
+            self.desc = self._offered_residual
         self.geometry = Geometry.of(self.desc)
         self.path = choose_path(self, self.geometry, self.force, pool=self._offered_pool)
+        if self.desc is not plain and not self.path.RESIDUAL:
+            self.desc = plain
+            self.geometry = Geometry.of(plain)
+            self.path = choose_path(self, self.geometry, self.force, pool=self._offered_pool)
         if getattr(self.path, "pool", None) is not None:
             self.desc = PooledConvolutionDesc(self.desc, self.path.pool)
         self.owned_inputs = owned_slots(self.desc.inputs())
@@ -205,6 +220,8 @@ class CompiledConvolution(CompiledOperator):
         pool = getattr(self.path, "pool", None)
         if pool is None:
             self.path = choose_path(self, self.geometry, self.force, avoid=("winograd",))
+            if residual_of(self.desc) is not None and not self.path.RESIDUAL:
+                raise UnsupportedError("residual", f"path {self.path.name} adds no residual")
         else:      # the pooling it absorbed runs apart (the operator's output stays pooled)
             pooled, self.desc = self.desc, self.desc.convolution
             try:
@@ -252,9 +269,13 @@ class CompiledConvolution(CompiledOperator):
         return alloc.size
 
     def encode(self, seq, inputs, outputs) -> None:
-        x, w, b = inputs
-        self.path.encode(seq, x.allocation, w.allocation,
-                         b.allocation if b is not None else None, outputs[0].allocation)
+        x, w, b = inputs[:3]
+        args = (seq, x.allocation, w.allocation, b.allocation if b is not None else None,
+                outputs[0].allocation)
+        if len(inputs) > 3:             # a graph's residual (EpilogueConvolutionDesc)
+            self.path.encode(*args, inputs[3].allocation)
+        else:
+            self.path.encode(*args)
 
     def release(self) -> None:
         if isinstance(getattr(self, "path", None), PoolingApart):

@@ -12,7 +12,8 @@ from .geometry import STORAGES, Path, pad3, storage_suffix, variant
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
-VARIANTS = {f"convolution_direct_{s}": ("LOCAL_SIZE_X", "ACT", "BACKWARD") for s in STORAGES}
+VARIANTS = {f"convolution_direct_{s}{r}": ("LOCAL_SIZE_X", "ACT", "BACKWARD")
+            for s in STORAGES for r in ("", "_res")}
 
 
 class DirectPath(Path):
@@ -22,6 +23,7 @@ class DirectPath(Path):
     time (the kernel subtracts the window's first element index)."""
 
     name = "direct"
+    RESIDUAL = True
 
     @classmethod
     def accepts(cls, op, geo, knobs=None) -> bool:
@@ -32,7 +34,7 @@ class DirectPath(Path):
         g = geo
         ow = g.out_size[2]
         self.local = min(64, max(8, 1 << (max(ow, 1) - 1).bit_length()), op.workgroup_size)
-        self.kernel = variant("direct", storage_suffix(op, g.dtype))
+        self.kernel = variant("direct", storage_suffix(op, g.dtype)) + self.res
         self.pipe = op.pipeline(self.kernel, {
             "LOCAL_SIZE_X": self.local, "ACT": self.act_id, "BACKWARD": int(g.backward)})
         self.params = op.upload(np.frombuffer(pack(
@@ -69,7 +71,7 @@ class DirectPath(Path):
         return [(o[0], o[0] + n[0], xlo * e, xhi * e, ylo * e, yhi * e)
                 for o, n, xlo, xhi, ylo, yhi in plan_windows([g.n], x_span, y_span, e, e, limit)]
 
-    def encode(self, seq, x, w, b, y) -> None:
+    def encode(self, seq, x, w, b, y, r=None) -> None:
         g = self.geo
         align = self.ctx.binding_alignment()
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
@@ -81,6 +83,8 @@ class DirectPath(Path):
             yo, ysize = binding_window(ylo, yhi, y.size, align)
             binds = [Bind(x, xo, xsize), w_bind, b_bind, Bind(y, yo, ysize, "w"),
                      Bind(self.params)]
+            if self.res:          # laid out as the output: the output's window
+                binds.append(Bind(r, yo, min(ysize, r.size - yo)))
             # the grid: x along output columns, y rows, z (image, depth, channel)
             box = ([n0 * od_co, 0, 0], [(n1 - n0) * od_co, *g.out_size[1:]])
             for o, e in split_groups(*box, self.local, max_groups, magic=False):

@@ -1,4 +1,5 @@
-"""SWISH and HARD_SWISH in a convolution's output pass: a graph fusion beyond DirectML's.
+"""SWISH, HARD_SWISH and a residual Add in a convolution's output pass: graph fusions
+beyond DirectML's.
 
 dml-fused-activations.md lists the activations a convolution may fuse, and SWISH /
 HARD_SWISH are not among them: ``ConvolutionOperatorDesc(fused_activation=swish)`` stays a
@@ -13,6 +14,16 @@ fields, validated by the public rules unchanged (its ``fused_activation`` None),
 ``vkml.dml`` nor in the operator registry (``create_operator`` validates it, the graph
 compiles it with ``CompiledConvolution`` itself), so no user descriptor can carry it.
 Every path reads the activation its kernels apply through :func:`kernel_activation`.
+
+Residual: the graph compiler also runs an ELEMENT_WISE_ADD / ADD1 whose one input is a
+convolution's output that only the add reads inside that convolution
+(``EpilogueConvolutionDesc.residual``, the add's other input, a fourth input of the node):
+the output pass computes ``act(conv + bias + residual)``, the activation (``fused_activation``
+or ``epilogue``) applied after the add -- ADD1's fused activation, or an activation node
+that alone reads the add.  The kernels read the residual at the output element's own
+offset, so it must be laid out as the output (type, sizes, element strides); paths whose
+kernels have no residual variant (``Path.RESIDUAL`` False) leave the pair unfused
+(``CompiledConvolution(residual=)``).
 """
 from __future__ import annotations
 
@@ -21,6 +32,7 @@ from dataclasses import dataclass
 from ...dml.activations import ActivationDesc
 from ...dml.convolution import ConvolutionOperatorDesc
 from ...dml.operator import FeatureLevel
+from ...dml.tensor_desc import TensorDesc
 
 #: The operator-only activations a graph runs in a convolution's output pass.
 EPILOGUE_ACTIVATIONS = ("swish", "hard_swish")
@@ -28,19 +40,40 @@ EPILOGUE_ACTIVATIONS = ("swish", "hard_swish")
 
 @dataclass(frozen=True)
 class EpilogueConvolutionDesc(ConvolutionOperatorDesc):
-    """A convolution and the SWISH / HARD_SWISH node that alone reads its output, as one
-    graph node (module doc): the convolution writes the activation's output tensor.
-    ``epilogue``: the activation with its tensors None, applied where a fused activation
-    would be."""
+    """A convolution and what alone reads its output, as one graph node (module doc): a
+    SWISH / HARD_SWISH node (``epilogue``: the activation with its tensors None, applied
+    where a fused activation would be) and / or a residual add (``residual``: the add's
+    other input, added after the bias and before the activation).  The convolution
+    writes the last absorbed node's output tensor."""
 
     epilogue: ActivationDesc | None = None
+    residual: TensorDesc | None = None
+
+    def inputs(self):
+        """The convolution's inputs, then the residual where there is one."""
+        ins = super().inputs()
+        return ins + [self.residual] if self.residual is not None else ins
 
     def validate(self) -> None:
-        """The convolution page's rules, then: ``epilogue`` a SWISH or HARD_SWISH
+        """The convolution page's rules, then: ``epilogue`` None or a SWISH or HARD_SWISH
         descriptor in fused form (tensors None) with valid parameters, and no
-        ``fused_activation`` besides (the kernels apply one activation)."""
+        ``fused_activation`` besides (the kernels apply one activation); ``residual``
+        None or a tensor of the output's data type, sizes and element strides (the
+        kernels read it at the output element's offset); one of the two given."""
         super().validate()
-        act = self.epilogue
+        act, res = self.epilogue, self.residual
+        if act is None and res is None:
+            self.fail("epilogue", "an epilogue or a residual must be given (else the "
+                      "node is a plain convolution)")
+        if res is not None:
+            self.check_tensor("residual", res, range(3, 6), (self.output_tensor.data_type,))
+            y = self.output_tensor
+            if res.sizes != y.sizes or res.element_strides != y.element_strides:
+                self.fail("residual", f"must have the output's sizes {y.sizes} and element "
+                          f"strides {y.element_strides} (read at the output's offsets), got "
+                          f"{res.sizes} and {res.element_strides}")
+        if act is None:
+            return
         if not isinstance(act, ActivationDesc) or act.SPEC.name not in EPILOGUE_ACTIVATIONS:
             self.fail("epilogue", f"must be an activation descriptor of "
                       f"{', '.join(EPILOGUE_ACTIVATIONS)}, got {type(act).__name__}")
@@ -52,7 +85,15 @@ class EpilogueConvolutionDesc(ConvolutionOperatorDesc):
         act.validate_parameters(lambda name, rule: self.fail(f"epilogue.{name}", rule))
 
     def feature_level(self) -> FeatureLevel:
+        if self.epilogue is None:
+            return super().feature_level()
         return max(super().feature_level(), self.epilogue.feature_level())
+
+
+def residual_of(desc) -> TensorDesc | None:
+    """The residual tensor a convolution's output pass adds (an
+    :class:`EpilogueConvolutionDesc`'s ``residual``), else None."""
+    return getattr(desc, "residual", None)
 
 
 def kernel_activation(desc) -> ActivationDesc | None:

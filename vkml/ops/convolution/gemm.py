@@ -33,6 +33,8 @@ VARIANTS = {
     **{f"convolution_gemm_{s}{r}": GEMM_CONSTANTS for s in STORAGES for r in ("", "_ssbo")},
     "convolution_gemm_f32_v8": GEMM_CONSTANTS,
 }
+#: The residual variants (``_res``: a graph's residual add in the output pass).
+VARIANTS.update({k + "_res": v for k, v in VARIANTS.items() if k.startswith("convolution_gemm")})
 
 
 # -- the re-layout pass and the filter transpose -------------------------------------------
@@ -327,6 +329,7 @@ class GemmPath(Path):
     """
 
     name = "gemm"
+    RESIDUAL = True
     #: The kernel family (gemm_sg: ``gemm_sg``).
     FAMILY = "gemm"
 
@@ -382,7 +385,7 @@ class GemmPath(Path):
         self.params = op.upload(np.frombuffer(pack(kernel, "Params", **self._params(
             pl, row_offsets)), np.uint8))
         for d in self.dispatches:
-            d["kernel"] = kernel + "_v8" if d["yv8"] else kernel
+            d["kernel"] = (kernel + "_v8" if d["yv8"] else kernel) + self.res
             d["constants"] = self._constants(d)
         self.filter_steps = compiled(op, [s for rl, off in self.w_relayouts
                                           for s in rl.steps("w", self.wt, off)])
@@ -583,7 +586,8 @@ class GemmPath(Path):
         g = self.geo
         src = "x" if self.in_place else self.xp
         y_bytes = self.op.desc.output_tensor.total_tensor_size_in_bytes
-        tail = (Buf("b", absent=self.params), Buf("y", y_bytes, "w"), Buf(self.params))
+        tail = (Buf("b", absent=self.params), Buf("y", y_bytes, "w"), Buf(self.params)) + (
+            (Buf("r", y_bytes),) if self.res else ())
         mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
         steps = []
         for d in self.dispatches:
@@ -638,7 +642,7 @@ class GemmPath(Path):
     def encode_filter(self, seq, w) -> None:
         record(seq, self.op, self.filter_steps, w=w)
 
-    def encode(self, seq, x, w, b, y) -> None:
+    def encode(self, seq, x, w, b, y, r=None) -> None:
         if not self.filter_ready:
             self.encode_filter(seq, w)
-        record(seq, self.op, self.steps, x=x, w=w, b=b, y=y)
+        record(seq, self.op, self.steps, x=x, w=w, b=b, y=y, r=r)

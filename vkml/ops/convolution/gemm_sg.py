@@ -17,8 +17,8 @@ from .plan import Buf
 from ...intmath import ceil_div
 
 #: Kernel variants this path runs and the specialization constants it sets.
-VARIANTS = {f"convolution_gemm_sg_{s}": GEMM_CONSTANTS + ("SG", "CBW")
-            for s in STORAGES + ("f32_v8",)}
+VARIANTS = {f"convolution_gemm_sg_{s}{r}": GEMM_CONSTANTS + ("SG", "CBW")
+            for s in STORAGES + ("f32_v8",) for r in ("", "_res")}
 
 
 class GemmSgPath(GemmPath):

@@ -17,7 +17,7 @@ from ...dml.tensor_desc import TensorDesc
 from ...runtime import Bind
 from ..base import CompiledOperator
 from ...intmath import ceil_div
-from .epilogue import kernel_activation
+from .epilogue import kernel_activation, residual_of
 
 #: The storages every kernel family is compiled for (see vkml_float.glsl).
 STORAGES = ("f32", "f16", "f16_packed")
@@ -276,6 +276,10 @@ class Path:
     name = ""
     #: Whether the constructor takes ``pool=`` (an LP pooling it may absorb).
     POOLS = False
+    #: Whether its output pass adds a graph's residual (``EpilogueConvolutionDesc.
+    #: residual``, read by ``encode``'s ``r``); ``CompiledConvolution`` runs a residual
+    #: descriptor only on such a path.
+    RESIDUAL = False
 
     def __init__(self, op: CompiledOperator, geo: Geometry, knobs: dict | None = None):
         self.op, self.geo, self.ctx = op, geo, op.ctx
@@ -284,6 +288,8 @@ class Path:
         self.act_id = self.act.SPEC.kernel_id if self.act is not None else 0
         self.act_params = (self.act.kernel_parameters() if self.act is not None
                            else np.zeros(4, np.float32))
+        #: the residual variants' suffix ("_res") where the output pass adds one
+        self.res = "_res" if self.RESIDUAL and residual_of(op.desc) is not None else ""
 
     @classmethod
     def accepts(cls, op: CompiledOperator, geo: Geometry, knobs: dict | None = None) -> bool:
@@ -309,7 +315,8 @@ class Path:
         """The dispatches that re-lay (transform) the filter ``w`` into
         :meth:`filter_buffer`: per execution, or once at initialization."""
 
-    def encode(self, seq, x, w, b, y) -> None:
+    def encode(self, seq, x, w, b, y, r=None) -> None:
+        """Record the dispatches; ``r``: the residual's allocation (RESIDUAL paths)."""
         raise NotImplementedError
 
 

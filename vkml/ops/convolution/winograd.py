@@ -35,6 +35,9 @@ VARIANTS = {
     **{f"convolution_winograd_output_{s}{r}_pool": ("LOCAL_SIZE_X", "ACT", "P", "SCALE")
        for s in STORAGES for r in ("", "_ssbo")},
 }
+#: The output pass's residual variants (``_res``: a graph's residual add).
+VARIANTS.update({k + "_res": v for k, v in VARIANTS.items()
+                 if k.startswith("convolution_winograd_output") and not k.endswith("_pool")})
 
 
 def pool_rule(conv: ConvolutionOperatorDesc, pool) -> str | None:
@@ -149,6 +152,7 @@ class WinogradPath(Path):
 
     name = "winograd"
     POOLS = True
+    RESIDUAL = True
 
     @classmethod
     def accepts(cls, op, geo, knobs=None) -> bool:
@@ -271,7 +275,9 @@ class WinogradPath(Path):
         two tiles' rows a u64vec4, with V8)."""
         g, d = self.geo, self.op.desc
         suffix = storage_suffix(self.op, g.dtype)
-        self.pool = pool if pool is not None and pool_rule(d, pool) is None else None
+        # (a residual descriptor's output is the add's: no pooling reads the convolution's)
+        self.pool = (pool if pool is not None and not self.res and pool_rule(d, pool) is None
+                     else None)
         ys = g.y_strides
         ow = g.out_size[2]
         self.y4 = (self.pool is None and self.m_texel and ow % 4 == 0 and ys[4] == 1
@@ -281,7 +287,7 @@ class WinogradPath(Path):
                    and all(v % 8 == 0 for v in (ys[0], ys[1], ys[3]))
                    and self.y_bytes % (4 * 8 * g.dtype.size) == 0)
         name = variant("winograd_output", suffix, self.m_texel, self.y4)
-        self.out_kernel = name[:-3] + "_v8" if self.y8 else name
+        self.out_kernel = (name[:-3] + "_v8" if self.y8 else name) + self.res
         self.out_constants = {"LOCAL_SIZE_X": self.local, "ACT": self.act_id}
         self.bound, self.ys = g.out_size[1:], (ys[0], ys[1], ys[3], ys[4])
         if self.pool is not None:      # P and SCALE: CompiledLpPooling's rule (lp_pooling.py)
@@ -345,7 +351,7 @@ class WinogradPath(Path):
         return Step(self.out_kernel, self.out_constants,
                     (ceil_div(self.geo.c_out * self.mrow // 4, self.local), 1, 1),
                     (m, Buf("b", absent=self.params), Buf("y", self.y_bytes, "w"),
-                     Buf(self.params)))
+                     Buf(self.params)) + ((Buf("r", self.y_bytes),) if self.res else ()))
 
     # -- the 36 GEMMs --------------------------------------------------------------------
     def _gemm_steps(self) -> list[Step]:
@@ -458,7 +464,7 @@ class WinogradPath(Path):
     def encode_filter(self, seq, w) -> None:
         record(seq, self.op, self.filter_steps, w=w)
 
-    def encode(self, seq, x, w, b, y) -> None:
+    def encode(self, seq, x, w, b, y, r=None) -> None:
         if not self.filter_ready:
             self.encode_filter(seq, w)
-        record(seq, self.op, self.steps, x=x, b=b, y=y)
+        record(seq, self.op, self.steps, x=x, b=b, y=y, r=r)
