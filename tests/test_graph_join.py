@@ -197,6 +197,17 @@ def test_channel_join_of_every_producer_kind(device, dtype):
     assert slots == [0, 1, 2, 3, 4]
 
 
+def test_switched_off_by_kind(device):
+    """``fuse={"join in place": False}`` keeps every join a copy and the other fusions on."""
+    rng = np.random.default_rng(3)
+    graph, arrays, want, *_ = join_graph("float32", ["convolution", "activation"],
+                                         (1, 0, 4, 8), 1, [4, 4], rng)
+    cg, (got,) = run(device, graph, arrays, want, "float32", {KIND: False})
+    assert not [f for f in cg.fusions if f.kind == KIND] and not cg.in_place
+    np.testing.assert_allclose(got, want[0], rtol=1e-5, atol=1e-5)
+    cg.release()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_joins(device, seed):
     """Random kinds, axes, part sizes and batch: in place where the rules say (strided
