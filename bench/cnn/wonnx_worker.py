@@ -15,39 +15,45 @@ import numpy as np
 from .worker_io import Absent, answer, measure, same_device
 
 _ADAPTER = re.compile(r'Adapter (\w+) AdapterInfo \{ name: "([^"]*)"')
-_NODE = re.compile(r'node: "([^"]*)", error: (.*)')
+_NODE = re.compile(r'node(?:_name)?: "([^"]*)"')
 
 
 def ready(model) -> tuple:
     """(model, rewrites): ONNX shape inference (wonnx sizes every buffer from the value
-    infos and refuses a model without them), and each Gemm with ``transB=1`` on a
-    constant B given B transposed instead (wonnx's Gemm takes B as K x N only); the
-    rewrites are named in the row's note."""
+    infos and refuses a model without them); each Gemm with ``transB=1`` on a constant
+    B given B transposed instead (wonnx's Gemm takes B as K x N only); each Conv
+    without ``kernel_shape`` (optional in ONNX: W's shape) given it (wonnx requires
+    it).  The rewrites are named in the row's note."""
     import onnx
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
 
     inits = {t.name: t for t in model.graph.initializer}
     done = []
     for node in model.graph.node:
         attrs = {a.name: a for a in node.attribute}
-        if node.op_type != "Gemm" or "transB" not in attrs or attrs["transB"].i != 1 \
-                or node.input[1] not in inits:
-            continue
-        old = inits[node.input[1]]
-        old.CopyFrom(numpy_helper.from_array(
-            np.ascontiguousarray(numpy_helper.to_array(old).T), old.name))
-        attrs["transB"].i = 0
-        done.append(f"Gemm {node.name}: transB=1 -> B transposed")
+        const_w = len(node.input) > 1 and node.input[1] in inits
+        if node.op_type == "Gemm" and const_w and "transB" in attrs and attrs["transB"].i:
+            old = inits[node.input[1]]
+            old.CopyFrom(numpy_helper.from_array(
+                np.ascontiguousarray(numpy_helper.to_array(old).T), old.name))
+            attrs["transB"].i = 0
+            done.append(f"Gemm {node.name}: transB=1 -> B transposed")
+        elif node.op_type == "Conv" and const_w and "kernel_shape" not in attrs:
+            node.attribute.append(helper.make_attribute(
+                "kernel_shape", list(inits[node.input[1]].dims[2:])))
+            done.append(f"Conv {node.name}: kernel_shape from W")
     return onnx.shape_inference.infer_shapes(model, strict_mode=True), done
 
 
 def refusal(model, text: str) -> str:
-    """wonnx's compile error with the refused node's op type in front."""
+    """wonnx's error with the refused node's op type in front (a node wonnx fused
+    with the next is named "a+b": its first node's)."""
     m = _NODE.search(text)
     if not m:
         return f"wonnx refused the model: {text[-300:]}"
-    op = next((n.op_type for n in model.graph.node if n.name == m.group(1)), "?")
-    return f"wonnx refuses {op} (node {m.group(1)}): {m.group(2)[:240]}"
+    first = m.group(1).split("+")[0]
+    op = next((n.op_type for n in model.graph.node if n.name == first), "?")
+    return f"wonnx refuses {op} (node {m.group(1)}): {text[-300:]}"
 
 
 def session(wonnx, data: bytes, model):
