@@ -143,6 +143,15 @@ def test_measure_settles_before_sampling():
     assert fig["hot"]["n"] == 3 and fig["first_s"] >= 0 and (y == 2).all()
 
 
+def test_partial_figures_name_the_first_run(tmp_path):
+    figp = tmp_path / "fig.json"
+    worker_io.measure(lambda: (lambda x: x), np.ones(2), "0.01", "1", figp=str(figp))
+    # measure leaves the partial figures; answer() replaces them with the full ones
+    fig = json.loads(figp.read_text())
+    assert fig["absent"].startswith("ended during its hot runs, after prepare ")
+    assert fig["first_s"] >= 0 and fig["prepare_s"] >= 0
+
+
 def test_missing_virtualenv_is_absent(monkeypatch, tmp_path):
     monkeypatch.setenv("VKML_WEBGPU_PYTHON", str(tmp_path / "none" / "python"))
     for peer in (peers_mod.Wonnx(), peers_mod.TinygradWebGpu(), peers_mod.OrtWebGpu()):
@@ -161,19 +170,30 @@ def test_missing_package_is_absent(monkeypatch):
         peer.version()
 
 
-def test_crashing_or_hanging_worker_is_absent(monkeypatch, tmp_path):
-    """A worker that dies (here: the module it imports is missing) or outlives the time
-    limit makes the row absent with the reason; the run goes on."""
+def _fake_worker(tmp_path, monkeypatch, code: str) -> None:
+    """$VKML_WEBGPU_PYTHON: a script running ``code`` with the worker's arguments
+    (sys.argv[6] is FIG.json)."""
     prog = tmp_path / "py"
-    prog.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; "
-                    f"sys.exit(\"worker died\")' \"$@\"\n")
+    prog.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{code}' \"$@\"\n")
     prog.chmod(0o755)
     monkeypatch.setenv("VKML_WEBGPU_PYTHON", str(prog))
+
+
+def test_crashing_or_hanging_worker_is_absent(monkeypatch, tmp_path):
+    """A worker that dies (exit status, signal) or outlives the time limit makes the row
+    absent with the reason; one that got through its first run says so."""
     x = np.zeros((1, 3, 8, 8), np.float32)
     peer = peers_mod.Wonnx()
-    with pytest.raises(Absent, match="wonnx-vulkan failed: worker died"):
+    _fake_worker(tmp_path, monkeypatch, "import sys; sys.exit(\"worker died\")")
+    with pytest.raises(Absent, match=r"wonnx-vulkan failed \(exit status 1\): worker died"):
         peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
-    prog.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import time; time.sleep(30)'\n")
+    _fake_worker(tmp_path, monkeypatch, "import os, signal, sys; "
+                 "from bench.cnn import worker_io; worker_io.partial(sys.argv[6], 0.5, 2.0); "
+                 "os.kill(os.getpid(), signal.SIGSEGV)")
+    with pytest.raises(Absent, match=r"ended during its hot runs, after prepare 0.50 s and "
+                                     r"a first run of 2.00 s \(killed by SIGSEGV\)"):
+        peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    _fake_worker(tmp_path, monkeypatch, "import time; time.sleep(30)")
     peer.timeout_s = 0.5
     with pytest.raises(Absent, match="no result within"):
         peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)

@@ -115,16 +115,31 @@ class ChildPeer(Peer):
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(),
                                  timeout=self.timeout_s, env=self.env(device))
+            ended = _ending(res.returncode)
         except subprocess.TimeoutExpired:
-            raise Absent(f"no result within {self.timeout_s:.0f} s (prepare + first run + "
-                         f"hot runs) on {device.info.name}") from None
+            res, ended = None, (f"no result within {self.timeout_s:.0f} s (prepare + first "
+                                f"run + hot runs) on {device.info.name}")
         if not os.path.exists(paths[3]):
-            raise Absent(f"{self.name} failed: {res.stderr.strip()[-300:]}")
+            raise Absent(ended if res is None else
+                         f"{self.name} failed ({ended}): {res.stderr.strip()[-300:]}")
         with open(paths[3]) as f:
             fig = json.load(f)
         if "absent" in fig:
-            raise Absent(fig["absent"])
+            # a worker that died after its first run left that said (worker_io.partial)
+            raise Absent(fig["absent"] + (f" ({ended})" if ended else ""))
         return fig, np.load(paths[2])
+
+
+def _ending(returncode: int) -> str:
+    """How a worker ended, in words ("" when it exited 0)."""
+    import signal
+
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}" if returncode else ""
 
 
 class IreeVulkan(ChildPeer):

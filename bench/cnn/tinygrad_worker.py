@@ -74,7 +74,8 @@ def main(argv) -> int:
             jit = TinyJit(lambda **kw: next(iter(runner(kw).values())).cast(dtypes.float32),
                           prune=True)
             return lambda x: jit(**{feed: Tensor(x).realize()}).numpy()
-        fig, y = measure(prepare, np.load(xp), seconds, repeats, settle=1)
+        fig, y = measure(prepare, np.load(xp), seconds, repeats, settle=1,
+                         figp=figp)
         fig["adapter"] = name
         return fig, y
     return answer(figp, yp, work)

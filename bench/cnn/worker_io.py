@@ -23,20 +23,33 @@ def budget(seconds: str, repeats: str) -> Budget:
                   repeats=int(repeats) or None, cap=4.0)
 
 
-def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0) -> tuple:
+def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
+            figp: str | None = None) -> tuple:
     """(figures, output): ``prepare()`` returns a function of the input; its first run is
-    timed alone, then ``settle`` untimed runs (a tracing JIT's capture run, which would
-    otherwise count as a slow warm-up sample), then the hot runs."""
+    timed alone (and, with ``figp``, recorded there by :func:`partial`), then ``settle``
+    untimed runs (a tracing JIT's capture run, which would otherwise count as a slow
+    warm-up sample), then the hot runs."""
     t = time.perf_counter()
     fn = prepare()
     prep = time.perf_counter() - t
     t = time.perf_counter()
     y = fn(x)
     first = time.perf_counter() - t
+    if figp:
+        partial(figp, prep, first)
     for _ in range(settle):
         fn(x)
     hot = Stats.of(sample(lambda: fn(x), budget(seconds, repeats)))
     return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
+
+
+def partial(figp: str, prep: float, first: float) -> None:
+    """FIG.json as it stands after the first run: what the parent reads if the worker
+    dies (a driver crash) or runs out of time before :func:`answer` replaces it."""
+    with open(figp, "w") as f:
+        json.dump({"absent": f"ended during its hot runs, after prepare {prep:.2f} s and a "
+                             f"first run of {first:.2f} s", "prepare_s": prep,
+                   "first_s": first}, f)
 
 
 def answer(figp: str, yp: str, work) -> int:
