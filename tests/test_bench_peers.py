@@ -144,8 +144,10 @@ def test_measure_settles_before_sampling():
 
 
 def test_partial_figures_name_the_first_run(tmp_path):
-    figp = tmp_path / "fig.json"
-    worker_io.measure(lambda: (lambda x: x), np.ones(2), "0.01", "1", figp=str(figp))
+    figp, yp = tmp_path / "fig.json", tmp_path / "y.npy"
+    worker_io.measure(lambda: (lambda x: x * 3), np.ones(2), "0.01", "1",
+                      files=(str(figp), str(yp)))
+    assert (np.load(yp) == 3).all()
     # measure leaves the partial figures; answer() replaces them with the full ones
     fig = json.loads(figp.read_text())
     assert fig["absent"].startswith("ended during its hot runs, after prepare ")
@@ -171,10 +173,11 @@ def test_missing_package_is_absent(monkeypatch):
 
 
 def _fake_worker(tmp_path, monkeypatch, code: str) -> None:
-    """$VKML_WEBGPU_PYTHON: a script running ``code`` with the worker's arguments
-    (sys.argv[6] is FIG.json)."""
+    """$VKML_WEBGPU_PYTHON: a script running ``code`` in the worker's place, with its
+    arguments (sys.argv[6] is FIG.json); this Python for anything else (the version)."""
     prog = tmp_path / "py"
-    prog.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{code}' \"$@\"\n")
+    prog.write_text(f"#!/bin/sh\n[ \"$1\" = -m ] || exec {sys.executable} \"$@\"\n"
+                    f"exec {sys.executable} -c '{code}' \"$@\"\n")
     prog.chmod(0o755)
     monkeypatch.setenv("VKML_WEBGPU_PYTHON", str(prog))
 
@@ -184,15 +187,23 @@ def test_crashing_or_hanging_worker_is_absent(monkeypatch, tmp_path):
     absent with the reason; one that got through its first run says so."""
     x = np.zeros((1, 3, 8, 8), np.float32)
     peer = peers_mod.Wonnx()
+    peer.package = "numpy"                  # what this Python has
     _fake_worker(tmp_path, monkeypatch, "import sys; sys.exit(\"worker died\")")
     with pytest.raises(Absent, match=r"wonnx-vulkan failed \(exit status 1\): worker died"):
         peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
-    _fake_worker(tmp_path, monkeypatch, "import os, signal, sys; "
-                 "from bench.cnn import worker_io; worker_io.partial(sys.argv[6], 0.5, 2.0); "
+    _fake_worker(tmp_path, monkeypatch, "import os, signal, sys; import numpy as np; "
+                 "from bench.cnn import worker_io; "
+                 "worker_io.partial(sys.argv[6], sys.argv[5], 0.5, 2.0, np.full(3, 2.0)); "
                  "os.kill(os.getpid(), signal.SIGSEGV)")
     with pytest.raises(Absent, match=r"ended during its hot runs, after prepare 0.50 s and "
-                                     r"a first run of 2.00 s \(killed by SIGSEGV\)"):
+                                     r"a first run of 2.00 s \(killed by SIGSEGV\)") as info:
         peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    assert info.value.first[0] == {"prepare_s": 0.5, "first_s": 2.0}
+    # the row keeps that first run, its output checked against the reference
+    row = peer_row(peer, None, tiny_model(), 8, _Named("llvmpipe"), x, np.full(3, 1.0),
+                   BUDGET)
+    assert row["status"] == "absent" and row["first_s"] == 2.0
+    assert row["first_rel_err"] == 1.0 and row["reason"].endswith("that run's rel err 1.0e+00")
     _fake_worker(tmp_path, monkeypatch, "import time; time.sleep(30)")
     peer.timeout_s = 0.5
     with pytest.raises(Absent, match="no result within"):

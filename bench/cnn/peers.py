@@ -125,8 +125,11 @@ class ChildPeer(Peer):
         with open(paths[3]) as f:
             fig = json.load(f)
         if "absent" in fig:
-            # a worker that died after its first run left that said (worker_io.partial)
-            raise Absent(fig["absent"] + (f" ({ended})" if ended else ""))
+            exc = Absent(fig["absent"] + (f" ({ended})" if ended else ""))
+            if "first_s" in fig:          # it died after its first run (worker_io.partial)
+                exc.first = ({k: fig[k] for k in ("prepare_s", "first_s")},
+                             np.load(paths[2]))
+            raise exc
         return fig, np.load(paths[2])
 
 

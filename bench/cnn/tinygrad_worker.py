@@ -75,7 +75,7 @@ def main(argv) -> int:
                           prune=True)
             return lambda x: jit(**{feed: Tensor(x).realize()}).numpy()
         fig, y = measure(prepare, np.load(xp), seconds, repeats, settle=1,
-                         figp=figp)
+                         files=(figp, yp))
         fig["adapter"] = name
         return fig, y
     return answer(figp, yp, work)

@@ -104,7 +104,7 @@ def main(argv) -> int:
             held["adapter"] = vulkan[0]
             return lambda x: np.asarray(sess.run({name: x.ravel().tolist()})[out.name],
                                         np.float32).reshape(shape)
-        fig, y = measure(prepare, np.load(xp), seconds, repeats, figp=figp)
+        fig, y = measure(prepare, np.load(xp), seconds, repeats, files=(figp, yp))
         fig["adapter"] = held["adapter"]
         if rewrites:
             fig["note"] = "; ".join(rewrites)

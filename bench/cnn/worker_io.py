@@ -24,9 +24,10 @@ def budget(seconds: str, repeats: str) -> Budget:
 
 
 def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
-            figp: str | None = None) -> tuple:
+            files: tuple | None = None) -> tuple:
     """(figures, output): ``prepare()`` returns a function of the input; its first run is
-    timed alone (and, with ``figp``, recorded there by :func:`partial`), then ``settle``
+    timed alone (and, with ``files`` = (FIG.json, Y.npy), recorded there by
+    :func:`partial`), then ``settle``
     untimed runs (a tracing JIT's capture run, which would otherwise count as a slow
     warm-up sample), then the hot runs."""
     t = time.perf_counter()
@@ -35,17 +36,19 @@ def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
     t = time.perf_counter()
     y = fn(x)
     first = time.perf_counter() - t
-    if figp:
-        partial(figp, prep, first)
+    if files:
+        partial(*files, prep, first, y)
     for _ in range(settle):
         fn(x)
     hot = Stats.of(sample(lambda: fn(x), budget(seconds, repeats)))
     return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
 
 
-def partial(figp: str, prep: float, first: float) -> None:
-    """FIG.json as it stands after the first run: what the parent reads if the worker
-    dies (a driver crash) or runs out of time before :func:`answer` replaces it."""
+def partial(figp: str, yp: str, prep: float, first: float, y) -> None:
+    """FIG.json and Y.npy as they stand after the first run: what the parent reads if
+    the worker dies (a driver crash) or runs out of time before :func:`answer` replaces
+    them (the parent checks that output too)."""
+    np.save(yp, np.asarray(y, np.float32))
     with open(figp, "w") as f:
         json.dump({"absent": f"ended during its hot runs, after prepare {prep:.2f} s and a "
                              f"first run of {first:.2f} s", "prepare_s": prep,
