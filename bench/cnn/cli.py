@@ -47,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement")
     ap.add_argument("--repeats", type=int, default=None, help="hot runs per measurement")
     ap.add_argument("--peer-timeout", type=float, default=300.0, metavar="S",
-                    help="time limit of a peer measured in a child process (IREE), per "
-                         "model (default 300)")
+                    help="time limit of a peer measured in a child process (IREE, the "
+                         "WebGPU peers), per model (default 300)")
     ap.add_argument("--cpu-threads", type=int, default=0, metavar="N",
                     help="threads of ONNX Runtime CPU and PyTorch CPU (default: theirs)")
     ap.add_argument("--no-limits", action="store_true",

@@ -18,6 +18,11 @@ from ..runners import Absent, require
 CPU_THREADS = [0]
 
 
+def _root() -> str:
+    """The repository root (the workers run there, as ``python -m bench.cnn.<worker>``)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 class Peer:
     name = ""
     on_device = False          # a Vulkan peer: runs once per device
@@ -91,6 +96,10 @@ class ChildPeer(Peer):
         import sys
         return sys.executable
 
+    def env(self, device) -> dict | None:
+        """The worker's environment (None: this process's)."""
+        return None
+
     def measure(self, spec, data, size, device, x, budget) -> tuple:
         """(figures, output) from the worker, or Absent with why."""
         import json
@@ -103,20 +112,37 @@ class ChildPeer(Peer):
         np.save(paths[1], x)
         cmd = [self.python(), "-m", self.worker, *paths, device.info.name,
                str(budget.seconds), str(budget.repeats or 0)]
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, cwd=root,
-                                 timeout=self.timeout_s)
+            res = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(),
+                                 timeout=self.timeout_s, env=self.env(device))
+            ended = _ending(res.returncode)
         except subprocess.TimeoutExpired:
-            raise Absent(f"no result within {self.timeout_s:.0f} s (prepare + first run + "
-                         f"hot runs) on {device.info.name}") from None
+            res, ended = None, (f"no result within {self.timeout_s:.0f} s (prepare + first "
+                                f"run + hot runs) on {device.info.name}")
         if not os.path.exists(paths[3]):
-            raise Absent(f"{self.name} failed: {res.stderr.strip()[-300:]}")
+            raise Absent(ended if res is None else
+                         f"{self.name} failed ({ended}): {res.stderr.strip()[-300:]}")
         with open(paths[3]) as f:
             fig = json.load(f)
         if "absent" in fig:
-            raise Absent(fig["absent"])
+            exc = Absent(fig["absent"] + (f" ({ended})" if ended else ""))
+            if "first_s" in fig:          # it died after its first run (worker_io.partial)
+                exc.first = ({k: fig[k] for k in ("prepare_s", "first_s")},
+                             np.load(paths[2]))
+            raise exc
         return fig, np.load(paths[2])
+
+
+def _ending(returncode: int) -> str:
+    """How a worker ended, in words ("" when it exited 0)."""
+    import signal
+
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}" if returncode else ""
 
 
 class IreeVulkan(ChildPeer):
@@ -261,31 +287,85 @@ class NcnnVulkan(Peer):
         return run
 
 
-class OrtWebGpu(ChildPeer):
-    """ONNX Runtime's WebGPU provider (the ``onnxruntime-webgpu`` wheel: Dawn on Vulkan),
-    from its own virtualenv since it installs the same module name as ``onnxruntime``:
-    $VKML_WEBGPU_PYTHON, else ``.venv-peers/bin/python`` at the repository root
-    (``bench.cnn.webgpu_worker``, in a child process).  Dawn picks its adapter itself
-    among the Vulkan devices the loader lists: run with $VK_ICD_FILENAMES naming the one
-    driver, as the results in bench/RESULTS.md were."""
-    name = "onnxruntime-webgpu"
+#: Words of a Vulkan device's name -> words of its ICD manifest's file name, where they
+#: differ (Mesa names lavapipe's manifest lvp_icd.*).
+_ICD_WORDS = {"llvmpipe": "lvp"}
+
+
+def one_icd(device_name: str, icds: str) -> str | None:
+    """The one manifest of $VK_ICD_FILENAMES (``icds``) that is ``device_name``'s
+    driver, judged by its file name (the first word of the device name, or its
+    ``_ICD_WORDS`` alias); None when not exactly one matches."""
+    word = device_name.split(" ")[0].lower()
+    words = {word, _ICD_WORDS.get(word, word)} - {""}
+    hits = [p for p in icds.split(os.pathsep) if p
+            and any(w in os.path.basename(p).lower() for w in words)]
+    return hits[0] if len(hits) == 1 else None
+
+
+class VenvPeer(ChildPeer):
+    """A peer measured by the peers' own virtualenv ($VKML_WEBGPU_PYTHON, else
+    ``.venv-peers/bin/python`` at the repository root): onnxruntime-webgpu installs the
+    module name onnxruntime, and the WebGPU peers need none of vkml's packages.  The
+    WebGPU runtimes pick their adapter themselves among the Vulkan devices the loader
+    lists, so the worker's $VK_ICD_FILENAMES names only the measured device's driver
+    where the parent's names several; each worker checks the adapter it got."""
     on_device = True
-    worker = "bench.cnn.webgpu_worker"
+    package = ""
 
     def python(self) -> str:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        return os.environ.get("VKML_WEBGPU_PYTHON") or os.path.join(root, ".venv-peers", "bin",
-                                                                    "python")
+        return os.environ.get("VKML_WEBGPU_PYTHON") or os.path.join(
+            _root(), ".venv-peers", "bin", "python")
+
+    def env(self, device) -> dict | None:
+        icds = os.environ.get("VK_ICD_FILENAMES", "")
+        pick = one_icd(device.info.name, icds) if icds else None
+        return dict(os.environ, VK_ICD_FILENAMES=pick) if pick else None
 
     def version(self):
+        import subprocess
+
         if not os.path.exists(self.python()):
-            raise Absent(f"no {self.python()} (a virtualenv with onnxruntime-webgpu: "
-                         f"python -m venv .venv-peers && .venv-peers/bin/pip install "
-                         f"onnxruntime-webgpu numpy)")
-        return "onnxruntime-webgpu"
+            raise Absent(f"no {self.python()} (the peers' virtualenv: "
+                         f"VKML_SETUP_BENCH=1 tools/setup)")
+        res = subprocess.run([self.python(), "-c", "import importlib.metadata as m, sys; "
+                              "print(' '.join(m.version(p) for p in sys.argv[1:]))",
+                              *self.package.split()],
+                             capture_output=True, text=True, timeout=60)
+        if res.returncode != 0:
+            raise Absent(f"{self.package} is not installed in {self.python()} "
+                         f"(VKML_SETUP_BENCH=1 tools/setup): {res.stderr.strip()[-200:]}")
+        return " ".join(f"{p} {v}" for p, v in zip(self.package.split(), res.stdout.split()))
 
     def prepare(self, spec, data, size, device=None):
         raise Absent("measured in a child process only")
 
 
-PEERS = [OrtCpu(), TorchCpu(), IreeVulkan(), NcnnVulkan(), OrtWebGpu()]
+class OrtWebGpu(VenvPeer):
+    """ONNX Runtime's WebGPU provider (the ``onnxruntime-webgpu`` wheel: Dawn on Vulkan)
+    (``bench.cnn.webgpu_worker``)."""
+    name = "onnxruntime-webgpu"
+    worker = "bench.cnn.webgpu_worker"
+    package = "onnxruntime-webgpu"
+
+
+class Wonnx(VenvPeer):
+    """wonnx (the ``wonnx`` wheel: wgpu on Vulkan) on the model after ONNX shape
+    inference, with each Gemm's transposed constant B stored transposed (what wonnx
+    refuses otherwise; ``bench.cnn.wonnx_worker``).  A node it cannot compile makes the
+    row absent, naming the node's op type."""
+    name = "wonnx-vulkan"
+    worker = "bench.cnn.wonnx_worker"
+    package = "wonnx onnx"
+
+
+class TinygradWebGpu(VenvPeer):
+    """tinygrad's ONNX runner on its WEBGPU device: Dawn from the ``dawn-python`` wheel,
+    Vulkan backend, the model under ``TinyJit`` (``bench.cnn.tinygrad_worker``)."""
+    name = "tinygrad-webgpu"
+    worker = "bench.cnn.tinygrad_worker"
+    package = "tinygrad dawn-python"
+
+
+PEERS = [OrtCpu(), TorchCpu(), IreeVulkan(), NcnnVulkan(), OrtWebGpu(), Wonnx(),
+         TinygradWebGpu()]

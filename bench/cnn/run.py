@@ -103,7 +103,11 @@ def peer_row(peer, spec, data, size, dev, x, ref, budget: Budget) -> dict:
         else:
             fig, y = timed(lambda: peer.prepare(spec, data, size, dev), x, budget)
     except Absent as exc:
-        return {"status": "absent", "reason": str(exc)}
+        row = {"status": "absent", "reason": str(exc)}
+        if getattr(exc, "first", None):        # a child peer that died after its first run
+            row.update(exc.first[0], first_rel_err=rel_err(exc.first[1], ref))
+            row["reason"] += f"; that run's rel err {row['first_rel_err']:.1e}"
+        return row
     except Exception as exc:           # noqa: BLE001 (a peer never fails the run)
         return {"status": "error", "reason": f"{type(exc).__name__}: {str(exc)[-300:]}"}
     fig.update(status="ok", version=version, rel_err=rel_err(y, ref))

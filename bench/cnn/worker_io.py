@@ -1,0 +1,76 @@
+"""What the WebGPU peers' workers (``wonnx_worker``, ``tinygrad_worker``) share: their
+command line (``MODEL.onnx X.npy Y.npy FIG.json DEVICE SECONDS REPEATS``, as
+``peers.ChildPeer`` passes it), the timing of prepare / first run / hot runs, and the
+files they answer with.  Imports only NumPy and ``bench.stats``: the workers run in the
+peers' own virtualenv, which has no vkml."""
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+
+from ..stats import Budget, Stats, sample
+
+
+class Absent(Exception):
+    """The peer cannot run this model here; the message says why (written to FIG.json)."""
+
+
+def budget(seconds: str, repeats: str) -> Budget:
+    """The parent's budget, from its command-line form (``bench.cnn.cli``'s defaults)."""
+    return Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=float(seconds),
+                  repeats=int(repeats) or None, cap=4.0)
+
+
+def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
+            files: tuple | None = None) -> tuple:
+    """(figures, output): ``prepare()`` returns a function of the input; its first run is
+    timed alone (and, with ``files`` = (FIG.json, Y.npy), recorded there by
+    :func:`partial`), then ``settle``
+    untimed runs (a tracing JIT's capture run, which would otherwise count as a slow
+    warm-up sample), then the hot runs."""
+    t = time.perf_counter()
+    fn = prepare()
+    prep = time.perf_counter() - t
+    t = time.perf_counter()
+    y = fn(x)
+    first = time.perf_counter() - t
+    if files:
+        partial(*files, prep, first, y)
+    for _ in range(settle):
+        fn(x)
+    hot = Stats.of(sample(lambda: fn(x), budget(seconds, repeats)))
+    return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
+
+
+def partial(figp: str, yp: str, prep: float, first: float, y) -> None:
+    """FIG.json and Y.npy as they stand after the first run: what the parent reads if
+    the worker dies (a driver crash) or runs out of time before :func:`answer` replaces
+    them (the parent checks that output too)."""
+    np.save(yp, np.asarray(y, np.float32))
+    with open(figp, "w") as f:
+        json.dump({"absent": f"ended during its hot runs, after prepare {prep:.2f} s and a "
+                             f"first run of {first:.2f} s", "prepare_s": prep,
+                   "first_s": first}, f)
+
+
+def answer(figp: str, yp: str, work) -> int:
+    """Run ``work()`` -> (figures, output) and write FIG.json and Y.npy, or FIG.json with
+    ``{"absent": why}`` when it raised :class:`Absent`."""
+    try:
+        fig, y = work()
+    except Absent as exc:
+        fig, y = {"absent": str(exc)}, None
+    if y is not None:
+        np.save(yp, np.asarray(y, np.float32))
+    with open(figp, "w") as f:
+        json.dump(fig, f)
+    return 0
+
+
+def same_device(adapter: str, device: str) -> bool:
+    """Whether a WebGPU adapter's name is vkml's device (the first word of the Vulkan
+    device name, case aside: "llvmpipe", "SwiftShader", a GPU's vendor)."""
+    want = device.split(" ")[0].lower()
+    return bool(want) and want in adapter.lower()

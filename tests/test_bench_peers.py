@@ -1,0 +1,248 @@
+"""The WebGPU peers of ``python -m bench models`` (``bench/cnn/peers.py``: wonnx and
+tinygrad on Dawn, measured by workers in the peers' own virtualenv): the choice of the
+measured device's one Vulkan driver, the adapter check, wonnx's model rewrite (checked
+against ONNX Runtime CPU on the rewritten model), the worker's answer files, and a peer
+that is missing, crashes or hangs reported absent, never failing the run.  Where
+.venv-peers has the packages, each peer runs a tiny model on every device, its output
+against ONNX Runtime CPU; elsewhere those tests skip."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from bench.cnn import peers as peers_mod                           # noqa: E402
+from bench.cnn import worker_io, wonnx_worker                       # noqa: E402
+from bench.cnn.run import peer_row, rel_err                         # noqa: E402
+from bench.runners import Absent                                    # noqa: E402
+from bench.stats import Budget                                      # noqa: E402
+
+LVP = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"
+SWS = "/x/.drivers/swiftshader/vk_swiftshader_icd.json"
+BUDGET = Budget(warmup=0, seconds=0.05, repeats=2)
+
+
+def tiny_model(seed: int = 0) -> bytes:
+    """Conv 3x3 + Relu + GlobalAveragePool + Flatten + Gemm(transB=1): what the CNNs of
+    the model set end with, the Gemm in the layout torch.onnx exports."""
+    h, rng = onnx.helper, np.random.default_rng(seed)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w", (4, 3, 3, 3)), ("b", (4,)), ("fw", (5, 4)), ("fb", (5,)))]
+    # no kernel_shape (ONNX: W's), which wonnx requires
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             h.make_node("Relu", ["c"], ["r"], name="relu"),
+             h.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+             h.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             h.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1, name="fc")]
+    graph = h.make_graph(nodes, "tiny", [h.make_tensor_value_info("x", 1, [1, 3, 8, 8])],
+                         [h.make_tensor_value_info("y", 1, [1, 5])], initializer=inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def run_ort(data: bytes, x: np.ndarray) -> np.ndarray:
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+class _Named:
+    def __init__(self, name):
+        self.info = type("Info", (), {"name": name})()
+
+
+@pytest.mark.parametrize("name, want", [
+    ("llvmpipe (LLVM 15.0.6, 256 bits)", LVP),
+    ("SwiftShader Device (Subzero)", SWS),
+    ("NVIDIA H100 80GB HBM3", None),                # its manifest is not listed
+])
+def test_one_icd(name, want):
+    assert peers_mod.one_icd(name, os.pathsep.join([LVP, SWS])) == want
+    # one listed driver that is not the device's: not narrowed to it
+    assert peers_mod.one_icd(name, LVP) == (LVP if want == LVP else None)
+
+
+def test_one_icd_refuses_two_matches():
+    assert peers_mod.one_icd("llvmpipe", os.pathsep.join([LVP, "/y/lvp_icd.i686.json"])) is None
+
+
+def test_worker_env_names_one_driver(monkeypatch):
+    monkeypatch.setenv("VK_ICD_FILENAMES", os.pathsep.join([LVP, SWS]))
+    env = peers_mod.Wonnx().env(_Named("SwiftShader Device (Subzero)"))
+    assert env["VK_ICD_FILENAMES"] == SWS and env["PATH"] == os.environ["PATH"]
+    assert peers_mod.Wonnx().env(_Named("Other GPU")) is None
+    monkeypatch.delenv("VK_ICD_FILENAMES")
+    assert peers_mod.TinygradWebGpu().env(_Named("llvmpipe")) is None
+
+
+@pytest.mark.parametrize("adapter, device, same", [
+    ("llvmpipe (LLVM 15.0.6, 256 bits)", "llvmpipe (LLVM 15.0.6, 256 bits)", True),
+    ("SwiftShader Device (Subzero)", "SwiftShader Device (Subzero)", True),
+    ("SwiftShader Device (Subzero)", "llvmpipe (LLVM 15.0.6, 256 bits)", False),
+    ("llvmpipe (LLVM 15.0.6, 256 bits)", "", False),
+])
+def test_same_device(adapter, device, same):
+    assert worker_io.same_device(adapter, device) is same
+
+
+def test_wonnx_ready_keeps_the_model():
+    """The rewrite for wonnx (transposed constant B, shapes inferred) computes what the
+    exported model does, and names what it changed."""
+    data = tiny_model()
+    model, done = wonnx_worker.ready(onnx.load_from_string(data))
+    assert done == ["Conv conv: kernel_shape from W", "Gemm fc: transB=1 -> B transposed"]
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    assert [list(a.ints) for a in conv.attribute if a.name == "kernel_shape"] == [[3, 3]]
+    gemm = next(n for n in model.graph.node if n.op_type == "Gemm")
+    assert [a.i for a in gemm.attribute if a.name == "transB"] == [0]
+    inferred = {v.name for v in model.graph.value_info}
+    assert {"c", "r", "g", "f"} <= inferred
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    ref = run_ort(data, x)
+    assert rel_err(run_ort(model.SerializeToString(), x), ref) < 1e-6
+    # a second pass has nothing left to rewrite
+    assert wonnx_worker.ready(model)[1] == []
+
+
+def test_wonnx_refusal_names_the_op():
+    model = onnx.load_from_string(tiny_model())
+    text = ('called `Result::unwrap()` on an `Err` value: GpuError(CompileError { node: '
+            '"fc", error: InvalidInputShape { input_index: 1 } })')
+    assert wonnx_worker.refusal(model, text).startswith("wonnx refuses Gemm (node fc): ")
+    fused = 'AttributeNotFoundError { attribute: "kernel_shape", node_name: "conv+relu" }'
+    assert wonnx_worker.refusal(model, fused).startswith("wonnx refuses Conv (node conv+relu)")
+    assert wonnx_worker.refusal(model, "boom").startswith("wonnx refused the model: boom")
+
+
+def test_answer_files(tmp_path):
+    fig, y = tmp_path / "fig.json", tmp_path / "y.npy"
+
+    def absent():
+        raise worker_io.Absent("no adapter")
+    assert worker_io.answer(str(fig), str(y), absent) == 0
+    assert json.loads(fig.read_text()) == {"absent": "no adapter"} and not y.exists()
+    worker_io.answer(str(fig), str(y), lambda: ({"first_s": 1.0}, np.ones(3, np.float64)))
+    assert json.loads(fig.read_text()) == {"first_s": 1.0}
+    assert np.load(y).dtype == np.float32
+
+
+def test_measure_settles_before_sampling():
+    calls = []
+
+    def prepare():
+        return lambda x: calls.append(len(calls)) or x * 2
+    fig, y = worker_io.measure(prepare, np.ones(2), "0.01", "3", settle=1)
+    assert len(calls) == 1 + 1 + 1 + 3          # first, settle, warm-up, samples
+    assert fig["hot"]["n"] == 3 and fig["first_s"] >= 0 and (y == 2).all()
+
+
+def test_partial_figures_name_the_first_run(tmp_path):
+    figp, yp = tmp_path / "fig.json", tmp_path / "y.npy"
+    worker_io.measure(lambda: (lambda x: x * 3), np.ones(2), "0.01", "1",
+                      files=(str(figp), str(yp)))
+    assert (np.load(yp) == 3).all()
+    # measure leaves the partial figures; answer() replaces them with the full ones
+    fig = json.loads(figp.read_text())
+    assert fig["absent"].startswith("ended during its hot runs, after prepare ")
+    assert fig["first_s"] >= 0 and fig["prepare_s"] >= 0
+
+
+def test_missing_virtualenv_is_absent(monkeypatch, tmp_path):
+    monkeypatch.setenv("VKML_WEBGPU_PYTHON", str(tmp_path / "none" / "python"))
+    for peer in (peers_mod.Wonnx(), peers_mod.TinygradWebGpu(), peers_mod.OrtWebGpu()):
+        with pytest.raises(Absent, match="the peers' virtualenv"):
+            peer.version()
+        row = peer_row(peer, None, b"", 8, _Named("llvmpipe"), None, None, BUDGET)
+        assert row["status"] == "absent" and "tools/setup" in row["reason"]
+
+
+def test_missing_package_is_absent(monkeypatch):
+    """A Python without the peer's package (here a made-up one) answers absent."""
+    monkeypatch.setenv("VKML_WEBGPU_PYTHON", sys.executable)
+    peer = peers_mod.Wonnx()
+    peer.package = "vkml-no-such-package"
+    with pytest.raises(Absent, match="vkml-no-such-package is not installed"):
+        peer.version()
+
+
+def _fake_worker(tmp_path, monkeypatch, code: str) -> None:
+    """$VKML_WEBGPU_PYTHON: a script running ``code`` in the worker's place, with its
+    arguments (sys.argv[6] is FIG.json); this Python for anything else (the version)."""
+    prog = tmp_path / "py"
+    prog.write_text(f"#!/bin/sh\n[ \"$1\" = -m ] || exec {sys.executable} \"$@\"\n"
+                    f"exec {sys.executable} -c '{code}' \"$@\"\n")
+    prog.chmod(0o755)
+    monkeypatch.setenv("VKML_WEBGPU_PYTHON", str(prog))
+
+
+def test_crashing_or_hanging_worker_is_absent(monkeypatch, tmp_path):
+    """A worker that dies (exit status, signal) or outlives the time limit makes the row
+    absent with the reason; one that got through its first run says so."""
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    peer = peers_mod.Wonnx()
+    peer.package = "numpy"                  # what this Python has
+    _fake_worker(tmp_path, monkeypatch, "import sys; sys.exit(\"worker died\")")
+    with pytest.raises(Absent, match=r"wonnx-vulkan failed \(exit status 1\): worker died"):
+        peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    _fake_worker(tmp_path, monkeypatch, "import os, signal, sys; import numpy as np; "
+                 "from bench.cnn import worker_io; "
+                 "worker_io.partial(sys.argv[6], sys.argv[5], 0.5, 2.0, np.full(3, 2.0)); "
+                 "os.kill(os.getpid(), signal.SIGSEGV)")
+    with pytest.raises(Absent, match=r"ended during its hot runs, after prepare 0.50 s and "
+                                     r"a first run of 2.00 s \(killed by SIGSEGV\)") as info:
+        peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    assert info.value.first[0] == {"prepare_s": 0.5, "first_s": 2.0}
+    # the row keeps that first run, its output checked against the reference
+    row = peer_row(peer, None, tiny_model(), 8, _Named("llvmpipe"), x, np.full(3, 1.0),
+                   BUDGET)
+    assert row["status"] == "absent" and row["first_s"] == 2.0
+    assert row["first_rel_err"] == 1.0 and row["reason"].endswith("that run's rel err 1.0e+00")
+    _fake_worker(tmp_path, monkeypatch, "import time; time.sleep(30)")
+    peer.timeout_s = 0.5
+    with pytest.raises(Absent, match="no result within"):
+        peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+
+
+def _installed(peer) -> None:
+    try:
+        peer.version()
+    except Absent as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("peer", [peers_mod.Wonnx(), peers_mod.TinygradWebGpu()],
+                         ids=lambda p: p.name)
+def test_peer_on_device(device, peer):
+    """The tiny model on every device, against ONNX Runtime CPU; on a device whose
+    driver the worker cannot be given alone, absent saying so."""
+    _installed(peer)
+    data = tiny_model()
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    ref = run_ort(data, x)
+    row = peer_row(peer, None, data, 8, device, x, ref, BUDGET)
+    if row["status"] == "absent" and "VK_ICD_FILENAMES" in row["reason"]:
+        pytest.skip(row["reason"])
+    assert row["status"] == "ok", row
+    assert row["rel_err"] < 1e-5 and row["hot"]["n"] == 2 and row["first_s"] > 0
+    assert worker_io.same_device(row["adapter"], device.info.name)
+    if peer.name == "wonnx-vulkan":
+        assert row["note"] == "Conv conv: kernel_shape from W; Gemm fc: transB=1 -> B transposed"
+
+
+def test_workers_need_no_vkml(monkeypatch):
+    """The workers run in the peers' virtualenv, which has no vkml (nor torch)."""
+    monkeypatch.delenv("VKML_WEBGPU_PYTHON", raising=False)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert peers_mod.Wonnx().python() == os.path.join(root, ".venv-peers", "bin", "python")
+    code = ("import sys; sys.modules['vkml'] = sys.modules['torch'] = None; "
+            "import bench.cnn.wonnx_worker, bench.cnn.tinygrad_worker, bench.cnn.webgpu_worker")
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
