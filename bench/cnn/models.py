@@ -33,8 +33,10 @@ CALIBRATION = {"passes": 4, "batch": 2}
 
 @dataclass
 class ModelSpec:
-    """One model of the set: ``build(size)`` returns an eval-mode torch module;
-    ``source`` names the files whose text keys the cache."""
+    """One model of the set: ``build(size)`` returns an eval-mode torch module (its
+    BatchNorms calibrated: :func:`calibrated`); ``source`` names the files whose text keys
+    the cache.  The export and the PyTorch peer both call ``build`` after seeding torch
+    with :data:`SEED`, so they hold the same weights."""
     name: str
     build: object
     size: int = 224
@@ -174,19 +176,6 @@ def unet(base: int = 16, depth: int = 3):
     return UNet().eval()
 
 
-MODELS = [
-    ModelSpec("resnet18", _tv("resnet", "resnet18"), source=_tv_source("resnet")),
-    ModelSpec("mobilenet_v2", _tv("mobilenetv2", "mobilenet_v2"),
-              source=_tv_source("mobilenetv2")),
-    ModelSpec("squeezenet1_1", _tv("squeezenet", "squeezenet1_1"),
-              source=_tv_source("squeezenet")),
-    ModelSpec("efficientnet_b0", _tv("efficientnet", "efficientnet_b0"),
-              source=_tv_source("efficientnet")),
-    ModelSpec("yolov8n", lambda size: ultralytics_detection(), size=640, source=_yolo_source()),
-    ModelSpec("unet", lambda size: unet(), size=224, source=[__file__]),
-]
-
-
 def calibrate(model, size: int, passes: int | None = None, batch: int | None = None):
     """Set every BatchNorm's running mean and variance to the statistics of its own input
     on seeded N(0, 1) images of ``size``, so each normalizes to about N(0, 1) as in a
@@ -217,6 +206,27 @@ def calibrate(model, size: int, passes: int | None = None, batch: int | None = N
     return model.eval()
 
 
+def calibrated(build):
+    """``build`` followed by :func:`calibrate` at the size asked for."""
+    def calibrated_build(size):
+        return calibrate(build(size), size)
+    return calibrated_build
+
+
+MODELS = [
+    ModelSpec("resnet18", calibrated(_tv("resnet", "resnet18")), source=_tv_source("resnet")),
+    ModelSpec("mobilenet_v2", calibrated(_tv("mobilenetv2", "mobilenet_v2")),
+              source=_tv_source("mobilenetv2")),
+    ModelSpec("squeezenet1_1", calibrated(_tv("squeezenet", "squeezenet1_1")),
+              source=_tv_source("squeezenet")),
+    ModelSpec("efficientnet_b0", calibrated(_tv("efficientnet", "efficientnet_b0")),
+              source=_tv_source("efficientnet")),
+    ModelSpec("yolov8n", calibrated(lambda size: ultralytics_detection()), size=640,
+              source=_yolo_source()),
+    ModelSpec("unet", calibrated(lambda size: unet()), size=224, source=[__file__]),
+]
+
+
 def by_name(name: str) -> ModelSpec:
     for m in MODELS:
         if m.name == name:
@@ -243,7 +253,7 @@ def cache_key(spec: ModelSpec, size: int) -> str:
 
 def export(spec: ModelSpec, size: int | None = None, cache: str | None = None) -> tuple:
     """(ONNX model bytes, path, whether it came from the cache) of ``spec`` at input
-    1x3x``size``x``size``, its BatchNorms calibrated (:func:`calibrate`), exported by
+    1x3x``size``x``size`` (``spec.build``: BatchNorms calibrated), exported by
     TorchScript ``torch.onnx.export`` (no onnx simplifier), opset :data:`OPSET`, static
     shapes, constant folding on."""
     import torch
@@ -255,7 +265,7 @@ def export(spec: ModelSpec, size: int | None = None, cache: str | None = None) -
         with open(path, "rb") as f:
             return f.read(), path, True
     torch.manual_seed(SEED)
-    model = calibrate(spec.build(size), size)
+    model = spec.build(size)
     x = torch.randn(1, 3, size, size)
     buf = io.BytesIO()
     with torch.no_grad():
