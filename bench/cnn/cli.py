@@ -5,7 +5,7 @@
     python -m bench models -k resnet18 -k unet --size unet=128 --peers onnxruntime-cpu --cpu-threads 1
     python -m bench models -k squeezenet --dtype float16   # vkml in float16
     python -m bench models -k resnet18 --no-fuse            # the graph compiler's fusions off
-    python -m bench models -k yolov8n --fuse residual=off,"join in place=off"
+    python -m bench models -k yolov8n --fuse residual=off,join_in_place=off
     python -m bench models --list
     python -m bench models -k mobilenet --profile   # per-layer ms against the roofline
 
@@ -89,7 +89,7 @@ def parse_fuse(text: str):
         return flags[text]
     out = {}
     for item in text.split(","):
-        kind, eq, value = item.partition("=")
+        kind, _, value = item.partition("=")
         kind = " ".join(kind.replace("_", " ").replace("-", " ").split())
         if kind not in FUSION_KINDS or value.strip() not in flags:
             raise argparse.ArgumentTypeError(
