@@ -18,8 +18,9 @@ from bench.cnn.run import model_row                                # noqa: E402
 from bench.stats import Budget                                     # noqa: E402
 
 SIZE = 32
-TINY = models.ModelSpec("unet-tiny", lambda size: models.unet(base=4, depth=2), size=SIZE,
-                        source=[models.__file__])
+TINY = models.ModelSpec("unet-tiny",
+                        models.calibrated(lambda size: models.unet(base=4, depth=2)),
+                        size=SIZE, source=[models.__file__])
 LIMITS = {"fma_gflops": 10.0, "shader_copy_gbs": 5.0}
 
 
@@ -96,3 +97,69 @@ def test_rel_err():
 
     assert rel_err(np.array([1.0, 2.5]), np.array([1.0, 2.0])) == pytest.approx(0.25)
     assert rel_err(np.zeros(2), np.zeros(3)) == float("inf")
+
+
+def test_calibration_is_deterministic_and_normalizes(tmp_path, monkeypatch):
+    """Two exports into separate caches give the same bytes; each BatchNorm's running
+    statistics are its input's (eval-mode outputs about unit variance, not the defaults
+    0 and 1), and the cache key follows the calibration."""
+    import torch
+
+    a, path_a, _ = models.export(TINY, SIZE, cache=str(tmp_path / "a"))
+    b, path_b, hit = models.export(TINY, SIZE, cache=str(tmp_path / "b"))
+    assert not hit and a == b
+    torch.manual_seed(models.SEED)
+    net = TINY.build(SIZE)
+    assert not net.training
+    bns = [m for m in net.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert bns and all(bn.momentum == 0.1 and not bn.training for bn in bns)
+    outs = []
+    for bn in bns:
+        bn.register_forward_hook(lambda m, i, o: outs.append(o))
+        assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+    with torch.no_grad():
+        net(torch.randn(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(7)))
+    for o in outs:
+        std = o.std(dim=(0, 2, 3))
+        assert 0.5 < float(std.median()) < 2.0
+    key = models.cache_key(TINY, SIZE)
+    monkeypatch.setattr(models, "CALIBRATION", {"passes": 1, "batch": 2})
+    assert models.cache_key(TINY, SIZE) != key
+
+
+def test_fuse_option():
+    import argparse
+
+    from bench.cnn.cli import _parser, parse_fuse
+    from vkml.ops.graph import FUSION_KINDS
+
+    parse = lambda *a: _parser().parse_args(list(a)).fuse       # noqa: E731
+    assert parse() is True and parse("--no-fuse") is False
+    assert parse("--fuse", "off") is False and parse("--fuse", "ON") is True
+    assert parse("--fuse", "residual=off,join_in_place=off") == {
+        "residual": False, "join in place": False}
+    assert parse_fuse("join in place=on, activation=off") == {
+        "join in place": True, "activation": False}
+    assert set(parse_fuse(",".join(k + "=off" for k in FUSION_KINDS))) == set(FUSION_KINDS)
+    for bad in ("residual", "residual=no", "relu=off", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_fuse(bad)
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--fuse", "bogus=off"])
+
+
+def test_row_fuse_switch(device, exported):
+    """``fuse`` reaches prepare: the row records it, and the fusions made follow it."""
+    from bench.cnn.run import vkml_row
+
+    x = np.random.default_rng(0).standard_normal((1, 3, SIZE, SIZE)).astype(np.float32)
+    ref = OrtCpu().prepare(TINY, exported, SIZE)(x)
+    budget = Budget(warmup=0, repeats=1)
+    on = vkml_row(exported, device, x, ref, budget)
+    assert on["fuse"] is True and on["fusions"].get("activation", 0) > 0
+    off = vkml_row(exported, device, x, ref, budget, fuse={"activation": False})
+    assert off["fuse"] == {"activation": False} and "activation" not in off["fusions"]
+    none = vkml_row(exported, device, x, ref, budget, fuse=False)
+    assert none["fusions"] == {}
+    for row in (on, off, none):
+        assert row["status"] == "ok" and row["rel_err"] < 1e-4

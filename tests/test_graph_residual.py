@@ -330,9 +330,12 @@ def test_onnx_resnet_block(device):
     assert labels[3:] == ([("add", "Add (fused into Conv)"), ("relu2", "Relu (fused into Conv)")]
                           if all(p.RESIDUAL for p in convs) else
                           [("add", "Add"), ("relu2", "Relu")]), [p.name for p in convs]
+    assert [f.kind for f in rep.fusions] == [f.kind for f in cg.fusions]
+    assert ("residual" in {f.kind for f in rep.fusions}) == all(p.RESIDUAL for p in convs)
     rep = vonnx.prepare(model, device=device, strict=True, fuse={"residual": False})
     (off,) = rep.run(feeds)
     assert rep.partitions[0][1][3:] == [("add", "Add"), ("relu2", "Relu")]
+    assert "residual" not in {f.kind for f in rep.fusions}
     np.testing.assert_allclose(off, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 

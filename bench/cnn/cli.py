@@ -4,6 +4,8 @@
     python -m bench models --all-devices --json models.json --markdown models.md
     python -m bench models -k resnet18 -k unet --size unet=128 --peers onnxruntime-cpu --cpu-threads 1
     python -m bench models -k squeezenet --dtype float16   # vkml in float16
+    python -m bench models -k resnet18 --no-fuse            # the graph compiler's fusions off
+    python -m bench models -k yolov8n --fuse residual=off,join_in_place=off
     python -m bench models --list
     python -m bench models -k mobilenet --profile   # per-layer ms against the roofline
 
@@ -22,6 +24,7 @@ import sys
 import time
 
 import vkml
+from vkml.ops.graph import FUSION_KINDS
 
 from ..stats import Budget
 from . import models as models_mod
@@ -60,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--tolerance", type=float, default=None,
                     help="largest vkml rel err accepted (default 1e-3; 1e-2 with --dtype "
                          "float16, float16's 11 significant bits)")
+    ap.add_argument("--fuse", type=parse_fuse, default=True, metavar="KIND=on|off,...",
+                    help="vkml's graph fusions by kind (" + ", ".join(FUSION_KINDS)
+                         + "; '_' may stand for a space), the kinds not named on; or on, off "
+                         "(default on): vkml.onnx.prepare(fuse=...), recorded in the JSON")
+    ap.add_argument("--no-fuse", dest="fuse", action="store_const", const=False,
+                    help="every fusion off (--fuse off)")
     ap.add_argument("--json", metavar="PATH", help="every figure")
     ap.add_argument("--markdown", metavar="PATH", help="the tables as Markdown")
     ap.add_argument("--profile", action="store_true",
@@ -69,6 +78,25 @@ def _parser() -> argparse.ArgumentParser:
                     help="runs per profile (median per node; default 5)")
     ap.add_argument("--list", action="store_true", help="list the models and exit")
     return ap
+
+
+def parse_fuse(text: str):
+    """``--fuse``'s value as ``vkml.onnx.prepare``'s ``fuse``: "on" True, "off" False,
+    "residual=off,join_in_place=off" ``{"residual": False, "join in place": False}``."""
+    flags = {"on": True, "off": False}
+    text = text.strip().lower()
+    if text in flags:
+        return flags[text]
+    out = {}
+    for item in text.split(","):
+        kind, _, value = item.partition("=")
+        kind = " ".join(kind.replace("_", " ").replace("-", " ").split())
+        if kind not in FUSION_KINDS or value.strip() not in flags:
+            raise argparse.ArgumentTypeError(
+                f"{item.strip()!r}: expected KIND=on|off with KIND one of "
+                f"{', '.join(FUSION_KINDS)} (or on, off alone)")
+        out[kind] = flags[value.strip()]
+    return out
 
 
 def sizes(args_size, specs) -> dict:
@@ -100,8 +128,9 @@ def _commit() -> str | None:
 
 
 def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
-                profile: int = 0, dtype=None) -> list:
-    """Rows for every (device, model); each model exported (or read from the cache) once."""
+                profile: int = 0, dtype=None, fuse=True) -> list:
+    """Rows for every (device, model); each model exported (or read from the cache) once;
+    ``dtype`` and ``fuse`` as ``vkml.onnx.prepare`` takes them."""
     exported = {}
     rows = []
     for info in devices:
@@ -118,7 +147,7 @@ def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
                         f"{path} ({time.perf_counter() - t:.1f} s)")
                 log(f"{info.name}: {spec.name}")
                 row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim,
-                                dtype=dtype)
+                                dtype=dtype, fuse=fuse)
                 row["limits"] = lim
                 if profile:
                     from .profile import measure
@@ -160,10 +189,11 @@ def main(argv=None) -> int:
     log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
     dtype = None if args.dtype == "float32" else args.dtype
     rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log,
-                       args.profile_repeats if args.profile else 0, dtype)
+                       args.profile_repeats if args.profile else 0, dtype, args.fuse)
     doc = {"command": ["python", "-m", "bench", "models", *(argv or sys.argv[2:])],
            "commit": _commit(), "machine": platform.node(), "cpu": platform.processor()
-           or platform.machine(), "vkml": vkml.__version__, "rows": rows}
+           or platform.machine(), "vkml": vkml.__version__, "fuse": args.fuse,
+           "rows": rows}
     report.print_tables(doc)
     if args.json:
         with open(args.json, "w") as f:

@@ -26,12 +26,17 @@ from dataclasses import dataclass, field
 CACHE = os.path.join(os.path.dirname(os.path.dirname(__file__)), ".models")
 OPSET = 17
 SEED = 0
+#: BatchNorm calibration before export (:func:`calibrate`): forward passes, inputs per pass.
+#: Part of the cache key, so a change re-exports.
+CALIBRATION = {"passes": 4, "batch": 2}
 
 
 @dataclass
 class ModelSpec:
-    """One model of the set: ``build(size)`` returns an eval-mode torch module;
-    ``source`` names the files whose text keys the cache."""
+    """One model of the set: ``build(size)`` returns an eval-mode torch module (its
+    BatchNorms calibrated: :func:`calibrated`); ``source`` names the files whose text keys
+    the cache.  The export and the PyTorch peer both call ``build`` after seeding torch
+    with :data:`SEED`, so they hold the same weights."""
     name: str
     build: object
     size: int = 224
@@ -171,16 +176,54 @@ def unet(base: int = 16, depth: int = 3):
     return UNet().eval()
 
 
+def calibrate(model, size: int, passes: int | None = None, batch: int | None = None):
+    """Set every BatchNorm's running mean and variance to the statistics of its own input
+    on seeded N(0, 1) images of ``size``, so each normalizes to about N(0, 1) as in a
+    trained net.  BatchNorm's defaults (mean 0, var 1) under random weights let some
+    models' activations shrink layer after layer (MobileNetV2, EfficientNet-B0 to 1e-8
+    and below, under float16's smallest subnormal), which no trained model does.  Only
+    the BatchNorms run in train mode (``momentum=None``: the cumulative average over the
+    passes), so dropout and stochastic depth stay off; the model is returned in eval mode."""
+    import torch
+
+    passes = passes or CALIBRATION["passes"]
+    batch = batch or CALIBRATION["batch"]
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not bns:
+        return model.eval()
+    model.eval()
+    kept = [bn.momentum for bn in bns]
+    for bn in bns:
+        bn.reset_running_stats()
+        bn.momentum = None
+        bn.train()
+    gen = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for _ in range(passes):
+            model(torch.randn(batch, 3, size, size, generator=gen))
+    for bn, m in zip(bns, kept):
+        bn.momentum = m
+    return model.eval()
+
+
+def calibrated(build):
+    """``build`` followed by :func:`calibrate` at the size asked for."""
+    def calibrated_build(size):
+        return calibrate(build(size), size)
+    return calibrated_build
+
+
 MODELS = [
-    ModelSpec("resnet18", _tv("resnet", "resnet18"), source=_tv_source("resnet")),
-    ModelSpec("mobilenet_v2", _tv("mobilenetv2", "mobilenet_v2"),
+    ModelSpec("resnet18", calibrated(_tv("resnet", "resnet18")), source=_tv_source("resnet")),
+    ModelSpec("mobilenet_v2", calibrated(_tv("mobilenetv2", "mobilenet_v2")),
               source=_tv_source("mobilenetv2")),
-    ModelSpec("squeezenet1_1", _tv("squeezenet", "squeezenet1_1"),
+    ModelSpec("squeezenet1_1", calibrated(_tv("squeezenet", "squeezenet1_1")),
               source=_tv_source("squeezenet")),
-    ModelSpec("efficientnet_b0", _tv("efficientnet", "efficientnet_b0"),
+    ModelSpec("efficientnet_b0", calibrated(_tv("efficientnet", "efficientnet_b0")),
               source=_tv_source("efficientnet")),
-    ModelSpec("yolov8n", lambda size: ultralytics_detection(), size=640, source=_yolo_source()),
-    ModelSpec("unet", lambda size: unet(), size=224, source=[__file__]),
+    ModelSpec("yolov8n", calibrated(lambda size: ultralytics_detection()), size=640,
+              source=_yolo_source()),
+    ModelSpec("unet", calibrated(lambda size: unet()), size=224, source=[__file__]),
 ]
 
 
@@ -197,10 +240,11 @@ def _cache_dir() -> str:
 
 def cache_key(spec: ModelSpec, size: int) -> str:
     """A digest of what the exported model depends on: the definition files' text, the
-    sizes, seed and opset, and torch's version (its exporter)."""
+    sizes, seed, opset and BatchNorm calibration, and torch's version (its exporter)."""
     import torch
 
-    h = hashlib.sha256(json.dumps([spec.name, size, SEED, OPSET, torch.__version__]).encode())
+    h = hashlib.sha256(json.dumps([spec.name, size, SEED, OPSET, torch.__version__,
+                                   CALIBRATION]).encode())
     for path in spec.source:
         with open(path, "rb") as f:
             h.update(f.read())
@@ -209,8 +253,9 @@ def cache_key(spec: ModelSpec, size: int) -> str:
 
 def export(spec: ModelSpec, size: int | None = None, cache: str | None = None) -> tuple:
     """(ONNX model bytes, path, whether it came from the cache) of ``spec`` at input
-    1x3x``size``x``size``, exported by TorchScript ``torch.onnx.export`` (no onnx
-    simplifier), opset :data:`OPSET`, static shapes, constant folding on."""
+    1x3x``size``x``size`` (``spec.build``: BatchNorms calibrated), exported by
+    TorchScript ``torch.onnx.export`` (no onnx simplifier), opset :data:`OPSET`, static
+    shapes, constant folding on."""
     import torch
 
     size = size or spec.size

@@ -51,10 +51,16 @@ def host_nodes(rep) -> dict:
     return out
 
 
-def strict_check(data: bytes, dev, dtype=None) -> dict:
+def fusion_counts(rep) -> dict:
+    """kind -> how many rewrites the graph compiler made in the device partitions last
+    run (``rep.fusions``), so a ``fuse`` switch shows in the row."""
+    return dict(sorted(collections.Counter(f.kind for f in rep.fusions).items()))
+
+
+def strict_check(data: bytes, dev, dtype=None, fuse=True) -> dict:
     """Whether ``prepare(strict=True)`` accepts the model; else the refused node."""
     try:
-        rep = vkml.onnx.prepare(data, device=dev, strict=True, dtype=dtype)
+        rep = vkml.onnx.prepare(data, device=dev, strict=True, dtype=dtype, fuse=fuse)
     except vkml.UnsupportedError as exc:
         text = str(exc)
         op = text.split("op type ", 1)[1].split(")")[0].split(",")[0] if "op type " in text \
@@ -64,14 +70,15 @@ def strict_check(data: bytes, dev, dtype=None) -> dict:
     return {"accepted": True, "refused_op": None, "reason": None}
 
 
-def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None) -> dict:
+def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None, fuse=True) -> dict:
     """vkml's figures for one model on ``dev``: timings, rel err, placement.  ``dtype``:
     ``prepare``'s (``"float16"``: the float32 model in float16 on the device, its rel err
-    still against ONNX Runtime CPU float32)."""
+    still against ONNX Runtime CPU float32); ``fuse``: ``prepare``'s too (the graph
+    fusions switched on, to measure them), recorded in the row."""
     holder = {}
 
     def prepare():
-        holder["rep"] = vkml.onnx.prepare(data, device=dev, dtype=dtype)
+        holder["rep"] = vkml.onnx.prepare(data, device=dev, dtype=dtype, fuse=fuse)
         return lambda a: holder["rep"].run([a])[0]
 
     try:
@@ -82,16 +89,17 @@ def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None) -> dict:
     try:
         parts = collections.Counter(w for w, _ in rep.partitions)
         hosted = host_nodes(rep)
-        fig.update(status="ok", rel_err=rel_err(y, ref), dtype=dtype or "float32",
+        fig.update(status="ok", rel_err=rel_err(y, ref), dtype=dtype or "float32", fuse=fuse,
                    device_partitions=parts.get("device", 0),
                    host_partitions=parts.get("host", 0),
                    host_node_count=sum(v["count"] for k, v in hosted.items()
                                        if k != "(fallback)"),
                    host_ops=hosted, fallbacks=[str(f) for f in rep.fallbacks],
-                   folded=len(rep.folded), rewrites=len(rep.rewrites))
+                   folded=len(rep.folded), rewrites=len(rep.rewrites),
+                   fusions=fusion_counts(rep))
     finally:
         rep.release()
-    fig["strict"] = strict_check(data, dev, dtype)
+    fig["strict"] = strict_check(data, dev, dtype, fuse)
     return fig
 
 
@@ -134,7 +142,7 @@ def shares(row: dict, counted: dict, limits: dict | None) -> None:
 
 
 def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
-              limits: dict | None, seed: int = 0, dtype=None) -> dict:
+              limits: dict | None, seed: int = 0, dtype=None, fuse=True) -> dict:
     """Every figure of one model on one device (the CPU peers run once per device too:
     the machine is the same, and their numbers sit next to the device's); vkml's in
     ``dtype`` (``vkml_row``), the peers' as the model says."""
@@ -145,7 +153,7 @@ def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
     ref = ref_peer.prepare(spec, data, size)(x)
     row = {"model": spec.name, "size": size, "device": dev.info.name,
            "driver": dev.info.driver_info}
-    row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype)
+    row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype, fuse)
     row["peers"] = {p.name: peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
     vk = row["vkml"]
     for name, pr in row["peers"].items():

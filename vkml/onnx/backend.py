@@ -216,6 +216,14 @@ class VkmlRep(BackendRep):
         return out
 
     @property
+    def fusions(self) -> list:
+        """The graph compiler's :class:`vkml.ops.graph.Fusion` records of every device
+        partition, as its latest compiled graph made them (what ``fuse`` switched on)."""
+        return [f for part in self._parts if isinstance(part, DevicePartition)
+                and part.last is not None and part.last.compiled is not None
+                for f in part.last.compiled.fusions]
+
+    @property
     def host_nodes(self) -> list:
         """[(node label, op type, reason), ...] of the nodes placed on the host, in
         execution order, each with the reason the device refused it
