@@ -206,6 +206,7 @@ class Sequence:
         self._spin = SPIN_S             # 0 once a run took long (see run)
         self._lock = threading.Lock()
         self._query_pool = None
+        self._timed = timed
         if timed and ctx.features.get("timestamps"):
             qinfo = ffi.new("VkQueryPoolCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -451,6 +452,8 @@ class Sequence:
                 a = ref()
                 if a is None or a.block is None:
                     raise DeviceError("a buffer this sequence uses was freed; record it again")
+            if self._timed and ctx.pipelines.inflight:
+                ctx.pipelines.quiesce()     # (a CPU device's timing shares no CPU with them)
             with self._lock:
                 self._submit_and_wait(ctx)
         return self
