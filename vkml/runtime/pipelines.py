@@ -369,8 +369,7 @@ class PipelineCache:
             with self.ctx.lifetime, self.lock:
                 p = self.pipelines.get(key)
                 if p is None:
-                    p = self.pipelines[key] = self._start(key, name, kinds, push_size, consts,
-                                                          subgroup_size, frozen)
+                    p = self._start(key, name, kinds, push_size, consts, subgroup_size, frozen)
         pending = getattr(self._local, "pending", None)
         if pending is None:
             p.wait()
@@ -405,12 +404,13 @@ class PipelineCache:
     def _start(self, key, name, kinds, push_size, consts, subgroup_size: int = 0,
                frozen: tuple = ()) -> Pipeline:
         """Make the pipeline's layouts and module here (their errors raise from
-        :meth:`get`) and submit its creation (:meth:`_compile`)."""
+        :meth:`get`), cache it under ``key`` and submit its creation (:meth:`_compile`)."""
         set_layout, layout = self.layout(kinds, push_size)
         p = Pipeline(layout, set_layout, kinds, push_size, name)
         fixed = tuple((c, v) for c, v in consts if c in frozen)
         consts = tuple((c, v) for c, v in consts if c not in frozen)
         module = self.module(name, fixed)
+        self.pipelines[key] = p
         made = self._key(name, kinds, push_size,
                          consts + tuple(("frozen", c, v) for c, v in fixed)
                          + ((("subgroup", subgroup_size),) if subgroup_size else ()))
@@ -481,10 +481,8 @@ class PipelineCache:
         return h[0]
 
     def destroy(self) -> None:
-        """Destroy everything (after the device's ``close``: no creation runs any more; one
-        still queued is cancelled, or raises on entering)."""
-        for p in list(self.inflight):
-            p.future.cancel()
+        """Destroy everything (after the device's ``close``: no creation runs any more, and
+        one still queued raises ``DeviceError`` on entering, for its readers)."""
         self.save()
         for p in self.pipelines.values():
             if p._handle is not None:
