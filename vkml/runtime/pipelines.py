@@ -417,13 +417,12 @@ class PipelineCache:
         args = (p, key, made, module, consts, subgroup_size)
         pool = _executor()
         if pool is not None:
+            self.inflight.add(p)            # (before it can finish: _compile discards it)
             try:
                 p.future = pool.submit(self._compile, *args)
             except RuntimeError:        # (the interpreter is shutting down: no new threads)
+                self.inflight.discard(p)
                 pool = None
-            else:
-                self.inflight.add(p)
-                p.future.add_done_callback(lambda _: self.inflight.discard(p))
         if pool is None:
             p.future = Future()
             try:
@@ -445,9 +444,12 @@ class PipelineCache:
                 if self.pipelines.get(key) is p:
                     del self.pipelines[key]
             raise
-        with self.lock:
-            self.created += 1
-            self.made.add(made)
+        else:
+            with self.lock:
+                self.created += 1
+                self.made.add(made)
+        finally:
+            self.inflight.discard(p)
         return handle
 
     def _create(self, p: Pipeline, module, consts, subgroup_size: int):
@@ -484,7 +486,9 @@ class PipelineCache:
         """Destroy everything (after the device's ``close``: no creation runs any more, and
         one still queued raises ``DeviceError`` on entering, for its readers)."""
         self.save()
-        for p in self.pipelines.values():
+        with self.lock:                     # (a queued creation failing now leaves the dict)
+            made = list(self.pipelines.values())
+        for p in made:
             if p._handle is not None:
                 lib.vkDestroyPipeline(self.device, p._handle, vk.NULL)
         for sl, pl in self.layouts.values():
