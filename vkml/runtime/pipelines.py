@@ -189,7 +189,7 @@ class Pipeline:
         self.kinds = kinds                # descriptor kind of each binding, in binding order
         self.push_size = push_size
         self.name = name
-        self.future: Future | None = None
+        self.future: Future = Future()    # (before the pipeline is cached: others wait on it)
         self._handle = None               # set by the compiling thread inside its entry
         self.reported = False             # a failed creation already raised to a reader
 
@@ -419,17 +419,20 @@ class PipelineCache:
         if pool is not None:
             self.inflight.add(p)            # (before it can finish: _compile discards it)
             try:
-                p.future = pool.submit(self._compile, *args)
+                pool.submit(self._settle, *args)
             except RuntimeError:        # (the interpreter is shutting down: no new threads)
                 self.inflight.discard(p)
                 pool = None
         if pool is None:
-            p.future = Future()
-            try:
-                p.future.set_result(self._compile(*args))
-            except BaseException as exc:   # noqa: BLE001  (raised by the pipeline's readers)
-                p.future.set_exception(exc)
+            self._settle(*args)
         return p
+
+    def _settle(self, p: Pipeline, *args) -> None:
+        """:meth:`_compile` ``p``, its handle or error into ``p.future``."""
+        try:
+            p.future.set_result(self._compile(p, *args))
+        except BaseException as exc:       # noqa: BLE001  (raised to the pipeline's readers)
+            p.future.set_exception(exc)
 
     def _compile(self, p: Pipeline, key, made: str, module, consts, subgroup_size: int):
         """``vkCreateComputePipelines`` of ``p`` (on a compile thread), inside the device's
