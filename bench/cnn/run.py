@@ -1,6 +1,7 @@
 """One row per (model, device) of ``python -m bench models``: vkml (``vkml.onnx.prepare``
-on the device: prepare, first run, hot runs; NumPy in and out) next to each peer, every
-output checked against ONNX Runtime CPU (max |y - ref| / max |ref|), what ran on the
+on the device: prepare, first run, hot runs; NumPy in and out; prepare plus first run in
+fresh processes, with an empty cache and again with it, :func:`cold_start`) next to each
+peer, every output checked against ONNX Runtime CPU (max |y - ref| / max |ref|), what ran on the
 host (with vkml's reason for each op type), whether ``strict=True`` accepts the model
 (else the first node it refuses), and the share of the device's limits: the FMA peak on
 the model's convolution/GEMM FLOPs, and the per-layer roofline (``flops``)."""
