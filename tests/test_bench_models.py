@@ -74,6 +74,13 @@ def test_row(device, exported):
     assert vk["rel_err"] < 1e-4
     for key in ("prepare_s", "first_s"):
         assert vk[key] > 0
+    # cold start: a fresh process with an empty cache, then one with the same cache
+    for phase in ("cold", "warm"):
+        fig = vk["cold_start"][phase]
+        assert fig["status"] == "ok", fig
+        assert fig["prepare_s"] > 0 and fig["first_s"] > 0 and fig["import_s"] > 0
+    quick = model_row(TINY, SIZE, exported, device, [OrtCpu()], budget, LIMITS, cold=False)
+    assert "cold_start" not in quick["vkml"] and quick["vkml"]["status"] == "ok"
     assert vk["hot"]["n"] == 2 and vk["hot"]["median"] > 0
     assert vk["device_partitions"] >= 1
     assert vk["host_node_count"] == sum(e["count"] for op, e in vk["host_ops"].items()

@@ -139,3 +139,25 @@ def test_a_constant_node_that_fails_is_named(device):
     model = _model(nodes, {"x": np.zeros((2, 3), np.float32), "s": np.array([4, 2], np.int64)})
     with pytest.raises(vkml.ValidationError, match="^node 'bad_reshape' \\(Reshape\\)"):
         vonnx.prepare(model, device=device)
+
+
+def test_identity_of_a_constant_folds_without_the_evaluator(device, monkeypatch):
+    """An Identity of an initializer (exporters write one before weights) folds to the
+    initializer's value without building the reference evaluator; the model computes
+    ONNX's value."""
+    import onnx.reference
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the reference evaluator was built for an Identity")
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    nodes = [helper.make_node("Identity", ["w"], ["wi"]),
+             helper.make_node("Add", ["x", "wi"], ["y"], name="add")]
+    model = _model(nodes, {"w": w},
+                   inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])])
+    monkeypatch.setattr(onnx.reference, "ReferenceEvaluator", refuse)
+    rep = vonnx.prepare(model, device=device)
+    assert [n.op_type for _, n in rep.folded] == ["Identity"]
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(rep.run([x])[0], x + w)

@@ -69,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
                          "(default on): vkml.onnx.prepare(fuse=...), recorded in the JSON")
     ap.add_argument("--no-fuse", dest="fuse", action="store_const", const=False,
                     help="every fusion off (--fuse off)")
+    ap.add_argument("--no-cold-start", dest="cold", action="store_false",
+                    help="skip the cold-start columns (prepare plus first run in fresh "
+                         "processes, with an empty cache and again with it filled)")
     ap.add_argument("--json", metavar="PATH", help="every figure")
     ap.add_argument("--markdown", metavar="PATH", help="the tables as Markdown")
     ap.add_argument("--profile", action="store_true",
@@ -128,9 +131,10 @@ def _commit() -> str | None:
 
 
 def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
-                profile: int = 0, dtype=None, fuse=True) -> list:
+                profile: int = 0, dtype=None, fuse=True, cold: bool = True) -> list:
     """Rows for every (device, model); each model exported (or read from the cache) once;
-    ``dtype`` and ``fuse`` as ``vkml.onnx.prepare`` takes them."""
+    ``dtype`` and ``fuse`` as ``vkml.onnx.prepare`` takes them; ``cold``: measure the
+    cold start in child processes (``run.cold_start``)."""
     exported = {}
     rows = []
     for info in devices:
@@ -147,7 +151,7 @@ def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
                         f"{path} ({time.perf_counter() - t:.1f} s)")
                 log(f"{info.name}: {spec.name}")
                 row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim,
-                                dtype=dtype, fuse=fuse)
+                                dtype=dtype, fuse=fuse, cold=cold)
                 row["limits"] = lim
                 if profile:
                     from .profile import measure
@@ -189,7 +193,8 @@ def main(argv=None) -> int:
     log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
     dtype = None if args.dtype == "float32" else args.dtype
     rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log,
-                       args.profile_repeats if args.profile else 0, dtype, args.fuse)
+                       args.profile_repeats if args.profile else 0, dtype, args.fuse,
+                       args.cold)
     doc = {"command": ["python", "-m", "bench", "models", *(argv or sys.argv[2:])],
            "commit": _commit(), "machine": platform.node(), "cpu": platform.processor()
            or platform.machine(), "vkml": vkml.__version__, "fuse": args.fuse,

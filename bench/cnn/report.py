@@ -4,7 +4,10 @@ placement, shares of the device's limits); the op types left on the host with vk
 reason; the peers that could not run, with theirs."""
 from __future__ import annotations
 
-HEAD = ["model", "input", "prepare s", "first s", "vkml ms"]
+#: "prepare s"/"first s": in this process, with whatever cache it has; "cold s"/"warm s":
+#: prepare plus first run in a fresh process with an empty cache, then in a second one
+#: with the same cache (``run.cold_start``).
+HEAD = ["model", "input", "prepare s", "first s", "cold s", "warm s", "vkml ms"]
 TAIL = ["rel err", "host nodes / parts", "strict", "FMA %", "roofline %"]
 
 
@@ -25,6 +28,12 @@ def _peer_cell(p: dict) -> str:
     if p.get("status") != "ok":
         return "absent" if p.get("status") == "absent" else "error"
     return f"{p['hot']['median']:.1f} ({p.get('vkml_speedup', 0):.2f}x)"
+
+
+def _cold_cell(c: dict | None) -> str:
+    if not c:
+        return "-"
+    return f"{c['prepare_s'] + c['first_s']:.1f}" if c["status"] == "ok" else c["status"]
 
 
 def _errs(r: dict) -> str:
@@ -49,7 +58,9 @@ def table_rows(rows) -> tuple[list, list]:
                        + [""] * (len(header) - 3))
             continue
         strict = "yes" if vk["strict"]["accepted"] else f"no ({vk['strict']['refused_op']})"
+        cold = vk.get("cold_start", {})
         cells = [r["model"], f"{r['size']}", f"{vk['prepare_s']:.1f}", f"{vk['first_s']:.1f}",
+                 _cold_cell(cold.get("cold")), _cold_cell(cold.get("warm")),
                  f"{vk['hot']['median']:.1f}"]
         cells += [_peer_cell(r["peers"].get(n, {})) for n in names]
         cells += [_errs(r), f"{vk['host_node_count']} / {vk['device_partitions']}d+"

@@ -1,12 +1,18 @@
 """One row per (model, device) of ``python -m bench models``: vkml (``vkml.onnx.prepare``
-on the device: prepare, first run, hot runs; NumPy in and out) next to each peer, every
-output checked against ONNX Runtime CPU (max |y - ref| / max |ref|), what ran on the
+on the device: prepare, first run, hot runs; NumPy in and out; prepare plus first run in
+fresh processes, with an empty cache and again with it, :func:`cold_start`) next to each
+peer, every output checked against ONNX Runtime CPU (max |y - ref| / max |ref|), what ran on the
 host (with vkml's reason for each op type), whether ``strict=True`` accepts the model
 (else the first node it refuses), and the share of the device's limits: the FMA peak on
 the model's convolution/GEMM FLOPs, and the per-layer roofline (``flops``)."""
 from __future__ import annotations
 
 import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import numpy as np
@@ -37,6 +43,40 @@ def timed(prepare, x, budget: Budget) -> tuple:
     first = time.perf_counter() - t
     hot = Stats.of(sample(lambda: fn(x), budget))
     return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
+
+
+#: Time limit of each cold-start child process (:func:`cold_start`), in seconds.
+COLD_TIMEOUT_S = 900.0
+#: The folder holding the ``bench`` package: the children's working directory, so that
+#: they import this tree's vkml and bench.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def cold_start(data: bytes, dev, x) -> dict:
+    """Prepare plus first run in fresh processes (``bench/cnn/cold_worker.py``), as the
+    cold-start goal counts them: ``cold`` with an empty ``VKML_CACHE_DIR``, then ``warm``
+    in a second process with the same folder (pipeline cache and tuning reused).  Each is
+    ``{"status", "import_s", "prepare_s", "first_s"}``, or a status and the reason."""
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="vkml-cold-") as tmp:
+        model, xp = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "x.npy")
+        with open(model, "wb") as f:
+            f.write(data)
+        np.save(xp, x)
+        env = dict(os.environ, VKML_CACHE_DIR=os.path.join(tmp, "cache"))
+        cmd = [sys.executable, "-m", "bench.cnn.cold_worker", model, xp, str(dev.info.index)]
+        for phase in ("cold", "warm"):
+            try:
+                proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True,
+                                      timeout=COLD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                out[phase] = {"status": "timeout", "reason": f"over {COLD_TIMEOUT_S:.0f} s"}
+                break
+            if proc.returncode:
+                out[phase] = {"status": "error", "reason": proc.stderr.strip()[-300:]}
+                break
+            out[phase] = dict(json.loads(proc.stdout.strip().splitlines()[-1]), status="ok")
+    return out
 
 
 def host_nodes(rep) -> dict:
@@ -70,7 +110,8 @@ def strict_check(data: bytes, dev, dtype=None, fuse=True) -> dict:
     return {"accepted": True, "refused_op": None, "reason": None}
 
 
-def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None, fuse=True) -> dict:
+def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None, fuse=True,
+             cold: bool = True) -> dict:
     """vkml's figures for one model on ``dev``: timings, rel err, placement.  ``dtype``:
     ``prepare``'s (``"float16"``: the float32 model in float16 on the device, its rel err
     still against ONNX Runtime CPU float32); ``fuse``: ``prepare``'s too (the graph
@@ -100,6 +141,8 @@ def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None, fuse=True) ->
     finally:
         rep.release()
     fig["strict"] = strict_check(data, dev, dtype, fuse)
+    if cold:
+        fig["cold_start"] = cold_start(data, dev, x)
     return fig
 
 
@@ -142,7 +185,8 @@ def shares(row: dict, counted: dict, limits: dict | None) -> None:
 
 
 def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
-              limits: dict | None, seed: int = 0, dtype=None, fuse=True) -> dict:
+              limits: dict | None, seed: int = 0, dtype=None, fuse=True,
+              cold: bool = True) -> dict:
     """Every figure of one model on one device (the CPU peers run once per device too:
     the machine is the same, and their numbers sit next to the device's); vkml's in
     ``dtype`` (``vkml_row``), the peers' as the model says."""
@@ -153,7 +197,7 @@ def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
     ref = ref_peer.prepare(spec, data, size)(x)
     row = {"model": spec.name, "size": size, "device": dev.info.name,
            "driver": dev.info.driver_info}
-    row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype, fuse)
+    row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype, fuse, cold)
     row["peers"] = {p.name: peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
     vk = row["vkml"]
     for name, pr in row["peers"].items():

@@ -3,6 +3,8 @@
 model's declared inputs and runs the partitions in order."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import onnx
@@ -13,7 +15,7 @@ from ..device import Device, shared_device
 from ..errors import ValidationError
 from ..tensor import Tensor
 from .execute import DevicePartition, host_value, node_label
-from .fold import fold
+from .fold import _INFER_VALUES_MAX, fold
 from .load import load, sparse_to_dense
 from .place import device_refusal, place
 from .rewrite import rewrite, rewrite_kinds
@@ -107,6 +109,28 @@ def check_input(name: str, value, declared):
     return value
 
 
+def _shape_model(model) -> tuple:
+    """(model, names): ``model`` for shape inference, its initializers of over
+    ``fold._INFER_VALUES_MAX`` elements (weights; no shape depends on their values)
+    declared as graph inputs of their type and dimensions instead, and the names so
+    declared.  Inference serialises the model it is given and parses the result back:
+    with the weights, tens of megabytes each way."""
+    g = model.graph
+    big = [t for t in g.initializer if math.prod(t.dims) > _INFER_VALUES_MAX]
+    if not big:
+        return model, set()
+    inputs = {i.name for i in g.input}
+    declared = {t.name for t in big if t.name not in inputs}
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    keep = [t for t in m.graph.initializer if math.prod(t.dims) <= _INFER_VALUES_MAX]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
+    m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                         for t in big if t.name in declared)
+    return m, declared
+
+
 class VkmlRep(BackendRep):
     """A prepared model: ``run(inputs)`` -> list of NumPy outputs; ``partitions``,
     ``folded`` (constant-folded nodes), ``rewrites`` (``vkml.onnx.rewrite.Rewrite`` s:
@@ -185,13 +209,16 @@ class VkmlRep(BackendRep):
         return value
 
     def _infer_types(self, model, inits) -> None:
+        shaped, stand_ins = _shape_model(model)
         try:
-            inferred = onnx.shape_inference.infer_shapes(model)
+            inferred = onnx.shape_inference.infer_shapes(shaped)
         except Exception:
             inferred = model
         self.types, self.shapes = {}, {}
         for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + \
                 list(inferred.graph.output):
+            if vi.name in stand_ins:
+                continue
             t = vi.type
             if t.HasField("tensor_type") and t.tensor_type.HasField("shape"):
                 dims = t.tensor_type.shape.dim

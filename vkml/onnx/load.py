@@ -21,12 +21,16 @@ def load(model) -> onnx.ModelProto:
     """Parse and check ``model`` (ModelProto, bytes, or a path); ValidationError if bad.
     External data is read from the model's folder (:func:`_read_external`)."""
     folder = None
+    # The serialised model, where there is one: the checker takes it as it is (given a
+    # ModelProto it serialises the model again, weights included).
+    data = None
     try:
         if isinstance(model, onnx.ModelProto):
             proto = model
         elif isinstance(model, (bytes, bytearray, memoryview)):
+            data = bytes(model)
             proto = onnx.ModelProto()
-            proto.ParseFromString(bytes(model))
+            proto.ParseFromString(data)
         else:
             with open(model, "rb") as f:
                 data = f.read()
@@ -45,8 +49,9 @@ def load(model) -> onnx.ModelProto:
         for what, t in _stored_tensors(proto):
             if _is_external(t):
                 _read_external(t, what, folder)
+        data = None                     # (the proto now holds what the bytes did not)
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(proto if data is None else data)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValidationError("model", f"onnx.checker rejects it: {first}") from None

@@ -112,7 +112,10 @@ class CompiledOperator:
         self.io = None
         self.io_lock = threading.Lock()
         self.released = False
-        self.build()
+        # Its pipelines (a graph's: all its nodes') compile in the background while it is
+        # built; a failed creation raises here, as when they were created inline.
+        with self.ctx.pipelines.batch():
+            self.build()
 
     # -- for subclasses ----------------------------------------------------------------
     def build(self) -> None:

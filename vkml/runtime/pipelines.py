@@ -13,15 +13,28 @@ bound to the blob by its SHA-256; the blob is written back only when this proces
 a pipeline the manifest does not list.  SwiftShader returns the data it was created with
 plus a header of its own, so a cache saved by every process would grow by 32 bytes per
 process forever.
+
+Neither lavapipe nor SwiftShader keeps anything in that blob (32-byte headers), so each
+process compiles every pipeline it uses.  Compilation therefore runs on a small pool of
+threads (one per CPU; ``VKML_PIPELINE_THREADS`` sets the count, 0 compiles on the calling
+thread): cffi releases the GIL inside ``vkCreateComputePipelines``, which is thread safe
+per device, and a ``VkPipelineCache`` created without the EXTERNALLY_SYNCHRONIZED flag is
+internally synchronised (Vulkan spec, ``vkCreatePipelineCache``).  Outside a
+:meth:`PipelineCache.batch` a request waits for its pipeline, as if created inline; inside
+one (an operator's or a whole graph's construction) it returns at once and the batch
+waits for all on leaving, so a graph's pipelines compile while it is still being planned
+and a failed creation still raises from the call that built the operator.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import os
 import struct
 import threading
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import resources
 
 from ..errors import DeviceError
@@ -135,14 +148,69 @@ def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dic
             frozen)
 
 
-@dataclass(frozen=True)
+def compile_threads() -> int:
+    """Threads that compile pipelines: ``VKML_PIPELINE_THREADS``, else one per CPU this
+    process may run on (0: compile on the calling thread)."""
+    given = os.environ.get("VKML_PIPELINE_THREADS", "").strip()
+    if given:
+        return max(0, int(given))
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:          # (not on every platform)
+        return os.cpu_count() or 1
+
+
+_pool_lock = threading.Lock()
+_pool: tuple | None = None          # (process id, executor): threads do not survive fork
+
+
+def _executor() -> ThreadPoolExecutor | None:
+    """The process's compile threads (None where :func:`compile_threads` is 0)."""
+    global _pool
+    threads = compile_threads()
+    if not threads:
+        return None
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(threads, "vkml-pipelines"))
+        return _pool[1]
+
+
 class Pipeline:
-    handle: object
-    layout: object
-    set_layout: object
-    kinds: tuple           # descriptor kind of each binding, in binding order
-    push_size: int
-    name: str
+    """A compute pipeline: its layouts and interface at once, its ``handle`` once
+    compiled (reading it waits, and raises the creation's :class:`DeviceError`)."""
+
+    __slots__ = ("layout", "set_layout", "kinds", "push_size", "name", "future", "_handle",
+                 "reported")
+
+    def __init__(self, layout, set_layout, kinds: tuple, push_size: int, name: str):
+        self.layout = layout
+        self.set_layout = set_layout
+        self.kinds = kinds                # descriptor kind of each binding, in binding order
+        self.push_size = push_size
+        self.name = name
+        self.future: Future = Future()    # (before the pipeline is cached: others wait on it)
+        self._handle = None               # set by the compiling thread inside its entry
+        self.reported = False             # a failed creation already raised to a reader
+
+    @property
+    def handle(self):
+        h = self._handle
+        return h if h is not None else self.wait()
+
+    def wait(self):
+        """The handle, once created; raises the creation's error."""
+        try:
+            return self.future.result()
+        except BaseException:
+            self.reported = True
+            raise
+
+    def settle(self) -> None:
+        """Wait for the creation; raise its error unless a reader already saw it (the
+        tuner declines a candidate whose pipeline failed, and goes on)."""
+        if not self.reported:
+            self.wait()
 
 
 class PipelineCache:
@@ -151,7 +219,8 @@ class PipelineCache:
     def __init__(self, ctx):
         self.ctx = ctx
         self.device = ctx.device
-        self.lock = threading.Lock()
+        # (re-entrant: with no compile threads, the creation runs under get's hold)
+        self.lock = threading.RLock()
         self.modules: dict[str, object] = {}
         self.layouts: dict[tuple, tuple] = {}
         self.pipelines: dict[tuple, Pipeline] = {}
@@ -172,6 +241,9 @@ class PipelineCache:
                  "vkCreatePipelineCache")
         self.handle = handle[0]
         self.created = 0
+        self._local = threading.local()     # .pending: this thread's open batch
+        #: Pipelines whose creation was submitted and has not finished.
+        self.inflight: set[Pipeline] = set()
 
     def _read_disk(self, info) -> bytes:
         """The saved blob if it is one for this exact device (:func:`valid_blob`)."""
@@ -293,20 +365,97 @@ class PipelineCache:
         key = ((name, kinds, push_size, consts) + ((subgroup_size,) if subgroup_size else ())
                + ((("frozen",) + frozen,) if frozen else ()))
         p = self.pipelines.get(key)
-        if p is not None:
-            return p
-        with self.ctx.lifetime, self.lock:
-            p = self.pipelines.get(key)
-            if p is None:
-                p = self.pipelines[key] = self._create(name, kinds, push_size, consts,
-                                                       subgroup_size, frozen)
+        if p is None:
+            with self.ctx.lifetime, self.lock:
+                p = self.pipelines.get(key)
+                if p is None:
+                    p = self._start(key, name, kinds, push_size, consts, subgroup_size, frozen)
+        pending = getattr(self._local, "pending", None)
+        if pending is None:
+            p.wait()
+        else:
+            pending.append(p)
         return p
 
-    def _create(self, name, kinds, push_size, consts, subgroup_size: int = 0,
-                frozen: tuple = ()) -> Pipeline:
+    @contextlib.contextmanager
+    def batch(self):
+        """Pipelines asked for inside (on this thread) compile in the background; leaving
+        the outermost batch without an exception waits for them all and raises the first
+        failed creation (:meth:`Pipeline.settle`)."""
+        local = self._local
+        if getattr(local, "pending", None) is not None:
+            yield
+            return
+        local.pending = pending = []
+        try:
+            yield
+        finally:
+            local.pending = None
+        for p in pending:
+            p.settle()
+
+    def quiesce(self) -> None:
+        """Wait until no creation is in flight (errors are left to the pipelines' readers):
+        a timed run on a CPU device would otherwise share the CPUs with compilation."""
+        for p in list(self.inflight):
+            with contextlib.suppress(Exception):
+                p.future.result()
+
+    def _start(self, key, name, kinds, push_size, consts, subgroup_size: int = 0,
+               frozen: tuple = ()) -> Pipeline:
+        """Make the pipeline's layouts and module here (their errors raise from
+        :meth:`get`), cache it under ``key`` and submit its creation (:meth:`_compile`)."""
         set_layout, layout = self.layout(kinds, push_size)
+        p = Pipeline(layout, set_layout, kinds, push_size, name)
         fixed = tuple((c, v) for c, v in consts if c in frozen)
         consts = tuple((c, v) for c, v in consts if c not in frozen)
+        module = self.module(name, fixed)
+        self.pipelines[key] = p
+        made = self._key(name, kinds, push_size,
+                         consts + tuple(("frozen", c, v) for c, v in fixed)
+                         + ((("subgroup", subgroup_size),) if subgroup_size else ()))
+        args = (p, key, made, module, consts, subgroup_size)
+        pool = _executor()
+        if pool is not None:
+            self.inflight.add(p)            # (before it can finish: _compile discards it)
+            try:
+                pool.submit(self._settle, *args)
+            except RuntimeError:        # (the interpreter is shutting down: no new threads)
+                self.inflight.discard(p)
+                pool = None
+        if pool is None:
+            self._settle(*args)
+        return p
+
+    def _settle(self, p: Pipeline, *args) -> None:
+        """:meth:`_compile` ``p``, its handle or error into ``p.future``."""
+        try:
+            p.future.set_result(self._compile(p, *args))
+        except BaseException as exc:       # noqa: BLE001  (raised to the pipeline's readers)
+            p.future.set_exception(exc)
+
+    def _compile(self, p: Pipeline, key, made: str, module, consts, subgroup_size: int):
+        """``vkCreateComputePipelines`` of ``p`` (on a compile thread), inside the device's
+        entry: ``close`` waits for it, and a creation queued past ``close`` raises.  A
+        failed one leaves the cache, so that the next request tries again."""
+        try:
+            with self.ctx.lifetime:
+                handle = self._create(p, module, consts, subgroup_size)
+                p._handle = handle          # (inside the entry: destroy sees it)
+        except BaseException:
+            with self.lock:
+                if self.pipelines.get(key) is p:
+                    del self.pipelines[key]
+            raise
+        else:
+            with self.lock:
+                self.created += 1
+                self.made.add(made)
+        finally:
+            self.inflight.discard(p)
+        return handle
+
+    def _create(self, p: Pipeline, module, consts, subgroup_size: int):
         spec = vk.NULL
         if consts:
             entries = ffi.new("VkSpecializationMapEntry[]", [
@@ -329,22 +478,22 @@ class PipelineCache:
             "stage": {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                       "pNext": required, "flags": flags,
                       "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                      "module": self.module(name, fixed),
-                      "pName": entry, "pSpecializationInfo": spec},
-            "layout": layout})
+                      "module": module, "pName": entry, "pSpecializationInfo": spec},
+            "layout": p.layout})
         h = ffi.new("VkPipeline*")
         vk.check(lib.vkCreateComputePipelines(self.device, self.handle, 1, info, vk.NULL, h),
-                 f"vkCreateComputePipelines({name})")
-        self.created += 1
-        self.made.add(self._key(name, kinds, push_size,
-                                consts + tuple(("frozen", c, v) for c, v in fixed)
-                                + ((("subgroup", subgroup_size),) if subgroup_size else ())))
-        return Pipeline(h[0], layout, set_layout, kinds, push_size, name)
+                 f"vkCreateComputePipelines({p.name})")
+        return h[0]
 
     def destroy(self) -> None:
+        """Destroy everything (after the device's ``close``: no creation runs any more, and
+        one still queued raises ``DeviceError`` on entering, for its readers)."""
         self.save()
-        for p in self.pipelines.values():
-            lib.vkDestroyPipeline(self.device, p.handle, vk.NULL)
+        with self.lock:                     # (a queued creation failing now leaves the dict)
+            made = list(self.pipelines.values())
+        for p in made:
+            if p._handle is not None:
+                lib.vkDestroyPipeline(self.device, p._handle, vk.NULL)
         for sl, pl in self.layouts.values():
             lib.vkDestroyPipelineLayout(self.device, pl, vk.NULL)
             lib.vkDestroyDescriptorSetLayout(self.device, sl, vk.NULL)

@@ -210,6 +210,7 @@ class Sequence:
         self._marked = 0
         #: per :meth:`mark`, nanoseconds from the sequence's start stamp (after a run)
         self.mark_ns: list = []
+        self._timed = timed
         if timed and ctx.features.get("timestamps"):
             qinfo = ffi.new("VkQueryPoolCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -475,6 +476,8 @@ class Sequence:
                 a = ref()
                 if a is None or a.block is None:
                     raise DeviceError("a buffer this sequence uses was freed; record it again")
+            if self._timed and ctx.pipelines.inflight:
+                ctx.pipelines.quiesce()     # (a CPU device's timing shares no CPU with them)
             with self._lock:
                 self._submit_and_wait(ctx)
         return self
