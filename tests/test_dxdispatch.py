@@ -172,6 +172,14 @@ def test_issue_examples(change, place, device, tmp_path):
     _assert_refused("padding_constant", change, place, tmp_path, device)
 
 
+def test_struct_missing_a_field(device, tmp_path):
+    """A nested struct (UPSAMPLE_2D's ScaleSize) without one of its fields names it (a
+    fuzzer found ``"ScaleSize": {}`` raising TypeError)."""
+    _assert_refused("dml_upsample_2d",
+                    lambda m: m["dispatchables"]["upsample"]["desc"].update(ScaleSize={}),
+                    "dispatchables.upsample.desc.ScaleSize.Width", tmp_path, device)
+
+
 def test_corrupt_npy(device, tmp_path):
     model = copy.deepcopy(LOADED["padding_constant"])
     bad = tmp_path / "bad.npy"

@@ -197,6 +197,12 @@ def _struct(cls, value: dict, where: str):
         if snake(k) not in names:
             raise ModelError(join(where, k), f"is not a field of DML_{snake(cls.__name__).upper()}"
                              f" ({', '.join(pascal(n) for n in names)})")
+    required = [f.name for f in dataclasses.fields(cls) if f.init
+                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in {snake(k) for k in value}]
+    if missing:
+        raise ModelError(join(where, pascal(missing[0])), f"is required (a field of "
+                         f"DML_{snake(cls.__name__).upper()})")
     return cls(**{snake(k): v for k, v in value.items()})
 
 
