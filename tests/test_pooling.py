@@ -773,11 +773,14 @@ def test_block_kernel_windows_and_fallbacks(device):
     windows of whole texels); rows not starting on a texel boundary (a last dimension
     not a multiple of 4), another geometry or indices take the rows or general kernels."""
     rng = np.random.default_rng(31)
-    with vkml.Device(device.index, limits={"maxTexelBufferElements": 256}) as small:
-        for dims in (2, 3):
-            shape, geo = _block_case(rng, dims)
+    # seeds whose cases take 8 and 2 windows, and one whose windows would cut a row's 8
+    # outputs off a texel boundary ("rows")
+    for seed, dims, texels, expect in ((36, 2, 64, "block"), (34, 3, 256, "block"),
+                                       (33, 2, 64, "rows")):
+        with vkml.Device(device.index, limits={"maxTexelBufferElements": texels}) as small:
+            shape, geo = _block_case(np.random.default_rng(seed), dims)
             shape = shape[:-1] + (shape[-1] + 64,)
-            _check_block(small, rng, shape, geo, nan=False)
+            _check_block(small, rng, shape, geo, nan=False, expect=expect)
     geo = ([3, 3], [2, 2], [1, 1], [1, 1], [1, 1])
     _check_block(device, rng, (1, 3, 9, 10), geo, nan=True, expect="rows")
     _check_block(device, rng, (1, 3, 9, 12), ([3, 4], [2, 2], [1, 1], [1, 1], [1, 1]),

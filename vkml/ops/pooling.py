@@ -174,11 +174,16 @@ class CompiledPooling(PathBoxKernel):
         :data:`BLOCK_GEOMETRIES` and rows that start on a texel boundary
         (:meth:`block_plan`); not where another path or read is forced."""
         d = self.desc
-        return (self.force_path in (None, "window", "block") and self.force_read in (None, "auto")
+        if not (self.force_path in (None, "window", "block")
+                and self.force_read in (None, "auto")
                 and d.input_tensor.data_type == DataType.FLOAT32 and d.indices_tensor is None
                 and self.in_strides[-1] == 1
-                and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES
-                and self.block_plan()[1] is not None)
+                and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES):
+            return False
+        try:
+            return self.block_plan()[1] is not None
+        except UnsupportedError:     # one output's rows exceed a texel binding: "rows" reads
+            return False             # them from a storage buffer
 
     def block_plan(self):
         """"block": (windows of whole RGBA32F texels within maxTexelBufferElements and the
