@@ -5,7 +5,12 @@ Kernels: ``glsl/pooling_rows.comp`` ("rows", the rule where no indices are asked
 a window row's inputs fit registers): an invocation computes V (8, 4 or 1) neighbouring
 outputs of the last dimension, reading each window row's T = S*(V-1) + L*(W-1) + 1
 inputs once and reusing them across the V outputs, the window geometry specialization
-constants (its loops unroll).  ``glsl/pooling.comp`` ("general": the indices output and
+constants (its loops unroll).  ``glsl/pooling_block.comp`` ("block", float32, the rule in
+place of "rows" where it has a variant for the last dimension's geometry and the rows
+start on a texel boundary): the same 8 outputs from row segments read as RGBA32F texels,
+folded into columns over the window rows (a quarter of the texel fetches; its geometry,
+row shift and max / average compile-time, as LP pooling's "block" kernel).
+``glsl/pooling.comp`` ("general": the indices output and
 longer window rows): one invocation per output element over its (dilated) window, the
 geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
 element type (glsl/include/vkml_elem.glsl: floats in float32, integers through 32-bit
@@ -103,9 +108,10 @@ class CompiledPooling(PathBoxKernel):
     """Max or average pooling on this device: see the module doc.
 
     ``force_path`` (``path=``): None, global pooling runs as the reduction, other windows
-    "rows" where it may (no indices, a window row of at most :data:`ROW_INPUTS` inputs),
-    else "general"; "window": the same without the reduction (tests compare the two);
-    "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
+    "block" where it may (:meth:`block_ok`), else "rows" where it may (no indices, a
+    window row of at most :data:`ROW_INPUTS` inputs), else "general"; "window": the same
+    without the reduction (tests compare the two); "block": the same; "rows": never
+    "block"; "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
     input from a storage buffer even where "texel" (float32 through an R32F uniform texel
     buffer, the rule where the whole tensor fits maxTexelBufferElements) is possible."""
 
