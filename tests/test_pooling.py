@@ -785,3 +785,32 @@ def test_block_kernel_windows_and_fallbacks(device):
     _check_block(device, rng, (1, 3, 9, 10), geo, nan=True, expect="rows")
     _check_block(device, rng, (1, 3, 9, 12), ([3, 4], [2, 2], [1, 1], [1, 1], [1, 1]),
                  nan=False, expect="rows")
+
+
+def test_block_kernel_strided_layouts(device):
+    """"block" on an input whose rows are padded to 16 elements (NaN in the gaps, which
+    it fetches with the rows' texels and must not use) into an output with gaps: the
+    gaps and the bytes after both tensors stay untouched."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 3, 7, 12)).astype(np.float32)
+    buf = np.full((2, 3, 8, 16), np.nan, np.float32)
+    buf[:, :, :7, :12] = x
+    in_strides = tuple(s // 4 for s in buf.strides)
+    out = [2, 3, 4, 6]
+    out_strides, read = padded_output(rng, out, "float32", True)
+    for avg in (False, True):
+        cls = dml.AveragePooling1OperatorDesc if avg else dml.MaxPooling2OperatorDesc
+        desc = cls(dml.TensorDesc("float32", x.shape, in_strides),
+                   dml.TensorDesc("float32", out, out_strides), strides=(2, 2),
+                   window_size=(3, 3), start_padding=(1, 1), end_padding=(1, 0))
+        compiled = device.compile_operator(device.create_operator(desc))
+        assert compiled.path == "block"
+        src, dst = execute_with_canaries(device, compiled, desc, buf.reshape(-1))
+        got, gaps = read(dst)
+        if avg:
+            ref, mag = average_reference(x, (3, 3), (2, 2), (1, 1), (1, 1), (1, 0), False)
+            assert_mean_close(got, ref, mag, "float32")
+        else:
+            np.testing.assert_array_equal(
+                got, max_reference(x, (3, 3), (2, 2), (1, 1), (1, 1), (1, 0))[0])
+        assert gaps and canaries_intact(src) and canaries_intact(dst)
