@@ -665,14 +665,15 @@ def test_rows_kernel_against_numpy(device, budget, dims, dtype):
         want = max_reference(x, window, strides, dil, start, end)[0]
         for path in ("window", "general"):
             got_path, (got,) = _run_path(device, max_desc, x, path, read)
-            assert got_path == ("rows" if path == "window" else "general")
+            # "block" where float32 has its geometry (test_block_kernel_against_numpy)
+            assert got_path in (("rows", "block") if path == "window" else ("general",))
             np.testing.assert_array_equal(got, want)
         if dtype not in ("float32", "float16"):
             continue
         inc = bool(case % 2)
         avg_desc = dml.AveragePooling1OperatorDesc(T(dtype, shape), T(dtype, out), strides,
                                                    window, start, end, dil, inc)
-        got_path, (got,) = _run_path(device, avg_desc, np.abs(x), "window", read)
+        got_path, (got,) = _run_path(device, avg_desc, np.abs(x), "rows", read)
         assert got_path == "rows"
         ref, mag = average_reference(np.abs(x), window, strides, dil, start, end, inc)
         nan = np.isnan(ref)
@@ -708,3 +709,108 @@ def test_rows_kernel_choice_and_windows(device):
                                            end_padding=end, dilations=dil, device=small)
                 assert_mean_close(got, *average_reference(x, window, strides, dil, start,
                                                           end, False), "float32")
+
+
+# -- the "block" kernel (glsl/pooling_block.comp) -----------------------------------------
+def _block_case(rng, dims):
+    """A float32 geometry whose last dimension has a "block" variant (every row shift:
+    start padding 0 to 3), the outer dimensions random (dilations, strides, padding)."""
+    from vkml.ops.pooling import BLOCK_GEOMETRIES
+
+    wl, sl, dl = BLOCK_GEOMETRIES[int(rng.integers(len(BLOCK_GEOMETRIES)))]
+    window = [int(rng.integers(1, 4)) for _ in range(dims - 1)] + [wl]
+    strides = [int(rng.integers(1, 3)) for _ in range(dims - 1)] + [sl]
+    dil = [int(rng.integers(1, 3)) for _ in range(dims - 1)] + [dl]
+    start = [int(rng.integers(0, 3)) for _ in range(dims - 1)] + [int(rng.integers(0, 4))]
+    end = [int(rng.integers(0, 3)) for _ in range(dims - 1)] + [int(rng.integers(0, wl))]
+    lo = [max(1, d * (w - 1) + 1 - a - b) for w, d, a, b in zip(window, dil, start, end)]
+    spatial = [int(rng.integers(l, l + 5)) for l in lo[:-1]] + [
+        4 * int(rng.integers(max(1, lo[-1] // 4 + 1), 12))]     # rows of whole texels
+    return (int(rng.integers(1, 3)), int(rng.integers(1, 3)), *spatial), (
+        window, strides, dil, start, end)
+
+
+def _check_block(device, rng, shape, geo, nan: bool, expect="block"):
+    """Max and average (either divisor) of one case, forced "block", against the
+    references and max against the rows kernel (bit for bit)."""
+    T = dml.TensorDesc
+    window, strides, dil, start, end = geo
+    x = rng.standard_normal(shape).astype(np.float32)
+    if nan:
+        x.flat[rng.integers(0, x.size, 3)] = np.nan
+    out = shape[:2] + tuple(window_counts(shape[2:], window, strides, dil, start, end))
+    max_desc = dml.MaxPooling2OperatorDesc(T("float32", shape), T("float32", out), None,
+                                           strides, window, start, end, dil)
+    got_path, (got,) = _run_path(device, max_desc, x, "block")
+    assert got_path == expect
+    np.testing.assert_array_equal(got, max_reference(x, window, strides, dil, start, end)[0])
+    np.testing.assert_array_equal(got, _run_path(device, max_desc, x, "rows")[1][0])
+    for inc in (False, True):
+        avg_desc = dml.AveragePooling1OperatorDesc(T("float32", shape), T("float32", out),
+                                                   strides, window, start, end, dil, inc)
+        got_path, (got,) = _run_path(device, avg_desc, x, "block")
+        assert got_path == expect
+        ref, mag = average_reference(x, window, strides, dil, start, end, inc)
+        nan_at = np.isnan(ref)
+        np.testing.assert_array_equal(np.isnan(got), nan_at)
+        assert_mean_close(np.where(nan_at, 0, got), np.where(nan_at, 0, ref),
+                          np.where(nan_at, 0, mag), "float32")
+
+
+@pytest.mark.parametrize("dims", [2, 3])
+def test_block_kernel_against_numpy(device, budget, dims):
+    """The "block" kernel (float32 row segments as RGBA32F texels, the rule where its
+    variants apply) against the references and the rows kernel: every geometry it has,
+    every row shift, NaN, padding-only windows, short rows (a masked tail)."""
+    rng = np.random.default_rng(90 + dims)
+    for case in range(max(4, budget // 3)):
+        shape, geo = _block_case(rng, dims)
+        _check_block(device, rng, shape, geo, nan=bool(case % 2))
+
+
+def test_block_kernel_windows_and_fallbacks(device):
+    """"block" over binding windows (a small maxTexelBufferElements cuts the input into
+    windows of whole texels); rows not starting on a texel boundary (a last dimension
+    not a multiple of 4), another geometry or indices take the rows or general kernels."""
+    rng = np.random.default_rng(31)
+    # seeds whose cases take 8 and 2 windows, and one whose windows would cut a row's 8
+    # outputs off a texel boundary ("rows")
+    for seed, dims, texels, expect in ((36, 2, 64, "block"), (34, 3, 256, "block"),
+                                       (33, 2, 64, "rows")):
+        with vkml.Device(device.index, limits={"maxTexelBufferElements": texels}) as small:
+            shape, geo = _block_case(np.random.default_rng(seed), dims)
+            shape = shape[:-1] + (shape[-1] + 64,)
+            _check_block(small, rng, shape, geo, nan=False, expect=expect)
+    geo = ([3, 3], [2, 2], [1, 1], [1, 1], [1, 1])
+    _check_block(device, rng, (1, 3, 9, 10), geo, nan=True, expect="rows")
+    _check_block(device, rng, (1, 3, 9, 12), ([3, 4], [2, 2], [1, 1], [1, 1], [1, 1]),
+                 nan=False, expect="rows")
+
+
+def test_block_kernel_strided_layouts(device):
+    """"block" on an input whose rows are padded to 16 elements (NaN in the gaps, which
+    it fetches with the rows' texels and must not use) into an output with gaps: the
+    gaps and the bytes after both tensors stay untouched."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 3, 7, 12)).astype(np.float32)
+    buf = np.full((2, 3, 8, 16), np.nan, np.float32)
+    buf[:, :, :7, :12] = x
+    in_strides = tuple(s // 4 for s in buf.strides)
+    out = [2, 3, 4, 6]
+    out_strides, read = padded_output(rng, out, "float32", True)
+    for avg in (False, True):
+        cls = dml.AveragePooling1OperatorDesc if avg else dml.MaxPooling2OperatorDesc
+        desc = cls(dml.TensorDesc("float32", x.shape, in_strides),
+                   dml.TensorDesc("float32", out, out_strides), strides=(2, 2),
+                   window_size=(3, 3), start_padding=(1, 1), end_padding=(1, 0))
+        compiled = device.compile_operator(device.create_operator(desc))
+        assert compiled.path == "block"
+        src, dst = execute_with_canaries(device, compiled, desc, buf.reshape(-1))
+        got, gaps = read(dst)
+        if avg:
+            ref, mag = average_reference(x, (3, 3), (2, 2), (1, 1), (1, 1), (1, 0), False)
+            assert_mean_close(got, ref, mag, "float32")
+        else:
+            np.testing.assert_array_equal(
+                got, max_reference(x, (3, 3), (2, 2), (1, 1), (1, 1), (1, 0))[0])
+        assert gaps and canaries_intact(src) and canaries_intact(dst)

@@ -5,7 +5,12 @@ Kernels: ``glsl/pooling_rows.comp`` ("rows", the rule where no indices are asked
 a window row's inputs fit registers): an invocation computes V (8, 4 or 1) neighbouring
 outputs of the last dimension, reading each window row's T = S*(V-1) + L*(W-1) + 1
 inputs once and reusing them across the V outputs, the window geometry specialization
-constants (its loops unroll).  ``glsl/pooling.comp`` ("general": the indices output and
+constants (its loops unroll).  ``glsl/pooling_block.comp`` ("block", float32, the rule in
+place of "rows" where it has a variant for the last dimension's geometry and the rows
+start on a texel boundary): the same 8 outputs from row segments read as RGBA32F texels,
+folded into columns over the window rows (a quarter of the texel fetches; its geometry,
+row shift and max / average compile-time, as LP pooling's "block" kernel).
+``glsl/pooling.comp`` ("general": the indices output and
 longer window rows): one invocation per output element over its (dilated) window, the
 geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
 element type (glsl/include/vkml_elem.glsl: floats in float32, integers through 32-bit
@@ -30,12 +35,12 @@ from ..dml.pooling import (AveragePooling1OperatorDesc, AveragePoolingOperatorDe
 from ..dml.reduce import ReduceFunction, ReduceOperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..errors import UnsupportedError, ValidationError
-from ..runtime import Bind
+from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL, Bind
 from ..runtime.blocks import pack
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, PathBoxKernel, words8
+from .grid import BOX_CONSTANTS, PathBoxKernel, whole_vec4s, words8, x_invocations
 from ..intmath import ceil_div
 from .reduce import CompiledReduce, element_variant, texel_read
 
@@ -53,6 +58,16 @@ VARIANTS.update(dict.fromkeys(
                                    "u16", "i32", "u32", "i64", "u64")],
     BOX_CONSTANTS + ("V", "VEC_STORE", "MODE", "INCLUDE_PADDING", "UNROLL_ROWS")
     + geometry_names(KERNEL_SPATIAL)))
+#: glsl/pooling_block.comp ("block": float32, 8 outputs an invocation from row segments
+#: read once as RGBA32F texels): the last-dimension geometries (window, stride, dilation)
+#: it has variants for, each with the 4 row shifts and max / average compile-time
+#: (SwiftShader unrolls only compile-time loops): ResNet's 3x3 s2, 3x3 s1, U-Net's 2x2 s2
+#: and YOLOv8's SPPF 5x5 s1.
+BLOCK_GEOMETRIES = ((2, 2, 1), (3, 1, 1), (3, 2, 1), (5, 1, 1))
+for (_w, _s, _d), _h, _m in ((g, h, m) for g in BLOCK_GEOMETRIES for h in range(4)
+                             for m in ("max", "avg")):
+    VARIANTS[f"pooling_block_{_m}_w{_w}s{_s}d{_d}h{_h}"] = (
+        BOX_CONSTANTS + geometry_names(KERNEL_SPATIAL) + ("POOL_VSTORE",))
 #: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
 #: row array) and the most window rows whose loop it unrolls.
 ROW_INPUTS = 32
@@ -93,9 +108,10 @@ class CompiledPooling(PathBoxKernel):
     """Max or average pooling on this device: see the module doc.
 
     ``force_path`` (``path=``): None, global pooling runs as the reduction, other windows
-    "rows" where it may (no indices, a window row of at most :data:`ROW_INPUTS` inputs),
-    else "general"; "window": the same without the reduction (tests compare the two);
-    "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
+    "block" where it may (:meth:`block_ok`), else "rows" where it may (no indices, a
+    window row of at most :data:`ROW_INPUTS` inputs), else "general"; "window": the same
+    without the reduction (tests compare the two); "block": the same; "rows": never
+    "block"; "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
     input from a storage buffer even where "texel" (float32 through an R32F uniform texel
     buffer, the rule where the whole tensor fits maxTexelBufferElements) is possible."""
 
@@ -125,29 +141,87 @@ class CompiledPooling(PathBoxKernel):
             d.start_padding, shrink_window=True)
         rows = idx is None and self.row_inputs(1) <= ROW_INPUTS
         self.path = "rows" if rows and self.force_path != "general" else "general"
+        self.local = min(64, self.workgroup_size)
+        if self.path == "rows" and self.block_ok():
+            self.path = "block"
         self.kernel = element_variant(
-            "pooling_rows" if self.path == "rows" else "pooling", src.data_type, self.features)
+            "pooling_rows" if self.path != "general" else "pooling", src.data_type,
+            self.features)
         outer = math.prod(self.win[:-1])
-        # "rows": the window-row loop (its header runs once more, at the exit), the row
-        # unrolled; "general": every window position
-        require_small_window(self.win, outer + 1 if self.path == "rows"
+        # "rows", "block": the window-row loop (its header runs once more, at the exit),
+        # the row unrolled; "general": every window position
+        require_small_window(self.win, outer + 1 if self.path != "general"
                              else math.prod(self.win))
         self._check_indices(idx, src)
-        self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
-        self.apply_read(texel_read(self, self.force_read))
+        if self.path == "block":
+            self.apply_block_read()
+        else:
+            self.apply_read(texel_read(self, self.force_read))
         self.params = self.upload(self._params(idx))
         # what binding 3 holds without indices: a buffer of its own (the kernel declares
         # it writable; bound beside the parameters it would be a read-write hazard)
         self.no_indices = self.scratch(16) if idx is None and self.path == "general" else None
         self.consts = {"RANK": self.rank, "MODE": self.mode,
                        "INCLUDE_PADDING": int(bool(getattr(d, "include_padding", False)))}
-        if self.path == "rows":
+        if self.path == "block":
+            self.consts = {"RANK": self.rank,
+                           **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+        elif self.path == "rows":
             self.vec = 8
             self.consts |= {"UNROLL_ROWS": int(outer <= UNROLL_ROWS),
                             **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
         else:
             self.consts["INDICES"] = 0 if idx is None else idx.data_type.size // 4
+
+    def block_ok(self) -> bool:
+        """"block" (glsl/pooling_block.comp) where the rule or ``path="block"`` may take it:
+        float32, no indices, unit last input stride, a last-dimension geometry in
+        :data:`BLOCK_GEOMETRIES` and rows that start on a texel boundary
+        (:meth:`block_plan`); not where another path or read is forced."""
+        d = self.desc
+        if not (self.force_path in (None, "window", "block")
+                and self.force_read in (None, "auto")
+                and d.input_tensor.data_type == DataType.FLOAT32 and d.indices_tensor is None
+                and self.in_strides[-1] == 1
+                and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES):
+            return False
+        try:
+            return self.block_plan()[1] is not None
+        except UnsupportedError:     # one output's rows exceed a texel binding: "rows" reads
+            return False             # them from a storage buffer
+
+    def block_plan(self):
+        """"block": (windows of whole RGBA32F texels within maxTexelBufferElements and the
+        storage range, the row shift 0..3, or None where rows, bindings or windows do not
+        start on a texel boundary: a per-lane shift no variant has)."""
+        align = self.ctx.binding_alignment(UNIFORM_TEXEL)
+        windows = whole_vec4s(self.plan_windows(
+            16 * int(self.ctx.limits["maxTexelBufferElements"]), max(16, align)))
+        # dispatches split along x keep multiples of 8 outputs (8 strides: 4-aligned)
+        aligned = (all(s % 4 == 0 for s in self.in_strides[:-1]) and align % 16 == 0
+                   and all(w[0][-1] * self.strides[-1] % 4 == 0 for w in windows or ()))
+        return windows, ((-self.start[-1]) % 4 if aligned else None)
+
+    def apply_block_read(self) -> None:
+        """"block": the input as RGBA32F texels (:meth:`block_plan`), 8 outputs an
+        invocation, the variant of max / average, the last dimension's geometry and the
+        row shift."""
+        self.read = "block"
+        self.windows, shift = self.block_plan()
+        self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
+            "max" if self.mode == 0 else "avg", self.win[-1], self.strides[-1], self.dil[-1],
+            shift)
+        self.vec, self.x_last_only = 8, True
+        self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
+        self.in_bind = ceil_div(self.in_bytes, 16) * 16
+
+    def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
+        """"block": no wider along x than a row's invocations (a 56-wide row takes 7: a
+        7 x 8 workgroup, where 8 x 8 left every eighth lane idle)."""
+        if self.path == "block":
+            return min(lx, x_invocations(self.box, 1, v)), ly
+        return super().fit_local(lx, ly, v)
 
     def _check_indices(self, idx, src) -> None:
         """Refuse indices the kernel cannot number or bind."""
@@ -165,6 +239,8 @@ class CompiledPooling(PathBoxKernel):
     def vector_width(self, origin, extent, out_base) -> int:
         """"rows": 8 or 4 outputs an invocation where the box's last extent has them and
         their window row fits :data:`ROW_INPUTS`, else 1; "general": 1."""
+        if self.path == "block":
+            return 8         # a row's short last invocation is masked
         if self.path != "rows":
             return 1
         return next((v for v in (8, 4) if extent[-1] >= v
@@ -184,7 +260,9 @@ class CompiledPooling(PathBoxKernel):
         common = dict(out_stride=words8(self.box_out_strides), in_stride=words8(self.in_strides),
                       in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
                       divisor=divisor)
-        if self.path == "rows":
+        if self.path == "block":     # divisor 0: the count of the cells inside the input
+            common["divisor"] = divisor if getattr(self.desc, "include_padding", False) else 0.0
+        if self.path in ("rows", "block"):
             return np.frombuffer(pack(self.kernel, "Params", **common), np.uint8)
         return np.frombuffer(pack(
             self.kernel, "Params", **common,
@@ -205,7 +283,8 @@ class CompiledPooling(PathBoxKernel):
 
         def pipeline_for(lx, ly, xdims, v, vec_store):
             extra = ({"V": v, "VEC_STORE": int(vec_store and f32)}
-                     if self.path == "rows" else {})
+                     if self.path == "rows" else
+                     {"POOL_VSTORE": int(vec_store)} if self.path == "block" else {})
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "XDIMS": xdims, **extra, **self.consts})
         fixed = [Bind(self.params)]

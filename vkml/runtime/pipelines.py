@@ -49,11 +49,12 @@ from .vk import ffi, lib
 #: convolution_blocked/tiled, whose loops must unroll to keep the block in registers.
 #: Not the others: with gemm's large blocks (MB, NB) constant, SwiftShader unrolls them
 #: and spills; the remaining gemm constants changed nothing.  ``LP_P`` and
-#: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp);
+#: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp),
+#: ``POOL_VSTORE`` in pooling's (glsl/pooling_block.comp);
 #: ``ROWS_FULL``, ``ROWS_BL``, ``ROWS_BR`` pick the texel components of the padding rows
 #: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen.
-FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "WINO_XO", "ROWS_FULL", "ROWS_BL",
-                    "ROWS_BR")
+FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
+                    "ROWS_FULL", "ROWS_BL", "ROWS_BR")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
