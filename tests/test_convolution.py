@@ -630,6 +630,70 @@ def test_gemm_sg_strided_filter(device):
                                **tolerance(w))
 
 
+def _strided_1x1_case(rng, dtype):
+    """A forward 1x1 convolution with strides: 1-3 spatial dims (a stride of 1 on some),
+    groups, batch, end padding (outputs reading it are not subsampled), bias or none."""
+    nd = int(rng.integers(1, 4))
+    g = int(rng.choice([1, 1, 2]))
+    cin, cout = g * int(rng.integers(1, 6)), g * int(rng.integers(4, 11))
+    hi = {1: 40, 2: 15, 3: 8}[nd]
+    sp = tuple(int(rng.integers(1, hi)) for _ in range(nd))
+    s = tuple(int(rng.integers(1, 4)) for _ in range(nd))
+    if s == (1,) * nd:
+        s = (2,) + s[1:]
+    en = tuple(int(rng.integers(0, 2)) if rng.random() < 0.3 else 0 for _ in range(nd))
+    return _conv_desc(dtype, (int(rng.integers(1, 3)), cin, *sp), (cout, cin // g) + (1,) * nd,
+                      bias=rng.random() < 0.7, strides=s, start_padding=(0,) * nd,
+                      end_padding=en, group_count=g)
+
+
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
+def test_strided_1x1_subsampled(device, budget, path):
+    """A strided 1x1 convolution on the GEMM paths runs on the subsampled copy of its
+    input (``gemm.subsampled``, a 1x1 stride-1 GEMM over a flattened plane) and matches
+    torch and the candidate it replaced (``-stride``: the whole input re-laid, read with
+    the stride), float32 and float16, packed and channels-last inputs."""
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    if path == "gemm_sg" and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(80)
+    done = subsampled = 0
+    while done < max(6, budget // 3):
+        dtype = "float16" if done % 4 == 3 else "float32"
+        desc = _strided_1x1_case(rng, dtype)
+        if path not in accepting_paths(device, desc):
+            continue
+        if done % 3 == 2:                 # the same data through a channels-last layout
+            xs = desc.input_tensor.sizes
+            perm = (0, *range(2, len(xs)), 1)
+            last = [0] * len(xs)
+            step = 1
+            for a in reversed(perm):
+                last[a], step = step, step * xs[a]
+            desc = dataclasses.replace(desc, input_tensor=dml.TensorDesc(
+                dtype, xs, tuple(last)))
+        x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+        w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+        b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(dtype)
+             if desc.bias_tensor is not None else None)
+        xin = x if done % 3 != 2 else np.ascontiguousarray(
+            x.transpose((0, *range(2, x.ndim), 1)))
+        ref = desc_reference(desc, x, w, b)
+        expect = gemm.subsampled(conv_ops.Geometry.of(desc)) is not None
+        for name in (path, path + "-stride"):
+            if name != path and not expect:
+                with pytest.raises(vkml.UnsupportedError):
+                    compile_on_path(device, desc, name).release()
+                continue
+            got, compiled = run_path(device, desc, xin, w, b, path=name)
+            assert (compiled.path.subsampled is not None) == (expect and name == path)
+            np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64),
+                                       ref, err_msg=f"{name} {desc}", **tolerance(w, dtype))
+        subsampled += expect
+        done += 1
+    assert subsampled >= done // 2
+
+
 def same_bits_with_rows_apart(device, desc, got, arrays, path):
     """Asserts that ``got`` (``desc`` run on ``path``) has the same bits as the same
     convolution writing output rows 3 elements apart (rows no longer packed: element

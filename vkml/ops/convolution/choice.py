@@ -30,7 +30,9 @@ PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, Di
                            TiledPath, BlockedPath]
 
 #: The candidates of the tunable path ``convolution``: name -> (path, knobs other than
-#: the defaults).  A path's own name is that path with the default knobs.
+#: the defaults).  A path's own name is that path with the default knobs.  ``-stride``:
+#: a strided 1x1 convolution's GEMM reading the whole input's copy with the stride
+#: (no subsampled copy, ``gemm.subsampled``); they take only such convolutions.
 CANDIDATES = {
     "winograd": ("winograd", {}),
     "winograd-gemm": ("winograd", {"gemm": "gemm"}),
@@ -47,10 +49,12 @@ CANDIDATES = {
     "gemm_sg": ("gemm_sg", {}),
     "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm_sg-v8": ("gemm_sg", {"store64": True}),
+    "gemm_sg-stride": ("gemm_sg", {"subsample": False}),
     "gemm": ("gemm", {}),
     "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-v8": ("gemm", {"store64": True}),
     "gemm-narrow": ("gemm", {"blocks": "narrow", "relayout_groups": RELAYOUT_GROUPS[1]}),
+    "gemm-stride": ("gemm", {"subsample": False}),
     "tiled": ("tiled", {}),
     "tiled-32": ("tiled", {"tile": "32"}),
     "tiled-64x32": ("tiled", {"tile": "64x32"}),

@@ -34,7 +34,7 @@ class GemmSgPath(GemmPath):
 
     @classmethod
     def accepts(cls, op, geo, knobs=None) -> bool:
-        if not (super().accepts(op, geo) and subgroup_shuffle_size(op) >= 4):
+        if not (super().accepts(op, geo, knobs) and subgroup_shuffle_size(op) >= 4):
             return False
         fd = op.desc.filter_tensor
         # texel views of the filter and of the padded input (a bound on its size: the
