@@ -694,6 +694,36 @@ def test_strided_1x1_subsampled(device, budget, path):
     assert subsampled >= done // 2
 
 
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg", "gemm-stride", "gemm_sg-stride"])
+def test_strided_1x1_with_residual(device, path):
+    """ResNet's downsample shortcut fused with the block's Add and Relu (a graph: the
+    residual kernel variants) on the subsampled GEMM and the candidate it replaced,
+    against torch."""
+    if path.startswith("gemm_sg") and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(90)
+    TD, N = dml.TensorDesc, dml.OperatorGraphNodeDesc
+    x, w, b = TD("float32", (2, 12, 13, 9)), TD("float32", (16, 12, 1, 1)), \
+        TD("float32", (1, 16, 1, 1))
+    y = TD("float32", (2, 16, 7, 5))
+    nodes = [N(dml.ConvolutionOperatorDesc(x, w, b, y, strides=(2, 2)), name="conv"),
+             N(dml.ElementWiseAddOperatorDesc(y, y, y), name="add"),
+             N(dml.ActivationReluOperatorDesc(y, y), name="relu")]
+    g = dml.GraphDesc(4, 1, nodes, [dml.InputGraphEdgeDesc(i, 0, i) for i in range(3)]
+                      + [dml.InputGraphEdgeDesc(3, 1, 1)], [dml.OutputGraphEdgeDesc(2, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0),
+                       dml.IntermediateGraphEdgeDesc(1, 0, 2, 0)])
+    arrays = [rng.standard_normal(t.sizes).astype(np.float32) for t in (x, w, b, y)]
+    cg = device.compile_graph(g, paths={0: path})
+    out = device.empty(y.sizes, np.float32)
+    cg.execute([device.tensor(a) for a in arrays], [out])
+    assert any(f.kind == "residual" for f in cg.fusions)
+    cg.release()
+    xt, wt, bt, st = (torch.from_numpy(a.astype(np.float64)) for a in arrays)
+    ref = torch.relu(F.conv2d(xt, wt, bt.reshape(-1), stride=2) + st).numpy()
+    np.testing.assert_allclose(out.numpy().astype(np.float64), ref, **tolerance(arrays[1]))
+
+
 def same_bits_with_rows_apart(device, desc, got, arrays, path):
     """Asserts that ``got`` (``desc`` run on ``path``) has the same bits as the same
     convolution writing output rows 3 elements apart (rows no longer packed: element
