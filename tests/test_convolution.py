@@ -724,6 +724,47 @@ def test_strided_1x1_with_residual(device, path):
     np.testing.assert_allclose(out.numpy().astype(np.float64), ref, **tolerance(arrays[1]))
 
 
+#: (input, filter, descriptor fields) whose gemm_sg block loads rows of more than 24
+#: input elements: the 7x7 stride-2 stem, 5x5 and 3x3 stride 2, a dilated 3x3, float16
+SPAN_CASES = [
+    ((1, 3, 60, 60), (16, 3, 7, 7), dict(strides=(2, 2), start_padding=(3, 3),
+                                         end_padding=(3, 3)), "float32"),
+    ((2, 5, 30, 41), (12, 5, 5, 5), dict(strides=(2, 2), start_padding=(2, 2),
+                                         end_padding=(2, 2)), "float32"),
+    ((1, 8, 20, 64), (8, 8, 3, 3), dict(strides=(1, 2), start_padding=(1, 1),
+                                        end_padding=(1, 1)), "float16"),
+    ((1, 4, 9, 40), (8, 4, 3, 3), dict(dilations=(1, 6), start_padding=(0, 6),
+                                       end_padding=(0, 6)), "float32"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPAN_CASES)))
+def test_gemm_sg_span(device, case):
+    """gemm_sg-span24 (knob ``sg_span``: a lane's pixels kept to rows of at most 24 input
+    elements) where the default block's rows are longer: its block within the bound,
+    the fast list times it, and it matches torch and gemm_sg; where the default's rows
+    already fit (a 3x3 stride 1, a 1x1) it declines."""
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    choice = importlib.import_module("vkml.ops.convolution.choice")
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    xs, ws, kw, dtype = SPAN_CASES[case]
+    desc = _conv_desc(dtype, xs, ws, **kw)
+    rng = np.random.default_rng(100 + case)
+    default = _check_forced(device, desc, "gemm_sg", rng)
+    bounded = _check_forced(device, desc, "gemm_sg-span24", rng)
+    phases = default.path.planes.phases
+    assert gemm.sg_span(phases, bounded.path.nb) <= 24 < gemm.sg_span(phases, default.path.nb)
+    assert "gemm_sg-span24" in choice._fast(desc, device)
+    default.release()
+    bounded.release()
+    for xs, ws, kw in (((1, 8, 20, 64), (8, 8, 3, 3), dict(start_padding=(1, 1),
+                                                          end_padding=(1, 1))),
+                       ((1, 8, 9, 9), (8, 8, 1, 1), dict(strides=(2, 2)))):
+        with pytest.raises(vkml.UnsupportedError):
+            compile_on_path(device, _conv_desc(dtype, xs, ws, **kw), "gemm_sg-span24")
+
+
 def same_bits_with_rows_apart(device, desc, got, arrays, path):
     """Asserts that ``got`` (``desc`` run on ``path``) has the same bits as the same
     convolution writing output rows 3 elements apart (rows no longer packed: element

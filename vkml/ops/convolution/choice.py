@@ -50,6 +50,7 @@ CANDIDATES = {
     "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm_sg-v8": ("gemm_sg", {"store64": True}),
     "gemm_sg-stride": ("gemm_sg", {"subsample": False}),
+    "gemm_sg-span24": ("gemm_sg", {"sg_span": 24}),
     "gemm": ("gemm", {}),
     "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-v8": ("gemm", {"store64": True}),
@@ -68,8 +69,10 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: Candidates the fast list times next to a heuristic choice although they compile a
 #: pipeline of their own, where they accept the shape: depthwise-rows (faster than the
 #: default block on lavapipe, slower on SwiftShader, so only timing tells) and
-#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices).
-_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8")}
+#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices); gemm_sg-span24 where its
+#: default block loads rows of more than 24 input elements (a 7x7 stride-2 stem: fewer
+#: pixels a lane, fewer registers; it takes no other shape).
+_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"), "gemm_sg": ("gemm_sg-span24",)}
 
 
 def _path_class(name: str) -> type[Path]:

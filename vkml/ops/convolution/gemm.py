@@ -204,7 +204,15 @@ def gemm_blocks(knobs: dict, cog: int, row: int, vec4: bool, taps: int) -> tuple
     return mb, min(cands, key=lambda nb: ((ceil_div(row, nb)) * nb - row, -nb))
 
 
-def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]:
+def sg_span(phases, nb: int) -> int:
+    """The input elements a lane of the SG GEMM loads into registers per row tap (its
+    pixels' and column taps' reach), the longest over the phases."""
+    return max((nb - 1) * ph[2].istep + (ph[2].taps[-1][1] - ph[2].taps[0][1] if ph[2].taps
+                                          else 0) + 1 for ph in phases)
+
+
+def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
+              span_max: int | None = None) -> tuple[int, int]:
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
@@ -212,12 +220,16 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]
     can, with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps
     products a channel) stays within GEMM_UNROLL, MB giving way first (each weight's
     shuffle pays off over NB pixels; a body past the instruction cache runs at half the
-    speed)."""
+    speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
+    (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
+    registers), at least 4."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
     fits = [m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
             and cog / (ceil_div(cog, m) * m) >= 0.88] or [4]
     mb = next((m for m in fits if m * SG_BLOCKS[1] * kw <= GEMM_UNROLL), fits[-1])
     nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), SG_ACC // mb))
+    if span_max is not None:
+        nb_max = max([4] + [n for n in range(4, nb_max + 1) if sg_span(phases, n) <= span_max])
     best = None
     for nb in range(4, nb_max + 1):
         cost = 0
