@@ -630,6 +630,146 @@ def test_gemm_sg_strided_filter(device):
                                **tolerance(w))
 
 
+def _strided_1x1_case(rng, dtype):
+    """A forward 1x1 convolution with strides: 1-3 spatial dims (a stride of 1 on some),
+    groups, batch, end padding (outputs reading it are not subsampled), bias or none."""
+    nd = int(rng.integers(1, 4))
+    g = int(rng.choice([1, 1, 2]))
+    cin, cout = g * int(rng.integers(1, 6)), g * int(rng.integers(4, 11))
+    hi = {1: 40, 2: 15, 3: 8}[nd]
+    sp = tuple(int(rng.integers(1, hi)) for _ in range(nd))
+    s = tuple(int(rng.integers(1, 4)) for _ in range(nd))
+    if s == (1,) * nd:
+        s = (2,) + s[1:]
+    en = tuple(int(rng.integers(0, 2)) if rng.random() < 0.3 else 0 for _ in range(nd))
+    return _conv_desc(dtype, (int(rng.integers(1, 3)), cin, *sp), (cout, cin // g) + (1,) * nd,
+                      bias=rng.random() < 0.7, strides=s, start_padding=(0,) * nd,
+                      end_padding=en, group_count=g)
+
+
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
+def test_strided_1x1_subsampled(device, budget, path):
+    """A strided 1x1 convolution on the GEMM paths runs on the subsampled copy of its
+    input (``gemm.subsampled``, a 1x1 stride-1 GEMM over a flattened plane) and matches
+    torch and the candidate it replaced (``-stride``: the whole input re-laid, read with
+    the stride), float32 and float16, packed and channels-last inputs."""
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    if path == "gemm_sg" and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(80)
+    done = subsampled = 0
+    while done < max(6, budget // 3):
+        dtype = "float16" if done % 4 == 3 else "float32"
+        desc = _strided_1x1_case(rng, dtype)
+        if path not in accepting_paths(device, desc):
+            continue
+        if done % 3 == 2:                 # the same data through a channels-last layout
+            xs = desc.input_tensor.sizes
+            perm = (0, *range(2, len(xs)), 1)
+            last = [0] * len(xs)
+            step = 1
+            for a in reversed(perm):
+                last[a], step = step, step * xs[a]
+            desc = dataclasses.replace(desc, input_tensor=dml.TensorDesc(
+                dtype, xs, tuple(last)))
+        x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+        w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+        b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(dtype)
+             if desc.bias_tensor is not None else None)
+        xin = x if done % 3 != 2 else np.ascontiguousarray(
+            x.transpose((0, *range(2, x.ndim), 1)))
+        ref = desc_reference(desc, x, w, b)
+        expect = gemm.subsampled(conv_ops.Geometry.of(desc)) is not None
+        for name in (path, path + "-stride"):
+            if name != path and not expect:
+                with pytest.raises(vkml.UnsupportedError):
+                    compile_on_path(device, desc, name).release()
+                continue
+            got, compiled = run_path(device, desc, xin, w, b, path=name)
+            assert (compiled.path.subsampled is not None) == (expect and name == path)
+            np.testing.assert_allclose(got[:ref.size].reshape(ref.shape).astype(np.float64),
+                                       ref, err_msg=f"{name} {desc}", **tolerance(w, dtype))
+        subsampled += expect
+        done += 1
+    assert subsampled >= done // 2
+
+
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg", "gemm-stride", "gemm_sg-stride"])
+def test_strided_1x1_with_residual(device, path):
+    """ResNet's downsample shortcut fused with the block's Add and Relu (a graph: the
+    residual kernel variants) on the subsampled GEMM and the candidate it replaced,
+    against torch."""
+    if path.startswith("gemm_sg") and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(90)
+    TD, N = dml.TensorDesc, dml.OperatorGraphNodeDesc
+    x, w, b = TD("float32", (2, 12, 13, 9)), TD("float32", (16, 12, 1, 1)), \
+        TD("float32", (1, 16, 1, 1))
+    y = TD("float32", (2, 16, 7, 5))
+    nodes = [N(dml.ConvolutionOperatorDesc(x, w, b, y, strides=(2, 2)), name="conv"),
+             N(dml.ElementWiseAddOperatorDesc(y, y, y), name="add"),
+             N(dml.ActivationReluOperatorDesc(y, y), name="relu")]
+    g = dml.GraphDesc(4, 1, nodes, [dml.InputGraphEdgeDesc(i, 0, i) for i in range(3)]
+                      + [dml.InputGraphEdgeDesc(3, 1, 1)], [dml.OutputGraphEdgeDesc(2, 0, 0)],
+                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0),
+                       dml.IntermediateGraphEdgeDesc(1, 0, 2, 0)])
+    arrays = [rng.standard_normal(t.sizes).astype(np.float32) for t in (x, w, b, y)]
+    cg = device.compile_graph(g, paths={0: path})
+    out = device.empty(y.sizes, np.float32)
+    cg.execute([device.tensor(a) for a in arrays], [out])
+    assert any(f.kind == "residual" for f in cg.fusions)
+    cg.release()
+    xt, wt, bt, st = (torch.from_numpy(a.astype(np.float64)) for a in arrays)
+    ref = torch.relu(F.conv2d(xt, wt, bt.reshape(-1), stride=2) + st).numpy()
+    np.testing.assert_allclose(out.numpy().astype(np.float64), ref, **tolerance(arrays[1]))
+
+
+#: (input, filter, descriptor fields) whose gemm_sg block loads rows of more than 24
+#: input elements: the 7x7 stride-2 stem, 5x5 and 3x3 stride 2, a dilated 3x3, float16
+SPAN_CASES = [
+    ((1, 3, 60, 60), (16, 3, 7, 7), dict(strides=(2, 2), start_padding=(3, 3),
+                                         end_padding=(3, 3)), "float32"),
+    ((2, 5, 30, 41), (12, 5, 5, 5), dict(strides=(2, 2), start_padding=(2, 2),
+                                         end_padding=(2, 2)), "float32"),
+    ((1, 8, 20, 64), (8, 8, 3, 3), dict(strides=(1, 2), start_padding=(1, 1),
+                                        end_padding=(1, 1)), "float16"),
+    ((1, 4, 9, 40), (8, 4, 3, 3), dict(dilations=(1, 6), start_padding=(0, 6),
+                                       end_padding=(0, 6)), "float32"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPAN_CASES)))
+def test_gemm_sg_span(device, case):
+    """gemm_sg-span24 (knob ``sg_span``: a lane's pixels kept to rows of at most 24 input
+    elements) where the default block's rows are longer: its block within the bound,
+    the fast list times it, and it matches torch and gemm_sg; where the default's rows
+    already fit (a 3x3 stride 1, a 1x1, a case's rows on a device whose subgroup size
+    gives shorter blocks) it declines."""
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    choice = importlib.import_module("vkml.ops.convolution.choice")
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    xs, ws, kw, dtype = SPAN_CASES[case]
+    desc = _conv_desc(dtype, xs, ws, **kw)
+    rng = np.random.default_rng(100 + case)
+    default = _check_forced(device, desc, "gemm_sg", rng)
+    phases = default.path.planes.phases
+    if gemm.sg_span(phases, default.path.nb) <= 24:     # (the subgroup size sets NB)
+        with pytest.raises(vkml.UnsupportedError):
+            compile_on_path(device, desc, "gemm_sg-span24")
+    else:
+        bounded = _check_forced(device, desc, "gemm_sg-span24", rng)
+        assert gemm.sg_span(phases, bounded.path.nb) <= 24
+        assert "gemm_sg-span24" in choice._fast(desc, device)
+        bounded.release()
+    default.release()
+    for xs, ws, kw in (((1, 8, 20, 64), (8, 8, 3, 3), dict(start_padding=(1, 1),
+                                                          end_padding=(1, 1))),
+                       ((1, 8, 9, 9), (8, 8, 1, 1), dict(strides=(2, 2)))):
+        with pytest.raises(vkml.UnsupportedError):
+            compile_on_path(device, _conv_desc(dtype, xs, ws, **kw), "gemm_sg-span24")
+
+
 def same_bits_with_rows_apart(device, desc, got, arrays, path):
     """Asserts that ``got`` (``desc`` run on ``path``) has the same bits as the same
     convolution writing output rows 3 elements apart (rows no longer packed: element

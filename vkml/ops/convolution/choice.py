@@ -30,7 +30,9 @@ PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, Di
                            TiledPath, BlockedPath]
 
 #: The candidates of the tunable path ``convolution``: name -> (path, knobs other than
-#: the defaults).  A path's own name is that path with the default knobs.
+#: the defaults).  A path's own name is that path with the default knobs.  ``-stride``:
+#: a strided 1x1 convolution's GEMM reading the whole input's copy with the stride
+#: (no subsampled copy, ``gemm.subsampled``); they take only such convolutions.
 CANDIDATES = {
     "winograd": ("winograd", {}),
     "winograd-gemm": ("winograd", {"gemm": "gemm"}),
@@ -47,10 +49,13 @@ CANDIDATES = {
     "gemm_sg": ("gemm_sg", {}),
     "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm_sg-v8": ("gemm_sg", {"store64": True}),
+    "gemm_sg-stride": ("gemm_sg", {"subsample": False}),
+    "gemm_sg-span24": ("gemm_sg", {"sg_span": 24}),
     "gemm": ("gemm", {}),
     "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-v8": ("gemm", {"store64": True}),
     "gemm-narrow": ("gemm", {"blocks": "narrow", "relayout_groups": RELAYOUT_GROUPS[1]}),
+    "gemm-stride": ("gemm", {"subsample": False}),
     "tiled": ("tiled", {}),
     "tiled-32": ("tiled", {"tile": "32"}),
     "tiled-64x32": ("tiled", {"tile": "64x32"}),
@@ -64,8 +69,10 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: Candidates the fast list times next to a heuristic choice although they compile a
 #: pipeline of their own, where they accept the shape: depthwise-rows (faster than the
 #: default block on lavapipe, slower on SwiftShader, so only timing tells) and
-#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices).
-_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8")}
+#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices); gemm_sg-span24 where its
+#: default block loads rows of more than 24 input elements (a 7x7 stride-2 stem: fewer
+#: pixels a lane, fewer registers; it takes no other shape).
+_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"), "gemm_sg": ("gemm_sg-span24",)}
 
 
 def _path_class(name: str) -> type[Path]:

@@ -6,6 +6,7 @@ whose plan the subgroup variant (``gemm_sg.py``: the filter read in place and sh
 shuffles) adapts and whose kernel Winograd's 36 GEMMs run on."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ from ...tuning import Declined
 from ..base import CompiledOperator
 from ..grid import pieces
 from ..store_width import wide_stores
-from .geometry import STORAGES, Geometry, Path, storage_suffix, texel_ok, variant
+from .geometry import STORAGES, Geometry, Path, knobs_of, storage_suffix, texel_ok, variant
 from .plan import Buf, Step, compiled, record
 from ...intmath import ceil_div
 
@@ -203,7 +204,15 @@ def gemm_blocks(knobs: dict, cog: int, row: int, vec4: bool, taps: int) -> tuple
     return mb, min(cands, key=lambda nb: ((ceil_div(row, nb)) * nb - row, -nb))
 
 
-def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]:
+def sg_span(phases, nb: int) -> int:
+    """The input elements a lane of the SG GEMM loads into registers per row tap (its
+    pixels' and column taps' reach), the longest over the phases."""
+    return max((nb - 1) * ph[2].istep + (ph[2].taps[-1][1] - ph[2].taps[0][1] if ph[2].taps
+                                          else 0) + 1 for ph in phases)
+
+
+def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
+              span_max: int | None = None) -> tuple[int, int]:
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
@@ -211,12 +220,16 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int) -> tuple[int, int]
     can, with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps
     products a channel) stays within GEMM_UNROLL, MB giving way first (each weight's
     shuffle pays off over NB pixels; a body past the instruction cache runs at half the
-    speed)."""
+    speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
+    (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
+    registers), at least 4."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
     fits = [m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
             and cog / (ceil_div(cog, m) * m) >= 0.88] or [4]
     mb = next((m for m in fits if m * SG_BLOCKS[1] * kw <= GEMM_UNROLL), fits[-1])
     nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), SG_ACC // mb))
+    if span_max is not None:
+        nb_max = max([4] + [n for n in range(4, nb_max + 1) if sg_span(phases, n) <= span_max])
     best = None
     for nb in range(4, nb_max + 1):
         cost = 0
@@ -282,6 +295,23 @@ def padded_extents(geo: Geometry, phases) -> tuple[list, list]:
     return lo, ext
 
 
+def subsampled(geo: Geometry) -> Geometry | None:
+    """A forward 1x1 convolution with strides and no start padding (ResNet's downsample
+    shortcuts) as the 1x1 stride-1 convolution of the input's strided view: the pixels
+    its outputs read, every stride-th one.  The GEMM then re-lays only those (1/stride^2
+    of the input) into dense planes and reads them as contiguous float4 rows of one
+    flattened plane, instead of the whole input re-laid and every stride-th element of
+    it read one at a time in rows as short as the output's.  None where it does not
+    apply (a stride of 1, another kernel, start padding, outputs past the input)."""
+    if (geo.backward or not geo.plain or geo.kernel != (1, 1, 1) or geo.stride == (1, 1, 1)
+            or geo.start != (0, 0, 0) or geo.valid != geo.out_size
+            or any((v - 1) * s >= i for v, s, i in zip(geo.valid, geo.stride, geo.in_size))):
+        return None
+    xs = geo.x_strides
+    return dataclasses.replace(geo, in_size=geo.valid, stride=(1, 1, 1), dilation=(1, 1, 1),
+                               x_strides=(*xs[:2], *(v * s for v, s in zip(xs[2:], geo.stride))))
+
+
 def whole_vec4(values) -> list:
     """``values`` padded with zeros to whole 4-vectors (an ``ivec4[]`` member filled
     flat, 4 values an element)."""
@@ -335,6 +365,8 @@ class GemmPath(Path):
 
     @classmethod
     def accepts(cls, op, geo, knobs=None) -> bool:
+        if not knobs_of(knobs)["subsample"] and subsampled(geo) is None:
+            return False             # (the candidate without it: only where it differs)
         lim = op.ctx.limits
         rows = geo.kernel[0] * geo.kernel[1]
         if geo.backward:
@@ -361,6 +393,9 @@ class GemmPath(Path):
 
     def __init__(self, op, geo, knobs=None):
         super().__init__(op, geo, knobs)
+        #: the strided view's geometry where it runs on one (:func:`subsampled`)
+        self.subsampled = subsampled(geo) if self.knobs["subsample"] else None
+        geo = self.geo = self.subsampled or geo
         self.local = min(64, op.workgroup_size)
         self.sg = self._subgroup()
         pl = self.planes = self._planes()
@@ -416,7 +451,7 @@ class GemmPath(Path):
         lo, ext = padded_extents(g, phases)
         one_by_one = (not g.backward and g.kernel == (1, 1, 1) and g.stride == (1, 1, 1)
                       and g.start == (0, 0, 0) and g.valid == g.in_size)
-        in_place = (one_by_one and g.dtype == DataType.FLOAT32
+        in_place = (one_by_one and g.dtype == DataType.FLOAT32 and self.subsampled is None
                     and self.op.desc.input_tensor.is_packed)
         # flattened planes keep lanes busy on short rows, but compute the padding columns too
         flat = (not g.backward and g.stride[1:] == (1, 1)

@@ -11,7 +11,8 @@ from ... import runtime
 from ...dml.data_type import DataType
 from ...tuning import Declined
 from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes, padded_extents,
-                   sg_blocks, subgroup_shuffle_size, transposed_axes, whole_vec4)
+                   sg_blocks, sg_span, subgroup_shuffle_size, transposed_axes, whole_vec4)
+from .geometry import knobs_of
 from .geometry import STORAGES, texel_ok
 from .plan import Buf
 from ...intmath import ceil_div
@@ -34,7 +35,7 @@ class GemmSgPath(GemmPath):
 
     @classmethod
     def accepts(cls, op, geo, knobs=None) -> bool:
-        if not (super().accepts(op, geo) and subgroup_shuffle_size(op) >= 4):
+        if not (super().accepts(op, geo, knobs) and subgroup_shuffle_size(op) >= 4):
             return False
         fd = op.desc.filter_tensor
         # texel views of the filter and of the padded input (a bound on its size: the
@@ -44,7 +45,21 @@ class GemmSgPath(GemmPath):
         tail = (SG_BLOCKS[1] + 4) * geo.stride[2] + geo.kernel[2] * geo.dilation[2] + 4
         x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (ceil_div(ext[2], 4) * 4) + tail
         return (texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
-                and texel_ok(op, x_bound))
+                and texel_ok(op, x_bound) and cls._span_differs(op, geo, phases, knobs))
+
+    @staticmethod
+    def _span_differs(op, geo, phases, knobs) -> bool:
+        """Without knob ``sg_span``, True; with it, whether the default block's row span
+        exceeds it (else the candidate is the default's twin).  Rows as planned (1x1
+        convolutions flatten, their span is NB <= 16)."""
+        span = knobs_of(knobs)["sg_span"]
+        if span is None:
+            return True
+        if geo.kernel == (1, 1, 1):
+            return False
+        _, nb = sg_blocks(geo.cout_per_group, phases, [ph[2].count for ph in phases], False,
+                          subgroup_shuffle_size(op))
+        return sg_span(phases, nb) > span
 
     def _subgroup(self) -> int:
         op = self.op
@@ -57,7 +72,8 @@ class GemmSgPath(GemmPath):
         return sg
 
     def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
-        return sg_blocks(self.geo.cout_per_group, phases, row_len, flat, self.sg)
+        return sg_blocks(self.geo.cout_per_group, phases, row_len, flat, self.sg,
+                         self.knobs["sg_span"])
 
     def _flat_short_rows(self) -> bool:
         return False

@@ -362,9 +362,13 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: rows; "narrow": 8 x 4, one channel), the depthwise block (NB, R).  These defaults
 #: were measured on lavapipe; ``VKML_TUNE=off`` uses them on every device.
 #: ``store64``: eight float32 outputs as one u64vec4 where a kernel can (True/False; None:
-#: the device's measured store width, ``vkml/ops/store_width.py``)
+#: the device's measured store width, ``vkml/ops/store_width.py``).  ``subsample``: the
+#: GEMM paths run a strided 1x1 convolution on a re-laid copy of the pixels it reads
+#: (``gemm.subsampled``; False: the whole input copied, every stride-th element read).
+#: ``sg_span``: gemm_sg's pixels a lane kept to a row span of at most that many input
+#: elements (None: no bound; ``gemm.sg_blocks``).
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
-                 "store64": None}
+                 "store64": None, "subsample": True, "sg_span": None}
 
 
 def knobs_of(knobs: dict | None) -> dict:
