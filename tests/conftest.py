@@ -114,7 +114,9 @@ def budget(speed) -> int:
 LONG_FIRST = ("test_lifetime.py", "test_lp_pooling.py", "test_activations.py",
               "test_padding.py", "test_bench.py", "test_convolution.py", "test_unfold.py",
               "test_reduce.py", "test_functional.py", "test_device_lifetime.py", "test_gemm.py",
-              "test_tuning.py", "test_graph.py", "test_fold.py", "test_graph_residual.py")
+              "test_tuning.py", "test_graph.py", "test_fold.py", "test_graph_residual.py",
+              "test_onnx_float16.py", "test_dxdispatch.py", "test_clip1.py",
+              "test_graph_join.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

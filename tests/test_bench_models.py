@@ -162,11 +162,12 @@ def test_row_fuse_switch(device, exported):
     x = np.random.default_rng(0).standard_normal((1, 3, SIZE, SIZE)).astype(np.float32)
     ref = OrtCpu().prepare(TINY, exported, SIZE)(x)
     budget = Budget(warmup=0, repeats=1)
-    on = vkml_row(exported, device, x, ref, budget)
+    # (the cold-start children are test_row's)
+    on = vkml_row(exported, device, x, ref, budget, cold=False)
     assert on["fuse"] is True and on["fusions"].get("activation", 0) > 0
-    off = vkml_row(exported, device, x, ref, budget, fuse={"activation": False})
+    off = vkml_row(exported, device, x, ref, budget, fuse={"activation": False}, cold=False)
     assert off["fuse"] == {"activation": False} and "activation" not in off["fusions"]
-    none = vkml_row(exported, device, x, ref, budget, fuse=False)
+    none = vkml_row(exported, device, x, ref, budget, fuse=False, cold=False)
     assert none["fusions"] == {}
     for row in (on, off, none):
         assert row["status"] == "ok" and row["rel_err"] < 1e-4

@@ -24,6 +24,8 @@ devices only.
 """
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -364,6 +366,9 @@ def test_squeezenet(device, speed, tmp_path):
         pytest.skip("a whole model on a slow device (SwiftShader) is beyond this file's "
                     "time budget; the op cases above cover it there")
     pytest.importorskip("torch")
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision (the bench's models: VKML_SETUP_BENCH=1 tools/setup) is "
+                    "not installed")
     from bench.cnn import models
 
     data, _, _ = models.export(models.by_name("squeezenet1_1"), 64, cache=str(tmp_path))

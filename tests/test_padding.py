@@ -498,8 +498,9 @@ def test_limited_device_never_calibrates(device, monkeypatch, tmp_path, small_mo
 
 
 def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, small_model):
-    """A calibration taken under load (every stored time 10x too long) is found out by
-    the times executions observe and measured again."""
+    """A calibration taken under load (every stored time 1000x too long: far beyond what
+    another test process sharing the CPUs can make the re-measurement look like) is found
+    out by the times executions observe and measured again."""
     from vkml.ops import base
 
     model, tuner = small_model
@@ -507,14 +508,14 @@ def test_stale_calibration_is_measured_again(device, monkeypatch, tmp_path, smal
     path = tmp_path / f"{tuning._stem(device.info)}.json"
     doc = json.loads(path.read_text())
     entry = doc["entries"][first.key.features][model.name][tuning.MODEL_CLASS]
-    entry["times"] = {k: v * 10 for k, v in entry["times"].items()}
+    entry["times"] = {k: v * 1000 for k, v in entry["times"].items()}
     entry["seconds"] = entry["times"][entry["choice"]]
     path.write_text(json.dumps(doc))
     fresh = tuning.Tuner("fast", folder=tmp_path)
     monkeypatch.setattr(tuning, "_DEFAULT", fresh)
     loaded = fresh.model(device, model)
     assert loaded.source == "stored"
-    assert loaded.params["kernel"][0] == pytest.approx(10 * first.params["kernel"][0])
+    assert loaded.params["kernel"][0] == pytest.approx(1000 * first.params["kernel"][0])
 
     monkeypatch.setattr(base, "OBSERVE_EVERY", 1)
     op = _compile_pad(device, *BIG)
