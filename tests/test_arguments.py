@@ -141,7 +141,9 @@ def _functional_calls(x4, x3, value, w=None):
     }
 
 
-@pytest.mark.floor(accepted=3, refused=30)
+# accepted values are a few percent of ANY_VALUE's draws: 60 examples gave 2 in one run,
+# so the floor asks for one (the refusals are the test's subject)
+@pytest.mark.floor(accepted=1, refused=30)
 @SETTINGS
 @given(value=ANY_VALUE, which=st.sampled_from(sorted(_functional_calls(None, None, None))))
 def test_functional_arguments(device, value, which, cases):
