@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dml.activations import ScaleBias
 from ..dml.element_wise import (ElementWiseClip1OperatorDesc, ElementWiseMaxOperatorDesc,
                                 ElementWiseMinOperatorDesc)
 from ..dml.data_type import DataType
 from ..dml.tensor_desc import TensorDesc
-from ..errors import ArgumentTypeError, ValidationError
+from ..errors import ValidationError
 from ..tensor import Tensor
 from .base import CompiledOperator, implements, release_all
-from .element_wise import CompiledElementWise
+from .element_wise import CompiledElementWise, as_scale_bias
 from .functional import as_array, pick_device, run
 
 __all__ = ["clip"]
@@ -84,11 +83,7 @@ def clip(x, min=None, max=None, *, scale_bias=None, device=None):     # noqa: A0
     integer in the type's range).  The result has ``x``'s shape and type."""
     dev = pick_device(device, x)
     x = as_array(x, "x")
-    if isinstance(scale_bias, (tuple, list)):
-        if len(scale_bias) != 2:
-            raise ArgumentTypeError("scale_bias", f"must be a ScaleBias or a (scale, bias) "
-                                    f"pair, got {scale_bias!r}")
-        scale_bias = ScaleBias(*scale_bias)
+    scale_bias = as_scale_bias(scale_bias)
     dtype = np.dtype(x.dtype)
     try:
         dt = DataType.of(dtype)

@@ -410,17 +410,24 @@ def minimum(a, b, *, device=None):
     return _binary(ElementWiseMinOperatorDesc, a, b, device)
 
 
+def as_scale_bias(value):
+    """A functional form's ``scale_bias``: None, a ``vkml.dml.ScaleBias`` or a ``(scale,
+    bias)`` pair (ArgumentTypeError naming ``scale_bias`` otherwise)."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ArgumentTypeError("scale_bias", f"must be a ScaleBias or a (scale, bias) "
+                                    f"pair, got {value!r}")
+        return ScaleBias(*value)
+    return value
+
+
 def identity(x, scale_bias=None, *, device=None):
     """A copy of ``x`` (DML_ELEMENT_WISE_IDENTITY), any of the 11 data types; with
     ``scale_bias`` (a ``vkml.dml.ScaleBias`` or a ``(scale, bias)`` pair; float32 and
     float16 only) ``x * scale + bias``."""
     dev = pick_device(device, x)
     x = as_array(x, "x")
-    if isinstance(scale_bias, (tuple, list)):
-        if len(scale_bias) != 2:
-            raise ArgumentTypeError("scale_bias", f"must be a ScaleBias or a (scale, bias) "
-                                    f"pair, got {scale_bias!r}")
-        scale_bias = ScaleBias(*scale_bias)
+    scale_bias = as_scale_bias(scale_bias)
     t = TensorDesc(np.dtype(x.dtype), tuple(x.shape))
     return run(dev, ElementWiseIdentityOperatorDesc(t, t, scale_bias), [x])
 
