@@ -430,6 +430,20 @@ def whole_vec4s(windows):
     return [(o, e, ilo, ceil_div(ihi, 4) * 4, olo, ohi) for o, e, ilo, ihi, olo, ohi in windows]
 
 
+def texel_block_plan(op):
+    """A window kernel's "block" read (pooling, LP pooling): (windows of whole RGBA32F
+    texels within maxTexelBufferElements and the storage range, the row shift 0..3, or
+    None where rows, bindings or windows do not start on a texel boundary: a per-lane shift
+    no variant has).  ``op``: a box kernel with ``in_strides``, ``strides`` and ``start``."""
+    align = op.ctx.binding_alignment(UNIFORM_TEXEL)
+    windows = whole_vec4s(op.plan_windows(
+        16 * int(op.ctx.limits["maxTexelBufferElements"]), max(16, align)))
+    # dispatches split along x keep multiples of 8 outputs (8 strides: 4-aligned)
+    aligned = (all(s % 4 == 0 for s in op.in_strides[:-1]) and align % 16 == 0
+               and all(w[0][-1] * op.strides[-1] % 4 == 0 for w in windows or ()))
+    return windows, ((-op.start[-1]) % 4 if aligned else None)
+
+
 def register_read_path(name: str, reads, op_class, desc_for, shape_class, **kw):
     """Register the tunable path ``name`` choosing ``op_class``'s read path among
     ``reads`` ("auto", the operator's rule, is the default) and set it as the class's

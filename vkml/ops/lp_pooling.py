@@ -24,7 +24,8 @@ from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL
 from .pooling import require_small_window, spatial_count, window_args, window_output
-from .grid import BOX_CONSTANTS, BoxKernel, register_read_path, whole_vec4s, x_invocations
+from .grid import (BOX_CONSTANTS, BoxKernel, register_read_path, texel_block_plan,
+                   x_invocations)
 from .functional import as_array, pick_device, run
 from ..intmath import ceil_div
 
@@ -91,7 +92,7 @@ class CompiledLpPooling(BoxKernel):
               # maxTexelBufferElements texels; a bounded unrolled row segment
               "block": (f32 and self.in_strides[-1] == 1 and (
                   self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES
-                  and self.block_plan()[1] is not None),
+                  and texel_block_plan(self)[1] is not None),
               "tile": f32 and self.tile_floats(1, 1, 1) <= self.shared_floats}
         rule = "texel4" if ok["texel4"] else "texel" if ok["texel"] else "ssbo"
         return self.choose_read(ok, rule, f32, lambda: read_shape(self.desc))
@@ -138,23 +139,11 @@ class CompiledLpPooling(BoxKernel):
         self.consts = {"RANK": self.rank, "P": self.p,
                        **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
 
-    def block_plan(self):
-        """"block": (windows of whole RGBA32F texels within maxTexelBufferElements and the
-        storage range, the row shift 0..3 or None where rows, bindings or windows do not
-        start on a texel boundary, a per-lane shift no variant has)."""
-        align = self.ctx.binding_alignment(UNIFORM_TEXEL)
-        windows = whole_vec4s(self.plan_windows(
-            16 * int(self.ctx.limits["maxTexelBufferElements"]), max(16, align)))
-        # dispatches split along x keep multiples of 8 outputs (8 strides: 4-aligned)
-        aligned = (all(s % 4 == 0 for s in self.in_strides[:-1]) and align % 16 == 0
-                   and all(w[0][-1] * self.strides[-1] % 4 == 0 for w in windows or ()))
-        return windows, ((-self.start[-1]) % 4 if aligned else None)
-
     def apply_block_read(self) -> None:
-        """"block": the input as RGBA32F texels (:meth:`block_plan`), 8 outputs an
+        """"block": the input as RGBA32F texels (:func:`~vkml.ops.grid.texel_block_plan`), 8 outputs an
         invocation, the variant of the last dimension's geometry and row shift."""
         self.read = "block"
-        self.windows, shift = self.block_plan()
+        self.windows, shift = texel_block_plan(self)
         self.kernel += "_block_w{}s{}d{}h{}".format(self.win[-1], self.strides[-1],
                                                       self.dil[-1], shift)
         if self.p in BLOCK_P:

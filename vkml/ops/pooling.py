@@ -40,7 +40,7 @@ from ..runtime.blocks import pack
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, PathBoxKernel, whole_vec4s, words8, x_invocations
+from .grid import BOX_CONSTANTS, PathBoxKernel, texel_block_plan, words8, x_invocations
 from ..intmath import ceil_div
 from .reduce import CompiledReduce, element_variant, texel_read
 
@@ -178,7 +178,7 @@ class CompiledPooling(PathBoxKernel):
         """"block" (glsl/pooling_block.comp) where the rule or ``path="block"`` may take it:
         float32, no indices, unit last input stride, a last-dimension geometry in
         :data:`BLOCK_GEOMETRIES` and rows that start on a texel boundary
-        (:meth:`block_plan`); not where another path or read is forced."""
+        (:func:`~vkml.ops.grid.texel_block_plan`); not where another path or read is forced."""
         d = self.desc
         if not (self.force_path in (None, "window", "block")
                 and self.force_read in (None, "auto")
@@ -187,28 +187,16 @@ class CompiledPooling(PathBoxKernel):
                 and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES):
             return False
         try:
-            return self.block_plan()[1] is not None
+            return texel_block_plan(self)[1] is not None
         except UnsupportedError:     # one output's rows exceed a texel binding: "rows" reads
             return False             # them from a storage buffer
 
-    def block_plan(self):
-        """"block": (windows of whole RGBA32F texels within maxTexelBufferElements and the
-        storage range, the row shift 0..3, or None where rows, bindings or windows do not
-        start on a texel boundary: a per-lane shift no variant has)."""
-        align = self.ctx.binding_alignment(UNIFORM_TEXEL)
-        windows = whole_vec4s(self.plan_windows(
-            16 * int(self.ctx.limits["maxTexelBufferElements"]), max(16, align)))
-        # dispatches split along x keep multiples of 8 outputs (8 strides: 4-aligned)
-        aligned = (all(s % 4 == 0 for s in self.in_strides[:-1]) and align % 16 == 0
-                   and all(w[0][-1] * self.strides[-1] % 4 == 0 for w in windows or ()))
-        return windows, ((-self.start[-1]) % 4 if aligned else None)
-
     def apply_block_read(self) -> None:
-        """"block": the input as RGBA32F texels (:meth:`block_plan`), 8 outputs an
+        """"block": the input as RGBA32F texels (:func:`~vkml.ops.grid.texel_block_plan`), 8 outputs an
         invocation, the variant of max / average, the last dimension's geometry and the
         row shift."""
         self.read = "block"
-        self.windows, shift = self.block_plan()
+        self.windows, shift = texel_block_plan(self)
         self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
             "max" if self.mode == 0 else "avg", self.win[-1], self.strides[-1], self.dil[-1],
             shift)
