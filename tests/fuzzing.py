@@ -165,6 +165,18 @@ TENSOR_BROKEN = {"rank9": ["TensorDesc.sizes"], "total_size": ["total_tensor_siz
                  "strides_count": ["TensorDesc.strides"]}
 
 
+def overlapping_strides(shape, strides):
+    """``strides`` (None: packed) with the first dimension of more than one element given
+    stride 0, so the tensor's elements overlap (an output must not); None when no
+    dimension has more than one element (nothing to break)."""
+    big = [d for d, n in enumerate(shape) if n > 1]
+    if not big:
+        return None
+    out = list(strides or [int(np.prod(shape[i + 1:])) for i in range(len(shape))])
+    out[big[0]] = 0
+    return out
+
+
 def break_tensor_rule(broken: str, sizes, strides):
     """``(sizes, strides, total_tensor_size_in_bytes)`` of one tensor with the rule
     ``broken`` of :data:`TENSOR_BROKEN` broken (nine dimensions; a total below

@@ -14,7 +14,7 @@ from vkml import dml
 from vkml.errors import ArgumentTypeError, ValidationError
 
 from fuzzing import (TENSOR_BROKEN, break_tensor_rule, compiled_or_refused, fuzzer, lay_out,
-                     padded_output, placement, run_checked)
+                     overlapping_strides, padded_output, placement, run_checked)
 from helpers import assert_no_leaks, run_two_node_graph
 from test_element_wise import _run_in_place, _with_edges, random_values
 
@@ -276,7 +276,7 @@ def clip1_cases(draw):
 
 
 def _fuzz_descriptor(case, shape, dtype, x_st, out_st, lo, hi, sb):
-    broken, rank = case["broken"], len(shape)
+    broken = case["broken"]
     want = FUZZ_BROKEN.get(broken, [])
     tx = to = tv = dtype
     sx, so = list(shape), list(shape)
@@ -294,12 +294,11 @@ def _fuzz_descriptor(case, shape, dtype, x_st, out_st, lo, hi, sb):
         dt = np.dtype(dtype)
         hi = float("nan") if dt.kind == "f" else int(np.iinfo(dt).max) + 1
     elif broken == "overlap":
-        big = [d for d, n in enumerate(shape) if n > 1]
-        if big:
-            out_st = list(out_st or [int(np.prod(shape[i + 1:])) for i in range(rank)])
-            out_st[big[0]] = 0
-        else:
+        overlapping = overlapping_strides(shape, out_st)
+        if overlapping is None:
             want = []
+        else:
+            out_st = overlapping
     elif broken in TENSOR_BROKEN:
         sx, x_st, total = break_tensor_rule(broken, sx, x_st)
 

@@ -17,7 +17,8 @@ from vkml.errors import UnsupportedError, ValidationError
 from vkml.intmath import round_up
 
 from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canaries_intact,
-                     compiled_or_refused, fuzzer, lay_out, padded_output, placement, run_checked)
+                     compiled_or_refused, fuzzer, lay_out, overlapping_strides, padded_output,
+                     placement, run_checked)
 from helpers import assert_no_leaks, run_two_node_graph, same_bits, strided_view
 from test_activations import FORMULAS
 from test_lifetime import run_in_threads
@@ -632,12 +633,11 @@ def _fuzz_descriptor(case, shape, dtype, a_st, b_st, out_st):
     elif broken == "sizes":
         sb[-1] += 1
     elif broken == "overlap":
-        big = [d for d, n in enumerate(shape) if n > 1]
-        if big:
-            out_st = list(out_st or [int(np.prod(shape[i + 1:])) for i in range(rank)])
-            out_st[big[0]] = 0
-        else:
+        overlapping = overlapping_strides(shape, out_st)
+        if overlapping is None:
             want = []
+        else:
+            out_st = overlapping
     elif broken in TENSOR_BROKEN:
         sa, a_st, total = break_tensor_rule(broken, sa, a_st)
     elif broken == "activation":
