@@ -283,7 +283,21 @@ def pytest_testnodedown(node, error):
         _SESSION_REPORT.append(f"(in test worker {node.gateway.id})\n{report}")
 
 
+_FILE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sum each test file's setup, call and teardown seconds (in pytest-xdist's controller
+    too, which receives every worker's reports), for :data:`LONG_FIRST`'s order."""
+    path = report.nodeid.split("::")[0]
+    _FILE_SECONDS[path] = _FILE_SECONDS.get(path, 0.0) + report.duration
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if config.option.durations is not None and _FILE_SECONDS:
+        terminalreporter.section("seconds per test file (the 25 longest)")
+        for path, seconds in sorted(_FILE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+            terminalreporter.write_line(f"{seconds:8.1f}s {path}")
     if _SESSION_REPORT:
         terminalreporter.section("Vulkan validation messages outside any test", sep="=",
                                  red=True, bold=True)
