@@ -142,6 +142,51 @@ def test_keeps_the_fastest_and_a_second_tuner_reuses_it(device, tmp_path, monkey
     assert again.source == "stored" and again.name == "gemm-g256"
 
 
+def test_close_times_tie_to_the_listed_first_or_the_previous_choice(device, tmp_path,
+                                                                    monkeypatch):
+    """Fake times within the convolution path's tie margin: the close pair is timed
+    again (CLOSE_ROUNDS more rounds each), the choice is the one listed first, not the
+    faster by noise; re-measured, the entry's previous choice keeps the tie; a margin of
+    1 keeps the fastest; beyond the margin the fastest wins."""
+    desc = SHAPES[1][0]
+    fake, runs = {}, {}
+
+    def run(dev, seq, cand, shape):         # (nothing recorded: the timer is fake)
+        fake[id(seq)] = (cand.name, times.get(cand.name, 5e-3))
+
+    def timer(seq):
+        name, t = fake[id(seq)]
+        runs[name] = runs.get(name, 0) + 1
+        return t
+    monkeypatch.setattr(tuning, "_run_once", timer)
+    names = ["gemm", "gemm-g256", "direct"]          # (listed in this order)
+    tied = tuning.tunable_path("convolution-tie", names, "direct", conv_ops.shape_class, run,
+                               tie_margin=conv_choice.TIE_MARGIN)
+    plain = tuning.tunable_path("convolution-tie", names, "direct", conv_ops.shape_class, run)
+    times = {"gemm": 1.05e-3, "gemm-g256": 1.0e-3}
+    c = tuning.Tuner("full", folder=tmp_path, rounds=1).choose(device, tied, desc)
+    assert c.name == "gemm" and c.times["gemm-g256"] < c.times["gemm"]
+    # one round (the timed warm-up its first run), then CLOSE_ROUNDS for the close
+    # pair only, RUNS_PER_ROUND runs each
+    per = tuning.RUNS_PER_ROUND
+    assert runs["gemm"] == runs["gemm-g256"] == per * (1 + tuning.CLOSE_ROUNDS)
+    assert runs["direct"] == per
+    assert tuning.Tuner("full", folder=tmp_path / "p", rounds=1).choose(
+        device, plain, desc).name == "gemm-g256"
+    # re-measured with the order of speed reversed: the stored choice stays
+    times = {"gemm": 1.0e-3, "gemm-g256": 1.05e-3}
+    kept = tuning.Tuner("full", folder=tmp_path / "p", rounds=1).choose(
+        device, tied, desc, refresh=True)
+    assert kept.source == "measured" and kept.name == "gemm-g256"
+    # a clear difference is no tie
+    times = {"gemm": 1.5e-3, "gemm-g256": 1.0e-3}
+    assert tuning.Tuner("full", folder=tmp_path / "c", rounds=1).choose(
+        device, tied, desc).name == "gemm-g256"
+    with pytest.raises(vkml.ValidationError):
+        tuning.tunable_path("convolution-tie", ["gemm"], "gemm", conv_ops.shape_class, run,
+                            tie_margin=0.5)
+
+
 def test_fast_list_is_the_default_and_its_cheap_variants(device, tmp_path):
     desc, with_sg, without = SHAPES[1]
     first = with_sg if _has_sg(device) else without

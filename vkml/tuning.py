@@ -37,7 +37,9 @@ How (the rules a client can rely on):
   :data:`WARM_CUTOFF` x the fastest one's runs no rounds (one near that line, within
   :data:`WARM_RECHECK` of it, runs once more first).  A candidate whose run function
   raises :class:`Declined` or any ``VkmlError`` (a limit, a missing feature) does not
-  take that shape and is skipped.
+  take that shape and is skipped.  A path with a ``tie_margin`` (:func:`tunable_path`)
+  times the candidates within it of the fastest :data:`CLOSE_ROUNDS` rounds more and
+  gives a remaining tie to the previous choice, else to the one listed first.
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
   median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
   from its stored time (or the ``expected`` time given) by more than
@@ -116,6 +118,9 @@ WARM_CUTOFF = 2.0
 #: faster of the two: one disturbed warm-up decides nothing near the line (a cut
 #: candidate also leaves every later fast list of the device that ranks families).
 WARM_RECHECK = 1.5
+#: Rounds more for the candidates within a path's ``tie_margin`` of the fastest (a close
+#: call is timed again before the tie rule decides it; fast mode too).
+CLOSE_ROUNDS = 2
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
 #: ...over this many observations.
@@ -176,6 +181,9 @@ class TunablePath:
     #: ``work_fn(shape) -> float``: a shape's work (FLOPs, bytes), so that a time stored
     #: for one shape of a class predicts another's (:meth:`Tuner.expected`).
     work: Callable | None = None
+    #: Times within this factor of the fastest are a tie, which goes to the entry's
+    #: previous choice, else to the candidate listed first (1.0: the fastest wins).
+    tie_margin: float = 1.0
 
     @property
     def is_model(self) -> bool:
@@ -208,7 +216,7 @@ def io_elements(shape) -> float:
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
                  examples=(), from_workload=None, features_fn=None,
-                 fast_fn=None, work_fn=None) -> TunablePath:
+                 fast_fn=None, work_fn=None, tie_margin: float = 1.0) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -230,7 +238,14 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     ``work_fn(shape) -> float``: the work of a shape (FLOPs, bytes), proportional to its
     time on one candidate; lets sampled executions of other shapes of a class re-check
     the stored time (:meth:`Tuner.expected`).
+    ``tie_margin``: candidates timed within this factor of the fastest are re-timed
+    (:data:`CLOSE_ROUNDS`) and, still within it, tie: the choice is the entry's previous
+    one if among them, else the first of them in the listed order (a heuristic's choice
+    first in a fast list).  Noise-level differences then pick the same candidate in
+    every process instead of whichever the load favoured.
     """
+    if not tie_margin >= 1.0:
+        raise ValidationError("tie_margin", f"{name}: must be at least 1, got {tie_margin!r}")
     cands = []
     for c in candidates:
         if isinstance(c, str):
@@ -244,7 +259,8 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     if default not in names:
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
-                       from_workload, features_fn, fast_fn=fast_fn, work=work_fn)
+                       from_workload, features_fn, fast_fn=fast_fn, work=work_fn,
+                       tie_margin=float(tie_margin))
 
 
 #: The one shape class of a measured model: it covers every shape of its operator.
@@ -645,7 +661,8 @@ class Tuner:
             old = self.lookup(key)
             measuring.add(key)
             try:
-                entry = self._measure(device, p, shape, listed, mode)
+                entry = self._measure(device, p, shape, listed, mode,
+                                      old.get("choice") if old else None)
             finally:
                 measuring.discard(key)
             if entry is None:
@@ -769,9 +786,11 @@ class Tuner:
         return True
 
     # -- measuring ---------------------------------------------------------------------
-    def _measure(self, device, p: TunablePath, shape, listed, mode: str) -> dict | None:
+    def _measure(self, device, p: TunablePath, shape, listed, mode: str,
+                 previous: str | None = None) -> dict | None:
         """Time ``listed`` for ``shape`` (module doc, "Timing"); the entry to store, or
-        None where every candidate declined."""
+        None where every candidate declined.  ``previous``: the entry's earlier choice
+        (a tie goes to it, :func:`tunable_path`'s ``tie_margin``)."""
         fast = mode == "fast"
         rounds = self.rounds or (FULL_ROUNDS if mode == "full" else FAST_ROUNDS)
         t0 = _perf()
@@ -788,11 +807,12 @@ class Tuner:
             if fast:
                 dropped = _cut_slow(timed)
             done = _rounds(timed, rounds, self.budget_s if fast else None)
+            _retime_close(timed, p.tie_margin, fast)
         finally:
             for t in timed:
                 t.close()
         times = {t.candidate.name: min(t.medians) for t in timed}
-        choice = min(times, key=lambda n: (times[n], n != p.default))
+        choice = _pick(times, p, previous)
         return {"choice": choice, "seconds": times[choice], "times": {**dropped, **times},
                 "dropped": sorted(dropped),
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
@@ -879,6 +899,38 @@ def _rounds(timed: list, rounds: int, budget: float | None) -> int:
                 _perf() - start >= budget or _clear([t.medians for t in timed])):
             break
     return done
+
+
+def _close(timed: list, margin: float) -> list:
+    """The candidates whose score is within ``margin`` of the fastest one's."""
+    best = min(min(t.medians) for t in timed)
+    return [t for t in timed if min(t.medians) <= margin * best]
+
+
+def _retime_close(timed: list, margin: float, fast: bool) -> None:
+    """A close call timed again: :data:`CLOSE_ROUNDS` more interleaved rounds of the
+    candidates within ``margin`` of the fastest (none where ``margin`` is 1 or one
+    candidate is that close), appended to their round medians."""
+    close = _close(timed, margin) if margin > 1.0 and len(timed) > 1 else []
+    if len(close) < 2:
+        return
+    for r in range(CLOSE_ROUNDS):
+        k = r % len(close)
+        for t in close[k:] + close[:k]:
+            runs = max(1, int(min(RUNS_PER_ROUND, ROUND_RUN_S / max(t.warm, 1e-9)))) \
+                if fast else RUNS_PER_ROUND
+            t.medians.append(statistics.median([_run_once(t.seq) for _ in range(runs)]))
+
+
+def _pick(times: dict, p: TunablePath, previous: str | None) -> str:
+    """The choice among timed candidates (``times``, in the listed order): the fastest
+    (the default on an exact tie); with a ``tie_margin``, of those within it of the
+    fastest, ``previous`` if among them, else the first listed."""
+    if p.tie_margin <= 1.0:
+        return min(times, key=lambda n: (times[n], n != p.default))
+    best = min(times.values())
+    tied = [n for n in times if times[n] <= p.tie_margin * best]
+    return previous if previous in tied else tied[0]
 
 
 def _run_once(seq) -> float:

@@ -389,6 +389,13 @@ def record_as_run(device, seq, op, made: list, output=None):
     return output
 
 
+#: Convolution candidates timed within this factor of each other tie (:mod:`vkml.tuning`,
+#: ``tie_margin``): the fast list's first (the heuristic's choice) or the previous choice
+#: keeps the shape.  On the shared CPU drivers two kernels this close swap places from
+#: one process to the next (gemm_sg and its g256 twin on SqueezeNet's classifier, one
+#: kernel with two re-layout grids), so the fastest alone picked by the load.
+TIE_MARGIN = 1.1
+
 #: The tunable path ``convolution`` (:mod:`vkml.tuning`): its candidates are
 #: :data:`CANDIDATES` that accept a shape, its shape class :func:`shape_class`, its fast
 #: list :func:`_fast` (so ``VKML_TUNE=fast`` compiles little beyond what the heuristic's
@@ -402,7 +409,7 @@ FAMILY = tuning.register_path(
 
 TUNABLE = tuning.register_path(
     "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,
-    from_workload=shape_from_workload, work_fn=work,
+    from_workload=shape_from_workload, work_fn=work, tie_margin=TIE_MARGIN,
     examples=[shape_from_workload({"op": "convolution", "input": [1, 64, 56, 56],
                                    "filter": [64, 64, 3, 3], "start_padding": [1, 1],
                                    "end_padding": [1, 1]})])
