@@ -15,6 +15,10 @@
 //   the input at any (signed) element stride along it: V words of an output row an
 //   invocation, each read by a scalar fetch, stored as uvec4s where every output row
 //   starts on a whole uvec4 (VEC4), else word by word.
+// *_u64 (devices with int64 shaders, where store_width's timing says so): a full
+//   invocation's stores as u64vec4s, eight words each (two tiles' rows, or eight words of
+//   a row) where its output offset allows: lavapipe stores a vector's components one by
+//   one, so 64-bit components carry twice the bytes for the same cost.
 // Grid as glsl/element_wise.comp's strided variant with XDIMS = 1: x along the last
 // dimension (V units an invocation), y the one before, z the rest (uniform per workgroup).
 // Strides and bases are modulo 2^32: a negative stride is its two's complement.
@@ -23,6 +27,10 @@
 // vkml:variant permute_tile_ssbo4 TILE=1
 // vkml:variant permute_rows_texel ROWS=1 TEXEL=1
 // vkml:variant permute_rows_ssbo ROWS=1
+// vkml:variant permute_tile_texel4_u64 TILE=1 TEXEL=1 U64=1
+// vkml:variant permute_tile_ssbo4_u64 TILE=1 U64=1
+// vkml:variant permute_rows_texel_u64 ROWS=1 TEXEL=1 U64=1
+// vkml:variant permute_rows_ssbo_u64 ROWS=1 U64=1
 #extension GL_EXT_control_flow_attributes : enable
 
 #if defined(TILE) && defined(TEXEL)
@@ -40,6 +48,16 @@ layout(std430, set = 0, binding = 0) readonly buffer X { uint x[]; };
 #endif
 layout(std430, set = 0, binding = 1) buffer Out { uint y[]; };
 layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+layout(std430, set = 0, binding = 1) buffer Out8 { u64vec4 y8[]; };
+const bool WIDE = true;
+#else
+const bool WIDE = false;
+#define y8 y4
+#define vkml_u64x4(a, b) (a)
+#endif
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 2 to 8 dimensions (TILE), 1 to 8 (ROWS)
@@ -106,25 +124,45 @@ void main() {
     // a quad of p; one row of p, one row of q (signed: a stride may be negative)
     uint ip = AT(in_stride, LAST), row_in = uint(int(ip) >> 2);
     uint row_out = uint(int(AT(out_stride, LAST - 1)) >> 2);
+    uvec4 c[V][4];                                  // c[j][k]: tile j's row k of q
     [[unroll]] for (uint j = 0u; j < V; j++) {
         if (j < count) {
             uint t = si + j * ip;
             uvec4 r0 = LOAD4(t), r1 = LOAD4(t + row_in), r2 = LOAD4(t + 2u * row_in),
                   r3 = LOAD4(t + 3u * row_in);
-            uint o = so + j;
-            y4[o] = uvec4(r0.x, r1.x, r2.x, r3.x);
-            y4[o + row_out] = uvec4(r0.y, r1.y, r2.y, r3.y);
-            y4[o + 2u * row_out] = uvec4(r0.z, r1.z, r2.z, r3.z);
-            y4[o + 3u * row_out] = uvec4(r0.w, r1.w, r2.w, r3.w);
+            c[j][0] = uvec4(r0.x, r1.x, r2.x, r3.x);
+            c[j][1] = uvec4(r0.y, r1.y, r2.y, r3.y);
+            c[j][2] = uvec4(r0.z, r1.z, r2.z, r3.z);
+            c[j][3] = uvec4(r0.w, r1.w, r2.w, r3.w);
+        }
+    }
+    // two neighbouring tiles' rows are eight words of an output row
+    if (WIDE && V % 2u == 0u && count == V && (so & 1u) == 0u) {
+        [[unroll]] for (uint j = 0u; j < V; j += 2u) {
+            [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                y8[(so + j + k * row_out) >> 1] = vkml_u64x4(c[j][k], c[j + 1u][k]);
+            }
+        }
+    } else {
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            if (j < count) {
+                [[unroll]] for (uint k = 0u; k < 4u; k++) y4[so + j + k * row_out] = c[j][k];
+            }
         }
     }
 #else
-    uint step = AT(in_stride, LAST);
     uint w[V];
+    uint step = AT(in_stride, LAST);
     [[unroll]] for (uint j = 0u; j < V; j++) {
         if (j < count) w[j] = LOAD1(si + j * step);
     }
-    if (VEC4 && count == V) {                       // so a multiple of 4 words
+    if (WIDE && V % 8u == 0u && count == V && (so & 7u) == 0u) {
+        [[unroll]] for (uint k = 0u; k < V / 8u; k++) {
+            uint b = 8u * k;
+            y8[(so >> 3) + k] = vkml_u64x4(uvec4(w[b], w[b + 1u], w[b + 2u], w[b + 3u]),
+                                           uvec4(w[b + 4u], w[b + 5u], w[b + 6u], w[b + 7u]));
+        }
+    } else if (VEC4 && count == V) {                // so a multiple of 4 words
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             y4[(so >> 2) + k] = uvec4(w[4u * k], w[4u * k + 1u], w[4u * k + 2u], w[4u * k + 3u]);
         }

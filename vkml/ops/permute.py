@@ -15,7 +15,8 @@ strided element path for every geometry, type or size this module declines.
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
 fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
 tuner chooses among the three by measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
-Whole tensors are bound (bindings past ``maxStorageBufferRange`` or the texel limit are
+Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
+(:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past ``maxStorageBufferRange`` or the texel limit are
 declined: the strided path windows them); grids past ``maxComputeWorkGroupCount`` split.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .. import tuning
 from ..intmath import ceil_div, round_up
 from ..runtime import FORMAT_R32_UINT, FORMAT_RGBA32_UINT, Bind
 from ..runtime.blocks import pack
+from .store_width import wide_stores
 from .grid import box_grid, div_magic, record_on_scratch, split_groups, words8
 
 __all__: list[str] = []     # helpers only: no functional form
@@ -36,6 +38,7 @@ __all__: list[str] = []     # helpers only: no functional form
 VARIANTS = dict.fromkeys(["permute_tile_texel4", "permute_tile_ssbo4", "permute_rows_texel",
                           "permute_rows_ssbo"],
                          ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4"))
+VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
 #: The choices: the kernel reading through a texel buffer or a storage buffer, or not
 #: this module at all (the caller's strided element path).
 CHOICES = ("texel", "ssbo", "strided")
@@ -91,7 +94,10 @@ class StridedCopy:
         self.op, self.geo, self.read = op, geo, read
         self.in_bytes, self.out_bytes = in_bytes, out_bytes
         tile = geo["kind"] == "tile"
-        self.kernel = (f"permute_tile_{read}4" if tile else f"permute_rows_{read}")
+        self.kernel = f"permute_tile_{read}4" if tile else f"permute_rows_{read}"
+        if wide_stores(op.device):
+            self.kernel += "_u64"
+        # two tiles (32 words) or 8 words an invocation: more held lavapipe back
         self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
         self.params = op.upload(np.frombuffer(pack(
             self.kernel, "Params", in_stride=words8(s & _U32 for s in geo["in"]),
@@ -138,7 +144,7 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
     texel_ok = ceil_div(in_bytes, unit) <= lim["maxTexelBufferElements"]
     read = force
     if read is None:
-        shape = {"kind": geo["kind"], "words": math.prod(geo["box"]) * (16 if unit == 16 else 1)}
+        shape = {"kind": geo["kind"], "words": math.prod(geo["box"]) * (unit // 4) ** 2}
         choice = tuning.choose(op.device, PATH, shape)
         op.observe_choice(choice, shape, PATH)
         read = choice.name
@@ -170,7 +176,7 @@ def _run(device, seq, cand, shape):
         y = TensorDesc("float32", (64, w))
         op = CompiledElementWise(device, ElementWiseIdentityOperatorDesc(x, y), permute=force)
     else:
-        x = TensorDesc("float32", (64, 2 * w))
+        x = TensorDesc("float32", (64, 2 * w + 4))
         y = TensorDesc("float32", (64, w))
         op = CompiledSlice(device, Slice1OperatorDesc(x, y, (0, 0), (64, 2 * w), (1, 2)),
                            permute=force)
@@ -185,5 +191,6 @@ def _run(device, seq, cand, shape):
 #: the caller's strided element path ("strided"), by measurement.
 PATH = tuning.register_path(
     "permute", [(c, {"permute": c}) for c in CHOICES], "texel", _class, _run,
-    examples=[{"kind": "tile", "words": 64 * 112 * 112}, {"kind": "rows", "words": 64 * 56 * 56}],
+    examples=[{"kind": "tile", "words": 64 * 112 * 112},
+              {"kind": "rows", "words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))
