@@ -137,7 +137,7 @@ void main() {
         }
     }
     // two neighbouring tiles' rows are eight words of an output row
-    if (WIDE && V % 2u == 0u && count == V && (so & 1u) == 0u) {
+    if (WIDE && V % 2u == 0u && count == V && ((so | row_out) & 1u) == 0u) {
         [[unroll]] for (uint j = 0u; j < V; j += 2u) {
             [[unroll]] for (uint k = 0u; k < 4u; k++) {
                 y8[(so + j + k * row_out) >> 1] = vkml_u64x4(c[j][k], c[j + 1u][k]);
