@@ -231,3 +231,20 @@ def test_tuned_choice(device, monkeypatch):
     assert same_bits(view, ref)
     y = vkml.slice(x, [0, 1], [16, 11], [1, 2], device=device)
     assert same_bits(np.asarray(y), x[:, 1:23:2])
+
+
+@pytest.mark.parametrize("choice", ["texel", "ssbo"])
+def test_crop_on_rows(device, stores, choice):
+    """A crop (rows contiguous both sides) kept off the copy engine runs the rows kernel
+    at step 1: offsets off and on whole uvec4s, rows of whole and partial eights."""
+    rng = np.random.default_rng([STORES.index(stores), len(choice)])
+    for offs, sizes in (((0, 8, 8), (5, 24, 24)), ((1, 3, 5), (4, 17, 13)), ((0, 0, 4), (6, 32, 8))):
+        x = random_bits(rng, (6, 33, 30), "float32")
+        y = x[tuple(slice(o, o + n) for o, n in zip(offs, sizes))]
+        desc = dml.Slice1OperatorDesc(dml.TensorDesc("float32", x.shape),
+                                      dml.TensorDesc("float32", y.shape), offs, sizes, (1, 1, 1))
+        op = CompiledSlice(device, device.create_operator(desc).desc, path="kernel",
+                           permute=choice)
+        assert op.paths == ["permute"] and op.permuted.geo["kind"] == "rows"
+        got = _execute(device, op, x, y.size, "float32")
+        assert same_bits(got.reshape(y.shape), y)

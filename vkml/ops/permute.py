@@ -8,9 +8,9 @@ strided element path for every geometry, type or size this module declines.
 * "tile": the output contiguous along p, the input along q: an invocation moves V tiles
   of 4 x 4 words (four uvec4 reads along q, a register transpose, four uvec4 stores
   along p); p's and q's extents, the other strides and the offsets on whole uvec4s.
-* "rows": the output contiguous along its last dimension, the input at any other step
-  along it (negative too): V words of a row an invocation, scalar reads, uvec4 stores
-  where output rows start on whole uvec4s.
+* "rows": the output contiguous along its last dimension, the input at any step along
+  it (negative too; 1: a crop the caller did not give the copy engine): V words of a
+  row an invocation, scalar reads, uvec4 stores where output rows start on whole uvec4s.
 
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
 fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
@@ -68,8 +68,8 @@ def geometry(box, src_st, dst_st, src_off: int = 0, dst_off: int = 0) -> dict | 
         return None
     p = dst.index(1)
     q = src.index(1) if 1 in src else None
-    if q == p:                      # contiguous rows: the caller's copy or row paths
-        return None
+    if q == p:                      # rows contiguous both sides (a crop): rows, step 1
+        q = None
     outer = [d for d in range(len(box)) if d not in (p, q)]
     if (q is not None and box[p] % 4 == 0 and box[q] % 4 == 0 and src_off % 4 == 0
             and dst_off % 4 == 0 and all(src[d] % 4 == 0 for d in outer + [p])
