@@ -24,7 +24,8 @@ device feature is needed).
   the float16 conversions and the activations.  SwiftShader runs such smaller element
   code several times faster, though it would never execute the rest.
 * Anything else (transposes, sub-word rows) runs strided: each tensor through its own
-  element strides, the grid over the output's box.
+  element strides, the grid over the output's box; a plain IDENTITY of 32-bit elements
+  there runs :mod:`vkml.ops.permute`'s tiled or row copy where that takes it.
 
 Tensors beyond ``maxStorageBufferRange`` are bound in windows and grids beyond
 ``maxComputeWorkGroupCount`` split, with :mod:`vkml.ops.grid`'s functions (this operator
@@ -99,7 +100,8 @@ class CompiledElementWise(CompiledOperator):
     ``read`` (flat and row paths) forces the read path: "texel4" (falls back to "ssbo4"
     where the inputs do not fit one texel view) or "ssbo4"; None lets the tuner choose
     (``VKML_TUNE=off``: texel4 where it fits).  ``rows=False`` keeps a geometry the row
-    path takes on the strided one (tests compare the two)."""
+    path takes on the strided one (tests compare the two); ``permute`` forces
+    :mod:`vkml.ops.permute`'s choice for a plain IDENTITY on the strided path."""
 
     force_read: str | None = None
     allow_rows: bool = True

@@ -15,7 +15,9 @@ A copy runs on one of two paths:
   per region, the kernel a time per element, so short rows go to the kernel: the tuner
   chooses per row length (:data:`ROWS_PATH`); ``VKML_TUNE=off`` takes the copy engine
   from :data:`COPY_ROW_BYTES` on.
-* "kernel": the element-wise family's strided IDENTITY (``glsl/element_wise.comp``,
+* "kernel": for 32-bit elements :mod:`vkml.ops.permute`'s copy where it takes the
+  geometry (a step along rows, a transpose, a crop; tuned against the next), else
+  the element-wise family's strided IDENTITY (``glsl/element_wise.comp``,
   every tensor bound as 32-bit words, so all 11 types on every device).  Its index
   arithmetic is modulo 2^32, so a negative stride is passed as its two's complement and a
   copy's element offset folded into the binding's base.  Bindings past
@@ -95,7 +97,8 @@ class CompiledCopies(CompiledOperator):
 
     ``path`` forces a path for every copy: "copy" (the copy engine where rows are
     contiguous, whatever their length; the kernel otherwise) or "kernel"; None takes
-    the copy engine for rows of :data:`COPY_ROW_BYTES` or more."""
+    the copy engine for rows of :data:`COPY_ROW_BYTES` or more.  ``permute`` forces
+    :mod:`vkml.ops.permute`'s choice for kernel copies (one of its ``CHOICES``)."""
 
     force_path: str | None = None
     #: the copy on :mod:`vkml.ops.permute` of a one-copy plan on the kernel path, or None
