@@ -16,8 +16,9 @@ Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes
 fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
 tuner chooses among the three by measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
 Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
-(:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past ``maxStorageBufferRange`` or the texel limit are
-declined: the strided path windows them); grids past ``maxComputeWorkGroupCount`` split.
+(:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past
+``maxStorageBufferRange`` or the texel limit are declined: the strided path windows
+them); grids past ``maxComputeWorkGroupCount`` split.
 """
 from __future__ import annotations
 

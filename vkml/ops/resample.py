@@ -10,9 +10,9 @@ InputPixelOffset, folded on the host in float64 and rounded to float32 once).  F
 reads through an R32F texel buffer (lavapipe vectorizes texel fetches, not storage
 loads) or storage buffers, chosen by the tuner (``resample_read``) where the input fits
 ``maxTexelBufferElements``; the constructor's ``read=`` forces one.  Float32's eight
-outputs are stored as one u64vec4 where the device's ``store_width`` timing says so.  Float16 is stored
-as halves (or packed in 32-bit words without 16-bit storage), INT8/UINT8 as bytes (or
-packed without 8-bit storage).
+outputs are stored as one u64vec4 where the device's ``store_width`` timing says so.
+Float16 is stored as halves (or packed in 32-bit words without 16-bit storage),
+INT8/UINT8 as bytes (or packed without 8-bit storage).
 """
 from __future__ import annotations
 
