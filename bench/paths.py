@@ -2,7 +2,7 @@
 side by side on one device.
 
 Each candidate of the operator's tunable path (``convolution``, ``padding-large``,
-``fold_read``, ``unfold_read``, ``lp_pooling_read``; by default every one) is built for the
+``fold_read``, ``unfold_read``, ``lp_pooling_read``, ``permute``; by default every one) is built for the
 workload's descriptor and recorded once into its own timed sequence; the sequences then
 run in turns, ``--rounds`` rounds of ``--runs`` runs each, the order rotated every round.
 A candidate's figure is the minimum over rounds of each round's median device time (GPU
@@ -42,6 +42,8 @@ FORCE = {
     "fold": ("fold_read", lambda name, params: params),
     "unfold": ("unfold_read", lambda name, params: params),
     "lp_pooling": ("lp_pooling_read", lambda name, params: params),
+    "identity": ("permute", lambda name, params: params),
+    "slice": ("permute", lambda name, params: params),
 }
 
 

@@ -13,6 +13,8 @@
 //
 // vkml:variant resample_f32 F32=1
 // vkml:variant resample_f32_texel F32=1 TEXEL=1
+// vkml:variant resample_f32_u64 F32=1 U64=1
+// vkml:variant resample_f32_texel_u64 F32=1 TEXEL=1 U64=1
 // vkml:variant resample_f16 F16=1
 // vkml:variant resample_f16_packed F16_PACKED=1
 // vkml:variant resample_i8 I8=1
@@ -42,6 +44,17 @@ layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
 // nearest moves bits (NaN payloads included): LOADB / STOREB
 #if defined(F32)
 layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+// U64 (int64 devices where store_width's timing says so): the V outputs as one u64vec4
+// where out_off is a multiple of 8 (lavapipe stores a vector's components one by one:
+// 64-bit components carry twice the bytes for the same cost)
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+layout(std430, set = 0, binding = 1) buffer Out8 { u64vec4 y8[]; };
+#define STORE8(o, a, b) if (((o) & 7u) == 0u) y8[(o) >> 3] = vkml_u64x4(a, b); else
+#else
+#define STORE8(o, a, b)
+#endif
 #ifndef TEXEL
 #define LOADB(i) floatBitsToUint(x[i])
 #endif
@@ -139,14 +152,19 @@ uint coord[8];
 void main() {
     uint gx = gl_GlobalInvocationID.x;
     const int YDIM = RANK - XDIMS - 1;
-    if (gx >= x_count || (YDIM >= 0 && gl_GlobalInvocationID.y >= AT(extent, YDIM))) return;
+    // no early return: the uniform loads after a divergent one become per-lane gathers on
+    // lavapipe (docs/DEVELOPING.md).  A lane past the box computes its last element's
+    // reads (inside the box, so inside a window's bindings) and stores nothing.
+    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
+    gx = min(gx, x_count - 1u);
+    uint gy = YDIM >= 0 ? min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u) : 0u;
     uint z = gl_GlobalInvocationID.z;
     [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
         uint q = divide(z, d);
         coord[d] = AT(origin, d) + z - q * AT(extent, d);
         z = q;
     }
-    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
+    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gy;
     [[unroll]] for (int d = LAST; d > YDIM; d--) {
         if (d == YDIM + 1) {          // the outermost x dimension: gx < its extent
             coord[d] = AT(origin, d) + gx * V;
@@ -156,7 +174,7 @@ void main() {
             gx = q;
         }
     }
-    uint count = min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]);
+    uint count = live ? min(V, AT(origin, LAST) + AT(extent, LAST) - coord[LAST]) : 0u;
 
     // the outer dimensions: two input offsets and a weight each
     uint off0[4], off1[4];
@@ -188,8 +206,12 @@ void main() {
         [[unroll]] for (uint j = 0u; j < V; j++) bits[j] = LOADB(off + l0[j]);
 #ifdef F32
         if (VEC_STORE && count == V) {    // out_off a multiple of 4
-            y4[out_off >> 2] = uintBitsToFloat(uvec4(bits[0], bits[1], bits[2], bits[3]));
-            y4[(out_off >> 2) + 1u] = uintBitsToFloat(uvec4(bits[4], bits[5], bits[6], bits[7]));
+            uvec4 lo = uvec4(bits[0], bits[1], bits[2], bits[3]);
+            uvec4 hi = uvec4(bits[4], bits[5], bits[6], bits[7]);
+            STORE8(out_off, lo, hi) {
+                y4[out_off >> 2] = uintBitsToFloat(lo);
+                y4[(out_off >> 2) + 1u] = uintBitsToFloat(hi);
+            }
             return;
         }
 #endif
@@ -218,8 +240,11 @@ void main() {
     }
 #ifdef F32
     if (VEC_STORE && count == V) {
-        y4[out_off >> 2] = vec4(acc[0], acc[1], acc[2], acc[3]);
-        y4[(out_off >> 2) + 1u] = vec4(acc[4], acc[5], acc[6], acc[7]);
+        vec4 lo = vec4(acc[0], acc[1], acc[2], acc[3]), hi = vec4(acc[4], acc[5], acc[6], acc[7]);
+        STORE8(out_off, floatBitsToUint(lo), floatBitsToUint(hi)) {
+            y4[out_off >> 2] = lo;
+            y4[(out_off >> 2) + 1u] = hi;
+        }
         return;
     }
 #endif

@@ -380,6 +380,48 @@ def test_grids_beyond_max_workgroup_count(device):
 
 
 @pytest.mark.parametrize("read", ["ssbo", "texel"])
+def test_wide_stores(device, read, monkeypatch):
+    """float32's u64vec4 stores (forced on, int64 devices): the same bits as the vec4
+    stores, rows of whole and partial 8s, outputs at offsets of 4 and 8 (padded rows),
+    windows (maxStorageBufferRange lowered) and split grids."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    if not device.features.get("int64"):
+        pytest.skip("u64vec4 stores need int64 shaders")
+    rng = np.random.default_rng(29)
+    cases = [((1, 4, 14, 14), (1, 4, 28, 28), None), ((2, 3, 9, 13), (2, 3, 17, 28), None),
+             ((1, 2, 7, 10), (1, 2, 14, 20), (2 * 14 * 24, 14 * 24, 24, 1)),
+             ((1, 2, 7, 10), (1, 2, 14, 20), (2 * 14 * 28, 14 * 28, 28, 1))]
+    limits = {"maxStorageBufferRange": 4096, "maxComputeWorkGroupCount": (1, 3, 2)}
+    with vkml.Device(device.index, limits=limits) as small:
+        for dev in (device, small):
+            for shape, out, out_st in cases:
+                x = rng.standard_normal(shape).astype(np.float32)
+                y = T("float32", out, out_st)
+                for mode in (NEAREST, LINEAR):
+                    desc = dml.Resample1OperatorDesc(T("float32", shape), y, mode,
+                                                     (1.0, 1.0) + tuple(o / i for i, o in
+                                                                        zip(shape[2:], out[2:])),
+                                                     (0.5,) * 4, (-0.5,) * 4)
+                    got = {}
+                    for wide in (False, True):
+                        monkeypatch.setattr(mod, "wide_stores", lambda _d, w=wide: w)
+                        op = mod.CompiledResample(dev, desc, read=read)
+                        assert op.kernel.endswith("_u64") == wide
+                        flat = run_desc(dev, desc, x, compiled=op)
+                        got[wide] = np.lib.stride_tricks.as_strided(
+                            flat, out, [4 * s for s in y.element_strides])
+                    assert same_bits(got[True], got[False]), (shape, out, out_st, mode)
+                    view = got[True]
+                    ref = resample_reference(x, out, mode == LINEAR,
+                                             np.float32([1, 1, out[2] / shape[2],
+                                                         out[3] / shape[3]]),
+                                             (0.5,) * 4, (-0.5,) * 4)
+                    if mode == LINEAR:
+                        assert_matches(np.ascontiguousarray(view), ref, "float32", 1e-6)
+
+
+@pytest.mark.parametrize("read", ["ssbo", "texel"])
 def test_read_paths_and_packed_storage(device, read):
     """Both float32 read paths, and float16/8-bit through 32-bit words on a device
     opened without 16/8-bit storage (SwiftShader's case on lavapipe)."""

@@ -24,7 +24,8 @@ device feature is needed).
   the float16 conversions and the activations.  SwiftShader runs such smaller element
   code several times faster, though it would never execute the rest.
 * Anything else (transposes, sub-word rows) runs strided: each tensor through its own
-  element strides, the grid over the output's box.
+  element strides, the grid over the output's box; a plain IDENTITY of 32-bit elements
+  there runs :mod:`vkml.ops.permute`'s tiled or row copy where that takes it.
 
 Tensors beyond ``maxStorageBufferRange`` are bound in windows and grids beyond
 ``maxComputeWorkGroupCount`` split, with :mod:`vkml.ops.grid`'s functions (this operator
@@ -55,6 +56,7 @@ from ..intmath import ceil_div, round_up
 from ..runtime import FORMAT_RGBA32_UINT, Bind
 from ..runtime.blocks import pack
 from ..tensor import Tensor
+from . import permute
 from .base import CompiledOperator, implements
 from .batch_normalization import merge_dims
 from .functional import as_array, pick_device, run
@@ -98,15 +100,20 @@ class CompiledElementWise(CompiledOperator):
     ``read`` (flat and row paths) forces the read path: "texel4" (falls back to "ssbo4"
     where the inputs do not fit one texel view) or "ssbo4"; None lets the tuner choose
     (``VKML_TUNE=off``: texel4 where it fits).  ``rows=False`` keeps a geometry the row
-    path takes on the strided one (tests compare the two)."""
+    path takes on the strided one (tests compare the two); ``permute`` forces
+    :mod:`vkml.ops.permute`'s choice for a plain IDENTITY on the strided path."""
 
     force_read: str | None = None
     allow_rows: bool = True
+    #: a plain IDENTITY on the strided path: :mod:`vkml.ops.permute`'s copy, or None
+    permuted = None
 
-    def __init__(self, device, desc, read: str | None = None, rows: bool = True):
+    def __init__(self, device, desc, read: str | None = None, rows: bool = True,
+                 permute: str | None = None):
         if read is not None:
             self.force_read = read
         self.allow_rows = rows
+        self.force_permute = permute        # one of permute.CHOICES; None: the tuner's
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -156,6 +163,9 @@ class CompiledElementWise(CompiledOperator):
             self.read = self._choose_read(ROW_READ_PATH)
             self.kernel = f"element_wise_{cls}_row_{self.read}"
             self.box, self.strides = self.row["box"], self.row["strides"]
+        elif cls == "copy" and self._permute():
+            self.windows = None
+            return                          # its kernel has its own parameters
         else:
             self.windows = None if fits else plan_windows(
                 self.box, self._in_span, lambda o, e: strided_span(o, e, self.strides[2]),
@@ -166,6 +176,15 @@ class CompiledElementWise(CompiledOperator):
             self.kernel, "Params", out_stride=words8(st[2]), a_stride=words8(st[0]),
             b_stride=words8(st[1]),
             p=list(d.kernel_act()[1])), np.uint8))
+
+    def _permute(self) -> bool:
+        """A plain IDENTITY's strided copy on :mod:`vkml.ops.permute` where it takes it."""
+        self.permuted = permute.plan(self, self.box, self.strides[0], self.strides[2],
+                                     self.esize, self.bytes[0], self.bytes[2],
+                                     force=getattr(self, "force_permute", None))
+        if self.permuted is not None:
+            self.read, self.kernel = self.permuted.read, self.permuted.kernel
+        return self.permuted is not None
 
     def _in_span(self, origin, extent):
         """A span as long as the longer of A's and B's over the box (plan_windows sizes
@@ -219,7 +238,9 @@ class CompiledElementWise(CompiledOperator):
         a = inputs[0].allocation
         b = inputs[-1].allocation
         y = outputs[0].allocation
-        if self.flat:
+        if self.permuted is not None:
+            self.permuted.encode(seq, a, y)
+        elif self.flat:
             self._encode_flat(seq, a, b, y)
         elif self.row is not None:
             self._encode_rows(seq, a, b, y)

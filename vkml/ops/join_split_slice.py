@@ -15,7 +15,9 @@ A copy runs on one of two paths:
   per region, the kernel a time per element, so short rows go to the kernel: the tuner
   chooses per row length (:data:`ROWS_PATH`); ``VKML_TUNE=off`` takes the copy engine
   from :data:`COPY_ROW_BYTES` on.
-* "kernel": the element-wise family's strided IDENTITY (``glsl/element_wise.comp``,
+* "kernel": for 32-bit elements :mod:`vkml.ops.permute`'s copy where it takes the
+  geometry (a step along rows, a transpose, a crop; tuned against the next), else
+  the element-wise family's strided IDENTITY (``glsl/element_wise.comp``,
   every tensor bound as 32-bit words, so all 11 types on every device).  Its index
   arithmetic is modulo 2^32, so a negative stride is passed as its two's complement and a
   copy's element offset folded into the binding's base.  Bindings past
@@ -34,12 +36,14 @@ from ..dml.tensor_desc import TensorDesc, as_int
 from ..errors import ArgumentTypeError, ValidationError
 from ..runtime import Bind
 from ..runtime.blocks import pack
+from . import permute
 from .base import CompiledOperator, implements
 from .element_wise import type_class
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
                    plan_windows, record_on_scratch, row_workgroup, split_groups, words8,
                    x_invocations)
+from .permute import coalesce
 
 __all__ = ["join", "split", "slice"]
 
@@ -53,19 +57,6 @@ VARIANTS = dict.fromkeys([f"element_wise_{c}" for c in ("float", "int", "int64")
 COPY_ROW_BYTES = 256
 
 _U32 = 0xFFFFFFFF
-
-
-def coalesce(box, src, dst):
-    """Drop size-1 dimensions and merge neighbours both stride sets keep contiguous."""
-    dims = [(n, s, d) for n, s, d in zip(box, src, dst) if n > 1] or [(1, 1, 1)]
-    out = [list(dims[-1])]
-    for n, s, d in reversed(dims[:-1]):
-        inner = out[0]
-        if s == inner[1] * inner[0] and d == inner[2] * inner[0]:
-            inner[0] *= n
-        else:
-            out.insert(0, [n, s, d])
-    return [o[0] for o in out], [o[1] for o in out], [o[2] for o in out]
 
 
 def signed_span(off: int, origin, extent, strides) -> tuple[int, int]:
@@ -106,14 +97,18 @@ class CompiledCopies(CompiledOperator):
 
     ``path`` forces a path for every copy: "copy" (the copy engine where rows are
     contiguous, whatever their length; the kernel otherwise) or "kernel"; None takes
-    the copy engine for rows of :data:`COPY_ROW_BYTES` or more."""
+    the copy engine for rows of :data:`COPY_ROW_BYTES` or more.  ``permute`` forces
+    :mod:`vkml.ops.permute`'s choice for kernel copies (one of its ``CHOICES``)."""
 
     force_path: str | None = None
+    #: the copy on :mod:`vkml.ops.permute` of a one-copy plan on the kernel path, or None
+    permuted = None
 
-    def __init__(self, device, desc, path: str | None = None):
+    def __init__(self, device, desc, path: str | None = None, permute: str | None = None):
         if path not in (None, "copy", "kernel"):
             raise ValueError(f"path must be None, 'copy' or 'kernel', got {path!r}")
         self.force_path = path
+        self.force_permute = permute        # one of permute.CHOICES; None: the tuner's
         super().__init__(device, desc)
 
     def plan(self) -> list[Copy]:
@@ -140,9 +135,19 @@ class CompiledCopies(CompiledOperator):
             if rows is not None and (self.force_path == "copy"
                                      or self._rows_path(c, len(rows)) == "copy"):
                 self.steps.append(("copy", c, rows))
+            elif (fast := self._permute(c)) is not None:
+                self.steps.append(("permute", c, fast))
             else:
                 self.steps.append(("kernel", c, self._kernel_plan(c)))
         self.paths = sorted({s[0] for s in self.steps})
+
+    def _permute(self, c: Copy):
+        """A kernel copy of 32-bit elements on :mod:`vkml.ops.permute`, or None."""
+        fast = permute.plan(self, c.box, c.src_st, c.dst_st, self.esize,
+                            self.in_bytes[c.src_i], self.out_bytes[c.dst_i], c.src_off,
+                            c.dst_off, force=self.force_permute)
+        self.permuted = self.permuted or fast
+        return fast
 
     def _rows_path(self, c: Copy, rows: int) -> str:
         """The copy engine or the kernel for a copy of contiguous rows (module doc)."""
@@ -174,6 +179,8 @@ class CompiledCopies(CompiledOperator):
             dst = outputs[c.dst_i].allocation
             if path == "copy":
                 seq.copy_array(src, dst, extra)
+            elif path == "permute":
+                extra.encode(seq, src, dst)
             else:
                 self._encode_kernel(seq, c, src, dst, *extra)
 

@@ -9,9 +9,10 @@ coordinate ``o * a + b`` (a = 1 / Scale, b = -OutputPixelOffset / Scale -
 InputPixelOffset, folded on the host in float64 and rounded to float32 once).  Float32
 reads through an R32F texel buffer (lavapipe vectorizes texel fetches, not storage
 loads) or storage buffers, chosen by the tuner (``resample_read``) where the input fits
-``maxTexelBufferElements``; the constructor's ``read=`` forces one.  Float16 is stored
-as halves (or packed in 32-bit words without 16-bit storage), INT8/UINT8 as bytes (or
-packed without 8-bit storage).
+``maxTexelBufferElements``; the constructor's ``read=`` forces one.  Float32's eight
+outputs are stored as one u64vec4 where the device's ``store_width`` timing says so.
+Float16 is stored as halves (or packed in 32-bit words without 16-bit storage),
+INT8/UINT8 as bytes (or packed without 8-bit storage).
 """
 from __future__ import annotations
 
@@ -31,13 +32,15 @@ from .. import tuning
 from .base import implements
 from .functional import as_array, pick_device, run
 from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
+from .store_width import wide_stores
 
 __all__ = ["resample", "onnx_resize_geometry"]
 
 _CONSTS = BOX_CONSTANTS + ("VEC_STORE", "MODE", "LIN_MASK")
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
-    ["resample_f32", "resample_f32_texel", "resample_f16", "resample_f16_packed",
+    ["resample_f32", "resample_f32_texel", "resample_f32_u64", "resample_f32_texel_u64",
+     "resample_f16", "resample_f16_packed",
      "resample_i8", "resample_i8_packed", "resample_u8", "resample_u8_packed"], _CONSTS)
 #: |a| and |b| are kept below this, so ``o * a + b`` stays finite in float32 for every
 #: 32-bit coordinate (a scale of 1e-38 reads the input's first element, as any tiny one).
@@ -111,6 +114,8 @@ class CompiledResample(BoxKernel):
         if self.force_read is None and texel_ok:
             read = self.tuned_read(READ_PATH, read_shape(d), {"ssbo": True}) or read
         self.apply_read(read)
+        if self.kernel.startswith("resample_f32") and wide_stores(self.device):
+            self.kernel += "_u64"
         n = self.rank
         self.params = self.upload(np.frombuffer(pack(
             self.kernel, "Params", out_stride=_vec4s(self.box_out_strides),

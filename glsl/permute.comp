@@ -1,0 +1,175 @@
+#version 450
+// Strided copies of 32-bit words that the element-wise family's strided path would move
+// one element per lane and store (vkml/ops/permute.py): a transpose (IDENTITY with
+// permuted strides) and a slice with a step along rows (SLICE1).  Bits are moved, so one
+// text serves every type of 32-bit elements.
+//
+// permute_tile_texel4 / _ssbo4 (TILE): the output contiguous along the box's last
+//   dimension p, the input along the one before, q; p and q counted in quads (4 words).
+//   An invocation reads V tiles of 4 x 4 words, each as four uvec4s along q (an RGBA32UI
+//   texel, which lavapipe vectorizes, or a uvec4 storage load), transposes them in
+//   registers and stores four uvec4s along p per tile: no shared memory and no barrier
+//   (lavapipe and SwiftShader run a workgroup's lanes as one SIMD loop, so a barrier
+//   splits the kernel in two), every load and store a whole uvec4.
+// permute_rows_texel / _ssbo (ROWS): the output contiguous along the last dimension,
+//   the input at any (signed) element stride along it: V words of an output row an
+//   invocation, each read by a scalar fetch, stored as uvec4s where every output row
+//   starts on a whole uvec4 (VEC4), else word by word.
+// *_u64 (devices with int64 shaders, where store_width's timing says so): a full
+//   invocation's stores as u64vec4s, eight words each (two tiles' rows, or eight words of
+//   a row) where its output offset allows: lavapipe stores a vector's components one by
+//   one, so 64-bit components carry twice the bytes for the same cost.
+// Grid as glsl/element_wise.comp's strided variant with XDIMS = 1: x along the last
+// dimension (V units an invocation), y the one before, z the rest (uniform per workgroup).
+// Strides and bases are modulo 2^32: a negative stride is its two's complement.
+//
+// vkml:variant permute_tile_texel4 TILE=1 TEXEL=1
+// vkml:variant permute_tile_ssbo4 TILE=1
+// vkml:variant permute_rows_texel ROWS=1 TEXEL=1
+// vkml:variant permute_rows_ssbo ROWS=1
+// vkml:variant permute_tile_texel4_u64 TILE=1 TEXEL=1 U64=1
+// vkml:variant permute_tile_ssbo4_u64 TILE=1 U64=1
+// vkml:variant permute_rows_texel_u64 ROWS=1 TEXEL=1 U64=1
+// vkml:variant permute_rows_ssbo_u64 ROWS=1 U64=1
+#extension GL_EXT_control_flow_attributes : enable
+
+#if defined(TILE) && defined(TEXEL)
+layout(set = 0, binding = 0) uniform usamplerBuffer Xt;
+#define LOAD4(q) texelFetch(Xt, int(q))
+#elif defined(TILE)
+layout(std430, set = 0, binding = 0) readonly buffer X4 { uvec4 x4[]; };
+#define LOAD4(q) x4[q]
+#elif defined(TEXEL)
+layout(set = 0, binding = 0) uniform usamplerBuffer Xt;
+#define LOAD1(w) texelFetch(Xt, int(w)).x
+#else
+layout(std430, set = 0, binding = 0) readonly buffer X { uint x[]; };
+#define LOAD1(w) x[w]
+#endif
+layout(std430, set = 0, binding = 1) buffer Out { uint y[]; };
+layout(std430, set = 0, binding = 1) buffer Out4 { uvec4 y4[]; };
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+layout(std430, set = 0, binding = 1) buffer Out8 { u64vec4 y8[]; };
+const bool WIDE = true;
+#else
+const bool WIDE = false;
+#define y8 y4
+#define vkml_u64x4(a, b) (a)
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 23) in;
+layout(constant_id = 1) const int RANK = 4;      // 2 to 8 dimensions (TILE), 1 to 8 (ROWS)
+// units of the last dimension an invocation (TILE: tiles, ROWS: words); compile-time
+// bounds so the loops unroll into registers
+layout(constant_id = 21) const uint V = 2u;
+layout(constant_id = 29) const bool VEC4 = false;   // ROWS: output rows on whole uvec4s
+
+layout(std140, set = 0, binding = 2) uniform Params {
+    // per dimension; TILE: input in uvec4s per unit of the coordinate (a quad of q is
+    // 1, a quad of p four rows of p), output in uvec4s (a quad of p is 1, a quad of q
+    // four rows of q); ROWS: words
+    uvec4 in_stride[2];
+    uvec4 out_stride[2];
+};
+
+layout(push_constant) uniform Push {
+    uvec4 origin[2];
+    uvec4 extent[2];
+    uint in_base, out_base;       // the bindings' first unit (uvec4s for TILE, words else)
+    uint x_count;                 // invocations along x
+    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+
+// a / extent[d] for a < 2^16 (grid.py keeps grid coordinates below it)
+uint divide(uint q, int d) {
+    uint hi, lo;
+    umulExtended(q, AT(magic, d), hi, lo);
+    return AT(extent, d) == 1u ? q : hi;
+}
+
+const int LAST = RANK - 1;
+
+// The box coordinates of this invocation's first unit and how many of its V it has.
+uint box_coords(out uint coord[8]) {
+    uint gx = gl_GlobalInvocationID.x;
+    const int YDIM = RANK - 2;
+    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
+    uint z = gl_GlobalInvocationID.z;
+    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
+        uint q = divide(z, d);
+        coord[d] = AT(origin, d) + z - q * AT(extent, d);
+        z = q;
+    }
+    if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
+    coord[LAST] = AT(origin, LAST) + gx * V;
+    uint end = AT(origin, LAST) + AT(extent, LAST);
+    return live && coord[LAST] < end ? min(V, end - coord[LAST]) : 0u;
+}
+
+void main() {
+    uint coord[8];
+    uint count = box_coords(coord);
+    uint si = 0u, so = 0u;
+    [[unroll]] for (int d = 0; d < RANK; d++) {
+        si += coord[d] * AT(in_stride, d);
+        so += coord[d] * AT(out_stride, d);
+    }
+    si -= in_base;
+    so -= out_base;
+#ifdef TILE
+    // a quad of p; one row of p, one row of q (signed: a stride may be negative)
+    uint ip = AT(in_stride, LAST), row_in = uint(int(ip) >> 2);
+    uint row_out = uint(int(AT(out_stride, LAST - 1)) >> 2);
+    uvec4 c[V][4];                                  // c[j][k]: tile j's row k of q
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        if (j < count) {
+            uint t = si + j * ip;
+            uvec4 r0 = LOAD4(t), r1 = LOAD4(t + row_in), r2 = LOAD4(t + 2u * row_in),
+                  r3 = LOAD4(t + 3u * row_in);
+            c[j][0] = uvec4(r0.x, r1.x, r2.x, r3.x);
+            c[j][1] = uvec4(r0.y, r1.y, r2.y, r3.y);
+            c[j][2] = uvec4(r0.z, r1.z, r2.z, r3.z);
+            c[j][3] = uvec4(r0.w, r1.w, r2.w, r3.w);
+        }
+    }
+    // two neighbouring tiles' rows are eight words of an output row
+    if (WIDE && V % 2u == 0u && count == V && ((so | row_out) & 1u) == 0u) {
+        [[unroll]] for (uint j = 0u; j < V; j += 2u) {
+            [[unroll]] for (uint k = 0u; k < 4u; k++) {
+                y8[(so + j + k * row_out) >> 1] = vkml_u64x4(c[j][k], c[j + 1u][k]);
+            }
+        }
+    } else {
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            if (j < count) {
+                [[unroll]] for (uint k = 0u; k < 4u; k++) y4[so + j + k * row_out] = c[j][k];
+            }
+        }
+    }
+#else
+    uint w[V];
+    uint step = AT(in_stride, LAST);
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        if (j < count) w[j] = LOAD1(si + j * step);
+    }
+    if (WIDE && V % 8u == 0u && count == V && (so & 7u) == 0u) {
+        [[unroll]] for (uint k = 0u; k < V / 8u; k++) {
+            uint b = 8u * k;
+            y8[(so >> 3) + k] = vkml_u64x4(uvec4(w[b], w[b + 1u], w[b + 2u], w[b + 3u]),
+                                           uvec4(w[b + 4u], w[b + 5u], w[b + 6u], w[b + 7u]));
+        }
+    } else if (VEC4 && count == V) {                // so a multiple of 4 words
+        [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
+            y4[(so >> 2) + k] = uvec4(w[4u * k], w[4u * k + 1u], w[4u * k + 2u], w[4u * k + 3u]);
+        }
+    } else {
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            if (j < count) y[so + j] = w[j];
+        }
+    }
+#endif
+}

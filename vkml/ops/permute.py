@@ -1,0 +1,197 @@
+"""Strided copies of 32-bit elements faster than one element a lane: a transpose (an
+IDENTITY whose input and output are contiguous along different dimensions) and a row
+read at a step (a SLICE1 with strides), ``glsl/permute.comp``.  No operator of its own:
+:func:`plan` is called at the choice point of IDENTITY (``vkml/ops/element_wise.py``) and
+of the slice family's kernel copies (``vkml/ops/join_split_slice.py``), which keep their
+strided element path for every geometry, type or size this module declines.
+
+* "tile": the output contiguous along p, the input along q: an invocation moves V tiles
+  of 4 x 4 words (four uvec4 reads along q, a register transpose, four uvec4 stores
+  along p); p's and q's extents, the other strides and the offsets on whole uvec4s.
+* "rows": the output contiguous along its last dimension, the input at any step along
+  it (negative too; 1: a crop the caller did not give the copy engine): V words of a
+  row an invocation, scalar reads, uvec4 stores where output rows start on whole uvec4s.
+
+Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
+fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
+tuner chooses among the three by measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
+Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
+(:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past
+``maxStorageBufferRange`` or the texel limit are declined: the strided path windows
+them); grids past ``maxComputeWorkGroupCount`` split.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import tuning
+from ..intmath import ceil_div, round_up
+from ..runtime import FORMAT_R32_UINT, FORMAT_RGBA32_UINT, Bind
+from ..runtime.blocks import pack
+from .store_width import wide_stores
+from .grid import box_grid, div_magic, record_on_scratch, split_groups, words8
+
+__all__: list[str] = []     # helpers only: no functional form
+
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = dict.fromkeys(["permute_tile_texel4", "permute_tile_ssbo4", "permute_rows_texel",
+                          "permute_rows_ssbo"],
+                         ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4"))
+VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
+#: The choices: the kernel reading through a texel buffer or a storage buffer, or not
+#: this module at all (the caller's strided element path).
+CHOICES = ("texel", "ssbo", "strided")
+
+_U32 = 0xFFFFFFFF
+
+
+def coalesce(box, src, dst):
+    """Drop size-1 dimensions and merge neighbours both stride sets keep contiguous."""
+    dims = [(n, s, d) for n, s, d in zip(box, src, dst) if n > 1] or [(1, 1, 1)]
+    out = [list(dims[-1])]
+    for n, s, d in reversed(dims[:-1]):
+        inner = out[0]
+        if s == inner[1] * inner[0] and d == inner[2] * inner[0]:
+            inner[0] *= n
+        else:
+            out.insert(0, [n, s, d])
+    return [o[0] for o in out], [o[1] for o in out], [o[2] for o in out]
+
+
+def geometry(box, src_st, dst_st, src_off: int = 0, dst_off: int = 0) -> dict | None:
+    """The kernel's box, strides (its units) and bases for a copy of 32-bit elements
+    ``dst[dst_off + c . dst_st] = src[src_off + c . src_st]`` (strides in elements, of
+    either sign), or None where neither kind applies (module doc)."""
+    box, src, dst = coalesce(box, src_st, dst_st)
+    if 1 not in dst or math.prod(box) < 16:
+        return None
+    p = dst.index(1)
+    q = src.index(1) if 1 in src else None
+    if q == p:                      # rows contiguous both sides (a crop): rows, step 1
+        q = None
+    outer = [d for d in range(len(box)) if d not in (p, q)]
+    if (q is not None and box[p] % 4 == 0 and box[q] % 4 == 0 and src_off % 4 == 0
+            and dst_off % 4 == 0 and all(src[d] % 4 == 0 for d in outer + [p])
+            and all(dst[d] % 4 == 0 for d in outer + [q])):
+        order = outer + [q, p]
+        ext = [box[d] // 4 if d in (p, q) else box[d] for d in order]
+        ins = [1 if d == q else src[d] if d == p else src[d] // 4 for d in order]
+        outs = [1 if d == p else dst[d] if d == q else dst[d] // 4 for d in order]
+        return {"kind": "tile", "box": ext, "in": ins, "out": outs,
+                "bases": (-src_off // 4, -dst_off // 4), "vec4": True}
+    order = [d for d in range(len(box)) if d != p] + [p]
+    return {"kind": "rows", "box": [box[d] for d in order], "in": [src[d] for d in order],
+            "out": [dst[d] for d in order], "bases": (-src_off, -dst_off),
+            "vec4": dst_off % 4 == 0 and all(dst[d] % 4 == 0 for d in order[:-1])}
+
+
+class StridedCopy:
+    """One planned copy on ``glsl/permute.comp`` for host operator ``op`` (its pipelines
+    and uploads are the host's): :func:`plan` builds it, :meth:`encode` records it."""
+
+    def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int):
+        self.op, self.geo, self.read = op, geo, read
+        self.in_bytes, self.out_bytes = in_bytes, out_bytes
+        tile = geo["kind"] == "tile"
+        self.kernel = f"permute_tile_{read}4" if tile else f"permute_rows_{read}"
+        if wide_stores(op.device):
+            self.kernel += "_u64"
+        # two tiles (32 words) or 8 words an invocation: more held lavapipe back
+        self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
+        self.params = op.upload(np.frombuffer(pack(
+            self.kernel, "Params", in_stride=words8(s & _U32 for s in geo["in"]),
+            out_stride=words8(s & _U32 for s in geo["out"])), np.uint8))
+
+    def encode(self, seq, src, dst) -> None:
+        """The copy from allocation ``src`` to ``dst`` (whole tensors bound)."""
+        geo, box = self.geo, self.geo["box"]
+        fmt = FORMAT_RGBA32_UINT if geo["kind"] == "tile" else FORMAT_R32_UINT
+        size = min(round_up(self.in_bytes, 16), src.size)
+        rd = Bind(src, 0, size, "r", fmt) if self.read == "texel" else Bind(src, 0, size, "r")
+        binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
+        ctx = self.op.ctx
+        local = min(64, self.op.workgroup_size)
+        lx = min(local, max(8, round_up(ceil_div(box[-1], self.v), 8)))
+        ly = 1
+        if len(box) > 1:
+            ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1])))
+        pipe = self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                              "RANK": len(box), "V": self.v,
+                                              "VEC4": bool(geo["vec4"])})
+        bases = [b & _U32 for b in geo["bases"]]
+        for o, e in split_groups([0] * len(box), list(box), lx,
+                                 ctx.limits["maxComputeWorkGroupCount"], 1, self.v, ly):
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
+                        in_base=bases[0], out_base=bases[1], x_count=ceil_div(e[-1], self.v),
+                        magic=words8(map(div_magic, e)))
+            seq.dispatch(pipe, binds, box_grid(e, lx, 1, self.v, ly), push)
+
+
+def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
+         src_off: int = 0, dst_off: int = 0, force: str | None = None) -> StridedCopy | None:
+    """A :class:`StridedCopy` of the copy (:func:`geometry`'s arguments) for host
+    operator ``op``, or None: elements not of 32 bits, a geometry neither kind takes,
+    tensors past one binding, or the strided path chosen (``force``: one of
+    :data:`CHOICES`; None: the tuner's choice)."""
+    if esize != 4 or force == "strided":
+        return None
+    geo = geometry(box, src_st, dst_st, src_off, dst_off)
+    lim = op.ctx.limits
+    if geo is None or max(in_bytes, out_bytes) > lim["maxStorageBufferRange"]:
+        return None
+    unit = 16 if geo["kind"] == "tile" else 4
+    texel_ok = ceil_div(in_bytes, unit) <= lim["maxTexelBufferElements"]
+    read = force
+    if read is None:
+        shape = {"kind": geo["kind"], "words": math.prod(geo["box"]) * (unit // 4) ** 2}
+        choice = tuning.choose(op.device, PATH, shape)
+        op.observe_choice(choice, shape, PATH)
+        read = choice.name
+        if read == "strided":
+            return None
+    if read == "texel" and not texel_ok:
+        read = "ssbo"
+    return StridedCopy(op, geo, read, in_bytes, out_bytes)
+
+
+def _class(shape) -> str:
+    """Copies sharing a choice: kind, words to the power of 4."""
+    return f"{shape['kind']} 4^{int(shape['words']).bit_length() // 2}"
+
+
+def _run(device, seq, cand, shape):
+    """Record a float32 copy of the shape's kind and size on candidate ``cand``: a
+    transpose of 64 rows (tile) or a step-2 slice of rows (rows)."""
+    from ..dml.element_wise import ElementWiseIdentityOperatorDesc
+    from ..dml.join_split_slice import Slice1OperatorDesc
+    from ..dml.tensor_desc import TensorDesc
+    from .element_wise import CompiledElementWise
+    from .join_split_slice import CompiledSlice
+    n = max(64, int(shape["words"]))
+    w = max(4, round_up(n // 64, 4))
+    force = cand.params["permute"]
+    if shape["kind"] == "tile":
+        x = TensorDesc("float32", (64, w), (1, 64))
+        y = TensorDesc("float32", (64, w))
+        op = CompiledElementWise(device, ElementWiseIdentityOperatorDesc(x, y), permute=force)
+    else:
+        x = TensorDesc("float32", (64, 2 * w + 4))
+        y = TensorDesc("float32", (64, w))
+        op = CompiledSlice(device, Slice1OperatorDesc(x, y, (0, 0), (64, 2 * w), (1, 2)),
+                           permute=force)
+    if force != "strided" and op.permuted is None:
+        op.release()
+        raise tuning.Declined(cand.name)
+    return record_on_scratch(device, seq, op, x, y)
+
+
+#: A strided copy of 32-bit elements this module takes: its kernel reading through a
+#: texel buffer ("texel", the ``VKML_TUNE=off`` default) or a storage buffer ("ssbo"), or
+#: the caller's strided element path ("strided"), by measurement.
+PATH = tuning.register_path(
+    "permute", [(c, {"permute": c}) for c in CHOICES], "texel", _class, _run,
+    examples=[{"kind": "tile", "words": 64 * 112 * 112},
+              {"kind": "rows", "words": 64 * 56 * 56}],
+    work_fn=lambda shape: float(shape["words"]))
