@@ -137,7 +137,7 @@ class CompiledGemm(CompiledOperator):
             "f16" if self.features.get("storage16") else "f16_packed")
         self.windows = self._plan_windows()
         self.path = self._choose_path()
-        sg = self._sg_constants(base) if self.path == "sg" else None
+        self.sg = sg = self._sg_constants(base) if self.path == "sg" else None
         act = d.fused_activation
         constants = {"HAS_C": self.has_c, "ACT": act.SPEC.kernel_id if act is not None else 0}
         if sg is not None:
