@@ -534,9 +534,13 @@ def _sg_or_skip(device, desc, **kw):
     subgroup shuffles in full subgroups (the family then runs "direct")."""
     from vkml.ops.gemm import CompiledGemm
 
+    from vkml.ops.convolution.gemm import subgroup_shuffle_size
+
     op = CompiledGemm(device, device.create_operator(desc).desc, path="sg", **kw)
     if op.path != "sg":
+        lacks = subgroup_shuffle_size(op) < 4
         op.release()
+        assert lacks, "the sg family handed a product it takes to the direct family"
         pytest.skip("no subgroup shuffles in full subgroups on this device")
     return op
 
@@ -552,11 +556,12 @@ def test_sg_random(device, budget, block):
 
     rng = np.random.default_rng(20 + block[1])
     modes = set()
-    for case in range(max(8, budget)):
+    for case in range(max(8, budget // 4)):
         rank = 2 + case % 3
         batch = tuple(int(rng.integers(1, 4)) for _ in range(rank - 2))
         big = case % 5 == 4
         m, k, n = (int(rng.integers(1, 200 if big else 70)) for _ in range(3))
+        m = max(m, block[0] + case % 3)                 # (fewer rows: the direct family)
         if case % 8 < 4:                        # whole texels: RGBA32F reads, vec4 stores
             k, n = 4 * ceil_div(k, 4), 4 * ceil_div(n, 4)
         ta, tb = bool(case & 1), bool(case & 2)
@@ -592,12 +597,12 @@ def test_sg_modes(device):
     (A_MODE 1) only along K with K a multiple of 4; B along N (1) with N a multiple of 4,
     else along K (2), else elements (0); vec4 stores where N is a multiple of 4."""
     rng = np.random.default_rng(21)
-    for (m, k, n, ta, tb), want in {(9, 12, 20, 0, 0): (1, 1, True),
-                                    (9, 12, 20, 1, 0): (0, 1, True),
-                                    (9, 12, 21, 0, 1): (1, 2, False),
-                                    (9, 13, 21, 0, 1): (0, 0, False),
-                                    (9, 13, 21, 1, 0): (0, 0, False),
-                                    (9, 13, 24, 0, 0): (0, 1, True)}.items():
+    for (m, k, n, ta, tb), want in {(19, 12, 20, 0, 0): (1, 1, True),
+                                    (19, 12, 20, 1, 0): (0, 1, True),
+                                    (19, 12, 21, 0, 1): (1, 2, False),
+                                    (19, 13, 21, 0, 1): (0, 0, False),
+                                    (19, 13, 21, 1, 0): (0, 0, False),
+                                    (19, 13, 24, 0, 0): (0, 1, True)}.items():
         a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
         b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
         desc = Desc(T("float32", a.shape), T("float32", b.shape), None, T("float32", (m, n)),
@@ -664,8 +669,8 @@ def test_sg_fused_activation(device, act, params):
 def test_sg_split_grids_and_declines(device):
     """maxComputeWorkGroupCount lowered: the sg family's grid split along N, M and the
     layers; where it does not take the product (float16, windows past
-    maxStorageBufferRange, a read forced to "ssbo") "sg" runs the direct family, and the
-    tuner's sg candidates decline."""
+    maxStorageBufferRange, a read forced to "ssbo", fewer rows than its block) "sg" runs
+    the direct family, and the tuner's sg candidates decline."""
     from vkml import tuning
     from vkml.ops.gemm import PATH, CompiledGemm, _path_run
 
@@ -702,9 +707,14 @@ def test_sg_split_grids_and_declines(device):
     got = run_into_nan(device, op, h + [None], c.size, "float16")
     np.testing.assert_allclose(got.reshape(c.shape).astype(np.float64), reference(*h),
                                **_tol("float16", 24))
+    few = Desc(T("float32", (15, 8)), T("float32", (8, 8)), None, T("float32", (15, 8)))
+    op = CompiledGemm(device, device.create_operator(few).desc, path="sg")
+    assert op.path == "direct"
+    op.release()
     sg = next(cand for cand in PATH.candidates if cand.name == "sg-16x8")
-    with device.sequence(timed=True) as seq, pytest.raises(tuning.Declined):
-        _path_run(device, seq, sg, {"m": 8, "k": 8, "n": 8, "batch": 1, "dtype": "float16"})
+    for dtype, m in (("float16", 16), ("float32", 15)):
+        with device.sequence(timed=True) as seq, pytest.raises(tuning.Declined):
+            _path_run(device, seq, sg, {"m": m, "k": 8, "n": 8, "batch": 1, "dtype": dtype})
 
 
 def test_sg_rules(device):

@@ -1,9 +1,13 @@
 """GEMM: ``DML_GEMM_OPERATOR_DESC`` and ``vkml.gemm``.
 
-Kernels: ``glsl/gemm.comp``, two families (:data:`PATH` chooses by the device's timings):
-"direct", register blocks read straight from the operands (4 x 4 an invocation; 8 x 8
-where A and B are read as RGBA32F texels), and "tiled", shared-memory tiles of 32 x 32
-with 4 x 4 register blocks, one z layer per (batch, channel) pair; and
+Kernels: ``glsl/gemm.comp``, three families (:data:`PATH` chooses by the device's
+timings): "direct", register blocks read straight from the operands (4 x 4 an
+invocation; 8 x 8 where A and B are read as RGBA32F texels); "tiled", shared-memory tiles
+of 32 x 32 with 4 x 4 register blocks, one z layer per (batch, channel) pair; and "sg"
+(float32), the convolution's gemm_sg design: a subgroup's lanes share a block of MB rows
+of op(A), fetched a few elements a lane and passed on by subgroup shuffles, each lane
+NB columns of op(B) as texels, each accumulator taking 4 k in a row (on lavapipe the
+block lives in memory: one load and store of it per 4 FMAs, not per FMA); and
 ``glsl/gemm_dot.comp`` (the direct family's "dot4" read) where op(A) and op(B) are both
 contiguous along K (B transposed: fully connected weights), each output a dot product of
 RGBA32F texels.  Direct workgroups put no more invocation rows along M than the product
@@ -186,16 +190,17 @@ class CompiledGemm(CompiledOperator):
 
     def _sg_constants(self, base: str) -> dict | None:
         """gemm.comp's SGA constants for this product, None where the sg family does not
-        take it: float32 only, A and B bound whole as texel views, a device with subgroup
-        shuffles in full subgroups (the convolution's gemm_sg rule,
+        take it: float32 only, at least MB rows, A and B bound whole as texel views, a
+        device with subgroup shuffles in full subgroups (the convolution's gemm_sg rule,
         :func:`.convolution.gemm.subgroup_shuffle_size`).  A as RGBA32F texels of 4 k
         (A_MODE 1) where it is contiguous along K, K and every other stride multiples of
         4; B along N (N a multiple of 4) or along K likewise; else R32F elements.  YV4
         where the output is contiguous along N in whole, aligned vec4s."""
         size = subgroup_shuffle_size(self)
-        if base != "f32" or self.windows is not None or size < 4 \
+        mb, nb = self.sg_block
+        if base != "f32" or self.windows is not None or size < 4 or self.box[2] < mb \
                 or self.force_read not in (None, "sg"):
-            return None
+            return None          # (fewer rows than a block: the lanes' work is mostly waste)
         (sa, sb, _, sy), k, n = self.strides, self.k, self.box[3]
 
         def rgba(i: int, along: int, count: int) -> bool:    # 4 elements a texel
@@ -209,7 +214,6 @@ class CompiledGemm(CompiledOperator):
                 or self.bytes[1] // (4 if b_mode == B_ELEMENTS else 16) > limit:
             return None
         yv4 = sy[3] == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sy[:3])
-        mb, nb = self.sg_block
         return {"MB": mb, "NB": nb, "SG": size, "A_MODE": a_mode, "B_MODE": b_mode,
                 "YV4": bool(yv4)}
 
@@ -360,11 +364,14 @@ def _path_run(device, seq, cand, shape):
 
 #: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
 #: :meth:`CompiledGemm._choose_path`), "tiled" or "sg" with one of its register blocks
-#: ("sg-16x8": 16 rows a subgroup, 8 columns a lane), chosen by the device's timing for
-#: the shape's class (M, K, N and the layer count within a factor of 4).
+#: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the last of SG_BLOCKS timed in the
+#: full mode only), chosen by the device's timing for the shape's class (M, K, N and the
+#: layer count within a factor of 4).  "sg" is no default: SwiftShader runs it several
+#: times slower than "direct" (its shuffles), lavapipe about twice as fast.
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
-    + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}) for mb, nb in SG_BLOCKS],
+    + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i < len(SG_BLOCKS) - 1)
+       for i, (mb, nb) in enumerate(SG_BLOCKS)],
     "direct",
     _path_class, _path_run,
     work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
