@@ -725,3 +725,33 @@ def test_sg_rules(device):
     with pytest.raises(ValidationError) as err:
         CompiledGemm(device, device.create_operator(desc).desc, path="sg", sg_block=(4, 4))
     assert err.value.field == "sg_block"
+
+
+def test_sg_tuner_candidates(device, tmp_path, monkeypatch):
+    """Every candidate of gemm_path runs when measured (the sg ones where the device has
+    subgroup shuffles in full subgroups, else declined); a choice of an sg candidate
+    builds that register block."""
+    import importlib
+
+    from vkml import tuning
+    from vkml.ops.convolution.gemm import subgroup_shuffle_size
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")      # the module, not the function
+
+    c = tuning.Tuner("full", folder=tmp_path, rounds=1).choose(
+        device, "gemm_path", {"m": 40, "k": 12, "n": 36, "batch": 2, "dtype": "float32"})
+    names = {cand.name for cand in gemm_mod.PATH.candidates}
+    sg = {n for n in names if n.startswith("sg-")}
+    assert c.source == "measured" and len(sg) == len(gemm_mod.SG_BLOCKS)
+    desc = Desc(T("float32", (40, 12)), T("float32", (12, 36)), None, T("float32", (40, 36)))
+    real = tuning.choose
+    monkeypatch.setattr(gemm_mod.tuning, "choose",
+                        lambda dev, path, shape: real(dev, path, shape, force="sg-16x12"))
+    op = gemm_mod.CompiledGemm(device, device.create_operator(desc).desc)
+    has_sg = subgroup_shuffle_size(op) >= 4
+    assert set(c.times) == (names if has_sg else names - sg)
+    assert (op.path, op.sg_block) == (("sg", (16, 12)) if has_sg else ("direct", (16, 12)))
+    rng = np.random.default_rng(25)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((40, 12), (12, 36)))
+    got = run_into_nan(device, op, [a, b, None], 40 * 36, "float32")
+    np.testing.assert_allclose(got.reshape(40, 36), reference(a, b), **_tol("float32", 12))
