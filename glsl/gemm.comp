@@ -4,7 +4,7 @@
 // B's last two for a transform and gives 0 for a broadcast dimension), so transposed,
 // strided and broadcast operands need no copy.
 //
-// Two families, one text:
+// Three families, one text:
 // * TILED: a workgroup of LX x LY invocations computes a (4*LY) x (4*LX) block of Y;
 //   each K step of KT stages op(A)'s (4*LY) x KT and op(B)'s KT x (4*LX) slices in
 //   shared memory (out-of-range elements as 0, so the inner loop has no bounds tests),
@@ -16,10 +16,26 @@
 //   than the reuse saves.  TEXEL4 reads A along K and B along N as RGBA32F texels (the
 //   host's rule: both contiguous there, K and N multiples of 4, every other stride and
 //   base 4-aligned) and takes an 8 x 8 block: per 4 k, 16 vec4 fetches feed 256 FMAs.
+// * SGA (float32): the convolution's gemm_sg inner loop (convolution_gemm.comp, SGW) for
+//   a plain product.  The SG lanes of a subgroup share MB rows of op(A) and each take NB
+//   consecutive columns of op(B).  Per 4 k a lane fetches its share of the MB x 4 block
+//   of A (R32F elements, or RGBA32F texels of 4 k: A_MODE) and gets the rest from the
+//   other lanes by subgroup shuffles at constant lanes; it fetches its NB x 4 block of
+//   B as RGBA32F texels along N or along K (B_MODE 1, 2) or R32F elements (0), and adds
+//   MB x NB x 4 products, the 4 k of one accumulator in a row (lavapipe keeps the block
+//   in memory: one load and store of an accumulator per 4 FMAs, where the convolution
+//   kernel's order, every product of one k before the next k, takes one per FMA and
+//   runs about half as fast).  On lavapipe a texel
+//   fetch costs the same whether its address is uniform or not, so sharing A turns MB
+//   fetches per k per lane into MB / SG.  The subgroups of a workgroup take consecutive
+//   row blocks of the same columns (B's rows stay in cache).  K past the last whole 4
+//   is one guarded step.  YV4: rows stored 4 columns a vec4 (lavapipe stores a vector in
+//   one lane turn, a scalar in one turn each).  A subgroup past the last row returns
+//   early (no barriers in this family).
 // Arithmetic is float32 for every storage type (float16 stored as halves, or packed two
 // to a word without 16-bit storage).  TEXEL variants read float32 A and B as R32F texels:
 // lavapipe gathers texel fetches across lanes but runs storage-buffer loads one lane at a
-// time.  No early return: every invocation reaches the barriers.
+// time.  TILED has no early return: every invocation reaches the barriers.
 //
 // vkml:variant gemm_tiled_f32 F32=1
 // vkml:variant gemm_tiled_f32_texel F32=1 TEXEL=1
@@ -31,20 +47,6 @@
 // vkml:variant gemm_direct_f16 F16=1 DIRECT=1
 // vkml:variant gemm_direct_f16_packed F16_PACKED=1 DIRECT=1
 // vkml:variant gemm_sg_f32 F32=1 SGA=1
-//
-// * SGA (float32): the convolution's gemm_sg inner loop (convolution_gemm.comp, SGW) for
-//   a plain product.  The SG lanes of a subgroup share MB rows of op(A) and each take NB
-//   consecutive columns of op(B).  Per 4 k a lane fetches its share of the MB x 4 block
-//   of A (R32F elements, or RGBA32F texels of 4 k: A_MODE) and gets the rest from the
-//   other lanes by subgroup shuffles at constant lanes; it fetches its NB x 4 block of
-//   B as RGBA32F texels along N or along K (B_MODE 1, 2) or R32F elements (0), and adds
-//   MB x NB x 4 products, the 4 k of one accumulator in a row (lavapipe keeps the block
-//   in memory: one load and store of an accumulator per 4 FMAs).  On lavapipe a texel
-//   fetch costs the same whether its address is uniform or not, so sharing A turns MB
-//   fetches per k per lane into MB / SG.  The subgroups of a workgroup take consecutive
-//   row blocks of the same columns (B's rows stay in cache).  K past the last whole 4
-//   is one guarded step.  YV4: rows stored 4 columns a vec4 (lavapipe stores a vector in
-//   one lane turn, a scalar in one turn each).
 #extension GL_EXT_control_flow_attributes : enable
 #ifdef SGA
 #extension GL_KHR_shader_subgroup_basic : require
