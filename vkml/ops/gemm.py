@@ -366,8 +366,8 @@ def _path_run(device, seq, cand, shape):
 #: :meth:`CompiledGemm._choose_path`), "tiled" or "sg" with one of its register blocks
 #: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the last of SG_BLOCKS timed in the
 #: full mode only), chosen by the device's timing for the shape's class (M, K, N and the
-#: layer count within a factor of 4).  "sg" is no default: SwiftShader runs it several
-#: times slower than "direct" (its shuffles), lavapipe about twice as fast.
+#: layer count within a factor of 4).  "sg" is no default: lavapipe runs it faster than
+#: "direct", SwiftShader several times slower.
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
     + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i < len(SG_BLOCKS) - 1)
