@@ -6,6 +6,8 @@ fused activations (CLIP included), windows past maxStorageBufferRange and grids 
 maxComputeWorkGroupCount, every rule of the page, a graph node, threads and leaks."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -755,3 +757,25 @@ def test_sg_tuner_candidates(device, tmp_path, monkeypatch):
     a, b = (rng.standard_normal(s).astype(np.float32) for s in ((40, 12), (12, 36)))
     got = run_into_nan(device, op, [a, b, None], 40 * 36, "float32")
     np.testing.assert_allclose(got.reshape(40, 36), reference(a, b), **_tol("float32", 12))
+
+
+def test_sg_choice_not_taken_is_not_observed(device, monkeypatch):
+    """A tuner's sg choice for a product the family does not take (fewer rows than its
+    block, a class-mate of one it takes) runs direct and is not re-checked against the sg
+    candidate's stored time."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    real = tuning.choose
+
+    def stored(dev, path, shape):
+        c = real(dev, path, shape, force="sg-16x8")
+        return dataclasses.replace(c, source="stored", seconds=1e-3)
+    monkeypatch.setattr(gemm_mod.tuning, "choose", stored)
+    monkeypatch.setattr(tuning.Tuner, "expected", lambda self, *a, **k: 1e-3)
+    few = Desc(T("float32", (12, 8)), T("float32", (8, 8)), None, T("float32", (12, 8)))
+    op = gemm_mod.CompiledGemm(device, device.create_operator(few).desc)
+    assert op.path == "direct" and op.observed is None
+    op.release()
