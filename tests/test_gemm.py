@@ -6,6 +6,8 @@ fused activations (CLIP included), windows past maxStorageBufferRange and grids 
 maxComputeWorkGroupCount, every rule of the page, a graph node, threads and leaks."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -15,6 +17,7 @@ import torch
 import vkml
 from vkml import dml
 from vkml.errors import ValidationError
+from vkml.intmath import ceil_div
 
 from helpers import (assert_no_leaks, operator_cycle, run_into_nan, run_two_node_graph,
                      threads_share_one_operator)
@@ -526,3 +529,253 @@ def test_fuzz_gemm(device, speed):
         np.testing.assert_allclose(got.astype(np.float64), y, **_tol(dtype, k))
 
     check()
+
+
+def _sg_or_skip(device, desc, **kw):
+    """``desc`` compiled on the sg family (forced), skipping where the device has no
+    subgroup shuffles in full subgroups (the family then runs "direct")."""
+    from vkml.ops.gemm import CompiledGemm
+
+    from vkml.ops.convolution.gemm import subgroup_shuffle_size
+
+    op = CompiledGemm(device, device.create_operator(desc).desc, path="sg", **kw)
+    if op.path != "sg":
+        lacks = subgroup_shuffle_size(op) < 4
+        op.release()
+        assert lacks, "the sg family handed a product it takes to the direct family"
+        pytest.skip("no subgroup shuffles in full subgroups on this device")
+    return op
+
+
+@pytest.mark.parametrize("block", [(16, 8), (16, 12), (8, 16)])
+def test_sg_random(device, budget, block):
+    """The sg family against float64 NumPy and the direct family (forced) on the same
+    operands: ranks 2 to 4, both transforms, batch broadcast by zero strides, C broadcast
+    or absent, random Alpha and Beta, odd sizes (K not a multiple of 4: the guarded last
+    step; N not a multiple of 4: scalar stores), sizes past one workgroup's block; every
+    read of A and B (texels along K or N, elements) is taken."""
+    from vkml.ops.gemm import CompiledGemm
+
+    rng = np.random.default_rng(20 + block[1])
+    modes = set()
+    for case in range(max(8, budget // 4)):
+        rank = 2 + case % 3
+        batch = tuple(int(rng.integers(1, 4)) for _ in range(rank - 2))
+        big = case % 5 == 4
+        m, k, n = (int(rng.integers(1, 200 if big else 70)) for _ in range(3))
+        m = max(m, block[0] + case % 3)                 # (fewer rows: the direct family)
+        if case % 8 < 4:                        # whole texels: RGBA32F reads, vec4 stores
+            k, n = 4 * ceil_div(k, 4), 4 * ceil_div(n, 4)
+        ta, tb = bool(case & 1), bool(case & 2)
+        abatch = tuple(s if rng.random() < 0.7 else 1 for s in batch)
+        bbatch = tuple(s if rng.random() < 0.7 else 1 for s in batch)
+        batch = np.broadcast_shapes(abatch, bbatch)
+        a = rng.standard_normal(abatch + ((k, m) if ta else (m, k))).astype(np.float32)
+        b = rng.standard_normal(bbatch + ((n, k) if tb else (k, n))).astype(np.float32)
+        c = None
+        if case % 4 != 3:
+            c = rng.standard_normal(tuple(s if rng.random() < 0.5 else 1
+                                          for s in batch + (m, n))).astype(np.float32)
+        alpha, beta = float(rng.uniform(-2, 2)), float(rng.uniform(-2, 2))
+        desc = _last_desc(a, b, c, ta, tb, alpha, beta)
+        arrays = [a, b, c]
+        op = _sg_or_skip(device, desc, sg_block=block)
+        assert (op.kernel, op.read) == ("gemm_sg_f32", "sg")
+        modes.add((op.sg["A_MODE"], op.sg["B_MODE"], op.sg["YV4"]))
+        got = run_into_nan(device, op, arrays, int(np.prod(desc.output_tensor.sizes)),
+                           "float32")
+        old = CompiledGemm(device, device.create_operator(desc).desc, path="direct")
+        was = run_into_nan(device, old, arrays, got.size, "float32")
+        want = reference(a, b, c, ta, tb, alpha, beta)
+        msg = f"{a.shape} {b.shape} {ta} {tb} {op.sg}"
+        np.testing.assert_allclose(got.reshape(want.shape), want, **_tol("float32", k),
+                                   err_msg=msg)
+        np.testing.assert_allclose(got, was, **_tol("float32", k), err_msg=msg)
+    assert {mode[:2] for mode in modes} >= {(1, 1), (0, 1), (1, 2), (0, 0)}, modes
+
+
+def test_sg_modes(device):
+    """Each read of the sg family chosen where its rule holds: A as RGBA32F texels of 4 k
+    (A_MODE 1) only along K with K a multiple of 4; B along N (1) with N a multiple of 4,
+    else along K (2), else elements (0); vec4 stores where N is a multiple of 4."""
+    rng = np.random.default_rng(21)
+    for (m, k, n, ta, tb), want in {(19, 12, 20, 0, 0): (1, 1, True),
+                                    (19, 12, 20, 1, 0): (0, 1, True),
+                                    (19, 12, 21, 0, 1): (1, 2, False),
+                                    (19, 13, 21, 0, 1): (0, 0, False),
+                                    (19, 13, 21, 1, 0): (0, 0, False),
+                                    (19, 13, 24, 0, 0): (0, 1, True)}.items():
+        a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+        desc = Desc(T("float32", a.shape), T("float32", b.shape), None, T("float32", (m, n)),
+                    ta, tb)
+        op = _sg_or_skip(device, desc)
+        assert (op.sg["A_MODE"], op.sg["B_MODE"], op.sg["YV4"]) == want, (m, k, n, ta, tb)
+        got = run_into_nan(device, op, [a, b, None], m * n, "float32")
+        np.testing.assert_allclose(got.reshape(m, n), reference(a, b, None, ta, tb),
+                                   **_tol("float32", k))
+
+
+def test_sg_strides_and_canaries(device):
+    """The sg family through element strides: A stored transposed, B with NaN in its
+    gaps broadcast along the batch, C broadcast along M, an output with NaN canaries in
+    its gaps (scalar stores: its rows are not whole vec4s)."""
+    rng = np.random.default_rng(22)
+    bt, ch, m, k, n = 2, 3, 21, 11, 19
+    a_mem = rng.standard_normal((bt, ch, k, m)).astype(np.float32)
+    a = a_mem.swapaxes(-1, -2)
+    b_mem = np.full((ch, k, n + 3), np.nan, np.float32)
+    b_mem[:, :, :n] = rng.standard_normal((ch, k, n))
+    b = np.broadcast_to(b_mem[:, :, :n], (bt, ch, k, n))
+    c_mem = rng.standard_normal((bt, ch, n)).astype(np.float32)
+    c = np.broadcast_to(c_mem[:, :, None, :], (bt, ch, m, n))
+    y_strides = (ch * m * 24, m * 24, 24, 1)
+    out_elems = bt * y_strides[0]
+    shape = (bt, ch, m, n)
+    desc = Desc(T("float32", (bt, ch, m, k), (ch * k * m, k * m, 1, m)),
+                T("float32", (bt, ch, k, n), (0, k * (n + 3), n + 3, 1)),
+                T("float32", shape, (ch * n, n, 0, 1)), T("float32", shape, y_strides),
+                alpha=0.75, beta=-1.25)
+    op = _sg_or_skip(device, desc)
+    assert not op.sg["YV4"]
+    got = run_into_nan(device, op, [a_mem, b_mem, c_mem], out_elems, "float32")
+    idx = sum(np.arange(s).reshape([-1 if i == d else 1 for i in range(4)]) * st
+              for d, (s, st) in enumerate(zip(shape, y_strides)))
+    np.testing.assert_allclose(got[idx], reference(a, b, c, alpha=0.75, beta=-1.25),
+                               **_tol("float32", k))
+    gaps = np.ones(out_elems, bool)
+    gaps[idx.reshape(-1)] = False
+    assert np.isnan(got[gaps]).all(), "a write landed outside the output"
+
+
+@pytest.mark.parametrize("act, params", [("relu", {}), ("sigmoid", {}),
+                                         ("clip", {"min": -0.5, "max": 1.0})])
+def test_sg_fused_activation(device, act, params):
+    """The fused activation after Alpha * AB + Beta * C on the sg family, vec4 stores and
+    scalar ones."""
+    rng = np.random.default_rng(23)
+    for n in (12, 9):
+        a = rng.standard_normal((2, 17, 12)).astype(np.float32)
+        b = rng.standard_normal((2, 12, n)).astype(np.float32)
+        c = rng.standard_normal((n,)).astype(np.float32)
+        desc = Desc(T("float32", a.shape), T("float32", b.shape),
+                    T("float32", (2, 17, n), (0, 0, 1)), T("float32", (2, 17, n)),
+                    alpha=0.5, beta=2.0, fused_activation=dml.ACTIVATIONS[act](**params))
+        op = _sg_or_skip(device, desc)
+        got = run_into_nan(device, op, [a, b, c], 2 * 17 * n, "float32").reshape(2, 17, n)
+        want = reference(a, b, c, alpha=0.5, beta=2.0)
+        want = np.clip(want, -0.5, 1.0) if act == "clip" else FORMULAS[act][1](want, **params)
+        np.testing.assert_allclose(got, want, rtol=3e-5, atol=3e-5)
+
+
+def test_sg_split_grids_and_declines(device):
+    """maxComputeWorkGroupCount lowered: the sg family's grid split along N, M and the
+    layers; where it does not take the product (float16, windows past
+    maxStorageBufferRange, a read forced to "ssbo", fewer rows than its block) "sg" runs
+    the direct family, and the tuner's sg candidates decline."""
+    from vkml import tuning
+    from vkml.ops.gemm import PATH, CompiledGemm, _path_run
+
+    rng = np.random.default_rng(24)
+    a = rng.standard_normal((3, 2, 150, 24)).astype(np.float32)
+    b = rng.standard_normal((3, 2, 24, 136)).astype(np.float32)
+    c = rng.standard_normal((3, 2, 150, 136)).astype(np.float32)
+    want = reference(a, b, c, alpha=1.5, beta=0.5)
+    desc = Desc(T("float32", a.shape), T("float32", b.shape), T("float32", c.shape),
+                T("float32", c.shape), alpha=1.5, beta=0.5)
+    for limits in ({"maxComputeWorkGroupCount": (2, 1, 2)},
+                   {"maxComputeWorkGroupCount": (1, 2, 7)}):
+        with vkml.Device(device.index, limits=limits) as small:
+            op = _sg_or_skip(small, desc)
+            got = run_into_nan(small, op, [a, b, c], c.size, "float32")
+            np.testing.assert_allclose(got.reshape(c.shape), want, **_tol("float32", 24))
+    align = device._ctx.binding_alignment()
+    a, b, c = (np.ascontiguousarray(x) for x in (a[..., :40, :], b[..., :72], c[..., :40, :72]))
+    desc = Desc(T("float32", a.shape), T("float32", b.shape), T("float32", c.shape),
+                T("float32", c.shape), alpha=1.5, beta=0.5)
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 8192 + 4 * align}) as small:
+        op = CompiledGemm(small, small.create_operator(desc).desc, path="sg")
+        assert op.path == "direct" and op.windows is not None
+        got = run_into_nan(small, op, [a, b, c], c.size, "float32")
+        np.testing.assert_allclose(got.reshape(c.shape), reference(a, b, c, alpha=1.5, beta=0.5),
+                                   **_tol("float32", 24))
+    op = CompiledGemm(device, device.create_operator(desc).desc, path="sg", read="ssbo")
+    assert (op.path, op.read) == ("direct", "ssbo")
+    op.release()
+    h = [x.astype(np.float16) for x in (a, b)]
+    hdesc = Desc(T("float16", a.shape), T("float16", b.shape), None, T("float16", c.shape))
+    op = CompiledGemm(device, device.create_operator(hdesc).desc, path="sg")
+    assert op.path == "direct"
+    got = run_into_nan(device, op, h + [None], c.size, "float16")
+    np.testing.assert_allclose(got.reshape(c.shape).astype(np.float64), reference(*h),
+                               **_tol("float16", 24))
+    few = Desc(T("float32", (15, 8)), T("float32", (8, 8)), None, T("float32", (15, 8)))
+    op = CompiledGemm(device, device.create_operator(few).desc, path="sg")
+    assert op.path == "direct"
+    op.release()
+    sg = next(cand for cand in PATH.candidates if cand.name == "sg-16x8")
+    for dtype, m in (("float16", 16), ("float32", 15)):
+        with device.sequence(timed=True) as seq, pytest.raises(tuning.Declined):
+            _path_run(device, seq, sg, {"m": m, "k": 8, "n": 8, "batch": 1, "dtype": dtype})
+
+
+def test_sg_rules(device):
+    """``sg_block`` must be one of SG_BLOCKS."""
+    from vkml.ops.gemm import CompiledGemm
+
+    desc = Desc(T("float32", (4, 4)), T("float32", (4, 4)), None, T("float32", (4, 4)))
+    with pytest.raises(ValidationError) as err:
+        CompiledGemm(device, device.create_operator(desc).desc, path="sg", sg_block=(4, 4))
+    assert err.value.field == "sg_block"
+
+
+def test_sg_tuner_candidates(device, tmp_path, monkeypatch):
+    """Every candidate of gemm_path runs when measured (the sg ones where the device has
+    subgroup shuffles in full subgroups, else declined); a choice of an sg candidate
+    builds that register block."""
+    import importlib
+
+    from vkml import tuning
+    from vkml.ops.convolution.gemm import subgroup_shuffle_size
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")      # the module, not the function
+
+    c = tuning.Tuner("full", folder=tmp_path, rounds=1).choose(
+        device, "gemm_path", {"m": 40, "k": 12, "n": 36, "batch": 2, "dtype": "float32"})
+    names = {cand.name for cand in gemm_mod.PATH.candidates}
+    sg = {n for n in names if n.startswith("sg-")}
+    assert c.source == "measured" and len(sg) == len(gemm_mod.SG_BLOCKS)
+    desc = Desc(T("float32", (40, 12)), T("float32", (12, 36)), None, T("float32", (40, 36)))
+    real = tuning.choose
+    monkeypatch.setattr(gemm_mod.tuning, "choose",
+                        lambda dev, path, shape: real(dev, path, shape, force="sg-16x12"))
+    op = gemm_mod.CompiledGemm(device, device.create_operator(desc).desc)
+    has_sg = subgroup_shuffle_size(op) >= 4
+    assert set(c.times) == (names if has_sg else names - sg)
+    assert (op.path, op.sg_block) == (("sg", (16, 12)) if has_sg else ("direct", (16, 12)))
+    rng = np.random.default_rng(25)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((40, 12), (12, 36)))
+    got = run_into_nan(device, op, [a, b, None], 40 * 36, "float32")
+    np.testing.assert_allclose(got.reshape(40, 36), reference(a, b), **_tol("float32", 12))
+
+
+def test_sg_choice_not_taken_is_not_observed(device, monkeypatch):
+    """A tuner's sg choice for a product the family does not take (fewer rows than its
+    block, a class-mate of one it takes) runs direct and is not re-checked against the sg
+    candidate's stored time."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    real = tuning.choose
+
+    def stored(dev, path, shape):
+        c = real(dev, path, shape, force="sg-16x8")
+        return dataclasses.replace(c, source="stored", seconds=1e-3)
+    monkeypatch.setattr(gemm_mod.tuning, "choose", stored)
+    monkeypatch.setattr(tuning.Tuner, "expected", lambda self, *a, **k: 1e-3)
+    few = Desc(T("float32", (12, 8)), T("float32", (8, 8)), None, T("float32", (12, 8)))
+    op = gemm_mod.CompiledGemm(device, device.create_operator(few).desc)
+    assert op.path == "direct" and op.observed is None
+    op.release()

@@ -1,9 +1,13 @@
 """GEMM: ``DML_GEMM_OPERATOR_DESC`` and ``vkml.gemm``.
 
-Kernels: ``glsl/gemm.comp``, two families (:data:`PATH` chooses by the device's timings):
-"direct", register blocks read straight from the operands (4 x 4 an invocation; 8 x 8
-where A and B are read as RGBA32F texels), and "tiled", shared-memory tiles of 32 x 32
-with 4 x 4 register blocks, one z layer per (batch, channel) pair; and
+Kernels: ``glsl/gemm.comp``, three families (:data:`PATH` chooses by the device's
+timings): "direct", register blocks read straight from the operands (4 x 4 an
+invocation; 8 x 8 where A and B are read as RGBA32F texels); "tiled", shared-memory tiles
+of 32 x 32 with 4 x 4 register blocks, one z layer per (batch, channel) pair; and "sg"
+(float32), the convolution's gemm_sg design: a subgroup's lanes share a block of MB rows
+of op(A), fetched a few elements a lane and passed on by subgroup shuffles, each lane
+NB columns of op(B) as texels, each accumulator taking 4 k in a row (on lavapipe the
+block lives in memory: one load and store of it per 4 FMAs, not per FMA); and
 ``glsl/gemm_dot.comp`` (the direct family's "dot4" read) where op(A) and op(B) are both
 contiguous along K (B transposed: fully connected weights), each output a dot product of
 RGBA32F texels.  Direct workgroups put no more invocation rows along M than the product
@@ -34,6 +38,7 @@ from .. import tuning
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, check_choice, implements
+from .convolution.gemm import subgroup_shuffle_size
 from .functional import as_array, pick_device, run
 from .grid import binding_window, check_allocatable, pieces, plan_windows, strided_span
 
@@ -46,10 +51,17 @@ VARIANTS = dict.fromkeys(
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT"))
 VARIANTS.update(dict.fromkeys(["gemm_dot_f32", "gemm_dot_f32_ssbo"],
                               ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "RM", "CN")))
+VARIANTS["gemm_sg_f32"] = ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "MB", "NB", "SG",
+                           "A_MODE", "B_MODE", "YV4")
 
 #: The kernel families (glsl/gemm.comp) and the reads each can take.
-PATHS = {"direct": ("dot4", "texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo")}
-READS = ("dot4", "texel4", "texel", "ssbo")
+PATHS = {"direct": ("dot4", "texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo"),
+         "sg": ("sg",)}
+READS = ("dot4", "texel4", "texel", "ssbo", "sg")
+#: The sg family's register blocks (rows a subgroup, columns a lane) the tuner tries.
+SG_BLOCKS = ((16, 8), (16, 12), (8, 16))
+#: B_MODE of gemm.comp's SGA variant: how a lane reads its columns of op(B).
+B_ELEMENTS, B_ALONG_N, B_ALONG_K = 0, 1, 2
 
 #: Invocations a workgroup; each invocation computes BLOCK[read] = (rows, columns)
 #: outputs (gemm.comp's RM and 4 * CV; dot4: gemm_dot.comp's RM and CN for M >= 8).
@@ -93,14 +105,21 @@ def _four(t: TensorDesc | None, swap: bool = False) -> list[int]:
 class CompiledGemm(CompiledOperator):
     """GEMM on this device: see the module doc."""
 
-    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
-        """``path``: "direct" or "tiled" forces a kernel family (None: :data:`PATH`'s
-        choice); ``read``: "texel4", "texel" or "ssbo" forces a read where the geometry
-        allows it (None: the widest that does)."""
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None,
+                 sg_block: tuple[int, int] | None = None):
+        """``path``: "direct", "tiled" or "sg" forces a kernel family (None: :data:`PATH`'s
+        choice; "sg" runs "direct" where it does not take the product, see
+        :meth:`_sg_constants`); ``read``: "texel4", "texel" or "ssbo" forces a read where
+        the geometry allows it (None: the widest that does); ``sg_block``: the sg
+        family's (rows a subgroup, columns a lane), one of :data:`SG_BLOCKS` (None: the
+        first)."""
         if path not in (None, *PATHS):
             raise ValidationError("path", f"must be one of {tuple(PATHS)}, got {path!r}")
         check_choice("read", read, READS)
+        if sg_block is not None and tuple(sg_block) not in SG_BLOCKS:
+            raise ValidationError("sg_block", f"must be one of {SG_BLOCKS}, got {sg_block!r}")
         self.force_path, self.force_read = path, read
+        self.sg_block = tuple(sg_block or SG_BLOCKS[0])
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -122,25 +141,83 @@ class CompiledGemm(CompiledOperator):
             "f16" if self.features.get("storage16") else "f16_packed")
         self.windows = self._plan_windows()
         self.path = self._choose_path()
+        self.sg = sg = self._sg_constants(base) if self.path == "sg" else None
+        act = d.fused_activation
+        constants = {"HAS_C": self.has_c, "ACT": act.SPEC.kernel_id if act is not None else 0}
+        if sg is not None:
+            self._build_sg(sg, constants)
+        else:
+            if self.path == "sg":        # (the tuner's choice for the class, not this product:
+                self.path = "direct"     # its times say nothing of what runs)
+                self.observed = None
+            self._build_direct_tiled(base, constants)
+        block = pack(self.kernel, "Params", a_stride=self.strides[0], b_stride=self.strides[1],
+                     c_stride=self.strides[2], y_stride=self.strides[3],
+                     act_params=act.kernel_parameters() if act is not None else np.zeros(4),
+                     alpha=float(d.alpha), beta=float(d.beta), k_size=k)
+        self.params = self.upload(np.frombuffer(block, np.uint8))
+
+    def _build_direct_tiled(self, base: str, constants: dict) -> None:
+        """Kernel, read, blocks, texel formats and pipeline of the direct and tiled
+        families (and gemm_dot.comp)."""
         self.read = self._choose_read(base)
         if self.read == "dot4":
             self.kernel = "gemm_dot_f32" + ("" if self.texel_ok else "_ssbo")
         else:
             read = "" if self.read == "ssbo" else f"_{self.read}"
             self.kernel = f"gemm_{self.path}_{base}{read}"
-        lx, ly, rows, cols = block_shape(self.path, self.read, m)
+        lx, ly, rows, cols = block_shape(self.path, self.read, self.box[2])
         self.block_m, self.block_n = rows * ly, cols * lx
-        act = d.fused_activation
-        constants = {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "HAS_C": self.has_c,
-                     "ACT": act.SPEC.kernel_id if act is not None else 0}
+        constants.update(LOCAL_SIZE_X=lx, LOCAL_SIZE_Y=ly)
         if self.read == "dot4":
             constants.update(RM=rows, CN=cols)
+        fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT,
+               "dot4": FORMAT_RGBA32_SFLOAT if self.texel_ok else 0}.get(self.read, 0)
+        self.formats = [fmt, fmt]
         self.pipe = self.pipeline(self.kernel, constants)
-        block = pack(self.kernel, "Params", a_stride=self.strides[0], b_stride=self.strides[1],
-                     c_stride=self.strides[2], y_stride=self.strides[3],
-                     act_params=act.kernel_parameters() if act is not None else np.zeros(4),
-                     alpha=float(d.alpha), beta=float(d.beta), k_size=k)
-        self.params = self.upload(np.frombuffer(block, np.uint8))
+
+    def _build_sg(self, sg: dict, constants: dict) -> None:
+        """The sg family (gemm.comp's SGA variant): ``sg`` from :meth:`_sg_constants`.
+        A workgroup holds up to INVOCATIONS // SG subgroups, each MB rows of the same
+        SG * NB columns, no more of them than the product has row blocks."""
+        self.read, self.kernel = "sg", "gemm_sg_f32"
+        size, mb, nb = sg["SG"], sg["MB"], sg["NB"]
+        most = max(1, min(INVOCATIONS // size, self.ctx.limits["maxComputeWorkgroupSubgroups"]))
+        subgroups = min(_pow2_at_least(ceil_div(self.box[2], mb)), 1 << (most.bit_length() - 1))
+        self.block_m, self.block_n = subgroups * mb, size * nb
+        constants.update(sg, LOCAL_SIZE_X=subgroups * size, LOCAL_SIZE_Y=1)
+        self.formats = [FORMAT_RGBA32_SFLOAT if sg["A_MODE"] else FORMAT_R32_SFLOAT,
+                        FORMAT_RGBA32_SFLOAT if sg["B_MODE"] != B_ELEMENTS else FORMAT_R32_SFLOAT]
+        self.pipe = self.ctx.pipelines.variant(self.kernel, constants, subgroup_size=size)
+
+    def _sg_constants(self, base: str) -> dict | None:
+        """gemm.comp's SGA constants for this product, None where the sg family does not
+        take it: float32 only, at least MB rows, A and B bound whole as texel views, a
+        device with subgroup shuffles in full subgroups (the convolution's gemm_sg rule,
+        :func:`.convolution.gemm.subgroup_shuffle_size`).  A as RGBA32F texels of 4 k
+        (A_MODE 1) where it is contiguous along K, K and every other stride multiples of
+        4; B along N (N a multiple of 4) or along K likewise; else R32F elements.  YV4
+        where the output is contiguous along N in whole, aligned vec4s."""
+        size = subgroup_shuffle_size(self)
+        mb, nb = self.sg_block
+        if base != "f32" or self.windows is not None or size < 4 or self.box[2] < mb \
+                or self.force_read not in (None, "sg"):
+            return None          # (fewer rows than a block: the lanes' work is mostly waste)
+        (sa, sb, _, sy), k, n = self.strides, self.k, self.box[3]
+
+        def rgba(i: int, along: int, count: int) -> bool:    # 4 elements a texel
+            st = (sa, sb)[i]
+            return (st[along] == 1 and count % 4 == 0 and self.bytes[i] % 16 == 0
+                    and all(s % 4 == 0 for j, s in enumerate(st) if j != along))
+        a_mode = int(rgba(0, 3, k))
+        b_mode = B_ALONG_N if rgba(1, 3, n) else B_ALONG_K if rgba(1, 2, k) else B_ELEMENTS
+        limit = self.ctx.limits["maxTexelBufferElements"]
+        if self.bytes[0] // (16 if a_mode else 4) > limit \
+                or self.bytes[1] // (4 if b_mode == B_ELEMENTS else 16) > limit:
+            return None
+        yv4 = sy[3] == 1 and n % 4 == 0 and all(s % 4 == 0 for s in sy[:3])
+        return {"MB": mb, "NB": nb, "SG": size, "A_MODE": a_mode, "B_MODE": b_mode,
+                "YV4": bool(yv4)}
 
     def _choose_read(self, base: str) -> str:
         """Direct float32 only: dot4 where op(A) and op(B) are both contiguous along K
@@ -174,7 +251,9 @@ class CompiledGemm(CompiledOperator):
             return self.force_path
         choice = tuning.choose(self.device, PATH, self.shape())
         self.observe_choice(choice, self.shape())
-        return choice.name
+        if choice.candidate.params["path"] == "sg":
+            self.sg_block = tuple(choice.candidate.params["sg_block"])
+        return choice.candidate.params["path"]
 
     def shape(self) -> dict:
         """The tuner's shape: M, K, N, the batch layer count, data type."""
@@ -214,9 +293,7 @@ class CompiledGemm(CompiledOperator):
             allocs = allocs[:2] + [allocs[3], allocs[3]]
         if origin is None:
             nbytes = self.bytes[:2] + [self.bytes[2] or self.bytes[3], self.bytes[3]]
-            fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT,
-                   "dot4": FORMAT_RGBA32_SFLOAT if self.texel_ok else 0}.get(self.read, 0)
-            binds = [Bind(a, 0, nb, "r", fmt if i < 2 else 0)
+            binds = [Bind(a, 0, nb, "r", self.formats[i] if i < 2 else 0)
                      for i, (a, nb) in enumerate(zip(allocs[:3], nbytes))]
             return binds + [Bind(allocs[3], 0, nbytes[3], "w")], [0] * 4
         es, align = self.esize, self.ctx.binding_alignment()
@@ -273,7 +350,10 @@ def _path_run(device, seq, cand, shape):
                       int(shape["m"]), int(shape["k"]), int(shape["n"]))
     ts = [TensorDesc(dt, (b, r, c)) for r, c in ((m, k), (k, n), (m, n))]
     op = CompiledGemm(device, GemmOperatorDesc(ts[0], ts[1], None, ts[2]),
-                      path=cand.params["path"])
+                      path=cand.params["path"], sg_block=cand.params.get("sg_block"))
+    if op.path != cand.params["path"]:
+        op.release()
+        raise tuning.Declined("the sg family does not take this product on this device")
     bufs = [device.empty((t.total_tensor_size_in_bytes,), np.uint8) for t in ts]
     op.encode(seq, bufs[:2] + [None], bufs[2:])
 
@@ -285,10 +365,16 @@ def _path_run(device, seq, cand, shape):
 
 
 #: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
-#: :meth:`CompiledGemm._choose_path`) or "tiled", chosen by the device's timing for the
-#: shape's class (M, K, N and the layer count within a factor of 4).
+#: :meth:`CompiledGemm._choose_path`), "tiled" or "sg" with one of its register blocks
+#: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the last of SG_BLOCKS timed in the
+#: full mode only), chosen by the device's timing for the shape's class (M, K, N and the
+#: layer count within a factor of 4).  "sg" is no default: lavapipe runs it faster than
+#: "direct", SwiftShader several times slower.
 PATH = tuning.register_path(
-    "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})], "direct",
+    "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
+    + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i < len(SG_BLOCKS) - 1)
+       for i, (mb, nb) in enumerate(SG_BLOCKS)],
+    "direct",
     _path_class, _path_run,
     work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
     examples=[{"m": 256, "k": 256, "n": 256, "batch": 1, "dtype": "float32"},
