@@ -21,13 +21,14 @@
 //   read four at a time (an RGBA32UI texel, which lavapipe vectorizes, or a uvec4
 //   storage-buffer load) and stored as uvec4s.  A word holds whole elements, so the
 //   arithmetic runs on the elements inside each word.
-// element_wise_row_texel4 / _ssbo4 (ROW): the box the host merged to (rows..., inner
-//   extent in words), each operand either contiguous along the inner extent (strides in
-//   words) or constant along it (A_BCAST / B_BCAST: strides in elements, the one element
+// element_wise_row_texel4 / _ssbo4 (ROW): the box the host merged to (outer, rows, inner
+//   extent in words: three dimensions, the host pads it or runs the dimensions before
+//   those in dispatches of their own), each operand either contiguous along the inner
+//   extent (strides in words) or constant along it (A_BCAST / B_BCAST: strides in elements, the one element
 //   of the row loaded once an invocation and replicated across a uvec4), the output
 //   contiguous: a per-channel bias or scale over NCHW runs as the flat path does, V words
 //   an invocation along a row, as uvec4s where every row starts on a whole uvec4 (VEC4),
-//   else word by word.  Grid as the strided variant's with XDIMS = 1.
+//   else word by word.  Grid: x along the row, y the rows, z the outer dimension.
 // element_wise_f32_*: float32 with no activation, the FLAT or ROW main with the float16
 //   conversions and the activations left out of its element code (SwiftShader runs the
 //   float variants' element code, where those are dead, several times slower).
@@ -401,31 +402,42 @@ uvec4 splat(uvec2 e) {
     return uvec4(w);
 }
 
+// Words k.. of a row: the operand's own (contiguous) or its splatted constant.  An `if`
+// on the (frozen) constant, not a ?: whose load SwiftShader would run anyway.
+#define ROW4(BCAST, c, LOAD4, q, r) { r = c; if (!BCAST) r = LOAD4(q); }
+
 void main() {
-    uint coord[8];
-    uint count = box_coords(coord);                 // words of the row
-    uint sa = 0u, sb = 0u, so = 0u;
-    [[unroll]] for (int d = 0; d < RANK; d++) {
-        sa += coord[d] * AT(a_stride, d);
-        sb += coord[d] * AT(b_stride, d);
-        so += coord[d] * AT(out_stride, d);
-    }
+    // the box is three dimensions (the host pads it, and runs any further outer ones as
+    // dispatches of their own through the bases): z, y and x of the grid, x in words, V
+    // an invocation.  No coordinate array or loop over RANK: SwiftShader keeps such an
+    // array in memory and runs such a loop rolled, in every invocation.
+    uint gx = gl_GlobalInvocationID.x;
+    uvec3 c = uvec3(origin[0].x + gl_GlobalInvocationID.z, origin[0].y + gl_GlobalInvocationID.y,
+                    origin[0].z + gx * V);
+    uint end = origin[0].z + extent[0].z;
+    bool live = gx < x_count && gl_GlobalInvocationID.y < extent[0].y;
+    uint count = live && c.z < end ? min(V, end - c.z) : 0u;     // words of the row
+    uint sa = c.x * a_stride[0].x + c.y * a_stride[0].y + c.z * a_stride[0].z - a_base;
+    uint sb = c.x * b_stride[0].x + c.y * b_stride[0].y + c.z * b_stride[0].z - b_base;
+    uint so = c.x * out_stride[0].x + c.y * out_stride[0].y + c.z - out_base;
     // the row's broadcast values, loaded once (inside the box only: sa, sb lie in it)
     uvec4 ca = uvec4(0u), cb = uvec4(0u);
-    if (count > 0u) {
-        if (A_BCAST) ca = splat(ELEM(LOADA1, sa));
-        if (B_BCAST && OP != OP_IDENTITY) cb = splat(ELEM(LOADB1, sb));
-    }
+    if (A_BCAST && count > 0u) ca = splat(ELEM(LOADA1, sa));
+    if (B_BCAST && OP != OP_IDENTITY && count > 0u) cb = splat(ELEM(LOADB1, sb));
     if (VEC4 && count == V) {                       // sa, sb, so multiples of 4 words
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
-            uvec4 u = A_BCAST ? ca : LOADA4((sa >> 2) + k);
-            uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb >> 2) + k);
+            uvec4 u, v;
+            ROW4(A_BCAST, ca, LOADA4, (sa >> 2) + k, u);
+            if (OP == OP_IDENTITY) v = u; else ROW4(B_BCAST, cb, LOADB4, (sb >> 2) + k, v);
             y4[(so >> 2) + k] = WORDS4(u, v);
         }
     } else if (VEC4) {                              // a row's end: whole uvec4s
+        // not unrolled: lavapipe would run an unrolled tail's masked loads and stores in
+        // every SIMD group, whether or not a lane of it takes this branch
         [[dont_unroll]] for (uint j = 0u; j < count; j += 4u) {
-            uvec4 u = A_BCAST ? ca : LOADA4((sa + j) >> 2);
-            uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb + j) >> 2);
+            uvec4 u, v;
+            ROW4(A_BCAST, ca, LOADA4, (sa + j) >> 2, u);
+            if (OP == OP_IDENTITY) v = u; else ROW4(B_BCAST, cb, LOADB4, (sb + j) >> 2, v);
             y4[(so + j) >> 2] = WORDS4(u, v);
         }
     } else {                                        // rows on words only

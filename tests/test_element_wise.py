@@ -330,6 +330,40 @@ def test_row_path_split_dispatches(device):
             c.release()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int64"])
+def test_row_path_outer_dimensions(device, dtype):
+    """Merged boxes of more than three dimensions (an operand broadcast along alternate
+    dimensions): the row path runs the dimensions before its three as dispatches of their
+    own, up to ROW_OUTER combinations, the strided path past them; both against the
+    reference and the strided path, the operand on either side."""
+    from vkml.ops.element_wise import ROW_OUTER
+
+    rng = np.random.default_rng(17)
+    for out, small, rows in [((2, 3, 4, 5, 8), (2, 1, 4, 1, 8), True),
+                             ((3, 2, 2, 3, 4, 8), (3, 1, 2, 1, 4, 1), True),
+                             ((ROW_OUTER + 1, 2, 3, 4), (ROW_OUTER + 1, 1, 3, 1), False)]:
+        for sa, sb in ((out, small), (small, out)):
+            a = random_values(rng, sa, dtype)
+            b = random_values(rng, sb, dtype)
+            desc = dml.ElementWiseSubtractOperatorDesc(
+                dml.broadcast_tensor_desc(dtype, sa, out),
+                dml.broadcast_tensor_desc(dtype, sb, out), dml.TensorDesc(dtype, out))
+            results = []
+            for allow in (True, False):
+                c = _compiled(device, desc, rows=allow)
+                try:
+                    if allow:
+                        assert (c.row is not None) == rows, (sa, sb)
+                        assert not rows or c.row["outer"], c.row
+                    y = device.empty(out, dtype)
+                    c.execute([device.tensor(a), device.tensor(b)], [y])
+                    results.append(y.numpy())
+                finally:
+                    c.release()
+            check(results[0], reference("subtract", a, b), "subtract")
+            assert same_bits(results[0], results[1])
+
+
 @pytest.mark.parametrize("layout", ["flat", "broadcast"])
 @pytest.mark.parametrize("dtype", ["float32", "uint8", "int64"])
 def test_windows_and_split_dispatches(device, layout, dtype):

@@ -37,6 +37,7 @@ strides are 0 along the broadcast dimensions; nothing is copied to broadcast it.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -89,6 +90,10 @@ def type_class(dt: DataType) -> str:
 #: many), 16 of 64 bits; a multiple of 4 for the uvec4 loop.  Fewer words for the small
 #: types also keep the unrolled element code (and the pipeline's compile time) bounded.
 FLAT_V = {1: 8, 2: 16, 4: 32, 8: 32}
+#: Combinations of the dimensions before the row path's three it runs as dispatches of
+#: their own (past it, the strided path): merged boxes of more than three dimensions are
+#: rare (an operand broadcast along alternate dimensions) and small.
+ROW_OUTER = 64
 
 
 @implements(*ELEMENT_WISE)
@@ -152,7 +157,7 @@ class CompiledElementWise(CompiledOperator):
             self.kernel = f"element_wise_{cls}_{self.read}"
         elif self.row is not None:
             self.windows = None
-            self.words = math.prod(self.row["box"])
+            self.words = math.prod(self.row["box"]) * math.prod(self.row["outer"])
             self.read = self._choose_read(ROW_READ_PATH)
             self.kernel = f"element_wise_{cls}_row_{self.read}"
             self.box, self.strides = self.row["box"], self.row["strides"]
@@ -187,7 +192,9 @@ class CompiledElementWise(CompiledOperator):
         or constant (stride 0) along it, every contiguous tensor's rows starting on whole
         words.  The inner extent and the contiguous tensors' strides become words (a
         constant operand's stay elements: the kernel loads its one element a row);
-        ``vec4``: every row starts on a whole uvec4."""
+        ``vec4``: every row starts on a whole uvec4.  The kernel takes three dimensions:
+        fewer are padded with 1s, the ones before the last three (``outer``, at most
+        :data:`ROW_OUTER` combinations, else None) run as dispatches of their own."""
         es = self.esize
         # a size-1 dimension is never walked: its stride is read as 0 (merge_dims drops it)
         box, strides = merge_dims(self.box, self.strides)
@@ -197,11 +204,18 @@ class CompiledElementWise(CompiledOperator):
         contiguous = [st for st in strides if st[-1] == 1]
         if any(s * es % 4 for st in contiguous for s in st[:-1]):
             return None
+        if math.prod(box[:-3]) > ROW_OUTER:
+            return None
         vec4 = box[-1] * es % 16 == 0 and all(s * es % 16 == 0 for st in contiguous
                                               for s in st[:-1])
         words = [[s * es // 4 for s in st[:-1]] + [1] if st[-1] == 1 else st
                  for st in strides]
-        return {"box": box[:-1] + [box[-1] * es // 4], "strides": words, "vec4": vec4,
+        pad = max(0, 3 - len(box))
+        box = [1] * pad + box[:-1] + [box[-1] * es // 4]
+        words = [[0] * pad + st for st in words]
+        n = len(box) - 3
+        return {"box": box[n:], "strides": [st[n:] for st in words], "outer": box[:n],
+                "outer_strides": [st[:n] for st in words], "vec4": vec4,
                 "bcast": [last[0] == 0, last[1] == 0]}
 
     def _choose_read(self, path) -> str:
@@ -233,8 +247,9 @@ class CompiledElementWise(CompiledOperator):
     def _encode_rows(self, seq, a, b, y) -> None:
         """The row path: whole tensors (it takes no windows), V words of a row an
         invocation (FLAT_V where the row holds them: lavapipe's and SwiftShader's cost is
-        per invocation), a workgroup spanning several rows where they are short."""
-        box, rank = self.box, len(self.box)
+        per invocation), a workgroup spanning several rows where they are short; a
+        dispatch per combination of the outer dimensions, its offsets as the bases."""
+        box = self.box
         kinds = [("r", FORMAT_RGBA32_UINT) if self.read == "texel4" else ("r",)] * 2
         binds = [Bind(m, 0, min(round_up(n, 16), m.size), *k)
                  for m, n, k in zip((a, b), self.bytes, kinds)]
@@ -244,14 +259,16 @@ class CompiledElementWise(CompiledOperator):
             v //= 2
         v = v if self.row["vec4"] else max(2, min(v, round_up(box[-1], 2)))
         lx = min(self.local, max(8, round_up(ceil_div(box[-1], v), 8)))
-        ly = 1
-        if rank > 1:
-            max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
-            ly = max(1, min(self.local // lx, box[-2], max_y))
+        max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
+        ly = max(1, min(self.local // lx, box[-2], max_y))
         bc = self.row["bcast"]
-        pipe = self._pipeline(lx, ly, rank, 1, v, A_BCAST=int(bc[0]), B_BCAST=int(bc[1]),
+        pipe = self._pipeline(lx, ly, 3, 1, v, A_BCAST=int(bc[0]), B_BCAST=int(bc[1]),
                               VEC4=int(self.row["vec4"]))
-        self._dispatch(seq, pipe, binds, [0] * rank, list(box), (0, 0, 0), 1, v, lx, ly)
+        for outer in itertools.product(*map(range, self.row["outer"])):
+            # the kernel subtracts the bases: minus each tensor's offset, modulo 2^32
+            bases = tuple(-sum(c * s for c, s in zip(outer, st)) % (1 << 32)
+                          for st in self.row["outer_strides"])
+            self._dispatch(seq, pipe, binds, [0] * 3, list(box), bases, 1, v, lx, ly)
 
     def _encode_flat(self, seq, a, b, y) -> None:
         texel = self.read == "texel4"
