@@ -18,7 +18,10 @@ device feature is needed).
   every row on whole words, run *by rows* (:meth:`CompiledElementWise._row_plan`): V words
   an invocation along a row as the flat path reads them, a constant operand's value loaded
   once an invocation (as batch normalization's row variants), read path by
-  :data:`ROW_READ_PATH`.
+  :data:`ROW_READ_PATH`.  The kernel takes three dimensions (outer, rows, row) with
+  plain arithmetic, the dimensions before them as dispatches of their own, and which
+  operand is constant is frozen into its code: SwiftShader keeps a coordinate array in
+  memory and runs both sides of a branch on a specialization constant.
 * A plain IDENTITY (no ScaleBias) of either kind runs the ``copy`` variants: the same
   mains without element code; float32 without an activation the ``f32`` ones, without
   the float16 conversions and the activations.  SwiftShader runs such smaller element
