@@ -330,8 +330,9 @@ def test_row_path_split_dispatches(device):
             c.release()
 
 
+@pytest.mark.parametrize("read", ["texel4", "ssbo4"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int64"])
-def test_row_path_outer_dimensions(device, dtype):
+def test_row_path_outer_dimensions(device, dtype, read):
     """Merged boxes of more than three dimensions (an operand broadcast along alternate
     dimensions): the row path runs the dimensions before its three as dispatches of their
     own, up to ROW_OUTER combinations, the strided path past them; both against the
@@ -350,10 +351,11 @@ def test_row_path_outer_dimensions(device, dtype):
                 dml.broadcast_tensor_desc(dtype, sb, out), dml.TensorDesc(dtype, out))
             results = []
             for allow in (True, False):
-                c = _compiled(device, desc, rows=allow)
+                c = _compiled(device, desc, read, rows=allow)
                 try:
                     if allow:
                         assert (c.row is not None) == rows, (sa, sb)
+                        assert not rows or c.read == read
                         assert not rows or c.row["outer"], c.row
                     y = device.empty(out, dtype)
                     c.execute([device.tensor(a), device.tensor(b)], [y])
