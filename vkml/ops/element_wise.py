@@ -62,6 +62,7 @@ from ..tensor import Tensor
 from .base import CompiledOperator, implements
 from .batch_normalization import merge_dims
 from .functional import as_array, pick_device, run
+from .store_width import wide_stores
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
                    decline_unless, div_magic, plan_windows, record_on_scratch, row_workgroup,
                    split_groups, strided_span, words8, x_invocations)
@@ -77,6 +78,13 @@ VARIANTS = {**dict.fromkeys([f"element_wise_{c}{r}" for c in _CLASSES
                             BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE")),
             **dict.fromkeys([f"element_wise_{c}_row{r}" for c in _CLASSES + ("copy", "f32")
                              for r in ("_texel4", "_ssbo4")],
+                            BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE", "A_BCAST", "B_BCAST",
+                                             "VEC4")),
+            **dict.fromkeys([f"element_wise_{c}_{r}_u64" for c in ("copy", "f32")
+                             for r in ("texel4", "ssbo4")],
+                            BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE")),
+            **dict.fromkeys([f"element_wise_{c}_row_{r}_u64" for c in ("copy", "f32")
+                             for r in ("texel4", "ssbo4")],
                             BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE", "A_BCAST", "B_BCAST",
                                              "VEC4"))}
 
@@ -106,15 +114,21 @@ class CompiledElementWise(CompiledOperator):
     ``read`` (flat and row paths) forces the read path: "texel4" (falls back to "ssbo4"
     where the inputs do not fit one texel view) or "ssbo4"; None lets the tuner choose
     (``VKML_TUNE=off``: texel4 where it fits).  ``rows=False`` keeps a geometry the row
-    path takes on the strided one (tests compare the two)."""
+    path takes on the strided one (tests compare the two).  ``store64`` forces the
+    ``_u64`` stores (True, where the device has int64 shaders and the geometry allows
+    them) or uvec4 stores (False); None: the device's measured store width
+    (:func:`~vkml.ops.store_width.wide_stores`)."""
 
     force_read: str | None = None
     allow_rows: bool = True
+    force_store64: bool | None = None
 
-    def __init__(self, device, desc, read: str | None = None, rows: bool = True):
+    def __init__(self, device, desc, read: str | None = None, rows: bool = True,
+                 store64: bool | None = None):
         if read is not None:
             self.force_read = read
         self.allow_rows = rows
+        self.force_store64 = store64
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -157,12 +171,17 @@ class CompiledElementWise(CompiledOperator):
             self.words = ceil_div(math.prod(self.box) * self.esize, 4)
             self.windows = None if fits else self._flat_windows()
             self.read = self._choose_read(READ_PATH)
-            self.kernel = f"element_wise_{cls}_{self.read}"
+            self.kernel = f"element_wise_{cls}_{self.read}" + self._u64(cls, self.windows is None)
         elif self.row is not None:
             self.windows = None
             self.words = math.prod(self.row["box"]) * math.prod(self.row["outer"])
             self.read = self._choose_read(ROW_READ_PATH)
-            self.kernel = f"element_wise_{cls}_row_{self.read}"
+            # u64vec4 stores: V of at least 8 words (rows that long), every row's output
+            # on a whole pair of uvec4s
+            out_rows = self.row["strides"][2][:-1] + self.row["outer_strides"][2]
+            self.kernel = f"element_wise_{cls}_row_{self.read}" + self._u64(
+                cls, self.row["vec4"] and self.row["box"][-1] >= 8
+                and all(s % 8 == 0 for s in out_rows))
             self.box, self.strides = self.row["box"], self.row["strides"]
         else:
             self.windows = None if fits else plan_windows(
@@ -174,6 +193,16 @@ class CompiledElementWise(CompiledOperator):
             self.kernel, "Params", out_stride=words8(st[2]), a_stride=words8(st[0]),
             b_stride=words8(st[1]),
             p=list(d.kernel_act()[1])), np.uint8))
+
+    def _u64(self, cls: str, aligned: bool) -> str:
+        """The kernel name's suffix for u64vec4 stores ("_u64") or "": float32 without an
+        activation and plain copies, whole tensors (flat) or output rows on whole pairs
+        of uvec4s (rows), on a device with int64 shaders whose measured store width is
+        64-bit (``store64`` forces the choice)."""
+        ok = cls in ("copy", "f32") and aligned and bool(self.features.get("int64"))
+        wide = self.force_store64 if self.force_store64 is not None else (
+            ok and wide_stores(self.device))
+        return "_u64" if ok and wide else ""
 
     def _in_span(self, origin, extent):
         """A span as long as the longer of A's and B's over the box (plan_windows sizes
