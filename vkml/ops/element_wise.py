@@ -22,6 +22,10 @@ device feature is needed).
   plain arithmetic, the dimensions before them as dispatches of their own, and which
   operand is constant is frozen into its code: SwiftShader keeps a coordinate array in
   memory and runs both sides of a branch on a specialization constant.
+* Float32 without an activation and plain copies, flat or by rows on whole pairs of
+  uvec4s, store each pair as one u64vec4 (the ``_u64`` variants) on a device with int64
+  shaders whose measured store width is 64-bit (:mod:`vkml.ops.store_width`: lavapipe
+  stores a vector one scalar per component).
 * A plain IDENTITY (no ScaleBias) of either kind runs the ``copy`` variants: the same
   mains without element code; float32 without an activation the ``f32`` ones, without
   the float16 conversions and the activations.  SwiftShader runs such smaller element
