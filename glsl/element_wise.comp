@@ -24,8 +24,9 @@
 // element_wise_row_texel4 / _ssbo4 (ROW): the box the host merged to (outer, rows, inner
 //   extent in words: three dimensions, the host pads it or runs the dimensions before
 //   those in dispatches of their own), each operand either contiguous along the inner
-//   extent (strides in words) or constant along it (A_BCAST / B_BCAST: strides in elements, the one element
-//   of the row loaded once an invocation and replicated across a uvec4), the output
+//   extent (strides in words) or constant along it (A_BCAST / B_BCAST: strides in
+//   elements, the one element of the row loaded once an invocation and replicated across
+//   a uvec4), the output
 //   contiguous: a per-channel bias or scale over NCHW runs as the flat path does, V words
 //   an invocation along a row, as uvec4s where every row starts on a whole uvec4 (VEC4),
 //   else word by word.  Grid: x along the row, y the rows, z the outer dimension.
