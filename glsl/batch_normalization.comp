@@ -169,10 +169,16 @@ void main() {
                     NORM(FLOAD(x, s + j + 3u), j + 3u));
 #endif
         }
-        return;
-    }
-    uint istep = AT(in_stride, LAST), ostep = AT(out_stride, LAST);
-    [[unroll]] for (uint j = 0u; j < V; j++) {
-        if (j < count) FSTORE(y, o + j * ostep, NORM(LOADX(s + j * istep), j));
+    } else if (VEC_STORE) {           // a row's last invocation (or one past the row)
+        // not unrolled: lavapipe runs an unrolled tail's V masked loads and stores in every
+        // invocation of a SIMD group, even where none of its lanes takes this branch
+        [[dont_unroll]] for (uint j = 0u; j < count; j++) {
+            FSTORE(y, o + j, NORM(LOADX(s + j), j));
+        }
+    } else {
+        uint istep = AT(in_stride, LAST), ostep = AT(out_stride, LAST);
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            if (j < count) FSTORE(y, o + j * ostep, NORM(LOADX(s + j * istep), j));
+        }
     }
 }

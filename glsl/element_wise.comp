@@ -21,16 +21,21 @@
 //   read four at a time (an RGBA32UI texel, which lavapipe vectorizes, or a uvec4
 //   storage-buffer load) and stored as uvec4s.  A word holds whole elements, so the
 //   arithmetic runs on the elements inside each word.
-// element_wise_row_texel4 / _ssbo4 (ROW): the box the host merged to (rows..., inner
-//   extent in words), each operand either contiguous along the inner extent (strides in
-//   words) or constant along it (A_BCAST / B_BCAST: strides in elements, the one element
-//   of the row loaded once an invocation and replicated across a uvec4), the output
+// element_wise_row_texel4 / _ssbo4 (ROW): the box the host merged to (outer, rows, inner
+//   extent in words: three dimensions, the host pads it or runs the dimensions before
+//   those in dispatches of their own), each operand either contiguous along the inner
+//   extent (strides in words) or constant along it (A_BCAST / B_BCAST: strides in
+//   elements, the one element of the row loaded once an invocation and replicated across
+//   a uvec4), the output
 //   contiguous: a per-channel bias or scale over NCHW runs as the flat path does, V words
 //   an invocation along a row, as uvec4s where every row starts on a whole uvec4 (VEC4),
-//   else word by word.  Grid as the strided variant's with XDIMS = 1.
+//   else word by word.  Grid: x along the row, y the rows, z the outer dimension.
 // element_wise_f32_*: float32 with no activation, the FLAT or ROW main with the float16
 //   conversions and the activations left out of its element code (SwiftShader runs the
 //   float variants' element code, where those are dead, several times slower).
+// *_u64 (f32 and copy, FLAT and ROW; devices with int64 shaders, where the device's own
+//   timing found them faster: vkml/ops/store_width.py): the full invocations' uvec4 pairs
+//   stored as one u64vec4 (lavapipe stores a vector one scalar per component).
 // element_wise_copy_*: IDENTITY without ScaleBias (any type: its bits), the FLAT or ROW
 //   main with no element code in its uvec4 loop: on SwiftShader the mere presence of that
 //   code there (dead for an identity: OP and ACT fold it away) made a copy several times slower.
@@ -66,7 +71,19 @@
 // vkml:variant element_wise_float_row_ssbo4 FLOATV=1 FLAT=1 ROW=1 SSBO4=1
 // vkml:variant element_wise_int_row_ssbo4 INTV=1 FLAT=1 ROW=1 SSBO4=1
 // vkml:variant element_wise_int64_row_ssbo4 INT64V=1 FLAT=1 ROW=1 SSBO4=1
+// vkml:variant element_wise_f32_texel4_u64 FLOATV=1 F32PLAIN=1 FLAT=1 TEXEL4=1 U64=1
+// vkml:variant element_wise_f32_ssbo4_u64 FLOATV=1 F32PLAIN=1 FLAT=1 SSBO4=1 U64=1
+// vkml:variant element_wise_f32_row_texel4_u64 FLOATV=1 F32PLAIN=1 FLAT=1 ROW=1 TEXEL4=1 U64=1
+// vkml:variant element_wise_f32_row_ssbo4_u64 FLOATV=1 F32PLAIN=1 FLAT=1 ROW=1 SSBO4=1 U64=1
+// vkml:variant element_wise_copy_texel4_u64 INTV=1 COPY=1 FLAT=1 TEXEL4=1 U64=1
+// vkml:variant element_wise_copy_ssbo4_u64 INTV=1 COPY=1 FLAT=1 SSBO4=1 U64=1
+// vkml:variant element_wise_copy_row_texel4_u64 INTV=1 COPY=1 FLAT=1 ROW=1 TEXEL4=1 U64=1
+// vkml:variant element_wise_copy_row_ssbo4_u64 INTV=1 COPY=1 FLAT=1 ROW=1 SSBO4=1 U64=1
 #extension GL_EXT_control_flow_attributes : enable
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+#endif
 #include "vkml_index.glsl"
 #ifdef FLOATV
 #include "vkml_activation.glsl"
@@ -95,6 +112,9 @@ layout(std430, set = 0, binding = 1) readonly buffer B { uint b[]; };
 layout(std430, set = 0, binding = 2) buffer Out { uint y[]; };
 #ifdef FLAT
 layout(std430, set = 0, binding = 2) buffer Out4 { uvec4 y4[]; };
+#endif
+#ifdef U64
+layout(std430, set = 0, binding = 2) buffer Out8 { u64vec4 y8[]; };
 #endif
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
@@ -401,31 +421,56 @@ uvec4 splat(uvec2 e) {
     return uvec4(w);
 }
 
+// Words k.. of a row: the operand's own (contiguous) or its splatted constant.  An `if`
+// on the (frozen) constant, not a ?: whose load SwiftShader would run anyway.
+#define ROW4(BCAST, c, LOAD4, q, r) { r = c; if (!BCAST) r = LOAD4(q); }
+
 void main() {
-    uint coord[8];
-    uint count = box_coords(coord);                 // words of the row
-    uint sa = 0u, sb = 0u, so = 0u;
-    [[unroll]] for (int d = 0; d < RANK; d++) {
-        sa += coord[d] * AT(a_stride, d);
-        sb += coord[d] * AT(b_stride, d);
-        so += coord[d] * AT(out_stride, d);
-    }
+    // the box is three dimensions (the host pads it, and runs any further outer ones as
+    // dispatches of their own through the bases): z, y and x of the grid, x in words, V
+    // an invocation.  No coordinate array or loop over RANK: SwiftShader keeps such an
+    // array in memory and runs such a loop rolled, in every invocation.
+    uint gx = gl_GlobalInvocationID.x;
+    uvec3 c = uvec3(origin[0].x + gl_GlobalInvocationID.z, origin[0].y + gl_GlobalInvocationID.y,
+                    origin[0].z + gx * V);
+    uint end = origin[0].z + extent[0].z;
+    bool live = gx < x_count && gl_GlobalInvocationID.y < extent[0].y;
+    uint count = live && c.z < end ? min(V, end - c.z) : 0u;     // words of the row
+    uint sa = c.x * a_stride[0].x + c.y * a_stride[0].y + c.z * a_stride[0].z - a_base;
+    uint sb = c.x * b_stride[0].x + c.y * b_stride[0].y + c.z * b_stride[0].z - b_base;
+    uint so = c.x * out_stride[0].x + c.y * out_stride[0].y + c.z - out_base;
     // the row's broadcast values, loaded once (inside the box only: sa, sb lie in it)
     uvec4 ca = uvec4(0u), cb = uvec4(0u);
-    if (count > 0u) {
-        if (A_BCAST) ca = splat(ELEM(LOADA1, sa));
-        if (B_BCAST && OP != OP_IDENTITY) cb = splat(ELEM(LOADB1, sb));
-    }
+    if (A_BCAST && count > 0u) ca = splat(ELEM(LOADA1, sa));
+    if (B_BCAST && OP != OP_IDENTITY && count > 0u) cb = splat(ELEM(LOADB1, sb));
     if (VEC4 && count == V) {                       // sa, sb, so multiples of 4 words
+#ifdef U64
+        // so a multiple of 8 words (the host's rule): pairs of uvec4s as one u64vec4
+        [[unroll]] for (uint k = 0u; k < V / 4u; k += 2u) {
+            uvec4 u0, v0, u1, v1;
+            ROW4(A_BCAST, ca, LOADA4, (sa >> 2) + k, u0);
+            ROW4(A_BCAST, ca, LOADA4, (sa >> 2) + k + 1u, u1);
+            if (OP == OP_IDENTITY) { v0 = u0; v1 = u1; } else {
+                ROW4(B_BCAST, cb, LOADB4, (sb >> 2) + k, v0);
+                ROW4(B_BCAST, cb, LOADB4, (sb >> 2) + k + 1u, v1);
+            }
+            y8[(so >> 3) + k / 2u] = vkml_u64x4(WORDS4(u0, v0), WORDS4(u1, v1));
+        }
+#else
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
-            uvec4 u = A_BCAST ? ca : LOADA4((sa >> 2) + k);
-            uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb >> 2) + k);
+            uvec4 u, v;
+            ROW4(A_BCAST, ca, LOADA4, (sa >> 2) + k, u);
+            if (OP == OP_IDENTITY) v = u; else ROW4(B_BCAST, cb, LOADB4, (sb >> 2) + k, v);
             y4[(so >> 2) + k] = WORDS4(u, v);
         }
+#endif
     } else if (VEC4) {                              // a row's end: whole uvec4s
+        // not unrolled: lavapipe would run an unrolled tail's masked loads and stores in
+        // every SIMD group, whether or not a lane of it takes this branch
         [[dont_unroll]] for (uint j = 0u; j < count; j += 4u) {
-            uvec4 u = A_BCAST ? ca : LOADA4((sa + j) >> 2);
-            uvec4 v = OP == OP_IDENTITY ? u : B_BCAST ? cb : LOADB4((sb + j) >> 2);
+            uvec4 u, v;
+            ROW4(A_BCAST, ca, LOADA4, (sa + j) >> 2, u);
+            if (OP == OP_IDENTITY) v = u; else ROW4(B_BCAST, cb, LOADB4, (sb + j) >> 2, v);
             y4[(so + j) >> 2] = WORDS4(u, v);
         }
     } else {                                        // rows on words only
@@ -455,11 +500,21 @@ void main() {
     uint count = gx < x_count && w0 < end ? min(V, end - w0) : 0u;
     uint sa = w0 - a_base, sb = w0 - b_base, so = w0 - out_base;   // multiples of 4
     if (count == V) {
+#ifdef U64
+        // so a multiple of V, itself of 8 words: pairs of uvec4s as one u64vec4
+        [[unroll]] for (uint k = 0u; k < V / 4u; k += 2u) {
+            uvec4 u0 = LOADA4((sa >> 2) + k), u1 = LOADA4((sa >> 2) + k + 1u);
+            uvec4 v0 = OP == OP_IDENTITY ? u0 : LOADB4((sb >> 2) + k);
+            uvec4 v1 = OP == OP_IDENTITY ? u1 : LOADB4((sb >> 2) + k + 1u);
+            y8[(so >> 3) + k / 2u] = vkml_u64x4(WORDS4(u0, v0), WORDS4(u1, v1));
+        }
+#else
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uvec4 u = LOADA4((sa >> 2) + k);
             uvec4 v = OP == OP_IDENTITY ? u : LOADB4((sb >> 2) + k);
             y4[(so >> 2) + k] = WORDS4(u, v);
         }
+#endif
     } else {                                         // the tail: whole elements of words
         // not unrolled: the main loop's copy of the element code is enough to compile
         const uint STEP = WIDTH == 8u ? 2u : 1u;

@@ -132,6 +132,27 @@ def test_strides_and_canaries(device, dtype, read):
     assert np.isnan(got[gaps].astype(np.float64)).all(), "a write landed outside the output"
 
 
+@pytest.mark.parametrize("read", ["texel4", "ssbo"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_row_tails(device, dtype, read):
+    """Per-channel statistics over rows of H * W elements that end inside an invocation's
+    32 (the vec4 main loop, then the row's last elements one by one), with a fused
+    activation so that the tail's element code is not the main loop's by accident."""
+    rng = np.random.default_rng(7)
+    for hw in [(1, 4), (3, 12), (6, 6), (4, 11), (10, 10), (3, 44), (5, 7)]:
+        shape = (2, 3) + hw
+        x = (rng.standard_normal(shape) * 3).astype(dtype)
+        stats = _stats(rng, [(1, 3, 1, 1)] * 4, dtype)
+        fused = dml.ACTIVATIONS["leaky_relu"](alpha=0.25)
+        desc = Desc(T(dtype, shape), *(T(dtype, a.shape) for a in stats), T(dtype, shape),
+                    fused_activation=fused)
+        op, got = _run(device, desc, [x, *stats], x.size, read=read)
+        assert op.row, op.kernel
+        want = reference(x, *stats, 1e-5, "leaky_relu", {"alpha": 0.25})
+        np.testing.assert_allclose(got.reshape(shape).astype(np.float64), want, **_tol(dtype),
+                                   err_msg=f"{shape}")
+
+
 @pytest.mark.parametrize("act, params", [("relu", {}), ("leaky_relu", {"alpha": 0.2}),
                                          ("sigmoid", {}), ("elu", {"alpha": 0.5}),
                                          ("gelu", {})])

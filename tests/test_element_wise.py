@@ -224,10 +224,10 @@ def test_strided_layouts(device, dtype, kind):
         assert (raw == CANARY).all(), "a write landed outside the output's elements"
 
 
-def _compiled(device, desc, read=None, rows=True):
+def _compiled(device, desc, read=None, rows=True, store64=None):
     import importlib
     cls = importlib.import_module("vkml.ops.element_wise").CompiledElementWise
-    return cls(device, desc, read=read, rows=rows)
+    return cls(device, desc, read=read, rows=rows, store64=store64)
 
 
 @pytest.mark.parametrize("read, dtype", [("ssbo4", "float32"), ("texel4", "float32"),
@@ -330,6 +330,42 @@ def test_row_path_split_dispatches(device):
             c.release()
 
 
+@pytest.mark.parametrize("read", ["texel4", "ssbo4"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int64"])
+def test_row_path_outer_dimensions(device, dtype, read):
+    """Merged boxes of more than three dimensions (an operand broadcast along alternate
+    dimensions): the row path runs the dimensions before its three as dispatches of their
+    own, up to ROW_OUTER combinations, the strided path past them; both against the
+    reference and the strided path, the operand on either side."""
+    from vkml.ops.element_wise import ROW_OUTER
+
+    rng = np.random.default_rng(17)
+    for out, small, rows in [((2, 3, 4, 5, 8), (2, 1, 4, 1, 8), True),
+                             ((3, 2, 2, 3, 4, 8), (3, 1, 2, 1, 4, 1), True),
+                             ((ROW_OUTER + 1, 2, 3, 4), (ROW_OUTER + 1, 1, 3, 1), False)]:
+        for sa, sb in ((out, small), (small, out)):
+            a = random_values(rng, sa, dtype)
+            b = random_values(rng, sb, dtype)
+            desc = dml.ElementWiseSubtractOperatorDesc(
+                dml.broadcast_tensor_desc(dtype, sa, out),
+                dml.broadcast_tensor_desc(dtype, sb, out), dml.TensorDesc(dtype, out))
+            results = []
+            for allow in (True, False):
+                c = _compiled(device, desc, read, rows=allow)
+                try:
+                    if allow:
+                        assert (c.row is not None) == rows, (sa, sb)
+                        assert not rows or c.read == read
+                        assert not rows or c.row["outer"], c.row
+                    y = device.empty(out, dtype)
+                    c.execute([device.tensor(a), device.tensor(b)], [y])
+                    results.append(y.numpy())
+                finally:
+                    c.release()
+            check(results[0], reference("subtract", a, b), "subtract")
+            assert same_bits(results[0], results[1])
+
+
 @pytest.mark.parametrize("layout", ["flat", "broadcast"])
 @pytest.mark.parametrize("dtype", ["float32", "uint8", "int64"])
 def test_windows_and_split_dispatches(device, layout, dtype):
@@ -372,6 +408,47 @@ def test_in_place(device, layout):
         np.testing.assert_array_equal(xa.numpy(), a - b)
     finally:
         op.release()
+
+
+@pytest.mark.parametrize("read", ["texel4", "ssbo4"])
+def test_u64_stores(device, read):
+    """The _u64 variants (pairs of uvec4s stored as one u64vec4, devices with int64
+    shaders) forced against the uvec4 stores and the reference: flat float32 arithmetic
+    and copies of several element sizes, per-channel rows (outer dimensions included),
+    in place; rows too short or not on whole pairs keep uvec4 stores."""
+    rng = np.random.default_rng(31)
+    wide = bool(device.features.get("int64"))
+    cases = [("add", "float32", (3, 5, 16), (3, 5, 16), True),        # flat, a tail
+             ("identity", "float32", (2, 3, 24), None, True),
+             ("identity", "uint8", (5, 67), None, True),              # a sub-word tail
+             ("identity", "int64", (3, 11), None, True),
+             ("multiply", "float32", (2, 64, 4, 6), (1, 64, 1, 1), True),   # rows of 24
+             ("multiply", "float32", (2, 8, 6, 6), (1, 8, 1, 1), False),    # rows of 36
+             ("subtract", "float32", (2, 3, 4, 5, 8), (2, 1, 4, 1, 8), True),  # outer dims
+             ("add", "float32", (4, 8, 4), (4, 8, 1), False),           # rows of 4 words
+             ("add", "float32", (4, 3, 12), (1, 3, 1), False)]          # rows of 12 words
+    for op, dtype, sa, sb, u64 in cases:
+        a = random_values(rng, sa, dtype)
+        if sb is None:
+            t = dml.TensorDesc(dtype, sa)
+            desc, ins, want = dml.ElementWiseIdentityOperatorDesc(t, t), [a], a
+        else:
+            b = random_values(rng, sb, dtype)
+            desc = DESCS[op](dml.TensorDesc(dtype, sa), dml.broadcast_tensor_desc(dtype, sb, sa),
+                             dml.TensorDesc(dtype, sa))
+            ins, want = [a, b], reference(op, a, b)
+        results = []
+        for store64 in (True, False):
+            c = _compiled(device, desc, read, store64=store64)
+            try:
+                assert c.kernel.endswith("_u64") == (store64 and wide and u64), c.kernel
+                xs = [device.tensor(x) for x in ins]
+                c.execute(xs, [xs[0]])                # in place: the output is A
+                results.append(xs[0].numpy())
+            finally:
+                c.release()
+        check(results[0], want, op)
+        assert same_bits(results[0], results[1])
 
 
 @pytest.mark.parametrize("name", ["relu", "sigmoid", "leaky_relu", "gelu", "linear"])

@@ -18,7 +18,14 @@ device feature is needed).
   every row on whole words, run *by rows* (:meth:`CompiledElementWise._row_plan`): V words
   an invocation along a row as the flat path reads them, a constant operand's value loaded
   once an invocation (as batch normalization's row variants), read path by
-  :data:`ROW_READ_PATH`.
+  :data:`ROW_READ_PATH`.  The kernel takes three dimensions (outer, rows, row) with
+  plain arithmetic, the dimensions before them as dispatches of their own, and which
+  operand is constant is frozen into its code: SwiftShader keeps a coordinate array in
+  memory and runs both sides of a branch on a specialization constant.
+* Float32 without an activation and plain copies, flat or by rows on whole pairs of
+  uvec4s, store each pair as one u64vec4 (the ``_u64`` variants) on a device with int64
+  shaders whose measured store width is 64-bit (:mod:`vkml.ops.store_width`: lavapipe
+  stores a vector one scalar per component).
 * A plain IDENTITY (no ScaleBias) of either kind runs the ``copy`` variants: the same
   mains without element code; float32 without an activation the ``f32`` ones, without
   the float16 conversions and the activations.  SwiftShader runs such smaller element
@@ -38,6 +45,7 @@ strides are 0 along the broadcast dimensions; nothing is copied to broadcast it.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -60,6 +68,7 @@ from . import permute
 from .base import CompiledOperator, implements
 from .batch_normalization import merge_dims
 from .functional import as_array, pick_device, run
+from .store_width import wide_stores
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable,
                    decline_unless, div_magic, plan_windows, record_on_scratch, row_workgroup,
                    split_groups, strided_span, words8, x_invocations)
@@ -76,6 +85,13 @@ VARIANTS = {**dict.fromkeys([f"element_wise_{c}{r}" for c in _CLASSES
             **dict.fromkeys([f"element_wise_{c}_row{r}" for c in _CLASSES + ("copy", "f32")
                              for r in ("_texel4", "_ssbo4")],
                             BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE", "A_BCAST", "B_BCAST",
+                                             "VEC4")),
+            **dict.fromkeys([f"element_wise_{c}_{r}_u64" for c in ("copy", "f32")
+                             for r in ("texel4", "ssbo4")],
+                            BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE")),
+            **dict.fromkeys([f"element_wise_{c}_row_{r}_u64" for c in ("copy", "f32")
+                             for r in ("texel4", "ssbo4")],
+                            BOX_CONSTANTS + ("V", "ACT", "OP", "DTYPE", "A_BCAST", "B_BCAST",
                                              "VEC4"))}
 
 
@@ -91,6 +107,10 @@ def type_class(dt: DataType) -> str:
 #: many), 16 of 64 bits; a multiple of 4 for the uvec4 loop.  Fewer words for the small
 #: types also keep the unrolled element code (and the pipeline's compile time) bounded.
 FLAT_V = {1: 8, 2: 16, 4: 32, 8: 32}
+#: Combinations of the dimensions before the row path's three it runs as dispatches of
+#: their own (past it, the strided path): merged boxes of more than three dimensions are
+#: rare (an operand broadcast along alternate dimensions) and small.
+ROW_OUTER = 64
 
 
 @implements(*ELEMENT_WISE)
@@ -101,19 +121,24 @@ class CompiledElementWise(CompiledOperator):
     where the inputs do not fit one texel view) or "ssbo4"; None lets the tuner choose
     (``VKML_TUNE=off``: texel4 where it fits).  ``rows=False`` keeps a geometry the row
     path takes on the strided one (tests compare the two); ``permute`` forces
-    :mod:`vkml.ops.permute`'s choice for a plain IDENTITY on the strided path."""
+    :mod:`vkml.ops.permute`'s choice for a plain IDENTITY on the strided path.
+    ``store64`` forces the ``_u64`` stores (True, where the device has int64 shaders and
+    the geometry allows them) or uvec4 stores (False); None: the device's measured store
+    width (:func:`~vkml.ops.store_width.wide_stores`)."""
 
     force_read: str | None = None
     allow_rows: bool = True
+    force_store64: bool | None = None
     #: a plain IDENTITY on the strided path: :mod:`vkml.ops.permute`'s copy, or None
     permuted = None
 
     def __init__(self, device, desc, read: str | None = None, rows: bool = True,
-                 permute: str | None = None):
+                 permute: str | None = None, store64: bool | None = None):
         if read is not None:
             self.force_read = read
         self.allow_rows = rows
         self.force_permute = permute        # one of permute.CHOICES; None: the tuner's
+        self.force_store64 = store64
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -156,12 +181,17 @@ class CompiledElementWise(CompiledOperator):
             self.words = ceil_div(math.prod(self.box) * self.esize, 4)
             self.windows = None if fits else self._flat_windows()
             self.read = self._choose_read(READ_PATH)
-            self.kernel = f"element_wise_{cls}_{self.read}"
+            self.kernel = f"element_wise_{cls}_{self.read}" + self._u64(cls, self.windows is None)
         elif self.row is not None:
             self.windows = None
-            self.words = math.prod(self.row["box"])
+            self.words = math.prod(self.row["box"]) * math.prod(self.row["outer"])
             self.read = self._choose_read(ROW_READ_PATH)
-            self.kernel = f"element_wise_{cls}_row_{self.read}"
+            # u64vec4 stores: V of at least 8 words (rows that long), every row's output
+            # on a whole pair of uvec4s
+            out_rows = self.row["strides"][2][:-1] + self.row["outer_strides"][2]
+            self.kernel = f"element_wise_{cls}_row_{self.read}" + self._u64(
+                cls, self.row["vec4"] and self.row["box"][-1] >= 8
+                and all(s % 8 == 0 for s in out_rows))
             self.box, self.strides = self.row["box"], self.row["strides"]
         elif cls == "copy" and self._permute():
             self.windows = None
@@ -186,6 +216,16 @@ class CompiledElementWise(CompiledOperator):
             self.read, self.kernel = self.permuted.read, self.permuted.kernel
         return self.permuted is not None
 
+    def _u64(self, cls: str, aligned: bool) -> str:
+        """The kernel name's suffix for u64vec4 stores ("_u64") or "": float32 without an
+        activation and plain copies, whole tensors (flat) or output rows on whole pairs
+        of uvec4s (rows), on a device with int64 shaders whose measured store width is
+        64-bit (``store64`` forces the choice)."""
+        ok = cls in ("copy", "f32") and aligned and bool(self.features.get("int64"))
+        wide = self.force_store64 if self.force_store64 is not None else (
+            ok and wide_stores(self.device))
+        return "_u64" if ok and wide else ""
+
     def _in_span(self, origin, extent):
         """A span as long as the longer of A's and B's over the box (plan_windows sizes
         the windows by it; each input's own span is taken at dispatch)."""
@@ -206,7 +246,9 @@ class CompiledElementWise(CompiledOperator):
         or constant (stride 0) along it, every contiguous tensor's rows starting on whole
         words.  The inner extent and the contiguous tensors' strides become words (a
         constant operand's stay elements: the kernel loads its one element a row);
-        ``vec4``: every row starts on a whole uvec4."""
+        ``vec4``: every row starts on a whole uvec4.  The kernel takes three dimensions:
+        fewer are padded with 1s, the ones before the last three (``outer``, at most
+        :data:`ROW_OUTER` combinations, else None) run as dispatches of their own."""
         es = self.esize
         # a size-1 dimension is never walked: its stride is read as 0 (merge_dims drops it)
         box, strides = merge_dims(self.box, self.strides)
@@ -216,11 +258,18 @@ class CompiledElementWise(CompiledOperator):
         contiguous = [st for st in strides if st[-1] == 1]
         if any(s * es % 4 for st in contiguous for s in st[:-1]):
             return None
+        if math.prod(box[:-3]) > ROW_OUTER:
+            return None
         vec4 = box[-1] * es % 16 == 0 and all(s * es % 16 == 0 for st in contiguous
                                               for s in st[:-1])
         words = [[s * es // 4 for s in st[:-1]] + [1] if st[-1] == 1 else st
                  for st in strides]
-        return {"box": box[:-1] + [box[-1] * es // 4], "strides": words, "vec4": vec4,
+        pad = max(0, 3 - len(box))
+        box = [1] * pad + box[:-1] + [box[-1] * es // 4]
+        words = [[0] * pad + st for st in words]
+        n = len(box) - 3
+        return {"box": box[n:], "strides": [st[n:] for st in words], "outer": box[:n],
+                "outer_strides": [st[:n] for st in words], "vec4": vec4,
                 "bcast": [last[0] == 0, last[1] == 0]}
 
     def _choose_read(self, path) -> str:
@@ -254,8 +303,9 @@ class CompiledElementWise(CompiledOperator):
     def _encode_rows(self, seq, a, b, y) -> None:
         """The row path: whole tensors (it takes no windows), V words of a row an
         invocation (FLAT_V where the row holds them: lavapipe's and SwiftShader's cost is
-        per invocation), a workgroup spanning several rows where they are short."""
-        box, rank = self.box, len(self.box)
+        per invocation), a workgroup spanning several rows where they are short; a
+        dispatch per combination of the outer dimensions, its offsets as the bases."""
+        box = self.box
         kinds = [("r", FORMAT_RGBA32_UINT) if self.read == "texel4" else ("r",)] * 2
         binds = [Bind(m, 0, min(round_up(n, 16), m.size), *k)
                  for m, n, k in zip((a, b), self.bytes, kinds)]
@@ -265,14 +315,16 @@ class CompiledElementWise(CompiledOperator):
             v //= 2
         v = v if self.row["vec4"] else max(2, min(v, round_up(box[-1], 2)))
         lx = min(self.local, max(8, round_up(ceil_div(box[-1], v), 8)))
-        ly = 1
-        if rank > 1:
-            max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
-            ly = max(1, min(self.local // lx, box[-2], max_y))
+        max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
+        ly = max(1, min(self.local // lx, box[-2], max_y))
         bc = self.row["bcast"]
-        pipe = self._pipeline(lx, ly, rank, 1, v, A_BCAST=int(bc[0]), B_BCAST=int(bc[1]),
+        pipe = self._pipeline(lx, ly, 3, 1, v, A_BCAST=int(bc[0]), B_BCAST=int(bc[1]),
                               VEC4=int(self.row["vec4"]))
-        self._dispatch(seq, pipe, binds, [0] * rank, list(box), (0, 0, 0), 1, v, lx, ly)
+        for outer in itertools.product(*map(range, self.row["outer"])):
+            # the kernel subtracts the bases: minus each tensor's offset, modulo 2^32
+            bases = tuple(-sum(c * s for c, s in zip(outer, st)) % (1 << 32)
+                          for st in self.row["outer_strides"])
+            self._dispatch(seq, pipe, binds, [0] * 3, list(box), bases, 1, v, lx, ly)
 
     def _encode_flat(self, seq, a, b, y) -> None:
         texel = self.read == "texel4"

@@ -54,7 +54,7 @@ from .vk import ffi, lib
 #: ``ROWS_FULL``, ``ROWS_BL``, ``ROWS_BR`` pick the texel components of the padding rows
 #: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen.
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
-                    "ROWS_FULL", "ROWS_BL", "ROWS_BR")
+                    "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP", "DTYPE")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
