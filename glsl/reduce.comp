@@ -174,9 +174,12 @@ State walk(uint base, uint k0, uint step, uint digits[8]) {
     for (uint k = k0; k < count; k += UNROLL * step) {
         [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
             uint kk = k + u * step;
-            VAL v = element(base);     // rc stays within rsize (a carry out is dropped)
+            // rc stays within rsize (a carry out is dropped); one reduced axis needs no rc
+            // (SwiftShader keeps that array in memory): k past count reads the last
+            VAL v = RDIMS == 1 ? XLOAD(base + min(kk, count - 1u) * AT(rstride, 0))
+                               : element(base);
             if (kk < count) part = take(part, v, kk);
-            advance(digits);
+            if (RDIMS > 1) advance(digits);
         }
         j += UNROLL;
         if (j >= BLOCK) {
