@@ -212,8 +212,8 @@ def test_vec4_path(device, fn):
 
 def test_vec4_declines_and_storage_reads(device):
     """"vec4" falls back to "lane" where a stride or the packed axis' size is not a
-    multiple of 4 or the tensors are windowed; past maxTexelBufferElements it reads vec4s
-    from a storage buffer."""
+    multiple of 4 or the tensors are windowed; past maxTexelBufferElements (or with
+    storage reads forced) it reads vec4s from a storage buffer."""
     from vkml.ops.reduce import CompiledReduce
 
     rng = np.random.default_rng(40)
@@ -237,6 +237,15 @@ def test_vec4_declines_and_storage_reads(device):
             op.execute([small.tensor(x)], [y])
             op.release()
             check(y.numpy(), x, "argmax", axes)
+    x = rng.standard_normal((6, 5, 16)).astype(np.float32)
+    desc = dml.ReduceOperatorDesc("max", dml.TensorDesc("float32", x.shape),
+                                  dml.TensorDesc("float32", (6, 5, 1)), (2,))
+    op = CompiledReduce(device, desc, path="vec4", read="ssbo")
+    assert op.path == "vec4" and op.read == "ssbo4"
+    y = device.empty((6, 5, 1), np.float32)
+    op.execute([device.tensor(x)], [y])
+    op.release()
+    check(y.numpy(), x, "max", (2,))
     with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
         x = rng.standard_normal((40, 64)).astype(np.float32)
         desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", x.shape),

@@ -120,9 +120,11 @@ def vec4_mode(op) -> int:
 
 def vec4_read(op) -> str:
     """The "vec4" path's read: RGBA32F texels where the input fits maxTexelBufferElements
-    of them, else vec4 storage-buffer loads."""
+    of them and storage reads are not forced (``read="ssbo"``), else vec4 storage-buffer
+    loads."""
     texels = ceil_div(op.in_bytes, 16)
-    return "texel4" if texels <= op.ctx.limits["maxTexelBufferElements"] else "ssbo4"
+    fits = texels <= op.ctx.limits["maxTexelBufferElements"] and op.force_read != "ssbo"
+    return "texel4" if fits else "ssbo4"
 
 
 def digits(n: int, radix) -> list[int]:
