@@ -13,6 +13,10 @@
 //   VEC4 2 ("vec4", row): one invocation per output, the packed innermost reduced axis
 //          read 4 elements a texel / vec4.  Both need 4-aligned strides (the host checks)
 //          and the whole tensors bound; the lanes' grid is a flat range of units.
+//   VEC4 3 ("vec4", span): one invocation per output whose reduced elements are one
+//          packed run (one merged axis of unit stride) at any alignment and length (global
+//          pooling's 7x7 = 49): the texels covering the run, the components outside it
+//          left out.
 // Numerics: float types accumulate in float32; a sum is blocked (partial sums of at most
 // BLOCK terms, then the partials, and in GROUP a pairwise tree of the lanes), not one
 // serial loop; LOG_SUM_EXP keeps a running maximum m and sum(exp(x - m)).  Integer sums
@@ -76,7 +80,7 @@ layout(constant_id = 24) const int FUNC = 10;
 layout(constant_id = 25) const int RDIMS = 1;
 layout(constant_id = 26) const int OUT_INDEX = 0;
 layout(constant_id = 27) const bool GROUP = false;
-layout(constant_id = 28) const int VEC4 = 0;      // 1: kept, 2: row (see the top)
+layout(constant_id = 28) const int VEC4 = 0;      // 1: kept, 2: row, 3: span (the top)
 
 layout(push_constant) uniform Push {
     uvec4 origin[2];              // GROUP: origin[0].x is the first output element
@@ -317,7 +321,7 @@ void walk_kept(uint base, uint o) {
 }
 
 // VEC4 2: one output, its innermost reduced axis 4 elements a texel (rc[RDIMS - 1] stays
-// a multiple of 4: that axis' size is one)
+// a multiple of 4: that axis' size is a multiple of 4)
 State walk_row(uint base) {
     State total = initial();
     State part = initial();
@@ -343,6 +347,27 @@ State walk_row(uint base) {
     return merge(total, part);
 }
 
+// VEC4 3: one output, elements base .. base + count - 1 (k = element - base)
+State walk_span(uint base) {
+    State total = initial();
+    State part = initial();
+    uint j = 0u;
+    for (uint q = base >> 2; q <= (base + count - 1u) >> 2; q++) {
+        vec4 v = FETCH4(q);
+        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+            uint k = 4u * q + i - base;         // wraps below base: past count too
+            if (k < count) part = take(part, v[i], k);
+        }
+        j += 4u;
+        if (j >= BLOCK) {
+            total = merge(total, part);
+            part = initial();
+            j = 0u;
+        }
+    }
+    return merge(total, part);
+}
+
 void main_vec4() {
     if (gl_GlobalInvocationID.x >= x_count) return;
     uint u = origin[0].x + gl_GlobalInvocationID.x;   // the unit, row-major
@@ -358,7 +383,8 @@ void main_vec4() {
         o += c * AT(out_stride, d);
     }
     [[unroll]] for (int d = 0; d < 8; d++) rc[d] = 0u;
-    if (VEC4 == 1) walk_kept(base, o); else store(o, walk_row(base));
+    if (VEC4 == 1) walk_kept(base, o);
+    else store(o, VEC4 == 2 ? walk_row(base) : walk_span(base));
 }
 #endif
 

@@ -177,13 +177,15 @@ def test_both_paths(device, path):
 
 VEC4_CASES = (((2, 8, 12), (1,), 1), ((5, 3, 64), (0, 1), 1), ((3, 7, 2, 8), (1, 2), 1),
               ((6, 5, 16), (2,), 2), ((2, 3, 4, 8), (1, 3), 2), ((4, 3, 5, 4), (2, 3), 2),
-              ((7, 4), (0, 1), 2))
+              ((7, 4), (0, 1), 2), ((5, 3, 7), (2,), 3), ((2, 6, 7, 7), (2, 3), 3),
+              ((3, 9), (0, 1), 3), ((4, 2, 5, 6), (3,), 3))
 
 
 @pytest.mark.parametrize("fn", FUNCS)
 def test_vec4_path(device, fn):
     """The "vec4" path forced, each way (4 outputs an invocation along the kept last axis;
-    rows read 4 at a time), one and several merged reduced axes, ties and NaN planted,
+    rows read 4 at a time; unaligned packed runs through the texels covering them), one
+    and several merged reduced axes, ties and NaN planted,
     against NumPy and against "lane" (min, max and the arg functions bit-exact)."""
     from vkml.ops.reduce import CompiledReduce
 
@@ -211,13 +213,13 @@ def test_vec4_path(device, fn):
 
 
 def test_vec4_declines_and_storage_reads(device):
-    """"vec4" falls back to "lane" where a stride or the packed axis' size is not a
-    multiple of 4 or the tensors are windowed; past maxTexelBufferElements (or with
+    """"vec4" falls back to "lane" where the reduced elements are neither a packed run
+    nor 4-aligned or the tensors are windowed; past maxTexelBufferElements (or with
     storage reads forced) it reads vec4s from a storage buffer."""
     from vkml.ops.reduce import CompiledReduce
 
     rng = np.random.default_rng(40)
-    for shape, axes in (((6, 10), (1,)), ((6, 10), (0,)), ((5, 3, 6), (1,))):
+    for shape, axes in (((6, 10, 3), (1,)), ((6, 10), (0,)), ((5, 3, 6), (1,))):
         out = tuple(1 if a in axes else n for a, n in enumerate(shape))
         desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", shape),
                                       dml.TensorDesc("float32", out), axes)
@@ -225,7 +227,7 @@ def test_vec4_declines_and_storage_reads(device):
         assert op.path == "lane", shape
         op.release()
     with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as small:
-        for shape, axes, mode in VEC4_CASES[:2] + VEC4_CASES[3:5]:
+        for shape, axes, mode in VEC4_CASES[:2] + VEC4_CASES[3:5] + VEC4_CASES[7:9]:
             x = rng.standard_normal(shape).astype(np.float32)
             out = tuple(1 if a in axes else n for a, n in enumerate(shape))
             desc = dml.ReduceOperatorDesc("argmax", dml.TensorDesc("float32", shape),
@@ -390,8 +392,9 @@ def test_path_rule_and_tuning_off(device):
 
     for ex in REDUCE_PATH.examples:
         assert tuning.Tuner(mode="off").choose(device, REDUCE_PATH, ex).name == "auto"
-    for shape, axes, want in (((4, 5000), (1,), "group"), ((5000, 3), (1,), "lane"),
-                              ((64, 63), (1,), "lane"), ((1, 1 << 18), (1,), "group"),
+    for shape, axes, want in (((4, 5000), (1,), "group"), ((500, 3), (0,), "lane"),
+                              ((63, 64, 3), (1,), "lane"), ((1, 1 << 18), (1,), "group"),
+                              ((5000, 3), (1,), "vec4"), ((64, 49), (1,), "vec4"),
                               ((5000, 4), (1,), "vec4"), ((64, 64), (1,), "vec4"),
                               ((3000, 256), (0,), "vec4"), ((3000, 8), (0,), "group")):
         desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", shape),

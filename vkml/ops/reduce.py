@@ -7,10 +7,10 @@ buffer where the whole input fits one (:func:`texel_read`).  The reduced axes ar
 where neighbouring ones address as one.  Three paths, chosen by the tuner
 (:data:`REDUCE_PATH`): "lane" (one invocation per output element, over the output box
 with :class:`.grid.BoxKernel`'s windows and split dispatches), "group" (one workgroup per
-output element, its lanes' states combined in a shared-memory tree) and, for float32
-with 4-aligned strides, "vec4" (4-element texel or vec4 reads: 4 outputs an invocation
-along a packed kept last axis, or a packed innermost reduced axis read 4 at a time; see
-:func:`vec4_mode`); the last two bind the whole tensors (within ``maxStorageBufferRange``).
+output element, its lanes' states combined in a shared-memory tree) and, for float32,
+"vec4" (4-element texel or vec4 reads: 4 outputs an invocation along a packed kept last
+axis, a packed innermost reduced axis read 4 at a time, or a packed run of reduced
+elements through the texels covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within ``maxStorageBufferRange``).
 ``VKML_TUNE=off`` ("auto"): "group" where the elements reduced per output are at least
 :data:`GROUP_MIN` and at least the output count (a long reduction into few outputs
 leaves most lanes idle in "lane"), or more than "lane" takes (:data:`LANE_MAX`), else
@@ -103,19 +103,22 @@ def vec4_mode(op) -> int:
     """The "vec4" path's way over the float32 input (glsl/reduce.comp's VEC4): 1 where the
     packed last axis is kept with a multiple of 4 elements (4 outputs an invocation), 2
     where the merged innermost reduced axis is packed with a multiple of 4 (a row read 4
-    elements at once), 0 where neither holds or a stride is not a multiple of 4 (a texel
-    read needs the 4 elements 16-byte aligned) or the tensors are windowed."""
+    elements at once; both need every stride a multiple of 4: a texel holds 4 elements
+    16-byte aligned), else 3 where the reduced elements are one packed run (one merged
+    axis of unit stride: the texels covering it); 0 otherwise or where the tensors are
+    windowed."""
     src = op.desc.input_tensor
     if src.data_type != DataType.FLOAT32 or op.windows is not None:
         return 0
+    span = 3 if op.rstride == [1] else 0
     if any(s % 4 for s in op.rstride[:-1] + op.in_strides[:-1]):
-        return 0
+        return span
     last = len(src.sizes) - 1
     if op.in_strides[-1] == 1 and src.sizes[last] % 4 == 0 and op.rstride[-1] % 4 == 0:
         return 1
     if op.rstride[-1] == 1 and op.rsize[-1] % 4 == 0 and op.in_strides[-1] % 4 == 0:
         return 2
-    return 0
+    return span
 
 
 def vec4_read(op) -> str:
