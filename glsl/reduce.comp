@@ -7,6 +7,16 @@
 //          (the grid machinery of glsl/fold.comp), walking k in blocks of BLOCK.
 //   GROUP true ("group"): one workgroup per output element; lane l takes k = l, l + L,
 //          ... (L = LOCAL_SIZE_X), then the lanes' states combine in a shared-memory tree.
+//   VEC4 1 ("vec4", kept): one invocation per 4 neighbouring outputs along the packed last
+//          axis (kept), reading 4-element texels / vec4s of them at each reduced element:
+//          adjacent lanes read adjacent 16 bytes and the loop runs once per 4 outputs.
+//   VEC4 2 ("vec4", row): one invocation per output, the packed innermost reduced axis
+//          read 4 elements a texel / vec4.  Both need 4-aligned strides (the host checks)
+//          and the whole tensors bound; the lanes' grid is a flat range of units.
+//   VEC4 3 ("vec4", span): one invocation per output whose reduced elements are one
+//          packed run (one merged axis of unit stride) at any alignment and length (global
+//          pooling's 7x7 = 49): the texels covering the run, the components outside it
+//          left out.
 // Numerics: float types accumulate in float32; a sum is blocked (partial sums of at most
 // BLOCK terms, then the partials, and in GROUP a pairwise tree of the lanes), not one
 // serial loop; LOG_SUM_EXP keeps a running maximum m and sum(exp(x - m)).  Integer sums
@@ -16,6 +26,8 @@
 //
 // vkml:variant reduce_f32 F32=1
 // vkml:variant reduce_f32_texel F32=1 TEXEL=1
+// vkml:variant reduce_f32_texel4 F32=1 TEXEL4=1
+// vkml:variant reduce_f32_ssbo4 F32=1 SSBO4=1
 // vkml:variant reduce_f16 F16=1
 // vkml:variant reduce_f16_packed F16_PACKED=1
 // vkml:variant reduce_i8 INT_BITS=8 SIGNED=1
@@ -29,7 +41,17 @@
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_elem.glsl"
 
-#ifdef TEXEL
+#if defined(TEXEL4)
+// float32 as RGBA32F texels (VEC4; the scalar paths' reads kept only so they compile)
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;
+#define FETCH4(i) texelFetch(Xt, int(i))
+#define XLOAD(i) FETCH4((i) >> 2)[(i) & 3u]
+#elif defined(SSBO4)
+// the same from a vec4 storage buffer (SwiftShader binds 65536 texels at most)
+layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
+#define FETCH4(i) x4[i]
+#define XLOAD(i) FETCH4((i) >> 2)[(i) & 3u]
+#elif defined(TEXEL)
 // float32 through an R32F uniform texel buffer: lavapipe vectorizes texel reads and
 // runs storage-buffer reads one lane at a time (docs/DEVELOPING.md)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;
@@ -58,6 +80,7 @@ layout(constant_id = 24) const int FUNC = 10;
 layout(constant_id = 25) const int RDIMS = 1;
 layout(constant_id = 26) const int OUT_INDEX = 0;
 layout(constant_id = 27) const bool GROUP = false;
+layout(constant_id = 28) const int VEC4 = 0;      // 1: kept, 2: row, 3: span (the top)
 
 layout(push_constant) uniform Push {
     uvec4 origin[2];              // GROUP: origin[0].x is the first output element
@@ -155,9 +178,12 @@ State walk(uint base, uint k0, uint step, uint digits[8]) {
     for (uint k = k0; k < count; k += UNROLL * step) {
         [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
             uint kk = k + u * step;
-            VAL v = element(base);     // rc stays within rsize (a carry out is dropped)
+            // rc stays within rsize (a carry out is dropped); one reduced axis needs no rc
+            // (SwiftShader keeps that array in memory): k past count reads the last
+            VAL v = RDIMS == 1 ? XLOAD(base + min(kk, count - 1u) * AT(rstride, 0))
+                               : element(base);
             if (kk < count) part = take(part, v, kk);
-            advance(digits);
+            if (RDIMS > 1) advance(digits);
         }
         j += UNROLL;
         if (j >= BLOCK) {
@@ -255,6 +281,116 @@ void main_lane() {
     if (live) store(o - out_base, t);
 }
 
+#ifdef FETCH4
+// The input element of reduced element k (rc at k; with one reduced axis k itself: SwiftShader
+// keeps the rc array in memory, so the common case of one merged axis avoids it).  A k
+// past count reads element `step` before the axis' end (in range: the values are dropped).
+uint vec4_offset(uint base, uint k, uint step) {
+    if (RDIMS == 1) return base + min(k, count - step) * AT(rstride, 0);
+    uint off = base;
+    [[unroll]] for (int d = 0; d < RDIMS; d++) off += rc[d] * AT(rstride, d);
+    return off;
+}
+
+// VEC4 1: the 4 states of outputs c .. c + 3, each element k read as one texel
+void walk_kept(uint base, uint o) {
+    State total[4], part[4];
+    [[unroll]] for (int i = 0; i < 4; i++) { total[i] = initial(); part[i] = initial(); }
+    uint digits[8];
+    [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 1u : 0u;
+    uint j = 0u;
+    for (uint k = 0u; k < count; k += UNROLL) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            vec4 v = FETCH4(vec4_offset(base, k + u, 1u) >> 2);
+            if (k + u < count) {
+                [[unroll]] for (int i = 0; i < 4; i++) part[i] = take(part[i], v[i], k + u);
+            }
+            if (RDIMS > 1) advance(digits);
+        }
+        j += UNROLL;
+        if (j >= BLOCK) {
+            [[unroll]] for (int i = 0; i < 4; i++) {
+                total[i] = merge(total[i], part[i]);
+                part[i] = initial();
+            }
+            j = 0u;
+        }
+    }
+    [[unroll]] for (int i = 0; i < 4; i++)
+        store(o + uint(i) * AT(out_stride, LAST), merge(total[i], part[i]));
+}
+
+// VEC4 2: one output, its innermost reduced axis 4 elements a texel (rc[RDIMS - 1] stays
+// a multiple of 4: that axis' size is a multiple of 4)
+State walk_row(uint base) {
+    State total = initial();
+    State part = initial();
+    uint digits[8];
+    [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 4u : 0u;
+    uint j = 0u;
+    for (uint k = 0u; k < count; k += 4u * UNROLL) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint kk = k + 4u * u;
+            vec4 v = FETCH4(vec4_offset(base, kk, 4u) >> 2);
+            if (kk < count) {
+                [[unroll]] for (uint i = 0u; i < 4u; i++) part = take(part, v[i], kk + i);
+            }
+            if (RDIMS > 1) advance(digits);
+        }
+        j += 4u * UNROLL;
+        if (j >= BLOCK) {
+            total = merge(total, part);
+            part = initial();
+            j = 0u;
+        }
+    }
+    return merge(total, part);
+}
+
+// VEC4 3: one output, elements base .. base + count - 1 (k = element - base)
+State walk_span(uint base) {
+    State total = initial();
+    State part = initial();
+    uint j = 0u;
+    for (uint q = base >> 2; q <= (base + count - 1u) >> 2; q++) {
+        vec4 v = FETCH4(q);
+        [[unroll]] for (uint i = 0u; i < 4u; i++) {
+            uint k = 4u * q + i - base;         // wraps below base: past count too
+            if (k < count) part = take(part, v[i], k);
+        }
+        j += 4u;
+        if (j >= BLOCK) {
+            total = merge(total, part);
+            part = initial();
+            j = 0u;
+        }
+    }
+    return merge(total, part);
+}
+
+void main_vec4() {
+    if (gl_GlobalInvocationID.x >= x_count) return;
+    uint u = origin[0].x + gl_GlobalInvocationID.x;   // the unit, row-major
+    uint base = 0u, o = 0u;
+    [[unroll]] for (int d = LAST; d >= 0; d--) {
+        uint n = AT(out_size, d);
+        if (n == 1u) continue;                          // uniform: no division
+        if (VEC4 == 1 && d == LAST) n >>= 2;
+        uint c = u % n;
+        u /= n;
+        if (VEC4 == 1 && d == LAST) c <<= 2;
+        base += c * AT(in_stride, d);
+        o += c * AT(out_stride, d);
+    }
+    [[unroll]] for (int d = 0; d < 8; d++) rc[d] = 0u;
+    if (VEC4 == 1) walk_kept(base, o);
+    else store(o, VEC4 == 2 ? walk_row(base) : walk_span(base));
+}
+#endif
+
 void main() {
+#ifdef FETCH4
+    if (VEC4 != 0) { main_vec4(); return; }
+#endif
     if (GROUP) main_group(); else main_lane();
 }

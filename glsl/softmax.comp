@@ -19,10 +19,13 @@
 // TEXEL4 variants (float32 rows of one packed dimension, a multiple of 4 long, every row
 // 4-aligned) read RGBA32F texels and store vec4s, four elements a step: lavapipe stores
 // one lane at a time, a vec4 in one turn, so a scalar store per element costs 4x.
+// SSBO4 variants do the same from a vec4 storage buffer.
 //
 // vkml:variant softmax_lane_f32 LANE=1 F32=1
 // vkml:variant softmax_lane_f32_texel4 LANE=1 F32=1 TEXEL4=1
 // vkml:variant softmax_group_f32_texel4 GROUP=1 F32=1 TEXEL4=1
+// vkml:variant softmax_lane_f32_ssbo4 LANE=1 F32=1 TEXEL4=1 SSBO4=1
+// vkml:variant softmax_group_f32_ssbo4 GROUP=1 F32=1 TEXEL4=1 SSBO4=1
 // vkml:variant softmax_lane_f32_texel LANE=1 F32=1 TEXEL=1
 // vkml:variant softmax_lane_f16 LANE=1 F16=1
 // vkml:variant softmax_lane_f16_packed LANE=1 F16_PACKED=1
@@ -33,7 +36,13 @@
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 
-#if defined(TEXEL4)
+#if defined(SSBO4)
+// the TEXEL4 reads as vec4 storage-buffer loads (inputs past maxTexelBufferElements
+// texels: SwiftShader's 65536 hold 1 MiB)
+layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
+#define LOADX(i) x4[(i) >> 2][(i) & 3u]
+#define LOAD4(q) x4[q]
+#elif defined(TEXEL4)
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
 #define LOADX(i) texelFetch(Xt, int((i) >> 2))[(i) & 3u]
 #define LOAD4(q) texelFetch(Xt, int(q))

@@ -175,6 +175,91 @@ def test_both_paths(device, path):
             check(y.numpy(), x, fn, axes)
 
 
+VEC4_CASES = (((2, 8, 12), (1,), 1), ((5, 3, 64), (0, 1), 1), ((3, 7, 2, 8), (1, 2), 1),
+              ((6, 5, 16), (2,), 2), ((2, 3, 4, 8), (1, 3), 2), ((4, 3, 5, 4), (2, 3), 2),
+              ((7, 4), (0, 1), 2), ((5, 3, 7), (2,), 3), ((2, 6, 7, 7), (2, 3), 3),
+              ((3, 9), (0, 1), 3), ((4, 2, 5, 6), (3,), 3))
+
+
+@pytest.mark.parametrize("fn", FUNCS)
+def test_vec4_path(device, fn):
+    """The "vec4" path forced, each way (4 outputs an invocation along the kept last axis;
+    rows read 4 at a time; unaligned packed runs through the texels covering them), one
+    and several merged reduced axes, ties and NaN planted,
+    against NumPy and against "lane" (min, max and the arg functions bit-exact)."""
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(FUNCS.index(fn))
+    out_type = "uint32" if fn.startswith("arg") else "float32"
+    for shape, axes, mode in VEC4_CASES:
+        x = random_input(rng, shape, "float32", fn)
+        x[..., 2] = x[..., 1]                          # ties along the last axis
+        if fn in ("max", "min", "argmax", "argmin") and rng.random() < 0.5:
+            x.flat[rng.integers(x.size, size=3)] = np.nan
+        out = tuple(1 if a in axes else n for a, n in enumerate(shape))
+        desc = dml.ReduceOperatorDesc(fn, dml.TensorDesc("float32", shape),
+                                      dml.TensorDesc(out_type, out), axes)
+        got = {}
+        for path in ("vec4", "lane"):
+            op = CompiledReduce(device, desc, path=path)
+            assert op.path == path and (path == "lane" or op.vec4 == mode)
+            y = device.empty(out, out_type)
+            op.execute([device.tensor(x)], [y])
+            op.release()
+            got[path] = y.numpy()
+        check(got["vec4"], x, fn, axes)
+        if fn in ("max", "min", "argmax", "argmin"):
+            np.testing.assert_array_equal(got["vec4"], got["lane"])
+
+
+def test_vec4_declines_and_storage_reads(device):
+    """"vec4" falls back to "lane" where the reduced elements are neither a packed run
+    nor 4-aligned or the tensors are windowed; past maxTexelBufferElements (or with
+    storage reads forced) it reads vec4s from a storage buffer."""
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(40)
+    for shape, axes in (((6, 10, 3), (1,)), ((6, 10), (0,)), ((5, 3, 6), (1,))):
+        out = tuple(1 if a in axes else n for a, n in enumerate(shape))
+        desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", shape),
+                                      dml.TensorDesc("float32", out), axes)
+        op = CompiledReduce(device, desc, path="vec4")
+        assert op.path == "lane", shape
+        op.release()
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as small:
+        for shape, axes, mode in VEC4_CASES[:2] + VEC4_CASES[3:5] + VEC4_CASES[7:9]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            out = tuple(1 if a in axes else n for a, n in enumerate(shape))
+            desc = dml.ReduceOperatorDesc("argmax", dml.TensorDesc("float32", shape),
+                                          dml.TensorDesc("uint32", out), axes)
+            op = CompiledReduce(small, desc, path="vec4")
+            assert op.path == "vec4" and op.vec4 == mode
+            assert op.read == ("ssbo4" if x.nbytes > 64 * 16 else "texel4")
+            y = small.empty(out, "uint32")
+            op.execute([small.tensor(x)], [y])
+            op.release()
+            check(y.numpy(), x, "argmax", axes)
+    x = rng.standard_normal((6, 5, 16)).astype(np.float32)
+    desc = dml.ReduceOperatorDesc("max", dml.TensorDesc("float32", x.shape),
+                                  dml.TensorDesc("float32", (6, 5, 1)), (2,))
+    op = CompiledReduce(device, desc, path="vec4", read="ssbo")
+    assert op.path == "vec4" and op.read == "ssbo4"
+    y = device.empty((6, 5, 1), np.float32)
+    op.execute([device.tensor(x)], [y])
+    op.release()
+    check(y.numpy(), x, "max", (2,))
+    with vkml.Device(device.index, limits={"maxStorageBufferRange": 4096}) as small:
+        x = rng.standard_normal((40, 64)).astype(np.float32)
+        desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", x.shape),
+                                      dml.TensorDesc("float32", (40, 1)), (1,))
+        op = CompiledReduce(small, desc, path="vec4")
+        assert op.path == "lane"
+        y = small.empty((40, 1), np.float32)
+        op.execute([small.tensor(x)], [y])
+        op.release()
+        check(y.numpy(), x, "sum", (1,))
+
+
 def test_long_sums_are_blocked(device):
     """2^17 terms of 0.1 (float32; a serial float32 loop is off by 1e-3 relative) and
     4096 float16 ones (a float16 sum stops at 2048), on both paths; 2^20 terms (off by
@@ -185,11 +270,12 @@ def test_long_sums_are_blocked(device):
     for dtype, n, value in (("float32", 1 << 17, 0.1), ("float16", 4096, 1.0),
                             ("float32", 1 << 20, 0.1)):
         x = np.full((1, n), value, dtype)
-        for path in ("lane", "group"):
+        for path in ("lane", "group", "vec4"):
             desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc(dtype, x.shape),
                                           dml.TensorDesc(dtype, (1, 1)), (1,))
             op = CompiledReduce(device, desc, path=path)
-            assert op.path == (path if n <= 1 << 17 else "group")
+            assert op.path == (("lane" if path == "vec4" and dtype == "float16" else path)
+                               if n <= 1 << 17 else "group")
             y = device.empty((1, 1), dtype)
             op.execute([device.tensor(x)], [y])
             op.release()
@@ -283,9 +369,10 @@ def test_grids_beyond_max_workgroup_count(device):
 
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (3, 3, 2)}) as dev:
         rng = np.random.default_rng(17)
-        for shape, axes in (((7, 80, 3), (1,)), ((2, 3, 4, 5, 70), (4,))):
+        for shape, axes in (((7, 80, 3), (1,)), ((2, 3, 4, 5, 70), (4,)), ((100, 3, 16), (1,)),
+                            ((500, 8), (1,))):
             x = rng.standard_normal(shape).astype(np.float32)
-            for path in ("lane", "group"):
+            for path in ("lane", "group", "vec4"):
                 out = tuple(1 if a in axes else n for a, n in enumerate(shape))
                 desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", shape),
                                               dml.TensorDesc("float32", out), axes)
@@ -298,14 +385,18 @@ def test_grids_beyond_max_workgroup_count(device):
 
 def test_path_rule_and_tuning_off(device):
     """``VKML_TUNE=off`` keeps the rule ("auto"): "group" for a long reduction into few
-    outputs, "lane" otherwise."""
+    outputs, "lane" otherwise, "vec4" instead where it runs (instead of "group" from 64
+    invocations)."""
     from vkml import tuning
     from vkml.ops.reduce import CompiledReduce, REDUCE_PATH
 
     for ex in REDUCE_PATH.examples:
         assert tuning.Tuner(mode="off").choose(device, REDUCE_PATH, ex).name == "auto"
-    for shape, axes, want in (((4, 5000), (1,), "group"), ((5000, 4), (1,), "lane"),
-                              ((64, 64), (1,), "lane"), ((1, 1 << 18), (1,), "group")):
+    for shape, axes, want in (((4, 5000), (1,), "group"), ((500, 3), (0,), "lane"),
+                              ((63, 64, 3), (1,), "lane"), ((1, 1 << 18), (1,), "group"),
+                              ((5000, 3), (1,), "vec4"), ((64, 49), (1,), "vec4"),
+                              ((5000, 4), (1,), "vec4"), ((64, 64), (1,), "vec4"),
+                              ((3000, 256), (0,), "vec4"), ((3000, 8), (0,), "group")):
         desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", shape),
                                       dml.TensorDesc("float32", tuple(
                                           1 if a in axes else n for a, n in enumerate(shape))),

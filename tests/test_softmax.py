@@ -73,16 +73,16 @@ def test_random_ranks_and_axes(device, budget, dtype, path):
 
 
 @pytest.mark.parametrize("path", ["lane", "group"])
-@pytest.mark.parametrize("read", ["texel4", "texel", "ssbo"])
+@pytest.mark.parametrize("read", ["texel4", "ssbo4", "texel", "ssbo"])
 @pytest.mark.parametrize("count", [1, 7, 64, 1000])
 def test_row_lengths(device, path, read, count):
-    """Rows shorter and longer than a workgroup, each float32 read forced ("texel4"
-    needs rows a multiple of 4 long: "texel" otherwise)."""
+    """Rows shorter and longer than a workgroup, each float32 read forced ("texel4" and
+    "ssbo4" need rows a multiple of 4 long: "texel" otherwise)."""
     rng = np.random.default_rng(count)
     x = (rng.standard_normal((5, count)) * 10).astype(np.float32)
     t = T("float32", x.shape)
     op, got = _run(device, S1(t, t, (1,)), x, x.size, path=path, read=read)
-    assert op.read == ("texel" if read == "texel4" and count % 4 else read)
+    assert op.read == ("texel" if read in ("texel4", "ssbo4") and count % 4 else read)
     np.testing.assert_allclose(got.reshape(x.shape), reference(x, (1,)), rtol=2e-5, atol=1e-7)
 
 
@@ -153,6 +153,22 @@ def test_windows_and_split_grids(device, path):
                                        rtol=2e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("path", ["lane", "group"])
+def test_vec4_storage_reads_past_the_texel_limit(device, path):
+    """Rows of 4-aligned packed elements whose input exceeds maxTexelBufferElements
+    RGBA32F texels read vec4s from the storage buffer ("ssbo4"), the texel4 path's
+    arithmetic, by the rule; within it they read texels."""
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((9, 3, 64)) * 5).astype(np.float32)
+    t = T("float32", x.shape)
+    for limit, want in ((64, "ssbo4"), (1 << 16, "texel4")):
+        with vkml.Device(device.index, limits={"maxTexelBufferElements": limit}) as small:
+            op, got = _run(small, S1(t, t, (2,)), x, x.size, path=path)
+            assert op.read == want and op.path == path
+            np.testing.assert_allclose(got.reshape(x.shape), reference(x, (2,)),
+                                       rtol=2e-5, atol=1e-7)
+
+
 def test_row_too_large_for_a_binding(device):
     """One row larger than maxStorageBufferRange cannot be windowed: UnsupportedError."""
     from vkml.errors import UnsupportedError
@@ -174,7 +190,8 @@ def test_tensor_in_tensor_out(device):
 
 def test_tuner_path(device, tmp_path):
     """The path is a registered tunable path whose every candidate runs when measured;
-    VKML_TUNE=off gives the rule (group for rows of at least GROUP_MIN_COUNT elements)."""
+    VKML_TUNE=off gives the rule (group for fewer than GROUP_MAX_ROWS rows of at least
+    GROUP_MIN_COUNT elements or rows longer than LANE_MAX_COUNT, else lane)."""
     import importlib
 
     sm = importlib.import_module("vkml.ops.softmax")
@@ -184,7 +201,10 @@ def test_tuner_path(device, tmp_path):
     assert c.source == "measured" and set(c.times) == {"auto", "lane", "group"}
     t = T("float32", (4, sm.GROUP_MIN_COUNT))
     short = T("float32", (4, 8))
-    for desc, want in ((S1(t, t, (1,)), "group"), (S1(short, short, (1,)), "lane")):
+    many = T("float32", (sm.GROUP_MAX_ROWS, sm.GROUP_MIN_COUNT))
+    long = T("float32", (sm.GROUP_MAX_ROWS, sm.LANE_MAX_COUNT + 1))
+    for desc, want in ((S1(t, t, (1,)), "group"), (S1(short, short, (1,)), "lane"),
+                       (S1(many, many, (1,)), "lane"), (S1(long, long, (1,)), "group")):
         op = _compiled(device, desc)
         assert op.path == want
         op.release()

@@ -4,14 +4,18 @@ Kernel: ``glsl/reduce.comp``, one variant per element type (floats in float32; 8
 integers in 32-bit words, 64-bit ones as word pairs: no 8/16-bit storage or shaderInt64
 needed), the function a specialization constant; float32 is read through an R32F texel
 buffer where the whole input fits one (:func:`texel_read`).  The reduced axes are merged
-where neighbouring ones address as one.  Two paths, chosen by the tuner (:data:`REDUCE_PATH`):
-"lane" (one invocation per output element, over the output box with
-:class:`.grid.BoxKernel`'s windows and split dispatches) and "group" (one workgroup per
-output element, its lanes' states combined in a shared-memory tree; whole tensors within
-``maxStorageBufferRange`` only).  ``VKML_TUNE=off`` ("auto"): "group" where the elements
-reduced per output are at least :data:`GROUP_MIN` and at least the output count (a long
-reduction into few outputs leaves most lanes idle in "lane"), or more than "lane" takes
-(:data:`LANE_MAX`), else "lane".
+where neighbouring ones address as one.  Three paths, chosen by the tuner
+(:data:`REDUCE_PATH`): "lane" (one invocation per output element, over the output box
+with :class:`.grid.BoxKernel`'s windows and split dispatches), "group" (one workgroup per
+output element, its lanes' states combined in a shared-memory tree) and, for float32,
+"vec4" (4-element texel or vec4 reads: 4 outputs an invocation along a packed kept last
+axis, a packed innermost reduced axis read 4 at a time, or a packed run of reduced
+elements through the texels covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within ``maxStorageBufferRange``).
+``VKML_TUNE=off`` ("auto"): "group" where the elements reduced per output are at least
+:data:`GROUP_MIN` and at least the output count (a long reduction into few outputs
+leaves most lanes idle in "lane"), or more than "lane" takes (:data:`LANE_MAX`), else
+"lane"; then "vec4" where it runs instead of "lane", or of "group" from
+:data:`VEC4_UNITS` invocations.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from ..dml.operator import as_ints
 from ..dml.reduce import ARG_FUNCTIONS, ReduceFunction, ReduceOperatorDesc, reduce_output_sizes
 from ..dml.tensor_desc import TensorDesc
 from ..errors import UnsupportedError, ValidationError
+from ..intmath import ceil_div
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
@@ -39,9 +44,9 @@ _SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
            DataType.UINT32: "u32", DataType.INT64: "i64", DataType.UINT64: "u64"}
 #: Kernel variants this module requests (glsl/reduce.comp) and the constants it sets.
 VARIANTS = dict.fromkeys(
-    ["reduce_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
-                             "u16", "i32", "u32", "i64", "u64")],
-    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP"))
+    ["reduce_" + s for s in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed",
+                             "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")],
+    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4"))
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
@@ -49,6 +54,10 @@ GROUP_MIN = 1024
 #: lanes idle while its tree still runs, and the tuner would time (and wait for) a path
 #: that cannot win.
 GROUP_FLOOR = 64
+#: "auto" takes "vec4" over "group" from this many invocations (one workgroup of lanes
+#: each walking a row beats a workgroup per output and its shared-memory tree on the CPU
+#: drivers, whose barriers are costly).
+VEC4_UNITS = 64
 #: Elements one output may reduce on each path: a lane walks them 4 an iteration (lane:
 #: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
 LANE_MAX = 1 << 17
@@ -88,6 +97,37 @@ def texel_read(op, force: str | None) -> str:
     ok = (op.desc.input_tensor.data_type == DataType.FLOAT32 and op.windows is None
           and op.in_bytes // 4 <= op.ctx.limits["maxTexelBufferElements"])
     return "texel" if ok and force != "ssbo" else "ssbo"
+
+
+def vec4_mode(op) -> int:
+    """The "vec4" path's way over the float32 input (glsl/reduce.comp's VEC4): 1 where the
+    packed last axis is kept with a multiple of 4 elements (4 outputs an invocation), 2
+    where the merged innermost reduced axis is packed with a multiple of 4 (a row read 4
+    elements at once; both need every stride a multiple of 4: a texel holds 4 elements
+    16-byte aligned), else 3 where the reduced elements are one packed run (one merged
+    axis of unit stride: the texels covering it); 0 otherwise or where the tensors are
+    windowed."""
+    src = op.desc.input_tensor
+    if src.data_type != DataType.FLOAT32 or op.windows is not None:
+        return 0
+    span = 3 if op.rstride == [1] else 0
+    if any(s % 4 for s in op.rstride[:-1] + op.in_strides[:-1]):
+        return span
+    last = len(src.sizes) - 1
+    if op.in_strides[-1] == 1 and src.sizes[last] % 4 == 0 and op.rstride[-1] % 4 == 0:
+        return 1
+    if op.rstride[-1] == 1 and op.rsize[-1] % 4 == 0 and op.in_strides[-1] % 4 == 0:
+        return 2
+    return span
+
+
+def vec4_read(op) -> str:
+    """The "vec4" path's read: RGBA32F texels where the input fits maxTexelBufferElements
+    of them and storage reads are not forced (``read="ssbo"``), else vec4 storage-buffer
+    loads."""
+    texels = ceil_div(op.in_bytes, 16)
+    fits = texels <= op.ctx.limits["maxTexelBufferElements"] and op.force_read != "ssbo"
+    return "texel4" if fits else "ssbo4"
 
 
 def digits(n: int, radix) -> list[int]:
@@ -135,8 +175,10 @@ class CompiledReduce(PathBoxKernel):
         self.outputs_n = math.prod(dst.sizes)
         self.local = min(64, self.workgroup_size)
         self.windows = self.plan_windows()
+        self.vec4 = vec4_mode(self)
         self.path = self._choose_path()
-        self.apply_read(texel_read(self, self.force_read))
+        self.apply_read(vec4_read(self) if self.path == "vec4"
+                        else texel_read(self, self.force_read))
         self.group_local = 1 << (min(256, self.workgroup_size).bit_length() - 1)
         step = digits(self.group_local, self.rsize)
         self.params = self.upload(np.frombuffer(pack(
@@ -150,7 +192,8 @@ class CompiledReduce(PathBoxKernel):
 
     def _choose_path(self) -> str:
         ok = {"lane": self.count <= LANE_MAX,
-              "group": self.windows is None and self.count >= GROUP_FLOOR}
+              "group": self.windows is None and self.count >= GROUP_FLOOR,
+              "vec4": self.vec4 != 0 and self.count <= LANE_MAX}
         if not (ok["lane"] or ok["group"]):
             raise UnsupportedError("maxStorageBufferRange", f"{self.count} elements reduced "
                                    f"per output need the group path (over {LANE_MAX}), which "
@@ -160,9 +203,15 @@ class CompiledReduce(PathBoxKernel):
                 "lane" if ok["lane"] else "group")
         rule = ("group" if ok["group"] and (not ok["lane"] or (
             self.count >= GROUP_MIN and self.count >= self.outputs_n)) else "lane")
+        if ok["vec4"] and (rule == "lane" or self.units("vec4") >= VEC4_UNITS):
+            rule = "vec4"
         if self.force_path is None and self.desc.input_tensor.data_type == DataType.FLOAT32:
             return self.tuned_read(REDUCE_PATH, reduce_shape(self.desc), ok) or rule
         return rule
+
+    def units(self, path: str) -> int:
+        """Invocations ("vec4") or workgroups ("group") a flat path runs."""
+        return self.outputs_n // (4 if path == "vec4" and self.vec4 == 1 else 1)
 
     def in_span(self, origin, extent):
         lo, hi = strided_span(origin, extent, self.in_strides)
@@ -170,29 +219,37 @@ class CompiledReduce(PathBoxKernel):
 
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0].allocation, outputs[0].allocation
-        if self.path == "group":
-            self._encode_group(seq, x, y)
+        if self.path in ("group", "vec4"):
+            self._encode_flat(seq, x, y)
             return
 
         def pipeline_for(lx, ly, xdims, v, vec_store):
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                               "XDIMS": xdims, "GROUP": 0, **self.consts})
+                                               "XDIMS": xdims, "GROUP": 0, "VEC4": 0,
+                                               **self.consts})
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)
 
-    def _encode_group(self, seq, x, y) -> None:
-        """One workgroup per output element, in dispatches of at most
-        maxComputeWorkGroupCount[0] (push ``origin[0].x``: the first one's index)."""
-        pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.group_local, "LOCAL_SIZE_Y": 1,
-                                           "XDIMS": 1, "GROUP": 1, **self.consts})
+    def _encode_flat(self, seq, x, y) -> None:
+        """The whole tensors bound, a flat range of units: "group", one workgroup per
+        output element; "vec4", one invocation per unit (4 outputs or one, see
+        :func:`vec4_mode`).  Dispatches of at most maxComputeWorkGroupCount[0] workgroups
+        (push ``origin[0].x``: the first unit, ``x_count``: the units)."""
+        group = self.path == "group"
+        local = self.group_local if group else self.local
+        units = self.units(self.path)
+        pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": local, "LOCAL_SIZE_Y": 1,
+                                           "XDIMS": 1, "GROUP": int(group),
+                                           "VEC4": 0 if group else self.vec4, **self.consts})
         binds = [Bind(x, 0, self.in_bind, "r", self.in_fmt), Bind(y, 0, self.out_bytes, "w"),
                  Bind(self.params)]
-        step = int(self.ctx.limits["maxComputeWorkGroupCount"][0])
-        for first in range(0, self.outputs_n, step):
-            n = min(step, self.outputs_n - first)
+        per = 1 if group else local
+        step = int(self.ctx.limits["maxComputeWorkGroupCount"][0]) * per
+        for first in range(0, units, step):
+            n = min(step, units - first)
             push = pack(self.kernel, "push", origin=[first, 0, 0, 0], extent=[n, 0, 0, 0],
                         in_base=0, out_base=0, x_count=n, magic=[0] * 8)
-            seq.dispatch(pipe, binds, (n, 1, 1), push)
+            seq.dispatch(pipe, binds, (ceil_div(n, per), 1, 1), push)
 
 
 
@@ -231,7 +288,7 @@ def _path_run(device, seq, cand, shape):
 #: "group", chosen by measurement.
 REDUCE_PATH = tuning.register_path(
     "reduce_path", [("auto", {"path": "auto"}), ("lane", {"path": "lane"}),
-                    ("group", {"path": "group"})], "auto",
+                    ("group", {"path": "group"}), ("vec4", {"path": "vec4"})], "auto",
     _path_class, _path_run, work_fn=tuning.io_elements,
     examples=[{"in": [[32, 64, 56, 56], [200704, 3136, 56, 1]],
                "out": [[32, 64, 1, 1], [64, 1, 1, 1]], "axes": [2, 3], "function": 2},

@@ -7,16 +7,17 @@ ones (each combination of their coordinates is one softmax, a *row*) and *reduce
 that both tensors walk contiguously become one, so a softmax over the last axis of any
 rank is rows of one reduced dimension.  Two paths (:data:`PATH`):
 
-* "lane": one invocation per row, for many short rows;
+* "lane": one invocation per row, for many rows;
 * "group": one workgroup per row, its invocations striding over the row and combining
-  their partial maxima and sums in shared memory, for long rows.
+  their partial maxima and sums in shared memory, for a few long rows.
 
 Both are numerically stable (the running maximum is subtracted before ``exp``) and
 accumulate in float32 for float16.  float32 is read through a texel buffer where the
 whole input fits ``maxTexelBufferElements`` (lavapipe vectorizes texel reads, not
 storage-buffer ones): RGBA32F texels with vec4 stores where rows are one packed
 dimension a multiple of 4 long ("texel4", 4 elements a step), else R32F ("texel");
-otherwise from the storage buffer ("ssbo").  Inputs or outputs larger than
+otherwise from the storage buffer, 4 elements a step where rows allow ("ssbo4"), else
+one ("ssbo").  Inputs or outputs larger than
 ``maxStorageBufferRange`` run in windows of whole rows (:func:`.grid.plan_windows`
 over the kept box); grids larger than ``maxComputeWorkGroupCount`` in several
 dispatches.
@@ -45,13 +46,19 @@ __all__ = ["softmax"]
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     [f"softmax_{p}_{t}" for p in ("lane", "group")
-     for t in ("f32", "f32_texel", "f32_texel4", "f16", "f16_packed")],
+     for t in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed")],
     ("LOCAL_SIZE_X", "KR", "RR"))
 
-#: Rows of at least this many elements take the "group" path where the tuner is off
+#: Rows of at least this many elements, fewer than :data:`GROUP_MAX_ROWS` of them or
+#: longer than :data:`LANE_MAX_COUNT`, take the "group" path where the tuner is off
 #: (``VKML_TUNE=off``) or has not measured: a workgroup of 64 then has 8 or more
-#: elements an invocation, and fewer, longer rows leave lanes idle on the "lane" path.
+#: elements an invocation, and a few long rows leave lanes idle on the "lane" path.
 GROUP_MIN_COUNT = 512
+#: From this many rows "lane" keeps a CPU driver's SIMD lanes busy (lavapipe: 8) and
+#: "group" pays a shared-memory tree of barriers per row, which loses on both CPU drivers.
+GROUP_MAX_ROWS = 8
+#: Rows longer than this take "group": lavapipe ends a loop after 65535 iterations.
+LANE_MAX_COUNT = 65535
 
 
 def split_axes(sizes, strides_in, strides_out, reduced):
@@ -76,14 +83,15 @@ def split_axes(sizes, strides_in, strides_out, reduced):
 @implements(ActivationSoftmaxOperatorDesc, ActivationSoftmax1OperatorDesc)
 class CompiledSoftmax(CompiledOperator):
     """Softmax on this device (module doc).  ``path``: "lane" or "group" forces one;
-    None lets the tuner choose (:data:`PATH`).  ``read``: "texel" or "ssbo" forces the
-    float32 read (texel falls back to ssbo where the input does not fit a texel view);
+    None lets the tuner choose (:data:`PATH`).  ``read``: "texel", "ssbo4" or "ssbo"
+    forces the float32 read (texel falls back to ssbo where the input does not fit a
+    texel view, ssbo4 to the rule where rows do not allow it);
     None: "texel4" where the rows allow it (:meth:`_choose_read`)."""
 
     def __init__(self, device, desc, path: str | None = None, read: str | None = None):
         if path not in (None, "auto", "lane", "group"):
             raise ValidationError("path", f"must be 'lane' or 'group', got {path!r}")
-        check_choice("read", read, ("texel4", "texel", "ssbo"))
+        check_choice("read", read, ("texel4", "ssbo4", "texel", "ssbo"))
         self.force_path, self.force_read = path, read
         super().__init__(device, desc)
 
@@ -118,17 +126,20 @@ class CompiledSoftmax(CompiledOperator):
         self.params = self.upload(np.frombuffer(block, np.uint8))
 
     def _choose_read(self, f32: bool) -> str:
-        """float32 through texel views where the whole input fits one: "texel4"
-        (RGBA32F, vec4 stores) where rows are one packed dimension, a multiple of 4 long
-        and 4-aligned, else "texel" (R32F); "ssbo" otherwise or where forced."""
+        """float32 with the whole input bound: where rows are one packed dimension, a
+        multiple of 4 long and 4-aligned, 4 elements a step with vec4 stores, read as
+        RGBA32F texels ("texel4") where the input fits maxTexelBufferElements of them,
+        else as vec4 storage-buffer loads ("ssbo4"); other rows through an R32F view
+        ("texel") where it fits.  "ssbo" otherwise or where forced."""
         lim = self.ctx.limits["maxTexelBufferElements"]
         if not f32 or self.windows is not None or self.force_read == "ssbo":
             return "ssbo"
-        if ceil_div(self.in_bytes, 16) <= lim and self.force_read != "texel" and (
+        if self.force_read != "texel" and (
                 len(self.rsize) == 1 and self.rin == [1] and self.rout == [1]
                 and self.count % 4 == 0
                 and all(s % 4 == 0 for s in self.kin + self.kout)):
-            return "texel4"
+            fits = ceil_div(self.in_bytes, 16) <= lim and self.force_read != "ssbo4"
+            return "texel4" if fits else "ssbo4"
         return "texel" if ceil_div(self.in_bytes, 4) <= lim else "ssbo"
 
     def _local(self) -> int:
@@ -148,7 +159,8 @@ class CompiledSoftmax(CompiledOperator):
     def _choose_path(self) -> str:
         if self.force_path in ("lane", "group"):
             return self.force_path
-        rule = "group" if self.count >= GROUP_MIN_COUNT else "lane"
+        rule = ("group" if self.count >= GROUP_MIN_COUNT and (
+            self.rows < GROUP_MAX_ROWS or self.count > LANE_MAX_COUNT) else "lane")
         if self.force_path == "auto":
             return rule
         choice = tuning.choose(self.device, PATH, self.shape())
@@ -180,7 +192,8 @@ class CompiledSoftmax(CompiledOperator):
     def encode(self, seq, inputs, outputs) -> None:
         x, y = inputs[0].allocation, outputs[0].allocation
         fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT}.get(self.read, 0)
-        in_bind = ceil_div(self.in_bytes, 16) * 16 if self.read == "texel4" else self.in_bytes
+        in_bind = (ceil_div(self.in_bytes, 16) * 16 if self.read in ("texel4", "ssbo4")
+                   else self.in_bytes)
         rank = len(self.box)
         if self.windows is None:
             items = [([0] * rank, list(self.box), Bind(x, 0, in_bind, "r", fmt),
@@ -218,8 +231,8 @@ def _path_run(device, seq, cand, shape):
     return record_on_scratch(device, seq, op, t, t)
 
 
-#: The softmax kernel: "auto" (the ``VKML_TUNE=off`` default: "group" for rows of at
-#: least :data:`GROUP_MIN_COUNT` elements, else "lane"; not in the fast list, being one
+#: The softmax kernel: "auto" (the ``VKML_TUNE=off`` default: "group" for a few rows of
+#: at least :data:`GROUP_MIN_COUNT` elements or longer rows than "lane" takes, else "lane"; not in the fast list, being one
 #: of the other two), "lane" or "group", chosen by the device's timing for the shape's
 #: class (rows and row length within a factor of 4).
 PATH = tuning.register_path(

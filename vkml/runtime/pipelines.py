@@ -52,9 +52,15 @@ from .vk import ffi, lib
 #: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp),
 #: ``POOL_VSTORE`` in pooling's (glsl/pooling_block.comp);
 #: ``ROWS_FULL``, ``ROWS_BL``, ``ROWS_BR`` pick the texel components of the padding rows
-#: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen.
+#: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen;
+#: ``FUNC``, ``GROUP``, ``VEC4``, ``RDIMS``, ``OUT_INDEX`` pick the reduction's function
+#: and path (glsl/reduce.comp: unfrozen, SwiftShader runs all twelve functions and every
+#: path under lane masks); ``A_BCAST``, ``B_BCAST``, ``VEC4``, ``OP``, ``DTYPE`` the
+#: element-wise row path's operation and broadcast operand (glsl/element_wise.comp:
+#: SwiftShader runs both sides of a branch on an unfrozen constant).
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
-                    "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP", "DTYPE")
+                    "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
+                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
