@@ -132,6 +132,33 @@ def test_asked_again_while_timing_the_same_key(device, tmp_path):
     assert tuner.choose(device, path, SIZE).source == "stored"
 
 
+def test_prefetch_asks_every_listed_candidate_before_the_first_run(device, tmp_path):
+    """A path's ``prefetch_fn`` is called for every listed candidate before the first one
+    is recorded (so their pipelines compile side by side); a candidate that declines or
+    fails there is still timed by its run function, and the choice is the same."""
+    calls, order = [], []
+    base = copies_path(calls)
+
+    def prefetch(device_, cand, shape):
+        order.append(("prefetch", cand.name))
+        if cand.name == "x4":
+            raise tuning.Declined("not here")
+        if cand.name == "x20":
+            raise vkml.UnsupportedError("syn", "nor here")
+
+    def run(device_, seq, cand, shape):
+        order.append(("run", cand.name))
+        return base.run(device_, seq, cand, shape)
+    path = tuning.tunable_path("prefetching", base.candidates, "x20", base.shape_class, run,
+                               prefetch_fn=prefetch)
+    c = Tuner("full", folder=tmp_path, rounds=1).choose(device, path, SIZE)
+    assert (c.name, set(c.times)) == ("x1", {"x1", "x4", "x20"})
+    n = len(path.candidates)
+    assert order[:n] == [("prefetch", x.name) for x in path.candidates]
+    assert [k for k, _ in order[n:]] == ["run"] * n
+    assert Tuner("full", folder=tmp_path).choose(device, path, SIZE).source == "stored"
+
+
 def test_candidates_are_timed_on_zeroed_tensors(device):
     """The tensors a candidate is timed on hold zeros, not what earlier work left (NaN
     there made a constant filter leave Winograd while the tuner timed it)."""

@@ -176,6 +176,9 @@ class TunablePath:
     #: ``work_fn(shape) -> float``: a shape's work (FLOPs, bytes), so that a time stored
     #: for one shape of a class predicts another's (:meth:`Tuner.expected`).
     work: Callable | None = None
+    #: ``prefetch_fn(device, candidate, shape)``: start the candidate's pipelines
+    #: compiling without waiting for them (:func:`_prefetch`; None: the path has none).
+    prefetch: Callable | None = None
 
     @property
     def is_model(self) -> bool:
@@ -208,7 +211,7 @@ def io_elements(shape) -> float:
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
                  examples=(), from_workload=None, features_fn=None,
-                 fast_fn=None, work_fn=None) -> TunablePath:
+                 fast_fn=None, work_fn=None, prefetch_fn=None) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -230,6 +233,9 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     ``work_fn(shape) -> float``: the work of a shape (FLOPs, bytes), proportional to its
     time on one candidate; lets sampled executions of other shapes of a class re-check
     the stored time (:meth:`Tuner.expected`).
+    ``prefetch_fn(device, candidate, shape)``: request the candidate's pipelines without
+    waiting for them (e.g. build its operator inside ``PipelineCache.batch`` and release
+    it), so that a fast list's candidates compile side by side (:func:`_prefetch`).
     """
     cands = []
     for c in candidates:
@@ -244,7 +250,8 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     if default not in names:
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
-                       from_workload, features_fn, fast_fn=fast_fn, work=work_fn)
+                       from_workload, features_fn, fast_fn=fast_fn, work=work_fn,
+                       prefetch=prefetch_fn)
 
 
 #: The one shape class of a measured model: it covers every shape of its operator.
@@ -776,6 +783,7 @@ class Tuner:
         rounds = self.rounds or (FULL_ROUNDS if mode == "full" else FAST_ROUNDS)
         t0 = _perf()
         timed, declined, dropped = [], [], {}
+        _prefetch(device, p, listed, shape)
         try:
             for c in listed:
                 t = _Timed.prepare(device, p, c, shape)
@@ -798,6 +806,26 @@ class Tuner:
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
                 "measured_at": time.time(), "elapsed_s": _perf() - t0,
                 **({"shape": shape} if _jsonable(shape) else {})}
+
+
+def _prefetch(device, p: TunablePath, listed, shape) -> None:
+    """Start compiling every listed candidate's pipelines before the first is recorded
+    (the path's ``prefetch``).  Recording a candidate waits for its own pipelines, so
+    without this they compile one candidate at a time, on one compile thread while the
+    others idle.  Timing is unchanged: a timed sequence's run waits until no compilation
+    is in flight (``Sequence.run``).  A candidate that declines or fails here is left to
+    its run function, which declines it or raises as before."""
+    if p.prefetch is None or len(listed) < 2:
+        return
+    try:
+        with device.context.pipelines.batch():
+            for c in listed:
+                try:
+                    p.prefetch(device, c, shape)
+                except (Declined, VkmlError):
+                    continue
+    except VkmlError:                  # (a failed creation: its candidate's run meets it)
+        pass
 
 
 @dataclass
