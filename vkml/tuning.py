@@ -814,18 +814,16 @@ def _prefetch(device, p: TunablePath, listed, shape) -> None:
     without this they compile one candidate at a time, on one compile thread while the
     others idle.  Timing is unchanged: a timed sequence's run waits until no compilation
     is in flight (``Sequence.run``).  A candidate that declines or fails here is left to
-    its run function, which declines it or raises as before."""
+    its run function, which declines it or raises as before (``PipelineCache.prefetching``:
+    a failed creation reaches only the run that uses it)."""
     if p.prefetch is None or len(listed) < 2:
         return
-    try:
-        with device.context.pipelines.batch():
-            for c in listed:
-                try:
-                    p.prefetch(device, c, shape)
-                except (Declined, VkmlError):
-                    continue
-    except VkmlError:                  # (a failed creation: its candidate's run meets it)
-        pass
+    with device.context.pipelines.prefetching():
+        for c in listed:
+            try:
+                p.prefetch(device, c, shape)
+            except (Declined, VkmlError):
+                continue
 
 
 @dataclass

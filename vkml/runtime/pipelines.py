@@ -405,6 +405,20 @@ class PipelineCache:
         for p in pending:
             p.settle()
 
+    @contextlib.contextmanager
+    def prefetching(self):
+        """Pipelines asked for inside (on this thread) start compiling at once and belong
+        to no batch: nothing waits for them on leaving, and a failed creation reaches only
+        whoever uses that pipeline later (the tuner asks for every candidate's pipelines
+        before recording the first, and declines one whose creation fails)."""
+        local = self._local
+        outer = getattr(local, "pending", None)
+        local.pending = []
+        try:
+            yield
+        finally:
+            local.pending = outer
+
     def quiesce(self) -> None:
         """Wait until no creation is in flight (errors are left to the pipelines' readers):
         a timed run on a CPU device would otherwise share the CPUs with compilation."""
