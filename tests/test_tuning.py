@@ -271,6 +271,29 @@ def test_fast_drops_a_candidate_whose_warm_up_is_far_slower(device, tmp_path, mo
     assert Tuner("fast", folder=tmp_path).choose(device, path, SIZE).source == "stored"
 
 
+def test_fast_drops_a_candidate_whose_first_run_is_hopeless(device, tmp_path, monkeypatch):
+    """Fast mode: a candidate whose first run took HOPELESS x the fastest first run plus
+    FIRST_RUN_SLACK_S gets no timed run (its first-run time kept, listed as dropped); one
+    slower by less than the slack (one-time costs) is timed as before; full mode times
+    every candidate."""
+    slack = tuning.FIRST_RUN_SLACK_S
+    first = {"x1": 1e-4, "x4": tuning.HOPELESS * 1e-4 + slack * 1.5, "x20": slack / 2}
+    real_first = tuning._first_run
+    monkeypatch.setattr(tuning, "_first_run",
+                        lambda seq: (real_first(seq), first[_RECORDED[seq]])[1])
+    runs = []
+    timed = tuning._run_once
+    monkeypatch.setattr(tuning, "_run_once", lambda seq: runs.append(_RECORDED[seq]) or timed(seq))
+    path = copies_path([], fast=("x1", "x4", "x20"))
+    c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
+    entry = entries(tmp_path, device)[c.key[1:]]
+    assert c.name == "x1" and "x4" not in runs and runs.count("x20") == 2
+    assert entry["dropped"] == ["x20", "x4"] and entry["times"]["x4"] == first["x4"]
+    runs.clear()
+    c = Tuner("full", folder=tmp_path / "full", rounds=1).choose(device, path, SIZE)
+    assert c.name == "x1" and set(runs) == {"x1", "x4", "x20"}
+
+
 def test_fast_times_a_near_cutoff_warm_up_twice(device, tmp_path, monkeypatch):
     """Fast mode: a warm-up beyond WARM_CUTOFF x the fastest but within WARM_RECHECK of
     the cutoff gets a second run, its time the faster of the two; one far beyond the

@@ -22,7 +22,10 @@ How (the rules a client can rely on):
   re-tunes an entry that did not consider them all).  ``choose(..., force=name)`` returns
   that candidate without timing or storing (tests; no global state).
 - Timing: each accepted candidate is recorded once into its own
-  ``device.sequence(timed=True)`` and run once to warm up; then rounds run round robin
+  ``device.sequence(timed=True)`` and run once to warm up (in fast mode a candidate whose
+  first run took :data:`HOPELESS` x the fastest first run plus :data:`FIRST_RUN_SLACK_S`
+  is dropped there, its first-run time kept); each left is then run once timed (its timed
+  warm-up); then rounds run round robin
   (the order rotated each round), each round running every candidate
   :data:`RUNS_PER_ROUND` times (in ``fast`` mode fewer for long runs,
   :data:`ROUND_RUN_S`).  A run's time is ``seq.gpu_time_ns`` (timestamps) where
@@ -116,6 +119,14 @@ WARM_CUTOFF = 2.0
 #: faster of the two: one disturbed warm-up decides nothing near the line (a cut
 #: candidate also leaves every later fast list of the device that ranks families).
 WARM_RECHECK = 1.5
+#: In fast mode a candidate whose first run took this many times the fastest first run,
+#: plus FIRST_RUN_SLACK_S, gets no timed run at all: it is dropped like a slow warm-up,
+#: its first-run time kept.  A first run carries one-time costs (on lavapipe a
+#: pipeline's first dispatch costs tens of ms more than the next), which the slack
+#: covers; what this saves is the second run of a candidate seconds slower than the best,
+#: which SwiftShader's fast lists have on its larger layers (bench/RESULTS.md).
+HOPELESS = 2 * WARM_CUTOFF
+FIRST_RUN_SLACK_S = 0.1
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
 #: ...over this many observations.
@@ -794,7 +805,11 @@ class Tuner:
             if not timed:
                 return None
             if fast:
-                dropped = _cut_slow(timed)
+                dropped = _cut_hopeless(timed)
+            for t in timed:
+                t.warm = _run_once(t.seq)
+            if fast:
+                dropped.update(_cut_slow(timed))
             done = _rounds(timed, rounds, self.budget_s if fast else None)
         finally:
             for t in timed:
@@ -828,25 +843,27 @@ def _prefetch(device, p: TunablePath, listed, shape) -> None:
 
 @dataclass
 class _Timed:
-    """One candidate being timed: its recorded sequence, what frees its buffers, its
-    timed warm-up run (``warm``, seconds) and its round medians."""
+    """One candidate being timed: its recorded sequence, what frees its buffers, its first
+    run (``first``, seconds: one-time costs included), its timed warm-up run (``warm``)
+    and its round medians."""
 
     candidate: Candidate
     seq: Any
     cleanup: Callable | None
-    warm: float
+    first: float
+    warm: float = math.inf
     medians: list = field(default_factory=list)
 
     @classmethod
     def prepare(cls, device, p: TunablePath, c: Candidate, shape) -> "_Timed | None":
-        """Record ``c`` for ``shape``, run it once untimed (first-run costs) and once
-        timed; None where it declines the shape (:class:`Declined` or a ``VkmlError``)."""
+        """Record ``c`` for ``shape`` and run it once (its first run, one-time costs
+        included); None where it declines the shape (:class:`Declined` or a
+        ``VkmlError``)."""
         seq = device.sequence(timed=True)
         cleanup = None
         try:
             cleanup = p.run(device, seq, c, shape)
-            seq.run()
-            return cls(c, seq, cleanup, _run_once(seq))
+            return cls(c, seq, cleanup, _first_run(seq))
         except (Declined, VkmlError):
             _free(seq, cleanup)
             return None
@@ -862,6 +879,23 @@ def _free(seq, cleanup) -> None:
     seq.close()
     if cleanup is not None:
         cleanup()
+
+
+def _cut_hopeless(timed: list) -> dict:
+    """Fast mode: drop (and free), before their timed warm-up, the candidates whose first
+    run took more than :data:`HOPELESS` x the fastest first run plus
+    :data:`FIRST_RUN_SLACK_S`; their first-run time is kept (``{name: seconds}``,
+    "considered", never chosen).  The fastest first run includes its own one-time costs,
+    so the line only moves up from them."""
+    if len(timed) < 2:
+        return {}
+    line = HOPELESS * min(t.first for t in timed) + FIRST_RUN_SLACK_S
+    dropped = {}
+    for t in [t for t in timed if t.first > line]:
+        timed.remove(t)
+        t.close()
+        dropped[t.candidate.name] = t.first
+    return dropped
 
 
 def _cut_slow(timed: list) -> dict:
@@ -907,7 +941,16 @@ def _rounds(timed: list, rounds: int, budget: float | None) -> int:
     return done
 
 
+def _first_run(seq) -> float:
+    """A candidate's first run (:func:`_cut_hopeless`), timed as :func:`_run_once`."""
+    return _timed_run(seq)
+
+
 def _run_once(seq) -> float:
+    return _timed_run(seq)
+
+
+def _timed_run(seq) -> float:
     t = _perf()
     seq.run()
     wall = _perf() - t
