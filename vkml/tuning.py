@@ -122,11 +122,12 @@ WARM_RECHECK = 1.5
 #: In fast mode a candidate whose first run took this many times the fastest first run,
 #: plus FIRST_RUN_SLACK_S, gets no timed run at all: it is dropped like a slow warm-up,
 #: its first-run time kept.  A first run carries one-time costs (on lavapipe a
-#: pipeline's first dispatch costs tens of ms more than the next), which the slack
-#: covers; what this saves is the second run of a candidate seconds slower than the best,
-#: which SwiftShader's fast lists have on its larger layers (bench/RESULTS.md).
+#: pipeline's first dispatch costs tens of ms more than the next, and a loaded machine
+#: can stall one run far longer), which the slack covers with room to spare; what this
+#: saves is the second run of a candidate seconds slower than the best, which
+#: SwiftShader's fast lists have on its larger layers (bench/RESULTS.md).
 HOPELESS = 2 * WARM_CUTOFF
-FIRST_RUN_SLACK_S = 0.1
+FIRST_RUN_SLACK_S = 0.5
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
 #: ...over this many observations.
