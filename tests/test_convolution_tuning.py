@@ -228,6 +228,30 @@ def test_owned_filter_is_timed_bound_once_on_every_path(device, tmp_path):
         op.release()
 
 
+def test_candidates_are_timed_with_the_fused_activation(device, tmp_path, monkeypatch):
+    """The tuning shape names the fused activation (its class leaves it out), so the
+    candidates run the kernels the operator will (``ACT`` is frozen into them): building
+    the tuned operator afterwards compiles no pipeline of its own."""
+    from dataclasses import replace
+    desc = replace(SHAPES[2][0], fused_activation="relu")
+    shape = conv_ops.tuning_shape(desc)
+    assert shape["activation"] == "relu" and "activation" not in conv_ops.tuning_shape(
+        SHAPES[2][0])
+    assert conv_ops.shape_class(shape) == conv_ops.shape_class(SHAPES[2][0])
+    assert conv_ops.desc_of_shape(shape).fused_activation == desc.fused_activation
+    t = tuning.Tuner("fast", folder=tmp_path, rounds=1)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    c = t.choose(device, conv_ops.TUNABLE, shape)
+    assert c.source == "measured"
+    made = device.context.pipelines.created
+    op = device.compile_operator(device.create_operator(desc))
+    try:
+        assert op.path.candidate == c.name
+        assert device.context.pipelines.created == made
+    finally:
+        op.release()
+
+
 def test_json_shapes_and_ahead_of_time(device, tmp_path):
     """Convolution shapes are JSON (stored with the choice): a bench workload becomes one,
     it round-trips to the descriptor, shares its class, and ``vkml.tune`` tunes it ahead

@@ -173,6 +173,30 @@ def test_a_failure_a_reader_saw_is_not_raised_again_by_the_batch(fresh, monkeypa
             cache.variant(*KEYS[2])
 
 
+def test_prefetched_pipelines_belong_to_no_batch(fresh, monkeypatch):
+    """The tuner asks for every candidate's pipelines before recording the first
+    (``prefetching``): they compile at once, the enclosing batch neither waits for them
+    nor raises a failed one, which reaches whoever uses that pipeline; one that succeeds
+    is the same pipeline a later request gets."""
+    cache = fresh._ctx.pipelines
+    monkeypatch.setattr(pipelines, "lib", _FailingLib(pipelines.lib))
+    with cache.batch():
+        with cache.prefetching():
+            failed = cache.variant(*KEYS[3])
+            assert failed.name == KEYS[3][0]
+    with pytest.raises(DeviceError, match=r"vkCreateComputePipelines\(padding_e4\)"):
+        failed.handle
+    with pytest.raises(DeviceError, match=r"vkCreateComputePipelines\(padding_e4\)"):
+        with cache.batch():
+            cache.variant(*KEYS[3])
+    monkeypatch.setattr(pipelines, "lib", pipelines.lib._real)
+    with cache.batch():
+        with cache.prefetching():
+            made = cache.variant(*KEYS[4])
+        assert cache.variant(*KEYS[4]) is made
+    assert made.handle is not None
+
+
 def test_close_while_pipelines_compile(fresh):
     """The device closes while its pipelines are queued or compiling: those created
     are destroyed with it (the validation layer sees no leak), the others raise

@@ -38,6 +38,9 @@ def test_freeze_one_constant(value):
                    for op, w in _insts(frozen))
     # nothing else changed: the same instructions but the decoration and the constant
     assert len(_insts(frozen)) == len(_insts(code)) - 1
+    # ...and the function bodies (after the declarations) are the same bytes
+    end = spirv._declarations_end(struct.unpack(f"<{len(code) // 4}I", code))
+    assert end < len(code) // 4 and frozen.endswith(code[4 * end:])
     assert spirv.freeze(code, {}) == code
 
 

@@ -132,6 +132,33 @@ def test_asked_again_while_timing_the_same_key(device, tmp_path):
     assert tuner.choose(device, path, SIZE).source == "stored"
 
 
+def test_prefetch_asks_every_listed_candidate_before_the_first_run(device, tmp_path):
+    """A path's ``prefetch_fn`` is called for every listed candidate before the first one
+    is recorded (so their pipelines compile side by side); a candidate that declines or
+    fails there is still timed by its run function, and the choice is the same."""
+    calls, order = [], []
+    base = copies_path(calls)
+
+    def prefetch(device_, cand, shape):
+        order.append(("prefetch", cand.name))
+        if cand.name == "x4":
+            raise tuning.Declined("not here")
+        if cand.name == "x20":
+            raise vkml.UnsupportedError("syn", "nor here")
+
+    def run(device_, seq, cand, shape):
+        order.append(("run", cand.name))
+        return base.run(device_, seq, cand, shape)
+    path = tuning.tunable_path("prefetching", base.candidates, "x20", base.shape_class, run,
+                               prefetch_fn=prefetch)
+    c = Tuner("full", folder=tmp_path, rounds=1).choose(device, path, SIZE)
+    assert (c.name, set(c.times)) == ("x1", {"x1", "x4", "x20"})
+    n = len(path.candidates)
+    assert order[:n] == [("prefetch", x.name) for x in path.candidates]
+    assert [k for k, _ in order[n:]] == ["run"] * n
+    assert Tuner("full", folder=tmp_path).choose(device, path, SIZE).source == "stored"
+
+
 def test_candidates_are_timed_on_zeroed_tensors(device):
     """The tensors a candidate is timed on hold zeros, not what earlier work left (NaN
     there made a constant filter leave Winograd while the tuner timed it)."""
@@ -242,6 +269,29 @@ def test_fast_drops_a_candidate_whose_warm_up_is_far_slower(device, tmp_path, mo
     assert runs.count("x20") == 2      # near the line (2.5x): a second run, then cut
     assert entry["rounds"] == 1         # x1 left alone: its timed warm-up is its time
     assert Tuner("fast", folder=tmp_path).choose(device, path, SIZE).source == "stored"
+
+
+def test_fast_drops_a_candidate_whose_first_run_is_hopeless(device, tmp_path, monkeypatch):
+    """Fast mode: a candidate whose first run took HOPELESS x the fastest first run plus
+    FIRST_RUN_SLACK_S gets no timed run (its first-run time kept, listed as dropped); one
+    slower by less than the slack (one-time costs) is timed as before; full mode times
+    every candidate."""
+    slack = tuning.FIRST_RUN_SLACK_S
+    first = {"x1": 1e-4, "x4": tuning.HOPELESS * 1e-4 + slack * 1.5, "x20": slack / 2}
+    real_first = tuning._first_run
+    monkeypatch.setattr(tuning, "_first_run",
+                        lambda seq: (real_first(seq), first[_RECORDED[seq]])[1])
+    runs = []
+    timed = tuning._run_once
+    monkeypatch.setattr(tuning, "_run_once", lambda seq: runs.append(_RECORDED[seq]) or timed(seq))
+    path = copies_path([], fast=("x1", "x4", "x20"))
+    c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
+    entry = entries(tmp_path, device)[c.key[1:]]
+    assert c.name == "x1" and "x4" not in runs and runs.count("x20") == 2
+    assert entry["dropped"] == ["x20", "x4"] and entry["times"]["x4"] == first["x4"]
+    runs.clear()
+    c = Tuner("full", folder=tmp_path / "full", rounds=1).choose(device, path, SIZE)
+    assert c.name == "x1" and set(runs) == {"x1", "x4", "x20"}
 
 
 def test_fast_times_a_near_cutoff_warm_up_twice(device, tmp_path, monkeypatch):

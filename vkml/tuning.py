@@ -22,7 +22,10 @@ How (the rules a client can rely on):
   re-tunes an entry that did not consider them all).  ``choose(..., force=name)`` returns
   that candidate without timing or storing (tests; no global state).
 - Timing: each accepted candidate is recorded once into its own
-  ``device.sequence(timed=True)`` and run once to warm up; then rounds run round robin
+  ``device.sequence(timed=True)`` and run once to warm up (in fast mode a candidate whose
+  first run took :data:`HOPELESS` x the fastest first run plus :data:`FIRST_RUN_SLACK_S`
+  is dropped there, its first-run time kept); each left is then run once timed (its timed
+  warm-up); then rounds run round robin
   (the order rotated each round), each round running every candidate
   :data:`RUNS_PER_ROUND` times (in ``fast`` mode fewer for long runs,
   :data:`ROUND_RUN_S`).  A run's time is ``seq.gpu_time_ns`` (timestamps) where
@@ -121,6 +124,15 @@ WARM_RECHECK = 1.5
 #: Rounds more for the candidates within a path's ``tie_margin`` of the fastest (a close
 #: call is timed again before the tie rule decides it; fast mode too).
 CLOSE_ROUNDS = 2
+#: In fast mode a candidate whose first run took this many times the fastest first run,
+#: plus FIRST_RUN_SLACK_S, gets no timed run at all: it is dropped like a slow warm-up,
+#: its first-run time kept.  A first run carries one-time costs (on lavapipe a
+#: pipeline's first dispatch costs tens of ms more than the next, and a loaded machine
+#: can stall one run far longer), which the slack covers with room to spare; what this
+#: saves is the second run of a candidate seconds slower than the best, which
+#: SwiftShader's fast lists have on its larger layers (bench/RESULTS.md).
+HOPELESS = 2 * WARM_CUTOFF
+FIRST_RUN_SLACK_S = 0.5
 #: An observed median this many times off the stored time (either way) marks it stale...
 STALE_FACTOR = 2.0
 #: ...over this many observations.
@@ -184,6 +196,9 @@ class TunablePath:
     #: Times within this factor of the fastest are a tie, which goes to the entry's
     #: previous choice, else to the candidate listed first (1.0: the fastest wins).
     tie_margin: float = 1.0
+    #: ``prefetch_fn(device, candidate, shape)``: start the candidate's pipelines
+    #: compiling without waiting for them (:func:`_prefetch`; None: the path has none).
+    prefetch: Callable | None = None
 
     @property
     def is_model(self) -> bool:
@@ -216,7 +231,8 @@ def io_elements(shape) -> float:
 
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
                  examples=(), from_workload=None, features_fn=None,
-                 fast_fn=None, work_fn=None, tie_margin: float = 1.0) -> TunablePath:
+                 fast_fn=None, work_fn=None, tie_margin: float = 1.0,
+                 prefetch_fn=None) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -243,6 +259,9 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     one if among them, else the first of them in the listed order (a heuristic's choice
     first in a fast list).  Noise-level differences then pick the same candidate in
     every process instead of whichever the load favoured.
+    ``prefetch_fn(device, candidate, shape)``: request the candidate's pipelines without
+    waiting for them (e.g. build its operator inside ``PipelineCache.batch`` and release
+    it), so that a fast list's candidates compile side by side (:func:`_prefetch`).
     """
     if not tie_margin >= 1.0:
         raise ValidationError("tie_margin", f"{name}: must be at least 1, got {tie_margin!r}")
@@ -260,7 +279,7 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
                        from_workload, features_fn, fast_fn=fast_fn, work=work_fn,
-                       tie_margin=float(tie_margin))
+                       tie_margin=float(tie_margin), prefetch=prefetch_fn)
 
 
 #: The one shape class of a measured model: it covers every shape of its operator.
@@ -795,6 +814,7 @@ class Tuner:
         rounds = self.rounds or (FULL_ROUNDS if mode == "full" else FAST_ROUNDS)
         t0 = _perf()
         timed, declined, dropped = [], [], {}
+        _prefetch(device, p, listed, shape)
         try:
             for c in listed:
                 t = _Timed.prepare(device, p, c, shape)
@@ -805,7 +825,11 @@ class Tuner:
             if not timed:
                 return None
             if fast:
-                dropped = _cut_slow(timed)
+                dropped = _cut_hopeless(timed)
+            for t in timed:
+                t.warm = _run_once(t.seq)
+            if fast:
+                dropped.update(_cut_slow(timed))
             done = _rounds(timed, rounds, self.budget_s if fast else None)
             _retime_close(timed, p.tie_margin, fast)
         finally:
@@ -820,27 +844,47 @@ class Tuner:
                 **({"shape": shape} if _jsonable(shape) else {})}
 
 
+def _prefetch(device, p: TunablePath, listed, shape) -> None:
+    """Start compiling every listed candidate's pipelines before the first is recorded
+    (the path's ``prefetch``).  Recording a candidate waits for its own pipelines, so
+    without this they compile one candidate at a time, on one compile thread while the
+    others idle.  Timing is unchanged: a timed sequence's run waits until no compilation
+    is in flight (``Sequence.run``).  A candidate that declines or fails here is left to
+    its run function, which declines it or raises as before (``PipelineCache.prefetching``:
+    a failed creation reaches only the run that uses it)."""
+    if p.prefetch is None or len(listed) < 2:
+        return
+    with device.context.pipelines.prefetching():
+        for c in listed:
+            try:
+                p.prefetch(device, c, shape)
+            except (Declined, VkmlError):
+                continue
+
+
 @dataclass
 class _Timed:
-    """One candidate being timed: its recorded sequence, what frees its buffers, its
-    timed warm-up run (``warm``, seconds) and its round medians."""
+    """One candidate being timed: its recorded sequence, what frees its buffers, its first
+    run (``first``, seconds: one-time costs included), its timed warm-up run (``warm``)
+    and its round medians."""
 
     candidate: Candidate
     seq: Any
     cleanup: Callable | None
-    warm: float
+    first: float
+    warm: float = math.inf
     medians: list = field(default_factory=list)
 
     @classmethod
     def prepare(cls, device, p: TunablePath, c: Candidate, shape) -> "_Timed | None":
-        """Record ``c`` for ``shape``, run it once untimed (first-run costs) and once
-        timed; None where it declines the shape (:class:`Declined` or a ``VkmlError``)."""
+        """Record ``c`` for ``shape`` and run it once (its first run, one-time costs
+        included); None where it declines the shape (:class:`Declined` or a
+        ``VkmlError``)."""
         seq = device.sequence(timed=True)
         cleanup = None
         try:
             cleanup = p.run(device, seq, c, shape)
-            seq.run()
-            return cls(c, seq, cleanup, _run_once(seq))
+            return cls(c, seq, cleanup, _first_run(seq))
         except (Declined, VkmlError):
             _free(seq, cleanup)
             return None
@@ -856,6 +900,23 @@ def _free(seq, cleanup) -> None:
     seq.close()
     if cleanup is not None:
         cleanup()
+
+
+def _cut_hopeless(timed: list) -> dict:
+    """Fast mode: drop (and free), before their timed warm-up, the candidates whose first
+    run took more than :data:`HOPELESS` x the fastest first run plus
+    :data:`FIRST_RUN_SLACK_S`; their first-run time is kept (``{name: seconds}``,
+    "considered", never chosen).  The fastest first run includes its own one-time costs,
+    so the line only moves up from them."""
+    if len(timed) < 2:
+        return {}
+    line = HOPELESS * min(t.first for t in timed) + FIRST_RUN_SLACK_S
+    dropped = {}
+    for t in [t for t in timed if t.first > line]:
+        timed.remove(t)
+        t.close()
+        dropped[t.candidate.name] = t.first
+    return dropped
 
 
 def _cut_slow(timed: list) -> dict:
@@ -931,9 +992,16 @@ def _pick(times: dict, p: TunablePath, previous: str | None) -> str:
     best = min(times.values())
     tied = [n for n in times if times[n] <= p.tie_margin * best]
     return previous if previous in tied else tied[0]
+def _first_run(seq) -> float:
+    """A candidate's first run (:func:`_cut_hopeless`), timed as :func:`_run_once`."""
+    return _timed_run(seq)
 
 
 def _run_once(seq) -> float:
+    return _timed_run(seq)
+
+
+def _timed_run(seq) -> float:
     t = _perf()
     seq.run()
     wall = _perf() - t

@@ -113,10 +113,20 @@ def _valid_manifest(data: dict) -> bool:
             and isinstance(keys, list) and all(isinstance(k, str) and len(k) == 32 for k in keys))
 
 
+@functools.cache
+def _shader_files() -> dict:
+    """``vkml/shaders``' files by name, listed once: the folder is a namespace package, and
+    its ``importlib.resources`` path lists the folder again on every ``joinpath``."""
+    return {f.name: f for f in resources.files("vkml.shaders").iterdir()}
+
+
 def load_spirv(name: str) -> bytes:
     """The shipped SPIR-V of kernel variant ``name`` (``vkml/shaders/<name>.spv``)."""
+    f = _shader_files().get(f"{name}.spv")
     try:
-        return resources.files("vkml.shaders").joinpath(f"{name}.spv").read_bytes()
+        if f is None:
+            raise FileNotFoundError(name)
+        return f.read_bytes()
     except FileNotFoundError:
         raise DeviceError(f"no compiled kernel named {name!r}: run tools/build_shaders.py") from None
 
@@ -125,7 +135,7 @@ def load_spirv(name: str) -> bytes:
 def kernel_manifest() -> dict:
     """``vkml/shaders/manifest.json``: every kernel variant's specialization constants,
     bindings and push constants, reflected from its SPIR-V by tools/build_shaders.py."""
-    return json.loads(resources.files("vkml.shaders").joinpath("manifest.json").read_text())
+    return json.loads(_shader_files()["manifest.json"].read_text())
 
 
 def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dict, tuple]:
@@ -400,6 +410,20 @@ class PipelineCache:
             local.pending = None
         for p in pending:
             p.settle()
+
+    @contextlib.contextmanager
+    def prefetching(self):
+        """Pipelines asked for inside (on this thread) start compiling at once and belong
+        to no batch: nothing waits for them on leaving, and a failed creation reaches only
+        whoever uses that pipeline later (the tuner asks for every candidate's pipelines
+        before recording the first, and declines one whose creation fails)."""
+        local = self._local
+        outer = getattr(local, "pending", None)
+        local.pending = []
+        try:
+            yield
+        finally:
+            local.pending = outer
 
     def quiesce(self) -> None:
         """Wait until no creation is in flight (errors are left to the pipelines' readers):

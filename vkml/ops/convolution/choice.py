@@ -164,15 +164,20 @@ def tensor_of(j) -> TensorDesc | None:
 
 def tuning_shape(desc: ConvolutionOperatorDesc) -> dict:
     """The tuner's shape of a convolution: its descriptor as JSON (stored with the
-    choice, so ``python -m vkml.tune --refresh`` can re-measure it), without the fused
-    activation (it does not change which path is fastest)."""
+    choice, so ``python -m vkml.tune --refresh`` can re-measure it).  The fused
+    activation goes in by name only (default parameters) and :func:`shape_class` leaves
+    it out: it does not change which path is fastest, but the candidates are timed with
+    it because it is frozen into their kernels (``ACT``), so the winner's pipelines are
+    the ones the operator then uses instead of a second compile of each."""
     g = lambda v: None if v is None else list(v)   # noqa: E731
+    act = getattr(desc, "fused_activation", None)
     return {"input": tensor_json(desc.input_tensor), "filter": tensor_json(desc.filter_tensor),
             "bias": tensor_json(desc.bias_tensor), "output": tensor_json(desc.output_tensor),
             "mode": desc.conv_mode.name, "direction": desc.conv_direction.name,
             "strides": g(desc.strides), "dilations": g(desc.dilations),
             "start_padding": g(desc.start_padding), "end_padding": g(desc.end_padding),
-            "output_padding": g(desc.output_padding), "group_count": int(desc.group_count)}
+            "output_padding": g(desc.output_padding), "group_count": int(desc.group_count),
+            **({"activation": act.SPEC.name} if act is not None else {})}
 
 
 def desc_of_shape(shape) -> ConvolutionOperatorDesc:
@@ -185,7 +190,7 @@ def desc_of_shape(shape) -> ConvolutionOperatorDesc:
         tensor_of(shape["output"]), ConvolutionMode[shape["mode"]],
         ConvolutionDirection[shape["direction"]], t(shape["strides"]), t(shape["dilations"]),
         t(shape["start_padding"]), t(shape["end_padding"]), t(shape["output_padding"]),
-        shape["group_count"])
+        shape["group_count"], shape.get("activation"))
 
 
 def shape_from_workload(w) -> dict | None:
@@ -362,6 +367,13 @@ def _run(device, seq, cand, desc):
     return lambda: release_all(made)
 
 
+def _prefetch(device, cand, shape) -> None:
+    """Build candidate ``cand`` for ``shape`` and release it: its pipelines, requested
+    inside the tuner's batch, go on compiling (the tuner's ``prefetch_fn``)."""
+    from . import CompiledConvolution
+    CompiledConvolution(device, desc_of_shape(shape), path=cand.name).release()
+
+
 def record_as_run(device, seq, op, made: list, output=None):
     """Record compiled convolution ``op`` into ``seq`` on fresh device tensors, as it will
     run: OWNED_BY_DML inputs bound once by :meth:`CompiledConvolution.initialize` (their
@@ -405,11 +417,12 @@ TIE_MARGIN = 1.1
 FAMILY = tuning.register_path(
     "convolution_family", ["gemm_sg", "gemm", "winograd", "winograd-blocked", "tiled",
                            "blocked"], "gemm", lambda _shape: "reference", _run,
-    examples=[FAMILY_SHAPE])
+    examples=[FAMILY_SHAPE], prefetch_fn=_prefetch)
 
 TUNABLE = tuning.register_path(
     "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,
     from_workload=shape_from_workload, work_fn=work, tie_margin=TIE_MARGIN,
+    prefetch_fn=_prefetch,
     examples=[shape_from_workload({"op": "convolution", "input": [1, 64, 56, 56],
                                    "filter": [64, 64, 3, 3], "start_padding": [1, 1],
                                    "end_padding": [1, 1]})])
