@@ -779,3 +779,36 @@ def test_sg_choice_not_taken_is_not_observed(device, monkeypatch):
     op = gemm_mod.CompiledGemm(device, device.create_operator(few).desc)
     assert op.path == "direct" and op.observed is None
     op.release()
+
+
+def test_tuner_times_transposed_weights_on_their_layout(device, monkeypatch):
+    """A fully connected layer's product (B stored N x K, transposed) is tuned as that
+    layout: its shape says ``b_along_k`` (its own shape class), and the tuner's direct
+    candidate records the dot-product kernel the layer runs, not a plain product's."""
+    import importlib
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")      # the module, not the function
+
+    desc = Desc(T("float32", (1, 64)), T("float32", (40, 64)), None, T("float32", (1, 40)),
+                trans_b=dml.MatrixTransform.TRANSPOSE)
+    op = gemm_mod.CompiledGemm(device, device.create_operator(desc).desc)
+    shape = op.shape()
+    assert shape["b_along_k"] is True and op.kernel.startswith("gemm_dot")
+    plain = dict(shape)
+    del plain["b_along_k"]
+    assert gemm_mod._path_class(shape) != gemm_mod._path_class(plain)
+    op.release()
+    built = []
+    real = gemm_mod.CompiledGemm.build
+
+    def spy(self):
+        real(self)
+        built.append(self.kernel)
+    monkeypatch.setattr(gemm_mod.CompiledGemm, "build", spy)
+    direct = next(c for c in gemm_mod.PATH.candidates if c.name == "direct")
+    for s, want in ((shape, "gemm_dot"), (plain, "gemm_direct")):
+        with device.sequence(timed=True) as seq:
+            free = gemm_mod._path_run(device, seq, direct, s)
+            seq.run()
+            free()
+        assert built[-1].startswith(want), (s, built)

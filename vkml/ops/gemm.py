@@ -256,10 +256,17 @@ class CompiledGemm(CompiledOperator):
         return choice.candidate.params["path"]
 
     def shape(self) -> dict:
-        """The tuner's shape: M, K, N, the batch layer count, data type."""
-        return {"m": self.box[2], "k": self.k, "n": self.box[3],
-                "batch": self.box[0] * self.box[1],
-                "dtype": self.desc.output_tensor.data_type.name.lower()}
+        """The tuner's shape: M, K, N, the batch layer count, data type, and ``b_along_k``
+        where op(B) is contiguous along K (a fully connected layer's transposed weights:
+        the direct family then reads dot products, gemm_dot.comp, so its candidate is
+        timed on that layout, not on a plain product's kernel)."""
+        shape = {"m": self.box[2], "k": self.k, "n": self.box[3],
+                 "batch": self.box[0] * self.box[1],
+                 "dtype": self.desc.output_tensor.data_type.name.lower()}
+        sb = self.strides[1]
+        if sb[2] == 1 and sb[3] != 1:
+            shape["b_along_k"] = True
+        return shape
 
     def spans(self, origin, extent) -> list[tuple[int, int]]:
         """[lo, hi) elements of A, B, C and the output a box of the output reads/writes."""
@@ -341,16 +348,20 @@ class CompiledGemm(CompiledOperator):
 def _path_class(shape) -> str:
     """GEMMs sharing a path choice: M, K, N and the layer count each within a factor of 4."""
     return shape["dtype"] + "".join(f" {k} 4^{int(shape[k]).bit_length() // 2}"
-                                    for k in ("m", "k", "n", "batch"))
+                                    for k in ("m", "k", "n", "batch")) + (
+        " b along k" if shape.get("b_along_k") else "")
 
 
 def _path_run(device, seq, cand, shape):
-    """Record a packed GEMM of ``shape`` on candidate ``cand``."""
+    """Record a packed GEMM of ``shape`` on candidate ``cand`` (B stored N x K where
+    ``b_along_k``, as :meth:`CompiledGemm.shape` says the product is)."""
     dt, b, m, k, n = (shape.get("dtype", "float32"), int(shape.get("batch", 1)),
                       int(shape["m"]), int(shape["k"]), int(shape["n"]))
-    ts = [TensorDesc(dt, (b, r, c)) for r, c in ((m, k), (k, n), (m, n))]
-    op = CompiledGemm(device, GemmOperatorDesc(ts[0], ts[1], None, ts[2]),
-                      path=cand.params["path"], sg_block=cand.params.get("sg_block"))
+    along_k = bool(shape.get("b_along_k"))
+    ts = [TensorDesc(dt, (b, r, c)) for r, c in ((m, k), (n, k) if along_k else (k, n), (m, n))]
+    desc = GemmOperatorDesc(ts[0], ts[1], None, ts[2], trans_b=MatrixTransform(int(along_k)))
+    op = CompiledGemm(device, desc, path=cand.params["path"],
+                      sg_block=cand.params.get("sg_block"))
     if op.path != cand.params["path"]:
         op.release()
         raise tuning.Declined("the sg family does not take this product on this device")
