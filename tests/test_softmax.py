@@ -213,6 +213,31 @@ def test_tuner_path(device, tmp_path):
     op.release()
 
 
+def test_lane_never_takes_rows_past_its_loop_limit(device, monkeypatch):
+    """A tuner's "lane" (a class spans a factor of 4 in row length, so its choice may
+    come from shorter rows) gives way to the rule for rows longer than LANE_MAX_COUNT;
+    the tuner's lane candidate declines such rows and a forced "lane" refuses them."""
+    import importlib
+
+    sm = importlib.import_module("vkml.ops.softmax")
+    real = tuning.choose
+    monkeypatch.setattr(sm.tuning, "choose",
+                        lambda dev, path, shape: real(dev, path, shape, force="lane"))
+    long = T("float32", (2, sm.LANE_MAX_COUNT + 1))
+    fits = T("float32", (2, sm.LANE_MAX_COUNT))
+    for desc, want in ((S1(long, long, (1,)), "group"), (S1(fits, fits, (1,)), "lane")):
+        op = _compiled(device, desc)
+        assert op.path == want
+        op.release()
+    with pytest.raises(ValidationError) as err:
+        _compiled(device, S1(long, long, (1,)), path="lane")
+    assert err.value.field == "path"
+    lane = next(c for c in sm.PATH.candidates if c.name == "lane")
+    with device.sequence(timed=True) as seq, pytest.raises(tuning.Declined):
+        sm._path_run(device, seq, lane, {"rows": 2, "count": sm.LANE_MAX_COUNT + 1,
+                                         "dtype": "float32"})
+
+
 # -- validation ---------------------------------------------------------------------------
 X = T("float32", (2, 3, 4))
 

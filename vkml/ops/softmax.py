@@ -157,6 +157,14 @@ class CompiledSoftmax(CompiledOperator):
                 "dtype": self.desc.input_tensor.data_type.name.lower()}
 
     def _choose_path(self) -> str:
+        """The forced path, else the tuner's choice for the shape's class, else the rule
+        (:data:`GROUP_MIN_COUNT`); never "lane" for rows longer than
+        :data:`LANE_MAX_COUNT` (a class spans a factor of 4 in row length: its choice may
+        come from shorter rows), which a forced "lane" refuses."""
+        if self.force_path == "lane" and self.count > LANE_MAX_COUNT:
+            raise ValidationError("path", f"'lane' takes rows of at most {LANE_MAX_COUNT} "
+                                  f"elements (lavapipe ends a loop after 65535 iterations), "
+                                  f"not {self.count}")
         if self.force_path in ("lane", "group"):
             return self.force_path
         rule = ("group" if self.count >= GROUP_MIN_COUNT and (
@@ -164,7 +172,7 @@ class CompiledSoftmax(CompiledOperator):
         if self.force_path == "auto":
             return rule
         choice = tuning.choose(self.device, PATH, self.shape())
-        if choice.name == "auto":
+        if choice.name == "auto" or (choice.name == "lane" and self.count > LANE_MAX_COUNT):
             return rule
         self.observe_choice(choice, self.shape())
         return choice.name
@@ -226,6 +234,8 @@ def _path_class(shape) -> str:
 def _path_run(device, seq, cand, shape):
     """Record a packed softmax of ``shape`` (rows x count) on candidate ``cand``."""
     t = TensorDesc(shape.get("dtype", "float32"), (int(shape["rows"]), int(shape["count"])))
+    if cand.params["path"] == "lane" and int(shape["count"]) > LANE_MAX_COUNT:
+        raise tuning.Declined(f"rows longer than {LANE_MAX_COUNT} elements")
     op = CompiledSoftmax(device, ActivationSoftmax1OperatorDesc(t, t, (1,)),
                          path=cand.params["path"])
     return record_on_scratch(device, seq, op, t, t)
