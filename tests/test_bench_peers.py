@@ -111,6 +111,77 @@ def test_wonnx_ready_keeps_the_model():
     assert wonnx_worker.ready(model)[1] == []
 
 
+def split_model() -> bytes:
+    """YOLOv8n's pattern in small (torch.onnx's export of its C2f ``chunk`` and box
+    halves, opset 17): Shape -> Gather -> Div -> the channel Slices, a Slice whose end is
+    past the dimension, and a Softmax on axis 1."""
+    h = onnx.helper
+    c = lambda name, v: h.make_node("Constant", [], [name], name=name,   # noqa: E731
+                                    value=onnx.numpy_helper.from_array(np.array(v)))
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"),
+             h.make_node("Shape", ["r"], ["s"], name="shape"),
+             c("one", np.array([1], np.int64)), c("two", np.array([2], np.int64)),
+             c("zero", np.array([0], np.int64)), c("big", np.array([9], np.int64)),
+             h.make_node("Gather", ["s", "one"], ["ch"], axis=0, name="gather"),
+             h.make_node("Div", ["ch", "two"], ["half"], name="div"),
+             h.make_node("Slice", ["r", "zero", "half", "one"], ["a"], name="lo"),
+             h.make_node("Slice", ["r", "half", "ch", "one"], ["b"], name="hi"),
+             h.make_node("Softmax", ["b"], ["sb"], axis=1, name="softmax"),
+             h.make_node("Add", ["a", "sb"], ["ab"], name="add"),
+             h.make_node("Slice", ["ab", "one", "big", "one"], ["y"], name="end")]
+    graph = h.make_graph(nodes, "split", [h.make_tensor_value_info("x", 1, [1, 6, 4, 5])],
+                         [h.make_tensor_value_info("y", 1, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_wonnx_ready_folds_and_rewrites_slices():
+    """Shapes computed from the input's shape folded to constants (wonnx refuses the
+    symbolic sizes shape inference leaves), each Slice as Reshape + Gather (int32) +
+    Reshape, the opset lowered to one wonnx's Softmax takes: the same output as the
+    exported model on ONNX Runtime CPU, every shape static."""
+    data = split_model()
+    model, done = wonnx_worker.ready(onnx.load_from_string(data))
+    assert done == ["constants folded: 4 Constant, 1 Div, 1 Gather, 1 Shape",
+                    "3 Slice as Reshape + Gather (int32) + Reshape",
+                    "opset 17 -> 15 (the same definitions of its ops)"]
+    ops = [n.op_type for n in model.graph.node]
+    assert "Slice" not in ops and "Shape" not in ops and "Constant" not in ops
+    gathers = [n for n in model.graph.node if n.op_type == "Gather"]
+    assert len(gathers) == 3 and all(a.i == 0 for g in gathers for a in g.attribute)
+    inits = {t.name: t for t in model.graph.initializer}
+    assert all(inits[g.input[1]].data_type == onnx.TensorProto.INT32 for g in gathers)
+    for v in [*model.graph.value_info, *model.graph.output]:
+        assert all(d.HasField("dim_value") for d in v.type.tensor_type.shape.dim), v.name
+    assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == \
+        [1, 2, 4, 5]
+    x = np.random.default_rng(3).standard_normal((1, 6, 4, 5)).astype(np.float32)
+    assert rel_err(run_ort(model.SerializeToString(), x), run_ort(data, x)) < 1e-6
+    assert wonnx_worker.ready(model)[1] == []
+
+
+def test_wonnx_opset_kept_where_an_op_changed():
+    """A model with a Softmax and an op whose definition differs between the model's
+    opset and wonnx's (Resize: opset 18 changed it) keeps the model's opset; a model
+    without a Softmax keeps it too."""
+    h = onnx.helper
+    scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")
+    nodes = [h.make_node("Resize", ["x", "", "sc"], ["r"], mode="nearest"),
+             h.make_node("Softmax", ["r"], ["y"], axis=1)]
+    graph = h.make_graph(nodes, "r", [h.make_tensor_value_info("x", 1, [1, 2, 3, 3])],
+                         [h.make_tensor_value_info("y", 1, [1, 2, 6, 6])], initializer=[scales])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+    assert wonnx_worker.lower_opset(model) == [] and model.opset_import[0].version == 18
+    model.opset_import[0].version = 17                  # Resize-13 in both 17 and 15
+    assert wonnx_worker.lower_opset(model) == [
+        "opset 17 -> 15 (the same definitions of its ops)"]
+    assert model.opset_import[0].version == 15
+    del model.graph.node[1:]
+    model.opset_import[0].version = 17
+    assert wonnx_worker.lower_opset(model) == [] and model.opset_import[0].version == 17
+
+
 def test_wonnx_refusal_names_the_op():
     model = onnx.load_from_string(tiny_model())
     text = ('called `Result::unwrap()` on an `Err` value: GpuError(CompileError { node: '
