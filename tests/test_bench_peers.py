@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -279,6 +280,42 @@ def test_crashing_or_hanging_worker_is_absent(monkeypatch, tmp_path):
     peer.timeout_s = 0.5
     with pytest.raises(Absent, match="no result within"):
         peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    # stopped by the time limit during a run after its first: how long that run had
+    # lasted (marked 5 s before it began) is said, a lower bound of a warm run
+    _fake_worker(tmp_path, monkeypatch, "import sys, time; import numpy as np; "
+                 "from bench.cnn import worker_io; "
+                 "worker_io.partial(sys.argv[6], sys.argv[5], 0.5, 2.0, np.full(3, 2.0)); "
+                 "worker_io.mark(sys.argv[6], time.time() - 5); time.sleep(30)")
+    peer.timeout_s = 2.0
+    with pytest.raises(Absent, match=r"no result within 2 s .*; a run after the first "
+                                     r"unfinished after [5-9]\.\d s") as info:
+        peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    assert 5.0 <= info.value.first[0]["run_over_s"] < 10.0
+    assert info.value.first[0]["first_s"] == 2.0
+
+
+def test_slow_runs_are_marked(tmp_path):
+    """After a run of at least MARK_S, the next run's start is in FIG.json before it
+    ends (what the parent reads if it stops the worker); fast runs are not marked."""
+    fig, y = str(tmp_path / "fig.json"), str(tmp_path / "y.npy")
+    seen = []
+
+    def prepare():
+        def run(x):
+            if not os.path.exists(fig):
+                seen.append(None)
+            else:
+                with open(fig) as f:
+                    seen.append(json.load(f).get("run_since"))
+            if len(seen) == 1:
+                time.sleep(worker_io.MARK_S)       # the first run: slow
+            return x
+        return run
+    t = time.time()
+    worker_io.measure(prepare, np.zeros(3, np.float32), "0", "3", files=(fig, y))
+    # the first run (before partial) found no FIG; the next (after a slow one) was
+    # marked; the rest followed fast runs and kept that one mark
+    assert seen[0] is None and t <= seen[1] <= time.time() and seen[2:] == [seen[1]] * 3
 
 
 def _installed(peer) -> None:
@@ -317,3 +354,20 @@ def test_workers_need_no_vkml(monkeypatch):
     res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
                          text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_ort_webgpu_on_device(device):
+    """ONNX Runtime WebGPU on the tiny model, against ONNX Runtime CPU; on a device Dawn
+    offers it only as a fallback adapter (lavapipe), absent saying so."""
+    peer = peers_mod.OrtWebGpu()
+    _installed(peer)
+    data = tiny_model()
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    row = peer_row(peer, None, data, 8, device, x, run_ort(data, x), BUDGET)
+    if row["status"] == "absent" and "VK_ICD_FILENAMES" in row["reason"]:
+        pytest.skip(row["reason"])
+    if row["status"] == "absent":
+        assert "fallback adapter" in row["reason"], row
+        return
+    assert row["status"] == "ok", row
+    assert row["rel_err"] < 1e-5 and row["hot"]["n"] == 2 and row["first_s"] > 0
