@@ -162,6 +162,32 @@ def test_wonnx_ready_folds_and_rewrites_slices():
     assert wonnx_worker.ready(model)[1] == []
 
 
+def test_wonnx_concat_on_a_later_axis():
+    """A Concat on an axis after a dimension above 1 (YOLOv8n's head: [1, 64, n] joined
+    on axis 2) becomes Transposes around a Concat on axis 0, computing the same; one on
+    the channels of a batch of 1 is left alone."""
+    h = onnx.helper
+    nodes = [h.make_node("Concat", ["a", "b"], ["ab"], axis=2, name="join"),
+             h.make_node("Concat", ["ab", "ab"], ["y"], axis=1, name="channels")]
+    graph = h.make_graph(nodes, "cat", [h.make_tensor_value_info("a", 1, [1, 3, 4]),
+                                        h.make_tensor_value_info("b", 1, [1, 3, 2])],
+                         [h.make_tensor_value_info("y", 1, [1, 6, 6])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    model, done = wonnx_worker.ready(model)
+    assert done == ["1 Concat on axis 0 between Transposes"]
+    assert [n.op_type for n in model.graph.node] == ["Transpose"] * 2 + [
+        "Concat", "Transpose", "Concat"]
+    assert [a.i for a in model.graph.node[2].attribute] == [0]
+    rng = np.random.default_rng(4)
+    feeds = {"a": rng.standard_normal((1, 3, 4)).astype(np.float32),
+             "b": rng.standard_normal((1, 3, 2)).astype(np.float32)}
+    runs = [ort.InferenceSession(d, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+            for d in (data, model.SerializeToString())]
+    assert runs[0].shape == (1, 6, 6) and np.array_equal(runs[0], runs[1])
+
+
 def test_wonnx_opset_kept_where_an_op_changed():
     """A model with a Softmax and an op whose definition differs between the model's
     opset and wonnx's (Resize: opset 18 changed it) keeps the model's opset; a model

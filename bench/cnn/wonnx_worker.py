@@ -20,7 +20,9 @@ _NODE = re.compile(r'node(?:_name)?: "([^"]*)"')
 
 def ready(model) -> tuple:
     """(model, rewrites): the nodes computable without the input folded to constants
-    (:func:`fold`); ONNX shape inference (wonnx sizes every buffer from the value
+    (:func:`fold`); Slices, Concats on a later axis and the opset as wonnx takes them
+    (:func:`slices_as_gathers`, :func:`concats_on_leading_axis`, :func:`lower_opset`);
+    ONNX shape inference (wonnx sizes every buffer from the value
     infos and refuses a model without them, or with a symbolic dimension); each Gemm
     with ``transB=1`` on a constant B given B transposed instead (wonnx's Gemm takes B as
     K x N only); each Conv without ``kernel_shape`` (optional in ONNX: W's shape) given it
@@ -30,6 +32,7 @@ def ready(model) -> tuple:
 
     done = fold(model)
     done += slices_as_gathers(model)
+    done += concats_on_leading_axis(model)
     done += lower_opset(model)
     inits = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:
@@ -127,6 +130,38 @@ def slices_as_gathers(model) -> list:
     del model.graph.node[:]
     model.graph.node.extend(out)
     return [f"{n} Slice as Reshape + Gather (int32) + Reshape"] if n else []
+
+
+def concats_on_leading_axis(model) -> list:
+    """Each Concat on an axis with a dimension above 1 before it (YOLOv8n's head joins
+    its three scales along the last axis) rewritten as a Transpose of each input bringing
+    that axis first -> Concat on axis 0 -> the inverse Transpose: wonnx's Concat joins
+    its inputs' buffers end to end, which is the concatenation only when every dimension
+    before the axis is 1 (else a wrong result, no error).  Returns the note."""
+    from onnx import helper
+
+    shapes = _static_shapes(model)
+    out, n = [], 0
+    for node in model.graph.node:
+        dims = shapes.get(node.output[0]) if node.op_type == "Concat" else None
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0) if dims else 0
+        if not dims or all(d == 1 for d in dims[:axis % len(dims)]):
+            out.append(node)
+            continue
+        axis %= len(dims)
+        perm = [axis] + [i for i in range(len(dims)) if i != axis]
+        back = [perm.index(i) for i in range(len(dims))]
+        firsts = [f"{i}/wonnx_axis_first" for i in node.input]
+        out += [helper.make_node("Transpose", [i], [f], perm=perm, name=f"{f}/{node.name}")
+                for i, f in zip(node.input, firsts)]
+        joined = f"{node.output[0]}/wonnx_joined"
+        out += [helper.make_node("Concat", firsts, [joined], axis=0, name=node.name),
+                helper.make_node("Transpose", [joined], [node.output[0]], perm=back,
+                                 name=f"{node.name}/back")]
+        n += 1
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+    return [f"{n} Concat on axis 0 between Transposes"] if n else []
 
 
 #: The newest default-domain opset wonnx's Softmax compiles at.
