@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -111,6 +112,103 @@ def test_wonnx_ready_keeps_the_model():
     assert wonnx_worker.ready(model)[1] == []
 
 
+def split_model() -> bytes:
+    """YOLOv8n's pattern in small (torch.onnx's export of its C2f ``chunk`` and box
+    halves, opset 17): Shape -> Gather -> Div -> the channel Slices, a Slice whose end is
+    past the dimension, and a Softmax on axis 1."""
+    h = onnx.helper
+    c = lambda name, v: h.make_node("Constant", [], [name], name=name,   # noqa: E731
+                                    value=onnx.numpy_helper.from_array(np.array(v)))
+    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu"),
+             h.make_node("Shape", ["r"], ["s"], name="shape"),
+             c("one", np.array([1], np.int64)), c("two", np.array([2], np.int64)),
+             c("zero", np.array([0], np.int64)), c("big", np.array([9], np.int64)),
+             h.make_node("Gather", ["s", "one"], ["ch"], axis=0, name="gather"),
+             h.make_node("Div", ["ch", "two"], ["half"], name="div"),
+             h.make_node("Slice", ["r", "zero", "half", "one"], ["a"], name="lo"),
+             h.make_node("Slice", ["r", "half", "ch", "one"], ["b"], name="hi"),
+             h.make_node("Softmax", ["b"], ["sb"], axis=1, name="softmax"),
+             h.make_node("Add", ["a", "sb"], ["ab"], name="add"),
+             h.make_node("Slice", ["ab", "one", "big", "one"], ["y"], name="end")]
+    graph = h.make_graph(nodes, "split", [h.make_tensor_value_info("x", 1, [1, 6, 4, 5])],
+                         [h.make_tensor_value_info("y", 1, None)])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_wonnx_ready_folds_and_rewrites_slices():
+    """Shapes computed from the input's shape folded to constants (wonnx refuses the
+    symbolic sizes shape inference leaves), each Slice as Reshape + Gather (int32) +
+    Reshape, the opset lowered to one wonnx's Softmax takes: the same output as the
+    exported model on ONNX Runtime CPU, every shape static."""
+    data = split_model()
+    model, done = wonnx_worker.ready(onnx.load_from_string(data))
+    assert done == ["constants folded: 4 Constant, 1 Div, 1 Gather, 1 Shape",
+                    "3 Slice as Reshape + Gather (int32) + Reshape",
+                    "opset 17 -> 15 (the same definitions of its ops)"]
+    ops = [n.op_type for n in model.graph.node]
+    assert "Slice" not in ops and "Shape" not in ops and "Constant" not in ops
+    gathers = [n for n in model.graph.node if n.op_type == "Gather"]
+    assert len(gathers) == 3 and all(a.i == 0 for g in gathers for a in g.attribute)
+    inits = {t.name: t for t in model.graph.initializer}
+    assert all(inits[g.input[1]].data_type == onnx.TensorProto.INT32 for g in gathers)
+    for v in [*model.graph.value_info, *model.graph.output]:
+        assert all(d.HasField("dim_value") for d in v.type.tensor_type.shape.dim), v.name
+    assert [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim] == \
+        [1, 2, 4, 5]
+    x = np.random.default_rng(3).standard_normal((1, 6, 4, 5)).astype(np.float32)
+    assert rel_err(run_ort(model.SerializeToString(), x), run_ort(data, x)) < 1e-6
+    assert wonnx_worker.ready(model)[1] == []
+
+
+def test_wonnx_concat_on_a_later_axis():
+    """A Concat on an axis after a dimension above 1 (YOLOv8n's head: [1, 64, n] joined
+    on axis 2) becomes Transposes around a Concat on axis 0, computing the same; one on
+    the channels of a batch of 1 is left alone."""
+    h = onnx.helper
+    nodes = [h.make_node("Concat", ["a", "b"], ["ab"], axis=2, name="join"),
+             h.make_node("Concat", ["ab", "ab"], ["y"], axis=1, name="channels")]
+    graph = h.make_graph(nodes, "cat", [h.make_tensor_value_info("a", 1, [1, 3, 4]),
+                                        h.make_tensor_value_info("b", 1, [1, 3, 2])],
+                         [h.make_tensor_value_info("y", 1, [1, 6, 6])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    data = model.SerializeToString()
+    model, done = wonnx_worker.ready(model)
+    assert done == ["1 Concat on axis 0 between Transposes"]
+    assert [n.op_type for n in model.graph.node] == ["Transpose"] * 2 + [
+        "Concat", "Transpose", "Concat"]
+    assert [a.i for a in model.graph.node[2].attribute] == [0]
+    rng = np.random.default_rng(4)
+    feeds = {"a": rng.standard_normal((1, 3, 4)).astype(np.float32),
+             "b": rng.standard_normal((1, 3, 2)).astype(np.float32)}
+    runs = [ort.InferenceSession(d, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+            for d in (data, model.SerializeToString())]
+    assert runs[0].shape == (1, 6, 6) and np.array_equal(runs[0], runs[1])
+
+
+def test_wonnx_opset_kept_where_an_op_changed():
+    """A model with a Softmax and an op whose definition differs between the model's
+    opset and wonnx's (Resize: opset 18 changed it) keeps the model's opset; a model
+    without a Softmax keeps it too."""
+    h = onnx.helper
+    scales = onnx.numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc")
+    nodes = [h.make_node("Resize", ["x", "", "sc"], ["r"], mode="nearest"),
+             h.make_node("Softmax", ["r"], ["y"], axis=1)]
+    graph = h.make_graph(nodes, "r", [h.make_tensor_value_info("x", 1, [1, 2, 3, 3])],
+                         [h.make_tensor_value_info("y", 1, [1, 2, 6, 6])], initializer=[scales])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 18)])
+    assert wonnx_worker.lower_opset(model) == [] and model.opset_import[0].version == 18
+    model.opset_import[0].version = 17                  # Resize-13 in both 17 and 15
+    assert wonnx_worker.lower_opset(model) == [
+        "opset 17 -> 15 (the same definitions of its ops)"]
+    assert model.opset_import[0].version == 15
+    del model.graph.node[1:]
+    model.opset_import[0].version = 17
+    assert wonnx_worker.lower_opset(model) == [] and model.opset_import[0].version == 17
+
+
 def test_wonnx_refusal_names_the_op():
     model = onnx.load_from_string(tiny_model())
     text = ('called `Result::unwrap()` on an `Err` value: GpuError(CompileError { node: '
@@ -208,6 +306,42 @@ def test_crashing_or_hanging_worker_is_absent(monkeypatch, tmp_path):
     peer.timeout_s = 0.5
     with pytest.raises(Absent, match="no result within"):
         peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    # stopped by the time limit during a run after its first: how long that run had
+    # lasted (marked 5 s before it began) is said, a lower bound of a warm run
+    _fake_worker(tmp_path, monkeypatch, "import sys, time; import numpy as np; "
+                 "from bench.cnn import worker_io; "
+                 "worker_io.partial(sys.argv[6], sys.argv[5], 0.5, 2.0, np.full(3, 2.0)); "
+                 "worker_io.mark(sys.argv[6], time.time() - 5); time.sleep(30)")
+    peer.timeout_s = 2.0
+    with pytest.raises(Absent, match=r"no result within 2 s .*; a run after the first "
+                                     r"unfinished after [5-9]\.\d s") as info:
+        peer.measure(None, tiny_model(), 8, _Named("llvmpipe"), x, BUDGET)
+    assert 5.0 <= info.value.first[0]["run_over_s"] < 10.0
+    assert info.value.first[0]["first_s"] == 2.0
+
+
+def test_slow_runs_are_marked(tmp_path):
+    """After a run of at least MARK_S, the next run's start is in FIG.json before it
+    ends (what the parent reads if it stops the worker); fast runs are not marked."""
+    fig, y = str(tmp_path / "fig.json"), str(tmp_path / "y.npy")
+    seen = []
+
+    def prepare():
+        def run(x):
+            if not os.path.exists(fig):
+                seen.append(None)
+            else:
+                with open(fig) as f:
+                    seen.append(json.load(f).get("run_since"))
+            if len(seen) == 1:
+                time.sleep(worker_io.MARK_S)       # the first run: slow
+            return x
+        return run
+    t = time.time()
+    worker_io.measure(prepare, np.zeros(3, np.float32), "0", "3", files=(fig, y))
+    # the first run (before partial) found no FIG; the next (after a slow one) was
+    # marked; the rest followed fast runs and kept that one mark
+    assert seen[0] is None and t <= seen[1] <= time.time() and seen[2:] == [seen[1]] * 3
 
 
 def _installed(peer) -> None:
@@ -246,3 +380,20 @@ def test_workers_need_no_vkml(monkeypatch):
     res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
                          text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_ort_webgpu_on_device(device):
+    """ONNX Runtime WebGPU on the tiny model, against ONNX Runtime CPU; on a device Dawn
+    offers it only as a fallback adapter (lavapipe), absent saying so."""
+    peer = peers_mod.OrtWebGpu()
+    _installed(peer)
+    data = tiny_model()
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    row = peer_row(peer, None, data, 8, device, x, run_ort(data, x), BUDGET)
+    if row["status"] == "absent" and "VK_ICD_FILENAMES" in row["reason"]:
+        pytest.skip(row["reason"])
+    if row["status"] == "absent":
+        assert "fallback adapter" in row["reason"], row
+        return
+    assert row["status"] == "ok", row
+    assert row["rel_err"] < 1e-5 and row["hot"]["n"] == 2 and row["first_s"] > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import numpy as np
 
@@ -125,10 +126,14 @@ class ChildPeer(Peer):
         with open(paths[3]) as f:
             fig = json.load(f)
         if "absent" in fig:
+            first = {k: fig[k] for k in ("prepare_s", "first_s") if k in fig}
+            if res is None and "run_since" in fig:      # stopped during a marked run
+                first["run_over_s"] = time.time() - fig["run_since"]
+                ended += (f"; a run after the first unfinished after "
+                          f"{first['run_over_s']:.1f} s")
             exc = Absent(fig["absent"] + (f" ({ended})" if ended else ""))
             if "first_s" in fig:          # it died after its first run (worker_io.partial)
-                exc.first = ({k: fig[k] for k in ("prepare_s", "first_s")},
-                             np.load(paths[2]))
+                exc.first = (first, np.load(paths[2]))
             raise exc
         return fig, np.load(paths[2])
 

@@ -6,6 +6,7 @@ peers' own virtualenv, which has no vkml."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import numpy as np
@@ -38,10 +39,48 @@ def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
     first = time.perf_counter() - t
     if files:
         partial(*files, prep, first, y)
+        fn = _marking(fn, files[0], first)
     for _ in range(settle):
         fn(x)
     hot = Stats.of(sample(lambda: fn(x), budget(seconds, repeats)))
     return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
+
+
+#: Runs at least this long (the one before, else the first) write their start time to
+#: FIG.json (:func:`mark`); shorter ones are left unmarked, since the write would be a
+#: noticeable part of their time and they cannot bound a time-out usefully.
+MARK_S = 0.5
+
+
+def _marking(fn, figp: str, first: float):
+    """``fn``, each call after a slow one (``MARK_S``) marked in FIG.json first."""
+    last = [first]
+
+    def run(x):
+        if last[0] >= MARK_S:
+            mark(figp, time.time())
+        t = time.perf_counter()
+        y = fn(x)
+        last[0] = time.perf_counter() - t
+        return y
+    return run
+
+
+def mark(figp: str, since: float) -> None:
+    """Record in the partial FIG.json that a run after the first began at ``since``
+    (epoch seconds): a worker stopped by the parent's time limit during it tells the
+    parent how long that run had lasted, a lower bound of one warm run."""
+    with open(figp) as f:
+        fig = json.load(f)
+    fig["run_since"] = since
+    _write(figp, fig)
+
+
+def _write(figp: str, fig: dict) -> None:
+    """FIG.json replaced whole (a worker killed mid-write leaves the old one)."""
+    with open(figp + ".tmp", "w") as f:
+        json.dump(fig, f)
+    os.replace(figp + ".tmp", figp)
 
 
 def partial(figp: str, yp: str, prep: float, first: float, y) -> None:
@@ -49,10 +88,9 @@ def partial(figp: str, yp: str, prep: float, first: float, y) -> None:
     the worker dies (a driver crash) or runs out of time before :func:`answer` replaces
     them (the parent checks that output too)."""
     np.save(yp, np.asarray(y, np.float32))
-    with open(figp, "w") as f:
-        json.dump({"absent": f"ended during its hot runs, after prepare {prep:.2f} s and a "
-                             f"first run of {first:.2f} s", "prepare_s": prep,
-                   "first_s": first}, f)
+    _write(figp, {"absent": f"ended during its hot runs, after prepare {prep:.2f} s and a "
+                            f"first run of {first:.2f} s", "prepare_s": prep,
+                  "first_s": first})
 
 
 def answer(figp: str, yp: str, work) -> int:
