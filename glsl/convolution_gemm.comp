@@ -47,8 +47,6 @@
 // vkml:variant convolution_gemm_sg_f32_v8_res F32=1 TEXEL=1 SGW=1 V8=1 RES=1
 // vkml:variant convolution_gemm_sg_f16_res F16=1 TEXEL=1 SGW=1 RES=1
 // vkml:variant convolution_gemm_sg_f16_packed_res F16_PACKED=1 TEXEL=1 SGW=1 RES=1
-// vkml:variant convolution_gemm_sg_f32_old F32=1 TEXEL=1 SGW=1 SGOLD=1
-// vkml:variant convolution_gemm_sg_f32_v8_old F32=1 TEXEL=1 SGW=1 V8=1 SGOLD=1
 //
 // RES variants (a graph's residual fusion, vkml/ops/graph.py) add a residual tensor R,
 // laid out as the output (same type and element strides), after the bias and before the
@@ -87,6 +85,11 @@ layout(constant_id = 9) const int CU = 1;      // input channels per loop iterat
 layout(constant_id = 11) const bool YV4 = false; // F32: pixels stored 4 at a time
 layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per workgroup, one
                                                // per subgroup (local size CBW * SG)
+#ifdef SGW
+layout(constant_id = 12) const bool ACC_RUN = true; // an accumulator's products of a loop
+                                               // iteration in a row (GEMM_RUN), else GEMM_STEP's
+                                               // order
+#endif
 
 // X elements one row tap reads for the block.  Where that is no more than the products'
 // operands (KW * NB) the row is loaded once and reused by every column tap (ROWLOAD);
@@ -181,16 +184,18 @@ layout(push_constant) uniform Push {
     a[i_] = LOAD_W(wi + (kw) * wstep + i_)
 #endif
 
-#if defined(SGW) && !defined(SGOLD)
-// SGW: the CU input channels of one loop iteration of one row tap as one group: load
-// their rows (or column taps' pixels) and weights, then add each accumulator's CU x KW
-// products in a row before the next accumulator (the order of GEMM's sg family,
+#ifdef SGW
+// SGW, ACC_RUN: the CU input channels of one loop iteration of one row tap as one group:
+// load their rows (or column taps' pixels) and weights, then add each accumulator's
+// CU x KW products in a row before the next accumulator (the order of GEMM's sg family,
 // gemm.comp SGA).  lavapipe keeps the block in memory: one load and store of an
-// accumulator per CU x KW FMAs, where one channel and column tap at a time takes one
-// per FMA.  Each accumulator still sums its products in (channel, column tap) order.
+// accumulator per CU x KW FMAs, where GEMM_STEP's order (one channel and column tap at a
+// time over the whole block) takes one per FMA; that order still wins on some blocks
+// (a tuner candidate, gemm_sg-step).  Each accumulator sums its products in the same
+// (channel, column tap) order either way, so both give the same bits.
 const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel holds
 #define B_AT(u, kw, j) b[u][ROWLOAD ? (kw) * DW + (j) * SW : (kw) * NB + (j)]
-#define GEMM_GROUP() { \
+#define GEMM_RUN() { \
     float wl[CU][GW]; \
     [[unroll]] for (int u = 0; u < CU; u++) \
         [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[u][k_] = LOAD_W1(wo + u * w_sg.y + woff[k_]); \
@@ -226,7 +231,7 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
         } \
     } \
     xo += CU * xs.y; wo += CU * w_sg.y; }
-#else
+#endif
 // One input channel of one row tap: load the row (or the column taps' pixels), the
 // weights, and add the MB x NB products; then step to the next channel.
 #ifdef SGW
@@ -268,7 +273,10 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
         } \
     } \
     STEP_NEXT() }
-#define GEMM_GROUP() [[unroll]] for (int u = 0; u < CU; u++) { GEMM_STEP(); }
+#ifdef SGW
+#define GEMM_GROUP() if (ACC_RUN) GEMM_RUN() else { [[unroll]] for (int u = 0; u < CU; u++) GEMM_STEP() }
+#else
+#define GEMM_GROUP() { [[unroll]] for (int u = 0; u < CU; u++) GEMM_STEP() }
 #endif
 
 void main() {
