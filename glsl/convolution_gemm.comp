@@ -85,6 +85,11 @@ layout(constant_id = 9) const int CU = 1;      // input channels per loop iterat
 layout(constant_id = 11) const bool YV4 = false; // F32: pixels stored 4 at a time
 layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per workgroup, one
                                                // per subgroup (local size CBW * SG)
+#ifdef SGW
+layout(constant_id = 12) const bool ACC_RUN = true; // an accumulator's products of a loop
+                                               // iteration in a row (GEMM_RUN), else GEMM_STEP's
+                                               // order
+#endif
 
 // X elements one row tap reads for the block.  Where that is no more than the products'
 // operands (KW * NB) the row is loaded once and reused by every column tap (ROWLOAD);
@@ -179,6 +184,54 @@ layout(push_constant) uniform Push {
     a[i_] = LOAD_W(wi + (kw) * wstep + i_)
 #endif
 
+#ifdef SGW
+// SGW, ACC_RUN: the CU input channels of one loop iteration of one row tap as one group:
+// load their rows (or column taps' pixels) and weights, then add each accumulator's
+// CU x KW products in a row before the next accumulator (the order of GEMM's sg family,
+// gemm.comp SGA).  lavapipe keeps the block in memory: one load and store of an
+// accumulator per CU x KW FMAs, where GEMM_STEP's order (one channel and column tap at a
+// time over the whole block) takes one per FMA; that order still wins on some blocks
+// (a tuner candidate, gemm_sg-step).  Each accumulator sums its products in the same
+// (channel, column tap) order either way, so both give the same bits.
+const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel holds
+#define B_AT(u, kw, j) b[u][ROWLOAD ? (kw) * DW + (j) * SW : (kw) * NB + (j)]
+#define GEMM_RUN() { \
+    float wl[CU][GW]; \
+    [[unroll]] for (int u = 0; u < CU; u++) \
+        [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[u][k_] = LOAD_W1(wo + u * w_sg.y + woff[k_]); \
+    float b[CU][BL]; \
+    [[unroll]] for (int u = 0; u < CU; u++) { \
+        int xu = xo + u * xs.y; \
+        if (ROWLOAD && XVEC4) { \
+            [[unroll]] for (int e = 0; e < SPAN4; e += 4) { \
+                vec4 v = LOAD_X4((xu + e) >> 2); \
+                b[u][e] = v.x; b[u][e + 1] = v.y; b[u][e + 2] = v.z; b[u][e + 3] = v.w; \
+            } \
+        } else if (ROWLOAD) { \
+            [[unroll]] for (int e = 0; e < SPAN; e++) b[u][e] = LOAD_X(xu + e); \
+        } else { \
+            [[unroll]] for (int kw = 0; kw < KW; kw++) \
+                [[unroll]] for (int j = 0; j < NB; j++) \
+                    b[u][kw * NB + j] = LOAD_X(xu + kw * DW + j * SW); \
+        } \
+    } \
+    [[unroll]] for (int i = 0; i < MB / 4; i++) { \
+        vec4 a[CU][KW]; \
+        [[unroll]] for (int u = 0; u < CU; u++) \
+            [[unroll]] for (int kw = 0; kw < KW; kw++) \
+                [[unroll]] for (int c_ = 0; c_ < 4; c_++) { \
+                    int e_ = (i * 4 + c_) * KW + kw; \
+                    a[u][kw][c_] = subgroupShuffle(wl[u][e_ / SG], uint(e_ % SG)); } \
+        [[unroll]] for (int j = 0; j < NB; j++) { \
+            vec4 s = acc[i][j]; \
+            [[unroll]] for (int u = 0; u < CU; u++) \
+                [[unroll]] for (int kw = 0; kw < KW; kw++) \
+                    s = fma(a[u][kw], vec4(B_AT(u, kw, j)), s); \
+            acc[i][j] = s; \
+        } \
+    } \
+    xo += CU * xs.y; wo += CU * w_sg.y; }
+#endif
 // One input channel of one row tap: load the row (or the column taps' pixels), the
 // weights, and add the MB x NB products; then step to the next channel.
 #ifdef SGW
@@ -220,6 +273,11 @@ layout(push_constant) uniform Push {
         } \
     } \
     STEP_NEXT() }
+#ifdef SGW
+#define GEMM_GROUP() if (ACC_RUN) GEMM_RUN() else { [[unroll]] for (int u = 0; u < CU; u++) GEMM_STEP() }
+#else
+#define GEMM_GROUP() { [[unroll]] for (int u = 0; u < CU; u++) GEMM_STEP() }
+#endif
 
 void main() {
     int per_row = qsize.w;
@@ -286,9 +344,7 @@ void main() {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
         int wo = wrows[t >> 2][t & 3];
-        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) {      // (CU divides cig)
-            [[unroll]] for (int u = 0; u < CU; u++) { GEMM_STEP(); }
-        }
+        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) GEMM_GROUP()  // (CU divides cig)
     }
 #else
     // Filters are re-laid as [image][group][row tap][channel][column tap][padded channel]
@@ -297,9 +353,7 @@ void main() {
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
-        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) {      // (CU divides cig)
-            [[unroll]] for (int u = 0; u < CU; u++) { GEMM_STEP(); }
-        }
+        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) GEMM_GROUP()  // (CU divides cig)
     }
 #endif
     if (!live) return;

@@ -610,6 +610,43 @@ def test_gemm_sg_edges(device, case):
         _check_forced(device, desc, "gemm_sg", rng)
 
 
+#: (input, filter, descriptor fields) whose gemm_sg loop takes several channels an
+#: iteration (CU > 1: a 1x1 and a 3x3 with few pixels) or loads each column tap's pixels
+#: on its own (a strided 1x3: the row span exceeds the products' operands)
+SG_RUNS = SG_EDGES + [
+    ((1, 16, 6, 10), (12, 16, 1, 1), {}),
+    ((1, 8, 5, 7), (8, 8, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
+    ((1, 4, 3, 24), (8, 4, 1, 3), dict(strides=(1, 4))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SG_RUNS)))
+def test_gemm_sg_step_order(device, case):
+    """gemm_sg-step (knob ``sg_acc_run`` False: one channel and column tap at a time over
+    the block) runs its own pipeline and gives the same bits as gemm_sg (each accumulator
+    takes its products in the same order either way), float32 and float16, with and
+    without a bias, and matches torch."""
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    xs, ws, kw = SG_RUNS[case]
+    for dtype in ("float32", "float16"):
+        desc = _conv_desc(dtype, xs, ws, bias=case % 2 == 0, **kw)
+        rng = np.random.default_rng(90 + case)
+        x = rng.standard_normal(desc.input_tensor.sizes).astype(dtype)
+        w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
+        b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(dtype)
+             if desc.bias_tensor is not None else None)
+        a, run = run_path(device, desc, x, w, b, path="gemm_sg")
+        c, step = run_path(device, desc, x, w, b, path="gemm_sg-step")
+        assert run.path.name == step.path.name == "gemm_sg"
+        assert all("ACC_RUN" not in d["constants"] for d in run.path.dispatches)
+        assert all(d["constants"]["ACC_RUN"] == 0 for d in step.path.dispatches)
+        np.testing.assert_array_equal(a, c, err_msg=str(desc))
+        ref = desc_reference(desc, x, w, b)
+        np.testing.assert_allclose(c[:ref.size].reshape(ref.shape).astype(np.float64), ref,
+                                   err_msg=str(desc), **tolerance(w, dtype))
+
+
 def test_gemm_sg_strided_filter(device):
     """gemm_sg reads the filter through its DML strides: a channels-last filter."""
     rng = np.random.default_rng(70)

@@ -51,6 +51,7 @@ CANDIDATES = {
     "gemm_sg-v8": ("gemm_sg", {"store64": True}),
     "gemm_sg-stride": ("gemm_sg", {"subsample": False}),
     "gemm_sg-span24": ("gemm_sg", {"sg_span": 24}),
+    "gemm_sg-step": ("gemm_sg", {"sg_acc_run": False}),
     "gemm": ("gemm", {}),
     "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-v8": ("gemm", {"store64": True}),
@@ -71,8 +72,11 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: default block on lavapipe, slower on SwiftShader, so only timing tells) and
 #: depthwise-rows-v8 (its stores as u64vec4s, int64 devices); gemm_sg-span24 where its
 #: default block loads rows of more than 24 input elements (a 7x7 stride-2 stem: fewer
-#: pixels a lane, fewer registers; it takes no other shape).
-_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"), "gemm_sg": ("gemm_sg-span24",)}
+#: pixels a lane, fewer registers; it takes no other shape); gemm_sg-step (gemm_sg's
+#: products one channel and column tap at a time over the block: slower on most shapes
+#: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells).
+_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"),
+         "gemm_sg": ("gemm_sg-span24", "gemm_sg-step")}
 
 
 def _path_class(name: str) -> type[Path]:

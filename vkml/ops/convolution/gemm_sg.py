@@ -18,7 +18,7 @@ from .plan import Buf
 from ...intmath import ceil_div
 
 #: Kernel variants this path runs and the specialization constants it sets.
-VARIANTS = {f"convolution_gemm_sg_{s}{r}": GEMM_CONSTANTS + ("SG", "CBW")
+VARIANTS = {f"convolution_gemm_sg_{s}{r}": GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN")
             for s in STORAGES + ("f32_v8",) for r in ("", "_res")}
 
 
@@ -120,10 +120,13 @@ class GemmSgPath(GemmPath):
         return True
 
     def _constants(self, d) -> dict:
-        """Adds SG and, where a workgroup holds several subgroups, CBW: channel blocks of
+        """Adds SG; where a workgroup holds several subgroups, CBW: channel blocks of
         the same pixels as subgroups of a workgroup (the input rows stay in cache between
-        them)."""
+        them); ACC_RUN 0 for knob ``sg_acc_run`` False (one channel and column tap at a
+        time over the block)."""
         consts = {**super()._constants(d), "SG": self.sg}
+        if not self.knobs["sg_acc_run"]:
+            consts["ACC_RUN"] = 0
         qs = d["qsize"]
         blocks = qs[0] * qs[1] * qs[3]
         cbw = min(self.local // self.sg, self.groups_y)

@@ -366,9 +366,11 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: GEMM paths run a strided 1x1 convolution on a re-laid copy of the pixels it reads
 #: (``gemm.subsampled``; False: the whole input copied, every stride-th element read).
 #: ``sg_span``: gemm_sg's pixels a lane kept to a row span of at most that many input
-#: elements (None: no bound; ``gemm.sg_blocks``).
+#: elements (None: no bound; ``gemm.sg_blocks``).  ``sg_acc_run``: gemm_sg adds each
+#: accumulator's products of a loop iteration in a row (False: one channel and column
+#: tap at a time over the whole block, convolution_gemm.comp ACC_RUN).
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
-                 "store64": None, "subsample": True, "sg_span": None}
+                 "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True}
 
 
 def knobs_of(knobs: dict | None) -> dict:
