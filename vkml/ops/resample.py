@@ -290,6 +290,11 @@ def rows_geometry(src, dst, factors) -> dict | None:
     last = dst.sizes[-1]
     sizes, in_st, out_st = split_dims(src, dst, list(factors[:-1]) + [1])
     box, ist, ost = permute.coalesce(sizes[:-1] or [1], in_st[:-1] or [0], out_st[:-1] or [0])
+    # the largest leading dimension as the grid's y (a workgroup spans rows along it:
+    # a factor's dimension of 2 there left lavapipe workgroups of 16 invocations)
+    k = box.index(max(box))
+    for lst in (box, ist, ost):
+        lst.append(lst.pop(k))
     return {"kind": "rows", "box": box + [last], "in": ist + [src.element_strides[-1]],
             "out": ost + [1], "bases": (0, 0), "vec4": all(s % 4 == 0 for s in ost),
             "rep": factors[-1]}
