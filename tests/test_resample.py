@@ -729,6 +729,9 @@ def _run_both_paths(device, desc, flat):
     from vkml.ops.resample import CompiledResample
     op = CompiledResample(device, desc)
     taken = _copy_taken(op)
+    # the element-wise IDENTITY exactly where the last dimension is not resampled
+    assert op.inner is None or desc.output_tensor.sizes[-1] == desc.input_tensor.sizes[-1]
+    assert op.copy is None or desc.output_tensor.sizes[-1] != desc.input_tensor.sizes[-1]
     got = run_desc(device, desc, flat, compiled=op)
     general = CompiledResample(device, desc, path="general")
     assert not _copy_taken(general)
@@ -739,8 +742,9 @@ def _run_both_paths(device, desc, flat):
 def test_integer_factors_copy_against_general_and_numpy(device, dtype):
     """Scales 2, 3, mixed (2 on H, 1 on W; 1 on H, 3 on W) and 1, ranks 1 to 4, rows of
     whole uvec4s (the quad reads) and not, pixel centres (DML's default offsets) and
-    ONNX's asymmetric floor offsets: the copy runs (32-bit: every factor; other types: where the last
-    factor is 1), bit for bit the general kernel's output and NumPy's repeat."""
+    ONNX's asymmetric floor offsets: the copy runs (an element-wise IDENTITY where the
+    last factor is 1, else the rows kernel for 32-bit types), bit for bit the general
+    kernel's output and NumPy's repeat."""
     rng = np.random.default_rng(len(dtype))
     cases = [((2, 3, 5, 8), (1, 1, 2, 2)), ((1, 2, 4, 7), (1, 1, 3, 3)),
              ((2, 3, 6, 5), (1, 1, 2, 1)), ((3, 4, 12), (1, 1, 3)), ((2, 9), (2, 2)),

@@ -17,10 +17,14 @@ INT8/UINT8 as bytes (or packed without 8-bit storage).
 Where every dimension's index map (as the kernel computes it, :meth:`CompiledResample.indices`)
 is exactly ``o // s`` for an integer s (1: a copy), the resample is a copy of the input
 viewed with zero strides: output ``(..., H, s_h, W, s_w)`` reads input strides
-``(..., W, 0, 1, 0)``.  It then runs as an element-wise IDENTITY the resample owns
-(:func:`broadcast_view`), whose copy kernels move several words an invocation where the
-general kernel computes every output's coordinate.  Deciding it from the computed map
-(no reasoning about modes) keeps it exact for any offsets or ONNX modes giving that map.
+``(..., W, 0, 1, 0)``.  The resample then owns a copy kernel that moves whole words an
+invocation where the general kernel computes every output's coordinate: an element-wise
+IDENTITY of that view where the last dimension is not resampled (its rows contiguous
+both sides), else for 32-bit elements glsl/permute.comp's rows kernel reading each input
+element of a row s_w times (:meth:`CompiledResample._plan_copy`); 8/16-bit elements
+resampled along the last dimension keep the general kernel.  Deciding it from the
+computed map (no reasoning about modes) keeps it exact for any offsets or ONNX modes
+giving that map; ``path="general"`` forces the general kernel.
 """
 from __future__ import annotations
 
@@ -152,28 +156,28 @@ class CompiledResample(BoxKernel):
         self.consts = {"RANK": n, "MODE": int(self.linear), "LIN_MASK": self.lin_mask}
 
     def _plan_copy(self, factors) -> bool:
-        """The broadcast copy (module doc) where it applies: 32-bit elements on
-        glsl/permute.comp's rows kernel (its REP reads each input element of a row
-        ``s`` times), others as an element-wise IDENTITY where the last dimension is not
-        resampled (its rows are then contiguous both sides)."""
+        """The broadcast copy (module doc) where it applies: where the last dimension is
+        not resampled, an element-wise IDENTITY (its row path: rows contiguous both
+        sides; faster than the rows kernel on both drivers); else, for 32-bit elements,
+        glsl/permute.comp's rows kernel, whose REP reads each input element of a row s
+        times (quad reads where input rows are whole uvec4s)."""
         src, dst = self.desc.input_tensor, self.desc.output_tensor
-        if src.data_type.size == 4:
-            geo = rows_geometry(src, dst, factors)
-            lim = self.ctx.limits
-            if geo is None or max(self.in_bytes, self.out_bytes) > lim["maxStorageBufferRange"]:
-                return False
-            # whole input rows of whole uvec4s: the kernel's quad reads
-            quad = (geo["in"][-1] == 1 and factors[-1] <= 8 and dst.sizes[-1] // factors[-1] % 4 == 0
-                    and all(st % 4 == 0 for st in geo["in"][:-1]))
-            unit = 16 if quad else 4
-            texel = ceil_div(self.in_bytes, unit) <= lim["maxTexelBufferElements"]
-            read = ("texel" if texel else "ssbo") + ("4" if quad else "")
-            self.copy = permute.StridedCopy(self, geo, read, self.in_bytes, self.out_bytes)
+        if factors[-1] == 1:
+            self.inner = CompiledElementWise(self.device, ElementWiseIdentityOperatorDesc(
+                *broadcast_view(src, dst, factors)))
             return True
-        if factors[-1] != 1:
+        geo = rows_geometry(src, dst, factors) if src.data_type.size == 4 else None
+        lim = self.ctx.limits
+        if geo is None or max(self.in_bytes, self.out_bytes) > lim["maxStorageBufferRange"]:
             return False
-        self.inner = CompiledElementWise(self.device, ElementWiseIdentityOperatorDesc(
-            *broadcast_view(src, dst, factors)))
+        # whole input rows of whole uvec4s: the kernel's quad reads
+        quad = (geo["in"][-1] == 1 and factors[-1] <= 8
+                and dst.sizes[-1] // factors[-1] % 4 == 0
+                and all(st % 4 == 0 for st in geo["in"][:-1]))
+        unit = 16 if quad else 4
+        texel = ceil_div(self.in_bytes, unit) <= lim["maxTexelBufferElements"]
+        read = ("texel" if texel else "ssbo") + ("4" if quad else "")
+        self.copy = permute.StridedCopy(self, geo, read, self.in_bytes, self.out_bytes)
         return True
 
     def in_span(self, origin, extent):
