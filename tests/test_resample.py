@@ -830,3 +830,30 @@ def test_integer_factors_copy_declines_linear_weights(device):
                                      LINEAR, (1.0,) * 4, (0.5,) * 4, (-0.5,) * 4)
     with CompiledResample(device, lin) as a, CompiledResample(device, same) as b:
         assert not _copy_taken(a) and _copy_taken(b)
+
+
+def test_integer_factors_copy_read_paths_and_limits(device):
+    """The rows kernel's storage-buffer reads (quad and scalar) where the input passes
+    maxTexelBufferElements, grids split past maxComputeWorkGroupCount, and the general
+    kernel where a tensor passes maxStorageBufferRange: each against NumPy's repeat."""
+    from vkml.ops.resample import CompiledResample
+    rng = np.random.default_rng(31)
+    cases = [((2, 3, 6, 8), (1, 1, 2, 2), "ssbo4"), ((2, 3, 5, 7), (1, 1, 3, 3), "ssbo"),
+             ((3, 4, 40, 64), (1, 1, 2, 2), "ssbo4")]
+    limits = [({"maxTexelBufferElements": 16}, True),
+              ({"maxTexelBufferElements": 16, "maxComputeWorkGroupCount": (1, 3, 2)}, True),
+              ({"maxStorageBufferRange": 4096}, False)]
+    for lim, taken in limits:
+        with vkml.Device(device.index, limits=lim) as dev:
+            for shape, factors, read in cases:
+                x = rng.standard_normal(shape).astype(np.float32)
+                out = tuple(n * s for n, s in zip(shape, factors))
+                desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out),
+                                                 NEAREST, tuple(map(float, factors)),
+                                                 (0.5,) * 4, (-0.5,) * 4)
+                op = CompiledResample(dev, desc)
+                big = 4 * math.prod(out) > lim.get("maxStorageBufferRange", 2 ** 40)
+                assert (op.copy is not None) == (taken or not big), (lim, shape)
+                assert op.copy is None or op.copy.read == read, (lim, shape)
+                got = run_desc(dev, desc, x, compiled=op).reshape(out)
+                assert same_bits(got, _repeat(x, factors)), (lim, shape, factors)

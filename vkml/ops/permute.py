@@ -11,6 +11,10 @@ strided element path for every geometry, type or size this module declines.
 * "rows": the output contiguous along its last dimension, the input at any step along
   it (negative too; 1: a crop the caller did not give the copy engine): V words of a
   row an invocation, scalar reads, uvec4 stores where output rows start on whole uvec4s.
+* "rows" with REP (a nearest resample by an integer factor along rows,
+  :mod:`vkml.ops.resample`, which builds its own geometry): output word c of a row reads
+  input element c / REP; its ``texel4`` / ``ssbo4`` reads take a contiguous row's input
+  as uvec4s.
 
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
 fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
