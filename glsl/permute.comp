@@ -14,7 +14,13 @@
 // permute_rows_texel / _ssbo (ROWS): the output contiguous along the last dimension,
 //   the input at any (signed) element stride along it: V words of an output row an
 //   invocation, each read by a scalar fetch, stored as uvec4s where every output row
-//   starts on a whole uvec4 (VEC4), else word by word.
+//   starts on a whole uvec4 (VEC4), else word by word.  REP > 1 (a nearest resample by
+//   an integer factor along rows, vkml/ops/resample.py): output word c of a row reads
+//   the row's input element c / REP (the last dimension's input stride is per element).
+//   The QUAD variants (rows _texel4 / _ssbo4: input rows contiguous, on whole uvec4s and
+//   of whole uvec4s; V a multiple of 4 * REP) read a row's input as uvec4s, each
+//   giving 4 * REP output words: scalar fetches held the rows kernel at a quarter of a
+//   flat copy's speed on lavapipe.
 // *_u64 (devices with int64 shaders, where store_width's timing says so): a full
 //   invocation's stores as u64vec4s, eight words each (two tiles' rows, or eight words of
 //   a row) where its output offset allows: lavapipe stores a vector's components one by
@@ -31,12 +37,16 @@
 // vkml:variant permute_tile_ssbo4_u64 TILE=1 U64=1
 // vkml:variant permute_rows_texel_u64 ROWS=1 TEXEL=1 U64=1
 // vkml:variant permute_rows_ssbo_u64 ROWS=1 U64=1
+// vkml:variant permute_rows_texel4 ROWS=1 QUAD=1 TEXEL=1
+// vkml:variant permute_rows_ssbo4 ROWS=1 QUAD=1
+// vkml:variant permute_rows_texel4_u64 ROWS=1 QUAD=1 TEXEL=1 U64=1
+// vkml:variant permute_rows_ssbo4_u64 ROWS=1 QUAD=1 U64=1
 #extension GL_EXT_control_flow_attributes : enable
 
-#if defined(TILE) && defined(TEXEL)
+#if (defined(TILE) || defined(QUAD)) && defined(TEXEL)
 layout(set = 0, binding = 0) uniform usamplerBuffer Xt;
 #define LOAD4(q) texelFetch(Xt, int(q))
-#elif defined(TILE)
+#elif defined(TILE) || defined(QUAD)
 layout(std430, set = 0, binding = 0) readonly buffer X4 { uvec4 x4[]; };
 #define LOAD4(q) x4[q]
 #elif defined(TEXEL)
@@ -65,6 +75,7 @@ layout(constant_id = 1) const int RANK = 4;      // 2 to 8 dimensions (TILE), 1 
 // bounds so the loops unroll into registers
 layout(constant_id = 21) const uint V = 2u;
 layout(constant_id = 29) const bool VEC4 = false;   // ROWS: output rows on whole uvec4s
+layout(constant_id = 30) const uint REP = 1u;       // ROWS: outputs per input element
 
 layout(std140, set = 0, binding = 2) uniform Params {
     // per dimension; TILE: input in uvec4s per unit of the coordinate (a quad of q is
@@ -115,7 +126,7 @@ void main() {
     uint count = box_coords(coord);
     uint si = 0u, so = 0u;
     [[unroll]] for (int d = 0; d < RANK; d++) {
-        si += coord[d] * AT(in_stride, d);
+        si += (d == LAST ? coord[d] / REP : coord[d]) * AT(in_stride, d);
         so += coord[d] * AT(out_stride, d);
     }
     si -= in_base;
@@ -152,10 +163,22 @@ void main() {
     }
 #else
     uint w[V];
+#ifdef QUAD
+    // si: a whole uvec4 (c0 a multiple of V, so c0 / REP one of 4)
+    [[unroll]] for (uint k = 0u; k < V / (4u * REP); k++) {
+        if (4u * REP * k < count) {
+            uvec4 r = LOAD4((si >> 2) + k);
+            [[unroll]] for (uint j = 0u; j < 4u * REP; j++) w[4u * REP * k + j] = r[j / REP];
+        }
+    }
+#else
     uint step = AT(in_stride, LAST);
     [[unroll]] for (uint j = 0u; j < V; j++) {
-        if (j < count) w[j] = LOAD1(si + j * step);
+        // (c0 + j) / REP - c0 / REP: j / REP, folded, where REP divides V
+        uint c0 = coord[LAST];
+        if (j < count) w[j] = LOAD1(si + ((c0 + j) / REP - c0 / REP) * step);
     }
+#endif
     if (WIDE && V % 8u == 0u && count == V && (so & 7u) == 0u) {
         [[unroll]] for (uint k = 0u; k < V / 8u; k++) {
             uint b = 8u * k;

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 import vkml
 from vkml import dml
 from vkml.errors import ValidationError
+from vkml.ops.resample import NEAREST_MODES
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output)
@@ -406,7 +407,7 @@ def test_wide_stores(device, read, monkeypatch):
                     got = {}
                     for wide in (False, True):
                         monkeypatch.setattr(mod, "wide_stores", lambda _d, w=wide: w)
-                        op = mod.CompiledResample(dev, desc, read=read)
+                        op = mod.CompiledResample(dev, desc, read=read, path="general")
                         assert op.kernel.endswith("_u64") == wide
                         flat = run_desc(dev, desc, x, compiled=op)
                         got[wide] = np.lib.stride_tricks.as_strided(
@@ -708,3 +709,151 @@ def test_fuzz_resample(device, speed):
         assert canaries_intact(src) and canaries_intact(dst), "wrote outside the tensor"
 
     check()
+
+
+# -- nearest by integer factors: the broadcast copy (vkml/ops/resample.py's module doc) --
+
+def _copy_taken(op) -> bool:
+    return op.copy is not None or op.inner is not None
+
+
+def _repeat(x, factors):
+    """NumPy's nearest resample by integer factors: each element repeated s times."""
+    for d, s in enumerate(factors):
+        x = np.repeat(x, s, axis=d)
+    return x
+
+
+def _run_both_paths(device, desc, flat):
+    """(copy path's output, general kernel's output, whether the copy ran), flat."""
+    from vkml.ops.resample import CompiledResample
+    op = CompiledResample(device, desc)
+    taken = _copy_taken(op)
+    # the element-wise IDENTITY exactly where the last dimension is not resampled
+    assert op.inner is None or desc.output_tensor.sizes[-1] == desc.input_tensor.sizes[-1]
+    assert op.copy is None or desc.output_tensor.sizes[-1] != desc.input_tensor.sizes[-1]
+    got = run_desc(device, desc, flat, compiled=op)
+    general = CompiledResample(device, desc, path="general")
+    assert not _copy_taken(general)
+    return got, run_desc(device, desc, flat, compiled=general), taken
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "uint8"])
+def test_integer_factors_copy_against_general_and_numpy(device, dtype):
+    """Scales 2, 3, mixed (2 on H, 1 on W; 1 on H, 3 on W) and 1, ranks 1 to 4, rows of
+    whole uvec4s (the quad reads) and not, pixel centres (DML's default offsets) and
+    ONNX's asymmetric floor offsets: the copy runs (an element-wise IDENTITY where the
+    last factor is 1, else the rows kernel for 32-bit types), bit for bit the general
+    kernel's output and NumPy's repeat."""
+    rng = np.random.default_rng(len(dtype))
+    cases = [((2, 3, 5, 8), (1, 1, 2, 2)), ((1, 2, 4, 7), (1, 1, 3, 3)),
+             ((2, 3, 6, 5), (1, 1, 2, 1)), ((3, 4, 12), (1, 1, 3)), ((2, 9), (2, 2)),
+             ((7,), (4,)), ((2, 3, 4, 4), (1, 1, 1, 1)), ((1, 2, 3, 16), (2, 1, 2, 8)),
+             ((1, 1, 1, 1), (1, 1, 5, 4))]
+    for shape, factors in cases:
+        x = random_data(rng, shape, dtype)
+        out = tuple(n * s for n, s in zip(shape, factors))
+        want = _repeat(x, factors)
+        # pixel centres; x = o / s shifted by 0.5 - 1 / (4 s) (ONNX's asymmetric floor)
+        for ins, outs in (((0.5,) * len(shape), (-0.5,) * len(shape)),
+                          (tuple(0.5 - 0.25 / f for f in factors), (0.0,) * len(shape))):
+            desc = dml.Resample1OperatorDesc(T(dtype, shape), T(dtype, out), NEAREST,
+                                             tuple(map(float, factors)), ins, outs)
+            got, general, taken = _run_both_paths(device, desc, x)
+            assert taken == (np.dtype(dtype).itemsize == 4 or factors[-1] == 1), (shape, factors)
+            assert same_bits(got, general), (shape, factors, ins)
+            assert same_bits(got.reshape(out), want), (shape, factors, ins)
+
+
+@pytest.mark.parametrize("ctm", CTMS)
+def test_integer_factors_copy_only_where_the_map_is_o_div_s(device, ctm):
+    """Every ONNX coordinate/nearest mode at factors 2 and 3 (and 2 on H only): the copy
+    runs exactly where ONNX's index map (exact rational arithmetic) is ``o // s`` along
+    every dimension -- asymmetric floor, half_pixel round_prefer_floor among them, not
+    asymmetric round_prefer_ceil or align_corners -- and the output equals ONNX's
+    formula either way."""
+    from fractions import Fraction
+    from vkml.onnx.lower import _nearest_onnx
+    from vkml.ops.resample import CompiledResample
+    rng = np.random.default_rng(len(ctm) + 7)
+    seen = set()
+    for shape, out in [((1, 2, 4, 8), (1, 2, 8, 16)), ((1, 2, 3, 4), (1, 2, 9, 12)),
+                       ((2, 1, 5, 6), (2, 1, 10, 6))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        for nm in NEAREST_MODES:
+            maps = [np.arange(o) if i == o else
+                    _nearest_onnx(i, o, Fraction(o, i), ctm, nm) for i, o in zip(shape, out)]
+            expect = all(np.array_equal(m, np.arange(o) // (o // i))
+                         for m, i, o in zip(maps, shape, out))
+            geo = vkml.onnx_resize_geometry(shape, out, coordinate_transformation_mode=ctm,
+                                            nearest_mode=nm)
+            desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), NEAREST,
+                                             *geo)
+            op = CompiledResample(device, desc)
+            assert _copy_taken(op) == expect, (shape, out, nm)
+            seen.add(expect)
+            got = run_desc(device, desc, x, compiled=op).reshape(out)
+            np.testing.assert_array_equal(got, x[np.ix_(*maps)], err_msg=str((shape, nm)))
+    if ctm in ("asymmetric", "half_pixel"):
+        assert seen == {True, False}       # both kinds met: the test can tell them apart
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])
+def test_integer_factors_copy_strided_tensors(device, dtype, kind):
+    """Strided inputs (padded rows: the quad reads decline; a broadcast dimension;
+    permuted: rows not contiguous) into padded output rows: the copy against the general
+    kernel and NumPy."""
+    rng = np.random.default_rng(len(kind) + len(dtype))
+    for shape, factors in (((2, 3, 4, 8), (1, 1, 2, 2)), ((2, 3, 5, 6), (1, 1, 3, 1))):
+        flat, strides, logical = strided_view(rng, shape, dtype, kind)
+        out = tuple(n * s for n, s in zip(shape, factors))
+        ost = (out[1] * out[2] * (out[3] + 4) + 3, out[2] * (out[3] + 4), out[3] + 4, 1)
+        desc = dml.Resample1OperatorDesc(T(dtype, shape, strides), T(dtype, out, ost),
+                                         NEAREST, tuple(map(float, factors)),
+                                         (0.5,) * 4, (-0.5,) * 4)
+        got, general, taken = _run_both_paths(device, desc, flat)
+        assert taken == (dtype == "float32" or factors[-1] == 1)
+        view, gview = (np.lib.stride_tricks.as_strided(a, out, [s * a.itemsize for s in ost])
+                       for a in (got, general))
+        assert same_bits(view, gview), (kind, shape, factors)
+        assert same_bits(view, _repeat(logical, factors)), (kind, shape, factors)
+
+
+def test_integer_factors_copy_declines_linear_weights(device):
+    """Linear with non-zero weights keeps the general kernel; linear at scale 1 (every
+    weight zero) is a copy."""
+    from vkml.ops.resample import CompiledResample
+    lin = dml.Resample1OperatorDesc(T("float32", (1, 1, 4, 8)), T("float32", (1, 1, 8, 16)),
+                                    LINEAR, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
+    same = dml.Resample1OperatorDesc(T("float32", (1, 1, 4, 8)), T("float32", (1, 1, 4, 8)),
+                                     LINEAR, (1.0,) * 4, (0.5,) * 4, (-0.5,) * 4)
+    with CompiledResample(device, lin) as a, CompiledResample(device, same) as b:
+        assert not _copy_taken(a) and _copy_taken(b)
+
+
+def test_integer_factors_copy_read_paths_and_limits(device):
+    """The rows kernel's storage-buffer reads (quad and scalar) where the input passes
+    maxTexelBufferElements, grids split past maxComputeWorkGroupCount, and the general
+    kernel where a tensor passes maxStorageBufferRange: each against NumPy's repeat."""
+    from vkml.ops.resample import CompiledResample
+    rng = np.random.default_rng(31)
+    cases = [((2, 3, 6, 8), (1, 1, 2, 2), "ssbo4"), ((2, 3, 5, 7), (1, 1, 3, 3), "ssbo"),
+             ((3, 4, 40, 64), (1, 1, 2, 2), "ssbo4")]
+    limits = [({"maxTexelBufferElements": 16}, True),
+              ({"maxTexelBufferElements": 16, "maxComputeWorkGroupCount": (1, 3, 2)}, True),
+              ({"maxStorageBufferRange": 4096}, False)]
+    for lim, taken in limits:
+        with vkml.Device(device.index, limits=lim) as dev:
+            for shape, factors, read in cases:
+                x = rng.standard_normal(shape).astype(np.float32)
+                out = tuple(n * s for n, s in zip(shape, factors))
+                desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out),
+                                                 NEAREST, tuple(map(float, factors)),
+                                                 (0.5,) * 4, (-0.5,) * 4)
+                op = CompiledResample(dev, desc)
+                big = 4 * math.prod(out) > lim.get("maxStorageBufferRange", 2 ** 40)
+                assert (op.copy is not None) == (taken or not big), (lim, shape)
+                assert op.copy is None or op.copy.read == read, (lim, shape)
+                got = run_desc(dev, desc, x, compiled=op).reshape(out)
+                assert same_bits(got, _repeat(x, factors)), (lim, shape, factors)

@@ -11,6 +11,10 @@ strided element path for every geometry, type or size this module declines.
 * "rows": the output contiguous along its last dimension, the input at any step along
   it (negative too; 1: a crop the caller did not give the copy engine): V words of a
   row an invocation, scalar reads, uvec4 stores where output rows start on whole uvec4s.
+* "rows" with REP (a nearest resample by an integer factor along rows,
+  :mod:`vkml.ops.resample`, which builds its own geometry): output word c of a row reads
+  input element c / REP; its ``texel4`` / ``ssbo4`` reads take a contiguous row's input
+  as uvec4s.
 
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
 fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
@@ -37,8 +41,8 @@ __all__: list[str] = []     # helpers only: no functional form
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(["permute_tile_texel4", "permute_tile_ssbo4", "permute_rows_texel",
-                          "permute_rows_ssbo"],
-                         ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4"))
+                          "permute_rows_ssbo", "permute_rows_texel4", "permute_rows_ssbo4"],
+                         ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4", "REP"))
 VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
 #: The choices: the kernel reading through a texel buffer or a storage buffer, or not
 #: this module at all (the caller's strided element path).
@@ -100,6 +104,11 @@ class StridedCopy:
             self.kernel += "_u64"
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
         self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
+        if read.endswith("4") and not tile:
+            # the rows' quad reads (a resample's REP): whole uvec4s of input an invocation,
+            # two where REP is 1 or 2 (eight or sixteen output words)
+            rep = geo.get("rep", 1)
+            self.v = 4 * rep * (2 if rep <= 2 else 1)
         self.params = op.upload(np.frombuffer(pack(
             self.kernel, "Params", in_stride=words8(s & _U32 for s in geo["in"]),
             out_stride=words8(s & _U32 for s in geo["out"])), np.uint8))
@@ -107,9 +116,11 @@ class StridedCopy:
     def encode(self, seq, src, dst) -> None:
         """The copy from allocation ``src`` to ``dst`` (whole tensors bound)."""
         geo, box = self.geo, self.geo["box"]
-        fmt = FORMAT_RGBA32_UINT if geo["kind"] == "tile" else FORMAT_R32_UINT
+        quads = geo["kind"] == "tile" or self.read.endswith("4")
+        fmt = FORMAT_RGBA32_UINT if quads else FORMAT_R32_UINT
         size = min(round_up(self.in_bytes, 16), src.size)
-        rd = Bind(src, 0, size, "r", fmt) if self.read == "texel" else Bind(src, 0, size, "r")
+        rd = Bind(src, 0, size, "r", fmt) if self.read.startswith("texel") else Bind(
+            src, 0, size, "r")
         binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
         ctx = self.op.ctx
         local = min(64, self.op.workgroup_size)
@@ -119,7 +130,8 @@ class StridedCopy:
             ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1])))
         pipe = self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                               "RANK": len(box), "V": self.v,
-                                              "VEC4": bool(geo["vec4"])})
+                                              "VEC4": bool(geo["vec4"]),
+                                              "REP": geo.get("rep", 1)})
         bases = [b & _U32 for b in geo["bases"]]
         for o, e in split_groups([0] * len(box), list(box), lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, self.v, ly):

@@ -13,6 +13,18 @@ loads) or storage buffers, chosen by the tuner (``resample_read``) where the inp
 outputs are stored as one u64vec4 where the device's ``store_width`` timing says so.
 Float16 is stored as halves (or packed in 32-bit words without 16-bit storage),
 INT8/UINT8 as bytes (or packed without 8-bit storage).
+
+Where every dimension's index map (as the kernel computes it, :meth:`CompiledResample.indices`)
+is exactly ``o // s`` for an integer s (1: a copy), the resample is a copy of the input
+viewed with zero strides: output ``(..., H, s_h, W, s_w)`` reads input strides
+``(..., W, 0, 1, 0)``.  The resample then owns a copy kernel that moves whole words an
+invocation where the general kernel computes every output's coordinate: an element-wise
+IDENTITY of that view where the last dimension is not resampled (its rows contiguous
+both sides), else for 32-bit elements glsl/permute.comp's rows kernel reading each input
+element of a row s_w times (:meth:`CompiledResample._plan_copy`); 8/16-bit elements
+resampled along the last dimension keep the general kernel.  Deciding it from the
+computed map (no reasoning about modes) keeps it exact for any offsets or ONNX modes
+giving that map; ``path="general"`` forces the general kernel.
 """
 from __future__ import annotations
 
@@ -21,15 +33,19 @@ import math
 import numpy as np
 
 from ..dml.data_type import DataType
+from ..dml.element_wise import ElementWiseIdentityOperatorDesc
 from ..dml.operator import as_real, enum_of
 from ..dml.resample import (InterpolationMode, Resample1OperatorDesc, ResampleOperatorDesc,
                             Upsample2dOperatorDesc)
-from ..dml.tensor_desc import TensorDesc, as_ints
+from ..dml.tensor_desc import MAX_DIMENSIONS, TensorDesc, as_ints
+from ..intmath import ceil_div
 from ..errors import ArgumentTypeError, ValidationError
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .. import tuning
+from . import permute
 from .base import implements
+from .element_wise import CompiledElementWise
 from .functional import as_array, pick_device, run
 from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
 from .store_width import wide_stores
@@ -80,6 +96,18 @@ class CompiledResample(BoxKernel):
     #: compile-time V), the grid's x along the last dimension only.
     vec: int = 8
     x_last_only = True
+    #: "copy" (the rule: the broadcast copy where the index maps allow it, module doc) or
+    #: "general" (always glsl/resample.comp); the constructor's ``path=`` sets it.
+    force_path: str = "copy"
+    #: The broadcast copy this resample runs as, or None (glsl/resample.comp).
+    inner: CompiledElementWise | None = None
+    #: The broadcast copy of 32-bit elements on glsl/permute.comp, or None.
+    copy: permute.StridedCopy | None = None
+
+    def __init__(self, device, desc, read: str | None = None, path: str | None = None):
+        if path is not None:
+            self.force_path = path
+        super().__init__(device, desc, read=read)
 
     def build(self) -> None:
         d = self.desc
@@ -106,6 +134,9 @@ class CompiledResample(BoxKernel):
         for k, ((a, b), n) in enumerate(zip(self.coords, self.in_sizes)):
             if self.linear and n > 1 and not (a == 1.0 and b == 0.0):
                 self.lin_mask |= 1 << k
+        factors = integer_factors(self) if self.force_path == "copy" else None
+        if factors is not None and self._plan_copy(factors):
+            return
         self.local = min(256, self.workgroup_size)
         self.windows = self.plan_windows()
         texel_ok = (self.kernel == "resample_f32" and self.windows is None
@@ -123,6 +154,31 @@ class CompiledResample(BoxKernel):
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords])), np.uint8))
         self.consts = {"RANK": n, "MODE": int(self.linear), "LIN_MASK": self.lin_mask}
+
+    def _plan_copy(self, factors) -> bool:
+        """The broadcast copy (module doc) where it applies: where the last dimension is
+        not resampled, an element-wise IDENTITY (its row path: rows contiguous both
+        sides; faster than the rows kernel on both drivers); else, for 32-bit elements,
+        glsl/permute.comp's rows kernel, whose REP reads each input element of a row s
+        times (quad reads where input rows are whole uvec4s)."""
+        src, dst = self.desc.input_tensor, self.desc.output_tensor
+        if factors[-1] == 1:
+            self.inner = CompiledElementWise(self.device, ElementWiseIdentityOperatorDesc(
+                *broadcast_view(src, dst, factors)))
+            return True
+        geo = rows_geometry(src, dst, factors) if src.data_type.size == 4 else None
+        lim = self.ctx.limits
+        if geo is None or max(self.in_bytes, self.out_bytes) > lim["maxStorageBufferRange"]:
+            return False
+        # whole input rows of whole uvec4s: the kernel's quad reads
+        quad = (geo["in"][-1] == 1 and factors[-1] <= 8
+                and dst.sizes[-1] // factors[-1] % 4 == 0
+                and all(st % 4 == 0 for st in geo["in"][:-1]))
+        unit = 16 if quad else 4
+        texel = ceil_div(self.in_bytes, unit) <= lim["maxTexelBufferElements"]
+        read = ("texel" if texel else "ssbo") + ("4" if quad else "")
+        self.copy = permute.StridedCopy(self, geo, read, self.in_bytes, self.out_bytes)
+        return True
 
     def in_span(self, origin, extent):
         """The input elements a box reads: per dimension the indices its first and last
@@ -161,6 +217,12 @@ class CompiledResample(BoxKernel):
             origin, out_base, v)
 
     def encode(self, seq, inputs, outputs) -> None:
+        if self.inner is not None:
+            self.inner.encode(seq, inputs, outputs)
+            return
+        if self.copy is not None:
+            self.copy.encode(seq, inputs[0].allocation, outputs[0].allocation)
+            return
         x, y = inputs[0].allocation, outputs[0].allocation
 
         def pipeline_for(local, ly, xdims, v, vec_store):
@@ -170,6 +232,76 @@ class CompiledResample(BoxKernel):
 
         self.dispatch_windows(seq, x, y, self.windows, pipeline_for, [Bind(self.params)],
                               self.in_kind, self.in_fmt)
+
+    def release(self) -> None:
+        if self.inner is not None:
+            self.inner.release()
+        super().release()
+
+
+def integer_factor(index_map) -> int | None:
+    """s where ``index_map[o] == o // s`` for every o and s divides the map's length
+    (whole blocks of s outputs per input element), else None."""
+    m = np.asarray(index_map)
+    n = len(m)
+    moved = np.flatnonzero(m != 0)
+    s = int(moved[0]) if len(moved) else n
+    if s == 0 or n % s or not np.array_equal(m, np.arange(n) // s):
+        return None
+    return s
+
+
+def integer_factors(op) -> list | None:
+    """Per dimension the factor s of resample ``op`` whose index maps (as the kernel
+    computes them: :meth:`CompiledResample.indices`) are all ``o // s``, or None (one is
+    not, or linear weights can be non-zero)."""
+    if op.linear and op.lin_mask:
+        return None
+    factors = [integer_factor(op.indices(k, np.arange(n))[0])
+               for k, n in enumerate(op.desc.output_tensor.sizes)]
+    return None if None in factors else factors
+
+
+def split_dims(src, dst, factors) -> tuple[list, list, list]:
+    """(sizes, input strides, output strides) of the broadcast copy equal to a resample
+    of ``factors``: a dimension of factor s > 1 splits into (out / s, s), the output's
+    stride times s and its own, the input's stride and 0."""
+    sizes, in_st, out_st = [], [], []
+    for n, s, ist, ost in zip(dst.sizes, factors, src.element_strides, dst.element_strides):
+        sizes += [n // s] + [s] * (s > 1)
+        in_st += [ist] + [0] * (s > 1)
+        out_st += [ost * s] + [ost] * (s > 1)
+    return sizes, in_st, out_st
+
+
+def broadcast_view(src, dst, factors) -> tuple:
+    """(input view, output view) TensorDescs of :func:`split_dims` (at most 8
+    dimensions: the caller keeps the last dimension's factor 1)."""
+    sizes, in_st, out_st = split_dims(src, dst, factors)
+    dt = src.data_type
+    return (TensorDesc(dt, tuple(sizes), tuple(in_st), src.total_tensor_size_in_bytes),
+            TensorDesc(dt, tuple(sizes), tuple(out_st), dst.total_tensor_size_in_bytes))
+
+
+def rows_geometry(src, dst, factors) -> dict | None:
+    """glsl/permute.comp's rows geometry of the broadcast copy (:func:`broadcast_view`
+    but the last dimension, read at REP = its factor), or None where the output is not
+    contiguous along it.  The dimensions before it are coalesced (permute.coalesce);
+    the last is kept apart, its input stride counting input elements.  A dimension
+    of size 1 coalesces away, so the kernel gets at most 7."""
+    if dst.element_strides[-1] != 1:
+        return None
+    last = dst.sizes[-1]
+    sizes, in_st, out_st = split_dims(src, dst, list(factors[:-1]) + [1])
+    box, ist, ost = permute.coalesce(sizes[:-1] or [1], in_st[:-1] or [0], out_st[:-1] or [0])
+    # the largest leading dimension as the grid's y (a workgroup spans rows along it:
+    # a factor's dimension of 2 there left lavapipe workgroups of 16 invocations)
+    k = box.index(max(box))
+    for lst in (box, ist, ost):
+        lst.append(lst.pop(k))
+    return {"kind": "rows", "box": box + [last], "in": ist + [src.element_strides[-1]],
+            "out": ost + [1], "bases": (0, 0), "vec4": all(s % 4 == 0 for s in ost),
+            "rep": factors[-1]}
 
 
 def read_shape(desc) -> dict:
@@ -194,8 +326,9 @@ def _read_run(device, seq, cand, shape):
     desc = Resample1OperatorDesc(_f32_desc(isz, ist), _f32_desc(osz, ost), shape["mode"],
                                  tuple(shape["scales"]), tuple(shape["ins"]),
                                  tuple(shape["outs"]))
-    return timed_read_candidate(device, seq, CompiledResample(device, desc,
-                                                              read=cand.params["read"]), cand)
+    # the read path is the general kernel's (a copy-path shape would time the copy)
+    op = CompiledResample(device, desc, read=cand.params["read"], path="general")
+    return timed_read_candidate(device, seq, op, cand)
 
 
 def _f32_desc(sizes, strides) -> TensorDesc:
