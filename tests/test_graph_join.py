@@ -387,14 +387,16 @@ def test_fire_module_through_onnx(device):
 
 @pytest.mark.parametrize("path", ["copy", "kernel"])
 def test_forced_path_of_a_partial_join(device, path):
-    """``paths`` still forces the copies the join keeps (here a graph input's)."""
+    """``paths`` still forces the copies the join keeps (here a graph input's): "copy" the
+    copy engine, "kernel" a kernel copy (32-bit rows on :mod:`vkml.ops.permute`'s)."""
     rng = np.random.default_rng(13)
     graph, arrays, want, j, _, _ = join_graph("float32", ["activation", "input", "pooling"],
                                               (1, 0, 8, 8), 1, [4, 4, 4], rng)
     cg = device.compile_graph(graph, paths={j: path})
     (f,) = cg.fusions
     assert f.kind == KIND and f.absorbed == () and f.into == (0, 1)
-    assert cg._graph_nodes[j].compiled.paths == [path]
+    kernels = {"copy": ["copy"], "kernel": ["permute"]}[path]
+    assert cg._graph_nodes[j].compiled.paths == kernels
     out = device.empty(want[0].shape)
     cg.execute([device.tensor(a) for a in arrays], [out])
     np.testing.assert_allclose(out.numpy(), want[0], rtol=1e-5, atol=1e-6)
