@@ -397,3 +397,22 @@ def test_ort_webgpu_on_device(device):
         return
     assert row["status"] == "ok", row
     assert row["rel_err"] < 1e-5 and row["hot"]["n"] == 2 and row["first_s"] > 0
+
+
+def test_ncnn_in_a_child_process(device, monkeypatch):
+    """ncnn-vulkan runs in ``bench.cnn.peer_worker``'s child process (its own Vulkan
+    device kept out of the process measuring vkml), the tiny model against ONNX Runtime
+    CPU; ncnn is imported by the child only."""
+    peer = peers_mod.NcnnVulkan()
+    try:
+        peer.version()
+    except Absent as exc:
+        pytest.skip(str(exc))
+    assert isinstance(peer, peers_mod.ChildPeer) and peer.worker_args == ("ncnn-vulkan",)
+    monkeypatch.setattr(peers_mod.NcnnVulkan, "prepare",
+                        lambda *a, **k: pytest.fail("ncnn prepared in the bench's process"))
+    data = tiny_model()
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    row = peer_row(peer, None, data, 8, device, x, run_ort(data, x), BUDGET)
+    assert row["status"] == "ok", row
+    assert row["rel_err"] < 1e-5 and row["first_s"] > 0

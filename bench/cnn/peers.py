@@ -91,6 +91,8 @@ class ChildPeer(Peer):
     a call into its runtime cannot be interrupted, and its kernels can run for many
     minutes on a CPU driver.  The worker writes its figures and output to files."""
     worker = ""
+    #: arguments before the worker's files (the in-tree peers' worker takes the peer's name)
+    worker_args: tuple = ()
     timeout_s = 300.0
 
     def python(self) -> str:
@@ -111,8 +113,8 @@ class ChildPeer(Peer):
         with open(paths[0], "wb") as f:
             f.write(data)
         np.save(paths[1], x)
-        cmd = [self.python(), "-m", self.worker, *paths, device.info.name,
-               str(budget.seconds), str(budget.repeats or 0)]
+        cmd = [self.python(), "-m", self.worker, *self.worker_args, *paths,
+               device.info.name, str(budget.seconds), str(budget.repeats or 0)]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(),
                                  timeout=self.timeout_s, env=self.env(device))
@@ -153,10 +155,11 @@ def _ending(returncode: int) -> str:
 class IreeVulkan(ChildPeer):
     """IREE: the ONNX model imported (``iree.compiler.tools.import_onnx``), compiled for
     ``--iree-hal-target-device=vulkan`` and run on its ``vulkan`` driver, on the device
-    whose name matches vkml's (``bench.cnn.iree_worker``, in a child process)."""
+    whose name matches vkml's (``bench.cnn.peer_worker``, in a child process)."""
     name = "iree-vulkan"
     on_device = True
-    worker = "bench.cnn.iree_worker"
+    worker = "bench.cnn.peer_worker"
+    worker_args = (name,)
 
     def version(self):
         rt = require("iree.runtime", "iree-base-runtime")
@@ -229,13 +232,17 @@ def _aligned(x: np.ndarray) -> np.ndarray:
     return out
 
 
-class NcnnVulkan(Peer):
+class NcnnVulkan(ChildPeer):
     """ncnn's Vulkan backend on the same device, the model converted from the exported
     ONNX by pnnx (the ``pnnx`` wheel's converter; ``fp16=0``), with float16 storage and
     arithmetic off (float32 like the others); ncnn blobs have no batch dimension, so the
-    output gets its batch of one back."""
+    output gets its batch of one back.  Measured in a child process
+    (``bench.cnn.peer_worker``): ncnn's own Vulkan device on the same driver in the bench's
+    process slowed vkml's tuning and runs there."""
     name = "ncnn-vulkan"
     on_device = True
+    worker = "bench.cnn.peer_worker"
+    worker_args = (name,)
 
     def version(self):
         ncnn = require("ncnn")
