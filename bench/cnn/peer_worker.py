@@ -13,8 +13,8 @@ import sys
 import numpy as np
 
 from ..runners import Absent
-from ..stats import Budget
 from .peers import PEERS
+from .worker_io import measure
 
 
 class _Named:
@@ -24,17 +24,13 @@ class _Named:
 
 def main(argv) -> int:
     name, model, xp, yp, figp, device, seconds, repeats = argv
-    from .run import timed
-
     peer = next(p for p in PEERS if p.name == name)
     with open(model, "rb") as f:
         data = f.read()
     x = np.load(xp)
-    budget = Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=float(seconds),
-                    repeats=int(repeats) or None, cap=4.0)
     try:
-        fig, y = timed(lambda: peer.prepare(None, data, x.shape[-1], _Named(device)), x,
-                       budget)
+        fig, y = measure(lambda: peer.prepare(None, data, x.shape[-1], _Named(device)), x,
+                         seconds, repeats)
         if getattr(peer, "note", ""):
             fig["note"] = peer.note
     except Absent as exc:

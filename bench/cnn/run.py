@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -21,8 +20,9 @@ import vkml
 import vkml.onnx
 
 from ..runners import Absent
-from ..stats import Budget, Stats, sample
+from ..stats import Budget
 from . import flops as flops_mod
+from .worker_io import timed
 
 
 def rel_err(y, ref) -> float:
@@ -31,18 +31,6 @@ def rel_err(y, ref) -> float:
     if y.shape != ref.shape:
         return float("inf")
     return float(np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30))
-
-
-def timed(prepare, x, budget: Budget) -> tuple:
-    """(figures, output): prepare (cold) seconds, first run seconds, hot Stats (ms)."""
-    t = time.perf_counter()
-    fn = prepare()
-    prep = time.perf_counter() - t
-    t = time.perf_counter()
-    y = fn(x)
-    first = time.perf_counter() - t
-    hot = Stats.of(sample(lambda: fn(x), budget))
-    return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
 
 
 #: Time limit of each cold-start child process (:func:`cold_start`), in seconds.

@@ -1,8 +1,8 @@
-"""What the WebGPU peers' workers (``wonnx_worker``, ``tinygrad_worker``) share: their
-command line (``MODEL.onnx X.npy Y.npy FIG.json DEVICE SECONDS REPEATS``, as
-``peers.ChildPeer`` passes it), the timing of prepare / first run / hot runs, and the
-files they answer with.  Imports only NumPy and ``bench.stats``: the workers run in the
-peers' own virtualenv, which has no vkml."""
+"""What the peers' workers (``wonnx_worker``, ``tinygrad_worker``, ``peer_worker``) share:
+their command line (``MODEL.onnx X.npy Y.npy FIG.json DEVICE SECONDS REPEATS``, as
+``peers.ChildPeer`` passes it), the timing of prepare / first run / hot runs (vkml's own
+rows too), and the files they answer with.  Imports only NumPy and ``bench.stats``: the
+WebGPU workers run in the peers' own virtualenv, which has no vkml."""
 from __future__ import annotations
 
 import json
@@ -26,11 +26,18 @@ def budget(seconds: str, repeats: str) -> Budget:
 
 def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
             files: tuple | None = None) -> tuple:
-    """(figures, output): ``prepare()`` returns a function of the input; its first run is
-    timed alone (and, with ``files`` = (FIG.json, Y.npy), recorded there by
-    :func:`partial`), then ``settle``
-    untimed runs (a tracing JIT's capture run, which would otherwise count as a slow
-    warm-up sample), then the hot runs."""
+    """:func:`timed` with the parent's budget in its command-line form."""
+    return timed(prepare, x, budget(seconds, repeats), settle, files)
+
+
+def timed(prepare, x: np.ndarray, budget: Budget, settle: int = 0,
+          files: tuple | None = None) -> tuple:
+    """(figures, output): ``prepare()`` returns a function of the input, its seconds
+    ``prepare_s``; its first run is timed alone (``first_s``; with ``files`` = (FIG.json,
+    Y.npy), recorded there by :func:`partial`), then ``settle`` untimed runs (a tracing
+    JIT's capture run, which would otherwise count as a slow warm-up sample), then the
+    hot runs within ``budget`` (``hot``: their Stats in ms).  vkml's own rows and every
+    peer time their runs through it."""
     t = time.perf_counter()
     fn = prepare()
     prep = time.perf_counter() - t
@@ -42,7 +49,7 @@ def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
         fn = _marking(fn, files[0], first)
     for _ in range(settle):
         fn(x)
-    hot = Stats.of(sample(lambda: fn(x), budget(seconds, repeats)))
+    hot = Stats.of(sample(lambda: fn(x), budget))
     return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
 
 
