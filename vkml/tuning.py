@@ -993,7 +993,9 @@ def _pick(times: dict, p: TunablePath, previous: str | None) -> str:
     tied = [n for n in times if times[n] <= p.tie_margin * best]
     return previous if previous in tied else tied[0]
 def _first_run(seq) -> float:
-    """A candidate's first run (:func:`_cut_hopeless`), timed as :func:`_run_once`."""
+    """A candidate's first run (:func:`_cut_hopeless`), timed as :func:`_run_once` but
+    apart from it: ``_run_once`` is the seam tests script timings through, which then
+    cover the warm-up and timed runs only."""
     return _timed_run(seq)
 
 
