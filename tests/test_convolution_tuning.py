@@ -182,9 +182,10 @@ def test_close_times_tie_to_the_listed_first_or_the_previous_choice(device, tmp_
     times = {"gemm": 1.5e-3, "gemm-g256": 1.0e-3}
     assert tuning.Tuner("full", folder=tmp_path / "c", rounds=1).choose(
         device, tied, desc).name == "gemm-g256"
-    with pytest.raises(vkml.ValidationError):
+    with pytest.raises(vkml.ValidationError) as err:
         tuning.tunable_path("convolution-tie", ["gemm"], "gemm", conv_ops.shape_class, run,
                             tie_margin=0.5)
+    assert err.value.field == "tie_margin"
 
 
 def test_fast_list_is_the_default_and_its_cheap_variants(device, tmp_path):

@@ -250,3 +250,29 @@ def test_crop_on_rows(device, stores, choice):
         assert op.paths == ["permute"] and op.permuted.geo["kind"] == "rows"
         got = _execute(device, op, x, y.size, "float32")
         assert same_bits(got.reshape(y.shape), y)
+
+
+def test_forced_choices_are_checked(device):
+    """``permute=`` (IDENTITY, SLICE) and a resample's ``path=`` name one of their
+    choices; another value is a ValidationError naming the argument, before anything is
+    built."""
+    from vkml.errors import ValidationError
+    from vkml.ops.resample import CompiledResample
+
+    x = dml.TensorDesc("float32", (4, 6))
+    y = dml.TensorDesc("float32", (6, 4), (1, 6))
+    s = dml.Slice1OperatorDesc(x, dml.TensorDesc("float32", (2, 3)), (0, 0), (4, 6), (2, 2))
+    up = dml.Resample1OperatorDesc(dml.TensorDesc("float32", (1, 1, 2, 2)),
+                                   dml.TensorDesc("float32", (1, 1, 4, 4)),
+                                   scales=(1.0, 1.0, 2.0, 2.0), input_pixel_offsets=(0.5,) * 4,
+                                   output_pixel_offsets=(-0.5,) * 4)
+    for build, field in (
+            (lambda: CompiledElementWise(device, dml.ElementWiseIdentityOperatorDesc(x, y),
+                                         permute="tiles"), "permute"),
+            (lambda: CompiledSlice(device, device.create_operator(s).desc, permute="tiles"),
+             "permute"),
+            (lambda: CompiledResample(device, device.create_operator(up).desc,
+                                      path="rows"), "path")):
+        with pytest.raises(ValidationError) as err:
+            build()
+        assert err.value.field == field

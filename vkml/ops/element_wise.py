@@ -65,6 +65,7 @@ from ..runtime import FORMAT_RGBA32_UINT, Bind
 from ..runtime.blocks import pack
 from ..tensor import Tensor
 from . import permute
+from .permute import CHOICES as PERMUTE_CHOICES
 from .base import CompiledOperator, implements
 from .batch_normalization import merge_dims
 from .functional import as_array, pick_device, run
@@ -137,6 +138,8 @@ class CompiledElementWise(CompiledOperator):
         if read is not None:
             self.force_read = read
         self.allow_rows = rows
+        if permute not in (None, *PERMUTE_CHOICES):
+            raise ValidationError("permute", f"must be one of {PERMUTE_CHOICES}, got {permute!r}")
         self.force_permute = permute        # one of permute.CHOICES; None: the tuner's
         self.force_store64 = store64
         super().__init__(device, desc)

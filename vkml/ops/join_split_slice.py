@@ -43,7 +43,7 @@ from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, div_magic,
                    plan_windows, record_on_scratch, row_workgroup, split_groups, words8,
                    x_invocations)
-from .permute import coalesce
+from .permute import CHOICES as PERMUTE_CHOICES, coalesce
 
 __all__ = ["join", "split", "slice"]
 
@@ -107,6 +107,8 @@ class CompiledCopies(CompiledOperator):
     def __init__(self, device, desc, path: str | None = None, permute: str | None = None):
         if path not in (None, "copy", "kernel"):
             raise ValueError(f"path must be None, 'copy' or 'kernel', got {path!r}")
+        if permute not in (None, *PERMUTE_CHOICES):
+            raise ValidationError("permute", f"must be one of {PERMUTE_CHOICES}, got {permute!r}")
         self.force_path = path
         self.force_permute = permute        # one of permute.CHOICES; None: the tuner's
         super().__init__(device, desc)

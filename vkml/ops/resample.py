@@ -37,7 +37,7 @@ from ..dml.element_wise import ElementWiseIdentityOperatorDesc
 from ..dml.operator import as_real, enum_of
 from ..dml.resample import (InterpolationMode, Resample1OperatorDesc, ResampleOperatorDesc,
                             Upsample2dOperatorDesc)
-from ..dml.tensor_desc import MAX_DIMENSIONS, TensorDesc, as_ints
+from ..dml.tensor_desc import TensorDesc, as_ints
 from ..intmath import ceil_div
 from ..errors import ArgumentTypeError, ValidationError
 from ..runtime import Bind
@@ -105,6 +105,8 @@ class CompiledResample(BoxKernel):
     copy: permute.StridedCopy | None = None
 
     def __init__(self, device, desc, read: str | None = None, path: str | None = None):
+        if path not in (None, "copy", "general"):
+            raise ValidationError("path", f"must be None, 'copy' or 'general', got {path!r}")
         if path is not None:
             self.force_path = path
         super().__init__(device, desc, read=read)
