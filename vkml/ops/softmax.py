@@ -71,7 +71,7 @@ LANE_MAX_COUNT = 65535
 #: than "lane" where the tuner is off or has not measured: the subgroup's lanes read
 #: neighbouring texels of one row (and hold it, :data:`HOLD_MAX`) instead of one row
 #: each: X is read once, not twice, and a u64vec4 store takes a lane's texel pair.
-SG_MIN_TEXELS = 2
+SG_MIN_TEXELS = 8
 #: The "sg" path's texel4 / ssbo4 variants hold a row of up to this many texels a lane
 #: in registers (read once, not twice); longer rows stream it twice.
 HOLD_MAX = 32
