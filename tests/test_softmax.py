@@ -286,7 +286,8 @@ def test_sg_held_and_streamed_rows(device, store64):
 def test_sg_without_subgroups_and_past_its_loop_limit(device):
     """A forced "sg" is an UnsupportedError without subgroup shuffles in full subgroups
     and a ValidationError naming the path for rows of more than LANE_MAX_COUNT
-    subgroups; the tuner's "sg" gives way to the rule for such rows."""
+    subgroups; the tuner's "sg" gives way to the rule for such rows; a ``store64`` other
+    than True / False / None is a ValidationError naming it."""
     import importlib
 
     from vkml.errors import UnsupportedError
@@ -294,6 +295,9 @@ def test_sg_without_subgroups_and_past_its_loop_limit(device):
     sm = importlib.import_module("vkml.ops.softmax")
     sg = subgroup_size(device)
     t = T("float32", (3, 64))
+    with pytest.raises(ValidationError) as err:
+        _compiled(device, S1(t, t, (1,)), path="sg", store64="yes")
+    assert err.value.field == "store64"
     if not sg:
         with pytest.raises(UnsupportedError):
             _compiled(device, S1(t, t, (1,)), path="sg")

@@ -74,8 +74,7 @@ class CompiledBatchNormalization(CompiledOperator):
 
     def __init__(self, device, desc, read: str | None = None, store64: bool | None = None):
         check_choice("read", read, ("texel4", "ssbo"))
-        if store64 not in (None, True, False):
-            raise ValidationError("store64", f"must be True, False or None, got {store64!r}")
+        check_choice("store64", store64, (True, False))
         self.force_read, self.force_store64 = read, store64
         super().__init__(device, desc)
 

@@ -110,6 +110,7 @@ class CompiledSoftmax(CompiledOperator):
         if path not in (None, "auto", "lane", "sg", "group"):
             raise ValidationError("path", f"must be 'lane', 'sg' or 'group', got {path!r}")
         check_choice("read", read, ("texel4", "ssbo4", "texel", "ssbo"))
+        check_choice("store64", store64, (True, False))
         self.force_path, self.force_read, self.force_store64 = path, read, store64
         super().__init__(device, desc)
 
@@ -209,14 +210,14 @@ class CompiledSoftmax(CompiledOperator):
         spans a factor of 4 in row length: its choice may come from shorter rows), nor
         "sg" without full subgroups and shuffles; a forced one refuses those rows."""
         self.sg = subgroup_shuffle_size(self)
+        if self.force_path == "sg" and not self.sg:
+            raise UnsupportedError("softmax path 'sg' needs subgroup shuffles in full "
+                                   "subgroups, which this device lacks")
         for name, most in (("lane", LANE_MAX_COUNT), ("sg", LANE_MAX_COUNT * self.sg)):
             if self.force_path == name and self.count > most:
                 raise ValidationError("path", f"{name!r} takes rows of at most {most} "
                                       f"elements (lavapipe ends a loop after 65535 "
                                       f"iterations), not {self.count}")
-        if self.force_path == "sg" and not self.sg:
-            raise UnsupportedError("softmax path 'sg' needs subgroup shuffles in full "
-                                   "subgroups, which this device lacks")
         if self.force_path in ("lane", "sg", "group"):
             return self.force_path
         rule = ("group" if self.count >= GROUP_MIN_COUNT and (
