@@ -24,8 +24,9 @@
 // SG variants: one subgroup per row (SG lanes, the device's full subgroup size), its lanes
 // taking every SG-th element (texel) of the row, so that the lanes of a SIMD group read
 // neighbouring texels of one row rather than one texel each of SG rows, and combining
-// their (m, s) pairs by subgroup shuffles: no shared memory and no barrier, which cost
-// the GROUP variants most of their time on the CPU drivers.
+// their (m, s) pairs by subgroup shuffles: no shared memory and no barrier (the GROUP
+// variants' tree of barriers is slow on the CPU drivers).  With HOLD (float32 TEXEL4 and
+// SSBO4 rows short enough) the row is read once and kept in registers: hold_row().
 //
 // vkml:variant softmax_sg_f32 SG_ROW=1 F32=1
 // vkml:variant softmax_sg_f32_texel4 SG_ROW=1 F32=1 TEXEL4=1
