@@ -15,7 +15,10 @@
 // invocation's V elements packed and 4-aligned in X and Y) X is read and Y written as
 // vec4s (float16: half pairs).  TEXEL4 variants read float32 X as RGBA32F texels and
 // the statistics as R32F texels (lavapipe vectorizes texel reads; its storage-buffer
-// loads go one lane at a time).  No early return before the uniform loads (docs/DEVELOPING.md).
+// loads go one lane at a time).  U64 variants (TEXEL4 with VEC_STORE, every invocation's
+// elements 8-aligned in Y) store each pair of vec4s as one u64vec4: lavapipe stores a
+// vector one component at a time, so 64-bit components halve the store turns.
+// No early return before the uniform loads (docs/DEVELOPING.md).
 //
 // vkml:variant batch_normalization_f32 F32=1
 // vkml:variant batch_normalization_f16 F16=1
@@ -25,9 +28,15 @@
 // vkml:variant batch_normalization_f16_packed_row F16_PACKED=1 ROW=1
 // vkml:variant batch_normalization_f32_texel4 F32=1 TEXEL4=1
 // vkml:variant batch_normalization_f32_row_texel4 F32=1 ROW=1 TEXEL4=1
+// vkml:variant batch_normalization_f32_texel4_u64 F32=1 TEXEL4=1 U64=1
+// vkml:variant batch_normalization_f32_row_texel4_u64 F32=1 ROW=1 TEXEL4=1 U64=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
 #include "vkml_activation.glsl"
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+#endif
 
 #ifdef TEXEL4
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;     // RGBA32F: 4 elements a texel
@@ -44,6 +53,9 @@ layout(std430, set = 0, binding = 0) readonly buffer In4 { vec4 x4[]; };
 layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
 #ifdef F32
 layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+#endif
+#ifdef U64
+layout(std430, set = 0, binding = 1) buffer Out8 { u64vec4 y8[]; };
 #endif
 #ifdef TEXEL4
 // the statistics as R32F texels too (a storage-buffer load per invocation cost lavapipe
@@ -157,6 +169,17 @@ void main() {
         LOADS(bias, sb + (j) * bstep), eps, prm)
 #endif
     if (VEC_STORE && count == V) {    // s and o multiples of 4 (the host's rule)
+#ifdef U64
+        // o a multiple of 8 and V of 8 (the host's rule): vec4 pairs as one u64vec4
+        [[unroll]] for (uint k = 0u; k < V / 4u; k += 2u) {
+            uint j = 4u * k;
+            vec4 v = LOADX4((s >> 2) + k), w = LOADX4((s >> 2) + k + 1u);
+            v = vec4(NORM(v.x, j), NORM(v.y, j + 1u), NORM(v.z, j + 2u), NORM(v.w, j + 3u));
+            w = vec4(NORM(w.x, j + 4u), NORM(w.y, j + 5u), NORM(w.z, j + 6u),
+                     NORM(w.w, j + 7u));
+            y8[(o >> 3) + k / 2u] = vkml_u64x4(floatBitsToUint(v), floatBitsToUint(w));
+        }
+#else
         [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
             uint j = 4u * k;
 #ifdef F32
@@ -169,6 +192,7 @@ void main() {
                     NORM(FLOAD(x, s + j + 3u), j + 3u));
 #endif
         }
+#endif
     } else if (VEC_STORE) {           // a row's last invocation (or one past the row)
         // not unrolled: lavapipe runs an unrolled tail's V masked loads and stores in every
         // invocation of a SIMD group, even where none of its lanes takes this branch

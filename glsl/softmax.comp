@@ -21,6 +21,21 @@
 // one lane at a time, a vec4 in one turn, so a scalar store per element costs 4x.
 // SSBO4 variants do the same from a vec4 storage buffer.
 //
+// SG variants: one subgroup per row (SG lanes, the device's full subgroup size), its lanes
+// taking every SG-th element (texel) of the row, so that the lanes of a SIMD group read
+// neighbouring texels of one row rather than one texel each of SG rows, and combining
+// their (m, s) pairs by subgroup shuffles: no shared memory and no barrier (the GROUP
+// variants' tree of barriers is slow on the CPU drivers).  With HOLD (float32 TEXEL4 and
+// SSBO4 rows short enough) the row is read once and kept in registers: hold_row().
+//
+// vkml:variant softmax_sg_f32 SG_ROW=1 F32=1
+// vkml:variant softmax_sg_f32_texel4 SG_ROW=1 F32=1 TEXEL4=1
+// vkml:variant softmax_sg_f32_ssbo4 SG_ROW=1 F32=1 TEXEL4=1 SSBO4=1
+// vkml:variant softmax_sg_f32_texel4_u64 SG_ROW=1 F32=1 TEXEL4=1 U64=1
+// vkml:variant softmax_sg_f32_ssbo4_u64 SG_ROW=1 F32=1 TEXEL4=1 SSBO4=1 U64=1
+// vkml:variant softmax_sg_f32_texel SG_ROW=1 F32=1 TEXEL=1
+// vkml:variant softmax_sg_f16 SG_ROW=1 F16=1
+// vkml:variant softmax_sg_f16_packed SG_ROW=1 F16_PACKED=1
 // vkml:variant softmax_lane_f32 LANE=1 F32=1
 // vkml:variant softmax_lane_f32_texel4 LANE=1 F32=1 TEXEL4=1
 // vkml:variant softmax_group_f32_texel4 GROUP=1 F32=1 TEXEL4=1
@@ -35,6 +50,14 @@
 // vkml:variant softmax_group_f16_packed GROUP=1 F16_PACKED=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_float.glsl"
+#ifdef SG_ROW
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+#endif
 
 #if defined(SSBO4)
 // the TEXEL4 reads as vec4 storage-buffer loads (inputs past maxTexelBufferElements
@@ -57,10 +80,16 @@ layout(std430, set = 0, binding = 1) buffer Out { FSTORE_T y[]; };
 #ifdef TEXEL4
 layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
 #endif
+#ifdef U64
+layout(std430, set = 0, binding = 1) buffer Out8 { u64vec4 y8[]; };
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int KR = 1;        // kept dimensions (rows), 1 to 8
 layout(constant_id = 2) const int RR = 1;        // reduced dimensions of a row, 1 to 8
+layout(constant_id = 3) const uint SG = 8u;      // SG_ROW: the pipeline's subgroup size
+layout(constant_id = 4) const bool HOLD = false; // SG_ROW TEXEL4: the row held by its lanes
+layout(constant_id = 5) const uint NREG = 1u;    // HOLD: texels a lane holds (>= a row's / SG)
 
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 in_kstride[2];          // kept dimensions, in elements
@@ -132,6 +161,51 @@ void accumulate(inout float m, inout float c, inout float t, float v, uint k) {
     }
 }
 
+#if defined(SG_ROW) && defined(TEXEL4)
+// The row read once: each lane holds its NREG texels in registers, so X is fetched once
+// rather than twice (the fetches and stores, not exp, bound the two-pass loop on the CPU
+// drivers), takes the row's maximum, then exp(x - max) once an element, kept for the
+// stores.  Texels past the row are never fetched, summed or stored.  A lane holds every
+// SG-th texel; U64 variants (rows a multiple of 8 long, 8-aligned) every SG-th pair of
+// texels, stored as one u64vec4 (lavapipe stores a vector one component at a time).
+#ifdef U64
+#define TEX(i) (2u * (lane + ((i) >> 1) * SG) + ((i) & 1u))
+#else
+#define TEX(i) (lane + (i) * SG)
+#endif
+void hold_row(uint xi, uint yo, uint end) {
+    vec4 xr[NREG];
+    vec4 mx = vec4(FLT_LOWEST);
+    uint lane = gl_SubgroupInvocationID;
+    [[unroll]] for (uint i = 0u; i < NREG; i++) {
+        xr[i] = vec4(FLT_LOWEST);
+        if (TEX(i) < end) xr[i] = LOAD4(xi + TEX(i));
+        mx = max(mx, xr[i]);
+    }
+    float m = max(max(mx.x, mx.y), max(mx.z, mx.w));
+    [[unroll]] for (uint o = SG / 2u; o > 0u; o >>= 1u)
+        m = max(m, subgroupShuffleXor(m, o));
+    vec4 acc = vec4(0.0);
+    [[unroll]] for (uint i = 0u; i < NREG; i++) {
+        xr[i] = exp(xr[i] - m);
+        if (TEX(i) < end) acc += xr[i];
+    }
+    float s = (acc.x + acc.y) + (acc.z + acc.w);
+    [[unroll]] for (uint o = SG / 2u; o > 0u; o >>= 1u)
+        s += subgroupShuffleXor(s, o);
+    float inv = 1.0 / s;
+#ifdef U64
+    [[unroll]] for (uint i = 0u; i < NREG; i += 2u)
+        if (TEX(i) < end)
+            y8[(yo + TEX(i)) >> 1] = vkml_u64x4(floatBitsToUint(xr[i] * inv),
+                                                floatBitsToUint(xr[i + 1u] * inv));
+#else
+    [[unroll]] for (uint i = 0u; i < NREG; i++)
+        if (TEX(i) < end) y4[yo + TEX(i)] = xr[i] * inv;
+#endif
+}
+#endif
+
 #ifdef GROUP
 shared float sh_m[gl_WorkGroupSize.x];
 shared float sh_s[gl_WorkGroupSize.x];
@@ -141,6 +215,9 @@ void main() {
 #ifdef LANE
     uint r = row_first + gl_GlobalInvocationID.x;
     uint first = 0u, step = 1u;
+#elif defined(SG_ROW)
+    uint r = row_first + gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;
+    uint first = gl_SubgroupInvocationID, step = SG;
 #else
     uint r = row_first + gl_WorkGroupID.x;
     uint first = gl_LocalInvocationID.x, step = gl_WorkGroupSize.x;
@@ -152,6 +229,12 @@ void main() {
     float m = FLT_LOWEST, c = 0.0, t = 0.0;
     uint end = live ? n : 0u;
     uint k = 0u;
+#if defined(SG_ROW) && defined(TEXEL4)
+    if (HOLD) {
+        hold_row(bi >> 2, bo >> 2, end >> 2);
+        return;
+    }
+#endif
 #ifdef TEXEL4
     end >>= 2;                        // texels: one reduced dimension of unit stride
     for (uint j = first; j < end; j += step) {
@@ -175,6 +258,15 @@ void main() {
     }
 #endif
     float s = t + c;
+#ifdef SG_ROW
+    // every lane of a subgroup has the same row (live or not): all take part
+    [[unroll]] for (uint o = SG / 2u; o > 0u; o >>= 1u) {
+        float m2 = subgroupShuffleXor(m, o), s2 = subgroupShuffleXor(s, o);
+        float mn = max(m, m2);
+        s = s * exp(m - mn) + s2 * exp(m2 - mn);
+        m = mn;
+    }
+#endif
 #ifdef GROUP
     uint lid = gl_LocalInvocationID.x;
     sh_m[lid] = m;

@@ -50,10 +50,11 @@ def _tol(dtype):
     return dict(rtol=2e-5, atol=2e-5) if dtype == "float32" else dict(rtol=2e-3, atol=4e-3)
 
 
-def _run(device, desc, arrays, out_elems, read=None):
+def _run(device, desc, arrays, out_elems, read=None, **kw):
     from vkml.ops.batch_normalization import CompiledBatchNormalization
 
-    op = CompiledBatchNormalization(device, device.create_operator(desc).desc, read=read)
+    op = CompiledBatchNormalization(device, device.create_operator(desc).desc, read=read,
+                                    **kw)
     return op, run_into_nan(device, op, arrays, out_elems, desc.output_tensor.dtype)
 
 
@@ -151,6 +152,47 @@ def test_row_tails(device, dtype, read):
         want = reference(x, *stats, 1e-5, "leaky_relu", {"alpha": 0.25})
         np.testing.assert_allclose(got.reshape(shape).astype(np.float64), want, **_tol(dtype),
                                    err_msg=f"{shape}")
+
+
+@pytest.mark.parametrize("store64", [False, True])
+def test_u64_stores(device, store64):
+    """float32 texel4 rows stored as u64vec4 pairs (``store64``, int64 shaders) where every
+    invocation's 32 elements start 8-aligned in X and Y, vec4 stores elsewhere (rows of
+    4 mod 8 elements), the row tails one by one; per-channel and per-element statistics,
+    with a fused activation."""
+    from vkml.ops.batch_normalization import CompiledBatchNormalization
+
+    rng = np.random.default_rng(16 + store64)
+    int64 = bool(device._ctx.features.get("int64"))
+    fused = dml.ACTIVATIONS["leaky_relu"](alpha=0.25)
+    for hw, sshape, aligned in [((8, 8), (1, 3, 1, 1), True), ((4, 14), (1, 3, 1, 1), True),
+                                ((3, 44), (1, 3, 1, 1), False), ((8, 8), (1, 3, 8, 8), True),
+                                ((5, 12), (2, 3, 5, 1), False)]:
+        shape = (2, 3) + hw
+        x = (rng.standard_normal(shape) * 3).astype(np.float32)
+        stats = _stats(rng, [sshape] * 4, np.float32)
+        desc = Desc(T("float32", shape), *(T("float32", a.shape) for a in stats),
+                    T("float32", shape), fused_activation=fused)
+        used = []
+        real = CompiledBatchNormalization.pipeline
+
+        def spy(self, name, consts=None):
+            used.append(name)
+            return real(self, name, consts)
+
+        CompiledBatchNormalization.pipeline = spy
+        try:
+            op, got = _run(device, desc, [x, *stats], x.size, read="texel4", store64=store64)
+        finally:
+            CompiledBatchNormalization.pipeline = real
+        assert op.read == "texel4" and op.store64 == (store64 and int64)
+        assert any(n.endswith("_u64") for n in used) == (store64 and int64 and aligned), used
+        want = reference(x, *stats, 1e-5, "leaky_relu", {"alpha": 0.25})
+        np.testing.assert_allclose(got.reshape(shape), want, **_tol("float32"),
+                                   err_msg=f"{shape} {sshape}")
+    with pytest.raises(ValidationError) as err:
+        _run(device, desc, [x, *stats], x.size, store64="yes")
+    assert err.value.field == "store64"
 
 
 @pytest.mark.parametrize("act, params", [("relu", {}), ("leaky_relu", {"alpha": 0.2}),

@@ -1,7 +1,8 @@
 """DML_ACTIVATION_SOFTMAX and DML_ACTIVATION_SOFTMAX1 (``vkml.softmax``): against a
 float64 NumPy reference and ``torch.softmax`` over ranks 1 to 8 and random axis sets,
-float32 and float16 (accumulated in float32), both kernel paths ("lane": a row an
-invocation, "group": a row a workgroup) and both float32 reads forced, strided inputs and
+float32 and float16 (accumulated in float32), every kernel path ("lane": a row an
+invocation, "sg": a row a subgroup, held in registers or streamed, with vec4 or u64vec4
+stores; "group": a row a workgroup) and every float32 read forced, strided inputs and
 outputs with NaN canaries in the gaps, numerical stability (large values, -inf masks),
 windows past maxStorageBufferRange, grids past maxComputeWorkGroupCount, every rule of
 the pages, the tuner's path, threads and leaks."""
@@ -33,14 +34,15 @@ def _tol(dtype):
     return dict(rtol=2e-5, atol=1e-6) if dtype == "float32" else dict(rtol=2e-3, atol=2e-4)
 
 
-def _compiled(device, desc, path=None, read=None):
+def _compiled(device, desc, path=None, read=None, **kw):
     from vkml.ops.softmax import CompiledSoftmax
 
-    return CompiledSoftmax(device, device.create_operator(desc).desc, path=path, read=read)
+    return CompiledSoftmax(device, device.create_operator(desc).desc, path=path, read=read,
+                           **kw)
 
 
-def _run(device, desc, x_flat, out_elems, path=None, read=None):
-    op = _compiled(device, desc, path, read)
+def _run(device, desc, x_flat, out_elems, path=None, read=None, **kw):
+    op = _compiled(device, desc, path, read, **kw)
     return op, run_into_nan(device, op, [x_flat], out_elems, desc.output_tensor.dtype)
 
 
@@ -55,10 +57,10 @@ def test_page_formula_1d(device):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("path", ["lane", "group"])
+@pytest.mark.parametrize("path", ["lane", "sg", "group"])
 def test_random_ranks_and_axes(device, budget, dtype, path):
     """Ranks 1 to 8, a random non-empty set of axes, each path forced."""
-    rng = np.random.default_rng({"lane": 1, "group": 2}[path] + (dtype == "float16"))
+    rng = np.random.default_rng({"lane": 1, "group": 2, "sg": 3}[path] + (dtype == "float16"))
     for case in range(max(4, budget // 2)):
         rank = 1 + case % 8
         shape = tuple(int(rng.integers(1, 4 if rank > 4 else 8)) for _ in range(rank))
@@ -72,7 +74,7 @@ def test_random_ranks_and_axes(device, budget, dtype, path):
                                    **_tol(dtype), err_msg=f"{shape} {axes}")
 
 
-@pytest.mark.parametrize("path", ["lane", "group"])
+@pytest.mark.parametrize("path", ["lane", "sg", "group"])
 @pytest.mark.parametrize("read", ["texel4", "ssbo4", "texel", "ssbo"])
 @pytest.mark.parametrize("count", [1, 7, 64, 1000])
 def test_row_lengths(device, path, read, count):
@@ -97,7 +99,7 @@ def test_against_pytorch(device):
                                reference(x, (2, 3)), rtol=2e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("path", ["lane", "group"])
+@pytest.mark.parametrize("path", ["lane", "sg", "group"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_stability(device, path, dtype):
     """Values whose exp overflows float32 (the maximum is subtracted) and rows with -inf
@@ -112,7 +114,7 @@ def test_stability(device, path, dtype):
     np.testing.assert_allclose(got.reshape(x.shape).astype(np.float64), want, **_tol(dtype))
 
 
-@pytest.mark.parametrize("path", ["lane", "group"])
+@pytest.mark.parametrize("path", ["lane", "sg", "group"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_strides_and_canaries(device, path, dtype):
     """A permuted input with a broadcast (zero-stride) dimension into a padded output
@@ -136,7 +138,7 @@ def test_strides_and_canaries(device, path, dtype):
         assert np.isnan(got[gaps].astype(np.float64)).all(), "a write outside the output"
 
 
-@pytest.mark.parametrize("path", ["lane", "group"])
+@pytest.mark.parametrize("path", ["lane", "sg", "group"])
 def test_windows_and_split_grids(device, path):
     rng = np.random.default_rng(11)
     x = rng.standard_normal((6, 7, 40)).astype(np.float32)
@@ -153,7 +155,7 @@ def test_windows_and_split_grids(device, path):
                                        rtol=2e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("path", ["lane", "group"])
+@pytest.mark.parametrize("path", ["lane", "sg", "group"])
 def test_vec4_storage_reads_past_the_texel_limit(device, path):
     """Rows of 4-aligned packed elements whose input exceeds maxTexelBufferElements
     RGBA32F texels read vec4s from the storage buffer ("ssbo4"), the texel4 path's
@@ -191,20 +193,24 @@ def test_tensor_in_tensor_out(device):
 def test_tuner_path(device, tmp_path):
     """The path is a registered tunable path whose every candidate runs when measured;
     VKML_TUNE=off gives the rule (group for fewer than GROUP_MAX_ROWS rows of at least
-    GROUP_MIN_COUNT elements or rows longer than LANE_MAX_COUNT, else lane)."""
+    GROUP_MIN_COUNT elements or rows longer than LANE_MAX_COUNT, else sg for rows of
+    SG_MIN_TEXELS texels a lane where the device has subgroup shuffles, else lane)."""
     import importlib
 
     sm = importlib.import_module("vkml.ops.softmax")
     assert "softmax_path" in tuning.registered_paths()
     c = tuning.Tuner("full", folder=tmp_path, rounds=1).choose(
         device, "softmax_path", {"rows": 16, "count": 40, "dtype": "float32"})
-    assert c.source == "measured" and set(c.times) == {"auto", "lane", "group"}
+    assert c.source == "measured" and set(c.times) == {"auto", "lane", "sg", "group"}
     t = T("float32", (4, sm.GROUP_MIN_COUNT))
     short = T("float32", (4, 8))
     many = T("float32", (sm.GROUP_MAX_ROWS, sm.GROUP_MIN_COUNT))
     long = T("float32", (sm.GROUP_MAX_ROWS, sm.LANE_MAX_COUNT + 1))
+    sg = subgroup_size(device)
+    assert sm.SG_MIN_TEXELS * 4 * sg > 8 and sm.SG_MIN_TEXELS * 4 * sg <= sm.GROUP_MIN_COUNT
     for desc, want in ((S1(t, t, (1,)), "group"), (S1(short, short, (1,)), "lane"),
-                       (S1(many, many, (1,)), "lane"), (S1(long, long, (1,)), "group")):
+                       (S1(many, many, (1,)), "sg" if sg else "lane"),
+                       (S1(long, long, (1,)), "group")):
         op = _compiled(device, desc)
         assert op.path == want
         op.release()
@@ -236,6 +242,78 @@ def test_lane_never_takes_rows_past_its_loop_limit(device, monkeypatch):
     with device.sequence(timed=True) as seq, pytest.raises(tuning.Declined):
         sm._path_run(device, seq, lane, {"rows": 2, "count": sm.LANE_MAX_COUNT + 1,
                                          "dtype": "float32"})
+
+
+def subgroup_size(device) -> int:
+    """The "sg" path's subgroup size on ``device`` (0: it has no such path)."""
+    f, lim = device._ctx.features, device._ctx.limits
+    return lim["subgroupSize"] if f.get("subgroup_shuffle") and f.get("full_subgroups") else 0
+
+
+@pytest.mark.parametrize("store64", [False, True])
+def test_sg_held_and_streamed_rows(device, store64):
+    """"sg" rows around the held limit (HOLD_MAX texels a lane): held with vec4 stores,
+    with u64vec4 texel-pair stores (rows a multiple of 8, store64, int64 shaders) and
+    streamed past it; a row count that leaves a workgroup's last subgroups idle."""
+    import importlib
+
+    sm = importlib.import_module("vkml.ops.softmax")
+    sg = subgroup_size(device)
+    if not sg:
+        pytest.skip("no subgroup shuffles in full subgroups")
+    if store64 and not device._ctx.features.get("int64"):
+        pytest.skip("no int64 shaders")
+    most = 4 * sg * sm.HOLD_MAX
+    rng = np.random.default_rng(15 + store64)
+    for count, held in ((8, True), (12, True), (1000, 1000 <= most), (most - 4, True),
+                        (most, True), (most + 8, False)):
+        x = (rng.standard_normal((int(rng.integers(1, 12)), count)) * 30).astype(np.float32)
+        x[0, count // 2] = -np.inf
+        t = T("float32", x.shape)
+        op, got = _run(device, S1(t, t, (1,)), x, x.size, path="sg", store64=store64)
+        assert (op.path, op.read, op.hold) == ("sg", "texel4", held), count
+        assert op.kernel.endswith("_u64") == (held and store64 and count % 8 == 0), count
+        np.testing.assert_allclose(got.reshape(x.shape), reference(x, (1,)), rtol=2e-5,
+                                   atol=1e-7, err_msg=str(count))
+    x = (rng.standard_normal((5, 8 * sg)) * 30).astype(np.float32)    # vec4 storage reads
+    t = T("float32", x.shape)
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 16}) as small:
+        op, got = _run(small, S1(t, t, (1,)), x, x.size, path="sg", store64=store64)
+    assert (op.read, op.hold, op.kernel.endswith("_u64")) == ("ssbo4", True, store64)
+    np.testing.assert_allclose(got.reshape(x.shape), reference(x, (1,)), rtol=2e-5, atol=1e-7)
+
+
+def test_sg_without_subgroups_and_past_its_loop_limit(device):
+    """A forced "sg" is an UnsupportedError without subgroup shuffles in full subgroups
+    and a ValidationError naming the path for rows of more than LANE_MAX_COUNT
+    subgroups; the tuner's "sg" gives way to the rule for such rows; a ``store64`` other
+    than True / False / None is a ValidationError naming it."""
+    import importlib
+
+    from vkml.errors import UnsupportedError
+
+    sm = importlib.import_module("vkml.ops.softmax")
+    sg = subgroup_size(device)
+    t = T("float32", (3, 64))
+    with pytest.raises(ValidationError) as err:
+        _compiled(device, S1(t, t, (1,)), path="sg", store64="yes")
+    assert err.value.field == "store64"
+    if not sg:
+        with pytest.raises(UnsupportedError):
+            _compiled(device, S1(t, t, (1,)), path="sg")
+        return
+    long = T("float32", (2, sm.LANE_MAX_COUNT * sg + 4))
+    with pytest.raises(ValidationError) as err:
+        _compiled(device, S1(long, long, (1,)), path="sg")
+    assert err.value.field == "path"
+    real = tuning.choose
+    try:
+        sm.tuning.choose = lambda dev, path, shape: real(dev, path, shape, force="sg")
+        op = _compiled(device, S1(long, long, (1,)))
+        assert op.path == "group"
+        op.release()
+    finally:
+        sm.tuning.choose = real
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -339,7 +417,7 @@ def softmax_cases(draw):
                 mutation=draw(st.sampled_from(["none"] * 8 + ["axis", "repeat", "empty",
                                                               "int", "out", "overlap"])),
                 layout=draw(st.sampled_from(LAYOUTS)), out_padded=draw(st.booleans()),
-                path=draw(st.sampled_from([None, "lane", "group"])),
+                path=draw(st.sampled_from([None, "lane", "sg", "group"])),
                 seed=draw(st.integers(0, 2**31)))
 
 
@@ -378,7 +456,7 @@ def test_fuzz_softmax(device, speed):
             tuple(axes)), want)
         if desc is None:
             return
-        if case["path"] is not None:
+        if case["path"] is not None and (case["path"] != "sg" or subgroup_size(device)):
             compiled.release()
             compiled = _compiled(device, desc, path=case["path"])
         src, dst = execute_with_canaries(device, compiled, desc, flat)
@@ -390,7 +468,7 @@ def test_fuzz_softmax(device, speed):
     check()
 
 
-@pytest.mark.parametrize("path", ["lane", "group"])
+@pytest.mark.parametrize("path", ["lane", "sg", "group"])
 def test_float16_without_16bit_storage(device, path):
     """float16 packed two to a 32-bit word (the device's 16-bit storage turned off)."""
     x = (np.random.default_rng(14).standard_normal((3, 5, 7)) * 4).astype(np.float16)

@@ -7,7 +7,11 @@ statistics each through its own element strides; a statistic's dimension of size
 read with stride 0 (the page's broadcast).  Dimensions every tensor walks contiguously
 are merged first, so per-channel statistics of an NCHW input become a box (N, C, H*W)
 whose last dimension the statistics are constant along: the ``_row`` variants load the
-four once an invocation.  Tensors larger than ``maxStorageBufferRange`` run in windows
+four once an invocation.  float32 read as RGBA32F texels stores each pair of vec4s as
+one u64vec4 where every invocation's elements start 8-aligned, on a device with int64
+shaders whose measured store width is 64-bit (:mod:`vkml.ops.store_width`: lavapipe
+stores a vector one scalar per component; the ``_u64`` variants, ``store64`` forces
+the choice).  Tensors larger than ``maxStorageBufferRange`` run in windows
 (:func:`.grid.plan_windows`), each tensor bound over what its window reads; grids over
 ``maxComputeWorkGroupCount`` are split (:func:`.grid.split_groups`).
 """
@@ -31,13 +35,14 @@ from .grid import (BOX_CONSTANTS, binding_window, box_grid, check_allocatable, d
                    plan_windows, row_workgroup, split_groups, strided_span, words8,
                    x_invocations)
 from ..intmath import ceil_div
+from .store_width import wide_stores
 
 __all__ = ["batch_normalization"]
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     [f"batch_normalization_{t}{r}" for t in ("f32", "f16", "f16_packed") for r in ("", "_row")]
-    + ["batch_normalization_f32_texel4", "batch_normalization_f32_row_texel4"],
+    + [f"batch_normalization_f32{r}_texel4{u}" for r in ("", "_row") for u in ("", "_u64")],
     BOX_CONSTANTS + ("V", "VEC_STORE", "ACT"))
 
 
@@ -60,14 +65,17 @@ def merge_dims(sizes, stride_sets):
 
 @implements(BatchNormalizationOperatorDesc)
 class CompiledBatchNormalization(CompiledOperator):
-    """Batch normalization on this device: see the module doc."""
+    """Batch normalization on this device: see the module doc.  ``read``: "texel4" or
+    "ssbo" forces the float32 read; ``store64``: True / False forces or refuses the
+    u64vec4 stores (None: the device's store width)."""
 
     #: Elements of the last dimension an invocation takes where it has that many.
     vec = 32
 
-    def __init__(self, device, desc, read: str | None = None):
+    def __init__(self, device, desc, read: str | None = None, store64: bool | None = None):
         check_choice("read", read, ("texel4", "ssbo"))
-        self.force_read = read
+        check_choice("store64", store64, (True, False))
+        self.force_read, self.force_store64 = read, store64
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -101,6 +109,11 @@ class CompiledBatchNormalization(CompiledOperator):
             self.in_bind = ceil_div(self.bytes[1], 16) * 16
             self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
         self.read = "texel4" if self.in_kind == UNIFORM_TEXEL else "ssbo"
+        # u64vec4 stores (texel4 windows where rows allow, see _dispatch) on a device
+        # with int64 shaders whose measured store width (or ``store64``) says so
+        wide = self.force_store64 if self.force_store64 is not None else wide_stores(
+            self.device)
+        self.store64 = bool(wide and self.read == "texel4" and self.features.get("int64"))
         act = d.fused_activation
         self.act = act.SPEC.kernel_id if act is not None else 0
         names = ("out_stride", "in_stride", "mean_stride", "var_stride", "scale_stride",
@@ -147,13 +160,14 @@ class CompiledBatchNormalization(CompiledOperator):
             bases.append(off // es)
         return binds, bases
 
-    def vector_store(self, origin, bases, v) -> bool:
+    def vector_store(self, origin, bases, v, n: int = 4) -> bool:
         """vec4 loads and stores (float32) or half pairs (float16): the input and output
-        packed along the last dimension with every invocation's first element 4-aligned."""
+        packed along the last dimension with every invocation's first element n-aligned
+        (n = 8: u64vec4 stores, two vec4s each)."""
         sx, sy = self.strides[1], self.strides[0]
-        return (v % 4 == 0 and sx[-1] == 1 and sy[-1] == 1 and origin[-1] % 4 == 0
-                and all(s % 4 == 0 for s in sx[:-1] + sy[:-1])
-                and bases[0] % 4 == 0 and bases[1] % 4 == 0)
+        return (v % n == 0 and sx[-1] == 1 and sy[-1] == 1 and origin[-1] % n == 0
+                and all(s % n == 0 for s in sx[:-1] + sy[:-1])
+                and bases[0] % n == 0 and bases[1] % n == 0)
 
     def encode(self, seq, inputs, outputs) -> None:
         allocs = [outputs[0].allocation] + [t.allocation for t in inputs]
@@ -171,13 +185,14 @@ class CompiledBatchNormalization(CompiledOperator):
         max_y = int(self.ctx.limits["maxComputeWorkGroupSize"][1])
         xdims, v, lx, ly = row_workgroup(extent, self.local, max_y,
                                          widths=(self.vec, 16, 8, 4))
-        pipe = self.pipeline(self.kernel, {
+        io = [bases[1], bases[0]]
+        u64 = self.store64 and self.vector_store(origin, io, v, 8)
+        pipe = self.pipeline(self.kernel + ("_u64" if u64 else ""), {
             "LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "RANK": self.rank, "XDIMS": xdims, "V": v,
-            "VEC_STORE": int(self.vector_store(origin, [bases[1], bases[0]], v)),
-            "ACT": self.act})
+            "VEC_STORE": int(self.vector_store(origin, io, v)), "ACT": self.act})
         max_groups = self.ctx.limits["maxComputeWorkGroupCount"]
         for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ly):
-            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
+            push = pack(pipe.name, "push", origin=words8(o), extent=words8(e),
                         magic=words8([div_magic(n) for n in e]), in_base=bases[1],
                         out_base=bases[0], mean_base=bases[2], var_base=bases[3],
                         scale_base=bases[4], bias_base=bases[5],

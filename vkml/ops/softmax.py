@@ -5,13 +5,17 @@ Kernel: ``glsl/softmax.comp``.  The host merges the tensors' dimensions into *ke
 ones (each combination of their coordinates is one softmax, a *row*) and *reduced* ones
 (a row's elements): dimensions of size 1 are dropped and neighbours of the same kind
 that both tensors walk contiguously become one, so a softmax over the last axis of any
-rank is rows of one reduced dimension.  Two paths (:data:`PATH`):
+rank is rows of one reduced dimension.  Three paths (:data:`PATH`):
 
-* "lane": one invocation per row, for many rows;
+* "lane": one invocation per row, for many short rows;
+* "sg": one subgroup per row (devices with subgroup shuffles in full subgroups), its
+  lanes striding over the row and combining their partial maxima and sums by
+  shuffles; a float32 row of up to :data:`HOLD_MAX` texels a lane is read once and held
+  in registers, and stored as u64vec4 texel pairs where the device's store width says so;
 * "group": one workgroup per row, its invocations striding over the row and combining
   their partial maxima and sums in shared memory, for a few long rows.
 
-Both are numerically stable (the running maximum is subtracted before ``exp``) and
+All are numerically stable (the running maximum is subtracted before ``exp``) and
 accumulate in float32 for float16.  float32 is read through a texel buffer where the
 whole input fits ``maxTexelBufferElements`` (lavapipe vectorizes texel reads, not
 storage-buffer ones): RGBA32F texels with vec4 stores where rows are one packed
@@ -32,10 +36,12 @@ from .. import tuning
 from ..dml.data_type import DataType
 from ..dml.softmax import ActivationSoftmax1OperatorDesc, ActivationSoftmaxOperatorDesc
 from ..dml.tensor_desc import TensorDesc
-from ..errors import ValidationError
+from ..errors import UnsupportedError, ValidationError
 from ..runtime import FORMAT_R32_SFLOAT, FORMAT_RGBA32_SFLOAT, Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, check_choice, implements
+from .convolution.gemm import subgroup_shuffle_size
+from .store_width import wide_stores
 from .functional import as_array, pick_device, run
 from .grid import (binding_window, check_allocatable, pieces, plan_windows, record_on_scratch,
                    strided_span, words8)
@@ -44,10 +50,12 @@ from ..intmath import ceil_div
 __all__ = ["softmax"]
 
 #: Kernel variants this module requests and the specialization constants it sets.
-VARIANTS = dict.fromkeys(
-    [f"softmax_{p}_{t}" for p in ("lane", "group")
-     for t in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed")],
-    ("LOCAL_SIZE_X", "KR", "RR"))
+_TYPES = ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed")
+_HELD = ("f32_texel4", "f32_ssbo4", "f32_texel4_u64", "f32_ssbo4_u64")
+VARIANTS = {**dict.fromkeys([f"softmax_{p}_{t}" for p in ("lane", "group") for t in _TYPES],
+                            ("LOCAL_SIZE_X", "KR", "RR")),
+            **{f"softmax_sg_{t}": ("LOCAL_SIZE_X", "KR", "RR", "SG") + (
+                ("HOLD", "NREG") if t in _HELD else ()) for t in _TYPES + _HELD[2:]}}
 
 #: Rows of at least this many elements, fewer than :data:`GROUP_MAX_ROWS` of them or
 #: longer than :data:`LANE_MAX_COUNT`, take the "group" path where the tuner is off
@@ -59,6 +67,14 @@ GROUP_MIN_COUNT = 512
 GROUP_MAX_ROWS = 8
 #: Rows longer than this take "group": lavapipe ends a loop after 65535 iterations.
 LANE_MAX_COUNT = 65535
+#: Rows of at least this many texels (4 elements) a lane of a subgroup take "sg" rather
+#: than "lane" where the tuner is off or has not measured: the subgroup's lanes read
+#: neighbouring texels of one row (and hold it, :data:`HOLD_MAX`) instead of one row
+#: each: X is read once, not twice, and a u64vec4 store takes a lane's texel pair.
+SG_MIN_TEXELS = 8
+#: The "sg" path's texel4 / ssbo4 variants hold a row of up to this many texels a lane
+#: in registers (read once, not twice); longer rows stream it twice.
+HOLD_MAX = 32
 
 
 def split_axes(sizes, strides_in, strides_out, reduced):
@@ -82,17 +98,20 @@ def split_axes(sizes, strides_in, strides_out, reduced):
 
 @implements(ActivationSoftmaxOperatorDesc, ActivationSoftmax1OperatorDesc)
 class CompiledSoftmax(CompiledOperator):
-    """Softmax on this device (module doc).  ``path``: "lane" or "group" forces one;
-    None lets the tuner choose (:data:`PATH`).  ``read``: "texel", "ssbo4" or "ssbo"
-    forces the float32 read (texel falls back to ssbo where the input does not fit a
-    texel view, ssbo4 to the rule where rows do not allow it);
-    None: "texel4" where the rows allow it (:meth:`_choose_read`)."""
+    """Softmax on this device (module doc).  ``path``: "lane", "sg" or "group" forces
+    one; None lets the tuner choose (:data:`PATH`).  ``read``: "texel", "ssbo4" or
+    "ssbo" forces the float32 read (texel falls back to ssbo where the input does not fit
+    a texel view, ssbo4 to the rule where rows do not allow it); None: "texel4" where the
+    rows allow it (:meth:`_choose_read`).  ``store64``: True / False forces or refuses
+    the "sg" path's u64vec4 stores (None: the device's store width, :meth:`_hold`)."""
 
-    def __init__(self, device, desc, path: str | None = None, read: str | None = None):
-        if path not in (None, "auto", "lane", "group"):
-            raise ValidationError("path", f"must be 'lane' or 'group', got {path!r}")
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None,
+                 store64: bool | None = None):
+        if path not in (None, "auto", "lane", "sg", "group"):
+            raise ValidationError("path", f"must be 'lane', 'sg' or 'group', got {path!r}")
         check_choice("read", read, ("texel4", "ssbo4", "texel", "ssbo"))
-        self.force_path, self.force_read = path, read
+        check_choice("store64", store64, (True, False))
+        self.force_path, self.force_read, self.force_store64 = path, read, store64
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -117,9 +136,15 @@ class CompiledSoftmax(CompiledOperator):
         self.read = self._choose_read(f32)
         self.kernel = f"softmax_{self.path}_{base}" + ("" if self.read == "ssbo" else
                                                       "_" + self.read)
-        self.local = self._local()
-        self.pipe = self.pipeline(self.kernel, {"LOCAL_SIZE_X": self.local,
-                                                "KR": len(self.box), "RR": len(self.rsize)})
+        self.local, self.hold = self._local(), False
+        consts = {"LOCAL_SIZE_X": self.local, "KR": len(self.box), "RR": len(self.rsize)}
+        if self.path == "sg":
+            consts["SG"] = self.sg
+            if self.read in ("texel4", "ssbo4"):
+                consts.update(self._hold())
+            self.pipe = self.ctx.pipelines.variant(self.kernel, consts, subgroup_size=self.sg)
+        else:
+            self.pipe = self.pipeline(self.kernel, consts)
         block = pack(self.kernel, "Params", in_kstride=words8(self.kin),
                      out_kstride=words8(self.kout), in_rstride=words8(self.rin),
                      out_rstride=words8(self.rout), rsize=words8(self.rsize), count=self.count)
@@ -142,11 +167,33 @@ class CompiledSoftmax(CompiledOperator):
             return "texel4" if fits else "ssbo4"
         return "texel" if ceil_div(self.in_bytes, 4) <= lim else "ssbo"
 
+    def _hold(self) -> dict:
+        """The "sg" path's texel4 / ssbo4 constants: a row of at most :data:`HOLD_MAX`
+        texels a lane held in registers (HOLD), as pairs of texels stored as u64vec4s
+        (the ``_u64`` variant) where rows are a multiple of 8 long and 8-aligned and the
+        device's store width (or ``store64``) says so."""
+        wide = self.force_store64 if self.force_store64 is not None else wide_stores(
+            self.device)
+        u64 = (wide and self.features.get("int64") and self.count % 8 == 0
+               and all(s % 8 == 0 for s in self.kin + self.kout))
+        nreg = 2 * ceil_div(self.count // 8, self.sg) if u64 else ceil_div(self.count // 4,
+                                                                              self.sg)
+        self.hold = nreg <= HOLD_MAX
+        if not self.hold:
+            return {"HOLD": 0, "NREG": 1}
+        if u64:
+            self.kernel += "_u64"
+        return {"HOLD": 1, "NREG": nreg}
+
     def _local(self) -> int:
-        """Workgroup size: 64 lanes for "lane"; for "group" a power of two up to 256 (and
-        the device's limit), no more than a row's elements need."""
+        """Workgroup size: 64 lanes for "lane" and "sg" (64 / SG rows); for "group" a
+        power of two up to 256 (and the device's limit), no more than a row's elements
+        need."""
         if self.path == "lane":
             return min(64, self.workgroup_size)
+        if self.path == "sg":
+            return self.sg * max(1, min(64 // self.sg, self.workgroup_size // self.sg,
+                                        self.ctx.limits["maxComputeWorkgroupSubgroups"]))
         cap = 1 << (self.workgroup_size.bit_length() - 1)
         want = 1 << max(5, (ceil_div(self.count, 8) - 1).bit_length())
         return min(256, cap, want)
@@ -159,20 +206,29 @@ class CompiledSoftmax(CompiledOperator):
     def _choose_path(self) -> str:
         """The forced path, else the tuner's choice for the shape's class, else the rule
         (:data:`GROUP_MIN_COUNT`); never "lane" for rows longer than
-        :data:`LANE_MAX_COUNT` (a class spans a factor of 4 in row length: its choice may
-        come from shorter rows), which a forced "lane" refuses."""
-        if self.force_path == "lane" and self.count > LANE_MAX_COUNT:
-            raise ValidationError("path", f"'lane' takes rows of at most {LANE_MAX_COUNT} "
-                                  f"elements (lavapipe ends a loop after 65535 iterations), "
-                                  f"not {self.count}")
-        if self.force_path in ("lane", "group"):
+        :data:`LANE_MAX_COUNT` nor "sg" for rows longer than that many subgroups (a class
+        spans a factor of 4 in row length: its choice may come from shorter rows), nor
+        "sg" without full subgroups and shuffles; a forced one refuses those rows."""
+        self.sg = subgroup_shuffle_size(self)
+        if self.force_path == "sg" and not self.sg:
+            raise UnsupportedError("softmax path 'sg' needs subgroup shuffles in full "
+                                   "subgroups, which this device lacks")
+        for name, most in (("lane", LANE_MAX_COUNT), ("sg", LANE_MAX_COUNT * self.sg)):
+            if self.force_path == name and self.count > most:
+                raise ValidationError("path", f"{name!r} takes rows of at most {most} "
+                                      f"elements (lavapipe ends a loop after 65535 "
+                                      f"iterations), not {self.count}")
+        if self.force_path in ("lane", "sg", "group"):
             return self.force_path
         rule = ("group" if self.count >= GROUP_MIN_COUNT and (
             self.rows < GROUP_MAX_ROWS or self.count > LANE_MAX_COUNT) else "lane")
+        if rule == "lane" and self.sg and self.count >= SG_MIN_TEXELS * 4 * self.sg:
+            rule = "sg"
         if self.force_path == "auto":
             return rule
         choice = tuning.choose(self.device, PATH, self.shape())
-        if choice.name == "auto" or (choice.name == "lane" and self.count > LANE_MAX_COUNT):
+        if (choice.name == "auto" or (choice.name == "lane" and self.count > LANE_MAX_COUNT)
+                or (choice.name == "sg" and not 0 < self.count <= LANE_MAX_COUNT * self.sg)):
             return rule
         self.observe_choice(choice, self.shape())
         return choice.name
@@ -214,7 +270,7 @@ class CompiledSoftmax(CompiledOperator):
                 ooff, osize = binding_window(olo * self.esize, ohi * self.esize, y.size, align)
                 items.append((o, e, Bind(x, ioff, isize, "r", fmt), Bind(y, ooff, osize, "w"),
                               ioff // self.esize, ooff // self.esize))
-        per_group = self.local if self.path == "lane" else 1
+        per_group = {"lane": self.local, "sg": self.local // max(self.sg, 1)}.get(self.path, 1)
         max_x = int(self.ctx.limits["maxComputeWorkGroupCount"][0])
         for o, e, bx, by, ib, ob in items:
             rows = math.prod(e)
@@ -242,12 +298,14 @@ def _path_run(device, seq, cand, shape):
 
 
 #: The softmax kernel: "auto" (the ``VKML_TUNE=off`` default: "group" for a few rows of
-#: at least :data:`GROUP_MIN_COUNT` elements or longer rows than "lane" takes, else "lane"; not in the fast list, being one
-#: of the other two), "lane" or "group", chosen by the device's timing for the shape's
-#: class (rows and row length within a factor of 4).
+#: at least :data:`GROUP_MIN_COUNT` elements or longer rows than "lane" takes, else "sg"
+#: for rows of :data:`SG_MIN_TEXELS` texels a lane where the device has subgroup
+#: shuffles, else "lane"; not in the fast list, being one of the others), "lane", "sg" or
+#: "group", chosen by the device's timing for the shape's class (rows and row length
+#: within a factor of 4).
 PATH = tuning.register_path(
     "softmax_path", [("auto", {"path": "auto"}, False), ("lane", {"path": "lane"}),
-                     ("group", {"path": "group"})], "auto",
+                     ("sg", {"path": "sg"}), ("group", {"path": "group"})], "auto",
     _path_class, _path_run, work_fn=lambda s: float(s["rows"]) * float(s["count"]),
     examples=[{"rows": 4096, "count": 1000, "dtype": "float32"},
               {"rows": 64, "count": 16384, "dtype": "float32"}])
