@@ -11,7 +11,8 @@
 
 Models are built from their torchvision / ultralytics definitions with random weights
 (``bench/cnn/models.py``), exported to ONNX once and cached (``bench/.models/``, or
-$VKML_MODEL_CACHE).  Exit status 0, or 1 when vkml failed on a model or its output is
+$VKML_MODEL_CACHE).  The export, the FLOP count and every peer (ONNX Runtime CPU, the
+reference, too) run in child processes: this one imports neither torch nor onnxruntime.  Exit status 0, or 1 when vkml failed on a model or its output is
 off ONNX Runtime CPU's by more than ``--tolerance`` (peers never fail the run).
 """
 from __future__ import annotations
@@ -50,8 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement")
     ap.add_argument("--repeats", type=int, default=None, help="hot runs per measurement")
     ap.add_argument("--peer-timeout", type=float, default=300.0, metavar="S",
-                    help="time limit of a peer measured in a child process (IREE, the "
-                         "WebGPU peers), per model (default 300)")
+                    help="time limit of each peer's child process (every peer runs in "
+                         "one), per model (default 300)")
     ap.add_argument("--cpu-threads", type=int, default=0, metavar="N",
                     help="threads of ONNX Runtime CPU and PyTorch CPU (default: theirs)")
     ap.add_argument("--no-limits", action="store_true",
@@ -145,7 +146,7 @@ def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
                 size = size_of[spec.name]
                 if (spec.name, size) not in exported:
                     t = time.perf_counter()
-                    data, path, hit = models_mod.export(spec, size)
+                    data, path, hit = models_mod.export_apart(spec, size)
                     exported[spec.name, size] = data
                     log(f"{spec.name} {size}x{size}: {'cached' if hit else 'exported'} "
                         f"{path} ({time.perf_counter() - t:.1f} s)")

@@ -172,24 +172,35 @@ def shares(row: dict, counted: dict, limits: dict | None) -> None:
     row["roofline_share"] = bound / hot_s
 
 
+def reference(peer, spec, data: bytes, size: int, dev, x, budget: Budget) -> tuple:
+    """(ONNX Runtime CPU's row, its output): the reference every output is checked
+    against, measured in its child process (``peers.CpuChildPeer``) like any peer; its
+    :class:`~bench.runners.Absent` (not installed, failed) ends the model's row."""
+    fig, y = peer.measure(spec, data, size, dev, x, budget)
+    fig.update(status="ok", version=peer.version(), rel_err=0.0)
+    return fig, y
+
+
 def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
               limits: dict | None, seed: int = 0, dtype=None, fuse=True,
               cold: bool = True) -> dict:
     """Every figure of one model on one device (the CPU peers run once per device too:
     the machine is the same, and their numbers sit next to the device's); vkml's in
-    ``dtype`` (``vkml_row``), the peers' as the model says."""
-    import onnx
-
+    ``dtype`` (``vkml_row``), the peers' as the model says.  The reference output and
+    the FLOP count (both ONNX Runtime CPU) come from child processes that have ended
+    before vkml prepares: no peer's thread pool shares this process with vkml."""
     x = np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)
     ref_peer = next(p for p in peers if p.name == "onnxruntime-cpu")
-    ref = ref_peer.prepare(spec, data, size)(x)
+    ref_row, ref = reference(ref_peer, spec, data, size, dev, x, budget)
+    counted = flops_mod.count_apart(data)
     row = {"model": spec.name, "size": size, "device": dev.info.name,
            "driver": dev.info.driver_info}
     row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype, fuse, cold)
-    row["peers"] = {p.name: peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
+    row["peers"] = {p.name: ref_row if p is ref_peer else
+                    peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
     vk = row["vkml"]
     for name, pr in row["peers"].items():
         if pr.get("status") == "ok" and vk.get("status") == "ok":
             pr["vkml_speedup"] = pr["hot"]["median"] / vk["hot"]["median"]
-    shares(row, flops_mod.count(onnx.load_from_string(data)), limits)
+    shares(row, counted, limits)
     return row
