@@ -228,3 +228,19 @@ def test_cpu_peers_stay_out_of_the_bench_process(device, exported, tmp_path):
     assert row["conv_gemm_gflop"] * 1e9 == pytest.approx(hooked_flops(), rel=1e-9)
     with open(next(tmp_path.glob("unet-tiny-32-*.onnx")), "rb") as f:
         assert f.read() == exported
+
+
+def test_hot_runs_are_enough_for_a_median():
+    """Every row's hot figure is the median of at least MIN_HOT_RUNS runs, whatever a run
+    lasts within the cap (a loaded machine's 0.8 s ResNet-18 too); fewer only for runs
+    so slow that they would take over ``cap`` x the budget; ``--repeats`` fixes it."""
+    from bench.cnn import worker_io
+    from bench.cnn.cli import _parser
+
+    args = _parser().parse_args(["--seconds", "1"])
+    b = worker_io.budget(args.seconds, args.repeats)
+    assert worker_io.MIN_HOT_RUNS >= 10
+    assert b.count(0.8) == worker_io.MIN_HOT_RUNS and b.count(0.01) == 50
+    assert b.count(0.09) == 11
+    assert 1 <= b.count(5.0) < worker_io.MIN_HOT_RUNS
+    assert worker_io.budget("1", "3").count(0.8) == 3

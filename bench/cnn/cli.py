@@ -27,9 +27,8 @@ import time
 import vkml
 from vkml.ops.graph import FUSION_KINDS
 
-from ..stats import Budget
 from . import models as models_mod
-from . import report
+from . import report, worker_io
 from .peers import PEERS
 from .run import model_row
 
@@ -48,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--peers", default=None, metavar="LIST",
                     help="comma-separated peers (" + ", ".join(p.name for p in PEERS)
                          + "); onnxruntime-cpu always runs (the reference)")
-    ap.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement")
+    ap.add_argument("--seconds", type=float, default=2.0,
+                    help="time budget of each row's hot runs (at least 10 runs, fewer only "
+                         "where they would take over 10x this)")
     ap.add_argument("--repeats", type=int, default=None, help="hot runs per measurement")
     ap.add_argument("--peer-timeout", type=float, default=300.0, metavar="S",
                     help="time limit of each peer's child process (every peer runs in "
@@ -189,8 +190,7 @@ def main(argv=None) -> int:
     else:
         with vkml.Device(args.device) as dev:
             devices = [dev.info]
-    budget = Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=args.seconds,
-                    repeats=args.repeats, cap=4.0)
+    budget = worker_io.budget(args.seconds, args.repeats)
     log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
     dtype = None if args.dtype == "float32" else args.dtype
     rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log,
