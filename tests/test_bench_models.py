@@ -26,7 +26,7 @@ from bench.stats import Budget                                     # noqa: E402
 
 SIZE = 32
 TINY = models.TINY                 # found by name in the CPU peers' child processes
-LIMITS = {"fma_gflops": 10.0, "shader_copy_gbs": 5.0}
+LIMITS = {"fma_gflops": 10.0, "shader_copy_gbs": 5.0, "fma_cpu_gflops": 4.0}
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +108,10 @@ def test_row(device, exported, monkeypatch):
     hot_s = vk["hot"]["median"] / 1e3
     assert row["fma_share"] == pytest.approx(row["conv_gemm_gflop"] / hot_s / 10.0)
     assert 0 < row["roofline_share"] == pytest.approx(row["roofline_ms"] / 1e3 / hot_s)
+    # the same hot runs' process CPU time, and the share counted in it
+    assert vk["hot_cpu"]["n"] == 2 and vk["hot_cpu"]["median"] > 0
+    assert row["fma_cpu_share"] == pytest.approx(
+        row["conv_gemm_gflop"] / (vk["hot_cpu"]["median"] / 1e3) / 4.0)
     md = report.markdown({"command": ["x"], "rows": [row]})
     assert "| unet-tiny | 32 |" in md
 
@@ -244,3 +248,13 @@ def test_hot_runs_are_enough_for_a_median():
     assert b.count(0.09) == 11
     assert 1 <= b.count(5.0) < worker_io.MIN_HOT_RUNS
     assert worker_io.budget("1", "3").count(0.8) == 3
+
+
+def test_device_limits_count_the_fma_kernel_in_cpu_time(device):
+    """The FMA kernel's rate per second of process CPU time is measured beside its wall
+    rate (``fma_cpu_gflops``: a CPU driver's work; on a GPU, host time only)."""
+    from bench.cnn.cli import device_limits
+
+    lim = device_limits(device)
+    assert lim["fma_gflops"] > 0 and lim["shader_copy_gbs"] > 0
+    assert lim["fma_cpu_gflops"] > 0

@@ -115,13 +115,17 @@ def sizes(args_size, specs) -> dict:
 
 
 def device_limits(dev) -> dict:
-    """The device's FMA peak and compute-shader copy bandwidth (``bench/limits.py``)."""
+    """The device's FMA peak and compute-shader copy bandwidth (``bench/limits.py``), and
+    the FMA kernel's FLOPs per second of this process's CPU time (``fma_cpu_gflops``:
+    on a CPU driver its threads' work, which another process's load does not stretch;
+    :func:`run.shares`)."""
     from .. import limits
 
     size = max(1 << 16, min(32 << 20, dev.limits["maxStorageBufferRange"] // 2) >> 16 << 16)
     fma = limits.fma_gflops(dev, target_s=0.05)
     copy = limits.shader_copy_gbs(dev, size)
-    return {"fma_gflops": fma["gflops"], "shader_copy_gbs": copy["gbs"]}
+    return {"fma_gflops": fma["gflops"], "shader_copy_gbs": copy["gbs"],
+            "fma_cpu_gflops": fma["flops"] / max(fma["cpu_seconds"], 1e-9) / 1e9}
 
 
 def _commit() -> str | None:
