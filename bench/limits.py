@@ -34,17 +34,20 @@ TARGETS = {"replay_us_per_submit": 80.0, "batched_us_per_padding": 40.0,
            "upload_vs_cpu_copy": 0.5, "download_vs_cpu_copy": 0.5}
 
 
-def _timed_runs(ctx, record, reps: int) -> tuple[list[float], list[float]]:
+def _timed_runs(ctx, record, reps: int, cpu: list | None = None) -> tuple[list[float], list[float]]:
     """Record once into a timed sequence, run it ``reps`` times after one warm-up run:
-    (GPU seconds per run or [] without timestamps, wall seconds per run)."""
+    (GPU seconds per run or [] without timestamps, wall seconds per run); ``cpu``, where
+    given, gets each run's process CPU seconds (every thread: a CPU driver's work)."""
     gpu, wall = [], []
     with ctx.sequence(timed=True) as seq:
         record(seq)
         seq.run()
         for _ in range(reps):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             seq.run()
             wall.append(time.perf_counter() - t)
+            if cpu is not None:
+                cpu.append(time.process_time() - c)
             if seq.gpu_time_ns:
                 gpu.append(seq.gpu_time_ns * 1e-9)
     return gpu, wall
@@ -81,7 +84,8 @@ def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
                 def record(seq, pipe=pipe, gx=gx, gy=gy, push=push):
                     seq.dispatch(pipe, [Bind(out, 0, out.size, "w")], (gx, gy, 1), push)
 
-                gpu, wall = _timed_runs(ctx, record, reps)
+                cpu: list = []
+                gpu, wall = _timed_runs(ctx, record, reps, cpu)
                 t = _best_time(gpu, wall)
                 if t >= target_s or gy * 4 > max_y:
                     break
@@ -90,7 +94,7 @@ def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
             if best is None or flops / t > best["gflops"] * 1e9:
                 best = {"gflops": flops / t / 1e9, "flops": flops, "seconds": t,
                         "invocations": groups * local, "local_size": local,
-                        "timer": "gpu" if gpu else "wall"}
+                        "timer": "gpu" if gpu else "wall", "cpu_seconds": min(cpu)}
         return best
     finally:
         out.free()

@@ -1,9 +1,15 @@
-"""``python -m bench models`` on a tiny model: a small U-Net (``bench/cnn/models.unet``,
+"""``python -m bench models`` on a tiny model: a small U-Net (``bench/cnn/models.TINY``,
 32x32) exported by torch.onnx through the same code path as the model set, on every
 device: the row's fields, vkml's and PyTorch's outputs against ONNX Runtime CPU, the
-placement figures, and the FLOP count against one taken independently (forward hooks
-on the torch modules).  Timings are never asserted, only that they exist."""
+placement figures, the FLOP count against one taken independently (forward hooks on
+the torch modules), and that neither CPU peer (nor the export, nor the count) runs in
+the process measuring vkml.  Timings are never asserted, only that they exist."""
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,15 +19,14 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from bench.cnn import flops, models, report                       # noqa: E402
+from bench.cnn import peers as peers_mod                            # noqa: E402
 from bench.cnn.peers import OrtCpu, TorchCpu                       # noqa: E402
 from bench.cnn.run import model_row                                # noqa: E402
 from bench.stats import Budget                                     # noqa: E402
 
 SIZE = 32
-TINY = models.ModelSpec("unet-tiny",
-                        models.calibrated(lambda size: models.unet(base=4, depth=2)),
-                        size=SIZE, source=[models.__file__])
-LIMITS = {"fma_gflops": 10.0, "shader_copy_gbs": 5.0}
+TINY = models.TINY                 # found by name in the CPU peers' child processes
+LIMITS = {"fma_gflops": 10.0, "shader_copy_gbs": 5.0, "fma_cpu_gflops": 4.0}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,14 @@ def test_flops_match_torch_hooks(exported):
     assert t == pytest.approx(sum(max(f, b) for _, f, b in counted["layers"]) * 1e-9)
 
 
-def test_row(device, exported):
+def _not_here(*a, **k):
+    pytest.fail("a CPU peer prepared in the bench's process")
+
+
+def test_row(device, exported, monkeypatch):
+    # the CPU peers run in child processes (peer_worker), never in this one
+    for cls in (peers_mod.OrtCpu, peers_mod.TorchCpu):
+        monkeypatch.setattr(cls, "prepare", _not_here)
     budget = Budget(warmup=0, repeats=2)
     row = model_row(TINY, SIZE, exported, device, [OrtCpu(), TorchCpu()], budget, LIMITS)
     vk = row["vkml"]
@@ -90,11 +102,16 @@ def test_row(device, exported):
         assert vk["strict"]["refused_op"] in vk["host_ops"]
     peers = row["peers"]
     assert peers["onnxruntime-cpu"]["rel_err"] == 0.0
+    assert peers["onnxruntime-cpu"]["hot"]["n"] == 2
     assert peers["torch-cpu"]["status"] == "ok" and peers["torch-cpu"]["rel_err"] < 1e-4
     assert peers["torch-cpu"]["vkml_speedup"] > 0
     hot_s = vk["hot"]["median"] / 1e3
     assert row["fma_share"] == pytest.approx(row["conv_gemm_gflop"] / hot_s / 10.0)
     assert 0 < row["roofline_share"] == pytest.approx(row["roofline_ms"] / 1e3 / hot_s)
+    # the same hot runs' process CPU time, and the share counted in it
+    assert vk["hot_cpu"]["n"] == 2 and vk["hot_cpu"]["median"] > 0
+    assert row["fma_cpu_share"] == pytest.approx(
+        row["conv_gemm_gflop"] / (vk["hot_cpu"]["median"] / 1e3) / 4.0)
     md = report.markdown({"command": ["x"], "rows": [row]})
     assert "| unet-tiny | 32 |" in md
 
@@ -171,3 +188,73 @@ def test_row_fuse_switch(device, exported):
     assert none["fusions"] == {}
     for row in (on, off, none):
         assert row["status"] == "ok" and row["rel_err"] < 1e-4
+
+
+#: Run in a fresh process where importing torch or onnxruntime fails: the tiny model
+#: exported (a cache miss: the export's child process), then its row with both CPU peers.
+_NO_PEERS_HERE = """
+import json, sys
+sys.modules["torch"] = sys.modules["onnxruntime"] = None
+import numpy as np, vkml
+from bench.cnn import models
+from bench.cnn.peers import OrtCpu, TorchCpu
+from bench.cnn.run import model_row
+from bench.stats import Budget
+index, cache = int(sys.argv[1]), sys.argv[2]
+data, path, hit = models.export_apart(models.TINY, 32, cache)
+again = models.export_apart(models.TINY, 32, cache)
+with vkml.Device(index) as dev:
+    row = model_row(models.TINY, 32, data, dev, [OrtCpu(), TorchCpu()],
+                    Budget(warmup=0, repeats=1), {"fma_gflops": 1.0, "shader_copy_gbs": 1.0},
+                    cold=False)
+print(json.dumps({"hit": [hit, again[2]], "same": again[0] == data, "row": row},
+                 default=float))
+"""
+
+
+def test_cpu_peers_stay_out_of_the_bench_process(device, exported, tmp_path):
+    """The bench's process measures vkml without ever importing torch or onnxruntime
+    (their thread pools spin on the cores the CPU drivers use): the export, the FLOP
+    count, the reference and both CPU peers run in child processes, and the row is
+    whole: the same exported bytes as in this process, every output checked."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, "-c", _NO_PEERS_HERE, str(device.info.index),
+                          str(tmp_path)], cwd=root, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["hit"] == [False, True] and out["same"]
+    row = out["row"]
+    assert row["vkml"]["status"] == "ok" and row["vkml"]["rel_err"] < 1e-4
+    assert row["peers"]["onnxruntime-cpu"]["rel_err"] == 0.0
+    torch_row = row["peers"]["torch-cpu"]
+    assert torch_row["status"] == "ok" and torch_row["rel_err"] < 1e-4, torch_row
+    assert row["conv_gemm_gflop"] * 1e9 == pytest.approx(hooked_flops(), rel=1e-9)
+    with open(next(tmp_path.glob("unet-tiny-32-*.onnx")), "rb") as f:
+        assert f.read() == exported
+
+
+def test_hot_runs_are_enough_for_a_median():
+    """Every row's hot figure is the median of at least MIN_HOT_RUNS runs, whatever a run
+    lasts within the cap (a loaded machine's 0.8 s ResNet-18 too); fewer only for runs
+    so slow that they would take over ``cap`` x the budget; ``--repeats`` fixes it."""
+    from bench.cnn import worker_io
+    from bench.cnn.cli import _parser
+
+    args = _parser().parse_args(["--seconds", "1"])
+    b = worker_io.budget(args.seconds, args.repeats)
+    assert worker_io.MIN_HOT_RUNS >= 10
+    assert b.count(0.8) == worker_io.MIN_HOT_RUNS and b.count(0.01) == 50
+    assert b.count(0.09) == 11
+    assert 1 <= b.count(5.0) < worker_io.MIN_HOT_RUNS
+    assert worker_io.budget("1", "3").count(0.8) == 3
+
+
+def test_device_limits_count_the_fma_kernel_in_cpu_time(device):
+    """The FMA kernel's rate per second of process CPU time is measured beside its wall
+    rate (``fma_cpu_gflops``: a CPU driver's work; on a GPU, host time only)."""
+    from bench.cnn.cli import device_limits
+
+    lim = device_limits(device)
+    assert lim["fma_gflops"] > 0 and lim["shader_copy_gbs"] > 0
+    assert lim["fma_cpu_gflops"] > 0

@@ -713,3 +713,54 @@ def test_a_clear_lead_is_the_same_winner_by_the_margin_in_every_round():
     assert not tuning._clear([[1.0, 1.0], [m * 0.99, 2.0]])     # one round too close
     assert not tuning._clear([[1.0, 3.0], [2.0, 1.0]])          # the winner changed
     assert tuning._clear([[1.0, 1.2]])                          # one candidate
+
+
+def _noisy_path(times: dict, noise: float, calls: dict) -> tuning.TunablePath:
+    """Candidates ``a`` (listed first) and ``b`` timed at ``times`` seconds, every other
+    round (RUNS_PER_ROUND runs: the timed warm-up starts the first) slower by ``noise``,
+    as a burst of load on the machine makes them; nothing is recorded."""
+    fake = {}
+
+    def run(dev, seq, cand, shape):
+        fake[id(seq)] = cand.name
+
+    def timer(seq):
+        name = fake[id(seq)]
+        k = calls[name] = calls.get(name, -1) + 1
+        return times[name] * (noise if (k // tuning.RUNS_PER_ROUND) % 2 else 1.0)
+    calls["timer"] = timer
+    return tuning.tunable_path("noisy", ["a", "b"], "a", lambda s: "one", run,
+                               tie_margin=1.1)
+
+
+@pytest.mark.parametrize("a, noise, want", [
+    (1.2e-3, 1.4, "a"),        # a lead inside the noise: the listed first keeps it
+    (1.2e-3, 1.0, "b"),        # the same lead timed quietly: the faster wins
+    (1.2e-3, 1.05, "b"),       # noise under the path's own margin changes nothing
+    (1.5e-3, 1.4, "b"),        # a lead past NOISE_TIE_CAP wins through the noise
+])
+def test_a_lead_within_the_timing_noise_is_a_tie(device, tmp_path, monkeypatch, a, noise,
+                                                 want):
+    calls: dict = {}
+    path = _noisy_path({"a": a, "b": 1.0e-3}, noise, calls)
+    monkeypatch.setattr(tuning, "_run_once", calls.pop("timer"))
+    c = tuning.Tuner("full", folder=tmp_path, rounds=2).choose(device, path, 1)
+    assert c.times["b"] == pytest.approx(1.0e-3) and c.times["a"] == pytest.approx(a)
+    assert c.name == want
+    margin = tuning.Tuner("full", folder=tmp_path).lookup(c.key)["margin"]
+    assert margin == pytest.approx(min(tuning.NOISE_TIE_CAP, max(1.1, noise)))
+    # the close pair (within that margin) was timed CLOSE_ROUNDS rounds more
+    rounds = 2 + (tuning.CLOSE_ROUNDS if a <= margin * 1.0e-3 else 0)
+    assert calls["a"] + 1 == calls["b"] + 1 == rounds * tuning.RUNS_PER_ROUND
+
+
+def test_noise_is_the_median_spread_of_round_medians():
+    t = lambda *m: tuning._Timed(None, None, None, 0.0, medians=list(m))   # noqa: E731
+    assert tuning._noise([t(1.0), t(2.0)]) == 1.0                  # one round each
+    assert tuning._noise([t(1.0, 1.5), t(2.0, 2.2), t(1.0, 3.0)]) == pytest.approx(1.5)
+    plain = tuning.tunable_path("p", ["a"], "a", lambda s: "x", None)
+    tied = tuning.tunable_path("p", ["a"], "a", lambda s: "x", None, tie_margin=1.1)
+    noisy = [t(1.0, 2.0)]
+    assert tuning._margin(noisy, plain) == 1.0
+    assert tuning._margin(noisy, tied) == tuning.NOISE_TIE_CAP
+    assert tuning._margin([t(1.0, 1.02)], tied) == 1.1

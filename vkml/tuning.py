@@ -42,7 +42,10 @@ How (the rules a client can rely on):
   raises :class:`Declined` or any ``VkmlError`` (a limit, a missing feature) does not
   take that shape and is skipped.  A path with a ``tie_margin`` (:func:`tunable_path`)
   times the candidates within it of the fastest :data:`CLOSE_ROUNDS` rounds more and
-  gives a remaining tie to the previous choice, else to the one listed first.
+  gives a remaining tie to the previous choice, else to the one listed first; the margin
+  widens to the timing's own noise (the median over candidates of their slowest round
+  median over their fastest), at most to :data:`NOISE_TIE_CAP`, so that what one
+  process's load decides is not stored as a choice (the entry's ``margin``).
 - Re-checking: :meth:`Tuner.observe` takes the times operators see anyway; when the
   median of the last :data:`STALE_OBSERVATIONS` (8) observations of a candidate differs
   from its stored time (or the ``expected`` time given) by more than
@@ -124,6 +127,13 @@ WARM_RECHECK = 1.5
 #: Rounds more for the candidates within a path's ``tie_margin`` of the fastest (a close
 #: call is timed again before the tie rule decides it; fast mode too).
 CLOSE_ROUNDS = 2
+#: A path's ``tie_margin`` widens to the timing's own noise (:func:`_noise`: how far one
+#: candidate's round medians disagree with each other), at most to this factor: on a
+#: loaded CPU driver the same candidates time 1.5x and more apart from one process to
+#: the next, and a lead smaller than that spread picked whichever the load favoured, a
+#: different kernel in each process (bench/RESULTS.md, "Whole models").  A quiet timing
+#: keeps the path's own margin, so a real lead there still wins.
+NOISE_TIE_CAP = 1.3
 #: In fast mode a candidate whose first run took this many times the fastest first run,
 #: plus FIRST_RUN_SLACK_S, gets no timed run at all: it is dropped like a slow warm-up,
 #: its first-run time kept.  A first run carries one-time costs (on lavapipe a
@@ -831,13 +841,15 @@ class Tuner:
             if fast:
                 dropped.update(_cut_slow(timed))
             done = _rounds(timed, rounds, self.budget_s if fast else None)
-            _retime_close(timed, p.tie_margin, fast)
+            _retime_close(timed, _margin(timed, p), fast)
         finally:
             for t in timed:
                 t.close()
         times = {t.candidate.name: min(t.medians) for t in timed}
-        choice = _pick(times, p, previous)
+        margin = _margin(timed, p)
+        choice = _pick(times, p, previous, margin)
         return {"choice": choice, "seconds": times[choice], "times": {**dropped, **times},
+                "margin": margin,
                 "dropped": sorted(dropped),
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
                 "measured_at": time.time(), "elapsed_s": _perf() - t0,
@@ -983,14 +995,31 @@ def _retime_close(timed: list, margin: float, fast: bool) -> None:
             t.medians.append(statistics.median([_run_once(t.seq) for _ in range(runs)]))
 
 
-def _pick(times: dict, p: TunablePath, previous: str | None) -> str:
-    """The choice among timed candidates (``times``, in the listed order): the fastest
-    (the default on an exact tie); with a ``tie_margin``, of those within it of the
-    fastest, ``previous`` if among them, else the first listed."""
+def _noise(timed: list) -> float:
+    """How far the timing's repeats disagree: the median over the candidates timed in
+    two rounds or more of their slowest round median over their fastest (1.0 where none
+    was): a burst of load that slowed one round shows here."""
+    spreads = [max(t.medians) / min(t.medians) for t in timed
+               if len(t.medians) > 1 and min(t.medians) > 0]
+    return statistics.median(spreads) if spreads else 1.0
+
+
+def _margin(timed: list, p: TunablePath) -> float:
+    """The tie margin of this timing: the path's ``tie_margin`` widened to the noise, at
+    most to :data:`NOISE_TIE_CAP` (1.0, no ties, for a path without a margin)."""
     if p.tie_margin <= 1.0:
+        return 1.0
+    return max(p.tie_margin, min(NOISE_TIE_CAP, _noise(timed)))
+
+
+def _pick(times: dict, p: TunablePath, previous: str | None, margin: float = 1.0) -> str:
+    """The choice among timed candidates (``times``, in the listed order): the fastest
+    (the default on an exact tie); with a tie ``margin`` (:func:`_margin`), of those
+    within it of the fastest, ``previous`` if among them, else the first listed."""
+    if margin <= 1.0:
         return min(times, key=lambda n: (times[n], n != p.default))
     best = min(times.values())
-    tied = [n for n in times if times[n] <= p.tie_margin * best]
+    tied = [n for n in times if times[n] <= margin * best]
     return previous if previous in tied else tied[0]
 def _first_run(seq) -> float:
     """A candidate's first run (:func:`_cut_hopeless`), timed as :func:`_run_once` but

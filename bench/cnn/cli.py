@@ -11,7 +11,8 @@
 
 Models are built from their torchvision / ultralytics definitions with random weights
 (``bench/cnn/models.py``), exported to ONNX once and cached (``bench/.models/``, or
-$VKML_MODEL_CACHE).  Exit status 0, or 1 when vkml failed on a model or its output is
+$VKML_MODEL_CACHE).  The export, the FLOP count and every peer (ONNX Runtime CPU, the
+reference, too) run in child processes: this one imports neither torch nor onnxruntime.  Exit status 0, or 1 when vkml failed on a model or its output is
 off ONNX Runtime CPU's by more than ``--tolerance`` (peers never fail the run).
 """
 from __future__ import annotations
@@ -26,9 +27,8 @@ import time
 import vkml
 from vkml.ops.graph import FUSION_KINDS
 
-from ..stats import Budget
 from . import models as models_mod
-from . import report
+from . import report, worker_io
 from .peers import PEERS
 from .run import model_row
 
@@ -47,11 +47,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--peers", default=None, metavar="LIST",
                     help="comma-separated peers (" + ", ".join(p.name for p in PEERS)
                          + "); onnxruntime-cpu always runs (the reference)")
-    ap.add_argument("--seconds", type=float, default=2.0, help="time budget per measurement")
+    ap.add_argument("--seconds", type=float, default=2.0,
+                    help="time budget of each row's hot runs (at least 10 runs, fewer only "
+                         "where they would take over 10x this)")
     ap.add_argument("--repeats", type=int, default=None, help="hot runs per measurement")
     ap.add_argument("--peer-timeout", type=float, default=300.0, metavar="S",
-                    help="time limit of a peer measured in a child process (IREE, the "
-                         "WebGPU peers), per model (default 300)")
+                    help="time limit of each peer's child process (every peer runs in "
+                         "one), per model (default 300)")
     ap.add_argument("--cpu-threads", type=int, default=0, metavar="N",
                     help="threads of ONNX Runtime CPU and PyTorch CPU (default: theirs)")
     ap.add_argument("--no-limits", action="store_true",
@@ -113,13 +115,17 @@ def sizes(args_size, specs) -> dict:
 
 
 def device_limits(dev) -> dict:
-    """The device's FMA peak and compute-shader copy bandwidth (``bench/limits.py``)."""
+    """The device's FMA peak and compute-shader copy bandwidth (``bench/limits.py``), and
+    the FMA kernel's FLOPs per second of this process's CPU time (``fma_cpu_gflops``:
+    on a CPU driver its threads' work, which another process's load does not stretch;
+    :func:`run.shares`)."""
     from .. import limits
 
     size = max(1 << 16, min(32 << 20, dev.limits["maxStorageBufferRange"] // 2) >> 16 << 16)
     fma = limits.fma_gflops(dev, target_s=0.05)
     copy = limits.shader_copy_gbs(dev, size)
-    return {"fma_gflops": fma["gflops"], "shader_copy_gbs": copy["gbs"]}
+    return {"fma_gflops": fma["gflops"], "shader_copy_gbs": copy["gbs"],
+            "fma_cpu_gflops": fma["flops"] / max(fma["cpu_seconds"], 1e-9) / 1e9}
 
 
 def _commit() -> str | None:
@@ -145,7 +151,7 @@ def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
                 size = size_of[spec.name]
                 if (spec.name, size) not in exported:
                     t = time.perf_counter()
-                    data, path, hit = models_mod.export(spec, size)
+                    data, path, hit = models_mod.export_apart(spec, size)
                     exported[spec.name, size] = data
                     log(f"{spec.name} {size}x{size}: {'cached' if hit else 'exported'} "
                         f"{path} ({time.perf_counter() - t:.1f} s)")
@@ -188,8 +194,7 @@ def main(argv=None) -> int:
     else:
         with vkml.Device(args.device) as dev:
             devices = [dev.info]
-    budget = Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=args.seconds,
-                    repeats=args.repeats, cap=4.0)
+    budget = worker_io.budget(args.seconds, args.repeats)
     log = lambda text: print(text, file=sys.stderr, flush=True)   # noqa: E731
     dtype = None if args.dtype == "float32" else args.dtype
     rows = run_devices(devices, specs, size_of, peers, budget, not args.no_limits, log,

@@ -144,3 +144,35 @@ def layer_bound(flops: float, nbytes: float, fma_gflops: float, copy_gbs: float)
 def roofline_seconds(layers, fma_gflops: float, copy_gbs: float) -> float:
     """Sum over layers of :func:`layer_bound`."""
     return sum(layer_bound(f, b, fma_gflops, copy_gbs) for _, f, b in layers)
+
+
+def count_apart(data: bytes) -> dict:
+    """:func:`count` of the model ``data`` in a child process (``python -m bench.cnn.flops
+    MODEL.onnx``): counting runs ONNX Runtime CPU, whose thread pools are kept out of the
+    process that measures vkml."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with tempfile.TemporaryDirectory(prefix="vkml-flops-") as tmp:
+        path = os.path.join(tmp, "m.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        res = subprocess.run([sys.executable, "-m", "bench.cnn.flops", path], cwd=root,
+                             capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"counting the model's FLOPs failed: {res.stderr.strip()[-500:]}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out["layers"] = [tuple(x) for x in out["layers"]]
+    out["layer_nodes"] = [tuple(x) for x in out["layer_nodes"]]
+    return out
+
+
+if __name__ == "__main__":          # python -m bench.cnn.flops MODEL.onnx: count_apart's
+    import json
+    import sys
+
+    print(json.dumps(count(onnx.load(sys.argv[1])), default=float))

@@ -1,10 +1,12 @@
 """``python -m bench.cnn.peer_worker PEER MODEL.onnx X.npy Y.npy FIG.json DEVICE SECONDS
-REPEATS``: one in-tree peer's figures for one model (``PEER``: its name in
-:data:`.peers.PEERS`, e.g. ``iree-vulkan``, ``ncnn-vulkan``), in a child process of
-``python -m bench models`` (which bounds its time, and keeps the peer's own Vulkan device
-out of the process that measures vkml): prepare, first run and hot runs on ``DEVICE``
-(the input's last size is the model's); writes the output to Y.npy and the figures (or
-``{"absent": why}``) to FIG.json."""
+REPEATS [SPEC THREADS]``: one in-tree peer's figures for one model (``PEER``: its name in
+:data:`.peers.PEERS`, e.g. ``onnxruntime-cpu``, ``torch-cpu``, ``iree-vulkan``,
+``ncnn-vulkan``), in a child process of ``python -m bench models`` (which bounds its
+time, and keeps the peer's own Vulkan device and thread pools out of the process that
+measures vkml): prepare, first run and hot runs on ``DEVICE`` (the input's last size is
+the model's); writes the output to Y.npy and the figures (or ``{"absent": why}``) to
+FIG.json.  The CPU peers add ``SPEC`` (the model's name for ``models.by_name``, ``-`` for
+none) and ``THREADS`` (``peers.CPU_THREADS``)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,7 @@ import sys
 import numpy as np
 
 from ..runners import Absent
+from . import peers as peers_mod
 from .peers import PEERS
 from .worker_io import measure
 
@@ -23,13 +26,22 @@ class _Named:
 
 
 def main(argv) -> int:
-    name, model, xp, yp, figp, device, seconds, repeats = argv
+    name, model, xp, yp, figp, device, seconds, repeats, *rest = argv
     peer = next(p for p in PEERS if p.name == name)
+    spec = None
+    if rest:
+        from .models import by_name
+
+        try:
+            spec = by_name(rest[0])
+        except KeyError:                 # a model outside the set: only PyTorch needs it
+            spec = None
+        peers_mod.CPU_THREADS[0] = int(rest[1])
     with open(model, "rb") as f:
         data = f.read()
     x = np.load(xp)
     try:
-        fig, y = measure(lambda: peer.prepare(None, data, x.shape[-1], _Named(device)), x,
+        fig, y = measure(lambda: peer.prepare(spec, data, x.shape[-1], _Named(device)), x,
                          seconds, repeats)
         if getattr(peer, "note", ""):
             fig["note"] = peer.note

@@ -35,50 +35,6 @@ class Peer:
         raise NotImplementedError
 
 
-class OrtCpu(Peer):
-    """ONNX Runtime's CPU provider on the exported model: the correctness reference."""
-    name = "onnxruntime-cpu"
-
-    def version(self):
-        return require("onnxruntime", "onnxruntime").__version__
-
-    def prepare(self, spec, data, size, device=None):
-        ort = require("onnxruntime", "onnxruntime")
-        so = ort.SessionOptions()
-        if CPU_THREADS[0]:
-            so.intra_op_num_threads = CPU_THREADS[0]
-        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
-        name = sess.get_inputs()[0].name
-        return lambda x: sess.run(None, {name: x})[0]
-
-
-class TorchCpu(Peer):
-    """PyTorch (eager, CPU) on the same definition, rebuilt with the same seed, so the
-    same weights as the exported model."""
-    name = "torch-cpu"
-
-    def version(self):
-        return require("torch").__version__
-
-    def prepare(self, spec, data, size, device=None):
-        torch = require("torch")
-        from .models import SEED
-
-        if CPU_THREADS[0]:
-            torch.set_num_threads(CPU_THREADS[0])
-        torch.manual_seed(SEED)
-        try:
-            model = spec.build(size)
-        except Exception as exc:             # noqa: BLE001 (a definition that needs more)
-            raise Absent(f"building {spec.name}: {type(exc).__name__}: {exc}") from None
-
-        def run(x):
-            with torch.inference_mode():
-                y = model(torch.from_numpy(x))
-            return (y[0] if isinstance(y, (tuple, list)) else y).numpy()
-        return run
-
-
 def _iree_driver_devices(rt) -> list:
     try:
         return rt.get_driver("vulkan").query_available_devices()
@@ -103,6 +59,10 @@ class ChildPeer(Peer):
         """The worker's environment (None: this process's)."""
         return None
 
+    def extra_args(self, spec) -> list:
+        """Arguments after the worker's usual ones (none)."""
+        return []
+
     def measure(self, spec, data, size, device, x, budget) -> tuple:
         """(figures, output) from the worker, or Absent with why."""
         import json
@@ -114,7 +74,8 @@ class ChildPeer(Peer):
             f.write(data)
         np.save(paths[1], x)
         cmd = [self.python(), "-m", self.worker, *self.worker_args, *paths,
-               device.info.name, str(budget.seconds), str(budget.repeats or 0)]
+               device.info.name, str(budget.seconds), str(budget.repeats or 0),
+               *self.extra_args(spec)]
         try:
             res = subprocess.run(cmd, capture_output=True, text=True, cwd=_root(),
                                  timeout=self.timeout_s, env=self.env(device))
@@ -138,6 +99,81 @@ class ChildPeer(Peer):
                 exc.first = (first, np.load(paths[2]))
             raise exc
         return fig, np.load(paths[2])
+
+
+def _installed(dist: str) -> str:
+    """The version of the installed distribution ``dist``, read from its metadata (the
+    package itself is not imported), or :class:`Absent` naming what to install."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        raise Absent(f"{dist} is not installed; pip install {dist} (or every peer: pip "
+                     f"install 'vkml[bench]')") from None
+
+
+class CpuChildPeer(ChildPeer):
+    """A CPU peer, measured in ``bench.cnn.peer_worker``'s child process like the Vulkan
+    ones: its thread pool (ONNX Runtime's, PyTorch's OpenMP) spins on the cores the CPU
+    drivers' threads run on, so in the bench's process it slowed vkml's tuning and runs
+    and made one process's choices differ from the next (bench/RESULTS.md, "Whole
+    models").  The worker also gets the model's name (the PyTorch peer rebuilds the
+    definition) and :data:`CPU_THREADS`."""
+    worker = "bench.cnn.peer_worker"
+
+    def extra_args(self, spec) -> list:
+        return [spec.name if spec is not None else "-", str(CPU_THREADS[0])]
+
+
+class OrtCpu(CpuChildPeer):
+    """ONNX Runtime's CPU provider on the exported model: the correctness reference (its
+    output comes back from the child process)."""
+    name = "onnxruntime-cpu"
+    worker_args = (name,)
+
+    def version(self):
+        return _installed("onnxruntime")
+
+    def prepare(self, spec, data, size, device=None):
+        ort = require("onnxruntime", "onnxruntime")
+        so = ort.SessionOptions()
+        if CPU_THREADS[0]:
+            so.intra_op_num_threads = CPU_THREADS[0]
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        name = sess.get_inputs()[0].name
+        return lambda x: sess.run(None, {name: x})[0]
+
+
+class TorchCpu(CpuChildPeer):
+    """PyTorch (eager, CPU) on the same definition, rebuilt with the same seed, so the
+    same weights as the exported model."""
+    name = "torch-cpu"
+    worker_args = (name,)
+
+    def version(self):
+        return _installed("torch")
+
+    def prepare(self, spec, data, size, device=None):
+        torch = require("torch")
+        from .models import SEED
+
+        if spec is None:
+            raise Absent("PyTorch CPU rebuilds the model from its definition, found by name "
+                         "(bench.cnn.models.by_name): this model is not in the set")
+        if CPU_THREADS[0]:
+            torch.set_num_threads(CPU_THREADS[0])
+        torch.manual_seed(SEED)
+        try:
+            model = spec.build(size)
+        except Exception as exc:             # noqa: BLE001 (a definition that needs more)
+            raise Absent(f"building {spec.name}: {type(exc).__name__}: {exc}") from None
+
+        def run(x):
+            with torch.inference_mode():
+                y = model(torch.from_numpy(x))
+            return (y[0] if isinstance(y, (tuple, list)) else y).numpy()
+        return run
 
 
 def _ending(returncode: int) -> str:

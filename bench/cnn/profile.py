@@ -65,8 +65,6 @@ def measure(spec, size: int, data: bytes, dev, limits: dict | None, repeat: int,
             log=print) -> list:
     """Prepare the model on ``dev``, profile it on the bench's input (seed 0), log the
     table and return :func:`profile_rows`."""
-    import onnx
-
     import vkml.onnx
 
     x = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)
@@ -76,6 +74,6 @@ def measure(spec, size: int, data: bytes, dev, limits: dict | None, repeat: int,
         prof = rep.profile([x], repeat=repeat)
     finally:
         rep.release()
-    rows = profile_rows(prof, flops_mod.count(onnx.load_from_string(data)), limits)
+    rows = profile_rows(prof, flops_mod.count_apart(data), limits)
     log(text(f"{spec.name} {size}x{size} on {dev.info.name}", rows, prof))
     return rows

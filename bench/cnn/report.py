@@ -8,7 +8,9 @@ from __future__ import annotations
 #: prepare plus first run in a fresh process with an empty cache, then in a second one
 #: with the same cache (``run.cold_start``).
 HEAD = ["model", "input", "prepare s", "first s", "cold s", "warm s", "vkml ms"]
-TAIL = ["rel err", "host nodes / parts", "strict", "FMA %", "roofline %"]
+#: "FMA % cpu": the same share counted in process CPU time (``run.shares``: a CPU
+#: driver's figure that a loaded machine leaves comparable).
+TAIL = ["rel err", "host nodes / parts", "strict", "FMA %", "roofline %", "FMA % cpu"]
 
 
 def _f(v, fmt="{:.3g}") -> str:
@@ -66,7 +68,8 @@ def table_rows(rows) -> tuple[list, list]:
         cells += [_errs(r), f"{vk['host_node_count']} / {vk['device_partitions']}d+"
                   f"{vk['host_partitions']}h", strict,
                   _f(r.get("fma_share") and 100 * r["fma_share"], "{:.1f}"),
-                  _f(r.get("roofline_share") and 100 * r["roofline_share"], "{:.1f}")]
+                  _f(r.get("roofline_share") and 100 * r["roofline_share"], "{:.1f}"),
+                  _f(r.get("fma_cpu_share") and 100 * r["fma_cpu_share"], "{:.1f}")]
         out.append(cells)
     return header, out
 

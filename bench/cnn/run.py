@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -20,7 +21,7 @@ import vkml
 import vkml.onnx
 
 from ..runners import Absent
-from ..stats import Budget
+from ..stats import Budget, Stats
 from . import flops as flops_mod
 from .worker_io import timed
 
@@ -104,16 +105,24 @@ def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None, fuse=True,
     ``prepare``'s (``"float16"``: the float32 model in float16 on the device, its rel err
     still against ONNX Runtime CPU float32); ``fuse``: ``prepare``'s too (the graph
     fusions switched on, to measure them), recorded in the row."""
-    holder = {}
+    holder, cpu = {}, []
+
+    def run(a):
+        c = time.process_time()
+        y = holder["rep"].run([a])[0]
+        cpu.append(time.process_time() - c)
+        return y
 
     def prepare():
         holder["rep"] = vkml.onnx.prepare(data, device=dev, dtype=dtype, fuse=fuse)
-        return lambda a: holder["rep"].run([a])[0]
+        return run
 
     try:
         fig, y = timed(prepare, x, budget)
     except vkml.VkmlError as exc:
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    # the hot runs' process CPU ms (every thread), beside their wall ms (``shares``)
+    fig["hot_cpu"] = Stats.of(cpu[-fig["hot"]["n"]:]).as_dict()
     rep = holder["rep"]
     try:
         parts = collections.Counter(w for w, _ in rep.partitions)
@@ -157,7 +166,12 @@ def peer_row(peer, spec, data, size, dev, x, ref, budget: Budget) -> dict:
 
 def shares(row: dict, counted: dict, limits: dict | None) -> None:
     """Add the share of the FMA peak (conv/GEMM FLOPs over the hot median) and of the
-    roofline bound to ``row``."""
+    roofline bound to ``row``; and ``fma_cpu_share``: the model's FLOPs per second of
+    this process's CPU time over the FMA kernel's (``cli.device_limits``).  On a CPU
+    driver the device's work is this process's threads' CPU time, which other
+    processes' load leaves nearly unchanged where it stretches wall times 2-8x, so this
+    share compares runs on a loaded machine; quiet and with every core busy it is near
+    ``fma_share``.  On a GPU it means nothing (the CPU only waits)."""
     row["conv_gemm_gflop"] = counted["conv_gemm_flops"] / 1e9
     row["model_mb"] = counted["bytes"] / 1e6
     vk = row["vkml"]
@@ -170,6 +184,18 @@ def shares(row: dict, counted: dict, limits: dict | None) -> None:
     bound = flops_mod.roofline_seconds(counted["layers"], peak, bw)
     row["roofline_ms"] = bound * 1e3
     row["roofline_share"] = bound / hot_s
+    if limits.get("fma_cpu_gflops") and vk.get("hot_cpu"):
+        cpu_s = max(vk["hot_cpu"]["median"] / 1e3, 1e-9)
+        row["fma_cpu_share"] = counted["conv_gemm_flops"] / cpu_s / 1e9 / limits["fma_cpu_gflops"]
+
+
+def reference(peer, spec, data: bytes, size: int, dev, x, budget: Budget) -> tuple:
+    """(ONNX Runtime CPU's row, its output): the reference every output is checked
+    against, measured in its child process (``peers.CpuChildPeer``) like any peer; its
+    :class:`~bench.runners.Absent` (not installed, failed) ends the model's row."""
+    fig, y = peer.measure(spec, data, size, dev, x, budget)
+    fig.update(status="ok", version=peer.version(), rel_err=0.0)
+    return fig, y
 
 
 def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
@@ -177,19 +203,21 @@ def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
               cold: bool = True) -> dict:
     """Every figure of one model on one device (the CPU peers run once per device too:
     the machine is the same, and their numbers sit next to the device's); vkml's in
-    ``dtype`` (``vkml_row``), the peers' as the model says."""
-    import onnx
-
+    ``dtype`` (``vkml_row``), the peers' as the model says.  The reference output and
+    the FLOP count (both ONNX Runtime CPU) come from child processes that have ended
+    before vkml prepares: no peer's thread pool shares this process with vkml."""
     x = np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)
     ref_peer = next(p for p in peers if p.name == "onnxruntime-cpu")
-    ref = ref_peer.prepare(spec, data, size)(x)
+    ref_row, ref = reference(ref_peer, spec, data, size, dev, x, budget)
+    counted = flops_mod.count_apart(data)
     row = {"model": spec.name, "size": size, "device": dev.info.name,
            "driver": dev.info.driver_info}
     row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype, fuse, cold)
-    row["peers"] = {p.name: peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
+    row["peers"] = {p.name: ref_row if p is ref_peer else
+                    peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
     vk = row["vkml"]
     for name, pr in row["peers"].items():
         if pr.get("status") == "ok" and vk.get("status") == "ok":
             pr["vkml_speedup"] = pr["hot"]["median"] / vk["hot"]["median"]
-    shares(row, flops_mod.count(onnx.load_from_string(data)), limits)
+    shares(row, counted, limits)
     return row

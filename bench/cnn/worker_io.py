@@ -18,10 +18,17 @@ class Absent(Exception):
     """The peer cannot run this model here; the message says why (written to FIG.json)."""
 
 
-def budget(seconds: str, repeats: str) -> Budget:
-    """The parent's budget, from its command-line form (``bench.cnn.cli``'s defaults)."""
-    return Budget(warmup=1, min_repeats=3, max_repeats=30, seconds=float(seconds),
-                  repeats=int(repeats) or None, cap=4.0)
+#: Hot runs of a whole model: at least this many (fewer only for a run so slow that they
+#: would take over ``cap`` x the time budget), so that the median a model's row reports
+#: is not one of three runs on a machine whose load moves from second to second.
+MIN_HOT_RUNS = 10
+
+
+def budget(seconds, repeats) -> Budget:
+    """The budget of every row of ``python -m bench models`` (vkml's and each peer's),
+    from its command-line form (``--seconds``, ``--repeats``; 0 or None: by the time)."""
+    return Budget(warmup=1, min_repeats=MIN_HOT_RUNS, max_repeats=50, seconds=float(seconds),
+                  repeats=int(repeats or 0) or None, cap=10.0)
 
 
 def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
