@@ -103,7 +103,8 @@ def test_transposes(device, stores, choice, dtype):
             assert op.permuted is None
         elif op.permuted is not None:
             kinds.add(op.permuted.geo["kind"])
-            assert op.permuted.read == choice or choice == "texel"   # texel: within the limit
+            # texel: within the limit
+            assert op.permuted.read == choice.removeprefix("span_") or choice.endswith("texel")
     if choice != "strided":
         assert kinds == {"tile", "rows"}, kinds
 
@@ -287,12 +288,13 @@ def _slice_op(dev, x, offs, sizes, steps, **kw):
     return CompiledSlice(dev, dev.create_operator(desc).desc, **kw), y
 
 
-@pytest.mark.parametrize("choice", ["texel", "ssbo"])
+@pytest.mark.parametrize("choice", ["span_texel", "span_ssbo"])
 def test_span_rows(device, stores, choice):
-    """Rows read as uvec4s (the span kernel): steps 1 and 2 along rows whose input starts
-    at each of the four words of a uvec4, odd and even row lengths (8, 12 or 16 words an
-    invocation, partial last ones), reversed outer axes; NumPy's bits.  A row stride off
-    whole uvec4s or a step of 3 keeps the scalar rows kernel, also right."""
+    """Rows read as uvec4s (the span kernel, forced by its choice): steps 1 and 2 along
+    rows whose input starts at each of the four words of a uvec4, odd and even row lengths
+    (8, 12 or 16 words an invocation, partial last ones), reversed outer axes; NumPy's
+    bits.  The plain choice, a row stride off whole uvec4s or a step of 3 keep the scalar
+    rows kernel, also right."""
     rng = np.random.default_rng([STORES.index(stores), len(choice), 11])
     seen = set()
     for width in (36, 40, 52, 100, 132):
@@ -311,6 +313,10 @@ def test_span_rows(device, stores, choice):
                 seen.add(pm.v)
                 got = _execute(device, op, x, y.size, "float32")
                 assert same_bits(got.reshape(y.shape), y), (width, shift, step, steps)
+                plain, _ = _slice_op(device, x, (0, 1, shift), sizes, steps, path="kernel",
+                                     permute=choice.removeprefix("span_"))
+                assert "rows" in plain.permuted.kernel
+                plain.release()
     assert seen == {8, 12, 16}, seen
     for shape, steps in (((3, 5, 37), (1, 1, 2)), ((3, 5, 40), (1, 1, 3))):
         x = random_bits(rng, shape, "float32")
@@ -327,7 +333,8 @@ def test_span_grids_split(device):
     rng = np.random.default_rng(12)
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
         x = random_bits(rng, (3, 4, 24, 168), "float32")
-        op, y = _slice_op(dev, x, (0, 0, 1, 3), (3, 4, 23, 163), (1, 1, 2, 2), permute="texel")
+        op, y = _slice_op(dev, x, (0, 0, 1, 3), (3, 4, 23, 163), (1, 1, 2, 2),
+                          permute="span_texel")
         assert op.permuted is not None and op.permuted.span == (2, 3)
         got = _execute(dev, op, x, y.size, "float32")
         assert same_bits(got.reshape(y.shape), y)

@@ -12,7 +12,7 @@ strided element path for every geometry, type or size this module declines.
   it (negative too; 1: a crop the caller did not give the copy engine): V words of a
   row an invocation, scalar reads, uvec4 stores where output rows start on whole uvec4s.
   Where the step is 1 or 2 and every row's input starts at one offset within a uvec4
-  (outer input strides multiples of 4), the "span" kernel reads the rows as uvec4s
+  (outer input strides multiples of 4), the "span" kernel can read the rows as uvec4s
   instead (two fetches give four words of a stride-2 slice) with the step and that
   offset compiled in (:func:`span_v` words an invocation).
 * "rows" with REP (a nearest resample by an integer factor along rows,
@@ -21,8 +21,9 @@ strided element path for every geometry, type or size this module declines.
   as uvec4s.
 
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
-fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
-tuner chooses among the three by measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
+fetches) or a storage buffer ("ssbo"), the rows kind as span rows where it can ("span_texel",
+"span_ssbo"), or are left to the strided path ("strided"): the tuner chooses among them by
+measurement (:data:`PATH`; ``VKML_TUNE=off``: span_texel).
 Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
 (:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past
 ``maxStorageBufferRange`` or the texel limit are declined: the strided path windows
@@ -51,9 +52,11 @@ VARIANTS.update(dict.fromkeys(["permute_span_texel4", "permute_span_ssbo4"],
                               ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4", "REP",
                                "SPAN_STEP", "SPAN_SHIFT")))
 VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
-#: The choices: the kernel reading through a texel buffer or a storage buffer, or not
-#: this module at all (the caller's strided element path).
-CHOICES = ("texel", "ssbo", "strided")
+#: The choices: the kernel reading through a texel buffer or a storage buffer, with the
+#: span rows where the geometry has them ("span_*": on lavapipe faster than the scalar
+#: rows, on SwiftShader a stride-2 slice's uvec4 reads slower), or not this module at all
+#: (the caller's strided element path).
+CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "strided")
 
 _U32 = 0xFFFFFFFF
 #: Row steps the span rows read as uvec4s (module doc): a step of 4 or more would fetch a
@@ -121,11 +124,12 @@ class StridedCopy:
     """One planned copy on ``glsl/permute.comp`` for host operator ``op`` (its pipelines
     and uploads are the host's): :func:`plan` builds it, :meth:`encode` records it."""
 
-    def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int):
+    def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int,
+                 span: bool = False):
         self.op, self.geo, self.read = op, geo, read
         self.in_bytes, self.out_bytes = in_bytes, out_bytes
         tile = geo["kind"] == "tile"
-        span = geo.get("span") if not tile and not read.endswith("4") else None
+        span = geo.get("span") if span and not tile and not read.endswith("4") else None
         self.span = span or (1, 0)
         self.kernel = (f"permute_tile_{read}4" if tile else f"permute_span_{read}4" if span
                        else f"permute_rows_{read}")
@@ -159,7 +163,9 @@ class StridedCopy:
             src, 0, size, "r")
         binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
         ctx = self.op.ctx
-        local = min(64, self.op.workgroup_size)
+        # the span rows: 256 invocations (more rows a workgroup) timed 5-15% faster than
+        # 64 on lavapipe, the tile and rows kernels not
+        local = min(256 if "span" in self.kernel else 64, self.op.workgroup_size)
         lx = min(local, max(8, round_up(ceil_div(box[-1], self.v), 8)))
         ly = 1
         if len(box) > 1:
@@ -190,8 +196,6 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
     lim = op.ctx.limits
     if geo is None or max(in_bytes, out_bytes) > lim["maxStorageBufferRange"]:
         return None
-    unit = 16 if geo["kind"] == "tile" or "span" in geo else 4
-    texel_ok = ceil_div(in_bytes, unit) <= lim["maxTexelBufferElements"]
     read = force
     if read is None:
         tile = geo["kind"] == "tile"
@@ -202,9 +206,12 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
         read = choice.name
         if read == "strided":
             return None
-    if read == "texel" and not texel_ok:
+    span = read.startswith("span_") and "span" in geo
+    read = read.removeprefix("span_")
+    unit = 16 if geo["kind"] == "tile" or span else 4     # RGBA32UI or R32UI texels
+    if read == "texel" and ceil_div(in_bytes, unit) > lim["maxTexelBufferElements"]:
         read = "ssbo"
-    return StridedCopy(op, geo, read, in_bytes, out_bytes)
+    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span)
 
 
 def _class(shape) -> str:
@@ -223,6 +230,8 @@ def _run(device, seq, cand, shape):
     n = max(64, int(shape["words"]))
     w = max(4, round_up(n // 64, 4))
     force = cand.params["permute"]
+    if force.startswith("span_") and shape["kind"] != "span":
+        raise tuning.Declined(f"{cand.name}: no span rows in a {shape['kind']} copy")
     if shape["kind"] == "tile":
         x = TensorDesc("float32", (64, w), (1, 64))
         y = TensorDesc("float32", (64, w))
@@ -240,10 +249,11 @@ def _run(device, seq, cand, shape):
 
 
 #: A strided copy of 32-bit elements this module takes: its kernel reading through a
-#: texel buffer ("texel", the ``VKML_TUNE=off`` default) or a storage buffer ("ssbo"), or
-#: the caller's strided element path ("strided"), by measurement.
+#: texel buffer ("texel") or a storage buffer ("ssbo"), with the span rows where they
+#: apply ("span_texel", the ``VKML_TUNE=off`` default, "span_ssbo"), or the caller's
+#: strided element path ("strided"), by measurement.
 PATH = tuning.register_path(
-    "permute", [(c, {"permute": c}) for c in CHOICES], "texel", _class, _run,
+    "permute", [(c, {"permute": c}) for c in CHOICES], "span_texel", _class, _run,
     examples=[{"kind": "tile", "words": 64 * 112 * 112},
               {"kind": "span", "words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))
