@@ -23,7 +23,7 @@ strided element path for every geometry, type or size this module declines.
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
 fetches) or a storage buffer ("ssbo"), the rows kind as span rows where it can ("span_texel",
 "span_ssbo"), or are left to the strided path ("strided"): the tuner chooses among them by
-measurement (:data:`PATH`; ``VKML_TUNE=off``: span_texel).
+measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
 Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
 (:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past
 ``maxStorageBufferRange`` or the texel limit are declined: the strided path windows
@@ -54,8 +54,9 @@ VARIANTS.update(dict.fromkeys(["permute_span_texel4", "permute_span_ssbo4"],
 VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
 #: The choices: the kernel reading through a texel buffer or a storage buffer, with the
 #: span rows where the geometry has them ("span_*": on lavapipe faster than the scalar
-#: rows, on SwiftShader a stride-2 slice's uvec4 reads slower), or not this module at all
-#: (the caller's strided element path).
+#: rows; on SwiftShader, which unrolls no loop bounded by V, so that their register
+#: arrays live in memory, a stride-2 slice's copy 1.3-3x slower), or not this module at
+#: all (the caller's strided element path).
 CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "strided")
 
 _U32 = 0xFFFFFFFF
@@ -249,11 +250,12 @@ def _run(device, seq, cand, shape):
 
 
 #: A strided copy of 32-bit elements this module takes: its kernel reading through a
-#: texel buffer ("texel") or a storage buffer ("ssbo"), with the span rows where they
-#: apply ("span_texel", the ``VKML_TUNE=off`` default, "span_ssbo"), or the caller's
-#: strided element path ("strided"), by measurement.
+#: texel buffer ("texel", the ``VKML_TUNE=off`` default: never the span rows, which
+#: SwiftShader runs badly) or a storage buffer ("ssbo"), with the span rows where they
+#: apply ("span_texel", "span_ssbo"), or the caller's strided element path ("strided"),
+#: by measurement.
 PATH = tuning.register_path(
-    "permute", [(c, {"permute": c}) for c in CHOICES], "span_texel", _class, _run,
+    "permute", [(c, {"permute": c}) for c in CHOICES], "texel", _class, _run,
     examples=[{"kind": "tile", "words": 64 * 112 * 112},
               {"kind": "span", "words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))
