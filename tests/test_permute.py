@@ -338,3 +338,25 @@ def test_span_grids_split(device):
         assert op.permuted is not None and op.permuted.span == (2, 3)
         got = _execute(dev, op, x, y.size, "float32")
         assert same_bits(got.reshape(y.shape), y)
+
+
+def test_span_limits(device):
+    """A span copy past maxStorageBufferRange goes to the strided path (windows); one past
+    maxTexelBufferElements (counted in uvec4s) reads through a storage buffer."""
+    rng = np.random.default_rng(13)
+    x = random_bits(rng, (16, 64), "float32")
+    align = device._ctx.binding_alignment()
+    with vkml.Device(device.index,
+                     limits={"maxStorageBufferRange": x.nbytes // 3 + 4 * align}) as dev:
+        op, y = _slice_op(dev, x, (0, 2), (16, 61), (1, 2), path="kernel",
+                          permute="span_texel")
+        assert op.permuted is None
+        got = _execute(dev, op, x, y.size, "float32")
+        assert same_bits(got.reshape(y.shape), y)
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as dev:
+        op, y = _slice_op(dev, x, (0, 2), (16, 61), (1, 2), path="kernel",
+                          permute="span_texel")
+        assert op.permuted is not None and op.permuted.read == "ssbo"
+        assert "span" in op.permuted.kernel
+        got = _execute(dev, op, x, y.size, "float32")
+        assert same_bits(got.reshape(y.shape), y)
