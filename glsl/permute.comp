@@ -21,6 +21,13 @@
 //   of whole uvec4s; V a multiple of 4 * REP) read a row's input as uvec4s, each
 //   giving 4 * REP output words: scalar fetches held the rows kernel at a quarter of a
 //   flat copy's speed on lavapipe.
+// permute_span_texel4 / _ssbo4 (SPAN): the rows kind where the input's rows are read
+//   as uvec4s at a small positive step: output word j of a row reads input word
+//   SPAN_SHIFT + j * SPAN_STEP of the row's first uvec4 (a crop of rows that start at a
+//   constant offset within a uvec4, or a stride-2 slice: two uvec4 fetches give four
+//   outputs), so no scalar fetch and no per-word index arithmetic; every row's first
+//   word sits SPAN_SHIFT words into a uvec4 (outer input strides and V * SPAN_STEP
+//   multiples of 4).  Only the uvec4s holding a live output are read.
 // *_u64 (devices with int64 shaders, where store_width's timing says so): a full
 //   invocation's stores as u64vec4s, eight words each (two tiles' rows, or eight words of
 //   a row) where its output offset allows: lavapipe stores a vector's components one by
@@ -41,12 +48,16 @@
 // vkml:variant permute_rows_ssbo4 ROWS=1 QUAD=1
 // vkml:variant permute_rows_texel4_u64 ROWS=1 QUAD=1 TEXEL=1 U64=1
 // vkml:variant permute_rows_ssbo4_u64 ROWS=1 QUAD=1 U64=1
+// vkml:variant permute_span_texel4 ROWS=1 SPAN=1 TEXEL=1
+// vkml:variant permute_span_ssbo4 ROWS=1 SPAN=1
+// vkml:variant permute_span_texel4_u64 ROWS=1 SPAN=1 TEXEL=1 U64=1
+// vkml:variant permute_span_ssbo4_u64 ROWS=1 SPAN=1 U64=1
 #extension GL_EXT_control_flow_attributes : enable
 
-#if (defined(TILE) || defined(QUAD)) && defined(TEXEL)
+#if (defined(TILE) || defined(QUAD) || defined(SPAN)) && defined(TEXEL)
 layout(set = 0, binding = 0) uniform usamplerBuffer Xt;
 #define LOAD4(q) texelFetch(Xt, int(q))
-#elif defined(TILE) || defined(QUAD)
+#elif defined(TILE) || defined(QUAD) || defined(SPAN)
 layout(std430, set = 0, binding = 0) readonly buffer X4 { uvec4 x4[]; };
 #define LOAD4(q) x4[q]
 #elif defined(TEXEL)
@@ -76,6 +87,8 @@ layout(constant_id = 1) const int RANK = 4;      // 2 to 8 dimensions (TILE), 1 
 layout(constant_id = 21) const uint V = 2u;
 layout(constant_id = 29) const bool VEC4 = false;   // ROWS: output rows on whole uvec4s
 layout(constant_id = 30) const uint REP = 1u;       // ROWS: outputs per input element
+layout(constant_id = 31) const uint SPAN_STEP = 1u;  // SPAN: input words per output word
+layout(constant_id = 32) const uint SPAN_SHIFT = 0u; // SPAN: a row's first word in its uvec4
 
 layout(std140, set = 0, binding = 2) uniform Params {
     // per dimension; TILE: input in uvec4s per unit of the coordinate (a quad of q is
@@ -170,6 +183,20 @@ void main() {
             uvec4 r = LOAD4((si >> 2) + k);
             [[unroll]] for (uint j = 0u; j < 4u * REP; j++) w[4u * REP * k + j] = r[j / REP];
         }
+    }
+#elif defined(SPAN)
+    // the uvec4s spanning the V outputs' input words, held in registers (constant indices)
+    const uint NQ = (SPAN_SHIFT + (V - 1u) * SPAN_STEP) / 4u + 1u;
+    uint last = SPAN_SHIFT + (max(count, 1u) - 1u) * SPAN_STEP;
+    uint q0 = (si - SPAN_SHIFT) >> 2;
+    uvec4 r[NQ];
+    [[unroll]] for (uint k = 0u; k < NQ; k++) {
+        r[k] = uvec4(0u);
+        if (count > 0u && 4u * k <= last) r[k] = LOAD4(q0 + k);
+    }
+    [[unroll]] for (uint j = 0u; j < V; j++) {
+        const uint e = SPAN_SHIFT + j * SPAN_STEP;
+        w[j] = r[e >> 2][e & 3u];
     }
 #else
     uint step = AT(in_stride, LAST);

@@ -103,7 +103,8 @@ def test_transposes(device, stores, choice, dtype):
             assert op.permuted is None
         elif op.permuted is not None:
             kinds.add(op.permuted.geo["kind"])
-            assert op.permuted.read == choice or choice == "texel"   # texel: within the limit
+            # texel: within the limit
+            assert op.permuted.read == choice.removeprefix("span_") or choice.endswith("texel")
     if choice != "strided":
         assert kinds == {"tile", "rows"}, kinds
 
@@ -276,3 +277,86 @@ def test_forced_choices_are_checked(device):
         with pytest.raises(ValidationError) as err:
             build()
         assert err.value.field == field
+
+
+def _slice_op(dev, x, offs, sizes, steps, **kw):
+    """SLICE1 of packed ``x`` into a packed output: (operator, NumPy's slice)."""
+    y = _numpy_slice(x, offs, sizes, steps)
+    dt = x.dtype.name
+    desc = dml.Slice1OperatorDesc(dml.TensorDesc(dt, x.shape), dml.TensorDesc(dt, y.shape),
+                                  offs, sizes, steps)
+    return CompiledSlice(dev, dev.create_operator(desc).desc, **kw), y
+
+
+@pytest.mark.parametrize("choice", ["span_texel", "span_ssbo"])
+def test_span_rows(device, stores, choice):
+    """Rows read as uvec4s (the span kernel, forced by its choice): steps 1 and 2 along
+    rows whose input starts at each of the four words of a uvec4, odd and even row lengths
+    (8, 12 or 16 words an invocation, partial last ones), reversed outer axes; NumPy's
+    bits.  The plain choice, a row stride off whole uvec4s or a step of 3 keep the scalar
+    rows kernel, also right."""
+    rng = np.random.default_rng([STORES.index(stores), len(choice), 11])
+    seen = set()
+    for width in (36, 40, 52, 100, 132):
+        x = random_bits(rng, (3, 5, width), "float32")
+        for shift in range(4):
+            for step in (1, 2):
+                n = (width - shift - 1) // step + 1 - int(rng.integers(0, 3))
+                back = bool(rng.integers(2))
+                sizes = (3, 4, step * (n - 1) + 1)
+                steps = (-1 if back else 1, -1 if back else 1, step)
+                op, y = _slice_op(device, x, (0, 1, shift), sizes, steps, path="kernel",
+                                  permute=choice)
+                pm = op.permuted
+                assert pm is not None and "span" in pm.kernel, pm and pm.kernel
+                assert pm.span == (step, shift)
+                seen.add(pm.v)
+                got = _execute(device, op, x, y.size, "float32")
+                assert same_bits(got.reshape(y.shape), y), (width, shift, step, steps)
+                plain, _ = _slice_op(device, x, (0, 1, shift), sizes, steps, path="kernel",
+                                     permute=choice.removeprefix("span_"))
+                assert "rows" in plain.permuted.kernel
+                plain.release()
+    assert seen == {8, 12, 16}, seen
+    for shape, steps in (((3, 5, 37), (1, 1, 2)), ((3, 5, 40), (1, 1, 3))):
+        x = random_bits(rng, shape, "float32")
+        sizes = (3, 5, shape[-1] - 1)
+        op, y = _slice_op(device, x, (0, 0, 1), sizes, steps, path="kernel", permute=choice)
+        assert op.permuted is not None and "rows" in op.permuted.kernel
+        got = _execute(device, op, x, y.size, "float32")
+        assert same_bits(got.reshape(y.shape), y), (shape, steps)
+
+
+def test_span_grids_split(device):
+    """The span kernel's grid split along x, y and z by a lowered
+    maxComputeWorkGroupCount."""
+    rng = np.random.default_rng(12)
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 3, 2)}) as dev:
+        x = random_bits(rng, (3, 4, 24, 168), "float32")
+        op, y = _slice_op(dev, x, (0, 0, 1, 3), (3, 4, 23, 163), (1, 1, 2, 2),
+                          permute="span_texel")
+        assert op.permuted is not None and op.permuted.span == (2, 3)
+        got = _execute(dev, op, x, y.size, "float32")
+        assert same_bits(got.reshape(y.shape), y)
+
+
+def test_span_limits(device):
+    """A span copy past maxStorageBufferRange goes to the strided path (windows); one past
+    maxTexelBufferElements (counted in uvec4s) reads through a storage buffer."""
+    rng = np.random.default_rng(13)
+    x = random_bits(rng, (16, 64), "float32")
+    align = device._ctx.binding_alignment()
+    with vkml.Device(device.index,
+                     limits={"maxStorageBufferRange": x.nbytes // 3 + 4 * align}) as dev:
+        op, y = _slice_op(dev, x, (0, 2), (16, 61), (1, 2), path="kernel",
+                          permute="span_texel")
+        assert op.permuted is None
+        got = _execute(dev, op, x, y.size, "float32")
+        assert same_bits(got.reshape(y.shape), y)
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as dev:
+        op, y = _slice_op(dev, x, (0, 2), (16, 61), (1, 2), path="kernel",
+                          permute="span_texel")
+        assert op.permuted is not None and op.permuted.read == "ssbo"
+        assert "span" in op.permuted.kernel
+        got = _execute(dev, op, x, y.size, "float32")
+        assert same_bits(got.reshape(y.shape), y)

@@ -11,14 +11,19 @@ strided element path for every geometry, type or size this module declines.
 * "rows": the output contiguous along its last dimension, the input at any step along
   it (negative too; 1: a crop the caller did not give the copy engine): V words of a
   row an invocation, scalar reads, uvec4 stores where output rows start on whole uvec4s.
+  Where the step is 1 or 2 and every row's input starts at one offset within a uvec4
+  (outer input strides multiples of 4), the "span" kernel can read the rows as uvec4s
+  instead (two fetches give four words of a stride-2 slice) with the step and that
+  offset compiled in (:func:`span_v` words an invocation).
 * "rows" with REP (a nearest resample by an integer factor along rows,
   :mod:`vkml.ops.resample`, which builds its own geometry): output word c of a row reads
   input element c / REP; its ``texel4`` / ``ssbo4`` reads take a contiguous row's input
   as uvec4s.
 
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
-fetches) or a storage buffer ("ssbo"), or are left to the strided path ("strided"): the
-tuner chooses among the three by measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
+fetches) or a storage buffer ("ssbo"), the rows kind as span rows where it can ("span_texel",
+"span_ssbo"), or are left to the strided path ("strided"): the tuner chooses among them by
+measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
 Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
 (:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past
 ``maxStorageBufferRange`` or the texel limit are declined: the strided path windows
@@ -43,12 +48,21 @@ __all__: list[str] = []     # helpers only: no functional form
 VARIANTS = dict.fromkeys(["permute_tile_texel4", "permute_tile_ssbo4", "permute_rows_texel",
                           "permute_rows_ssbo", "permute_rows_texel4", "permute_rows_ssbo4"],
                          ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4", "REP"))
+VARIANTS.update(dict.fromkeys(["permute_span_texel4", "permute_span_ssbo4"],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4", "REP",
+                               "SPAN_STEP", "SPAN_SHIFT")))
 VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
-#: The choices: the kernel reading through a texel buffer or a storage buffer, or not
-#: this module at all (the caller's strided element path).
-CHOICES = ("texel", "ssbo", "strided")
+#: The choices: the kernel reading through a texel buffer or a storage buffer, with the
+#: span rows where the geometry has them ("span_*": on lavapipe faster than the scalar
+#: rows; on SwiftShader, which unrolls no loop bounded by V, so that their register
+#: arrays live in memory, a stride-2 slice's copy 1.3-3x slower), or not this module at
+#: all (the caller's strided element path).
+CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "strided")
 
 _U32 = 0xFFFFFFFF
+#: Row steps the span rows read as uvec4s (module doc): a step of 4 or more would fetch a
+#: uvec4 per output word, no fewer fetches than the scalar reads.
+SPAN_STEPS = (1, 2)
 
 
 def coalesce(box, src, dst):
@@ -86,24 +100,46 @@ def geometry(box, src_st, dst_st, src_off: int = 0, dst_off: int = 0) -> dict | 
         return {"kind": "tile", "box": ext, "in": ins, "out": outs,
                 "bases": (-src_off // 4, -dst_off // 4), "vec4": True}
     order = [d for d in range(len(box)) if d != p] + [p]
-    return {"kind": "rows", "box": [box[d] for d in order], "in": [src[d] for d in order],
-            "out": [dst[d] for d in order], "bases": (-src_off, -dst_off),
-            "vec4": dst_off % 4 == 0 and all(dst[d] % 4 == 0 for d in order[:-1])}
+    geo = {"kind": "rows", "box": [box[d] for d in order], "in": [src[d] for d in order],
+           "out": [dst[d] for d in order], "bases": (-src_off, -dst_off),
+           "vec4": dst_off % 4 == 0 and all(dst[d] % 4 == 0 for d in order[:-1])}
+    if src[p] in SPAN_STEPS and all(src[d] % 4 == 0 for d in order[:-1]):
+        # every row starts src_off mod 4 words into a uvec4 (2^32 is a multiple of 4,
+        # so negative outer strides keep it)
+        geo["span"] = (src[p], src_off % 4)
+    return geo
+
+
+def span_v(n: int) -> int:
+    """Words an invocation of the span rows copies along a row of ``n``: of 8, 12 and 16
+    (multiples of 4, so every invocation's first input word sits SPAN_SHIFT into a
+    uvec4), the one leaving the fewest idle lanes in the row's lanes (rounded up to 8,
+    the SIMD width the workgroup's x is at least), the larger on a tie: on lavapipe 12
+    beat 8 and 16 on rows of 96 (no idle lane), 8 beat 12 and 16 on rows of 56."""
+    def busy(v):
+        return n / (round_up(ceil_div(n, v), 8) * v)
+    return max((16, 12, 8), key=lambda v: (round(busy(v), 3), v))
 
 
 class StridedCopy:
     """One planned copy on ``glsl/permute.comp`` for host operator ``op`` (its pipelines
     and uploads are the host's): :func:`plan` builds it, :meth:`encode` records it."""
 
-    def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int):
+    def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int,
+                 span: bool = False):
         self.op, self.geo, self.read = op, geo, read
         self.in_bytes, self.out_bytes = in_bytes, out_bytes
         tile = geo["kind"] == "tile"
-        self.kernel = f"permute_tile_{read}4" if tile else f"permute_rows_{read}"
+        span = geo.get("span") if span and not tile and not read.endswith("4") else None
+        self.span = span or (1, 0)
+        self.kernel = (f"permute_tile_{read}4" if tile else f"permute_span_{read}4" if span
+                       else f"permute_rows_{read}")
         if wide_stores(op.device):
             self.kernel += "_u64"
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
         self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
+        if span:
+            self.v = span_v(geo["box"][-1])
         if read.endswith("4") and not tile:
             # the rows' quad reads (a resample's REP): whole uvec4s of input an invocation,
             # two where REP is 1 or 2 (eight or sixteen output words)
@@ -113,17 +149,24 @@ class StridedCopy:
             self.kernel, "Params", in_stride=words8(s & _U32 for s in geo["in"]),
             out_stride=words8(s & _U32 for s in geo["out"])), np.uint8))
 
+    def _span_constants(self) -> dict:
+        if "span" not in self.kernel:
+            return {}
+        return {"SPAN_STEP": self.span[0], "SPAN_SHIFT": self.span[1]}
+
     def encode(self, seq, src, dst) -> None:
         """The copy from allocation ``src`` to ``dst`` (whole tensors bound)."""
         geo, box = self.geo, self.geo["box"]
-        quads = geo["kind"] == "tile" or self.read.endswith("4")
+        quads = geo["kind"] == "tile" or self.read.endswith("4") or "span" in self.kernel
         fmt = FORMAT_RGBA32_UINT if quads else FORMAT_R32_UINT
         size = min(round_up(self.in_bytes, 16), src.size)
         rd = Bind(src, 0, size, "r", fmt) if self.read.startswith("texel") else Bind(
             src, 0, size, "r")
         binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
         ctx = self.op.ctx
-        local = min(64, self.op.workgroup_size)
+        # the span rows: 256 invocations (more rows a workgroup) timed 5-15% faster than
+        # 64 on lavapipe, the tile and rows kernels not
+        local = min(256 if "span" in self.kernel else 64, self.op.workgroup_size)
         lx = min(local, max(8, round_up(ceil_div(box[-1], self.v), 8)))
         ly = 1
         if len(box) > 1:
@@ -131,7 +174,8 @@ class StridedCopy:
         pipe = self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                               "RANK": len(box), "V": self.v,
                                               "VEC4": bool(geo["vec4"]),
-                                              "REP": geo.get("rep", 1)})
+                                              "REP": geo.get("rep", 1),
+                                              **self._span_constants()})
         bases = [b & _U32 for b in geo["bases"]]
         for o, e in split_groups([0] * len(box), list(box), lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, self.v, ly):
@@ -153,19 +197,22 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
     lim = op.ctx.limits
     if geo is None or max(in_bytes, out_bytes) > lim["maxStorageBufferRange"]:
         return None
-    unit = 16 if geo["kind"] == "tile" else 4
-    texel_ok = ceil_div(in_bytes, unit) <= lim["maxTexelBufferElements"]
     read = force
     if read is None:
-        shape = {"kind": geo["kind"], "words": math.prod(geo["box"]) * (unit // 4) ** 2}
+        tile = geo["kind"] == "tile"
+        shape = {"kind": "span" if "span" in geo else geo["kind"],
+                 "words": math.prod(geo["box"]) * (16 if tile else 1)}
         choice = tuning.choose(op.device, PATH, shape)
         op.observe_choice(choice, shape, PATH)
         read = choice.name
         if read == "strided":
             return None
-    if read == "texel" and not texel_ok:
+    span = read.startswith("span_") and "span" in geo
+    read = read.removeprefix("span_")
+    unit = 16 if geo["kind"] == "tile" or span else 4     # RGBA32UI or R32UI texels
+    if read == "texel" and ceil_div(in_bytes, unit) > lim["maxTexelBufferElements"]:
         read = "ssbo"
-    return StridedCopy(op, geo, read, in_bytes, out_bytes)
+    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span)
 
 
 def _class(shape) -> str:
@@ -175,7 +222,7 @@ def _class(shape) -> str:
 
 def _run(device, seq, cand, shape):
     """Record a float32 copy of the shape's kind and size on candidate ``cand``: a
-    transpose of 64 rows (tile) or a step-2 slice of rows (rows)."""
+    transpose of 64 rows (tile), a step-2 slice of rows (span) or a step-3 one (rows)."""
     from ..dml.element_wise import ElementWiseIdentityOperatorDesc
     from ..dml.join_split_slice import Slice1OperatorDesc
     from ..dml.tensor_desc import TensorDesc
@@ -184,14 +231,17 @@ def _run(device, seq, cand, shape):
     n = max(64, int(shape["words"]))
     w = max(4, round_up(n // 64, 4))
     force = cand.params["permute"]
+    if force.startswith("span_") and shape["kind"] != "span":
+        raise tuning.Declined(f"{cand.name}: no span rows in a {shape['kind']} copy")
     if shape["kind"] == "tile":
         x = TensorDesc("float32", (64, w), (1, 64))
         y = TensorDesc("float32", (64, w))
         op = CompiledElementWise(device, ElementWiseIdentityOperatorDesc(x, y), permute=force)
     else:
-        x = TensorDesc("float32", (64, 2 * w + 4))
+        step = 2 if shape["kind"] == "span" else 3
+        x = TensorDesc("float32", (64, step * w + 4))
         y = TensorDesc("float32", (64, w))
-        op = CompiledSlice(device, Slice1OperatorDesc(x, y, (0, 0), (64, 2 * w), (1, 2)),
+        op = CompiledSlice(device, Slice1OperatorDesc(x, y, (0, 0), (64, step * w), (1, step)),
                            permute=force)
     if force != "strided" and op.permuted is None:
         op.release()
@@ -200,10 +250,12 @@ def _run(device, seq, cand, shape):
 
 
 #: A strided copy of 32-bit elements this module takes: its kernel reading through a
-#: texel buffer ("texel", the ``VKML_TUNE=off`` default) or a storage buffer ("ssbo"), or
-#: the caller's strided element path ("strided"), by measurement.
+#: texel buffer ("texel", the ``VKML_TUNE=off`` default: never the span rows, which
+#: SwiftShader runs badly) or a storage buffer ("ssbo"), with the span rows where they
+#: apply ("span_texel", "span_ssbo"), or the caller's strided element path ("strided"),
+#: by measurement.
 PATH = tuning.register_path(
     "permute", [(c, {"permute": c}) for c in CHOICES], "texel", _class, _run,
     examples=[{"kind": "tile", "words": 64 * 112 * 112},
-              {"kind": "rows", "words": 64 * 56 * 56}],
+              {"kind": "span", "words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))

@@ -61,10 +61,13 @@ from .vk import ffi, lib
 #: gemm_sg's accumulation order (glsl/convolution_gemm.comp), so only one order's code
 #: is compiled; ``HOLD`` and ``NREG`` whether softmax's "sg" path holds a row in
 #: registers and how many texels a lane (glsl/softmax.comp: the held loops are unrolled
-#: over NREG, so it must be a constant).
+#: over NREG, so it must be a constant); ``SPAN_STEP``, ``SPAN_SHIFT`` the register
+#: components that the permute copy's span rows read (glsl/permute.comp), constant
+#: indices only once frozen.
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
                     "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
-                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "HOLD", "NREG")
+                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "HOLD", "NREG",
+                    "SPAN_STEP", "SPAN_SHIFT")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
