@@ -381,13 +381,15 @@ def _path_run(device, seq, cand, shape):
 
 #: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
 #: :meth:`CompiledGemm._choose_path`), "tiled" or "sg" with one of its register blocks
-#: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the last of SG_BLOCKS timed in the
-#: full mode only), chosen by the device's timing for the shape's class (M, K, N and the
-#: layer count within a factor of 4).  "sg" is no default: lavapipe runs it faster than
-#: "direct", SwiftShader several times slower.
+#: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the other blocks of SG_BLOCKS timed
+#: in the full mode only: on lavapipe they ran slower than 16 x 8 at every square size
+#: by process CPU time, so in the fast mode they only gave a noisy round a wrong pick),
+#: chosen by the device's timing for the shape's class (M, K, N and the layer count
+#: within a factor of 4).  "sg" is no default: lavapipe runs it faster than "direct",
+#: SwiftShader several times slower.
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
-    + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i < len(SG_BLOCKS) - 1)
+    + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i == 0)
        for i, (mb, nb) in enumerate(SG_BLOCKS)],
     "direct",
     _path_class, _path_run,
