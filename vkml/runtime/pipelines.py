@@ -59,10 +59,12 @@ from .vk import ffi, lib
 #: element-wise row path's operation and broadcast operand (glsl/element_wise.comp:
 #: SwiftShader runs both sides of a branch on an unfrozen constant); ``ACC_RUN`` picks
 #: gemm_sg's accumulation order (glsl/convolution_gemm.comp), so only one order's code
-#: is compiled.
+#: is compiled; ``CN`` (with ``RM``) sizes gemm_dot.comp's block of accumulators
+#: (SwiftShader keeps an array sized by an unfrozen constant in memory: the classifier
+#: GEMV ran 4.8x slower there).
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
                     "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
-                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN")
+                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "CN")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
