@@ -209,7 +209,7 @@ def test_dot4_edges(device):
         desc = Desc(T("float32", a.shape), wd, cd, T("float32", (bt, m, n)), 0, 1,
                     alpha=0.5, beta=2.0, fused_activation=dml.ACTIVATIONS["relu"]())
         op, got = _run(device, desc, [a, w, c], bt * m * n, path="direct")
-        texels = max(a.size, w.size) <= device.limits["maxTexelBufferElements"]
+        texels = max(a.size, w.size) // 4 <= device.limits["maxTexelBufferElements"]  # RGBA
         assert op.read == "dot4"
         assert op.kernel == "gemm_dot_f32" + ("" if texels else "_ssbo")
         want = reference(a, np.broadcast_to(w, (bt, n, k)), np.broadcast_to(c, (bt, m, n)),
@@ -242,10 +242,12 @@ def test_texel4_past_texel_limit(device):
 
 def test_dot4_past_texel_limit(device):
     """dot4 with operands past maxTexelBufferElements (lowered) reads vec4 storage
-    buffers (gemm_dot_f32_ssbo), clamped rows and columns included."""
+    buffers (gemm_dot_f32_ssbo), clamped rows and columns included; the limit counts
+    RGBA32F texels (B of 192 floats, 48 texels, still reads texels)."""
     rng = np.random.default_rng(13)
     with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as small:
-        for m, k, n in ((1, 16, 37), (11, 24, 20)):
+        for m, k, n, kernel in ((1, 16, 37, "gemm_dot_f32_ssbo"), (11, 24, 20, "gemm_dot_f32_ssbo"),
+                                (3, 8, 24, "gemm_dot_f32")):
             a = rng.standard_normal((m, k)).astype(np.float32)
             w = rng.standard_normal((n, k)).astype(np.float32)
             c = rng.standard_normal((n,)).astype(np.float32)
@@ -253,7 +255,7 @@ def test_dot4_past_texel_limit(device):
             desc = Desc(T("float32", a.shape), T("float32", w.shape), cd, T("float32", (m, n)),
                         0, 1, alpha=1.5, beta=-0.5)
             op, got = _run(small, desc, [a, w, c], m * n)
-            assert (op.read, op.kernel) == ("dot4", "gemm_dot_f32_ssbo")
+            assert (op.read, op.kernel) == ("dot4", kernel)
             want = reference(a, w, np.broadcast_to(c, (m, n)), tb=True, alpha=1.5, beta=-0.5)
             np.testing.assert_allclose(got.reshape(m, n), want, **_tol("float32", k))
 
