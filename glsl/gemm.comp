@@ -17,8 +17,8 @@
 //   host's rule: both contiguous there, K and N multiples of 4, every other stride and
 //   base 4-aligned) and takes an 8 x 8 block: per 4 k, 16 vec4 fetches feed 256 FMAs.
 //   SSBO4 reads the same vec4s from storage buffers, for operands past the device's
-//   maxTexelBufferElements (SwiftShader's 65536 texels: a 1024 x 1024 operand; there
-//   vec4 storage loads run near texel speed, its scalar loads several times slower).
+//   maxTexelBufferElements (SwiftShader's 65536 texels: a 1024 x 1024 operand), keeping
+//   the 8 x 8 block there: slower than texels, faster than DIRECT's scalar loads.
 // * SGA (float32): the convolution's gemm_sg inner loop (convolution_gemm.comp, SGW) for
 //   a plain product.  The SG lanes of a subgroup share MB rows of op(A) and each take NB
 //   consecutive columns of op(B).  Per 4 k a lane fetches its share of the MB x 4 block

@@ -60,8 +60,8 @@ from .vk import ffi, lib
 #: SwiftShader runs both sides of a branch on an unfrozen constant); ``ACC_RUN`` picks
 #: gemm_sg's accumulation order (glsl/convolution_gemm.comp), so only one order's code
 #: is compiled; ``CN`` (with ``RM``) sizes gemm_dot.comp's block of accumulators
-#: (SwiftShader keeps an array sized by an unfrozen constant in memory: the classifier
-#: GEMV ran 4.8x slower there).
+#: (SwiftShader keeps an array sized by an unfrozen constant in memory, several times
+#: slower).
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
                     "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
                     "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "CN")
