@@ -16,6 +16,9 @@
 //   than the reuse saves.  TEXEL4 reads A along K and B along N as RGBA32F texels (the
 //   host's rule: both contiguous there, K and N multiples of 4, every other stride and
 //   base 4-aligned) and takes an 8 x 8 block: per 4 k, 16 vec4 fetches feed 256 FMAs.
+//   SSBO4 reads the same vec4s from storage buffers, for operands past the device's
+//   maxTexelBufferElements (SwiftShader's 65536 texels: a 1024 x 1024 operand), keeping
+//   the 8 x 8 block there: slower than texels, faster than DIRECT's scalar loads.
 // * SGA (float32): the convolution's gemm_sg inner loop (convolution_gemm.comp, SGW) for
 //   a plain product.  The SG lanes of a subgroup share MB rows of op(A) and each take NB
 //   consecutive columns of op(B).  Per 4 k a lane fetches its share of the MB x 4 block
@@ -44,6 +47,7 @@
 // vkml:variant gemm_direct_f32 F32=1 DIRECT=1
 // vkml:variant gemm_direct_f32_texel F32=1 TEXEL=1 DIRECT=1
 // vkml:variant gemm_direct_f32_texel4 F32=1 TEXEL4=1 DIRECT=1
+// vkml:variant gemm_direct_f32_ssbo4 F32=1 TEXEL4=1 SSBO4=1 DIRECT=1
 // vkml:variant gemm_direct_f16 F16=1 DIRECT=1
 // vkml:variant gemm_direct_f16_packed F16_PACKED=1 DIRECT=1
 // vkml:variant gemm_sg_f32 F32=1 SGA=1
@@ -58,9 +62,16 @@
 #if defined(SGA)
 layout(set = 0, binding = 0) uniform samplerBuffer At;     // R32F, RGBA32F for A_MODE 1
 layout(set = 0, binding = 1) uniform samplerBuffer Bt;     // R32F, RGBA32F for B_MODE 1, 2
+#elif defined(TEXEL4) && defined(SSBO4)
+layout(std430, set = 0, binding = 0) readonly buffer InA4 { vec4 a4[]; };
+layout(std430, set = 0, binding = 1) readonly buffer InB4 { vec4 b4[]; };
+#define FETCH4_A(i) a4[i]
+#define FETCH4_B(i) b4[i]
 #elif defined(TEXEL4)
 layout(set = 0, binding = 0) uniform samplerBuffer At;     // RGBA32F: 4 elements a texel
 layout(set = 0, binding = 1) uniform samplerBuffer Bt;
+#define FETCH4_A(i) texelFetch(At, int(i))
+#define FETCH4_B(i) texelFetch(Bt, int(i))
 #elif defined(TEXEL)
 layout(set = 0, binding = 0) uniform samplerBuffer At;
 layout(set = 0, binding = 1) uniform samplerBuffer Bt;
@@ -263,10 +274,10 @@ void main() {
         [[unroll]] for (uint v = 0u; v < CV; v++) {
             uint q = bq[v] + 4u * kq * kstep;
             [[unroll]] for (uint r = 0u; r < 4u; r++)
-                bv[4u * v + r] = texelFetch(Bt, int(q + r * kstep));
+                bv[4u * v + r] = FETCH4_B(q + r * kstep);
         }
         [[unroll]] for (uint i = 0u; i < RM; i++) {
-            vec4 av = texelFetch(At, int(ra[i] + kq));
+            vec4 av = FETCH4_A(ra[i] + kq);
             [[unroll]] for (uint v = 0u; v < CV; v++)
                 acc[i * CV + v] += av.x * bv[4u * v] + av.y * bv[4u * v + 1u]
                                  + av.z * bv[4u * v + 2u] + av.w * bv[4u * v + 3u];

@@ -410,6 +410,7 @@ _SMALL = {
                     "end_padding": [1, 1]},
     "fold": {"channels": 2, "output_size": [6, 6], "window": [3, 3],
              "start_padding": [1, 1], "end_padding": [1, 1]},
+    "gemm": {"a": [20, 12], "b": [12, 16]},
 }
 
 
@@ -417,7 +418,8 @@ _SMALL = {
     ("pad", ["kernel", "rows", "copy", "rows-256x4"]),
     ("convolution", ["direct", "gemm", "gemm_sg"]),
     ("fold", ["auto", "ssbo4", "roll"]),
-], ids=["pad", "convolution", "fold"])
+    ("gemm", ["direct", "tiled", "sg-16x8"]),
+], ids=["pad", "convolution", "fold", "gemm"])
 def test_paths_time_each_candidate_checked(op, names, device, monkeypatch):
     """Every named candidate is built forced, checked against the reference and timed;
     a name that is no candidate, and a wrong output, are reported instead of timed."""

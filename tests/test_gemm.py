@@ -27,8 +27,8 @@ from fuzzing import compiled_or_refused, fuzzer, lay_out, padded_output, placeme
 T = dml.TensorDesc
 Desc = dml.GemmOperatorDesc
 #: (path, read) of every kernel CompiledGemm has: forced in turn where a test takes them.
-PATHS = [("direct", "dot4"), ("direct", "texel4"), ("direct", "texel"), ("direct", "ssbo"),
-         ("tiled", "texel"), ("tiled", "ssbo")]
+PATHS = [("direct", "dot4"), ("direct", "texel4"), ("direct", "ssbo4"), ("direct", "texel"),
+         ("direct", "ssbo"), ("tiled", "texel"), ("tiled", "ssbo")]
 
 
 def reference(a, b, c=None, ta=False, tb=False, alpha=1.0, beta=1.0, act=None, params=None):
@@ -144,7 +144,7 @@ def test_strides_and_canaries(device, dtype, path, read):
                 T(dtype, shape, c_strides), T(dtype, shape, y_strides), alpha=0.75, beta=-1.25)
     op, got = _run(device, desc, [a_mem, b_mem, c_mem], out_elems, path=path, read=read)
     assert op.path == path
-    assert op.read == ("ssbo" if dtype == "float16" else
+    assert op.read == ("ssbo" if dtype == "float16" or read == "ssbo4" else
                        "texel" if read in ("texel4", "dot4") else read)
     idx = sum(np.arange(s).reshape([-1 if i == d else 1 for i in range(4)]) * st
               for d, (s, st) in enumerate(zip(shape, y_strides)))
@@ -168,8 +168,9 @@ def test_transforms_descriptor(device, path, read):
             desc = Desc(T("float32", a.shape), T("float32", b.shape), None,
                         T("float32", (1, 2, m, n)), ta, tb, alpha=2.0, beta=5.0)
             op, got = _run(device, desc, [a, b, None], 2 * m * n, path=path, read=read)
-            fits = {"texel4": not ta and not tb, "dot4": not ta and tb}.get(read, True)
-            want_read = read if fits else "texel"
+            fits = {"texel4": not ta and not tb, "ssbo4": not ta and not tb,
+                    "dot4": not ta and tb}.get(read, True)
+            want_read = read if fits else "ssbo" if read == "ssbo4" else "texel"
             assert (op.path, op.read) == (path, want_read)
             np.testing.assert_allclose(got.reshape(1, 2, m, n),
                                        reference(a, b, None, ta, tb, 2.0), **_tol("float32", k))
@@ -208,7 +209,7 @@ def test_dot4_edges(device):
         desc = Desc(T("float32", a.shape), wd, cd, T("float32", (bt, m, n)), 0, 1,
                     alpha=0.5, beta=2.0, fused_activation=dml.ACTIVATIONS["relu"]())
         op, got = _run(device, desc, [a, w, c], bt * m * n, path="direct")
-        texels = max(a.size, w.size) <= device.limits["maxTexelBufferElements"]
+        texels = max(a.size, w.size) // 4 <= device.limits["maxTexelBufferElements"]  # RGBA
         assert op.read == "dot4"
         assert op.kernel == "gemm_dot_f32" + ("" if texels else "_ssbo")
         want = reference(a, np.broadcast_to(w, (bt, n, k)), np.broadcast_to(c, (bt, m, n)),
@@ -217,12 +218,36 @@ def test_dot4_edges(device):
                                    err_msg=f"{(bt, m, k, n)}")
 
 
+def test_texel4_past_texel_limit(device):
+    """The 8 x 8 block of texel4 past maxTexelBufferElements (lowered) reads vec4 storage
+    buffers (ssbo4), not scalar ones; the limit counts RGBA32F texels, so an operand of
+    up to 4 x the limit in floats still reads texels.  Odd M, N of an odd number of
+    4-column groups (the last clamped), batch layers with B broadcast, C and alpha/beta."""
+    rng = np.random.default_rng(14)
+    with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as small:
+        for bt, m, k, n, want_read in ((1, 3, 8, 28, "texel4"), (2, 13, 12, 36, "ssbo4"),
+                                       (1, 70, 20, 20, "ssbo4")):
+            a = rng.standard_normal((bt, m, k)).astype(np.float32)
+            b = rng.standard_normal((1, k, n)).astype(np.float32)
+            c = rng.standard_normal((bt, m, n)).astype(np.float32)
+            bd = T("float32", (bt, k, n), (0, n, 1))
+            desc = Desc(T("float32", a.shape), bd, T("float32", c.shape), T("float32", c.shape),
+                        alpha=-0.75, beta=1.5)
+            op, got = _run(small, desc, [a, b, c], c.size, path="direct")
+            assert op.read == want_read, (bt, m, k, n)
+            assert op.kernel == "gemm_direct_f32_" + want_read
+            want = reference(a, np.broadcast_to(b, (bt, k, n)), c, alpha=-0.75, beta=1.5)
+            np.testing.assert_allclose(got.reshape(c.shape), want, **_tol("float32", k))
+
+
 def test_dot4_past_texel_limit(device):
     """dot4 with operands past maxTexelBufferElements (lowered) reads vec4 storage
-    buffers (gemm_dot_f32_ssbo), clamped rows and columns included."""
+    buffers (gemm_dot_f32_ssbo), clamped rows and columns included; the limit counts
+    RGBA32F texels (B of 192 floats, 48 texels, still reads texels)."""
     rng = np.random.default_rng(13)
     with vkml.Device(device.index, limits={"maxTexelBufferElements": 64}) as small:
-        for m, k, n in ((1, 16, 37), (11, 24, 20)):
+        for m, k, n, kernel in ((1, 16, 37, "gemm_dot_f32_ssbo"), (11, 24, 20, "gemm_dot_f32_ssbo"),
+                                (3, 8, 24, "gemm_dot_f32")):
             a = rng.standard_normal((m, k)).astype(np.float32)
             w = rng.standard_normal((n, k)).astype(np.float32)
             c = rng.standard_normal((n,)).astype(np.float32)
@@ -230,7 +255,7 @@ def test_dot4_past_texel_limit(device):
             desc = Desc(T("float32", a.shape), T("float32", w.shape), cd, T("float32", (m, n)),
                         0, 1, alpha=1.5, beta=-0.5)
             op, got = _run(small, desc, [a, w, c], m * n)
-            assert (op.read, op.kernel) == ("dot4", "gemm_dot_f32_ssbo")
+            assert (op.read, op.kernel) == ("dot4", kernel)
             want = reference(a, w, np.broadcast_to(c, (m, n)), tb=True, alpha=1.5, beta=-0.5)
             np.testing.assert_allclose(got.reshape(m, n), want, **_tol("float32", k))
 

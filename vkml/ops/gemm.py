@@ -18,7 +18,8 @@ scales the product and Beta * C is added in the epilogue before the fused activa
 float32 A and B are read as texels (RGBA32F where
 :meth:`CompiledGemm._choose_read` allows, else R32F) where the device can bind them whole
 (lavapipe gathers texel fetches across lanes, storage-buffer loads go one lane at a
-time); ``read="ssbo"`` forces storage buffers.  Tensors larger than
+time), past the texel limit as vec4 storage buffers ("ssbo4", gemm_dot_f32_ssbo);
+``read="ssbo"`` forces storage buffers.  Tensors larger than
 ``maxStorageBufferRange`` run in windows of the output box (:func:`.grid.plan_windows`),
 each tensor bound over what its window reads; grids over ``maxComputeWorkGroupCount``
 are split into boxes that fit.
@@ -47,7 +48,8 @@ __all__ = ["gemm"]
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = dict.fromkeys(
     [f"gemm_tiled_{t}" for t in ("f32", "f32_texel", "f16", "f16_packed")]
-    + [f"gemm_direct_{t}" for t in ("f32", "f32_texel", "f32_texel4", "f16", "f16_packed")],
+    + [f"gemm_direct_{t}" for t in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16",
+                                    "f16_packed")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT"))
 VARIANTS.update(dict.fromkeys(["gemm_dot_f32", "gemm_dot_f32_ssbo"],
                               ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "RM", "CN")))
@@ -55,9 +57,9 @@ VARIANTS["gemm_sg_f32"] = ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "MB",
                            "A_MODE", "B_MODE", "YV4")
 
 #: The kernel families (glsl/gemm.comp) and the reads each can take.
-PATHS = {"direct": ("dot4", "texel4", "texel", "ssbo"), "tiled": ("texel", "ssbo"),
+PATHS = {"direct": ("dot4", "texel4", "ssbo4", "texel", "ssbo"), "tiled": ("texel", "ssbo"),
          "sg": ("sg",)}
-READS = ("dot4", "texel4", "texel", "ssbo", "sg")
+READS = ("dot4", "texel4", "ssbo4", "texel", "ssbo", "sg")
 #: The sg family's register blocks (rows a subgroup, columns a lane) the tuner tries.
 SG_BLOCKS = ((16, 8), (16, 12), (8, 16))
 #: B_MODE of gemm.comp's SGA variant: how a lane reads its columns of op(B).
@@ -66,7 +68,7 @@ B_ELEMENTS, B_ALONG_N, B_ALONG_K = 0, 1, 2
 #: Invocations a workgroup; each invocation computes BLOCK[read] = (rows, columns)
 #: outputs (gemm.comp's RM and 4 * CV; dot4: gemm_dot.comp's RM and CN for M >= 8).
 INVOCATIONS = 64
-BLOCK = {"dot4": (8, 8), "texel4": (8, 8), "texel": (4, 4), "ssbo": (4, 4)}
+BLOCK = {"dot4": (8, 8), "texel4": (8, 8), "ssbo4": (8, 8), "texel": (4, 4), "ssbo": (4, 4)}
 
 
 def _pow2_at_least(v: int) -> int:
@@ -109,8 +111,8 @@ class CompiledGemm(CompiledOperator):
                  sg_block: tuple[int, int] | None = None):
         """``path``: "direct", "tiled" or "sg" forces a kernel family (None: :data:`PATH`'s
         choice; "sg" runs "direct" where it does not take the product, see
-        :meth:`_sg_constants`); ``read``: "texel4", "texel" or "ssbo" forces a read where
-        the geometry allows it (None: the widest that does); ``sg_block``: the sg
+        :meth:`_sg_constants`); ``read``: "texel4", "ssbo4", "texel" or "ssbo" forces a
+        read where the geometry allows it (None: the widest that does); ``sg_block``: the sg
         family's (rows a subgroup, columns a lane), one of :data:`SG_BLOCKS` (None: the
         first)."""
         if path not in (None, *PATHS):
@@ -162,7 +164,7 @@ class CompiledGemm(CompiledOperator):
         families (and gemm_dot.comp)."""
         self.read = self._choose_read(base)
         if self.read == "dot4":
-            self.kernel = "gemm_dot_f32" + ("" if self.texel_ok else "_ssbo")
+            self.kernel = "gemm_dot_f32" + ("" if self.texel4_ok else "_ssbo")
         else:
             read = "" if self.read == "ssbo" else f"_{self.read}"
             self.kernel = f"gemm_{self.path}_{base}{read}"
@@ -172,7 +174,7 @@ class CompiledGemm(CompiledOperator):
         if self.read == "dot4":
             constants.update(RM=rows, CN=cols)
         fmt = {"texel": FORMAT_R32_SFLOAT, "texel4": FORMAT_RGBA32_SFLOAT,
-               "dot4": FORMAT_RGBA32_SFLOAT if self.texel_ok else 0}.get(self.read, 0)
+               "dot4": FORMAT_RGBA32_SFLOAT if self.texel4_ok else 0}.get(self.read, 0)
         self.formats = [fmt, fmt]
         self.pipe = self.pipeline(self.kernel, constants)
 
@@ -225,8 +227,12 @@ class CompiledGemm(CompiledOperator):
         need K a multiple of 4 and every other stride 4-aligned, so each 4-element run is
         one RGBA32F texel.  texel (float32): A and B as R32F texels; else storage
         buffers.  Texel reads need the tensors bound whole (no windows) within
-        maxTexelBufferElements; dot4 past that limit reads vec4 storage buffers."""
-        self.texel_ok = max(self.bytes[:2]) // 4 <= self.ctx.limits["maxTexelBufferElements"]
+        maxTexelBufferElements (texels of the view's format); past that limit dot4 and
+        texel4 read vec4 storage buffers (gemm_dot_f32_ssbo, ssbo4), which keep their
+        blocks, where the scalar reads of "ssbo" run several times slower (SwiftShader)."""
+        limit = self.ctx.limits["maxTexelBufferElements"]
+        self.texel_ok = max(self.bytes[:2]) // 4 <= limit          # R32F views
+        self.texel4_ok = max(self.bytes[:2]) // 16 <= limit        # RGBA32F views
         if base != "f32" or self.windows is not None or self.force_read == "ssbo":
             return "ssbo"
         sa, sb = self.strides[0], self.strides[1]
@@ -236,12 +242,10 @@ class CompiledGemm(CompiledOperator):
         if rgba and sb[2] == 1 and all(sb[i] % 4 == 0 for i in (0, 1, 3)) \
                 and self.force_read in (None, "dot4"):
             return "dot4"          # as vec4 storage buffers where texels do not fit
-        if not self.texel_ok:
-            return "ssbo"
         if rgba and sb[3] == 1 and self.box[3] % 4 == 0 and all(s % 4 == 0 for s in sb[:3]) \
-                and self.force_read in (None, "texel4"):
-            return "texel4"
-        return "texel"
+                and self.force_read in (None, "texel4", "ssbo4"):
+            return "texel4" if self.texel4_ok and self.force_read != "ssbo4" else "ssbo4"
+        return "texel" if self.texel_ok and self.force_read != "ssbo4" else "ssbo"
 
     def _choose_path(self) -> str:
         """The forced path, else the tuner's choice for the shape's class; with
@@ -377,13 +381,15 @@ def _path_run(device, seq, cand, shape):
 
 #: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
 #: :meth:`CompiledGemm._choose_path`), "tiled" or "sg" with one of its register blocks
-#: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the last of SG_BLOCKS timed in the
-#: full mode only), chosen by the device's timing for the shape's class (M, K, N and the
-#: layer count within a factor of 4).  "sg" is no default: lavapipe runs it faster than
-#: "direct", SwiftShader several times slower.
+#: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the other blocks of SG_BLOCKS timed
+#: in the full mode only: on lavapipe they ran slower than 16 x 8 at every square size
+#: by process CPU time, so in the fast mode they only gave a noisy round a wrong pick),
+#: chosen by the device's timing for the shape's class (M, K, N and the layer count
+#: within a factor of 4).  "sg" is no default: lavapipe runs it faster than "direct",
+#: SwiftShader several times slower.
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
-    + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i < len(SG_BLOCKS) - 1)
+    + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i == 0)
        for i, (mb, nb) in enumerate(SG_BLOCKS)],
     "direct",
     _path_class, _path_run,

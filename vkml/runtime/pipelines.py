@@ -63,11 +63,13 @@ from .vk import ffi, lib
 #: registers and how many texels a lane (glsl/softmax.comp: the held loops are unrolled
 #: over NREG, so it must be a constant); ``SPAN_STEP``, ``SPAN_SHIFT`` the register
 #: components that the permute copy's span rows read (glsl/permute.comp), constant
-#: indices only once frozen.
+#: indices only once frozen; ``CN`` (with ``RM``) sizes gemm_dot.comp's block of
+#: accumulators (SwiftShader keeps an array sized by an unfrozen constant in memory,
+#: several times slower).
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
                     "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
                     "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "HOLD", "NREG",
-                    "SPAN_STEP", "SPAN_SHIFT")
+                    "SPAN_STEP", "SPAN_SHIFT", "CN")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
