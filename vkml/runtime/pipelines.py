@@ -62,7 +62,8 @@ from .vk import ffi, lib
 #: is compiled.
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
                     "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
-                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN")
+                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "PHASE_D0",
+                    "PHASE_D1")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
