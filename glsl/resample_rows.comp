@@ -1,19 +1,21 @@
 #version 450
 // DML_RESAMPLE1_OPERATOR_DESC, the rows path (vkml/ops/resample.py, path "rows"): a
-// resample whose last dimension's index map is periodic with period 2 (an upsampling by
-// 2 along rows: output 2k + j reads input k + D[j], and k + D[j] + 1 for linear, D[j] in
-// {-1, 0}, weight WT[j] of the second, clamped to the row), whatever the other
-// dimensions' maps.  The host compares this map with the general kernel's (glsl/
-// resample.comp's `locate`, evaluated on the host) at every output coordinate and takes
-// this path only where they agree, so its results are the general kernel's bits.
+// resample whose last dimension is upsampled by 2 with a map of period 2 (output 2k + j
+// reads input k + D[j], and k + D[j] + 1 weighted WT[j] for linear, D[j] in {-1, 0},
+// clamped to the row; nearest: D = 0), whatever the other dimensions' maps.  The host
+// compares this map with the general kernel's (glsl/resample.comp's `locate`, evaluated
+// on the host) at every output coordinate and takes this path only where they agree.
 //
-// An invocation writes 8 * Q consecutive outputs of one output row from Q input quads
-// (uvec4 texels or uvec4 storage loads; lavapipe vectorizes texel fetches, not scalar
-// storage loads), plus the neighbours a linear map reads; the outer dimensions' input
-// rows (one, or two weighted for linear) come from `locate` once a row.  Stores are
-// u64vec4s (U64) or vec4s: the general kernel's one-output-per-coordinate form spent its
-// time on per-output index arithmetic and scalar fetches.  Nearest moves bits
-// (any 32-bit type), linear computes in float32 exactly as the general kernel does.
+// An invocation writes 8 Q consecutive outputs of one output row from Q input quads
+// (RGBA32 texels or vec4 storage loads; lavapipe vectorizes texel fetches, not scalar
+// storage loads), plus for linear the quads holding the two neighbours; the outer
+// dimensions' input rows (one, or two weighted for linear) come from `locate` once an
+// invocation.  Stores are u64vec4s (U64) or vec4s.  The general kernel computes each
+// output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
+// that, not the bytes, was its cost.  Nearest moves bits (any 32-bit type).  Linear
+// computes in float32, the two input rows combined before the row's interpolation (three
+// operations an input instead of an output; the general kernel's order differs by a
+// rounding).
 //
 // vkml:variant resample_rows_near_texel NEAR=1 TEXEL=1
 // vkml:variant resample_rows_near_ssbo NEAR=1
@@ -49,7 +51,6 @@ layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 layout(std430, set = 0, binding = 0) readonly buffer In { T4 x4[]; };
 #define LOAD4(q) x4[q]
 #endif
-layout(std430, set = 0, binding = 1) writeonly buffer Out { T y[]; };
 layout(std430, set = 0, binding = 1) writeonly buffer Out4 { T4 y4[]; };
 #ifdef U64
 #extension GL_ARB_gpu_shader_int64 : require
@@ -64,7 +65,8 @@ layout(constant_id = 6) const uint LIN_MASK = 0u;  // bit d: dimension d interpo
 layout(constant_id = 7) const int PHASE_D0 = 0;
 layout(constant_id = 8) const int PHASE_D1 = 0;
 // input quads an invocation: compile-time, so its arrays are registers on both drivers
-const uint Q = 4u;
+// (4 was no faster on lavapipe and slower on SwiftShader)
+const uint Q = 2u;
 const uint NW = 4u * Q + 2u;                     // window: input positions 4 m0 - 1 ...
 
 layout(std140, set = 0, binding = 2) uniform Params {
@@ -93,7 +95,8 @@ uint divide(uint a, int d) {
     return AT(extent, d) == 1u ? a : hi;
 }
 
-// glsl/resample.comp's locate, unchanged (the host's check relies on it)
+// glsl/resample.comp's locate, unchanged: the host's check compares the last dimension's
+// map with it, and the other dimensions take it as it is
 void locate(int d, uint o, out uint i0, out uint i1, out float w) {
     precise float xf = float(o) * AT(coord_a, d) + AT(coord_b, d);
     xf = clamp(xf, -1.0, float(AT(in_size, d)));
@@ -116,10 +119,11 @@ const int LAST = RANK - 1;
 
 void main() {
     uint gx = gl_GlobalInvocationID.x;
-    // x along the row only (SwiftShader ran x over (row, invocation) flattened 1.8x
-    // slower; lavapipe the same); y the dimension before, z the rest
+    // x along the row (input quads), y the dimension before, z the rest (uniform per
+    // workgroup); no early return (uniform loads after one become gathers on lavapipe)
     const int YDIM = RANK - 2;
-    bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, max(YDIM, 0)));
+    bool live = gx < x_count
+        && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, max(YDIM, 0)));
     gx = min(gx, x_count - 1u);
     uint coord[8];
     uint z = gl_GlobalInvocationID.z;
@@ -129,11 +133,12 @@ void main() {
         z = q;
     }
     if (YDIM >= 0) {
-        coord[YDIM] = AT(origin, YDIM) + min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u);
+        uint gy = min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u);
+        coord[YDIM] = AT(origin, YDIM) + gy;
     }
     uint m0 = AT(origin, LAST) + gx * Q;          // first input quad of the row
-    uint nq = phase.x;                       // input quads a row
-    uint count = live ? min(Q, nq - m0) : 0u;      // quads this invocation stores
+    uint nq = phase.x;                            // input quads a row
+    uint count = live ? min(Q, nq - m0) : 0u;     // quads this invocation stores
 
     // the outer dimensions: one input row offset (two for linear) and a weight each
     uint row0 = 0u, row1 = 0u, so = 0u;
@@ -159,36 +164,39 @@ void main() {
     T o[8u * Q];
     [[unroll]] for (uint t = 0u; t < 8u * Q; t++) o[t] = r[t / 8u][(t / 2u) % 4u];
 #else
-    // the window: input positions 4 m0 - 1 + i, i < NW, clamped to the row; the two
+    // the window: input positions 4 m0 - 1 + i, i < NW, clamped to the row, of the two
     // input rows (the dimension before the last is interpolated: the host's check)
-    float w0 = phase_w.x, w1 = phase_w.y;
-    T o[8u * Q];
+    // combined along that dimension first: three operations an input, not an output
+    T win[NW];
     [[unroll]] for (uint rr = 0u; rr < 2u; rr++) {
         uint row = rr == 0u ? row0 : row1;
         float wr = rr == 0u ? 1.0 - wt : wt;
-        T win[NW];
+        T r[NW];
         T4 left = LOAD4(row + (m0 == 0u ? 0u : m0 - 1u));
-        win[0] = m0 == 0u ? left.x : left.w;
+        r[0] = m0 == 0u ? left.x : left.w;
         [[unroll]] for (uint k = 0u; k <= Q; k++) {
             // a quad past the row reads the row's last quad, whose .w is its last input
             T4 v = LOAD4(row + min(m0 + k, lastq));
             bool past = m0 + k > lastq;
             [[unroll]] for (uint c = 0u; c < 4u; c++) {
-                if (4u * k + c + 1u < NW) win[4u * k + c + 1u] = past ? v.w : v[c];
+                if (4u * k + c + 1u < NW) r[4u * k + c + 1u] = past ? v.w : v[c];
             }
         }
-        [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
-            // output 2k + j: input k + D[j] (window index k + D[j] + 1) and the next,
-            // as the general kernel computes them
-            uint k = t / 2u;
-            bool odd = (t & 1u) != 0u;
-            int dj = odd ? PHASE_D1 : PHASE_D0;
-            float wj = odd ? w1 : w0;
-            T a = dj < 0 ? win[k] : win[k + 1u];
-            T b = dj < 0 ? win[k + 1u] : win[k + 2u];
-            T v = (1.0 - wj) * a + wj * b;
-            o[t] = rr == 0u ? wr * v : o[t] + wr * v;
+        [[unroll]] for (uint i = 0u; i < NW; i++) {
+            win[i] = rr == 0u ? wr * r[i] : win[i] + wr * r[i];
         }
+    }
+    float w0 = phase_w.x, w1 = phase_w.y;
+    T o[8u * Q];
+    [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
+        // output 2k + j: input k + D[j] (window index k + D[j] + 1) and the next
+        uint k = t / 2u;
+        bool odd = (t & 1u) != 0u;
+        int dj = odd ? PHASE_D1 : PHASE_D0;
+        float wj = odd ? w1 : w0;
+        T a = dj < 0 ? win[k] : win[k + 1u];
+        T b = dj < 0 ? win[k + 1u] : win[k + 2u];
+        o[t] = (1.0 - wj) * a + wj * b;
     }
 #endif
     // stores: two u64vec4s or four T4s a quad of input

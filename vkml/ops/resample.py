@@ -25,6 +25,19 @@ element of a row s_w times (:meth:`CompiledResample._plan_copy`); 8/16-bit eleme
 resampled along the last dimension keep the general kernel.  Deciding it from the
 computed map (no reasoning about modes) keeps it exact for any offsets or ONNX modes
 giving that map; ``path="general"`` forces the general kernel.
+
+Before the copy, the rows kernel (``glsl/resample_rows.comp``, :meth:`CompiledResample._plan_rows`):
+where the last dimension is upsampled by 2 with a map of period 2 (output 2k + j reads
+input ``clamp(k + D[j])``, and for linear ``clamp(k + D[j] + 1)`` weighted ``WT[j]``:
+pixel centres and ONNX's half_pixel, asymmetric, nearest ``o // 2``), whatever the other
+dimensions' maps: an invocation reads input quads of one or two input rows and writes 16
+outputs of a row as whole vectors.  Its map is compared on the host with the general
+kernel's at every output coordinate of the last dimension (:func:`rows_phases`), so it
+runs only where the two kernels read the same inputs with the same weights.  Nearest
+moves the same bits as the general kernel; linear combines the two input rows before
+interpolating along the row (three operations an input, not an output), so it may differ
+from the general kernel by a float32 rounding.  ``path="rows"`` / ``"copy"`` force one
+where it applies.
 """
 from __future__ import annotations
 
@@ -64,7 +77,7 @@ VARIANTS.update(dict.fromkeys(
      for w in ("", "_u64")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1")))
 #: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
-ROWS_Q = 4
+ROWS_Q = 2
 #: |a| and |b| are kept below this, so ``o * a + b`` stays finite in float32 for every
 #: 32-bit coordinate (a scale of 1e-38 reads the input's first element, as any tiny one).
 _COORD_CAP = 2.0 ** 96
@@ -154,10 +167,12 @@ class CompiledResample(BoxKernel):
         for k, ((a, b), n) in enumerate(zip(self.coords, self.in_sizes)):
             if self.linear and n > 1 and not (a == 1.0 and b == 0.0):
                 self.lin_mask |= 1 << k
+        # the rows kernel first: 2.9x the copy's speed for a 2x nearest on lavapipe,
+        # 1.6x on SwiftShader (bench/RESULTS.md, Findings)
+        if self.force_path in (None, "rows") and self._plan_rows():
+            return
         factors = integer_factors(self) if self.force_path in (None, "copy") else None
         if factors is not None and self._plan_copy(factors):
-            return
-        if self.force_path in (None, "rows") and self._plan_rows():
             return
         self.local = min(256, self.workgroup_size)
         self.windows = self.plan_windows()
@@ -205,9 +220,9 @@ class CompiledResample(BoxKernel):
     def _plan_rows(self) -> bool:
         """glsl/resample_rows.comp where it applies (its doc): float32 (nearest: any
         32-bit type), the last dimension contiguous both sides, of whole input quads and
-        upsampled by 2 with the map the kernel assumes (:func:`rows_phases`), every other
-        stride a whole quad, linear weights along the last two dimensions only, whole
-        tensors in one binding."""
+        upsampled by 2 with the map the kernel assumes (:func:`rows_phases`; nearest:
+        ``o // 2``), every other stride a whole quad, linear weights along exactly the
+        last two dimensions, whole tensors in one binding."""
         src, dst = self.desc.input_tensor, self.desc.output_tensor
         if src.data_type.size != 4 or (self.linear and src.data_type != DataType.FLOAT32):
             return False
@@ -219,10 +234,12 @@ class CompiledResample(BoxKernel):
             return False
         phases = rows_phases(self)
         lim = self.ctx.limits
-        if phases is None or max(self.in_bytes, self.out_bytes) > lim["maxStorageBufferRange"]:
-            return False
+        if (phases is None or (not self.linear and phases[0][0] | phases[1][0])
+                or max(self.in_bytes, self.out_bytes) > lim["maxStorageBufferRange"]):
+            return False       # nearest: the kernel reads input k for outputs 2k, 2k + 1
         quads = ceil_div(self.in_bytes, 16)
-        read = "texel" if quads <= lim["maxTexelBufferElements"] else "ssbo"
+        fits = quads <= lim["maxTexelBufferElements"]
+        read = "texel" if fits and self.force_read in (None, "auto", "texel") else "ssbo"
         kernel = f"resample_rows_{'lin' if self.linear else 'near'}_{read}"
         if wide_stores(self.device):
             kernel += "_u64"
