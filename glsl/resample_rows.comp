@@ -10,7 +10,9 @@
 // (RGBA32 texels or vec4 storage loads; lavapipe vectorizes texel fetches, not scalar
 // storage loads), plus for linear the quads holding the two neighbours; the outer
 // dimensions' input rows (one, or two weighted for linear) come from `locate` once an
-// invocation.  Stores are u64vec4s (U64) or vec4s.  The general kernel computes each
+// invocation.  Stores are u64vec4s (U64) or vec4s; nearest stores them to the REP_H
+// output rows that read the same input row (lavapipe 1.15x, SwiftShader 1.9x faster than
+// an invocation a row).  The general kernel computes each
 // output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
 // that, not the bytes, was its cost.  Nearest moves bits (any 32-bit type).  Linear
 // computes in float32, the two input rows combined before the row's interpolation (three
@@ -64,6 +66,9 @@ layout(constant_id = 6) const uint LIN_MASK = 0u;  // bit d: dimension d interpo
 // D[0], D[1] of the map (-1 or 0): constants, so the window's selects fold on lavapipe
 layout(constant_id = 7) const int PHASE_D0 = 0;
 layout(constant_id = 8) const int PHASE_D1 = 0;
+// nearest: output rows an invocation stores (the dimension before the last's map is
+// o // REP_H there: they are the same row), the grid's y counting groups of them
+layout(constant_id = 9) const uint REP_H = 1u;
 // input quads an invocation: compile-time, so its arrays are registers on both drivers
 // (4 was no faster on lavapipe and slower on SwiftShader)
 const uint Q = 2u;
@@ -134,7 +139,7 @@ void main() {
     }
     if (YDIM >= 0) {
         uint gy = min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u);
-        coord[YDIM] = AT(origin, YDIM) + gy;
+        coord[YDIM] = (AT(origin, YDIM) + gy) * REP_H;
     }
     uint m0 = AT(origin, LAST) + gx * Q;          // first input quad of the row
     uint nq = phase.x;                            // input quads a row
@@ -199,20 +204,24 @@ void main() {
         o[t] = (1.0 - wj) * a + wj * b;
     }
 #endif
-    // stores: two u64vec4s or four T4s a quad of input
+    // stores: two u64vec4s or four T4s a quad of input, to REP_H rows
+    uint hstep = YDIM >= 0 ? AT(out_stride, max(YDIM, 0)) : 0u;
+    for (uint h = 0u; h < REP_H; h++) {
+        uint sh = so + h * hstep;
 #ifdef U64
-    if (count == Q && (so & 7u) == 0u) {
-        [[unroll]] for (uint k = 0u; k < Q; k++) {
-            uint b = 8u * k;
-            y8[(so >> 3) + k] = vkml_u64x4(
-                BITS4(T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u])),
-                BITS4(T4(o[b + 4u], o[b + 5u], o[b + 6u], o[b + 7u])));
+        if (count == Q && (sh & 7u) == 0u) {
+            [[unroll]] for (uint k = 0u; k < Q; k++) {
+                uint b = 8u * k;
+                y8[(sh >> 3) + k] = vkml_u64x4(
+                    BITS4(T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u])),
+                    BITS4(T4(o[b + 4u], o[b + 5u], o[b + 6u], o[b + 7u])));
+            }
+            continue;
         }
-        return;
-    }
 #endif
-    [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
-        uint b = 4u * k;
-        if (k < 2u * count) y4[(so >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
+        [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
+            uint b = 4u * k;
+            if (k < 2u * count) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
+        }
     }
 }

@@ -898,8 +898,9 @@ def test_rows_against_general_and_numpy(device, linear):
     """The rows kernel forced, at pixel centres (DML's default offsets: ONNX half_pixel)
     and asymmetric offsets (x = o / 2): the other dimensions scaled by 1, 2, 3, down or
     odd, rows of whole input quads, ranks 2 to 4, partial last invocations (rows of 1 or
-    3 quads) -- taken, nearest bit for bit the general kernel, linear within a float32
-    rounding of it, both against the float64 reference."""
+    3 quads) -- taken (nearest: storing the 1, 2 or 3 output rows of an input row at
+    once), nearest bit for bit the general kernel, linear within a float32 rounding of
+    it, both against the float64 reference."""
     rng = np.random.default_rng(41 + linear)
     mode = LINEAR if linear else NEAREST
     for shape, out in ROWS_CASES:
@@ -915,6 +916,9 @@ def test_rows_against_general_and_numpy(device, linear):
             # scale 1)
             expect = (ins[0] == 0.5 or linear) and (not linear or 1 < shape[-2] != out[-2])
             assert (op.path == "rows") == expect, (shape, out, ins)
+            if expect and not linear:   # o // s along H: one invocation stores s rows
+                rep = out[-2] // shape[-2] if out[-2] % shape[-2] == 0 else 1
+                assert op.rows["rep_h"] == rep, (shape, out)
             _check_rows(got, general, x, out, linear, scales, ins, outs)
 
 

@@ -31,7 +31,8 @@ where the last dimension is upsampled by 2 with a map of period 2 (output 2k + j
 input ``clamp(k + D[j])``, and for linear ``clamp(k + D[j] + 1)`` weighted ``WT[j]``:
 pixel centres and ONNX's half_pixel, asymmetric, nearest ``o // 2``), whatever the other
 dimensions' maps: an invocation reads input quads of one or two input rows and writes 16
-outputs of a row as whole vectors.  Its map is compared on the host with the general
+outputs of a row as whole vectors (nearest: of every output row its input row gives where
+the map of the dimension before the last is ``o // s``).  Its map is compared on the host with the general
 kernel's at every output coordinate of the last dimension (:func:`rows_phases`), so it
 runs only where the two kernels read the same inputs with the same weights.  Nearest
 moves the same bits as the general kernel; linear combines the two input rows before
@@ -75,7 +76,7 @@ VARIANTS = dict.fromkeys(
 VARIANTS.update(dict.fromkeys(
     [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin") for r in ("texel", "ssbo")
      for w in ("", "_u64")],
-    ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1")))
+    ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H")))
 #: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
 ROWS_Q = 2
 #: |a| and |b| are kept below this, so ``o * a + b`` stays finite in float32 for every
@@ -244,13 +245,17 @@ class CompiledResample(BoxKernel):
         if wide_stores(self.device):
             kernel += "_u64"
         (d0, w0), (d1, w1) = phases
+        rep_h = 1
+        if not self.linear and k >= 1:
+            # output rows sharing their input row: one invocation stores them all
+            rep_h = integer_factor(self.indices(k - 1, np.arange(self.box[k - 1]))[0]) or 1
         self.rows = {"kernel": kernel, "read": read, "params": self.upload(np.frombuffer(pack(
             kernel, "Params", out_stride=_vec4s(self.box_out_strides),
             in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords]),
             phase=[n // 4, 0, 0, 0], phase_w=[w0, w1, 0.0, 0.0]), np.uint8)),
-                     "d": (d0, d1)}
+                     "d": (d0, d1), "rep_h": rep_h}
         self.kernel = kernel
         return True
 
@@ -259,6 +264,8 @@ class CompiledResample(BoxKernel):
         quads (whole tensors bound)."""
         plan, ctx = self.rows, self.ctx
         box = list(self.box[:-1]) + [self.in_sizes[-1] // 4]
+        if len(box) > 1:
+            box[-2] //= plan["rep_h"]
         fmt = FORMAT_RGBA32_SFLOAT if self.linear else FORMAT_RGBA32_UINT
         # whole quads: the last input element ends one (the strides and rows are quads)
         size = min(self.in_bytes // 16 * 16, x.size)
@@ -272,7 +279,8 @@ class CompiledResample(BoxKernel):
                                               "RANK": len(box),
                                               "LIN_MASK": self.lin_mask,
                                               "PHASE_D0": plan["d"][0],
-                                              "PHASE_D1": plan["d"][1]})
+                                              "PHASE_D1": plan["d"][1],
+                                              "REP_H": plan["rep_h"]})
         for o, e in split_groups([0] * len(box), box, lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
             push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
