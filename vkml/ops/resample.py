@@ -224,7 +224,7 @@ class CompiledResample(BoxKernel):
         upsampled by 2 with the map the kernel assumes (:func:`rows_phases`; nearest:
         ``o // 2``), every other stride a whole quad, linear weights along exactly the
         last two dimensions, whole tensors in one binding."""
-        src, dst = self.desc.input_tensor, self.desc.output_tensor
+        src = self.desc.input_tensor
         if src.data_type.size != 4 or (self.linear and src.data_type != DataType.FLOAT32):
             return False
         n, k = self.in_sizes[-1], self.rank - 1
