@@ -1087,3 +1087,29 @@ def test_rows_read_paths_stores_and_limits(device, store64, monkeypatch):
                             dev, desc, path="general"))
                         _check_rows(got, general, x, out, linear, (1.0, 1.0, 2.0, 2.0),
                                     (0.5,) * 4, (-0.5,) * 4)
+
+
+def test_tuner_rows_read_candidates_run(device):
+    """The tunable path ``resample_rows_read``: each candidate records and runs the rows
+    kernel on a shape it takes, and is declined on one it does not (rows of 6)."""
+    import importlib
+
+    from vkml import tuning
+
+    mod = importlib.import_module("vkml.ops.resample")
+    for mode in (NEAREST, LINEAR):
+        for w, runs in ((8, True), (6, False)):
+            desc = dml.ResampleOperatorDesc(T("float32", (1, 2, 5, w)),
+                                            T("float32", (1, 2, 10, 2 * w)), mode, (1, 1, 2, 2))
+            shape = mod.read_shape(desc)
+            assert mod._rows_read_class(shape).startswith(f"rows mode {int(mode)}")
+            for cand in mod.ROWS_READ_PATH.candidates:
+                with device.context.sequence() as seq:
+                    if not runs:
+                        with pytest.raises(tuning.Declined):
+                            mod._rows_read_run(device, seq, cand, shape)
+                        continue
+                    free = mod._rows_read_run(device, seq, cand, shape)
+                    seq.run()
+                    free()
+    assert tuning.registered_paths()["resample_rows_read"] is mod.ROWS_READ_PATH
