@@ -26,19 +26,21 @@ resampled along the last dimension keep the general kernel.  Deciding it from th
 computed map (no reasoning about modes) keeps it exact for any offsets or ONNX modes
 giving that map; ``path="general"`` forces the general kernel.
 
-Before the copy, the rows kernel (``glsl/resample_rows.comp``, :meth:`CompiledResample._plan_rows`):
-where the last dimension is upsampled by 2 with a map of period 2 (output 2k + j reads
-input ``clamp(k + D[j])``, and for linear ``clamp(k + D[j] + 1)`` weighted ``WT[j]``:
-pixel centres and ONNX's half_pixel, asymmetric, nearest ``o // 2``), whatever the other
-dimensions' maps: an invocation reads input quads of one or two input rows and writes 16
-outputs of a row as whole vectors (nearest: of every output row its input row gives where
-the map of the dimension before the last is ``o // s``).  Its map is compared on the host with the general
+Before the copy, the rows kernel (``glsl/resample_rows.comp``,
+:meth:`CompiledResample._plan_rows`): where the last dimension is upsampled by 2 with a
+map of period 2 (output 2k + j reads input ``clamp(k + D[j])``, and for linear
+``clamp(k + D[j] + 1)`` weighted ``WT[j]``: pixel centres and ONNX's half_pixel,
+asymmetric, nearest ``o // 2``), whatever the other dimensions' maps: an invocation reads
+input quads of one or two input rows and writes 16 outputs of a row as whole vectors
+(nearest: to every output row reading that input row, where the map of the dimension
+before the last is ``o // s``).  Its map is compared on the host with the general
 kernel's at every output coordinate of the last dimension (:func:`rows_phases`), so it
 runs only where the two kernels read the same inputs with the same weights.  Nearest
 moves the same bits as the general kernel; linear combines the two input rows before
 interpolating along the row (three operations an input, not an output), so it may differ
-from the general kernel by a float32 rounding.  ``path="rows"`` / ``"copy"`` force one
-where it applies.
+from the general kernel by a float32 rounding.  Its read (texels or storage loads) is
+the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where it
+applies.
 """
 from __future__ import annotations
 
@@ -117,8 +119,8 @@ class CompiledResample(BoxKernel):
     #: compile-time V), the grid's x along the last dimension only.
     vec: int = 8
     x_last_only = True
-    #: None (the rule: the broadcast copy, else the rows kernel, where the index maps
-    #: allow them, module doc), "copy" or "rows" (that path where it applies, else the
+    #: None (the rule: the rows kernel, else the broadcast copy, where the index maps
+    #: allow them, module doc), "rows" or "copy" (that path where it applies, else the
     #: general kernel) or "general" (always glsl/resample.comp); the constructor's
     #: ``path=`` sets it.
     force_path: str | None = None
@@ -168,8 +170,8 @@ class CompiledResample(BoxKernel):
         for k, ((a, b), n) in enumerate(zip(self.coords, self.in_sizes)):
             if self.linear and n > 1 and not (a == 1.0 and b == 0.0):
                 self.lin_mask |= 1 << k
-        # the rows kernel first: 2.9x the copy's speed for a 2x nearest on lavapipe,
-        # 1.6x on SwiftShader (bench/RESULTS.md, Findings)
+        # the rows kernel first: a 2x nearest ran 3.5x the copy's speed on lavapipe and
+        # 4.9x on SwiftShader (bench/RESULTS.md, Findings)
         if self.force_path in (None, "rows") and self._plan_rows():
             return
         factors = integer_factors(self) if self.force_path in (None, "copy") else None
@@ -390,7 +392,8 @@ def rows_phases(op) -> tuple | None:
     output 2k + j of the last dimension reads input ``clamp(k + D[j])`` (and
     ``clamp(k + D[j] + 1)`` weighted WT[j], linear), D[j] in {-1, 0}; None unless that
     map equals the general kernel's (:meth:`CompiledResample.indices`, ``weights``) at
-    every output coordinate, so the two kernels compute the same values."""
+    every output coordinate, so the two kernels read the same inputs with the same
+    weights."""
     k, n = op.rank - 1, op.in_sizes[-1]
     o = np.arange(op.box[-1])
     i0, i1 = op.indices(k, o)
