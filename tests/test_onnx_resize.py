@@ -290,3 +290,27 @@ def test_bad_scales_raise_validation_error(scales, sizes, field, device):
     with pytest.raises(vkml.ValidationError) as err:
         vonnx.prepare(model, device=device).run({"x": np.ones(shape, np.float32)})
     assert err.value.field == f"Resize 'rs': {field}", err.value
+
+
+@pytest.mark.parametrize("target", ["scales", "sizes"])
+def test_resize_2x_rows_kernel(target, device, monkeypatch):
+    """Every (coordinate mode, mode, nearest_mode) doubling W of a 4-D float32 input with
+    rows of whole quads (the rows kernel's geometry, vkml/ops/resample.py) and H by 3
+    (scales) or by 2 (sizes): against ONNX Runtime, and the rows kernel taken by some
+    nodes and declined by others (align_corners, nearest modes whose map is not o // 2)."""
+    import importlib
+    # vkml.ops.resample is also the functional form's name: the module by importlib
+    cls = importlib.import_module("vkml.ops.resample").CompiledResample
+    taken = []
+    plan = cls._plan_rows
+
+    def spy(self):
+        taken.append(plan(self))
+        return taken[-1]
+    monkeypatch.setattr(cls, "_plan_rows", spy)
+    shape = (2, 3, 5, 8)
+    scales, sizes = ((1, 1, 3, 2), None) if target == "scales" else (None, (2, 3, 10, 16))
+    specs = [(_mode_attrs(ctm, m, nm), scales, sizes) for ctm in CTMS for m, nm in _MODES]
+    x = _data(np.random.default_rng(5 + len(target)), shape, np.float32)
+    _run_and_check(_model(shape, np.float32, 19, specs), x, device, specs)
+    assert True in taken and False in taken, taken

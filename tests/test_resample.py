@@ -727,7 +727,7 @@ def _repeat(x, factors):
 def _run_both_paths(device, desc, flat):
     """(copy path's output, general kernel's output, whether the copy ran), flat."""
     from vkml.ops.resample import CompiledResample
-    op = CompiledResample(device, desc)
+    op = CompiledResample(device, desc, path="copy")
     taken = _copy_taken(op)
     # the element-wise IDENTITY exactly where the last dimension is not resampled
     assert op.inner is None or desc.output_tensor.sizes[-1] == desc.input_tensor.sizes[-1]
@@ -789,7 +789,7 @@ def test_integer_factors_copy_only_where_the_map_is_o_div_s(device, ctm):
                                             nearest_mode=nm)
             desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), NEAREST,
                                              *geo)
-            op = CompiledResample(device, desc)
+            op = CompiledResample(device, desc, path="copy")
             assert _copy_taken(op) == expect, (shape, out, nm)
             seen.add(expect)
             got = run_desc(device, desc, x, compiled=op).reshape(out)
@@ -828,7 +828,8 @@ def test_integer_factors_copy_declines_linear_weights(device):
                                     LINEAR, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
     same = dml.Resample1OperatorDesc(T("float32", (1, 1, 4, 8)), T("float32", (1, 1, 4, 8)),
                                      LINEAR, (1.0,) * 4, (0.5,) * 4, (-0.5,) * 4)
-    with CompiledResample(device, lin) as a, CompiledResample(device, same) as b:
+    with CompiledResample(device, lin, path="copy") as a, \
+            CompiledResample(device, same, path="copy") as b:
         assert not _copy_taken(a) and _copy_taken(b)
 
 
@@ -851,9 +852,264 @@ def test_integer_factors_copy_read_paths_and_limits(device):
                 desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out),
                                                  NEAREST, tuple(map(float, factors)),
                                                  (0.5,) * 4, (-0.5,) * 4)
-                op = CompiledResample(dev, desc)
+                op = CompiledResample(dev, desc, path="copy")
                 big = 4 * math.prod(out) > lim.get("maxStorageBufferRange", 2 ** 40)
                 assert (op.copy is not None) == (taken or not big), (lim, shape)
                 assert op.copy is None or op.copy.read == read, (lim, shape)
                 got = run_desc(dev, desc, x, compiled=op).reshape(out)
                 assert same_bits(got, _repeat(x, factors)), (lim, shape, factors)
+
+
+# -- the rows kernel (glsl/resample_rows.comp): the last dimension upsampled by 2 --
+
+def _rows_case(device, desc, flat, path="rows"):
+    """(forced path's op, its output, the general kernel's output), flat."""
+    from vkml.ops.resample import CompiledResample
+    op = CompiledResample(device, desc, path=path)
+    got = run_desc(device, desc, flat, compiled=op)
+    general = CompiledResample(device, desc, path="general")
+    assert general.path == "general"
+    return op, got, run_desc(device, desc, flat, compiled=general)
+
+
+def _check_rows(got, general, x, out, linear, scales, ins, outs, dtype="float32"):
+    """Nearest: the general kernel's bits and the page's elements; linear: within a
+    float32 rounding of the general kernel (the rows kernel combines the input rows
+    first) and the float64 reference."""
+    s32, i32, o32 = (np.float32(v).astype(np.float64) for v in (scales, ins, outs))
+    if linear:
+        tol = 4 * np.finfo(np.float32).eps * max(1.0, float(np.max(np.abs(x))))
+        np.testing.assert_allclose(got, general, rtol=0, atol=tol)
+        ref = resample_reference(x, out, True, s32, i32, o32)
+        assert_matches(got.reshape(out), ref, dtype, coordinate_atol(x, out, scales, ins, outs))
+    else:
+        assert same_bits(got, general)
+        assert_nearest(got.reshape(out), x, out, s32, i32, o32)
+
+
+ROWS_CASES = [  # (input shape, output shape): the last dimension 2x, the others anything
+    ((2, 3, 5, 8), (2, 3, 10, 16)), ((1, 2, 7, 12), (1, 2, 21, 24)),
+    ((2, 3, 6, 4), (2, 3, 6, 8)), ((1, 3, 9, 20), (1, 3, 4, 40)), ((3, 5, 8), (3, 10, 16)),
+    ((5, 36), (11, 72)), ((1, 64, 14, 28), (1, 64, 28, 56)), ((2, 1, 1, 4), (2, 1, 2, 8))]
+
+
+@pytest.mark.parametrize("linear", [False, True])
+def test_rows_against_general_and_numpy(device, linear):
+    """The rows kernel forced, at pixel centres (DML's default offsets: ONNX half_pixel)
+    and asymmetric offsets (x = o / 2): the other dimensions scaled by 1, 2, 3, down or
+    odd, rows of whole input quads, ranks 2 to 4, partial last invocations (rows of 1 or
+    3 quads) -- taken (nearest: storing the 1, 2 or 3 output rows of an input row at
+    once), nearest bit for bit the general kernel, linear within a float32 rounding of
+    it, both against the float64 reference."""
+    rng = np.random.default_rng(41 + linear)
+    mode = LINEAR if linear else NEAREST
+    for shape, out in ROWS_CASES:
+        x = rng.standard_normal(shape).astype(np.float32)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        n = len(shape)
+        for ins, outs in (((0.5,) * n, (-0.5,) * n), ((0.0,) * n, (0.0,) * n)):
+            desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), mode,
+                                             scales, ins, outs)
+            op, got, general = _rows_case(device, desc, x)
+            # nearest asymmetric rounds x = k + 0.5 up: not o // 2, so not the rows kernel;
+            # linear needs the dimension before the last interpolated (not of size 1 or
+            # scale 1)
+            expect = (ins[0] == 0.5 or linear) and (not linear or 1 < shape[-2] != out[-2])
+            assert (op.path == "rows") == expect, (shape, out, ins)
+            if expect and not linear:   # o // s along H: one invocation stores s rows
+                rep = out[-2] // shape[-2] if out[-2] % shape[-2] == 0 else 1
+                assert op.rows["rep_h"] == rep, (shape, out)
+            _check_rows(got, general, x, out, linear, scales, ins, outs)
+
+
+def test_rows_only_where_the_map_agrees(device):
+    """The rows kernel declines every geometry whose last dimension's map is not its
+    own, and the rule then runs the copy or the general kernel, still correct: scale 2
+    with offsets moving D out of {-1, 0} or the weights off period 2, align_corners,
+    scale 3 or 1 along the last dimension, rows not of whole quads, linear with an outer
+    dimension interpolated or the one before the last not, float16 / 8-bit types."""
+    rng = np.random.default_rng(43)
+    cases = [  # (shape, out, mode, ins, outs, dtype)
+        ((1, 2, 4, 8), (1, 2, 8, 16), LINEAR, (0.5, 0.5, 0.5, 1.7), (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 8), (1, 2, 8, 16), NEAREST, (0.5, 0.5, 0.5, 1.25), (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 8), (1, 2, 8, 16), LINEAR, (0.0,) * 4, (0.0, 0.0, 0.0, 0.3), "float32"),
+        ((1, 2, 4, 8), (1, 2, 8, 24), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 8), (1, 2, 8, 8), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 6), (1, 2, 8, 12), NEAREST, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 8), (1, 4, 8, 16), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 8), (1, 2, 4, 16), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((8,), (16,), LINEAR, (0.5,), (-0.5,), "float32"),
+        ((1, 2, 4, 8), (1, 2, 8, 16), NEAREST, (0.5,) * 4, (-0.5,) * 4, "float16"),
+        ((1, 2, 4, 8), (1, 2, 8, 16), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float16"),
+        ((1, 2, 4, 8), (1, 2, 8, 16), NEAREST, (0.5,) * 4, (-0.5,) * 4, "uint8")]
+    for shape, out, mode, ins, outs, dtype in cases:
+        if dtype == "float16" and not device.features.get("storage16"):
+            continue
+        x = random_data(rng, shape, dtype)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        desc = dml.Resample1OperatorDesc(T(dtype, shape), T(dtype, out), mode, scales, ins,
+                                         outs)
+        op, got, general = _rows_case(device, desc, x)
+        assert op.path == "general", (shape, out, mode, ins, outs, dtype)
+        rule, got, _ = _rows_case(device, desc, x, path=None)
+        assert rule.path != "rows"
+        s32, i32, o32 = (np.float32(v).astype(np.float64) for v in (scales, ins, outs))
+        if mode == LINEAR:
+            ref = resample_reference(x, out, True, s32, i32, o32)
+            assert_matches(got.reshape(out), ref, dtype,
+                           coordinate_atol(x, out, scales, ins, outs))
+        else:
+            assert_nearest(got.reshape(out), x, out, s32, i32, o32)
+
+
+@pytest.mark.parametrize("ctm", CTMS)
+def test_rows_onnx_modes(device, ctm):
+    """Every ONNX coordinate mode (nearest: every nearest_mode) resizing H by 2 or 3 and W
+    by 2: the rule takes the rows kernel exactly where ONNX's map along W (exact rational
+    arithmetic) is its period-2 map -- linear: half_pixel, pytorch_half_pixel,
+    asymmetric, half_pixel_symmetric, tf_half_pixel_for_nn; nearest: where it is o // 2
+    -- and matches ONNX's formula either way."""
+    from fractions import Fraction
+    from vkml.onnx.lower import _nearest_onnx
+    from vkml.ops.resample import CompiledResample
+    rng = np.random.default_rng(len(ctm) + 11)
+    for shape, out in [((1, 2, 4, 8), (1, 2, 8, 16)), ((1, 2, 3, 12), (1, 2, 9, 24))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        w_in, w_out = shape[-1], out[-1]
+        for mode, nm in [("linear", "round_prefer_floor")] + [("nearest", m)
+                                                              for m in NEAREST_MODES]:
+            geo = vkml.onnx_resize_geometry(shape, out, coordinate_transformation_mode=ctm,
+                                            nearest_mode=nm, mode=mode)
+            desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out),
+                                             LINEAR if mode == "linear" else NEAREST, *geo)
+            op = CompiledResample(device, desc)
+            if mode == "nearest":
+                m = _nearest_onnx(w_in, w_out, Fraction(w_out, w_in), ctm, nm)
+                expect = np.array_equal(m, np.arange(w_out) // 2)
+            else:
+                expect = _onnx_linear_periodic(w_in, w_out, ctm)
+            assert (op.path == "rows") == expect, (shape, out, mode, nm)
+            got = run_desc(device, desc, x, compiled=op).reshape(out)
+            if mode == "nearest":
+                maps = [np.arange(o) if i == o else _nearest_onnx(i, o, Fraction(o, i), ctm, nm)
+                        for i, o in zip(shape, out)]
+                np.testing.assert_array_equal(got, x[np.ix_(*maps)], err_msg=str((shape, nm)))
+            else:
+                ref = resample_reference(x, out, True, *(np.float32(v).astype(np.float64)
+                                                          for v in geo))
+                assert_matches(got, ref, "float32", coordinate_atol(x, out, *geo))
+
+
+def _onnx_linear_periodic(n_in, n_out, ctm) -> bool:
+    """Whether ONNX's linear map along a dimension of n_in -> n_out = 2 n_in (exact
+    rational coordinates, indices clamped) has period 2: output 2k + j reads
+    ``clamp(k + D[j])`` and ``clamp(k + D[j] + 1)`` weighted ``WT[j]``, D[j] in {-1, 0}."""
+    from fractions import Fraction
+    half, s = Fraction(1, 2), Fraction(n_out, n_in)
+    xs = {"half_pixel": lambda o: (o + half) / s - half,
+          "pytorch_half_pixel": lambda o: (o + half) / s - half,
+          "half_pixel_symmetric": lambda o: (o + half) / s - half,   # out = 2 in: no shift
+          "asymmetric": lambda o: o / s, "tf_half_pixel_for_nn": lambda o: (o + half) / s,
+          "align_corners": lambda o: Fraction(o * (n_in - 1), n_out - 1)}[ctm]
+    phases = {}
+    for o in range(n_out):
+        x = min(max(xs(o), Fraction(-1)), Fraction(n_in))
+        f = math.floor(x)
+        d, w = f - o // 2, x - f
+        if d not in (-1, 0):
+            return False
+        i0, i1 = min(max(f, 0), n_in - 1), min(max(f + 1, 0), n_in - 1)
+        if phases.setdefault(o % 2, (d, w)) != (d, w) or (i0, i1) != (
+                min(max(o // 2 + d, 0), n_in - 1), min(max(o // 2 + d + 1, 0), n_in - 1)):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("kind", ["padded", "broadcast", "permuted"])
+@pytest.mark.parametrize("linear", [False, True])
+def test_rows_strided_tensors(device, kind, linear):
+    """Strided inputs (padded rows of whole quads and not, a broadcast dimension,
+    permuted: rows not contiguous) into padded output rows (strides of whole quads, and
+    one of 2: the kernel declines it): the rule against the general kernel and the
+    float64 reference, the rows kernel taken exactly where the strides allow it."""
+    rng = np.random.default_rng(len(kind) + 3 * linear)
+    mode = LINEAR if linear else NEAREST
+    shape, out = (2, 3, 5, 8), (2, 3, 10, 16)
+    for pad in (4, 2):
+        flat, strides, logical = strided_view(rng, shape, "float32", kind)
+        if linear:   # finite values (strided_view's random bits hold NaNs and infinities)
+            flat = rng.standard_normal(flat.shape).astype(np.float32)
+            logical = np.lib.stride_tricks.as_strided(flat, shape, [4 * s for s in strides])
+        ost = (out[1] * out[2] * (out[3] + pad), out[2] * (out[3] + pad), out[3] + pad, 1)
+        desc = dml.Resample1OperatorDesc(T("float32", shape, strides),
+                                         T("float32", out, ost), mode, (1.0, 1.0, 2.0, 2.0),
+                                         (0.5,) * 4, (-0.5,) * 4)
+        op, got, general = _rows_case(device, desc, flat, path=None)
+        whole = strides[-1] == 1 and all(st % 4 == 0 for st in strides[:-1]) and pad == 4
+        assert (op.path == "rows") == whole, (kind, strides, pad)
+        view, gview = (np.lib.stride_tricks.as_strided(a, out, [4 * s for s in ost])
+                       for a in (got, general))
+        _check_rows(np.ascontiguousarray(view), np.ascontiguousarray(gview), np.array(logical), out,
+                    linear, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
+
+
+@pytest.mark.parametrize("store64", [False, True])
+def test_rows_read_paths_stores_and_limits(device, store64, monkeypatch):
+    """The rows kernel's texel and storage-buffer reads (forced, and the storage buffer
+    where the input passes maxTexelBufferElements), u64vec4 stores and vec4 stores,
+    grids split past maxComputeWorkGroupCount, and the general kernel where a tensor
+    passes maxStorageBufferRange: each against the general kernel."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    if store64 and not device.features.get("int64"):
+        pytest.skip("u64vec4 stores need int64 shaders")
+    monkeypatch.setattr(mod, "wide_stores", lambda _d: store64)
+    rng = np.random.default_rng(47)
+    limits = [({}, "texel"), ({"maxTexelBufferElements": 16}, "ssbo"),
+              ({"maxTexelBufferElements": 16, "maxComputeWorkGroupCount": (1, 3, 2)}, "ssbo"),
+              ({"maxStorageBufferRange": 4096}, None)]
+    for lim, read in limits:
+        with vkml.Device(device.index, limits=lim) as dev:
+            for shape, out in (((2, 3, 6, 8), (2, 3, 12, 16)), ((3, 4, 20, 28), (3, 4, 40, 56))):
+                x = rng.standard_normal(shape).astype(np.float32)
+                for linear in (False, True):
+                    desc = dml.Resample1OperatorDesc(
+                        T("float32", shape), T("float32", out), LINEAR if linear else NEAREST,
+                        (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
+                    big = 4 * math.prod(out) > lim.get("maxStorageBufferRange", 2 ** 40)
+                    for force in ((None, "ssbo") if read == "texel" else (None,)):
+                        op = mod.CompiledResample(dev, desc, read=force, path="rows")
+                        want = None if big else (force or read)
+                        assert (op.rows or {}).get("read") == want, (lim, shape, force)
+                        assert op.rows is None or op.kernel.endswith("_u64") == store64
+                        got = run_desc(dev, desc, x, compiled=op)
+                        general = run_desc(dev, desc, x, compiled=mod.CompiledResample(
+                            dev, desc, path="general"))
+                        _check_rows(got, general, x, out, linear, (1.0, 1.0, 2.0, 2.0),
+                                    (0.5,) * 4, (-0.5,) * 4)
+
+
+def test_tuner_rows_read_candidates_run(device):
+    """The tunable path ``resample_rows_read``: each candidate records and runs the rows
+    kernel on a shape it takes, and is declined on one it does not (rows of 6)."""
+    import importlib
+
+    from vkml import tuning
+
+    mod = importlib.import_module("vkml.ops.resample")
+    for mode in (NEAREST, LINEAR):
+        for w, runs in ((8, True), (6, False)):
+            desc = dml.ResampleOperatorDesc(T("float32", (1, 2, 5, w)),
+                                            T("float32", (1, 2, 10, 2 * w)), mode, (1, 1, 2, 2))
+            shape = mod.read_shape(desc)
+            assert mod._rows_read_class(shape).startswith(f"rows mode {int(mode)}")
+            for cand in mod.ROWS_READ_PATH.candidates:
+                with device.context.sequence() as seq:
+                    if not runs:
+                        with pytest.raises(tuning.Declined):
+                            mod._rows_read_run(device, seq, cand, shape)
+                        continue
+                    free = mod._rows_read_run(device, seq, cand, shape)
+                    seq.run()
+                    free()
+    assert tuning.registered_paths()["resample_rows_read"] is mod.ROWS_READ_PATH

@@ -25,6 +25,22 @@ element of a row s_w times (:meth:`CompiledResample._plan_copy`); 8/16-bit eleme
 resampled along the last dimension keep the general kernel.  Deciding it from the
 computed map (no reasoning about modes) keeps it exact for any offsets or ONNX modes
 giving that map; ``path="general"`` forces the general kernel.
+
+Before the copy, the rows kernel (``glsl/resample_rows.comp``,
+:meth:`CompiledResample._plan_rows`): where the last dimension is upsampled by 2 with a
+map of period 2 (output 2k + j reads input ``clamp(k + D[j])``, and for linear
+``clamp(k + D[j] + 1)`` weighted ``WT[j]``: pixel centres and ONNX's half_pixel,
+asymmetric, nearest ``o // 2``), whatever the other dimensions' maps: an invocation reads
+input quads of one or two input rows and writes 16 outputs of a row as whole vectors
+(nearest: to every output row reading that input row, where the map of the dimension
+before the last is ``o // s``).  Its map is compared on the host with the general
+kernel's at every output coordinate of the last dimension (:func:`rows_phases`), so it
+runs only where the two kernels read the same inputs with the same weights.  Nearest
+moves the same bits as the general kernel; linear combines the two input rows before
+interpolating along the row (three operations an input, not an output), so it may differ
+from the general kernel by a float32 rounding.  Its read (texels or storage loads) is
+the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where it
+applies.
 """
 from __future__ import annotations
 
@@ -38,16 +54,17 @@ from ..dml.operator import as_real, enum_of
 from ..dml.resample import (InterpolationMode, Resample1OperatorDesc, ResampleOperatorDesc,
                             Upsample2dOperatorDesc)
 from ..dml.tensor_desc import TensorDesc, as_ints
-from ..intmath import ceil_div
+from ..intmath import ceil_div, round_up
 from ..errors import ArgumentTypeError, ValidationError
-from ..runtime import Bind
+from ..runtime import FORMAT_RGBA32_SFLOAT, FORMAT_RGBA32_UINT, Bind
 from ..runtime.blocks import pack
 from .. import tuning
 from . import permute
 from .base import implements
 from .element_wise import CompiledElementWise
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, BoxKernel, timed_read_candidate
+from .grid import (BOX_CONSTANTS, BoxKernel, box_grid, div_magic, record_on_scratch,
+                   split_groups, timed_read_candidate, words8)
 from .store_width import wide_stores
 
 __all__ = ["resample", "onnx_resize_geometry"]
@@ -58,6 +75,12 @@ VARIANTS = dict.fromkeys(
     ["resample_f32", "resample_f32_texel", "resample_f32_u64", "resample_f32_texel_u64",
      "resample_f16", "resample_f16_packed",
      "resample_i8", "resample_i8_packed", "resample_u8", "resample_u8_packed"], _CONSTS)
+VARIANTS.update(dict.fromkeys(
+    [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin") for r in ("texel", "ssbo")
+     for w in ("", "_u64")],
+    ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H")))
+#: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
+ROWS_Q = 2
 #: |a| and |b| are kept below this, so ``o * a + b`` stays finite in float32 for every
 #: 32-bit coordinate (a scale of 1e-38 reads the input's first element, as any tiny one).
 _COORD_CAP = 2.0 ** 96
@@ -96,20 +119,31 @@ class CompiledResample(BoxKernel):
     #: compile-time V), the grid's x along the last dimension only.
     vec: int = 8
     x_last_only = True
-    #: "copy" (the rule: the broadcast copy where the index maps allow it, module doc) or
-    #: "general" (always glsl/resample.comp); the constructor's ``path=`` sets it.
-    force_path: str = "copy"
+    #: None (the rule: the rows kernel, else the broadcast copy, where the index maps
+    #: allow them, module doc), "rows" or "copy" (that path where it applies, else the
+    #: general kernel) or "general" (always glsl/resample.comp); the constructor's
+    #: ``path=`` sets it.
+    force_path: str | None = None
     #: The broadcast copy this resample runs as, or None (glsl/resample.comp).
     inner: CompiledElementWise | None = None
     #: The broadcast copy of 32-bit elements on glsl/permute.comp, or None.
     copy: permute.StridedCopy | None = None
+    #: The rows kernel's plan (:meth:`_plan_rows`), or None.
+    rows: dict | None = None
 
     def __init__(self, device, desc, read: str | None = None, path: str | None = None):
-        if path not in (None, "copy", "general"):
-            raise ValidationError("path", f"must be None, 'copy' or 'general', got {path!r}")
-        if path is not None:
-            self.force_path = path
+        if path not in (None, "copy", "rows", "general"):
+            raise ValidationError("path", "must be None, 'copy', 'rows' or 'general', got "
+                                  f"{path!r}")
+        self.force_path = path
         super().__init__(device, desc, read=read)
+
+    @property
+    def path(self) -> str:
+        """The path this resample runs: "copy", "rows" or "general"."""
+        if self.inner is not None or self.copy is not None:
+            return "copy"
+        return "rows" if self.rows is not None else "general"
 
     def build(self) -> None:
         d = self.desc
@@ -136,7 +170,11 @@ class CompiledResample(BoxKernel):
         for k, ((a, b), n) in enumerate(zip(self.coords, self.in_sizes)):
             if self.linear and n > 1 and not (a == 1.0 and b == 0.0):
                 self.lin_mask |= 1 << k
-        factors = integer_factors(self) if self.force_path == "copy" else None
+        # the rows kernel first: a 2x nearest ran 3.5x the copy's speed on lavapipe and
+        # 4.9x on SwiftShader (bench/RESULTS.md, Findings)
+        if self.force_path in (None, "rows") and self._plan_rows():
+            return
+        factors = integer_factors(self) if self.force_path in (None, "copy") else None
         if factors is not None and self._plan_copy(factors):
             return
         self.local = min(256, self.workgroup_size)
@@ -182,6 +220,88 @@ class CompiledResample(BoxKernel):
         self.copy = permute.StridedCopy(self, geo, read, self.in_bytes, self.out_bytes)
         return True
 
+    def _plan_rows(self) -> bool:
+        """glsl/resample_rows.comp where it applies (its doc): float32 (nearest: any
+        32-bit type), the last dimension contiguous both sides, of whole input quads and
+        upsampled by 2 with the map the kernel assumes (:func:`rows_phases`; nearest:
+        ``o // 2``), every other stride a whole quad, linear weights along exactly the
+        last two dimensions, whole tensors in one binding."""
+        src = self.desc.input_tensor
+        if src.data_type.size != 4 or (self.linear and src.data_type != DataType.FLOAT32):
+            return False
+        n, k = self.in_sizes[-1], self.rank - 1
+        if (self.in_strides[-1] != 1 or self.box_out_strides[-1] != 1 or n % 4
+                or self.box[-1] != 2 * n
+                or (self.linear and (k < 1 or self.lin_mask != 3 << (k - 1)))
+                or any(st % 4 for st in self.in_strides[:-1] + self.box_out_strides[:-1])):
+            return False
+        phases = rows_phases(self)
+        lim = self.ctx.limits
+        if (phases is None or (not self.linear and phases[0][0] | phases[1][0])
+                or max(self.in_bytes, self.out_bytes) > lim["maxStorageBufferRange"]):
+            return False       # nearest: the kernel reads input k for outputs 2k, 2k + 1
+        fits = ceil_div(self.in_bytes, 16) <= lim["maxTexelBufferElements"]
+        read = "texel" if fits and self.force_read in (None, "auto", "texel") else "ssbo"
+        if self.force_read is None and fits:
+            # lavapipe: texel reads 2-7x faster; SwiftShader: storage reads up to 1.4x
+            read = self.tuned_read(ROWS_READ_PATH, read_shape(self.desc),
+                                   {"texel": True, "ssbo": True}) or read
+        kernel = f"resample_rows_{'lin' if self.linear else 'near'}_{read}"
+        if wide_stores(self.device):
+            kernel += "_u64"
+        (d0, w0), (d1, w1) = phases
+        rep_h = 1
+        if not self.linear and k >= 1:
+            # output rows sharing their input row: one invocation stores them all
+            rep_h = integer_factor(self.indices(k - 1, np.arange(self.box[k - 1]))[0]) or 1
+        self.rows = {"kernel": kernel, "read": read, "params": self.upload(np.frombuffer(pack(
+            kernel, "Params", out_stride=_vec4s(self.box_out_strides),
+            in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
+            coord_a=_vec4s([a for a, _ in self.coords]),
+            coord_b=_vec4s([b for _, b in self.coords]),
+            phase=[n // 4, 0, 0, 0], phase_w=[w0, w1, 0.0, 0.0]), np.uint8)),
+                     "d": (d0, d1), "rep_h": rep_h}
+        self.kernel = kernel
+        return True
+
+    def _encode_rows(self, seq, x, y) -> None:
+        """Record the rows kernel over the output box, its last dimension in input
+        quads (whole tensors bound)."""
+        plan, ctx = self.rows, self.ctx
+        box = list(self.box[:-1]) + [self.in_sizes[-1] // 4]
+        if len(box) > 1:
+            box[-2] //= plan["rep_h"]
+        fmt = FORMAT_RGBA32_SFLOAT if self.linear else FORMAT_RGBA32_UINT
+        # whole quads: the last input element ends one (the strides and rows are quads)
+        size = min(self.in_bytes // 16 * 16, x.size)
+        rd = Bind(x, 0, size, "r", fmt) if plan["read"] == "texel" else Bind(x, 0, size, "r")
+        binds = [rd, Bind(y, 0, self.out_bytes, "w"), Bind(plan["params"])]
+        local = min(64, self.workgroup_size)
+        lx = min(local, max(8, round_up(ceil_div(box[-1], ROWS_Q), 8)))
+        ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1]))
+                 ) if len(box) > 1 else 1
+        pipe = self.pipeline(plan["kernel"], {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                              "RANK": len(box),
+                                              "LIN_MASK": self.lin_mask,
+                                              "PHASE_D0": plan["d"][0],
+                                              "PHASE_D1": plan["d"][1],
+                                              "REP_H": plan["rep_h"]})
+        for o, e in split_groups([0] * len(box), box, lx,
+                                 ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
+            push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
+                        x_count=ceil_div(e[-1], ROWS_Q), pad0=0, pad1=0, pad2=0,
+                        magic=words8(map(div_magic, e)))
+            seq.dispatch(pipe, binds, box_grid(e, lx, 1, ROWS_Q, ly), push)
+
+    def weights(self, k: int, o) -> np.ndarray:
+        """glsl/resample.comp's ``locate`` weight of i1 along dimension k (0 where the
+        dimension is not interpolated)."""
+        if not (self.linear and self.lin_mask >> k & 1):
+            return np.zeros(len(np.atleast_1d(o)), np.float32)
+        xf = np.clip(input_coordinates(o, *self.coords[k]), np.float32(-1.0),
+                     np.float32(self.in_sizes[k]))
+        return (xf - np.floor(xf)).astype(np.float32)
+
     def in_span(self, origin, extent):
         """The input elements a box reads: per dimension the indices its first and last
         coordinates take (the map is increasing), as the kernel computes them."""
@@ -225,6 +345,9 @@ class CompiledResample(BoxKernel):
         if self.copy is not None:
             self.copy.encode(seq, inputs[0].allocation, outputs[0].allocation)
             return
+        if self.rows is not None:
+            self._encode_rows(seq, inputs[0].allocation, outputs[0].allocation)
+            return
         x, y = inputs[0].allocation, outputs[0].allocation
 
         def pipeline_for(local, ly, xdims, v, vec_store):
@@ -262,6 +385,31 @@ def integer_factors(op) -> list | None:
     factors = [integer_factor(op.indices(k, np.arange(n))[0])
                for k, n in enumerate(op.desc.output_tensor.sizes)]
     return None if None in factors else factors
+
+
+def rows_phases(op) -> tuple | None:
+    """((D[0], WT[0]), (D[1], WT[1])) of glsl/resample_rows.comp for resample ``op``:
+    output 2k + j of the last dimension reads input ``clamp(k + D[j])`` (and
+    ``clamp(k + D[j] + 1)`` weighted WT[j], linear), D[j] in {-1, 0}; None unless that
+    map equals the general kernel's (:meth:`CompiledResample.indices`, ``weights``) at
+    every output coordinate, so the two kernels read the same inputs with the same
+    weights."""
+    k, n = op.rank - 1, op.in_sizes[-1]
+    o = np.arange(op.box[-1])
+    i0, i1 = op.indices(k, o)
+    w = op.weights(k, o)
+    mid = 2 * (n // 2)                   # a pair away from the edges where n allows
+    d = [int(i0[mid + j]) - n // 2 for j in (0, 1)]
+    if any(dj not in (-1, 0) for dj in d):
+        return None
+    base = o // 2 + np.array(d)[o % 2]
+    if not np.array_equal(i0, np.clip(base, 0, n - 1)):
+        return None
+    wt = [float(w[mid + j]) for j in (0, 1)]
+    if op.linear and not (np.array_equal(i1, np.clip(base + 1, 0, n - 1))
+                          and np.array_equal(w, np.array(wt, np.float32)[o % 2])):
+        return None
+    return (d[0], wt[0]), (d[1], wt[1])
 
 
 def split_dims(src, dst, factors) -> tuple[list, list, list]:
@@ -346,6 +494,36 @@ READ_PATH = tuning.register_path(
     examples=[{"in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
                "out": [[1, 64, 224, 224], [3211264, 50176, 224, 1]], "mode": 0,
                "scales": [1.0, 1.0, 2.0, 2.0], "ins": [0.5] * 4, "outs": [-0.5] * 4}])
+
+
+def _rows_read_class(shape) -> str:
+    """Rows-kernel shapes sharing a read choice: mode and output size (a factor of 4)."""
+    nbytes = 4 * math.prod(shape["out"][0])
+    return f"rows mode {shape['mode']} out 4^{nbytes.bit_length() // 2}"
+
+
+def _rows_read_run(device, seq, cand, shape):
+    """Record the rows kernel on a resample of ``shape`` read by candidate ``cand``."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    desc = Resample1OperatorDesc(_f32_desc(isz, ist), _f32_desc(osz, ost), shape["mode"],
+                                 tuple(shape["scales"]), tuple(shape["ins"]),
+                                 tuple(shape["outs"]))
+    op = CompiledResample(device, desc, read=cand.params["read"], path="rows")
+    if op.rows is None or op.rows["read"] != cand.params["read"]:
+        op.release()
+        raise tuning.Declined(cand.name)
+    return record_on_scratch(device, seq, op, desc.input_tensor, desc.output_tensor)
+
+
+#: The rows kernel's read path where the input fits a texel buffer: RGBA32 texels
+#: ("texel", the ``VKML_TUNE=off`` default) or vec4 storage loads ("ssbo"), by measurement.
+ROWS_READ_PATH = tuning.register_path(
+    "resample_rows_read", [("texel", {"read": "texel"}), ("ssbo", {"read": "ssbo"})], "texel",
+    _rows_read_class, _rows_read_run, work_fn=tuning.io_elements,
+    examples=[{"in": [[1, 64, 56, 56], [200704, 3136, 56, 1]],
+               "out": [[1, 64, 112, 112], [802816, 12544, 112, 1]], "mode": mode,
+               "scales": [1.0, 1.0, 2.0, 2.0], "ins": [0.5] * 4, "outs": [-0.5] * 4}
+              for mode in (0, 1)])
 
 
 #: ONNX Resize's coordinate_transformation_mode values this mapping takes.

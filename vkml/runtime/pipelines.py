@@ -69,7 +69,7 @@ from .vk import ffi, lib
 FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
                     "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
                     "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "HOLD", "NREG",
-                    "SPAN_STEP", "SPAN_SHIFT", "CN")
+                    "SPAN_STEP", "SPAN_SHIFT", "CN", "PHASE_D0", "PHASE_D1")
 
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER

@@ -1,0 +1,227 @@
+#version 450
+// DML_RESAMPLE1_OPERATOR_DESC, the rows path (vkml/ops/resample.py, path "rows"): a
+// resample whose last dimension is upsampled by 2 with a map of period 2 (output 2k + j
+// reads input k + D[j], and k + D[j] + 1 weighted WT[j] for linear, D[j] in {-1, 0},
+// clamped to the row; nearest: D = 0), whatever the other dimensions' maps.  The host
+// compares this map with the general kernel's (glsl/resample.comp's `locate`, evaluated
+// on the host) at every output coordinate and takes this path only where they agree.
+//
+// An invocation writes 8 Q consecutive outputs of one output row from Q input quads
+// (RGBA32 texels or vec4 storage loads; lavapipe vectorizes texel fetches, not scalar
+// storage loads), plus for linear the quads holding the two neighbours; the outer
+// dimensions' input rows (one, or two weighted for linear) come from `locate` once an
+// invocation.  Stores are u64vec4s (U64) or vec4s; nearest stores them to the REP_H
+// output rows that read the same input row (lavapipe 1.15x, SwiftShader 1.9x faster than
+// an invocation a row).  The general kernel computes each
+// output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
+// that, not the bytes, was its cost.  Nearest moves bits (any 32-bit type).  Linear
+// computes in float32, the two input rows combined before the row's interpolation (three
+// operations an input instead of an output; the general kernel's order differs by a
+// rounding).
+//
+// vkml:variant resample_rows_near_texel NEAR=1 TEXEL=1
+// vkml:variant resample_rows_near_ssbo NEAR=1
+// vkml:variant resample_rows_near_texel_u64 NEAR=1 TEXEL=1 U64=1
+// vkml:variant resample_rows_near_ssbo_u64 NEAR=1 U64=1
+// vkml:variant resample_rows_lin_texel TEXEL=1
+// vkml:variant resample_rows_lin_ssbo
+// vkml:variant resample_rows_lin_texel_u64 TEXEL=1 U64=1
+// vkml:variant resample_rows_lin_ssbo_u64 U64=1
+//
+// Mode and read path are variants, not specialization constants: SwiftShader runs both
+// sides of a branch on an unfrozen constant (docs/DEVELOPING.md).
+#extension GL_EXT_control_flow_attributes : enable
+
+#ifdef NEAR
+#define T uint
+#define T4 uvec4
+#define BITS4(v) (v)
+#ifdef TEXEL
+layout(set = 0, binding = 0) uniform usamplerBuffer Xt;
+#endif
+#else
+#define T float
+#define T4 vec4
+#define BITS4(v) floatBitsToUint(v)
+#ifdef TEXEL
+layout(set = 0, binding = 0) uniform samplerBuffer Xt;
+#endif
+#endif
+#ifdef TEXEL
+#define LOAD4(q) texelFetch(Xt, int(q))
+#else
+layout(std430, set = 0, binding = 0) readonly buffer In { T4 x4[]; };
+#define LOAD4(q) x4[q]
+#endif
+layout(std430, set = 0, binding = 1) writeonly buffer Out4 { T4 y4[]; };
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+layout(std430, set = 0, binding = 1) writeonly buffer Out8 { u64vec4 y8[]; };
+#endif
+
+layout(local_size_x_id = 0, local_size_y_id = 23) in;
+layout(constant_id = 1) const int RANK = 4;      // dimensions of the box (1 to 5)
+layout(constant_id = 6) const uint LIN_MASK = 0u;  // bit d: dimension d interpolated
+// D[0], D[1] of the map (-1 or 0): constants, so the window's selects fold on lavapipe
+layout(constant_id = 7) const int PHASE_D0 = 0;
+layout(constant_id = 8) const int PHASE_D1 = 0;
+// nearest: output rows an invocation stores (the dimension before the last's map is
+// o // REP_H there: they are the same row), the grid's y counting groups of them
+layout(constant_id = 9) const uint REP_H = 1u;
+// input quads an invocation: compile-time, so its arrays are registers on both drivers
+// (4 was no faster on lavapipe and slower on SwiftShader)
+const uint Q = 2u;
+const uint NW = 4u * Q + 2u;                     // window: input positions 4 m0 - 1 ...
+
+layout(std140, set = 0, binding = 2) uniform Params {
+    uvec4 out_stride[2];         // elements; the last dimension's is 1
+    uvec4 in_stride[2];          // elements, multiples of 4; the last dimension's is 1
+    uvec4 in_size[2];
+    vec4 coord_a[2];             // x = o * a + b per dimension (the general kernel's)
+    vec4 coord_b[2];
+    uvec4 phase;                 // x: input quads a row
+    vec4 phase_w;                // WT[0], WT[1]
+};
+
+layout(push_constant) uniform Push {
+    uvec4 origin[2];             // the last dimension in input quads
+    uvec4 extent[2];
+    uint x_count;                // invocations along x
+    uint pad0, pad1, pad2;
+    uvec4 magic[2];              // ceil(2^32 / extent): see divide()
+};
+
+#define AT(arr, d) arr[(d) >> 2][(d) & 3]
+
+uint divide(uint a, int d) {
+    uint hi, lo;
+    umulExtended(a, AT(magic, d), hi, lo);
+    return AT(extent, d) == 1u ? a : hi;
+}
+
+// glsl/resample.comp's locate, unchanged: the host's check compares the last dimension's
+// map with it, and the other dimensions take it as it is
+void locate(int d, uint o, out uint i0, out uint i1, out float w) {
+    precise float xf = float(o) * AT(coord_a, d) + AT(coord_b, d);
+    xf = clamp(xf, -1.0, float(AT(in_size, d)));
+    float f = floor(xf);
+    float fr = xf - f;
+    int i = int(f);
+    int last = int(AT(in_size, d)) - 1;
+#ifdef NEAR
+    bool lin = false;
+#else
+    bool lin = ((LIN_MASK >> d) & 1u) != 0u;
+#endif
+    int n = lin ? i : i + (fr >= 0.5 ? 1 : 0);
+    i0 = uint(clamp(n, 0, last));
+    i1 = uint(clamp(i + 1, 0, last));
+    w = lin ? fr : 0.0;
+}
+
+const int LAST = RANK - 1;
+
+void main() {
+    uint gx = gl_GlobalInvocationID.x;
+    // x along the row (input quads), y the dimension before, z the rest (uniform per
+    // workgroup); no early return (uniform loads after one become gathers on lavapipe)
+    const int YDIM = RANK - 2;
+    bool live = gx < x_count
+        && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, max(YDIM, 0)));
+    gx = min(gx, x_count - 1u);
+    uint coord[8];
+    uint z = gl_GlobalInvocationID.z;
+    [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
+        uint q = divide(z, d);
+        coord[d] = AT(origin, d) + z - q * AT(extent, d);
+        z = q;
+    }
+    if (YDIM >= 0) {
+        uint gy = min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u);
+        coord[YDIM] = (AT(origin, YDIM) + gy) * REP_H;
+    }
+    uint m0 = AT(origin, LAST) + gx * Q;          // first input quad of the row
+    uint nq = phase.x;                            // input quads a row
+    uint count = live ? min(Q, nq - m0) : 0u;     // quads this invocation stores
+
+    // the outer dimensions: one input row offset (two for linear) and a weight each
+    uint row0 = 0u, row1 = 0u, so = 0u;
+    float wt = 0.0;
+    [[unroll]] for (int d = 0; d < LAST; d++) {
+        uint i0, i1;
+        float w;
+        locate(d, coord[d], i0, i1, w);
+        row0 += i0 * AT(in_stride, d);
+        row1 += (((LIN_MASK >> d) & 1u) != 0u ? i1 : i0) * AT(in_stride, d);
+        if (((LIN_MASK >> d) & 1u) != 0u) wt = w;
+        so += coord[d] * AT(out_stride, d);
+    }
+    so += 8u * m0;
+    row0 >>= 2;
+    row1 >>= 2;
+    uint lastq = nq - 1u;
+
+#ifdef NEAR
+    // output 2k + j reads input k (D = 0 both phases: the host's check)
+    T4 r[Q];
+    [[unroll]] for (uint k = 0u; k < Q; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
+    T o[8u * Q];
+    [[unroll]] for (uint t = 0u; t < 8u * Q; t++) o[t] = r[t / 8u][(t / 2u) % 4u];
+#else
+    // the window: input positions 4 m0 - 1 + i, i < NW, clamped to the row, of the two
+    // input rows (the dimension before the last is interpolated: the host's check)
+    // combined along that dimension first: three operations an input, not an output
+    T win[NW];
+    [[unroll]] for (uint rr = 0u; rr < 2u; rr++) {
+        uint row = rr == 0u ? row0 : row1;
+        float wr = rr == 0u ? 1.0 - wt : wt;
+        T r[NW];
+        T4 left = LOAD4(row + (m0 == 0u ? 0u : m0 - 1u));
+        r[0] = m0 == 0u ? left.x : left.w;
+        [[unroll]] for (uint k = 0u; k <= Q; k++) {
+            // a quad past the row reads the row's last quad, whose .w is its last input
+            T4 v = LOAD4(row + min(m0 + k, lastq));
+            bool past = m0 + k > lastq;
+            [[unroll]] for (uint c = 0u; c < 4u; c++) {
+                if (4u * k + c + 1u < NW) r[4u * k + c + 1u] = past ? v.w : v[c];
+            }
+        }
+        [[unroll]] for (uint i = 0u; i < NW; i++) {
+            win[i] = rr == 0u ? wr * r[i] : win[i] + wr * r[i];
+        }
+    }
+    float w0 = phase_w.x, w1 = phase_w.y;
+    T o[8u * Q];
+    [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
+        // output 2k + j: input k + D[j] (window index k + D[j] + 1) and the next
+        uint k = t / 2u;
+        bool odd = (t & 1u) != 0u;
+        int dj = odd ? PHASE_D1 : PHASE_D0;
+        float wj = odd ? w1 : w0;
+        T a = dj < 0 ? win[k] : win[k + 1u];
+        T b = dj < 0 ? win[k + 1u] : win[k + 2u];
+        o[t] = (1.0 - wj) * a + wj * b;
+    }
+#endif
+    // stores: two u64vec4s or four T4s a quad of input, to REP_H rows
+    uint hstep = YDIM >= 0 ? AT(out_stride, max(YDIM, 0)) : 0u;
+    for (uint h = 0u; h < REP_H; h++) {
+        uint sh = so + h * hstep;
+#ifdef U64
+        if (count == Q && (sh & 7u) == 0u) {
+            [[unroll]] for (uint k = 0u; k < Q; k++) {
+                uint b = 8u * k;
+                y8[(sh >> 3) + k] = vkml_u64x4(
+                    BITS4(T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u])),
+                    BITS4(T4(o[b + 4u], o[b + 5u], o[b + 6u], o[b + 7u])));
+            }
+            continue;
+        }
+#endif
+        [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
+            uint b = 4u * k;
+            if (k < 2u * count) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
+        }
+    }
+}
