@@ -44,6 +44,10 @@ layout(constant_id = 1) const int RANK = 4;      // 1 to 8 dimensions
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
 layout(constant_id = 21) const uint V = 1u;      // elements of the last dimension per invocation
 layout(constant_id = 22) const bool VEC_STORE = false;   // flat, V a multiple of 4: vec4 stores
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case.
+// vkml:frozen ACT
 layout(constant_id = 24) const int ACT = 0;      // ACT_* of vkml_activation.glsl
 
 layout(std140, set = 0, binding = 2) uniform Params {

@@ -33,6 +33,11 @@
 #include "vkml_activation.glsl"
 
 layout(local_size_x_id = 0) in;
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: RM and RN size the register block, whose
+// loops must unroll to keep it in registers; ACT selects code in vkml_activation.glsl's switch,
+// which SwiftShader otherwise runs case by case.
+// vkml:frozen RM RN ACT
 layout(constant_id = 1) const int RM = 4;      // output channels per invocation
 layout(constant_id = 2) const int RN = 4;      // pixels per invocation
 layout(constant_id = 3) const int ACT = 0;     // ACT_* (vkml_activation.glsl)

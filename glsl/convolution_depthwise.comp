@@ -49,6 +49,10 @@ layout(constant_id = 1) const int NB = 8;      // output pixels per invocation (
 layout(constant_id = 2) const int SW = 1;      // stride along w
 layout(constant_id = 3) const int KW = 3;      // kernel width
 layout(constant_id = 4) const int DW = 1;      // dilation along w
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case.
+// vkml:frozen ACT
 layout(constant_id = 5) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
 layout(constant_id = 6) const int KH = 3;      // kernel height
 layout(constant_id = 7) const int KD = 1;      // kernel depth

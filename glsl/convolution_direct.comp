@@ -26,6 +26,10 @@
 #include "vkml_activation.glsl"
 
 layout(local_size_x_id = 0) in;
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case.
+// vkml:frozen ACT
 layout(constant_id = 1) const int ACT = 0;          // ACT_* of vkml_activation.glsl
 layout(constant_id = 2) const bool BACKWARD = false;
 

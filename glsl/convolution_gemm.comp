@@ -75,6 +75,11 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int MB = 8;      // output channels per invocation (x4)
 layout(constant_id = 2) const int NB = 8;      // output pixels per invocation
 layout(constant_id = 3) const int SW = 1;      // X elements between consecutive pixels
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case; ACC_RUN picks the accumulation order,
+// so only one order's code is compiled.
+// vkml:frozen ACT ACC_RUN
 layout(constant_id = 4) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
 layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bound RGBA32F;
                                                // SW == 1, NB and every row offset x4)

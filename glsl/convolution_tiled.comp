@@ -39,6 +39,11 @@ layout(local_size_x_id = 0) in;                // (TM / RM) * (TN / RN)
 layout(constant_id = 1) const int TM = 64;     // output channels per workgroup (x4)
 layout(constant_id = 2) const int TN = 64;     // output pixels per workgroup (x4)
 layout(constant_id = 3) const int TK = 16;     // input channels per shared-memory stage
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: RM and RN size the register block, whose
+// loops must unroll to keep it in registers; ACT selects code in vkml_activation.glsl's switch,
+// which SwiftShader otherwise runs case by case.
+// vkml:frozen RM RN ACT
 layout(constant_id = 4) const int RM = 4;      // output channels per invocation (x4)
 layout(constant_id = 5) const int RN = 4;      // output pixels per invocation (x4)
 layout(constant_id = 6) const int ACT = 0;     // ACT_* (vkml_activation.glsl)

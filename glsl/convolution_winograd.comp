@@ -77,6 +77,11 @@
 #include "vkml_activation.glsl"
 
 layout(local_size_x_id = 0) in;
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case; WINO_XO bounds the aligned float4
+// reads of an input row (constant indices once frozen).
+// vkml:frozen ACT WINO_XO
 layout(constant_id = 1) const int ACT = 0;
 #ifdef X4
 layout(constant_id = 2) const int WINO_XO = 0;      // (-start padding w) mod 4 (frozen)

@@ -121,6 +121,12 @@ layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // 1 to 8 dimensions
 layout(constant_id = 2) const int XDIMS = 1;     // trailing dimensions the grid's x covers
 layout(constant_id = 21) const uint V = 1u;      // elements (FLAT: words) per invocation
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case; OP, DTYPE, A_BCAST, B_BCAST and VEC4
+// pick the row path's operation and broadcast operand (SwiftShader runs both sides of a branch
+// on an unfrozen constant).
+// vkml:frozen ACT OP DTYPE A_BCAST B_BCAST VEC4
 layout(constant_id = 24) const int ACT = 0;      // ACT_* of vkml_activation.glsl (floats)
 layout(constant_id = 25) const int OP = 0;       // OP_* below
 layout(constant_id = 26) const int DTYPE = 1;    // DML_TENSOR_DATA_TYPE

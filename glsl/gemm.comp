@@ -88,6 +88,11 @@ layout(std430, set = 0, binding = 3) buffer Out { FSTORE_T y[]; };
 
 layout(local_size_x_id = 0, local_size_y_id = 1) in;
 layout(constant_id = 2) const bool HAS_C = false;
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case; MB and NB stay specialization
+// constants: frozen, SwiftShader unrolls the large blocks and spills.
+// vkml:frozen ACT
 layout(constant_id = 3) const int ACT = 0;       // ACT_* of vkml_activation.glsl
 #ifdef SGA
 layout(std430, set = 0, binding = 3) buffer Out4 { vec4 y4[]; };

@@ -36,6 +36,12 @@ layout(std430, set = 0, binding = 3) buffer Out { FSTORE_T y[]; };
 
 layout(local_size_x_id = 0, local_size_y_id = 1) in;
 layout(constant_id = 2) const bool HAS_C = false;
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ACT selects code in vkml_activation.glsl's
+// switch, which SwiftShader otherwise runs case by case; RM and CN size the block of
+// accumulators (SwiftShader keeps an array sized by an unfrozen constant in memory, several
+// times slower).
+// vkml:frozen ACT RM CN
 layout(constant_id = 3) const int ACT = 0;       // ACT_* of vkml_activation.glsl
 layout(constant_id = 4) const int RM = 8;        // rows an invocation
 layout(constant_id = 5) const int CN = 8;        // columns an invocation

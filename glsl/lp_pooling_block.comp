@@ -84,6 +84,10 @@ const uint LP_NT = (LP_T + 6u) / 4u;               // texels fetched per row
 const uint LP_P = PP;
 #else
 // frozen on the host (FROZEN_CONSTANTS): they select code
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: LP_P and LP_VSTORE select code (the power's
+// special cases, the vec4 stores).
+// vkml:frozen LP_P LP_VSTORE
 layout(constant_id = 26) const uint LP_P = 2u;
 #endif
 layout(constant_id = 28) const bool LP_VSTORE = false;   // the V outputs stored as vec4s

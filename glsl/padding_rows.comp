@@ -84,6 +84,10 @@ layout(constant_id = 6) const bool SIMPLE = true;
 layout(constant_id = 7) const uint SHIFT = 16u;
 // Whole rows (main only, see the top): bit 0 on; bit 1: each row's first word holds a
 // border, bit 2: its last does; bits 8 and up: which of its invocation's words is the last.
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: ROWS_FULL, ROWS_BL and ROWS_BR pick the
+// texel components of the border words: constant indices only once frozen.
+// vkml:frozen ROWS_FULL ROWS_BL ROWS_BR
 layout(constant_id = 8) const uint ROWS_FULL = 0u;
 // Whole rows: the first (ROWS_BL) and last (ROWS_BR) word of every row, a byte per 32-bit
 // component: bit 7 set, the constant's component; else bits 2..6 which of the invocation's

@@ -85,6 +85,11 @@ layout(constant_id = 1) const int RANK = 4;      // 2 to 8 dimensions (TILE), 1 
 // units of the last dimension an invocation (TILE: tiles, ROWS: words); compile-time
 // bounds so the loops unroll into registers
 layout(constant_id = 21) const uint V = 2u;
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: VEC4 selects the rows' store code; SPAN_STEP
+// and SPAN_SHIFT pick the register components the span rows read: constant indices only once
+// frozen.
+// vkml:frozen VEC4 SPAN_STEP SPAN_SHIFT
 layout(constant_id = 29) const bool VEC4 = false;   // ROWS: output rows on whole uvec4s
 layout(constant_id = 30) const uint REP = 1u;       // ROWS: outputs per input element
 layout(constant_id = 31) const uint SPAN_STEP = 1u;  // SPAN: input words per output word

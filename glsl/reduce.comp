@@ -76,6 +76,11 @@ layout(std140, set = 0, binding = 2) uniform Params {
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;
 layout(constant_id = 2) const int XDIMS = 1;
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: FUNC, RDIMS, OUT_INDEX, GROUP and VEC4 pick
+// the function and path (unfrozen, SwiftShader runs all twelve functions and every path under
+// lane masks).
+// vkml:frozen FUNC RDIMS OUT_INDEX GROUP VEC4
 layout(constant_id = 24) const int FUNC = 10;
 layout(constant_id = 25) const int RDIMS = 1;
 layout(constant_id = 26) const int OUT_INDEX = 0;

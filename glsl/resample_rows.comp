@@ -63,7 +63,9 @@ layout(std430, set = 0, binding = 1) writeonly buffer Out8 { u64vec4 y8[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // dimensions of the box (1 to 5)
 layout(constant_id = 6) const uint LIN_MASK = 0u;  // bit d: dimension d interpolated
-// D[0], D[1] of the map (-1 or 0): constants, so the window's selects fold on lavapipe
+// D[0], D[1] of the map (-1 or 0), frozen into the module by the host (vkml.runtime.spirv)
+// so that the window's selects fold on both drivers
+// vkml:frozen PHASE_D0 PHASE_D1
 layout(constant_id = 7) const int PHASE_D0 = 0;
 layout(constant_id = 8) const int PHASE_D1 = 0;
 // nearest: output rows an invocation stores (the dimension before the last's map is

@@ -88,6 +88,10 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const int KR = 1;        // kept dimensions (rows), 1 to 8
 layout(constant_id = 2) const int RR = 1;        // reduced dimensions of a row, 1 to 8
 layout(constant_id = 3) const uint SG = 8u;      // SG_ROW: the pipeline's subgroup size
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: HOLD and NREG: whether the "sg" path holds a
+// row in registers and how many texels a lane (the held loops unroll over NREG).
+// vkml:frozen HOLD NREG
 layout(constant_id = 4) const bool HOLD = false; // SG_ROW TEXEL4: the row held by its lanes
 layout(constant_id = 5) const uint NREG = 1u;    // HOLD: texels a lane holds (>= a row's / SG)
 

@@ -118,7 +118,7 @@ def test_blocked_transposed_phases():
 def test_blocked_registers_are_frozen():
     """RM and RN are frozen into the module (the block's loops unroll on every driver)."""
     from vkml.runtime import pipelines
-    assert {"RM", "RN"} <= set(pipelines.FROZEN_CONSTANTS)
+    assert {"RM", "RN"} <= set(pipelines.kernel_manifest()["convolution_blocked_f32"]["frozen"])
 
 
 def test_winograd_with_blocked_gemms(device, budget):

@@ -24,7 +24,7 @@ from vkml.runtime import pipelines, vk
 THREADS = 8
 #: Kernel variants with constants no operator asks for (so none is cached by an earlier
 #: request): the padding kernel's workgroup sizes and modes, and the activation kernel
-#: with its ACT frozen into the module (:data:`pipelines.FROZEN_CONSTANTS`).
+#: with its ACT frozen into the module (``vkml:frozen`` in glsl/activation.comp).
 KEYS = ([("padding_e4", {"LOCAL_SIZE_X": size, "MODE": mode})
          for size in (8, 24, 40) for mode in range(4)]
         + [("activation_f32_texel4", {"LOCAL_SIZE_X": 24, "ACT": act}) for act in (1, 2, 3)])

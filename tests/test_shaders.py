@@ -72,6 +72,39 @@ def test_manifest_records_the_interface():
         ("uniform_texel_buffer", "readonly"), ("storage_buffer", "writeonly")]
     params = filt["bindings"][2]
     assert params["kind"] == "uniform_buffer" and params["members"][0]["offset"] == 0
+    assert pad["frozen"] == [] and rows["frozen"] == ["ROWS_FULL", "ROWS_BL", "ROWS_BR"]
+
+
+def test_frozen_lines_name_declared_constants(tmp_path, monkeypatch):
+    """``// vkml:frozen`` names become each variant's ``frozen`` list (those it declares);
+    a name no variant of its file declares is reported, naming file and constant."""
+    build = _build_module()
+    text = "\n".join(["#version 450", "// vkml:variant k_a A=1", "// vkml:variant k_b B=1",
+                     "// why: selects code", "// vkml:frozen MODE", "// vkml:frozen EXTRA",
+                     "layout(constant_id = 1) const int MODE = 0;", "void main() {}", ""])
+    (tmp_path / "k.comp").write_text(text)
+    monkeypatch.setattr(build, "GLSL", tmp_path)
+    specs = build.variants()
+    assert specs["k_a"]["frozen"] == specs["k_b"]["frozen"] == ["MODE", "EXTRA"]
+    consts = {"MODE": {"id": 1}, "LOCAL_SIZE_X": {"id": 0}}
+    assert build.frozen_of(specs["k_a"], consts) == ["MODE"]
+    manifest = {n: {"source": "k.comp", "constants": consts} for n in specs}
+    assert build.unknown_frozen(specs, manifest) == [
+        "glsl/k.comp: vkml:frozen EXTRA is no constant of its variants"]
+    del manifest["k_b"]["constants"]["MODE"], manifest["k_a"]
+    assert "MODE" in " ".join(build.unknown_frozen(specs, manifest))
+
+
+def test_every_frozen_constant_is_declared():
+    """The shipped manifest: every variant's ``frozen`` names are constants it declares,
+    and the runtime freezes exactly their ids."""
+    import json
+    from vkml.runtime.pipelines import interface
+    manifest = json.loads(_build_module().MANIFEST.read_text())
+    assert sum(bool(e["frozen"]) for e in manifest.values()) > 50
+    for name, entry in manifest.items():
+        assert set(entry["frozen"]) <= set(entry["constants"]), name
+        assert set(interface(name)[3]) == {entry["constants"][c]["id"] for c in entry["frozen"]}
 
 
 def test_reflection_rejects_non_spirv():

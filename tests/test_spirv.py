@@ -58,7 +58,7 @@ def test_freeze_bool_and_float_and_refusals():
 
 def test_frozen_activation_matches_fused_formula(device):
     """The standalone Relu and the fused one (convolution) run frozen ACT modules."""
-    assert "ACT" in pipelines.FROZEN_CONSTANTS
+    assert "ACT" in pipelines.kernel_manifest()["activation_f32_texel4"]["frozen"]
     x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(1, 1, 8, 8)
     t = dml.TensorDesc("float32", x.shape)
     op = device.compile_operator(device.create_operator(dml.ActivationLeakyReluOperatorDesc(

@@ -10,6 +10,15 @@ shared headers.  The build is incremental: ``vkml/shaders/manifest.json`` record
 variant, the SHA-256 of its source, the headers it includes and its defines, and a
 variant whose hash is unchanged is not recompiled.
 
+A file names the specialization constants the host freezes into the module (as plain
+constants, for drivers that do not fold specialization constants before generating code;
+:mod:`vkml.runtime.spirv`) on a line of their own, beside a comment saying why::
+
+    // vkml:frozen ACT FUNC
+
+Every variant's manifest entry lists those it declares as ``frozen``; a name that no
+variant of the file declares stops the build.
+
 The manifest also records each variant's interface, reflected from SPIR-V (:func:`reflect`),
 which the runtime reads so that operators ask for pipelines by variant and constant name:
 
@@ -19,7 +28,8 @@ which the runtime reads so that operators ask for pipelines by variant and const
   ``storage_buffer``, ``uniform_buffer`` (with the std140 ``members`` and their offsets and
   the block's ``size``), ``uniform_texel_buffer``, ``storage_texel_buffer``; access
   ``readonly``, ``writeonly`` or ``readwrite``;
-* ``push_constants``: ``{size, members}``.
+* ``push_constants``: ``{size, members}``;
+* ``frozen``: the names of the constants the runtime freezes (``vkml:frozen``).
 
     python tools/build_shaders.py           # build what is stale
     python tools/build_shaders.py --check   # exit 1 and list what is stale (the tests call this)
@@ -44,6 +54,7 @@ OUT = ROOT / "vkml" / "shaders"
 MANIFEST = OUT / "manifest.json"
 FLAGS = ["-fshader-stage=compute", "--target-env=vulkan1.1", "-O"]
 _VARIANT = re.compile(r"^//\s*vkml:variant\s+(\w+)((?:\s+\w+=\S+)*)\s*$", re.M)
+_FROZEN = re.compile(r"^//\s*vkml:frozen((?:\s+\w+)+)\s*$", re.M)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -246,8 +257,26 @@ def variants() -> dict[str, dict]:
         for name, defs in decls:
             if name in found:
                 raise SystemExit(f"variant {name} is declared twice")
-            found[name] = {"source": src.name, "defines": defs.split()}
+            found[name] = {"source": src.name, "defines": defs.split(),
+                           "frozen": [n for line in _FROZEN.findall(text) for n in line.split()]}
     return found
+
+
+def frozen_of(spec: dict, constants: dict) -> list[str]:
+    """The file's ``vkml:frozen`` names that the variant declares."""
+    return [n for n in spec["frozen"] if n in constants]
+
+
+def unknown_frozen(specs: dict, manifest: dict) -> list[str]:
+    """``vkml:frozen`` names that no built variant of their file declares (a typo, or a
+    constant renamed without its line)."""
+    out = []
+    for src in sorted({s["source"] for s in specs.values()}):
+        names = {n for s in specs.values() if s["source"] == src for n in s["frozen"]}
+        declared = {c for n, e in manifest.items() if e["source"] == src for c in e["constants"]}
+        out += [f"glsl/{src}: vkml:frozen {n} is no constant of its variants"
+                for n in sorted(names - declared)]
+    return out
 
 
 def _includes(path: Path, seen: set[Path]) -> list[Path]:
@@ -380,16 +409,18 @@ def main() -> int:
         if n in _interfaces or (n not in todo and (OUT / f"{n}.spv").exists()):
             facts = _interfaces.get(n) or {k: old[n][k] for k in INTERFACE}
             manifest[n] = {"source": s["source"], "defines": s["defines"],
-                           "sha256": digest(s), **facts}
+                           "sha256": digest(s), **facts,
+                           "frozen": frozen_of(s, facts["constants"])}
     for n, entry in old.items():   # keep the old hash of a variant that failed to build
         if n in specs and n not in manifest and n in old:
             manifest[n] = entry
     MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    for err in errors:
+    unknown = unknown_frozen(specs, manifest)
+    for err in errors + unknown:
         print(err, file=sys.stderr)
     print(f"build_shaders: {len(todo) - len(errors)} compiled, {len(errors)} failed, "
           f"{len(specs) - len(todo)} up to date")
-    return 1 if errors else 0
+    return 1 if errors or unknown else 0
 
 
 if __name__ == "__main__":

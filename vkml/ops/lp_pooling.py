@@ -46,7 +46,7 @@ VARIANTS["lp_pooling_f32_tile"] = VARIANTS["lp_pooling_f32_roll"] + ("TILE_SIZE"
 #: glsl/lp_pooling_block.comp ("block": 8 outputs an invocation from row segments read once
 #: as RGBA32F texels): its last-dimension geometries (window, stride, dilation), a
 #: variant each (compiled with them constant: SwiftShader unrolls nothing itself), and the
-#: constants the host freezes (FROZEN_CONSTANTS); P = 1 and 2 have variants of their own
+#: constants the host freezes (its ``vkml:frozen``); P = 1 and 2 have variants of their own
 #: with P compile-time (suffix p1, p2: SwiftShader runs a frozen P's code slower), other P
 #: the frozen one.
 BLOCK_GEOMETRIES = ((2, 2, 1), (3, 1, 1), (3, 2, 1))

@@ -42,35 +42,6 @@ from . import cache, spirv, vk
 from .cache import cache_dir
 from .vk import ffi, lib
 
-#: Specialization constants frozen into the module on the host (:mod:`vkml.runtime.spirv`),
-#: for drivers that do not fold specialization constants before generating code:
-#: ``ACT`` selects code (the switch of glsl/include/vkml_activation.glsl; SwiftShader
-#: otherwise runs every case); ``RM``/``RN`` size the small register blocks of
-#: convolution_blocked/tiled, whose loops must unroll to keep the block in registers.
-#: Not the others: with gemm's large blocks (MB, NB) constant, SwiftShader unrolls them
-#: and spills; the remaining gemm constants changed nothing.  ``LP_P`` and
-#: ``LP_VSTORE`` select code in LP pooling's "block" kernel (glsl/lp_pooling_block.comp),
-#: ``POOL_VSTORE`` in pooling's (glsl/pooling_block.comp);
-#: ``ROWS_FULL``, ``ROWS_BL``, ``ROWS_BR`` pick the texel components of the padding rows
-#: kernel's border words (glsl/padding_rows.comp), constant indices only once frozen;
-#: ``FUNC``, ``GROUP``, ``VEC4``, ``RDIMS``, ``OUT_INDEX`` pick the reduction's function
-#: and path (glsl/reduce.comp: unfrozen, SwiftShader runs all twelve functions and every
-#: path under lane masks); ``A_BCAST``, ``B_BCAST``, ``VEC4``, ``OP``, ``DTYPE`` the
-#: element-wise row path's operation and broadcast operand (glsl/element_wise.comp:
-#: SwiftShader runs both sides of a branch on an unfrozen constant); ``ACC_RUN`` picks
-#: gemm_sg's accumulation order (glsl/convolution_gemm.comp), so only one order's code
-#: is compiled; ``HOLD`` and ``NREG`` whether softmax's "sg" path holds a row in
-#: registers and how many texels a lane (glsl/softmax.comp: the held loops are unrolled
-#: over NREG, so it must be a constant); ``SPAN_STEP``, ``SPAN_SHIFT`` the register
-#: components that the permute copy's span rows read (glsl/permute.comp), constant
-#: indices only once frozen; ``CN`` (with ``RM``) sizes gemm_dot.comp's block of
-#: accumulators (SwiftShader keeps an array sized by an unfrozen constant in memory,
-#: several times slower).
-FROZEN_CONSTANTS = ("ACT", "RM", "RN", "LP_P", "LP_VSTORE", "POOL_VSTORE", "WINO_XO",
-                    "ROWS_FULL", "ROWS_BL", "ROWS_BR", "A_BCAST", "B_BCAST", "VEC4", "OP",
-                    "DTYPE", "FUNC", "GROUP", "RDIMS", "OUT_INDEX", "ACC_RUN", "HOLD", "NREG",
-                    "SPAN_STEP", "SPAN_SHIFT", "CN", "PHASE_D0", "PHASE_D1")
-
 #: Descriptor kinds a kernel binding may have.
 STORAGE = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
 UNIFORM = vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
@@ -148,10 +119,10 @@ def kernel_manifest() -> dict:
 
 
 def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dict, tuple]:
-    """(binding kinds, push-constant bytes, {constant_id: value}, ids of the
-    :data:`FROZEN_CONSTANTS`) of kernel variant ``name`` with specialization
-    ``constants`` given by name; a variant or constant name the manifest does not list
-    raises ValueError naming what it does list."""
+    """(binding kinds, push-constant bytes, {constant_id: value}, ids of the constants its
+    source freezes into the module: its ``vkml:frozen`` line) of kernel variant ``name``
+    with specialization ``constants`` given by name; a variant or constant name the
+    manifest does not list raises ValueError naming what it does list."""
     manifest = kernel_manifest()
     entry = manifest.get(name)
     if entry is None:
@@ -160,7 +131,7 @@ def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dic
                          + (f" (variants of that family: {', '.join(family)})" if family else ""))
     declared = entry["constants"]
     ids = {}
-    frozen = tuple(c["id"] for n, c in declared.items() if n in FROZEN_CONSTANTS)
+    frozen = tuple(declared[n]["id"] for n in entry["frozen"])
     for cname, value in (constants or {}).items():
         c = declared.get(cname)
         if c is None:

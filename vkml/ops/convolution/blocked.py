@@ -20,7 +20,7 @@ VARIANTS = {f"convolution_blocked_{s}": ("LOCAL_SIZE_X", "RM", "RN", "ACT")
             for s in STORAGES + ("gemm",)}
 
 #: Register blocks of the blocked path: (RM output channels, RN pixels, invocations per
-#: workgroup).  Frozen into the module (FROZEN_CONSTANTS), so they stay small.
+#: workgroup).  Frozen into the module (the kernel's ``vkml:frozen``), so they stay small.
 BLOCKS = {"8x4": (8, 4, 16), "4x4": (4, 4, 16), "8x8": (8, 8, 16), "8x2": (8, 2, 16),
           "1x8": (1, 8, 64)}
 
