@@ -1060,8 +1060,8 @@ def test_depthwise_plane_stores(device, case):
     """The depthwise block stores its band as float4s of the flattened rows where its
     rows are packed, not a multiple of 4 and the band and plane are whole float4s: the
     reference's values (with a fused activation) and the same bits as the element stores
-    of ``depthwise-rowstore``; not taken where the plane is not whole float4s (7x7), and
-    then ``depthwise-rowstore`` declines (it would be the default's twin)."""
+    of ``depthwise-scalar``; not taken where the plane is not whole float4s (7x7), and
+    then ``depthwise-scalar`` declines (it would be the default's twin)."""
     xs, ws, kw = DW_PLANES[case]
     rng = np.random.default_rng(140 + case)
     desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
@@ -1072,7 +1072,7 @@ def test_depthwise_plane_stores(device, case):
     path = compiled.path
     texel = path.texel
     assert path.pw == (desc.output_tensor.sizes[-1] if texel else 0)
-    plain, apart = run_path(device, desc, x, w, b, path="depthwise-rowstore") if texel else (
+    plain, apart = run_path(device, desc, x, w, b, path="depthwise-scalar") if texel else (
         got, compiled)
     assert apart.path.pw == 0
     np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
@@ -1083,8 +1083,8 @@ def test_depthwise_plane_stores(device, case):
     seven = _conv_desc("float32", (1, 4, 7, 7), (4, 1, 3, 3), group_count=4,
                        start_padding=(1, 1), end_padding=(1, 1))
     assert compile_on_path(device, seven, "depthwise").path.pw == 0
-    with pytest.raises(vkml.UnsupportedError, match="depthwise-rowstore"):
-        compile_on_path(device, seven, "depthwise-rowstore")
+    with pytest.raises(vkml.UnsupportedError, match="depthwise-scalar"):
+        compile_on_path(device, seven, "depthwise-scalar")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
