@@ -20,6 +20,11 @@
 //   bytes, so eight float32 outputs go as one u64vec4 (fewer components than two vec4s);
 // * X4 reads the rows as float4 texels (packed float32 rows, the strip start aligned:
 //   the misalignment (-start padding) mod 4 is the constant SHIFT).
+// * PW (V4 without ROWS): rows narrower than a strip and not a multiple of 4 (14x14
+//   maps) would store one float at a time, each its own lane turn, which costs more than
+//   the loads and products together; where the band's R rows lie packed one after the
+//   other (R * PW and the plane multiples of 4), the band is stored as float4s of the
+//   flattened rows instead.
 //
 // vkml:variant convolution_depthwise_f32 F32=1 TEXEL=1
 // vkml:variant convolution_depthwise_f32_v4 F32=1 TEXEL=1 V4=1
@@ -61,6 +66,8 @@ layout(constant_id = 9) const int SHIFT = 0;   // X4: (-start padding along w) m
 layout(constant_id = 10) const int R = 1;      // output rows per invocation (band)
 layout(constant_id = 11) const int SH = 1;     // stride along h
 layout(constant_id = 12) const int DH = 1;     // dilation along h
+layout(constant_id = 13) const int PW = 0;     // V4, > 0: plane stores, PW = output width
+                                               // (one strip a row, rows packed)
 const int SPAN = (NB - 1) * SW + (KW - 1) * DW + 1;
 const int T4 = (SPAN + SHIFT + 3) / 4;         // X4: texels per row span
 const int NI = (R - 1) * SH + (KH - 1) * DH + 1;   // input rows of a band
@@ -298,6 +305,22 @@ void main() {
         }
     }
     float bv = flags.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
+#ifdef V4
+    if (PW > 0) {
+        // band element f is row f / PW, column f % PW (constants); a float4 lies in
+        // the output where its last row does (the plane is whole float4s)
+        uint yb = uint(n) * ys.x + uint(co) * ys.y + uint(od) * ys.z + uint(oh0) * ys.w;
+        [[unroll]] for (int f = 0; f < R * PW; f += 4) {
+            if (oh0 + (f + 3) / PW < out_size.y) {
+                vec4 v;
+                [[unroll]] for (int q = 0; q < 4; q++)
+                    v[q] = vkml_activation(ACT, acc[(f + q) / PW][(f + q) % PW] + bv, act);
+                y4[(yb + uint(f)) >> 2] = v;
+            }
+        }
+        return;
+    }
+#endif
     [[unroll]] for (int r = 0; r < R; r++) {
         int oh = oh0 + r;
         if (oh >= out_size.y) break;

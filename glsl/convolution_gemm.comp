@@ -361,6 +361,20 @@ void main() {
         [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) GEMM_GROUP()  // (CU divides cig)
     }
 #endif
+#ifdef SGW
+    // The block's bias, loaded once a subgroup (a lane's share, then shuffles at constant
+    // lanes, as the weights): a storage-buffer load is a loop over the lanes on lavapipe,
+    // and MB of them a lane weigh as much as a tenth of a short-K block's time.  Before
+    // the return of the padding lanes: every lane of the subgroup takes part.
+    const int GB = (MB + SG - 1) / SG;
+    float bl[GB];
+    [[unroll]] for (int k = 0; k < GB; k++) {
+        int col = min(col0 + min(k * SG + sl, MB - 1), chans.z - 1);
+        bl[k] = ysz.w != 0 ? FLOAD(bias, uint((g * chans.z + col) * ystep.w)) : 0.0;
+    }
+    float bvs[MB];
+    [[unroll]] for (int e = 0; e < MB; e++) bvs[e] = subgroupShuffle(bl[e / SG], uint(e % SG));
+#endif
     if (!live) return;
 
     int od = yorg.x + qd * ystep.x;
@@ -387,7 +401,11 @@ void main() {
             int col = col0 + i4 * 4 + c;
             int co = g * chans.z + col;
             bool has = col < chans.z;
+#ifdef SGW
+            float bv = bvs[i4 * 4 + c];
+#else
             float bv = (has && ysz.w != 0) ? FLOAD(bias, uint(co * ystep.w)) : 0.0;
+#endif
             uint yc = uint(co) * ys.y;
 #ifdef V8
             if (YV4) {              // (groups of 8 pixels all exist or none, aligned)

@@ -1041,6 +1041,52 @@ def test_depthwise_blocks(device, case, candidate):
         assert compiled.path.nb <= block[0] and compiled.path.R <= block[1]
 
 
+# plane stores: 14x14 maps in two bands (8 + 6 rows), a batch, stride 2 from 28x28, a
+# channel multiplier, 3-D (planes along d), 6x10 rows in one band
+DW_PLANES = [
+    ((2, 5, 14, 14), (5, 1, 3, 3), dict(group_count=5, start_padding=(1, 1),
+                                        end_padding=(1, 1))),
+    ((1, 3, 28, 28), (3, 1, 3, 3), dict(group_count=3, strides=(2, 2), start_padding=(1, 1),
+                                        end_padding=(1, 1))),
+    ((1, 2, 6, 10), (6, 1, 3, 3), dict(group_count=2, start_padding=(1, 1),
+                                       end_padding=(1, 1), mode="convolution")),
+    ((1, 2, 3, 6, 6), (2, 1, 3, 3, 3), dict(group_count=2, start_padding=(1, 1, 1),
+                                            end_padding=(1, 1, 1))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DW_PLANES)))
+def test_depthwise_plane_stores(device, case):
+    """The depthwise block stores its band as float4s of the flattened rows where its
+    rows are packed, not a multiple of 4 and the band and plane are whole float4s: the
+    reference's values (with a fused activation) and the same bits as the element stores
+    of ``depthwise-scalar``; not taken where the plane is not whole float4s (7x7), and
+    then ``depthwise-scalar`` declines (it would be the default's twin)."""
+    xs, ws, kw = DW_PLANES[case]
+    rng = np.random.default_rng(140 + case)
+    desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    got, compiled = run_path(device, desc, x, w, b, path="depthwise")
+    path = compiled.path
+    texel = path.texel
+    assert path.pw == (desc.output_tensor.sizes[-1] if texel else 0)
+    plain, apart = run_path(device, desc, x, w, b, path="depthwise-scalar") if texel else (
+        got, compiled)
+    assert apart.path.pw == 0
+    np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
+    ref = desc_reference(desc, x, w, b)
+    ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                               **tolerance(w, "float32"))
+    seven = _conv_desc("float32", (1, 4, 7, 7), (4, 1, 3, 3), group_count=4,
+                       start_padding=(1, 1), end_padding=(1, 1))
+    assert compile_on_path(device, seven, "depthwise").path.pw == 0
+    with pytest.raises(vkml.UnsupportedError, match="depthwise-scalar"):
+        compile_on_path(device, seven, "depthwise-scalar")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_gemm_filter_transpose(device, dtype):
     """The blocked filter transpose (packed filters, C_in/groups * kernel a multiple of

@@ -43,6 +43,7 @@ CANDIDATES = {
     "winograd-v8": ("winograd", {"store64": True}),
     "depthwise": ("depthwise", {}),
     "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
+    "depthwise-scalar": ("depthwise", {"dw_plane": False}),
     "depthwise-rows": ("depthwise", {"dw_rows": (32, 28)}),
     "depthwise-rows8": ("depthwise", {"dw_rows": (8, 28)}),
     "depthwise-rows-v8": ("depthwise", {"dw_rows": (32, 28), "dw_v8": True}),

@@ -18,7 +18,7 @@ from ...intmath import ceil_div
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
 _DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "SHIFT", "R",
-              "SH", "DH")
+              "SH", "DH", "PW")
 VARIANTS = {
     **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
@@ -54,7 +54,31 @@ class DepthwisePath(Path):
                 and (cls.rows_block(geo, knobs) if knobs.get("dw_rows")
                      else cls.blocks(geo, knobs)) is not None
                 and (not knobs.get("dw_v8")
-                     or (bool(knobs.get("dw_rows")) and cls.v8_ok(op, geo))))
+                     or (bool(knobs.get("dw_rows")) and cls.v8_ok(op, geo)))
+                # (without plane stores: only where they would apply, else the default's twin)
+                and (knobs["dw_plane"] or cls.plane(op, geo, {**knobs, "dw_plane": True})))
+
+    @classmethod
+    def plane(cls, op, geo, knobs) -> bool:
+        """Whether the (not ``dw_rows``) block stores its band as float4s of the flattened
+        rows (``PW``, knob ``dw_plane``): float32 through texel views, rows not a multiple
+        of 4 (else they store four at a time themselves) within one strip, packed one
+        after the other, the band (R rows) and the plane whole float4s."""
+        if not knobs["dw_plane"] or knobs.get("dw_rows") or geo.dtype != DataType.FLOAT32:
+            return False
+        blk = cls.blocks(geo, knobs)
+        oh, ow = geo.out_size[1], geo.out_size[2]
+        if blk is None or blk[0] < ow or ow % 4 == 0:
+            return False
+        d = op.desc
+        esize = geo.dtype.size
+        x_el = d.input_tensor.total_tensor_size_in_bytes // esize
+        w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
+        y_el = d.output_tensor.total_tensor_size_in_bytes // esize
+        ys = geo.y_strides
+        return (texel_ok(op, x_el) and texel_ok(op, w_el) and ys[4] == 1 and ys[3] == ow
+                and (oh * ow) % 4 == 0 and (blk[1] * ow) % 4 == 0 and y_el % 4 == 0
+                and all(s_ % 4 == 0 for s_ in ys[:3]))
 
     @staticmethod
     def v8_ok(op, geo) -> bool:
@@ -144,6 +168,8 @@ class DepthwisePath(Path):
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
+        self.pw = ow if self.plane(op, g, self.knobs) else 0
+        self.v4 = self.v4 or bool(self.pw)
         self.v8 = bool(self.knobs.get("dw_v8"))      # (accepts checked v8_ok)
         name = ("convolution_depthwise_rows_f32_v8" if self.v8 else
                 variant("depthwise_rows" if rows else "depthwise", storage_suffix(op, g.dtype),
@@ -155,7 +181,8 @@ class DepthwisePath(Path):
         self.pipe = op.pipeline(name, {
             "LOCAL_SIZE_X": self.local, "NB": nb, "SW": g.stride[2], "KW": kw,
             "DW": g.dilation[2], "ACT": self.act_id, "KH": kh, "KD": kd, "X4": int(self.x4),
-            "SHIFT": (-g.start[2]) % 4, "R": r, "SH": g.stride[1], "DH": g.dilation[1]})
+            "SHIFT": (-g.start[2]) % 4, "R": r, "SH": g.stride[1], "DH": g.dilation[1],
+            "PW": self.pw})
         self.params = op.upload(np.frombuffer(pack(
             name, "Params", in_size=(*g.in_size, g.cout_per_group),
             out_size=(*g.out_size, self.strips), flags=(kd, kh, 0, int(g.b_stride is not None)),

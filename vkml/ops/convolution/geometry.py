@@ -368,9 +368,12 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: ``sg_span``: gemm_sg's pixels a lane kept to a row span of at most that many input
 #: elements (None: no bound; ``gemm.sg_blocks``).  ``sg_acc_run``: gemm_sg adds each
 #: accumulator's products of a loop iteration in a row (False: one channel and column
-#: tap at a time over the whole block, convolution_gemm.comp ACC_RUN).
+#: tap at a time over the whole block, convolution_gemm.comp ACC_RUN).  ``dw_plane``: the
+#: depthwise block stores its packed rows as float4s of the flattened band where its rows
+#: cannot be stored four at a time (False: one float at a time; ``DepthwisePath.plane``).
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
-                 "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True}
+                 "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True,
+                 "dw_plane": True}
 
 
 def knobs_of(knobs: dict | None) -> dict:
