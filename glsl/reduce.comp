@@ -40,6 +40,16 @@
 // vkml:variant reduce_u64 INT64=1
 #extension GL_EXT_control_flow_attributes : enable
 #include "vkml_elem.glsl"
+#ifdef E_FLOAT
+// egt / elt without the short-circuit branches of || and && (SwiftShader runs each as
+// control flow under lane masks: a float MAX took 3x a SUM), the same order
+#undef EGT
+#undef ELT
+bool gt_flat(float a, float b) { return any(bvec2(a > b, all(bvec2(isnan(a), !isnan(b))))); }
+bool lt_flat(float a, float b) { return any(bvec2(a < b, all(bvec2(isnan(a), !isnan(b))))); }
+#define EGT(a, b) gt_flat(a, b)
+#define ELT(a, b) lt_flat(a, b)
+#endif
 
 #if defined(TEXEL4)
 // float32 as RGBA32F texels (VEC4; the scalar paths' reads kept only so they compile)
@@ -124,15 +134,15 @@ float rel_exp(float v, float m) { return v == m ? 1.0 : exp(v - m); }
 State merge(State t, State u) {
     if (FUNC == ARGMAX || FUNC == ARGMIN) {
         bool better = FUNC == ARGMAX ? EGT(u.a, t.a) : ELT(u.a, t.a);
-        bool tie = !EGT(u.a, t.a) && !ELT(u.a, t.a) && u.k < t.k;
-        return (better || tie) ? u : t;
+        bool tie = all(bvec3(!EGT(u.a, t.a), !ELT(u.a, t.a), u.k < t.k));
+        return any(bvec2(better, tie)) ? u : t;
     }
     if (FUNC == MAX) return EGT(u.a, t.a) ? u : t;
     if (FUNC == MIN) return ELT(u.a, t.a) ? u : t;
     if (FUNC == MULTIPLY) { t.a = EMUL(t.a, u.a); return t; }
 #ifdef E_FLOAT
     if (FUNC == LOG_SUM_EXP) {
-        float m = (u.a > t.a || isnan(u.a)) ? u.a : t.a;
+        float m = any(bvec2(u.a > t.a, isnan(u.a))) ? u.a : t.a;
         t.s = t.s * rel_exp(t.a, m) + u.s * rel_exp(u.a, m);
         t.a = m;
         return t;

@@ -589,3 +589,20 @@ def test_read_paths(device, read):
             op.execute([device.tensor(x)], [y])
             op.release()
             check(y.numpy(), x, fn, (1, 2))
+
+
+def test_group_workgroup_fits_the_reduction(device):
+    """"group" runs count / GROUP_WALK lanes (a power of 2, at most 256 and the device's
+    workgroup size): a short reduction does not idle a wide workgroup through the tree."""
+    from vkml.ops.reduce import GROUP_WALK, CompiledReduce
+
+    lim = device.context.limits
+    cap = min(256, lim["maxComputeWorkGroupInvocations"], lim["maxComputeWorkGroupSize"][0])
+    for count, want in ((112, 4), (64, 4), (1000, 32), (4096, 256), (1 << 18, 256)):
+        desc = dml.ReduceOperatorDesc("sum", dml.TensorDesc("float32", (3, count)),
+                                      dml.TensorDesc("float32", (3, 1)), (1,))
+        op = CompiledReduce(device, desc, path="group")
+        assert op.path == "group"
+        assert op.group_local == min(want, 1 << (cap.bit_length() - 1)), count
+        assert op.group_local * GROUP_WALK <= max(count, GROUP_WALK * 4)
+        op.release()

@@ -69,3 +69,74 @@ def test_frozen_activation_matches_fused_formula(device):
         np.testing.assert_array_equal(out.numpy(), np.where(x >= 0, x, np.float32(0.25) * x))
     finally:
         op.release()
+
+
+def _module(ops, spec_value_ids):
+    """A declarations-only module: int (id 1), bool (id 2), spec constant A (id 3, SpecId
+    7), plain constant B (id 4), then ``ops`` as OpSpecConstantOp (opcode, result type,
+    operand ids) with results from id 10, then one OpFunction word to end the part."""
+    w = [spirv.MAGIC, 0x10300, 0, 64, 0]
+    w += [(4 << 16) | spirv.OP_DECORATE, 3, spirv.DECORATION_SPEC_ID, 7]
+    w += [(4 << 16) | spirv.OP_TYPE_INT, 1, 32, 1, (2 << 16) | spirv.OP_TYPE_BOOL, 2]
+    w += [(4 << 16) | spirv.OP_SPEC_CONSTANT, 1, 3, 0, (4 << 16) | spirv.OP_CONSTANT, 1, 4,
+          spec_value_ids]
+    for k, (opcode, rtype, args) in enumerate(ops):
+        w += [((4 + len(args)) << 16) | spirv.OP_SPEC_CONSTANT_OP, rtype, 10 + k, opcode, *args]
+    w += [(5 << 16) | spirv.OP_FUNCTION, 0, 0, 0, 0]
+    return struct.pack(f"<{len(w)}I", *w)
+
+
+def _values(code: bytes) -> dict:
+    out = {}
+    for op, w in _insts(code):
+        if op == spirv.OP_CONSTANT:
+            out[w[2]] = w[3] - (1 << 32) if w[3] >> 31 else w[3]
+        elif op in (spirv.OP_CONSTANT_TRUE, spirv.OP_CONSTANT_FALSE):
+            out[w[2]] = op == spirv.OP_CONSTANT_TRUE
+    return out
+
+
+def test_freeze_folds_constant_operations():
+    """OpSpecConstantOp over frozen and plain constants becomes the plain constant of its
+    value (signed and unsigned arithmetic, comparisons, logic, select), against Python;
+    one over an unfrozen constant stays."""
+    rng = np.random.default_rng(5)
+    int_ops = {128: lambda a, b: a + b, 130: lambda a, b: a - b, 132: lambda a, b: a * b,
+               135: lambda a, b: int(a / b), 195: lambda a, b: a >> (b & 31),
+               199: lambda a, b: a & b}
+    cmp_ops = {170: lambda a, b: a == b, 171: lambda a, b: a != b, 173: lambda a, b: a > b,
+               177: lambda a, b: a < b, 175: lambda a, b: a >= b, 179: lambda a, b: a <= b,
+               176: lambda a, b: a % (1 << 32) < b % (1 << 32)}
+    wrap = lambda v: (v + (1 << 31)) % (1 << 32) - (1 << 31)      # noqa: E731
+    for _ in range(20):
+        a, b = (int(v) for v in rng.integers(-40, 40, 2))
+        b = b or 3
+        ops = ([(op, 1, [3, 4]) for op in int_ops] + [(op, 2, [3, 4]) for op in cmp_ops])
+        n = len(ops)
+        ops += [(166, 2, [10 + len(int_ops), 11 + len(int_ops)]),     # ==  or  !=
+                (168, 2, [10 + len(int_ops)]),                       # not (==)
+                (169, 1, [12 + len(int_ops), 3, 4])]                 # (a > b) ? a : b
+        code = _module(ops, b & 0xFFFFFFFF)
+        got = _values(spirv.freeze(code, {7: a & 0xFFFFFFFF}))
+        want = [wrap(f(a, b)) for f in int_ops.values()] + [f(a, b) for f in cmp_ops.values()]
+        want += [a == b or a != b, not a == b, a if a > b else b]
+        assert [got.get(10 + k) for k in range(n + 3)] == want, (a, b)
+        # unfrozen: every operation stays a specialization-constant operation
+        assert not any(10 <= r for r in _values(spirv.freeze(code, {99: 1})))
+
+
+def test_reduce_function_branches_fold():
+    """With the reduction's code-selecting constants frozen, no specialization-constant
+    operation over plain constants is left (SwiftShader only folds branches on plain
+    constants: unfolded, it ran all twelve functions)."""
+    name = "reduce_f32"
+    consts = pipelines.kernel_manifest()[name]["constants"]
+    frozen = {consts[c]["id"]: v for c, v in
+              {"FUNC": 10, "RDIMS": 1, "OUT_INDEX": 0, "GROUP": 0, "VEC4": 0}.items()}
+    code = spirv.freeze(pipelines.load_spirv(name), frozen)
+    plain = set(_values(code))
+    left = [w for op, w in _insts(code)
+            if op == spirv.OP_SPEC_CONSTANT_OP and all(a in plain for a in w[4:])
+            and w[3] in spirv.FOLD]
+    assert not left
+    assert len(plain) > len(_values(pipelines.load_spirv(name)))

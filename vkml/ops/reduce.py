@@ -54,6 +54,9 @@ GROUP_MIN = 1024
 #: lanes idle while its tree still runs, and the tuner would time (and wait for) a path
 #: that cannot win.
 GROUP_FLOOR = 64
+#: "group"'s lanes walk at least this many elements each (the workgroup is the power of 2
+#: of at most count / GROUP_WALK lanes, up to 256).
+GROUP_WALK = 16
 #: "auto" takes "vec4" over "group" from this many invocations (one workgroup of lanes
 #: each walking a row beats a workgroup per output and its shared-memory tree on the CPU
 #: drivers, whose barriers are costly).
@@ -179,7 +182,12 @@ class CompiledReduce(PathBoxKernel):
         self.path = self._choose_path()
         self.apply_read(vec4_read(self) if self.path == "vec4"
                         else texel_read(self, self.force_read))
-        self.group_local = 1 << (min(256, self.workgroup_size).bit_length() - 1)
+        # "group": lanes that walk GROUP_WALK elements each at least (up to 256): a
+        # workgroup wider than its reduction idles its lanes through every barrier of the
+        # tree, which the CPU drivers pay per lane (112 elements on 256 lanes ran 100x
+        # slower than on 4)
+        lanes = min(256, self.workgroup_size, max(1, self.count // GROUP_WALK))
+        self.group_local = 1 << (lanes.bit_length() - 1)
         step = digits(self.group_local, self.rsize)
         self.params = self.upload(np.frombuffer(pack(
             self.kernel, "Params", out_stride=words8(self.box_out_strides),

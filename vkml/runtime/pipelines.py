@@ -259,9 +259,11 @@ class PipelineCache:
         return set(found["keys"])
 
     def _key(self, name, kinds, push_size, consts) -> str:
-        """What makes a pipeline: its SPIR-V, bindings, push constants, constants, and the
-        device features in use (they change the layouts and the compiled code)."""
+        """What makes a pipeline: its SPIR-V, bindings, push constants, constants, the
+        device features in use (they change the layouts and the compiled code) and how
+        constants are frozen (:data:`vkml.runtime.spirv.FREEZE_VERSION`)."""
         text = repr((self._spirv_hash[name].hex(), kinds, push_size, consts,
+                     spirv.FREEZE_VERSION,
                      self.ctx.push_descriptor is not None,
                      sorted(k for k, v in self.ctx.features.items() if v)))
         return hashlib.sha256(text.encode()).hexdigest()[:32]

@@ -8,8 +8,12 @@ written in).  :func:`freeze` rewrites each ``OpSpecConstant*`` whose ID is given
 the plain ``OpConstant*`` of that value and drops its ``SpecId`` decoration, so the
 module carries ordinary constants that every compiler folds, branches and switches on
 them included.  The result is the module the specialization would give: the same
-values, the same code (``OpSpecConstantOp``/``Composite`` over the frozen constants stay
-as they are; their operands are now constants).
+values, the same code.  An ``OpSpecConstantOp`` whose operands are all plain constants
+then (``FUNC == MAX``, ``RANK - 1``: integer and boolean arithmetic, comparisons, logic
+and select) is folded into the plain constant of its value as well: SwiftShader's
+optimizer folds a branch on a plain constant but not on such an operation, and ran
+every one of the reduction's twelve functions under lane masks with ``FUNC`` frozen.
+Other ones (``OpSpecConstantComposite``, operations over an unfrozen constant) stay.
 """
 from __future__ import annotations
 
@@ -21,6 +25,62 @@ OP_FUNCTION = 54
 DECORATION_SPEC_ID = 1
 OP_CONSTANT_TRUE, OP_CONSTANT_FALSE, OP_CONSTANT = 41, 42, 43
 OP_SPEC_CONSTANT_TRUE, OP_SPEC_CONSTANT_FALSE, OP_SPEC_CONSTANT = 48, 49, 50
+OP_SPEC_CONSTANT_OP = 52
+#: Changes when freezing makes different modules of the same constants (the pipeline
+#: cache's keys include it: a blob's pipelines of older modules are not counted as saved).
+FREEZE_VERSION = 2
+OP_TYPE_BOOL, OP_TYPE_INT, OP_TYPE_FLOAT = 20, 21, 22
+OP_SELECT = 169
+_M = 0xFFFFFFFF
+
+
+def _s(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _sdiv(a: int, b: int) -> int:
+    q = abs(_s(a)) // abs(_s(b))
+    return -q if (_s(a) < 0) != (_s(b) < 0) else q
+
+
+#: OpSpecConstantOp's operations folded on the host (opcode -> value of 32-bit operands as
+#: unsigned words; booleans 0/1); a division by zero is left to the driver.
+FOLD = {
+    126: lambda a: -a, 200: lambda a: ~a, 168: lambda a: 1 - a,
+    128: lambda a, b: a + b, 130: lambda a, b: a - b, 132: lambda a, b: a * b,
+    134: lambda a, b: a // b if b else None, 137: lambda a, b: a % b if b else None,
+    135: lambda a, b: _sdiv(a, b) if b else None,
+    194: lambda a, b: a >> (b & 31), 196: lambda a, b: a << (b & 31),
+    195: lambda a, b: _s(a) >> (b & 31),
+    197: lambda a, b: a | b, 198: lambda a, b: a ^ b, 199: lambda a, b: a & b,
+    164: lambda a, b: int(a == b), 165: lambda a, b: int(a != b),
+    166: lambda a, b: a | b, 167: lambda a, b: a & b,
+    170: lambda a, b: int(a == b), 171: lambda a, b: int(a != b),
+    172: lambda a, b: int(a > b), 173: lambda a, b: int(_s(a) > _s(b)),
+    174: lambda a, b: int(a >= b), 175: lambda a, b: int(_s(a) >= _s(b)),
+    176: lambda a, b: int(a < b), 177: lambda a, b: int(_s(a) < _s(b)),
+    178: lambda a, b: int(a <= b), 179: lambda a, b: int(_s(a) <= _s(b)),
+    169: lambda c, a, b: a if c else b,
+}
+
+
+def _fold(inst, known: dict, scalar: dict):
+    """``inst`` (an OpSpecConstantOp) as the plain constant of its value where its
+    operation is in :data:`FOLD`, its type a 32-bit integer or boolean (or float, for a
+    select) and its operands known constants (``known``: id -> value; ``scalar``: type id
+    -> "int", "bool" or "float"), else None."""
+    kind = scalar.get(inst[1])
+    fn = FOLD.get(inst[3])
+    if (kind is None or fn is None or (kind == "float" and inst[3] != OP_SELECT)
+            or any(a not in known for a in inst[4:])):
+        return None
+    value = fn(*(known[a] for a in inst[4:]))
+    if value is None:
+        return None
+    known[inst[2]] = value = value & (1 if kind == "bool" else _M)
+    if kind == "bool":
+        return ((3 << 16) | (OP_CONSTANT_TRUE if value else OP_CONSTANT_FALSE), inst[1], inst[2])
+    return ((4 << 16) | OP_CONSTANT, inst[1], inst[2], value)
 
 
 def _instructions(words, start=5, stop=None):
@@ -61,6 +121,8 @@ def freeze(code: bytes, constants: dict[int, int | float]) -> bytes:
                 spec_ids[words[i + 1]] = words[i + 3]
                 drop.add(i)
     out = list(words[:5])
+    known: dict[int, int] = {}                    # constant id -> value (32-bit word)
+    scalar: dict[int, str] = {}                   # 32-bit int / bool type id -> its kind
     for i, op, n in _instructions(words, stop=end):
         inst = words[i:i + n]
         if i in drop:
@@ -76,5 +138,15 @@ def freeze(code: bytes, constants: dict[int, int | float]) -> bytes:
             word = (struct.unpack("<I", struct.pack("<f", value))[0] if isinstance(value, float)
                     else value & 0xFFFFFFFF)
             inst = ((4 << 16) | OP_CONSTANT, inst[1], inst[2], word)
+        elif op == OP_SPEC_CONSTANT_OP:
+            inst = _fold(inst, known, scalar) or inst
+        if inst[0] & 0xFFFF in (OP_CONSTANT_TRUE, OP_CONSTANT_FALSE):
+            known[inst[2]] = int(inst[0] & 0xFFFF == OP_CONSTANT_TRUE)
+        elif inst[0] & 0xFFFF == OP_CONSTANT and len(inst) == 4 and scalar.get(inst[1]):
+            known[inst[2]] = inst[3]
+        elif op == OP_TYPE_BOOL:
+            scalar[inst[1]] = "bool"
+        elif op in (OP_TYPE_INT, OP_TYPE_FLOAT) and inst[2] == 32:
+            scalar[inst[1]] = "int" if op == OP_TYPE_INT else "float"
         out.extend(inst)
     return struct.pack(f"<{len(out)}I", *out) + code[4 * end:]
