@@ -1,6 +1,6 @@
 #version 450
 // Register-blocked GEMMs with small blocks of compile-time size (RM x RN; the runtime
-// freezes both into the module, see vkml/runtime/pipelines.py FROZEN_CONSTANTS):
+// freezes both into the module, its vkml:frozen line):
 // every loop over the block unrolls and the block stays in registers even on drivers
 // that do not fold specialization constants (SwiftShader, which otherwise keeps the
 // block in memory).  The lanes of a workgroup take

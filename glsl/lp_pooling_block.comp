@@ -7,7 +7,7 @@
 // window row's LP_T inputs (shared by the LP_V overlapping windows) are fetched once as
 // LP_NT aligned texels; |x|^P (P = 1, 2) of each is summed over the window rows into a
 // column sum, and each output adds its LP_WL columns.  The LP_* constants are compile-time
-// (variants) or frozen on the host (vkml/runtime/pipelines.py FROZEN_CONSTANTS): every
+// (variants) or frozen on the host (its vkml:frozen line below): every
 // [[unroll]] loop over them unrolls and the arrays they index are registers.  The outer
 // window rows (A, B) stay rolled loops.
 //
@@ -83,7 +83,6 @@ const uint LP_NT = (LP_T + 6u) / 4u;               // texels fetched per row
 // SwiftShader sees the module (which runs the frozen P's code slower)
 const uint LP_P = PP;
 #else
-// frozen on the host (FROZEN_CONSTANTS): they select code
 // Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
 // specialization constants before generating code: LP_P and LP_VSTORE select code (the power's
 // special cases, the vec4 stores).

@@ -68,7 +68,6 @@ const uint PB_V = 8u;                              // outputs per invocation
 const uint PB_T = PB_SL * (PB_V - 1u) + PB_LL * (PB_WL - 1u) + 1u;   // inputs of a segment
 const uint PB_NT = (PB_T + PB_SHIFT + 3u) / 4u;    // texels fetched per row
 const bool PB_MAX = PMAX == 1;
-// frozen on the host (FROZEN_CONSTANTS): it selects code
 // Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
 // specialization constants before generating code: POOL_VSTORE selects the vec4 stores' code.
 // vkml:frozen POOL_VSTORE
