@@ -10,6 +10,10 @@ place of "rows" where it has a variant for the last dimension's geometry and the
 start on a texel boundary): the same 8 outputs from row segments read as RGBA32F texels,
 folded into columns over the window rows (a quarter of the texel fetches; its geometry,
 row shift and max / average compile-time, as LP pooling's "block" kernel).
+``glsl/pooling_slide.comp`` ("slide", the rule in place of both for 2-D square windows of
+unit dilation it has a variant for): "block"'s reads, an invocation sliding down
+:attr:`rows` output rows, each input row fetched once and folded along the row, the
+window rows an output row shares with the next kept in registers.
 ``glsl/pooling.comp`` ("general": the indices output and
 longer window rows): one invocation per output element over its (dilated) window, the
 geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
@@ -68,6 +72,15 @@ for (_w, _s, _d), _h, _m in ((g, h, m) for g in BLOCK_GEOMETRIES for h in range(
                              for m in ("max", "avg")):
     VARIANTS[f"pooling_block_{_m}_w{_w}s{_s}d{_d}h{_h}"] = (
         BOX_CONSTANTS + geometry_names(KERNEL_SPATIAL) + ("POOL_VSTORE",))
+#: glsl/pooling_slide.comp ("slide": "block"'s reads, an invocation sliding down several
+#: output rows, each input row fetched once): the square 2-D windows (size, stride; unit
+#: dilation) it has variants for, each with the 4 row shifts and max / average.
+SLIDE_GEOMETRIES = ((2, 2), (3, 1), (3, 2), (5, 1))
+for (_w, _s), _h, _m in ((g, h, m) for g in SLIDE_GEOMETRIES for h in range(4)
+                         for m in ("max", "avg")):
+    VARIANTS[f"pooling_slide_{_m}_w{_w}s{_s}h{_h}"] = BOX_CONSTANTS + ("POOL_VSTORE",)
+#: "slide": the most output rows one invocation slides down.
+SLIDE_ROWS = 8
 #: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
 #: row array) and the most window rows whose loop it unrolls.
 ROW_INPUTS = 32
@@ -108,10 +121,11 @@ class CompiledPooling(PathBoxKernel):
     """Max or average pooling on this device: see the module doc.
 
     ``force_path`` (``path=``): None, global pooling runs as the reduction, other windows
-    "block" where it may (:meth:`block_ok`), else "rows" where it may (no indices, a
-    window row of at most :data:`ROW_INPUTS` inputs), else "general"; "window": the same
-    without the reduction (tests compare the two); "block": the same; "rows": never
-    "block"; "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
+    "slide" where it may (:meth:`slide_ok`), else "block" where it may (:meth:`block_ok`),
+    else "rows" where it may (no indices, a window row of at most :data:`ROW_INPUTS`
+    inputs), else "general"; "window": the same without the reduction (tests compare the
+    two); "slide", "block": that kernel where it may, else "rows" or "general"; "rows":
+    neither of them; "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
     input from a storage buffer even where "texel" (float32 through an R32F uniform texel
     buffer, the rule where the whole tensor fits maxTexelBufferElements) is possible."""
 
@@ -142,7 +156,9 @@ class CompiledPooling(PathBoxKernel):
         rows = idx is None and self.row_inputs(1) <= ROW_INPUTS
         self.path = "rows" if rows and self.force_path != "general" else "general"
         self.local = min(64, self.workgroup_size)
-        if self.path == "rows" and self.block_ok():
+        if self.path == "rows" and self.slide_ok():
+            self.path = "slide"
+        elif self.path == "rows" and self.block_ok():
             self.path = "block"
         self.kernel = element_variant(
             "pooling_rows" if self.path != "general" else "pooling", src.data_type,
@@ -154,7 +170,7 @@ class CompiledPooling(PathBoxKernel):
                              else math.prod(self.win))
         self._check_indices(idx, src)
         self.windows = self.plan_windows()
-        if self.path == "block":
+        if self.path in ("block", "slide"):
             self.apply_block_read()
         else:
             self.apply_read(texel_read(self, self.force_read))
@@ -167,6 +183,8 @@ class CompiledPooling(PathBoxKernel):
         if self.path == "block":
             self.consts = {"RANK": self.rank,
                            **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+        elif self.path == "slide":
+            self.consts = {"RANK": self.rank}
         elif self.path == "rows":
             self.vec = 8
             self.consts |= {"UNROLL_ROWS": int(outer <= UNROLL_ROWS),
@@ -176,15 +194,28 @@ class CompiledPooling(PathBoxKernel):
 
     def block_ok(self) -> bool:
         """"block" (glsl/pooling_block.comp) where the rule or ``path="block"`` may take it:
-        float32, no indices, unit last input stride, a last-dimension geometry in
-        :data:`BLOCK_GEOMETRIES` and rows that start on a texel boundary
-        (:func:`~vkml.ops.grid.texel_block_plan`); not where another path or read is forced."""
+        a last-dimension geometry in :data:`BLOCK_GEOMETRIES` and :meth:`texel_rows_ok`."""
+        return (self.force_path in (None, "window", "block")
+                and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES
+                and self.texel_rows_ok())
+
+    def slide_ok(self) -> bool:
+        """"slide" (glsl/pooling_slide.comp) where the rule or ``path="slide"`` may take it:
+        2-D, a square window of unit dilation whose (size, stride) is in
+        :data:`SLIDE_GEOMETRIES` and :meth:`texel_rows_ok`."""
+        return (self.force_path in (None, "window", "slide") and self.rank == 4
+                and self.win[0] == self.win[1] and self.strides[0] == self.strides[1]
+                and list(self.dil) == [1, 1] and (self.win[-1], self.strides[-1]) in SLIDE_GEOMETRIES
+                and self.texel_rows_ok())
+
+    def texel_rows_ok(self) -> bool:
+        """What "block" and "slide" need: float32, no indices, unit last input stride and
+        rows that start on a texel boundary (:func:`~vkml.ops.grid.texel_block_plan`);
+        no read forced."""
         d = self.desc
-        if not (self.force_path in (None, "window", "block")
-                and self.force_read in (None, "auto")
+        if not (self.force_read in (None, "auto")
                 and d.input_tensor.data_type == DataType.FLOAT32 and d.indices_tensor is None
-                and self.in_strides[-1] == 1
-                and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES):
+                and self.in_strides[-1] == 1):
             return False
         try:
             return texel_block_plan(self)[1] is not None
@@ -197,9 +228,14 @@ class CompiledPooling(PathBoxKernel):
         row shift."""
         self.read = "block"
         self.windows, shift = texel_block_plan(self)
-        self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
-            "max" if self.mode == 0 else "avg", self.win[-1], self.strides[-1], self.dil[-1],
-            shift)
+        mode = "max" if self.mode == 0 else "avg"
+        if self.path == "slide":
+            self.kernel = f"pooling_slide_{mode}_w{self.win[-1]}s{self.strides[-1]}h{shift}"
+            h = self.box[2]          # as even blocks of at most SLIDE_ROWS rows
+            self.rows = ceil_div(h, ceil_div(h, SLIDE_ROWS))
+        else:
+            self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
+                mode, self.win[-1], self.strides[-1], self.dil[-1], shift)
         self.vec, self.x_last_only = 8, True
         self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
         self.in_bind = ceil_div(self.in_bytes, 16) * 16
@@ -207,7 +243,7 @@ class CompiledPooling(PathBoxKernel):
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
         """"block": no wider along x than a row's invocations (a 56-wide row takes 7: a
         7 x 8 workgroup, where 8 x 8 left every eighth lane idle)."""
-        if self.path == "block":
+        if self.path in ("block", "slide"):
             return min(lx, x_invocations(self.box, 1, v)), ly
         return super().fit_local(lx, ly, v)
 
@@ -227,7 +263,7 @@ class CompiledPooling(PathBoxKernel):
     def vector_width(self, origin, extent, out_base) -> int:
         """"rows": 8 or 4 outputs an invocation where the box's last extent has them and
         their window row fits :data:`ROW_INPUTS`, else 1; "general": 1."""
-        if self.path == "block":
+        if self.path in ("block", "slide"):
             return 8         # a row's short last invocation is masked
         if self.path != "rows":
             return 1
@@ -248,9 +284,11 @@ class CompiledPooling(PathBoxKernel):
         common = dict(out_stride=words8(self.box_out_strides), in_stride=words8(self.in_strides),
                       in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
                       divisor=divisor)
-        if self.path == "block":     # divisor 0: the count of the cells inside the input
+        if self.path in ("block", "slide"):   # divisor 0: the count of the cells inside
             common["divisor"] = divisor if getattr(self.desc, "include_padding", False) else 0.0
-        if self.path in ("rows", "block"):
+        if self.path == "slide":
+            common["rows"] = self.rows
+        if self.path in ("rows", "block", "slide"):
             return np.frombuffer(pack(self.kernel, "Params", **common), np.uint8)
         return np.frombuffer(pack(
             self.kernel, "Params", **common,
@@ -272,7 +310,8 @@ class CompiledPooling(PathBoxKernel):
         def pipeline_for(lx, ly, xdims, v, vec_store):
             extra = ({"V": v, "VEC_STORE": int(vec_store and f32)}
                      if self.path == "rows" else
-                     {"POOL_VSTORE": int(vec_store)} if self.path == "block" else {})
+                     {"POOL_VSTORE": int(vec_store)} if self.path in ("block", "slide")
+                     else {})
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "XDIMS": xdims, **extra, **self.consts})
         fixed = [Bind(self.params)]
