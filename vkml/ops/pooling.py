@@ -79,8 +79,14 @@ SLIDE_GEOMETRIES = ((2, 2), (3, 1), (3, 2), (5, 1))
 for (_w, _s), _h, _m in ((g, h, m) for g in SLIDE_GEOMETRIES for h in range(4)
                          for m in ("max", "avg")):
     VARIANTS[f"pooling_slide_{_m}_w{_w}s{_s}h{_h}"] = BOX_CONSTANTS + ("POOL_VSTORE",)
-#: "slide": the most output rows one invocation slides down.
-SLIDE_ROWS = 8
+#: "slide": the invocations a dispatch keeps at least where the output has them; each
+#: slides down as many output rows as that leaves (the whole column where the planes and
+#: row segments alone make them: the fewer invocations, the fewer input rows fetched
+#: twice and the less per-invocation work, which both CPU drivers pay dearly for).
+SLIDE_INVOCATIONS = 256
+#: "slide": the most output rows one invocation slides down: its row loop and the scalar
+#: stores of a short row (8 a row) stay far below lavapipe's 65535 loop iterations.
+SLIDE_MAX_ROWS = 2048
 #: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
 #: row array) and the most window rows whose loop it unrolls.
 ROW_INPUTS = 32
@@ -231,14 +237,21 @@ class CompiledPooling(PathBoxKernel):
         mode = "max" if self.mode == 0 else "avg"
         if self.path == "slide":
             self.kernel = f"pooling_slide_{mode}_w{self.win[-1]}s{self.strides[-1]}h{shift}"
-            h = self.box[2]          # as even blocks of at most SLIDE_ROWS rows
-            self.rows = ceil_div(h, ceil_div(h, SLIDE_ROWS))
+            self.rows = self.slide_rows(SLIDE_INVOCATIONS)
         else:
             self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
                 mode, self.win[-1], self.strides[-1], self.dil[-1], shift)
         self.vec, self.x_last_only = 8, True
         self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
         self.in_bind = ceil_div(self.in_bytes, 16) * 16
+
+    def slide_rows(self, invocations: int) -> int:
+        """"slide": output rows an invocation slides down, in even blocks, for at least
+        ``invocations`` invocations where the output has them."""
+        h = self.box[2]
+        across = self.box[0] * self.box[1] * x_invocations(self.box, 1, 8)
+        blocks = min(h, max(ceil_div(invocations, across), ceil_div(h, SLIDE_MAX_ROWS)))
+        return ceil_div(h, blocks)
 
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
         """"block": no wider along x than a row's invocations (a 56-wide row takes 7: a
