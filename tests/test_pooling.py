@@ -879,3 +879,37 @@ def test_slide_kernel_choice_and_splits(device):
         op = CompiledPooling(device, desc, path="slide" if want != "block" else None)
         assert op.path == want
         op.release()
+
+
+def test_tuner_path(device, tmp_path, monkeypatch):
+    """The kernel is a registered tunable path whose every candidate runs when measured
+    (each timed on its own kernel, or declined); off gives the rule; a stored choice
+    ("block") is taken where it may run and the rule where it may not (3-D "slide")."""
+    from vkml import tuning
+    from vkml.ops import pooling as pl
+
+    assert "pooling_path" in tuning.registered_paths()
+    shape = pl.path_shape(dml.AveragePooling1OperatorDesc(
+        dml.TensorDesc("float32", (1, 2, 9, 16)), dml.TensorDesc("float32", (1, 2, 9, 16)),
+        (1, 1), (3, 3), (1, 1), (1, 1), (1, 1), True))
+    c = tuning.Tuner("full", folder=tmp_path, rounds=1).choose(device, "pooling_path", shape)
+    assert c.source == "measured" and set(c.times) == {"auto", "slide", "block", "rows"}
+    assert tuning.Tuner(mode="off").choose(device, pl.PATH, shape).name == "auto"
+    for cand in pl.PATH.candidates:          # the descriptor round trip, each kernel
+        op = pl.CompiledPooling(device, pl._path_desc(shape), path=cand.params["path"])
+        assert op.path == ("slide" if cand.name == "auto" else cand.name)
+        op.release()
+    real = tuning.choose
+    for forced, geo, want in (("block", (3, 3), "block"), ("slide", (3, 3, 3), "block")):
+        monkeypatch.setattr(pl.tuning, "choose", lambda dev, path, s, f=forced: real(
+            dev, path, s, force=f))
+        n = len(geo)
+        x = np.random.default_rng(n).standard_normal((1, 2) + (8,) * n).astype(np.float32)
+        out = (1, 2) + (4,) * n
+        desc = dml.MaxPooling2OperatorDesc(dml.TensorDesc("float32", x.shape),
+                                           dml.TensorDesc("float32", out), None, (2,) * n,
+                                           geo, (1,) * n, (0,) * n)
+        got_path, (got,) = _run_path(device, desc, x, None)
+        assert got_path == want
+        np.testing.assert_array_equal(
+            got, max_reference(x, geo, (2,) * n, (1,) * n, (1,) * n, (0,) * n)[0])

@@ -44,7 +44,9 @@ from ..runtime.blocks import pack
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, PathBoxKernel, texel_block_plan, words8, x_invocations
+from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch,
+                   texel_block_plan, words8, x_invocations)
+from .. import tuning
 from ..intmath import ceil_div
 from .reduce import CompiledReduce, element_variant, texel_read
 
@@ -159,13 +161,8 @@ class CompiledPooling(PathBoxKernel):
         self.win, self.strides, self.dil, self.start = safe_geometry(
             d, src.sizes[2:], dst.sizes[2:], d.window_size, d.strides, d.dilation_values,
             d.start_padding, shrink_window=True)
-        rows = idx is None and self.row_inputs(1) <= ROW_INPUTS
-        self.path = "rows" if rows and self.force_path != "general" else "general"
         self.local = min(64, self.workgroup_size)
-        if self.path == "rows" and self.slide_ok():
-            self.path = "slide"
-        elif self.path == "rows" and self.block_ok():
-            self.path = "block"
+        self.path = self._choose_path(idx)
         self.kernel = element_variant(
             "pooling_rows" if self.path != "general" else "pooling", src.data_type,
             self.features)
@@ -198,10 +195,27 @@ class CompiledPooling(PathBoxKernel):
         else:
             self.consts["INDICES"] = 0 if idx is None else idx.data_type.size // 4
 
+    def _choose_path(self, idx) -> str:
+        """The kernel: "general" for indices, long window rows or where forced; else the
+        forced one where it may run, else the tuner's choice on :data:`PATH` where
+        "slide" or "block" may run, else the rule ("slide", "block", "rows": the first
+        that may run, the ``VKML_TUNE=off`` default)."""
+        if idx is not None or self.row_inputs(1) > ROW_INPUTS or self.force_path == "general":
+            return "general"
+        ok = {"slide": self.slide_ok(), "block": self.block_ok(), "rows": True}
+        rule = "slide" if ok["slide"] else "block" if ok["block"] else "rows"
+        if self.force_path is None and (ok["slide"] or ok["block"]):
+            shape = path_shape(self.desc)
+            choice = tuning.choose(self.device, PATH, shape)
+            if choice.name != "auto" and ok[choice.name]:
+                self.observe_choice(choice, shape)
+                return choice.name
+        return rule
+
     def block_ok(self) -> bool:
         """"block" (glsl/pooling_block.comp) where the rule or ``path="block"`` may take it:
         a last-dimension geometry in :data:`BLOCK_GEOMETRIES` and :meth:`texel_rows_ok`."""
-        return (self.force_path in (None, "window", "block")
+        return (self.force_path in (None, "auto", "window", "block")
                 and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES
                 and self.texel_rows_ok())
 
@@ -209,7 +223,7 @@ class CompiledPooling(PathBoxKernel):
         """"slide" (glsl/pooling_slide.comp) where the rule or ``path="slide"`` may take it:
         2-D, a square window of unit dilation whose (size, stride) is in
         :data:`SLIDE_GEOMETRIES` and :meth:`texel_rows_ok`."""
-        return (self.force_path in (None, "window", "slide") and self.rank == 4
+        return (self.force_path in (None, "auto", "window", "slide") and self.rank == 4
                 and self.win[0] == self.win[1] and self.strides[0] == self.strides[1]
                 and list(self.dil) == [1, 1] and (self.win[-1], self.strides[-1]) in SLIDE_GEOMETRIES
                 and self.texel_rows_ok())
@@ -339,6 +353,62 @@ class CompiledPooling(PathBoxKernel):
         if self.inner is not None:
             self.inner.release()
         super().release()
+
+
+def path_shape(desc) -> dict:
+    """A float32 max or average pooling descriptor as the tuner's JSON shape."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    n = len(src.sizes) - 2
+    get = lambda k, dflt: list(getattr(desc, k, None) or (dflt,) * n)   # noqa: E731
+    return {"mode": "max" if isinstance(desc, _MAX) else "avg",
+            "in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            "strides": get("strides", 1), "window_size": list(desc.window_size),
+            "start_padding": get("start_padding", 0), "end_padding": get("end_padding", 0),
+            "dilations": get("dilation_values", 1),
+            "include_padding": bool(getattr(desc, "include_padding", False))}
+
+
+def _path_class(shape) -> str:
+    """Shapes sharing a kernel choice: mode, window, strides, rank and input size (a
+    factor of 4)."""
+    sizes, strides = shape["in"]
+    nbytes = 4 * (sum((n - 1) * s for n, s in zip(sizes, strides)) + 1)
+    return (f"{shape['mode']} rank {len(sizes)} window {shape['window_size']} strides "
+            f"{shape['strides']} in 4^{nbytes.bit_length() // 2}")
+
+
+def _path_desc(shape):
+    """The float32 pooling descriptor of a tuner's ``shape``."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    src = TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist))
+    dst = TensorDesc(DataType.FLOAT32, tuple(osz), tuple(ost))
+    geo = [tuple(shape[k]) for k in ("strides", "window_size", "start_padding",
+                                     "end_padding")]
+    if shape["mode"] == "max":
+        return MaxPooling2OperatorDesc(src, dst, None, *geo, tuple(shape["dilations"]))
+    return AveragePooling1OperatorDesc(src, dst, *geo, tuple(shape["dilations"]),
+                                       shape["include_padding"])
+
+
+def _path_run(device, seq, cand, shape):
+    """Record float32 pooling of ``shape`` on candidate ``cand`` (its kernel forced)."""
+    op = CompiledPooling(device, _path_desc(shape), path=cand.params["path"])
+    decline_unless(op, "path", cand)
+    return record_on_scratch(device, seq, op, op.desc.input_tensor, op.desc.output_tensor)
+
+
+#: Pooling's kernel where "slide" or "block" may run (float32, no indices): "auto" (the
+#: rule, the ``VKML_TUNE=off`` default: "slide" where it may, else "block"), or "slide",
+#: "block", "rows" (glsl/pooling_rows.comp), chosen by the device's timing for the
+#: shape's class.
+PATH = tuning.register_path(
+    "pooling_path", [(p, {"path": p}) for p in ("auto", "slide", "block", "rows")], "auto",
+    _path_class, _path_run, work_fn=tuning.io_elements,
+    examples=[{"mode": "max", "in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
+               "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "strides": [2, 2],
+               "window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1],
+               "dilations": [1, 1], "include_padding": False}])
 
 
 def spatial_count(x) -> int:
