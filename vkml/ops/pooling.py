@@ -129,13 +129,15 @@ class CompiledPooling(PathBoxKernel):
     """Max or average pooling on this device: see the module doc.
 
     ``force_path`` (``path=``): None, global pooling runs as the reduction, other windows
+    the tuner's choice on :data:`PATH` where "slide" or "block" may run, else the rule:
     "slide" where it may (:meth:`slide_ok`), else "block" where it may (:meth:`block_ok`),
     else "rows" where it may (no indices, a window row of at most :data:`ROW_INPUTS`
-    inputs), else "general"; "window": the same without the reduction (tests compare the
-    two); "slide", "block": that kernel where it may, else "rows" or "general"; "rows":
-    neither of them; "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
-    input from a storage buffer even where "texel" (float32 through an R32F uniform texel
-    buffer, the rule where the whole tensor fits maxTexelBufferElements) is possible."""
+    inputs), else "general"; "auto": the rule; "window": the rule without the reduction
+    (tests compare the two); "slide", "block": that kernel where it may,
+    else "rows" or "general"; "rows": neither of them; "general": always
+    glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the input from a storage
+    buffer even where "texel" (float32 through an R32F uniform texel buffer, the rule
+    where the whole tensor fits maxTexelBufferElements) is possible."""
 
     inner: CompiledReduce | None = None
 
@@ -225,7 +227,8 @@ class CompiledPooling(PathBoxKernel):
         :data:`SLIDE_GEOMETRIES` and :meth:`texel_rows_ok`."""
         return (self.force_path in (None, "auto", "window", "slide") and self.rank == 4
                 and self.win[0] == self.win[1] and self.strides[0] == self.strides[1]
-                and list(self.dil) == [1, 1] and (self.win[-1], self.strides[-1]) in SLIDE_GEOMETRIES
+                and list(self.dil) == [1, 1]
+                and (self.win[-1], self.strides[-1]) in SLIDE_GEOMETRIES
                 and self.texel_rows_ok())
 
     def texel_rows_ok(self) -> bool:
