@@ -57,7 +57,9 @@ layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // always 4 here: N, C, H, W
 layout(constant_id = 2) const int XDIMS = 1;     // always 1 here
-// frozen on the host (FROZEN_CONSTANTS): it selects code
+// Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
+// specialization constants before generating code: POOL_VSTORE selects the vec4 stores' code.
+// vkml:frozen POOL_VSTORE
 layout(constant_id = 28) const bool POOL_VSTORE = false;   // the 8 outputs as two vec4s
 
 layout(std140, set = 0, binding = 2) uniform Params {
