@@ -90,10 +90,20 @@ const uint WA = R5 ? W0 : 1u, SA = R5 ? S0 : 1u, LA = R5 ? L0 : 1u;
 const uint WB = R5 ? W1 : W0, SB = R5 ? S1 : S0, LB = R5 ? L1 : L0;
 #define LOWEST uintBitsToFloat(0xFF800000u)
 
-// max with NaN winning (either operand)
+// max with NaN winning (either operand).  The operands of ?:, || and && below are plain
+// variables or constants: glslang branches around a non-trivial one (a block each), and
+// SwiftShader's pipeline compilation grows faster than linearly with the blocks.
 float nan_max(float a, float b) {
-    return (a > b || isnan(a)) ? a : b;
+    bool gt = a > b, nan = isnan(a);
+    bool take = gt || nan;
+    return take ? a : b;
 }
+
+float fold(float a, float b) {
+    if (PB_MAX) return nan_max(a, b);       // compile-time
+    return a + b;
+}
+#define IDENTITY (PB_MAX ? LOWEST : 0.0)
 
 void main() {
     uint gx = gl_GlobalInvocationID.x;
@@ -140,7 +150,7 @@ void main() {
                 tx = okr ? tx : vec4(PB_MAX ? LOWEST : 0.0);
                 [[unroll]] for (uint c = 0u; c < 4u; c++) {
                     uint t = 4u * i + c - PB_SHIFT;     // below 0 wraps: not in the segment
-                    if (t < PB_T) col[t] = PB_MAX ? nan_max(tx[c], col[t]) : col[t] + tx[c];
+                    if (t < PB_T) col[t] = fold(tx[c], col[t]);
                 }
             }
         }
@@ -150,18 +160,24 @@ void main() {
     [[unroll]] for (uint t = 0u; t < PB_T; t++) {
         bool ok = uint(iL0 + int(t)) < sL;
         inside[t] = ok ? 1.0 : 0.0;
-        col[t] = ok ? col[t] : (PB_MAX ? LOWEST : 0.0);
+        float c = col[t];
+        col[t] = ok ? c : IDENTITY;
     }
     float r[PB_V];
     [[unroll]] for (uint j = 0u; j < PB_V; j++) {
         float s = PB_MAX ? LOWEST : 0.0, n = 0.0;
         [[unroll]] for (uint kl = 0u; kl < PB_WL; kl++) {
             uint t = j * PB_SL + kl * PB_LL;
-            s = PB_MAX ? nan_max(col[t], s) : s + col[t];
+            s = fold(col[t], s);
             n += inside[t];
         }
         n *= rows;
-        r[j] = PB_MAX ? s : (divisor > 0.0 ? s / divisor : (n == 0.0 ? 0.0 : s / n));
+        bool by_window = divisor > 0.0;
+        float by = by_window ? divisor : n;
+        float q = s / by;
+        bool none = by == 0.0;
+        float avg = none ? 0.0 : q;
+        r[j] = PB_MAX ? s : avg;
     }
     uint o = cn * out_stride[0].x + cc * out_stride[0].y + (R5 ? ca * out_stride[0].z : 0u)
              + cb * AT(out_stride, RANK - 2) + cl * AT(out_stride, RANK - 1) - out_base;
@@ -176,7 +192,11 @@ void main() {
     }
     for (uint j = 0u; j < (vec ? 0u : count); j++) {
         float v = r[0];
-        [[unroll]] for (uint k = 1u; k < PB_V; k++) v = j == k ? r[k] : v;
+        [[unroll]] for (uint k = 1u; k < PB_V; k++) {
+            float rk = r[k];
+            bool pick = j == k;
+            v = pick ? rk : v;
+        }
         y[o + j * ostep] = v;
     }
 }

@@ -665,8 +665,10 @@ def test_rows_kernel_against_numpy(device, budget, dims, dtype):
         want = max_reference(x, window, strides, dil, start, end)[0]
         for path in ("window", "general"):
             got_path, (got,) = _run_path(device, max_desc, x, path, read)
-            # "block" where float32 has its geometry (test_block_kernel_against_numpy)
-            assert got_path in (("rows", "block") if path == "window" else ("general",))
+            # "block" or "slide" where float32 has its geometry (test_block_kernel_*,
+            # test_slide_kernel_*)
+            assert got_path in (("rows", "block", "slide") if path == "window"
+                                else ("general",))
             np.testing.assert_array_equal(got, want)
         if dtype not in ("float32", "float16"):
             continue
@@ -730,8 +732,8 @@ def _block_case(rng, dims):
         window, strides, dil, start, end)
 
 
-def _check_block(device, rng, shape, geo, nan: bool, expect="block"):
-    """Max and average (either divisor) of one case, forced "block", against the
+def _check_block(device, rng, shape, geo, nan: bool, expect="block", path="block"):
+    """Max and average (either divisor) of one case, forced ``path``, against the
     references and max against the rows kernel (bit for bit)."""
     T = dml.TensorDesc
     window, strides, dil, start, end = geo
@@ -741,14 +743,14 @@ def _check_block(device, rng, shape, geo, nan: bool, expect="block"):
     out = shape[:2] + tuple(window_counts(shape[2:], window, strides, dil, start, end))
     max_desc = dml.MaxPooling2OperatorDesc(T("float32", shape), T("float32", out), None,
                                            strides, window, start, end, dil)
-    got_path, (got,) = _run_path(device, max_desc, x, "block")
+    got_path, (got,) = _run_path(device, max_desc, x, path)
     assert got_path == expect
     np.testing.assert_array_equal(got, max_reference(x, window, strides, dil, start, end)[0])
     np.testing.assert_array_equal(got, _run_path(device, max_desc, x, "rows")[1][0])
     for inc in (False, True):
         avg_desc = dml.AveragePooling1OperatorDesc(T("float32", shape), T("float32", out),
                                                    strides, window, start, end, dil, inc)
-        got_path, (got,) = _run_path(device, avg_desc, x, "block")
+        got_path, (got,) = _run_path(device, avg_desc, x, path)
         assert got_path == expect
         ref, mag = average_reference(x, window, strides, dil, start, end, inc)
         nan_at = np.isnan(ref)
@@ -788,7 +790,7 @@ def test_block_kernel_windows_and_fallbacks(device):
 
 
 def test_block_kernel_strided_layouts(device):
-    """"block" on an input whose rows are padded to 16 elements (NaN in the gaps, which
+    """"slide" (the rule; "block" reads alike) on an input whose rows are padded to 16 elements (NaN in the gaps, which
     it fetches with the rows' texels and must not use) into an output with gaps: the
     gaps and the bytes after both tensors stay untouched."""
     rng = np.random.default_rng(12)
@@ -804,7 +806,7 @@ def test_block_kernel_strided_layouts(device):
                    dml.TensorDesc("float32", out, out_strides), strides=(2, 2),
                    window_size=(3, 3), start_padding=(1, 1), end_padding=(1, 0))
         compiled = device.compile_operator(device.create_operator(desc))
-        assert compiled.path == "block"
+        assert compiled.path == "slide"     # the rule for this geometry (slide_ok)
         src, dst = execute_with_canaries(device, compiled, desc, buf.reshape(-1))
         got, gaps = read(dst)
         if avg:
@@ -814,3 +816,100 @@ def test_block_kernel_strided_layouts(device):
             np.testing.assert_array_equal(
                 got, max_reference(x, (3, 3), (2, 2), (1, 1), (1, 1), (1, 0))[0])
         assert gaps and canaries_intact(src) and canaries_intact(dst)
+
+
+# -- the "slide" kernel (glsl/pooling_slide.comp) -----------------------------------------
+def _slide_case(rng, rows=(1, 30)):
+    """A float32 2-D case with a "slide" variant: a square window of unit dilation from
+    SLIDE_GEOMETRIES, every row shift (start padding 0 to 3 along the rows), padding of
+    up to the window along the columns (windows wholly in the padding), output heights
+    across and between its row blocks."""
+    from vkml.ops.pooling import SLIDE_GEOMETRIES
+
+    w, s = SLIDE_GEOMETRIES[int(rng.integers(len(SLIDE_GEOMETRIES)))]
+    start = [int(rng.integers(0, w)), int(rng.integers(0, 4))]
+    end = [int(rng.integers(0, w)), int(rng.integers(0, w))]
+    h = int(rng.integers(*rows)) * s + w - 1 - start[0] - end[0]
+    width = 4 * int(rng.integers(max(1, (w - start[1] - end[1]) // 4 + 1), 12))
+    return (int(rng.integers(1, 3)), int(rng.integers(1, 4)), max(1, h), width), (
+        [w, w], [s, s], [1, 1], start, end)
+
+
+def test_slide_kernel_against_numpy(device, budget):
+    """The "slide" kernel (an invocation sliding down output rows, the rule for 2-D square
+    windows it has) against the references and the rows kernel: every geometry and row
+    shift, NaN, padding-only windows, row blocks with a short last one, short rows."""
+    rng = np.random.default_rng(77)
+    for case in range(max(6, budget // 2)):
+        shape, geo = _slide_case(rng)
+        _check_block(device, rng, shape, geo, nan=bool(case % 2), expect="slide",
+                     path="slide")
+
+
+def test_slide_kernel_choice_and_splits(device):
+    """"slide" by the rule, over binding windows (a small maxTexelBufferElements) and
+    grids split along every axis (y in blocks of whole row runs); non-square windows,
+    dilations, 3-D, unaligned rows or indices take the other kernels."""
+    from vkml.ops.pooling import CompiledPooling
+
+    rng = np.random.default_rng(8)
+    shape, geo = (2, 3, 41, 72), ([3, 3], [1, 1], [1, 1], [1, 1], [1, 1])
+    _check_block(device, rng, shape, geo, nan=True, expect="slide", path=None)
+    limits = ({"maxTexelBufferElements": 256},
+              {"maxComputeWorkGroupCount": (1, 2, 2), "maxComputeWorkGroupSize": (8, 1, 1)})
+    for lim in limits:
+        with vkml.Device(device.index, limits=lim) as small:
+            for _ in range(2):
+                shape, geo = _slide_case(rng, rows=(10, 40))
+                _check_block(small, rng, shape[:3] + (shape[3] + 64,), geo, nan=False,
+                             expect="slide", path="slide")
+    T = dml.TensorDesc
+    for shape, geo, idx, want in (
+            ((1, 2, 9, 16), ([3, 2], [2, 2], [1, 1], [1, 1], [1, 1]), False, "block"),
+            ((1, 2, 9, 16), ([3, 3], [2, 2], [2, 1], [1, 1], [1, 1]), False, "block"),
+            ((1, 2, 9, 18), ([3, 3], [2, 2], [1, 1], [1, 1], [1, 1]), False, "rows"),
+            ((1, 2, 9, 16), ([3, 3], [2, 2], [1, 1], [1, 1], [1, 1]), True, "general"),
+            ((1, 1, 4, 9, 16), ([3, 3, 3], [2, 2, 2], [1, 1, 1], [1, 1, 1], [1, 1, 1]),
+             False, "block")):
+        window, strides, dil, start, end = geo
+        out = shape[:2] + tuple(window_counts(shape[2:], window, strides, dil, start, end))
+        desc = dml.MaxPooling2OperatorDesc(T("float32", shape), T("float32", out),
+                                           T("uint32", out) if idx else None, strides,
+                                           window, start, end, dil)
+        op = CompiledPooling(device, desc, path="slide" if want != "block" else None)
+        assert op.path == want
+        op.release()
+
+
+def test_tuner_path(device, tmp_path, monkeypatch):
+    """The kernel is a registered tunable path whose every candidate runs when measured
+    (each timed on its own kernel, or declined); off gives the rule; a stored choice
+    ("block") is taken where it may run and the rule where it may not (3-D "slide")."""
+    from vkml import tuning
+    from vkml.ops import pooling as pl
+
+    assert "pooling_path" in tuning.registered_paths()
+    shape = pl.path_shape(dml.AveragePooling1OperatorDesc(
+        dml.TensorDesc("float32", (1, 2, 9, 16)), dml.TensorDesc("float32", (1, 2, 9, 16)),
+        (1, 1), (3, 3), (1, 1), (1, 1), (1, 1), True))
+    c = tuning.Tuner("full", folder=tmp_path, rounds=1).choose(device, "pooling_path", shape)
+    assert c.source == "measured" and set(c.times) == {"auto", "slide", "block", "rows"}
+    assert tuning.Tuner(mode="off").choose(device, pl.PATH, shape).name == "auto"
+    for cand in pl.PATH.candidates:          # the descriptor round trip, each kernel
+        op = pl.CompiledPooling(device, pl._path_desc(shape), path=cand.params["path"])
+        assert op.path == ("slide" if cand.name == "auto" else cand.name)
+        op.release()
+    real = tuning.choose
+    for forced, geo, want in (("block", (3, 3), "block"), ("slide", (3, 3, 3), "block")):
+        monkeypatch.setattr(pl.tuning, "choose", lambda dev, path, s, f=forced: real(
+            dev, path, s, force=f))
+        n = len(geo)
+        x = np.random.default_rng(n).standard_normal((1, 2) + (8,) * n).astype(np.float32)
+        out = (1, 2) + (4,) * n
+        desc = dml.MaxPooling2OperatorDesc(dml.TensorDesc("float32", x.shape),
+                                           dml.TensorDesc("float32", out), None, (2,) * n,
+                                           geo, (1,) * n, (0,) * n)
+        got_path, (got,) = _run_path(device, desc, x, None)
+        assert got_path == want
+        np.testing.assert_array_equal(
+            got, max_reference(x, geo, (2,) * n, (1,) * n, (1,) * n, (0,) * n)[0])

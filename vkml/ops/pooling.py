@@ -10,6 +10,10 @@ place of "rows" where it has a variant for the last dimension's geometry and the
 start on a texel boundary): the same 8 outputs from row segments read as RGBA32F texels,
 folded into columns over the window rows (a quarter of the texel fetches; its geometry,
 row shift and max / average compile-time, as LP pooling's "block" kernel).
+``glsl/pooling_slide.comp`` ("slide", the rule in place of both for 2-D square windows of
+unit dilation it has a variant for): "block"'s reads, an invocation sliding down
+:attr:`rows` output rows, each input row fetched once and folded along the row, the
+window rows an output row shares with the next kept in registers.
 ``glsl/pooling.comp`` ("general": the indices output and
 longer window rows): one invocation per output element over its (dilated) window, the
 geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
@@ -40,7 +44,9 @@ from ..runtime.blocks import pack
 from .base import implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from .functional import as_array, pick_device, run
-from .grid import BOX_CONSTANTS, PathBoxKernel, texel_block_plan, words8, x_invocations
+from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch,
+                   texel_block_plan, words8, x_invocations)
+from .. import tuning
 from ..intmath import ceil_div
 from .reduce import CompiledReduce, element_variant, texel_read
 
@@ -68,6 +74,21 @@ for (_w, _s, _d), _h, _m in ((g, h, m) for g in BLOCK_GEOMETRIES for h in range(
                              for m in ("max", "avg")):
     VARIANTS[f"pooling_block_{_m}_w{_w}s{_s}d{_d}h{_h}"] = (
         BOX_CONSTANTS + geometry_names(KERNEL_SPATIAL) + ("POOL_VSTORE",))
+#: glsl/pooling_slide.comp ("slide": "block"'s reads, an invocation sliding down several
+#: output rows, each input row fetched once): the square 2-D windows (size, stride; unit
+#: dilation) it has variants for, each with the 4 row shifts and max / average.
+SLIDE_GEOMETRIES = ((2, 2), (3, 1), (3, 2), (5, 1))
+for (_w, _s), _h, _m in ((g, h, m) for g in SLIDE_GEOMETRIES for h in range(4)
+                         for m in ("max", "avg")):
+    VARIANTS[f"pooling_slide_{_m}_w{_w}s{_s}h{_h}"] = BOX_CONSTANTS + ("POOL_VSTORE",)
+#: "slide": the invocations a dispatch keeps at least where the output has them; each
+#: slides down as many output rows as that leaves (the whole column where the planes and
+#: row segments alone make them: the fewer invocations, the fewer input rows fetched
+#: twice and the less per-invocation work, which both CPU drivers pay dearly for).
+SLIDE_INVOCATIONS = 256
+#: "slide": the most output rows one invocation slides down: its row loop and the scalar
+#: stores of a short row (8 a row) stay far below lavapipe's 65535 loop iterations.
+SLIDE_MAX_ROWS = 2048
 #: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
 #: row array) and the most window rows whose loop it unrolls.
 ROW_INPUTS = 32
@@ -108,12 +129,15 @@ class CompiledPooling(PathBoxKernel):
     """Max or average pooling on this device: see the module doc.
 
     ``force_path`` (``path=``): None, global pooling runs as the reduction, other windows
-    "block" where it may (:meth:`block_ok`), else "rows" where it may (no indices, a
-    window row of at most :data:`ROW_INPUTS` inputs), else "general"; "window": the same
-    without the reduction (tests compare the two); "block": the same; "rows": never
-    "block"; "general": always glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the
-    input from a storage buffer even where "texel" (float32 through an R32F uniform texel
-    buffer, the rule where the whole tensor fits maxTexelBufferElements) is possible."""
+    the tuner's choice on :data:`PATH` where "slide" or "block" may run, else the rule:
+    "slide" where it may (:meth:`slide_ok`), else "block" where it may (:meth:`block_ok`),
+    else "rows" where it may (no indices, a window row of at most :data:`ROW_INPUTS`
+    inputs), else "general"; "auto": the rule; "window": the rule without the reduction
+    (tests compare the two); "slide", "block": that kernel where it may,
+    else "rows" or "general"; "rows": neither of them; "general": always
+    glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the input from a storage
+    buffer even where "texel" (float32 through an R32F uniform texel buffer, the rule
+    where the whole tensor fits maxTexelBufferElements) is possible."""
 
     inner: CompiledReduce | None = None
 
@@ -139,11 +163,8 @@ class CompiledPooling(PathBoxKernel):
         self.win, self.strides, self.dil, self.start = safe_geometry(
             d, src.sizes[2:], dst.sizes[2:], d.window_size, d.strides, d.dilation_values,
             d.start_padding, shrink_window=True)
-        rows = idx is None and self.row_inputs(1) <= ROW_INPUTS
-        self.path = "rows" if rows and self.force_path != "general" else "general"
         self.local = min(64, self.workgroup_size)
-        if self.path == "rows" and self.block_ok():
-            self.path = "block"
+        self.path = self._choose_path(idx)
         self.kernel = element_variant(
             "pooling_rows" if self.path != "general" else "pooling", src.data_type,
             self.features)
@@ -154,7 +175,7 @@ class CompiledPooling(PathBoxKernel):
                              else math.prod(self.win))
         self._check_indices(idx, src)
         self.windows = self.plan_windows()
-        if self.path == "block":
+        if self.path in ("block", "slide"):
             self.apply_block_read()
         else:
             self.apply_read(texel_read(self, self.force_read))
@@ -167,6 +188,8 @@ class CompiledPooling(PathBoxKernel):
         if self.path == "block":
             self.consts = {"RANK": self.rank,
                            **spec_geometry(self.win, self.strides, self.dil, KERNEL_SPATIAL)}
+        elif self.path == "slide":
+            self.consts = {"RANK": self.rank}
         elif self.path == "rows":
             self.vec = 8
             self.consts |= {"UNROLL_ROWS": int(outer <= UNROLL_ROWS),
@@ -174,17 +197,48 @@ class CompiledPooling(PathBoxKernel):
         else:
             self.consts["INDICES"] = 0 if idx is None else idx.data_type.size // 4
 
+    def _choose_path(self, idx) -> str:
+        """The kernel: "general" for indices, long window rows or where forced; else the
+        forced one where it may run, else the tuner's choice on :data:`PATH` where
+        "slide" or "block" may run, else the rule ("slide", "block", "rows": the first
+        that may run, the ``VKML_TUNE=off`` default)."""
+        if idx is not None or self.row_inputs(1) > ROW_INPUTS or self.force_path == "general":
+            return "general"
+        ok = {"slide": self.slide_ok(), "block": self.block_ok(), "rows": True}
+        rule = "slide" if ok["slide"] else "block" if ok["block"] else "rows"
+        if self.force_path is None and (ok["slide"] or ok["block"]):
+            shape = path_shape(self.desc)
+            choice = tuning.choose(self.device, PATH, shape)
+            if choice.name != "auto" and ok[choice.name]:
+                self.observe_choice(choice, shape)
+                return choice.name
+        return rule
+
     def block_ok(self) -> bool:
         """"block" (glsl/pooling_block.comp) where the rule or ``path="block"`` may take it:
-        float32, no indices, unit last input stride, a last-dimension geometry in
-        :data:`BLOCK_GEOMETRIES` and rows that start on a texel boundary
-        (:func:`~vkml.ops.grid.texel_block_plan`); not where another path or read is forced."""
+        a last-dimension geometry in :data:`BLOCK_GEOMETRIES` and :meth:`texel_rows_ok`."""
+        return (self.force_path in (None, "auto", "window", "block")
+                and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES
+                and self.texel_rows_ok())
+
+    def slide_ok(self) -> bool:
+        """"slide" (glsl/pooling_slide.comp) where the rule or ``path="slide"`` may take it:
+        2-D, a square window of unit dilation whose (size, stride) is in
+        :data:`SLIDE_GEOMETRIES` and :meth:`texel_rows_ok`."""
+        return (self.force_path in (None, "auto", "window", "slide") and self.rank == 4
+                and self.win[0] == self.win[1] and self.strides[0] == self.strides[1]
+                and list(self.dil) == [1, 1]
+                and (self.win[-1], self.strides[-1]) in SLIDE_GEOMETRIES
+                and self.texel_rows_ok())
+
+    def texel_rows_ok(self) -> bool:
+        """What "block" and "slide" need: float32, no indices, unit last input stride and
+        rows that start on a texel boundary (:func:`~vkml.ops.grid.texel_block_plan`);
+        no read forced."""
         d = self.desc
-        if not (self.force_path in (None, "window", "block")
-                and self.force_read in (None, "auto")
+        if not (self.force_read in (None, "auto")
                 and d.input_tensor.data_type == DataType.FLOAT32 and d.indices_tensor is None
-                and self.in_strides[-1] == 1
-                and (self.win[-1], self.strides[-1], self.dil[-1]) in BLOCK_GEOMETRIES):
+                and self.in_strides[-1] == 1):
             return False
         try:
             return texel_block_plan(self)[1] is not None
@@ -197,17 +251,29 @@ class CompiledPooling(PathBoxKernel):
         row shift."""
         self.read = "block"
         self.windows, shift = texel_block_plan(self)
-        self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
-            "max" if self.mode == 0 else "avg", self.win[-1], self.strides[-1], self.dil[-1],
-            shift)
+        mode = "max" if self.mode == 0 else "avg"
+        if self.path == "slide":
+            self.kernel = f"pooling_slide_{mode}_w{self.win[-1]}s{self.strides[-1]}h{shift}"
+            self.rows = self.slide_rows(SLIDE_INVOCATIONS)
+        else:
+            self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
+                mode, self.win[-1], self.strides[-1], self.dil[-1], shift)
         self.vec, self.x_last_only = 8, True
         self.in_kind, self.in_fmt = UNIFORM_TEXEL, FORMAT_RGBA32_SFLOAT
         self.in_bind = ceil_div(self.in_bytes, 16) * 16
 
+    def slide_rows(self, invocations: int) -> int:
+        """"slide": output rows an invocation slides down, in even blocks, for at least
+        ``invocations`` invocations where the output has them."""
+        h = self.box[2]
+        across = self.box[0] * self.box[1] * x_invocations(self.box, 1, 8)
+        blocks = min(h, max(ceil_div(invocations, across), ceil_div(h, SLIDE_MAX_ROWS)))
+        return ceil_div(h, blocks)
+
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
         """"block": no wider along x than a row's invocations (a 56-wide row takes 7: a
         7 x 8 workgroup, where 8 x 8 left every eighth lane idle)."""
-        if self.path == "block":
+        if self.path in ("block", "slide"):
             return min(lx, x_invocations(self.box, 1, v)), ly
         return super().fit_local(lx, ly, v)
 
@@ -227,7 +293,7 @@ class CompiledPooling(PathBoxKernel):
     def vector_width(self, origin, extent, out_base) -> int:
         """"rows": 8 or 4 outputs an invocation where the box's last extent has them and
         their window row fits :data:`ROW_INPUTS`, else 1; "general": 1."""
-        if self.path == "block":
+        if self.path in ("block", "slide"):
             return 8         # a row's short last invocation is masked
         if self.path != "rows":
             return 1
@@ -248,9 +314,11 @@ class CompiledPooling(PathBoxKernel):
         common = dict(out_stride=words8(self.box_out_strides), in_stride=words8(self.in_strides),
                       in_size=four(self.in_sizes[2:], 0), start=four(self.start[:n], 0),
                       divisor=divisor)
-        if self.path == "block":     # divisor 0: the count of the cells inside the input
+        if self.path in ("block", "slide"):   # divisor 0: the count of the cells inside
             common["divisor"] = divisor if getattr(self.desc, "include_padding", False) else 0.0
-        if self.path in ("rows", "block"):
+        if self.path == "slide":
+            common["rows"] = self.rows
+        if self.path in ("rows", "block", "slide"):
             return np.frombuffer(pack(self.kernel, "Params", **common), np.uint8)
         return np.frombuffer(pack(
             self.kernel, "Params", **common,
@@ -272,7 +340,8 @@ class CompiledPooling(PathBoxKernel):
         def pipeline_for(lx, ly, xdims, v, vec_store):
             extra = ({"V": v, "VEC_STORE": int(vec_store and f32)}
                      if self.path == "rows" else
-                     {"POOL_VSTORE": int(vec_store)} if self.path == "block" else {})
+                     {"POOL_VSTORE": int(vec_store)} if self.path in ("block", "slide")
+                     else {})
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "XDIMS": xdims, **extra, **self.consts})
         fixed = [Bind(self.params)]
@@ -287,6 +356,62 @@ class CompiledPooling(PathBoxKernel):
         if self.inner is not None:
             self.inner.release()
         super().release()
+
+
+def path_shape(desc) -> dict:
+    """A float32 max or average pooling descriptor as the tuner's JSON shape."""
+    src, dst = desc.input_tensor, desc.output_tensor
+    n = len(src.sizes) - 2
+    get = lambda k, dflt: list(getattr(desc, k, None) or (dflt,) * n)   # noqa: E731
+    return {"mode": "max" if isinstance(desc, _MAX) else "avg",
+            "in": [list(src.sizes), list(src.element_strides)],
+            "out": [list(dst.sizes), list(dst.element_strides)],
+            "strides": get("strides", 1), "window_size": list(desc.window_size),
+            "start_padding": get("start_padding", 0), "end_padding": get("end_padding", 0),
+            "dilations": get("dilation_values", 1),
+            "include_padding": bool(getattr(desc, "include_padding", False))}
+
+
+def _path_class(shape) -> str:
+    """Shapes sharing a kernel choice: mode, window, strides, rank and input size (a
+    factor of 4)."""
+    sizes, strides = shape["in"]
+    nbytes = 4 * (sum((n - 1) * s for n, s in zip(sizes, strides)) + 1)
+    return (f"{shape['mode']} rank {len(sizes)} window {shape['window_size']} strides "
+            f"{shape['strides']} in 4^{nbytes.bit_length() // 2}")
+
+
+def _path_desc(shape):
+    """The float32 pooling descriptor of a tuner's ``shape``."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    src = TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist))
+    dst = TensorDesc(DataType.FLOAT32, tuple(osz), tuple(ost))
+    geo = [tuple(shape[k]) for k in ("strides", "window_size", "start_padding",
+                                     "end_padding")]
+    if shape["mode"] == "max":
+        return MaxPooling2OperatorDesc(src, dst, None, *geo, tuple(shape["dilations"]))
+    return AveragePooling1OperatorDesc(src, dst, *geo, tuple(shape["dilations"]),
+                                       shape["include_padding"])
+
+
+def _path_run(device, seq, cand, shape):
+    """Record float32 pooling of ``shape`` on candidate ``cand`` (its kernel forced)."""
+    op = CompiledPooling(device, _path_desc(shape), path=cand.params["path"])
+    decline_unless(op, "path", cand)
+    return record_on_scratch(device, seq, op, op.desc.input_tensor, op.desc.output_tensor)
+
+
+#: Pooling's kernel where "slide" or "block" may run (float32, no indices): "auto" (the
+#: rule, the ``VKML_TUNE=off`` default: "slide" where it may, else "block"), or "slide",
+#: "block", "rows" (glsl/pooling_rows.comp), chosen by the device's timing for the
+#: shape's class.
+PATH = tuning.register_path(
+    "pooling_path", [(p, {"path": p}) for p in ("auto", "slide", "block", "rows")], "auto",
+    _path_class, _path_run, work_fn=tuning.io_elements,
+    examples=[{"mode": "max", "in": [[1, 64, 112, 112], [802816, 12544, 112, 1]],
+               "out": [[1, 64, 56, 56], [200704, 3136, 56, 1]], "strides": [2, 2],
+               "window_size": [3, 3], "start_padding": [1, 1], "end_padding": [1, 1],
+               "dilations": [1, 1], "include_padding": False}])
 
 
 def spatial_count(x) -> int:
