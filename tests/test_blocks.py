@@ -76,7 +76,7 @@ def _compile(tmp_path: Path, name: str, order: list[int]) -> tuple[bytes, dict]:
     subprocess.run([glslc, "-fshader-stage=compute", "--target-env=vulkan1.1", "-O0",
                     str(src), "-o", str(out)], check=True, capture_output=True)
     code = out.read_bytes()
-    return code, _build_shaders().reflect(code)
+    return code, {**_build_shaders().reflect(code), "frozen": []}
 
 
 @pytest.fixture
