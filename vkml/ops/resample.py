@@ -38,9 +38,13 @@ kernel's at every output coordinate of the last dimension (:func:`rows_phases`),
 runs only where the two kernels read the same inputs with the same weights.  Nearest
 moves the same bits as the general kernel; linear combines the two input rows before
 interpolating along the row (three operations an input, not an output), so it may differ
-from the general kernel by a float32 rounding.  Its read (texels or storage loads) is
-the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where it
-applies.
+from the general kernel by a float32 rounding.  Linear with the dimension before the
+last upsampled by 2 with a period-2 map too (:meth:`CompiledResample._pair_phases`, the
+same check along that dimension) runs its PAIR mode: an invocation computes two output
+rows from three input rows (half the input reads and index work an output: faster on
+both drivers, bench/RESULTS.md).  Its read
+(texels or storage loads) is the tunable path ``resample_rows_read``.  ``path="rows"`` /
+``"copy"`` force one where it applies, ``"rows1"`` the rows kernel without PAIR.
 """
 from __future__ import annotations
 
