@@ -19,6 +19,12 @@
 // operations an input instead of an output; the general kernel's order differs by a
 // rounding).
 //
+// PAIR (linear, the dimension before the last upsampled by 2 with a map of period 2 too:
+// output row 2r + j interpolates input rows clamp(r + H[j]) and the next, weighted
+// WH[j], H[j] in {-1, 0}): an invocation computes both output rows 2r and 2r + 1 from
+// the three input rows r + H[0] .. r + H[0] + 2 (two where H[0] = H[1]), so each input
+// row is read once for two output rows and the index work is shared by them.
+//
 // vkml:variant resample_rows_near_texel NEAR=1 TEXEL=1
 // vkml:variant resample_rows_near_ssbo NEAR=1
 // vkml:variant resample_rows_near_texel_u64 NEAR=1 TEXEL=1 U64=1
@@ -27,6 +33,10 @@
 // vkml:variant resample_rows_lin_ssbo
 // vkml:variant resample_rows_lin_texel_u64 TEXEL=1 U64=1
 // vkml:variant resample_rows_lin_ssbo_u64 U64=1
+// vkml:variant resample_rows_pair_texel PAIR=1 TEXEL=1
+// vkml:variant resample_rows_pair_ssbo PAIR=1
+// vkml:variant resample_rows_pair_texel_u64 PAIR=1 TEXEL=1 U64=1
+// vkml:variant resample_rows_pair_ssbo_u64 PAIR=1 U64=1
 //
 // Mode and read path are variants, not specialization constants: SwiftShader runs both
 // sides of a branch on an unfrozen constant (docs/DEVELOPING.md).
@@ -71,6 +81,10 @@ layout(constant_id = 8) const int PHASE_D1 = 0;
 // nearest: output rows an invocation stores (the dimension before the last's map is
 // o // REP_H there: they are the same row), the grid's y counting groups of them
 layout(constant_id = 9) const uint REP_H = 1u;
+// PAIR: H[0], H[1] of the dimension before the last (-1 or 0), frozen as PHASE_D0/D1
+// vkml:frozen PHASE_H0 PHASE_H1
+layout(constant_id = 10) const int PHASE_H0 = 0;
+layout(constant_id = 11) const int PHASE_H1 = 0;
 // input quads an invocation: compile-time, so its arrays are registers on both drivers
 // (4 was no faster on lavapipe and slower on SwiftShader)
 const uint Q = 2u;
@@ -83,7 +97,7 @@ layout(std140, set = 0, binding = 2) uniform Params {
     vec4 coord_a[2];             // x = o * a + b per dimension (the general kernel's)
     vec4 coord_b[2];
     uvec4 phase;                 // x: input quads a row
-    vec4 phase_w;                // WT[0], WT[1]
+    vec4 phase_w;                // WT[0], WT[1]; PAIR: WH[0], WH[1]
 };
 
 layout(push_constant) uniform Push {
@@ -122,6 +136,61 @@ void locate(int d, uint o, out uint i0, out uint i1, out float w) {
     w = lin ? fr : 0.0;
 }
 
+#ifndef NEAR
+// one input row's window: input positions 4 m0 - 1 + i, i < NW, clamped to the row
+void load_window(uint row, uint m0, uint lastq, out T r[NW]) {
+    T4 left = LOAD4(row + (m0 == 0u ? 0u : m0 - 1u));
+    r[0] = m0 == 0u ? left.x : left.w;
+    [[unroll]] for (uint k = 0u; k <= Q; k++) {
+        // a quad past the row reads the row's last quad, whose .w is its last input
+        T4 v = LOAD4(row + min(m0 + k, lastq));
+        v = m0 + k > lastq ? v.wwww : v;
+        [[unroll]] for (uint c = 0u; c < 4u; c++) {
+            if (4u * k + c + 1u < NW) r[4u * k + c + 1u] = v[c];
+        }
+    }
+}
+
+// the row's interpolation of a window (combined along the dimension before already)
+void interpolate(T win[NW], out T o[8u * Q]) {
+    float w0 = phase_w.x, w1 = phase_w.y;
+    [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
+        // output 2k + j: input k + D[j] (window index k + D[j] + 1) and the next
+        uint k = t / 2u;
+        bool odd = (t & 1u) != 0u;
+        int dj = odd ? PHASE_D1 : PHASE_D0;
+        float wj = odd ? w1 : w0;
+        T a = dj < 0 ? win[k] : win[k + 1u];
+        T b = dj < 0 ? win[k + 1u] : win[k + 2u];
+        o[t] = (1.0 - wj) * a + wj * b;
+    }
+}
+
+// (1 - w) a + w b, elementwise: two input rows combined
+void blend(T a[NW], T b[NW], float w, out T r[NW]) {
+    [[unroll]] for (uint i = 0u; i < NW; i++) r[i] = (1.0 - w) * a[i] + w * b[i];
+}
+#endif
+
+// stores one output row's 8 Q outputs at element sh: two u64vec4s or four T4s a quad
+void store_row(uint sh, T o[8u * Q], uint count) {
+#ifdef U64
+    if (count == Q && (sh & 7u) == 0u) {
+        [[unroll]] for (uint k = 0u; k < Q; k++) {
+            uint b = 8u * k;
+            y8[(sh >> 3) + k] = vkml_u64x4(
+                BITS4(T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u])),
+                BITS4(T4(o[b + 4u], o[b + 5u], o[b + 6u], o[b + 7u])));
+        }
+        return;
+    }
+#endif
+    [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
+        uint b = 4u * k;
+        if (k < 2u * count) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
+    }
+}
+
 const int LAST = RANK - 1;
 
 void main() {
@@ -147,10 +216,16 @@ void main() {
     uint nq = phase.x;                            // input quads a row
     uint count = live ? min(Q, nq - m0) : 0u;     // quads this invocation stores
 
-    // the outer dimensions: one input row offset (two for linear) and a weight each
+    // the outer dimensions: one input row offset (two for linear) and a weight each;
+    // PAIR: the dimension before the last is the pair's, below
+#ifdef PAIR
+    const int OUTER = YDIM;
+#else
+    const int OUTER = LAST;
+#endif
     uint row0 = 0u, row1 = 0u, so = 0u;
     float wt = 0.0;
-    [[unroll]] for (int d = 0; d < LAST; d++) {
+    [[unroll]] for (int d = 0; d < OUTER; d++) {
         uint i0, i1;
         float w;
         locate(d, coord[d], i0, i1, w);
@@ -160,70 +235,48 @@ void main() {
         so += coord[d] * AT(out_stride, d);
     }
     so += 8u * m0;
-    row0 >>= 2;
-    row1 >>= 2;
     uint lastq = nq - 1u;
+    uint hstep = YDIM >= 0 ? AT(out_stride, max(YDIM, 0)) : 0u;
+    T o[8u * Q];
 
-#ifdef NEAR
+#if defined(NEAR)
+    row0 >>= 2;
     // output 2k + j reads input k (D = 0 both phases: the host's check)
     T4 r[Q];
     [[unroll]] for (uint k = 0u; k < Q; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
-    T o[8u * Q];
     [[unroll]] for (uint t = 0u; t < 8u * Q; t++) o[t] = r[t / 8u][(t / 2u) % 4u];
+    // to the REP_H output rows that read this input row
+    for (uint h = 0u; h < REP_H; h++) store_row(so + h * hstep, o, count);
+#elif defined(PAIR)
+    // output rows 2r, 2r + 1 (coord[YDIM] = 2r): input rows r + H[0] + i, clamped
+    const int YD = max(YDIM, 0);
+    int r = int(coord[YD] >> 1) + PHASE_H0;
+    int last = int(AT(in_size, YD)) - 1;
+    uint st = AT(in_stride, YD);
+    so += coord[YD] * hstep;
+    T a[NW], b[NW], win[NW];
+    load_window((row0 + uint(clamp(r, 0, last)) * st) >> 2, m0, lastq, a);
+    load_window((row0 + uint(clamp(r + 1, 0, last)) * st) >> 2, m0, lastq, b);
+    blend(a, b, phase_w.z, win);
+    interpolate(win, o);
+    store_row(so, o, count);
+    if (PHASE_H1 == PHASE_H0) {
+        blend(a, b, phase_w.w, win);
+    } else {
+        load_window((row0 + uint(clamp(r + 2, 0, last)) * st) >> 2, m0, lastq, a);
+        blend(b, a, phase_w.w, win);
+    }
+    interpolate(win, o);
+    store_row(so + hstep, o, count);
 #else
-    // the window: input positions 4 m0 - 1 + i, i < NW, clamped to the row, of the two
-    // input rows (the dimension before the last is interpolated: the host's check)
-    // combined along that dimension first: three operations an input, not an output
-    T win[NW];
-    [[unroll]] for (uint rr = 0u; rr < 2u; rr++) {
-        uint row = rr == 0u ? row0 : row1;
-        float wr = rr == 0u ? 1.0 - wt : wt;
-        T r[NW];
-        T4 left = LOAD4(row + (m0 == 0u ? 0u : m0 - 1u));
-        r[0] = m0 == 0u ? left.x : left.w;
-        [[unroll]] for (uint k = 0u; k <= Q; k++) {
-            // a quad past the row reads the row's last quad, whose .w is its last input
-            T4 v = LOAD4(row + min(m0 + k, lastq));
-            bool past = m0 + k > lastq;
-            [[unroll]] for (uint c = 0u; c < 4u; c++) {
-                if (4u * k + c + 1u < NW) r[4u * k + c + 1u] = past ? v.w : v[c];
-            }
-        }
-        [[unroll]] for (uint i = 0u; i < NW; i++) {
-            win[i] = rr == 0u ? wr * r[i] : win[i] + wr * r[i];
-        }
-    }
-    float w0 = phase_w.x, w1 = phase_w.y;
-    T o[8u * Q];
-    [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
-        // output 2k + j: input k + D[j] (window index k + D[j] + 1) and the next
-        uint k = t / 2u;
-        bool odd = (t & 1u) != 0u;
-        int dj = odd ? PHASE_D1 : PHASE_D0;
-        float wj = odd ? w1 : w0;
-        T a = dj < 0 ? win[k] : win[k + 1u];
-        T b = dj < 0 ? win[k + 1u] : win[k + 2u];
-        o[t] = (1.0 - wj) * a + wj * b;
-    }
+    // the two input rows (the dimension before the last is interpolated: the host's
+    // check) combined along that dimension first: three operations an input, not an
+    // output
+    T a[NW], b[NW], win[NW];
+    load_window(row0 >> 2, m0, lastq, a);
+    load_window(row1 >> 2, m0, lastq, b);
+    blend(a, b, wt, win);
+    interpolate(win, o);
+    store_row(so, o, count);
 #endif
-    // stores: two u64vec4s or four T4s a quad of input, to REP_H rows
-    uint hstep = YDIM >= 0 ? AT(out_stride, max(YDIM, 0)) : 0u;
-    for (uint h = 0u; h < REP_H; h++) {
-        uint sh = so + h * hstep;
-#ifdef U64
-        if (count == Q && (sh & 7u) == 0u) {
-            [[unroll]] for (uint k = 0u; k < Q; k++) {
-                uint b = 8u * k;
-                y8[(sh >> 3) + k] = vkml_u64x4(
-                    BITS4(T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u])),
-                    BITS4(T4(o[b + 4u], o[b + 5u], o[b + 6u], o[b + 7u])));
-            }
-            continue;
-        }
-#endif
-        [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
-            uint b = 4u * k;
-            if (k < 2u * count) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
-        }
-    }
 }

@@ -922,6 +922,62 @@ def test_rows_against_general_and_numpy(device, linear):
             _check_rows(got, general, x, out, linear, scales, ins, outs)
 
 
+PAIR_CASES = [  # (input shape, output shape): both of the last two dimensions 2x
+    ((2, 3, 5, 8), (2, 3, 10, 16)), ((1, 2, 7, 12), (1, 2, 14, 24)), ((3, 2, 4), (3, 4, 8)),
+    ((5, 8), (10, 16)), ((1, 3, 2, 20), (1, 3, 4, 40)), ((1, 16, 9, 28), (1, 16, 18, 56))]
+
+
+@pytest.mark.parametrize("offset", [0.5, 0.0, 0.75, 1.0, 1.7])
+def test_rows_pair_against_general_and_numpy(device, offset):
+    """Linear 2x along both rows and columns: the rows kernel's PAIR mode (two output
+    rows an invocation from three input rows) at input offsets along H giving H[j] of
+    (-1, 0) weighted (0.75, 0.25) (pixel centres), (0, 0) (0.0), (-1, 0) weighted (0.5,
+    0) (0.75), (-1, -1) (1.0), and 1.7 (H[0] = -2: PAIR declines, one row an invocation
+    runs); odd and even H (the first and last rows clamped), ranks 2 to 4, rows of 2, 3
+    and 7 quads.  Against the general kernel (within a float32 rounding) and the float64
+    reference, and against path="rows1" (one output row an invocation, never PAIR)."""
+    rng = np.random.default_rng(53 + int(10 * offset))
+    for shape, out in PAIR_CASES:
+        n = len(shape)
+        x = rng.standard_normal(shape).astype(np.float32)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        ins = (0.5,) * (n - 2) + (offset, 0.5)
+        outs = (-0.5,) * n
+        desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), LINEAR,
+                                         scales, ins, outs)
+        op, got, general = _rows_case(device, desc, x)
+        assert op.path == "rows" and op.rows["pair"] == (offset != 1.7), (shape, offset)
+        if op.rows["pair"]:
+            assert op.kernel.startswith("resample_rows_pair_")
+            h = {0.5: (-1, 0), 0.0: (0, 0), 0.75: (-1, 0), 1.0: (-1, -1)}[offset]
+            assert op.rows["h"] == h, (shape, offset)
+        _check_rows(got, general, x, out, True, scales, ins, outs)
+        single, got1, _ = _rows_case(device, desc, x, path="rows1")
+        assert single.path == "rows" and not single.rows["pair"]
+        assert single.kernel.startswith("resample_rows_lin_")
+        _check_rows(got1, general, x, out, True, scales, ins, outs)
+
+
+def test_rows_pair_declines(device):
+    """PAIR only for linear with the dimension before the last exactly 2x and of period
+    2: H 2x + 1, 3x, halved, scale 1, size 1, and nearest keep one output row an
+    invocation (or leave the rows kernel), still correct."""
+    rng = np.random.default_rng(59)
+    cases = [((1, 2, 5, 8), (1, 2, 11, 16), LINEAR), ((1, 2, 4, 8), (1, 2, 12, 16), LINEAR),
+             ((1, 2, 8, 8), (1, 2, 4, 16), LINEAR), ((1, 2, 4, 8), (1, 2, 4, 16), LINEAR),
+             ((1, 2, 1, 8), (1, 2, 2, 16), LINEAR), ((1, 2, 4, 8), (1, 2, 8, 16), NEAREST)]
+    for shape, out, mode in cases:
+        x = rng.standard_normal(shape).astype(np.float32)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), mode,
+                                         scales, (0.5,) * 4, (-0.5,) * 4)
+        op, got, general = _rows_case(device, desc, x)
+        assert op.rows is None or not op.rows["pair"], (shape, out, mode)
+        assert not op.kernel.startswith("resample_rows_pair_")
+        if op.path == "rows":
+            _check_rows(got, general, x, out, mode == LINEAR, scales, (0.5,) * 4, (-0.5,) * 4)
+
+
 def test_rows_only_where_the_map_agrees(device):
     """The rows kernel declines every geometry whose last dimension's map is not its
     own, and the rule then runs the copy or the general kernel, still correct: scale 2
@@ -1047,6 +1103,7 @@ def test_rows_strided_tensors(device, kind, linear):
         op, got, general = _rows_case(device, desc, flat, path=None)
         whole = strides[-1] == 1 and all(st % 4 == 0 for st in strides[:-1]) and pad == 4
         assert (op.path == "rows") == whole, (kind, strides, pad)
+        assert op.rows is None or op.rows["pair"] == linear   # H 5 -> 10: PAIR for linear
         view, gview = (np.lib.stride_tricks.as_strided(a, out, [4 * s for s in ost])
                        for a in (got, general))
         _check_rows(np.ascontiguousarray(view), np.ascontiguousarray(gview), np.array(logical), out,
@@ -1082,6 +1139,7 @@ def test_rows_read_paths_stores_and_limits(device, store64, monkeypatch):
                         want = None if big else (force or read)
                         assert (op.rows or {}).get("read") == want, (lim, shape, force)
                         assert op.rows is None or op.kernel.endswith("_u64") == store64
+                        assert op.rows is None or op.rows["pair"] == linear
                         got = run_desc(dev, desc, x, compiled=op)
                         general = run_desc(dev, desc, x, compiled=mod.CompiledResample(
                             dev, desc, path="general"))

@@ -38,9 +38,13 @@ kernel's at every output coordinate of the last dimension (:func:`rows_phases`),
 runs only where the two kernels read the same inputs with the same weights.  Nearest
 moves the same bits as the general kernel; linear combines the two input rows before
 interpolating along the row (three operations an input, not an output), so it may differ
-from the general kernel by a float32 rounding.  Its read (texels or storage loads) is
-the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where it
-applies.
+from the general kernel by a float32 rounding.  Linear with the dimension before the
+last upsampled by 2 with a period-2 map too (:meth:`CompiledResample._pair_phases`, the
+same check along that dimension) runs its PAIR mode: an invocation computes two output
+rows from three input rows (half the input reads and index work an output: faster on
+both drivers, bench/RESULTS.md).  Its read
+(texels or storage loads) is the tunable path ``resample_rows_read``.  ``path="rows"`` /
+``"copy"`` force one where it applies, ``"rows1"`` the rows kernel without PAIR.
 """
 from __future__ import annotations
 
@@ -76,9 +80,10 @@ VARIANTS = dict.fromkeys(
      "resample_f16", "resample_f16_packed",
      "resample_i8", "resample_i8_packed", "resample_u8", "resample_u8_packed"], _CONSTS)
 VARIANTS.update(dict.fromkeys(
-    [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin") for r in ("texel", "ssbo")
-     for w in ("", "_u64")],
-    ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H")))
+    [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin", "pair")
+     for r in ("texel", "ssbo") for w in ("", "_u64")],
+    ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H",
+     "PHASE_H0", "PHASE_H1")))
 #: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
 ROWS_Q = 2
 #: |a| and |b| are kept below this, so ``o * a + b`` stays finite in float32 for every
@@ -121,8 +126,9 @@ class CompiledResample(BoxKernel):
     x_last_only = True
     #: None (the rule: the rows kernel, else the broadcast copy, where the index maps
     #: allow them, module doc), "rows" or "copy" (that path where it applies, else the
-    #: general kernel) or "general" (always glsl/resample.comp); the constructor's
-    #: ``path=`` sets it.
+    #: general kernel), "rows1" (the rows kernel without PAIR: one output row an
+    #: invocation) or "general" (always glsl/resample.comp); the constructor's ``path=``
+    #: sets it.
     force_path: str | None = None
     #: The broadcast copy this resample runs as, or None (glsl/resample.comp).
     inner: CompiledElementWise | None = None
@@ -132,9 +138,9 @@ class CompiledResample(BoxKernel):
     rows: dict | None = None
 
     def __init__(self, device, desc, read: str | None = None, path: str | None = None):
-        if path not in (None, "copy", "rows", "general"):
-            raise ValidationError("path", "must be None, 'copy', 'rows' or 'general', got "
-                                  f"{path!r}")
+        if path not in (None, "copy", "rows", "rows1", "general"):
+            raise ValidationError("path", "must be None, 'copy', 'rows', 'rows1' or "
+                                  f"'general', got {path!r}")
         self.force_path = path
         super().__init__(device, desc, read=read)
 
@@ -172,7 +178,7 @@ class CompiledResample(BoxKernel):
                 self.lin_mask |= 1 << k
         # the rows kernel first: a 2x nearest ran 3.5x the copy's speed on lavapipe and
         # 4.9x on SwiftShader (bench/RESULTS.md, Findings)
-        if self.force_path in (None, "rows") and self._plan_rows():
+        if self.force_path in (None, "rows", "rows1") and self._plan_rows():
             return
         factors = integer_factors(self) if self.force_path in (None, "copy") else None
         if factors is not None and self._plan_copy(factors):
@@ -246,11 +252,12 @@ class CompiledResample(BoxKernel):
             # lavapipe: texel reads 2-7x faster; SwiftShader: storage reads up to 1.4x
             read = self.tuned_read(ROWS_READ_PATH, read_shape(self.desc),
                                    {"texel": True, "ssbo": True}) or read
-        kernel = f"resample_rows_{'lin' if self.linear else 'near'}_{read}"
-        if wide_stores(self.device):
-            kernel += "_u64"
+        pair = self._pair_phases()
+        mode = "pair" if pair else "lin" if self.linear else "near"
+        kernel = f"resample_rows_{mode}_{read}" + ("_u64" if wide_stores(self.device) else "")
         (d0, w0), (d1, w1) = phases
-        rep_h = 1
+        (h0, wh0), (h1, wh1) = pair or ((0, 0.0), (0, 0.0))
+        rep_h = 2 if pair else 1
         if not self.linear and k >= 1:
             # output rows sharing their input row: one invocation stores them all
             rep_h = integer_factor(self.indices(k - 1, np.arange(self.box[k - 1]))[0]) or 1
@@ -259,10 +266,22 @@ class CompiledResample(BoxKernel):
             in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords]),
-            phase=[n // 4, 0, 0, 0], phase_w=[w0, w1, 0.0, 0.0]), np.uint8)),
-                     "d": (d0, d1), "rep_h": rep_h}
+            phase=[n // 4, 0, 0, 0], phase_w=[w0, w1, wh0, wh1]), np.uint8)),
+                     "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "pair": bool(pair)}
         self.kernel = kernel
         return True
+
+    def _pair_phases(self) -> tuple | None:
+        """The PAIR mode's ((H[0], WH[0]), (H[1], WH[1])) of the dimension before the last
+        (glsl/resample_rows.comp): linear, that dimension upsampled by 2 with the period-2
+        map :func:`rows_phases` finds there; None where it does not apply or
+        ``path="rows1"``."""
+        k = self.rank - 2
+        if not self.linear or self.force_path == "rows1" or self.box[k] != 2 * self.in_sizes[k]:
+            return None
+        phases = rows_phases(self, k)
+        # the kernel's rows r + H[0] .. r + H[0] + 2 hold both output rows' inputs
+        return phases if phases and phases[1][0] - phases[0][0] in (0, 1) else None
 
     def _encode_rows(self, seq, x, y) -> None:
         """Record the rows kernel over the output box, its last dimension in input
@@ -285,7 +304,9 @@ class CompiledResample(BoxKernel):
                                               "LIN_MASK": self.lin_mask,
                                               "PHASE_D0": plan["d"][0],
                                               "PHASE_D1": plan["d"][1],
-                                              "REP_H": plan["rep_h"]})
+                                              "REP_H": plan["rep_h"],
+                                              "PHASE_H0": plan["h"][0],
+                                              "PHASE_H1": plan["h"][1]})
         for o, e in split_groups([0] * len(box), box, lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
             push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
@@ -387,15 +408,16 @@ def integer_factors(op) -> list | None:
     return None if None in factors else factors
 
 
-def rows_phases(op) -> tuple | None:
+def rows_phases(op, k: int | None = None) -> tuple | None:
     """((D[0], WT[0]), (D[1], WT[1])) of glsl/resample_rows.comp for resample ``op``:
-    output 2k + j of the last dimension reads input ``clamp(k + D[j])`` (and
+    output 2k + j of dimension ``k`` (None: the last) reads input ``clamp(k + D[j])`` (and
     ``clamp(k + D[j] + 1)`` weighted WT[j], linear), D[j] in {-1, 0}; None unless that
     map equals the general kernel's (:meth:`CompiledResample.indices`, ``weights``) at
     every output coordinate, so the two kernels read the same inputs with the same
     weights."""
-    k, n = op.rank - 1, op.in_sizes[-1]
-    o = np.arange(op.box[-1])
+    k = op.rank - 1 if k is None else k
+    n = op.in_sizes[k]
+    o = np.arange(op.box[k])
     i0, i1 = op.indices(k, o)
     w = op.weights(k, o)
     mid = 2 * (n // 2)                   # a pair away from the edges where n allows
