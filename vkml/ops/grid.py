@@ -236,7 +236,7 @@ class BoxKernel(CompiledOperator):
     #: Output elements along the last dimension per invocation (1, 4 or 8).
     vec: int = 1
     #: Coordinates of grid y's dimension per invocation (a kernel sliding down rows).
-    rows: int = 1
+    y_per_invocation: int = 1
     #: The grid's x runs along the last dimension only (kernels without the XDIMS loop).
     x_last_only: bool = False
     #: The forced read path: None (the tuner chooses where it may), "auto" (the rule) or
@@ -360,11 +360,12 @@ class BoxKernel(CompiledOperator):
                 # per workgroup is high), not idle invocations
                 lx = min(local, max(8, ceil_div(x_invocations(extent, 1, v), 8) * 8))
                 if ydim >= 0:
-                    ly = max(1, min(local // lx, ceil_div(extent[ydim], self.rows),
+                    ly = max(1, min(local // lx,
+                                    ceil_div(extent[ydim], self.y_per_invocation),
                                     self.max_local_y))
             lx, ly = self.fit_local(lx, ly, v)
             pipe = pipeline_for(lx, ly, xdims, v, self.vector_store(origin, out_base, v))
-            ry = ly * self.rows            # y coordinates a workgroup covers
+            ry = ly * self.y_per_invocation     # y coordinates a workgroup covers
             for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ry):
                 seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ry),
                              box_push(pipe.name, o, e, in_base, out_base,

@@ -254,7 +254,7 @@ class CompiledPooling(PathBoxKernel):
         mode = "max" if self.mode == 0 else "avg"
         if self.path == "slide":
             self.kernel = f"pooling_slide_{mode}_w{self.win[-1]}s{self.strides[-1]}h{shift}"
-            self.rows = self.slide_rows(SLIDE_INVOCATIONS)
+            self.y_per_invocation = self.slide_rows(SLIDE_INVOCATIONS)
         else:
             self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
                 mode, self.win[-1], self.strides[-1], self.dil[-1], shift)
@@ -317,7 +317,7 @@ class CompiledPooling(PathBoxKernel):
         if self.path in ("block", "slide"):   # divisor 0: the count of the cells inside
             common["divisor"] = divisor if getattr(self.desc, "include_padding", False) else 0.0
         if self.path == "slide":
-            common["rows"] = self.rows
+            common["rows"] = self.y_per_invocation
         if self.path in ("rows", "block", "slide"):
             return np.frombuffer(pack(self.kernel, "Params", **common), np.uint8)
         return np.frombuffer(pack(

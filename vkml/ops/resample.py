@@ -494,10 +494,7 @@ def _read_class(shape) -> str:
 
 def _read_run(device, seq, cand, shape):
     """Record a resample of ``shape`` read by candidate ``cand`` (its own tensors)."""
-    (isz, ist), (osz, ost) = shape["in"], shape["out"]
-    desc = Resample1OperatorDesc(_f32_desc(isz, ist), _f32_desc(osz, ost), shape["mode"],
-                                 tuple(shape["scales"]), tuple(shape["ins"]),
-                                 tuple(shape["outs"]))
+    desc = _shape_desc(shape)
     # the read path is the general kernel's (a copy-path shape would time the copy)
     op = CompiledResample(device, desc, read=cand.params["read"], path="general")
     return timed_read_candidate(device, seq, op, cand)
@@ -506,6 +503,14 @@ def _read_run(device, seq, cand, shape):
 def _f32_desc(sizes, strides) -> TensorDesc:
     """A float32 TensorDesc (the tuner's shapes are float32)."""
     return TensorDesc(DataType.FLOAT32, tuple(sizes), tuple(strides))
+
+
+def _shape_desc(shape) -> Resample1OperatorDesc:
+    """The float32 RESAMPLE1 descriptor of a tuner shape (:func:`read_shape`)."""
+    (isz, ist), (osz, ost) = shape["in"], shape["out"]
+    return Resample1OperatorDesc(_f32_desc(isz, ist), _f32_desc(osz, ost), shape["mode"],
+                                 tuple(shape["scales"]), tuple(shape["ins"]),
+                                 tuple(shape["outs"]))
 
 
 #: Resample's float32 read path where the input fits a texel buffer: "auto" (R32F texel
@@ -526,10 +531,7 @@ def _rows_read_class(shape) -> str:
 
 def _rows_read_run(device, seq, cand, shape):
     """Record the rows kernel on a resample of ``shape`` read by candidate ``cand``."""
-    (isz, ist), (osz, ost) = shape["in"], shape["out"]
-    desc = Resample1OperatorDesc(_f32_desc(isz, ist), _f32_desc(osz, ost), shape["mode"],
-                                 tuple(shape["scales"]), tuple(shape["ins"]),
-                                 tuple(shape["outs"]))
+    desc = _shape_desc(shape)
     op = CompiledResample(device, desc, read=cand.params["read"], path="rows")
     if op.rows is None or op.rows["read"] != cand.params["read"]:
         op.release()
