@@ -273,7 +273,7 @@ def test_forced_choices_are_checked(device):
             (lambda: CompiledSlice(device, device.create_operator(s).desc, permute="tiles"),
              "permute"),
             (lambda: CompiledResample(device, device.create_operator(up).desc,
-                                      path="rows"), "path")):
+                                      path="tiles"), "path")):
         with pytest.raises(ValidationError) as err:
             build()
         assert err.value.field == field

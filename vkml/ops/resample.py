@@ -64,7 +64,7 @@ from ..runtime import FORMAT_RGBA32_SFLOAT, FORMAT_RGBA32_UINT, Bind
 from ..runtime.blocks import pack
 from .. import tuning
 from . import permute
-from .base import implements
+from .base import check_choice, implements
 from .element_wise import CompiledElementWise
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, BoxKernel, box_grid, div_magic, record_on_scratch,
@@ -138,9 +138,7 @@ class CompiledResample(BoxKernel):
     rows: dict | None = None
 
     def __init__(self, device, desc, read: str | None = None, path: str | None = None):
-        if path not in (None, "copy", "rows", "rows1", "general"):
-            raise ValidationError("path", "must be None, 'copy', 'rows', 'rows1' or "
-                                  f"'general', got {path!r}")
+        check_choice("path", path, ("copy", "rows", "rows1", "general"))
         self.force_path = path
         super().__init__(device, desc, read=read)
 
