@@ -17,7 +17,6 @@ the choice).  Tensors larger than ``maxStorageBufferRange`` run in windows
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from ..dml.activations import activation as activation_desc
