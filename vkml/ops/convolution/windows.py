@@ -13,8 +13,10 @@ minTexelBufferOffsetAlignment: the paths read through texel views), and builds t
 window's shape) -- one for the full windows, one for a smaller last window.
 :class:`WindowedPath` records that path once per window on sub-allocations of the input,
 output and residual at the window's offset, as a graph's join in place hands a path a
-slice of its arena.  A tensor whose own offset breaks that alignment (a slice of a
-larger buffer) runs on the direct path, whose kernel takes any offset.
+slice of its arena.  Every tensor vkml binds starts at such an aligned offset
+(allocations, a graph's arena views and join slices), so windows starting on multiples
+of the items whose bytes are aligned (:func:`_quantum`) are too; where not one such
+multiple fits the limit, the direct path runs the convolution, as before.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ import math
 from ...dml.tensor_desc import TensorDesc
 from ...intmath import ceil_div, round_up
 from ...runtime import UNIFORM_TEXEL
-from .direct import DirectPath
 from .epilogue import residual_of
 from .geometry import Geometry
 
@@ -119,7 +120,7 @@ def windowed_path(op, geo: Geometry, force: str | None = None):
     if last != size:
         lop = _WindowOp(op, window_desc(d, last))
         tail = choose_path(lop, Geometry.of(lop.desc), force)
-    return WindowedPath(op, geo, size, full, tail, align)
+    return WindowedPath(op, geo, size, full, tail)
 
 
 def _window_size(op, geo: Geometry, force, q: int, limit: int):
@@ -157,8 +158,8 @@ class WindowedPath:
 
     filter_ready = False
 
-    def __init__(self, op, geo: Geometry, size: int, full, tail, align: int):
-        self.op, self.geo, self.size, self.align = op, geo, size, align
+    def __init__(self, op, geo: Geometry, size: int, full, tail):
+        self.op, self.geo, self.size = op, geo, size
         self.name = full.name
         self.candidate = getattr(full, "candidate", full.name)
         self.paths = [full] if tail is full else [full, tail]
@@ -171,7 +172,6 @@ class WindowedPath:
         e = op.desc.input_tensor.data_type.size
         self.steps = {"x": op.desc.input_tensor.element_strides[0] * e,
                       "y": op.desc.output_tensor.element_strides[0] * e}
-        self._direct = None
         self._parts: dict = {}
 
     def filter_buffer(self):
@@ -181,13 +181,6 @@ class WindowedPath:
         for p in self.paths:
             if p.filter_buffer() is not None:
                 p.encode_filter(seq, w)
-
-    def direct(self) -> DirectPath:
-        """The direct path over the whole batch, for tensors at offsets the windows'
-        alignment does not hold (made on first use)."""
-        if self._direct is None:
-            self._direct = DirectPath(self.op, self.geo)
-        return self._direct
 
     def _part(self, seq, alloc, offset: int, desc: TensorDesc):
         """Bytes of ``alloc`` from ``offset`` holding ``desc`` (rounded up to 16 within
@@ -201,10 +194,6 @@ class WindowedPath:
         return part
 
     def encode(self, seq, x, w, b, y, r=None) -> None:
-        tensors = [x, y] + ([r] if r is not None else [])
-        if any(a.offset % self.align for a in tensors):
-            self.direct().encode(seq, x, w, b, y, *([r] if r is not None else []))
-            return
         self._parts = {k: p for k, p in self._parts.items() if p.alive}
         if not self.filter_ready:
             self.encode_filter(seq, w)
