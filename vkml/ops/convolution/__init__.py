@@ -45,7 +45,9 @@ Files: ``geometry.py`` (:class:`Geometry`, the :class:`Path` base class, the kno
 in-place GEMMs' bindings), ``plan.py`` (dispatches as data), one file per path
 (``winograd.py``, ``depthwise.py``, ``gemm_sg.py``, ``gemm.py`` with the re-layouts and
 register blocks the GEMMs share, ``direct.py``, ``tiled.py``, ``blocked.py``),
-``choice.py`` (the candidates, the heuristic, :func:`choose_path`, the tunable path); this file:
+``choice.py`` (the candidates, the heuristic, :func:`choose_path`, the tunable path),
+``windows.py`` (tensors beyond maxStorageBufferRange: windows of the batch on the path a
+window gets, where the whole tensors would leave only direct); this file:
 :class:`CompiledConvolution` (owned filters, below) and the functional form.
 
 Every path takes float32 and float16 (packed float16 where the device lacks 16-bit

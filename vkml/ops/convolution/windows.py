@@ -29,10 +29,6 @@ from ...runtime import UNIFORM_TEXEL
 from .epilogue import residual_of
 from .geometry import Geometry
 
-#: Times a window is halved where only the direct path takes it (gemm's and Winograd's
-#: scratch buffers must fit the limit too: half-limit windows).
-HALVINGS = 3
-
 
 class _WindowOp:
     """The operator as a path built for one window sees it: its descriptor with the
@@ -125,26 +121,36 @@ def windowed_path(op, geo: Geometry, force: str | None = None):
 
 def _window_size(op, geo: Geometry, force, q: int, limit: int):
     """(items, window operator, window geometry) of the largest equal windows (multiples
-    of ``q`` items within ``limit``, halved up to :data:`HALVINGS` times) that a path
-    other than direct takes (``force``: that candidate), or None."""
+    of ``q`` items within ``limit``) that a path other than direct takes (``force``: that
+    candidate), or None.  Bisection over the multiples of ``q``: a path that takes a
+    window takes a smaller one (their limits are bytes: gemm's and Winograd's scratch
+    buffers must fit too, so their windows are about half the limit)."""
     from .choice import CANDIDATES, _path_class, heuristic
     from .geometry import knobs_of
-    m = _most_items(op.desc, limit) // q * q
-    for _ in range(HALVINGS + 1):
-        if m < 1:
-            return None
+
+    def window(m):
         size = round_up(ceil_div(geo.n, ceil_div(geo.n, m)), q)    # the last one smaller
         wop = _WindowOp(op, window_desc(op.desc, size))
         wgeo = Geometry.of(wop.desc)
-        if wgeo.plain:
-            if force is not None:
-                path, extra = CANDIDATES.get(force, (None, None))
-                if path is None or _path_class(path).accepts(wop, wgeo, knobs_of(extra)):
-                    return size, wop, wgeo
-            elif heuristic(wop, wgeo)[0] != "direct":
-                return size, wop, wgeo
-        m = (m // 2) // q * q
-    return None
+        if not wgeo.plain:
+            return None
+        if force is not None:
+            path, extra = CANDIDATES.get(force, (None, None))
+            ok = path is None or _path_class(path).accepts(wop, wgeo, knobs_of(extra))
+        else:
+            ok = heuristic(wop, wgeo)[0] != "direct"
+        return (size, wop, wgeo) if ok else None
+
+    lo, hi = 0, _most_items(op.desc, limit) // q       # in multiples of q
+    best = None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        found = window(mid * q)
+        if found is not None:
+            lo, best = mid, found
+        else:
+            hi = mid - 1
+    return best
 
 
 class WindowedPath:
