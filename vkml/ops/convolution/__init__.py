@@ -45,7 +45,9 @@ Files: ``geometry.py`` (:class:`Geometry`, the :class:`Path` base class, the kno
 in-place GEMMs' bindings), ``plan.py`` (dispatches as data), one file per path
 (``winograd.py``, ``depthwise.py``, ``gemm_sg.py``, ``gemm.py`` with the re-layouts and
 register blocks the GEMMs share, ``direct.py``, ``tiled.py``, ``blocked.py``),
-``choice.py`` (the candidates, the heuristic, :func:`choose_path`, the tunable path); this file:
+``choice.py`` (the candidates, the heuristic, :func:`choose_path`, the tunable path),
+``windows.py`` (tensors beyond maxStorageBufferRange: windows of the batch on the path a
+window gets, where the whole tensors would leave only direct); this file:
 :class:`CompiledConvolution` (owned filters, below) and the functional form.
 
 Every path takes float32 and float16 (packed float16 where the device lacks 16-bit
@@ -112,6 +114,7 @@ from .blocked import BLOCKS, BlockedPath
 from .tiled import TILES, TiledPath
 from .winograd import PooledConvolutionDesc, WinogradPath, pool_rule
 from .epilogue import residual_of
+from .windows import WindowedPath, windowed_path
 from ...intmath import ceil_div
 
 __all__ = ["convolution"]
@@ -157,15 +160,24 @@ class CompiledConvolution(CompiledOperator):
             # too); a path without residual variants is built again for the convolution
             self.desc = self._offered_residual
         self.geometry = Geometry.of(self.desc)
-        self.path = choose_path(self, self.geometry, self.force, pool=self._offered_pool)
+        self.path = self._choose()
         if self.desc is not plain and not self.path.RESIDUAL:
             self.desc = plain
             self.geometry = Geometry.of(plain)
-            self.path = choose_path(self, self.geometry, self.force, pool=self._offered_pool)
+            self.path = self._choose()
         if getattr(self.path, "pool", None) is not None:
             self.desc = PooledConvolutionDesc(self.desc, self.path.pool)
         self.owned_inputs = owned_slots(self.desc.inputs())
         self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
+
+    def _choose(self):
+        """The path: windows of the batch on the path a window gets where the tensors
+        exceed maxStorageBufferRange (``windows.py``; the convolution then runs apart
+        from an offered pooling), else :func:`choose_path`."""
+        windowed = windowed_path(self, self.geometry, self.force)
+        if windowed is not None:
+            return windowed
+        return choose_path(self, self.geometry, self.force, pool=self._offered_pool)
 
     # -- DML_TENSOR_FLAG_OWNED_BY_DML ----------------------------------------------------
     def initialize(self, inputs=None, **named) -> None:
