@@ -484,10 +484,14 @@ def read_shape(desc) -> dict:
             "outs": list(outs)}
 
 
+def _out_class(shape) -> str:
+    """A tuner shape's float32 output size, to a factor of 4."""
+    return f"out 4^{(4 * math.prod(shape['out'][0])).bit_length() // 2}"
+
+
 def _read_class(shape) -> str:
     """Shapes sharing a read path choice: mode, rank and output size (a factor of 4)."""
-    nbytes = 4 * math.prod(shape["out"][0])
-    return f"mode {shape['mode']} rank {len(shape['out'][0])} out 4^{nbytes.bit_length() // 2}"
+    return f"mode {shape['mode']} rank {len(shape['out'][0])} {_out_class(shape)}"
 
 
 def _read_run(device, seq, cand, shape):
@@ -523,8 +527,7 @@ READ_PATH = tuning.register_path(
 
 def _rows_read_class(shape) -> str:
     """Rows-kernel shapes sharing a read choice: mode and output size (a factor of 4)."""
-    nbytes = 4 * math.prod(shape["out"][0])
-    return f"rows mode {shape['mode']} out 4^{nbytes.bit_length() // 2}"
+    return f"rows mode {shape['mode']} {_out_class(shape)}"
 
 
 def _rows_read_run(device, seq, cand, shape):
