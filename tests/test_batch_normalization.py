@@ -364,7 +364,7 @@ def bn_cases(draw):
 
 def test_fuzz_batch_normalization(device, speed):
     """Random batch normalization descriptors (the contract of ``fuzzing.fuzzer``)."""
-    @fuzzer(speed, bn_cases())
+    @fuzzer(speed, bn_cases(), share=2)
     def check(case):
         rng = np.random.default_rng(case["seed"])
         m, shape, dtype = case["mutation"], list(case["shape"]), case["dtype"]
