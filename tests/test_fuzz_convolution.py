@@ -168,6 +168,7 @@ def _run_conv_case(device, case):
            for t, f in zip(desc.inputs(), flats)]
     out = bind_with_canary(device, desc.output_tensor.total_tensor_size_in_bytes)
     compiled.execute(ins, [out])
+    path = compiled.path.name
     compiled.release()
     got, gaps_intact = read(out)
     args = (case["strides"], case["dilations"], case["start"], case["end"], case["outpad"],
@@ -178,6 +179,8 @@ def _run_conv_case(device, case):
     scale = convolution_reference(np.abs(x), np.abs(w), None if b is None else np.abs(b),
                                   *args)
     tol = (2e-3 * scale + 2e-3) if dt == np.float16 else (2e-6 * scale + 1e-6)
+    if path == "winograd" and dt == np.float32:     # its transforms' rounding: 10x, as in
+        tol = tol * 10                              # test_convolution.path_tolerance
     err = np.abs(got.astype(np.float64) - expect)
     assert np.all(err <= tol), f"max error {err.max():.3g} (tolerance {tol.max():.3g})"
     assert gaps_intact, "wrote into the gaps of a non-packed output"
