@@ -84,11 +84,11 @@ def _floor(examples: int, valid: float, refused: float):
     finally:
         _COUNTING.pop()
     # Hypothesis favours simple draws (a mutation list's first entry, "none"), so a dozen
-    # examples (a slow device's share) may hold no broken case: the refused floor applies
-    # from REFUSED_FROM examples on.  Refusals are host-side validation, the same on every
+    # examples (a slow device's share) may hold no broken case, fifty only one: one refused
+    # case is required, from REFUSED_FROM examples on.  Refusals are host-side validation, the same on every
     # device, and the fast device's run counts them.
     cases.require(valid=int(examples * valid),
-                  refused=max(1, int(examples * refused)) if examples >= REFUSED_FROM else 0)
+                  refused=1 if examples >= REFUSED_FROM and refused else 0)
 
 
 def real_cases(speed: float, valid: float = 0.25, refused: float = 0.05):
