@@ -116,6 +116,24 @@ def test_row(device, exported, monkeypatch):
     assert "| unet-tiny | 32 |" in md
 
 
+def test_torch_gpu_absent_without_gpu(monkeypatch):
+    """The GPU peer names why it cannot run: no GPU tools found (it is not started), or
+    a PyTorch that sees no GPU; on a machine with one, the device run covers it."""
+    import shutil
+
+    from bench.runners import Absent
+
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(Absent, match="nvidia-smi nor rocm-smi"):
+        peers_mod.TorchGpu().version()
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert peers_mod.TorchGpu().version() == torch.__version__
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(Absent, match="sees no GPU"):
+        peers_mod.TorchGpu().prepare(TINY, b"", SIZE)
+
+
 def test_rel_err():
     from bench.cnn.run import rel_err
 

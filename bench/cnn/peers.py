@@ -173,6 +173,39 @@ class TorchCpu(CpuChildPeer):
             with torch.inference_mode():
                 y = model(torch.from_numpy(x))
             return (y[0] if isinstance(y, (tuple, list)) else y).numpy()
+        run.model = model
+        return run
+
+
+class TorchGpu(TorchCpu):
+    """PyTorch (eager) on the GPU PyTorch sees (CUDA, so cuDNN; or ROCm, so MIOpen): the
+    same rebuilt definition, ``cudnn.benchmark`` on (PyTorch's own kernel choice by
+    measurement, as vkml's tuner), each run from the NumPy input to the NumPy output (the
+    upload and read-back inside the time, as vkml's).  Absent without such a GPU; on a
+    machine without NVIDIA's or AMD's tools it is not even started."""
+    name = "torch-gpu"
+    worker_args = (name,)
+
+    def version(self):
+        import shutil
+
+        if not (shutil.which("nvidia-smi") or shutil.which("rocm-smi")):
+            raise Absent("no GPU PyTorch can use (neither nvidia-smi nor rocm-smi found)")
+        return _installed("torch")
+
+    def prepare(self, spec, data, size, device=None):
+        torch = require("torch")
+        if not torch.cuda.is_available():
+            raise Absent(f"PyTorch {torch.__version__} sees no GPU (a CUDA or ROCm build "
+                         "and a GPU are needed)")
+        torch.backends.cudnn.benchmark = True
+        run_cpu = super().prepare(spec, data, size, device)
+        model = run_cpu.model.to("cuda")
+
+        def run(x):
+            with torch.inference_mode():
+                y = model(torch.from_numpy(x).to("cuda"))
+            return (y[0] if isinstance(y, (tuple, list)) else y).cpu().numpy()
         return run
 
 
@@ -415,5 +448,5 @@ class TinygradWebGpu(VenvPeer):
     package = "tinygrad dawn-python"
 
 
-PEERS = [OrtCpu(), TorchCpu(), IreeVulkan(), NcnnVulkan(), OrtWebGpu(), Wonnx(),
+PEERS = [OrtCpu(), TorchCpu(), TorchGpu(), IreeVulkan(), NcnnVulkan(), OrtWebGpu(), Wonnx(),
          TinygradWebGpu()]
