@@ -190,3 +190,34 @@ def test_copy_array_in_chunks(device):
     np.testing.assert_array_equal(dst.numpy(), expect)
     np.testing.assert_array_equal(padded.numpy()[1:-1], expect)
     op.release()
+
+
+def test_closed_sequences_lend_their_command_buffer_and_fence(device):
+    """A closed sequence's command buffer and fence go back to the command pool (reset,
+    unsignalled) and the next sequence takes them; a sequence closed after a run still
+    gives back an unsignalled fence; the pool keeps at most ``SPARES``; closing the
+    device destroys the kept ones (the validation layer names any left alive)."""
+    with vkml.Device(device.index) as dev:
+        ctx = dev.context
+        pool = ctx.command_pool()
+        pool.spares.clear()               # (destroying none: just start from empty)
+        x = dev.tensor(np.arange(16, dtype=np.float32))
+        seqs = [dev.sequence() for _ in range(pool.SPARES + 2)]
+        pairs = [(s._cmd_ptr[0], s._fence[0]) for s in seqs]
+        compiled, _ = _pad_op(dev, (16,), [1], [1])
+        y = dev.empty((18,), "float32")
+        compiled.record(seqs[0], [x], [y])
+        seqs[0].run()
+        for s in seqs:
+            s.close()
+        assert len(pool.spares) == pool.SPARES
+        kept = {(c[0], f[0]) for c, f in pool.spares}
+        assert kept <= set(pairs)
+        again = dev.sequence()
+        assert (again._cmd_ptr[0], again._fence[0]) in kept
+        compiled.record(again, [x], [y])
+        again.run()
+        again.run()
+        np.testing.assert_array_equal(y.numpy()[1:-1], np.arange(16, dtype=np.float32))
+        again.close()
+        compiled.release()

@@ -180,8 +180,9 @@ class TorchCpu(CpuChildPeer):
 class TorchGpu(TorchCpu):
     """PyTorch (eager) on the GPU PyTorch sees (CUDA, so cuDNN; or ROCm, so MIOpen): the
     same rebuilt definition, ``cudnn.benchmark`` on (PyTorch's own kernel choice by
-    measurement, as vkml's tuner), each run from the NumPy input to the NumPy output (the
-    upload and read-back inside the time, as vkml's).  Absent without such a GPU; on a
+    measurement, as vkml's tuner), TF32 off (float32 arithmetic, as vkml's: cuDNN's
+    default TF32 convolutions are 1e-3 off), each run from the NumPy input to the NumPy
+    output (the upload and read-back inside the time, as vkml's).  Absent without such a GPU; on a
     machine without NVIDIA's or AMD's tools it is not even started."""
     name = "torch-gpu"
     worker_args = (name,)
@@ -199,6 +200,8 @@ class TorchGpu(TorchCpu):
             raise Absent(f"PyTorch {torch.__version__} sees no GPU (a CUDA or ROCm build "
                          "and a GPU are needed)")
         torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
         run_cpu = super().prepare(spec, data, size, device)
         model = run_cpu.model.to("cuda")
 

@@ -10,9 +10,10 @@ indexing, ``F.interpolate``, ``F.max_pool*d``/``F.avg_pool*d``, ``sum``/``mean``
 ``@``/``addmm``, ``F.batch_norm`` (inference), ``softmax``.
 
 ``torch-gpu`` runs the same functions on the GPU PyTorch sees (CUDA, so cuDNN; or ROCm,
-so MIOpen), whenever it sees one: the inputs are uploaded once, each run is timed to the
-end of a device synchronization, and the result is read back (NumPy out, like every
-runner).  Without a GPU it is absent, with the reason.
+so MIOpen; TF32 off, float32 arithmetic as vkml's), whenever it sees one: the inputs are
+uploaded once, each run is timed to the end of a device synchronization, and the result
+is read back (NumPy out, like every runner). Without a GPU it is absent, with the
+reason.
 """
 from __future__ import annotations
 
@@ -214,6 +215,13 @@ class TorchGpuPeer(TorchPeer):
 
     name = "torch-gpu"
     torch_device = "cuda"
+
+    def prepare(self, workload, inputs):
+        """As on the CPU, with float32 arithmetic (TF32 off) as vkml's."""
+        torch = require("torch")
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        return super().prepare(workload, inputs)
 
     @classmethod
     def probe(cls) -> str:

@@ -67,11 +67,20 @@ class Bind:
 
 
 class CommandPool:
-    """A command pool for one recording thread; its lock guards every ``vkCmd*`` call."""
+    """A command pool for one recording thread; its lock guards every ``vkCmd*`` call.
+
+    It keeps the command buffers and fences of closed sequences (reset, unsignalled) for
+    the next ones: a discrete GPU's driver takes far longer to create and destroy them
+    than to record a copy, and every NumPy-in/NumPy-out call stages its transfers through
+    short-lived sequences (bench/RESULTS.md, "NVIDIA H200")."""
+
+    #: Idle command buffer + fence pairs kept at most.
+    SPARES = 8
 
     def __init__(self, ctx):
         self.device = ctx.device
         self.lock = threading.Lock()
+        self.spares: list = []         # (command buffer pointer, fence pointer)
         info = ffi.new("VkCommandPoolCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
             "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
@@ -93,7 +102,27 @@ class CommandPool:
         with self.lock:
             lib.vkFreeCommandBuffers(self.device, self.handle, 1, cmd_ptr)
 
+    def take_spare(self) -> tuple | None:
+        """An idle (command buffer, fence) pair kept by :meth:`keep`, or None."""
+        with self.lock:
+            return self.spares.pop() if self.spares else None
+
+    def keep(self, cmd_ptr, fence) -> bool:
+        """Keep an idle command buffer (reset here) and its unsignalled fence for a later
+        sequence; False when the pool holds enough or either is not idle (the caller
+        then destroys them)."""
+        with self.lock:
+            if (len(self.spares) >= self.SPARES
+                    or lib.vkGetFenceStatus(self.device, fence[0]) != _NOT_READY
+                    or lib.vkResetCommandBuffer(cmd_ptr[0], 0) != vk.VK_SUCCESS):
+                return False
+            self.spares.append((cmd_ptr, fence))
+            return True
+
     def destroy(self) -> None:
+        for _, fence in self.spares:
+            lib.vkDestroyFence(self.device, fence[0], vk.NULL)
+        self.spares.clear()
         lib.vkDestroyCommandPool(self.device, self.handle, vk.NULL)
 
 
@@ -486,6 +515,8 @@ class Sequence:
         device, fence_ptr = self.device, self._fence
         fence = fence_ptr[0]
         t0 = _perf()
+        res = self._res
+        res.idle = False
         with ctx.queue_lock:
             result = _submit(ctx.queue, 1, self.submit_info, fence)
         if result < 0:
@@ -508,6 +539,7 @@ class Sequence:
         if result < 0:
             ctx.fail(result, "vkWaitForFences")
         _reset_fences(device, 1, fence_ptr)
+        res.idle = True
         if self._query_pool is not None:
             n = 2 + self._marked
             r = lib.vkGetQueryPoolResults(
@@ -550,6 +582,13 @@ class _Resources:
         self.query_pool = None
         self.sets: list = []
         self.released = False
+        #: False from a submission until its fence was waited for and reset
+        self.idle = True
+        spare = pool.take_spare()
+        if spare is not None:
+            self.cmd_ptr, self.fence = spare
+            ctx.track(self)
+            return
         self.cmd_ptr = pool.allocate()
         info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
         self.fence = ffi.new("VkFence*")
@@ -575,7 +614,8 @@ class _Resources:
         for pool, dset in self.sets:
             self.ctx.descriptor_pools.free(pool, dset)
         self.sets.clear()
-        self.pool.free(self.cmd_ptr)
-        lib.vkDestroyFence(device, self.fence[0], vk.NULL)
+        if not (self.idle and not self.ctx.lost and self.pool.keep(self.cmd_ptr, self.fence)):
+            self.pool.free(self.cmd_ptr)
+            lib.vkDestroyFence(device, self.fence[0], vk.NULL)
         if self.query_pool is not None:
             lib.vkDestroyQueryPool(device, self.query_pool, vk.NULL)
