@@ -221,7 +221,7 @@ def test_cli_exit_status(change, device, tmp_path):
     change(model)
     path = tmp_path / "m.json"
     path.write_text(json.dumps(model))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
     proc = subprocess.run([sys.executable, "-m", "bench", "dispatch", str(path), "-a",
                            str(device.index)], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=120)
@@ -493,7 +493,7 @@ def test_microsoft_models(name, device, tmp_path):
     status 0, the output matching CMakeLists.txt's regular expression, and every printed
     resource equal to NumPy's values (the regexes hold 6 significant digits, and '.'
     matches any character)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path]))
     proc = subprocess.run([sys.executable, "-m", "bench", "dispatch",
                            str(ROOT / "bench" / "models" / f"{name}.json"), "-a",
                            str(device.index)], capture_output=True, text=True, cwd=tmp_path,

@@ -554,7 +554,8 @@ def test_registry(device):
 def cli(*args, folder, module="vkml.tune") -> subprocess.CompletedProcess:
     """``python -m vkml.tune ARGS``; ``module="tuning_copy"``: the same with the tests'
     copy path registered (tests/tuning_copy.py)."""
-    env = dict(os.environ, VKML_CACHE_DIR=str(folder), PYTHONPATH=str(ROOT / "tests"))
+    env = dict(os.environ, VKML_CACHE_DIR=str(folder),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests"), *sys.path]))
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=env,
                           text=True, capture_output=True, timeout=240)
 

@@ -89,7 +89,8 @@ def test_messages_from_fixtures_children_and_session_end_fail_the_run(tmp_path, 
     (tmp_path / "misuse.py").write_text(MISUSE)
     (tmp_path / "test_inner.py").write_text(INNER)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path), *sys.path]))
     env.pop("VKML_REQUIRE_DEVICES", None)
     icds = [p for p in env.get("VK_ICD_FILENAMES", "").split(os.pathsep) if p]
     if icds:        # one driver is enough to show the mechanism (lavapipe where present)
