@@ -12,7 +12,7 @@
 // dimensions' input rows (one, or two weighted for linear) come from `locate` once an
 // invocation.  Stores are u64vec4s (U64) or vec4s; nearest stores them to the REP_H
 // output rows that read the same input row (lavapipe 1.15x, SwiftShader 1.9x faster than
-// an invocation a row).  The general kernel computes each
+// an invocation a row), for ROWS_K consecutive input rows.  The general kernel computes each
 // output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
 // that, not the bytes, was its cost.  Nearest moves bits (any 32-bit type).  Linear
 // computes in float32, the two input rows combined before the row's interpolation (three
@@ -91,10 +91,9 @@ layout(constant_id = 10) const int PHASE_H0 = 0;
 layout(constant_id = 11) const int PHASE_H1 = 0;
 // 1: every row holds whole groups of Q input quads and every output row starts on 8
 // elements (the host's check), so a live invocation always stores whole u64vec4s (or
-// whole T4s) and the partial store below is compiled out.  Frozen: the drivers store
-// under lane masks, and a store whose every lane is masked off still costs a per-lane
-// loop on lavapipe, per component: the partial store's 4 Q masked T4s were twice the
-// loop turns of the 2 Q u64vec4s actually stored.
+// whole T4s) and the partial store below is compiled out.  Frozen: SwiftShader emits a
+// per-lane branch for every store site with per-lane addresses, taken or not
+// (docs/DEVELOPING.md), and the partial store's 2 Q T4 sites sat beside the 2 Q stored.
 // vkml:frozen FULL
 layout(constant_id = 12) const uint FULL = 0u;
 // nearest, where the dimension before the last's map is o // REP_H exactly: consecutive

@@ -40,11 +40,14 @@ moves the same bits as the general kernel; linear combines the two input rows be
 interpolating along the row (three operations an input, not an output), so it may differ
 from the general kernel by a float32 rounding.  Linear with the dimension before the
 last upsampled by 2 with a period-2 map too (:meth:`CompiledResample._pair_phases`, the
-same check along that dimension) runs its PAIR mode: an invocation computes two output
-rows from three input rows (half the input reads and index work an output: faster on
-both drivers, bench/RESULTS.md).  Its read
-(texels or storage loads) is the tunable path ``resample_rows_read``.  ``path="rows"`` /
-``"copy"`` force one where it applies, ``"rows1"`` the rows kernel without PAIR.
+same check along that dimension) runs its PAIR mode: an invocation computes pairs of
+output rows walking down the input rows, up to :data:`PAIR_ROWS` pairs (each input row
+read once, where one pair an invocation read three for two output rows).  Nearest walks
+down :data:`NEAR_ROWS` input rows where the map of the dimension before the last is
+``o // s`` (SwiftShader wants 8: each invocation's fixed cost, the tuner's ``-walk8``
+candidates; lavapipe 2).  Its read (texels or storage loads) and nearest's walk are
+the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where
+it applies, ``"rows1"`` the rows kernel without PAIR; ``walk=`` nearest's walk.
 """
 from __future__ import annotations
 
@@ -330,8 +333,8 @@ class CompiledResample(BoxKernel):
         binds = [rd, Bind(y, 0, self.out_bytes, "w"), Bind(plan["params"])]
         local = min(64, self.workgroup_size)
         lx = min(local, max(8, round_up(ceil_div(box[-1], ROWS_Q), 8)))
-        ly = _rows_a_group(box[-2], min(local // lx, int(ctx.limits["maxComputeWorkGroupSize"][1]))
-                           ) if len(box) > 1 else 1
+        ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1]))
+                 ) if len(box) > 1 else 1
         pipe = self.pipeline(plan["kernel"], {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                               "RANK": len(box),
                                               "LIN_MASK": self.lin_mask,
@@ -424,15 +427,6 @@ def _rows_an_invocation(rows: int, most: int) -> int:
     """Input rows (PAIR: pairs of output rows) a rows-kernel invocation walks down: the
     largest count up to ``most`` dividing ``rows`` (the grid counts whole groups)."""
     return max(p for p in range(1, most + 1) if rows % p == 0)
-
-
-def _rows_a_group(rows: int, cap: int) -> int:
-    """Rows of the box a rows-kernel workgroup spans: a divisor of ``rows`` where one of at
-    least half ``cap`` exists (masked rows past the box still run every store's per-lane
-    loop on lavapipe), else ``min(cap, rows)``."""
-    cap = max(1, min(cap, rows))
-    best = max(d for d in range(1, cap + 1) if rows % d == 0)
-    return best if 2 * best >= cap else cap
 
 
 def integer_factor(index_map) -> int | None:
