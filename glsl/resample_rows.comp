@@ -12,8 +12,8 @@
 // dimensions' input rows (one, or two weighted for linear) come from `locate` once an
 // invocation.  Stores are u64vec4s (U64) or vec4s; nearest stores them to the REP_H
 // output rows that read the same input row (lavapipe 1.15x, SwiftShader 1.9x faster than
-// an invocation a row), for ROWS_K consecutive input rows.  The general kernel computes each
-// output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
+// an invocation a row), for ROWS_K consecutive input rows.  The general kernel computes
+// each output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
 // that, not the bytes, was its cost.  Nearest moves bits (any 32-bit type).  Linear
 // computes in float32, the two input rows combined before the row's interpolation (three
 // operations an input instead of an output; the general kernel's order differs by a

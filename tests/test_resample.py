@@ -983,7 +983,8 @@ def test_rows_walk_down_rows(device, linear):
             plan = op.rows
             most = mod.PAIR_ROWS if linear else walk
             k = max(d for d in range(1, most + 1) if h % d == 0)
-            assert (plan["rep_h"], plan["rows_k"]) == ((2 * k, 1) if plan["pair"] else (2, k))
+            want = (2 * k, 1) if plan["pair"] else (2, k)
+            assert (plan["rep_h"], plan["rows_k"]) == want, (shape, walk)
             assert plan["full"] == (w // 4 % mod.ROWS_Q == 0), (shape, walk)
             got = run_desc(device, desc, x, compiled=op)
             general = run_desc(device, desc, x, compiled=mod.CompiledResample(
@@ -1199,7 +1200,8 @@ def test_tuner_rows_read_candidates_run(device):
             for cand in mod.ROWS_READ_PATH.candidates:
                 with device.context.sequence() as seq:
                     # linear walks its own PAIR rows: the walk candidates decline it
-                    if not runs or (mode == LINEAR and cand.params["walk"] != mod.NEAR_ROWS):
+                    walks = cand.params["walk"] != mod.NEAR_ROWS
+                    if not runs or (mode == LINEAR and walks):
                         with pytest.raises(tuning.Declined):
                             mod._rows_read_run(device, seq, cand, shape)
                         continue

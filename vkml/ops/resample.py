@@ -146,7 +146,8 @@ class CompiledResample(BoxKernel):
     rows: dict | None = None
 
     #: Nearest on the rows kernel: at most this many input rows an invocation (None: the
-    #: tuner's :data:`ROWS_READ_PATH` candidate, else :data:`NEAR_ROWS`); ``walk=`` sets it.
+    #: tuner's :data:`ROWS_READ_PATH` candidate, else :data:`NEAR_ROWS`); ``walk=`` sets
+    #: it.
     force_walk: int | None = None
 
     def __init__(self, device, desc, read: str | None = None, path: str | None = None,
@@ -292,17 +293,17 @@ class CompiledResample(BoxKernel):
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords]),
             phase=[n // 4, 0, 0, 0], phase_w=[w0, w1, wh0, wh1]), np.uint8)),
-                     "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "rows_k": rows_k, "walk": walk,
-                     "pair": bool(pair),
+                     "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "rows_k": rows_k,
+                     "walk": walk, "pair": bool(pair),
                      "full": self._full_stores(kernel)}
         self.kernel = kernel
         return True
 
     def _full_stores(self, kernel: str) -> bool:
-        """Whether every live invocation of the rows kernel stores whole vectors (its FULL):
-        the input rows hold whole groups of ROWS_Q quads (dispatch pieces along the row
-        start on such groups) and, for u64vec4 stores, every output row starts on 8
-        elements."""
+        """Whether every live invocation of the rows kernel stores whole vectors (its
+        FULL): the input rows hold whole groups of ROWS_Q quads (dispatch pieces along
+        the row start on such groups) and, for u64vec4 stores, every output row starts on
+        8 elements."""
         unit = 8 if kernel.endswith("_u64") else 4
         return (self.in_sizes[-1] // 4 % ROWS_Q == 0
                 and all(st % unit == 0 for st in self.box_out_strides[:-1]))
