@@ -2,15 +2,15 @@
 side by side on one device.
 
 Each candidate of the operator's tunable path (``convolution``, ``padding-large``,
-``fold_read``, ``unfold_read``, ``lp_pooling_read``, ``permute``, ``gemm_path``; by default
-every one) is built for the workload's descriptor and recorded once into its own timed
-sequence; the sequences then run in turns, ``--rounds`` rounds of ``--runs`` runs each, the
-order rotated every round.  A candidate's figure is the minimum over rounds of each
-round's median device time (GPU timestamps; wall time where the device has none), the
-tuner's score; its output is checked against the workload's reference first (a wrong one
-is reported, not timed).  The kernel-design figures of bench/RESULTS.md are taken this
-way: the CPU drivers' speed drifts within minutes, so only candidates timed in turns in
-one process are compared.
+``fold_read``, ``unfold_read``, ``lp_pooling_read``, ``permute``, ``gemm_path``,
+``resample_rows_read``; by default every one) is built for the workload's descriptor and
+recorded once into its own timed sequence; the sequences then run in turns, ``--rounds``
+rounds of ``--runs`` runs each, the order rotated every round.  A candidate's figure is
+the minimum over rounds of each round's median device time (GPU timestamps; wall time
+where the device has none), the tuner's score; its output is checked against the
+workload's reference first (a wrong one is reported, not timed).  The kernel-design
+figures of bench/RESULTS.md are taken this way: the CPU drivers' speed drifts within
+minutes, so only candidates timed in turns in one process are compared.
 
     python -m bench.paths conv2d-64-64-56x56-3x3 winograd-cl winograd-gemm --device 1
     python -m bench.paths pad-constant-1x64x256x256 --rounds 10
@@ -46,6 +46,7 @@ FORCE = {
     "identity": ("permute", lambda name, params: params),
     "slice": ("permute", lambda name, params: params),
     "gemm": ("gemm_path", lambda name, params: params),
+    "resample": ("resample_rows_read", lambda name, params: params),
 }
 
 

@@ -12,8 +12,8 @@
 // dimensions' input rows (one, or two weighted for linear) come from `locate` once an
 // invocation.  Stores are u64vec4s (U64) or vec4s; nearest stores them to the REP_H
 // output rows that read the same input row (lavapipe 1.15x, SwiftShader 1.9x faster than
-// an invocation a row).  The general kernel computes each
-// output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
+// an invocation a row), for ROWS_K consecutive input rows.  The general kernel computes
+// each output's coordinate and fetches its inputs one by one: on lavapipe and SwiftShader
 // that, not the bytes, was its cost.  Nearest moves bits (any 32-bit type).  Linear
 // computes in float32, the two input rows combined before the row's interpolation (three
 // operations an input instead of an output; the general kernel's order differs by a
@@ -21,9 +21,10 @@
 //
 // PAIR (linear, the dimension before the last upsampled by 2 with a map of period 2 too:
 // output row 2r + j interpolates input rows clamp(r + H[j]) and the next, weighted
-// WH[j], H[j] in {-1, 0}): an invocation computes both output rows 2r and 2r + 1 from
-// the three input rows r + H[0] .. r + H[0] + 2 (two where H[0] = H[1]), so each input
-// row is read once for two output rows and the index work is shared by them.
+// WH[j], H[j] in {-1, 0}): an invocation computes REP_H / 2 consecutive pairs of output
+// rows 2r, 2r + 1, each from the three input rows r + H[0] .. r + H[0] + 2 (two where
+// H[0] = H[1]), walking down the rows with the last two in registers: each input row is
+// read once for two output rows, and the index work is shared by all of them.
 //
 // vkml:variant resample_rows_near_texel NEAR=1 TEXEL=1
 // vkml:variant resample_rows_near_ssbo NEAR=1
@@ -78,13 +79,29 @@ layout(constant_id = 6) const uint LIN_MASK = 0u;  // bit d: dimension d interpo
 // vkml:frozen PHASE_D0 PHASE_D1
 layout(constant_id = 7) const int PHASE_D0 = 0;
 layout(constant_id = 8) const int PHASE_D1 = 0;
-// nearest: output rows an invocation stores (the dimension before the last's map is
-// o // REP_H there: they are the same row), the grid's y counting groups of them
+// output rows an invocation stores, the grid's y counting groups of them.  Nearest: the
+// dimension before the last's map is o // REP_H there (they are the same row).  PAIR:
+// REP_H / 2 pairs of output rows, walking down the input rows (each read once).  Frozen:
+// the PAIR loop's trip count is then a plain constant on both drivers.
+// vkml:frozen REP_H
 layout(constant_id = 9) const uint REP_H = 1u;
 // PAIR: H[0], H[1] of the dimension before the last (-1 or 0), frozen as PHASE_D0/D1
 // vkml:frozen PHASE_H0 PHASE_H1
 layout(constant_id = 10) const int PHASE_H0 = 0;
 layout(constant_id = 11) const int PHASE_H1 = 0;
+// 1: every row holds whole groups of Q input quads and every output row starts on 8
+// elements (the host's check), so a live invocation always stores whole u64vec4s (or
+// whole T4s) and the partial store below is compiled out.  Frozen: SwiftShader emits a
+// per-lane branch for every store site with per-lane addresses, taken or not
+// (docs/DEVELOPING.md), and the partial store's 2 Q T4 sites sat beside the 2 Q stored.
+// vkml:frozen FULL
+layout(constant_id = 12) const uint FULL = 0u;
+// nearest, where the dimension before the last's map is o // REP_H exactly: consecutive
+// input rows an invocation copies (walking down them: the index work and an invocation's
+// fixed cost shared by ROWS_K rows), the grid's y counting groups of them.  Frozen: the
+// loop's trip count a plain constant.
+// vkml:frozen ROWS_K
+layout(constant_id = 13) const uint ROWS_K = 1u;
 // input quads an invocation: compile-time, so its arrays are registers on both drivers
 // (4 was no faster on lavapipe and slower on SwiftShader)
 const uint Q = 2u;
@@ -175,6 +192,17 @@ void blend(T a[NW], T b[NW], float w, out T r[NW]) {
 // stores one output row's 8 Q outputs at element sh: two u64vec4s or four T4s a quad
 void store_row(uint sh, T o[8u * Q], uint count) {
 #ifdef U64
+    if (FULL != 0u) {
+        if (count != 0u) {
+            [[unroll]] for (uint k = 0u; k < Q; k++) {
+                uint b = 8u * k;
+                y8[(sh >> 3) + k] = vkml_u64x4(
+                    BITS4(T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u])),
+                    BITS4(T4(o[b + 4u], o[b + 5u], o[b + 6u], o[b + 7u])));
+            }
+        }
+        return;
+    }
     if (count == Q && (sh & 7u) == 0u) {
         [[unroll]] for (uint k = 0u; k < Q; k++) {
             uint b = 8u * k;
@@ -187,7 +215,8 @@ void store_row(uint sh, T o[8u * Q], uint count) {
 #endif
     [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
         uint b = 4u * k;
-        if (k < 2u * count) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
+        bool st = FULL != 0u ? count != 0u : k < 2u * count;
+        if (st) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
     }
 }
 
@@ -210,7 +239,7 @@ void main() {
     }
     if (YDIM >= 0) {
         uint gy = min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u);
-        coord[YDIM] = (AT(origin, YDIM) + gy) * REP_H;
+        coord[YDIM] = (AT(origin, YDIM) + gy) * (REP_H * ROWS_K);
     }
     uint m0 = AT(origin, LAST) + gx * Q;          // first input quad of the row
     uint nq = phase.x;                            // input quads a row
@@ -241,33 +270,46 @@ void main() {
 
 #if defined(NEAR)
     row0 >>= 2;
-    // output 2k + j reads input k (D = 0 both phases: the host's check)
-    T4 r[Q];
-    [[unroll]] for (uint k = 0u; k < Q; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
-    [[unroll]] for (uint t = 0u; t < 8u * Q; t++) o[t] = r[t / 8u][(t / 2u) % 4u];
-    // to the REP_H output rows that read this input row
-    for (uint h = 0u; h < REP_H; h++) store_row(so + h * hstep, o, count);
+    uint istep = YDIM >= 0 ? AT(in_stride, max(YDIM, 0)) >> 2 : 0u;
+    for (uint i = 0u; i < ROWS_K; i++) {
+        // output 2k + j reads input k (D = 0 both phases: the host's check)
+        T4 r[Q];
+        [[unroll]] for (uint k = 0u; k < Q; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
+        [[unroll]] for (uint t = 0u; t < 8u * Q; t++) o[t] = r[t / 8u][(t / 2u) % 4u];
+        // to the REP_H output rows that read this input row
+        for (uint h = 0u; h < REP_H; h++) store_row(so + h * hstep, o, count);
+        row0 += istep;
+        so += REP_H * hstep;
+    }
 #elif defined(PAIR)
-    // output rows 2r, 2r + 1 (coord[YDIM] = 2r): input rows r + H[0] + i, clamped
+    // pairs of output rows 2r, 2r + 1 (the first r = coord[YDIM] / 2): input rows
+    // r + H[0] + i, clamped.  The rows a, b of a pair are the pair before's b, c: each
+    // input row is loaded once an invocation (two more than its pairs), not 3 times a pair
     const int YD = max(YDIM, 0);
     int r = int(coord[YD] >> 1) + PHASE_H0;
     int last = int(AT(in_size, YD)) - 1;
     uint st = AT(in_stride, YD);
     so += coord[YD] * hstep;
-    T a[NW], b[NW], win[NW];
+    T a[NW], b[NW], c[NW], win[NW];
     load_window((row0 + uint(clamp(r, 0, last)) * st) >> 2, m0, lastq, a);
     load_window((row0 + uint(clamp(r + 1, 0, last)) * st) >> 2, m0, lastq, b);
-    blend(a, b, phase_w.z, win);
-    interpolate(win, o);
-    store_row(so, o, count);
-    if (PHASE_H1 == PHASE_H0) {
-        blend(a, b, phase_w.w, win);
-    } else {
-        load_window((row0 + uint(clamp(r + 2, 0, last)) * st) >> 2, m0, lastq, a);
-        blend(b, a, phase_w.w, win);
+    for (uint p = 0u; p < REP_H / 2u; p++) {
+        // H[0] = H[1]: both rows of the pair interpolate a, b (c is the next pair's b)
+        load_window((row0 + uint(clamp(r + int(p) + 2, 0, last)) * st) >> 2, m0, lastq, c);
+        blend(a, b, phase_w.z, win);
+        interpolate(win, o);
+        store_row(so, o, count);
+        if (PHASE_H1 == PHASE_H0) {
+            blend(a, b, phase_w.w, win);
+        } else {
+            blend(b, c, phase_w.w, win);
+        }
+        interpolate(win, o);
+        store_row(so + hstep, o, count);
+        a = b;
+        b = c;
+        so += 2u * hstep;
     }
-    interpolate(win, o);
-    store_row(so + hstep, o, count);
 #else
     // the two input rows (the dimension before the last is interpolated: the host's
     // check) combined along that dimension first: three operations an input, not an

@@ -958,6 +958,41 @@ def test_rows_pair_against_general_and_numpy(device, offset):
         _check_rows(got1, general, x, out, True, scales, ins, outs)
 
 
+@pytest.mark.parametrize("linear", [False, True])
+def test_rows_walk_down_rows(device, linear):
+    """An invocation walking down several input rows (nearest: ``walk=`` forced 1, 2, 3,
+    8, the count the largest divisor of the input rows up to it; PAIR: up to PAIR_ROWS
+    pairs of output rows, likewise) and storing whole vectors without the partial store
+    (FULL: rows of an even number of quads and output rows on 8 elements) or with it
+    (rows of 1, 3 or 7 quads): nearest bit for bit the general kernel, linear within a
+    float32 rounding of it, both against the float64 reference."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    rng = np.random.default_rng(61 + linear)
+    mode = LINEAR if linear else NEAREST
+    for h, w in ((1, 8), (5, 12), (6, 16), (7, 28), (8, 4), (12, 8), (16, 56), (11, 24)):
+        if linear and h == 1:
+            continue                      # H not interpolated: not the rows kernel
+        shape, out = (2, 3, h, w), (2, 3, 2 * h, 2 * w)
+        x = rng.standard_normal(shape).astype(np.float32)
+        desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), mode,
+                                         (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
+        for walk in ((None,) if linear else (1, 2, 3, 8)):
+            op = mod.CompiledResample(device, desc, path="rows", walk=walk)
+            assert op.path == "rows", (shape, walk)
+            plan = op.rows
+            most = mod.PAIR_ROWS if linear else walk
+            k = max(d for d in range(1, most + 1) if h % d == 0)
+            want = (2 * k, 1) if plan["pair"] else (2, k)
+            assert (plan["rep_h"], plan["rows_k"]) == want, (shape, walk)
+            assert plan["full"] == (w // 4 % mod.ROWS_Q == 0), (shape, walk)
+            got = run_desc(device, desc, x, compiled=op)
+            general = run_desc(device, desc, x, compiled=mod.CompiledResample(
+                device, desc, path="general"))
+            _check_rows(got, general, x, out, linear, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4,
+                        (-0.5,) * 4)
+
+
 def test_rows_pair_declines(device):
     """PAIR only for linear with the dimension before the last exactly 2x and of period
     2: H 2x + 1, 3x, halved, scale 1, size 1, and nearest keep one output row an
@@ -1149,7 +1184,8 @@ def test_rows_read_paths_stores_and_limits(device, store64, monkeypatch):
 
 def test_tuner_rows_read_candidates_run(device):
     """The tunable path ``resample_rows_read``: each candidate records and runs the rows
-    kernel on a shape it takes, and is declined on one it does not (rows of 6)."""
+    kernel on a shape it takes, and is declined on one it does not (rows of 6; linear:
+    the candidates walking more nearest rows)."""
     import importlib
 
     from vkml import tuning
@@ -1163,7 +1199,9 @@ def test_tuner_rows_read_candidates_run(device):
             assert mod._rows_read_class(shape).startswith(f"rows mode {int(mode)}")
             for cand in mod.ROWS_READ_PATH.candidates:
                 with device.context.sequence() as seq:
-                    if not runs:
+                    # linear walks its own PAIR rows: the walk candidates decline it
+                    walks = cand.params["walk"] != mod.NEAR_ROWS
+                    if not runs or (mode == LINEAR and walks):
                         with pytest.raises(tuning.Declined):
                             mod._rows_read_run(device, seq, cand, shape)
                         continue

@@ -40,11 +40,14 @@ moves the same bits as the general kernel; linear combines the two input rows be
 interpolating along the row (three operations an input, not an output), so it may differ
 from the general kernel by a float32 rounding.  Linear with the dimension before the
 last upsampled by 2 with a period-2 map too (:meth:`CompiledResample._pair_phases`, the
-same check along that dimension) runs its PAIR mode: an invocation computes two output
-rows from three input rows (half the input reads and index work an output: faster on
-both drivers, bench/RESULTS.md).  Its read
-(texels or storage loads) is the tunable path ``resample_rows_read``.  ``path="rows"`` /
-``"copy"`` force one where it applies, ``"rows1"`` the rows kernel without PAIR.
+same check along that dimension) runs its PAIR mode: an invocation computes pairs of
+output rows walking down the input rows, up to :data:`PAIR_ROWS` pairs (each input row
+read once, where one pair an invocation read three for two output rows).  Nearest walks
+down :data:`NEAR_ROWS` input rows where the map of the dimension before the last is
+``o // s`` (SwiftShader wants 8: each invocation's fixed cost, the tuner's ``-walk8``
+candidates; lavapipe 2).  Its read (texels or storage loads) and nearest's walk are
+the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where
+it applies, ``"rows1"`` the rows kernel without PAIR; ``walk=`` nearest's walk.
 """
 from __future__ import annotations
 
@@ -83,9 +86,14 @@ VARIANTS.update(dict.fromkeys(
     [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin", "pair")
      for r in ("texel", "ssbo") for w in ("", "_u64")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H",
-     "PHASE_H0", "PHASE_H1")))
+     "PHASE_H0", "PHASE_H1", "FULL", "ROWS_K")))
 #: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
 ROWS_Q = 2
+#: PAIR mode: at most this many pairs of output rows an invocation (its REP_H / 2).
+PAIR_ROWS = 8
+#: Nearest: at most this many input rows an invocation (its ROWS_K) by default; the
+#: tuner's candidates (:data:`ROWS_READ_PATH`) walk 2 or 8.
+NEAR_ROWS = 2
 #: |a| and |b| are kept below this, so ``o * a + b`` stays finite in float32 for every
 #: 32-bit coordinate (a scale of 1e-38 reads the input's first element, as any tiny one).
 _COORD_CAP = 2.0 ** 96
@@ -137,9 +145,16 @@ class CompiledResample(BoxKernel):
     #: The rows kernel's plan (:meth:`_plan_rows`), or None.
     rows: dict | None = None
 
-    def __init__(self, device, desc, read: str | None = None, path: str | None = None):
+    #: Nearest on the rows kernel: at most this many input rows an invocation (None: the
+    #: tuner's :data:`ROWS_READ_PATH` candidate, else :data:`NEAR_ROWS`); ``walk=`` sets
+    #: it.
+    force_walk: int | None = None
+
+    def __init__(self, device, desc, read: str | None = None, path: str | None = None,
+                 walk: int | None = None):
         check_choice("path", path, ("copy", "rows", "rows1", "general"))
         self.force_path = path
+        self.force_walk = walk
         super().__init__(device, desc, read=read)
 
     @property
@@ -246,28 +261,52 @@ class CompiledResample(BoxKernel):
             return False       # nearest: the kernel reads input k for outputs 2k, 2k + 1
         fits = ceil_div(self.in_bytes, 16) <= lim["maxTexelBufferElements"]
         read = "texel" if fits and self.force_read in (None, "auto", "texel") else "ssbo"
-        if self.force_read is None and fits:
-            # lavapipe: texel reads 2-7x faster; SwiftShader: storage reads up to 1.4x
-            read = self.tuned_read(ROWS_READ_PATH, read_shape(self.desc),
-                                   {"texel": True, "ssbo": True}) or read
+        walk = self.force_walk or NEAR_ROWS
+        if self.force_read is None and (fits or not self.linear):
+            # lavapipe: texel reads 2-7x faster; SwiftShader: storage reads up to 1.4x,
+            # and nearest 2x faster walking 8 input rows, lavapipe slower
+            name = self.tuned_read(ROWS_READ_PATH, read_shape(self.desc),
+                                   {c.name: fits or "ssbo" in c.name
+                                    for c in ROWS_READ_PATH.candidates})
+            if name:
+                read = ROWS_READ_PATH.candidate(name).params["read"]
+                walk = self.force_walk or ROWS_READ_PATH.candidate(name).params["walk"]
         pair = self._pair_phases()
         mode = "pair" if pair else "lin" if self.linear else "near"
         kernel = f"resample_rows_{mode}_{read}" + ("_u64" if wide_stores(self.device) else "")
         (d0, w0), (d1, w1) = phases
         (h0, wh0), (h1, wh1) = pair or ((0, 0.0), (0, 0.0))
-        rep_h = 2 if pair else 1
+        # PAIR: an invocation walks down PAIR_ROWS pairs of output rows where they divide
+        # the input rows (fewer loads and less index work a row: bench/RESULTS.md)
+        rep_h = 2 * _rows_an_invocation(self.in_sizes[k - 1], PAIR_ROWS) if pair else 1
+        rows_k = 1
         if not self.linear and k >= 1:
-            # output rows sharing their input row: one invocation stores them all
-            rep_h = integer_factor(self.indices(k - 1, np.arange(self.box[k - 1]))[0]) or 1
+            # output rows sharing their input row: one invocation stores them all, and
+            # where the map is o // rep_h, walks down NEAR_ROWS input rows
+            factor = integer_factor(self.indices(k - 1, np.arange(self.box[k - 1]))[0])
+            rep_h = factor or 1
+            if factor:
+                rows_k = _rows_an_invocation(self.box[k - 1] // factor, walk)
         self.rows = {"kernel": kernel, "read": read, "params": self.upload(np.frombuffer(pack(
             kernel, "Params", out_stride=_vec4s(self.box_out_strides),
             in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords]),
             phase=[n // 4, 0, 0, 0], phase_w=[w0, w1, wh0, wh1]), np.uint8)),
-                     "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "pair": bool(pair)}
+                     "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "rows_k": rows_k,
+                     "walk": walk, "pair": bool(pair),
+                     "full": self._full_stores(kernel)}
         self.kernel = kernel
         return True
+
+    def _full_stores(self, kernel: str) -> bool:
+        """Whether every live invocation of the rows kernel stores whole vectors (its
+        FULL): the input rows hold whole groups of ROWS_Q quads (dispatch pieces along
+        the row start on such groups) and, for u64vec4 stores, every output row starts on
+        8 elements."""
+        unit = 8 if kernel.endswith("_u64") else 4
+        return (self.in_sizes[-1] // 4 % ROWS_Q == 0
+                and all(st % unit == 0 for st in self.box_out_strides[:-1]))
 
     def _pair_phases(self) -> tuple | None:
         """The PAIR mode's ((H[0], WH[0]), (H[1], WH[1])) of the dimension before the last
@@ -287,7 +326,7 @@ class CompiledResample(BoxKernel):
         plan, ctx = self.rows, self.ctx
         box = list(self.box[:-1]) + [self.in_sizes[-1] // 4]
         if len(box) > 1:
-            box[-2] //= plan["rep_h"]
+            box[-2] //= plan["rep_h"] * plan["rows_k"]
         fmt = FORMAT_RGBA32_SFLOAT if self.linear else FORMAT_RGBA32_UINT
         # whole quads: the last input element ends one (the strides and rows are quads)
         size = min(self.in_bytes // 16 * 16, x.size)
@@ -304,7 +343,9 @@ class CompiledResample(BoxKernel):
                                               "PHASE_D1": plan["d"][1],
                                               "REP_H": plan["rep_h"],
                                               "PHASE_H0": plan["h"][0],
-                                              "PHASE_H1": plan["h"][1]})
+                                              "PHASE_H1": plan["h"][1],
+                                              "FULL": int(plan["full"]),
+                                              "ROWS_K": plan["rows_k"]})
         for o, e in split_groups([0] * len(box), box, lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
             push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
@@ -381,6 +422,12 @@ class CompiledResample(BoxKernel):
         if self.inner is not None:
             self.inner.release()
         super().release()
+
+
+def _rows_an_invocation(rows: int, most: int) -> int:
+    """Input rows (PAIR: pairs of output rows) a rows-kernel invocation walks down: the
+    largest count up to ``most`` dividing ``rows`` (the grid counts whole groups)."""
+    return max(p for p in range(1, most + 1) if rows % p == 0)
 
 
 def integer_factor(index_map) -> int | None:
@@ -531,19 +578,26 @@ def _rows_read_class(shape) -> str:
 
 
 def _rows_read_run(device, seq, cand, shape):
-    """Record the rows kernel on a resample of ``shape`` read by candidate ``cand``."""
+    """Record the rows kernel on a resample of ``shape`` read by candidate ``cand`` (one
+    walking more rows than the default declines linear, whose PAIR walk is fixed)."""
     desc = _shape_desc(shape)
-    op = CompiledResample(device, desc, read=cand.params["read"], path="rows")
-    if op.rows is None or op.rows["read"] != cand.params["read"]:
+    walk = cand.params["walk"]
+    op = CompiledResample(device, desc, read=cand.params["read"], path="rows", walk=walk)
+    if (op.rows is None or op.rows["read"] != cand.params["read"]
+            or (op.linear and walk != NEAR_ROWS)):
         op.release()
         raise tuning.Declined(cand.name)
     return record_on_scratch(device, seq, op, desc.input_tensor, desc.output_tensor)
 
 
-#: The rows kernel's read path where the input fits a texel buffer: RGBA32 texels
-#: ("texel", the ``VKML_TUNE=off`` default) or vec4 storage loads ("ssbo"), by measurement.
+#: The rows kernel's read path: RGBA32 texels ("texel", the ``VKML_TUNE=off`` default;
+#: where the input fits a texel buffer) or vec4 storage loads ("ssbo"), by measurement;
+#: nearest's "-walk8" candidates walk 8 input rows an invocation instead of NEAR_ROWS.
 ROWS_READ_PATH = tuning.register_path(
-    "resample_rows_read", [("texel", {"read": "texel"}), ("ssbo", {"read": "ssbo"})], "texel",
+    "resample_rows_read",
+    [(f"{read}{suffix}", {"read": read, "walk": walk})
+     for suffix, walk in (("", NEAR_ROWS), ("-walk8", 8)) for read in ("texel", "ssbo")],
+    "texel",
     _rows_read_class, _rows_read_run, work_fn=tuning.io_elements,
     examples=[{"in": [[1, 64, 56, 56], [200704, 3136, 56, 1]],
                "out": [[1, 64, 112, 112], [802816, 12544, 112, 1]], "mode": mode,
