@@ -110,15 +110,21 @@ def geometry(box, src_st, dst_st, src_off: int = 0, dst_off: int = 0) -> dict | 
     return geo
 
 
-def span_v(n: int) -> int:
-    """Words an invocation of the span rows copies along a row of ``n``: of 8, 12 and 16
-    (multiples of 4, so every invocation's first input word sits SPAN_SHIFT into a
-    uvec4), the one leaving the fewest idle lanes in the row's lanes (rounded up to 8,
-    the SIMD width the workgroup's x is at least), the larger on a tie: on lavapipe 12
-    beat 8 and 16 on rows of 96 (no idle lane), 8 beat 12 and 16 on rows of 56."""
-    def busy(v):
-        return n / (round_up(ceil_div(n, v), 8) * v)
-    return max((16, 12, 8), key=lambda v: (round(busy(v), 3), v))
+def span_v(n: int, step: int = 1) -> int:
+    """Words an invocation of the span rows copies along a row of ``n`` at ``step``: of 32
+    (step 1: at step 2 its 16 uvec4s of registers), 16 and 8 (multiples of 8: whole
+    u64vec4 stores, and every invocation's first input word SPAN_SHIFT into a uvec4), the
+    one leaving the least of a row's last invocation idle (the grid runs over rows and
+    chunks alike: no other lane idles), the larger on a tie (fewer invocations)."""
+    return max((32, 16, 8) if step == 1 else (16, 8),
+               key=lambda v: (round(n / (ceil_div(n, v) * v), 3), v))
+
+
+def _rows_on_eights(geo: dict) -> bool:
+    """Every output row of a rows geometry starts on a multiple of 8 words: the span
+    kernel's u64vec4 stores (whole chunks of V, a multiple of 8, from there) need it of
+    every row, checked here once, not per lane."""
+    return geo["bases"][1] % 8 == 0 and all(s % 8 == 0 for s in geo["out"][:-1])
 
 
 class StridedCopy:
@@ -134,12 +140,15 @@ class StridedCopy:
         self.span = span or (1, 0)
         self.kernel = (f"permute_tile_{read}4" if tile else f"permute_span_{read}4" if span
                        else f"permute_rows_{read}")
-        if wide_stores(op.device):
+        if wide_stores(op.device) and (not span or _rows_on_eights(geo)):
             self.kernel += "_u64"
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
         self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
         if span:
-            self.v = span_v(geo["box"][-1])
+            self.v = span_v(geo["box"][-1], span[0])
+            if len(geo["box"]) < 2:             # the span grid takes rows and a row
+                geo = self.geo = {**geo, "box": [1] + geo["box"], "in": [0] + geo["in"],
+                                  "out": [0] + geo["out"]}
         if read.endswith("4") and not tile:
             # the rows' quad reads (a resample's REP): whole uvec4s of input an invocation,
             # two where REP is 1 or 2 (eight or sixteen output words)
@@ -154,6 +163,35 @@ class StridedCopy:
             return {}
         return {"SPAN_STEP": self.span[0], "SPAN_SHIFT": self.span[1]}
 
+    def _pipeline(self, lx: int, ly: int):
+        return self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                              "RANK": len(self.geo["box"]), "V": self.v,
+                                              "VEC4": bool(self.geo["vec4"]),
+                                              "REP": self.geo.get("rep", 1),
+                                              **self._span_constants()})
+
+    def _encode_span(self, seq, binds) -> None:
+        """The span rows' dispatches: x over the last two dimensions in V-word chunks of
+        a row (the kernel's SPAN grid), y the one before, z the rest; pieces cut in
+        chunks by :func:`split_groups`, the kernel's magic[LAST] dividing by a piece's
+        chunks a row."""
+        box, v = self.geo["box"], self.v
+        ctx = self.op.ctx
+        chunks = [*box[:-1], ceil_div(box[-1], v)]
+        # 256 invocations timed 5-15% faster than 64 on lavapipe (its cost per workgroup)
+        lx = min(256, self.op.workgroup_size, max(8, round_up(math.prod(chunks[-2:]), 8)))
+        pipe = self._pipeline(lx, 1)
+        bases = [b & _U32 for b in self.geo["bases"]]
+        for oc, ec in split_groups([0] * len(box), chunks, lx,
+                                   ctx.limits["maxComputeWorkGroupCount"], 2, 1, 1):
+            o = [*oc[:-1], oc[-1] * v]
+            e = [*ec[:-1], min(ec[-1] * v, box[-1] - o[-1])]
+            magic = [*map(div_magic, e[:-1]), div_magic(ec[-1])]
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
+                        in_base=bases[0], out_base=bases[1], x_count=ec[-2] * ec[-1],
+                        magic=words8(magic))
+            seq.dispatch(pipe, binds, box_grid(ec, lx, 2, 1, 1), push)
+
     def encode(self, seq, src, dst) -> None:
         """The copy from allocation ``src`` to ``dst`` (whole tensors bound)."""
         geo, box = self.geo, self.geo["box"]
@@ -163,19 +201,16 @@ class StridedCopy:
         rd = Bind(src, 0, size, "r", fmt) if self.read.startswith("texel") else Bind(
             src, 0, size, "r")
         binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
+        if "span" in self.kernel:
+            self._encode_span(seq, binds)
+            return
         ctx = self.op.ctx
-        # the span rows: 256 invocations (more rows a workgroup) timed 5-15% faster than
-        # 64 on lavapipe, the tile and rows kernels not
-        local = min(256 if "span" in self.kernel else 64, self.op.workgroup_size)
+        local = min(64, self.op.workgroup_size)
         lx = min(local, max(8, round_up(ceil_div(box[-1], self.v), 8)))
         ly = 1
         if len(box) > 1:
             ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1])))
-        pipe = self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                              "RANK": len(box), "V": self.v,
-                                              "VEC4": bool(geo["vec4"]),
-                                              "REP": geo.get("rep", 1),
-                                              **self._span_constants()})
+        pipe = self._pipeline(lx, ly)
         bases = [b & _U32 for b in geo["bases"]]
         for o, e in split_groups([0] * len(box), list(box), lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, self.v, ly):
