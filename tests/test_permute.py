@@ -2,7 +2,8 @@
 stepped slices (SLICE1), each choice forced ("texel", "ssbo", and the strided element path
 they replace), uvec4 and u64vec4 stores, bit for bit against NumPy on random shapes,
 permutations, steps of either sign, offsets and padded outputs with canaries in the gaps;
-every data type (the 32-bit ones take the kernel, the others keep the element path);
+every data type (the 32-bit ones take the kernel, the others keep the element path but
+for rows of whole words, copied as words);
 grids past maxComputeWorkGroupCount, bindings past maxStorageBufferRange and inputs past
 maxTexelBufferElements."""
 from __future__ import annotations
@@ -186,6 +187,34 @@ def test_stepped_slice_every_type(device, dtype):
     assert (op.permuted is not None) == (np.dtype(dtype).itemsize == 4)
     got = _execute(device, op, x, y.size, dtype)
     assert same_bits(got.reshape(y.shape), y)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_word_rows_every_type(device, dtype):
+    """Crops of every data type kept off the copy engine into rows padded by 8 elements:
+    rows of whole words on both sides (8, 16 and 64-bit elements too) run the rows or
+    span kernel as 32-bit words, rows starting or ending inside a word keep the element
+    path; NumPy's bits, the gaps untouched."""
+    rng = np.random.default_rng(ALL_DTYPES.index(dtype) + 110)
+    es = np.dtype(dtype).itemsize
+    x = random_bits(rng, (3, 10, 24), dtype)
+    for choice in ("span_texel", "texel", "ssbo"):
+        for offs, sizes in (((0, 1, 4), (3, 8, 16)), ((1, 2, 0), (2, 7, 24)),
+                            ((0, 0, 1), (3, 9, 21)), ((1, 0, 2), (2, 10, 6))):
+            ref = x[tuple(slice(o, o + n) for o, n in zip(offs, sizes))]
+            out_st = (sizes[1] * (sizes[2] + 8), sizes[2] + 8, 1)
+            out_elems = sizes[0] * out_st[0]
+            desc = dml.Slice1OperatorDesc(dml.TensorDesc(dtype, x.shape),
+                                          dml.TensorDesc(dtype, ref.shape, out_st), offs,
+                                          sizes, (1, 1, 1))
+            op = CompiledSlice(device, device.create_operator(desc).desc, path="kernel",
+                               permute=choice)
+            words = offs[2] * es % 4 == 0 and sizes[2] * es % 4 == 0
+            assert (op.permuted is not None) == words, (offs, sizes)
+            got = _execute(device, op, x, out_elems, dtype)
+            view, gaps = _placed(got, ref.shape, out_st)
+            assert same_bits(view, ref), (choice, offs, sizes)
+            assert (got[gaps].view(np.uint8) == CANARY).all(), (choice, offs, sizes)
 
 
 def test_grids_split(device):

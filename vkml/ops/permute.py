@@ -3,7 +3,9 @@ IDENTITY whose input and output are contiguous along different dimensions) and a
 read at a step (a SLICE1 with strides), ``glsl/permute.comp``.  No operator of its own:
 :func:`plan` is called at the choice point of IDENTITY (``vkml/ops/element_wise.py``) and
 of the slice family's kernel copies (``vkml/ops/join_split_slice.py``), which keep their
-strided element path for every geometry, type or size this module declines.
+strided element path for every geometry, type or size this module declines.  Elements of
+8, 16 or 64 bits come here only as rows of whole words contiguous both sides (a crop, a
+join's or split's copy), copied as 32-bit words (:func:`as_words`).
 
 * "tile": the output contiguous along p, the input along q: an invocation moves V tiles
   of 4 x 4 words (four uvec4 reads along q, a register transpose, four uvec4 stores
@@ -108,6 +110,21 @@ def geometry(box, src_st, dst_st, src_off: int = 0, dst_off: int = 0) -> dict | 
         # so negative outer strides keep it)
         geo["span"] = (src[p], src_off % 4)
     return geo
+
+
+def as_words(box, src_st, dst_st, esize: int, src_off: int = 0, dst_off: int = 0):
+    """A copy of ``esize``-byte elements as one of 32-bit words (box, strides, offsets),
+    or None: only rows contiguous both sides, each starting on a whole word and of whole
+    words (a crop, a join or split's copy of 8, 16 or 64-bit elements): what the rows
+    and span kernels move is bits, while a step or a transpose of such elements would
+    need sub-word or pair moves they do not make."""
+    box, src, dst = coalesce(box, src_st, dst_st)
+    if src[-1] != 1 or dst[-1] != 1 or any(
+            v * esize % 4 for v in (box[-1], src_off, dst_off, *src[:-1], *dst[:-1])):
+        return None
+    w = lambda v: v * esize // 4      # noqa: E731  (exact: a multiple of 4 bytes)
+    return ([*box[:-1], w(box[-1])], [*map(w, src[:-1]), 1], [*map(w, dst[:-1]), 1],
+            w(src_off), w(dst_off))
 
 
 def span_v(n: int, step: int = 1) -> int:
@@ -223,11 +240,17 @@ class StridedCopy:
 def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
          src_off: int = 0, dst_off: int = 0, force: str | None = None) -> StridedCopy | None:
     """A :class:`StridedCopy` of the copy (:func:`geometry`'s arguments) for host
-    operator ``op``, or None: elements not of 32 bits, a geometry neither kind takes,
+    operator ``op``, or None: elements not of 32 bits whose rows :func:`as_words` does
+    not take, a geometry neither kind takes,
     tensors past one binding, or the strided path chosen (``force``: one of
     :data:`CHOICES`; None: the tuner's choice)."""
-    if esize != 4 or force == "strided":
+    if force == "strided":
         return None
+    if esize != 4:
+        words = as_words(box, src_st, dst_st, esize, src_off, dst_off)
+        if words is None:
+            return None
+        box, src_st, dst_st, src_off, dst_off = words
     geo = geometry(box, src_st, dst_st, src_off, dst_off)
     lim = op.ctx.limits
     if geo is None or max(in_bytes, out_bytes) > lim["maxStorageBufferRange"]:
