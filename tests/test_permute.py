@@ -356,6 +356,24 @@ def test_span_rows(device, stores, choice):
         assert same_bits(got.reshape(y.shape), y), (shape, steps)
 
 
+def test_span_chunks(device, stores):
+    """The span grid's chunks: one row (a 1-D slice, its partial last chunk looped) and
+    rows starting on 8 words (whole chunks, u64vec4 stores where forced), V of 8 and 32;
+    NumPy's bits, the gaps past the output untouched."""
+    rng = np.random.default_rng([STORES.index(stores), 14])
+    for shape, offs, sizes, steps, v in (((203,), (3,), (199,), (2,), 8),
+                                         ((1000,), (5,), (990,), (1,), 32),
+                                         ((4, 6, 72), (0, 0, 4), (4, 6, 64), (1, 1, 1), 32)):
+        x = random_bits(rng, shape, "float32")
+        op, y = _slice_op(device, x, offs, sizes, steps, path="kernel", permute="span_texel")
+        pm = op.permuted
+        assert pm is not None and "span" in pm.kernel and pm.v == v, pm and pm.kernel
+        assert pm.kernel.endswith("_u64") == (stores == "u64vec4")
+        got = _execute(device, op, x, y.size + 8, "float32")
+        assert same_bits(got[:y.size].reshape(y.shape), y), shape
+        assert (got[y.size:].view(np.uint8) == CANARY).all(), shape
+
+
 def test_span_grids_split(device):
     """The span kernel's grid split along x, y and z by a lowered
     maxComputeWorkGroupCount."""
