@@ -27,13 +27,20 @@
 //   constant offset within a uvec4, or a stride-2 slice: two uvec4 fetches give four
 //   outputs), so no scalar fetch and no per-word index arithmetic; every row's first
 //   word sits SPAN_SHIFT words into a uvec4 (outer input strides and V * SPAN_STEP
-//   multiples of 4).  Only the uvec4s holding a live output are read.
+//   multiples of 4).  Only the uvec4s holding a live output are read.  The grid's x runs
+//   over the rows and the V-word chunks of each (magic[LAST] divides by the chunks a
+//   row), y the dimension before the rows: a row's end idles no lane but its last
+//   invocation's tail, whatever the row's length (x along one row idled the rest of
+//   lavapipe's 8-lane SIMD rows past a row's end), so V can be 8, 16 or 32, whole
+//   u64vec4 stores (the _u64 variants where every output row starts on 8 words: the
+//   host's rule, so no lane tests it); a row's partial last invocation loops word by word.
 // *_u64 (devices with int64 shaders, where store_width's timing says so): a full
 //   invocation's stores as u64vec4s, eight words each (two tiles' rows, or eight words of
 //   a row) where its output offset allows: lavapipe stores a vector's components one by
 //   one, so 64-bit components carry twice the bytes for the same cost.
-// Grid as glsl/element_wise.comp's strided variant with XDIMS = 1: x along the last
-// dimension (V units an invocation), y the one before, z the rest (uniform per workgroup).
+// Grid (but SPAN's) as glsl/element_wise.comp's strided variant with XDIMS = 1: x along
+// the last dimension (V units an invocation), y the one before, z the rest (uniform per
+// workgroup).
 // Strides and bases are modulo 2^32: a negative stride is its two's complement.
 //
 // vkml:variant permute_tile_texel4 TILE=1 TEXEL=1
@@ -108,7 +115,7 @@ layout(push_constant) uniform Push {
     uvec4 extent[2];
     uint in_base, out_base;       // the bindings' first unit (uvec4s for TILE, words else)
     uint x_count;                 // invocations along x
-    uvec4 magic[2];               // ceil(2^32 / extent): see divide()
+    uvec4 magic[2];               // ceil(2^32 / extent): see divide(); SPAN: [LAST] by chunks
 };
 
 #define AT(arr, d) arr[(d) >> 2][(d) & 3]
@@ -125,7 +132,11 @@ const int LAST = RANK - 1;
 // The box coordinates of this invocation's first unit and how many of its V it has.
 uint box_coords(out uint coord[8]) {
     uint gx = gl_GlobalInvocationID.x;
+#ifdef SPAN
+    const int YDIM = RANK - 3;      // x runs over the rows too (RANK >= 2)
+#else
     const int YDIM = RANK - 2;
+#endif
     bool live = gx < x_count && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, YDIM));
     uint z = gl_GlobalInvocationID.z;
     [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
@@ -134,7 +145,17 @@ uint box_coords(out uint coord[8]) {
         z = q;
     }
     if (YDIM >= 0) coord[YDIM] = AT(origin, YDIM) + gl_GlobalInvocationID.y;
+#ifdef SPAN
+    // gx / chunks, chunks = the row's invocations: a multiply-high by magic[LAST]
+    // (ceil(2^32 / chunks), 0 for one chunk; gx < 2^16: grid.py)
+    uint chunks = (AT(extent, LAST) + V - 1u) / V, hi, lo;
+    umulExtended(gx, AT(magic, LAST), hi, lo);
+    uint row = chunks == 1u ? gx : hi;
+    coord[LAST - 1] = AT(origin, LAST - 1) + row;
+    coord[LAST] = AT(origin, LAST) + (gx - row * chunks) * V;
+#else
     coord[LAST] = AT(origin, LAST) + gx * V;
+#endif
     uint end = AT(origin, LAST) + AT(extent, LAST);
     return live && coord[LAST] < end ? min(V, end - coord[LAST]) : 0u;
 }
@@ -179,6 +200,42 @@ void main() {
             }
         }
     }
+#elif defined(SPAN)
+    uint q0 = (si - SPAN_SHIFT) >> 2;
+    if (count == V) {
+        // the uvec4s spanning the V outputs' input words, held in registers (constant
+        // indices); the store form is the host's (uniform): lavapipe runs every branch
+        // on a lane's value in every SIMD group, taken or not
+        const uint NQ = (SPAN_SHIFT + (V - 1u) * SPAN_STEP) / 4u + 1u;
+        uvec4 r[NQ];
+        [[unroll]] for (uint k = 0u; k < NQ; k++) r[k] = LOAD4(q0 + k);
+        uint w[V];
+        [[unroll]] for (uint j = 0u; j < V; j++) {
+            const uint e = SPAN_SHIFT + j * SPAN_STEP;
+            w[j] = r[e >> 2][e & 3u];
+        }
+        if (WIDE) {                                 // so a multiple of 8 words (host)
+            [[unroll]] for (uint k = 0u; k < V / 8u; k++) {
+                uint b = 8u * k;
+                y8[(so >> 3) + k] = vkml_u64x4(uvec4(w[b], w[b + 1u], w[b + 2u], w[b + 3u]),
+                                               uvec4(w[b + 4u], w[b + 5u], w[b + 6u], w[b + 7u]));
+            }
+        } else if (VEC4) {                          // so a multiple of 4 words
+            [[unroll]] for (uint k = 0u; k < V / 4u; k++) {
+                y4[(so >> 2) + k] = uvec4(w[4u * k], w[4u * k + 1u], w[4u * k + 2u],
+                                          w[4u * k + 3u]);
+            }
+        } else {
+            [[unroll]] for (uint j = 0u; j < V; j++) y[so + j] = w[j];
+        }
+    } else {
+        // a row's last, partial invocation: a loop, not unrolled (an unrolled tail's
+        // masked loads and stores would run in every SIMD group on lavapipe)
+        [[dont_unroll]] for (uint j = 0u; j < count; j++) {
+            uint e = SPAN_SHIFT + j * SPAN_STEP;
+            y[so + j] = LOAD4(q0 + (e >> 2))[e & 3u];
+        }
+    }
 #else
     uint w[V];
 #ifdef QUAD
@@ -188,20 +245,6 @@ void main() {
             uvec4 r = LOAD4((si >> 2) + k);
             [[unroll]] for (uint j = 0u; j < 4u * REP; j++) w[4u * REP * k + j] = r[j / REP];
         }
-    }
-#elif defined(SPAN)
-    // the uvec4s spanning the V outputs' input words, held in registers (constant indices)
-    const uint NQ = (SPAN_SHIFT + (V - 1u) * SPAN_STEP) / 4u + 1u;
-    uint last = SPAN_SHIFT + (max(count, 1u) - 1u) * SPAN_STEP;
-    uint q0 = (si - SPAN_SHIFT) >> 2;
-    uvec4 r[NQ];
-    [[unroll]] for (uint k = 0u; k < NQ; k++) {
-        r[k] = uvec4(0u);
-        if (count > 0u && 4u * k <= last) r[k] = LOAD4(q0 + k);
-    }
-    [[unroll]] for (uint j = 0u; j < V; j++) {
-        const uint e = SPAN_SHIFT + j * SPAN_STEP;
-        w[j] = r[e >> 2][e & 3u];
     }
 #else
     uint step = AT(in_stride, LAST);

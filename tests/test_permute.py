@@ -2,7 +2,8 @@
 stepped slices (SLICE1), each choice forced ("texel", "ssbo", and the strided element path
 they replace), uvec4 and u64vec4 stores, bit for bit against NumPy on random shapes,
 permutations, steps of either sign, offsets and padded outputs with canaries in the gaps;
-every data type (the 32-bit ones take the kernel, the others keep the element path);
+every data type (the 32-bit ones take the kernel, the others keep the element path but
+for rows of whole words, copied as words);
 grids past maxComputeWorkGroupCount, bindings past maxStorageBufferRange and inputs past
 maxTexelBufferElements."""
 from __future__ import annotations
@@ -188,6 +189,34 @@ def test_stepped_slice_every_type(device, dtype):
     assert same_bits(got.reshape(y.shape), y)
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_word_rows_every_type(device, dtype):
+    """Crops of every data type kept off the copy engine into rows padded by 8 elements:
+    rows of whole words on both sides (8, 16 and 64-bit elements too) run the rows or
+    span kernel as 32-bit words, rows starting or ending inside a word keep the element
+    path; NumPy's bits, the gaps untouched."""
+    rng = np.random.default_rng(ALL_DTYPES.index(dtype) + 110)
+    es = np.dtype(dtype).itemsize
+    x = random_bits(rng, (3, 10, 24), dtype)
+    for choice in ("span_texel", "texel", "ssbo"):
+        for offs, sizes in (((0, 1, 4), (3, 8, 16)), ((1, 2, 0), (2, 7, 24)),
+                            ((0, 0, 1), (3, 9, 21)), ((1, 0, 2), (2, 10, 6))):
+            ref = x[tuple(slice(o, o + n) for o, n in zip(offs, sizes))]
+            out_st = (sizes[1] * (sizes[2] + 8), sizes[2] + 8, 1)
+            out_elems = sizes[0] * out_st[0]
+            desc = dml.Slice1OperatorDesc(dml.TensorDesc(dtype, x.shape),
+                                          dml.TensorDesc(dtype, ref.shape, out_st), offs,
+                                          sizes, (1, 1, 1))
+            op = CompiledSlice(device, device.create_operator(desc).desc, path="kernel",
+                               permute=choice)
+            words = offs[2] * es % 4 == 0 and sizes[2] * es % 4 == 0
+            assert (op.permuted is not None) == words, (offs, sizes)
+            got = _execute(device, op, x, out_elems, dtype)
+            view, gaps = _placed(got, ref.shape, out_st)
+            assert same_bits(view, ref), (choice, offs, sizes)
+            assert (got[gaps].view(np.uint8) == CANARY).all(), (choice, offs, sizes)
+
+
 def test_grids_split(device):
     """maxComputeWorkGroupCount lowered: both kinds' grids split along x, y and z."""
     rng = np.random.default_rng(3)
@@ -317,7 +346,7 @@ def test_span_rows(device, stores, choice):
                                      permute=choice.removeprefix("span_"))
                 assert "rows" in plain.permuted.kernel
                 plain.release()
-    assert seen == {8, 12, 16}, seen
+    assert seen == {8, 16, 32}, seen
     for shape, steps in (((3, 5, 37), (1, 1, 2)), ((3, 5, 40), (1, 1, 3))):
         x = random_bits(rng, shape, "float32")
         sizes = (3, 5, shape[-1] - 1)
@@ -325,6 +354,24 @@ def test_span_rows(device, stores, choice):
         assert op.permuted is not None and "rows" in op.permuted.kernel
         got = _execute(device, op, x, y.size, "float32")
         assert same_bits(got.reshape(y.shape), y), (shape, steps)
+
+
+def test_span_chunks(device, stores):
+    """The span grid's chunks: one row (a 1-D slice, its partial last chunk looped) and
+    rows starting on 8 words (whole chunks, u64vec4 stores where forced), V of 8 and 32;
+    NumPy's bits, the gaps past the output untouched."""
+    rng = np.random.default_rng([STORES.index(stores), 14])
+    for shape, offs, sizes, steps, v in (((203,), (3,), (199,), (2,), 8),
+                                         ((1000,), (5,), (990,), (1,), 32),
+                                         ((4, 6, 72), (0, 0, 4), (4, 6, 64), (1, 1, 1), 32)):
+        x = random_bits(rng, shape, "float32")
+        op, y = _slice_op(device, x, offs, sizes, steps, path="kernel", permute="span_texel")
+        pm = op.permuted
+        assert pm is not None and "span" in pm.kernel and pm.v == v, pm and pm.kernel
+        assert pm.kernel.endswith("_u64") == (stores == "u64vec4")
+        got = _execute(device, op, x, y.size + 8, "float32")
+        assert same_bits(got[:y.size].reshape(y.shape), y), shape
+        assert (got[y.size:].view(np.uint8) == CANARY).all(), shape
 
 
 def test_span_grids_split(device):

@@ -16,7 +16,8 @@ A copy runs on one of two paths:
   chooses per row length (:data:`ROWS_PATH`); ``VKML_TUNE=off`` takes the copy engine
   from :data:`COPY_ROW_BYTES` on.
 * "kernel": for 32-bit elements :mod:`vkml.ops.permute`'s copy where it takes the
-  geometry (a step along rows, a transpose, a crop; tuned against the next), else
+  geometry (a step along rows, a transpose, a crop; tuned against the next; other sizes
+  only as rows of whole words, copied as words), else
   the element-wise family's strided IDENTITY (``glsl/element_wise.comp``,
   every tensor bound as 32-bit words, so all 11 types on every device).  Its index
   arithmetic is modulo 2^32, so a negative stride is passed as its two's complement and a

@@ -3,7 +3,9 @@ IDENTITY whose input and output are contiguous along different dimensions) and a
 read at a step (a SLICE1 with strides), ``glsl/permute.comp``.  No operator of its own:
 :func:`plan` is called at the choice point of IDENTITY (``vkml/ops/element_wise.py``) and
 of the slice family's kernel copies (``vkml/ops/join_split_slice.py``), which keep their
-strided element path for every geometry, type or size this module declines.
+strided element path for every geometry, type or size this module declines.  Elements of
+8, 16 or 64 bits come here only as rows of whole words contiguous both sides (a crop, a
+join's or split's copy), copied as 32-bit words (:func:`as_words`).
 
 * "tile": the output contiguous along p, the input along q: an invocation moves V tiles
   of 4 x 4 words (four uvec4 reads along q, a register transpose, four uvec4 stores
@@ -110,15 +112,36 @@ def geometry(box, src_st, dst_st, src_off: int = 0, dst_off: int = 0) -> dict | 
     return geo
 
 
-def span_v(n: int) -> int:
-    """Words an invocation of the span rows copies along a row of ``n``: of 8, 12 and 16
-    (multiples of 4, so every invocation's first input word sits SPAN_SHIFT into a
-    uvec4), the one leaving the fewest idle lanes in the row's lanes (rounded up to 8,
-    the SIMD width the workgroup's x is at least), the larger on a tie: on lavapipe 12
-    beat 8 and 16 on rows of 96 (no idle lane), 8 beat 12 and 16 on rows of 56."""
-    def busy(v):
-        return n / (round_up(ceil_div(n, v), 8) * v)
-    return max((16, 12, 8), key=lambda v: (round(busy(v), 3), v))
+def as_words(box, src_st, dst_st, esize: int, src_off: int = 0, dst_off: int = 0):
+    """A copy of ``esize``-byte elements as one of 32-bit words (box, strides, offsets),
+    or None: only rows contiguous both sides, each starting on a whole word and of whole
+    words (a crop, a join or split's copy of 8, 16 or 64-bit elements): what the rows
+    and span kernels move is bits, while a step or a transpose of such elements would
+    need sub-word or pair moves they do not make."""
+    box, src, dst = coalesce(box, src_st, dst_st)
+    if src[-1] != 1 or dst[-1] != 1 or any(
+            v * esize % 4 for v in (box[-1], src_off, dst_off, *src[:-1], *dst[:-1])):
+        return None
+    w = lambda v: v * esize // 4      # noqa: E731  (exact: a multiple of 4 bytes)
+    return ([*box[:-1], w(box[-1])], [*map(w, src[:-1]), 1], [*map(w, dst[:-1]), 1],
+            w(src_off), w(dst_off))
+
+
+def span_v(n: int, step: int = 1) -> int:
+    """Words an invocation of the span rows copies along a row of ``n`` at ``step``: of 32
+    (step 1: at step 2 its 16 uvec4s of registers), 16 and 8 (multiples of 8: whole
+    u64vec4 stores, and every invocation's first input word SPAN_SHIFT into a uvec4), the
+    one leaving the least of a row's last invocation idle (the grid runs over rows and
+    chunks alike: no other lane idles), the larger on a tie (fewer invocations)."""
+    return max((32, 16, 8) if step == 1 else (16, 8),
+               key=lambda v: (round(n / (ceil_div(n, v) * v), 3), v))
+
+
+def _rows_on_eights(geo: dict) -> bool:
+    """Every output row of a rows geometry starts on a multiple of 8 words: the span
+    kernel's u64vec4 stores (whole chunks of V, a multiple of 8, from there) need it of
+    every row, checked here once, not per lane."""
+    return geo["bases"][1] % 8 == 0 and all(s % 8 == 0 for s in geo["out"][:-1])
 
 
 class StridedCopy:
@@ -134,12 +157,15 @@ class StridedCopy:
         self.span = span or (1, 0)
         self.kernel = (f"permute_tile_{read}4" if tile else f"permute_span_{read}4" if span
                        else f"permute_rows_{read}")
-        if wide_stores(op.device):
+        if wide_stores(op.device) and (not span or _rows_on_eights(geo)):
             self.kernel += "_u64"
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
         self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
         if span:
-            self.v = span_v(geo["box"][-1])
+            self.v = span_v(geo["box"][-1], span[0])
+            if len(geo["box"]) < 2:             # the span grid takes rows and a row
+                geo = self.geo = {**geo, "box": [1] + geo["box"], "in": [0] + geo["in"],
+                                  "out": [0] + geo["out"]}
         if read.endswith("4") and not tile:
             # the rows' quad reads (a resample's REP): whole uvec4s of input an invocation,
             # two where REP is 1 or 2 (eight or sixteen output words)
@@ -154,6 +180,35 @@ class StridedCopy:
             return {}
         return {"SPAN_STEP": self.span[0], "SPAN_SHIFT": self.span[1]}
 
+    def _pipeline(self, lx: int, ly: int):
+        return self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                              "RANK": len(self.geo["box"]), "V": self.v,
+                                              "VEC4": bool(self.geo["vec4"]),
+                                              "REP": self.geo.get("rep", 1),
+                                              **self._span_constants()})
+
+    def _encode_span(self, seq, binds) -> None:
+        """The span rows' dispatches: x over the last two dimensions in V-word chunks of
+        a row (the kernel's SPAN grid), y the one before, z the rest; pieces cut in
+        chunks by :func:`split_groups`, the kernel's magic[LAST] dividing by a piece's
+        chunks a row."""
+        box, v = self.geo["box"], self.v
+        ctx = self.op.ctx
+        chunks = [*box[:-1], ceil_div(box[-1], v)]
+        # 256 invocations timed 5-15% faster than 64 on lavapipe (its cost per workgroup)
+        lx = min(256, self.op.workgroup_size, max(8, round_up(math.prod(chunks[-2:]), 8)))
+        pipe = self._pipeline(lx, 1)
+        bases = [b & _U32 for b in self.geo["bases"]]
+        for oc, ec in split_groups([0] * len(box), chunks, lx,
+                                   ctx.limits["maxComputeWorkGroupCount"], 2, 1, 1):
+            o = [*oc[:-1], oc[-1] * v]
+            e = [*ec[:-1], min(ec[-1] * v, box[-1] - o[-1])]
+            magic = [*map(div_magic, e[:-1]), div_magic(ec[-1])]
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
+                        in_base=bases[0], out_base=bases[1], x_count=ec[-2] * ec[-1],
+                        magic=words8(magic))
+            seq.dispatch(pipe, binds, box_grid(ec, lx, 2, 1, 1), push)
+
     def encode(self, seq, src, dst) -> None:
         """The copy from allocation ``src`` to ``dst`` (whole tensors bound)."""
         geo, box = self.geo, self.geo["box"]
@@ -163,19 +218,16 @@ class StridedCopy:
         rd = Bind(src, 0, size, "r", fmt) if self.read.startswith("texel") else Bind(
             src, 0, size, "r")
         binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
+        if "span" in self.kernel:
+            self._encode_span(seq, binds)
+            return
         ctx = self.op.ctx
-        # the span rows: 256 invocations (more rows a workgroup) timed 5-15% faster than
-        # 64 on lavapipe, the tile and rows kernels not
-        local = min(256 if "span" in self.kernel else 64, self.op.workgroup_size)
+        local = min(64, self.op.workgroup_size)
         lx = min(local, max(8, round_up(ceil_div(box[-1], self.v), 8)))
         ly = 1
         if len(box) > 1:
             ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1])))
-        pipe = self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                              "RANK": len(box), "V": self.v,
-                                              "VEC4": bool(geo["vec4"]),
-                                              "REP": geo.get("rep", 1),
-                                              **self._span_constants()})
+        pipe = self._pipeline(lx, ly)
         bases = [b & _U32 for b in geo["bases"]]
         for o, e in split_groups([0] * len(box), list(box), lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, self.v, ly):
@@ -188,11 +240,17 @@ class StridedCopy:
 def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
          src_off: int = 0, dst_off: int = 0, force: str | None = None) -> StridedCopy | None:
     """A :class:`StridedCopy` of the copy (:func:`geometry`'s arguments) for host
-    operator ``op``, or None: elements not of 32 bits, a geometry neither kind takes,
+    operator ``op``, or None: elements not of 32 bits whose rows :func:`as_words` does
+    not take, a geometry neither kind takes,
     tensors past one binding, or the strided path chosen (``force``: one of
     :data:`CHOICES`; None: the tuner's choice)."""
-    if esize != 4 or force == "strided":
+    if force == "strided":
         return None
+    if esize != 4:
+        words = as_words(box, src_st, dst_st, esize, src_off, dst_off)
+        if words is None:
+            return None
+        box, src_st, dst_st, src_off, dst_off = words
     geo = geometry(box, src_st, dst_st, src_off, dst_off)
     lim = op.ctx.limits
     if geo is None or max(in_bytes, out_bytes) > lim["maxStorageBufferRange"]:
