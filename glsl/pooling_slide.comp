@@ -15,9 +15,10 @@
 // carry the same bytes (glsl/include/vkml_u64.glsl).
 //   max: padded cells never win (a window wholly in the padding gives -inf); a NaN
 //        beats every number.
-//   average: the float32 sum of the cells inside the input divided by `divisor` where it
-//        is > 0 (IncludePadding: the window's element count) or by their count (0 when
-//        there are none): rows inside times columns inside.
+//   average: the float32 sum of the cells inside the input times 1 / `divisor` where it
+//        is > 0 (IncludePadding: the window's element count), else times 1 / (rows
+//        inside) and 1 / (columns inside), their count's reciprocal (0 when there are
+//        none): within 2 ulp of the division, without one per output.
 //
 // vkml:variant pooling_slide_max_w2s2h0 PMAX=1 BW=2u BS=2u SH=0u
 // vkml:variant pooling_slide_max_w2s2h1 PMAX=1 BW=2u BS=2u SH=1u
@@ -189,15 +190,24 @@ void main() {
     int iL0 = int(cl * BS) - start.y;
     q_base = int(cn * in_stride[0].x + cc * in_stride[0].y - in_base) + iL0;
     last_texel = textureSize(Xt) - 1;
-    float cols[PB_V];             // window columns inside the row, per output
     bool col_in[PB_T];
     [[unroll]] for (uint t = 0u; t < PB_T; t++) col_in[t] = uint(iL0 + int(t)) < in_size.y;
+    // average: each output's scale, row-independent: 1 / divisor (IncludePadding), else
+    // 1 / (its window columns inside the row), which the row loop multiplies by 1 / (the
+    // window rows inside): two multiplies an output rather than a division (0 where no
+    // cell is inside: the sum of none is 0)
+    bool by_window = divisor > 0.0;
+    float cf[PB_V];
     [[unroll]] for (uint j = 0u; j < PB_V; j++) {
-        cols[j] = 0.0;
+        float cols = 0.0;
         [[unroll]] for (uint k = 0u; k < BW; k++) {
             bool inside = col_in[j * BS + k];
-            cols[j] += inside ? 1.0 : 0.0;
+            cols += inside ? 1.0 : 0.0;
         }
+        float rc = 1.0 / cols, rd = 1.0 / divisor, zero = 0.0;
+        bool some = cols > 0.0;
+        float c = some ? rc : zero;
+        cf[j] = by_window ? rd : c;
     }
 
     // the row folds of the first output row's window rows that the loop does not fetch
@@ -220,16 +230,13 @@ void main() {
             res[j] = s;
         }
         if (!PB_MAX) {
-            // window rows inside the input times the columns inside
-            float nr = float(clamp(min(ib + int(BW), int(size_b)) - max(ib, 0), 0, int(BW)));
-            bool by_window = divisor > 0.0;
-            [[unroll]] for (uint j = 0u; j < PB_V; j++) {
-                float n = nr * cols[j];
-                float by = by_window ? divisor : n;
-                float q = res[j] / by;
-                bool none = by == 0.0;
-                res[j] = none ? 0.0 : q;
-            }
+            // the window rows inside the input
+            int nr = clamp(min(ib + int(BW), int(size_b)) - max(ib, 0), 0, int(BW));
+            float rr = 1.0 / float(nr), zero = 0.0, one = 1.0;
+            bool some = nr > 0;
+            float rf = some ? rr : zero;
+            rf = by_window ? one : rf;
+            [[unroll]] for (uint j = 0u; j < PB_V; j++) res[j] *= cf[j] * rf;
         }
         // the last PB_H window rows are the next output row's first
         [[unroll]] for (uint r = 0u; r < PB_H; r++) {
