@@ -182,9 +182,15 @@ void hold_row(uint xi, uint yo, uint end) {
     vec4 xr[NREG];
     vec4 mx = vec4(FLT_LOWEST);
     uint lane = gl_SubgroupInvocationID;
+    // every texel fetched, past the row at the row's last one (a dead subgroup's at its
+    // first), then replaced: a select, where a test around the fetch is a branch lavapipe
+    // runs under a lane mask
+    uint last = max(end, 1u) - 1u;
+    vec4 lowest = vec4(NEG_INF);
     [[unroll]] for (uint i = 0u; i < NREG; i++) {
-        xr[i] = vec4(NEG_INF);
-        if (TEX(i) < end) xr[i] = LOAD4(xi + TEX(i));
+        vec4 v = LOAD4(xi + min(TEX(i), last));
+        bool in_row = TEX(i) < end;
+        xr[i] = in_row ? v : lowest;
         mx = max(mx, xr[i]);
     }
     float m = max(max(mx.x, mx.y), max(mx.z, mx.w));
