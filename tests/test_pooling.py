@@ -890,6 +890,7 @@ def test_slide_kernel_stores(device, store64):
     from vkml.ops.pooling import CompiledPooling
 
     rng = np.random.default_rng(64 + store64)
+    wide = bool(device.features.get("int64"))
     T = dml.TensorDesc
     for shape, geo in (((1, 3, 10, 32), ([3, 3], [1, 1], [1, 1], [1, 1], [1, 1])),
                        ((2, 2, 9, 24), ([3, 3], [2, 2], [1, 1], [1, 0], [1, 1])),
@@ -906,7 +907,7 @@ def test_slide_kernel_stores(device, store64):
                                                             window, start, end, dil))
             op = CompiledPooling(device, desc, path="slide", store64=store64)
             assert op.path == "slide"
-            assert op.kernel.endswith("_u64") == (store64 and bool(device.features.get("int64")))
+            assert op.kernel.endswith("_u64") == (store64 and wide)
             y = device.empty(out, np.float32)
             op.execute([device.tensor(x)], [y])
             op.release()
