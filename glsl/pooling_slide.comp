@@ -10,12 +10,15 @@
 // fetches each input row once, not three times, and a stride-2 3x3 one twice for three.
 // Window, stride, row shift and max / average are compile-time (SwiftShader unrolls only
 // compile-time loops; an array a rolled loop indexes lives in memory there), the row
-// loop rolled.
+// loop rolled.  U64 variants store the 8 outputs as one u64vec4 (POOL_VSTORE then means
+// 8-aligned): lavapipe stores a vector one component at a time, so half the components
+// carry the same bytes (glsl/include/vkml_u64.glsl).
 //   max: padded cells never win (a window wholly in the padding gives -inf); a NaN
 //        beats every number.
-//   average: the float32 sum of the cells inside the input divided by `divisor` where it
-//        is > 0 (IncludePadding: the window's element count) or by their count (0 when
-//        there are none): rows inside times columns inside.
+//   average: the float32 sum of the cells inside the input times 1 / `divisor` where it
+//        is > 0 (IncludePadding: the window's element count), else times 1 / (rows
+//        inside) and 1 / (columns inside), their count's reciprocal (0 when there are
+//        none): within 2 ulp of the division, without one per output.
 //
 // vkml:variant pooling_slide_max_w2s2h0 PMAX=1 BW=2u BS=2u SH=0u
 // vkml:variant pooling_slide_max_w2s2h1 PMAX=1 BW=2u BS=2u SH=1u
@@ -49,10 +52,49 @@
 // vkml:variant pooling_slide_avg_w5s1h1 PMAX=0 BW=5u BS=1u SH=1u
 // vkml:variant pooling_slide_avg_w5s1h2 PMAX=0 BW=5u BS=1u SH=2u
 // vkml:variant pooling_slide_avg_w5s1h3 PMAX=0 BW=5u BS=1u SH=3u
+// vkml:variant pooling_slide_max_w2s2h0_u64 PMAX=1 BW=2u BS=2u SH=0u U64=1
+// vkml:variant pooling_slide_max_w2s2h1_u64 PMAX=1 BW=2u BS=2u SH=1u U64=1
+// vkml:variant pooling_slide_max_w2s2h2_u64 PMAX=1 BW=2u BS=2u SH=2u U64=1
+// vkml:variant pooling_slide_max_w2s2h3_u64 PMAX=1 BW=2u BS=2u SH=3u U64=1
+// vkml:variant pooling_slide_max_w3s1h0_u64 PMAX=1 BW=3u BS=1u SH=0u U64=1
+// vkml:variant pooling_slide_max_w3s1h1_u64 PMAX=1 BW=3u BS=1u SH=1u U64=1
+// vkml:variant pooling_slide_max_w3s1h2_u64 PMAX=1 BW=3u BS=1u SH=2u U64=1
+// vkml:variant pooling_slide_max_w3s1h3_u64 PMAX=1 BW=3u BS=1u SH=3u U64=1
+// vkml:variant pooling_slide_max_w3s2h0_u64 PMAX=1 BW=3u BS=2u SH=0u U64=1
+// vkml:variant pooling_slide_max_w3s2h1_u64 PMAX=1 BW=3u BS=2u SH=1u U64=1
+// vkml:variant pooling_slide_max_w3s2h2_u64 PMAX=1 BW=3u BS=2u SH=2u U64=1
+// vkml:variant pooling_slide_max_w3s2h3_u64 PMAX=1 BW=3u BS=2u SH=3u U64=1
+// vkml:variant pooling_slide_max_w5s1h0_u64 PMAX=1 BW=5u BS=1u SH=0u U64=1
+// vkml:variant pooling_slide_max_w5s1h1_u64 PMAX=1 BW=5u BS=1u SH=1u U64=1
+// vkml:variant pooling_slide_max_w5s1h2_u64 PMAX=1 BW=5u BS=1u SH=2u U64=1
+// vkml:variant pooling_slide_max_w5s1h3_u64 PMAX=1 BW=5u BS=1u SH=3u U64=1
+// vkml:variant pooling_slide_avg_w2s2h0_u64 PMAX=0 BW=2u BS=2u SH=0u U64=1
+// vkml:variant pooling_slide_avg_w2s2h1_u64 PMAX=0 BW=2u BS=2u SH=1u U64=1
+// vkml:variant pooling_slide_avg_w2s2h2_u64 PMAX=0 BW=2u BS=2u SH=2u U64=1
+// vkml:variant pooling_slide_avg_w2s2h3_u64 PMAX=0 BW=2u BS=2u SH=3u U64=1
+// vkml:variant pooling_slide_avg_w3s1h0_u64 PMAX=0 BW=3u BS=1u SH=0u U64=1
+// vkml:variant pooling_slide_avg_w3s1h1_u64 PMAX=0 BW=3u BS=1u SH=1u U64=1
+// vkml:variant pooling_slide_avg_w3s1h2_u64 PMAX=0 BW=3u BS=1u SH=2u U64=1
+// vkml:variant pooling_slide_avg_w3s1h3_u64 PMAX=0 BW=3u BS=1u SH=3u U64=1
+// vkml:variant pooling_slide_avg_w3s2h0_u64 PMAX=0 BW=3u BS=2u SH=0u U64=1
+// vkml:variant pooling_slide_avg_w3s2h1_u64 PMAX=0 BW=3u BS=2u SH=1u U64=1
+// vkml:variant pooling_slide_avg_w3s2h2_u64 PMAX=0 BW=3u BS=2u SH=2u U64=1
+// vkml:variant pooling_slide_avg_w3s2h3_u64 PMAX=0 BW=3u BS=2u SH=3u U64=1
+// vkml:variant pooling_slide_avg_w5s1h0_u64 PMAX=0 BW=5u BS=1u SH=0u U64=1
+// vkml:variant pooling_slide_avg_w5s1h1_u64 PMAX=0 BW=5u BS=1u SH=1u U64=1
+// vkml:variant pooling_slide_avg_w5s1h2_u64 PMAX=0 BW=5u BS=1u SH=2u U64=1
+// vkml:variant pooling_slide_avg_w5s1h3_u64 PMAX=0 BW=5u BS=1u SH=3u U64=1
 #extension GL_EXT_control_flow_attributes : require
+#ifdef U64
+#extension GL_ARB_gpu_shader_int64 : require
+#include "vkml_u64.glsl"
+#endif
 layout(set = 0, binding = 0) uniform samplerBuffer Xt;      // RGBA32F: 4 elements a texel
 layout(std430, set = 0, binding = 1) buffer Out { float y[]; };
 layout(std430, set = 0, binding = 1) buffer Out4 { vec4 y4[]; };
+#ifdef U64
+layout(std430, set = 0, binding = 1) buffer Out8 { u64vec4 y8[]; };
+#endif
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
 layout(constant_id = 1) const int RANK = 4;      // always 4 here: N, C, H, W
@@ -60,7 +102,7 @@ layout(constant_id = 2) const int XDIMS = 1;     // always 1 here
 // Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
 // specialization constants before generating code: POOL_VSTORE selects the vec4 stores' code.
 // vkml:frozen POOL_VSTORE
-layout(constant_id = 28) const bool POOL_VSTORE = false;   // the 8 outputs as two vec4s
+layout(constant_id = 28) const bool POOL_VSTORE = false;   // the 8 outputs as two vec4s (U64: one u64vec4)
 
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 out_stride[2];          // per output dimension
@@ -148,15 +190,24 @@ void main() {
     int iL0 = int(cl * BS) - start.y;
     q_base = int(cn * in_stride[0].x + cc * in_stride[0].y - in_base) + iL0;
     last_texel = textureSize(Xt) - 1;
-    float cols[PB_V];             // window columns inside the row, per output
     bool col_in[PB_T];
     [[unroll]] for (uint t = 0u; t < PB_T; t++) col_in[t] = uint(iL0 + int(t)) < in_size.y;
+    // average: each output's scale, row-independent: 1 / divisor (IncludePadding), else
+    // 1 / (its window columns inside the row), which the row loop multiplies by 1 / (the
+    // window rows inside): two multiplies an output rather than a division (0 where no
+    // cell is inside: the sum of none is 0)
+    bool by_window = divisor > 0.0;
+    float cf[PB_V];
     [[unroll]] for (uint j = 0u; j < PB_V; j++) {
-        cols[j] = 0.0;
+        float cols = 0.0;
         [[unroll]] for (uint k = 0u; k < BW; k++) {
             bool inside = col_in[j * BS + k];
-            cols[j] += inside ? 1.0 : 0.0;
+            cols += inside ? 1.0 : 0.0;
         }
+        float rc = 1.0 / cols, rd = 1.0 / divisor, zero = 0.0;
+        bool some = cols > 0.0;
+        float c = some ? rc : zero;
+        cf[j] = by_window ? rd : c;
     }
 
     // the row folds of the first output row's window rows that the loop does not fetch
@@ -179,16 +230,13 @@ void main() {
             res[j] = s;
         }
         if (!PB_MAX) {
-            // window rows inside the input times the columns inside
-            float nr = float(clamp(min(ib + int(BW), int(size_b)) - max(ib, 0), 0, int(BW)));
-            bool by_window = divisor > 0.0;
-            [[unroll]] for (uint j = 0u; j < PB_V; j++) {
-                float n = nr * cols[j];
-                float by = by_window ? divisor : n;
-                float q = res[j] / by;
-                bool none = by == 0.0;
-                res[j] = none ? 0.0 : q;
-            }
+            // the window rows inside the input
+            int nr = clamp(min(ib + int(BW), int(size_b)) - max(ib, 0), 0, int(BW));
+            float rr = 1.0 / float(nr), zero = 0.0, one = 1.0;
+            bool some = nr > 0;
+            float rf = some ? rr : zero;
+            rf = by_window ? one : rf;
+            [[unroll]] for (uint j = 0u; j < PB_V; j++) res[j] *= cf[j] * rf;
         }
         // the last PB_H window rows are the next output row's first
         [[unroll]] for (uint r = 0u; r < PB_H; r++) {
@@ -201,9 +249,14 @@ void main() {
         // invocation, outputs not packed) in one rolled loop with one scalar store:
         // SwiftShader pays for each store in the code even where no lane runs it
         if (vec) {
+#ifdef U64
+            y8[o >> 3] = vkml_u64x4(floatBitsToUint(vec4(res[0], res[1], res[2], res[3])),
+                                    floatBitsToUint(vec4(res[4], res[5], res[6], res[7])));
+#else
             [[unroll]] for (uint j = 0u; j < PB_V / 4u; j++)
                 y4[(o >> 2) + j] = vec4(res[4u * j], res[4u * j + 1u], res[4u * j + 2u],
                                         res[4u * j + 3u]);
+#endif
         }
         for (uint j = 0u; j < (vec ? 0u : count); j++) {
             float v = res[0];

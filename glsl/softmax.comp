@@ -115,6 +115,7 @@ layout(push_constant) uniform Push {
 #define AT(arr, d) arr[(d) >> 2][(d) & 3]
 
 const float FLT_LOWEST = -3.402823466e38;
+#define NEG_INF uintBitsToFloat(0xFF800000u)
 
 // Element offsets of reduced element j of a row (its coordinates, last dimension fastest).
 void reduced_offsets(uint j, out uint si, out uint so) {
@@ -169,7 +170,7 @@ void accumulate(inout float m, inout float c, inout float t, float v, uint k) {
 // The row read once: each lane holds its NREG texels in registers, so X is fetched once
 // rather than twice (the fetches and stores, not exp, bound the two-pass loop on the CPU
 // drivers), takes the row's maximum, then exp(x - max) once an element, kept for the
-// stores.  Texels past the row are never fetched, summed or stored.  A lane holds every
+// stores.  Texels past the row are never fetched or stored.  A lane holds every
 // SG-th texel; U64 variants (rows a multiple of 8 long, 8-aligned) every SG-th pair of
 // texels, stored as one u64vec4 (lavapipe stores a vector one component at a time).
 #ifdef U64
@@ -181,18 +182,27 @@ void hold_row(uint xi, uint yo, uint end) {
     vec4 xr[NREG];
     vec4 mx = vec4(FLT_LOWEST);
     uint lane = gl_SubgroupInvocationID;
+    // every texel fetched, past the row at the row's last one (a dead subgroup's at its
+    // first), then replaced: a select, where a test around the fetch is a branch lavapipe
+    // runs under a lane mask
+    uint last = max(end, 1u) - 1u;
+    vec4 lowest = vec4(NEG_INF);
     [[unroll]] for (uint i = 0u; i < NREG; i++) {
-        xr[i] = vec4(FLT_LOWEST);
-        if (TEX(i) < end) xr[i] = LOAD4(xi + TEX(i));
+        vec4 v = LOAD4(xi + min(TEX(i), last));
+        bool in_row = TEX(i) < end;
+        xr[i] = in_row ? v : lowest;
         mx = max(mx, xr[i]);
     }
     float m = max(max(mx.x, mx.y), max(mx.z, mx.w));
     [[unroll]] for (uint o = SG / 2u; o > 0u; o >>= 1u)
         m = max(m, subgroupShuffleXor(m, o));
+    // texels past the row hold -inf: exp(-inf - m) is 0 for every m the row can have
+    // (at least FLT_LOWEST; a driver clamping exp's argument gives its smallest normal),
+    // so they add nothing to the sum and need no test
     vec4 acc = vec4(0.0);
     [[unroll]] for (uint i = 0u; i < NREG; i++) {
         xr[i] = exp(xr[i] - m);
-        if (TEX(i) < end) acc += xr[i];
+        acc += xr[i];
     }
     float s = (acc.x + acc.y) + (acc.z + acc.w);
     [[unroll]] for (uint o = SG / 2u; o > 0u; o >>= 1u)

@@ -881,6 +881,72 @@ def test_slide_kernel_choice_and_splits(device):
         op.release()
 
 
+@pytest.mark.parametrize("store64", [True, False])
+def test_slide_kernel_stores(device, store64):
+    """"slide"'s u64vec4 stores (forced, where the device has int64 shaders) and vec4
+    stores against the references, on outputs whose rows are 8-aligned (one u64vec4 an
+    invocation and row), 4-aligned only and unaligned (scalar stores), a short last
+    invocation of a row."""
+    from vkml.ops.pooling import CompiledPooling
+
+    rng = np.random.default_rng(64 + store64)
+    wide = bool(device.features.get("int64"))
+    T = dml.TensorDesc
+    for shape, geo in (((1, 3, 10, 32), ([3, 3], [1, 1], [1, 1], [1, 1], [1, 1])),
+                       ((2, 2, 9, 24), ([3, 3], [2, 2], [1, 1], [1, 0], [1, 1])),
+                       ((1, 2, 7, 20), ([2, 2], [2, 2], [1, 1], [0, 0], [0, 0])),
+                       ((1, 2, 8, 44), ([5, 5], [1, 1], [1, 1], [2, 2], [2, 2]))):
+        window, strides, dil, start, end = geo
+        x = rng.standard_normal(shape).astype(np.float32)
+        out = shape[:2] + tuple(window_counts(shape[2:], window, strides, dil, start, end))
+        for avg in (False, True):
+            desc = (dml.AveragePooling1OperatorDesc(T("float32", shape), T("float32", out),
+                                                    strides, window, start, end, dil, False)
+                    if avg else dml.MaxPooling2OperatorDesc(T("float32", shape),
+                                                            T("float32", out), None, strides,
+                                                            window, start, end, dil))
+            op = CompiledPooling(device, desc, path="slide", store64=store64)
+            assert op.path == "slide"
+            assert op.kernel.endswith("_u64") == (store64 and wide)
+            y = device.empty(out, np.float32)
+            op.execute([device.tensor(x)], [y])
+            op.release()
+            if avg:
+                assert_mean_close(y.numpy(), *average_reference(x, window, strides, dil, start,
+                                                                end, False), "float32")
+            else:
+                np.testing.assert_array_equal(
+                    y.numpy(), max_reference(x, window, strides, dil, start, end)[0])
+
+
+@pytest.mark.parametrize("kw", [dict(path="slid"), dict(path="reduce"), dict(path=1),
+                                dict(read="texel4"), dict(read="SSBO"), dict(store64="yes"),
+                                dict(store64=2)])
+def test_forced_choices_are_validated(device, kw):
+    """The constructor's ``path=``, ``read=`` and ``store64=`` take only their documented
+    values (every tuner candidate among them): anything else is a ValidationError naming
+    the argument, and the device runs pooling afterwards."""
+    from vkml.ops import pooling as pl
+
+    assert {c.params["path"] for c in pl.PATH.candidates} <= set(pl.PATHS)
+    T = dml.TensorDesc
+    desc = dml.AveragePooling1OperatorDesc(T("float32", (1, 2, 6, 8)),
+                                           T("float32", (1, 2, 6, 8)), (1, 1), (3, 3),
+                                           (1, 1), (1, 1), (1, 1), False)
+    name = next(iter(kw))
+    with pytest.raises(ValidationError) as err:
+        pl.CompiledPooling(device, desc, **kw)
+    assert err.value.field == name
+    x = np.random.default_rng(5).standard_normal((1, 2, 6, 8)).astype(np.float32)
+    for path in (None,) + pl.PATHS:
+        op = pl.CompiledPooling(device, desc, path=path)
+        y = device.empty((1, 2, 6, 8), np.float32)
+        op.execute([device.tensor(x)], [y])
+        op.release()
+        assert_mean_close(y.numpy(), *average_reference(x, (3, 3), (1, 1), (1, 1), (1, 1),
+                                                        (1, 1), False), "float32")
+
+
 def test_tuner_path(device, tmp_path, monkeypatch):
     """The kernel is a registered tunable path whose every candidate runs when measured
     (each timed on its own kernel, or declined); off gives the rule; a stored choice

@@ -275,6 +275,16 @@ def test_sg_held_and_streamed_rows(device, store64):
         assert op.kernel.endswith("_u64") == (held and store64 and count % 8 == 0), count
         np.testing.assert_allclose(got.reshape(x.shape), reference(x, (1,)), rtol=2e-5,
                                    atol=1e-7, err_msg=str(count))
+    # rows of the lowest float32 (the row's maximum then equals the value a lane's
+    # texels past the row could hold): held rows, their last texels past the row
+    for count in (12, 4 * sg + 8, min(1000, most - 8)):
+        x = np.full((3, count), np.finfo(np.float32).min, np.float32)
+        x[1, 3] = 0.0
+        t = T("float32", x.shape)
+        op, got = _run(device, S1(t, t, (1,)), x, x.size, path="sg", store64=store64)
+        assert op.hold, count
+        np.testing.assert_allclose(got.reshape(x.shape), reference(x, (1,)), rtol=2e-5,
+                                   atol=1e-7, err_msg=str(count))
     x = (rng.standard_normal((5, 8 * sg)) * 30).astype(np.float32)    # vec4 storage reads
     t = T("float32", x.shape)
     with vkml.Device(device.index, limits={"maxTexelBufferElements": 16}) as small:

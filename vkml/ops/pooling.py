@@ -13,7 +13,8 @@ row shift and max / average compile-time, as LP pooling's "block" kernel).
 ``glsl/pooling_slide.comp`` ("slide", the rule in place of both for 2-D square windows of
 unit dilation it has a variant for): "block"'s reads, an invocation sliding down
 :attr:`rows` output rows, each input row fetched once and folded along the row, the
-window rows an output row shares with the next kept in registers.
+window rows an output row shares with the next kept in registers; its ``_u64`` variants
+store the 8 outputs as one u64vec4 where the device's store width says so.
 ``glsl/pooling.comp`` ("general": the indices output and
 longer window rows): one invocation per output element over its (dilated) window, the
 geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
@@ -41,7 +42,7 @@ from ..dml.tensor_desc import TensorDesc
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import FORMAT_RGBA32_SFLOAT, UNIFORM_TEXEL, Bind
 from ..runtime.blocks import pack
-from .base import implements
+from .base import check_choice, implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from .functional import as_array, pick_device, run
 from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch,
@@ -49,6 +50,7 @@ from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scrat
 from .. import tuning
 from ..intmath import ceil_div
 from .reduce import CompiledReduce, element_variant, texel_read
+from .store_width import wide_stores
 
 __all__ = ["max_pooling", "average_pooling"]
 
@@ -57,6 +59,8 @@ VARIANTS = dict.fromkeys(
     ["pooling_" + s for s in ("f32", "f32_texel", "f16", "f16_packed", "i8", "u8", "i16",
                               "u16", "i32", "u32", "i64", "u64")],
     BOX_CONSTANTS + ("MODE", "INCLUDE_PADDING", "INDICES"))
+#: The constructor's ``path=`` values (:class:`CompiledPooling`; None: the operator's own).
+PATHS = ("auto", "window", "slide", "block", "rows", "general")
 #: Spatial dimensions glsl/pooling_rows.comp declares window constants for.
 KERNEL_SPATIAL = 3
 VARIANTS.update(dict.fromkeys(
@@ -80,7 +84,8 @@ for (_w, _s, _d), _h, _m in ((g, h, m) for g in BLOCK_GEOMETRIES for h in range(
 SLIDE_GEOMETRIES = ((2, 2), (3, 1), (3, 2), (5, 1))
 for (_w, _s), _h, _m in ((g, h, m) for g in SLIDE_GEOMETRIES for h in range(4)
                          for m in ("max", "avg")):
-    VARIANTS[f"pooling_slide_{_m}_w{_w}s{_s}h{_h}"] = BOX_CONSTANTS + ("POOL_VSTORE",)
+    for _u in ("", "_u64"):
+        VARIANTS[f"pooling_slide_{_m}_w{_w}s{_s}h{_h}{_u}"] = BOX_CONSTANTS + ("POOL_VSTORE",)
 #: "slide": the invocations a dispatch keeps at least where the output has them; each
 #: slides down as many output rows as that leaves (the whole column where the planes and
 #: row segments alone make them: the fewer invocations, the fewer input rows fetched
@@ -137,9 +142,22 @@ class CompiledPooling(PathBoxKernel):
     else "rows" or "general"; "rows": neither of them; "general": always
     glsl/pooling.comp.  ``force_read`` (``read=``): "ssbo" reads the input from a storage
     buffer even where "texel" (float32 through an R32F uniform texel buffer, the rule
-    where the whole tensor fits maxTexelBufferElements) is possible."""
+    where the whole tensor fits maxTexelBufferElements) is possible.  ``store64``: True /
+    False forces or refuses "slide"'s u64vec4 stores (None: the device's measured store
+    width, :func:`~vkml.ops.store_width.wide_stores`).  Other values of ``path``,
+    ``read`` or ``store64`` are a ValidationError naming the argument."""
 
     inner: CompiledReduce | None = None
+    #: "slide": the 8 outputs stored as one u64vec4 (the ``_u64`` variants).
+    store64: bool = False
+
+    def __init__(self, device, desc, path: str | None = None, read: str | None = None,
+                 store64: bool | None = None):
+        check_choice("path", path, PATHS)
+        check_choice("read", read, ("auto", "texel", "ssbo"))
+        check_choice("store64", store64, (True, False))
+        self.force_store64 = store64
+        super().__init__(device, desc, path, read)
 
     def build(self) -> None:
         d = self.desc
@@ -255,6 +273,11 @@ class CompiledPooling(PathBoxKernel):
         if self.path == "slide":
             self.kernel = f"pooling_slide_{mode}_w{self.win[-1]}s{self.strides[-1]}h{shift}"
             self.y_per_invocation = self.slide_rows(SLIDE_INVOCATIONS)
+            # with int64 shaders whose measured store width (or ``store64``) says so
+            wide = self.force_store64 if self.force_store64 is not None else wide_stores(
+                self.device)
+            self.store64 = bool(wide and self.features.get("int64"))
+            self.kernel += "_u64" if self.store64 else ""
         else:
             self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
                 mode, self.win[-1], self.strides[-1], self.dil[-1], shift)
@@ -269,6 +292,15 @@ class CompiledPooling(PathBoxKernel):
         across = self.box[0] * self.box[1] * x_invocations(self.box, 1, 8)
         blocks = min(h, max(ceil_div(invocations, across), ceil_div(h, SLIDE_MAX_ROWS)))
         return ceil_div(h, blocks)
+
+    def vector_store(self, origin, out_base, v) -> bool:
+        """"slide"'s ``_u64`` variants: a u64vec4 store needs each invocation's 8 outputs
+        32-byte aligned (else they store one at a time); the others: vec4s, 16-byte."""
+        if not self.store64:
+            return super().vector_store(origin, out_base, v)
+        st = self.box_out_strides
+        return (v == 8 and st[-1] == 1 and all(s % 8 == 0 for s in st[:-1])
+                and origin[-1] % 8 == 0 and out_base % 8 == 0)
 
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
         """"block": no wider along x than a row's invocations (a 56-wide row takes 7: a
