@@ -837,3 +837,76 @@ def test_tuner_times_transposed_weights_on_their_layout(device, monkeypatch):
             seq.run()
             free()
         assert built[-1].startswith(want), (s, built)
+
+
+class _Ranked:
+    """A tuner whose only answer is the given family times (gemm_family's reference)."""
+
+    def __init__(self, times, mode="fast"):
+        self.times, self.mode = times, mode
+
+    def effective_mode(self, mode=None):
+        return mode or self.mode
+
+    def choose(self, device, path, shape, **kw):
+        import importlib
+
+        gemm_mod = importlib.import_module("vkml.ops.gemm")
+        assert path is gemm_mod.FAMILY and shape == gemm_mod.FAMILY_SHAPE
+        assert kw.get("mode") == "full"             # every family its rounds
+        return type("C", (), {"times": self.times})()
+
+
+def test_fast_list_follows_the_device_ranking(device, monkeypatch):
+    """gemm_path's fast list leaves out a family the device's own timing of the reference
+    product puts beyond WEAK_FACTOR of its fastest (never the default, "direct"); a family
+    within it, or one the reference did not time, stays; with tuning off nothing is
+    timed and the marked candidates are the list."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    marked = [c.name for c in gemm_mod.PATH.candidates if c.fast]
+    assert marked == ["direct", "tiled", "sg-16x8"] and set(gemm_mod.FAMILIES) == set(marked)
+    shape = {"m": 512, "k": 512, "n": 512, "batch": 1, "dtype": "float32"}
+    w = gemm_mod.WEAK_FACTOR
+
+    def fast(times, mode="fast"):
+        monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(times, mode))
+        return gemm_mod._fast(shape, device)
+    assert fast({"direct": 1e-3, "sg-16x8": 0.6e-3, "tiled": 0.6e-3 * w * 1.01}) == \
+        ["direct", "sg-16x8"]                                   # lavapipe's ranking
+    assert fast({"direct": 1e-3, "sg-16x8": 1e-3 * w * 1.01, "tiled": 1e-3 * w * 0.99}) == \
+        ["direct", "tiled"]                                     # SwiftShader's
+    assert fast({"direct": 1e-3 * w * 2, "sg-16x8": 1e-3, "tiled": 1e-3}) == marked
+    assert fast({"direct": 1e-3, "tiled": 1e-3 * w * 2}) == ["direct", "sg-16x8"]
+    assert fast({"direct": 1e-3, "sg-16x8": 1e-3, "tiled": 1e-3}) == marked
+    assert fast({"direct": 1e-3, "tiled": 1.0}, mode="off") == marked
+    assert tuning.Tuner("off").choose(device, gemm_mod.PATH, shape).name == "direct"
+
+
+def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):
+    """The ranking is a tuner choice like any other (tunable path gemm_family), timed in
+    the full mode on the first fast call, stored, then read back without timing; the
+    product's own choice then times only the families it keeps."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    t = tuning.Tuner("fast", folder=tmp_path, rounds=1)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    times = gemm_mod.family_times(device)
+    assert {"direct", "tiled"} <= set(times) <= set(gemm_mod.FAMILIES)
+    c = t.choose(device, gemm_mod.FAMILY, gemm_mod.FAMILY_SHAPE, mode="full")
+    assert c.source == "stored" and c.times == times
+    kept = gemm_mod._fast({"m": 32, "k": 32, "n": 32, "batch": 1, "dtype": "float32"}, device)
+    best = min(times.values())
+    assert kept == [n for n in ("direct", "tiled", "sg-16x8")
+                    if n == "direct" or times.get(n, 0.0) <= gemm_mod.WEAK_FACTOR * best]
+    choice = t.choose(device, gemm_mod.PATH, {"m": 32, "k": 32, "n": 32, "batch": 1,
+                                               "dtype": "float32"})
+    assert set(choice.times) <= set(kept) and choice.name in kept
+    monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed again
+    assert gemm_mod.family_times(device) == times

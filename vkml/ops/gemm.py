@@ -379,23 +379,67 @@ def _path_run(device, seq, cand, shape):
     return free
 
 
+#: The families the device times once (tunable path ``gemm_family``), each with the
+#: fast list's candidate of it, on :data:`FAMILY_SHAPE`.
+FAMILIES = ("direct", "tiled", "sg-16x8")
+#: The reference product of that timing: 64 x 64 by 64 float32, one workgroup of each
+#: family but "tiled"'s four, milliseconds on the slowest device, where a hopeless family
+#: already shows (lavapipe runs "tiled" 40-200x slower than "sg" at every size,
+#: SwiftShader "sg" about 10x slower than "direct").
+FAMILY_SHAPE = {"m": 64, "k": 64, "n": 64, "batch": 1, "dtype": "float32"}
+#: A family slower than this factor of the fastest on the reference leaves the fast lists
+#: (the fast mode's own cut for a timed run, :data:`vkml.tuning.WARM_CUTOFF`): on
+#: SwiftShader "tiled" ran 3.8x "direct" there and 2.6-6x on larger products, never ahead.
+WEAK_FACTOR = float(tuning.WARM_CUTOFF)
+
+
+def family_times(device) -> dict:
+    """This device's own timing of each of :data:`FAMILIES` on :data:`FAMILY_SHAPE`
+    (measured once per device and stored like any choice): ``{candidate: seconds}``;
+    empty with tuning off.  Timed in the full mode, every family its rounds: the fast
+    mode's cuts judge a family by one run, and one run disturbed by another process
+    would leave a family out of every fast list of the device for good."""
+    tuner = tuning.default_tuner()
+    if tuner.effective_mode() == "off":
+        return {}
+    return dict(tuner.choose(device, FAMILY, FAMILY_SHAPE, mode="full").times or {})
+
+
+def _fast(shape, device) -> list[str]:
+    """The fast list of ``gemm_path``: its candidates marked fast, less those whose family
+    :func:`family_times` puts beyond :data:`WEAK_FACTOR` of the fastest (never the
+    default).  Timing a hopeless family's first run is most of a cold call's cost: "tiled"
+    took 15-18 s on lavapipe for one 1024-cubed product, where "sg" takes 0.05."""
+    listed = [c.name for c in PATH.candidates if c.fast]
+    times = family_times(device)
+    if not times:
+        return listed
+    best = min(times.values())
+    return [n for n in listed if n == PATH.default or times.get(n, 0.0) <= WEAK_FACTOR * best]
+
+
 #: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
 #: :meth:`CompiledGemm._choose_path`), "tiled" or "sg" with one of its register blocks
 #: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the other blocks of SG_BLOCKS timed
 #: in the full mode only: on lavapipe they ran slower than 16 x 8 at every square size
 #: by process CPU time, so in the fast mode they only gave a noisy round a wrong pick),
 #: chosen by the device's timing for the shape's class (M, K, N and the layer count
-#: within a factor of 4).  "sg" is no default: lavapipe runs it faster than "direct",
+#: within a factor of 4); the fast mode times only the families the device's ranking
+#: keeps (:func:`_fast`).  "sg" is no default: lavapipe runs it faster than "direct",
 #: SwiftShader several times slower.
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
     + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i == 0)
        for i, (mb, nb) in enumerate(SG_BLOCKS)],
     "direct",
-    _path_class, _path_run,
+    _path_class, _path_run, fast_fn=_fast,
     work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
     examples=[{"m": 256, "k": 256, "n": 256, "batch": 1, "dtype": "float32"},
               {"m": 64, "k": 64, "n": 64, "batch": 16, "dtype": "float32"}])
+
+FAMILY = tuning.register_path(
+    "gemm_family", [c for c in PATH.candidates if c.name in FAMILIES], "direct",
+    lambda _shape: "reference", _path_run, examples=[FAMILY_SHAPE])
 
 
 def _transform(value, name: str) -> MatrixTransform:
