@@ -692,8 +692,8 @@ def test_ncnn_goal_leaves_out_workloads_ncnn_gets_wrong():
 
 def test_vkml_rows_name_the_candidate(device):
     """A vkml row names what its operator ran: the convolution's candidate, with
-    Winograd's GEMM and u64 stores where they apply; nothing for an operator without
-    candidates."""
+    Winograd's GEMM and u64 stores where they apply; GEMM's path; nothing for an operator
+    without candidates."""
     import importlib
 
     from vkml import dml
@@ -715,3 +715,7 @@ def test_vkml_rows_name_the_candidate(device):
         T("float32", (2, 3)), T("float32", (2, 5)), start_padding=(0, 1), end_padding=(0, 1))))
     assert _candidate(pad) is None
     pad.release()
+    gemm = device.compile_operator(device.create_operator(dml.GemmOperatorDesc(
+        T("float32", (4, 8)), T("float32", (8, 4)), None, T("float32", (4, 4)))))
+    assert _candidate(gemm) == gemm.path and gemm.path in ("direct", "tiled", "sg")
+    gemm.release()

@@ -92,8 +92,12 @@ class VkmlRunner(Runner):
 
 def _candidate(compiled) -> str | None:
     """What the compiled operator runs, where it chose among candidates (a convolution's
-    tuned candidate, with Winograd's GEMM and store width): reported with its times."""
+    tuned candidate, with Winograd's GEMM and store width; the path name of an operator
+    whose ``path`` is one, as GEMM's, softmax's, pooling's, reduce's): reported with its
+    times."""
     path = getattr(compiled, "path", None)
+    if isinstance(path, str):
+        return path
     name = getattr(path, "candidate", None)
     if name is None:
         return None
