@@ -13,6 +13,7 @@ first compiled the tuner's candidates too) and computes the same outputs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -75,6 +76,36 @@ def test_recording_lists_requests_in_order_once_and_replays_them(device, folder)
         assert pc.replay("other").before == []
     finally:
         again.close()
+
+
+def test_requests_from_many_threads_are_recorded_once_each(device, folder):
+    """Eight threads ask for the same variants in different orders while a recording is
+    open (the tuner's thread-local ``unrecorded`` on one of them): each is listed once."""
+    import random
+    import threading
+    dev = vkml.Device(device.index)
+    try:
+        pc = dev._ctx.pipelines
+        rec = pc.replay("k")
+        start = threading.Barrier(8)
+
+        def body(i):
+            keys = KEYS[:5]
+            random.Random(i).shuffle(keys)
+            start.wait()
+            with pc.unrecorded() if i == 0 else contextlib.nullcontext():
+                for name, consts in keys + [KEYS[5]] * (i == 0):
+                    pc.variant(name, consts)
+        threads = [threading.Thread(target=body, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rec.save()
+    finally:
+        dev.close()
+    (saved,) = _lists(device.info).values()
+    assert sorted(map(json.dumps, saved)) == sorted(json.dumps([n, c, 0]) for n, c in KEYS[:5])
 
 
 def test_a_list_keeps_the_most_recent_keys(device, folder):
