@@ -109,9 +109,8 @@ def prefetch_file(info, folder=None):
 
 
 def _valid_recipe(r) -> bool:
-    """A prefetch list's entry: [kernel variant, {constant name: int or float}, subgroup
-    size] (the arguments of :meth:`PipelineCache.variant`; a bool constant may be given
-    as one)."""
+    """A prefetch list's entry: [kernel variant, {constant name: int, float or bool},
+    subgroup size] (the arguments of :meth:`PipelineCache.variant`)."""
     return (isinstance(r, list) and len(r) == 3 and isinstance(r[0], str)
             and isinstance(r[1], dict)
             and all(isinstance(k, str) and (isinstance(v, bool) or cache.is_number(v))
