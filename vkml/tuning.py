@@ -85,6 +85,7 @@ The operators register their paths on import (``vkml.ops``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -690,8 +691,9 @@ class Tuner:
             old = self.lookup(key)
             measuring.add(key)
             try:
-                entry = self._measure(device, p, shape, listed, mode,
-                                      old.get("choice") if old else None)
+                with _unrecorded(device):
+                    entry = self._measure(device, p, shape, listed, mode,
+                                          old.get("choice") if old else None)
             finally:
                 measuring.discard(key)
             if entry is None:
@@ -854,6 +856,13 @@ class Tuner:
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
                 "measured_at": time.time(), "elapsed_s": _perf() - t0,
                 **({"shape": shape} if _jsonable(shape) else {})}
+
+
+def _unrecorded(device):
+    """The candidates' pipelines are left out of the device's pipeline recordings
+    (``PipelineCache.unrecorded``): a later process prefetches only those it keeps."""
+    pipelines = getattr(getattr(device, "context", None), "pipelines", None)
+    return pipelines.unrecorded() if pipelines is not None else contextlib.nullcontext()
 
 
 def _prefetch(device, p: TunablePath, listed, shape) -> None:

@@ -3,7 +3,9 @@
 model's declared inputs and runs the partitions in order."""
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from onnx.backend.base import Backend, BackendRep
 from ..device import Device, shared_device
 from ..errors import ValidationError
 from ..tensor import Tensor
+from ..tuning import default_tuner
 from .execute import DevicePartition, host_value, node_label
 from .fold import _INFER_VALUES_MAX, fold
 from .load import load, sparse_to_dense
@@ -129,6 +132,28 @@ def _shape_model(model) -> tuple:
     m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
                          for t in big if t.name in declared)
     return m, declared
+
+
+def _replay(model, dev: Device, args: tuple):
+    """Start compiling the pipelines this model's preparation and first run asked for in
+    an earlier process, and record this one's (``PipelineCache.replay``): the key is the
+    model (its bytes' SHA-256; a file's path, size and modification time), ``prepare``'s
+    arguments, the tuning mode and the device's features and limits, which choose the
+    kernels.  None for a ModelProto (hashing it would serialise its weights again)."""
+    if isinstance(model, onnx.ModelProto):
+        return None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        ident = hashlib.sha256(model).hexdigest()
+    else:
+        try:
+            st = os.stat(model)
+        except (OSError, TypeError, ValueError):
+            return None                   # (load raises the error)
+        ident = repr((os.path.abspath(os.fspath(model)), st.st_size, st.st_mtime_ns))
+    ctx = dev.context
+    text = repr((ident, args, default_tuner().effective_mode(),
+                 sorted(k for k, v in ctx.features.items() if v), sorted(ctx.limits.items())))
+    return ctx.pipelines.replay(hashlib.sha256(text.encode()).hexdigest()[:32])
 
 
 class VkmlRep(BackendRep):
@@ -324,6 +349,10 @@ class VkmlRep(BackendRep):
             rep.fallbacks = self.fallbacks
         return rep
 
+    #: The pipeline recording ``prepare`` started (:func:`_replay`), saved after the
+    #: first run: that run compiles the pipelines planning did not ask for.
+    _recording = None
+
     def run(self, inputs, **kwargs):
         feeds = self._feeds(inputs)
         fed = frozenset(k for k in feeds if k in self.overridable)
@@ -336,6 +365,9 @@ class VkmlRep(BackendRep):
             if missing:
                 raise ValidationError("inputs", f"missing model input(s) {missing}")
             part.run(env)
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            recording.save()
         return [self.host_feed(o, env[o]) for o in self.output_names]
 
     def profile(self, inputs, repeat: int = 5):
@@ -347,6 +379,9 @@ class VkmlRep(BackendRep):
         return profile_model(self, inputs, repeat)
 
     def release(self) -> None:
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            recording.stop()
         for p in self._parts:
             if isinstance(p, DevicePartition):
                 p.release()
@@ -378,8 +413,16 @@ class VkmlBackend(Backend):
         dt = compute_dtype(dtype)
         from ..ops.graph import _fusion_kinds
         _fusion_kinds(fuse)                       # (refused before any work)
-        proto = load(model)
-        return VkmlRep(proto, resolve_device(device), strict, kinds, dt, fuse)
+        dev = resolve_device(device)
+        recording = _replay(model, dev, (strict, sorted(kinds), str(dt), repr(fuse)))
+        try:
+            rep = VkmlRep(load(model), dev, strict, kinds, dt, fuse)
+        except BaseException:
+            if recording is not None:
+                recording.stop()
+            raise
+        rep._recording = recording
+        return rep
 
     @classmethod
     def run_model(cls, model, inputs, device=None, strict: bool = False, rewrites=True,

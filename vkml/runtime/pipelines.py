@@ -24,6 +24,15 @@ internally synchronised (Vulkan spec, ``vkCreatePipelineCache``).  Outside a
 one (an operator's or a whole graph's construction) it returns at once and the batch
 waits for all on leaving, so a graph's pipelines compile while it is still being planned
 and a failed creation still raises from the call that built the operator.
+
+A graph's first pipeline is asked for only after its model is loaded, lowered and
+planned, and some (pooling's) only at its first run, so a warm process would leave both
+compile threads idle for that long.  A :class:`Recording` therefore lists the kernel
+variants a piece of work (``vkml.onnx.prepare`` of one model and its first run) asked for,
+and saves the list in ``prefetch-<same name>.json`` under a caller's key; the next process
+doing that work starts compiling the listed pipelines before anything asks for them
+(:meth:`PipelineCache.replay`).  The list is a hint: a variant the manifest no longer has
+is skipped, and one nothing asks for only costs its compile.
 """
 from __future__ import annotations
 
@@ -34,6 +43,7 @@ import json
 import os
 import struct
 import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from importlib import resources
 
@@ -55,6 +65,11 @@ HEADER_VERSION_ONE = 1
 HEADER_BYTES = 32
 #: Version of the manifest's JSON layout.
 MANIFEST_VERSION = 1
+#: Version of the prefetch lists' JSON layout; the most work keys a file keeps (the least
+#: recently saved go first) and the most pipelines a list names.
+PREFETCH_VERSION = 1
+PREFETCH_KEYS = 32
+PREFETCH_PIPELINES = 256
 
 
 #: VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT (the Python binding's
@@ -84,6 +99,57 @@ def cache_files(info, folder=None) -> tuple:
     stem = (f"{info.vendor_id:04x}-{info.device_id:04x}-{info.driver_version:08x}-"
             f"{info.pipeline_cache_uuid}")
     return folder / f"{stem}.bin", folder / f"pipelines-{stem}.json"
+
+
+def prefetch_file(info, folder=None):
+    """The prefetch lists' file for device ``info`` in ``folder`` (by default the cache
+    folder; None when the disk cache is off): named as its pipeline cache."""
+    blob, _ = cache_files(info, folder)
+    return None if blob is None else blob.with_name(f"prefetch-{blob.stem}.json")
+
+
+def _valid_recipe(r) -> bool:
+    """A prefetch list's entry: [kernel variant, {constant name: int, float or bool},
+    subgroup size] (the arguments of :meth:`PipelineCache.variant`)."""
+    return (isinstance(r, list) and len(r) == 3 and isinstance(r[0], str)
+            and isinstance(r[1], dict)
+            and all(isinstance(k, str) and (isinstance(v, bool) or cache.is_number(v))
+                    for k, v in r[1].items())
+            and cache.is_int(r[2]) and 0 <= r[2] <= 1024)
+
+
+def _valid_prefetch(data: dict) -> bool:
+    """``{"version", "lists": [[key, [recipe, ...]], ...]}``, the least recently saved
+    first (a list: JSON objects are written with sorted keys)."""
+    lists = data["lists"]
+    return (set(data) == {"version", "lists"} and isinstance(lists, list)
+            and len(lists) <= PREFETCH_KEYS
+            and all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
+                    and isinstance(e[1], list) and len(e[1]) <= PREFETCH_PIPELINES
+                    and all(_valid_recipe(r) for r in e[1]) for e in lists))
+
+
+def _within_limits(consts: dict, subgroup_size: int, limits: dict) -> bool:
+    """Whether a prefetch entry's workgroup is one the device takes (each
+    ``LOCAL_SIZE_*`` within ``maxComputeWorkGroupSize``, their product within
+    ``maxComputeWorkGroupInvocations``) and its subgroup size one it may require (a
+    power of two within ``minSubgroupSize..maxSubgroupSize`` dividing the x size): a
+    corrupt entry must not reach the driver as an invalid pipeline."""
+    size = [consts.get(f"LOCAL_SIZE_{a}", 1) for a in "XYZ"]
+    if not all(cache.is_int(n) and 1 <= n <= m
+               for n, m in zip(size, limits["maxComputeWorkGroupSize"])):
+        return False
+    if size[0] * size[1] * size[2] > limits["maxComputeWorkGroupInvocations"]:
+        return False
+    return not subgroup_size or (
+        subgroup_size & (subgroup_size - 1) == 0 and size[0] % subgroup_size == 0
+        and limits["minSubgroupSize"] <= subgroup_size <= limits["maxSubgroupSize"])
+
+
+def _read_prefetch(path) -> dict:
+    """The prefetch file's lists by key, in the file's order ({} where there is none)."""
+    found = None if path is None else cache.read_json(path, PREFETCH_VERSION, _valid_prefetch)
+    return {k: v for k, v in found["lists"]} if found else {}
 
 
 def _valid_manifest(data: dict) -> bool:
@@ -210,6 +276,49 @@ class Pipeline:
             self.wait()
 
 
+class Recording:
+    """The kernel variants asked for on a device (:meth:`PipelineCache.variant`, on any
+    thread outside :meth:`PipelineCache.unrecorded`) from its start until :meth:`save`
+    or :meth:`stop`, in order of first request, to save under ``key`` in the prefetch
+    file (module doc)."""
+
+    def __init__(self, cache: "PipelineCache", key: str, before: list):
+        self.cache = cache
+        self.key = key
+        self.before = before            # the list this key had (written only if it changed)
+        self.recipes: dict = {}
+        self.stopped = False
+
+    def add(self, name: str, constants, subgroup_size: int) -> None:
+        consts = dict(constants or {})
+        rkey = (name, tuple(sorted(consts.items())), subgroup_size)
+        if rkey not in self.recipes and len(self.recipes) < PREFETCH_PIPELINES:
+            self.recipes[rkey] = [name, consts, subgroup_size]
+
+    def stop(self) -> None:
+        """Record no more (a failed preparation: nothing is saved)."""
+        if not self.stopped:
+            self.stopped = True
+            with self.cache.lock:
+                self.cache.recordings.discard(self)
+
+    def save(self) -> None:
+        """Stop and write the list under the key, where it differs from the saved one."""
+        if self.stopped:
+            return
+        self.stop()
+        path = self.cache.prefetch_path
+        got = list(self.recipes.values())
+        if path is None or not got or got == self.before:
+            return
+        lists = _read_prefetch(path)
+        lists.pop(self.key, None)
+        while len(lists) >= PREFETCH_KEYS:          # (the least recently saved first)
+            del lists[next(iter(lists))]
+        lists[self.key] = got
+        cache.write_json(path, PREFETCH_VERSION, {"lists": [[k, v] for k, v in lists.items()]})
+
+
 class PipelineCache:
     """Modules, layouts and pipelines of one device, plus the on-disk pipeline cache."""
 
@@ -241,6 +350,10 @@ class PipelineCache:
         self._local = threading.local()     # .pending: this thread's open batch
         #: Pipelines whose creation was submitted and has not finished.
         self.inflight: set[Pipeline] = set()
+        #: Open :class:`Recording` s (held weakly: one whose owner is dropped unsaved
+        #: records no more), and the file they save to.
+        self.recordings: weakref.WeakSet = weakref.WeakSet()
+        self.prefetch_path = prefetch_file(info)
 
     def _read_disk(self, info) -> bytes:
         """The saved blob if it is one for this exact device (:func:`valid_blob`)."""
@@ -345,8 +458,43 @@ class PipelineCache:
         ``subgroup_size``: run it in full subgroups of that size (the device's
         ``full_subgroups`` feature; the workgroup's x size a multiple of it)."""
         kinds, push_size, ids, frozen = interface(name, constants)
+        if self.recordings and not getattr(self._local, "unrecorded", False):
+            with self.lock:
+                for r in self.recordings:
+                    r.add(name, constants, subgroup_size)
         return self.get(name, kinds, push_size, ids, subgroup_size=subgroup_size,
                         frozen=frozen)
+
+    def replay(self, key: str) -> Recording:
+        """Start compiling the pipelines saved under ``key`` (the module doc), without
+        waiting and without raising (an entry the manifest or device no longer takes is
+        skipped; a failed creation reaches only a later request), and return a
+        :class:`Recording` of this time's requests for that key."""
+        before = _read_prefetch(self.prefetch_path).get(key, [])
+        with self.unrecorded(), self.prefetching():
+            for name, consts, sg in before:
+                if not _within_limits(consts, sg, self.ctx.limits):
+                    continue
+                try:
+                    self.variant(name, consts, subgroup_size=sg)
+                except (ValueError, DeviceError):
+                    continue
+        rec = Recording(self, key, before)
+        with self.lock:
+            self.recordings.add(rec)
+        return rec
+
+    @contextlib.contextmanager
+    def unrecorded(self):
+        """Requests on this thread inside are left out of the open recordings (the
+        tuner's candidates: a later process needs only the ones it keeps)."""
+        local = self._local
+        outer = getattr(local, "unrecorded", False)
+        local.unrecorded = True
+        try:
+            yield
+        finally:
+            local.unrecorded = outer
 
     def get(self, name: str, kinds: tuple, push_size: int = 0,
             constants: dict[int, int | float] | None = None, *,
