@@ -249,7 +249,7 @@ def shape_class(desc: ConvolutionOperatorDesc) -> str:
 def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     """The fast list of a shape: the heuristic's choice and its runner-ups that compile
     nothing new (its knob variants, :data:`_CHEAP`), plus the families the device itself
-    ranks strong (:func:`strong_families`) or ahead of the heuristic's choice
+    ranks strong (:func:`strong_families`) or clearly ahead of the heuristic's choice
     (:func:`_strong`) that accept the shape, less the heuristic's choice where a strong
     variant of its own path outranks it (:func:`_outranked`).
     Other paths would compile their own pipelines, each about as long as the first
@@ -323,9 +323,10 @@ def strong_families(device) -> tuple[str, ...]:
 
 def _strong(times: dict, first: str | None = None) -> tuple[str, ...]:
     """:func:`strong_families` of given family times (none where there are none), and
-    with ``first`` (the heuristic's choice for a shape) the tuner-only families no slower
-    than ``first``'s family on the reference as well: the family that would run the shape
-    is what they must beat.  Ranked only against the fastest family, a loaded CPU driver
+    with ``first`` (the heuristic's choice for a shape) the tuner-only families ahead of
+    ``first``'s family on the reference by :data:`STRONG_FACTOR` as well: the family that
+    would run the shape is what they must beat (by a clear lead: each one timed compiles
+    its own pipelines).  Ranked only against the fastest family, a loaded CPU driver
     left blocked out (its reference run 2.5-10x winograd-blocked's under load against
     1.1x quiet, yet still 5-10x faster than gemm's), and a strided or 1x1 convolution,
     which Winograd does not take, then had gemm alone timed and ran it 7-10x slower
@@ -333,7 +334,7 @@ def _strong(times: dict, first: str | None = None) -> tuple[str, ...]:
     if not times:
         return ()
     best = min(times.values())
-    line = max(STRONG_FACTOR * best, times.get(first, 0.0))
+    line = max(STRONG_FACTOR * best, times.get(first, 0.0) / STRONG_FACTOR)
     return tuple(n for n in TUNER_ONLY if times.get(n, math.inf) <= line)
 
 
