@@ -318,6 +318,35 @@ def test_fast_lists_follow_the_device_ranking(device, monkeypatch):
     assert not set(conv_choice._fast(three_by_three, device)) & set(conv_choice.TUNER_ONLY)
 
 
+def test_fast_lists_add_families_ahead_of_the_heuristic_choice(device, monkeypatch):
+    """A tuner-only family beyond STRONG_FACTOR of the fastest family still joins the
+    fast list of a shape it takes where the reference ranks it ahead of the heuristic's
+    choice for that shape by STRONG_FACTOR (a loaded CPU driver's ranking: blocked far
+    behind winograd-blocked, far ahead of gemm); one less clearly ahead (tiled) does
+    not, nor one behind, and a family that does not take the shape never does."""
+    strided = conv_choice.shape_from_workload({
+        "op": "convolution", "input": [1, 16, 18, 18], "filter": [24, 16, 3, 3],
+        "strides": [2, 2], "start_padding": [1, 1], "end_padding": [1, 1]})
+    probe = conv_choice._Probe(device, conv_choice.desc_of_shape(strided))
+    first = conv_choice.heuristic(probe, probe.geo)[0]
+    assert first in ("gemm", "gemm_sg")         # Winograd does not take a stride of 2
+    loaded = {"gemm_sg": 0.30, "gemm": 0.30, "winograd": 0.07, "winograd-blocked": 0.009,
+              "tiled": 0.25, "blocked": 0.05}
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(loaded))
+    assert conv_choice.strong_families(device) == ("winograd-blocked",)
+    got = conv_choice._fast(strided, device)
+    assert got[0] == first and "blocked" in got and "tiled" not in got
+    assert "winograd-blocked" not in got        # strong, but takes no stride of 2
+    assert conv_choice._strong(loaded, first) == ("blocked", "winograd-blocked")
+    assert "tiled" in conv_choice._strong({**loaded, "tiled": 0.15}, first)
+    slow = {**loaded, "blocked": 0.31, "tiled": 0.9}          # behind gemm and gemm_sg
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(slow))
+    got = conv_choice._fast(strided, device)
+    assert not {"blocked", "tiled"} & set(got)
+    assert conv_choice._strong(slow, first) == ("winograd-blocked",)
+    assert conv_choice._strong(loaded) == ("winograd-blocked",)     # no first: the ranking
+
+
 def test_fast_list_leaves_out_a_heuristic_choice_its_strong_variant_outranks(device,
                                                                              monkeypatch):
     """Winograd (the heuristic's choice for a 3x3) leaves the fast list where the device
@@ -338,8 +367,10 @@ def test_fast_list_leaves_out_a_heuristic_choice_its_strong_variant_outranks(dev
     assert "winograd" not in got and {"winograd-blocked", "blocked"} <= set(got)
     got = fast(winograd=1.4e-3, **{"winograd-blocked": 1.2e-3})     # winograd strong
     assert {"winograd", "winograd-blocked"} <= set(got)
-    got = fast(winograd=3e-3, **{"winograd-blocked": 2e-3})         # its variant is not
+    got = fast(winograd=3e-3, **{"winograd-blocked": 4e-3})         # its variant is not
     assert "winograd" in got and "winograd-blocked" not in got
+    got = fast(winograd=3e-3, **{"winograd-blocked": 1.8e-3})   # ...but beats winograd
+    assert {"winograd", "winograd-blocked"} <= set(got)
 
 
 def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):

@@ -249,8 +249,9 @@ def shape_class(desc: ConvolutionOperatorDesc) -> str:
 def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     """The fast list of a shape: the heuristic's choice and its runner-ups that compile
     nothing new (its knob variants, :data:`_CHEAP`), plus the families the device itself
-    ranks strong (:func:`strong_families`) that accept the shape, less the heuristic's
-    choice where a strong variant of its own path outranks it (:func:`_outranked`).
+    ranks strong (:func:`strong_families`) or clearly ahead of the heuristic's choice
+    (:func:`_strong`) that accept the shape, less the heuristic's choice where a strong
+    variant of its own path outranks it (:func:`_outranked`).
     Other paths would compile their own pipelines, each about as long as the first
     call's, so they are timed in ``full`` mode only (``python -m vkml.tune``), except for
     an OWNED_BY_DML filter (below)."""
@@ -263,7 +264,7 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
         if _path_class(path).accepts(probe, probe.geo, knobs_of(extra)):
             fast += (name,)
     times = family_times(device)       # (read once: the strong families and _outranked)
-    strong = _strong(times)
+    strong = _strong(times, order[0])
     if 1 in owned_slots(desc.inputs()):
         # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a
         # graph, a model), and paths that transform the filter pay it once, so every other
@@ -320,12 +321,21 @@ def strong_families(device) -> tuple[str, ...]:
     return _strong(family_times(device))
 
 
-def _strong(times: dict) -> tuple[str, ...]:
-    """:func:`strong_families` of given family times (none where there are none)."""
+def _strong(times: dict, first: str | None = None) -> tuple[str, ...]:
+    """:func:`strong_families` of given family times (none where there are none), and
+    with ``first`` (the heuristic's choice for a shape) the tuner-only families ahead of
+    ``first``'s family on the reference by :data:`STRONG_FACTOR` as well: the family that
+    would run the shape is what they must beat (by a clear lead: each one timed compiles
+    its own pipelines).  Ranked only against the fastest family, a loaded CPU driver
+    left blocked out (its reference run 2.5-10x winograd-blocked's under load against
+    1.1x quiet, yet still 5-10x faster than gemm's), and a strided or 1x1 convolution,
+    which Winograd does not take, then had gemm alone timed and ran it 7-10x slower
+    than blocked (bench/RESULTS.md, "Whole models")."""
     if not times:
         return ()
     best = min(times.values())
-    return tuple(n for n in TUNER_ONLY if times.get(n, math.inf) <= STRONG_FACTOR * best)
+    line = max(STRONG_FACTOR * best, times.get(first, 0.0) / STRONG_FACTOR)
+    return tuple(n for n in TUNER_ONLY if times.get(n, math.inf) <= line)
 
 
 def _outranked(first: str, fast: tuple, times: dict, probe) -> bool:
