@@ -13,8 +13,10 @@ row shift and max / average compile-time, as LP pooling's "block" kernel).
 ``glsl/pooling_slide.comp`` ("slide", the rule in place of both for 2-D square windows of
 unit dilation it has a variant for): "block"'s reads, an invocation sliding down
 :attr:`rows` output rows, each input row fetched once and folded along the row, the
-window rows an output row shares with the next kept in registers; its ``_u64`` variants
-store the 8 outputs as one u64vec4 where the device's store width says so.
+window rows an output row shares with the next kept in registers, x over (plane, row
+segment) flattened where it fits (a workgroup's lanes span planes: none idles at the end
+of a row whose segments do not fill a SIMD vector); its ``_u64`` variants store the 8
+outputs as one u64vec4 where the device's store width says so.
 ``glsl/pooling.comp`` ("general": the indices output and
 longer window rows): one invocation per output element over its (dilated) window, the
 geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
