@@ -101,8 +101,12 @@ layout(constant_id = 1) const int RANK = 4;      // always 4 here: N, C, H, W
 layout(constant_id = 2) const int XDIMS = 1;     // always 1 here
 // Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
 // specialization constants before generating code: POOL_VSTORE selects the vec4 stores' code.
-// vkml:frozen POOL_VSTORE
+// vkml:frozen POOL_VSTORE POOL_FLAT
 layout(constant_id = 28) const bool POOL_VSTORE = false;   // the 8 outputs as two vec4s (U64: one u64vec4)
+// x runs over (plane, row segment) flattened, the grid's z being 1: a workgroup's lanes
+// span planes, so none idles where a row's segments do not fill a SIMD vector (a 56-wide
+// row has 7 segments: CPU drivers run 8 lanes at a time)
+layout(constant_id = 29) const bool POOL_FLAT = false;
 
 layout(std140, set = 0, binding = 2) uniform Params {
     uvec4 out_stride[2];          // per output dimension
@@ -173,9 +177,15 @@ void row_fold(int ib, bool col_in[PB_T], out float h[PB_V]) {
 void main() {
     uint gx = gl_GlobalInvocationID.x;
     uint gy = gl_GlobalInvocationID.y;
-    uint first = gy * rows;       // this invocation's first output row in the box
-    if (!(gx < x_count && first < extent[0].z)) return;
     uint z = gl_GlobalInvocationID.z;
+    if (POOL_FLAT) {              // one division an invocation, not a row
+        z = gx / x_count;
+        gx -= z * x_count;
+    }
+    uint first = gy * rows;       // this invocation's first output row in the box
+    uint planes = extent[0].x * extent[0].y;
+    bool in_x = gx < x_count, in_y = first < extent[0].z, in_z = z < planes;
+    if (!(in_x && in_y && in_z)) return;
     uint q1 = divide(z, 1);
     uint cc = origin[0].y + z - q1 * extent[0].y;
     uint cn = origin[0].x + q1;

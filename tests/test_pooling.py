@@ -881,6 +881,31 @@ def test_slide_kernel_choice_and_splits(device):
         op.release()
 
 
+@pytest.mark.parametrize("groups", [None, 1])
+def test_slide_kernel_flat_grid(device, groups):
+    """"slide" with x over (plane, row segment) flattened (a workgroup's lanes spanning
+    planes, the last one partly outside the box) where the flattened x fits the device's
+    workgroup count, else x along the rows and z over the planes (``groups``: a small
+    maxComputeWorkGroupCount), against the references and the rows kernel."""
+    from vkml.ops.pooling import CompiledPooling
+
+    rng = np.random.default_rng(56)
+    T = dml.TensorDesc
+    limits = {} if groups is None else {"maxComputeWorkGroupCount": (groups, 65535, 65535)}
+    with vkml.Device(device.index, limits=limits) as dev:
+        for shape, geo in (((1, 5, 11, 56), ([3, 3], [1, 1], [1, 1], [1, 1], [1, 1])),
+                           ((2, 3, 9, 40), ([3, 3], [2, 2], [1, 1], [1, 1], [1, 1]))):
+            window, strides, dil, start, end = geo
+            out = shape[:2] + tuple(window_counts(shape[2:], window, strides, dil, start,
+                                                  end))
+            desc = dml.MaxPooling2OperatorDesc(T("float32", shape), T("float32", out), None,
+                                               strides, window, start, end, dil)
+            op = CompiledPooling(dev, desc, path="slide")
+            assert op.path == "slide" and op.flat == (groups is None)
+            op.release()
+            _check_block(dev, rng, shape, geo, nan=True, expect="slide", path="slide")
+
+
 @pytest.mark.parametrize("store64", [True, False])
 def test_slide_kernel_stores(device, store64):
     """"slide"'s u64vec4 stores (forced, where the device has int64 shaders) and vec4

@@ -367,9 +367,14 @@ class BoxKernel(CompiledOperator):
             pipe = pipeline_for(lx, ly, xdims, v, self.vector_store(origin, out_base, v))
             ry = ly * self.y_per_invocation     # y coordinates a workgroup covers
             for o, e in split_groups(origin, extent, lx, max_groups, xdims, v, ry):
-                seq.dispatch(pipe, binds + fixed, box_grid(e, lx, xdims, v, ry),
+                seq.dispatch(pipe, binds + fixed, self.grid(e, lx, xdims, v, ry),
                              box_push(pipe.name, o, e, in_base, out_base,
                                       x_invocations(e, xdims, v)))
+
+    def grid(self, extent, lx: int, xdims: int, v: int, ry: int) -> tuple[int, int, int]:
+        """The workgroups of one dispatch (:func:`box_grid`; a kernel that lays the grid
+        out otherwise overrides it)."""
+        return box_grid(extent, lx, xdims, v, ry)
 
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
         """The workgroup size (x, y) a dispatch uses, given the one chosen for the box: the

@@ -13,8 +13,10 @@ row shift and max / average compile-time, as LP pooling's "block" kernel).
 ``glsl/pooling_slide.comp`` ("slide", the rule in place of both for 2-D square windows of
 unit dilation it has a variant for): "block"'s reads, an invocation sliding down
 :attr:`rows` output rows, each input row fetched once and folded along the row, the
-window rows an output row shares with the next kept in registers; its ``_u64`` variants
-store the 8 outputs as one u64vec4 where the device's store width says so.
+window rows an output row shares with the next kept in registers, x over (plane, row
+segment) flattened where it fits (a workgroup's lanes span planes: none idles at the end
+of a row whose segments do not fill a SIMD vector); its ``_u64`` variants store the 8
+outputs as one u64vec4 where the device's store width says so.
 ``glsl/pooling.comp`` ("general": the indices output and
 longer window rows): one invocation per output element over its (dilated) window, the
 geometry parameters (one pipeline per type, rank and mode).  Both have one variant per
@@ -45,8 +47,8 @@ from ..runtime.blocks import pack
 from .base import check_choice, implements
 from .fold import geometry_names, safe_geometry, spec_geometry, window_in_span
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch,
-                   texel_block_plan, words8, x_invocations)
+from .grid import (BOX_CONSTANTS, GRID_LIMIT, PathBoxKernel, box_grid, decline_unless,
+                   record_on_scratch, texel_block_plan, words8, x_invocations)
 from .. import tuning
 from ..intmath import ceil_div
 from .reduce import CompiledReduce, element_variant, texel_read
@@ -85,7 +87,8 @@ SLIDE_GEOMETRIES = ((2, 2), (3, 1), (3, 2), (5, 1))
 for (_w, _s), _h, _m in ((g, h, m) for g in SLIDE_GEOMETRIES for h in range(4)
                          for m in ("max", "avg")):
     for _u in ("", "_u64"):
-        VARIANTS[f"pooling_slide_{_m}_w{_w}s{_s}h{_h}{_u}"] = BOX_CONSTANTS + ("POOL_VSTORE",)
+        VARIANTS[f"pooling_slide_{_m}_w{_w}s{_s}h{_h}{_u}"] = BOX_CONSTANTS + (
+            "POOL_VSTORE", "POOL_FLAT")
 #: "slide": the invocations a dispatch keeps at least where the output has them; each
 #: slides down as many output rows as that leaves (the whole column where the planes and
 #: row segments alone make them: the fewer invocations, the fewer input rows fetched
@@ -94,6 +97,10 @@ SLIDE_INVOCATIONS = 256
 #: "slide": the most output rows one invocation slides down: its row loop and the scalar
 #: stores of a short row (8 a row) stay far below lavapipe's 65535 loop iterations.
 SLIDE_MAX_ROWS = 2048
+#: "slide": the workgroup width where x runs over (plane, row segment) flattened
+#: (glsl/pooling_slide.comp's POOL_FLAT): two of the CPU drivers' 8-lane SIMD vectors, half
+#: the workgroups of one (lavapipe pays for each workgroup), at most the device's width.
+SLIDE_FLAT_LOCAL = 16
 #: "rows": the most inputs of a window row an invocation holds (glsl/pooling_rows.comp's
 #: row array) and the most window rows whose loop it unrolls.
 ROW_INPUTS = 32
@@ -150,6 +157,8 @@ class CompiledPooling(PathBoxKernel):
     inner: CompiledReduce | None = None
     #: "slide": the 8 outputs stored as one u64vec4 (the ``_u64`` variants).
     store64: bool = False
+    #: "slide": x over (plane, row segment) flattened (:meth:`flat_ok`).
+    flat: bool = False
 
     def __init__(self, device, desc, path: str | None = None, read: str | None = None,
                  store64: bool | None = None):
@@ -278,6 +287,7 @@ class CompiledPooling(PathBoxKernel):
                 self.device)
             self.store64 = bool(wide and self.features.get("int64"))
             self.kernel += "_u64" if self.store64 else ""
+            self.flat = self.flat_ok()
         else:
             self.kernel = "pooling_block_{}_w{}s{}d{}h{}".format(
                 mode, self.win[-1], self.strides[-1], self.dil[-1], shift)
@@ -293,6 +303,26 @@ class CompiledPooling(PathBoxKernel):
         blocks = min(h, max(ceil_div(invocations, across), ceil_div(h, SLIDE_MAX_ROWS)))
         return ceil_div(h, blocks)
 
+    def flat_ok(self) -> bool:
+        """"slide": x over (plane, row segment) flattened where the box's flattened x fits
+        one dispatch's workgroups (a window or piece of the box is never larger) and its
+        planes the kernel's plane division (:data:`~vkml.ops.grid.GRID_LIMIT`)."""
+        planes = self.box[0] * self.box[1]
+        lanes = planes * x_invocations(self.box, 1, 8)
+        groups = self.ctx.limits["maxComputeWorkGroupCount"][0]
+        return planes < GRID_LIMIT and ceil_div(lanes, self.flat_local()) <= groups
+
+    def flat_local(self) -> int:
+        """"slide" flattened: the workgroup width (:data:`SLIDE_FLAT_LOCAL`)."""
+        return min(SLIDE_FLAT_LOCAL, self.local)
+
+    def grid(self, extent, lx: int, xdims: int, v: int, ry: int) -> tuple[int, int, int]:
+        """"slide" flattened: x over (plane, row segment), z 1."""
+        gx, gy, gz = box_grid(extent, lx, xdims, v, ry)
+        if not self.flat:
+            return gx, gy, gz
+        return ceil_div(x_invocations(extent, 1, v) * gz, lx), gy, 1
+
     def vector_store(self, origin, out_base, v) -> bool:
         """"slide"'s ``_u64`` variants: a u64vec4 store needs each invocation's 8 outputs
         32-byte aligned (else they store one at a time); the others: vec4s, 16-byte."""
@@ -305,6 +335,8 @@ class CompiledPooling(PathBoxKernel):
     def fit_local(self, lx: int, ly: int, v: int) -> tuple[int, int]:
         """"block": no wider along x than a row's invocations (a 56-wide row takes 7: a
         7 x 8 workgroup, where 8 x 8 left every eighth lane idle)."""
+        if self.flat:
+            return self.flat_local(), ly
         if self.path in ("block", "slide"):
             return min(lx, x_invocations(self.box, 1, v)), ly
         return super().fit_local(lx, ly, v)
@@ -372,7 +404,9 @@ class CompiledPooling(PathBoxKernel):
         def pipeline_for(lx, ly, xdims, v, vec_store):
             extra = ({"V": v, "VEC_STORE": int(vec_store and f32)}
                      if self.path == "rows" else
-                     {"POOL_VSTORE": int(vec_store)} if self.path in ("block", "slide")
+                     {"POOL_VSTORE": int(vec_store)} if self.path == "block" else
+                     {"POOL_VSTORE": int(vec_store), "POOL_FLAT": int(self.flat)}
+                     if self.path == "slide"
                      else {})
             return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
                                                "XDIMS": xdims, **extra, **self.consts})
