@@ -384,12 +384,12 @@ def _path_run(device, seq, cand, shape):
 FAMILIES = ("direct", "tiled", "sg-16x8")
 #: The reference product of that timing: 64 x 64 by 64 float32, one workgroup of each
 #: family but "tiled"'s four, milliseconds on the slowest device, where a hopeless family
-#: already shows (lavapipe runs "tiled" 40-200x slower than "sg" at every size,
-#: SwiftShader "sg" about 10x slower than "direct").
+#: already shows (lavapipe's "tiled" and SwiftShader's "sg" trail by an order of magnitude
+#: and more at every size: bench/RESULTS.md, "Model operators").
 FAMILY_SHAPE = {"m": 64, "k": 64, "n": 64, "batch": 1, "dtype": "float32"}
 #: A family slower than this factor of the fastest on the reference leaves the fast lists
-#: (the fast mode's own cut for a timed run, :data:`vkml.tuning.WARM_CUTOFF`): on
-#: SwiftShader "tiled" ran 3.8x "direct" there and 2.6-6x on larger products, never ahead.
+#: (the fast mode's own cut for a timed run, :data:`vkml.tuning.WARM_CUTOFF`): a family
+#: that far behind on the reference was never ahead on a larger product either.
 WEAK_FACTOR = float(tuning.WARM_CUTOFF)
 
 

@@ -263,8 +263,8 @@ class CompiledResample(BoxKernel):
         read = "texel" if fits and self.force_read in (None, "auto", "texel") else "ssbo"
         walk = self.force_walk or NEAR_ROWS
         if self.force_read is None and (fits or not self.linear):
-            # lavapipe: texel reads 2-7x faster; SwiftShader: storage reads up to 1.4x,
-            # and nearest 2x faster walking 8 input rows, lavapipe slower
+            # the drivers disagree (lavapipe: texel reads, short walks; SwiftShader:
+            # storage reads, walks of 8 rows): measured, bench/RESULTS.md
             name = self.tuned_read(ROWS_READ_PATH, read_shape(self.desc),
                                    {c.name: fits or "ssbo" in c.name
                                     for c in ROWS_READ_PATH.candidates})

@@ -327,10 +327,10 @@ def _strong(times: dict, first: str | None = None) -> tuple[str, ...]:
     ``first``'s family on the reference by :data:`STRONG_FACTOR` as well: the family that
     would run the shape is what they must beat (by a clear lead: each one timed compiles
     its own pipelines).  Ranked only against the fastest family, a loaded CPU driver
-    left blocked out (its reference run 2.5-10x winograd-blocked's under load against
-    1.1x quiet, yet still 5-10x faster than gemm's), and a strided or 1x1 convolution,
-    which Winograd does not take, then had gemm alone timed and ran it 7-10x slower
-    than blocked (bench/RESULTS.md, "Whole models")."""
+    left blocked out (far behind winograd-blocked under load, near it quiet, and still
+    well ahead of gemm), and a strided or 1x1 convolution, which Winograd does not take,
+    then had gemm alone timed and ran it several times slower than blocked
+    (bench/RESULTS.md, "Whole models")."""
     if not times:
         return ()
     best = min(times.values())
