@@ -388,8 +388,8 @@ FAMILIES = ("direct", "tiled", "sg-16x8")
 #: and more at every size: bench/RESULTS.md, "Model operators").
 FAMILY_SHAPE = {"m": 64, "k": 64, "n": 64, "batch": 1, "dtype": "float32"}
 #: A family slower than this factor of the fastest on the reference leaves the fast lists
-#: (the fast mode's own cut for a timed run, :data:`vkml.tuning.WARM_CUTOFF`): a family
-#: that far behind on the reference was never ahead on a larger product either.
+#: (the fast mode's own cut for a timed run, :data:`vkml.tuning.WARM_CUTOFF`): on SwiftShader
+#: a family that far behind there was never ahead on a larger product either.
 WEAK_FACTOR = float(tuning.WARM_CUTOFF)
 
 
