@@ -576,7 +576,8 @@ class GemmPath(Path):
         v8_ok = [self._yv8(d, kernel) for d in self.dispatches]
         if wide and not any(v8_ok):
             raise Declined("u64vec4 output stores need int64 shaders, float32 through "
-                           "texel views and output rows in whole groups of 8")
+                           "texel views and output rows (a flattened plane of packed "
+                           "rows: the plane) in whole groups of 8")
         if wide is None and any(v8_ok):
             wide = wide_stores(self.op.device)
         for d, v8 in zip(self.dispatches, v8_ok):
@@ -644,30 +645,45 @@ class GemmPath(Path):
         return steps
 
     # -- output stores ---------------------------------------------------------------
+    def _linear_rows(self, d) -> bool:
+        """Whether a flattened dispatch's output rows lie packed one after the other
+        (pitch = output width = the row stride, unit pixel stride): its pixels' offsets
+        then run on across rows, so a group of 4 (8) pixels is one store wherever the
+        plane holds whole groups, whatever the row width (a 1x1 convolution's 14x14 and
+        28x28 planes, whose rows alone are not whole groups of 4 / 8)."""
+        g = self.geo
+        ys = g.y_strides
+        return bool(d["pitch"]) and d["pitch"] == g.out_size[2] == ys[3] and ys[4] == 1
+
+    def _groups_of(self, d, k: int) -> bool:
+        """Whether a dispatch's pixels lie in aligned groups of ``k`` that exist whole or
+        not at all: its rows (or, :meth:`_linear_rows`, its flattened plane) and the
+        strides between them multiples of ``k``."""
+        g = self.geo
+        ys = g.y_strides
+        if self._linear_rows(d):
+            return d["qsize"][2] % k == 0 and all(v % k == 0 for v in ys[:3])
+        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
+        return rows % k == 0 and g.out_size[2] % k == 0 and all(v % k == 0 for v in ys[:4])
+
     def _yv4(self, d) -> bool:
         """Whether a dispatch stores its pixels 4 at a time (a float4, or four float16
         halves as one uvec2): output rows packed and aligned, pixels of a block
-        consecutive along them, in whole groups of 4."""
+        consecutive along them, in whole groups of 4 (:meth:`_groups_of`)."""
         g = self.geo
-        ys = g.y_strides
         aw = d["axes"][2]
-        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
-        return (aw.ostep == 1 and aw.o0 == 0 and ys[4] == 1
-                and all(v % 4 == 0 for v in ys[:4]) and self.nb % 4 == 0
-                and rows % 4 == 0 and g.out_size[2] % 4 == 0
+        return (aw.ostep == 1 and aw.o0 == 0 and g.y_strides[4] == 1 and self.nb % 4 == 0
+                and self._groups_of(d, 4)
                 and (d["pitch"] == 0 or d["pitch"] == g.out_size[2]))
 
     def _yv8(self, d, name: str) -> bool:
         """Whether a dispatch can store its pixels 8 at a time (one u64vec4; a block of
         NB = 8a + 4 pixels starting 4 past a group adds a u64vec2): it stores 4 at a time
         (``d["yv4"]``, :meth:`_yv4`), float32 through the texel-view variants on an int64
-        device, and rows and strides hold whole groups of 8."""
-        g = self.geo
-        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
+        device, and its pixels lie in whole groups of 8 (:meth:`_groups_of`)."""
         return (d["yv4"] and bool(self.op.features.get("int64"))
                 and name in ("convolution_gemm_f32", "convolution_gemm_sg_f32")
-                and rows % 8 == 0 and g.out_size[2] % 8 == 0
-                and all(v % 8 == 0 for v in g.y_strides[:4])
+                and self._groups_of(d, 8)
                 and self.op.desc.output_tensor.total_tensor_size_in_bytes % 32 == 0)
 
     # -- recording -------------------------------------------------------------------
