@@ -1023,6 +1023,30 @@ def test_gemm_v8_row_stores(device, path, x_shape, w_shape, kw, narrow):
         compile_on_path(device, narrow, path)
 
 
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
+def test_gemm_flat_plane_float4(device, path):
+    """A 1x1 convolution on 14x14 maps (a flattened plane of 196 pixels, rows of 14: not
+    whole float4s, the plane is) reads its input rows and stores its pixels as float4s
+    (gemm_sg: a 12-pixel block, not 13), and matches the reference; with rows stored
+    apart (not packed) it stores element by element, the same bits."""
+    if path == "gemm_sg" and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(97)
+    desc = _conv_desc("float32", (1, 8, 14, 14), (24, 8, 1, 1), fused_activation="leaky_relu")
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    got, compiled = run_path(device, desc, x, w, b, path=path)
+    p = compiled.path
+    assert p.nb % 4 == 0 and all(d["xvec4"] and d["yv4"] for d in p.dispatches)
+    apart = same_bits_with_rows_apart(device, desc, got, (x, w, b), path)
+    assert not any(d["yv4"] for d in apart.path.dispatches)
+    ref = desc_reference(desc, x, w, b)
+    ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                               **tolerance(w, "float32"))
+
+
 # depthwise blocks: strips and bands with remainders, strided/dilated rows, 3-D, float4
 # rows and stores, the unrolled-body cap (a 4x4x4 kernel)
 DW_EDGES = [

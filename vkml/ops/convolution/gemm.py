@@ -164,6 +164,11 @@ SG_BLOCKS = (16, 16)
 #: blocks instead of four 16 x 8 (both measured faster on lavapipe).
 SG_ACC = 224
 SG_SHUFFLE_COST = 6
+#: SG: what a block of pixels not in whole float4s costs a lane more per weight, in FMAs
+#: of the block: its row loads as R32F fetches; on a flattened plane of whole float4s
+#: (1x1) its stores go element by element too (else float4s), which makes 14x14 planes'
+#: 12-pixel blocks (24 lanes) faster than 13-pixel ones (16 lanes)
+SG_SCALAR_COST = (4, 10)
 SG_CBW = True
 
 
@@ -216,8 +221,9 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
-    count (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they
-    can, with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps
+    count (4..16) that minimizes padded lanes x (NB + 6), rows read (and a flattened
+    plane's pixels stored) as float4 where they can (SG_SCALAR_COST), with at most SG_ACC
+    accumulators.  The unrolled body (MB x NB x column taps
     products a channel) stays within GEMM_UNROLL, MB giving way first (each weight's
     shuffle pays off over NB pixels; a body past the instruction cache runs at half the
     speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
@@ -237,7 +243,9 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
             per_row = ceil_div(rl, nb)
             blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
             v4 = (nb * ph[2].istep) % 4 == 0 or per_row == 1
-            cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else 4))
+            # (a flattened plane stores float4s only where it holds whole ones)
+            scalar = SG_SCALAR_COST[flat and rl % 4 == 0]
+            cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else scalar))
         if best is None or cost <= best[0]:
             best = (cost, nb)
     return mb, best[1]
@@ -493,7 +501,8 @@ class GemmPath(Path):
             xvec4 = (rowload and ((nb * aw.istep) % 4 == 0 or per_row == 1)
                      and pl.x_img % 4 == 0 and pl.x_chan % 4 == 0
                      and all(r % 4 == 0 for r in rows)
-                     and (ad.istep * hp * wp) % 4 == 0 and (ah.istep * wp) % 4 == 0)
+                     and (ad.istep * hp * wp) % 4 == 0
+                     and (pl.flat or (ah.istep * wp) % 4 == 0))   # (flat: one q row)
             if rows:
                 max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * hp * wp
                                + (qsize[1] - 1) * ah.istep * wp
