@@ -222,11 +222,11 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
     count (4..16) that minimizes padded lanes x (NB + 6), rows read (and a flattened
-    plane's pixels stored) as float4 where they can (SG_SCALAR_COST), with at most SG_ACC
-    accumulators.  The unrolled body (MB x NB x column taps
-    products a channel) stays within GEMM_UNROLL, MB giving way first (each weight's
-    shuffle pays off over NB pixels; a body past the instruction cache runs at half the
-    speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
+    plane's pixels stored) as float4 where they can (SG_SCALAR_COST; a flattened plane
+    not of whole float4s can nowhere), with at most SG_ACC accumulators.  The unrolled
+    body (MB x NB x column taps products a channel) stays within GEMM_UNROLL, MB giving
+    way first (each weight's shuffle pays off over NB pixels; a body past the
+    instruction cache runs at half the speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
     (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
     registers), at least 4."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
@@ -242,8 +242,9 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
         for ph, rl in zip(phases, row_len):
             per_row = ceil_div(rl, nb)
             blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
-            v4 = (nb * ph[2].istep) % 4 == 0 or per_row == 1
-            # (a flattened plane stores float4s only where it holds whole ones)
+            # (a flattened plane of no whole float4s, 7x7's 49 pixels, loads and stores
+            # none: there the fewest padded pixels win, 7-pixel blocks, not 8)
+            v4 = ((nb * ph[2].istep) % 4 == 0 or per_row == 1) and not (flat and rl % 4)
             scalar = SG_SCALAR_COST[flat and rl % 4 == 0]
             cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else scalar))
         if best is None or cost <= best[0]:
