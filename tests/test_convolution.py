@@ -953,12 +953,16 @@ def test_winograd_few_tiles(device, name):
 @pytest.mark.parametrize("x_shape, w_shape, kw", [
     ((2, 5, 6, 12), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
     ((1, 6, 5, 12), (8, 6, 1, 1), {}),                       # flattened plane, in place
+    # flattened, rows of 14: the plane in 4s (float32, read in place; float16's padded
+    # copy has rows of 16, whose output rows are not packed: element stores)
+    ((1, 6, 6, 14), (8, 6, 1, 1), {}),
     ((1, 4, 3, 5, 12), (6, 4, 1, 2, 3), dict(start_padding=(0, 1, 1), end_padding=(0, 0, 1))),
 ])
 def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
     """The implicit GEMM stores 4 pixels at a time (a float4, or float16's four halves as
-    one uvec2) where output rows are packed and a multiple of 4 (other rows element by
-    element): the same bits as element stores, and the reference's values."""
+    one uvec2) where output rows are packed and a multiple of 4, or (a flattened plane of
+    packed rows) the plane is (other rows element by element): the same bits as element
+    stores, and the reference's values."""
     if path == "gemm_sg" and not _has_sg(device):
         pytest.skip("no subgroup shuffles on this device")
     rng = np.random.default_rng(95)
@@ -968,7 +972,8 @@ def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
         w = rng.standard_normal(desc.filter_tensor.sizes).astype(dtype)
         b = rng.standard_normal(w_shape[0]).astype(dtype)
         got, compiled = run_path(device, desc, x, w, b, path=path)
-        assert all(d["yv4"] for d in compiled.path.dispatches)
+        assert all(d["yv4"] for d in compiled.path.dispatches) == (
+            dtype == "float32" or x_shape[-1] % 4 == 0)
         apart = same_bits_with_rows_apart(device, desc, got, (x, w, b), path)
         assert not any(d["yv4"] for d in apart.path.dispatches)
         ref = desc_reference(desc, x, w, b)
@@ -978,16 +983,21 @@ def test_gemm_row_stores(device, path, x_shape, w_shape, kw):
 
 
 @pytest.mark.parametrize("path", ["gemm-v8", "gemm_sg-v8"])
-@pytest.mark.parametrize("x_shape, w_shape, kw", [
-    ((2, 5, 6, 16), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
-    ((1, 6, 6, 40), (16, 6, 1, 1), {}),                      # flattened plane, NB 12 (sg)
-    ((1, 8, 10, 40), (16, 8, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1))),
+@pytest.mark.parametrize("x_shape, w_shape, kw, narrow", [
+    ((2, 5, 6, 16), (9, 5, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1)),
+     (2, 5, 6, 12)),
+    ((1, 6, 6, 40), (16, 6, 1, 1), {}, (1, 6, 5, 36)),       # flattened plane, NB 12 (sg)
+    # flattened, rows of 12 (not whole 8s) in a plane of 96 (whole 8s); a plane of 84 not
+    ((1, 6, 8, 12), (16, 6, 1, 1), {}, (1, 6, 7, 12)),
+    ((1, 8, 10, 40), (16, 8, 3, 3), dict(start_padding=(1, 1), end_padding=(1, 1)),
+     (1, 8, 10, 36)),
 ])
-def test_gemm_v8_row_stores(device, path, x_shape, w_shape, kw):
+def test_gemm_v8_row_stores(device, path, x_shape, w_shape, kw, narrow):
     """``gemm-v8`` / ``gemm_sg-v8`` store 8 float32 pixels as one u64vec4 (int64 shaders;
     a block of 8a + 4 pixels that starts 4 past a group stores a u64vec2 first): the same
     bits as ``gemm``'s float4 stores, and the reference's values; refused without int64
-    shaders, and where output rows do not hold whole groups of 8."""
+    shaders, and where output rows (a flattened plane of packed rows: the plane) do not
+    hold whole groups of 8."""
     if path == "gemm_sg-v8" and not _has_sg(device):
         pytest.skip("no subgroup shuffles on this device")
     rng = np.random.default_rng(96)
@@ -1008,9 +1018,33 @@ def test_gemm_v8_row_stores(device, path, x_shape, w_shape, kw):
     ref = np.where(ref >= 0, ref, 0.01 * ref)
     np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
                                **tolerance(w, "float32"))
-    narrow = _conv_desc("float32", x_shape[:-1] + (x_shape[-1] - 4,), w_shape, **kw)
+    narrow = _conv_desc("float32", narrow, w_shape, **kw)
     with pytest.raises(vkml.UnsupportedError, match="groups of 8"):
         compile_on_path(device, narrow, path)
+
+
+@pytest.mark.parametrize("path", ["gemm", "gemm_sg"])
+def test_gemm_flat_plane_float4(device, path):
+    """A 1x1 convolution on 14x14 maps (a flattened plane of 196 pixels, rows of 14: not
+    whole float4s, the plane is) reads its input rows and stores its pixels as float4s
+    (gemm_sg: a 12-pixel block, not 13), and matches the reference; with rows stored
+    apart (not packed) it stores element by element, the same bits."""
+    if path == "gemm_sg" and not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(97)
+    desc = _conv_desc("float32", (1, 8, 14, 14), (24, 8, 1, 1), fused_activation="leaky_relu")
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    got, compiled = run_path(device, desc, x, w, b, path=path)
+    p = compiled.path
+    assert p.nb % 4 == 0 and all(d["xvec4"] and d["yv4"] for d in p.dispatches)
+    apart = same_bits_with_rows_apart(device, desc, got, (x, w, b), path)
+    assert not any(d["yv4"] for d in apart.path.dispatches)
+    ref = desc_reference(desc, x, w, b)
+    ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                               **tolerance(w, "float32"))
 
 
 # depthwise blocks: strips and bands with remainders, strided/dilated rows, 3-D, float4

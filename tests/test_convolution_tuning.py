@@ -428,3 +428,17 @@ def test_sampled_executions_recheck_the_choice(device, tmp_path, monkeypatch):
     assert t.lookup(key)["stale"]
     again = t.choose(device, conv_ops.TUNABLE, conv_ops.tuning_shape(desc))
     assert again.source == "measured" and not t.lookup(key)["stale"]
+
+
+@pytest.mark.parametrize("side, nb", [(7, 7), (13, 11), (14, 12), (28, 12), (56, 12)])
+def test_gemm_sg_flat_plane_blocks(side, nb):
+    """gemm_sg's pixel block on a 1x1 convolution's flattened side x side plane: 12 pixels
+    (float4 rows and stores) where the plane is whole float4s, 14x14's included (not 13
+    pixels in 16 lanes: its element loads and stores cost more than 8 more lanes); where
+    it is not (49, 169 pixels: element loads and stores whatever the block) the block
+    padding the fewest pixels (7, 11), not the 8 or 12 a float4 block would take."""
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    plane = side * side
+    axes = [[gemm.Axis(0, 1, 1, 1, [(0, 0)]), gemm.Axis(0, 1, 1, 1, [(0, 0)]),
+             gemm.Axis(0, 1, plane, 1, [(0, 0)])]]
+    assert gemm.sg_blocks(96, axes, [plane], True, 8) == (16, nb)

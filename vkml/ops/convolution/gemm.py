@@ -164,6 +164,11 @@ SG_BLOCKS = (16, 16)
 #: blocks instead of four 16 x 8 (both measured faster on lavapipe).
 SG_ACC = 224
 SG_SHUFFLE_COST = 6
+#: SG: what a block of pixels not in whole float4s costs a lane more per weight, in FMAs
+#: of the block: its row loads as R32F fetches; on a flattened plane of whole float4s
+#: (1x1) its stores go element by element too (else float4s), which makes 14x14 planes'
+#: 12-pixel blocks (24 lanes) faster than 13-pixel ones (16 lanes)
+SG_SCALAR_COST = (4, 10)
 SG_CBW = True
 
 
@@ -216,11 +221,12 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
-    count (4..16) that minimizes padded lanes x (NB + 6), rows read as float4 where they
-    can, with at most SG_ACC accumulators.  The unrolled body (MB x NB x column taps
-    products a channel) stays within GEMM_UNROLL, MB giving way first (each weight's
-    shuffle pays off over NB pixels; a body past the instruction cache runs at half the
-    speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
+    count (4..16) that minimizes padded lanes x (NB + 6), rows read (and a flattened
+    plane's pixels stored) as float4 where they can (SG_SCALAR_COST; a flattened plane
+    not of whole float4s can nowhere), with at most SG_ACC accumulators.  The unrolled
+    body (MB x NB x column taps products a channel) stays within GEMM_UNROLL, MB giving
+    way first (each weight's shuffle pays off over NB pixels; a body past the
+    instruction cache runs at half the speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
     (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
     registers), at least 4."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
@@ -236,8 +242,11 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
         for ph, rl in zip(phases, row_len):
             per_row = ceil_div(rl, nb)
             blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
-            v4 = (nb * ph[2].istep) % 4 == 0 or per_row == 1
-            cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else 4))
+            # (a flattened plane of no whole float4s, 7x7's 49 pixels, loads and stores
+            # none: there the fewest padded pixels win, 7-pixel blocks, not 8)
+            v4 = ((nb * ph[2].istep) % 4 == 0 or per_row == 1) and not (flat and rl % 4)
+            scalar = SG_SCALAR_COST[flat and rl % 4 == 0]
+            cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else scalar))
         if best is None or cost <= best[0]:
             best = (cost, nb)
     return mb, best[1]
@@ -493,7 +502,8 @@ class GemmPath(Path):
             xvec4 = (rowload and ((nb * aw.istep) % 4 == 0 or per_row == 1)
                      and pl.x_img % 4 == 0 and pl.x_chan % 4 == 0
                      and all(r % 4 == 0 for r in rows)
-                     and (ad.istep * hp * wp) % 4 == 0 and (ah.istep * wp) % 4 == 0)
+                     and (ad.istep * hp * wp) % 4 == 0
+                     and (pl.flat or (ah.istep * wp) % 4 == 0))   # (flat: one q row)
             if rows:
                 max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * hp * wp
                                + (qsize[1] - 1) * ah.istep * wp
@@ -576,7 +586,8 @@ class GemmPath(Path):
         v8_ok = [self._yv8(d, kernel) for d in self.dispatches]
         if wide and not any(v8_ok):
             raise Declined("u64vec4 output stores need int64 shaders, float32 through "
-                           "texel views and output rows in whole groups of 8")
+                           "texel views and output rows (a flattened plane of packed "
+                           "rows: the plane) in whole groups of 8")
         if wide is None and any(v8_ok):
             wide = wide_stores(self.op.device)
         for d, v8 in zip(self.dispatches, v8_ok):
@@ -644,30 +655,45 @@ class GemmPath(Path):
         return steps
 
     # -- output stores ---------------------------------------------------------------
+    def _linear_rows(self, d) -> bool:
+        """Whether a flattened dispatch's output rows lie packed one after the other
+        (pitch = output width = the row stride, unit pixel stride): its pixels' offsets
+        then run on across rows, so a group of 4 (8) pixels is one store wherever the
+        plane holds whole groups, whatever the row width (a 1x1 convolution's 14x14 and
+        28x28 planes, whose rows alone are not whole groups of 4 / 8)."""
+        g = self.geo
+        ys = g.y_strides
+        return bool(d["pitch"]) and d["pitch"] == g.out_size[2] == ys[3] and ys[4] == 1
+
+    def _groups_of(self, d, k: int) -> bool:
+        """Whether a dispatch's pixels lie in aligned groups of ``k`` that exist whole or
+        not at all: its rows (or, :meth:`_linear_rows`, its flattened plane) and the
+        strides between them multiples of ``k``."""
+        g = self.geo
+        ys = g.y_strides
+        if self._linear_rows(d):
+            return d["qsize"][2] % k == 0 and all(v % k == 0 for v in ys[:3])
+        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
+        return rows % k == 0 and g.out_size[2] % k == 0 and all(v % k == 0 for v in ys[:4])
+
     def _yv4(self, d) -> bool:
         """Whether a dispatch stores its pixels 4 at a time (a float4, or four float16
         halves as one uvec2): output rows packed and aligned, pixels of a block
-        consecutive along them, in whole groups of 4."""
+        consecutive along them, in whole groups of 4 (:meth:`_groups_of`)."""
         g = self.geo
-        ys = g.y_strides
         aw = d["axes"][2]
-        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
-        return (aw.ostep == 1 and aw.o0 == 0 and ys[4] == 1
-                and all(v % 4 == 0 for v in ys[:4]) and self.nb % 4 == 0
-                and rows % 4 == 0 and g.out_size[2] % 4 == 0
+        return (aw.ostep == 1 and aw.o0 == 0 and g.y_strides[4] == 1 and self.nb % 4 == 0
+                and self._groups_of(d, 4)
                 and (d["pitch"] == 0 or d["pitch"] == g.out_size[2]))
 
     def _yv8(self, d, name: str) -> bool:
         """Whether a dispatch can store its pixels 8 at a time (one u64vec4; a block of
         NB = 8a + 4 pixels starting 4 past a group adds a u64vec2): it stores 4 at a time
         (``d["yv4"]``, :meth:`_yv4`), float32 through the texel-view variants on an int64
-        device, and rows and strides hold whole groups of 8."""
-        g = self.geo
-        rows = d["pitch"] if d["pitch"] else d["qsize"][2]
+        device, and its pixels lie in whole groups of 8 (:meth:`_groups_of`)."""
         return (d["yv4"] and bool(self.op.features.get("int64"))
                 and name in ("convolution_gemm_f32", "convolution_gemm_sg_f32")
-                and rows % 8 == 0 and g.out_size[2] % 8 == 0
-                and all(v % 8 == 0 for v in g.y_strides[:4])
+                and self._groups_of(d, 8)
                 and self.op.desc.output_tensor.total_tensor_size_in_bytes % 32 == 0)
 
     # -- recording -------------------------------------------------------------------
