@@ -94,7 +94,7 @@ def test_transposes(device, stores, choice, dtype):
     output's gaps untouched; the kernel taken wherever it applies."""
     rng = np.random.default_rng([permute.CHOICES.index(choice), STORES.index(stores),
                                  len(dtype)])
-    kinds = set()
+    kinds, r4 = set(), 0
     for _ in range(12):
         x, perm = _transpose_case(rng, dtype)
         view, ref, gap_bytes, op = _transpose(device, x, perm, dtype, rng, permute=choice)
@@ -105,9 +105,15 @@ def test_transposes(device, stores, choice, dtype):
         elif op.permuted is not None:
             kinds.add(op.permuted.geo["kind"])
             # texel: within the limit
-            assert op.permuted.read == choice.removeprefix("span_") or choice.endswith("texel")
+            read = choice.removeprefix("span_").removeprefix("r4_")
+            assert op.permuted.read == read or choice.endswith("texel")
+            fixed = op.permuted.geo["kind"] == "tile" and len(x.shape) <= permute.R4_RANK
+            if choice.startswith("r4_") and fixed:
+                assert "_r4_" in op.permuted.kernel, op.permuted.kernel
+                r4 += 1
     if choice != "strided":
         assert kinds == {"tile", "rows"}, kinds
+    assert r4 > 0 or not choice.startswith("r4_")
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -317,7 +323,7 @@ def _slice_op(dev, x, offs, sizes, steps, **kw):
     return CompiledSlice(dev, dev.create_operator(desc).desc, **kw), y
 
 
-@pytest.mark.parametrize("choice", ["span_texel", "span_ssbo"])
+@pytest.mark.parametrize("choice", ["span_texel", "span_ssbo", "r4_texel", "r4_ssbo"])
 def test_span_rows(device, stores, choice):
     """Rows read as uvec4s (the span kernel, forced by its choice): steps 1 and 2 along
     rows whose input starts at each of the four words of a uvec4, odd and even row lengths
@@ -339,11 +345,12 @@ def test_span_rows(device, stores, choice):
                 pm = op.permuted
                 assert pm is not None and "span" in pm.kernel, pm and pm.kernel
                 assert pm.span == (step, shift)
+                assert ("_r4_" in pm.kernel) == choice.startswith("r4_"), pm.kernel
                 seen.add(pm.v)
                 got = _execute(device, op, x, y.size, "float32")
                 assert same_bits(got.reshape(y.shape), y), (width, shift, step, steps)
                 plain, _ = _slice_op(device, x, (0, 1, shift), sizes, steps, path="kernel",
-                                     permute=choice.removeprefix("span_"))
+                                     permute=choice[choice.index("_") + 1:])
                 assert "rows" in plain.permuted.kernel
                 plain.release()
     assert seen == {8, 16, 32}, seen

@@ -53,13 +53,23 @@ VARIANTS = dict.fromkeys(["permute_tile_texel4", "permute_tile_ssbo4", "permute_
 VARIANTS.update(dict.fromkeys(["permute_span_texel4", "permute_span_ssbo4"],
                               ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4", "REP",
                                "SPAN_STEP", "SPAN_SHIFT")))
+VARIANTS.update(dict.fromkeys(["permute_tile_r4_texel4", "permute_tile_r4_ssbo4"],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "VEC4", "REP")))
+VARIANTS.update(dict.fromkeys([f"permute_span_r4_{r}4_v{v}" for r in ("texel", "ssbo")
+                               for v in (8, 16, 32)],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "VEC4", "REP", "SPAN_STEP",
+                               "SPAN_SHIFT")))
 VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
 #: The choices: the kernel reading through a texel buffer or a storage buffer, with the
 #: span rows where the geometry has them ("span_*": on lavapipe faster than the scalar
 #: rows; on SwiftShader, which unrolls no loop bounded by V, so that their register
 #: arrays live in memory, a stride-2 slice's copy 1.3-3x slower), or not this module at
-#: all (the caller's strided element path).
-CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "strided")
+#: all (the caller's strided element path).  "r4_*": the tile and span kernels' forms for a
+#: box of at most four dimensions, V compile-time and no coordinate array (the forms
+#: SwiftShader runs in registers); other copies take the plain kernel of the same read.
+CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "r4_texel", "r4_ssbo", "strided")
+#: Dimensions of the r4 kernels' box (the host pads a smaller one).
+R4_RANK = 4
 
 _U32 = 0xFFFFFFFF
 #: Row steps the span rows read as uvec4s (module doc): a step of 4 or more would fetch a
@@ -149,23 +159,25 @@ class StridedCopy:
     and uploads are the host's): :func:`plan` builds it, :meth:`encode` records it."""
 
     def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int,
-                 span: bool = False):
+                 span: bool = False, fixed: bool = False):
         self.op, self.geo, self.read = op, geo, read
         self.in_bytes, self.out_bytes = in_bytes, out_bytes
         tile = geo["kind"] == "tile"
         span = geo.get("span") if span and not tile and not read.endswith("4") else None
         self.span = span or (1, 0)
-        self.kernel = (f"permute_tile_{read}4" if tile else f"permute_span_{read}4" if span
-                       else f"permute_rows_{read}")
-        if wide_stores(op.device) and (not span or _rows_on_eights(geo)):
-            self.kernel += "_u64"
+        self.fixed = fixed and (tile or span is not None) and len(geo["box"]) <= R4_RANK
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
-        self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
+        self.v = (2 if geo["box"][-1] >= 2 or self.fixed else 1) if tile else (
+            8 if geo["box"][-1] >= 8 else 4)
         if span:
             self.v = span_v(geo["box"][-1], span[0])
-            if len(geo["box"]) < 2:             # the span grid takes rows and a row
-                geo = self.geo = {**geo, "box": [1] + geo["box"], "in": [0] + geo["in"],
-                                  "out": [0] + geo["out"]}
+        # the span grid takes rows and a row; the r4 kernels a box of four dimensions
+        pad = R4_RANK if self.fixed else 2 if span else 0
+        if len(geo["box"]) < pad:
+            k = pad - len(geo["box"])
+            geo = self.geo = {**geo, "box": [1] * k + geo["box"], "in": [0] * k + geo["in"],
+                              "out": [0] * k + geo["out"]}
+        self.kernel = self._kernel_name(tile, span is not None)
         if read.endswith("4") and not tile:
             # the rows' quad reads (a resample's REP): whole uvec4s of input an invocation,
             # two where REP is 1 or 2 (eight or sixteen output words)
@@ -175,15 +187,29 @@ class StridedCopy:
             self.kernel, "Params", in_stride=words8(s & _U32 for s in geo["in"]),
             out_stride=words8(s & _U32 for s in geo["out"])), np.uint8))
 
+    def _kernel_name(self, tile: bool, span: bool) -> str:
+        """The variant: kind, fixed rank (r4, V in the name where it is the span's),
+        read, and u64vec4 stores where the device's timing says so (the span's only
+        where every output row starts on 8 words)."""
+        r4 = "_r4" if self.fixed else ""
+        read = self.read
+        name = (f"permute_tile{r4}_{read}4" if tile
+                else f"permute_span{r4}_{read}4" + (f"_v{self.v}" if r4 else "") if span
+                else f"permute_rows_{read}")
+        if wide_stores(self.op.device) and (not span or _rows_on_eights(self.geo)):
+            name += "_u64"
+        return name
+
     def _span_constants(self) -> dict:
         if "span" not in self.kernel:
             return {}
         return {"SPAN_STEP": self.span[0], "SPAN_SHIFT": self.span[1]}
 
     def _pipeline(self, lx: int, ly: int):
+        # the r4 kernels' RANK and V are compile-time (the variant)
+        shape = {} if self.fixed else {"RANK": len(self.geo["box"]), "V": self.v}
         return self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                              "RANK": len(self.geo["box"]), "V": self.v,
-                                              "VEC4": bool(self.geo["vec4"]),
+                                              **shape, "VEC4": bool(self.geo["vec4"]),
                                               "REP": self.geo.get("rep", 1),
                                               **self._span_constants()})
 
@@ -265,12 +291,13 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
         read = choice.name
         if read == "strided":
             return None
-    span = read.startswith("span_") and "span" in geo
-    read = read.removeprefix("span_")
+    fixed = read.startswith("r4_")
+    span = (read.startswith("span_") or fixed) and "span" in geo
+    read = read.removeprefix("span_").removeprefix("r4_")
     unit = 16 if geo["kind"] == "tile" or span else 4     # RGBA32UI or R32UI texels
     if read == "texel" and ceil_div(in_bytes, unit) > lim["maxTexelBufferElements"]:
         read = "ssbo"
-    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span)
+    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span, fixed=fixed)
 
 
 def _class(shape) -> str:
@@ -291,6 +318,8 @@ def _run(device, seq, cand, shape):
     force = cand.params["permute"]
     if force.startswith("span_") and shape["kind"] != "span":
         raise tuning.Declined(f"{cand.name}: no span rows in a {shape['kind']} copy")
+    if force.startswith("r4_") and shape["kind"] == "rows":
+        raise tuning.Declined(f"{cand.name}: the plain rows kernel's copy")
     if shape["kind"] == "tile":
         x = TensorDesc("float32", (64, w), (1, 64))
         y = TensorDesc("float32", (64, w))
