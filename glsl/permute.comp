@@ -41,6 +41,12 @@
 //   memory (docs/DEVELOPING.md, "Facts about SwiftShader").  The span's step and shift
 //   select one of eight copies of its register code (a branch on frozen constants, folded
 //   to one), each with the uvec4 and component indices compile-time.
+// permute_tsm_texel / _ssbo (TSM): the tile kind's copy (box of four dimensions, p and q
+//   in words) through a 32 x 32-word shared-memory tile: a 32 x 8 workgroup reads the
+//   tile's rows along q (scalar loads, neighbouring lanes on neighbouring words), and
+//   after a barrier writes its columns as rows along p.  A candidate beside the register
+//   tiles for devices that run a barrier cheaply (the tuner times it; the CPU drivers'
+//   SIMD loop is split in two by it).
 // *_u64 (devices with int64 shaders, where store_width's timing says so): a full
 //   invocation's stores as u64vec4s, eight words each (two tiles' rows, or eight words of
 //   a row) where its output offset allows: lavapipe stores a vector's components one by
@@ -66,6 +72,8 @@
 // vkml:variant permute_span_ssbo4 ROWS=1 SPAN=1
 // vkml:variant permute_span_texel4_u64 ROWS=1 SPAN=1 TEXEL=1 U64=1
 // vkml:variant permute_span_ssbo4_u64 ROWS=1 SPAN=1 U64=1
+// vkml:variant permute_tsm_texel TSM=1 R4=1 VF=1 TEXEL=1
+// vkml:variant permute_tsm_ssbo TSM=1 R4=1 VF=1
 // vkml:variant permute_tile_r4_texel4 TILE=1 R4=1 VF=2 TEXEL=1
 // vkml:variant permute_tile_r4_texel4_u64 TILE=1 R4=1 VF=2 TEXEL=1 U64=1
 // vkml:variant permute_tile_r4_ssbo4 TILE=1 R4=1 VF=2
@@ -157,6 +165,31 @@ uint divide(uint q, int d) {
 
 const int LAST = RANK - 1;
 
+#ifdef TSM
+const uint TS = 32u, TY = 8u;       // the tile's words a side; the workgroup's rows (host)
+shared uint tile[TS][TS + 1u];      // a column's words on distinct banks
+
+void main() {
+    uint z = gl_WorkGroupID.z, zq = divide(z, 1);
+    uvec2 o = origin[0].xy + uvec2(zq, z - zq * extent[0].y);
+    uint bi = o.x * in_stride[0].x + o.y * in_stride[0].y - in_base;
+    uint bo = o.x * out_stride[0].x + o.y * out_stride[0].y - out_base;
+    uint p0 = origin[0].w + gl_WorkGroupID.x * TS, q0 = origin[0].z + gl_WorkGroupID.y * TS;
+    uint pe = origin[0].w + extent[0].w, qe = origin[0].z + extent[0].z;
+    uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
+    [[unroll]] for (uint i = 0u; i < TS; i += TY) {     // lanes along q: the input's rows
+        uint p = p0 + ty + i, q = q0 + tx;
+        bool inside = p < pe && q < qe;
+        if (inside) tile[ty + i][tx] = LOAD1(bi + q * in_stride[0].z + p * in_stride[0].w);
+    }
+    barrier();
+    [[unroll]] for (uint i = 0u; i < TS; i += TY) {     // lanes along p: the output's rows
+        uint q = q0 + ty + i, p = p0 + tx;
+        bool inside = p < pe && q < qe;
+        if (inside) y[bo + q * out_stride[0].z + p * out_stride[0].w] = tile[tx][ty + i];
+    }
+}
+#else
 #ifdef R4
 // box_coords for the four-dimension box (R4), as a uvec4: the same grid, the z
 // dimensions' division written out (TILE: z over dimensions 0 and 1; SPAN: z is 0, y 1).
@@ -346,3 +379,4 @@ void main() {
     }
 #endif
 }
+#endif

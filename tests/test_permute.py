@@ -105,15 +105,15 @@ def test_transposes(device, stores, choice, dtype):
         elif op.permuted is not None:
             kinds.add(op.permuted.geo["kind"])
             # texel: within the limit
-            read = choice.removeprefix("span_").removeprefix("r4_")
-            assert op.permuted.read == read or choice.endswith("texel")
-            fixed = op.permuted.geo["kind"] == "tile" and len(x.shape) <= permute.R4_RANK
-            if choice.startswith("r4_") and fixed:
-                assert "_r4_" in op.permuted.kernel, op.permuted.kernel
+            assert op.permuted.read == choice.split("_")[-1] or choice.endswith("texel")
+            # the r4 and tsm kernels take every tile copy of at most four dimensions
+            fixed = op.permuted.geo["kind"] in ("tile", "tsm") and len(x.shape) <= 4
+            if choice[:3] in ("r4_", "tsm") and fixed:
+                assert choice.split("_")[0] in op.permuted.kernel, op.permuted.kernel
                 r4 += 1
     if choice != "strided":
-        assert kinds == {"tile", "rows"}, kinds
-    assert r4 > 0 or not choice.startswith("r4_")
+        assert "rows" in kinds and kinds & {"tile", "tsm"}, kinds
+    assert r4 > 0 or choice[:3] not in ("r4_", "tsm")
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -231,6 +231,14 @@ def test_grids_split(device):
         view, ref, _, op = _transpose(dev, x, (0, 2, 3, 1), "float32", rng, permute="texel")
         assert op.permuted is not None and op.permuted.geo["kind"] == "tile"
         assert same_bits(view, ref)
+        # the r4 and shared-memory tiles: more tiles along p and q than the grid takes
+        x2 = random_bits(rng, (2, 72, 3, 136), "float32")
+        for choice in ("r4_texel", "tsm_ssbo", "tsm_texel"):
+            packed = type("Packed", (), {"integers": staticmethod(lambda *a: 1)})  # no pad
+            view, ref, _, op = _transpose(dev, x2, (0, 2, 3, 1), "float32", packed,
+                                          permute=choice)
+            assert op.permuted is not None and choice[:3] in op.permuted.kernel
+            assert same_bits(view, ref), choice
         y = x[:, :, 1::3, ::-2]
         desc = dml.Slice1OperatorDesc(dml.TensorDesc("float32", x.shape),
                                       dml.TensorDesc("float32", y.shape), (0, 0, 1, 0),

@@ -60,14 +60,18 @@ VARIANTS.update(dict.fromkeys([f"permute_span_r4_{r}4_v{v}" for r in ("texel", "
                               ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "VEC4", "REP", "SPAN_STEP",
                                "SPAN_SHIFT")))
 VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
+VARIANTS.update(dict.fromkeys(["permute_tsm_texel", "permute_tsm_ssbo"],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y")))
 #: The choices: the kernel reading through a texel buffer or a storage buffer, with the
 #: span rows where the geometry has them ("span_*": on lavapipe faster than the scalar
 #: rows; on SwiftShader, which unrolls no loop bounded by V, so that their register
 #: arrays live in memory, a stride-2 slice's copy 1.3-3x slower), or not this module at
 #: all (the caller's strided element path).  "r4_*": the tile and span kernels' forms for a
 #: box of at most four dimensions, V compile-time and no coordinate array (the forms
-#: SwiftShader runs in registers); other copies take the plain kernel of the same read.
-CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "r4_texel", "r4_ssbo", "strided")
+#: SwiftShader runs in registers); "tsm_*": a transpose's copy through a shared-memory
+#: tile; other copies take the plain kernel of the same read.
+CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "r4_texel", "r4_ssbo", "tsm_texel",
+           "tsm_ssbo", "strided")
 #: Dimensions of the r4 kernels' box (the host pads a smaller one).
 R4_RANK = 4
 
@@ -147,6 +151,17 @@ def span_v(n: int, step: int = 1) -> int:
                key=lambda v: (round(n / (ceil_div(n, v) * v), 3), v))
 
 
+def tsm_words(geo: dict) -> dict:
+    """A tile geometry (quads of p and q, strides in uvec4s) in words, for the shared-
+    memory tile kernel: p's and q's extents four times theirs; a quad of p is four input
+    rows of p, so its uvec4 stride is p's word stride (q's likewise on the output)."""
+    n = len(geo["box"])
+    return {**geo, "kind": "tsm", "box": [*geo["box"][:-2], 4 * geo["box"][-2], 4 * geo["box"][-1]],
+            "in": [*(4 * s for s in geo["in"][:-2]), 1, geo["in"][-1]],
+            "out": [*(4 * s for s in geo["out"][:n - 2]), geo["out"][-2], 1],
+            "bases": tuple(4 * b for b in geo["bases"])}
+
+
 def _rows_on_eights(geo: dict) -> bool:
     """Every output row of a rows geometry starts on a multiple of 8 words: the span
     kernel's u64vec4 stores (whole chunks of V, a multiple of 8, from there) need it of
@@ -159,13 +174,17 @@ class StridedCopy:
     and uploads are the host's): :func:`plan` builds it, :meth:`encode` records it."""
 
     def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int,
-                 span: bool = False, fixed: bool = False):
+                 span: bool = False, fixed: bool = False, tsm: bool = False):
         self.op, self.geo, self.read = op, geo, read
         self.in_bytes, self.out_bytes = in_bytes, out_bytes
         tile = geo["kind"] == "tile"
+        if tile and tsm and len(geo["box"]) <= R4_RANK:
+            geo = self.geo = tsm_words(geo)
+            tile, fixed = False, True
         span = geo.get("span") if span and not tile and not read.endswith("4") else None
         self.span = span or (1, 0)
-        self.fixed = fixed and (tile or span is not None) and len(geo["box"]) <= R4_RANK
+        tsm = geo["kind"] == "tsm"
+        self.fixed = fixed and (tile or tsm or span is not None) and len(geo["box"]) <= R4_RANK
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
         self.v = (2 if geo["box"][-1] >= 2 or self.fixed else 1) if tile else (
             8 if geo["box"][-1] >= 8 else 4)
@@ -193,6 +212,8 @@ class StridedCopy:
         where every output row starts on 8 words)."""
         r4 = "_r4" if self.fixed else ""
         read = self.read
+        if self.geo["kind"] == "tsm":
+            return f"permute_tsm_{read}"
         name = (f"permute_tile{r4}_{read}4" if tile
                 else f"permute_span{r4}_{read}4" + (f"_v{self.v}" if r4 else "") if span
                 else f"permute_rows_{read}")
@@ -206,6 +227,8 @@ class StridedCopy:
         return {"SPAN_STEP": self.span[0], "SPAN_SHIFT": self.span[1]}
 
     def _pipeline(self, lx: int, ly: int):
+        if self.geo["kind"] == "tsm":
+            return self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly})
         # the r4 kernels' RANK and V are compile-time (the variant)
         shape = {} if self.fixed else {"RANK": len(self.geo["box"]), "V": self.v}
         return self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
@@ -235,6 +258,19 @@ class StridedCopy:
                         magic=words8(magic))
             seq.dispatch(pipe, binds, box_grid(ec, lx, 2, 1, 1), push)
 
+    def _encode_tsm(self, seq, binds) -> None:
+        """The shared-memory tile's dispatches: a 32 x 8 workgroup a 32 x 32-word tile of
+        (q, p), x along p, y along q, z the two outer dimensions (the kernel's TS, TY)."""
+        box, ctx = self.geo["box"], self.op.ctx
+        pipe = self._pipeline(32, 8)
+        bases = [b & _U32 for b in self.geo["bases"]]
+        for o, e in split_groups([0] * len(box), list(box), 32,
+                                 ctx.limits["maxComputeWorkGroupCount"], 1, 1, 32):
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
+                        in_base=bases[0], out_base=bases[1], x_count=e[-1],
+                        magic=words8(map(div_magic, e)))
+            seq.dispatch(pipe, binds, box_grid(e, 32, 1, 1, 32), push)
+
     def encode(self, seq, src, dst) -> None:
         """The copy from allocation ``src`` to ``dst`` (whole tensors bound)."""
         geo, box = self.geo, self.geo["box"]
@@ -246,6 +282,9 @@ class StridedCopy:
         binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
         if "span" in self.kernel:
             self._encode_span(seq, binds)
+            return
+        if geo["kind"] == "tsm":
+            self._encode_tsm(seq, binds)
             return
         ctx = self.op.ctx
         local = min(64, self.op.workgroup_size)
@@ -291,13 +330,14 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
         read = choice.name
         if read == "strided":
             return None
-    fixed = read.startswith("r4_")
+    fixed, tsm = read.startswith("r4_"), read.startswith("tsm_")
     span = (read.startswith("span_") or fixed) and "span" in geo
-    read = read.removeprefix("span_").removeprefix("r4_")
-    unit = 16 if geo["kind"] == "tile" or span else 4     # RGBA32UI or R32UI texels
+    read = read.split("_")[-1]
+    tsm = tsm and geo["kind"] == "tile" and len(geo["box"]) <= R4_RANK
+    unit = 16 if (geo["kind"] == "tile" and not tsm) or span else 4   # RGBA32UI or R32UI
     if read == "texel" and ceil_div(in_bytes, unit) > lim["maxTexelBufferElements"]:
         read = "ssbo"
-    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span, fixed=fixed)
+    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span, fixed=fixed, tsm=tsm)
 
 
 def _class(shape) -> str:
@@ -318,6 +358,8 @@ def _run(device, seq, cand, shape):
     force = cand.params["permute"]
     if force.startswith("span_") and shape["kind"] != "span":
         raise tuning.Declined(f"{cand.name}: no span rows in a {shape['kind']} copy")
+    if force.startswith("tsm_") and shape["kind"] != "tile":
+        raise tuning.Declined(f"{cand.name}: no transpose in a {shape['kind']} copy")
     if force.startswith("r4_") and shape["kind"] == "rows":
         raise tuning.Declined(f"{cand.name}: the plain rows kernel's copy")
     if shape["kind"] == "tile":
