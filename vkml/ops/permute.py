@@ -22,10 +22,18 @@ join's or split's copy), copied as 32-bit words (:func:`as_words`).
   input element c / REP; its ``texel4`` / ``ssbo4`` reads take a contiguous row's input
   as uvec4s.
 
+* "r4" forms of the tile and span kernels: a box of at most four dimensions (padded to
+  four), V compile-time, no coordinate array, the span's step and shift selecting one of
+  eight register codes: SwiftShader keeps the plain kernels' arrays in memory and runs
+  their loops rolled.
+* "tsm": the tile kind's copy through a 32 x 32-word shared-memory tile
+  (:func:`tsm_words`), a barrier between the reads along q and the writes along p.
+
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
 fetches) or a storage buffer ("ssbo"), the rows kind as span rows where it can ("span_texel",
-"span_ssbo"), or are left to the strided path ("strided"): the tuner chooses among them by
-measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
+"span_ssbo"), in their r4 forms ("r4_texel", "r4_ssbo"), a transpose through shared
+memory ("tsm_texel", "tsm_ssbo"), or are left to the strided path ("strided"): the tuner
+chooses among them by measurement (:data:`PATH`; ``VKML_TUNE=off``: r4_texel).
 Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
 (:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past
 ``maxStorageBufferRange`` or the texel limit are declined: the strided path windows
@@ -379,12 +387,14 @@ def _run(device, seq, cand, shape):
 
 
 #: A strided copy of 32-bit elements this module takes: its kernel reading through a
-#: texel buffer ("texel", the ``VKML_TUNE=off`` default: never the span rows, which
-#: SwiftShader runs badly) or a storage buffer ("ssbo"), with the span rows where they
-#: apply ("span_texel", "span_ssbo"), or the caller's strided element path ("strided"),
-#: by measurement.
+#: texel buffer ("texel") or a storage buffer ("ssbo"), with the span rows where they
+#: apply ("span_texel", "span_ssbo"), the r4 or shared-memory forms (:data:`CHOICES`),
+#: or the caller's strided element path ("strided"), by measurement.  ``VKML_TUNE=off``:
+#: "r4_texel", the fastest of them on both CPU drivers for a transpose and a step-2
+#: slice (bench/RESULTS.md) where the plain span rows ran slower than scalar rows on
+#: SwiftShader.
 PATH = tuning.register_path(
-    "permute", [(c, {"permute": c}) for c in CHOICES], "texel", _class, _run,
+    "permute", [(c, {"permute": c}) for c in CHOICES], "r4_texel", _class, _run,
     examples=[{"kind": "tile", "words": 64 * 112 * 112},
               {"kind": "span", "words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))
