@@ -34,6 +34,19 @@
 //   lavapipe's 8-lane SIMD rows past a row's end), so V can be 8, 16 or 32, whole
 //   u64vec4 stores (the _u64 variants where every output row starts on 8 words: the
 //   host's rule, so no lane tests it); a row's partial last invocation loops word by word.
+// permute_tile_r4_* / permute_span_r4_*_v8/_v16/_v32 (R4): the TILE and SPAN kernels for
+//   a box of at most four dimensions (the host pads it to four), V compile-time (VF), no
+//   coordinate array and no loop over RANK: SwiftShader unrolls no loop bounded by a
+//   specialization constant, frozen or not, and keeps an array such a loop indexes in
+//   memory (docs/DEVELOPING.md, "Facts about SwiftShader").  The span's step and shift
+//   select one of eight copies of its register code (a branch on frozen constants, folded
+//   to one), each with the uvec4 and component indices compile-time.
+// permute_tsm_texel / _ssbo (TSM): the tile kind's copy (box of four dimensions, p and q
+//   in words) through a 32 x 32-word shared-memory tile: a 32 x 8 workgroup reads the
+//   tile's rows along q (scalar loads, neighbouring lanes on neighbouring words), and
+//   after a barrier writes its columns as rows along p.  A candidate beside the register
+//   tiles for devices that run a barrier cheaply (the tuner times it; the CPU drivers'
+//   SIMD loop is split in two by it).
 // *_u64 (devices with int64 shaders, where store_width's timing says so): a full
 //   invocation's stores as u64vec4s, eight words each (two tiles' rows, or eight words of
 //   a row) where its output offset allows: lavapipe stores a vector's components one by
@@ -59,6 +72,24 @@
 // vkml:variant permute_span_ssbo4 ROWS=1 SPAN=1
 // vkml:variant permute_span_texel4_u64 ROWS=1 SPAN=1 TEXEL=1 U64=1
 // vkml:variant permute_span_ssbo4_u64 ROWS=1 SPAN=1 U64=1
+// vkml:variant permute_tsm_texel TSM=1 R4=1 VF=1 TEXEL=1
+// vkml:variant permute_tsm_ssbo TSM=1 R4=1 VF=1
+// vkml:variant permute_tile_r4_texel4 TILE=1 R4=1 VF=2 TEXEL=1
+// vkml:variant permute_tile_r4_texel4_u64 TILE=1 R4=1 VF=2 TEXEL=1 U64=1
+// vkml:variant permute_tile_r4_ssbo4 TILE=1 R4=1 VF=2
+// vkml:variant permute_tile_r4_ssbo4_u64 TILE=1 R4=1 VF=2 U64=1
+// vkml:variant permute_span_r4_texel4_v8 ROWS=1 SPAN=1 R4=1 VF=8 TEXEL=1
+// vkml:variant permute_span_r4_texel4_v8_u64 ROWS=1 SPAN=1 R4=1 VF=8 TEXEL=1 U64=1
+// vkml:variant permute_span_r4_texel4_v16 ROWS=1 SPAN=1 R4=1 VF=16 TEXEL=1
+// vkml:variant permute_span_r4_texel4_v16_u64 ROWS=1 SPAN=1 R4=1 VF=16 TEXEL=1 U64=1
+// vkml:variant permute_span_r4_texel4_v32 ROWS=1 SPAN=1 R4=1 VF=32 TEXEL=1
+// vkml:variant permute_span_r4_texel4_v32_u64 ROWS=1 SPAN=1 R4=1 VF=32 TEXEL=1 U64=1
+// vkml:variant permute_span_r4_ssbo4_v8 ROWS=1 SPAN=1 R4=1 VF=8
+// vkml:variant permute_span_r4_ssbo4_v8_u64 ROWS=1 SPAN=1 R4=1 VF=8 U64=1
+// vkml:variant permute_span_r4_ssbo4_v16 ROWS=1 SPAN=1 R4=1 VF=16
+// vkml:variant permute_span_r4_ssbo4_v16_u64 ROWS=1 SPAN=1 R4=1 VF=16 U64=1
+// vkml:variant permute_span_r4_ssbo4_v32 ROWS=1 SPAN=1 R4=1 VF=32
+// vkml:variant permute_span_r4_ssbo4_v32_u64 ROWS=1 SPAN=1 R4=1 VF=32 U64=1
 #extension GL_EXT_control_flow_attributes : enable
 
 #if (defined(TILE) || defined(QUAD) || defined(SPAN)) && defined(TEXEL)
@@ -88,10 +119,15 @@ const bool WIDE = false;
 #endif
 
 layout(local_size_x_id = 0, local_size_y_id = 23) in;
-layout(constant_id = 1) const int RANK = 4;      // 2 to 8 dimensions (TILE), 1 to 8 (ROWS)
 // units of the last dimension an invocation (TILE: tiles, ROWS: words); compile-time
 // bounds so the loops unroll into registers
+#ifdef R4
+const int RANK = 4;
+const uint V = VF;
+#else
+layout(constant_id = 1) const int RANK = 4;      // 2 to 8 dimensions (TILE), 1 to 8 (ROWS)
 layout(constant_id = 21) const uint V = 2u;
+#endif
 // Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
 // specialization constants before generating code: VEC4 selects the rows' store code; SPAN_STEP
 // and SPAN_SHIFT pick the register components the span rows read: constant indices only once
@@ -129,6 +165,55 @@ uint divide(uint q, int d) {
 
 const int LAST = RANK - 1;
 
+#ifdef TSM
+const uint TS = 32u, TY = 8u;       // the tile's words a side; the workgroup's rows (host)
+shared uint tile[TS][TS + 1u];      // a column's words on distinct banks
+
+void main() {
+    uint z = gl_WorkGroupID.z, zq = divide(z, 1);
+    uvec2 o = origin[0].xy + uvec2(zq, z - zq * extent[0].y);
+    uint bi = o.x * in_stride[0].x + o.y * in_stride[0].y - in_base;
+    uint bo = o.x * out_stride[0].x + o.y * out_stride[0].y - out_base;
+    uint p0 = origin[0].w + gl_WorkGroupID.x * TS, q0 = origin[0].z + gl_WorkGroupID.y * TS;
+    uint pe = origin[0].w + extent[0].w, qe = origin[0].z + extent[0].z;
+    uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
+    [[unroll]] for (uint i = 0u; i < TS; i += TY) {     // lanes along q: the input's rows
+        uint p = p0 + ty + i, q = q0 + tx;
+        bool inside = p < pe && q < qe;
+        if (inside) tile[ty + i][tx] = LOAD1(bi + q * in_stride[0].z + p * in_stride[0].w);
+    }
+    barrier();
+    [[unroll]] for (uint i = 0u; i < TS; i += TY) {     // lanes along p: the output's rows
+        uint q = q0 + ty + i, p = p0 + tx;
+        bool inside = p < pe && q < qe;
+        if (inside) y[bo + q * out_stride[0].z + p * out_stride[0].w] = tile[tx][ty + i];
+    }
+}
+#else
+#ifdef R4
+// box_coords for the four-dimension box (R4), as a uvec4: the same grid, the z
+// dimensions' division written out (TILE: z over dimensions 0 and 1; SPAN: z is 0, y 1).
+uint box4(out uvec4 c) {
+    uint gx = gl_GlobalInvocationID.x, y = gl_GlobalInvocationID.y;
+    uint z = gl_GlobalInvocationID.z;
+#ifdef SPAN
+    // gx / chunks by magic[LAST] as box_coords's SPAN grid
+    uint chunks = (extent[0].w + V - 1u) / V, hi, lo;
+    umulExtended(gx, magic[0].w, hi, lo);
+    uint row = chunks == 1u ? gx : hi;
+    bool live = gx < x_count && y < extent[0].y;
+    c = origin[0] + uvec4(z, y, row, (gx - row * chunks) * V);
+#else
+    uint q = divide(z, 1);
+    bool live = gx < x_count && y < extent[0].z;
+    c = origin[0] + uvec4(q, z - q * extent[0].y, y, gx * V);
+#endif
+    uint end = origin[0].w + extent[0].w;
+    bool inside = live && c.w < end;
+    return uint(inside) * min(V, end - c.w);
+}
+#endif
+
 // The box coordinates of this invocation's first unit and how many of its V it has.
 uint box_coords(out uint coord[8]) {
     uint gx = gl_GlobalInvocationID.x;
@@ -161,6 +246,12 @@ uint box_coords(out uint coord[8]) {
 }
 
 void main() {
+#ifdef R4
+    uvec4 at;
+    uint count = box4(at);
+    uvec4 ti = at * in_stride[0], to = at * out_stride[0];
+    uint si = ti.x + ti.y + ti.z + ti.w - in_base, so = to.x + to.y + to.z + to.w - out_base;
+#else
     uint coord[8];
     uint count = box_coords(coord);
     uint si = 0u, so = 0u;
@@ -170,6 +261,7 @@ void main() {
     }
     si -= in_base;
     so -= out_base;
+#endif
 #ifdef TILE
     // a quad of p; one row of p, one row of q (signed: a stride may be negative)
     uint ip = AT(in_stride, LAST), row_in = uint(int(ip) >> 2);
@@ -201,19 +293,35 @@ void main() {
         }
     }
 #elif defined(SPAN)
+// w[0..V) from the uvec4s spanning a full invocation's input words, held in registers
+// (constant indices where STEP and SHIFT are compile-time or frozen)
+#define SPAN_WORDS(STEP, SHIFT) { \
+        const uint NQ = ((SHIFT) + (V - 1u) * (STEP)) / 4u + 1u; \
+        uvec4 r[NQ]; \
+        [[unroll]] for (uint k = 0u; k < NQ; k++) r[k] = LOAD4(q0 + k); \
+        [[unroll]] for (uint j = 0u; j < V; j++) { \
+            const uint e = (SHIFT) + j * (STEP); \
+            w[j] = r[e >> 2][e & 3u]; \
+        } }
     uint q0 = (si - SPAN_SHIFT) >> 2;
     if (count == V) {
         // the uvec4s spanning the V outputs' input words, held in registers (constant
         // indices); the store form is the host's (uniform): lavapipe runs every branch
         // on a lane's value in every SIMD group, taken or not
-        const uint NQ = (SPAN_SHIFT + (V - 1u) * SPAN_STEP) / 4u + 1u;
-        uvec4 r[NQ];
-        [[unroll]] for (uint k = 0u; k < NQ; k++) r[k] = LOAD4(q0 + k);
         uint w[V];
-        [[unroll]] for (uint j = 0u; j < V; j++) {
-            const uint e = SPAN_SHIFT + j * SPAN_STEP;
-            w[j] = r[e >> 2][e & 3u];
-        }
+#ifdef R4
+        const uint SPAN_CASE = 4u * SPAN_STEP + SPAN_SHIFT;   // folded once frozen
+        if (SPAN_CASE == 4u) SPAN_WORDS(1u, 0u)
+        else if (SPAN_CASE == 5u) SPAN_WORDS(1u, 1u)
+        else if (SPAN_CASE == 6u) SPAN_WORDS(1u, 2u)
+        else if (SPAN_CASE == 7u) SPAN_WORDS(1u, 3u)
+        else if (SPAN_CASE == 8u) SPAN_WORDS(2u, 0u)
+        else if (SPAN_CASE == 9u) SPAN_WORDS(2u, 1u)
+        else if (SPAN_CASE == 10u) SPAN_WORDS(2u, 2u)
+        else SPAN_WORDS(2u, 3u)
+#else
+        SPAN_WORDS(SPAN_STEP, SPAN_SHIFT)
+#endif
         if (WIDE) {                                 // so a multiple of 8 words (host)
             [[unroll]] for (uint k = 0u; k < V / 8u; k++) {
                 uint b = 8u * k;
@@ -271,3 +379,4 @@ void main() {
     }
 #endif
 }
+#endif

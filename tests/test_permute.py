@@ -94,7 +94,7 @@ def test_transposes(device, stores, choice, dtype):
     output's gaps untouched; the kernel taken wherever it applies."""
     rng = np.random.default_rng([permute.CHOICES.index(choice), STORES.index(stores),
                                  len(dtype)])
-    kinds = set()
+    kinds, r4 = set(), 0
     for _ in range(12):
         x, perm = _transpose_case(rng, dtype)
         view, ref, gap_bytes, op = _transpose(device, x, perm, dtype, rng, permute=choice)
@@ -105,9 +105,15 @@ def test_transposes(device, stores, choice, dtype):
         elif op.permuted is not None:
             kinds.add(op.permuted.geo["kind"])
             # texel: within the limit
-            assert op.permuted.read == choice.removeprefix("span_") or choice.endswith("texel")
+            assert op.permuted.read == choice.split("_")[-1] or choice.endswith("texel")
+            # the r4 and tsm kernels take every tile copy of at most four dimensions
+            fixed = op.permuted.geo["kind"] in ("tile", "tsm") and len(x.shape) <= 4
+            if choice[:3] in ("r4_", "tsm") and fixed:
+                assert choice.split("_")[0] in op.permuted.kernel, op.permuted.kernel
+                r4 += 1
     if choice != "strided":
-        assert kinds == {"tile", "rows"}, kinds
+        assert "rows" in kinds and kinds & {"tile", "tsm"}, kinds
+    assert r4 > 0 or choice[:3] not in ("r4_", "tsm")
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -225,6 +231,14 @@ def test_grids_split(device):
         view, ref, _, op = _transpose(dev, x, (0, 2, 3, 1), "float32", rng, permute="texel")
         assert op.permuted is not None and op.permuted.geo["kind"] == "tile"
         assert same_bits(view, ref)
+        # the r4 and shared-memory tiles: more tiles along p and q than the grid takes
+        x2 = random_bits(rng, (2, 72, 3, 136), "float32")
+        for choice in ("r4_texel", "tsm_ssbo", "tsm_texel"):
+            packed = type("Packed", (), {"integers": staticmethod(lambda *a: 1)})  # no pad
+            view, ref, _, op = _transpose(dev, x2, (0, 2, 3, 1), "float32", packed,
+                                          permute=choice)
+            assert op.permuted is not None and choice[:3] in op.permuted.kernel
+            assert same_bits(view, ref), choice
         y = x[:, :, 1::3, ::-2]
         desc = dml.Slice1OperatorDesc(dml.TensorDesc("float32", x.shape),
                                       dml.TensorDesc("float32", y.shape), (0, 0, 1, 0),
@@ -317,7 +331,7 @@ def _slice_op(dev, x, offs, sizes, steps, **kw):
     return CompiledSlice(dev, dev.create_operator(desc).desc, **kw), y
 
 
-@pytest.mark.parametrize("choice", ["span_texel", "span_ssbo"])
+@pytest.mark.parametrize("choice", ["span_texel", "span_ssbo", "r4_texel", "r4_ssbo"])
 def test_span_rows(device, stores, choice):
     """Rows read as uvec4s (the span kernel, forced by its choice): steps 1 and 2 along
     rows whose input starts at each of the four words of a uvec4, odd and even row lengths
@@ -339,11 +353,12 @@ def test_span_rows(device, stores, choice):
                 pm = op.permuted
                 assert pm is not None and "span" in pm.kernel, pm and pm.kernel
                 assert pm.span == (step, shift)
+                assert ("_r4_" in pm.kernel) == choice.startswith("r4_"), pm.kernel
                 seen.add(pm.v)
                 got = _execute(device, op, x, y.size, "float32")
                 assert same_bits(got.reshape(y.shape), y), (width, shift, step, steps)
                 plain, _ = _slice_op(device, x, (0, 1, shift), sizes, steps, path="kernel",
-                                     permute=choice.removeprefix("span_"))
+                                     permute=choice[choice.index("_") + 1:])
                 assert "rows" in plain.permuted.kernel
                 plain.release()
     assert seen == {8, 16, 32}, seen

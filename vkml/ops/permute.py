@@ -22,10 +22,18 @@ join's or split's copy), copied as 32-bit words (:func:`as_words`).
   input element c / REP; its ``texel4`` / ``ssbo4`` reads take a contiguous row's input
   as uvec4s.
 
+* "r4" forms of the tile and span kernels: a box of at most four dimensions (padded to
+  four), V compile-time, no coordinate array, the span's step and shift selecting one of
+  eight register codes: SwiftShader keeps the plain kernels' arrays in memory and runs
+  their loops rolled.
+* "tsm": the tile kind's copy through a 32 x 32-word shared-memory tile
+  (:func:`tsm_words`), a barrier between the reads along q and the writes along p.
+
 Both read through an RGBA32UI / R32UI texel buffer ("texel": lavapipe vectorizes texel
 fetches) or a storage buffer ("ssbo"), the rows kind as span rows where it can ("span_texel",
-"span_ssbo"), or are left to the strided path ("strided"): the tuner chooses among them by
-measurement (:data:`PATH`; ``VKML_TUNE=off``: texel).
+"span_ssbo"), in their r4 forms ("r4_texel", "r4_ssbo"), a transpose through shared
+memory ("tsm_texel", "tsm_ssbo"), or are left to the strided path ("strided"): the tuner
+chooses among them by measurement (:data:`PATH`; ``VKML_TUNE=off``: r4_texel).
 Stores are u64vec4s (eight words) where the device's ``store_width`` timing says so
 (:func:`vkml.ops.store_width.wide_stores`).  Whole tensors are bound (bindings past
 ``maxStorageBufferRange`` or the texel limit are declined: the strided path windows
@@ -53,13 +61,27 @@ VARIANTS = dict.fromkeys(["permute_tile_texel4", "permute_tile_ssbo4", "permute_
 VARIANTS.update(dict.fromkeys(["permute_span_texel4", "permute_span_ssbo4"],
                               ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "V", "VEC4", "REP",
                                "SPAN_STEP", "SPAN_SHIFT")))
+VARIANTS.update(dict.fromkeys(["permute_tile_r4_texel4", "permute_tile_r4_ssbo4"],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "VEC4", "REP")))
+VARIANTS.update(dict.fromkeys([f"permute_span_r4_{r}4_v{v}" for r in ("texel", "ssbo")
+                               for v in (8, 16, 32)],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "VEC4", "REP", "SPAN_STEP",
+                               "SPAN_SHIFT")))
 VARIANTS.update({k + "_u64": v for k, v in VARIANTS.items()})
+VARIANTS.update(dict.fromkeys(["permute_tsm_texel", "permute_tsm_ssbo"],
+                              ("LOCAL_SIZE_X", "LOCAL_SIZE_Y")))
 #: The choices: the kernel reading through a texel buffer or a storage buffer, with the
 #: span rows where the geometry has them ("span_*": on lavapipe faster than the scalar
 #: rows; on SwiftShader, which unrolls no loop bounded by V, so that their register
 #: arrays live in memory, a stride-2 slice's copy 1.3-3x slower), or not this module at
-#: all (the caller's strided element path).
-CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "strided")
+#: all (the caller's strided element path).  "r4_*": the tile and span kernels' forms for a
+#: box of at most four dimensions, V compile-time and no coordinate array (the forms
+#: SwiftShader runs in registers); "tsm_*": a transpose's copy through a shared-memory
+#: tile; other copies take the plain kernel of the same read.
+CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "r4_texel", "r4_ssbo", "tsm_texel",
+           "tsm_ssbo", "strided")
+#: Dimensions of the r4 kernels' box (the host pads a smaller one).
+R4_RANK = 4
 
 _U32 = 0xFFFFFFFF
 #: Row steps the span rows read as uvec4s (module doc): a step of 4 or more would fetch a
@@ -137,6 +159,17 @@ def span_v(n: int, step: int = 1) -> int:
                key=lambda v: (round(n / (ceil_div(n, v) * v), 3), v))
 
 
+def tsm_words(geo: dict) -> dict:
+    """A tile geometry (quads of p and q, strides in uvec4s) in words, for the shared-
+    memory tile kernel: p's and q's extents four times theirs; a quad of p is four input
+    rows of p, so its uvec4 stride is p's word stride (q's likewise on the output)."""
+    n = len(geo["box"])
+    return {**geo, "kind": "tsm", "box": [*geo["box"][:-2], 4 * geo["box"][-2], 4 * geo["box"][-1]],
+            "in": [*(4 * s for s in geo["in"][:-2]), 1, geo["in"][-1]],
+            "out": [*(4 * s for s in geo["out"][:n - 2]), geo["out"][-2], 1],
+            "bases": tuple(4 * b for b in geo["bases"])}
+
+
 def _rows_on_eights(geo: dict) -> bool:
     """Every output row of a rows geometry starts on a multiple of 8 words: the span
     kernel's u64vec4 stores (whole chunks of V, a multiple of 8, from there) need it of
@@ -149,23 +182,29 @@ class StridedCopy:
     and uploads are the host's): :func:`plan` builds it, :meth:`encode` records it."""
 
     def __init__(self, op, geo: dict, read: str, in_bytes: int, out_bytes: int,
-                 span: bool = False):
+                 span: bool = False, fixed: bool = False, tsm: bool = False):
         self.op, self.geo, self.read = op, geo, read
         self.in_bytes, self.out_bytes = in_bytes, out_bytes
         tile = geo["kind"] == "tile"
+        if tile and tsm and len(geo["box"]) <= R4_RANK:
+            geo = self.geo = tsm_words(geo)
+            tile, fixed = False, True
         span = geo.get("span") if span and not tile and not read.endswith("4") else None
         self.span = span or (1, 0)
-        self.kernel = (f"permute_tile_{read}4" if tile else f"permute_span_{read}4" if span
-                       else f"permute_rows_{read}")
-        if wide_stores(op.device) and (not span or _rows_on_eights(geo)):
-            self.kernel += "_u64"
+        tsm = geo["kind"] == "tsm"
+        self.fixed = fixed and (tile or tsm or span is not None) and len(geo["box"]) <= R4_RANK
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
-        self.v = (2 if geo["box"][-1] >= 2 else 1) if tile else (8 if geo["box"][-1] >= 8 else 4)
+        self.v = (2 if geo["box"][-1] >= 2 or self.fixed else 1) if tile else (
+            8 if geo["box"][-1] >= 8 else 4)
         if span:
             self.v = span_v(geo["box"][-1], span[0])
-            if len(geo["box"]) < 2:             # the span grid takes rows and a row
-                geo = self.geo = {**geo, "box": [1] + geo["box"], "in": [0] + geo["in"],
-                                  "out": [0] + geo["out"]}
+        # the span grid takes rows and a row; the r4 kernels a box of four dimensions
+        pad = R4_RANK if self.fixed else 2 if span else 0
+        if len(geo["box"]) < pad:
+            k = pad - len(geo["box"])
+            geo = self.geo = {**geo, "box": [1] * k + geo["box"], "in": [0] * k + geo["in"],
+                              "out": [0] * k + geo["out"]}
+        self.kernel = self._kernel_name(tile, span is not None)
         if read.endswith("4") and not tile:
             # the rows' quad reads (a resample's REP): whole uvec4s of input an invocation,
             # two where REP is 1 or 2 (eight or sixteen output words)
@@ -175,15 +214,33 @@ class StridedCopy:
             self.kernel, "Params", in_stride=words8(s & _U32 for s in geo["in"]),
             out_stride=words8(s & _U32 for s in geo["out"])), np.uint8))
 
+    def _kernel_name(self, tile: bool, span: bool) -> str:
+        """The variant: kind, fixed rank (r4, V in the name where it is the span's),
+        read, and u64vec4 stores where the device's timing says so (the span's only
+        where every output row starts on 8 words)."""
+        r4 = "_r4" if self.fixed else ""
+        read = self.read
+        if self.geo["kind"] == "tsm":
+            return f"permute_tsm_{read}"
+        name = (f"permute_tile{r4}_{read}4" if tile
+                else f"permute_span{r4}_{read}4" + (f"_v{self.v}" if r4 else "") if span
+                else f"permute_rows_{read}")
+        if wide_stores(self.op.device) and (not span or _rows_on_eights(self.geo)):
+            name += "_u64"
+        return name
+
     def _span_constants(self) -> dict:
         if "span" not in self.kernel:
             return {}
         return {"SPAN_STEP": self.span[0], "SPAN_SHIFT": self.span[1]}
 
     def _pipeline(self, lx: int, ly: int):
+        if self.geo["kind"] == "tsm":
+            return self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly})
+        # the r4 kernels' RANK and V are compile-time (the variant)
+        shape = {} if self.fixed else {"RANK": len(self.geo["box"]), "V": self.v}
         return self.op.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                              "RANK": len(self.geo["box"]), "V": self.v,
-                                              "VEC4": bool(self.geo["vec4"]),
+                                              **shape, "VEC4": bool(self.geo["vec4"]),
                                               "REP": self.geo.get("rep", 1),
                                               **self._span_constants()})
 
@@ -209,6 +266,19 @@ class StridedCopy:
                         magic=words8(magic))
             seq.dispatch(pipe, binds, box_grid(ec, lx, 2, 1, 1), push)
 
+    def _encode_tsm(self, seq, binds) -> None:
+        """The shared-memory tile's dispatches: a 32 x 8 workgroup a 32 x 32-word tile of
+        (q, p), x along p, y along q, z the two outer dimensions (the kernel's TS, TY)."""
+        box, ctx = self.geo["box"], self.op.ctx
+        pipe = self._pipeline(32, 8)
+        bases = [b & _U32 for b in self.geo["bases"]]
+        for o, e in split_groups([0] * len(box), list(box), 32,
+                                 ctx.limits["maxComputeWorkGroupCount"], 1, 1, 32):
+            push = pack(self.kernel, "push", origin=words8(o), extent=words8(e),
+                        in_base=bases[0], out_base=bases[1], x_count=e[-1],
+                        magic=words8(map(div_magic, e)))
+            seq.dispatch(pipe, binds, box_grid(e, 32, 1, 1, 32), push)
+
     def encode(self, seq, src, dst) -> None:
         """The copy from allocation ``src`` to ``dst`` (whole tensors bound)."""
         geo, box = self.geo, self.geo["box"]
@@ -220,6 +290,9 @@ class StridedCopy:
         binds = [rd, Bind(dst, 0, self.out_bytes, "rw"), Bind(self.params)]
         if "span" in self.kernel:
             self._encode_span(seq, binds)
+            return
+        if geo["kind"] == "tsm":
+            self._encode_tsm(seq, binds)
             return
         ctx = self.op.ctx
         local = min(64, self.op.workgroup_size)
@@ -265,12 +338,14 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
         read = choice.name
         if read == "strided":
             return None
-    span = read.startswith("span_") and "span" in geo
-    read = read.removeprefix("span_")
-    unit = 16 if geo["kind"] == "tile" or span else 4     # RGBA32UI or R32UI texels
+    fixed, tsm = read.startswith("r4_"), read.startswith("tsm_")
+    span = (read.startswith("span_") or fixed) and "span" in geo
+    read = read.split("_")[-1]
+    tsm = tsm and geo["kind"] == "tile" and len(geo["box"]) <= R4_RANK
+    unit = 16 if (geo["kind"] == "tile" and not tsm) or span else 4   # RGBA32UI or R32UI
     if read == "texel" and ceil_div(in_bytes, unit) > lim["maxTexelBufferElements"]:
         read = "ssbo"
-    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span)
+    return StridedCopy(op, geo, read, in_bytes, out_bytes, span=span, fixed=fixed, tsm=tsm)
 
 
 def _class(shape) -> str:
@@ -291,6 +366,10 @@ def _run(device, seq, cand, shape):
     force = cand.params["permute"]
     if force.startswith("span_") and shape["kind"] != "span":
         raise tuning.Declined(f"{cand.name}: no span rows in a {shape['kind']} copy")
+    if force.startswith("tsm_") and shape["kind"] != "tile":
+        raise tuning.Declined(f"{cand.name}: no transpose in a {shape['kind']} copy")
+    if force.startswith("r4_") and shape["kind"] == "rows":
+        raise tuning.Declined(f"{cand.name}: the plain rows kernel's copy")
     if shape["kind"] == "tile":
         x = TensorDesc("float32", (64, w), (1, 64))
         y = TensorDesc("float32", (64, w))
@@ -308,12 +387,14 @@ def _run(device, seq, cand, shape):
 
 
 #: A strided copy of 32-bit elements this module takes: its kernel reading through a
-#: texel buffer ("texel", the ``VKML_TUNE=off`` default: never the span rows, which
-#: SwiftShader runs badly) or a storage buffer ("ssbo"), with the span rows where they
-#: apply ("span_texel", "span_ssbo"), or the caller's strided element path ("strided"),
-#: by measurement.
+#: texel buffer ("texel") or a storage buffer ("ssbo"), with the span rows where they
+#: apply ("span_texel", "span_ssbo"), the r4 or shared-memory forms (:data:`CHOICES`),
+#: or the caller's strided element path ("strided"), by measurement.  ``VKML_TUNE=off``:
+#: "r4_texel", the fastest of them on both CPU drivers for a transpose and a step-2
+#: slice (bench/RESULTS.md) where the plain span rows ran slower than scalar rows on
+#: SwiftShader.
 PATH = tuning.register_path(
-    "permute", [(c, {"permute": c}) for c in CHOICES], "texel", _class, _run,
+    "permute", [(c, {"permute": c}) for c in CHOICES], "r4_texel", _class, _run,
     examples=[{"kind": "tile", "words": 64 * 112 * 112},
               {"kind": "span", "words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))
