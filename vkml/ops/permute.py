@@ -77,7 +77,8 @@ VARIANTS.update(dict.fromkeys(["permute_tsm_texel", "permute_tsm_ssbo"],
 #: all (the caller's strided element path).  "r4_*": the tile and span kernels' forms for a
 #: box of at most four dimensions, V compile-time and no coordinate array (the forms
 #: SwiftShader runs in registers); "tsm_*": a transpose's copy through a shared-memory
-#: tile; other copies take the plain kernel of the same read.
+#: tile (the layout a GPU's memory favours; on the CPU drivers far slower, so only
+#: ``VKML_TUNE=full`` times it); other copies take the plain kernel of the same read.
 CHOICES = ("texel", "ssbo", "span_texel", "span_ssbo", "r4_texel", "r4_ssbo", "tsm_texel",
            "tsm_ssbo", "strided")
 #: Dimensions of the r4 kernels' box (the host pads a smaller one).
@@ -394,7 +395,8 @@ def _run(device, seq, cand, shape):
 #: slice (bench/RESULTS.md) where the plain span rows ran slower than scalar rows on
 #: SwiftShader.
 PATH = tuning.register_path(
-    "permute", [(c, {"permute": c}) for c in CHOICES], "r4_texel", _class, _run,
+    "permute", [(c, {"permute": c}, not c.startswith("tsm")) for c in CHOICES], "r4_texel",
+    _class, _run,
     examples=[{"kind": "tile", "words": 64 * 112 * 112},
               {"kind": "span", "words": 64 * 56 * 56}],
     work_fn=lambda shape: float(shape["words"]))
