@@ -48,6 +48,10 @@ layout(constant_id = 22) const bool VEC_STORE = false;   // flat, V a multiple o
 // specialization constants before generating code: ACT selects code in vkml_activation.glsl's
 // switch, which SwiftShader otherwise runs case by case.
 // vkml:frozen ACT
+// DirectML runs these operators in place (the output bound to an input's memory): the
+// host decorates the bindings Aliased, so that no driver reorders a binding's loads past
+// another's stores (vkml.runtime.spirv.alias).
+// vkml:aliased
 layout(constant_id = 24) const int ACT = 0;      // ACT_* of vkml_activation.glsl
 
 layout(std140, set = 0, binding = 2) uniform Params {

@@ -127,6 +127,10 @@ layout(constant_id = 21) const uint V = 1u;      // elements (FLAT: words) per i
 // pick the row path's operation and broadcast operand (SwiftShader runs both sides of a branch
 // on an unfrozen constant).
 // vkml:frozen ACT OP DTYPE A_BCAST B_BCAST VEC4
+// DirectML runs these operators in place (the output bound to an input's memory): the
+// host decorates the bindings Aliased, so that no driver reorders a binding's loads past
+// another's stores (vkml.runtime.spirv.alias).
+// vkml:aliased
 layout(constant_id = 24) const int ACT = 0;      // ACT_* of vkml_activation.glsl (floats)
 layout(constant_id = 25) const int OP = 0;       // OP_* below
 layout(constant_id = 26) const int DTYPE = 1;    // DML_TENSOR_DATA_TYPE

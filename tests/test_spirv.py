@@ -8,6 +8,7 @@ import struct
 import numpy as np
 import pytest
 
+import vkml
 from vkml import dml
 from vkml.runtime import pipelines, spirv
 
@@ -140,3 +141,46 @@ def test_reduce_function_branches_fold():
             and w[3] in spirv.FOLD]
     assert not left
     assert len(plain) > len(_values(pipelines.load_spirv(name)))
+
+
+def _aliased(code: bytes) -> set:
+    return {w[1] for op, w in _insts(code)
+            if op == spirv.OP_DECORATE and w[2] == spirv.DECORATION_ALIASED}
+
+
+def _bound(code: bytes) -> set:
+    return {w[2] for op, w in _insts(code)
+            if op == spirv.OP_VARIABLE and w[3] in spirv.BOUND_STORAGE}
+
+
+def test_alias_decorates_every_bound_variable_once():
+    """``alias``: each variable a descriptor binds gets one ``Aliased`` decoration, the
+    other instructions stay as they were (in order), and a second pass adds nothing;
+    freezing afterwards still finds its constants."""
+    code = pipelines.load_spirv("element_wise_int_row_texel4")
+    out = spirv.alias(code)
+    bound = _bound(code)
+    assert len(bound) >= 3 and not _aliased(code) and _aliased(out) == bound
+    added = [w for op, w in _insts(out) if op == spirv.OP_DECORATE
+             and w[2] == spirv.DECORATION_ALIASED]
+    assert len(added) == len(bound)
+    assert [i for i in _insts(out) if i[1] not in added] == _insts(code)
+    assert spirv.alias(out) == out
+    ids = _spec_ids(out)
+    assert spirv.freeze(out, {ids[next(iter(ids))]: 1}) != out
+
+
+def test_in_place_kernels_are_the_aliased_ones(device, monkeypatch):
+    """The manifest marks exactly the element-wise and activation variants (the operators
+    DirectML runs in place) ``aliased``, and the pipeline cache decorates those modules
+    and no other (the decoration would cost a convolution's code the compiler's freedom
+    to reorder)."""
+    manifest = pipelines.kernel_manifest()
+    assert {e["source"] for e in manifest.values() if e["aliased"]} == {
+        "element_wise.comp", "activation.comp"}
+    seen = []
+    monkeypatch.setattr(spirv, "alias", lambda code: seen.append(code) or code)
+    with vkml.Device(device.index) as dev:       # (its own modules, made here)
+        for name in ("convolution_direct_f16", "element_wise_int_row_texel4"):
+            dev.context.pipelines.module(name)
+    assert seen == [pipelines.load_spirv("element_wise_int_row_texel4")]

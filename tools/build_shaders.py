@@ -19,6 +19,14 @@ constants, for drivers that do not fold specialization constants before generati
 Every variant's manifest entry lists those it declares as ``frozen``; a name that no
 variant of the file declares stops the build.
 
+A file whose kernels may run in place (an output bound to the memory of an input, as
+DirectML's element-wise and activation operators allow) says so on a line of its own::
+
+    // vkml:aliased
+
+and its variants' entries say ``"aliased": true``: the runtime decorates their bindings
+``Aliased`` (:func:`vkml.runtime.spirv.alias`), which glslang does not emit.
+
 The manifest also records each variant's interface, reflected from SPIR-V (:func:`reflect`),
 which the runtime reads so that operators ask for pipelines by variant and constant name:
 
@@ -29,7 +37,8 @@ which the runtime reads so that operators ask for pipelines by variant and const
   the block's ``size``), ``uniform_texel_buffer``, ``storage_texel_buffer``; access
   ``readonly``, ``writeonly`` or ``readwrite``;
 * ``push_constants``: ``{size, members}``;
-* ``frozen``: the names of the constants the runtime freezes (``vkml:frozen``).
+* ``frozen``: the names of the constants the runtime freezes (``vkml:frozen``);
+* ``aliased``: whether the runtime decorates the bindings ``Aliased`` (``vkml:aliased``).
 
     python tools/build_shaders.py           # build what is stale
     python tools/build_shaders.py --check   # exit 1 and list what is stale (the tests call this)
@@ -55,6 +64,7 @@ MANIFEST = OUT / "manifest.json"
 FLAGS = ["-fshader-stage=compute", "--target-env=vulkan1.1", "-O"]
 _VARIANT = re.compile(r"^//\s*vkml:variant\s+(\w+)((?:\s+\w+=\S+)*)\s*$", re.M)
 _FROZEN = re.compile(r"^//\s*vkml:frozen((?:\s+\w+)+)\s*$", re.M)
+_ALIASED = re.compile(r"^//\s*vkml:aliased\s*$", re.M)
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -258,7 +268,8 @@ def variants() -> dict[str, dict]:
             if name in found:
                 raise SystemExit(f"variant {name} is declared twice")
             found[name] = {"source": src.name, "defines": defs.split(),
-                           "frozen": [n for line in _FROZEN.findall(text) for n in line.split()]}
+                           "frozen": [n for line in _FROZEN.findall(text) for n in line.split()],
+                           "aliased": bool(_ALIASED.search(text))}
     return found
 
 
@@ -410,7 +421,8 @@ def main() -> int:
             facts = _interfaces.get(n) or {k: old[n][k] for k in INTERFACE}
             manifest[n] = {"source": s["source"], "defines": s["defines"],
                            "sha256": digest(s), **facts,
-                           "frozen": frozen_of(s, facts["constants"])}
+                           "frozen": frozen_of(s, facts["constants"]),
+                           "aliased": s["aliased"]}
     for n, entry in old.items():   # keep the old hash of a variant that failed to build
         if n in specs and n not in manifest and n in old:
             manifest[n] = entry

@@ -403,14 +403,17 @@ class PipelineCache:
                              {"blob_sha256": hashlib.sha256(blob).hexdigest(), "keys": keys})
 
     def module(self, name: str, consts: tuple = ()):
-        """The shader module of variant ``name``; with ``consts`` ((id, value) pairs), one
-        with those specialization constants frozen into plain constants
+        """The shader module of variant ``name``, its bindings ``Aliased`` where its source
+        says ``vkml:aliased`` (:func:`vkml.runtime.spirv.alias`); with ``consts`` ((id,
+        value) pairs), one with those specialization constants frozen into plain constants
         (:func:`vkml.runtime.spirv.freeze`)."""
         key = (name, consts) if consts else name
         mod = self.modules.get(key)
         if mod is None:
             code = load_spirv(name)
             self._spirv_hash[name] = hashlib.sha256(code).digest()
+            if kernel_manifest()[name].get("aliased"):
+                code = spirv.alias(code)
             if consts:
                 code = spirv.freeze(code, dict(consts))
             words = ffi.new("char[]", code)

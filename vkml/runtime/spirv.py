@@ -26,9 +26,15 @@ DECORATION_SPEC_ID = 1
 OP_CONSTANT_TRUE, OP_CONSTANT_FALSE, OP_CONSTANT = 41, 42, 43
 OP_SPEC_CONSTANT_TRUE, OP_SPEC_CONSTANT_FALSE, OP_SPEC_CONSTANT = 48, 49, 50
 OP_SPEC_CONSTANT_OP = 52
-#: Changes when freezing makes different modules of the same constants (the pipeline
-#: cache's keys include it: a blob's pipelines of older modules are not counted as saved).
-FREEZE_VERSION = 2
+#: Changes when freezing (or :func:`alias`) makes different modules of the same constants
+#: (the pipeline cache's keys include it: a blob's pipelines of older modules are not
+#: counted as saved).
+FREEZE_VERSION = 3
+OP_VARIABLE = 59
+DECORATION_RESTRICT, DECORATION_ALIASED = 19, 20
+#: Storage classes of the memory a descriptor binds: UniformConstant (texel buffers),
+#: Uniform (uniform blocks; storage blocks before SPIR-V 1.3), StorageBuffer.
+BOUND_STORAGE = (0, 2, 12)
 OP_TYPE_BOOL, OP_TYPE_INT, OP_TYPE_FLOAT = 20, 21, 22
 OP_SELECT = 169
 _M = 0xFFFFFFFF
@@ -150,3 +156,33 @@ def freeze(code: bytes, constants: dict[int, int | float]) -> bytes:
             scalar[inst[1]] = "int" if op == OP_TYPE_INT else "float"
         out.extend(inst)
     return struct.pack(f"<{len(out)}I", *out) + code[4 * end:]
+
+
+def alias(code: bytes) -> bytes:
+    """``code`` with every variable a descriptor binds decorated ``Aliased`` (unless the
+    source said ``restrict``).  A SPIR-V variable without it may be compiled as if no
+    other variable reached its memory (SPIR-V specification, "Aliasing"), and glslang
+    does not emit it for GLSL buffers; but DirectML's element-wise and activation
+    operators run in place, the output bound to the memory of an input, so a driver that
+    reorders one binding's loads past another's stores (a GPU's compiler may; the CPU
+    drivers' did not) would read what the invocation had already written.  Only the
+    kernels whose source says ``vkml:aliased`` get it (tools/build_shaders.py): it costs
+    the others' code the compiler's freedom to reorder."""
+    words = struct.unpack(f"<{len(code) // 4}I", code)
+    if words[0] != MAGIC:
+        raise ValueError("not a little-endian SPIR-V module")
+    end = _declarations_end(words)
+    first = None                       # the first decoration: the new ones go before it
+    done, bound = set(), []
+    for i, op, _ in _instructions(words, stop=end):
+        if op == OP_DECORATE:
+            first = i if first is None else first
+            if words[i + 2] in (DECORATION_RESTRICT, DECORATION_ALIASED):
+                done.add(words[i + 1])
+        elif op == OP_VARIABLE and words[i + 3] in BOUND_STORAGE:
+            bound.append(words[i + 2])
+    new = [w for v in bound if v not in done
+           for w in ((3 << 16) | OP_DECORATE, v, DECORATION_ALIASED)]
+    if first is None or not new:
+        return code
+    return struct.pack(f"<{len(words) + len(new)}I", *words[:first], *new, *words[first:])
