@@ -112,15 +112,17 @@ def budget(speed) -> int:
 #: collection order: these go first, so that no worker is left with one at the end while
 #: the others idle.  A file missing here only starts later.  Ordered by a fresh run's
 #: seconds per file (``tools/test --durations=40`` prints them).
-LONG_FIRST = ("test_padding.py", "test_lifetime.py", "test_gemm.py", "test_convolution.py",
-              "test_lp_pooling.py", "test_element_wise.py", "test_resample.py",
-              "test_reduce.py", "test_bench.py", "test_pooling.py", "test_activations.py",
-              "test_onnx_float16.py", "test_bench_models.py", "test_dxdispatch.py",
-              "test_functional.py", "test_tuning.py", "test_graph.py",
-              "test_onnx_element_wise.py", "test_clip1.py", "test_onnx_backend.py",
-              "test_cache_files.py", "test_graph_swish.py", "test_device_lifetime.py",
-              "test_fuzz_lp_pooling.py", "test_unfold.py", "test_graph_residual.py",
-              "test_fuzz_windows.py", "test_fold.py", "test_graph_join.py")
+LONG_FIRST = ("test_convolution.py", "test_padding.py", "test_bench.py", "test_gemm.py",
+              "test_element_wise.py", "test_lifetime.py", "test_pooling.py",
+              "test_activations.py", "test_resample.py", "test_lp_pooling.py",
+              "test_bench_models.py", "test_dxdispatch.py", "test_reduce.py",
+              "test_functional.py", "test_onnx_backend.py", "test_tuning.py",
+              "test_onnx_element_wise.py", "test_graph.py", "test_cache_files.py",
+              "test_fold.py", "test_permute.py", "test_unfold.py", "test_onnx_float16.py",
+              "test_device_lifetime.py", "test_fuzz_convolution.py",
+              "test_activation_operators.py", "test_fuzz_windows.py",
+              "test_convolution_windows.py", "test_clip1.py", "test_graph_swish.py",
+              "test_fuzz_lp_pooling.py", "test_graph_residual.py", "test_graph_join.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
