@@ -151,7 +151,8 @@ class CompiledPooling(PathBoxKernel):
     buffer even where "texel" (float32 through an R32F uniform texel buffer, the rule
     where the whole tensor fits maxTexelBufferElements) is possible.  ``store64``: True /
     False forces or refuses "slide"'s u64vec4 stores (None: the device's measured store
-    width, :func:`~vkml.ops.store_width.wide_stores`).  Other values of ``path``,
+    width, :func:`~vkml.ops.store_width.wide_stores`; True without int64 shaders is an
+    UnsupportedError).  Other values of ``path``,
     ``read`` or ``store64`` are a ValidationError naming the argument."""
 
     inner: CompiledReduce | None = None
@@ -283,6 +284,9 @@ class CompiledPooling(PathBoxKernel):
             self.kernel = f"pooling_slide_{mode}_w{self.win[-1]}s{self.strides[-1]}h{shift}"
             self.y_per_invocation = self.slide_rows(SLIDE_INVOCATIONS)
             # with int64 shaders whose measured store width (or ``store64``) says so
+            if self.force_store64 and not self.features.get("int64"):
+                raise UnsupportedError("int64 shaders", "pooling's store64=True (u64vec4 "
+                                       "stores) needs them")
             wide = self.force_store64 if self.force_store64 is not None else wide_stores(
                 self.device)
             self.store64 = bool(wide and self.features.get("int64"))
