@@ -10,7 +10,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 import torch
 
