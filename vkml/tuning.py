@@ -1084,6 +1084,18 @@ def choose(device, path, shape, **kw) -> Choice:
     return default_tuner().choose(device, path, shape, **kw)
 
 
+def reference(device, path, shape, mode: str | None = None) -> Choice | None:
+    """A device-wide measurement: the default tuner's choice of ``path`` on one reference
+    ``shape`` (a ranking of kernel families, a store width), measured once per device and
+    stored like any choice; ``mode`` as :meth:`Tuner.choose` takes it ("full": every
+    candidate its rounds, so that one disturbed run does not rank a device for good).
+    None with tuning off, whatever ``mode`` says: nothing is measured then."""
+    tuner = default_tuner()
+    if tuner.effective_mode() == "off":
+        return None
+    return tuner.choose(device, path, shape, mode=mode)
+
+
 def observe(key: TuneKey, candidate: str, seconds: float, **kw) -> bool:
     """:meth:`Tuner.observe` of the default tuner."""
     return default_tuner().observe(key, candidate, seconds, **kw)

@@ -399,10 +399,8 @@ def family_times(device) -> dict:
     empty with tuning off.  Timed in the full mode, every family its rounds: the fast
     mode's cuts judge a family by one run, and one run disturbed by another process
     would leave a family out of every fast list of the device for good."""
-    tuner = tuning.default_tuner()
-    if tuner.effective_mode() == "off":
-        return {}
-    return dict(tuner.choose(device, FAMILY, FAMILY_SHAPE, mode="full").times or {})
+    c = tuning.reference(device, FAMILY, FAMILY_SHAPE, mode="full")
+    return dict(c.times or {}) if c is not None else {}
 
 
 def _fast(shape, device) -> list[str]:

@@ -186,13 +186,12 @@ class StridedCopy:
                  span: bool = False, fixed: bool = False, tsm: bool = False):
         self.op, self.geo, self.read = op, geo, read
         self.in_bytes, self.out_bytes = in_bytes, out_bytes
-        tile = geo["kind"] == "tile"
-        if tile and tsm and len(geo["box"]) <= R4_RANK:
+        if tsm:                          # (plan: a tile geometry of at most R4_RANK)
             geo = self.geo = tsm_words(geo)
-            tile, fixed = False, True
+            fixed = True
+        tile = geo["kind"] == "tile"
         span = geo.get("span") if span and not tile and not read.endswith("4") else None
         self.span = span or (1, 0)
-        tsm = geo["kind"] == "tsm"
         self.fixed = fixed and (tile or tsm or span is not None) and len(geo["box"]) <= R4_RANK
         # two tiles (32 words) or 8 words an invocation: more held lavapipe back
         self.v = (2 if geo["box"][-1] >= 2 or self.fixed else 1) if tile else (

@@ -56,12 +56,11 @@ def wide_stores(device) -> bool:
     ``VKML_TUNE=off`` (the documented default)."""
     if not device.features.get("int64"):
         return False
-    tuner = tuning.default_tuner()
-    if tuner.effective_mode() == "off":
-        return False
     # every round of the full mode: the probe's runs cost little next to compiling the
     # two probes, and fast mode's few rounds have picked either on lavapipe
-    c = tuner.choose(device, PATH, "device", mode="full")
+    c = tuning.reference(device, PATH, "device", mode="full")
+    if c is None:
+        return False
     t = c.times or {}
     if t.get("u64vec4") and t.get("vec4"):
         return t["u64vec4"] <= TIE * t["vec4"]

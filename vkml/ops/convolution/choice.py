@@ -306,10 +306,8 @@ def family_times(device) -> dict:
     """This device's own timing of each family on the reference convolution
     (:data:`FAMILY_SHAPE`, tunable path ``convolution_family``, measured once per device
     and stored like any choice): ``{candidate: seconds}``; empty with tuning off."""
-    tuner = tuning.default_tuner()
-    if tuner.effective_mode() == "off":
-        return {}
-    return dict(tuner.choose(device, FAMILY, FAMILY_SHAPE).times or {})
+    c = tuning.reference(device, FAMILY, FAMILY_SHAPE)
+    return dict(c.times or {}) if c is not None else {}
 
 
 def strong_families(device) -> tuple[str, ...]:
