@@ -22,11 +22,21 @@ def make_model(nodes, inputs, outputs, inits=(), opset=18):
     return m
 
 
+def ort_session(model, options=None):
+    """An ONNX Runtime CPU session of ``model``, declared at the lowest IR version its
+    opsets need: ``helper.make_model`` stamps the installed onnx's IR version, which an
+    older onnxruntime beside a newer onnx refuses ("Unsupported model IR version")."""
+    ort = pytest.importorskip("onnxruntime")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.ir_version = min(m.ir_version, helper.find_min_ir_version_for(list(m.opset_import)))
+    return ort.InferenceSession(m.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
 def ort_expected(model, feeds):
     """ONNX Runtime's (CPU) outputs of ``model`` for ``feeds``."""
-    ort = pytest.importorskip("onnxruntime")
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    return ort_session(model).run(None, feeds)
 
 
 def node_cases(modules, keep) -> dict:

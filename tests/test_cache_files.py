@@ -285,6 +285,36 @@ def test_valid_header_with_garbage_body_does_not_break_pipelines(tmp_path, monke
                                       np.pad(x, (2, 3), "wrap"))
 
 
+def test_a_blob_the_driver_refuses_is_replaced(tmp_path, monkeypatch, device):
+    """A driver that fails vkCreatePipelineCache on saved data it cannot use (NVIDIA's
+    580 driver: VK_ERROR_UNKNOWN on a valid header over garbage) gets an empty cache
+    instead: the device opens, pipelines come out right, and a valid blob is saved."""
+    from vkml.runtime import vk
+
+    monkeypatch.setenv("VKML_CACHE_DIR", str(tmp_path))
+    blob_path, _ = pipelines.cache_files(device.info)
+    blob_path.write_bytes(_header(device.info) + bytes(range(256)) * 4)
+    real, tries = vk.lib, []
+
+    class Refusing:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def vkCreatePipelineCache(self, dev, create, alloc, handle):
+            tries.append(create.initialDataSize)
+            if create.initialDataSize:
+                return vk.VK_ERROR_UNKNOWN
+            return real.vkCreatePipelineCache(dev, create, alloc, handle)
+
+    monkeypatch.setattr(pipelines, "lib", Refusing())
+    x = np.arange(6, dtype=np.float32)
+    with vkml.Device(device.index) as dev:
+        np.testing.assert_array_equal(vkml.pad(x, [2], [3], "wrap", device=dev),
+                                      np.pad(x, (2, 3), "wrap"))
+    assert tries[0] > 0 and tries[1:] == [0]
+    _assert_valid_pipeline_cache(device.info)
+
+
 def _assert_valid_pipeline_cache(info) -> None:
     blob_path, manifest_path = pipelines.cache_files(info)
     blob = cache.read_bytes(blob_path)
@@ -378,7 +408,7 @@ def test_killed_writer_leaves_no_temp_files_for_long(tmp_path):
 # -- fresh processes ------------------------------------------------------------------------
 def _child(folder, index: int, size: int, validation: bool = True) -> None:
     env = dict(os.environ, VKML_CACHE_DIR=str(folder), PYTHONPATH=os.pathsep.join(sys.path),
-               VKML_VALIDATION="1" if validation else "0",
+               VKML_VALIDATION=os.environ.get("VKML_VALIDATION", "0") if validation else "0",
                VKML_TUNE="fast")      # these files are about measurements: take them
     out = subprocess.run([sys.executable, __file__, str(index), str(size)], env=env,
                          capture_output=True, text=True, timeout=300)

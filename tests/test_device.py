@@ -144,3 +144,21 @@ def test_validation_layer_reports_misuse(device):
     seen = [text for _, text in runtime.validation_messages]
     runtime.validation_messages.clear()
     assert any("VkBufferCreateInfo-size" in text for text in seen), seen
+
+
+def test_validation_without_the_layer_is_a_clear_error(tmp_path):
+    """VKML_VALIDATION on a machine whose loader finds no validation layer (here: an
+    empty layer path) names the layer and the variable, rather than the bare
+    VK_ERROR_LAYER_NOT_PRESENT."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, VKML_VALIDATION="1", VK_LAYER_PATH=str(tmp_path),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("VK_ADD_LAYER_PATH", None)
+    out = subprocess.run([sys.executable, "-c", "import vkml; vkml.devices()"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "VK_LAYER_KHRONOS_validation" in out.stderr and "VKML_VALIDATION" in out.stderr, \
+        out.stderr[-2000:]

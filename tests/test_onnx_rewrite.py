@@ -15,7 +15,7 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
-from onnx_helpers import make_model, node_cases, value_info as _vi  # noqa: E402
+from onnx_helpers import make_model, node_cases, ort_session, value_info as _vi  # noqa: E402
 from vkml.onnx.rewrite import Rewrite  # noqa: E402
 
 
@@ -23,9 +23,7 @@ def _ort(model, feeds):
     """ONNX Runtime (CPU) with every graph optimization off: the model as written."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(model.SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)
+    return ort_session(model, so).run(None, feeds)
 
 
 def _close(got, want, dtype):

@@ -33,6 +33,8 @@ def _shapes(model: onnx.ModelProto) -> tuple[dict, dict, set]:
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
+    # the lowest IR version its opsets need: an older onnxruntime refuses a newer onnx's stamp
+    m.ir_version = min(m.ir_version, helper.find_min_ir_version_for(list(m.opset_import)))
     g = m.graph
     inits = {t.name for t in g.initializer}
     have = {o.name for o in g.output}

@@ -17,6 +17,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from ..errors import DeviceError
 from . import vk
 from .vk import ffi, lib
 
@@ -150,7 +151,12 @@ class Instance:
             "enabledLayerCount": len(layers), "ppEnabledLayerNames": c_layers,
             "enabledExtensionCount": len(extensions), "ppEnabledExtensionNames": c_ext})
         handle = ffi.new("VkInstance*")
-        vk.check(lib.vkCreateInstance(info, vk.NULL, handle), "vkCreateInstance")
+        result = lib.vkCreateInstance(info, vk.NULL, handle)
+        if result == vk.VK_ERROR_LAYER_NOT_PRESENT and self.validation:
+            raise DeviceError("VKML_VALIDATION asks for VK_LAYER_KHRONOS_validation, which "
+                              "the Vulkan loader does not find: install the Khronos "
+                              "validation layer or unset VKML_VALIDATION", result)
+        vk.check(result, "vkCreateInstance")
         self.handle = handle[0]
         self._messenger = None
         if self.validation:

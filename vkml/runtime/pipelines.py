@@ -338,14 +338,14 @@ class PipelineCache:
         self.known = self._read_keys(initial)
         self.made: set[str] = set()
         self._spirv_hash: dict[str, bytes] = {}
-        data = ffi.new("char[]", initial) if initial else vk.NULL
-        create = ffi.new("VkPipelineCacheCreateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
-            "initialDataSize": len(initial), "pInitialData": data})
-        handle = ffi.new("VkPipelineCache*")
-        vk.check(lib.vkCreatePipelineCache(self.device, create, vk.NULL, handle),
-                 "vkCreatePipelineCache")
-        self.handle = handle[0]
+        result, self.handle = self._new_handle(initial)
+        if result < 0 and initial:
+            # The spec has drivers validate the data they are given, yet some fail the call
+            # on a blob they cannot use (NVIDIA: VK_ERROR_UNKNOWN) instead of ignoring it:
+            # the saved blob is worth nothing then, and an empty cache replaces it.
+            self.known = set()
+            result, self.handle = self._new_handle(b"")
+        vk.check(result, "vkCreatePipelineCache")
         self.created = 0
         self._local = threading.local()     # .pending: this thread's open batch
         #: Pipelines whose creation was submitted and has not finished.
@@ -354,6 +354,15 @@ class PipelineCache:
         #: records no more), and the file they save to.
         self.recordings: weakref.WeakSet = weakref.WeakSet()
         self.prefetch_path = prefetch_file(info)
+
+    def _new_handle(self, initial: bytes):
+        """``vkCreatePipelineCache`` over ``initial``: (its VkResult, the handle)."""
+        data = ffi.new("char[]", initial) if initial else vk.NULL
+        create = ffi.new("VkPipelineCacheCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
+            "initialDataSize": len(initial), "pInitialData": data})
+        handle = ffi.new("VkPipelineCache*")
+        return lib.vkCreatePipelineCache(self.device, create, vk.NULL, handle), handle[0]
 
     def _read_disk(self, info) -> bytes:
         """The saved blob if it is one for this exact device (:func:`valid_blob`)."""
