@@ -151,6 +151,13 @@ uint divide(uint a, int d) {
     return AT(extent, d) == 1u ? a : hi;
 }
 
+// c modulo p in [0, p) for any c (p > 0), with `%` on non-negative operands only: GLSL
+// leaves `%` of a negative operand undefined, and an NVIDIA GPU computed glslang's OpSMod
+// of one as the unsigned remainder (-85 % 80 gave 11), where the CPU drivers gave 75.
+int floor_mod(int c, int p) {
+    return c >= 0 ? int(uint(c) % uint(p)) : p - 1 - int(uint(-1 - c) % uint(p));
+}
+
 // The input coordinate output coordinate c - start maps to (c inside [0, n) unchanged).
 int fold_index(int c, int n) {
     if (MODE == EDGE_MODE) return clamp(c, 0, n - 1);
@@ -160,15 +167,15 @@ int fold_index(int c, int n) {
         return c < 0 ? -1 - c : (c >= n ? 2 * n - 1 - c : c);        // SYMMETRIC
     }
     if (c >= 0 && c < n) return c;
-    if (MODE == WRAP) { int m = c % n; return m < 0 ? m + n : m; }
+    if (MODE == WRAP) return floor_mod(c, n);
     if (MODE == REFLECTION) {
         if (n == 1) return 0;     // a single element reflects onto itself (as numpy.pad)
         int p = 2 * (n - 1);
-        int m = c % p; if (m < 0) m += p;
+        int m = floor_mod(c, p);
         return m < n ? m : p - m;
     }
     int p = 2 * n;
-    int m = c % p; if (m < 0) m += p;
+    int m = floor_mod(c, p);
     return m < n ? m : p - 1 - m;
 }
 

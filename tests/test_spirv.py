@@ -3,7 +3,10 @@ decoration goes, the constant becomes a plain OpConstant of the value, every oth
 instruction stays; a frozen pipeline computes what the specialized one does."""
 from __future__ import annotations
 
+import shutil
 import struct
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +14,8 @@ import pytest
 import vkml
 from vkml import dml
 from vkml.runtime import pipelines, spirv
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _insts(code: bytes):
@@ -184,3 +189,162 @@ def test_in_place_kernels_are_the_aliased_ones(device, monkeypatch):
         for name in ("convolution_direct_f16", "element_wise_int_row_texel4"):
             dev.context.pipelines.module(name)
     assert seen == [pipelines.load_spirv("element_wise_int_row_texel4")]
+
+
+# -- hazards a GPU exposed that the CPU drivers hide, checked on the shipped SPIR-V --------
+OP_FUNCTION_PARAMETER, OP_FUNCTION_CALL, OP_LOAD, OP_STORE = 55, 57, 61, 62
+OP_TYPE_POINTER, OP_ACCESS_CHAINS = 32, (65, 66, 67)
+OP_ATOMIC_AND, OP_ATOMICS = 240, range(227, 243)
+OP_IMAGE_READS = (95, 98)                     # OpImageFetch, OpImageRead
+OP_SREM, OP_SMOD = 138, 139
+DECORATION_BUFFER_BLOCK = 3
+STORAGE_UNIFORM, STORAGE_BUFFER = 2, 12
+#: Function-body instructions without a result id (the rest: result type, result, operands)
+NO_RESULT = {8, 56, 62, 224, 225, 228, 246, 247, 249, 250, 251, 252, 253, 254, 255, 317}
+#: Instructions whose operands after these many words are literals, not ids
+LITERALS_FROM = {79: 5, 81: 4, 82: 5}         # OpVectorShuffle, OpCompositeExtract, -Insert
+
+
+def _shipped():
+    return sorted(pipelines.kernel_manifest())
+
+
+def _data_flow(code: bytes):
+    """(edges, data, atomic_ands) of a module: ``edges`` maps an id to the ids its value
+    may come from (through function-local variables, parameters and calls, flow
+    insensitively); ``data`` holds the ids whose value is read from a bound buffer (a
+    storage buffer, a texel fetch, an atomic); ``atomic_ands`` the OpAtomicAnds' value
+    operands."""
+    words = struct.unpack(f"<{len(code) // 4}I", code)
+    insts = [list(words[i:i + n]) for i, _, n in spirv._instructions(words)]
+    blocks = {w[1] for w in insts if w[0] & 0xFFFF == spirv.OP_DECORATE
+              and w[2] == DECORATION_BUFFER_BLOCK}
+    pointee = {w[1]: (w[2], w[3]) for w in insts if w[0] & 0xFFFF == OP_TYPE_POINTER}
+    edges, data, ands, base = {}, set(), [], {}
+    params, calls, returns, fn = {}, [], {}, None
+    for w in insts:
+        op = w[0] & 0xFFFF
+        if op == spirv.OP_VARIABLE:
+            ty = pointee[w[1]][1]
+            if w[3] == STORAGE_BUFFER or (w[3] == STORAGE_UNIFORM and ty in blocks):
+                data.add(w[2])
+        elif op == spirv.OP_FUNCTION:
+            fn = w[2]
+            params[fn] = []
+        elif op == OP_FUNCTION_PARAMETER:
+            params[fn].append(w[2])
+        elif op == 254:                           # OpReturnValue
+            returns.setdefault(fn, []).append(w[1])
+        elif op == OP_STORE:
+            edges.setdefault(("store", w[1]), []).append(w[2])
+        elif op == OP_FUNCTION_CALL:
+            calls.append(w)
+        elif op == 248 or op in NO_RESULT or fn is None:   # OpLabel, declarations
+            continue
+        elif op in OP_ACCESS_CHAINS:
+            base[w[2]] = w[3]
+            edges[w[2]] = w[3:]
+        elif op == OP_LOAD:
+            edges[w[2]] = [w[3]]
+        elif op in OP_IMAGE_READS or op in OP_ATOMICS:
+            data.add(w[2])
+            if op == OP_ATOMIC_AND:
+                ands.append(w[6])
+        elif op == 12:                            # OpExtInst: set, instruction, operands
+            edges[w[2]] = w[5:]
+        else:
+            edges[w[2]] = w[3:LITERALS_FROM.get(op, len(w))]
+
+    def root(p):
+        while p in base:
+            p = base[p]
+        return p
+
+    # a variable's (or a parameter pointer's) value: what is stored through it
+    for key in [k for k in edges if isinstance(k, tuple)]:
+        edges.setdefault(root(key[1]), []).extend(edges.pop(key))
+    for w in calls:                               # parameters: the calls' arguments
+        edges[w[2]] = w[4:] + returns.get(w[3], [])
+        for p, a in zip(params.get(w[3], []), w[4:]):
+            edges.setdefault(p, []).append(a)
+    return edges, data, ands
+
+
+def _reads_data(edges, data, start) -> bool:
+    seen, todo = set(), [start]
+    while todo:
+        i = todo.pop()
+        if i in data:
+            return True
+        if i not in seen:
+            seen.add(i)
+            todo.extend(edges.get(i, ()))
+    return False
+
+
+def test_sub_word_store_atomics_wait_for_the_value():
+    """Every atomicAnd of a shipped kernel (the sub-word stores of VKML_ST8 / VKML_ST16)
+    takes an operand computed from data read from a bound buffer, so that no compiler
+    or GPU can issue it before the loads of the element's inputs: run in place, one
+    clearing the element ahead of its input's load made an NVIDIA GPU read 0 there (in-place
+    8-bit ADD, CLIP1), which lavapipe and SwiftShader, running in program order, never show."""
+    late = []
+    checked = 0
+    for name in _shipped():
+        edges, data, ands = _data_flow(pipelines.load_spirv(name))
+        checked += len(ands)
+        late += [name for v in ands if not _reads_data(edges, data, v)]
+    assert checked > 100 and not late, sorted(set(late))
+
+
+#: An in-place 8-bit kernel: Y (the memory of X) = X + 1, four elements an invocation,
+#: through STORE (the old sub-word store, whose atomicAnd depends on the index alone, or
+#: vkml_index.glsl's VKML_ST8).
+_IN_PLACE = """#version 450
+#include "vkml_index.glsl"
+#define OLD_ST8(B, i, v) { uint s_ = ((i) & 3u) << 3; \\
+    atomicAnd(B[(i) >> 2], ~(0xFFu << s_)); atomicOr(B[(i) >> 2], ((v) & 0xFFu) << s_); }
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) readonly buffer X { uint x[]; };
+layout(std430, binding = 1) buffer Y { uint y[]; };
+void main() {
+    for (uint j = 0u; j < 4u; j++) {
+        uint i = 4u * gl_GlobalInvocationID.x + j;
+        STORE(y, i, VKML_LD8(x, i) + 1u)
+    }
+}
+"""
+
+
+def _compile_in_place(tmp_path, store: str) -> bytes:
+    glslc = shutil.which("glslc")
+    if glslc is None:
+        pytest.skip("glslc not installed")
+    src = tmp_path / f"{store}.comp"
+    src.write_text(_IN_PLACE)
+    out = tmp_path / f"{store}.spv"
+    subprocess.run([glslc, "-fshader-stage=compute", "--target-env=vulkan1.1", "-O",
+                    "-I", str(ROOT / "glsl" / "include"), f"-DSTORE={store}", str(src),
+                    "-o", str(out)], check=True, capture_output=True)
+    return out.read_bytes()
+
+
+def test_sub_word_store_check_flags_an_index_only_mask(tmp_path):
+    """The check above fails on the earlier sub-word store (its atomicAnd cleared the
+    element whatever the value) and passes vkml_index.glsl's, compiled as the kernels are."""
+    for store, ok in (("OLD_ST8", False), ("VKML_ST8", True)):
+        edges, data, ands = _data_flow(_compile_in_place(tmp_path, store))
+        assert ands and all(_reads_data(edges, data, v) == ok for v in ands), store
+
+
+def test_padding_rows_take_no_signed_remainder():
+    """The rows padding kernels fold coordinates with ``%`` on non-negative operands only
+    (no OpSMod / OpSRem): GLSL leaves ``%`` of a negative operand undefined, and an NVIDIA
+    GPU computed glslang's OpSMod of a negative coordinate as the unsigned remainder
+    (reflection / symmetric / wrap paddings beyond one period read the wrong elements),
+    where lavapipe and SwiftShader computed the floor modulo the code expected."""
+    names = [n for n in _shipped() if n.startswith(("padding_rows", "padding_e"))]
+    assert len(names) >= 10
+    for name in names:
+        ops = {op for op, _ in _insts(pipelines.load_spirv(name))}
+        assert not ops & {OP_SREM, OP_SMOD}, name

@@ -13,12 +13,20 @@
 // Sub-word elements in uint[] buffers, for devices without 8/16-bit storage.
 // Loads extract the element from its 32-bit word; stores change only the element's
 // bits with atomicAnd/atomicOr, so neighbours written by other invocations survive.
+// The atomicAnd clears only the element's bits that are 0 in the value (its operand
+// holds the value), so neither atomic can be issued before the value is known.  Run in
+// place (the output bound to an input's memory), an atomicAnd clearing the whole element,
+// which depends on nothing loaded, could go ahead of the load of that element's input and
+// make it read 0: an NVIDIA GPU did so for 8-bit in-place ADD and CLIP (the Aliased
+// decoration did not stop it); the CPU drivers run them in program order.
 #define VKML_LD16(B, i) ((B[(i) >> 1] >> (((i) & 1u) << 4)) & 0xFFFFu)
 #define VKML_LD8(B, i)  ((B[(i) >> 2] >> (((i) & 3u) << 3)) & 0xFFu)
-#define VKML_ST16(B, i, v) { uint s_ = ((i) & 1u) << 4; \
-    atomicAnd(B[(i) >> 1], ~(0xFFFFu << s_)); atomicOr(B[(i) >> 1], ((v) & 0xFFFFu) << s_); }
-#define VKML_ST8(B, i, v) { uint s_ = ((i) & 3u) << 3; \
-    atomicAnd(B[(i) >> 2], ~(0xFFu << s_)); atomicOr(B[(i) >> 2], ((v) & 0xFFu) << s_); }
+#define VKML_ST16(B, i, v) { uint vkml_s_ = ((i) & 1u) << 4; \
+    uint vkml_v_ = ((v) & 0xFFFFu) << vkml_s_; \
+    atomicAnd(B[(i) >> 1], vkml_v_ | ~(0xFFFFu << vkml_s_)); atomicOr(B[(i) >> 1], vkml_v_); }
+#define VKML_ST8(B, i, v) { uint vkml_s_ = ((i) & 3u) << 3; \
+    uint vkml_v_ = ((v) & 0xFFu) << vkml_s_; \
+    atomicAnd(B[(i) >> 2], vkml_v_ | ~(0xFFu << vkml_s_)); atomicOr(B[(i) >> 2], vkml_v_); }
 
 // float32 -> float16 bits, round to nearest even, the same on every driver
 // (a driver's own conversion may round toward zero).  Overflow gives +-inf, NaN stays NaN.
