@@ -14,6 +14,11 @@ minutes, so only candidates timed in turns in one process are compared.
 
     python -m bench.paths conv2d-64-64-56x56-3x3 winograd-cl winograd-gemm --device 1
     python -m bench.paths pad-constant-1x64x256x256 --rounds 10
+
+``--fma`` times the bench's FMA microkernel (``glsl/bench_fma.comp``, a grid of about the
+workload's FLOPs) in the same turns and gives each candidate's FLOP rate as a share of
+it, each side's minimum: the like-for-like reading of a GEMM's share of the FMA peak,
+which ``python -m bench`` takes as a median against the best run of the limits.
 """
 from __future__ import annotations
 
@@ -69,8 +74,32 @@ def build(dev, w, name: str):
     return REGISTRY[type(desc)](dev, desc, **FORCE[w.op][1](name, known[name]))
 
 
-def time_paths(dev, w, names, rounds: int = 5, runs: int = 5) -> dict:
-    """``{candidate: seconds or the reason it does not run}`` (see the module doc)."""
+#: The FMA microkernel's pseudo-candidate (``--fma``).
+FMA = "bench_fma"
+
+
+def _record_fma(dev, seq, flops: float):
+    """Record bench_fma as ``python -m bench``'s limits run it (64 invocations a group),
+    with about ``flops`` FLOPs; its FLOPs and the buffer it writes."""
+    from vkml.runtime import STORAGE, Bind
+    from vkml.runtime.blocks import pack
+
+    from . import limits
+
+    ctx = dev.context
+    per_group = 64 * limits._FMA_FLOPS_PER_INVOCATION
+    groups = max(16, min(int(flops // per_group), ctx.limits["maxComputeWorkGroupCount"][0]))
+    out = ctx.allocate(65536 * 16)
+    pipe = ctx.pipelines.get("bench_fma", (STORAGE,), 16, {0: 64, 1: limits._FMA_ITERS})
+    push = pack("bench_fma", "push", mul=0.999999, add=1e-6, count=groups * 64,
+                row=groups * 64)
+    seq.dispatch(pipe, [Bind(out, 0, out.size, "w")], (groups, 1, 1), push)
+    return groups * per_group, out
+
+
+def time_paths(dev, w, names, rounds: int = 5, runs: int = 5, fma: bool = False) -> dict:
+    """``{candidate: seconds or the reason it does not run}`` (see the module doc);
+    ``fma``: also :data:`FMA`'s, as ``(seconds, its FLOPs)``."""
     inputs = operators.make_inputs(w.op, w.p, w.np_dtype)
     ref = operators.compute(w.op, w.p, inputs, np.float64)
     ins = [None if a is None else dev.tensor(a) for a in inputs]
@@ -94,6 +123,11 @@ def time_paths(dev, w, names, rounds: int = 5, runs: int = 5) -> dict:
                 op.release()
                 continue
             made.append((name, op, seq, []))
+        if fma:
+            seq = dev.sequence(timed=True)
+            fma_flops, out = _record_fma(dev, seq, w.flops())
+            seq.run()
+            made.append((FMA, out, seq, []))
         for r in range(rounds):
             k = r % len(made) if made else 0
             for name, _, seq, medians in made[k:] + made[:k]:
@@ -105,11 +139,14 @@ def time_paths(dev, w, names, rounds: int = 5, runs: int = 5) -> dict:
                                  else time.perf_counter() - t)
                 medians.append(statistics.median(times))
         for name, _, _, medians in made:
-            result[name] = min(medians)
+            result[name] = (min(medians), fma_flops) if name == FMA else min(medians)
     finally:
-        for _, op, seq, _ in made:
+        for name, op, seq, _ in made:
             seq.close()
-            op.release()
+            if name == FMA:               # (its output buffer)
+                op.free()
+            else:
+                op.release()
         for t in ins + [y]:
             if t is not None:
                 t.free()
@@ -124,6 +161,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="index or name substring")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=5, help="runs per candidate per round")
+    ap.add_argument("--fma", action="store_true",
+                    help="time the FMA microkernel in the same turns: each share of it")
     args = ap.parse_args(argv)
     found = [w for w in wl.load() if w.name == args.workload]
     if not found:
@@ -137,8 +176,18 @@ def main(argv=None) -> int:
         names = args.candidates or list(candidates(w.op))
         print(f"{w.name} on [{dev.index}] {dev.name}: min over {args.rounds} rounds of the "
               f"median of {args.runs} runs")
-        for name, t in time_paths(dev, w, names, args.rounds, args.runs).items():
-            print(f"  {name:24s} " + (f"{t * 1e3:9.3f} ms" if isinstance(t, float) else t))
+        times = time_paths(dev, w, names, args.rounds, args.runs, args.fma)
+        rate = None
+        if FMA in times:
+            t, flops = times.pop(FMA)
+            rate = flops / t
+            print(f"  {FMA:24s} {t * 1e3:9.3f} ms {rate / 1e9:7.1f} GFLOP/s")
+        for name, t in times.items():
+            if not isinstance(t, float):
+                print(f"  {name:24s} {t}")
+                continue
+            share = f" {w.flops() / t / rate:7.1%} of {FMA}" if rate else ""
+            print(f"  {name:24s} {t * 1e3:9.3f} ms{share}")
     return 0
 
 

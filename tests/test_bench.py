@@ -437,6 +437,22 @@ def test_paths_time_each_candidate_checked(op, names, device, monkeypatch):
     assert all(str(v).startswith("wrong output") for v in wrong.values()), wrong
 
 
+def test_paths_fma_times_the_microkernel_in_turns(device, capsys):
+    """``--fma``: bench_fma is timed beside the candidates, its seconds and FLOPs (at
+    least the workload's smallest grid), and the CLI gives each candidate's share of it."""
+    from bench import paths
+
+    w = wl.parse(dict(_SMALL["gemm"], name="small", op="gemm"))
+    got = paths.time_paths(device, w, ["direct"], rounds=1, runs=1, fma=True)
+    seconds, flops = got[paths.FMA]
+    assert seconds > 0 and flops >= 16 * 64 * 64 * 8 * 4 * 2, got
+    assert isinstance(got["direct"], float), got
+    assert paths.main(["gemm-256x256x256", "direct", "--fma", "--rounds", "1", "--runs", "1",
+                       "--device", str(device.index)]) == 0
+    out = capsys.readouterr().out
+    assert "GFLOP/s" in out and "% of bench_fma" in out, out
+
+
 # -- comparing runs and plotting --------------------------------------------------------------
 def test_compare_marks_regressions(tiny_run, tmp_path):
     _, doc, _ = tiny_run
