@@ -113,7 +113,7 @@ from .geometry import DEFAULT_KNOBS, Geometry, Path
 from .blocked import BLOCKS, BlockedPath
 from .tiled import TILES, TiledPath
 from .winograd import PooledConvolutionDesc, WinogradPath, pool_rule
-from .epilogue import residual_of
+from .epilogue import input_scale_of, residual_of, without_input_scale
 from .windows import WindowedPath, windowed_path
 from ...intmath import ceil_div
 
@@ -165,10 +165,25 @@ class CompiledConvolution(CompiledOperator):
             self.desc = plain
             self.geometry = Geometry.of(plain)
             self.path = self._choose()
+        if input_scale_of(self.desc) is not None and not self.path.takes_scale:
+            self._scale_apart()
         if getattr(self.path, "pool", None) is not None:
             self.desc = PooledConvolutionDesc(self.desc, self.path.pool)
         self.owned_inputs = owned_slots(self.desc.inputs())
         self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
+
+    def _scale_apart(self) -> None:
+        """The chosen path does not multiply by the input scale: the path for the
+        descriptor without it, after the multiply (:class:`ScaleApart`); the operator's
+        descriptor (its inputs) keeps the scale."""
+        scaled = self.desc
+        self.desc = without_input_scale(scaled)
+        try:
+            self.geometry = Geometry.of(self.desc)
+            path = self._choose()
+        finally:
+            self.desc = scaled
+        self.path = ScaleApart(self, path)
 
     def _choose(self):
         """The path: windows of the batch on the path a window gets where the tensors
@@ -284,14 +299,19 @@ class CompiledConvolution(CompiledOperator):
         x, w, b = inputs[:3]
         args = (seq, x.allocation, w.allocation, b.allocation if b is not None else None,
                 outputs[0].allocation)
-        if len(inputs) > 3:             # a graph's residual (EpilogueConvolutionDesc)
-            self.path.encode(*args, inputs[3].allocation)
-        else:
-            self.path.encode(*args)
+        extra = list(inputs[3:])          # a graph's scale, residual (EpilogueConvolutionDesc)
+        kw = {}
+        if input_scale_of(self.desc) is not None:
+            kw["s"] = extra.pop(0).allocation
+        if extra:
+            kw["r"] = extra.pop(0).allocation
+        self.path.encode(*args, **kw)
 
     def release(self) -> None:
         if isinstance(getattr(self, "path", None), PoolingApart):
             self.path.pooling.release()
+        if isinstance(getattr(self, "path", None), ScaleApart):
+            self.path.multiply.release()
         super().release()
 
 
@@ -328,6 +348,47 @@ class PoolingApart:
         self.path.encode(seq, x, w, b, self.y.allocation)
         out = Tensor(self.device, (y.size,), np.uint8, y, y.size, owner=False)
         self.pooling.encode(seq, [self.y], [out])
+
+
+class ScaleApart:
+    """A convolution path that does not multiply its input by a graph's input scale
+    (``epilogue.py``), after the multiply run apart: ``x * s`` (ELEMENT_WISE_MULTIPLY,
+    the unfused graph's node) into a buffer of the operator's, then the path on it."""
+
+    def __init__(self, op: CompiledConvolution, path):
+        from ..base import compile_operator
+        from ...dml.element_wise import ElementWiseMultiplyOperatorDesc
+        x = op.desc.input_tensor
+        self.path, self.device = path, op.device
+        self.name, self.candidate = path.name, getattr(path, "candidate", path.name)
+        self.pool = getattr(path, "pool", None)
+        self.multiply = compile_operator(op.device.create_operator(
+            ElementWiseMultiplyOperatorDesc(x, input_scale_of(op.desc), x)))
+        n = ceil_div(x.total_tensor_size_in_bytes, 4) * 4
+        self.x = Tensor(op.device, (n,), np.uint8, op.scratch(n), n, owner=False)
+
+    @property
+    def filter_ready(self) -> bool:
+        return self.path.filter_ready
+
+    @filter_ready.setter
+    def filter_ready(self, value: bool) -> None:
+        self.path.filter_ready = value
+
+    def filter_buffer(self):
+        return self.path.filter_buffer()
+
+    def encode_filter(self, seq, w) -> None:
+        self.path.encode_filter(seq, w)
+
+    def encode(self, seq, x, w, b, y, s=None, **kw) -> None:
+        def t(a):
+            return Tensor(self.device, (a.size,), np.uint8, a, a.size, owner=False)
+        self.multiply.encode(seq, [t(x), t(s)], [self.x])
+        self.path.encode(seq, self.x.allocation, w, b, y, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.path, name)
 
 
 def _finite_filter(t, d: TensorDesc) -> bool:
