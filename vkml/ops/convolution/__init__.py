@@ -21,6 +21,10 @@ winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4
                gemm_sg's variant of it (``winograd-sg``) or on ``blocked``'s.
 depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
                NB pixels per invocation, input read in place (``convolution_depthwise``).
+gemv           1x1 kernels over 1x1 planes (squeeze-excitation's fully connected layers),
+               float32, devices with subgroup shuffles and full subgroups: the input
+               channels split over a subgroup's lanes, summed by shuffles
+               (``convolution_gemv.comp``).
 gemm_sg        devices with subgroup shuffles and full subgroups of a required size
                (``computeFullSubgroups``): the implicit GEMM below, but the filter
                is read in place through its DML strides and shared across a subgroup by
@@ -100,7 +104,7 @@ from ...tensor import Tensor
 from ..base import CompiledOperator, implements
 from ..functional import as_array, pick_device, run
 from ..owned import device_copy, initializer_inputs, owned_slots, refuse_owned_at_execution
-from . import blocked, depthwise, direct, gemm, gemm_sg, tiled, winograd
+from . import blocked, depthwise, direct, gemm, gemm_sg, gemv, tiled, winograd
 # Each name below lives in the file of its path; the package re-exports what tests and
 # tools name as ``vkml.ops.convolution.<name>``.
 from .choice import (CANDIDATES, PATHS, TUNABLE, choose_path, desc_of_shape, heuristic,
@@ -122,7 +126,7 @@ __all__ = ["convolution"]
 #: Kernel variants the package requests (each path's module lists its own) and the
 #: specialization constants it sets.
 VARIANTS = {**direct.VARIANTS, **gemm.VARIANTS, **gemm_sg.VARIANTS, **winograd.VARIANTS,
-            **depthwise.VARIANTS, **tiled.VARIANTS, **blocked.VARIANTS}
+            **depthwise.VARIANTS, **tiled.VARIANTS, **blocked.VARIANTS, **gemv.VARIANTS}
 
 
 @implements(ConvolutionOperatorDesc)

@@ -379,7 +379,7 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: cannot be stored four at a time (False: one float at a time; ``DepthwisePath.plane``).
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
                  "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True,
-                 "dw_plane": True}
+                 "dw_plane": True, "gemv_split": None}
 
 
 def knobs_of(knobs: dict | None) -> dict:
