@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import vkml
+import vkml.tuning
 from vkml import dml
 from vkml.ops.convolution.epilogue import EpilogueConvolutionDesc
 
@@ -236,3 +237,64 @@ def test_descriptor_rules():
                 F("float16", (1, 4, 5, 5), (4, 1, 0, 0))):
         with pytest.raises(vkml.ValidationError, match="input_scale"):
             EpilogueConvolutionDesc(x, w, None, y, input_scale=bad).validate()
+
+
+def test_onnx_squeeze_excitation_block(device):
+    """Through vkml.onnx, an EfficientNet MBConv block with its squeeze-excitation:
+    1x1 Conv -> SiLU -> depthwise 3x3 Conv -> SiLU -> GlobalAveragePool -> 1x1 Conv ->
+    SiLU -> 1x1 Conv -> Sigmoid -> Mul -> 1x1 Conv -> Add(x): the Mul fused into the
+    projecting convolution (and the Add after it), the SE's 1x1 convolutions of 1x1
+    planes on gemv where the device takes it; ONNX Runtime's values, fused or not."""
+    from onnx import helper, numpy_helper
+    import vkml.onnx as vonnx
+    from onnx_helpers import make_model, ort_expected, value_info
+
+    rng = np.random.default_rng(24)
+    c, e, r, hw = 16, 64, 4, 14
+    shapes = {"We": (e, c, 1, 1), "Wd": (e, 1, 3, 3), "W1": (r, e, 1, 1), "W2": (e, r, 1, 1),
+              "Wp": (c, e, 1, 1)}
+    inits = [numpy_helper.from_array(
+        (rng.standard_normal(s) / math.sqrt(math.prod(s[1:]))).astype(np.float32), n)
+        for n, s in shapes.items()]
+    inits += [numpy_helper.from_array((0.1 * rng.standard_normal(s[0])).astype(np.float32),
+                                      "B" + n[1:]) for n, s in shapes.items()]
+
+    def silu(src, dst):
+        return [helper.make_node("Sigmoid", [src], [dst + "_s"], name=dst + "_sig"),
+                helper.make_node("Mul", [src, dst + "_s"], [dst], name=dst + "_mul")]
+    nodes = [helper.make_node("Conv", ["x", "We", "Be"], ["ce"], name="expand"),
+             *silu("ce", "ae"),
+             helper.make_node("Conv", ["ae", "Wd", "Bd"], ["cd"], name="dw", group=e,
+                              pads=[1, 1, 1, 1]),
+             *silu("cd", "ad"),
+             helper.make_node("GlobalAveragePool", ["ad"], ["p"], name="pool"),
+             helper.make_node("Conv", ["p", "W1", "B1"], ["c1"], name="fc1"),
+             *silu("c1", "a1"),
+             helper.make_node("Conv", ["a1", "W2", "B2"], ["c2"], name="fc2"),
+             helper.make_node("Sigmoid", ["c2"], ["s"], name="gate"),
+             helper.make_node("Mul", ["ad", "s"], ["m"], name="scale"),
+             helper.make_node("Conv", ["m", "Wp", "Bp"], ["cp"], name="project"),
+             helper.make_node("Add", ["cp", "x"], ["y"], name="skip")]
+    xs = [1, c, hw, hw]
+    model = make_model(nodes, [value_info("x", xs)], [value_info("y", xs)], inits, opset=13)
+    feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+    (want,) = ort_expected(model, feeds)
+    tol = dict(rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+    rep = vonnx.prepare(model, device=device, strict=True)
+    (got,) = rep.run(feeds)
+    np.testing.assert_allclose(got, want, **tol)
+    labels = dict(rep.partitions[0][1])
+    assert labels["scale"] == "Mul (fused into Conv)", labels
+    assert "input scale" in {f.kind for f in rep.fusions}
+    cg = rep._parts[0].last.compiled
+    names = {n.desc: n.compiled.path.name for n in cg._graph_nodes.values()
+             if isinstance(n.desc, dml.ConvolutionOperatorDesc)}
+    fcs = [p for d, p in names.items() if d.input_tensor.sizes[2:] == (1, 1)]
+    assert len(fcs) == 2
+    if vkml.tuning.default_tuner().effective_mode() == "off":      # (else the tuner's)
+        assert all(p == "gemv" for p in fcs) or conv_ops.subgroup_shuffle_size(
+            cg._graph_nodes[0].compiled) == 0, fcs
+    rep = vonnx.prepare(model, device=device, strict=True, fuse={"input scale": False})
+    (off,) = rep.run(feeds)
+    assert labels["scale"] != dict(rep.partitions[0][1])["scale"]
+    np.testing.assert_array_equal(got, off)

@@ -26,6 +26,17 @@ work):
      (not N and C), whose output feeds only the input of one forward Convolution or LP
      pooling (read with the layout it was written in), folds into that operator's
      start/end padding: both pad with zeros, so the sums are the same;
+   * then (kind "input scale"): an ELEMENT_WISE_MULTIPLY whose output only the input of
+     one forward Convolution reads (read as written), one of whose operands has the
+     output's layout and the other its sizes with stride 0 along every spatial
+     dimension (a per-(image, channel) scale: a squeeze-excitation block's ``x * s``),
+     runs inside that convolution: an :class:`EpilogueConvolutionDesc` with
+     ``input_scale`` (``convolution/epilogue.py``; the scale a fourth input of the node,
+     the other operand its input).  The in-place GEMMs (1x1 convolutions on gemm and
+     gemm_sg, float32) multiply each input element by its scale as they load it, with
+     the product rounded as the multiply stores it (the unfused graph's bits); every
+     other path runs the multiply apart inside the operator, into a buffer of its own.
+     Either way ``x * s`` is no intermediate of the graph;
    * then, once those have run: an LP pooling node whose input is a forward Convolution
      output that nothing else reads, read as written, with a 2x2 window, stride 2, no
      padding and dilation 1 (``convolution.winograd.pool_rule``: exactly the pooling an
