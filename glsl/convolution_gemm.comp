@@ -306,7 +306,8 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
     } else { \
         [[unroll]] for (int kw = 0; kw < KW; kw++) { \
             float b[NB]; \
-            [[unroll]] for (int j = 0; j < NB; j++) b[j] = XSC(LOAD_X(xo + kw * DW + j * SW), s1); \
+            [[unroll]] for (int j = 0; j < NB; j++) \
+                b[j] = XSC(LOAD_X(xo + kw * DW + j * SW), s1); \
             vec4 a[MB / 4]; \
             LOAD_A(a, kw); \
             [[unroll]] for (int i = 0; i < MB / 4; i++) \

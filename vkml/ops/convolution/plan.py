@@ -6,8 +6,8 @@ bindings and its push constants by member name (packed by :func:`vkml.runtime.bl
 from the manifest, like the uniform parameter blocks the path uploads).  A binding names
 either a buffer the path owns or a *role*, one of the tensors an execution binds: ``x``
 (input), ``w`` (filter), ``b`` (bias), ``y`` (output), ``r`` (a graph's residual,
-read at the output's offsets) and ``s`` (a graph's per-channel input scale).  :func:`record` walks the steps
-with an execution's tensors in those roles."""
+read at the output's offsets) and ``s`` (a graph's per-channel input scale).
+:func:`record` walks the steps with an execution's tensors in those roles."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
