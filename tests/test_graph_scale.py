@@ -298,3 +298,33 @@ def test_onnx_squeeze_excitation_block(device):
     (off,) = rep.run(feeds)
     assert labels["scale"] != dict(rep.partitions[0][1])["scale"]
     np.testing.assert_array_equal(got, off)
+
+
+def test_owned_filter_not_finite(device):
+    """A fused 3x3 convolution forced onto Winograd with an OWNED filter holding an
+    infinity leaves Winograd (as an unfused one does) and still multiplies by the scale:
+    the unfused graph's values, infinities and NaNs where they are."""
+    rng = np.random.default_rng(25)
+    xs, ws, _, pad = _shapes("3x3")
+    x, s = F("float32", xs), F("float32", xs, (xs[1], 1, 0, 0))
+    w = F("float32", ws, flags=dml.TensorFlags.OWNED_BY_DML)
+    y = F("float32", (xs[0], ws[0], xs[2], xs[3]))
+    conv = dml.ConvolutionOperatorDesc(x, w, None, y, start_padding=(pad, pad),
+                                       end_padding=(pad, pad))
+    g = dml.GraphDesc(3, 1, [N(dml.ElementWiseMultiplyOperatorDesc(x, s, x)), N(conv)],
+                      [IN(0, 0, 0), IN(1, 0, 1), IN(2, 1, 1)], [OUT(1, 0, 0)],
+                      [MID(0, 0, 1, 0)])
+    arrays = inputs(rng, np.float32, "3x3")[:3]
+    arrays[2][3, 5, 1, 1] = np.inf
+    outs = []
+    for fuse in (True, False):
+        cg = device.compile_graph(g, fuse=fuse, paths={1: "winograd"},
+                                  constants={2: device.tensor(arrays[2])})
+        assert ("input scale" in [f.kind for f in cg.fusions]) == fuse
+        assert cg._graph_nodes[1].compiled.path.name != "winograd"
+        out = device.empty(y.sizes)
+        cg.execute([device.tensor(arrays[0]), device.tensor(arrays[1]), None], [out])
+        outs.append(out.numpy())
+        cg.release()
+    assert np.isinf(outs[1]).any()
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -176,15 +176,16 @@ class CompiledConvolution(CompiledOperator):
         self.owned_inputs = owned_slots(self.desc.inputs())
         self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
 
-    def _scale_apart(self) -> None:
+    def _scale_apart(self, avoid: tuple = ()) -> None:
         """The chosen path does not multiply by the input scale: the path for the
-        descriptor without it, after the multiply (:class:`ScaleApart`); the operator's
-        descriptor (its inputs) keeps the scale."""
+        descriptor without it (``avoid``: as :func:`choose_path`'s), after the multiply
+        (:class:`ScaleApart`); the operator's descriptor (its inputs) keeps the scale."""
         scaled = self.desc
         self.desc = without_input_scale(scaled)
         try:
             self.geometry = Geometry.of(self.desc)
-            path = self._choose()
+            path = (choose_path(self, self.geometry, self.force, avoid=avoid) if avoid
+                    else self._choose())
         finally:
             self.desc = scaled
         self.path = ScaleApart(self, path)
@@ -249,10 +250,14 @@ class CompiledConvolution(CompiledOperator):
                 t, self.desc.filter_tensor):
             return
         pool = getattr(self.path, "pool", None)
+        if isinstance(self.path, ScaleApart):
+            self.path.multiply.release()        # (chosen again below)
         if pool is None:
             self.path = choose_path(self, self.geometry, self.force, avoid=("winograd",))
             if residual_of(self.desc) is not None and not self.path.RESIDUAL:
                 raise UnsupportedError("residual", f"path {self.path.name} adds no residual")
+            if input_scale_of(self.desc) is not None and not self.path.takes_scale:
+                self._scale_apart(avoid=("winograd",))
         else:      # the pooling it absorbed runs apart (the operator's output stays pooled)
             pooled, self.desc = self.desc, self.desc.convolution
             try:
@@ -392,6 +397,8 @@ class ScaleApart:
         self.path.encode(seq, self.x.allocation, w, b, y, **kw)
 
     def __getattr__(self, name):
+        if name == "path":          # (not set yet: no recursion)
+            raise AttributeError(name)
         return getattr(self.path, name)
 
 
