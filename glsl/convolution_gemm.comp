@@ -47,11 +47,25 @@
 // vkml:variant convolution_gemm_sg_f32_v8_res F32=1 TEXEL=1 SGW=1 V8=1 RES=1
 // vkml:variant convolution_gemm_sg_f16_res F16=1 TEXEL=1 SGW=1 RES=1
 // vkml:variant convolution_gemm_sg_f16_packed_res F16_PACKED=1 TEXEL=1 SGW=1 RES=1
+// vkml:variant convolution_gemm_f32_sc F32=1 TEXEL=1 SC=1
+// vkml:variant convolution_gemm_f32_res_sc F32=1 TEXEL=1 RES=1 SC=1
+// vkml:variant convolution_gemm_f32_v8_sc F32=1 TEXEL=1 V8=1 SC=1
+// vkml:variant convolution_gemm_f32_v8_res_sc F32=1 TEXEL=1 V8=1 RES=1 SC=1
+// vkml:variant convolution_gemm_sg_f32_sc F32=1 TEXEL=1 SGW=1 SC=1
+// vkml:variant convolution_gemm_sg_f32_res_sc F32=1 TEXEL=1 SGW=1 RES=1 SC=1
+// vkml:variant convolution_gemm_sg_f32_v8_sc F32=1 TEXEL=1 SGW=1 V8=1 SC=1
+// vkml:variant convolution_gemm_sg_f32_v8_res_sc F32=1 TEXEL=1 SGW=1 V8=1 RES=1 SC=1
 //
 // RES variants (a graph's residual fusion, vkml/ops/graph.py) add a residual tensor R,
 // laid out as the output (same type and element strides), after the bias and before the
 // activation: y = act(conv + bias + R).  A variant of its own rather than a
 // specialization constant: SwiftShader keeps a constant-dead branch in the code.
+//
+// SC variants (a graph's input-scale fusion: a squeeze-excitation block's Mul by a
+// per-(image, channel) scale S before the convolution) multiply each B element by its
+// channel's scale as it is loaded: conv(x * s) with the products x * s rounded as the
+// Mul would store them, without writing x * s.  Only on planes read in place (1x1
+// convolutions), where there is no padding that a scale could turn from 0 into NaN.
 //
 // SGW variants read the filter in place through its DML strides (no re-laid copy) and
 // share it across a subgroup: the lanes of a subgroup work on the same output channels
@@ -136,6 +150,23 @@ layout(std430, set = 0, binding = 3) buffer Y8h { u64vec2 y8h[]; };
 #else
 layout(std430, set = 0, binding = 3) buffer Y2 { uvec2 y2[]; };
 #endif
+#ifdef SC
+#ifdef RES
+#define SC_BINDING 6        // (bindings are numbered without gaps: after R where there is one)
+#else
+#define SC_BINDING 5
+#endif
+layout(set = 0, binding = SC_BINDING) uniform samplerBuffer S;  // R32F: per (image, channel)
+#define SC_LOAD(s, u) float s = texelFetch(S, so + (u) * sc_c).x;
+#define XSC(v, s) ((v) * (s))
+#define SC_NEXT(k) so += (k) * sc_c;
+#define SC_START() int so = n * sc_n + g * cig * sc_c;    // the group's first channel
+#else
+#define SC_START()
+#define SC_LOAD(s, u)
+#define XSC(v, s) (v)
+#define SC_NEXT(k)
+#endif
 #ifdef RES
 layout(std430, set = 0, binding = 5) readonly buffer Res { FSTORE_T res[]; };
 #ifdef F32
@@ -175,6 +206,10 @@ layout(push_constant) uniform Push {
     int pitch;          // > 0: the q row is a whole plane flattened, pitch q per output row
     int cbl;            // channel blocks spread over the lanes (few pixels: lanes stay busy)
     int cb_count;       // channel blocks in all (groups * padded channels / MB)
+#ifdef SC
+    int sc_n;           // S element strides: image, channel
+    int sc_c;
+#endif
 };
 
 #ifdef SGW
@@ -207,17 +242,18 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
     float b[CU][BL]; \
     [[unroll]] for (int u = 0; u < CU; u++) { \
         int xu = xo + u * xs.y; \
+        SC_LOAD(su, u) \
         if (ROWLOAD && XVEC4) { \
             [[unroll]] for (int e = 0; e < SPAN4; e += 4) { \
-                vec4 v = LOAD_X4((xu + e) >> 2); \
+                vec4 v = XSC(LOAD_X4((xu + e) >> 2), su); \
                 b[u][e] = v.x; b[u][e + 1] = v.y; b[u][e + 2] = v.z; b[u][e + 3] = v.w; \
             } \
         } else if (ROWLOAD) { \
-            [[unroll]] for (int e = 0; e < SPAN; e++) b[u][e] = LOAD_X(xu + e); \
+            [[unroll]] for (int e = 0; e < SPAN; e++) b[u][e] = XSC(LOAD_X(xu + e), su); \
         } else { \
             [[unroll]] for (int kw = 0; kw < KW; kw++) \
                 [[unroll]] for (int j = 0; j < NB; j++) \
-                    b[u][kw * NB + j] = LOAD_X(xu + kw * DW + j * SW); \
+                    b[u][kw * NB + j] = XSC(LOAD_X(xu + kw * DW + j * SW), su); \
         } \
     } \
     [[unroll]] for (int i = 0; i < MB / 4; i++) { \
@@ -235,29 +271,30 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
             acc[i][j] = s; \
         } \
     } \
-    xo += CU * xs.y; wo += CU * w_sg.y; }
+    xo += CU * xs.y; wo += CU * w_sg.y; SC_NEXT(CU) }
 #endif
 // One input channel of one row tap: load the row (or the column taps' pixels), the
 // weights, and add the MB x NB products; then step to the next channel.
 #ifdef SGW
 #define STEP_W() float wl[GW]; \
     [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[k_] = LOAD_W1(wo + woff[k_]);
-#define STEP_NEXT() xo += xs.y; wo += w_sg.y;
+#define STEP_NEXT() xo += xs.y; wo += w_sg.y; SC_NEXT(1)
 #else
 #define STEP_W()
-#define STEP_NEXT() xo += xs.y; wi += KW * wstep;
+#define STEP_NEXT() xo += xs.y; wi += KW * wstep; SC_NEXT(1)
 #endif
 #define GEMM_STEP() { \
     STEP_W() \
+    SC_LOAD(s1, 0) \
     if (ROWLOAD) { \
         float b[SPAN4]; \
         if (XVEC4) { \
             [[unroll]] for (int e = 0; e < SPAN4; e += 4) { \
-                vec4 v = LOAD_X4((xo + e) >> 2); \
+                vec4 v = XSC(LOAD_X4((xo + e) >> 2), s1); \
                 b[e] = v.x; b[e + 1] = v.y; b[e + 2] = v.z; b[e + 3] = v.w; \
             } \
         } else { \
-            [[unroll]] for (int e = 0; e < SPAN; e++) b[e] = LOAD_X(xo + e); \
+            [[unroll]] for (int e = 0; e < SPAN; e++) b[e] = XSC(LOAD_X(xo + e), s1); \
         } \
         [[unroll]] for (int kw = 0; kw < KW; kw++) { \
             vec4 a[MB / 4]; \
@@ -269,7 +306,8 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
     } else { \
         [[unroll]] for (int kw = 0; kw < KW; kw++) { \
             float b[NB]; \
-            [[unroll]] for (int j = 0; j < NB; j++) b[j] = LOAD_X(xo + kw * DW + j * SW); \
+            [[unroll]] for (int j = 0; j < NB; j++) \
+                b[j] = XSC(LOAD_X(xo + kw * DW + j * SW), s1); \
             vec4 a[MB / 4]; \
             LOAD_A(a, kw); \
             [[unroll]] for (int i = 0; i < MB / 4; i++) \
@@ -349,6 +387,7 @@ void main() {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
         int wo = wrows[t >> 2][t & 3];
+        SC_START()
         [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) GEMM_GROUP()  // (CU divides cig)
     }
 #else
@@ -358,6 +397,7 @@ void main() {
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
         int xo = xb + rows[t >> 2][t & 3];
+        SC_START()
         [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) GEMM_GROUP()  // (CU divides cig)
     }
 #endif

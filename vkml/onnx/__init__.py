@@ -79,8 +79,9 @@ steps are intermediate edges, the partition's inputs graph inputs -- constants
 (initializers, folded values) marked ``DML_TENSOR_FLAG_OWNED_BY_DML`` and bound once --
 and its outputs graph outputs.  ``execute``'s :class:`GraphExecutor` compiles it with
 ``Device.compile_graph`` (which fuses an activation into the convolution before it, a
-zero padding into the convolution or LP pooling after it and a residual Add, with the
-activation after it, into the convolution producing one of its inputs -- ``prepare``'s
+zero padding into the convolution or LP pooling after it, a Mul by a per-channel scale
+(a squeeze-excitation's) into the convolution reading its product, and a residual Add,
+with the activation after it, into the convolution producing one of its inputs -- ``prepare``'s
 ``fuse`` switches kinds off for measurement: the one place that fuses DML
 operators, see ``vkml/ops/graph.py``, which reports its fusions as data; ``rewrite``
 changes the ONNX graph before it) and replays its command buffer

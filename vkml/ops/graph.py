@@ -26,6 +26,17 @@ work):
      (not N and C), whose output feeds only the input of one forward Convolution or LP
      pooling (read with the layout it was written in), folds into that operator's
      start/end padding: both pad with zeros, so the sums are the same;
+   * then (kind "input scale"): an ELEMENT_WISE_MULTIPLY whose output only the input of
+     one forward Convolution reads (read as written), one of whose operands has the
+     output's layout and the other its sizes with stride 0 along every spatial
+     dimension (a per-(image, channel) scale: a squeeze-excitation block's ``x * s``),
+     runs inside that convolution: an :class:`EpilogueConvolutionDesc` with
+     ``input_scale`` (``convolution/epilogue.py``; the scale a fourth input of the node,
+     the other operand its input).  The in-place GEMMs (1x1 convolutions on gemm and
+     gemm_sg, float32) multiply each input element by its scale as they load it, with
+     the product rounded as the multiply stores it (the unfused graph's bits); every
+     other path runs the multiply apart inside the operator, into a buffer of its own.
+     Either way ``x * s`` is no intermediate of the graph;
    * then, once those have run: an LP pooling node whose input is a forward Convolution
      output that nothing else reads, read as written, with a 2x2 window, stride 2, no
      padding and dilation 1 (``convolution.winograd.pool_rule``: exactly the pooling an
@@ -110,7 +121,8 @@ from .. import tuning
 from ..dml.activations import ActivationDesc
 from ..dml.convolution import ConvolutionOperatorDesc
 from ..dml.data_type import DataType
-from ..dml.element_wise import ElementWiseAdd1OperatorDesc, ElementWiseAddOperatorDesc
+from ..dml.element_wise import (ElementWiseAdd1OperatorDesc, ElementWiseAddOperatorDesc,
+                                ElementWiseMultiplyOperatorDesc)
 from ..dml.graph import GraphDesc
 from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
@@ -121,7 +133,8 @@ from ..tensor import Tensor
 from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, release_all
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
-from .convolution.epilogue import EPILOGUE_ACTIVATIONS, EpilogueConvolutionDesc
+from .convolution.epilogue import (EPILOGUE_ACTIVATIONS, EpilogueConvolutionDesc,
+                                   input_scale_of)
 from . import join_in_place
 from .owned import device_copy, initializer_inputs, refuse_owned_at_execution
 from ..intmath import ceil_div, round_up
@@ -129,7 +142,7 @@ from ..intmath import ceil_div, round_up
 __all__ = ["Fusion", "FUSION_KINDS"]
 
 #: The kinds of fusion (module doc, step 1), each switchable by ``fuse={kind: False}``.
-FUSION_KINDS = ("activation", "padding", "pooling", "residual", "join in place")
+FUSION_KINDS = ("activation", "padding", "input scale", "pooling", "residual", "join in place")
 
 
 @dataclass(frozen=True)
@@ -163,6 +176,9 @@ class Fusion:
         if self.kind == "residual":
             return (f"the residual add nodes{list(self.absorbed)} ({self.operator}) fused "
                     f"into the convolution nodes{list(self.into)}")
+        if self.kind == "input scale":
+            return (f"the per-channel scale nodes{list(self.absorbed)} ({self.operator}) "
+                    f"fused into the input reads of the convolution nodes{list(self.into)}")
         return (f"nodes{list(self.absorbed)} ({self.operator}) fused into the convolution "
                 f"nodes{list(self.into)}")
 
@@ -333,6 +349,8 @@ class CompiledGraph(CompiledOperator):
             self._aliases: dict = {}
             if self.fusion_kinds:
                 self._fuse(nodes, order, graph_out)
+                if "input scale" in self.fusion_kinds:
+                    self._fuse_input_scale(nodes, order, graph_out)
                 if "pooling" in self.fusion_kinds:
                     self._fuse_pooling(nodes, order, graph_out)
                 if "residual" in self.fusion_kinds:
@@ -431,6 +449,41 @@ class CompiledGraph(CompiledOperator):
                 changed = True
                 break
 
+    def _fuse_input_scale(self, nodes, order, graph_out) -> None:
+        """A multiply by a per-(image, channel) scale into the convolution that alone
+        reads its output (module doc, step 1): one node in the convolution's place,
+        reading the multiply's other operand as its input."""
+        for i in list(order):
+            n = nodes.get(i)
+            if (n is None or not isinstance(n.desc, ElementWiseMultiplyOperatorDesc)
+                    or (i, 0) in graph_out):
+                continue
+            readers = self._consumers(nodes, i, 0)
+            if len(readers) != 1 or readers[0][1] != 0:
+                continue
+            c = readers[0][0]
+            p = nodes[c]
+            if (type(p.desc) not in (ConvolutionOperatorDesc, EpilogueConvolutionDesc)
+                    or p.compiled is not None or p.desc.is_backward
+                    or input_scale_of(p.desc) is not None
+                    or getattr(p.desc, "residual", None) is not None
+                    or not _same_layout(n.desc.output_tensor, p.desc.input_tensor)):
+                continue
+            for slot in (0, 1):
+                x, sc = n.desc.inputs()[slot], n.desc.inputs()[1 - slot]
+                if not _same_layout(x, n.desc.output_tensor):
+                    continue
+                own = {f.name: getattr(p.desc, f.name) for f in fields(p.desc)}
+                new = EpilogueConvolutionDesc(**{**own, "input_tensor": x, "input_scale": sc})
+                if not self._try(new):
+                    continue
+                nodes[c] = _Node(new, [n.sources[slot]] + p.sources[1:3] + [n.sources[1 - slot]],
+                                 p.origin + n.origin)
+                del nodes[i]
+                order.remove(i)
+                self.fusions.append(self._fusion("input scale", n, p, n.desc.OPERATOR_TYPE))
+                break
+
     def _fuse_pooling(self, nodes, order, graph_out) -> None:
         """LP pooling into the convolution before it (module doc, step 1): each candidate
         convolution is compiled here with the pooling offered; it keeps that compilation
@@ -446,7 +499,7 @@ class CompiledGraph(CompiledOperator):
             c = src[1]
             p = nodes[c]
             if (not isinstance(p.desc, ConvolutionOperatorDesc) or p.desc.is_backward
-                    or p.compiled is not None
+                    or p.compiled is not None or input_scale_of(p.desc) is not None
                     or self._consumers(nodes, c, src[2]) != [(i, 0)]
                     or pool_rule(p.desc, n.desc) is not None):
                 continue
@@ -524,6 +577,7 @@ class CompiledGraph(CompiledOperator):
         p, n = nodes[c], nodes[i]
         residual = n.desc.inputs()[1 - slot]
         own = {f.name: getattr(p.desc, f.name) for f in fields(ConvolutionOperatorDesc)}
+        own["input_scale"] = input_scale_of(p.desc)      # (an input scale fused before)
         act = getattr(n.desc, "fused_activation", None)
         tries = []
         j = self._activation_after(nodes, graph_out, i) if act is None else None

@@ -21,6 +21,10 @@ winograd       3x3, stride 1, one group, >= 16 channels, >= 32 output tiles: F(4
                gemm_sg's variant of it (``winograd-sg``) or on ``blocked``'s.
 depthwise      group count = input channels (any multiplier, stride, dilation): R rows x
                NB pixels per invocation, input read in place (``convolution_depthwise``).
+gemv           1x1 kernels over 1x1 planes (squeeze-excitation's fully connected layers),
+               float32, devices with subgroup shuffles and full subgroups: the input
+               channels split over a subgroup's lanes, summed by shuffles
+               (``convolution_gemv.comp``).
 gemm_sg        devices with subgroup shuffles and full subgroups of a required size
                (``computeFullSubgroups``): the implicit GEMM below, but the filter
                is read in place through its DML strides and shared across a subgroup by
@@ -100,7 +104,7 @@ from ...tensor import Tensor
 from ..base import CompiledOperator, implements
 from ..functional import as_array, pick_device, run
 from ..owned import device_copy, initializer_inputs, owned_slots, refuse_owned_at_execution
-from . import blocked, depthwise, direct, gemm, gemm_sg, tiled, winograd
+from . import blocked, depthwise, direct, gemm, gemm_sg, gemv, tiled, winograd
 # Each name below lives in the file of its path; the package re-exports what tests and
 # tools name as ``vkml.ops.convolution.<name>``.
 from .choice import (CANDIDATES, PATHS, TUNABLE, choose_path, desc_of_shape, heuristic,
@@ -113,7 +117,7 @@ from .geometry import DEFAULT_KNOBS, Geometry, Path
 from .blocked import BLOCKS, BlockedPath
 from .tiled import TILES, TiledPath
 from .winograd import PooledConvolutionDesc, WinogradPath, pool_rule
-from .epilogue import residual_of
+from .epilogue import input_scale_of, residual_of, without_input_scale
 from .windows import WindowedPath, windowed_path
 from ...intmath import ceil_div
 
@@ -122,7 +126,7 @@ __all__ = ["convolution"]
 #: Kernel variants the package requests (each path's module lists its own) and the
 #: specialization constants it sets.
 VARIANTS = {**direct.VARIANTS, **gemm.VARIANTS, **gemm_sg.VARIANTS, **winograd.VARIANTS,
-            **depthwise.VARIANTS, **tiled.VARIANTS, **blocked.VARIANTS}
+            **depthwise.VARIANTS, **tiled.VARIANTS, **blocked.VARIANTS, **gemv.VARIANTS}
 
 
 @implements(ConvolutionOperatorDesc)
@@ -165,10 +169,26 @@ class CompiledConvolution(CompiledOperator):
             self.desc = plain
             self.geometry = Geometry.of(plain)
             self.path = self._choose()
+        if input_scale_of(self.desc) is not None and not self.path.takes_scale:
+            self._scale_apart()
         if getattr(self.path, "pool", None) is not None:
             self.desc = PooledConvolutionDesc(self.desc, self.path.pool)
         self.owned_inputs = owned_slots(self.desc.inputs())
         self._persistent: dict = {}        # slot -> Tensor (not owning) bound in its place
+
+    def _scale_apart(self, avoid: tuple = ()) -> None:
+        """The chosen path does not multiply by the input scale: the path for the
+        descriptor without it (``avoid``: as :func:`choose_path`'s), after the multiply
+        (:class:`ScaleApart`); the operator's descriptor (its inputs) keeps the scale."""
+        scaled = self.desc
+        self.desc = without_input_scale(scaled)
+        try:
+            self.geometry = Geometry.of(self.desc)
+            path = (choose_path(self, self.geometry, self.force, avoid=avoid) if avoid
+                    else self._choose())
+        finally:
+            self.desc = scaled
+        self.path = ScaleApart(self, path)
 
     def _choose(self):
         """The path: windows of the batch on the path a window gets where the tensors
@@ -230,10 +250,14 @@ class CompiledConvolution(CompiledOperator):
                 t, self.desc.filter_tensor):
             return
         pool = getattr(self.path, "pool", None)
+        if isinstance(self.path, ScaleApart):
+            self.path.multiply.release()        # (chosen again below)
         if pool is None:
             self.path = choose_path(self, self.geometry, self.force, avoid=("winograd",))
             if residual_of(self.desc) is not None and not self.path.RESIDUAL:
                 raise UnsupportedError("residual", f"path {self.path.name} adds no residual")
+            if input_scale_of(self.desc) is not None and not self.path.takes_scale:
+                self._scale_apart(avoid=("winograd",))
         else:      # the pooling it absorbed runs apart (the operator's output stays pooled)
             pooled, self.desc = self.desc, self.desc.convolution
             try:
@@ -284,14 +308,19 @@ class CompiledConvolution(CompiledOperator):
         x, w, b = inputs[:3]
         args = (seq, x.allocation, w.allocation, b.allocation if b is not None else None,
                 outputs[0].allocation)
-        if len(inputs) > 3:             # a graph's residual (EpilogueConvolutionDesc)
-            self.path.encode(*args, inputs[3].allocation)
-        else:
-            self.path.encode(*args)
+        extra = list(inputs[3:])          # a graph's scale, residual (EpilogueConvolutionDesc)
+        kw = {}
+        if input_scale_of(self.desc) is not None:
+            kw["s"] = extra.pop(0).allocation
+        if extra:
+            kw["r"] = extra.pop(0).allocation
+        self.path.encode(*args, **kw)
 
     def release(self) -> None:
         if isinstance(getattr(self, "path", None), PoolingApart):
             self.path.pooling.release()
+        if isinstance(getattr(self, "path", None), ScaleApart):
+            self.path.multiply.release()
         super().release()
 
 
@@ -328,6 +357,49 @@ class PoolingApart:
         self.path.encode(seq, x, w, b, self.y.allocation)
         out = Tensor(self.device, (y.size,), np.uint8, y, y.size, owner=False)
         self.pooling.encode(seq, [self.y], [out])
+
+
+class ScaleApart:
+    """A convolution path that does not multiply its input by a graph's input scale
+    (``epilogue.py``), after the multiply run apart: ``x * s`` (ELEMENT_WISE_MULTIPLY,
+    the unfused graph's node) into a buffer of the operator's, then the path on it."""
+
+    def __init__(self, op: CompiledConvolution, path):
+        from ..base import compile_operator
+        from ...dml.element_wise import ElementWiseMultiplyOperatorDesc
+        x = op.desc.input_tensor
+        self.path, self.device = path, op.device
+        self.name, self.candidate = path.name, getattr(path, "candidate", path.name)
+        self.pool = getattr(path, "pool", None)
+        self.multiply = compile_operator(op.device.create_operator(
+            ElementWiseMultiplyOperatorDesc(x, input_scale_of(op.desc), x)))
+        n = ceil_div(x.total_tensor_size_in_bytes, 4) * 4
+        self.x = Tensor(op.device, (n,), np.uint8, op.scratch(n), n, owner=False)
+
+    @property
+    def filter_ready(self) -> bool:
+        return self.path.filter_ready
+
+    @filter_ready.setter
+    def filter_ready(self, value: bool) -> None:
+        self.path.filter_ready = value
+
+    def filter_buffer(self):
+        return self.path.filter_buffer()
+
+    def encode_filter(self, seq, w) -> None:
+        self.path.encode_filter(seq, w)
+
+    def encode(self, seq, x, w, b, y, s=None, **kw) -> None:
+        def t(a):
+            return Tensor(self.device, (a.size,), np.uint8, a, a.size, owner=False)
+        self.multiply.encode(seq, [t(x), t(s)], [self.x])
+        self.path.encode(seq, self.x.allocation, w, b, y, **kw)
+
+    def __getattr__(self, name):
+        if name == "path":          # (not set yet: no recursion)
+            raise AttributeError(name)
+        return getattr(self.path, name)
 
 
 def _finite_filter(t, d: TensorDesc) -> bool:

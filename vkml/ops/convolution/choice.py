@@ -17,6 +17,7 @@ from .depthwise import DepthwisePath
 from .direct import DirectPath
 from .gemm import GemmPath
 from .gemm_sg import GemmSgPath
+from .gemv import GemvPath
 from .geometry import RELAYOUT_GROUPS, Geometry, Path, knobs_of
 from .blocked import BLOCKS, BlockedPath
 from .tiled import TiledPath
@@ -26,8 +27,8 @@ from .winograd import WinogradPath
 #: Paths in order of preference: without tuning (``VKML_TUNE=off``) the first that
 #: accepts and prefers a geometry runs it (:func:`heuristic`); tiled and blocked never
 #: prefer (they come after direct): only the tuner picks them.
-PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemmSgPath, GemmPath, DirectPath,
-                           TiledPath, BlockedPath]
+PATHS: list[type[Path]] = [WinogradPath, DepthwisePath, GemvPath, GemmSgPath, GemmPath,
+                           DirectPath, TiledPath, BlockedPath]
 
 #: The candidates of the tunable path ``convolution``: name -> (path, knobs other than
 #: the defaults).  A path's own name is that path with the default knobs.  ``-stride``:
@@ -47,6 +48,7 @@ CANDIDATES = {
     "depthwise-rows": ("depthwise", {"dw_rows": (32, 28)}),
     "depthwise-rows8": ("depthwise", {"dw_rows": (8, 28)}),
     "depthwise-rows-v8": ("depthwise", {"dw_rows": (32, 28), "dw_v8": True}),
+    "gemv": ("gemv", {}),
     "gemm_sg": ("gemm_sg", {}),
     "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm_sg-v8": ("gemm_sg", {"store64": True}),

@@ -24,10 +24,20 @@ that alone reads the add.  The kernels read the residual at the output element's
 offset, so it must be laid out as the output (type, sizes, element strides); paths whose
 kernels have no residual variant (``Path.RESIDUAL`` False) leave the pair unfused
 (``CompiledConvolution(residual=)``).
+
+Input scale: the graph compiler also runs an ELEMENT_WISE_MULTIPLY whose output only a
+convolution's input reads, and whose one operand is broadcast over the spatial
+dimensions (a squeeze-excitation block's ``x * s``, ``s`` of N x C x 1 x 1), inside that
+convolution (``EpilogueConvolutionDesc.input_scale``, the broadcast operand; the
+convolution reads the other operand as its input): ``conv(x * s)``.  The in-place GEMMs'
+``_sc`` kernels multiply each input element by its channel's scale as they load it (the
+products rounded as the multiply would store them), so nothing is written for ``x * s``;
+every other path runs the multiply apart inside the operator (:class:`ScaleApart` in
+``__init__.py``), into a buffer of its own, with the same values.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from ...dml.activations import ActivationDesc
 from ...dml.convolution import ConvolutionOperatorDesc
@@ -48,23 +58,30 @@ class EpilogueConvolutionDesc(ConvolutionOperatorDesc):
 
     epilogue: ActivationDesc | None = None
     residual: TensorDesc | None = None
+    input_scale: TensorDesc | None = None
 
     def inputs(self):
-        """The convolution's inputs, then the residual where there is one."""
+        """The convolution's inputs, then the input scale and the residual where there
+        are those."""
         ins = super().inputs()
-        return ins + [self.residual] if self.residual is not None else ins
+        return ins + [t for t in (self.input_scale, self.residual) if t is not None]
 
     def validate(self) -> None:
         """The convolution page's rules, then: ``epilogue`` None or a SWISH or HARD_SWISH
         descriptor in fused form (tensors None) with valid parameters, and no
         ``fused_activation`` besides (the kernels apply one activation); ``residual``
         None or a tensor of the output's data type, sizes and element strides (the
-        kernels read it at the output element's offset); one of the two given."""
+        kernels read it at the output element's offset); ``input_scale`` None or a
+        tensor of the input's data type and sizes, of stride 0 along every spatial
+        dimension (one scale per image and channel), for a forward convolution; one of
+        the three given."""
         super().validate()
         act, res = self.epilogue, self.residual
-        if act is None and res is None:
-            self.fail("epilogue", "an epilogue or a residual must be given (else the "
-                      "node is a plain convolution)")
+        if act is None and res is None and self.input_scale is None:
+            self.fail("epilogue", "an epilogue, a residual or an input scale must be given "
+                      "(else the node is a plain convolution)")
+        if self.input_scale is not None:
+            self._validate_input_scale()
         if res is not None:
             self.check_tensor("residual", res, range(3, 6), (self.output_tensor.data_type,))
             y = self.output_tensor
@@ -84,6 +101,16 @@ class EpilogueConvolutionDesc(ConvolutionOperatorDesc):
                       "output pass applies one activation)")
         act.validate_parameters(lambda name, rule: self.fail(f"epilogue.{name}", rule))
 
+    def _validate_input_scale(self) -> None:
+        sc, x = self.input_scale, self.input_tensor
+        self.check_tensor("input_scale", sc, range(3, 6), (x.data_type,))
+        if sc.sizes != x.sizes or any(sc.element_strides[2:]):
+            self.fail("input_scale", f"must have the input's sizes {x.sizes} and stride 0 "
+                      f"along the spatial dimensions (one scale per image and channel), got "
+                      f"{sc.sizes} with strides {sc.element_strides}")
+        if self.is_backward:
+            self.fail("input_scale", "a forward convolution's only")
+
     def feature_level(self) -> FeatureLevel:
         if self.epilogue is None:
             return super().feature_level()
@@ -94,6 +121,21 @@ def residual_of(desc) -> TensorDesc | None:
     """The residual tensor a convolution's output pass adds (an
     :class:`EpilogueConvolutionDesc`'s ``residual``), else None."""
     return getattr(desc, "residual", None)
+
+
+def input_scale_of(desc) -> TensorDesc | None:
+    """The per-(image, channel) scale a convolution's input is multiplied by (an
+    :class:`EpilogueConvolutionDesc`'s ``input_scale``), else None."""
+    return getattr(desc, "input_scale", None)
+
+
+def without_input_scale(desc):
+    """``desc`` without its input scale: a plain :class:`ConvolutionOperatorDesc` where
+    nothing else is fused into it."""
+    if getattr(desc, "epilogue", None) is None and residual_of(desc) is None:
+        return ConvolutionOperatorDesc(**{f.name: getattr(desc, f.name)
+                                          for f in fields(ConvolutionOperatorDesc)})
+    return replace(desc, input_scale=None)
 
 
 def kernel_activation(desc) -> ActivationDesc | None:

@@ -21,6 +21,7 @@ from ...tuning import Declined
 from ..base import CompiledOperator
 from ..grid import pieces
 from ..store_width import wide_stores
+from .epilogue import input_scale_of
 from .geometry import STORAGES, Geometry, Path, knobs_of, storage_suffix, texel_ok, variant
 from .plan import Buf, Step, compiled, record
 from ...intmath import ceil_div
@@ -36,6 +37,11 @@ VARIANTS = {
 }
 #: The residual variants (``_res``: a graph's residual add in the output pass).
 VARIANTS.update({k + "_res": v for k, v in VARIANTS.items() if k.startswith("convolution_gemm")})
+#: The input-scale variants (``_sc``: a graph's per-channel scale of the input, read in
+#: place): float32 through texel views only.
+SCALE_KERNELS = ("convolution_gemm_f32", "convolution_gemm_sg_f32")
+VARIANTS.update({f"convolution_gemm_f32{v}{r}_sc": GEMM_CONSTANTS
+                 for v in ("", "_v8") for r in ("", "_res")})
 
 
 # -- the re-layout pass and the filter transpose -------------------------------------------
@@ -425,11 +431,13 @@ class GemmPath(Path):
         self.texel = self._storage(w_texels)
         kernel = self._kernel_name()
         self._stores(kernel)
+        self.sc = self._scale_suffix(kernel)
+        self.takes_scale = bool(self.sc)
         self.groups_y = g.groups * pl.co_pad // pl.mb
         self.params = op.upload(np.frombuffer(pack(kernel, "Params", **self._params(
             pl, row_offsets)), np.uint8))
         for d in self.dispatches:
-            d["kernel"] = (kernel + "_v8" if d["yv8"] else kernel) + self.res
+            d["kernel"] = (kernel + "_v8" if d["yv8"] else kernel) + self.res + self.sc
             d["constants"] = self._constants(d)
         self.filter_steps = compiled(op, [s for rl, off in self.w_relayouts
                                           for s in rl.steps("w", self.wt, off)])
@@ -565,6 +573,17 @@ class GemmPath(Path):
                         self.op.desc.filter_tensor.total_tensor_size_in_bytes,
                         self.knobs["relayout_groups"])
 
+    def _scale_suffix(self, kernel: str) -> str:
+        """``"_sc"`` where the descriptor has an input scale (a graph's fusion,
+        ``epilogue.py``) and this plan's kernel multiplies by it: float32 through texel
+        views, the input read in place (no padded copy: a zero of the padding times an
+        infinite scale would be NaN where the unfused pair has 0); else ""."""
+        sc = input_scale_of(self.op.desc)
+        if (sc is None or not self.planes.in_place or kernel not in SCALE_KERNELS
+                or not texel_ok(self.op, sc.total_tensor_size_in_bytes // 4)):
+            return ""
+        return "_sc"
+
     def _storage(self, w_texels: int) -> bool:
         """Whether the operands are read through texel views (float4 rows only then;
         gemm_sg overrides)."""
@@ -634,6 +653,12 @@ class GemmPath(Path):
         y_bytes = self.op.desc.output_tensor.total_tensor_size_in_bytes
         tail = (Buf("b", absent=self.params), Buf("y", y_bytes, "w"), Buf(self.params)) + (
             (Buf("r", y_bytes),) if self.res else ())
+        scale = {}
+        if self.sc:
+            sd = input_scale_of(self.op.desc)
+            tail += (Buf("s", sd.total_tensor_size_in_bytes, "r", runtime.FORMAT_R32_SFLOAT,
+                         4),)
+            scale = dict(sc_n=sd.element_strides[0], sc_c=sd.element_strides[1])
         mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
         steps = []
         for d in self.dispatches:
@@ -650,7 +675,8 @@ class GemmPath(Path):
                                   (xb, self._filter_bind()) + tail, dict(
                                       qsize=d["qsize"], yorg=d["yorg"], nrows=d["nrows"],
                                       w_base=d["w_base"], x_base=0, y_base=0, n0=n0,
-                                      pitch=d["pitch"], cbl=cbl, cb_count=self.groups_y),
+                                      pitch=d["pitch"], cbl=cbl, cb_count=self.groups_y,
+                                      **scale),
                                   self.sg))
         return steps
 
@@ -703,7 +729,7 @@ class GemmPath(Path):
     def encode_filter(self, seq, w) -> None:
         record(seq, self.op, self.filter_steps, w=w)
 
-    def encode(self, seq, x, w, b, y, r=None) -> None:
+    def encode(self, seq, x, w, b, y, r=None, s=None) -> None:
         if not self.filter_ready:
             self.encode_filter(seq, w)
-        record(seq, self.op, self.steps, x=x, w=w, b=b, y=y, r=r)
+        record(seq, self.op, self.steps, x=x, w=w, b=b, y=y, r=r, s=s)

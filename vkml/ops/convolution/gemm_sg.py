@@ -20,6 +20,8 @@ from ...intmath import ceil_div
 #: Kernel variants this path runs and the specialization constants it sets.
 VARIANTS = {f"convolution_gemm_sg_{s}{r}": GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN")
             for s in STORAGES + ("f32_v8",) for r in ("", "_res")}
+VARIANTS.update({f"convolution_gemm_sg_f32{v}{r}_sc": GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN")
+                 for v in ("", "_v8") for r in ("", "_res")})
 
 
 class GemmSgPath(GemmPath):

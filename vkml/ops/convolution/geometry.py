@@ -280,6 +280,11 @@ class Path:
     #: residual``, read by ``encode``'s ``r``); ``CompiledConvolution`` runs a residual
     #: descriptor only on such a path.
     RESIDUAL = False
+    #: Whether it multiplies the input by a graph's per-channel scale as it loads it
+    #: (``EpilogueConvolutionDesc.input_scale``, read by ``encode``'s ``s``): set by the
+    #: constructor where its kernels do (else ``CompiledConvolution`` runs the multiply
+    #: apart, :class:`~.ScaleApart`).
+    takes_scale = False
 
     def __init__(self, op: CompiledOperator, geo: Geometry, knobs: dict | None = None):
         self.op, self.geo, self.ctx = op, geo, op.ctx
@@ -315,8 +320,9 @@ class Path:
         """The dispatches that re-lay (transform) the filter ``w`` into
         :meth:`filter_buffer`: per execution, or once at initialization."""
 
-    def encode(self, seq, x, w, b, y, r=None) -> None:
-        """Record the dispatches; ``r``: the residual's allocation (RESIDUAL paths)."""
+    def encode(self, seq, x, w, b, y, r=None, s=None) -> None:
+        """Record the dispatches; ``r``: the residual's allocation (RESIDUAL paths);
+        ``s``: the input scale's (where :attr:`takes_scale`)."""
         raise NotImplementedError
 
 
@@ -373,7 +379,7 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: cannot be stored four at a time (False: one float at a time; ``DepthwisePath.plane``).
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
                  "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True,
-                 "dw_plane": True}
+                 "dw_plane": True, "gemv_split": None}
 
 
 def knobs_of(knobs: dict | None) -> dict:

@@ -5,9 +5,9 @@ kernel variant and specialization constants (the pipeline made from them), its g
 bindings and its push constants by member name (packed by :func:`vkml.runtime.blocks.pack`
 from the manifest, like the uniform parameter blocks the path uploads).  A binding names
 either a buffer the path owns or a *role*, one of the tensors an execution binds: ``x``
-(input), ``w`` (filter), ``b`` (bias), ``y`` (output) and ``r`` (a graph's residual,
-read at the output's offsets).  :func:`record` walks the steps
-with an execution's tensors in those roles."""
+(input), ``w`` (filter), ``b`` (bias), ``y`` (output), ``r`` (a graph's residual,
+read at the output's offsets) and ``s`` (a graph's per-channel input scale).
+:func:`record` walks the steps with an execution's tensors in those roles."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,7 +16,7 @@ from ...runtime import Bind
 from ...runtime.blocks import pack
 
 #: The roles an execution's tensors take in a step's bindings.
-ROLES = ("x", "w", "b", "y", "r")
+ROLES = ("x", "w", "b", "y", "r", "s")
 
 
 @dataclass(frozen=True)
