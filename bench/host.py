@@ -6,10 +6,12 @@
     python -m bench.host --calls                      # also functional and CompiledGraph calls
 
 Per model: the median wall milliseconds of ``--runs`` replayed runs (NumPy in, NumPy out),
-the device milliseconds of one run (``rep.profile``: the device partitions timed by
-timestamp queries, without the marks between nodes) and their difference, the host's
-share of a run: staging the input, submitting, waiting, reading the output back and the
-Python around them.  ``convrelu`` is a small model built here (four 3x3 Conv+Relu layers
+after ``--warmup`` seconds of runs; "replay": the model's compiled graph replayed alone
+(one submission and its wait, no transfers, no Python of the ONNX layer); the device
+milliseconds of one run (``rep.profile``: the device partitions timed by timestamp
+queries, without the marks between nodes, measured right after the timed runs) and
+"host": wall minus device, the host's share of a run (staging the input, submitting,
+waiting, reading the output back and the Python around them).  ``convrelu`` is a small model built here (four 3x3 Conv+Relu layers
 on 1x8x16x16) whose device time is small on any device; other names are
 ``bench/cnn/models.py``'s, exported as ``python -m bench models`` does (cached in
 ``bench/.models``).  ``--calls`` adds a tiny ``vkml.add`` (NumPy in/out, Tensor in/out)
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import pstats
 import statistics
 import sys
@@ -74,18 +77,43 @@ def _median_ms(fn, runs: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def measure_model(dev, name: str, size: int, runs: int, cprofile: int) -> dict:
+def _warm(fn, seconds: float) -> None:
+    """Run ``fn`` for ``seconds`` (at least 5 times): a GPU's clocks rise under load."""
+    until = time.perf_counter() + seconds
+    for i in itertools.count():
+        fn()
+        if i >= 4 and time.perf_counter() >= until:
+            break
+
+
+def _replay_ms(rep, x, runs: int) -> float:
+    """The median wall ms of replaying a one-partition model's compiled graph alone
+    (``CompiledGraph.execute`` on the bound tensors: one submission and its wait, no
+    transfers), else NaN."""
+    parts = rep._parts
+    ex = getattr(parts[0], "last", None) if len(parts) == 1 else None
+    if ex is None or ex.compiled is None:
+        return float("nan")
+    env = dict(rep.consts)
+    env.update(rep._feeds([x]))
+    ins = ex._bound_inputs(env)
+    return _median_ms(lambda: ex.compiled.execute(ins, ex.out_tensors), runs)
+
+
+def measure_model(dev, name: str, size: int, runs: int, cprofile: int,
+                  warmup: float) -> dict:
     from vkml.onnx import backend
 
     model, shape = load(name, size)
     rep = backend.prepare(model, device=dev)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    for _ in range(5):
-        rep.run([x])
-    device_ms = rep.profile([x], repeat=max(5, min(runs, 20))).run_ms
+    _warm(lambda: rep.run([x]), warmup)
     wall = _median_ms(lambda: rep.run([x]), runs)
+    replay = _replay_ms(rep, x, runs)
+    device_ms = rep.profile([x], repeat=max(5, min(runs, 20))).run_ms
     row = {"what": f"{name} {size}" if name != "convrelu" else "convrelu 16",
-           "wall_ms": wall, "device_ms": device_ms, "host_ms": wall - device_ms}
+           "wall_ms": wall, "replay_ms": replay, "device_ms": device_ms,
+           "host_ms": wall - device_ms}
     if cprofile:
         row["cprofile"] = _cprofile(lambda: rep.run([x]), cprofile)
     rep.release()
@@ -110,7 +138,7 @@ def _timed_graph(dev):
     return compiled, x, y
 
 
-def measure_calls(dev, runs: int, cprofile: int) -> list:
+def measure_calls(dev, runs: int, cprofile: int, warmup: float) -> list:
     """Tiny functional calls and a CompiledGraph execute: wall against device time."""
     x = np.random.default_rng(3).standard_normal((1, 8, 16, 16)).astype(np.float32)
     xt = dev.tensor(x)
@@ -121,10 +149,9 @@ def measure_calls(dev, runs: int, cprofile: int) -> list:
              ("CompiledGraph.execute", lambda: compiled.execute([gx], [gy]))]
     graph_ms = compiled.profile([gx], [gy], repeat=20).run_ms
     for what, fn in cases:
-        for _ in range(5):
-            fn()
+        _warm(fn, warmup)
         wall = _median_ms(fn, runs)
-        row = {"what": what, "wall_ms": wall,
+        row = {"what": what, "wall_ms": wall, "replay_ms": float("nan"),
                "device_ms": graph_ms if what.startswith("Compiled") else float("nan")}
         row["host_ms"] = wall - row["device_ms"] if row["device_ms"] == row["device_ms"] \
             else float("nan")
@@ -159,6 +186,8 @@ def main(argv=None) -> int:
                     help="also cProfile N runs per row (top functions by own time)")
     ap.add_argument("--calls", action="store_true",
                     help="also tiny functional calls and a CompiledGraph execute")
+    ap.add_argument("--warmup", type=float, default=1.0, metavar="S",
+                    help="seconds of untimed runs before each row (a GPU's clocks rise)")
     ap.add_argument("--device", default=None, help="index or name substring")
     args = ap.parse_args(argv)
     names = args.model or ["convrelu", "resnet18"]
@@ -167,12 +196,13 @@ def main(argv=None) -> int:
     with vkml.Device(args.device) as dev:
         print(f"{dev.name}  (Python {sys.version.split()[0]})")
         for name, size in zip(names, sizes):
-            rows.append(measure_model(dev, name, size, args.runs, args.cprofile))
+            rows.append(measure_model(dev, name, size, args.runs, args.cprofile, args.warmup))
         if args.calls:
-            rows += measure_calls(dev, args.runs, args.cprofile)
-    print(f"{'':24s} {'wall ms':>9s} {'device ms':>10s} {'host ms':>9s}")
+            rows += measure_calls(dev, args.runs, args.cprofile, args.warmup)
+    print(f"{'':24s} {'wall ms':>9s} {'replay ms':>10s} {'device ms':>10s} {'host ms':>9s}")
     for r in rows:
-        print(f"{r['what']:24s} {r['wall_ms']:9.3f} {r['device_ms']:10.3f} {r['host_ms']:9.3f}")
+        print(f"{r['what']:24s} {r['wall_ms']:9.3f} {r['replay_ms']:10.3f} "
+              f"{r['device_ms']:10.3f} {r['host_ms']:9.3f}")
     for r in rows:
         if "cprofile" in r:
             print(f"\n== {r['what']}: cProfile of {args.cprofile} runs\n{r['cprofile']}")
