@@ -224,6 +224,7 @@ class Sequence:
         self._fence = self._res.fence
         self._hold = hold
         self._allocs: list = []        # weak references to every bound allocation
+        self._slots: dict = {}         # id(allocation) -> its index in _allocs
         self._keep: list = []          # strong references (allocations if hold, cffi data)
         self._seen: set = set()
         self._written: list = []       # (buffer, lo, hi) since the last barrier
@@ -290,9 +291,38 @@ class Sequence:
         key = id(alloc)
         if key not in self._seen:
             self._seen.add(key)
+            self._slots[key] = len(self._allocs)
             self._allocs.append(weakref.ref(alloc))
             if self._hold:
                 self._keep.append(alloc)
+
+    def rebind(self, pairs) -> None:
+        """Let the recorded commands stand for the allocation ``new`` where they bound
+        the one whose ``id`` is ``old``, for each ``(old, new)`` of ``pairs``: the caller
+        checked that ``new`` is the same range of the same live block (the same
+        ``VkBuffer``, offset and size, so the recorded commands and descriptors are
+        those ``new`` would be recorded with) and that no buffer view of the old one
+        was recorded (views die with their allocation).  Then :meth:`run` checks the new
+        allocations' liveness in place of the old ones'.  Sequences that hold their
+        allocations (``hold``) are not rebound."""
+        if self._hold:
+            raise DeviceError("a sequence holding its allocations cannot be rebound")
+        for old, new in pairs:
+            i = self._slots.pop(old)
+            self._seen.discard(old)
+            self._allocs[i] = weakref.ref(new)
+            self._slots[id(new)] = i
+            self._seen.add(id(new))
+
+    def rebindable(self, olds) -> bool:
+        """Whether :meth:`rebind` of the allocations whose ids are ``olds`` leaves every
+        allocation the commands use alive: each was bound here, and every other bound
+        allocation lives."""
+        slots = self._slots
+        if any(o not in slots for o in olds):
+            return False
+        moved = {slots[o] for o in olds}
+        return all(i in moved or r() is not None for i, r in enumerate(self._allocs))
 
     def keep(self, obj) -> None:
         """Hold a strong reference to ``obj`` (an operator whose pipelines and buffers
@@ -563,12 +593,21 @@ class Sequence:
             self._res.release()     # nothing to do once the device is closing
         self._keep.clear()
         self._allocs.clear()
+        self._slots.clear()
 
     def __enter__(self) -> "Sequence":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def place_of(alloc: Allocation):
+    """``(block, offset, size)`` of an allocation without buffer views or
+    sub-allocations (what :meth:`Sequence.rebind` may move a recording to), else None."""
+    if alloc.block is None or alloc._views or alloc._subs:
+        return None
+    return (alloc.block, alloc.offset, alloc.size)
 
 
 class _Resources:
