@@ -41,6 +41,11 @@ SPIN_S = 100e-6
 #: lavapipe's are the same either way).
 #: ``VKML_SPIN_YIELD=0`` polls without yielding.
 SPIN_YIELD = os.environ.get("VKML_SPIN_YIELD", "1") != "0"
+#: The last stretch of a long run's wait that :meth:`Sequence.run` polls the fence for
+#: instead of sleeping in vkWaitForFences (which it does until then, timed by the
+#: sequence's previous run), on devices that do not compute on the host's cores (a
+#: CPU driver's threads need them).  ``VKML_WAIT_TAIL_US``; 0 sleeps to the end.
+WAIT_TAIL_S = float(os.environ.get("VKML_WAIT_TAIL_US", "0")) * 1e-6
 _perf = time.perf_counter
 _yield = os.sched_yield
 _submit = lib.vkQueueSubmit
@@ -234,6 +239,8 @@ class Sequence:
         self.closed = False
         self.gpu_time_ns: float | None = None
         self._spin = SPIN_S             # 0 once a run took long (see run)
+        self._tail = WAIT_TAIL_S if ctx.info.device_type != "cpu" else 0.0
+        self._took = 0.0                # the previous run's seconds
         self._lock = threading.Lock()
         self._query_pool = None
         self._queries = 2 + max(0, int(marks))
@@ -562,8 +569,13 @@ class Sequence:
                 if SPIN_YIELD:
                     _yield()
         if result == _NOT_READY:
-            result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
-        self._spin = SPIN_S if _perf() - t0 < 4 * SPIN_S else 0.0
+            tail = self._tail
+            if tail and self._took > 2 * tail:
+                result = self._wait_tail(device, fence_ptr, t0 + self._took - tail)
+            else:
+                result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
+        self._took = took = _perf() - t0
+        self._spin = SPIN_S if took < 4 * SPIN_S else 0.0
         if result == vk.VK_TIMEOUT:
             ctx.fail(result, f"waiting for the GPU (more than {TIMEOUT_NS / 1e9:.0f} s)")
         if result < 0:
@@ -582,6 +594,22 @@ class Sequence:
                 if n > 2:
                     self.mark_ns = [ctx.mask_timestamp(s[k] - s[0]) * period
                                     for k in range(2, n)]
+
+    def _wait_tail(self, device, fence_ptr, poll_from: float) -> int:
+        """Sleep in vkWaitForFences until ``poll_from`` (perf_counter seconds), then poll
+        the fence for up to twice :data:`WAIT_TAIL_S`, then sleep again."""
+        left = poll_from - _perf()
+        result = _NOT_READY
+        if left > 0:
+            result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, int(left * 1e9))
+            if result != vk.VK_TIMEOUT:
+                return result
+        fence, until = fence_ptr[0], _perf() + 2 * self._tail
+        while result != vk.VK_SUCCESS and result >= 0 and _perf() < until:
+            result = _fence_status(device, fence)
+        if result == vk.VK_SUCCESS or result < 0:
+            return result
+        return lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
 
     def close(self) -> None:
         """Release the command buffer, fence and descriptor sets (idempotent)."""
