@@ -44,8 +44,10 @@ SPIN_YIELD = os.environ.get("VKML_SPIN_YIELD", "1") != "0"
 #: The last stretch of a long run's wait that :meth:`Sequence.run` polls the fence for
 #: instead of sleeping in vkWaitForFences (which it does until then, timed by the
 #: sequence's previous run), on devices that do not compute on the host's cores (a
-#: CPU driver's threads need them).  ``VKML_WAIT_TAIL_US``; 0 sleeps to the end.
-WAIT_TAIL_S = float(os.environ.get("VKML_WAIT_TAIL_US", "0")) * 1e-6
+#: CPU driver's threads need them): a thread woken from vkWaitForFences returns a
+#: tenth of a millisecond or more after the GPU finished (bench/RESULTS.md, "Whole
+#: models").  ``VKML_WAIT_TAIL_US``; 0 sleeps to the end.
+WAIT_TAIL_S = float(os.environ.get("VKML_WAIT_TAIL_US", "300")) * 1e-6
 _perf = time.perf_counter
 _yield = os.sched_yield
 _submit = lib.vkQueueSubmit
