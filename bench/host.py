@@ -11,7 +11,10 @@ after ``--warmup`` seconds of runs; "replay": the model's compiled graph replaye
 milliseconds of one run (``rep.profile``: the device partitions timed by timestamp
 queries, without the marks between nodes, measured right after the timed runs) and
 "host": wall minus device, the host's share of a run (staging the input, submitting,
-waiting, reading the output back and the Python around them).  ``convrelu`` is a small model built here (four 3x3 Conv+Relu layers
+waiting, reading the output back and the Python around them); "over replay": wall minus
+replay, measured interleaved with it (what the ONNX layer and the transfers add to a
+bare replay: the steadier figure on a loaded CPU driver, whose timestamps move with the
+load).  ``convrelu`` is a small model built here (four 3x3 Conv+Relu layers
 on 1x8x16x16) whose device time is small on any device; other names are
 ``bench/cnn/models.py``'s, exported as ``python -m bench models`` does (cached in
 ``bench/.models``).  ``--calls`` adds a tiny ``vkml.add`` (NumPy in/out, Tensor in/out)
@@ -86,18 +89,30 @@ def _warm(fn, seconds: float) -> None:
             break
 
 
-def _replay_ms(rep, x, runs: int) -> float:
-    """The median wall ms of replaying a one-partition model's compiled graph alone
-    (``CompiledGraph.execute`` on the bound tensors: one submission and its wait, no
-    transfers), else NaN."""
+def _replay(rep, x):
+    """A one-partition model's compiled graph replayed alone (``CompiledGraph.execute``
+    on its bound tensors: one submission and its wait, no transfers), else None."""
     parts = rep._parts
     ex = getattr(parts[0], "last", None) if len(parts) == 1 else None
     if ex is None or ex.compiled is None:
-        return float("nan")
+        return None
     env = dict(rep.consts)
     env.update(rep._feeds([x]))
     ins = ex._bound_inputs(env)
-    return _median_ms(lambda: ex.compiled.execute(ins, ex.out_tensors), runs)
+    return lambda: ex.compiled.execute(ins, ex.out_tensors)
+
+
+def _interleaved_ms(fns, runs: int) -> list:
+    """The median wall ms of each of ``fns`` (None: NaN), called in turn ``runs`` times:
+    a load that comes and goes touches them alike."""
+    times = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, ts in zip(fns, times):
+            if fn is not None:
+                t = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t)
+    return [statistics.median(ts) * 1e3 if ts else float("nan") for ts in times]
 
 
 def measure_model(dev, name: str, size: int, runs: int, cprofile: int,
@@ -108,8 +123,7 @@ def measure_model(dev, name: str, size: int, runs: int, cprofile: int,
     rep = backend.prepare(model, device=dev)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     _warm(lambda: rep.run([x]), warmup)
-    wall = _median_ms(lambda: rep.run([x]), runs)
-    replay = _replay_ms(rep, x, runs)
+    wall, replay = _interleaved_ms([lambda: rep.run([x]), _replay(rep, x)], runs)
     device_ms = rep.profile([x], repeat=max(5, min(runs, 20))).run_ms
     row = {"what": f"{name} {size}" if name != "convrelu" else "convrelu 16",
            "wall_ms": wall, "replay_ms": replay, "device_ms": device_ms,
@@ -199,10 +213,12 @@ def main(argv=None) -> int:
             rows.append(measure_model(dev, name, size, args.runs, args.cprofile, args.warmup))
         if args.calls:
             rows += measure_calls(dev, args.runs, args.cprofile, args.warmup)
-    print(f"{'':24s} {'wall ms':>9s} {'replay ms':>10s} {'device ms':>10s} {'host ms':>9s}")
+    print(f"{'':24s} {'wall ms':>9s} {'replay ms':>10s} {'device ms':>10s} {'host ms':>9s} "
+          f"{'over replay':>12s}")
     for r in rows:
         print(f"{r['what']:24s} {r['wall_ms']:9.3f} {r['replay_ms']:10.3f} "
-              f"{r['device_ms']:10.3f} {r['host_ms']:9.3f}")
+              f"{r['device_ms']:10.3f} {r['host_ms']:9.3f} "
+              f"{r['wall_ms'] - r['replay_ms']:12.3f}")
     for r in rows:
         if "cprofile" in r:
             print(f"\n== {r['what']}: cProfile of {args.cprofile} runs\n{r['cprofile']}")
