@@ -154,6 +154,9 @@ class GraphExecutor:
                                for r, a in zip(io[1], allocs))):
                 io = self._record(ins, allocs)
             for view, value in zip(io[3], fed):
+                value = np.asarray(value)
+                if value.shape != view.shape:   # (the bytes it has, as Tensor.write takes them)
+                    view, value = view.reshape(-1)[:value.size], value.reshape(-1)
                 np.copyto(view, value, casting="unsafe")  # (as ``astype``: float32 to float16)
             io[2].run()
             return {k: view.copy() for k, view in io[4]}
