@@ -104,3 +104,35 @@ def test_threads_share_a_compiled_operator(device):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_compiled_graph_with_fresh_outputs(device, recordings):
+    """``CompiledGraph.execute`` (vkml.dml) into a new output tensor on every call."""
+    from vkml import dml
+
+    td = dml.TensorDesc(dml.DataType.FLOAT32, (2, 3, 4, 5))
+    graph = dml.GraphDesc(
+        input_count=1, output_count=1,
+        nodes=[dml.OperatorGraphNodeDesc(dml.ActivationReluOperatorDesc(td, td)),
+               dml.OperatorGraphNodeDesc(dml.ElementWiseIdentityOperatorDesc(
+                   td, td, dml.ScaleBias(2.0, 1.0)))],
+        input_edges=[dml.InputGraphEdgeDesc(0, 0, 0)],
+        output_edges=[dml.OutputGraphEdgeDesc(1, 0, 0)],
+        intermediate_edges=[dml.IntermediateGraphEdgeDesc(0, 0, 1, 0)])
+    compiled = device.compile_graph(graph, fuse=False)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    tx = device.tensor(x)
+    start = None
+    for i in range(6):
+        x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+        tx.write(x)
+        y = device.empty((2, 3, 4, 5))
+        compiled.execute([tx], [y])
+        np.testing.assert_allclose(y.numpy(), np.maximum(x, 0) * 2 + 1, rtol=1e-6)
+        del y
+        if i == 1:
+            start = recordings[0]
+    staged = tx.allocation.host is None
+    assert recordings[0] - start <= (8 if staged else 0)
+    compiled.release()
