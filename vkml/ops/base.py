@@ -322,6 +322,15 @@ class CompiledOperator:
         finally:
             self._lock.release()
 
+    def drop_recording(self) -> None:
+        """Close the command buffers ``execute`` keeps (its recording and the spare):
+        what they bound changed (the caller holds the operator's lock, or owns it)."""
+        c, self._cache = self._cache, None
+        if c is not None:
+            c[2].close()
+            if c[5] is not None:
+                c[5][2].close()
+
     def _check_live(self) -> None:
         if self.released:
             raise DeviceError("this compiled operator was released")
@@ -333,11 +342,7 @@ class CompiledOperator:
             return
         self.released = True
         with self._lock:
-            if self._cache is not None:
-                self._cache[2].close()
-                if self._cache[5] is not None:
-                    self._cache[5][2].close()
-                self._cache = None
+            self.drop_recording()
             for a in self._owned:
                 a.free()
             self._owned.clear()
