@@ -221,3 +221,26 @@ def test_closed_sequences_lend_their_command_buffer_and_fence(device):
         np.testing.assert_array_equal(y.numpy()[1:-1], np.arange(16, dtype=np.float32))
         again.close()
         compiled.release()
+
+
+@pytest.mark.parametrize("took", [0.0, 1e-4, 1.0])
+def test_waits_that_poll_the_tail(device, took):
+    """``WAIT_TAIL_S`` (a GPU's long runs: sleep, then poll the last stretch): whatever
+    the previous run's time says, every replay waits for its commands to finish."""
+    from vkml.runtime import scheduler
+
+    op, out = _pad_op(device, (64, 64), (3, 2), (1, 4), "reflection")
+    x = np.random.default_rng(5).standard_normal((64, 64)).astype(np.float32)
+    tx, ty = device.tensor(x), device.empty(out)
+    with device.sequence() as seq:
+        for _ in range(40):
+            op.record(seq, [tx], [ty])
+        seq._spin = 0.0
+        for k in range(3):
+            seq._tail, seq._took = 20e-6, took      # (lavapipe computes on the host: off)
+            tx.write(x * k)
+            seq.run()
+            np.testing.assert_array_equal(ty.numpy(), np.pad(x * k, [(3, 1), (2, 4)],
+                                                             "reflect"))
+    assert scheduler.WAIT_TAIL_S >= 0
+    op.release()

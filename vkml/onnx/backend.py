@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from ..device import Device, shared_device
 from ..errors import ValidationError
 from ..tensor import Tensor
 from ..tuning import default_tuner
-from .execute import DevicePartition, host_value, node_label
+from .execute import DevicePartition, host_copy, host_value, node_label
 from .fold import _INFER_VALUES_MAX, fold
 from .load import load, sparse_to_dense
 from .place import device_refusal, place
@@ -173,6 +174,7 @@ class VkmlRep(BackendRep):
         self.fuse = fuse
         self.rewrite_kinds = rewrite_kinds(rewrites)
         self.fallbacks: list = []
+        self._run_lock = threading.Lock()
         g = model.graph
         inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
         for sp in g.sparse_initializer:
@@ -360,15 +362,18 @@ class VkmlRep(BackendRep):
             return self._variant(fed).run(feeds)
         env = dict(self.consts)
         env.update(feeds)
-        for part in self._parts:
-            missing = [x for x in part.inputs if x not in env]
-            if missing:
-                raise ValidationError("inputs", f"missing model input(s) {missing}")
-            part.run(env)
-        recording, self._recording = self._recording, None
-        if recording is not None:
-            recording.save()
-        return [self.host_feed(o, env[o]) for o in self.output_names]
+        # One run at a time: the partitions' I/O buffers and compiled graphs (their
+        # intermediates) are the model's own, bound in every run.
+        with self._run_lock:
+            for part in self._parts:
+                missing = [x for x in part.inputs if x not in env]
+                if missing:
+                    raise ValidationError("inputs", f"missing model input(s) {missing}")
+                part.run(env)
+            recording, self._recording = self._recording, None
+            if recording is not None:
+                recording.save()
+            return [self.host_feed(o, host_copy(env, o)) for o in self.output_names]
 
     def profile(self, inputs, repeat: int = 5):
         """Where ``run(inputs)``'s time goes: a :class:`vkml.onnx.profile.ModelProfile`,
@@ -376,15 +381,17 @@ class VkmlRep(BackendRep):
         its median device milliseconds from timestamp queries (host partitions: wall
         time)."""
         from .profile import profile_model
-        return profile_model(self, inputs, repeat)
+        with self._run_lock:
+            return profile_model(self, inputs, repeat)
 
     def release(self) -> None:
         recording, self._recording = self._recording, None
         if recording is not None:
             recording.stop()
-        for p in self._parts:
-            if isinstance(p, DevicePartition):
-                p.release()
+        with self._run_lock:            # (after a run in flight)
+            for p in self._parts:
+                if isinstance(p, DevicePartition):
+                    p.release()
         for rep in self._variants.values():
             rep.release()
         self._variants.clear()

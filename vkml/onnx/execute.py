@@ -3,6 +3,9 @@ cached per input shapes and parameter values), a host partition through ONNX's r
 evaluator."""
 from __future__ import annotations
 
+import threading
+import weakref
+
 import numpy as np
 
 import onnx
@@ -13,21 +16,48 @@ from ..errors import UnsupportedError
 from ..tensor import Tensor
 from .lower import DEVICE_OPS, _HostFallback, _Lowered, _Lowering, _lower_graph
 
+#: The key of a run's ``env`` under which device partitions leave host copies of the
+#: outputs they downloaded in their own submission (``{name: array}``): read by
+#: :func:`host_copy` for the model's outputs and the host partitions' inputs.
+HOST_COPIES = object()
+
+
+def host_copy(env: dict, name: str):
+    """``env[name]`` as a host array where a device partition downloaded it in its run,
+    else ``env[name]`` itself (a Tensor is then read by the caller)."""
+    copies = env.get(HOST_COPIES)
+    if copies is not None:
+        v = copies.get(name)
+        if v is not None:
+            return v
+    return env[name]
+
 
 class GraphExecutor:
     """Runs one lowered device partition: ``device.compile_graph`` (fusion, one arena for
     intermediates, constants bound once), tensors for its inputs and outputs, and
     :meth:`run` (``execute``: one command buffer, replayed while the same tensors are
     bound).  ``fusions``: what the graph compiler fused, as ``(absorbed, into)`` pairs of
-    ONNX node indices in the partition."""
+    ONNX node indices in the partition.
 
-    def __init__(self, device: Device, lowered: _Lowered, fuse=True):
+    A run is one submission, replayed: the host values' upload, the graph and the
+    download of the outputs named in ``download`` (the model's outputs, the host
+    partitions' inputs) are recorded into one command buffer (:meth:`_record`) with
+    host-visible buffers of their own on devices whose tensors are not host-visible; a
+    replayed run copies the inputs in, submits once, waits once and copies the outputs
+    out.  Separate transfers cost a submission, a wait and a sequence each."""
+
+    def __init__(self, device: Device, lowered: _Lowered, fuse=True, download=()):
         self.device = device
         self.lowered = lw = lowered
         self.compiled = None
         self.staging: dict = {}
         self.out_tensors: list = []
         self.fusions: list = []
+        self.download = frozenset(download)
+        self._io = None                 # (key, weak refs, sequence, uploads, downloads)
+        self._host: list = []           # host-visible staging allocations (uploads, downloads)
+        self._lock = threading.Lock()
         if lw.graph is None:
             return
         try:
@@ -84,15 +114,101 @@ class GraphExecutor:
     def run(self, env: dict) -> None:
         lw = self.lowered
         if self.compiled is not None:
-            ins = self._bound_inputs(env)
-            self.compiled.execute(ins, self.out_tensors)
+            ins, fed = [], []
+            for name in lw.inputs:
+                if name in lw.constants:
+                    ins.append(None)
+                    continue
+                v, t = env[name], self.staging[name]
+                if (isinstance(v, Tensor) and v.device is self.device and v.dtype == t.dtype
+                        and v.nbytes >= t.nbytes):
+                    ins.append(v)                  # a previous partition's output
+                else:
+                    ins.append(t)
+                    fed.append(host_value(v))
+            with self._lock:                       # (the I/O buffers are this executor's)
+                copies = self._run_once(ins, fed)
             for t, names in zip(self.out_tensors, lw.outputs):
                 for name in names:
                     env[name] = reshaped(t, lw.infos[name][0])
+            if copies:
+                host = env.setdefault(HOST_COPIES, {})
+                for k, arr in copies.items():
+                    for name in lw.outputs[k]:
+                        host[name] = np.reshape(arr, lw.infos[name][0])
         for name, src in lw.aliases.items():
             env[name] = reshaped(env[src], lw.infos[name][0])
+            host = env.get(HOST_COPIES)
+            if host is not None and src in host:
+                host[name] = np.reshape(host[src], lw.infos[name][0])
+
+    def _run_once(self, ins: list, fed: list) -> dict:
+        """Copy ``fed`` (the host values, in input order) in, replay the recorded
+        submission for the bindings ``ins`` (recorded again where they changed), and
+        return the downloaded outputs: {output index: a new array}."""
+        allocs = [t.allocation if t is not None else None for t in ins]
+        with self.device.context.lifetime:     # one entry: no close while we touch the memory
+            io = self._io
+            if (io is None or io[0] != tuple(map(id, allocs))
+                    or not all((r() if r is not None else None) is a
+                               for r, a in zip(io[1], allocs))):
+                io = self._record(ins, allocs)
+            for view, value in zip(io[3], fed):
+                value = np.asarray(value)
+                if value.shape != view.shape:   # (the bytes it has, as Tensor.write takes them)
+                    view, value = view.reshape(-1)[:value.size], value.reshape(-1)
+                np.copyto(view, value, casting="unsafe")  # (as ``astype``: float32 to float16)
+            io[2].run()
+            return {k: view.copy() for k, view in io[4]}
+
+    def _record(self, ins: list, allocs: list):
+        """Record the run's submission for these bindings (module doc of the class)."""
+        if self._io is not None:
+            self._io[2].close()
+            self._io = None
+        for a in self._host:
+            a.free()
+        self._host = []
+        ctx = self.device.context
+        seq = ctx.sequence(hold=False)
+        try:
+            ups, downs = [], []
+            for name, t in zip(self.lowered.inputs, ins):
+                if t is not None and t is self.staging.get(name):
+                    ups.append(self._host_view(seq, t, upload=True))
+            self.compiled.record(seq, ins, self.out_tensors)
+            for k, (t, names) in enumerate(zip(self.out_tensors, self.lowered.outputs)):
+                if self.download.intersection(names):
+                    downs.append((k, self._host_view(seq, t, upload=False)))
+        except BaseException:
+            seq.close()
+            raise
+        refs = [weakref.ref(a) if a is not None else None for a in allocs]
+        self._io = (tuple(map(id, allocs)), refs, seq, ups, downs)
+        return self._io
+
+    def _host_view(self, seq, t: Tensor, upload: bool) -> np.ndarray:
+        """A typed host view of ``t``'s values: its own mapped memory, or a host-visible
+        staging buffer copied to (``upload``) or from ``t`` in ``seq``."""
+        n = t.size * t.dtype.itemsize
+        alloc = t.allocation
+        if alloc.host is None:
+            stage = self.device.context.staging_heap.allocate(max(n, 4))
+            self._host.append(stage)
+            if n:
+                seq.copy(stage, alloc, [(0, 0, n)]) if upload else \
+                    seq.copy(alloc, stage, [(0, 0, n)])
+            alloc = stage
+        return alloc.host[:n].view(t.dtype).reshape(t.shape)
 
     def release(self) -> None:
+        with self._lock:
+            if self._io is not None:
+                self._io[2].close()
+                self._io = None
+            for a in self._host:
+                a.free()
+            self._host = []
         if self.compiled is not None:
             self.compiled.release()
             self.compiled = None
@@ -140,7 +256,7 @@ class HostPartition:
         return self._evaluator
 
     def run(self, env: dict) -> None:
-        feeds = {i: self.rep.host_feed(i, env[i]) for i in self.inputs}
+        feeds = {i: self.rep.host_feed(i, host_copy(env, i)) for i in self.inputs}
         for name, value in zip(self.outputs, self.evaluator().run(None, feeds)):
             env[name] = value
 
@@ -213,6 +329,7 @@ class DevicePartition:
                     (params if i in spec.params else tensors).append(name)
         self.params = list(dict.fromkeys(params))
         self.tensor_inputs = [n for n in dict.fromkeys(tensors) if n not in self.params]
+        self._fixed = None      # (the constants' part of _key, the other tensors, params)
 
     def labels(self, indices) -> list:
         """(node label, op type) per node; what the latest compiled graph fused says so:
@@ -227,11 +344,27 @@ class DevicePartition:
         return [(node_label(n, i), op) for n, i, op in zip(self.nodes, indices, ops)]
 
     def _key(self, env):
+        """The input shapes and types and the parameter values a compiled graph is built
+        for.  The model's constants' part is made once (they are the same objects in
+        every run of this model: a fed initializer runs a variant of it), the rest per
+        run."""
+        fixed = self._fixed
+        if fixed is None:
+            consts = self.rep.consts
+            self._fixed = fixed = (
+                self._key_of([n for n in self.tensor_inputs if n in consts],
+                             sorted(n for n in self.params if n in consts), consts),
+                [n for n in self.tensor_inputs if n not in consts],
+                sorted(n for n in self.params if n not in consts))
+        return fixed[0] + self._key_of(fixed[1], fixed[2], env)
+
+    @staticmethod
+    def _key_of(tensors, params, env) -> tuple:
         key = []
-        for name in self.tensor_inputs:
+        for name in tensors:
             v = env[name]
-            key.append((name, tuple(v.shape), str(v.dtype)))
-        for name in sorted(self.params):
+            key.append((name, tuple(v.shape), np.dtype(v.dtype)))
+        for name in params:
             v = np.asarray(host_value(env[name]))
             key.append((name, v.dtype.str, v.shape, v.tobytes()))
         return tuple(key)
@@ -255,9 +388,14 @@ class DevicePartition:
             spec.lower(lw, node)
         consts = {n: self.rep.device_consts[n] for n in self.tensor_inputs
                   if n in self.rep.device_consts}
+        # the outputs the host reads: downloaded in the partition's own submission
+        download = set(self.rep.output_names)
+        for part in getattr(self.rep, "_parts", ()):
+            if isinstance(part, HostPartition):
+                download.update(part.inputs)
         return GraphExecutor(self.rep.device, _lower_graph(lw.steps, self.outputs, consts,
                                                             lw.infos),
-                             getattr(self.rep, "fuse", True))
+                             getattr(self.rep, "fuse", True), download)
 
     def warm(self, env) -> None:
         """Compile for the shapes the model declares (``prepare``), so that

@@ -24,6 +24,7 @@ from ..dml.operator import OperatorDesc
 from ..errors import DeviceError, UnsupportedError, ValidationError
 from ..tensor import Tensor
 from ..runtime.blocks import pack
+from ..runtime.scheduler import place_of
 
 REGISTRY: dict[type, type["CompiledOperator"]] = {}
 #: Every this-many-th ``execute`` of an operator whose path the tuner chose (counted over
@@ -105,7 +106,8 @@ class CompiledOperator:
         self.desc = desc
         self.features = self.ctx.features
         self._owned: list = []          # allocations this operator owns (parameters, weights)
-        self._cache = None              # (allocations' ids, weak refs, sequence)
+        #: (allocations' ids, weak refs, sequence, Tensor refs, places, spare or None)
+        self._cache = None
         self._lock = threading.Lock()
         #: The functional API's reusable input/output tensors for this operator
         #: (``(key, inputs, outputs)`` or None) and the lock of their use.
@@ -236,7 +238,9 @@ class CompiledOperator:
     def execute(self, inputs, outputs) -> None:
         """Run once and wait.  Repeated calls with the same tensors replay the recorded
         command buffer instead of recording it again; with the very Tensor objects of the
-        last call (still alive), without checking their bindings again either."""
+        last call (still alive), without checking their bindings again either; with new
+        tensors standing where the last call's freed ones stood, moved to them
+        (:func:`_rebound`)."""
         if self.observed is not None and next(_CALLS) % OBSERVE_EVERY == 0:
             self._execute_observed(inputs, outputs)
             return
@@ -259,20 +263,35 @@ class CompiledOperator:
             refs = _tensor_refs(given)
             if (c is not None and c[0] == ids
                     and all((r() if r is not None else None) is a for r, a in zip(c[1], allocs))):
-                self._cache = (c[0], c[1], c[2], refs)
+                self._cache = c[:3] + (refs,) + c[4:]
                 c[2].run()
                 return
+            weak = [weakref.ref(a) if a is not None else None for a in allocs]
+            if c is not None and _rebound(c, allocs):
+                self._cache = (ids, weak, c[2], refs, c[4], c[5])
+                c[2].run()
+                return
+            if c is not None and c[5] is not None and _rebound(c[5], allocs):
+                spare = c[5]         # ``y = op(y)``: the results alternate between two ranges
+                self._cache = (ids, weak, spare[2], refs, spare[4], c[:5] + (None,))
+                spare[2].run()
+                return
             if c is not None:
-                c[2].close()
+                if c[5] is not None:
+                    c[5][2].close()
                 self._cache = None
             seq = self.ctx.sequence(hold=False)
             try:
                 self.encode(seq, inputs, outputs)
             except BaseException:
                 seq.close()
+                if c is not None:
+                    c[2].close()
                 raise
-            self._cache = (ids, [weakref.ref(a) if a is not None else None for a in allocs], seq,
-                           refs)
+            # the last recording is kept as a spare (``_rebound``)
+            self._cache = (ids, weak, seq, refs,
+                           tuple(None if a is None else place_of(a) for a in allocs),
+                           None if c is None else c[:5] + (None,))
             seq.run()
         finally:
             self._lock.release()
@@ -303,6 +322,15 @@ class CompiledOperator:
         finally:
             self._lock.release()
 
+    def drop_recording(self) -> None:
+        """Close the command buffers ``execute`` keeps (its recording and the spare):
+        what they bound changed (the caller holds the operator's lock, or owns it)."""
+        c, self._cache = self._cache, None
+        if c is not None:
+            c[2].close()
+            if c[5] is not None:
+                c[5][2].close()
+
     def _check_live(self) -> None:
         if self.released:
             raise DeviceError("this compiled operator was released")
@@ -314,9 +342,7 @@ class CompiledOperator:
             return
         self.released = True
         with self._lock:
-            if self._cache is not None:
-                self._cache[2].close()
-                self._cache = None
+            self.drop_recording()
             for a in self._owned:
                 a.free()
             self._owned.clear()
@@ -326,6 +352,30 @@ class CompiledOperator:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def _rebound(cache, allocs) -> bool:
+    """Move ``execute``'s recording (``cache``) to ``allocs`` where each differing one
+    stands where the recorded one stood (``scheduler.place_of``: the same range of the
+    same live block, neither with buffer views) and the recorded one was freed: a
+    Tensor-out call's fresh result often takes the range its dropped predecessor gave
+    back, and re-recording costs several times a replay."""
+    ids, refs, seq, _, places = cache[:5]
+    pairs: dict = {}
+    for old, r, place, a in zip(ids, refs, places, allocs):
+        if r is None or a is None:
+            if (r is None) != (a is None):
+                return False
+            continue
+        if r() is a:
+            continue
+        if (place is None or r() is not None or place[0].memory is None
+                or place_of(a) != place or pairs.setdefault(old, a) is not a):
+            return False
+    if not pairs or not seq.rebindable(pairs):
+        return False
+    seq.rebind(pairs.items())
+    return True
 
 
 def _given(inputs, outputs):

@@ -742,9 +742,7 @@ class CompiledGraph(CompiledOperator):
         with self._lock:
             old, self._constants = self._constants, new
             self._initialized = True
-            if self._cache is not None:          # recorded with the old constants
-                self._cache[2].close()
-                self._cache = None
+            self.drop_recording()                # recorded with the old constants
         for t in old.values():
             t.free()
 

@@ -41,6 +41,13 @@ SPIN_S = 100e-6
 #: lavapipe's are the same either way).
 #: ``VKML_SPIN_YIELD=0`` polls without yielding.
 SPIN_YIELD = os.environ.get("VKML_SPIN_YIELD", "1") != "0"
+#: The last stretch of a long run's wait that :meth:`Sequence.run` polls the fence for
+#: instead of sleeping in vkWaitForFences (which it does until then, timed by the
+#: sequence's previous run), on devices that do not compute on the host's cores (a
+#: CPU driver's threads need them): a thread woken from vkWaitForFences returns a
+#: tenth of a millisecond or more after the GPU finished (bench/RESULTS.md, "Whole
+#: models").  ``VKML_WAIT_TAIL_US``; 0 sleeps to the end.
+WAIT_TAIL_S = float(os.environ.get("VKML_WAIT_TAIL_US", "300")) * 1e-6
 _perf = time.perf_counter
 _yield = os.sched_yield
 _submit = lib.vkQueueSubmit
@@ -224,6 +231,7 @@ class Sequence:
         self._fence = self._res.fence
         self._hold = hold
         self._allocs: list = []        # weak references to every bound allocation
+        self._slots: dict = {}         # id(allocation) -> its index in _allocs
         self._keep: list = []          # strong references (allocations if hold, cffi data)
         self._seen: set = set()
         self._written: list = []       # (buffer, lo, hi) since the last barrier
@@ -233,6 +241,8 @@ class Sequence:
         self.closed = False
         self.gpu_time_ns: float | None = None
         self._spin = SPIN_S             # 0 once a run took long (see run)
+        self._tail = WAIT_TAIL_S if ctx.info.device_type != "cpu" else 0.0
+        self._took = 0.0                # the previous run's seconds
         self._lock = threading.Lock()
         self._query_pool = None
         self._queries = 2 + max(0, int(marks))
@@ -290,9 +300,38 @@ class Sequence:
         key = id(alloc)
         if key not in self._seen:
             self._seen.add(key)
+            self._slots[key] = len(self._allocs)
             self._allocs.append(weakref.ref(alloc))
             if self._hold:
                 self._keep.append(alloc)
+
+    def rebind(self, pairs) -> None:
+        """Let the recorded commands stand for the allocation ``new`` where they bound
+        the one whose ``id`` is ``old``, for each ``(old, new)`` of ``pairs``: the caller
+        checked that ``new`` is the same range of the same live block (the same
+        ``VkBuffer``, offset and size, so the recorded commands and descriptors are
+        those ``new`` would be recorded with) and that no buffer view of the old one
+        was recorded (views die with their allocation).  Then :meth:`run` checks the new
+        allocations' liveness in place of the old ones'.  Sequences that hold their
+        allocations (``hold``) are not rebound."""
+        if self._hold:
+            raise DeviceError("a sequence holding its allocations cannot be rebound")
+        for old, new in pairs:
+            i = self._slots.pop(old)
+            self._seen.discard(old)
+            self._allocs[i] = weakref.ref(new)
+            self._slots[id(new)] = i
+            self._seen.add(id(new))
+
+    def rebindable(self, olds) -> bool:
+        """Whether :meth:`rebind` of the allocations whose ids are ``olds`` leaves every
+        allocation the commands use alive: each was bound here, and every other bound
+        allocation lives."""
+        slots = self._slots
+        if any(o not in slots for o in olds):
+            return False
+        moved = {slots[o] for o in olds}
+        return all(i in moved or r() is not None for i, r in enumerate(self._allocs))
 
     def keep(self, obj) -> None:
         """Hold a strong reference to ``obj`` (an operator whose pipelines and buffers
@@ -532,8 +571,13 @@ class Sequence:
                 if SPIN_YIELD:
                     _yield()
         if result == _NOT_READY:
-            result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
-        self._spin = SPIN_S if _perf() - t0 < 4 * SPIN_S else 0.0
+            tail = self._tail
+            if tail and self._took > 2 * tail:
+                result = self._wait_tail(device, fence_ptr, t0 + self._took - tail)
+            else:
+                result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
+        self._took = took = _perf() - t0
+        self._spin = SPIN_S if took < 4 * SPIN_S else 0.0
         if result == vk.VK_TIMEOUT:
             ctx.fail(result, f"waiting for the GPU (more than {TIMEOUT_NS / 1e9:.0f} s)")
         if result < 0:
@@ -553,6 +597,22 @@ class Sequence:
                     self.mark_ns = [ctx.mask_timestamp(s[k] - s[0]) * period
                                     for k in range(2, n)]
 
+    def _wait_tail(self, device, fence_ptr, poll_from: float) -> int:
+        """Sleep in vkWaitForFences until ``poll_from`` (perf_counter seconds), then poll
+        the fence for up to twice :data:`WAIT_TAIL_S`, then sleep again."""
+        left = poll_from - _perf()
+        result = _NOT_READY
+        if left > 0:
+            result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, int(left * 1e9))
+            if result != vk.VK_TIMEOUT:
+                return result
+        fence, until = fence_ptr[0], _perf() + 2 * self._tail
+        while result != vk.VK_SUCCESS and result >= 0 and _perf() < until:
+            result = _fence_status(device, fence)
+        if result == vk.VK_SUCCESS or result < 0:
+            return result
+        return lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
+
     def close(self) -> None:
         """Release the command buffer, fence and descriptor sets (idempotent)."""
         if self.closed:
@@ -563,12 +623,21 @@ class Sequence:
             self._res.release()     # nothing to do once the device is closing
         self._keep.clear()
         self._allocs.clear()
+        self._slots.clear()
 
     def __enter__(self) -> "Sequence":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def place_of(alloc: Allocation):
+    """``(block, offset, size)`` of an allocation without buffer views or
+    sub-allocations (what :meth:`Sequence.rebind` may move a recording to), else None."""
+    if alloc.block is None or alloc._views or alloc._subs:
+        return None
+    return (alloc.block, alloc.offset, alloc.size)
 
 
 class _Resources:
