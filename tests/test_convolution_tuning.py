@@ -287,15 +287,19 @@ def test_json_shapes_and_ahead_of_time(device, tmp_path):
 class _Ranked:
     """A stand-in for the process's tuner whose family ranking is given."""
 
-    def __init__(self, times):
-        self.times = times
+    def __init__(self, times, dropped=()):
+        self.times, self.dropped = times, list(dropped)
 
     def effective_mode(self, mode=None):
         return "fast"
 
     def choose(self, device, path, shape, **kw):
         assert path is conv_choice.FAMILY and shape == conv_choice.FAMILY_SHAPE
-        return type("C", (), {"times": self.times})()
+        return type("C", (), {"times": self.times, "key": "reference"})()
+
+    def lookup(self, key):
+        assert key == "reference"
+        return {"times": self.times, "dropped": self.dropped}
 
 
 def test_fast_lists_follow_the_device_ranking(device, monkeypatch):
@@ -371,6 +375,39 @@ def test_fast_list_leaves_out_a_heuristic_choice_its_strong_variant_outranks(dev
     assert "winograd" in got and "winograd-blocked" not in got
     got = fast(winograd=3e-3, **{"winograd-blocked": 1.8e-3})   # ...but beats winograd
     assert {"winograd", "winograd-blocked"} <= set(got)
+
+
+def test_owned_filter_fast_list_leaves_out_families_ranked_behind(device, monkeypatch):
+    """An OWNED_BY_DML filter's extra paths leave its fast list where the device's ranking
+    puts their family beyond STRONG_FACTOR of the fastest family taking the shape (the
+    fastest one overall need not take it: Winograd and a 1x1); a family timed by
+    one run only (dropped by the ranking's own cuts) and the heuristic's choice stay."""
+    from dataclasses import replace
+    owned = lambda d: replace(d, filter_tensor=replace(               # noqa: E731
+        d.filter_tensor, flags=dml.TensorFlags.OWNED_BY_DML))
+    three, one = owned(SHAPES[2][0]), owned(SHAPES[1][0])
+    base = {"tiled": 9e-3, "blocked": 9e-3, "winograd-blocked": 9e-3}
+
+    def fast(desc, dropped=(), **times):
+        monkeypatch.setattr(tuning, "default_tuner",
+                            lambda: _Ranked({**base, **times}, dropped))
+        probe = conv_choice._Probe(device, desc)
+        return conv_choice.heuristic(probe, probe.geo), conv_choice._fast(desc, device)
+    order, got = fast(three, gemm_sg=1e-3, gemm=1e-3, winograd=1e-3)
+    every = [n for n in order[1:] if n != "direct" and n not in conv_choice.TUNER_ONLY]
+    assert len(every) >= 2 and set(every) <= set(got)           # none behind: all timed
+    order, got = fast(three, gemm_sg=1e-3, gemm=2e-3, winograd=0.9e-3)
+    assert got[0] == order[0] and "gemm" in every
+    assert ("gemm" in got) == (order[0] == "gemm")          # behind: out unless first
+    kept = {"gemm_sg", "winograd"} & set(every)
+    assert kept <= set(got)
+    _, got = fast(three, ("gemm",), gemm_sg=1e-3, gemm=2e-3, winograd=0.9e-3)
+    assert "gemm" in got                                    # one run: decides nothing
+    order, got = fast(one, gemm_sg=1e-3, gemm=1.4e-3, winograd=0.2e-3)
+    assert "winograd" not in order and set(order[:2]) == {"gemm", "gemm_sg"}
+    assert {"gemm", "gemm_sg"} <= set(got)          # within 1.5x of the fastest taking it
+    _, got = fast(one, gemm_sg=1e-3, gemm=1.6e-3, winograd=0.2e-3)
+    assert got[0] == order[0] and ("gemm" in got) == (order[0] == "gemm")
 
 
 def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):

@@ -270,7 +270,10 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
         # graph, a model), and paths that transform the filter pay it once, so every other
         # accepting path is timed too (but direct: slow wherever another path accepts,
         # and the tuner-only paths unless the device ranks them strong)
-        fast += tuple(n for n in order[1:] if n != "direct" and n not in TUNER_ONLY)
+        # -- less the families the device's own ranking puts clearly behind (_ranked_out)
+        ranked = {n: t for n, t in times.items() if n not in _family_dropped(device)}
+        fast += tuple(n for n in order[1:] if n != "direct" and n not in TUNER_ONLY
+                      and not _ranked_out(n, ranked, probe))
     for name in strong:
         if name == "blocked":          # the block whose channels fit the group's
             name = _blocked_fit(probe.geo.cout_per_group)
@@ -280,6 +283,24 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
     return fast
+
+
+def _ranked_out(name: str, times: dict, probe) -> bool:
+    """Whether path ``name``, an OWNED_BY_DML filter's extra candidate, stays out of a fast
+    list: the device's family timing (``times``: :func:`family_times` less
+    :func:`_family_dropped`) puts it beyond :data:`STRONG_FACTOR` of the fastest family
+    that takes the shape.  Each such extra compiles its own pipelines and runs at least
+    twice, and on a model the extras were most of a cold start's tuning (ResNet-18 on
+    lavapipe: gemm timed in all 11 classes, 2-12x behind gemm_sg or Winograd in each,
+    bench/RESULTS.md "Whole models"); a family this far behind on the reference is
+    measured out, not guessed out.  Nothing is left out without a ranking (tuning off)
+    or for a family the ranking does not time."""
+    if name not in times:
+        return False
+    taking = [t for n, t in times.items()
+              if _path_class(CANDIDATES[n][0]).accepts(probe, probe.geo,
+                                                       knobs_of(CANDIDATES[n][1]))]
+    return bool(taking) and times[name] > STRONG_FACTOR * min(taking)
 
 
 def _blocked_fit(cout_per_group: int) -> str:
@@ -308,6 +329,17 @@ def family_times(device) -> dict:
     and stored like any choice): ``{candidate: seconds}``; empty with tuning off."""
     c = tuning.reference(device, FAMILY, FAMILY_SHAPE)
     return dict(c.times or {}) if c is not None else {}
+
+
+def _family_dropped(device) -> set:
+    """The families :func:`family_times` timed by one run only (dropped by the fast
+    tuning's cuts, :mod:`vkml.tuning`): one disturbed run on a loaded CPU driver put
+    Winograd at 14x gemm_sg there, so such a time leaves no candidate out
+    (:func:`_ranked_out`)."""
+    c = tuning.reference(device, FAMILY, FAMILY_SHAPE)
+    if c is None:
+        return set()
+    return set((tuning.default_tuner().lookup(c.key) or {}).get("dropped", ()))
 
 
 def strong_families(device) -> tuple[str, ...]:
