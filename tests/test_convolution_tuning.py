@@ -192,11 +192,36 @@ def test_fast_list_is_the_default_and_its_cheap_variants(device, tmp_path):
     desc, with_sg, without = SHAPES[1]
     first = with_sg if _has_sg(device) else without
     c = tuning.Tuner("fast", folder=tmp_path, rounds=1).choose(device, conv_ops.TUNABLE, desc)
-    # (gemm_sg's other accumulation order compiles a pipeline of its own: choice._ALSO)
-    also = {"gemm_sg-step"} if first == "gemm_sg" else set()
-    assert set(c.times) == {first, first + "-g256"} | also
+    # (gemm_sg's other accumulation order, a pipeline of its own, times only 3x3s)
+    assert set(c.times) == {first, first + "-g256"}
     assert tuning.Tuner("fast", folder=tmp_path).choose(
         device, conv_ops.TUNABLE, desc).source == "stored"
+
+
+def test_step_order_is_timed_on_3x3_blocks_of_12_pixels_only(device, monkeypatch):
+    """gemm_sg-step (a pipeline of its own) joins gemm_sg's fast list for a unit-stride
+    3x3 whose default block holds STEP_NB pixels, the geometry where it was measured
+    ahead, and for no other (a 1x1, a stride of 2, another block)."""
+    if not _has_sg(device):
+        pytest.skip("no gemm_sg on this device")
+    heuristic = conv_choice.heuristic          # gemm_sg first, as for a 3x3 it may not be
+    monkeypatch.setattr(conv_choice, "heuristic", lambda op, geo: sorted(
+        heuristic(op, geo), key=lambda n: n != "gemm_sg"))
+    monkeypatch.setenv("VKML_TUNE", "off")     # (no ranking: the family rules stay out)
+    seen = set()
+    for x, w, stride in [((1, 64, 56, 56), (64, 64, 3, 3), 1), ((1, 64, 48, 48), (64, 64, 3, 3), 1),
+                         ((1, 32, 28, 28), (32, 32, 3, 3), 1), ((1, 16, 22, 22), (16, 16, 3, 3), 1),
+                         ((1, 64, 56, 56), (64, 64, 3, 3), 2), ((1, 64, 56, 56), (64, 64, 1, 1), 1)]:
+        desc = conv_choice.desc_of_shape(conv_choice.shape_from_workload({
+            "op": "convolution", "input": list(x), "filter": list(w), "strides": [stride] * 2,
+            "start_padding": [w[2] // 2] * 2, "end_padding": [w[2] // 2] * 2}))
+        probe = conv_choice._Probe(device, desc)
+        nb = conv_ops.GemmSgPath.default_nb(probe, probe.geo)
+        wanted = w[2] == 3 and stride == 1 and nb == conv_choice.STEP_NB
+        got = conv_choice._fast(desc, device)
+        assert got[0] == "gemm_sg" and ("gemm_sg-step" in got) == wanted, (x, w, stride, nb)
+        seen.add(wanted)
+    assert seen == {True, False} or conv_ops.subgroup_shuffle_size(probe) != 8
 
 
 def test_owned_filter_is_timed_bound_once_on_every_path(device, tmp_path):

@@ -75,9 +75,17 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: default block loads rows of more than 24 input elements (a 7x7 stride-2 stem: fewer
 #: pixels a lane, fewer registers; it takes no other shape); gemm_sg-step (gemm_sg's
 #: products one channel and column tap at a time over the block: slower on most shapes
-#: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells).
+#: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells, and only
+#: there: :func:`_also_takes`).
 _ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"),
          "gemm_sg": ("gemm_sg-span24", "gemm_sg-step")}
+#: gemm_sg-step joins a fast list only for a unit-stride 3x3 whose default block holds
+#: this many pixels: the one geometry where it was measured ahead of gemm_sg (1.15-1.59x
+#: on 64->64 and 128->128 on 56x56, 64->64 on 48x48); on the stem, strided, 1x1 and
+#: other 3x3 blocks it was 1.1-1.8x behind (bench/RESULTS.md, "gemm_sg's accumulation
+#: order").  Elsewhere it compiled a pipeline and ran twice in each class of a model's
+#: cold start (ResNet-18: 10 of its 11 classes) for nothing; ``full`` still times it.
+STEP_NB = 12
 
 
 def _path_class(name: str) -> type[Path]:
@@ -261,7 +269,8 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
     for name in _ALSO.get(order[0], ()):
         path, extra = CANDIDATES[name]
-        if _path_class(path).accepts(probe, probe.geo, knobs_of(extra)):
+        if (_path_class(path).accepts(probe, probe.geo, knobs_of(extra))
+                and _also_takes(name, probe)):
             fast += (name,)
     times = family_times(device)       # (read once: the strong families and _outranked)
     strong = _strong(times, order[0])
@@ -283,6 +292,16 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
     return fast
+
+
+def _also_takes(name: str, probe) -> bool:
+    """Whether an :data:`_ALSO` candidate the shape accepts joins its fast list: all but
+    gemm_sg-step, which joins a unit-stride 3x3 of :data:`STEP_NB`-pixel blocks only."""
+    if name != "gemm_sg-step":
+        return True
+    g = probe.geo
+    return (g.kernel[1:] == (3, 3) and g.stride[1:] == (1, 1) and g.dilation[1:] == (1, 1)
+            and GemmSgPath.default_nb(probe, g) == STEP_NB)
 
 
 def _ranked_out(name: str, times: dict, probe) -> bool:
