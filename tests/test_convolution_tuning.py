@@ -209,9 +209,10 @@ def test_step_order_is_timed_on_3x3_blocks_of_12_pixels_only(device, monkeypatch
         heuristic(op, geo), key=lambda n: n != "gemm_sg"))
     monkeypatch.setenv("VKML_TUNE", "off")     # (no ranking: the family rules stay out)
     seen = set()
-    for x, w, stride in [((1, 64, 56, 56), (64, 64, 3, 3), 1), ((1, 64, 48, 48), (64, 64, 3, 3), 1),
-                         ((1, 32, 28, 28), (32, 32, 3, 3), 1), ((1, 16, 22, 22), (16, 16, 3, 3), 1),
-                         ((1, 64, 56, 56), (64, 64, 3, 3), 2), ((1, 64, 56, 56), (64, 64, 1, 1), 1)]:
+    cases = [((1, 64, 56, 56), (64, 64, 3, 3), 1), ((1, 64, 48, 48), (64, 64, 3, 3), 1),
+             ((1, 32, 28, 28), (32, 32, 3, 3), 1), ((1, 16, 22, 22), (16, 16, 3, 3), 1),
+             ((1, 64, 56, 56), (64, 64, 3, 3), 2), ((1, 64, 56, 56), (64, 64, 1, 1), 1)]
+    for x, w, stride in cases:
         desc = conv_choice.desc_of_shape(conv_choice.shape_from_workload({
             "op": "convolution", "input": list(x), "filter": list(w), "strides": [stride] * 2,
             "start_padding": [w[2] // 2] * 2, "end_padding": [w[2] // 2] * 2}))
@@ -324,7 +325,7 @@ class _Ranked:
 
     def lookup(self, key):
         assert key == "reference"
-        return {"times": self.times, "dropped": self.dropped}
+        return {"times": self.times, "dropped": self.dropped, "once": self.dropped}
 
 
 def test_fast_lists_follow_the_device_ranking(device, monkeypatch):
@@ -361,7 +362,9 @@ def test_fast_lists_add_families_ahead_of_the_heuristic_choice(device, monkeypat
     assert first in ("gemm", "gemm_sg")         # Winograd does not take a stride of 2
     loaded = {"gemm_sg": 0.30, "gemm": 0.30, "winograd": 0.07, "winograd-blocked": 0.009,
               "tiled": 0.25, "blocked": 0.05}
-    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(loaded))
+    # (gemm's one-run times: trusted, 6x behind blocked would leave it out, _far_behind)
+    monkeypatch.setattr(tuning, "default_tuner",
+                        lambda: _Ranked(loaded, ("gemm", "gemm_sg", "tiled")))
     assert conv_choice.strong_families(device) == ("winograd-blocked",)
     got = conv_choice._fast(strided, device)
     assert got[0] == first and "blocked" in got and "tiled" not in got
@@ -369,7 +372,7 @@ def test_fast_lists_add_families_ahead_of_the_heuristic_choice(device, monkeypat
     assert conv_choice._strong(loaded, first) == ("blocked", "winograd-blocked")
     assert "tiled" in conv_choice._strong({**loaded, "tiled": 0.15}, first)
     slow = {**loaded, "blocked": 0.31, "tiled": 0.9}          # behind gemm and gemm_sg
-    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(slow))
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(slow, ("gemm", "gemm_sg")))
     got = conv_choice._fast(strided, device)
     assert not {"blocked", "tiled"} & set(got)
     assert conv_choice._strong(slow, first) == ("winograd-blocked",)
@@ -433,6 +436,36 @@ def test_owned_filter_fast_list_leaves_out_families_ranked_behind(device, monkey
     assert {"gemm", "gemm_sg"} <= set(got)          # within 1.5x of the fastest taking it
     _, got = fast(one, gemm_sg=1e-3, gemm=1.6e-3, winograd=0.2e-3)
     assert got[0] == order[0] and ("gemm" in got) == (order[0] == "gemm")
+
+
+def test_fast_list_leaves_out_families_far_behind_a_listed_one(device, monkeypatch):
+    """Any listed candidate, the heuristic's choice and its knob variants included,
+    leaves a fast list where the device's ranking (times of more than one run) puts its
+    family beyond FAR_FACTOR of another listed candidate's family (SwiftShader's gemm
+    against blocked); within it, or ranked by one run only, it stays."""
+    strided = conv_choice.shape_from_workload({
+        "op": "convolution", "input": [1, 16, 18, 18], "filter": [24, 16, 3, 3],
+        "strides": [2, 2], "start_padding": [1, 1], "end_padding": [1, 1]})
+    probe = conv_choice._Probe(device, conv_choice.desc_of_shape(strided))
+    first = conv_choice.heuristic(probe, probe.geo)[0]
+    sws = {"gemm_sg": 0.11, "gemm": 0.13, "winograd": 0.015, "winograd-blocked": 0.006,
+           "tiled": 0.042, "blocked": 0.005}
+
+    def fast(times, once=()):
+        monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(times, once))
+        return conv_choice._fast(strided, device)
+    got = fast(sws)
+    assert got and not {n for n in got if conv_choice.CANDIDATES[n][0] == first}, got
+    assert got[0].startswith("blocked")
+    got = fast(sws, ("gemm", "gemm_sg"))                # one run: decides nothing
+    assert got[0] == first and any(n.startswith("blocked") for n in got)
+    near = {**sws, "gemm": 0.019, "gemm_sg": 0.019}     # 3.8x: within FAR_FACTOR
+    got = fast(near)
+    assert got[0] == first and any(n.startswith("blocked") for n in got)
+    assert conv_choice._far_behind(("gemm", "gemm-g256", "depthwise", "blocked-4x4"),
+                                   sws) == ("depthwise", "blocked-4x4")   # (unranked stays)
+    assert conv_choice._far_behind(("gemm", "gemm-g256"), sws) == ("gemm", "gemm-g256")
+    assert conv_choice._far_behind(("gemm", "blocked"), {}) == ("gemm", "blocked")
 
 
 def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):

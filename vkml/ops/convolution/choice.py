@@ -273,6 +273,7 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
                 and _also_takes(name, probe)):
             fast += (name,)
     times = family_times(device)       # (read once: the strong families and _outranked)
+    ranked = {n: t for n, t in times.items() if n not in _family_once(device)}
     strong = _strong(times, order[0])
     if 1 in owned_slots(desc.inputs()):
         # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a
@@ -280,7 +281,6 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
         # accepting path is timed too (but direct: slow wherever another path accepts,
         # and the tuner-only paths unless the device ranks them strong)
         # -- less the families the device's own ranking puts clearly behind (_ranked_out)
-        ranked = {n: t for n, t in times.items() if n not in _family_dropped(device)}
         fast += tuple(n for n in order[1:] if n != "direct" and n not in TUNER_ONLY
                       and not _ranked_out(n, ranked, probe))
     for name in strong:
@@ -291,7 +291,28 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
             fast += (name,)
     if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
-    return fast
+    return _far_behind(fast, ranked)
+
+
+def _family_of(name: str, times: dict) -> str:
+    """The family of the ranking (:data:`FAMILY`) candidate ``name`` belongs to: itself
+    where the ranking times it (winograd-blocked), else its path (gemm-g256: gemm)."""
+    return name if name in times else CANDIDATES[name][0]
+
+
+def _far_behind(fast: tuple, ranked: dict) -> tuple:
+    """The fast list less the candidates whose family the device's ranking (``ranked``:
+    times of more than one run) puts beyond :data:`FAR_FACTOR` of another listed
+    candidate's family, the heuristic's choice included (every listed one takes the
+    shape).  On SwiftShader gemm ranked 26x behind blocked, and each class's first runs
+    of gemm and its g256 twin (0.1-15 s each on ResNet-18's layers, 4-12x behind blocked
+    in every class) were about half its cold start (bench/RESULTS.md "Whole models")."""
+    fam = {n: ranked.get(_family_of(n, ranked)) for n in fast}
+    known = [t for t in fam.values() if t is not None]
+    if not known:
+        return fast
+    line = FAR_FACTOR * min(known)
+    return tuple(n for n in fast if fam[n] is None or fam[n] <= line)
 
 
 def _also_takes(name: str, probe) -> bool:
@@ -307,7 +328,7 @@ def _also_takes(name: str, probe) -> bool:
 def _ranked_out(name: str, times: dict, probe) -> bool:
     """Whether path ``name``, an OWNED_BY_DML filter's extra candidate, stays out of a fast
     list: the device's family timing (``times``: :func:`family_times` less
-    :func:`_family_dropped`) puts it beyond :data:`STRONG_FACTOR` of the fastest family
+    :func:`_family_once`) puts it beyond :data:`STRONG_FACTOR` of the fastest family
     that takes the shape.  Each such extra compiles its own pipelines and runs at least
     twice, and on a model the extras were most of a cold start's tuning (ResNet-18 on
     lavapipe: gemm timed in all 11 classes, 2-12x behind gemm_sg or Winograd in each,
@@ -340,6 +361,11 @@ FAMILY_SHAPE = shape_from_workload({"op": "convolution", "input": [1, 32, 24, 24
                                     "end_padding": [1, 1]})
 #: A family within this factor of the fastest on the reference is strong.
 STRONG_FACTOR = 1.5
+#: A listed candidate whose family the reference puts beyond this factor of another
+#: listed one's leaves a fast list (:func:`_far_behind`), even the heuristic's choice:
+#: twice the tuner's own cut for a slow warm-up (WARM_CUTOFF), on a ranking whose cut
+#: families ran twice (``recheck_cuts``).
+FAR_FACTOR = 2 * tuning.WARM_CUTOFF
 
 
 def family_times(device) -> dict:
@@ -350,15 +376,17 @@ def family_times(device) -> dict:
     return dict(c.times or {}) if c is not None else {}
 
 
-def _family_dropped(device) -> set:
-    """The families :func:`family_times` timed by one run only (dropped by the fast
-    tuning's cuts, :mod:`vkml.tuning`): one disturbed run on a loaded CPU driver put
-    Winograd at 14x gemm_sg there, so such a time leaves no candidate out
-    (:func:`_ranked_out`)."""
+def _family_once(device) -> set:
+    """The families :func:`family_times` timed by one run only (the entry's ``once``;
+    an entry stored before it, every one dropped by the fast tuning's cuts,
+    :mod:`vkml.tuning`): one disturbed run on a loaded CPU driver put Winograd at 14x
+    gemm_sg there, so such a time leaves no candidate out (:func:`_ranked_out`,
+    :func:`_far_behind`)."""
     c = tuning.reference(device, FAMILY, FAMILY_SHAPE)
     if c is None:
         return set()
-    return set((tuning.default_tuner().lookup(c.key) or {}).get("dropped", ()))
+    e = tuning.default_tuner().lookup(c.key) or {}
+    return set(e.get("once", e.get("dropped", ())))
 
 
 def strong_families(device) -> tuple[str, ...]:
@@ -481,7 +509,7 @@ TIE_MARGIN = 1.1
 FAMILY = tuning.register_path(
     "convolution_family", ["gemm_sg", "gemm", "winograd", "winograd-blocked", "tiled",
                            "blocked"], "gemm", lambda _shape: "reference", _run,
-    examples=[FAMILY_SHAPE], prefetch_fn=_prefetch)
+    examples=[FAMILY_SHAPE], prefetch_fn=_prefetch, recheck_cuts=True)
 
 TUNABLE = tuning.register_path(
     "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,
