@@ -217,6 +217,8 @@ def test_step_order_is_timed_on_3x3_blocks_of_12_pixels_only(device, monkeypatch
             "op": "convolution", "input": list(x), "filter": list(w), "strides": [stride] * 2,
             "start_padding": [w[2] // 2] * 2, "end_padding": [w[2] // 2] * 2}))
         probe = conv_choice._Probe(device, desc)
+        if not conv_ops.GemmSgPath.accepts(probe, probe.geo):
+            continue                        # (SwiftShader: texel views too small)
         nb = conv_ops.GemmSgPath.default_nb(probe, probe.geo)
         wanted = w[2] == 3 and stride == 1 and nb == conv_choice.STEP_NB
         got = conv_choice._fast(desc, device)
