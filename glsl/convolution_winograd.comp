@@ -18,6 +18,9 @@
 //            tensor's type first, as the unfused convolution stores them) are pooled with
 //            glsl/lp_pooling.comp's formula (P, SCALE; same order of the sums) and only
 //            the pooled outputs are stored (out_size.xy and ys: the pooled tensor's).
+//   OUTPUT (not POOL) with bias_step.y != 0: a graph's residual R added after the bias
+//            (a run-time switch, not a variant: one pipeline serves the convolutions
+//            with and without a residual, which on a CPU driver each cost a compile).
 //
 // The passes read their source through uniform texel buffers (R32F/R16F views: any
 // float storage reads as float) where the device can bind it, else storage buffers.
@@ -52,18 +55,6 @@
 // vkml:variant convolution_winograd_output_f32_ssbo_pool OUTPUT=1 F32=1 POOL=1
 // vkml:variant convolution_winograd_output_f16_ssbo_pool OUTPUT=1 F16=1 POOL=1
 // vkml:variant convolution_winograd_output_f16_packed_ssbo_pool OUTPUT=1 F16_PACKED=1 POOL=1
-// vkml:variant convolution_winograd_output_f32_res OUTPUT=1 TEXEL=1 F32=1 RES=1
-// vkml:variant convolution_winograd_output_f32_v4_res OUTPUT=1 TEXEL=1 F32=1 V4=1 RES=1
-// vkml:variant convolution_winograd_output_f32_v8_res OUTPUT=1 TEXEL=1 F32=1 V4=1 V8=1 RES=1
-// vkml:variant convolution_winograd_output_f16_v8_res OUTPUT=1 TEXEL=1 F16=1 V4=1 V8=1 RES=1
-// vkml:variant convolution_winograd_output_f16_packed_v8_res OUTPUT=1 TEXEL=1 F16_PACKED=1 V4=1 V8=1 RES=1
-// vkml:variant convolution_winograd_output_f16_res OUTPUT=1 TEXEL=1 F16=1 RES=1
-// vkml:variant convolution_winograd_output_f16_v4_res OUTPUT=1 TEXEL=1 F16=1 V4=1 RES=1
-// vkml:variant convolution_winograd_output_f16_packed_res OUTPUT=1 TEXEL=1 F16_PACKED=1 RES=1
-// vkml:variant convolution_winograd_output_f16_packed_v4_res OUTPUT=1 TEXEL=1 F16_PACKED=1 V4=1 RES=1
-// vkml:variant convolution_winograd_output_f32_ssbo_res OUTPUT=1 F32=1 RES=1
-// vkml:variant convolution_winograd_output_f16_ssbo_res OUTPUT=1 F16=1 RES=1
-// vkml:variant convolution_winograd_output_f16_packed_ssbo_res OUTPUT=1 F16_PACKED=1 RES=1
 #extension GL_EXT_control_flow_attributes : require
 #ifdef V8
 #extension GL_ARB_gpu_shader_int64 : require
@@ -100,7 +91,7 @@ layout(std140, set = 0, binding = 3) uniform Params {
     ivec4 fs;        // filter strides co, ci, kh, kw
     ivec4 out_size;  // OH, OW, flip, has bias (POOL: the pooled OH/2, OW/2)
     uvec4 ys;        // output strides n, c, h, w (POOL: the pooled tensor's)
-    ivec4 bias_step; // bias stride, -, -, -
+    ivec4 bias_step; // bias stride, residual (OUTPUT: added where != 0), -, -
     vec4 act;
 };
 
@@ -123,15 +114,13 @@ layout(std430, set = 0, binding = 0) readonly buffer Src { FSTORE_T src[]; };
 #endif
 
 #ifdef OUTPUT
-// RES (a graph's residual fusion, vkml/ops/graph.py): R laid out as the output (same
-// type and element strides) added after the bias, before the activation
-#ifdef RES
+// The residual (a graph's residual fusion, vkml/ops/graph.py; bias_step.y != 0): R laid
+// out as the output (same type and element strides) added after the bias, before the
+// activation.  Without one, binding 4 holds any buffer and is never read.
+#ifndef POOL
 layout(std430, set = 0, binding = 4) readonly buffer Res { FSTORE_T res[]; };
 // V4 float32: a tile row of R as one load (lavapipe loads a vector in one lane turn)
 layout(std430, set = 0, binding = 4) readonly buffer Res4 { vec4 res4[]; };
-#define PLUS_RESID(i) + FLOAD(res, (i))
-#else
-#define PLUS_RESID(i)       // (nothing: x + 0.0 is no identity, -0 + 0 = +0)
 #endif
 layout(std430, set = 0, binding = 1) readonly buffer Bias { FSTORE_T bias[]; };
 layout(std430, set = 0, binding = 2) buffer Y { FSTORE_T y[]; };
@@ -408,24 +397,19 @@ void main() {
 #else
             int oh = th * 4 + r;
 #ifdef V4
-#ifdef RES
             uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
-            uint rb = oh < out_size.x ? i4 << 2 : 0u;       // (V4: ys.w == 1)
+            vec4 s = vec4(v[0], v[1], v[2], v[3]) + bv;
+            if (bias_step.y != 0) {      // (a branch, not + 0.0: -0 + 0 = +0)
+                uint rb = oh < out_size.x ? i4 << 2 : 0u;       // (V4: ys.w == 1)
 #ifdef F32
-            vec4 rv = res4[rb >> 2];
+                s += res4[rb >> 2];
 #else
-            vec4 rv = vec4(FLOAD(res, rb), FLOAD(res, rb + 1u), FLOAD(res, rb + 2u),
+                s += vec4(FLOAD(res, rb), FLOAD(res, rb + 1u), FLOAD(res, rb + 2u),
                           FLOAD(res, rb + 3u));
 #endif
-            vec4 o = vec4(vkml_activation(ACT, v[0] + bv + rv.x, act),
-                          vkml_activation(ACT, v[1] + bv + rv.y, act),
-                          vkml_activation(ACT, v[2] + bv + rv.z, act),
-                          vkml_activation(ACT, v[3] + bv + rv.w, act));
-#else
-            vec4 o = vec4(vkml_activation(ACT, v[0] + bv, act), vkml_activation(ACT, v[1] + bv, act),
-                          vkml_activation(ACT, v[2] + bv, act), vkml_activation(ACT, v[3] + bv, act));
-            uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
-#endif
+            }
+            vec4 o = vec4(vkml_activation(ACT, s.x, act), vkml_activation(ACT, s.y, act),
+                          vkml_activation(ACT, s.z, act), vkml_activation(ACT, s.w, act));
 #if (defined(F16) || defined(F16_PACKED)) && defined(V8)
             // (FSTORE's rounding: vkml_half_bits, the same on every driver)
             uvec2 h = uvec2(vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
@@ -455,9 +439,12 @@ void main() {
 #else
             [[unroll]] for (int c = 0; c < 4; c++) {
                 int ow = tw * 4 + c;
-                if (oh < out_size.x && ow < out_size.y)
-                    FSTORE(y, yb + uint(oh) * ys.z + uint(ow) * ys.w, vkml_activation(
-                        ACT, v[c] + bv PLUS_RESID(yb + uint(oh) * ys.z + uint(ow) * ys.w), act));
+                if (oh < out_size.x && ow < out_size.y) {
+                    uint i = yb + uint(oh) * ys.z + uint(ow) * ys.w;
+                    float s = v[c] + bv;
+                    if (bias_step.y != 0) s += FLOAD(res, i);
+                    FSTORE(y, i, vkml_activation(ACT, s, act));
+                }
             }
 #endif
 #endif

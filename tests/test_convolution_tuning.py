@@ -192,11 +192,39 @@ def test_fast_list_is_the_default_and_its_cheap_variants(device, tmp_path):
     desc, with_sg, without = SHAPES[1]
     first = with_sg if _has_sg(device) else without
     c = tuning.Tuner("fast", folder=tmp_path, rounds=1).choose(device, conv_ops.TUNABLE, desc)
-    # (gemm_sg's other accumulation order compiles a pipeline of its own: choice._ALSO)
-    also = {"gemm_sg-step"} if first == "gemm_sg" else set()
-    assert set(c.times) == {first, first + "-g256"} | also
+    # (gemm_sg's other accumulation order, a pipeline of its own, times only 3x3s)
+    assert set(c.times) == {first, first + "-g256"}
     assert tuning.Tuner("fast", folder=tmp_path).choose(
         device, conv_ops.TUNABLE, desc).source == "stored"
+
+
+def test_step_order_is_timed_on_3x3_blocks_of_12_pixels_only(device, monkeypatch):
+    """gemm_sg-step (a pipeline of its own) joins gemm_sg's fast list for a unit-stride
+    3x3 whose default block holds STEP_NB pixels, the geometry where it was measured
+    ahead, and for no other (a 1x1, a stride of 2, another block)."""
+    if not _has_sg(device):
+        pytest.skip("no gemm_sg on this device")
+    heuristic = conv_choice.heuristic          # gemm_sg first, as for a 3x3 it may not be
+    monkeypatch.setattr(conv_choice, "heuristic", lambda op, geo: sorted(
+        heuristic(op, geo), key=lambda n: n != "gemm_sg"))
+    monkeypatch.setenv("VKML_TUNE", "off")     # (no ranking: the family rules stay out)
+    seen = set()
+    cases = [((1, 64, 56, 56), (64, 64, 3, 3), 1), ((1, 64, 48, 48), (64, 64, 3, 3), 1),
+             ((1, 32, 28, 28), (32, 32, 3, 3), 1), ((1, 16, 22, 22), (16, 16, 3, 3), 1),
+             ((1, 64, 56, 56), (64, 64, 3, 3), 2), ((1, 64, 56, 56), (64, 64, 1, 1), 1)]
+    for x, w, stride in cases:
+        desc = conv_choice.desc_of_shape(conv_choice.shape_from_workload({
+            "op": "convolution", "input": list(x), "filter": list(w), "strides": [stride] * 2,
+            "start_padding": [w[2] // 2] * 2, "end_padding": [w[2] // 2] * 2}))
+        probe = conv_choice._Probe(device, desc)
+        if not conv_ops.GemmSgPath.accepts(probe, probe.geo):
+            continue                        # (SwiftShader: texel views too small)
+        nb = conv_ops.GemmSgPath.default_nb(probe, probe.geo)
+        wanted = w[2] == 3 and stride == 1 and nb == conv_choice.STEP_NB
+        got = conv_choice._fast(desc, device)
+        assert got[0] == "gemm_sg" and ("gemm_sg-step" in got) == wanted, (x, w, stride, nb)
+        seen.add(wanted)
+    assert seen == {True, False} or conv_ops.subgroup_shuffle_size(probe) != 8
 
 
 def test_owned_filter_is_timed_bound_once_on_every_path(device, tmp_path):
@@ -287,15 +315,19 @@ def test_json_shapes_and_ahead_of_time(device, tmp_path):
 class _Ranked:
     """A stand-in for the process's tuner whose family ranking is given."""
 
-    def __init__(self, times):
-        self.times = times
+    def __init__(self, times, dropped=()):
+        self.times, self.dropped = times, list(dropped)
 
     def effective_mode(self, mode=None):
         return "fast"
 
     def choose(self, device, path, shape, **kw):
         assert path is conv_choice.FAMILY and shape == conv_choice.FAMILY_SHAPE
-        return type("C", (), {"times": self.times})()
+        return type("C", (), {"times": self.times, "key": "reference"})()
+
+    def lookup(self, key):
+        assert key == "reference"
+        return {"times": self.times, "dropped": self.dropped, "once": self.dropped}
 
 
 def test_fast_lists_follow_the_device_ranking(device, monkeypatch):
@@ -332,7 +364,9 @@ def test_fast_lists_add_families_ahead_of_the_heuristic_choice(device, monkeypat
     assert first in ("gemm", "gemm_sg")         # Winograd does not take a stride of 2
     loaded = {"gemm_sg": 0.30, "gemm": 0.30, "winograd": 0.07, "winograd-blocked": 0.009,
               "tiled": 0.25, "blocked": 0.05}
-    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(loaded))
+    # (gemm's one-run times: trusted, 6x behind blocked would leave it out, _far_behind)
+    monkeypatch.setattr(tuning, "default_tuner",
+                        lambda: _Ranked(loaded, ("gemm", "gemm_sg", "tiled")))
     assert conv_choice.strong_families(device) == ("winograd-blocked",)
     got = conv_choice._fast(strided, device)
     assert got[0] == first and "blocked" in got and "tiled" not in got
@@ -340,7 +374,7 @@ def test_fast_lists_add_families_ahead_of_the_heuristic_choice(device, monkeypat
     assert conv_choice._strong(loaded, first) == ("blocked", "winograd-blocked")
     assert "tiled" in conv_choice._strong({**loaded, "tiled": 0.15}, first)
     slow = {**loaded, "blocked": 0.31, "tiled": 0.9}          # behind gemm and gemm_sg
-    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(slow))
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(slow, ("gemm", "gemm_sg")))
     got = conv_choice._fast(strided, device)
     assert not {"blocked", "tiled"} & set(got)
     assert conv_choice._strong(slow, first) == ("winograd-blocked",)
@@ -371,6 +405,69 @@ def test_fast_list_leaves_out_a_heuristic_choice_its_strong_variant_outranks(dev
     assert "winograd" in got and "winograd-blocked" not in got
     got = fast(winograd=3e-3, **{"winograd-blocked": 1.8e-3})   # ...but beats winograd
     assert {"winograd", "winograd-blocked"} <= set(got)
+
+
+def test_owned_filter_fast_list_leaves_out_families_ranked_behind(device, monkeypatch):
+    """An OWNED_BY_DML filter's extra paths leave its fast list where the device's ranking
+    puts their family beyond STRONG_FACTOR of the fastest family taking the shape (the
+    fastest one overall need not take it: Winograd and a 1x1); a family timed by
+    one run only (dropped by the ranking's own cuts) and the heuristic's choice stay."""
+    from dataclasses import replace
+    owned = lambda d: replace(d, filter_tensor=replace(               # noqa: E731
+        d.filter_tensor, flags=dml.TensorFlags.OWNED_BY_DML))
+    three, one = owned(SHAPES[2][0]), owned(SHAPES[1][0])
+    base = {"tiled": 9e-3, "blocked": 9e-3, "winograd-blocked": 9e-3}
+
+    def fast(desc, dropped=(), **times):
+        monkeypatch.setattr(tuning, "default_tuner",
+                            lambda: _Ranked({**base, **times}, dropped))
+        probe = conv_choice._Probe(device, desc)
+        return conv_choice.heuristic(probe, probe.geo), conv_choice._fast(desc, device)
+    order, got = fast(three, gemm_sg=1e-3, gemm=1e-3, winograd=1e-3)
+    every = [n for n in order[1:] if n != "direct" and n not in conv_choice.TUNER_ONLY]
+    assert len(every) >= 2 and set(every) <= set(got)           # none behind: all timed
+    order, got = fast(three, gemm_sg=1e-3, gemm=2e-3, winograd=0.9e-3)
+    assert got[0] == order[0] and "gemm" in every
+    assert ("gemm" in got) == (order[0] == "gemm")          # behind: out unless first
+    kept = {"gemm_sg", "winograd"} & set(every)
+    assert kept <= set(got)
+    _, got = fast(three, ("gemm",), gemm_sg=1e-3, gemm=2e-3, winograd=0.9e-3)
+    assert "gemm" in got                                    # one run: decides nothing
+    order, got = fast(one, gemm_sg=1e-3, gemm=1.4e-3, winograd=0.2e-3)
+    assert "winograd" not in order and set(order[:2]) == {"gemm", "gemm_sg"}
+    assert {"gemm", "gemm_sg"} <= set(got)          # within 1.5x of the fastest taking it
+    _, got = fast(one, gemm_sg=1e-3, gemm=1.6e-3, winograd=0.2e-3)
+    assert got[0] == order[0] and ("gemm" in got) == (order[0] == "gemm")
+
+
+def test_fast_list_leaves_out_families_far_behind_a_listed_one(device, monkeypatch):
+    """Any listed candidate, the heuristic's choice and its knob variants included,
+    leaves a fast list where the device's ranking (times of more than one run) puts its
+    family beyond FAR_FACTOR of another listed candidate's family (SwiftShader's gemm
+    against blocked); within it, or ranked by one run only, it stays."""
+    strided = conv_choice.shape_from_workload({
+        "op": "convolution", "input": [1, 16, 18, 18], "filter": [24, 16, 3, 3],
+        "strides": [2, 2], "start_padding": [1, 1], "end_padding": [1, 1]})
+    probe = conv_choice._Probe(device, conv_choice.desc_of_shape(strided))
+    first = conv_choice.heuristic(probe, probe.geo)[0]
+    sws = {"gemm_sg": 0.11, "gemm": 0.13, "winograd": 0.015, "winograd-blocked": 0.006,
+           "tiled": 0.042, "blocked": 0.005}
+
+    def fast(times, once=()):
+        monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(times, once))
+        return conv_choice._fast(strided, device)
+    got = fast(sws)
+    assert got and not {n for n in got if conv_choice.CANDIDATES[n][0] == first}, got
+    assert got[0].startswith("blocked")
+    got = fast(sws, ("gemm", "gemm_sg"))                # one run: decides nothing
+    assert got[0] == first and any(n.startswith("blocked") for n in got)
+    near = {**sws, "gemm": 0.019, "gemm_sg": 0.019}     # 3.8x: within FAR_FACTOR
+    got = fast(near)
+    assert got[0] == first and any(n.startswith("blocked") for n in got)
+    assert conv_choice._far_behind(("gemm", "gemm-g256", "depthwise", "blocked-4x4"),
+                                   sws) == ("depthwise", "blocked-4x4")   # (unranked stays)
+    assert conv_choice._far_behind(("gemm", "gemm-g256"), sws) == ("gemm", "gemm-g256")
+    assert conv_choice._far_behind(("gemm", "blocked"), {}) == ("gemm", "blocked")
 
 
 def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):

@@ -33,10 +33,13 @@ RESIDUAL_PATHS = {"winograd", "gemm", "gemm_sg", "direct"}
 
 def _shapes(kind: str):
     """(input, filter, groups, padding) of a 3x3 dense 16 -> 16 convolution with 36 output
-    tiles (Winograd, the tiled and blocked GEMMs take it), a 1x1 one (the in-place GEMM),
+    tiles (Winograd, the tiled and blocked GEMMs take it), the same over 22x21 (an output
+    width of no whole float4s: Winograd's scalar stores), a 1x1 one (the in-place GEMM),
     or a depthwise one over 8 channels."""
     if kind == "depthwise":
         return (1, 8, 9, 11), (8, 1, 3, 3), 8, 1
+    if kind == "3x3-odd":
+        return (1, 16, 22, 21), (16, 16, 3, 3), 1, 1
     if kind == "1x1":
         return (2, 12, 7, 8), (16, 12, 1, 1), 1, 0
     return (1, 16, 24, 24), (16, 16, 3, 3), 1, 1
@@ -180,6 +183,37 @@ def test_fused_on_every_path(device, dtype):
         np.testing.assert_allclose(got.astype(np.float64), plain.astype(np.float64),
                                    err_msg=what, **same)
     assert {"direct", "gemm", "winograd"} <= ran, ran
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_winograd_one_output_kernel_with_and_without_residual(device, dtype):
+    """Winograd's output pass adds the residual by a run-time switch: the fused graph and
+    the plain one (the convolution apart, no residual) run the same kernel variant, each
+    with PyTorch's values, over float4 rows (and u64vec4 pairs where wide stores are
+    offered) and over rows of no whole float4s (scalar stores)."""
+    rng = np.random.default_rng(16)
+    for kind in ("3x3", "3x3-odd"):
+        for cand in ("winograd", "winograd-v8"):
+            g = residual_graph(dtype, kind, "relu", add1=True)
+            arrays = inputs(rng, dtype, kind)
+            try:
+                fused, (got,) = run(device, g, arrays, dtype, paths={0: cand})
+            except vkml.UnsupportedError:
+                continue                  # (winograd-v8: no int64 shaders)
+            what = f"{cand} {kind} {dtype}"
+            assert [type(d) for d in fused.nodes] == [EpilogueConvolutionDesc], what
+            np.testing.assert_allclose(got.astype(np.float64), reference(arrays, kind, "relu"),
+                                       err_msg=what, **_tolerance(dtype))
+            plain, (apart,) = run(device, g, arrays, dtype, fuse=False, paths={0: cand})
+            np.testing.assert_allclose(apart.astype(np.float64),
+                                       reference(arrays, kind, "relu"),
+                                       err_msg=what, **_tolerance(dtype))
+            kernels = [c.path.out_kernel for c in (fused._graph_nodes[0].compiled,
+                                                   plain._graph_nodes[0].compiled)]
+            assert kernels[0] == kernels[1] and not kernels[0].endswith("_res"), what
+            assert (kind == "3x3-odd") != ("_v" in kernels[0]), what
+            fused.release()
+            plain.release()
 
 
 @pytest.mark.parametrize("skip_first", [False, True])

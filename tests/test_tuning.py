@@ -289,6 +289,7 @@ def test_fast_drops_a_candidate_whose_first_run_is_hopeless(device, tmp_path, mo
     entry = entries(tmp_path, device)[c.key[1:]]
     assert c.name == "x1" and "x4" not in runs and runs.count("x20") == 2
     assert entry["dropped"] == ["x20", "x4"] and entry["times"]["x4"] == first["x4"]
+    assert entry["once"] == ["x4"]      # (x20: cut after its second timed run)
     runs.clear()
     c = Tuner("full", folder=tmp_path / "full", rounds=1).choose(device, path, SIZE)
     assert c.name == "x1" and set(runs) == {"x1", "x4", "x20"}
@@ -319,7 +320,16 @@ def test_fast_times_a_near_cutoff_warm_up_twice(device, tmp_path, monkeypatch):
     entry = entries(tmp_path, device)[c.key[1:]]
     assert entry["dropped"] == ["x20"] and seen["x20"] == 1      # 5x: cut on one run
     assert "x4" not in entry["dropped"] and seen["x4"] >= 3      # 2.5x: run again (1.1x)
-    assert c.name == "x1"
+    assert c.name == "x1" and entry["once"] == ["x20"]
+    # a path with recheck_cuts (a device-wide ranking) runs every cut one twice
+    path = tuning.tunable_path("recheck-all", base.candidates, "x20", base.shape_class, run,
+                               recheck_cuts=True)
+    seen.clear()
+    script["x20"] = [5e-3, 4e-3]
+    c = Tuner("fast", folder=tmp_path, budget_s=0.0).choose(device, path, SIZE)
+    entry = entries(tmp_path, device)[c.key[1:]]
+    assert entry["dropped"] == ["x20"] and seen["x20"] == 2 and entry["once"] == []
+    assert entry["times"]["x20"] == 4e-3 and c.name == "x1"
 
 
 def test_env_selects_the_mode(device, tmp_path, monkeypatch):

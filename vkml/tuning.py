@@ -38,10 +38,12 @@ How (the rules a client can rely on):
   candidate is left (its timed warm-up is its time); ``full`` runs
   :data:`FULL_ROUNDS`.  In ``fast`` mode a candidate whose timed warm-up took
   :data:`WARM_CUTOFF` x the fastest one's runs no rounds (one near that line, within
-  :data:`WARM_RECHECK` of it, runs once more first).  A candidate whose run function
-  raises :class:`Declined` or any ``VkmlError`` (a limit, a missing feature) does not
-  take that shape and is skipped.  A path with a ``tie_margin`` (:func:`tunable_path`)
-  times the candidates within it of the fastest :data:`CLOSE_ROUNDS` rounds more and
+  :data:`WARM_RECHECK` of it, runs once more first; every one past it, for a path with
+  ``recheck_cuts``); the entry's ``once`` names the candidates dropped on one run.  A
+  candidate whose run function raises :class:`Declined` or any ``VkmlError`` (a limit, a
+  missing feature) does not take that shape and is skipped.  A path with a
+  ``tie_margin`` (:func:`tunable_path`) times the candidates within it of the fastest
+  :data:`CLOSE_ROUNDS` rounds more and
   gives a remaining tie to the previous choice, else to the one listed first; the margin
   widens to the timing's own noise (the median over candidates of their slowest round
   median over their fastest), at most to :data:`NOISE_TIE_CAP`, so that what one
@@ -210,6 +212,10 @@ class TunablePath:
     #: ``prefetch_fn(device, candidate, shape)``: start the candidate's pipelines
     #: compiling without waiting for them (:func:`_prefetch`; None: the path has none).
     prefetch: Callable | None = None
+    #: Fast mode gives every candidate cut after its timed warm-up a second run (its
+    #: time the faster of the two), not only those near the line: a device-wide
+    #: ranking whose times other choices read (:func:`tunable_path`).
+    recheck_cuts: bool = False
 
     @property
     def is_model(self) -> bool:
@@ -243,7 +249,7 @@ def io_elements(shape) -> float:
 def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
                  examples=(), from_workload=None, features_fn=None,
                  fast_fn=None, work_fn=None, tie_margin: float = 1.0,
-                 prefetch_fn=None) -> TunablePath:
+                 prefetch_fn=None, recheck_cuts: bool = False) -> TunablePath:
     """Declare a path (without registering it).
 
     ``candidates``: :class:`Candidate` objects, names, or (name, params[, fast]) tuples.
@@ -273,6 +279,11 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
     ``prefetch_fn(device, candidate, shape)``: request the candidate's pipelines without
     waiting for them (e.g. build its operator inside ``PipelineCache.batch`` and release
     it), so that a fast list's candidates compile side by side (:func:`_prefetch`).
+    ``recheck_cuts``: in fast mode every candidate cut for a slow timed warm-up runs once
+    more first (its time the faster run), so that only the first-run cuts
+    (:data:`HOPELESS`) stay one-run times (the entry's ``once``): for a ranking whose
+    times decide other paths' fast lists, where one disturbed run would otherwise rank
+    a family out for the device.
     """
     if not tie_margin >= 1.0:
         raise ValidationError("tie_margin", f"{name}: must be at least 1, got {tie_margin!r}")
@@ -290,7 +301,8 @@ def tunable_path(name: str, candidates, default: str, shape_class_fn, run_fn, *,
         raise ValidationError("default", f"{name}: {default!r} is not one of {names}")
     return TunablePath(name, tuple(cands), default, shape_class_fn, run_fn, tuple(examples),
                        from_workload, features_fn, fast_fn=fast_fn, work=work_fn,
-                       tie_margin=float(tie_margin), prefetch=prefetch_fn)
+                       tie_margin=float(tie_margin), prefetch=prefetch_fn,
+                       recheck_cuts=bool(recheck_cuts))
 
 
 #: The one shape class of a measured model: it covers every shape of its operator.
@@ -825,7 +837,7 @@ class Tuner:
         fast = mode == "fast"
         rounds = self.rounds or (FULL_ROUNDS if mode == "full" else FAST_ROUNDS)
         t0 = _perf()
-        timed, declined, dropped = [], [], {}
+        timed, declined, dropped, once = [], [], {}, set()
         _prefetch(device, p, listed, shape)
         try:
             for c in listed:
@@ -838,10 +850,13 @@ class Tuner:
                 return None
             if fast:
                 dropped = _cut_hopeless(timed)
+                once = set(dropped)
             for t in timed:
                 t.warm = _run_once(t.seq)
             if fast:
-                dropped.update(_cut_slow(timed))
+                slow, single = _cut_slow(timed, p.recheck_cuts)
+                dropped.update(slow)
+                once |= single
             done = _rounds(timed, rounds, self.budget_s if fast else None)
             _retime_close(timed, _margin(timed, p), fast)
         finally:
@@ -852,7 +867,7 @@ class Tuner:
         choice = _pick(times, p, previous, margin)
         return {"choice": choice, "seconds": times[choice], "times": {**dropped, **times},
                 "margin": margin,
-                "dropped": sorted(dropped),
+                "dropped": sorted(dropped), "once": sorted(once),
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
                 "measured_at": time.time(), "elapsed_s": _perf() - t0,
                 **({"shape": shape} if _jsonable(shape) else {})}
@@ -940,22 +955,26 @@ def _cut_hopeless(timed: list) -> dict:
     return dropped
 
 
-def _cut_slow(timed: list) -> dict:
+def _cut_slow(timed: list, recheck_all: bool = False) -> tuple[dict, set]:
     """Fast mode: drop (and free) the candidates whose warm-up took :data:`WARM_CUTOFF`
-    x the best one's, after a second run for those near the line; their warm-up time is
-    kept (``{name: seconds}``, "considered", never chosen)."""
+    x the best one's, after a second run for those near the line (``recheck_all``: for
+    every one past it); their warm-up time is kept (``{name: seconds}``, "considered",
+    never chosen).  Also returns the names dropped on one timed run."""
     if len(timed) < 2:
-        return {}
+        return {}, set()
     best = min(t.warm for t in timed)
+    twice = set()
     for t in timed:
-        if WARM_CUTOFF * best < t.warm <= WARM_RECHECK * WARM_CUTOFF * best:
+        if WARM_CUTOFF * best < t.warm and (recheck_all
+                                            or t.warm <= WARM_RECHECK * WARM_CUTOFF * best):
             t.warm = min(t.warm, _run_once(t.seq))
+            twice.add(t.candidate.name)
     dropped = {}
     for t in [t for t in timed if t.warm > WARM_CUTOFF * best]:
         timed.remove(t)
         t.close()
         dropped[t.candidate.name] = t.warm
-    return dropped
+    return dropped, set(dropped) - twice
 
 
 def _rounds(timed: list, rounds: int, budget: float | None) -> int:

@@ -77,9 +77,17 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: default block loads rows of more than 24 input elements (a 7x7 stride-2 stem: fewer
 #: pixels a lane, fewer registers; it takes no other shape); gemm_sg-step (gemm_sg's
 #: products one channel and column tap at a time over the block: slower on most shapes
-#: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells).
+#: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells, and only
+#: there: :func:`_also_takes`).
 _ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"),
          "gemm_sg": ("gemm_sg-span24", "gemm_sg-step")}
+#: gemm_sg-step joins a fast list only for a unit-stride 3x3 whose default block holds
+#: this many pixels: the one geometry where it was measured ahead of gemm_sg (1.15-1.59x
+#: on 64->64 and 128->128 on 56x56, 64->64 on 48x48); on the stem, strided, 1x1 and
+#: other 3x3 blocks it was 1.1-1.8x behind (bench/RESULTS.md, "gemm_sg's accumulation
+#: order").  Elsewhere it compiled a pipeline and ran twice in each class of a model's
+#: cold start (ResNet-18: 10 of its 11 classes) for nothing; ``full`` still times it.
+STEP_NB = 12
 
 
 def _path_class(name: str) -> type[Path]:
@@ -263,16 +271,20 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
     fast = tuple(order[:1]) + _CHEAP.get(order[0], ())
     for name in _ALSO.get(order[0], ()):
         path, extra = CANDIDATES[name]
-        if _path_class(path).accepts(probe, probe.geo, knobs_of(extra)):
+        if (_path_class(path).accepts(probe, probe.geo, knobs_of(extra))
+                and _also_takes(name, probe)):
             fast += (name,)
     times = family_times(device)       # (read once: the strong families and _outranked)
+    ranked = {n: t for n, t in times.items() if n not in _family_once(device)}
     strong = _strong(times, order[0])
     if 1 in owned_slots(desc.inputs()):
         # an OWNED_BY_DML filter: the operator is compiled for many runs of one filter (a
         # graph, a model), and paths that transform the filter pay it once, so every other
         # accepting path is timed too (but direct: slow wherever another path accepts,
         # and the tuner-only paths unless the device ranks them strong)
-        fast += tuple(n for n in order[1:] if n != "direct" and n not in TUNER_ONLY)
+        # -- less the families the device's own ranking puts clearly behind (_ranked_out)
+        fast += tuple(n for n in order[1:] if n != "direct" and n not in TUNER_ONLY
+                      and not _ranked_out(n, ranked, probe))
     for name in strong:
         if name == "blocked":          # the block whose channels fit the group's
             name = _blocked_fit(probe.geo.cout_per_group)
@@ -281,7 +293,56 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
             fast += (name,)
     if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
-    return fast
+    return _far_behind(fast, ranked)
+
+
+def _family_of(name: str, times: dict) -> str:
+    """The family of the ranking (:data:`FAMILY`) candidate ``name`` belongs to: itself
+    where the ranking times it (winograd-blocked), else its path (gemm-g256: gemm)."""
+    return name if name in times else CANDIDATES[name][0]
+
+
+def _far_behind(fast: tuple, ranked: dict) -> tuple:
+    """The fast list less the candidates whose family the device's ranking (``ranked``:
+    times of more than one run) puts beyond :data:`FAR_FACTOR` of another listed
+    candidate's family, the heuristic's choice included (every listed one takes the
+    shape).  On SwiftShader gemm ranked 26x behind blocked, and each class's first runs
+    of gemm and its g256 twin (0.1-15 s each on ResNet-18's layers, 4-12x behind blocked
+    in every class) were about half its cold start (bench/RESULTS.md "Whole models")."""
+    fam = {n: ranked.get(_family_of(n, ranked)) for n in fast}
+    known = [t for t in fam.values() if t is not None]
+    if not known:
+        return fast
+    line = FAR_FACTOR * min(known)
+    return tuple(n for n in fast if fam[n] is None or fam[n] <= line)
+
+
+def _also_takes(name: str, probe) -> bool:
+    """Whether an :data:`_ALSO` candidate the shape accepts joins its fast list: all but
+    gemm_sg-step, which joins a unit-stride 3x3 of :data:`STEP_NB`-pixel blocks only."""
+    if name != "gemm_sg-step":
+        return True
+    g = probe.geo
+    return (g.kernel[1:] == (3, 3) and g.stride[1:] == (1, 1) and g.dilation[1:] == (1, 1)
+            and GemmSgPath.default_nb(probe, g) == STEP_NB)
+
+
+def _ranked_out(name: str, times: dict, probe) -> bool:
+    """Whether path ``name``, an OWNED_BY_DML filter's extra candidate, stays out of a fast
+    list: the device's family timing (``times``: :func:`family_times` less
+    :func:`_family_once`) puts it beyond :data:`STRONG_FACTOR` of the fastest family
+    that takes the shape.  Each such extra compiles its own pipelines and runs at least
+    twice, and on a model the extras were most of a cold start's tuning (ResNet-18 on
+    lavapipe: gemm timed in all 11 classes, 2-12x behind gemm_sg or Winograd in each,
+    bench/RESULTS.md "Whole models"); a family this far behind on the reference is
+    measured out, not guessed out.  Nothing is left out without a ranking (tuning off)
+    or for a family the ranking does not time."""
+    if name not in times:
+        return False
+    taking = [t for n, t in times.items()
+              if _path_class(CANDIDATES[n][0]).accepts(probe, probe.geo,
+                                                       knobs_of(CANDIDATES[n][1]))]
+    return bool(taking) and times[name] > STRONG_FACTOR * min(taking)
 
 
 def _blocked_fit(cout_per_group: int) -> str:
@@ -302,6 +363,11 @@ FAMILY_SHAPE = shape_from_workload({"op": "convolution", "input": [1, 32, 24, 24
                                     "end_padding": [1, 1]})
 #: A family within this factor of the fastest on the reference is strong.
 STRONG_FACTOR = 1.5
+#: A listed candidate whose family the reference puts beyond this factor of another
+#: listed one's leaves a fast list (:func:`_far_behind`), even the heuristic's choice:
+#: twice the tuner's own cut for a slow warm-up (WARM_CUTOFF), on a ranking whose cut
+#: families ran twice (``recheck_cuts``).
+FAR_FACTOR = 2 * tuning.WARM_CUTOFF
 
 
 def family_times(device) -> dict:
@@ -310,6 +376,19 @@ def family_times(device) -> dict:
     and stored like any choice): ``{candidate: seconds}``; empty with tuning off."""
     c = tuning.reference(device, FAMILY, FAMILY_SHAPE)
     return dict(c.times or {}) if c is not None else {}
+
+
+def _family_once(device) -> set:
+    """The families :func:`family_times` timed by one run only (the entry's ``once``;
+    an entry stored before it, every one dropped by the fast tuning's cuts,
+    :mod:`vkml.tuning`): one disturbed run on a loaded CPU driver put Winograd at 14x
+    gemm_sg there, so such a time leaves no candidate out (:func:`_ranked_out`,
+    :func:`_far_behind`)."""
+    c = tuning.reference(device, FAMILY, FAMILY_SHAPE)
+    if c is None:
+        return set()
+    e = tuning.default_tuner().lookup(c.key) or {}
+    return set(e.get("once", e.get("dropped", ())))
 
 
 def strong_families(device) -> tuple[str, ...]:
@@ -432,7 +511,7 @@ TIE_MARGIN = 1.1
 FAMILY = tuning.register_path(
     "convolution_family", ["gemm_sg", "gemm", "winograd", "winograd-blocked", "tiled",
                            "blocked"], "gemm", lambda _shape: "reference", _run,
-    examples=[FAMILY_SHAPE], prefetch_fn=_prefetch)
+    examples=[FAMILY_SHAPE], prefetch_fn=_prefetch, recheck_cuts=True)
 
 TUNABLE = tuning.register_path(
     "convolution", list(CANDIDATES), "direct", shape_class, _run, fast_fn=_fast,

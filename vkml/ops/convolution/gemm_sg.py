@@ -63,6 +63,15 @@ class GemmSgPath(GemmPath):
                           subgroup_shuffle_size(op))
         return sg_span(phases, nb) > span
 
+    @staticmethod
+    def default_nb(op, geo) -> int:
+        """NB, the pixels a lane's register block holds along a row, of the default block
+        (knob ``sg_span`` None; rows as planned unflattened, as for a kernel wider than
+        1x1)."""
+        phases = transposed_axes(geo) if geo.backward else forward_axes(geo)
+        return sg_blocks(geo.cout_per_group, phases, [ph[2].count for ph in phases], False,
+                         subgroup_shuffle_size(op))[1]
+
     def _subgroup(self) -> int:
         op = self.op
         sg = subgroup_shuffle_size(op)

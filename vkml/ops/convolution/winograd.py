@@ -35,9 +35,6 @@ VARIANTS = {
     **{f"convolution_winograd_output_{s}{r}_pool": ("LOCAL_SIZE_X", "ACT", "P", "SCALE")
        for s in STORAGES for r in ("", "_ssbo")},
 }
-#: The output pass's residual variants (``_res``: a graph's residual add).
-VARIANTS.update({k + "_res": v for k, v in VARIANTS.items()
-                 if k.startswith("convolution_winograd_output") and not k.endswith("_pool")})
 
 
 def pool_rule(conv: ConvolutionOperatorDesc, pool) -> str | None:
@@ -287,7 +284,9 @@ class WinogradPath(Path):
                    and all(v % 8 == 0 for v in (ys[0], ys[1], ys[3]))
                    and self.y_bytes % (4 * 8 * g.dtype.size) == 0)
         name = variant("winograd_output", suffix, self.m_texel, self.y4)
-        self.out_kernel = (name[:-3] + "_v8" if self.y8 else name) + self.res
+        # (a residual is a run-time switch of the same kernel, ``bias_step.y``: one
+        # pipeline for a model's convolutions with and without one)
+        self.out_kernel = name[:-3] + "_v8" if self.y8 else name
         self.out_constants = {"LOCAL_SIZE_X": self.local, "ACT": self.act_id}
         self.bound, self.ys = g.out_size[1:], (ys[0], ys[1], ys[3], ys[4])
         if self.pool is not None:      # P and SCALE: CompiledLpPooling's rule (lp_pooling.py)
@@ -310,7 +309,8 @@ class WinogradPath(Path):
             xs=(g.x_strides[0], g.x_strides[1], g.x_strides[3], g.x_strides[4]),
             fs=(g.w_strides[0], g.w_strides[1], g.w_strides[3], g.w_strides[4]),
             out_size=(*self.bound, int(g.flip), int(g.b_stride is not None)),
-            ys=self.ys, bias_step=(g.b_stride or 0, 0, 0, 0), act=self.act_params)
+            ys=self.ys, bias_step=(g.b_stride or 0, int(bool(self.res)), 0, 0),
+            act=self.act_params)
 
     def _weights_step(self) -> Step:
         """U = G g G^T for every channel pair."""
@@ -348,10 +348,13 @@ class WinogradPath(Path):
     def _output_step(self) -> Step:
         """y = A^T M A with bias and activation (and the pooling it absorbs)."""
         m = Buf(self.m, self.m_bytes, "r", runtime.FORMAT_RGBA32_SFLOAT if self.m_texel else 0)
+        # (without a residual, binding 4 holds the parameters: the kernel reads none)
+        res = (Buf("r", self.y_bytes) if self.res else Buf(self.params),) \
+            if self.pool is None else ()
         return Step(self.out_kernel, self.out_constants,
                     (ceil_div(self.geo.c_out * self.mrow // 4, self.local), 1, 1),
                     (m, Buf("b", absent=self.params), Buf("y", self.y_bytes, "w"),
-                     Buf(self.params)) + ((Buf("r", self.y_bytes),) if self.res else ()))
+                     Buf(self.params)) + res)
 
     # -- the 36 GEMMs --------------------------------------------------------------------
     def _gemm_steps(self) -> list[Step]:
