@@ -212,6 +212,41 @@ def test_vec4_path(device, fn):
             np.testing.assert_array_equal(got["vec4"], got["lane"])
 
 
+@pytest.mark.parametrize("fn", ["argmax", "max", "sum", "log_sum_exp"])
+def test_vec4_kept_wide(device, fn):
+    """"vec4x2" / "vec4x4" (8 or 16 outputs a lane along the kept last axis, one and
+    several merged reduced axes, ties and NaN planted) against NumPy and bit-exact
+    against "vec4" (the same order of terms per output); a last axis they do not divide
+    falls back to "vec4"."""
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(70 + FUNCS.index(fn))
+    out_type = "uint32" if fn.startswith("arg") else "float32"
+    cases = (((3, 5, 32), (1,)), ((5, 3, 48), (0, 1)), ((2, 3, 7, 16), (1, 2)),
+             ((2, 300, 64), (1,)), ((4, 6, 24), (0,)))
+    for shape, axes in cases:
+        x = random_input(rng, shape, "float32", fn)
+        x[..., 5] = x[..., 4]
+        if fn in ("max", "argmax") and rng.random() < 0.5:
+            x.flat[rng.integers(x.size, size=3)] = np.nan
+        out = tuple(1 if a in axes else n for a, n in enumerate(shape))
+        desc = dml.ReduceOperatorDesc(fn, dml.TensorDesc("float32", shape),
+                                      dml.TensorDesc(out_type, out), axes)
+        got = {}
+        for path in ("vec4", "vec4x2", "vec4x4"):
+            op = CompiledReduce(device, desc, path=path)
+            kept = int(path[5:]) if shape[-1] % (4 * int(path[5:] or 1)) == 0 and \
+                path != "vec4" else 1
+            assert (op.path, op.vec4, op.kept) == ("vec4", 1, kept), (shape, path)
+            y = device.empty(out, out_type)
+            op.execute([device.tensor(x)], [y])
+            op.release()
+            got[path] = y.numpy()
+            check(got[path], x, fn, axes)
+        for path in ("vec4x2", "vec4x4"):
+            np.testing.assert_array_equal(got[path], got["vec4"])
+
+
 def test_vec4_declines_and_storage_reads(device):
     """"vec4" falls back to "lane" where the reduced elements are neither a packed run
     nor 4-aligned or the tensors are windowed; past maxTexelBufferElements (or with

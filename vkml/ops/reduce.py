@@ -46,7 +46,7 @@ _SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
 VARIANTS = dict.fromkeys(
     ["reduce_" + s for s in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed",
                              "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")],
-    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4"))
+    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT"))
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
@@ -61,6 +61,10 @@ GROUP_WALK = 16
 #: each walking a row beats a workgroup per output and its shared-memory tree on the CPU
 #: drivers, whose barriers are costly).
 VEC4_UNITS = 64
+#: "vec4" along a kept last axis (mode 1): the vec4s of neighbouring outputs a lane may
+#: hold (glsl/reduce.comp's KEPT), each path named "vec4x<n>" past 1.  More a lane
+#: means longer contiguous reads of each reduced row per visit and fewer lanes.
+KEPT_CHOICES = (1, 2, 4)
 #: Elements one output may reduce on each path: a lane walks them 4 an iteration (lane:
 #: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
 LANE_MAX = 1 << 17
@@ -152,6 +156,9 @@ class CompiledReduce(PathBoxKernel):
     ``force_read`` (``read=``): "ssbo" forces storage-buffer reads where "texel" is
     possible (:func:`texel_read`)."""
 
+    #: "vec4" along a kept last axis: vec4s of outputs a lane holds (:data:`KEPT_CHOICES`)
+    kept: int = 1
+
     def build(self) -> None:
         d = self.desc
         src, dst = d.input_tensor, d.output_tensor
@@ -196,18 +203,34 @@ class CompiledReduce(PathBoxKernel):
             count=self.count, pad0=0, pad1=0, pad2=0), np.uint8))
         index = {DataType.INT32: 1, DataType.UINT32: 1, DataType.INT64: 2, DataType.UINT64: 2}
         self.consts = {"RANK": self.rank, "FUNC": int(self.fn), "RDIMS": len(self.rsize),
+                       "KEPT": self.kept,
                        "OUT_INDEX": index[dst.data_type] if self.fn in ARG_FUNCTIONS else 0}
 
     def _choose_path(self) -> str:
+        """The forced path where it may run (else "lane", else "group"), else the tuner's
+        choice, else the rule of the module doc; "vec4x<n>" is "vec4" with
+        :attr:`kept` n."""
         ok = {"lane": self.count <= LANE_MAX,
               "group": self.windows is None and self.count >= GROUP_FLOOR,
               "vec4": self.vec4 != 0 and self.count <= LANE_MAX}
+        last = self.desc.input_tensor.sizes[-1]
+        for n in KEPT_CHOICES[1:]:
+            ok[f"vec4x{n}"] = ok["vec4"] and self.vec4 == 1 and last % (4 * n) == 0
+        path = self._path_by_rule_or_tuner(ok)
+        if path.startswith("vec4x"):
+            self.kept = int(path[5:])
+            return "vec4"
+        return path
+
+    def _path_by_rule_or_tuner(self, ok: dict) -> str:
         if not (ok["lane"] or ok["group"]):
             raise UnsupportedError("maxStorageBufferRange", f"{self.count} elements reduced "
                                    f"per output need the group path (over {LANE_MAX}), which "
                                    "binds the whole tensors, and they exceed the range")
         if self.force_path not in (None, "auto"):
-            return self.force_path if ok.get(self.force_path) else (
+            if ok.get(self.force_path):
+                return self.force_path
+            return "vec4" if self.force_path.startswith("vec4") and ok["vec4"] else (
                 "lane" if ok["lane"] else "group")
         rule = ("group" if ok["group"] and (not ok["lane"] or (
             self.count >= GROUP_MIN and self.count >= self.outputs_n)) else "lane")
@@ -219,7 +242,7 @@ class CompiledReduce(PathBoxKernel):
 
     def units(self, path: str) -> int:
         """Invocations ("vec4") or workgroups ("group") a flat path runs."""
-        return self.outputs_n // (4 if path == "vec4" and self.vec4 == 1 else 1)
+        return self.outputs_n // (4 * self.kept if path == "vec4" and self.vec4 == 1 else 1)
 
     def in_span(self, origin, extent):
         lo, hi = strided_span(origin, extent, self.in_strides)
@@ -296,7 +319,9 @@ def _path_run(device, seq, cand, shape):
 #: "group", chosen by measurement.
 REDUCE_PATH = tuning.register_path(
     "reduce_path", [("auto", {"path": "auto"}), ("lane", {"path": "lane"}),
-                    ("group", {"path": "group"}), ("vec4", {"path": "vec4"})], "auto",
+                    ("group", {"path": "group"}), ("vec4", {"path": "vec4"}),
+                    *((f"vec4x{n}", {"path": f"vec4x{n}"}) for n in KEPT_CHOICES[1:])],
+    "auto",
     _path_class, _path_run, work_fn=tuning.io_elements,
     examples=[{"in": [[32, 64, 56, 56], [200704, 3136, 56, 1]],
                "out": [[32, 64, 1, 1], [64, 1, 1, 1]], "axes": [2, 3], "function": 2},
