@@ -370,17 +370,28 @@ State walk_row(uint base) {
     return merge(total, part);
 }
 
-// VEC4 3: one output, elements base .. base + count - 1 (k = element - base)
+// The components of texel q inside the run base .. base + count - 1 into t.
+State take_edge(State t, uint base, uint q) {
+    vec4 v = FETCH4(q);
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        uint k = 4u * q + i - base;             // wraps below base: past count too
+        if (k < count) t = take(t, v[i], k);
+    }
+    return t;
+}
+
+// VEC4 3: one output, elements base .. base + count - 1 (k = element - base): the first
+// and last texels component by component, the texels between whole (no per-element test:
+// the CPU drivers run each test under lane masks, which cost more than the reads)
 State walk_span(uint base) {
+    uint first = base >> 2, last = (base + count - 1u) >> 2;
     State total = initial();
-    State part = initial();
-    uint j = 0u;
-    for (uint q = base >> 2; q <= (base + count - 1u) >> 2; q++) {
+    State part = take_edge(initial(), base, first);
+    uint j = 4u;
+    for (uint q = first + 1u; q < last; q++) {
         vec4 v = FETCH4(q);
-        [[unroll]] for (uint i = 0u; i < 4u; i++) {
-            uint k = 4u * q + i - base;         // wraps below base: past count too
-            if (k < count) part = take(part, v[i], k);
-        }
+        uint k = 4u * q - base;
+        [[unroll]] for (uint i = 0u; i < 4u; i++) part = take(part, v[i], k + i);
         j += 4u;
         if (j >= BLOCK) {
             total = merge(total, part);
@@ -388,6 +399,7 @@ State walk_span(uint base) {
             j = 0u;
         }
     }
+    if (last > first) part = take_edge(part, base, last);
     return merge(total, part);
 }
 
