@@ -9,8 +9,10 @@ where neighbouring ones address as one.  Three paths, chosen by the tuner
 with :class:`.grid.BoxKernel`'s windows and split dispatches), "group" (one workgroup per
 output element, its lanes' states combined in a shared-memory tree) and, for float32,
 "vec4" (4-element texel or vec4 reads: 4 outputs an invocation along a packed kept last
-axis, a packed innermost reduced axis read 4 at a time, or a packed run of reduced
-elements through the texels covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within ``maxStorageBufferRange``).
+axis, or 8 or 16 as "vec4x2" / "vec4x4" (:data:`KEPT_CHOICES`), a packed innermost
+reduced axis read 4 at a time, or a packed run of reduced elements through the texels
+covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within
+``maxStorageBufferRange``).
 ``VKML_TUNE=off`` ("auto"): "group" where the elements reduced per output are at least
 :data:`GROUP_MIN` and at least the output count (a long reduction into few outputs
 leaves most lanes idle in "lane"), or more than "lane" takes (:data:`LANE_MAX`), else
@@ -315,8 +317,8 @@ def _path_run(device, seq, cand, shape):
     return record_on_scratch(device, seq, op, desc.input_tensor, desc.output_tensor)
 
 
-#: Reduce's path: "auto" (the rule above, the ``VKML_TUNE=off`` default), "lane" or
-#: "group", chosen by measurement.
+#: Reduce's path: "auto" (the rule above, the ``VKML_TUNE=off`` default), "lane",
+#: "group", "vec4" or its wider kept forms "vec4x2" / "vec4x4", chosen by measurement.
 REDUCE_PATH = tuning.register_path(
     "reduce_path", [("auto", {"path": "auto"}), ("lane", {"path": "lane"}),
                     ("group", {"path": "group"}), ("vec4", {"path": "vec4"}),
