@@ -249,6 +249,29 @@ def test_vec4_kept_wide(device, fn):
             np.testing.assert_array_equal(got[path], got["vec4"])
 
 
+def test_vec4_kept_wide_is_a_tuner_candidate(device):
+    """The tuner times "vec4x2" / "vec4x4" where the kept last axis takes them (their
+    run function records that path) and declines them where it does not."""
+    import importlib
+    from vkml import tuning
+    R = importlib.import_module("vkml.ops.reduce")
+
+    def shape(sizes):
+        out = [sizes[0], 1, sizes[2]]
+        return {"in": [list(sizes), [sizes[1] * sizes[2], sizes[2], 1]],
+                "out": [out, [sizes[2], sizes[2], 1]], "axes": [1], "function": 7}
+    for sizes, ok in (((2, 8, 32), {"vec4x2", "vec4x4"}), ((2, 8, 24), {"vec4x2"})):
+        for name in ("vec4x2", "vec4x4"):
+            cand = R.REDUCE_PATH.candidate(name)
+            seq = device.sequence()
+            if name in ok:
+                R._path_run(device, seq, cand, shape(sizes))()
+            else:
+                with pytest.raises(tuning.Declined):
+                    R._path_run(device, seq, cand, shape(sizes))
+            seq.close()
+
+
 def test_vec4_declines_and_storage_reads(device):
     """"vec4" falls back to "lane" where the reduced elements are neither a packed run
     nor 4-aligned or the tensors are windowed; past maxTexelBufferElements (or with

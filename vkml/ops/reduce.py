@@ -36,7 +36,7 @@ from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch, strided_span,
+from .grid import (BOX_CONSTANTS, PathBoxKernel, record_on_scratch, strided_span,
                    words8)
 
 __all__ = ["reduce"]
@@ -242,6 +242,11 @@ class CompiledReduce(PathBoxKernel):
             return self.tuned_read(REDUCE_PATH, reduce_shape(self.desc), ok) or rule
         return rule
 
+    @property
+    def taken(self) -> str:
+        """The path as the tuner's candidates name it ("vec4x<n>" for :attr:`kept` n)."""
+        return f"vec4x{self.kept}" if self.path == "vec4" and self.kept > 1 else self.path
+
     def units(self, path: str) -> int:
         """Invocations ("vec4") or workgroups ("group") a flat path runs."""
         return self.outputs_n // (4 * self.kept if path == "vec4" and self.vec4 == 1 else 1)
@@ -313,7 +318,9 @@ def _path_run(device, seq, cand, shape):
     desc = ReduceOperatorDesc(fn, TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
                               TensorDesc(out_type, tuple(osz), tuple(ost)), tuple(shape["axes"]))
     op = CompiledReduce(device, desc, path=cand.params["path"])
-    decline_unless(op, "path", cand)
+    if op.taken != cand.params["path"] and cand.name != "auto":   # another's work
+        op.release()
+        raise tuning.Declined(cand.name)
     return record_on_scratch(device, seq, op, desc.input_tensor, desc.output_tensor)
 
 
