@@ -318,19 +318,18 @@ void walk_kept(uint base, uint o) {
     [[unroll]] for (int i = 0; i < N; i++) { total[i] = initial(); part[i] = initial(); }
     uint digits[8];
     [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 1u : 0u;
-    // element k's KEPT texels into the N states
-#define KEPT_TAKE(k) { \
-        uint q_ = vec4_offset(base, k, 1u) >> 2; \
-        vec4 v_[KEPT]; \
-        [[unroll]] for (int h = 0; h < KEPT; h++) v_[h] = FETCH4(q_ + uint(h)); \
-        [[unroll]] for (int i = 0; i < N; i++) part[i] = take(part[i], v_[i >> 2][i & 3], k); \
-        if (RDIMS > 1) advance(digits); }
-    // whole steps of UNROLL elements without a test per element (the CPU drivers run a
-    // test's takes under lane masks, every state selected), then the rest one at a time
-    uint full = count - count % UNROLL;
     uint j = 0u;
-    for (uint k = 0u; k < full; k += UNROLL) {
-        [[unroll]] for (uint u = 0u; u < UNROLL; u++) KEPT_TAKE(k + u)
+    for (uint k = 0u; k < count; k += UNROLL) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint q = vec4_offset(base, k + u, 1u) >> 2;
+            vec4 v[KEPT];
+            [[unroll]] for (int h = 0; h < KEPT; h++) v[h] = FETCH4(q + uint(h));
+            if (k + u < count) {
+                [[unroll]] for (int i = 0; i < N; i++)
+                    part[i] = take(part[i], v[i >> 2][i & 3], k + u);
+            }
+            if (RDIMS > 1) advance(digits);
+        }
         j += UNROLL;
         if (j >= BLOCK) {
             [[unroll]] for (int i = 0; i < N; i++) {
@@ -340,28 +339,27 @@ void walk_kept(uint base, uint o) {
             j = 0u;
         }
     }
-    for (uint k = full; k < count; k++) KEPT_TAKE(k)
-#undef KEPT_TAKE
     [[unroll]] for (int i = 0; i < N; i++)
         store(o + uint(i) * AT(out_stride, LAST), merge(total[i], part[i]));
 }
 
 // VEC4 2: one output, its innermost reduced axis 4 elements a texel (rc[RDIMS - 1] stays
-// a multiple of 4: that axis' size is a multiple of 4, and so is count)
+// a multiple of 4: that axis' size is a multiple of 4)
 State walk_row(uint base) {
     State total = initial();
     State part = initial();
     uint digits[8];
     [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 4u : 0u;
-#define ROW_TAKE(k) { \
-        vec4 v_ = FETCH4(vec4_offset(base, k, 4u) >> 2); \
-        [[unroll]] for (uint i = 0u; i < 4u; i++) part = take(part, v_[i], (k) + i); \
-        if (RDIMS > 1) advance(digits); }
-    // whole steps of UNROLL texels without a test per texel, then the rest one at a time
-    uint full = count - count % (4u * UNROLL);
     uint j = 0u;
-    for (uint k = 0u; k < full; k += 4u * UNROLL) {
-        [[unroll]] for (uint u = 0u; u < UNROLL; u++) ROW_TAKE(k + 4u * u)
+    for (uint k = 0u; k < count; k += 4u * UNROLL) {
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint kk = k + 4u * u;
+            vec4 v = FETCH4(vec4_offset(base, kk, 4u) >> 2);
+            if (kk < count) {
+                [[unroll]] for (uint i = 0u; i < 4u; i++) part = take(part, v[i], kk + i);
+            }
+            if (RDIMS > 1) advance(digits);
+        }
         j += 4u * UNROLL;
         if (j >= BLOCK) {
             total = merge(total, part);
@@ -369,8 +367,6 @@ State walk_row(uint base) {
             j = 0u;
         }
     }
-    for (uint k = full; k < count; k += 4u) ROW_TAKE(k)
-#undef ROW_TAKE
     return merge(total, part);
 }
 
