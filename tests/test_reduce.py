@@ -237,8 +237,9 @@ def test_vec4_kept_wide(device, fn):
         got = {}
         for path in ("vec4", "vec4x2", "vec4x4"):
             op = CompiledReduce(device, desc, path=path)
-            kept = int(path[5:]) if shape[-1] % (4 * int(path[5:] or 1)) == 0 and \
-                path != "vec4" else 1
+            n = int(path[5:] or 1)
+            kept = n if shape[-1] % (4 * n) == 0 and not (
+                fn == "log_sum_exp" and n > 2) else 1        # see CompiledReduce
             assert (op.path, op.vec4, op.kept) == ("vec4", 1, kept), (shape, path)
             y = device.empty(out, out_type)
             op.execute([device.tensor(x)], [y])

@@ -217,7 +217,10 @@ class CompiledReduce(PathBoxKernel):
               "vec4": self.vec4 != 0 and self.count <= LANE_MAX}
         last = self.desc.input_tensor.sizes[-1]
         for n in KEPT_CHOICES[1:]:
-            ok[f"vec4x{n}"] = ok["vec4"] and self.vec4 == 1 and last % (4 * n) == 0
+            # LOG_SUM_EXP's 16 states a lane: SwiftShader's compiler did not finish their
+            # 64 unrolled merges (branches and exp each) in minutes
+            ok[f"vec4x{n}"] = (ok["vec4"] and self.vec4 == 1 and last % (4 * n) == 0
+                               and not (n > 2 and self.fn == ReduceFunction.LOG_SUM_EXP))
         path = self._path_by_rule_or_tuner(ok)
         if path.startswith("vec4x"):
             self.kept = int(path[5:])
