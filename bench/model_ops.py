@@ -175,6 +175,22 @@ def flops(op: str, p: dict) -> float:
     return 2.0 * math.prod(p["out_shape"]) * p["a"][1]
 
 
+#: Bytes the memory system fetches at once (a CPU's cache line; a GPU's sector is 32).
+LINE_BYTES = 64
+
+
+def slice_bytes(p: dict, itemsize: int) -> int:
+    """A slice's bytes moved: its output written, plus the input rows it reads.  A row
+    whose step is shorter than a cache line (:data:`LINE_BYTES`) has an element in every
+    line of its span, so the whole span is fetched, whatever the kernel: a stride-2 row
+    of n elements reads 2n - 1 of them.  Longer steps count the elements copied."""
+    n = p["out_shape"][-1]
+    out = math.prod(p["out_shape"])
+    step = abs(p["strides"][-1])
+    row = (n - 1) * step + 1 if step * itemsize < LINE_BYTES else n
+    return (out + out // n * row) * itemsize
+
+
 # -- the reference ----------------------------------------------------------------------
 def compute(op: str, p: dict, xs: list):
     """The operator by its reference (a list of arrays for ``split``)."""

@@ -169,9 +169,10 @@ def flops(op: str, p: dict) -> float:
 
 
 def bytes_moved(op: str, p: dict, inputs: list, itemsize: int) -> int:
-    """Bytes read plus bytes written, each tensor once (a slice: the elements it copies)."""
+    """Bytes read plus bytes written, each tensor once (a slice: the output and the input
+    rows it reads, :func:`model_ops.slice_bytes`)."""
     if op == "slice":
-        return 2 * math.prod(p["out_shape"]) * itemsize
+        return model_ops.slice_bytes(p, itemsize)
     return sum(a.nbytes for a in inputs if a is not None) + math.prod(p["out_shape"]) * itemsize
 
 

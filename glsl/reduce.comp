@@ -7,9 +7,11 @@
 //          (the grid machinery of glsl/fold.comp), walking k in blocks of BLOCK.
 //   GROUP true ("group"): one workgroup per output element; lane l takes k = l, l + L,
 //          ... (L = LOCAL_SIZE_X), then the lanes' states combine in a shared-memory tree.
-//   VEC4 1 ("vec4", kept): one invocation per 4 neighbouring outputs along the packed last
-//          axis (kept), reading 4-element texels / vec4s of them at each reduced element:
-//          adjacent lanes read adjacent 16 bytes and the loop runs once per 4 outputs.
+//   VEC4 1 ("vec4", kept): one invocation per 4 * KEPT neighbouring outputs along the
+//          packed last axis (kept), reading KEPT 4-element texels / vec4s of them at each
+//          reduced element: a lane reads 16 * KEPT contiguous bytes of each reduced row
+//          (the CPU drivers run a SIMD group's lanes over every reduced row before the
+//          next group: the longer each visit, the fewer row switches per byte).
 //   VEC4 2 ("vec4", row): one invocation per output, the packed innermost reduced axis
 //          read 4 elements a texel / vec4.  Both need 4-aligned strides (the host checks)
 //          and the whole tensors bound; the lanes' grid is a flat range of units.
@@ -90,12 +92,13 @@ layout(constant_id = 2) const int XDIMS = 1;
 // specialization constants before generating code: FUNC, RDIMS, OUT_INDEX, GROUP and VEC4 pick
 // the function and path (unfrozen, SwiftShader runs all twelve functions and every path under
 // lane masks).
-// vkml:frozen FUNC RDIMS OUT_INDEX GROUP VEC4
+// vkml:frozen FUNC RDIMS OUT_INDEX GROUP VEC4 KEPT
 layout(constant_id = 24) const int FUNC = 10;
 layout(constant_id = 25) const int RDIMS = 1;
 layout(constant_id = 26) const int OUT_INDEX = 0;
 layout(constant_id = 27) const bool GROUP = false;
 layout(constant_id = 28) const int VEC4 = 0;      // 1: kept, 2: row, 3: span (the top)
+layout(constant_id = 29) const int KEPT = 1;      // VEC4 1: vec4s of outputs a lane holds
 
 layout(push_constant) uniform Push {
     uvec4 origin[2];              // GROUP: origin[0].x is the first output element
@@ -307,31 +310,36 @@ uint vec4_offset(uint base, uint k, uint step) {
     return off;
 }
 
-// VEC4 1: the 4 states of outputs c .. c + 3, each element k read as one texel
+// VEC4 1: the 4 * KEPT states of outputs c .. c + 4 * KEPT - 1, each element k read as
+// KEPT consecutive texels
 void walk_kept(uint base, uint o) {
-    State total[4], part[4];
-    [[unroll]] for (int i = 0; i < 4; i++) { total[i] = initial(); part[i] = initial(); }
+    const int N = 4 * KEPT;
+    State total[N], part[N];
+    [[unroll]] for (int i = 0; i < N; i++) { total[i] = initial(); part[i] = initial(); }
     uint digits[8];
     [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 1u : 0u;
     uint j = 0u;
     for (uint k = 0u; k < count; k += UNROLL) {
         [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
-            vec4 v = FETCH4(vec4_offset(base, k + u, 1u) >> 2);
+            uint q = vec4_offset(base, k + u, 1u) >> 2;
+            vec4 v[KEPT];
+            [[unroll]] for (int h = 0; h < KEPT; h++) v[h] = FETCH4(q + uint(h));
             if (k + u < count) {
-                [[unroll]] for (int i = 0; i < 4; i++) part[i] = take(part[i], v[i], k + u);
+                [[unroll]] for (int i = 0; i < N; i++)
+                    part[i] = take(part[i], v[i >> 2][i & 3], k + u);
             }
             if (RDIMS > 1) advance(digits);
         }
         j += UNROLL;
         if (j >= BLOCK) {
-            [[unroll]] for (int i = 0; i < 4; i++) {
+            [[unroll]] for (int i = 0; i < N; i++) {
                 total[i] = merge(total[i], part[i]);
                 part[i] = initial();
             }
             j = 0u;
         }
     }
-    [[unroll]] for (int i = 0; i < 4; i++)
+    [[unroll]] for (int i = 0; i < N; i++)
         store(o + uint(i) * AT(out_stride, LAST), merge(total[i], part[i]));
 }
 
@@ -362,17 +370,28 @@ State walk_row(uint base) {
     return merge(total, part);
 }
 
-// VEC4 3: one output, elements base .. base + count - 1 (k = element - base)
+// The components of texel q inside the run base .. base + count - 1 into t.
+State take_edge(State t, uint base, uint q) {
+    vec4 v = FETCH4(q);
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        uint k = 4u * q + i - base;             // wraps below base: past count too
+        if (k < count) t = take(t, v[i], k);
+    }
+    return t;
+}
+
+// VEC4 3: one output, elements base .. base + count - 1 (k = element - base): the first
+// and last texels component by component, the texels between whole (no per-element test:
+// the CPU drivers run each test under lane masks, which cost more than the reads)
 State walk_span(uint base) {
+    uint first = base >> 2, last = (base + count - 1u) >> 2;
     State total = initial();
-    State part = initial();
-    uint j = 0u;
-    for (uint q = base >> 2; q <= (base + count - 1u) >> 2; q++) {
+    State part = take_edge(initial(), base, first);
+    uint j = 4u;
+    for (uint q = first + 1u; q < last; q++) {
         vec4 v = FETCH4(q);
-        [[unroll]] for (uint i = 0u; i < 4u; i++) {
-            uint k = 4u * q + i - base;         // wraps below base: past count too
-            if (k < count) part = take(part, v[i], k);
-        }
+        uint k = 4u * q - base;
+        [[unroll]] for (uint i = 0u; i < 4u; i++) part = take(part, v[i], k + i);
         j += 4u;
         if (j >= BLOCK) {
             total = merge(total, part);
@@ -380,6 +399,7 @@ State walk_span(uint base) {
             j = 0u;
         }
     }
+    if (last > first) part = take_edge(part, base, last);
     return merge(total, part);
 }
 
@@ -390,10 +410,10 @@ void main_vec4() {
     [[unroll]] for (int d = LAST; d >= 0; d--) {
         uint n = AT(out_size, d);
         if (n == 1u) continue;                          // uniform: no division
-        if (VEC4 == 1 && d == LAST) n >>= 2;
+        if (VEC4 == 1 && d == LAST) n /= uint(4 * KEPT);
         uint c = u % n;
         u /= n;
-        if (VEC4 == 1 && d == LAST) c <<= 2;
+        if (VEC4 == 1 && d == LAST) c *= uint(4 * KEPT);
         base += c * AT(in_stride, d);
         o += c * AT(out_stride, d);
     }

@@ -223,6 +223,24 @@ TINY_MODEL_OPS = {"workloads": [
 ]}
 
 
+@pytest.mark.parametrize("strides, itemsize, row", [
+    ([1, 1, 2, 2], 4, 2 * 3 - 1),       # every line of a stride-2 row's span is fetched
+    ([1, 1, 1, 1], 4, 3),               # a crop's rows: the elements copied
+    ([1, 1, 2, -3], 2, 2 * 3 + 1),      # negative steps span the same
+    ([1, 1, 1, 16], 4, 3),              # a step of a whole line: one element a line
+])
+def test_slice_counts_the_rows_it_reads(strides, itemsize, row):
+    """A slice's bytes: its output plus the span of each input row it reads where the
+    row's step is shorter than a cache line (derivation in bench.model_ops.slice_bytes)."""
+    w = wl.parse({"name": "s", "op": "slice", "shape": [1, 4, 16, 64],
+                  "offsets": [0, 0, 0, 0] if strides[-1] > 0 else [0, 0, 0, 63],
+                  "sizes": [1, 4, 6, 3], "strides": strides})
+    out = 4 * 6 * 3                     # sizes are the output's
+    assert w.p["out_shape"][-1] == 3 and np.prod(w.p["out_shape"]) == out
+    got = operators.bytes_moved("slice", w.p, [], itemsize)
+    assert got == (out + out // 3 * row) * itemsize
+
+
 def test_model_operator_workloads(tmp_path, device):
     """Tiny model-operator workloads end to end: several outputs (split), FLOPs against
     the FMA peak (GEMM), bytes against shader copy (pooling); vkml and every installed

@@ -422,3 +422,35 @@ def test_span_limits(device):
         assert "span" in op.permuted.kernel
         got = _execute(dev, op, x, y.size, "float32")
         assert same_bits(got.reshape(y.shape), y)
+
+
+def test_span_tuning_follows_the_copy(device, monkeypatch):
+    """The tuner's span shape carries the copy's step and row length: a crop's rows and a
+    stride-2 slice's are classed apart, and the proxy it times copies rows of that step
+    and length on the candidate's span kernel (a step-1 proxy never rides the copy
+    engine, whose own tuner would decline every candidate)."""
+    from vkml import tuning
+
+    asked = []
+    real = tuning.choose
+
+    def spy(dev, path, shape, **kw):
+        if path is permute.PATH:
+            asked.append(dict(shape))
+        return real(dev, path, shape, **kw)
+    monkeypatch.setattr(tuning, "choose", spy)
+    x = dml.TensorDesc("float32", (1, 8, 28, 28))
+    for sizes, strides in (((1, 8, 24, 24), (1, 1, 1, 1)), ((1, 8, 14, 14), (1, 1, 2, 2))):
+        op = CompiledSlice(device, dml.Slice1OperatorDesc(
+            x, dml.TensorDesc("float32", sizes), (0, 0, 0, 4 * (strides[-1] == 1)), sizes,
+            strides), path="kernel")
+        op.release()
+    assert [(s["step"], s["row"]) for s in asked] == [(1, 24), (2, 14)]
+    assert permute._class(asked[0]) != permute._class(asked[1])
+    for shape in asked:
+        for name in ("span_texel", "r4_texel"):
+            seq = device.sequence()
+            free = permute._run(device, seq, permute.PATH.candidate(name), shape)
+            seq.run()
+            free()
+            seq.close()

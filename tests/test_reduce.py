@@ -178,7 +178,9 @@ def test_both_paths(device, path):
 VEC4_CASES = (((2, 8, 12), (1,), 1), ((5, 3, 64), (0, 1), 1), ((3, 7, 2, 8), (1, 2), 1),
               ((6, 5, 16), (2,), 2), ((2, 3, 4, 8), (1, 3), 2), ((4, 3, 5, 4), (2, 3), 2),
               ((7, 4), (0, 1), 2), ((5, 3, 7), (2,), 3), ((2, 6, 7, 7), (2, 3), 3),
-              ((3, 9), (0, 1), 3), ((4, 2, 5, 6), (3,), 3))
+              ((3, 9), (0, 1), 3), ((4, 2, 5, 6), (3,), 3),
+              # runs inside one texel and across two (first and last texel alike)
+              ((6, 5, 3), (2,), 3), ((9, 3), (1,), 3))
 
 
 @pytest.mark.parametrize("fn", FUNCS)
@@ -210,6 +212,65 @@ def test_vec4_path(device, fn):
         check(got["vec4"], x, fn, axes)
         if fn in ("max", "min", "argmax", "argmin"):
             np.testing.assert_array_equal(got["vec4"], got["lane"])
+
+
+@pytest.mark.parametrize("fn", ["argmax", "max", "sum", "log_sum_exp"])
+def test_vec4_kept_wide(device, fn):
+    """"vec4x2" / "vec4x4" (8 or 16 outputs a lane along the kept last axis, one and
+    several merged reduced axes, ties and NaN planted) against NumPy and bit-exact
+    against "vec4" (the same order of terms per output); a last axis they do not divide
+    falls back to "vec4"."""
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(70 + FUNCS.index(fn))
+    out_type = "uint32" if fn.startswith("arg") else "float32"
+    cases = (((3, 5, 32), (1,)), ((5, 3, 48), (0, 1)), ((2, 3, 7, 16), (1, 2)),
+             ((2, 300, 64), (1,)), ((4, 6, 24), (0,)))
+    for shape, axes in cases:
+        x = random_input(rng, shape, "float32", fn)
+        x[..., 5] = x[..., 4]
+        if fn in ("max", "argmax") and rng.random() < 0.5:
+            x.flat[rng.integers(x.size, size=3)] = np.nan
+        out = tuple(1 if a in axes else n for a, n in enumerate(shape))
+        desc = dml.ReduceOperatorDesc(fn, dml.TensorDesc("float32", shape),
+                                      dml.TensorDesc(out_type, out), axes)
+        got = {}
+        for path in ("vec4", "vec4x2", "vec4x4"):
+            op = CompiledReduce(device, desc, path=path)
+            n = int(path[5:] or 1)
+            kept = n if shape[-1] % (4 * n) == 0 and not (
+                fn == "log_sum_exp" and n > 2) else 1        # see CompiledReduce
+            assert (op.path, op.vec4, op.kept) == ("vec4", 1, kept), (shape, path)
+            y = device.empty(out, out_type)
+            op.execute([device.tensor(x)], [y])
+            op.release()
+            got[path] = y.numpy()
+            check(got[path], x, fn, axes)
+        for path in ("vec4x2", "vec4x4"):
+            np.testing.assert_array_equal(got[path], got["vec4"])
+
+
+def test_vec4_kept_wide_is_a_tuner_candidate(device):
+    """The tuner times "vec4x2" / "vec4x4" where the kept last axis takes them (their
+    run function records that path) and declines them where it does not."""
+    import importlib
+    from vkml import tuning
+    R = importlib.import_module("vkml.ops.reduce")
+
+    def shape(sizes):
+        out = [sizes[0], 1, sizes[2]]
+        return {"in": [list(sizes), [sizes[1] * sizes[2], sizes[2], 1]],
+                "out": [out, [sizes[2], sizes[2], 1]], "axes": [1], "function": 7}
+    for sizes, ok in (((2, 8, 32), {"vec4x2", "vec4x4"}), ((2, 8, 24), {"vec4x2"})):
+        for name in ("vec4x2", "vec4x4"):
+            cand = R.REDUCE_PATH.candidate(name)
+            seq = device.sequence()
+            if name in ok:
+                R._path_run(device, seq, cand, shape(sizes))()
+            else:
+                with pytest.raises(tuning.Declined):
+                    R._path_run(device, seq, cand, shape(sizes))
+            seq.close()
 
 
 def test_vec4_declines_and_storage_reads(device):

@@ -93,9 +93,13 @@ class VkmlRunner(Runner):
 def _candidate(compiled) -> str | None:
     """What the compiled operator runs, where it chose among candidates (a convolution's
     tuned candidate, with Winograd's GEMM and store width; the path name of an operator
-    whose ``path`` is one, as GEMM's, softmax's, pooling's, reduce's): reported with its
-    times."""
-    path = getattr(compiled, "path", None)
+    whose ``path`` is one, as GEMM's, softmax's, pooling's, reduce's, or its ``taken``
+    where that names the tuner's candidate; global pooling's reduction's after its own):
+    reported with its times."""
+    path = getattr(compiled, "taken", None) or getattr(compiled, "path", None)
+    inner = getattr(compiled, "inner", None)      # global pooling as the reduction
+    if isinstance(path, str) and inner is not None:
+        return f"{path} {_candidate(inner)}"
     if isinstance(path, str):
         return path
     name = getattr(path, "candidate", None)

@@ -333,6 +333,8 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
         tile = geo["kind"] == "tile"
         shape = {"kind": "span" if "span" in geo else geo["kind"],
                  "words": math.prod(geo["box"]) * (16 if tile else 1)}
+        if "span" in geo:       # the proxy copies rows of this step and length
+            shape |= {"step": geo["span"][0], "row": geo["box"][-1]}
         choice = tuning.choose(op.device, PATH, shape)
         op.observe_choice(choice, shape, PATH)
         read = choice.name
@@ -349,13 +351,19 @@ def plan(op, box, src_st, dst_st, esize: int, in_bytes: int, out_bytes: int,
 
 
 def _class(shape) -> str:
-    """Copies sharing a choice: kind, words to the power of 4."""
-    return f"{shape['kind']} 4^{int(shape['words']).bit_length() // 2}"
+    """Copies sharing a choice: kind, words to the power of 4; span rows also by step and
+    row length to the power of 2 (a crop's rows of step 1 and a stride-2 slice's do not
+    rank the candidates alike, nor do short rows and long)."""
+    out = f"{shape['kind']} 4^{int(shape['words']).bit_length() // 2}"
+    if "step" in shape:
+        out += f" step {shape['step']} row 2^{(int(shape['row']) - 1).bit_length()}"
+    return out
 
 
 def _run(device, seq, cand, shape):
     """Record a float32 copy of the shape's kind and size on candidate ``cand``: a
-    transpose of 64 rows (tile), a step-2 slice of rows (span) or a step-3 one (rows)."""
+    transpose of 64 rows (tile), a slice of rows of the shape's step and length (span;
+    without them 64 rows at step 2) or 64 rows at step 3 (rows)."""
     from ..dml.element_wise import ElementWiseIdentityOperatorDesc
     from ..dml.join_split_slice import Slice1OperatorDesc
     from ..dml.tensor_desc import TensorDesc
@@ -375,11 +383,16 @@ def _run(device, seq, cand, shape):
         y = TensorDesc("float32", (64, w))
         op = CompiledElementWise(device, ElementWiseIdentityOperatorDesc(x, y), permute=force)
     else:
-        step = 2 if shape["kind"] == "span" else 3
-        x = TensorDesc("float32", (64, step * w + 4))
-        y = TensorDesc("float32", (64, w))
-        op = CompiledSlice(device, Slice1OperatorDesc(x, y, (0, 0), (64, step * w), (1, step)),
-                           permute=force)
+        step = int(shape.get("step", 2)) if shape["kind"] == "span" else 3
+        rows = 64
+        if "row" in shape:
+            w = max(1, int(shape["row"]))
+            rows = max(1, n // w)
+        x = TensorDesc("float32", (rows, round_up(step * w + 4, 4)))
+        y = TensorDesc("float32", (rows, w))
+        # the kernel path: a step-1 copy's rows would otherwise ask the copy engine's tuner
+        op = CompiledSlice(device, Slice1OperatorDesc(x, y, (0, 0), (rows, step * w),
+                                                      (1, step)), path="kernel", permute=force)
     if force != "strided" and op.permuted is None:
         op.release()
         raise tuning.Declined(cand.name)

@@ -9,8 +9,10 @@ where neighbouring ones address as one.  Three paths, chosen by the tuner
 with :class:`.grid.BoxKernel`'s windows and split dispatches), "group" (one workgroup per
 output element, its lanes' states combined in a shared-memory tree) and, for float32,
 "vec4" (4-element texel or vec4 reads: 4 outputs an invocation along a packed kept last
-axis, a packed innermost reduced axis read 4 at a time, or a packed run of reduced
-elements through the texels covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within ``maxStorageBufferRange``).
+axis, or 8 or 16 as "vec4x2" / "vec4x4" (:data:`KEPT_CHOICES`), a packed innermost
+reduced axis read 4 at a time, or a packed run of reduced elements through the texels
+covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within
+``maxStorageBufferRange``).
 ``VKML_TUNE=off`` ("auto"): "group" where the elements reduced per output are at least
 :data:`GROUP_MIN` and at least the output count (a long reduction into few outputs
 leaves most lanes idle in "lane"), or more than "lane" takes (:data:`LANE_MAX`), else
@@ -34,7 +36,7 @@ from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import implements
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, PathBoxKernel, decline_unless, record_on_scratch, strided_span,
+from .grid import (BOX_CONSTANTS, PathBoxKernel, record_on_scratch, strided_span,
                    words8)
 
 __all__ = ["reduce"]
@@ -46,7 +48,7 @@ _SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
 VARIANTS = dict.fromkeys(
     ["reduce_" + s for s in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed",
                              "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")],
-    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4"))
+    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT"))
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
@@ -61,6 +63,10 @@ GROUP_WALK = 16
 #: each walking a row beats a workgroup per output and its shared-memory tree on the CPU
 #: drivers, whose barriers are costly).
 VEC4_UNITS = 64
+#: "vec4" along a kept last axis (mode 1): the vec4s of neighbouring outputs a lane may
+#: hold (glsl/reduce.comp's KEPT), each path named "vec4x<n>" past 1.  More a lane
+#: means longer contiguous reads of each reduced row per visit and fewer lanes.
+KEPT_CHOICES = (1, 2, 4)
 #: Elements one output may reduce on each path: a lane walks them 4 an iteration (lane:
 #: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
 LANE_MAX = 1 << 17
@@ -152,6 +158,9 @@ class CompiledReduce(PathBoxKernel):
     ``force_read`` (``read=``): "ssbo" forces storage-buffer reads where "texel" is
     possible (:func:`texel_read`)."""
 
+    #: "vec4" along a kept last axis: vec4s of outputs a lane holds (:data:`KEPT_CHOICES`)
+    kept: int = 1
+
     def build(self) -> None:
         d = self.desc
         src, dst = d.input_tensor, d.output_tensor
@@ -196,18 +205,37 @@ class CompiledReduce(PathBoxKernel):
             count=self.count, pad0=0, pad1=0, pad2=0), np.uint8))
         index = {DataType.INT32: 1, DataType.UINT32: 1, DataType.INT64: 2, DataType.UINT64: 2}
         self.consts = {"RANK": self.rank, "FUNC": int(self.fn), "RDIMS": len(self.rsize),
+                       "KEPT": self.kept,
                        "OUT_INDEX": index[dst.data_type] if self.fn in ARG_FUNCTIONS else 0}
 
     def _choose_path(self) -> str:
+        """The forced path where it may run (else "lane", else "group"), else the tuner's
+        choice, else the rule of the module doc; "vec4x<n>" is "vec4" with
+        :attr:`kept` n."""
         ok = {"lane": self.count <= LANE_MAX,
               "group": self.windows is None and self.count >= GROUP_FLOOR,
               "vec4": self.vec4 != 0 and self.count <= LANE_MAX}
+        last = self.desc.input_tensor.sizes[-1]
+        for n in KEPT_CHOICES[1:]:
+            # LOG_SUM_EXP's 16 states a lane: SwiftShader's compiler did not finish their
+            # 64 unrolled merges (branches and exp each) in minutes
+            ok[f"vec4x{n}"] = (ok["vec4"] and self.vec4 == 1 and last % (4 * n) == 0
+                               and not (n > 2 and self.fn == ReduceFunction.LOG_SUM_EXP))
+        path = self._path_by_rule_or_tuner(ok)
+        if path.startswith("vec4x"):
+            self.kept = int(path[5:])
+            return "vec4"
+        return path
+
+    def _path_by_rule_or_tuner(self, ok: dict) -> str:
         if not (ok["lane"] or ok["group"]):
             raise UnsupportedError("maxStorageBufferRange", f"{self.count} elements reduced "
                                    f"per output need the group path (over {LANE_MAX}), which "
                                    "binds the whole tensors, and they exceed the range")
         if self.force_path not in (None, "auto"):
-            return self.force_path if ok.get(self.force_path) else (
+            if ok.get(self.force_path):
+                return self.force_path
+            return "vec4" if self.force_path.startswith("vec4") and ok["vec4"] else (
                 "lane" if ok["lane"] else "group")
         rule = ("group" if ok["group"] and (not ok["lane"] or (
             self.count >= GROUP_MIN and self.count >= self.outputs_n)) else "lane")
@@ -217,9 +245,14 @@ class CompiledReduce(PathBoxKernel):
             return self.tuned_read(REDUCE_PATH, reduce_shape(self.desc), ok) or rule
         return rule
 
+    @property
+    def taken(self) -> str:
+        """The path as the tuner's candidates name it ("vec4x<n>" for :attr:`kept` n)."""
+        return f"vec4x{self.kept}" if self.path == "vec4" and self.kept > 1 else self.path
+
     def units(self, path: str) -> int:
         """Invocations ("vec4") or workgroups ("group") a flat path runs."""
-        return self.outputs_n // (4 if path == "vec4" and self.vec4 == 1 else 1)
+        return self.outputs_n // (4 * self.kept if path == "vec4" and self.vec4 == 1 else 1)
 
     def in_span(self, origin, extent):
         lo, hi = strided_span(origin, extent, self.in_strides)
@@ -288,15 +321,19 @@ def _path_run(device, seq, cand, shape):
     desc = ReduceOperatorDesc(fn, TensorDesc(DataType.FLOAT32, tuple(isz), tuple(ist)),
                               TensorDesc(out_type, tuple(osz), tuple(ost)), tuple(shape["axes"]))
     op = CompiledReduce(device, desc, path=cand.params["path"])
-    decline_unless(op, "path", cand)
+    if op.taken != cand.params["path"] and cand.name != "auto":   # another's work
+        op.release()
+        raise tuning.Declined(cand.name)
     return record_on_scratch(device, seq, op, desc.input_tensor, desc.output_tensor)
 
 
-#: Reduce's path: "auto" (the rule above, the ``VKML_TUNE=off`` default), "lane" or
-#: "group", chosen by measurement.
+#: Reduce's path: "auto" (the rule above, the ``VKML_TUNE=off`` default), "lane",
+#: "group", "vec4" or its wider kept forms "vec4x2" / "vec4x4", chosen by measurement.
 REDUCE_PATH = tuning.register_path(
     "reduce_path", [("auto", {"path": "auto"}), ("lane", {"path": "lane"}),
-                    ("group", {"path": "group"}), ("vec4", {"path": "vec4"})], "auto",
+                    ("group", {"path": "group"}), ("vec4", {"path": "vec4"}),
+                    *((f"vec4x{n}", {"path": f"vec4x{n}"}) for n in KEPT_CHOICES[1:])],
+    "auto",
     _path_class, _path_run, work_fn=tuning.io_elements,
     examples=[{"in": [[32, 64, 56, 56], [200704, 3136, 56, 1]],
                "out": [[32, 64, 1, 1], [64, 1, 1, 1]], "axes": [2, 3], "function": 2},

@@ -74,7 +74,7 @@ LANE_MAX_COUNT = 65535
 SG_MIN_TEXELS = 8
 #: The "sg" path's texel4 / ssbo4 variants hold a row of up to this many texels a lane
 #: in registers (read once, not twice); longer rows stream it twice.
-HOLD_MAX = 32
+HOLD_MAX = 64
 
 
 def split_axes(sizes, strides_in, strides_out, reduced):
