@@ -726,20 +726,21 @@ def test_ncnn_goal_leaves_out_workloads_ncnn_gets_wrong():
 
 def test_vkml_rows_name_the_candidate(device):
     """A vkml row names what its operator ran: the convolution's candidate, with
-    Winograd's GEMM and u64 stores where they apply; GEMM's path; nothing for an operator
-    without candidates."""
+    Winograd's GEMM and u64 stores where they apply; GEMM's and padding's path names."""
     import importlib
 
     from vkml import dml
 
     from bench.runners.vkml_runner import _candidate
     conv = importlib.import_module("vkml.ops.convolution")
+    calibrate = importlib.import_module("vkml.ops.calibrate")
     T = dml.TensorDesc
     desc = dml.ConvolutionOperatorDesc(T("float32", (1, 16, 24, 24)), T("float32", (16, 16, 3, 3)),
                                        None, T("float32", (1, 16, 24, 24)),
                                        start_padding=(1, 1), end_padding=(1, 1))
     op = conv.CompiledConvolution(device, desc, path="winograd-gemm")
-    assert _candidate(op) == "winograd-gemm (gemm gemm)"
+    # u64 stores where the device's store-width probe (tuning) took them
+    assert _candidate(op) in ("winograd-gemm (gemm gemm)", "winograd-gemm (gemm gemm, u64 stores)")
     op.release()
     if device.features.get("int64"):
         op = conv.CompiledConvolution(device, desc, path="gemm-v8")
@@ -747,7 +748,7 @@ def test_vkml_rows_name_the_candidate(device):
         op.release()
     pad = device.compile_operator(device.create_operator(dml.PaddingOperatorDesc(
         T("float32", (2, 3)), T("float32", (2, 5)), start_padding=(0, 1), end_padding=(0, 1))))
-    assert _candidate(pad) is None
+    assert _candidate(pad) == pad.taken and pad.taken in calibrate.PATHS
     pad.release()
     gemm = device.compile_operator(device.create_operator(dml.GemmOperatorDesc(
         T("float32", (4, 8)), T("float32", (8, 4)), None, T("float32", (4, 4)))))

@@ -136,3 +136,24 @@ def test_compiled_graph_with_fresh_outputs(device, recordings):
     staged = tx.allocation.host is None
     assert recordings[0] - start <= (8 if staged else 0)
     compiled.release()
+
+
+def test_a_recording_with_a_freed_buffer_is_not_moved(device):
+    """A recording may be moved to a fresh result only while every other buffer it
+    bound still holds its memory: an allocation freed while its object lives on (a
+    re-planned operator's old parameters, say) makes it unmovable, as ``run`` would
+    refuse it."""
+    import gc
+
+    from vkml.ops import base
+
+    xt = vkml.tensor(np.ones((2, 5, 7), np.float32), device=device)
+    y = vkml.pad(xt, [0, 1, 2], [0, 2, 1])
+    (seq,) = [o._cache[2] for o in gc.get_objects() if isinstance(o, base.CompiledOperator)
+              and o._cache is not None
+              and any(r() is y.allocation for r in o._cache[2]._allocs)]
+    moved = [id(y.allocation)]
+    assert seq.rebindable(moved)
+    other = next(r() for r in seq._allocs if r() not in (xt.allocation, y.allocation))
+    other.free()
+    assert not seq.rebindable(moved)

@@ -244,3 +244,22 @@ def test_waits_that_poll_the_tail(device, took):
                                                              "reflect"))
     assert scheduler.WAIT_TAIL_S >= 0
     op.release()
+
+
+def test_rebind_when_a_new_allocation_has_an_old_ones_id(device):
+    """``Sequence.rebind`` moves each slot to its own new allocation even where a new
+    allocation's id is the id another moved slot was keyed by (CPython gives a new
+    object the address of a freed one): every old key leaves before a new one enters."""
+    op, out = _pad_op(device, (2,), (1,), (1,))
+    x, y = device.tensor(np.ones(2, np.float32)), device.empty(out)
+    seq = device.context.sequence(hold=False)       # (a held one is never rebound)
+    op.record(seq, [x], [y])
+    sx, sy = seq._slots[id(x.allocation)], seq._slots[id(y.allocation)]
+    x2, y2 = device.tensor(np.ones(2, np.float32)), device.empty(out)
+    # key y's slot by x2's id, as if x2 had taken the address of y's freed allocation
+    seq._slots[id(x2.allocation)] = seq._slots.pop(id(y.allocation))
+    seq.rebind([(id(x.allocation), x2.allocation), (id(x2.allocation), y2.allocation)])
+    assert seq._allocs[sx]() is x2.allocation and seq._allocs[sy]() is y2.allocation
+    assert seq._slots[id(x2.allocation)] == sx and seq._slots[id(y2.allocation)] == sy
+    seq.close()
+    op.release()

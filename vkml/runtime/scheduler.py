@@ -316,9 +316,12 @@ class Sequence:
         allocations (``hold``) are not rebound."""
         if self._hold:
             raise DeviceError("a sequence holding its allocations cannot be rebound")
-        for old, new in pairs:
-            i = self._slots.pop(old)
-            self._seen.discard(old)
+        # every old key out before any new one goes in: a new allocation may have the id
+        # of another old one (CPython reuses a freed object's address)
+        pairs = list(pairs)
+        moved = [(self._slots.pop(old), new) for old, new in pairs]
+        self._seen.difference_update(old for old, _ in pairs)
+        for i, new in moved:
             self._allocs[i] = weakref.ref(new)
             self._slots[id(new)] = i
             self._seen.add(id(new))
@@ -331,7 +334,7 @@ class Sequence:
         if any(o not in slots for o in olds):
             return False
         moved = {slots[o] for o in olds}
-        return all(i in moved or r() is not None for i, r in enumerate(self._allocs))
+        return all(i in moved or _live(r()) for i, r in enumerate(self._allocs))
 
     def keep(self, obj) -> None:
         """Hold a strong reference to ``obj`` (an operator whose pipelines and buffers
@@ -541,8 +544,7 @@ class Sequence:
             if not self.ended:
                 self.end()
             for ref in self._allocs:
-                a = ref()
-                if a is None or a.block is None:
+                if not _live(ref()):
                     raise DeviceError("a buffer this sequence uses was freed; record it again")
             if self._timed and ctx.pipelines.inflight:
                 ctx.pipelines.quiesce()     # (a CPU device's timing shares no CPU with them)
@@ -630,6 +632,12 @@ class Sequence:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _live(alloc) -> bool:
+    """Whether an allocation a recording bound still holds its memory (the object may
+    outlive its freeing)."""
+    return alloc is not None and alloc.block is not None
 
 
 def place_of(alloc: Allocation):
