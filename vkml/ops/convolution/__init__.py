@@ -324,20 +324,9 @@ class CompiledConvolution(CompiledOperator):
         super().release()
 
 
-class PoolingApart:
-    """A convolution path and the LP pooling it could not absorb, run one after the other
-    in one operator: the convolution into a buffer of the operator's, then the pooling
-    (``CompiledLpPooling``) into the output.  The path an operator whose Winograd path
-    absorbed a pooling takes when an OWNED filter holds infinities or NaNs
-    (:meth:`CompiledConvolution._avoid_winograd_if_not_finite`)."""
-
-    def __init__(self, op: CompiledConvolution, path: Path, pool):
-        from ..base import compile_operator
-        self.path, self.pool, self.device = path, pool, op.device
-        self.name, self.candidate = path.name, getattr(path, "candidate", path.name)
-        self.pooling = compile_operator(op.device.create_operator(pool))
-        n = ceil_div(pool.input_tensor.total_tensor_size_in_bytes, 4) * 4
-        self.y = Tensor(op.device, (n,), np.uint8, op.scratch(n), n, owner=False)
+class _Apart:
+    """A convolution path (``self.path``) with an operator of its own run beside it: the
+    filter is the path's."""
 
     @property
     def filter_ready(self) -> bool:
@@ -353,13 +342,29 @@ class PoolingApart:
     def encode_filter(self, seq, w) -> None:
         self.path.encode_filter(seq, w)
 
+
+class PoolingApart(_Apart):
+    """A convolution path and the LP pooling it could not absorb, run one after the other
+    in one operator: the convolution into a buffer of the operator's, then the pooling
+    (``CompiledLpPooling``) into the output.  The path an operator whose Winograd path
+    absorbed a pooling takes when an OWNED filter holds infinities or NaNs
+    (:meth:`CompiledConvolution._avoid_winograd_if_not_finite`)."""
+
+    def __init__(self, op: CompiledConvolution, path: Path, pool):
+        from ..base import compile_operator
+        self.path, self.pool, self.device = path, pool, op.device
+        self.name, self.candidate = path.name, getattr(path, "candidate", path.name)
+        self.pooling = compile_operator(op.device.create_operator(pool))
+        n = ceil_div(pool.input_tensor.total_tensor_size_in_bytes, 4) * 4
+        self.y = Tensor(op.device, (n,), np.uint8, op.scratch(n), n, owner=False)
+
     def encode(self, seq, x, w, b, y) -> None:
         self.path.encode(seq, x, w, b, self.y.allocation)
         out = Tensor(self.device, (y.size,), np.uint8, y, y.size, owner=False)
         self.pooling.encode(seq, [self.y], [out])
 
 
-class ScaleApart:
+class ScaleApart(_Apart):
     """A convolution path that does not multiply its input by a graph's input scale
     (``epilogue.py``), after the multiply run apart: ``x * s`` (ELEMENT_WISE_MULTIPLY,
     the unfused graph's node) into a buffer of the operator's, then the path on it."""
@@ -375,20 +380,6 @@ class ScaleApart:
             ElementWiseMultiplyOperatorDesc(x, input_scale_of(op.desc), x)))
         n = ceil_div(x.total_tensor_size_in_bytes, 4) * 4
         self.x = Tensor(op.device, (n,), np.uint8, op.scratch(n), n, owner=False)
-
-    @property
-    def filter_ready(self) -> bool:
-        return self.path.filter_ready
-
-    @filter_ready.setter
-    def filter_ready(self, value: bool) -> None:
-        self.path.filter_ready = value
-
-    def filter_buffer(self):
-        return self.path.filter_buffer()
-
-    def encode_filter(self, seq, w) -> None:
-        self.path.encode_filter(seq, w)
 
     def encode(self, seq, x, w, b, y, s=None, **kw) -> None:
         def t(a):
