@@ -87,11 +87,12 @@ class GraphExecutor:
         return [([origins[i] for i in f.absorbed], [origins[i] for i in f.into])
                 for f in self.compiled.fusions]
 
-    def _bound_inputs(self, env: dict) -> list:
-        """The graph's inputs from ``env``: a previous partition's device output as it
-        is, any other value written into its staging tensor (None for a constant)."""
+    def _bindings(self, env: dict):
+        """``(ins, fed)``: the graph's inputs from ``env`` (a previous partition's device
+        output as it is, else its staging tensor; None for a constant), and ``(staging
+        tensor, host value)`` for each staging tensor among them, in input order."""
         lw = self.lowered
-        ins = []
+        ins, fed = [], []
         for name in lw.inputs:
             if name in lw.constants:
                 ins.append(None)
@@ -101,8 +102,15 @@ class GraphExecutor:
                     and v.nbytes >= t.nbytes):
                 ins.append(v)                  # a previous partition's output
             else:
-                t.write(np.ascontiguousarray(host_value(v), dtype=t.dtype))
                 ins.append(t)
+                fed.append((t, host_value(v)))
+        return ins, fed
+
+    def _bound_inputs(self, env: dict) -> list:
+        """:meth:`_bindings`' inputs, the host values written into their staging tensors."""
+        ins, fed = self._bindings(env)
+        for t, v in fed:
+            t.write(np.ascontiguousarray(v, dtype=t.dtype))
         return ins
 
     def profile(self, env: dict, repeat: int):
@@ -114,20 +122,9 @@ class GraphExecutor:
     def run(self, env: dict) -> None:
         lw = self.lowered
         if self.compiled is not None:
-            ins, fed = [], []
-            for name in lw.inputs:
-                if name in lw.constants:
-                    ins.append(None)
-                    continue
-                v, t = env[name], self.staging[name]
-                if (isinstance(v, Tensor) and v.device is self.device and v.dtype == t.dtype
-                        and v.nbytes >= t.nbytes):
-                    ins.append(v)                  # a previous partition's output
-                else:
-                    ins.append(t)
-                    fed.append(host_value(v))
+            ins, fed = self._bindings(env)
             with self._lock:                       # (the I/O buffers are this executor's)
-                copies = self._run_once(ins, fed)
+                copies = self._run_once(ins, [v for _, v in fed])
             for t, names in zip(self.out_tensors, lw.outputs):
                 for name in names:
                     env[name] = reshaped(t, lw.infos[name][0])
@@ -163,12 +160,7 @@ class GraphExecutor:
 
     def _record(self, ins: list, allocs: list):
         """Record the run's submission for these bindings (module doc of the class)."""
-        if self._io is not None:
-            self._io[2].close()
-            self._io = None
-        for a in self._host:
-            a.free()
-        self._host = []
+        self._drop_io()
         ctx = self.device.context
         seq = ctx.sequence(hold=False)
         try:
@@ -201,14 +193,18 @@ class GraphExecutor:
             alloc = stage
         return alloc.host[:n].view(t.dtype).reshape(t.shape)
 
+    def _drop_io(self) -> None:
+        """Close the recorded submission and free its host-visible buffers."""
+        if self._io is not None:
+            self._io[2].close()
+            self._io = None
+        for a in self._host:
+            a.free()
+        self._host = []
+
     def release(self) -> None:
         with self._lock:
-            if self._io is not None:
-                self._io[2].close()
-                self._io = None
-            for a in self._host:
-                a.free()
-            self._host = []
+            self._drop_io()
         if self.compiled is not None:
             self.compiled.release()
             self.compiled = None
