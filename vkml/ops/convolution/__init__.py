@@ -265,9 +265,7 @@ class CompiledConvolution(CompiledOperator):
             finally:
                 self.desc = pooled
             self.path = PoolingApart(self, path, pool)
-        if self._cache is not None:
-            self._cache[2].close()
-            self._cache = None
+        self.drop_recording()
 
     def _initialize_input(self, seq, i: int, t):
         """Record the initialization of input slot ``i`` from ``t``; the Tensor (not
