@@ -149,9 +149,9 @@ def test_a_recording_with_a_freed_buffer_is_not_moved(device):
 
     xt = vkml.tensor(np.ones((2, 5, 7), np.float32), device=device)
     y = vkml.pad(xt, [0, 1, 2], [0, 2, 1])
-    (seq,) = [o._cache[2] for o in gc.get_objects() if isinstance(o, base.CompiledOperator)
+    (seq,) = [o._cache.seq for o in gc.get_objects() if isinstance(o, base.CompiledOperator)
               and o._cache is not None
-              and any(r() is y.allocation for r in o._cache[2]._allocs)]
+              and any(r() is y.allocation for r in o._cache.seq._allocs)]
     moved = [id(y.allocation)]
     assert seq.rebindable(moved)
     other = next(r() for r in seq._allocs if r() not in (xt.allocation, y.allocation))

@@ -120,11 +120,11 @@ def test_execute_replays_and_rerecords(device):
     x1, x2 = device.tensor(np.arange(3, dtype=np.float32)), device.tensor(np.ones(3, np.float32))
     y = device.empty(out)
     op.execute([x1], [y])
-    first = op._cache[2]
+    first = op._cache.seq
     op.execute([x1], [y])
-    assert op._cache[2] is first
+    assert op._cache.seq is first
     op.execute([x2], [y])
-    assert op._cache[2] is not first
+    assert op._cache.seq is not first
     np.testing.assert_array_equal(y.numpy(), np.pad(np.ones(3, np.float32), (1, 2), "wrap"))
     op.release()
 
@@ -136,14 +136,14 @@ def test_execute_with_the_same_tensor_objects(device):
     op, out = _pad_op(device, (3,), (1,), (2,), "wrap")
     x, y = device.tensor(np.arange(3, dtype=np.float32)), device.empty(out)
     op.execute([x], [y])
-    first = op._cache[2]
+    first = op._cache.seq
     x.write(np.array([5, 6, 7], np.float32))
     op.execute([x], [y])
-    assert op._cache[2] is first
+    assert op._cache.seq is first
     np.testing.assert_array_equal(y.numpy(), np.pad(np.array([5, 6, 7], np.float32), (1, 2), "wrap"))
     same_alloc = vkml.Tensor(device, (3,), np.float32, x.allocation, x.nbytes, owner=False)
     op.execute([same_alloc], [y])              # another object, same buffer: replayed
-    assert op._cache[2] is first
+    assert op._cache.seq is first
     with pytest.raises(ValidationError, match="inputs"):
         op.execute([x, x], [y])                # one input too many: checked
     x.free()

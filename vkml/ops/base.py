@@ -16,6 +16,7 @@ import itertools
 import threading
 import time
 import weakref
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -106,8 +107,7 @@ class CompiledOperator:
         self.desc = desc
         self.features = self.ctx.features
         self._owned: list = []          # allocations this operator owns (parameters, weights)
-        #: (allocations' ids, weak refs, sequence, Tensor refs, places, spare or None)
-        self._cache = None
+        self._cache: _Recording | None = None     # ``execute``'s recorded command buffer
         self._lock = threading.Lock()
         #: The functional API's reusable input/output tensors for this operator
         #: (``(key, inputs, outputs)`` or None) and the lock of their use.
@@ -254,31 +254,33 @@ class CompiledOperator:
         try:
             c = self._cache
             given = _given(inputs, outputs)
-            if c is not None and given is not None and _same_tensors(c[3], given):
-                c[2].run()
+            if c is not None and given is not None and _same_tensors(c.tensors, given):
+                c.seq.run()
                 return
             inputs, outputs = self._check_bindings(inputs, outputs)
             allocs = [t.allocation if t is not None else None for t in inputs + outputs]
             ids = tuple(id(a) for a in allocs)
             refs = _tensor_refs(given)
-            if (c is not None and c[0] == ids
-                    and all((r() if r is not None else None) is a for r, a in zip(c[1], allocs))):
-                self._cache = c[:3] + (refs,) + c[4:]
-                c[2].run()
+            if (c is not None and c.ids == ids
+                    and all((r() if r is not None else None) is a
+                            for r, a in zip(c.allocs, allocs))):
+                self._cache = replace(c, tensors=refs)
+                c.seq.run()
                 return
             weak = [weakref.ref(a) if a is not None else None for a in allocs]
             if c is not None and _rebound(c, allocs):
-                self._cache = (ids, weak, c[2], refs, c[4], c[5])
-                c[2].run()
+                self._cache = replace(c, ids=ids, allocs=weak, tensors=refs)
+                c.seq.run()
                 return
-            if c is not None and c[5] is not None and _rebound(c[5], allocs):
-                spare = c[5]         # ``y = op(y)``: the results alternate between two ranges
-                self._cache = (ids, weak, spare[2], refs, spare[4], c[:5] + (None,))
-                spare[2].run()
+            if c is not None and c.spare is not None and _rebound(c.spare, allocs):
+                spare = c.spare      # ``y = op(y)``: the results alternate between two ranges
+                self._cache = replace(spare, ids=ids, allocs=weak, tensors=refs,
+                                      spare=replace(c, spare=None))
+                spare.seq.run()
                 return
             if c is not None:
-                if c[5] is not None:
-                    c[5][2].close()
+                if c.spare is not None:
+                    c.spare.seq.close()
                 self._cache = None
             seq = self.ctx.sequence(hold=False)
             try:
@@ -286,12 +288,12 @@ class CompiledOperator:
             except BaseException:
                 seq.close()
                 if c is not None:
-                    c[2].close()
+                    c.seq.close()
                 raise
             # the last recording is kept as a spare (``_rebound``)
-            self._cache = (ids, weak, seq, refs,
-                           tuple(None if a is None else place_of(a) for a in allocs),
-                           None if c is None else c[:5] + (None,))
+            self._cache = _Recording(ids, weak, seq, refs,
+                                     tuple(None if a is None else place_of(a) for a in allocs),
+                                     None if c is None else replace(c, spare=None))
             seq.run()
         finally:
             self._lock.release()
@@ -301,7 +303,7 @@ class CompiledOperator:
         for these very Tensor objects (the last call's), or None when it holds others."""
         c = self._cache
         given = _given(inputs, outputs)
-        if c is not None and given is not None and _same_tensors(c[3], given):
+        if c is not None and given is not None and _same_tensors(c.tensors, given):
             return c
         return None
 
@@ -317,7 +319,7 @@ class CompiledOperator:
         try:
             if self._cache is not token or self.released:
                 return False
-            token[2].run()      # checks the device, the sequence and its allocations
+            token.seq.run()     # checks the device, the sequence and its allocations
             return True
         finally:
             self._lock.release()
@@ -327,9 +329,9 @@ class CompiledOperator:
         what they bound changed (the caller holds the operator's lock, or owns it)."""
         c, self._cache = self._cache, None
         if c is not None:
-            c[2].close()
-            if c[5] is not None:
-                c[5][2].close()
+            c.seq.close()
+            if c.spare is not None:
+                c.spare.seq.close()
 
     def _check_live(self) -> None:
         if self.released:
@@ -354,15 +356,28 @@ class CompiledOperator:
         self.release()
 
 
-def _rebound(cache, allocs) -> bool:
-    """Move ``execute``'s recording (``cache``) to ``allocs`` where each differing one
+@dataclass(frozen=True, eq=False)
+class _Recording:
+    """``execute``'s recorded command buffer and what it was recorded for.  Replaced,
+    never changed: :meth:`CompiledOperator.replay` checks a token by identity."""
+
+    ids: tuple              # the bound allocations' ids, inputs then outputs
+    allocs: list            # weak references to them (None: an unbound optional tensor)
+    seq: runtime.Sequence
+    tensors: tuple | None   # the caller's Tensor objects (:func:`_tensor_refs`)
+    places: tuple           # each allocation's ``place_of`` when recorded (:func:`_rebound`)
+    spare: "_Recording | None" = None   # the recording before this one
+
+
+def _rebound(rec: _Recording, allocs) -> bool:
+    """Move ``execute``'s recording (``rec``) to ``allocs`` where each differing one
     stands where the recorded one stood (``scheduler.place_of``: the same range of the
     same live block, neither with buffer views) and the recorded one was freed: a
     Tensor-out call's fresh result often takes the range its dropped predecessor gave
     back, and re-recording costs several times a replay."""
-    ids, refs, seq, _, places = cache[:5]
+    seq = rec.seq
     pairs: dict = {}
-    for old, r, place, a in zip(ids, refs, places, allocs):
+    for old, r, place, a in zip(rec.ids, rec.allocs, rec.places, allocs):
         if r is None or a is None:
             if (r is None) != (a is None):
                 return False
