@@ -169,6 +169,33 @@ def test_packed_copy_default_and_overlap(device):
             op.release()
 
 
+def test_engine_copy_between_kernels(device):
+    """A copy on the copy engine between two kernels in one recorded sequence (the
+    sequence's barriers order transfers and dispatches both ways), replayed with new
+    input values."""
+    from vkml.ops.element_wise import CompiledElementWise
+    rng = np.random.default_rng(12)
+    t = dml.TensorDesc("float32", (3, 129))
+    add = CompiledElementWise(device, dml.ElementWiseAddOperatorDesc(t, t, t))
+    copy = CompiledElementWise(device, dml.ElementWiseIdentityOperatorDesc(t, t),
+                               copy_path="engine")
+    x, y, z, w = (device.empty((3, 129), "float32") for _ in range(4))
+    try:
+        with device.sequence() as seq:
+            add.record(seq, [x, x], [y])
+            copy.record(seq, [y], [z])
+            add.record(seq, [z, y], [w])
+            for _ in range(2):
+                a = rng.standard_normal((3, 129)).astype(np.float32)
+                x.write(a)
+                seq.run()
+                np.testing.assert_array_equal(z.numpy(), a + a)
+                np.testing.assert_array_equal(w.numpy(), (a + a) + (a + a))
+    finally:
+        add.release()
+        copy.release()
+
+
 @pytest.mark.parametrize("dtype", ["int64", "uint16"])
 def test_transpose_in_windows(device, dtype):
     """A transpose (output packed, input read across) bound in windows with split grids."""
