@@ -319,10 +319,10 @@ class CompiledElementWise(CompiledOperator):
         a = inputs[0].allocation
         b = inputs[-1].allocation
         y = outputs[0].allocation
+        if self.copy_path == "engine" and self._encode_engine(seq, a, y):
+            return
         if self.permuted is not None:
             self.permuted.encode(seq, a, y)
-        elif self.copy_path == "engine" and self._encode_engine(seq, a, y):
-            pass
         elif self.flat:
             self._encode_flat(seq, a, b, y)
         elif self.row is not None:
