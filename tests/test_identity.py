@@ -116,7 +116,6 @@ def test_packed_copy_paths(device, copy_path, dtype):
     from fuzzing import bind_with_canary, canaries_intact
     from vkml.ops.element_wise import CompiledElementWise
     rng = np.random.default_rng(ALL_DTYPES.index(dtype) + 70)
-    es = np.dtype(dtype).itemsize
     shapes = [(1,), (int(rng.integers(2, 40)),), (3, int(rng.integers(1, 9)), 5),
               (2, int(rng.integers(500, 1500)))]
     for shape in shapes:
