@@ -5,6 +5,8 @@ limits, ScaleBias on float types, every rule of the page, a fuzzer (tests/fuzzin
 threads and leaks."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -160,8 +162,19 @@ def test_packed_copy_default_and_overlap(device):
         with device.sequence() as seq:
             assert not ops[0]._encode_engine(seq, a, y)     # partly overlapping: the kernel
             assert ops[0]._encode_engine(seq, a, a)         # in place: nothing to move
-        a.free()
-        y.free()
+        # apart in one buffer: the engine's region
+        b = whole.allocation.sub_allocation(t.total_tensor_size_in_bytes,
+                                            t.total_tensor_size_in_bytes)
+        x = np.random.default_rng(5).standard_normal((64, 33)).astype(np.float32)
+        got = np.zeros_like(x)
+        device.context.write(a, x)
+        with device.sequence() as seq:
+            ops[0].encode(seq, [SimpleNamespace(allocation=a)], [SimpleNamespace(allocation=b)])
+            seq.run()
+        device.context.read(b, got)
+        assert same_bits(got, x)
+        for m in (a, y, b):
+            m.free()
         whole.free()
     finally:
         for op in ops:
