@@ -5,6 +5,8 @@ limits, ScaleBias on float types, every rule of the page, a fuzzer (tests/fuzzin
 threads and leaks."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -106,6 +108,106 @@ def test_copy_variants(device, read, dtype):
             op.release()
 
 
+@pytest.mark.parametrize("copy_path", ["engine", "kernel"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_packed_copy_paths(device, copy_path, dtype):
+    """A plain packed IDENTITY on the copy engine and on the flat kernel, forced: bits
+    unchanged at random sizes (sub-word tails, odd word counts), nothing written past the
+    output's TotalTensorSizeInBytes, and on the engine not the bytes after the last
+    element either; in place it leaves the tensor as it was."""
+    from fuzzing import bind_with_canary, canaries_intact
+    from vkml.ops.element_wise import CompiledElementWise
+    rng = np.random.default_rng(ALL_DTYPES.index(dtype) + 70)
+    shapes = [(1,), (int(rng.integers(2, 40)),), (3, int(rng.integers(1, 9)), 5),
+              (2, int(rng.integers(500, 1500)))]
+    for shape in shapes:
+        x = random_bits(rng, shape, dtype)
+        t = dml.TensorDesc(dtype, shape)
+        op = CompiledElementWise(device, dml.ElementWiseIdentityOperatorDesc(t, t),
+                                 copy_path=copy_path)
+        try:
+            assert op.flat and op.copy_path == copy_path
+            out = bind_with_canary(device, t.total_tensor_size_in_bytes)
+            op.execute([device.tensor(x)], [out])
+            raw = out.read_bytes(out.nbytes + 64)
+            assert same_bits(raw[:x.nbytes].view(dtype).reshape(shape), x), shape
+            assert canaries_intact(out), "wrote past the output"
+            if copy_path == "engine":
+                assert (raw[x.nbytes:] == CANARY).all(), "wrote past the last element"
+            y = device.tensor(x)
+            op.execute([y], [y])                                # in place
+            assert same_bits(y.numpy(), x)
+        finally:
+            op.release()
+
+
+def test_packed_copy_default_and_overlap(device):
+    """``VKML_TUNE=off`` (the tests' mode) takes the copy engine for a plain packed
+    IDENTITY, a forced read path the kernel, a ScaleBias never the engine; an output
+    partly overlapping the input is left to the kernel (vkCmdCopyBuffer takes no
+    overlapping regions)."""
+    from vkml.ops.element_wise import CompiledElementWise
+    t = dml.TensorDesc("float32", (64, 33))
+    plain = dml.ElementWiseIdentityOperatorDesc(t, t)
+    ops = [CompiledElementWise(device, plain), CompiledElementWise(device, plain, read="ssbo4"),
+           CompiledElementWise(device, dml.ElementWiseIdentityOperatorDesc(
+               t, t, dml.ScaleBias(2.0, 0.0)))]
+    try:
+        assert [op.copy_path for op in ops] == ["engine", "kernel", None]
+        with pytest.raises(ValidationError, match="copy_path"):
+            CompiledElementWise(device, plain, copy_path="dma")
+        whole = device.empty((2 * 64 * 33,), "float32")
+        a = whole.allocation.sub_allocation(0, t.total_tensor_size_in_bytes)
+        y = whole.allocation.sub_allocation(256, t.total_tensor_size_in_bytes)
+        with device.sequence() as seq:
+            assert not ops[0]._encode_engine(seq, a, y)     # partly overlapping: the kernel
+            assert ops[0]._encode_engine(seq, a, a)         # in place: nothing to move
+        # apart in one buffer: the engine's region
+        b = whole.allocation.sub_allocation(t.total_tensor_size_in_bytes,
+                                            t.total_tensor_size_in_bytes)
+        x = np.random.default_rng(5).standard_normal((64, 33)).astype(np.float32)
+        got = np.zeros_like(x)
+        device.context.write(a, x)
+        with device.sequence() as seq:
+            ops[0].encode(seq, [SimpleNamespace(allocation=a)], [SimpleNamespace(allocation=b)])
+            seq.run()
+        device.context.read(b, got)
+        assert same_bits(got, x)
+        for m in (a, y, b):
+            m.free()
+        whole.free()
+    finally:
+        for op in ops:
+            op.release()
+
+
+def test_engine_copy_between_kernels(device):
+    """A copy on the copy engine between two kernels in one recorded sequence (the
+    sequence's barriers order transfers and dispatches both ways), replayed with new
+    input values."""
+    from vkml.ops.element_wise import CompiledElementWise
+    rng = np.random.default_rng(12)
+    t = dml.TensorDesc("float32", (3, 129))
+    add = CompiledElementWise(device, dml.ElementWiseAddOperatorDesc(t, t, t))
+    copy = CompiledElementWise(device, dml.ElementWiseIdentityOperatorDesc(t, t),
+                               copy_path="engine")
+    x, y, z, w = (device.empty((3, 129), "float32") for _ in range(4))
+    try:
+        with device.sequence() as seq:
+            add.record(seq, [x, x], [y])
+            copy.record(seq, [y], [z])
+            add.record(seq, [z, y], [w])
+            for _ in range(2):
+                a = rng.standard_normal((3, 129)).astype(np.float32)
+                x.write(a)
+                seq.run()
+                np.testing.assert_array_equal(z.numpy(), a + a)
+                np.testing.assert_array_equal(w.numpy(), (a + a) + (a + a))
+    finally:
+        add.release()
+        copy.release()
+
+
 @pytest.mark.parametrize("dtype", ["int64", "uint16"])
 def test_transpose_in_windows(device, dtype):
     """A transpose (output packed, input read across) bound in windows with split grids."""
@@ -128,7 +230,16 @@ def test_transpose_in_windows(device, dtype):
             assert same_bits(out.numpy(), x.T)
         finally:
             op.release()
-        assert same_bits(vkml.identity(x, device=dev), x)        # flat, in windows
+        assert same_bits(vkml.identity(x, device=dev), x)        # flat: the copy engine
+        t = dml.TensorDesc(dtype, x.shape)
+        op = cls(dev, dml.ElementWiseIdentityOperatorDesc(t, t), copy_path="kernel")
+        try:                                                     # flat, in windows
+            assert op.windows is not None and len(op.windows) > 1
+            out = dev.empty(x.shape, dtype)
+            op.execute([dev.tensor(x)], [out])
+            assert same_bits(out.numpy(), x)
+        finally:
+            op.release()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

@@ -26,7 +26,12 @@ device feature is needed).
   uvec4s, store each pair as one u64vec4 (the ``_u64`` variants) on a device with int64
   shaders whose measured store width is 64-bit (:mod:`vkml.ops.store_width`: lavapipe
   stores a vector one scalar per component).
-* A plain IDENTITY (no ScaleBias) of either kind runs the ``copy`` variants: the same
+* A plain packed IDENTITY (no ScaleBias) is one run of bytes: the copy engine
+  (``vkCmdCopyBuffer``) or the flat ``copy`` kernel, by measurement (:data:`COPY_PATH`;
+  ``VKML_TUNE=off``: the copy engine, which lavapipe runs as one ``memcpy`` and
+  SwiftShader likewise, both several times faster than any kernel of theirs).  In place
+  (the output is the input's memory) it moves nothing.
+* A plain IDENTITY (no ScaleBias) on a kernel runs the ``copy`` variants: the same
   mains without element code; float32 without an activation the ``f32`` ones, without
   the float16 conversions and the activations.  SwiftShader runs such smaller element
   code several times faster, though it would never execute the rest.
@@ -125,16 +130,24 @@ class CompiledElementWise(CompiledOperator):
     :mod:`vkml.ops.permute`'s choice for a plain IDENTITY on the strided path.
     ``store64`` forces the ``_u64`` stores (True, where the device has int64 shaders and
     the geometry allows them) or uvec4 stores (False); None: the device's measured store
-    width (:func:`~vkml.ops.store_width.wide_stores`)."""
+    width (:func:`~vkml.ops.store_width.wide_stores`).  ``copy_path`` forces a plain
+    packed IDENTITY onto the copy engine ("engine") or the flat kernel ("kernel"); None
+    lets the tuner choose, but a forced ``read`` means the kernel."""
 
     force_read: str | None = None
     allow_rows: bool = True
     force_store64: bool | None = None
     #: a plain IDENTITY on the strided path: :mod:`vkml.ops.permute`'s copy, or None
     permuted = None
+    #: a plain packed IDENTITY: "engine" (vkCmdCopyBuffer) or "kernel"; None otherwise
+    copy_path: str | None = None
 
     def __init__(self, device, desc, read: str | None = None, rows: bool = True,
-                 permute: str | None = None, store64: bool | None = None):
+                 permute: str | None = None, store64: bool | None = None,
+                 copy_path: str | None = None):
+        if copy_path not in (None, *COPY_CHOICES):
+            raise ValidationError("copy_path", f"must be one of {COPY_CHOICES}, got {copy_path!r}")
+        self.force_copy_path = copy_path
         if read is not None:
             self.force_read = read
         self.allow_rows = rows
@@ -183,7 +196,11 @@ class CompiledElementWise(CompiledOperator):
         if self.flat:
             self.words = ceil_div(math.prod(self.box) * self.esize, 4)
             self.windows = None if fits else self._flat_windows()
-            self.read = self._choose_read(READ_PATH)
+            if cls == "copy":
+                self.copy_path = self._choose_copy_path()
+            # the copy engine's kernel runs only where the output partly overlaps the
+            # input (encode): the static read, no tuning for it
+            self.read = self._choose_read(None if self.copy_path == "engine" else READ_PATH)
             self.kernel = f"element_wise_{cls}_{self.read}" + self._u64(cls, self.windows is None)
         elif self.row is not None:
             self.windows = None
@@ -228,6 +245,18 @@ class CompiledElementWise(CompiledOperator):
         wide = self.force_store64 if self.force_store64 is not None else (
             ok and wide_stores(self.device))
         return "_u64" if ok and wide else ""
+
+    def _choose_copy_path(self) -> str:
+        """A plain packed IDENTITY's path: the copy engine or the flat kernel (module
+        doc), forced, by the read forced (the kernel), or by the tuner."""
+        if self.force_copy_path is not None:
+            return self.force_copy_path
+        if self.force_read is not None:
+            return "kernel"
+        shape = {"bytes": self.bytes[2]}
+        choice = tuning.choose(self.device, COPY_PATH, shape)
+        self.observe_choice(choice, shape)
+        return choice.name
 
     def _in_span(self, origin, extent):
         """A span as long as the longer of A's and B's over the box (plan_windows sizes
@@ -280,8 +309,8 @@ class CompiledElementWise(CompiledOperator):
               <= self.ctx.limits["maxTexelBufferElements"])
         if self.force_read is not None:
             return "texel4" if self.force_read == "texel4" and ok else "ssbo4"
-        if not ok:
-            return "ssbo4"
+        if not ok or path is None:
+            return "texel4" if ok else "ssbo4"
         choice = tuning.choose(self.device, path, {"words": self.words})
         self.observe_choice(choice, {"words": self.words})
         return "ssbo4" if choice.name == "ssbo4" else "texel4"
@@ -290,6 +319,8 @@ class CompiledElementWise(CompiledOperator):
         a = inputs[0].allocation
         b = inputs[-1].allocation
         y = outputs[0].allocation
+        if self.copy_path == "engine" and self._encode_engine(seq, a, y):
+            return
         if self.permuted is not None:
             self.permuted.encode(seq, a, y)
         elif self.flat:
@@ -298,6 +329,20 @@ class CompiledElementWise(CompiledOperator):
             self._encode_rows(seq, a, b, y)
         else:
             self._encode_strided(seq, a, b, y)
+
+    def _encode_engine(self, seq, a, y) -> bool:
+        """A plain packed IDENTITY on the copy engine: its elements' bytes (not the
+        padding after them, which the output keeps); nothing in place.  False where the
+        output partly overlaps the input, which vkCmdCopyBuffer does not take (the kernel
+        copies then, as it would have)."""
+        n = math.prod(self.box) * self.esize
+        same = a.buffer == y.buffer
+        if same and a.offset == y.offset:
+            return True                     # in place: every byte is already there
+        if same and abs(a.offset - y.offset) < n:
+            return False
+        seq.copy(a, y, [(0, 0, n)])
+        return True
 
     def _pipeline(self, lx, ly, rank, xdims, v, **extra):
         return self.pipeline(self.kernel, {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly, "RANK": rank,
@@ -410,6 +455,29 @@ def _register_read(name: str, per_channel: bool):
         _read_class, functools.partial(_timed_add, per_channel=per_channel),
         examples=[{"words": 64 * 56 * 56}], work_fn=lambda shape: float(shape["words"]))
 
+
+def _copy_class(shape) -> str:
+    """Plain packed copies sharing a path choice: size within a factor of 4."""
+    return f"copy 4^{int(shape['bytes']).bit_length() // 2}"
+
+
+def _timed_copy(device, seq, cand, shape):
+    """Record a plain packed IDENTITY of ``shape["bytes"]`` (float32) on candidate
+    ``cand``'s path."""
+    t = TensorDesc(DataType.FLOAT32, (max(1, int(shape["bytes"]) // 4),))
+    op = CompiledElementWise(device, ElementWiseIdentityOperatorDesc(t, t),
+                             copy_path=cand.params["copy_path"])
+    decline_unless(op, "copy_path", cand)
+    return record_on_scratch(device, seq, op, t, t)
+
+
+#: A plain packed IDENTITY's path: the copy engine or the flat copy kernel.
+COPY_CHOICES = ("engine", "kernel")
+#: The choice between them by measurement ("engine" with ``VKML_TUNE=off``).
+COPY_PATH = tuning.register_path(
+    "identity_copy", [(c, {"copy_path": c}) for c in COPY_CHOICES], "engine", _copy_class,
+    _timed_copy, examples=[{"bytes": 4 * 64 * 112 * 112}],
+    work_fn=lambda shape: float(shape["bytes"]))
 
 #: A flat element-wise operator's read path where texel views can hold its inputs:
 #: "texel4" (the ``VKML_TUNE=off`` default) or "ssbo4", by measurement.
