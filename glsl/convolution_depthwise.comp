@@ -25,6 +25,10 @@
 //   the loads and products together; where the band's R rows lie packed one after the
 //   other (R * PW and the plane multiples of 4), the band is stored as float4s of the
 //   flattened rows instead.
+// * PC (PW, a whole plane a band, R = output height): planes whose size is not a multiple
+//   of 4 (7x7: 49 floats) are not whole float4s, but PC packed planes one after the other
+//   are; a lane then computes PC consecutive channels' planes and stores them as float4s
+//   of the flattened (channel, row, column), not one float at a time.
 //
 // vkml:variant convolution_depthwise_f32 F32=1 TEXEL=1
 // vkml:variant convolution_depthwise_f32_v4 F32=1 TEXEL=1 V4=1
@@ -68,6 +72,8 @@ layout(constant_id = 11) const int SH = 1;     // stride along h
 layout(constant_id = 12) const int DH = 1;     // dilation along h
 layout(constant_id = 13) const int PW = 0;     // V4, > 0: plane stores, PW = output width
                                                // (one strip a row, rows packed)
+layout(constant_id = 14) const int PC = 1;     // PW: channels a lane (PC > 1: R = the
+                                               // output height, planes packed)
 const int SPAN = (NB - 1) * SW + (KW - 1) * DW + 1;
 const int T4 = (SPAN + SHIFT + 3) / 4;         // X4: texels per row span
 const int NI = (R - 1) * SH + (KH - 1) * DH + 1;   // input rows of a band
@@ -236,15 +242,14 @@ void main() {
 void main() {
     int strips = out_size.w;
     int lane = int(gl_GlobalInvocationID.x);
-    int co = lane / strips;                 // (once per lane)
-    int strip = lane - co * strips;
-    co += c0;
-    if (co >= last.w) return;
+    int cq = lane / strips;                 // (once per lane)
+    int strip = lane - cq * strips;
+    int cb = c0 + cq * PC;                  // the lane's first output channel
+    if (cb >= last.w) return;
     int oh0 = int(gl_WorkGroupID.y) * R;
     int z = int(gl_WorkGroupID.z);
     int od = z % out_size.x;
     int n = n0 + z / out_size.x;
-    int ci = co / in_size.w;
     bool flip = last.z != 0;
     int ow0 = strip * NB;
     int iw0 = ow0 * SW - pad.z;
@@ -260,61 +265,71 @@ void main() {
         inw[e] = iw >= 0 && iw < in_size.z;
         cw[e] = clamp(iw, 0, in_size.z - 1) * last.x;
     }
-    float acc[R][NB];
-    [[unroll]] for (int r = 0; r < R; r++)
-        [[unroll]] for (int j = 0; j < NB; j++) acc[r][j] = 0.0;
-    int xc = n * xs.x + ci * xs.y;
-    [[unroll]] for (int kd = 0; kd < KD; kd++) {
-        int id = od * stride.x - pad.x + kd * dil.x;
-        bool dok = id >= 0 && id < in_size.x;
-        int fd = flip ? KD - 1 - kd : kd;
-        float wv[KH][KW];
-        [[unroll]] for (int kh = 0; kh < KH; kh++)
-            [[unroll]] for (int kw = 0; kw < KW; kw++)
-                wv[kh][kw] = LOAD_W(co * ws.x + fd * ws.y + (flip ? KH - 1 - kh : kh) * ws.z
-                                    + (flip ? KW - 1 - kw : kw) * ws.w);
-        int xd = xc + clamp(id, 0, in_size.x - 1) * xs.z;
-        [[unroll]] for (int i = 0; i < NI; i++) {
-            int ih = ih0 + i;
-            bool ok = dok && ih >= 0 && ih < in_size.y;
-            int xrow = xd + clamp(ih, 0, in_size.y - 1) * xs.w;
-            float b[E];
-            if (X4) {
-                int t0 = (xrow + iw0 - SHIFT) >> 2;
-                [[unroll]] for (int t = 0; t < T4; t++) {
-                    vec4 v = LOAD_X4(t0 + t);
-                    [[unroll]] for (int q = 0; q < 4; q++)
-                        b[t * 4 + q] = (ok && inw[t * 4 + q]) ? v[q] : 0.0;
+    float acc[PC][R][NB];
+    float bv[PC];
+    // (PC > 1: the host takes it only where the channel count is a multiple of PC)
+    [[unroll]] for (int p = 0; p < PC; p++) {
+        int co = cb + p;
+        int ci = co / in_size.w;
+        [[unroll]] for (int r = 0; r < R; r++)
+            [[unroll]] for (int j = 0; j < NB; j++) acc[p][r][j] = 0.0;
+        int xc = n * xs.x + ci * xs.y;
+        [[unroll]] for (int kd = 0; kd < KD; kd++) {
+            int id = od * stride.x - pad.x + kd * dil.x;
+            bool dok = id >= 0 && id < in_size.x;
+            int fd = flip ? KD - 1 - kd : kd;
+            float wv[KH][KW];
+            [[unroll]] for (int kh = 0; kh < KH; kh++)
+                [[unroll]] for (int kw = 0; kw < KW; kw++)
+                    wv[kh][kw] = LOAD_W(co * ws.x + fd * ws.y + (flip ? KH - 1 - kh : kh) * ws.z
+                                        + (flip ? KW - 1 - kw : kw) * ws.w);
+            int xd = xc + clamp(id, 0, in_size.x - 1) * xs.z;
+            [[unroll]] for (int i = 0; i < NI; i++) {
+                int ih = ih0 + i;
+                bool ok = dok && ih >= 0 && ih < in_size.y;
+                int xrow = xd + clamp(ih, 0, in_size.y - 1) * xs.w;
+                float b[E];
+                if (X4) {
+                    int t0 = (xrow + iw0 - SHIFT) >> 2;
+                    [[unroll]] for (int t = 0; t < T4; t++) {
+                        vec4 v = LOAD_X4(t0 + t);
+                        [[unroll]] for (int q = 0; q < 4; q++)
+                            b[t * 4 + q] = (ok && inw[t * 4 + q]) ? v[q] : 0.0;
+                    }
+                } else {
+                    [[unroll]] for (int e = 0; e < E; e++) {
+                        float v = LOAD_X(xrow + cw[e]);
+                        b[e] = (ok && inw[e]) ? v : 0.0;
+                    }
                 }
-            } else {
-                [[unroll]] for (int e = 0; e < E; e++) {
-                    float v = LOAD_X(xrow + cw[e]);
-                    b[e] = (ok && inw[e]) ? v : 0.0;
-                }
-            }
-            [[unroll]] for (int kh = 0; kh < KH; kh++) {
-                int rr = i - kh * DH;
-                if (rr >= 0 && rr % SH == 0 && rr / SH < R) {       // (constants)
-                    [[unroll]] for (int kw = 0; kw < KW; kw++)
-                        [[unroll]] for (int j = 0; j < NB; j++)
-                            acc[rr / SH][j] = fma(wv[kh][kw],
-                                                  b[(X4 ? SHIFT : 0) + kw * DW + j * SW],
-                                                  acc[rr / SH][j]);
+                [[unroll]] for (int kh = 0; kh < KH; kh++) {
+                    int rr = i - kh * DH;
+                    if (rr >= 0 && rr % SH == 0 && rr / SH < R) {       // (constants)
+                        [[unroll]] for (int kw = 0; kw < KW; kw++)
+                            [[unroll]] for (int j = 0; j < NB; j++)
+                                acc[p][rr / SH][j] = fma(wv[kh][kw],
+                                                         b[(X4 ? SHIFT : 0) + kw * DW + j * SW],
+                                                         acc[p][rr / SH][j]);
+                    }
                 }
             }
         }
+        bv[p] = flags.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
     }
-    float bv = flags.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
+    uint yb = uint(n) * ys.x + uint(cb) * ys.y + uint(od) * ys.z + uint(oh0) * ys.w;
 #ifdef V4
     if (PW > 0) {
-        // band element f is row f / PW, column f % PW (constants); a float4 lies in
-        // the output where its last row does (the plane is whole float4s)
-        uint yb = uint(n) * ys.x + uint(co) * ys.y + uint(od) * ys.z + uint(oh0) * ys.w;
-        [[unroll]] for (int f = 0; f < R * PW; f += 4) {
-            if (oh0 + (f + 3) / PW < out_size.y) {
+        // band element f is channel f / (R * PW), row f % (R * PW) / PW, column f % PW
+        // (constants); a float4 lies in the output where its last row does (the plane is
+        // whole float4s, or PC planes are: then every row is the output's)
+        const int BAND = R * PW;
+        [[unroll]] for (int f = 0; f < PC * BAND; f += 4) {
+            if (oh0 + (f + 3) % BAND / PW < out_size.y) {
                 vec4 v;
-                [[unroll]] for (int q = 0; q < 4; q++)
-                    v[q] = vkml_activation(ACT, acc[(f + q) / PW][(f + q) % PW] + bv, act);
+                [[unroll]] for (int q = 0; q < 4; q++) {
+                    int p = (f + q) / BAND, e = (f + q) % BAND;
+                    v[q] = vkml_activation(ACT, acc[p][e / PW][e % PW] + bv[p], act);
+                }
                 y4[(yb + uint(f)) >> 2] = v;
             }
         }
@@ -324,20 +339,20 @@ void main() {
     [[unroll]] for (int r = 0; r < R; r++) {
         int oh = oh0 + r;
         if (oh >= out_size.y) break;
-        uint yb = uint(n) * ys.x + uint(co) * ys.y + uint(od) * ys.z + uint(oh) * ys.w;
+        uint yr = yb + uint(r) * ys.w;
 #ifdef V4
         [[unroll]] for (int j = 0; j < NB; j += 4) {
             if (ow0 + j < out_size.z) {
                 vec4 v;
                 [[unroll]] for (int q = 0; q < 4; q++)
-                    v[q] = vkml_activation(ACT, acc[r][j + q] + bv, act);
-                y4[(yb + uint(ow0 + j)) >> 2] = v;
+                    v[q] = vkml_activation(ACT, acc[0][r][j + q] + bv[0], act);
+                y4[(yr + uint(ow0 + j)) >> 2] = v;
             }
         }
 #else
         [[unroll]] for (int j = 0; j < NB; j++) {
             if (ow0 + j < out_size.z)
-                FSTORE(y, yb + uint((ow0 + j) * last.y), vkml_activation(ACT, acc[r][j] + bv, act));
+                FSTORE(y, yr + uint((ow0 + j) * last.y), vkml_activation(ACT, acc[0][r][j] + bv[0], act));
         }
 #endif
     }

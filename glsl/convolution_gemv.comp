@@ -9,6 +9,9 @@
 // The implicit GEMMs run such a shape with one pixel a block: the whole reduction in one
 // lane per channel block, the other lanes of its subgroup idle (lavapipe runs them
 // anyway), which made these layers cost ten times the dispatch floor.
+// X4: input channels packed in both the input and the filter (and their image / output
+// channel offsets multiples of 4) are fetched four at a time through RGBA32F views:
+// lavapipe pays a texel fetch per lane whatever its width.
 //
 // vkml:variant convolution_gemv_f32 F32=1
 #extension GL_EXT_control_flow_attributes : require
@@ -23,10 +26,11 @@ layout(constant_id = 2) const int SG = 8;      // subgroup size (the pipeline re
 // Frozen into the module by the host (vkml.runtime.spirv), as in the other convolution
 // kernels: SwiftShader otherwise runs vkml_activation.glsl's switch case by case.
 // KS sizes the unrolled butterfly.
-// vkml:frozen ACT KS
+// vkml:frozen ACT KS X4
 layout(constant_id = 3) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
 layout(constant_id = 4) const int KS = 8;      // lanes splitting one block's input channels
                                                // (a power of two dividing SG)
+layout(constant_id = 5) const bool X4 = false; // channels fetched four at a time (RGBA32F)
 
 layout(set = 0, binding = 0) uniform samplerBuffer X;       // R32F
 layout(set = 0, binding = 1) uniform samplerBuffer Wt;      // R32F, the filter in place
@@ -59,10 +63,20 @@ void main() {
         acc[m] = 0.0;
     }
     int xo = n * xs.x;
-    [[dont_unroll]] for (int k = lane; k < size.x; k += KS) {
-        float xv = texelFetch(X, xo + k * xs.y).x;
-        [[unroll]] for (int m = 0; m < MB; m++)
-            acc[m] = fma(texelFetch(Wt, wo[m] + k * ws.y).x, xv, acc[m]);
+    if (X4) {           // (xs.y = ws.y = 1; xo, wo[m] and size.x multiples of 4)
+        [[dont_unroll]] for (int k = lane; k < size.x / 4; k += KS) {
+            vec4 xv = texelFetch(X, (xo >> 2) + k);
+            [[unroll]] for (int m = 0; m < MB; m++) {
+                vec4 wv = texelFetch(Wt, (wo[m] >> 2) + k);
+                [[unroll]] for (int q = 0; q < 4; q++) acc[m] = fma(wv[q], xv[q], acc[m]);
+            }
+        }
+    } else {
+        [[dont_unroll]] for (int k = lane; k < size.x; k += KS) {
+            float xv = texelFetch(X, xo + k * xs.y).x;
+            [[unroll]] for (int m = 0; m < MB; m++)
+                acc[m] = fma(texelFetch(Wt, wo[m] + k * ws.y).x, xv, acc[m]);
+        }
     }
     [[unroll]] for (int d = KS / 2; d >= 1; d >>= 1)
         [[unroll]] for (int m = 0; m < MB; m++)

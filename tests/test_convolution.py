@@ -1102,8 +1102,9 @@ def test_depthwise_plane_stores(device, case):
     """The depthwise block stores its band as float4s of the flattened rows where its
     rows are packed, not a multiple of 4 and the band and plane are whole float4s: the
     reference's values (with a fused activation) and the same bits as the element stores
-    of ``depthwise-scalar``; not taken where the plane is not whole float4s (7x7), and
-    then ``depthwise-scalar`` declines (it would be the default's twin)."""
+    of ``depthwise-scalar``; not taken where neither the plane nor four packed planes
+    are whole float4s (7x7, 6 channels), and then ``depthwise-scalar`` declines (it
+    would be the default's twin)."""
     xs, ws, kw = DW_PLANES[case]
     rng = np.random.default_rng(140 + case)
     desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
@@ -1122,11 +1123,59 @@ def test_depthwise_plane_stores(device, case):
     ref = np.where(ref >= 0, ref, 0.01 * ref)
     np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
                                **tolerance(w, "float32"))
-    seven = _conv_desc("float32", (1, 4, 7, 7), (4, 1, 3, 3), group_count=4,
+    seven = _conv_desc("float32", (1, 6, 7, 7), (6, 1, 3, 3), group_count=6,
                        start_padding=(1, 1), end_padding=(1, 1))
     assert compile_on_path(device, seven, "depthwise").path.pw == 0
     with pytest.raises(vkml.UnsupportedError, match="depthwise-scalar"):
         compile_on_path(device, seven, "depthwise-scalar")
+
+
+# several channels a lane (PC): 7x7 maps (MobileNetV2's last depthwise layers, four
+# channels' planes make whole float4s) with 3x3 and 5x5 kernels, a batch, a channel
+# multiplier, stride 2 from 14x14, 5x5, 3x6 (two channels) and 3x3 maps, the flipped
+# kernel; expected PC
+DW_PACKED = [
+    ((1, 8, 7, 7), (8, 1, 3, 3), dict(group_count=8, start_padding=(1, 1),
+                                      end_padding=(1, 1)), 4),
+    ((2, 12, 7, 7), (12, 1, 5, 5), dict(group_count=12, start_padding=(2, 2),
+                                        end_padding=(2, 2), mode="convolution"), 4),
+    ((1, 2, 7, 7), (8, 1, 3, 3), dict(group_count=2, start_padding=(1, 1),
+                                      end_padding=(1, 1)), 4),
+    ((1, 4, 14, 14), (4, 1, 3, 3), dict(group_count=4, strides=(2, 2), start_padding=(1, 1),
+                                        end_padding=(1, 1)), 4),
+    ((1, 8, 5, 5), (8, 1, 3, 3), dict(group_count=8, start_padding=(1, 1),
+                                      end_padding=(1, 1)), 4),
+    ((1, 6, 3, 6), (6, 1, 3, 3), dict(group_count=6, start_padding=(1, 1),
+                                      end_padding=(1, 1)), 2),
+    ((3, 4, 3, 3), (4, 1, 3, 3), dict(group_count=4, start_padding=(1, 1),
+                                      end_padding=(1, 1)), 4),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DW_PACKED)))
+def test_depthwise_packed_planes(device, case):
+    """Where one plane is not whole float4s but a few packed ones are (7x7: 49 floats), a
+    lane of the depthwise block computes PC channels' whole planes and stores them as
+    float4s of the flattened (channel, row, column): the reference's values (with a
+    fused activation and a bias) and the same bits as ``depthwise-scalar``'s element
+    stores."""
+    xs, ws, kw, pc = DW_PACKED[case]
+    rng = np.random.default_rng(170 + case)
+    desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    got, compiled = run_path(device, desc, x, w, b, path="depthwise")
+    if not compiled.path.texel:
+        pytest.skip("no texel views of these sizes on this device")
+    assert (compiled.path.pc, compiled.path.pw) == (pc, desc.output_tensor.sizes[-1])
+    plain, apart = run_path(device, desc, x, w, b, path="depthwise-scalar")
+    assert (apart.path.pc, apart.path.pw) == (1, 0)
+    np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
+    ref = desc_reference(desc, x, w, b)
+    ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                               **tolerance(w, "float32"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])

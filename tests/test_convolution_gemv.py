@@ -50,34 +50,38 @@ def _reference(x, w, b, act):
 
 
 def _run(device, desc, path, x, w, b):
-    got = run_desc(device, desc, x, w, b, compiled=compile_on_path(device, desc, path))
+    compiled = compile_on_path(device, desc, path)
+    got = run_desc(device, desc, x, w, b, compiled=compiled)
     y = desc.output_tensor
     n, c = y.sizes[:2]
     s = y.element_strides
-    return np.array([[got[i * s[0] + j * s[1]] for j in range(c)] for i in range(n)])
+    return np.array([[got[i * s[0] + j * s[1]] for j in range(c)] for i in range(n)]), compiled
 
 
 @pytest.mark.parametrize("split", [None, 1, 4, 8])
 def test_against_numpy(device, monkeypatch, split):
     """Random shapes on the gemv path with the reduction split ``split`` ways (None: the
-    heuristic's split); the input and output strided every other case."""
+    heuristic's split); the input and output strided every other case (channels apart:
+    fetched one at a time), the last case's images apart by a padded stride (channels
+    packed: fetched four at a time, X4, as every packed case of 4k channels)."""
     name = "gemv" if split is None else f"gemv-split{split}"
     monkeypatch.setitem(conv_ops.CANDIDATES, name, ("gemv", {"gemv_split": split}))
     rng = np.random.default_rng(51 + (split or 0))
     for k, (cin, cout) in enumerate([(1152, 48), (48, 1152), (6, 144), (240, 10),
-                                     (3, 5), (37, 1), (96, 4), (1000, 33)]):
+                                     (3, 5), (37, 1), (96, 4), (1000, 33), (64, 24)]):
         n = int(rng.integers(1, 4))
         bias, act = k % 3 != 2, [None, "relu", "sigmoid"][k % 3]
-        xs = (cin * 3 + 5, 3, 1, 1) if k % 2 else None
+        xs = (cin * 3 + 5, 3, 1, 1) if k % 2 else (cin + 8, 1, 1, 1) if k == 8 else None
         ys = (cout * 2 + 1, 2, 1, 1) if k % 2 else None
         desc = _desc(n, cin, cout, bias, act, xs, ys)
         x = rng.standard_normal((n, cin, 1, 1)).astype(np.float32)
         w = (rng.standard_normal((cout, cin, 1, 1)) / math.sqrt(cin)).astype(np.float32)
         b = rng.standard_normal(cout).astype(np.float32) if bias else None
         try:
-            got = _run(device, desc, name, _strided(x, xs) if xs else x, w, b)
+            got, compiled = _run(device, desc, name, _strided(x, xs) if xs else x, w, b)
         except vkml.UnsupportedError:
             pytest.skip("the device has no full subgroups with shuffles")
+        assert compiled.path.x4 == (cin % 4 == 0 and k % 2 == 0)
         np.testing.assert_allclose(got, _reference(x, w, b, act), rtol=1e-5,
                                    atol=2e-5 * math.sqrt(cin), err_msg=f"{cin}->{cout} n={n}")
 

@@ -18,7 +18,7 @@ from ...intmath import ceil_div
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
 _DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "SHIFT", "R",
-              "SH", "DH", "PW")
+              "SH", "DH", "PW", "PC")
 VARIANTS = {
     **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
@@ -30,6 +30,8 @@ VARIANTS = {
 
 DW_UNROLL = 4096          # most products (or twice the loads) the depthwise kernel unrolls
 DW_SPAN = 128             # most input elements of one unrolled row load
+#: Channels a lane may take where only several packed planes are whole float4s (PC).
+DW_CHANNELS = (2, 4)
 
 
 class DepthwisePath(Path):
@@ -59,26 +61,37 @@ class DepthwisePath(Path):
                 and (knobs["dw_plane"] or cls.plane(op, geo, {**knobs, "dw_plane": True})))
 
     @classmethod
-    def plane(cls, op, geo, knobs) -> bool:
-        """Whether the (not ``dw_rows``) block stores its band as float4s of the flattened
-        rows (``PW``, knob ``dw_plane``): float32 through texel views, rows not a multiple
-        of 4 (else they store four at a time themselves) within one strip, packed one
-        after the other, the band (R rows) and the plane whole float4s."""
+    def plane(cls, op, geo, knobs) -> int:
+        """The channels a lane takes where the (not ``dw_rows``) block stores its band as
+        float4s of the flattened rows (``PW``, knob ``dw_plane``), 0 where it does not:
+        float32 through texel views, rows not a multiple of 4 (else they store four at a
+        time themselves) within one strip, packed one after the other.  1 where the band
+        (R rows) and the plane are whole float4s; else PC (:data:`DW_CHANNELS`) where
+        the band is the whole plane and PC packed planes are whole float4s (7x7 maps:
+        four channels a lane), one output depth, the channel count a multiple of PC and
+        PC blocks within twice DW_UNROLL (a lane's planes are one unrolled body)."""
         if not knobs["dw_plane"] or knobs.get("dw_rows") or geo.dtype != DataType.FLOAT32:
-            return False
+            return 0
         blk = cls.blocks(geo, knobs)
-        oh, ow = geo.out_size[1], geo.out_size[2]
+        od, oh, ow = geo.out_size
         if blk is None or blk[0] < ow or ow % 4 == 0:
-            return False
+            return 0
         d = op.desc
         esize = geo.dtype.size
         x_el = d.input_tensor.total_tensor_size_in_bytes // esize
         w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         ys = geo.y_strides
-        return (texel_ok(op, x_el) and texel_ok(op, w_el) and ys[4] == 1 and ys[3] == ow
-                and (oh * ow) % 4 == 0 and (blk[1] * ow) % 4 == 0 and y_el % 4 == 0
-                and all(s_ % 4 == 0 for s_ in ys[:3]))
+        if not (texel_ok(op, x_el) and texel_ok(op, w_el) and ys[4] == 1 and ys[3] == ow
+                and y_el % 4 == 0 and ys[0] % 4 == 0):
+            return 0
+        if (oh * ow) % 4 == 0 and (blk[1] * ow) % 4 == 0 and ys[1] % 4 == 0 and ys[2] % 4 == 0:
+            return 1
+        if blk[1] != oh or od != 1 or ys[1] != oh * ow:
+            return 0
+        return next((pc for pc in DW_CHANNELS if (pc * oh * ow) % 4 == 0
+                     and geo.c_out % pc == 0
+                     and pc * cls.unrolled(geo, *blk) <= 2 * DW_UNROLL), 0)
 
     @staticmethod
     def v8_ok(op, geo) -> bool:
@@ -114,8 +127,8 @@ class DepthwisePath(Path):
                 best = (key, nb)
         return None if best is None else (best[1], max(1, min(band, oh)))
 
-    @staticmethod
-    def blocks(geo, knobs):
+    @classmethod
+    def blocks(cls, geo, knobs):
         """(NB, R) for the geometry, or None where even a 1 x 1 block would unroll more
         than DW_UNROLL loads or products.  The kernel unrolls KD x NI input rows of E
         elements (NI = (R-1)*SH + (KH-1)*DH + 1, E = (NB-1)*SW + (KW-1)*DW + 1, plus 3
@@ -127,22 +140,25 @@ class DepthwisePath(Path):
         nb, r = knobs["dw_block"]
         nb = max(1, min(nb, ceil_div(ow, 4) * 4))
         r = max(1, min(r, oh))
-        kd, kh, kw = geo.kernel
-        sh, sw, dh, dw = geo.stride[1], geo.stride[2], geo.dilation[1], geo.dilation[2]
-
-        def unrolled(nb_, r_):      # loads and products in the unrolled body
-            rows = (r_ - 1) * sh + (kh - 1) * dh + 1
-            span = (nb_ - 1) * sw + (kw - 1) * dw + 1 + 3
-            if span > DW_SPAN:      # (LLVM's compile time grows faster than the loads)
-                return DW_UNROLL + 1
-            return max(2 * kd * rows * span, kd * kh * kw * r_ * nb_)
-
-        while unrolled(nb, r) > DW_UNROLL and (r > 1 or nb > 1):
+        while cls.unrolled(geo, nb, r) > DW_UNROLL and (r > 1 or nb > 1):
             if r > 1:
                 r = (r + 1) // 2
             else:
                 nb = nb // 2 if nb > 4 else 1
-        return (nb, r) if unrolled(nb, r) <= DW_UNROLL else None
+        return (nb, r) if cls.unrolled(geo, nb, r) <= DW_UNROLL else None
+
+    @staticmethod
+    def unrolled(geo, nb, r) -> int:
+        """Loads (twice) or products in the unrolled body of one channel's NB x R block
+        (more than DW_UNROLL where a row span exceeds DW_SPAN: LLVM's compile time grows
+        faster than the loads)."""
+        kd, kh, kw = geo.kernel
+        sh, sw, dh, dw = geo.stride[1], geo.stride[2], geo.dilation[1], geo.dilation[2]
+        rows = (r - 1) * sh + (kh - 1) * dh + 1
+        span = (nb - 1) * sw + (kw - 1) * dw + 1 + 3
+        if span > DW_SPAN:
+            return DW_UNROLL + 1
+        return max(2 * kd * rows * span, kd * kh * kw * r * nb)
 
     def __init__(self, op, geo, knobs=None):
         super().__init__(op, geo, knobs)
@@ -168,7 +184,9 @@ class DepthwisePath(Path):
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
-        self.pw = ow if self.plane(op, g, self.knobs) else 0
+        self.pc = self.plane(op, g, self.knobs)
+        self.pw = ow if self.pc else 0
+        self.pc = max(self.pc, 1)
         self.v4 = self.v4 or bool(self.pw)
         self.v8 = bool(self.knobs.get("dw_v8"))      # (accepts checked v8_ok)
         name = ("convolution_depthwise_rows_f32_v8" if self.v8 else
@@ -182,7 +200,7 @@ class DepthwisePath(Path):
             "LOCAL_SIZE_X": self.local, "NB": nb, "SW": g.stride[2], "KW": kw,
             "DW": g.dilation[2], "ACT": self.act_id, "KH": kh, "KD": kd, "X4": int(self.x4),
             "SHIFT": (-g.start[2]) % 4, "R": r, "SH": g.stride[1], "DH": g.dilation[1],
-            "PW": self.pw})
+            "PW": self.pw, "PC": self.pc})
         self.params = op.upload(np.frombuffer(pack(
             name, "Params", in_size=(*g.in_size, g.cout_per_group),
             out_size=(*g.out_size, self.strips), flags=(kd, kh, 0, int(g.b_stride is not None)),
@@ -202,7 +220,8 @@ class DepthwisePath(Path):
         binds = [xb, wb, bb, yb, Bind(self.params)]
         mx, my, mz = self.ctx.limits["maxComputeWorkGroupCount"]
         # x: (channel, strip) lanes, y: bands, z: image x output depth
-        per_x = max(1, mx * self.local // self.strips)         # channels per dispatch
+        # channels per dispatch (a multiple of PC: a lane's channels are one dispatch's)
+        per_x = max(self.pc, mx * self.local // self.strips // self.pc * self.pc)
         od = g.out_size[0]
         per_z = max(1, mz // od)                                # images per dispatch
         gy = ceil_div(g.out_size[1], self.R)
@@ -210,5 +229,6 @@ class DepthwisePath(Path):
             raise UnsupportedError("maxComputeWorkGroupCount", "too many output rows")
         for c0, cn in pieces(g.c_out, per_x):
             for n0, nn in pieces(g.n, per_z):
-                seq.dispatch(self.pipe, binds, (ceil_div(cn * self.strips, self.local), gy,
+                lanes = ceil_div(cn, self.pc) * self.strips
+                seq.dispatch(self.pipe, binds, (ceil_div(lanes, self.local), gy,
                                                 nn * od), pack(self.kernel, "push", n0=n0, c0=c0))

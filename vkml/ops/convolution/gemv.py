@@ -19,7 +19,7 @@ from .geometry import Path, texel_ok
 from .plan import Buf, Step, compiled, record
 
 #: Kernel variants this path runs and the specialization constants it sets.
-VARIANTS = {"convolution_gemv_f32": ("LOCAL_SIZE_X", "MB", "SG", "ACT", "KS")}
+VARIANTS = {"convolution_gemv_f32": ("LOCAL_SIZE_X", "MB", "SG", "ACT", "KS", "X4")}
 #: Output channels a subgroup computes: each lane fetches MB filter elements per input
 #: element it fetches; more would leave the few subgroups of a narrow layer (8 output
 #: channels) fewer still.
@@ -57,26 +57,37 @@ class GemvPath(Path):
             ys=(g.y_strides[0], g.y_strides[1], 0, 0), act=self.act_params), np.uint8))
         self.params = params
         d = op.desc
+        self.x4 = x4 = self._quads()
+        fmt, unit = ((runtime.FORMAT_RGBA32_SFLOAT, 16) if x4 else (runtime.FORMAT_R32_SFLOAT, 4))
         x_bytes = d.input_tensor.total_tensor_size_in_bytes
-        binds = (Buf("x", x_bytes - x_bytes % 4, "r", runtime.FORMAT_R32_SFLOAT, 4),
-                 Buf("w", d.filter_tensor.total_tensor_size_in_bytes, "r",
-                     runtime.FORMAT_R32_SFLOAT, 4),
+        binds = (Buf("x", x_bytes - x_bytes % unit, "r", fmt, unit),
+                 Buf("w", d.filter_tensor.total_tensor_size_in_bytes, "r", fmt, unit),
                  Buf("b", absent=params),
                  Buf("y", d.output_tensor.total_tensor_size_in_bytes, "w"), Buf(params))
         self.split = ks = self._split()
-        consts = {"LOCAL_SIZE_X": local, "MB": MB, "SG": self.sg, "ACT": self.act_id, "KS": ks}
+        consts = {"LOCAL_SIZE_X": local, "MB": MB, "SG": self.sg, "ACT": self.act_id, "KS": ks,
+                  "X4": int(x4)}
         gx = ceil_div(ceil_div(g.c_out, MB), local // ks)
         mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
         self.steps = compiled(op, [Step(kernel, consts, (gx, 1, nn), binds, {"n0": n0},
                                         self.sg)
                                    for n0, nn in pieces(g.n, mz)])
 
+    def _quads(self) -> bool:
+        """Whether the kernel fetches four input channels at a time (X4): packed input
+        channels in the input and the filter, their image and output-channel strides
+        and the channel count multiples of 4."""
+        g = self.geo
+        return (g.x_strides[1] == 1 and g.w_strides[1] == 1 and g.c_in % 4 == 0
+                and g.x_strides[0] % 4 == 0 and g.w_strides[0] % 4 == 0)
+
     def _split(self) -> int:
         """Lanes sharing one block's reduction (knob ``gemv_split``; None: the whole
-        subgroup where each lane then still sums a few input channels, else one)."""
+        subgroup where each lane then still sums a few fetches (channels, or quads of
+        them with X4), else one)."""
         ks = self.knobs["gemv_split"]
         if ks is None:
-            ks = self.sg if self.geo.c_in >= 2 * self.sg else 1
+            ks = self.sg if self.geo.c_in // (4 if self.x4 else 1) >= 2 * self.sg else 1
         return min(ks, self.sg)
 
     def encode(self, seq, x, w, b, y) -> None:
