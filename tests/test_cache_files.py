@@ -244,6 +244,21 @@ def test_valid_calibration_is_read_and_other_entries_kept(tmp_path, device):
     assert tuning.Tuner("fast", folder=tmp_path).lookup(key) == newer
 
 
+def test_a_file_for_other_kernels_is_retuned_and_rewritten(tmp_path, device):
+    """A tuning file another vkml wrote (other kernels' sources, another digest) holds
+    times of other kernels: ignored, measured again, and the file rewritten for these."""
+    path = _tuning_path(tmp_path, device)
+    valid = _valid_calibration(device)
+    assert valid["device"]["kernels"] == pipelines.kernels_digest()
+    old = dict(valid, device=dict(valid["device"], kernels="0" * 16))
+    path.write_text(json.dumps(old))
+    m = tuning.Tuner("fast", folder=tmp_path).model(device, padding.MODEL)
+    assert m.source != "stored" and m.times != FAKE_TIMES
+    rewritten = json.loads(path.read_text())
+    assert rewritten["device"]["kernels"] == pipelines.kernels_digest()
+    assert "other,features" not in rewritten["entries"]
+
+
 @pytest.mark.floor(ran=30)
 @settings(max_examples=40, **_SETTINGS)
 @given(data=st.data())

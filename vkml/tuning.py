@@ -13,7 +13,8 @@ Why measure, never look at names: the CPU drivers and real GPUs want opposite th
 How (the rules a client can rely on):
 
 - Key: device identity (vendor_id, device_id, driver_version, pipeline_cache_uuid; one
-  file per device), enabled features (plus any limit lowered by ``Device(limits=...)``;
+  file per device; the file also names the digest of the shipped kernels' sources, and
+  one written for other kernels is re-tuned), enabled features (plus any limit lowered by ``Device(limits=...)``;
   or the path's own ``features_fn``), path name, shape class.
 - ``VKML_TUNE=off|fast|full`` (default ``fast``; a ``mode=`` argument overrides it):
   ``off`` returns the path's default candidate and reads and writes nothing (the same on
@@ -101,6 +102,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 from .errors import ValidationError, VkmlError
 from .runtime import cache
 from .runtime.cache import cache_dir
+from .runtime.pipelines import kernels_digest
 
 VERSION = 1
 MODES = ("off", "fast", "full")
@@ -429,16 +431,17 @@ def _stem(info) -> str:
 
 
 def _identity(info) -> dict:
-    return {"vendor_id": info.vendor_id, "device_id": info.device_id,
-            "driver_version": info.driver_version,
-            "pipeline_cache_uuid": info.pipeline_cache_uuid}
+    return _identity_of(_stem(info))
 
 
 def _identity_of(stem: str) -> dict:
-    """The identity a file stem (:func:`_stem`) names."""
+    """The identity a file stem (:func:`_stem`) names, with the digest of the kernels this
+    vkml ships (:func:`~vkml.runtime.pipelines.kernels_digest`): times measured on other
+    kernels (another vkml version) are not trusted, the file is re-tuned and rewritten."""
     _, vendor, device, driver, uuid = stem.split("-")
     return {"vendor_id": int(vendor, 16), "device_id": int(device, 16),
-            "driver_version": int(driver, 16), "pipeline_cache_uuid": uuid}
+            "driver_version": int(driver, 16), "pipeline_cache_uuid": uuid,
+            "kernels": kernels_digest()}
 
 
 def _features(device) -> str:

@@ -184,6 +184,16 @@ def kernel_manifest() -> dict:
     return json.loads(_shader_files()["manifest.json"].read_text())
 
 
+@functools.cache
+def kernels_digest() -> str:
+    """A digest of every shipped kernel variant's source (the manifest's ``sha256`` of its
+    GLSL, headers and defines): what a measurement of kernels is valid for."""
+    h = hashlib.sha256()
+    for name, entry in sorted(kernel_manifest().items()):
+        h.update(f"{name}={entry.get('sha256', '')};".encode())
+    return h.hexdigest()[:16]
+
+
 def interface(name: str, constants: dict | None = None) -> tuple[tuple, int, dict, tuple]:
     """(binding kinds, push-constant bytes, {constant_id: value}, ids of the constants its
     source freezes into the module: its ``vkml:frozen`` line) of kernel variant ``name``
