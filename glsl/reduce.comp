@@ -92,13 +92,16 @@ layout(constant_id = 2) const int XDIMS = 1;
 // specialization constants before generating code: FUNC, RDIMS, OUT_INDEX, GROUP and VEC4 pick
 // the function and path (unfrozen, SwiftShader runs all twelve functions and every path under
 // lane masks).
-// vkml:frozen FUNC RDIMS OUT_INDEX GROUP VEC4 KEPT
+// vkml:frozen FUNC RDIMS OUT_INDEX GROUP VEC4 KEPT SPAN
 layout(constant_id = 24) const int FUNC = 10;
 layout(constant_id = 25) const int RDIMS = 1;
 layout(constant_id = 26) const int OUT_INDEX = 0;
 layout(constant_id = 27) const bool GROUP = false;
 layout(constant_id = 28) const int VEC4 = 0;      // 1: kept, 2: row, 3: span (the top)
 layout(constant_id = 29) const int KEPT = 1;      // VEC4 1: vec4s of outputs a lane holds
+// VEC4 3: the texels strictly between a run's first and last one where every run has the
+// same number (the host checks), at most BLOCK / 4; 0: a loop to each lane's last texel
+layout(constant_id = 30) const int SPAN = 0;
 
 layout(push_constant) uniform Push {
     uvec4 origin[2];              // GROUP: origin[0].x is the first output element
@@ -387,6 +390,17 @@ State walk_span(uint base) {
     uint first = base >> 2, last = (base + count - 1u) >> 2;
     State total = initial();
     State part = take_edge(initial(), base, first);
+    if (SPAN > 0) {
+        // straight-line code: SwiftShader runs a loop's every iteration under lane masks
+        // and keeps its variables in memory, several times the cost of the reads
+        [[unroll]] for (int i = 1; i <= SPAN; i++) {
+            uint q = first + uint(i);
+            vec4 v = FETCH4(q);
+            uint k = 4u * q - base;
+            [[unroll]] for (uint c = 0u; c < 4u; c++) part = take(part, v[c], k + c);
+        }
+        return merge(total, take_edge(part, base, last));
+    }
     uint j = 4u;
     for (uint q = first + 1u; q < last; q++) {
         vec4 v = FETCH4(q);

@@ -214,6 +214,52 @@ def test_vec4_path(device, fn):
             np.testing.assert_array_equal(got["vec4"], got["lane"])
 
 
+#: (shape, row length in memory, reduced axes, glsl/reduce.comp's SPAN): packed runs (mode
+#: 3) whose texels between the first and last are one number for every output (one start
+#: within a texel, or a length 1 past a multiple of 4), 1 to SPAN_MAX (16), and runs left
+#: to the loop (starts at offsets that give different numbers, 2 texels or fewer, more
+#: than 16 between).  Rows longer than the shape's last axis hold NaN past it.
+SPAN_CASES = (((2, 6, 7, 7), 7, (2, 3), 11), ((5, 18), 20, (1,), 3),
+              ((3, 70), 72, (1,), 16), ((4, 66), 68, (1,), 15), ((3, 9), 9, (0, 1), 5),
+              ((6, 13), 13, (1,), 2), ((5, 45), 45, (1,), 10), ((6, 10), 10, (1,), 1),
+              ((6, 11), 11, (1,), 0), ((3, 73), 73, (1,), 0), ((4, 75), 76, (1,), 0),
+              ((5, 5), 8, (1,), 0), ((3, 8), 9, (1,), 0))
+
+
+@pytest.mark.parametrize("fn", FUNCS)
+def test_vec4_span_unrolled(device, fn):
+    """"vec4" over packed runs with the texels between a run's ends unrolled (SPAN) where
+    every run has as many, else the loop (always for LOG_SUM_EXP), against NumPy and
+    (min, max and the arg functions bit-exact) against "lane"."""
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(100 + FUNCS.index(fn))
+    out_type = "uint32" if fn.startswith("arg") else "float32"
+    for shape, row, axes, span in SPAN_CASES:
+        x = random_input(rng, shape, "float32", fn)
+        if fn in ("max", "min", "argmax", "argmin") and rng.random() < 0.5:
+            x.flat[rng.integers(x.size, size=2)] = np.nan
+        buf = np.full(shape[:-1] + (row,), np.nan, np.float32)
+        buf[..., :shape[-1]] = x
+        strides = None if row == shape[-1] else (row, 1)
+        out = tuple(1 if a in axes else n for a, n in enumerate(shape))
+        desc = dml.ReduceOperatorDesc(fn, dml.TensorDesc("float32", shape, strides),
+                                      dml.TensorDesc(out_type, out), axes)
+        got = {}
+        for path in ("vec4", "lane"):
+            op = CompiledReduce(device, desc, path=path)
+            if path == "vec4":
+                assert (op.path, op.vec4) == ("vec4", 3), shape
+                assert op.consts["SPAN"] == (0 if fn == "log_sum_exp" else span), shape
+            y = device.empty(out, out_type)
+            op.execute([device.tensor(buf.reshape(-1))], [y])
+            op.release()
+            got[path] = y.numpy()
+        check(got["vec4"], x, fn, axes)
+        if fn in ("max", "min", "argmax", "argmin"):
+            np.testing.assert_array_equal(got["vec4"], got["lane"])
+
+
 @pytest.mark.parametrize("fn", ["argmax", "max", "sum", "log_sum_exp"])
 def test_vec4_kept_wide(device, fn):
     """"vec4x2" / "vec4x4" (8 or 16 outputs a lane along the kept last axis, one and

@@ -11,7 +11,8 @@ output element, its lanes' states combined in a shared-memory tree) and, for flo
 "vec4" (4-element texel or vec4 reads: 4 outputs an invocation along a packed kept last
 axis, or 8 or 16 as "vec4x2" / "vec4x4" (:data:`KEPT_CHOICES`), a packed innermost
 reduced axis read 4 at a time, or a packed run of reduced elements through the texels
-covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within
+covering it; see :func:`vec4_mode`, the texels between its ends unrolled where every
+output has as many, :func:`span_texels`); the last two bind the whole tensors (within
 ``maxStorageBufferRange``).
 ``VKML_TUNE=off`` ("auto"): "group" where the elements reduced per output are at least
 :data:`GROUP_MIN` and at least the output count (a long reduction into few outputs
@@ -48,7 +49,7 @@ _SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
 VARIANTS = dict.fromkeys(
     ["reduce_" + s for s in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed",
                              "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")],
-    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT"))
+    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT", "SPAN"))
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
@@ -71,6 +72,9 @@ KEPT_CHOICES = (1, 2, 4)
 #: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
 LANE_MAX = 1 << 17
 GROUP_MAX = 1 << 26
+#: "vec4" over a packed run (mode 3): the most texels between a run's first and last one
+#: that glsl/reduce.comp's SPAN unrolls (global pooling of 7x7 has 11, of 8x8 15).
+SPAN_MAX = 16
 
 
 def element_variant(family: str, t: DataType, features: dict) -> str:
@@ -128,6 +132,21 @@ def vec4_mode(op) -> int:
     if op.rstride[-1] == 1 and op.rsize[-1] % 4 == 0 and op.in_strides[-1] % 4 == 0:
         return 2
     return span
+
+
+def span_texels(op) -> int:
+    """glsl/reduce.comp's SPAN for the "vec4" path over a packed run (mode 3): the texels
+    strictly between each run's first and last one where that is one number for every
+    output (every run starts at the same offset within a texel, or the run's length is 1
+    more than a multiple of 4, which any start leaves the same) from 1 to
+    :data:`SPAN_MAX`, the function not LOG_SUM_EXP (up to 64 of its merges, an exp and
+    branches each: SwiftShader did not compile as many in "vec4x4" in minutes); else 0
+    (a loop)."""
+    if op.vec4 != 3 or op.fn == ReduceFunction.LOG_SUM_EXP:
+        return 0
+    step = math.gcd(4, *(s for s, n in zip(op.in_strides, op.box) if n > 1))
+    inner = {((a + op.count - 1) >> 2) - 1 for a in range(0, 4, step)}
+    return inner.pop() if len(inner) == 1 and 1 <= min(inner) <= SPAN_MAX else 0
 
 
 def vec4_read(op) -> str:
@@ -206,6 +225,7 @@ class CompiledReduce(PathBoxKernel):
         index = {DataType.INT32: 1, DataType.UINT32: 1, DataType.INT64: 2, DataType.UINT64: 2}
         self.consts = {"RANK": self.rank, "FUNC": int(self.fn), "RDIMS": len(self.rsize),
                        "KEPT": self.kept,
+                       "SPAN": span_texels(self) if self.path == "vec4" else 0,
                        "OUT_INDEX": index[dst.data_type] if self.fn in ARG_FUNCTIONS else 0}
 
     def _choose_path(self) -> str:
