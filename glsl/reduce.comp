@@ -105,8 +105,8 @@ layout(constant_id = 29) const int KEPT = 1;      // VEC4 1: vec4s of outputs a 
 layout(constant_id = 30) const int SPAN = 0;
 // VEC4: the kept axes of more than one element, merged where they address as one in both
 // tensors (the host packs them last in out_size / in_stride / out_stride): the outermost
-// takes the unit's quotient whole, the others a division each (lavapipe runs a vector's
-// integer divisions one lane at a time: they had cost a row sum of 112 a third of its time)
+// takes the unit's quotient whole, the others a division each (lavapipe divides a vector
+// one lane at a time; SwiftShader ran a branch per axis of the 8 under lane masks)
 layout(constant_id = 31) const int KDIMS = 1;
 
 layout(push_constant) uniform Push {
@@ -420,7 +420,7 @@ State walk_span(uint base) {
     State part = take_edge(initial(), base, first);
     if (SPAN > 0) {
         // straight-line code: SwiftShader runs a loop's every iteration under lane masks
-        // and keeps its variables in memory, several times the cost of the reads
+        // and keeps its variables in memory
         [[unroll]] for (int i = 1; i <= SPAN; i++) {
             uint q = first + uint(i);
             vec4 v = FETCH4(q);

@@ -49,8 +49,7 @@ _SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
 VARIANTS = dict.fromkeys(
     ["reduce_" + s for s in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed",
                              "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")],
-    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT", "SPAN",
-                                "KDIMS"))
+    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT", "SPAN", "KDIMS"))
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
@@ -73,8 +72,10 @@ KEPT_CHOICES = (1, 2, 4)
 #: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
 LANE_MAX = 1 << 17
 GROUP_MAX = 1 << 26
-#: "vec4" over a packed run (mode 3): the most texels between a run's first and last one
-#: that glsl/reduce.comp's SPAN unrolls (global pooling of 7x7 has 11, of 8x8 15).
+#: The most that glsl/reduce.comp's SPAN unrolls on the "vec4" path (the code grows with
+#: it; all within one partial sum of BLOCK terms, so the order of terms is the loop's):
+#: texels between a packed run's first and last one (global pooling of 7x7 has 11, of 8x8
+#: 15), texels of a row, and elements of a kept reduction times the vec4s a lane holds.
 SPAN_MAX = 16
 SPAN_ROW_MAX = 32
 SPAN_KEPT_MAX = 64
@@ -138,13 +139,15 @@ def vec4_mode(op) -> int:
 
 
 def span_texels(op) -> int:
-    """glsl/reduce.comp's SPAN for the "vec4" path over a packed run (mode 3): the texels
-    strictly between each run's first and last one where that is one number for every
-    output (every run starts at the same offset within a texel, or the run's length is 1
-    more than a multiple of 4, which any start leaves the same) from 1 to
-    :data:`SPAN_MAX`, the function not LOG_SUM_EXP (up to 64 of its merges, an exp and
-    branches each: SwiftShader did not compile as many in "vec4x4" in minutes); else 0
-    (a loop)."""
+    """glsl/reduce.comp's SPAN, the "vec4" path's reduced elements unrolled (no loop, no
+    test per element), where there is one reduced axis (after merging): along a kept last
+    axis (mode 1), its elements, at most :data:`SPAN_KEPT_MAX` times the vec4s a lane
+    holds; a row (mode 2), its texels, at most :data:`SPAN_ROW_MAX`; a packed run (mode
+    3), the texels strictly between its first and last one, 1 to :data:`SPAN_MAX`, where
+    that is one number for every output (every run starts at the same offset within a
+    texel, or the run's length is 1 more than a multiple of 4, which any start leaves the
+    same).  0 (the loop) otherwise and for LOG_SUM_EXP (up to 64 of its merges, an exp
+    and branches each: SwiftShader did not compile as many in "vec4x4" in minutes)."""
     if op.fn == ReduceFunction.LOG_SUM_EXP:
         return 0
     if op.vec4 in (1, 2) and len(op.rsize) > 1:
