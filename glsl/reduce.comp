@@ -92,13 +92,22 @@ layout(constant_id = 2) const int XDIMS = 1;
 // specialization constants before generating code: FUNC, RDIMS, OUT_INDEX, GROUP and VEC4 pick
 // the function and path (unfrozen, SwiftShader runs all twelve functions and every path under
 // lane masks).
-// vkml:frozen FUNC RDIMS OUT_INDEX GROUP VEC4 KEPT
+// vkml:frozen FUNC RDIMS OUT_INDEX GROUP VEC4 KEPT SPAN KDIMS
 layout(constant_id = 24) const int FUNC = 10;
 layout(constant_id = 25) const int RDIMS = 1;
 layout(constant_id = 26) const int OUT_INDEX = 0;
 layout(constant_id = 27) const bool GROUP = false;
 layout(constant_id = 28) const int VEC4 = 0;      // 1: kept, 2: row, 3: span (the top)
 layout(constant_id = 29) const int KEPT = 1;      // VEC4 1: vec4s of outputs a lane holds
+// VEC4 1: the elements of the one reduced axis; VEC4 2: the texels of a row where it is the
+// one reduced axis; VEC4 3: the texels strictly between a run's first and last one where
+// every run has as many (the host checks); all within one partial sum (BLOCK).  0: a loop
+layout(constant_id = 30) const int SPAN = 0;
+// VEC4: the kept axes of more than one element, merged where they address as one in both
+// tensors (the host packs them last in out_size / in_stride / out_stride): the outermost
+// takes the unit's quotient whole, the others a division each (lavapipe divides a vector
+// one lane at a time; SwiftShader ran a branch per axis of the 8 under lane masks)
+layout(constant_id = 31) const int KDIMS = 1;
 
 layout(push_constant) uniform Push {
     uvec4 origin[2];              // GROUP: origin[0].x is the first output element
@@ -316,6 +325,20 @@ void walk_kept(uint base, uint o) {
     const int N = 4 * KEPT;
     State total[N], part[N];
     [[unroll]] for (int i = 0; i < N; i++) { total[i] = initial(); part[i] = initial(); }
+    if (SPAN > 0) {
+        // one reduced axis of SPAN elements, straight-line (no loop, no test per element)
+        [[unroll]] for (int k = 0; k < SPAN; k++) {
+            uint q = (base + uint(k) * AT(rstride, 0)) >> 2;
+            [[unroll]] for (int h = 0; h < KEPT; h++) {
+                vec4 v = FETCH4(q + uint(h));
+                [[unroll]] for (int c = 0; c < 4; c++)
+                    part[4 * h + c] = take(part[4 * h + c], v[c], uint(k));
+            }
+        }
+        [[unroll]] for (int i = 0; i < N; i++)
+            store(o + uint(i) * AT(out_stride, LAST), part[i]);
+        return;
+    }
     uint digits[8];
     [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 1u : 0u;
     uint j = 0u;
@@ -348,6 +371,14 @@ void walk_kept(uint base, uint o) {
 State walk_row(uint base) {
     State total = initial();
     State part = initial();
+    if (SPAN > 0) {
+        // one reduced axis of SPAN texels, straight-line (no loop, no test per texel)
+        [[unroll]] for (int i = 0; i < SPAN; i++) {
+            vec4 v = FETCH4((base >> 2) + uint(i));
+            [[unroll]] for (uint c = 0u; c < 4u; c++) part = take(part, v[c], 4u * uint(i) + c);
+        }
+        return part;
+    }
     uint digits[8];
     [[unroll]] for (int d = 0; d < 8; d++) digits[d] = d == RDIMS - 1 ? 4u : 0u;
     uint j = 0u;
@@ -387,6 +418,17 @@ State walk_span(uint base) {
     uint first = base >> 2, last = (base + count - 1u) >> 2;
     State total = initial();
     State part = take_edge(initial(), base, first);
+    if (SPAN > 0) {
+        // straight-line code: SwiftShader runs a loop's every iteration under lane masks
+        // and keeps its variables in memory
+        [[unroll]] for (int i = 1; i <= SPAN; i++) {
+            uint q = first + uint(i);
+            vec4 v = FETCH4(q);
+            uint k = 4u * q - base;
+            [[unroll]] for (uint c = 0u; c < 4u; c++) part = take(part, v[c], k + c);
+        }
+        return merge(total, take_edge(part, base, last));
+    }
     uint j = 4u;
     for (uint q = first + 1u; q < last; q++) {
         vec4 v = FETCH4(q);
@@ -407,12 +449,15 @@ void main_vec4() {
     if (gl_GlobalInvocationID.x >= x_count) return;
     uint u = origin[0].x + gl_GlobalInvocationID.x;   // the unit, row-major
     uint base = 0u, o = 0u;
-    [[unroll]] for (int d = LAST; d >= 0; d--) {
-        uint n = AT(out_size, d);
-        if (n == 1u) continue;                          // uniform: no division
-        if (VEC4 == 1 && d == LAST) n /= uint(4 * KEPT);
-        uint c = u % n;
-        u /= n;
+    [[unroll]] for (int i = 0; i < KDIMS; i++) {
+        int d = LAST - i;
+        uint c = u;
+        if (i < KDIMS - 1) {
+            uint n = AT(out_size, d);
+            if (VEC4 == 1 && d == LAST) n /= uint(4 * KEPT);
+            c = u % n;
+            u /= n;
+        }
         if (VEC4 == 1 && d == LAST) c *= uint(4 * KEPT);
         base += c * AT(in_stride, d);
         o += c * AT(out_stride, d);

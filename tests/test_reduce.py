@@ -214,6 +214,97 @@ def test_vec4_path(device, fn):
             np.testing.assert_array_equal(got["vec4"], got["lane"])
 
 
+#: (shape, row length in memory, reduced axes, glsl/reduce.comp's SPAN): packed runs (mode
+#: 3) whose texels between the first and last are one number for every output (one start
+#: within a texel, or a length 1 past a multiple of 4), 1 to SPAN_MAX (16), and runs left
+#: to the loop (starts at offsets that give different numbers, 2 texels or fewer, more
+#: than 16 between).  Rows longer than the shape's last axis hold NaN past it.
+SPAN_CASES = (((2, 6, 7, 7), 7, (2, 3), 11), ((5, 18), 20, (1,), 3),
+              ((3, 70), 72, (1,), 16), ((4, 66), 68, (1,), 15), ((3, 9), 9, (0, 1), 5),
+              ((6, 13), 13, (1,), 2), ((5, 45), 45, (1,), 10), ((6, 10), 10, (1,), 1),
+              ((6, 11), 11, (1,), 0), ((3, 73), 73, (1,), 0), ((4, 75), 76, (1,), 0),
+              ((5, 5), 8, (1,), 0), ((3, 8), 9, (1,), 0))
+
+
+@pytest.mark.parametrize("fn", FUNCS)
+def test_vec4_span_unrolled(device, fn):
+    """"vec4" over packed runs with the texels between a run's ends unrolled (SPAN) where
+    every run has as many, else the loop (always for LOG_SUM_EXP), against NumPy and
+    (min, max and the arg functions bit-exact) against "lane"."""
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(100 + FUNCS.index(fn))
+    out_type = "uint32" if fn.startswith("arg") else "float32"
+    for shape, row, axes, span in SPAN_CASES:
+        x = random_input(rng, shape, "float32", fn)
+        if fn in ("max", "min", "argmax", "argmin") and rng.random() < 0.5:
+            x.flat[rng.integers(x.size, size=2)] = np.nan
+        buf = np.full(shape[:-1] + (row,), np.nan, np.float32)
+        buf[..., :shape[-1]] = x
+        strides = None if row == shape[-1] else (row, 1)
+        out = tuple(1 if a in axes else n for a, n in enumerate(shape))
+        desc = dml.ReduceOperatorDesc(fn, dml.TensorDesc("float32", shape, strides),
+                                      dml.TensorDesc(out_type, out), axes)
+        got = {}
+        for path in ("vec4", "lane"):
+            op = CompiledReduce(device, desc, path=path)
+            if path == "vec4":
+                assert (op.path, op.vec4) == ("vec4", 3), shape
+                assert op.consts["SPAN"] == (0 if fn == "log_sum_exp" else span), shape
+            y = device.empty(out, out_type)
+            op.execute([device.tensor(buf.reshape(-1))], [y])
+            op.release()
+            got[path] = y.numpy()
+        check(got["vec4"], x, fn, axes)
+        if fn in ("max", "min", "argmax", "argmin"):
+            np.testing.assert_array_equal(got["vec4"], got["lane"])
+
+
+#: (shape, reduced axes, "vec4" path, kept axes packed (True) or the output padded, the
+#: kept axes left after merging (KDIMS), SPAN): a division per kept axis but the outermost.
+KEPT_CASES = (((1, 64, 12, 8), (1,), "vec4", True, 1, 64),
+              ((1, 64, 12, 8), (1,), "vec4", False, 2, 64),
+              ((3, 5, 2, 8), (1,), "vec4x2", True, 2, 5),
+              ((2, 3, 4, 8), (1, 3), "vec4", True, 2, 0),
+              ((4, 6, 20), (2,), "vec4", True, 1, 5), ((4, 6, 20), (2,), "vec4", False, 2, 5),
+              ((3, 4, 5, 7, 7), (3, 4), "vec4", False, 3, 11),
+              ((2, 3, 4, 5), (0, 1, 2, 3), "vec4", True, 0, 30))
+
+
+@pytest.mark.parametrize("fn", ["argmin", "max", "sum", "average", "log_sum_exp"])
+def test_vec4_kept_axes_merged(device, fn):
+    """"vec4" with the kept axes merged where both tensors address them as one (KDIMS of
+    them left; packed and padded outputs, canaries around the output and in its gaps) and
+    the reduced axis unrolled where SPAN says, against NumPy."""
+    from fuzzing import CANARY, execute_with_canaries
+    from vkml.ops.reduce import CompiledReduce
+
+    rng = np.random.default_rng(200 + len(fn))
+    out_type = "uint32" if fn.startswith("arg") else "float32"
+    for shape, axes, path, packed, kdims, span in KEPT_CASES:
+        x = random_input(rng, shape, "float32", fn)
+        out = [1 if a in axes else n for a, n in enumerate(shape)]
+        phys = [n + (0 if packed or n == 1 else 1) for n in out]
+        out_strides = tuple(int(np.prod(phys[i + 1:])) for i in range(len(phys)))
+        desc = dml.ReduceOperatorDesc(fn, dml.TensorDesc("float32", shape),
+                                      dml.TensorDesc(out_type, out, out_strides), axes)
+        op = CompiledReduce(device, desc, path=path)
+        assert op.taken == path, shape
+        want = (kdims, 0 if fn == "log_sum_exp" else span)
+        assert (op.consts["KDIMS"], op.consts["SPAN"]) == want, (shape, packed)
+        src, dst = execute_with_canaries(device, op, desc, x.reshape(-1))
+        count = sum((n - 1) * st for n, st in zip(out, out_strides)) + 1
+        raw = np.full(int(np.prod(phys)) * 4, CANARY, np.uint8)   # past the last: none
+        raw[:count * 4] = dst.read_bytes(count * 4)
+        raw = raw.reshape(phys + [4])
+        inside = tuple(slice(0, n) for n in out)
+        got = raw[inside].copy().view(np.dtype(out_type)).reshape(out)
+        gaps = np.ones(phys, bool)
+        gaps[inside] = False
+        check(got, x, fn, axes)
+        assert np.all(raw[gaps] == CANARY) and canaries_intact(src) and canaries_intact(dst)
+
+
 @pytest.mark.parametrize("fn", ["argmax", "max", "sum", "log_sum_exp"])
 def test_vec4_kept_wide(device, fn):
     """"vec4x2" / "vec4x4" (8 or 16 outputs a lane along the kept last axis, one and

@@ -11,7 +11,8 @@ output element, its lanes' states combined in a shared-memory tree) and, for flo
 "vec4" (4-element texel or vec4 reads: 4 outputs an invocation along a packed kept last
 axis, or 8 or 16 as "vec4x2" / "vec4x4" (:data:`KEPT_CHOICES`), a packed innermost
 reduced axis read 4 at a time, or a packed run of reduced elements through the texels
-covering it; see :func:`vec4_mode`); the last two bind the whole tensors (within
+covering it; see :func:`vec4_mode`, the texels between its ends unrolled where every
+output has as many, :func:`span_texels`); the last two bind the whole tensors (within
 ``maxStorageBufferRange``).
 ``VKML_TUNE=off`` ("auto"): "group" where the elements reduced per output are at least
 :data:`GROUP_MIN` and at least the output count (a long reduction into few outputs
@@ -48,7 +49,7 @@ _SUFFIX = {DataType.FLOAT32: "f32", DataType.INT8: "i8", DataType.UINT8: "u8",
 VARIANTS = dict.fromkeys(
     ["reduce_" + s for s in ("f32", "f32_texel", "f32_texel4", "f32_ssbo4", "f16", "f16_packed",
                              "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")],
-    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT"))
+    BOX_CONSTANTS + ("FUNC", "RDIMS", "OUT_INDEX", "GROUP", "VEC4", "KEPT", "SPAN", "KDIMS"))
 #: "auto" takes "group" from this many elements reduced per output (and at least as many
 #: as there are outputs).
 GROUP_MIN = 1024
@@ -71,6 +72,13 @@ KEPT_CHOICES = (1, 2, 4)
 #: all of them; group: one in 256) and lavapipe ends any loop after 65535 iterations.
 LANE_MAX = 1 << 17
 GROUP_MAX = 1 << 26
+#: The most that glsl/reduce.comp's SPAN unrolls on the "vec4" path (the code grows with
+#: it; all within one partial sum of BLOCK terms, so the order of terms is the loop's):
+#: texels between a packed run's first and last one (global pooling of 7x7 has 11, of 8x8
+#: 15), texels of a row, and elements of a kept reduction times the vec4s a lane holds.
+SPAN_MAX = 16
+SPAN_ROW_MAX = 32
+SPAN_KEPT_MAX = 64
 
 
 def element_variant(family: str, t: DataType, features: dict) -> str:
@@ -128,6 +136,51 @@ def vec4_mode(op) -> int:
     if op.rstride[-1] == 1 and op.rsize[-1] % 4 == 0 and op.in_strides[-1] % 4 == 0:
         return 2
     return span
+
+
+def span_texels(op) -> int:
+    """glsl/reduce.comp's SPAN, the "vec4" path's reduced elements unrolled (no loop, no
+    test per element), where there is one reduced axis (after merging): along a kept last
+    axis (mode 1), its elements, at most :data:`SPAN_KEPT_MAX` times the vec4s a lane
+    holds; a row (mode 2), its texels, at most :data:`SPAN_ROW_MAX`; a packed run (mode
+    3), the texels strictly between its first and last one, 1 to :data:`SPAN_MAX`, where
+    that is one number for every output (every run starts at the same offset within a
+    texel, or the run's length is 1 more than a multiple of 4, which any start leaves the
+    same).  0 (the loop) otherwise and for LOG_SUM_EXP (up to 64 of its merges, an exp
+    and branches each: SwiftShader did not compile as many in "vec4x4" in minutes)."""
+    if op.fn == ReduceFunction.LOG_SUM_EXP:
+        return 0
+    if op.vec4 in (1, 2) and len(op.rsize) > 1:
+        return 0
+    if op.vec4 == 1:
+        return op.count if op.count * op.kept <= SPAN_KEPT_MAX else 0
+    if op.vec4 == 2:
+        return op.count // 4 if op.count // 4 <= SPAN_ROW_MAX else 0
+    if op.vec4 != 3:
+        return 0
+    step = math.gcd(4, *(s for s, n in zip(op.in_strides, op.box) if n > 1))
+    inner = {((a + op.count - 1) >> 2) - 1 for a in range(0, 4, step)}
+    return inner.pop() if len(inner) == 1 and 1 <= min(inner) <= SPAN_MAX else 0
+
+
+def kept_axes(op) -> tuple[list[int], list[int], list[int]]:
+    """The "vec4" path's kept axes (glsl/reduce.comp's KDIMS): (sizes, input strides,
+    output strides) of the output's axes of more than one element, neighbours merged where
+    the outer one's strides are the inner one's spans in both tensors, packed last into 8
+    (leading size 1, strides 0)."""
+    ks, ki, ko = [], [], []
+    for n, si, so in zip(op.box, op.in_strides, op.box_out_strides):
+        if n == 1:
+            continue
+        if ks and ki[-1] == si * n and ko[-1] == so * n:
+            ks[-1] *= n
+            ki[-1], ko[-1] = si, so
+        else:
+            ks.append(n)
+            ki.append(si)
+            ko.append(so)
+    lead = 8 - len(ks)
+    return [1] * lead + ks, [0] * lead + ki, [0] * lead + ko
 
 
 def vec4_read(op) -> str:
@@ -198,14 +251,18 @@ class CompiledReduce(PathBoxKernel):
         lanes = min(256, self.workgroup_size, max(1, self.count // GROUP_WALK))
         self.group_local = 1 << (lanes.bit_length() - 1)
         step = digits(self.group_local, self.rsize)
+        sizes, in_strides, out_strides = (kept_axes(self) if self.path == "vec4" else
+                                          (self.box, self.in_strides, self.box_out_strides))
         self.params = self.upload(np.frombuffer(pack(
-            self.kernel, "Params", out_stride=words8(self.box_out_strides),
-            in_stride=words8(self.in_strides), out_size=words8(self.box),
+            self.kernel, "Params", out_stride=words8(out_strides),
+            in_stride=words8(in_strides), out_size=words8(sizes),
             rsize=words8(self.rsize), rstride=words8(self.rstride), rstep=words8(step),
             count=self.count, pad0=0, pad1=0, pad2=0), np.uint8))
         index = {DataType.INT32: 1, DataType.UINT32: 1, DataType.INT64: 2, DataType.UINT64: 2}
         self.consts = {"RANK": self.rank, "FUNC": int(self.fn), "RDIMS": len(self.rsize),
                        "KEPT": self.kept,
+                       "SPAN": span_texels(self) if self.path == "vec4" else 0,
+                       "KDIMS": sum(n > 1 for n in sizes) if self.path == "vec4" else 0,
                        "OUT_INDEX": index[dst.data_type] if self.fn in ARG_FUNCTIONS else 0}
 
     def _choose_path(self) -> str:
