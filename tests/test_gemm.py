@@ -923,6 +923,26 @@ def test_tuner_times_transposed_weights_on_their_layout(device, monkeypatch):
         assert built[-1].startswith(want), (s, built)
 
 
+def test_one_disturbed_warm_up_cuts_no_candidate(monkeypatch):
+    """gemm_path re-runs a candidate cut on one slow timed warm-up (``recheck_cuts``):
+    sg's warm-up stalled past the recheck line (3x direct's) is timed again, and with
+    its real time neither candidate is cut, so the rounds decide."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    assert gemm_mod.PATH.recheck_cuts
+    seq = type("Seq", (), {"close": lambda self: None})()
+    timed = [tuning._Timed(c, seq, None, 0.02) for c in gemm_mod.PATH.candidates
+             if c.name in ("direct", "sg-16x8")]
+    timed[0].warm, timed[1].warm = 2.7e-3, 10e-3       # direct's, sg's stalled one
+    monkeypatch.setattr(tuning, "_run_once", lambda s: 0.6e-3)
+    dropped, once = tuning._cut_slow(timed, gemm_mod.PATH.recheck_cuts)
+    assert (dropped, once) == ({}, set())
+    assert [t.warm for t in timed] == [2.7e-3, 0.6e-3]
+
+
 class _Ranked:
     """A tuner whose only answer is the given family times (gemm_family's reference)."""
 

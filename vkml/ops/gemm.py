@@ -452,7 +452,10 @@ def _family(name: str) -> str:
 #: chosen by the device's timing for the shape's class (M, K, N and the layer count
 #: within a factor of 4); the fast mode times only the families the device's ranking
 #: keeps (:func:`_fast`).  "sg" is no default: lavapipe runs it faster than "direct",
-#: SwiftShader several times slower.
+#: SwiftShader several times slower.  ``recheck_cuts``: a candidate whose one timed
+#: warm-up ran past 3x the fastest is run once more before the fast mode cuts it: sg's
+#: 0.6 ms at 256 cubed is cut against direct's 2.7 by any stall of 8 ms in that one run,
+#: and the class keeps direct, 4x slower, until re-checked.
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
     + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i == 0)
@@ -462,7 +465,8 @@ PATH = tuning.register_path(
     _path_class, _path_run, fast_fn=_fast,
     work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
     examples=[{"m": 256, "k": 256, "n": 256, "batch": 1, "dtype": "float32"},
-              {"m": 64, "k": 64, "n": 64, "batch": 16, "dtype": "float32"}])
+              {"m": 64, "k": 64, "n": 64, "batch": 16, "dtype": "float32"}],
+    recheck_cuts=True)
 
 FAMILY = tuning.register_path(
     "gemm_family", [c for c in PATH.candidates if c.name in FAMILIES], "direct",
