@@ -129,7 +129,8 @@ class CompiledGemm(CompiledOperator):
             raise ValidationError("sg_block", f"must be one of {SG_BLOCKS}, got {sg_block!r}")
         if k_block is not None and (isinstance(k_block, bool) or not isinstance(k_block, int)
                                     or k_block < 0 or k_block % 4):
-            raise ValidationError("k_block", f"must be a multiple of 4, at least 0, got {k_block!r}")
+            raise ValidationError("k_block",
+                                  f"must be a multiple of 4, at least 0, got {k_block!r}")
         self.force_path, self.force_read = path, read
         self.sg_block = tuple(sg_block or SG_BLOCKS[0])
         self.k_block = k_block or 0
