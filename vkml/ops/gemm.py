@@ -448,8 +448,9 @@ def _family(name: str) -> str:
 #: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the other blocks of SG_BLOCKS timed
 #: in the full mode only: on lavapipe they ran slower than 16 x 8 at every square size
 #: by process CPU time, so in the fast mode they only gave a noisy round a wrong pick;
-#: "sg-16x8-k128", the same with K blocks of K_BLOCK, timed only where the product has
-#: K_BLOCKS_MIN of them, declined elsewhere),
+#: "sg-16x8-k128", the same with K blocks of K_BLOCK, declined where the product has
+#: fewer than K_BLOCKS_MIN of them, full mode only: it has shown no steady gain at 1024
+#: cubed yet, bench/RESULTS.md, "Model operators"),
 #: chosen by the device's timing for the shape's class (M, K, N and the layer count
 #: within a factor of 4); the fast mode times only the families the device's ranking
 #: keeps (:func:`_fast`).  "sg" is no default: lavapipe runs it faster than "direct",
@@ -461,7 +462,7 @@ PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
     + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i == 0)
        for i, (mb, nb) in enumerate(SG_BLOCKS)]
-    + [(f"sg-16x8-k{K_BLOCK}", {"path": "sg", "sg_block": (16, 8), "k_block": K_BLOCK})],
+    + [(f"sg-16x8-k{K_BLOCK}", {"path": "sg", "sg_block": (16, 8), "k_block": K_BLOCK}, False)],
     "direct",
     _path_class, _path_run, fast_fn=_fast,
     work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
