@@ -31,10 +31,16 @@
 //   runs about half as fast).  On lavapipe a texel
 //   fetch costs the same whether its address is uniform or not, so sharing A turns MB
 //   fetches per k per lane into MB / SG.  The subgroups of a workgroup take consecutive
-//   row blocks of the same columns (B's rows stay in cache).  K past the last whole 4
-//   is one guarded step.  YV4: rows stored 4 columns a vec4 (lavapipe stores a vector in
-//   one lane turn, a scalar in one turn each).  A subgroup past the last row returns
-//   early (no barriers in this family).
+//   row blocks of the same columns (B's rows stay in cache).  KB > 0: the subgroups meet
+//   at a workgroup barrier every KB k.  lavapipe runs a workgroup's subgroups one after
+//   the other on one thread, each through the whole K without barriers, so each re-reads
+//   the workgroup's K x SG*NB panel of B from memory where the panel outgrows the core's
+//   caches (a 1024-row panel at a 4 KB row stride); at a barrier it switches to the next
+//   subgroup, so each KB x SG*NB piece is read by all of them while it is in cache.  K
+//   past the last whole 4 is one guarded step.  YV4: rows stored 4 columns a vec4
+//   (lavapipe stores a vector in one lane turn, a scalar in one turn each).  A subgroup
+//   past the last row returns early, or with KB > 0 skips its steps and still meets the
+//   barriers.
 // Arithmetic is float32 for every storage type (float16 stored as halves, or packed two
 // to a word without 16-bit storage).  TEXEL variants read float32 A and B as R32F texels:
 // lavapipe gathers texel fetches across lanes but runs storage-buffer loads one lane at a
@@ -102,6 +108,7 @@ layout(constant_id = 6) const int SG = 8;        // subgroup size (full subgroup
 layout(constant_id = 7) const int A_MODE = 0;    // 0: R32F elements; 1: RGBA32F, 4 k a texel
 layout(constant_id = 8) const int B_MODE = 0;    // 0: R32F; 1: RGBA32F along N; 2: along K
 layout(constant_id = 9) const bool YV4 = false;  // y contiguous along N, 4-aligned rows
+layout(constant_id = 10) const int KB = 0;       // k between workgroup barriers (0: none), a multiple of 4
 #endif
 
 layout(std140, set = 0, binding = 4) uniform Params {
@@ -191,7 +198,8 @@ void main() {
     uvec4 end = origin + extent;
     uint m0 = origin.z + (gl_WorkGroupID.y * (LX / uint(SG)) + gl_SubgroupID) * uint(MB);
     uint n0 = origin.w + (gl_WorkGroupID.x * uint(SG) + sl) * uint(NB);
-    if (m0 >= end.z) return;      // (whole subgroups: a subgroup's lanes share their rows)
+    bool live = m0 < end.z;       // (whole subgroups: a subgroup's lanes share their rows)
+    if (KB == 0 && !live) return;
     uint kn = k_size;
     uvec4 sa = a_stride, sb = b_stride;
     uint abase = at.x * sa.x + at.y * sa.y - a_base;
@@ -214,7 +222,18 @@ void main() {
     [[unroll]] for (int i = 0; i < MB; i++)
         [[unroll]] for (int v = 0; v < NV; v++) acc[i][v] = vec4(0.0);
     uint kw = kn & ~3u;
-    [[dont_unroll]] for (uint k0 = 0u; k0 < kw; k0 += 4u) SG_STEP(k0, false)
+    if (KB == 0) {
+        [[dont_unroll]] for (uint k0 = 0u; k0 < kw; k0 += 4u) SG_STEP(k0, false)
+    } else {
+        [[dont_unroll]] for (uint kb = 0u; kb < kw; kb += uint(KB)) {
+            if (live) {
+                uint ke = min(kb + uint(KB), kw);
+                [[dont_unroll]] for (uint k0 = kb; k0 < ke; k0 += 4u) SG_STEP(k0, false)
+            }
+            barrier();
+        }
+    }
+    if (!live) return;
     if (kw < kn) SG_STEP(kw, true)
     if (n0 >= end.w) return;
 

@@ -753,9 +753,94 @@ def test_sg_rules(device):
     assert err.value.field == "sg_block"
 
 
+#: (M, K, N, trans_a, trans_b, k_block, KB the kernel takes: where K has K_BLOCKS_MIN
+#: blocks and a workgroup more than one subgroup of 16 rows, else 0).
+K_BLOCK_CASES = [
+    (70, 64, 36, 0, 0, 8, 8),        # 5 row blocks: subgroups past the last row
+    (40, 45, 20, 1, 0, 8, 8),        # K past the last whole 4, a partial last block
+    (33, 100, 17, 0, 1, 12, 12),     # a block of 12 k, N not a multiple of 4, B along K
+    (50, 64, 24, 0, 0, 16, 16),      # exactly K_BLOCKS_MIN blocks, batch broadcast
+    (40, 28, 20, 0, 0, 8, 0),        # fewer blocks than K_BLOCKS_MIN: none
+    (16, 64, 20, 0, 0, 8, 0),        # one subgroup a workgroup: nothing to share
+]
+
+
+@pytest.mark.parametrize("m, k, n, ta, tb, k_block, want_kb", K_BLOCK_CASES)
+def test_sg_k_blocks(device, m, k, n, ta, tb, k_block, want_kb):
+    """The sg family's K blocking (``k_block`` forced small, so that small products have
+    blocks) against float64 NumPy and the family without it: K a multiple of the block or
+    not, K past the last whole 4 (the guarded step after the blocks), subgroups past the
+    last row (they skip their steps and still meet every barrier), both transforms, batch
+    broadcast by zero strides, C broadcast, Alpha/Beta and a fused activation."""
+    rng = np.random.default_rng(26 + k)
+    a = rng.standard_normal((2, 1) + ((k, m) if ta else (m, k))).astype(np.float32)
+    b = rng.standard_normal((3,) + ((n, k) if tb else (k, n))).astype(np.float32)
+    c = rng.standard_normal((1, 3, 1, n)).astype(np.float32)
+    desc = _last_desc(a, b, c, ta, tb, -0.75, 1.5)
+    desc = dataclasses.replace(desc, fused_activation=dml.ACTIVATIONS["leaky_relu"](alpha=0.1))
+    want = reference(np.broadcast_to(a, (2, 3) + a.shape[2:]), b, c, ta, tb, -0.75, 1.5,
+                     act="leaky_relu", params={"alpha": 0.1})
+    got = {}
+    for kb in (k_block, None):
+        op = _sg_or_skip(device, desc, k_block=kb)
+        got[kb] = op.sg["KB"]
+        out = run_into_nan(device, op, [a, b, c], want.size, "float32").reshape(want.shape)
+        np.testing.assert_allclose(out, want, **_tol("float32", k), err_msg=f"k_block {kb}")
+    assert got == {k_block: want_kb, None: 0}
+
+
+@pytest.mark.parametrize("k_block", [3, -4, 2.0, True, "8"])
+def test_sg_k_block_rules(device, k_block):
+    """``k_block`` must be a multiple of 4, at least 0 (an int)."""
+    from vkml.ops.gemm import CompiledGemm
+
+    desc = Desc(T("float32", (4, 4)), T("float32", (4, 4)), None, T("float32", (4, 4)))
+    with pytest.raises(ValidationError) as err:
+        CompiledGemm(device, device.create_operator(desc).desc, path="sg", k_block=k_block)
+    assert err.value.field == "k_block"
+
+
+def test_sg_k_block_candidate(device, monkeypatch):
+    """The tuner's K-blocked candidate (full mode; ranked as its block's family should it
+    join the fast list) declines a product without K_BLOCKS_MIN blocks of K_BLOCK (it
+    would time the unblocked kernel again) and times one with them; chosen, it builds
+    that blocking."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    kb = gemm_mod.K_BLOCK
+    cand = next(c for c in gemm_mod.PATH.candidates if c.params.get("k_block"))
+    assert cand.params == {"path": "sg", "sg_block": (16, 8), "k_block": kb}
+    assert gemm_mod._family(cand.name) == "sg-16x8" == gemm_mod._family("sg-16x8")
+    short = {"m": 64, "k": gemm_mod.K_BLOCKS_MIN * kb - 4, "n": 32, "batch": 1,
+             "dtype": "float32"}
+    with device.sequence(timed=True) as seq, pytest.raises(tuning.Declined):
+        gemm_mod._path_run(device, seq, cand, short)
+    m, k, n = 40, gemm_mod.K_BLOCKS_MIN * kb, 12
+    desc = Desc(T("float32", (m, k)), T("float32", (k, n)), None, T("float32", (m, n)))
+    real = tuning.choose
+    monkeypatch.setattr(gemm_mod.tuning, "choose",
+                        lambda dev, path, shape: real(dev, path, shape, force=cand.name))
+    op = gemm_mod.CompiledGemm(device, device.create_operator(desc).desc)
+    if op.path != "sg":
+        op.release()
+        pytest.skip("no subgroup shuffles in full subgroups on this device")
+    assert op.sg["KB"] == kb
+    rng = np.random.default_rng(27)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
+    got = run_into_nan(device, op, [a, b, None], m * n, "float32")
+    np.testing.assert_allclose(got.reshape(m, n), reference(a, b), **_tol("float32", k))
+    with device.sequence(timed=True) as seq:
+        gemm_mod._path_run(device, seq, cand, {"m": m, "k": k, "n": n, "batch": 1,
+                                               "dtype": "float32"})()
+
+
 def test_sg_tuner_candidates(device, tmp_path, monkeypatch):
     """Every candidate of gemm_path runs when measured (the sg ones where the device has
-    subgroup shuffles in full subgroups, else declined); a choice of an sg candidate
+    subgroup shuffles in full subgroups, else declined; the K-blocked one where K has its
+    blocks); a choice of an sg candidate
     builds that register block."""
     import importlib
 
@@ -768,14 +853,15 @@ def test_sg_tuner_candidates(device, tmp_path, monkeypatch):
         device, "gemm_path", {"m": 40, "k": 12, "n": 36, "batch": 2, "dtype": "float32"})
     names = {cand.name for cand in gemm_mod.PATH.candidates}
     sg = {n for n in names if n.startswith("sg-")}
-    assert c.source == "measured" and len(sg) == len(gemm_mod.SG_BLOCKS)
+    blocked = {n for n in sg if n != gemm_mod._family(n)}  # (K 12: no K blocks, declined)
+    assert c.source == "measured" and len(sg - blocked) == len(gemm_mod.SG_BLOCKS)
     desc = Desc(T("float32", (40, 12)), T("float32", (12, 36)), None, T("float32", (40, 36)))
     real = tuning.choose
     monkeypatch.setattr(gemm_mod.tuning, "choose",
                         lambda dev, path, shape: real(dev, path, shape, force="sg-16x12"))
     op = gemm_mod.CompiledGemm(device, device.create_operator(desc).desc)
     has_sg = subgroup_shuffle_size(op) >= 4
-    assert set(c.times) == (names if has_sg else names - sg)
+    assert set(c.times) == (names - blocked if has_sg else names - sg)
     assert (op.path, op.sg_block) == (("sg", (16, 12)) if has_sg else ("direct", (16, 12)))
     rng = np.random.default_rng(25)
     a, b = (rng.standard_normal(s).astype(np.float32) for s in ((40, 12), (12, 36)))
@@ -836,6 +922,26 @@ def test_tuner_times_transposed_weights_on_their_layout(device, monkeypatch):
             seq.run()
             free()
         assert built[-1].startswith(want), (s, built)
+
+
+def test_one_disturbed_warm_up_cuts_no_candidate(monkeypatch):
+    """gemm_path re-runs a candidate cut on one slow timed warm-up (``recheck_cuts``):
+    sg's warm-up stalled past the recheck line (3x direct's) is timed again, and with
+    its real time neither candidate is cut, so the rounds decide."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    assert gemm_mod.PATH.recheck_cuts
+    seq = type("Seq", (), {"close": lambda self: None})()
+    timed = [tuning._Timed(c, seq, None, 0.02) for c in gemm_mod.PATH.candidates
+             if c.name in ("direct", "sg-16x8")]
+    timed[0].warm, timed[1].warm = 2.7e-3, 10e-3       # direct's, sg's stalled one
+    monkeypatch.setattr(tuning, "_run_once", lambda s: 0.6e-3)
+    dropped, once = tuning._cut_slow(timed, gemm_mod.PATH.recheck_cuts)
+    assert (dropped, once) == ({}, set())
+    assert [t.warm for t in timed] == [2.7e-3, 0.6e-3]
 
 
 class _Ranked:

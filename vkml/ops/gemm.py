@@ -54,7 +54,7 @@ VARIANTS = dict.fromkeys(
 VARIANTS.update(dict.fromkeys(["gemm_dot_f32", "gemm_dot_f32_ssbo"],
                               ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "RM", "CN")))
 VARIANTS["gemm_sg_f32"] = ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "HAS_C", "ACT", "MB", "NB", "SG",
-                           "A_MODE", "B_MODE", "YV4")
+                           "A_MODE", "B_MODE", "YV4", "KB")
 
 #: The kernel families (glsl/gemm.comp) and the reads each can take.
 PATHS = {"direct": ("dot4", "texel4", "ssbo4", "texel", "ssbo"), "tiled": ("texel", "ssbo"),
@@ -64,6 +64,11 @@ READS = ("dot4", "texel4", "ssbo4", "texel", "ssbo", "sg")
 SG_BLOCKS = ((16, 8), (16, 12), (8, 16))
 #: B_MODE of gemm.comp's SGA variant: how a lane reads its columns of op(B).
 B_ELEMENTS, B_ALONG_N, B_ALONG_K = 0, 1, 2
+#: The sg family's K blocking (gemm.comp's KB: the subgroups of a workgroup meet at a
+#: barrier every K_BLOCK k, so that each piece of the workgroup's panel of op(B) is read
+#: by all of them while it is in cache) takes products with at least this many blocks of
+#: K: a shorter panel (256 rows of 64 columns: 64 KB) stays in a core's cache anyway.
+K_BLOCK, K_BLOCKS_MIN = 128, 4
 
 #: Invocations a workgroup; each invocation computes BLOCK[read] = (rows, columns)
 #: outputs (gemm.comp's RM and 4 * CV; dot4: gemm_dot.comp's RM and CN for M >= 8).
@@ -108,20 +113,27 @@ class CompiledGemm(CompiledOperator):
     """GEMM on this device: see the module doc."""
 
     def __init__(self, device, desc, path: str | None = None, read: str | None = None,
-                 sg_block: tuple[int, int] | None = None):
+                 sg_block: tuple[int, int] | None = None, k_block: int | None = None):
         """``path``: "direct", "tiled" or "sg" forces a kernel family (None: :data:`PATH`'s
         choice; "sg" runs "direct" where it does not take the product, see
         :meth:`_sg_constants`); ``read``: "texel4", "ssbo4", "texel" or "ssbo" forces a
         read where the geometry allows it (None: the widest that does); ``sg_block``: the sg
         family's (rows a subgroup, columns a lane), one of :data:`SG_BLOCKS` (None: the
-        first)."""
+        first); ``k_block``: the sg family's K blocking, a positive multiple of 4 (None or 0:
+        none), taken where the product has K_BLOCKS_MIN blocks of K and a workgroup more
+        than one subgroup (:meth:`_build_sg`)."""
         if path not in (None, *PATHS):
             raise ValidationError("path", f"must be one of {tuple(PATHS)}, got {path!r}")
         check_choice("read", read, READS)
         if sg_block is not None and tuple(sg_block) not in SG_BLOCKS:
             raise ValidationError("sg_block", f"must be one of {SG_BLOCKS}, got {sg_block!r}")
+        if k_block is not None and (isinstance(k_block, bool) or not isinstance(k_block, int)
+                                    or k_block < 0 or k_block % 4):
+            raise ValidationError("k_block",
+                                  f"must be a multiple of 4, at least 0, got {k_block!r}")
         self.force_path, self.force_read = path, read
         self.sg_block = tuple(sg_block or SG_BLOCKS[0])
+        self.k_block = k_block or 0
         super().__init__(device, desc)
 
     def build(self) -> None:
@@ -181,11 +193,15 @@ class CompiledGemm(CompiledOperator):
     def _build_sg(self, sg: dict, constants: dict) -> None:
         """The sg family (gemm.comp's SGA variant): ``sg`` from :meth:`_sg_constants`.
         A workgroup holds up to INVOCATIONS // SG subgroups, each MB rows of the same
-        SG * NB columns, no more of them than the product has row blocks."""
+        SG * NB columns, no more of them than the product has row blocks.  KB: the K
+        blocking asked for (``k_block``) where the subgroups have a panel of op(B) to
+        share (more than one a workgroup) and K has K_BLOCKS_MIN blocks, else 0."""
         self.read, self.kernel = "sg", "gemm_sg_f32"
         size, mb, nb = sg["SG"], sg["MB"], sg["NB"]
         most = max(1, min(INVOCATIONS // size, self.ctx.limits["maxComputeWorkgroupSubgroups"]))
         subgroups = min(_pow2_at_least(ceil_div(self.box[2], mb)), 1 << (most.bit_length() - 1))
+        kb = self.k_block
+        sg["KB"] = kb if kb and subgroups > 1 and self.k >= K_BLOCKS_MIN * kb else 0
         self.block_m, self.block_n = subgroups * mb, size * nb
         constants.update(sg, LOCAL_SIZE_X=subgroups * size, LOCAL_SIZE_Y=1)
         self.formats = [FORMAT_RGBA32_SFLOAT if sg["A_MODE"] else FORMAT_R32_SFLOAT,
@@ -257,6 +273,7 @@ class CompiledGemm(CompiledOperator):
         self.observe_choice(choice, self.shape())
         if choice.candidate.params["path"] == "sg":
             self.sg_block = tuple(choice.candidate.params["sg_block"])
+            self.k_block = choice.candidate.params.get("k_block") or 0
         return choice.candidate.params["path"]
 
     def shape(self) -> dict:
@@ -365,10 +382,13 @@ def _path_run(device, seq, cand, shape):
     ts = [TensorDesc(dt, (b, r, c)) for r, c in ((m, k), (n, k) if along_k else (k, n), (m, n))]
     desc = GemmOperatorDesc(ts[0], ts[1], None, ts[2], trans_b=MatrixTransform(int(along_k)))
     op = CompiledGemm(device, desc, path=cand.params["path"],
-                      sg_block=cand.params.get("sg_block"))
+                      sg_block=cand.params.get("sg_block"), k_block=cand.params.get("k_block"))
     if op.path != cand.params["path"]:
         op.release()
         raise tuning.Declined("the sg family does not take this product on this device")
+    if cand.params.get("k_block") and not op.sg["KB"]:
+        op.release()          # (the same kernel as the candidate without K blocking)
+        raise tuning.Declined("no K blocking for this product")
     bufs = [device.empty((t.total_tensor_size_in_bytes,), np.uint8) for t in ts]
     op.encode(seq, bufs[:2] + [None], bufs[2:])
 
@@ -413,27 +433,42 @@ def _fast(shape, device) -> list[str]:
     if not times:
         return listed
     best = min(times.values())
-    return [n for n in listed if n == PATH.default or times.get(n, 0.0) <= WEAK_FACTOR * best]
+    return [n for n in listed
+            if n == PATH.default or times.get(_family(n), 0.0) <= WEAK_FACTOR * best]
+
+
+def _family(name: str) -> str:
+    """The candidate of :data:`FAMILIES` that stands for candidate ``name`` in the
+    device's ranking: a K-blocked sg candidate ("sg-16x8-k128") is its block's."""
+    return name.split("-k")[0]
 
 
 #: The GEMM kernel family: "direct" (the ``VKML_TUNE=off`` default, see
 #: :meth:`CompiledGemm._choose_path`), "tiled" or "sg" with one of its register blocks
 #: ("sg-16x8": 16 rows a subgroup, 8 columns a lane; the other blocks of SG_BLOCKS timed
 #: in the full mode only: on lavapipe they ran slower than 16 x 8 at every square size
-#: by process CPU time, so in the fast mode they only gave a noisy round a wrong pick),
+#: by process CPU time, so in the fast mode they only gave a noisy round a wrong pick;
+#: "sg-16x8-k128", the same with K blocks of K_BLOCK, declined where the product has
+#: fewer than K_BLOCKS_MIN of them, full mode only: it has shown no steady gain at 1024
+#: cubed yet, bench/RESULTS.md, "Model operators"),
 #: chosen by the device's timing for the shape's class (M, K, N and the layer count
 #: within a factor of 4); the fast mode times only the families the device's ranking
 #: keeps (:func:`_fast`).  "sg" is no default: lavapipe runs it faster than "direct",
-#: SwiftShader several times slower.
+#: SwiftShader several times slower.  ``recheck_cuts``: a candidate whose one timed
+#: warm-up ran past 3x the fastest is run once more before the fast mode cuts it: sg's
+#: 0.6 ms at 256 cubed is cut against direct's 2.7 by any stall of 8 ms in that one run,
+#: and the class keeps direct, 4x slower, until re-checked.
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
     + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i == 0)
-       for i, (mb, nb) in enumerate(SG_BLOCKS)],
+       for i, (mb, nb) in enumerate(SG_BLOCKS)]
+    + [(f"sg-16x8-k{K_BLOCK}", {"path": "sg", "sg_block": (16, 8), "k_block": K_BLOCK}, False)],
     "direct",
     _path_class, _path_run, fast_fn=_fast,
     work_fn=lambda s: 2.0 * float(s["m"]) * float(s["k"]) * float(s["n"]) * float(s["batch"]),
     examples=[{"m": 256, "k": 256, "n": 256, "batch": 1, "dtype": "float32"},
-              {"m": 64, "k": 64, "n": 64, "batch": 16, "dtype": "float32"}])
+              {"m": 64, "k": 64, "n": 64, "batch": 16, "dtype": "float32"}],
+    recheck_cuts=True)
 
 FAMILY = tuning.register_path(
     "gemm_family", [c for c in PATH.candidates if c.name in FAMILIES], "direct",
