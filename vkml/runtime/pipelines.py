@@ -415,7 +415,7 @@ class PipelineCache:
         """The shader module of variant ``name``, its bindings ``Aliased`` where its source
         says ``vkml:aliased`` (:func:`vkml.runtime.spirv.alias`); with ``consts`` ((id,
         value) pairs), one with those specialization constants frozen into plain constants
-        (:func:`vkml.runtime.spirv.freeze`)."""
+        (:func:`vkml.runtime.spirv.freeze`, then :func:`~vkml.runtime.spirv.prune`)."""
         key = (name, consts) if consts else name
         mod = self.modules.get(key)
         if mod is None:
@@ -424,7 +424,9 @@ class PipelineCache:
             if kernel_manifest()[name].get("aliased"):
                 code = spirv.alias(code)
             if consts:
-                code = spirv.freeze(code, dict(consts))
+                # (the selections on frozen constants pruned: lavapipe translates every
+                # case of an unpruned switch before folding it, spirv.prune)
+                code = spirv.prune(spirv.freeze(code, dict(consts)))
             words = ffi.new("char[]", code)
             info = ffi.new("VkShaderModuleCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
