@@ -15,7 +15,9 @@ plus a header of its own, so a cache saved by every process would grow by 32 byt
 process forever.
 
 Neither lavapipe nor SwiftShader keeps anything in that blob (32-byte headers), so each
-process compiles every pipeline it uses.  Compilation therefore runs on a small pool of
+process compiles every pipeline it uses (lavapipe's LLVM code, made at a pipeline's first
+dispatch, is kept by Mesa's own disk cache, keyed by the NIR; the SPIR-V-to-NIR work of
+each creation is not, hence :func:`~vkml.runtime.spirv.prune`).  Compilation therefore runs on a small pool of
 threads (one per CPU; ``VKML_PIPELINE_THREADS`` sets the count, 0 compiles on the calling
 thread): cffi releases the GIL inside ``vkCreateComputePipelines``, which is thread safe
 per device, and a ``VkPipelineCache`` created without the EXTERNALLY_SYNCHRONIZED flag is
