@@ -216,7 +216,7 @@ def _blocks(words, start):
     OpFunctionEnd), each instruction a tuple of words."""
     funcs, head, blocks = [], [], None
     for i, op, n in _instructions(words, start=start):
-        inst = tuple(words[i:i + n])
+        inst = words[i:i + n]
         if op == OP_FUNCTION_END:
             funcs.append((head, blocks or [], inst))
             head, blocks = [], None
@@ -338,6 +338,9 @@ def prune(code: bytes) -> bytes:
         raise ValueError("not a little-endian SPIR-V module")
     end = _declarations_end(words)
     known, types = _constants(words, end)
+    if not any(op in (OP_SWITCH, OP_BRANCH_CONDITIONAL) and words[i + 1] in known
+               for i, op, _ in _instructions(words, start=end)):
+        return code                     # (no selection on a constant: a quick look)
     funcs, gone = [], set()
     for head, blocks, tail in _blocks(words, end):
         done = _prune_function(blocks, known, types)
