@@ -17,11 +17,12 @@ process forever.
 Neither lavapipe nor SwiftShader keeps anything in that blob (32-byte headers), so each
 process compiles every pipeline it uses (lavapipe's LLVM code, made at a pipeline's first
 dispatch, is kept by Mesa's own disk cache, keyed by the NIR; the SPIR-V-to-NIR work of
-each creation is not, hence :func:`~vkml.runtime.spirv.prune`).  Compilation therefore runs on a small pool of
-threads (one per CPU; ``VKML_PIPELINE_THREADS`` sets the count, 0 compiles on the calling
-thread): cffi releases the GIL inside ``vkCreateComputePipelines``, which is thread safe
-per device, and a ``VkPipelineCache`` created without the EXTERNALLY_SYNCHRONIZED flag is
-internally synchronised (Vulkan spec, ``vkCreatePipelineCache``).  Outside a
+each creation is not, hence :func:`~vkml.runtime.spirv.prune`).  Compilation therefore
+runs on a small pool of threads (one per CPU; ``VKML_PIPELINE_THREADS`` sets the count, 0
+compiles on the calling thread): cffi releases the GIL inside ``vkCreateComputePipelines``,
+which is thread safe per device, and a ``VkPipelineCache`` created without the
+EXTERNALLY_SYNCHRONIZED flag is internally synchronised (Vulkan spec,
+``vkCreatePipelineCache``).  Outside a
 :meth:`PipelineCache.batch` a request waits for its pipeline, as if created inline; inside
 one (an operator's or a whole graph's construction) it returns at once and the batch
 waits for all on leaving, so a graph's pipelines compile while it is still being planned
