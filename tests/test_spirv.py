@@ -348,3 +348,90 @@ def test_padding_rows_take_no_signed_remainder():
     for name in names:
         ops = {op for op, _ in _insts(pipelines.load_spirv(name))}
         assert not ops & {OP_SREM, OP_SMOD}, name
+
+
+def _cfg(code: bytes):
+    """The module's instructions, each function's blocks as {label: (successors, [phi
+    parents])}, and the ids its functions define (typed results and labels)."""
+    words = struct.unpack(f"<{len(code) // 4}I", code)
+    insts = [(op, words[i:i + n]) for i, op, n in spirv._instructions(words)]
+    end = spirv._declarations_end(words)
+    known, types = spirv._constants(words, end)
+    funcs, defined = [], set()
+    for _, blocks, _ in spirv._blocks(words, end):
+        funcs.append({label: (spirv._successors(body),
+                              [set(i[4::2]) for i in body if i[0] & 0xFFFF == spirv.OP_PHI])
+                      for label, body in blocks})
+        defined |= {i[2] for _, body in blocks for i in body if len(i) > 2 and i[1] in types}
+        defined |= set(funcs[-1])
+    return insts, known, funcs, defined
+
+
+@pytest.mark.parametrize("act, every", [(6, 3), (0, 7), (11, 11)])
+def test_prune_takes_the_activations_case(act, every):
+    """With ACT frozen, the kernel variants that freeze it (every 3rd, 7th, 11th of
+    their sorted names: a sample) lose the other cases of the activation's switch: no switch on a
+    constant keeps more than one target, most modules shrink, every branch target is a
+    block that is left, each phi names exactly its block's predecessors, and no name or
+    decoration names a removed id (rules the validation layer checks on the device)."""
+    names = sorted(n for n, e in pipelines.kernel_manifest().items() if "ACT" in e["frozen"])
+    names = names[act % every::every]
+    smaller = 0
+    for name in names:
+        e = pipelines.kernel_manifest()[name]
+        code = spirv.freeze(pipelines.load_spirv(name), {e["constants"]["ACT"]["id"]: act})
+        pruned = spirv.prune(code)
+        smaller += len(pruned) < len(code)
+        insts, known, funcs, defined = _cfg(pruned)
+        assert not [w for op, w in insts
+                    if op == spirv.OP_SWITCH and w[1] in known and len(w) > 3], name
+        for blocks in funcs:
+            preds = {}
+            for label, (succ, _) in blocks.items():
+                for t in succ:
+                    assert t in blocks, (name, label, t)
+                    preds.setdefault(t, set()).add(label)
+            for label, (_, phis) in blocks.items():
+                assert all(p == preds.get(label, set()) for p in phis), (name, label)
+        removed = _cfg(code)[3] - defined
+        assert not removed & {w[1] for op, w in insts
+                              if op in (spirv.OP_NAME, spirv.OP_DECORATE)}, name
+    assert smaller > len(names) // 2
+    # nothing to take: the module as it is
+    plain = pipelines.load_spirv("activation_f32")
+    assert spirv.prune(plain) == plain
+
+
+def test_pruned_modules_compute_the_same_bits(device, monkeypatch):
+    """A Winograd convolution with a fused Relu (its output pass's 16 activation calls
+    pruned to the Relu's case) and a fused Elu on the implicit GEMM give the same bits
+    pruned and unpruned, and the reference's values."""
+    from helpers import compile_on_path, run_desc
+    from references import convolution_reference
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 12, 16)).astype(np.float32)
+    w = rng.standard_normal((24, 16, 3, 3)).astype(np.float32)
+    outs = {}
+    for prune in (True, False):
+        if not prune:
+            monkeypatch.setattr(spirv, "prune", lambda code: code)
+        with vkml.Device(device.index) as dev:    # (a device of its own: its own modules)
+            for path, act in (("winograd", dml.ActivationReluOperatorDesc()),
+                              ("gemm_sg", dml.ActivationEluOperatorDesc(alpha=0.5))):
+                desc = dml.ConvolutionOperatorDesc(
+                    dml.TensorDesc("float32", x.shape), dml.TensorDesc("float32", w.shape),
+                    None, dml.TensorDesc("float32", (1, 24, 12, 16)), start_padding=(1, 1),
+                    end_padding=(1, 1), fused_activation=act)
+                try:
+                    compiled = compile_on_path(dev, desc, path)
+                except vkml.UnsupportedError:
+                    continue
+                outs[prune, path] = run_desc(dev, desc, x, w, None, compiled=compiled)
+    ref = convolution_reference(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1], [0, 0], 1,
+                                "cross_correlation", "forward")
+    want = {"winograd": np.maximum(ref, 0), "gemm_sg": np.where(ref > 0, ref, 0.5 * np.expm1(ref))}
+    assert ("winograd" in {p for _, p in outs}) or not outs
+    for (prune, path), got in outs.items():
+        np.testing.assert_array_equal(got.view(np.uint32), outs[not prune, path].view(np.uint32))
+        np.testing.assert_allclose(got.reshape(ref.shape), want[path], rtol=1e-3, atol=2e-3)

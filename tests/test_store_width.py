@@ -98,7 +98,10 @@ def test_kernels_follow_the_device_store_width(device, monkeypatch, path, x_shap
     wide = compile_on_path(device, desc, path)
     int64 = bool(device.info.features.get("int64"))
     p = wide.path
-    used = (p.v8 and p.y8 and (p.gemm_v8 or p.blocked is not None) if path.startswith("winograd")
+    # (Winograd's output pass stores u64vec4s only where asked, knob store64: its float4
+    # stores' pipeline serves every output width, test_winograd_output_width_shares)
+    used = (p.v8 and not p.y8 and (p.gemm_v8 or p.blocked is not None)
+            if path.startswith("winograd")
             else all(d["yv8"] for d in p.dispatches))
     # the implicit GEMM stores 8 at once where its float4 plan stores 4 (gemm_sg's block
     # follows the subgroup size: on 32 lanes rows of 40 take NB = 14, no float4 stores)
@@ -109,3 +112,43 @@ def test_kernels_follow_the_device_store_width(device, monkeypatch, path, x_shap
     ref = convolution_reference(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1], [0, 0], 1,
                                 desc.conv_mode.name.lower(), desc.conv_direction.name.lower())
     np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-3, atol=2e-3)  # (Winograd)
+
+
+@pytest.mark.parametrize("n, c_in, c_out", [(1, 16, 24), (2, 24, 20)])
+def test_winograd_output_width_shares(device, monkeypatch, n, c_in, c_out):
+    """Where the device's store width is u64vec4, Winograd's output pass keeps float4
+    stores unless knob store64 asks (``winograd-v8``), so output rows of a multiple of 8
+    and of 4 alone run one output pipeline (a model's layers share it); the asked-for
+    u64vec4 rows give the same bits, and both the reference's values."""
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Measured(1e-4, 2e-4))
+    kernels, outs = {}, {}
+    for width, path in ((16, "winograd"), (12, "winograd"), (16, "winograd-v8")):
+        x_shape, w_shape = (n, c_in, 10, width), (c_out, c_in, 3, 3)
+        desc = dml.ConvolutionOperatorDesc(
+            dml.TensorDesc("float32", x_shape), dml.TensorDesc("float32", w_shape), None,
+            dml.TensorDesc("float32", (n, c_out, 10, width)),
+            start_padding=(1, 1), end_padding=(1, 1))
+        rng = np.random.default_rng(n * width)       # (both paths of a width: one input)
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        w = rng.standard_normal(w_shape).astype(np.float32)
+        try:
+            compiled = compile_on_path(device, desc, path)
+        except UnsupportedError as e:
+            if path == "winograd-v8":       # (no int64 shaders: nothing else to compare)
+                assert not device.info.features.get("int64")
+                break
+            raise
+        p = compiled.path
+        kernels[width, path] = (p.out_kernel, tuple(sorted(p.out_constants.items())), p.y8)
+        got = run_desc(device, desc, x, w, None, compiled=compiled)
+        ref = convolution_reference(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1], [0, 0], 1,
+                                    "cross_correlation", "forward")
+        np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-3, atol=2e-3)
+        if width == 16:
+            outs[path] = got
+    assert kernels[16, "winograd"] == kernels[12, "winograd"]
+    assert not kernels[16, "winograd"][2]
+    if "winograd-v8" in outs:
+        assert kernels[16, "winograd-v8"][2]
+        np.testing.assert_array_equal(outs["winograd"].view(np.uint32),
+                                      outs["winograd-v8"].view(np.uint32))

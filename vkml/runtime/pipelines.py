@@ -15,11 +15,14 @@ plus a header of its own, so a cache saved by every process would grow by 32 byt
 process forever.
 
 Neither lavapipe nor SwiftShader keeps anything in that blob (32-byte headers), so each
-process compiles every pipeline it uses.  Compilation therefore runs on a small pool of
-threads (one per CPU; ``VKML_PIPELINE_THREADS`` sets the count, 0 compiles on the calling
-thread): cffi releases the GIL inside ``vkCreateComputePipelines``, which is thread safe
-per device, and a ``VkPipelineCache`` created without the EXTERNALLY_SYNCHRONIZED flag is
-internally synchronised (Vulkan spec, ``vkCreatePipelineCache``).  Outside a
+process compiles every pipeline it uses (lavapipe's LLVM code, made at a pipeline's first
+dispatch, is kept by Mesa's own disk cache, keyed by the NIR; the SPIR-V-to-NIR work of
+each creation is not, hence :func:`~vkml.runtime.spirv.prune`).  Compilation therefore
+runs on a small pool of threads (one per CPU; ``VKML_PIPELINE_THREADS`` sets the count, 0
+compiles on the calling thread): cffi releases the GIL inside ``vkCreateComputePipelines``,
+which is thread safe per device, and a ``VkPipelineCache`` created without the
+EXTERNALLY_SYNCHRONIZED flag is internally synchronised (Vulkan spec,
+``vkCreatePipelineCache``).  Outside a
 :meth:`PipelineCache.batch` a request waits for its pipeline, as if created inline; inside
 one (an operator's or a whole graph's construction) it returns at once and the batch
 waits for all on leaving, so a graph's pipelines compile while it is still being planned
@@ -425,7 +428,7 @@ class PipelineCache:
         """The shader module of variant ``name``, its bindings ``Aliased`` where its source
         says ``vkml:aliased`` (:func:`vkml.runtime.spirv.alias`); with ``consts`` ((id,
         value) pairs), one with those specialization constants frozen into plain constants
-        (:func:`vkml.runtime.spirv.freeze`)."""
+        (:func:`vkml.runtime.spirv.freeze`, then :func:`~vkml.runtime.spirv.prune`)."""
         key = (name, consts) if consts else name
         mod = self.modules.get(key)
         if mod is None:
@@ -434,7 +437,9 @@ class PipelineCache:
             if kernel_manifest()[name].get("aliased"):
                 code = spirv.alias(code)
             if consts:
-                code = spirv.freeze(code, dict(consts))
+                # (the selections on frozen constants pruned: lavapipe translates every
+                # case of an unpruned switch before folding it, spirv.prune)
+                code = spirv.prune(spirv.freeze(code, dict(consts)))
             words = ffi.new("char[]", code)
             info = ffi.new("VkShaderModuleCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,

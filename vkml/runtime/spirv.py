@@ -29,7 +29,7 @@ OP_SPEC_CONSTANT_OP = 52
 #: Changes when freezing (or :func:`alias`) makes different modules of the same constants
 #: (the pipeline cache's keys include it: a blob's pipelines of older modules are not
 #: counted as saved).
-FREEZE_VERSION = 3
+FREEZE_VERSION = 4
 OP_VARIABLE = 59
 DECORATION_RESTRICT, DECORATION_ALIASED = 19, 20
 #: Storage classes of the memory a descriptor binds: UniformConstant (texel buffers),
@@ -186,3 +186,175 @@ def alias(code: bytes) -> bytes:
     if first is None or not new:
         return code
     return struct.pack(f"<{len(words) + len(new)}I", *words[:first], *new, *words[first:])
+
+
+
+OP_NAME, OP_PHI, OP_LOOP_MERGE, OP_LABEL, OP_UNREACHABLE = 5, 245, 246, 248, 255
+OP_SELECTION_MERGE, OP_BRANCH, OP_BRANCH_CONDITIONAL, OP_SWITCH = 247, 249, 250, 251
+OP_FUNCTION_END = 56
+#: Terminators that end a block (OpBranch .. OpUnreachable, OpTerminateInvocation).
+_TERMINATORS = set(range(249, 256)) | {4416}
+
+
+def _constants(words, end) -> tuple[dict, set]:
+    """The declarations' 32-bit integer and boolean constants (id -> word) and type ids."""
+    known, ints, types = {}, set(), set()
+    for i, op, n in _instructions(words, stop=end):
+        if 19 <= op <= 39 or op == 322:                 # OpTypeVoid .. OpTypeForwardPointer
+            types.add(words[i + 1])
+            if op == OP_TYPE_INT and words[i + 2] == 32:
+                ints.add(words[i + 1])
+        elif op == OP_CONSTANT and n == 4 and words[i + 1] in ints:
+            known[words[i + 2]] = words[i + 3]
+        elif op in (OP_CONSTANT_TRUE, OP_CONSTANT_FALSE):
+            known[words[i + 2]] = int(op == OP_CONSTANT_TRUE)
+    return known, types
+
+
+def _blocks(words, start):
+    """The functions after ``start``: (head instructions, [(label, [instructions])],
+    OpFunctionEnd), each instruction a tuple of words."""
+    funcs, head, blocks = [], [], None
+    for i, op, n in _instructions(words, start=start):
+        inst = words[i:i + n]
+        if op == OP_FUNCTION_END:
+            funcs.append((head, blocks or [], inst))
+            head, blocks = [], None
+        elif op == OP_LABEL:
+            blocks = [] if blocks is None else blocks
+            blocks.append((inst[1], [inst]))
+        elif blocks is None:
+            head.append(inst)
+        else:
+            blocks[-1][1].append(inst)
+    return funcs
+
+
+def _taken(body: list, known: dict) -> list:
+    """A block's instructions with a selection on a known constant reduced to the block
+    it takes: a switch to a switch of that default alone (its construct kept: a case
+    may break to its merge from a nested one, as the inliner's single-case switches
+    do), a conditional branch to the OpBranch to it (its OpSelectionMerge dropped)."""
+    if len(body) < 2 or body[-2][0] & 0xFFFF != OP_SELECTION_MERGE:
+        return body
+    t = body[-1]
+    op = t[0] & 0xFFFF
+    if op == OP_SWITCH and t[1] in known and len(t) > 3:
+        target = dict(zip(t[3::2], t[4::2])).get(known[t[1]], t[2])
+        return body[:-1] + [((3 << 16) | OP_SWITCH, t[1], target)]
+    if op == OP_BRANCH_CONDITIONAL and t[1] in known:
+        target = t[2] if known[t[1]] else t[3]
+        return body[:-2] + [((2 << 16) | OP_BRANCH, target)]
+    return body
+
+
+def _successors(body: list) -> list:
+    t = body[-1]
+    op = t[0] & 0xFFFF
+    if op == OP_BRANCH:
+        return [t[1]]
+    if op == OP_BRANCH_CONDITIONAL:
+        return [t[2], t[3]]
+    if op == OP_SWITCH:
+        return [t[2], *t[4::2]]
+    return []
+
+
+def _reachable(blocks: list) -> set:
+    succ = {label: _successors(body) for label, body in blocks}
+    seen, todo = set(), [blocks[0][0]] if blocks else []
+    while todo:
+        b = todo.pop()
+        if b not in seen:
+            seen.add(b)
+            todo.extend(succ.get(b, ()))
+    return seen
+
+
+def _prune_function(blocks: list, known: dict, types: set):
+    """The function's blocks with selections on constants taken (:func:`_taken`), the
+    blocks no branch reaches then dropped (a merge block a kept header names kept as
+    ``OpUnreachable``), its phis' pairs from dropped blocks removed, and the ids the
+    dropped blocks defined; None where that would leave a loop or a use unresolved."""
+    taken = [(label, _taken(body, known)) for label, body in blocks]
+    if all(a[1] is b[1] for a, b in zip(blocks, taken)):
+        return None                     # (nothing to take: the function as it is)
+    blocks = taken
+    live = _reachable(blocks)
+    merges, continues = set(), set()
+    for label, body in blocks:
+        if label in live and len(body) >= 2:
+            m = body[-2]
+            if m[0] & 0xFFFF == OP_SELECTION_MERGE:
+                merges.add(m[1])
+            elif m[0] & 0xFFFF == OP_LOOP_MERGE:
+                merges.add(m[1])
+                continues.add(m[2])
+    if continues - live:
+        return None
+    preds: dict[int, set] = {}           # the live blocks' edges, each phi's parents
+    for label, body in blocks:
+        if label in live:
+            for s in _successors(body):
+                preds.setdefault(s, set()).add(label)
+    kept, gone = [], set()
+    for label, body in blocks:
+        if label in live:
+            kept.append((label, [(i[0] & 0xFFFF != OP_PHI and i) or _phi(i, preds[label])
+                                 for i in body]))
+            continue
+        gone.update(i[2] for i in body[1:] if len(i) > 2 and i[1] in types)
+        if label in merges:
+            kept.append((label, [body[0], ((1 << 16) | OP_UNREACHABLE,)]))
+        else:
+            gone.add(label)
+    for _, body in kept:
+        for inst in body:
+            if gone.intersection(inst[1:]):
+                return None
+    return kept, gone
+
+
+def _phi(inst: tuple, parents: set) -> tuple:
+    """``inst``, an OpPhi, with the pairs of its block's remaining ``parents`` only."""
+    pairs = [w for v, p in zip(inst[3::2], inst[4::2]) if p in parents for w in (v, p)]
+    return ((3 + len(pairs)) << 16 | OP_PHI, inst[1], inst[2], *pairs)
+
+
+def prune(code: bytes) -> bytes:
+    """``code`` with each selection on a plain constant (an ``OpSwitch`` on a 32-bit
+    integer constant, an ``OpBranchConditional`` on a boolean one, the branch of an
+    ``OpSelectionMerge``) reduced to the block it takes (:func:`_taken`) and the blocks
+    no branch then reaches removed: what a specializing compiler's dead-branch pass
+    leaves, the same code.  A frozen ``ACT`` (:func:`freeze`) leaves the activation's
+    switch in every inlined ``vkml_activation()`` call, and lavapipe translates and
+    optimizes every case of each before folding them: 16 such calls were ~85% of the
+    Winograd output pass's pipeline creation (bench/RESULTS.md, "Warm start, cheaper
+    pipelines").  A function with nothing to take, or that it cannot prune safely (a
+    loop's continue block left unreachable, a kept instruction naming a removed id), is
+    left as it is."""
+    words = struct.unpack(f"<{len(code) // 4}I", code)
+    if words[0] != MAGIC:
+        raise ValueError("not a little-endian SPIR-V module")
+    end = _declarations_end(words)
+    known, types = _constants(words, end)
+    if not any(op in (OP_SWITCH, OP_BRANCH_CONDITIONAL) and words[i + 1] in known
+               for i, op, _ in _instructions(words, start=end)):
+        return code                     # (no selection on a constant: a quick look)
+    funcs, gone = [], set()
+    for head, blocks, tail in _blocks(words, end):
+        done = _prune_function(blocks, known, types)
+        if done is not None:
+            blocks, dropped = done
+            gone |= dropped
+        funcs.append((head, blocks, tail))
+    if not gone:
+        return code
+    out = [w for i, op, n in _instructions(words, stop=end)
+           if not (op in (OP_NAME, OP_DECORATE) and words[i + 1] in gone)
+           for w in words[i:i + n]]
+    out = list(words[:5]) + out
+    for head, blocks, tail in funcs:
+        for inst in head + [i for _, body in blocks for i in body] + [tail]:
+            out.extend(inst)
+    return struct.pack(f"<{len(out)}I", *out)

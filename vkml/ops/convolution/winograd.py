@@ -280,7 +280,12 @@ class WinogradPath(Path):
         self.y4 = (self.pool is None and self.m_texel and ow % 4 == 0 and ys[4] == 1
                    and all(v % 4 == 0 for v in (ys[0], ys[1], ys[3])))
         self.y_bytes = d.output_tensor.total_tensor_size_in_bytes
-        self.y8 = (self.v8 and self.y4 and self.m_texel and ow % 8 == 0
+        # two tiles' rows a u64vec4 only where asked (knob store64 True), not where the
+        # device's store width alone would: on rows of a multiple of 4 the float4 stores'
+        # pipeline then serves every width of 8 too, one pipeline fewer a model
+        # (bench/RESULTS.md, "Warm start, shared pipelines")
+        self.y8 = (self.knobs.get("store64") is True and self.v8 and self.y4 and self.m_texel
+                   and ow % 8 == 0
                    and all(v % 8 == 0 for v in (ys[0], ys[1], ys[3]))
                    and self.y_bytes % (4 * 8 * g.dtype.size) == 0)
         name = variant("winograd_output", suffix, self.m_texel, self.y4)
