@@ -376,7 +376,8 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: accumulator's products of a loop iteration in a row (False: one channel and column
 #: tap at a time over the whole block, convolution_gemm.comp ACC_RUN).  ``dw_plane``: the
 #: depthwise block stores its packed rows as float4s of the flattened band where its rows
-#: cannot be stored four at a time (False: one float at a time; ``DepthwisePath.plane``).
+#: cannot be stored four at a time, or whole planes of several channels a lane where one
+#: plane is not whole float4s (False: one float at a time; ``DepthwisePath.plane``).
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
                  "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True,
                  "dw_plane": True, "gemv_split": None}
