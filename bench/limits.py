@@ -62,6 +62,14 @@ def _grid(groups: int, max_x: int) -> tuple[int, int]:
     return gx, ceil_div(groups, gx)
 
 
+def _record_fma(seq, pipe, out, groups: int, local: int, max_x: int) -> None:
+    """Record one bench_fma dispatch of ``groups`` workgroups of ``local`` invocations."""
+    gx, gy = _grid(groups, max_x)
+    push = pack("bench_fma", "push", mul=0.999999, add=1e-6, count=groups * local,
+                row=gx * local)
+    seq.dispatch(pipe, [Bind(out, 0, out.size, "w")], (gx, gy, 1), push)
+
+
 def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
     """Float32 FMA throughput: for each workgroup size, grow the grid until one dispatch
     lasts ``target_s``; the best of them."""
@@ -77,12 +85,10 @@ def fma_gflops(dev, target_s: float = 0.05, reps: int = 3) -> dict:
             pipe = ctx.pipelines.get("bench_fma", (STORAGE,), 16, {0: local, 1: _FMA_ITERS})
             groups = max(1, 1024 // local)
             while True:
-                gx, gy = _grid(groups, max_x)
-                push = pack("bench_fma", "push", mul=0.999999, add=1e-6, count=groups * local,
-                            row=gx * local)
+                gy = _grid(groups, max_x)[1]
 
-                def record(seq, pipe=pipe, gx=gx, gy=gy, push=push):
-                    seq.dispatch(pipe, [Bind(out, 0, out.size, "w")], (gx, gy, 1), push)
+                def record(seq, pipe=pipe, groups=groups, local=local):
+                    _record_fma(seq, pipe, out, groups, local, max_x)
 
                 cpu: list = []
                 gpu, wall = _timed_runs(ctx, record, reps, cpu)
@@ -108,6 +114,27 @@ def _copy_windows(size: int, window: int):
         off += n
 
 
+def _copy_paths(ctx) -> list:
+    """(variant, descriptor kind, bytes one binding may span) of each bench_copy read path."""
+    lim = ctx.limits
+    paths = [("ssbo", STORAGE, lim["maxStorageBufferRange"]),
+             ("texel", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16)]
+    if ctx.features.get("int64"):        # stores of 32 bytes (bench_copy.comp, U64)
+        paths.append(("texel_u64", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16))
+    return paths
+
+
+def _record_copy(seq, pipe, src, dst, size: int, window: int, fmt, local: int, max_x: int):
+    """Record bench_copy of ``size`` bytes from ``src`` to ``dst``, one dispatch per
+    ``window`` bytes (a binding's range is bounded)."""
+    for off, n in _copy_windows(size, window):
+        count = n // 16
+        gx, gy = _grid(ceil_div(count, (local * _PER)), max_x)
+        push = pack(pipe.name, "push", count=count, row=gx * local)
+        seq.dispatch(pipe, [Bind(src, off, n, "r", fmt), Bind(dst, off, n, "w")],
+                     (gx, gy, 1), push)
+
+
 def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
     """Compute-shader copy bandwidth of each read path (SSBO, uniform texel buffer; and
     texel reads with 32-byte u64vec4 stores where the device has int64 shaders), the best
@@ -122,23 +149,14 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
     check = np.empty(size // 4, np.uint32)
     try:
         ctx.write(src, np.arange(size // 4, dtype=np.uint32))
-        paths = [("ssbo", STORAGE, lim["maxStorageBufferRange"]),
-                 ("texel", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16)]
-        if ctx.features.get("int64"):        # stores of 32 bytes (bench_copy.comp, U64)
-            paths.append(("texel_u64", UNIFORM_TEXEL, lim["maxTexelBufferElements"] * 16))
-        for variant, kind, limit in paths:
+        for variant, kind, limit in _copy_paths(ctx):
             window = max(1 << 16, (min(size, limit) >> 16) << 16)
             fmt = FORMAT_RGBA32_UINT if kind == UNIFORM_TEXEL else 0
             for local in locals_:
                 pipe = ctx.pipelines.get(f"bench_copy_{variant}", (kind, STORAGE), 8, {0: local})
 
                 def record(seq, pipe=pipe, window=window, fmt=fmt, local=local):
-                    for off, n in _copy_windows(size, window):
-                        count = n // 16
-                        gx, gy = _grid(ceil_div(count, (local * _PER)), max_x)
-                        push = pack(pipe.name, "push", count=count, row=gx * local)
-                        seq.dispatch(pipe, [Bind(src, off, n, "r", fmt),
-                                            Bind(dst, off, n, "w")], (gx, gy, 1), push)
+                    _record_copy(seq, pipe, src, dst, size, window, fmt, local, max_x)
 
                 try:
                     gpu, wall = _timed_runs(ctx, record, reps)
@@ -147,7 +165,8 @@ def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
                     break
                 t = _best_time(gpu, wall)
                 if variant not in out or out[variant]["seconds"] > t:
-                    out[variant] = {"gbs": 2 * size / t / 1e9, "seconds": t, "local_size": local}
+                    out[variant] = {"gbs": 2 * size / t / 1e9, "seconds": t, "local_size": local,
+                                    "window": window}
             if "gbs" in out.get(variant, {}):     # each path's copy checked, then cleared
                 ctx.read(dst, check)
                 if not np.array_equal(check, np.arange(size // 4, dtype=np.uint32)):
@@ -214,6 +233,94 @@ def measure(dev, quick: bool = False, size: int | None = None) -> dict:
             "copy_buffer_gbs": engine["gbs"], **{k: v for k, v in host.items() if k != "bytes"},
             "details": {"fma": fma, "shader_copy": shader, "copy_buffer": engine,
                         "host_bytes": host["bytes"]}}
+
+
+#: How long one run of the FMA reference lasts (:func:`references`): long enough that a
+#: dispatch's fixed cost is a small part of it, short enough to take turns with a
+#: GEMM of a millisecond several times within a workload's time budget.
+REF_FMA_S = 0.02
+
+
+class Reference:
+    """One limit's microkernel recorded once into a timed sequence, run in turns with
+    each workload (:func:`bench.stats.sample_paired`): ``limit`` is the limits key it
+    stands for, ``amount`` the bytes (read + written) or FLOPs of one run, ``name`` what
+    it runs.  A call runs it once and returns that run's seconds (GPU time from the
+    timestamps, wall time where the device has none)."""
+
+    def __init__(self, ctx, limit: str, name: str, amount: float, record, buffers):
+        self.limit, self.name, self.amount = limit, name, amount
+        self._buffers = buffers
+        self._seq = ctx.sequence(timed=True)
+        try:
+            record(self._seq)
+        except BaseException:
+            self.close()
+            raise
+
+    def __call__(self) -> float:
+        t = time.perf_counter()
+        self._seq.run()
+        wall = time.perf_counter() - t
+        return self._seq.gpu_time_ns * 1e-9 if self._seq.gpu_time_ns else wall
+
+    def close(self) -> None:
+        self._seq.close()
+        for b in self._buffers:
+            b.free()
+
+
+def _copy_reference(ctx, det: dict) -> Reference:
+    """bench_copy as the shader-copy limit was read: its fastest path, workgroup size and
+    binding window, over the limit's buffer size (the same DRAM-sized copy as the
+    table's figure: a copy that fits the CPU's caches reads faster)."""
+    size = det["bytes"]
+    variant, best = max(((k, v) for k, v in det["variants"].items() if "gbs" in v),
+                        key=lambda kv: kv[1]["gbs"])
+    texel = variant.startswith("texel")
+    max_x = grid_cap(ctx.limits["maxComputeWorkGroupCount"][0])
+    local = best["local_size"]
+    pipe = ctx.pipelines.get(f"bench_copy_{variant}", (UNIFORM_TEXEL if texel else STORAGE,
+                                                       STORAGE), 8, {0: local})
+    src, dst = ctx.allocate(size), ctx.allocate(size)
+    ctx.write(src, np.zeros(size // 4, np.uint32))     # every page touched before timing
+    ctx.write(dst, np.zeros(size // 4, np.uint32))
+    fmt = FORMAT_RGBA32_UINT if texel else 0
+    return Reference(ctx, "shader_copy_gbs", f"bench_copy {variant} {size >> 20} MiB",
+                     2 * size, lambda seq: _record_copy(seq, pipe, src, dst, size,
+                                                        best["window"], fmt, local, max_x),
+                     [src, dst])
+
+
+def _fma_reference(ctx, det: dict) -> Reference:
+    """bench_fma at the FMA limit's workgroup size, its grid cut to last about
+    :data:`REF_FMA_S` at the limit's rate (the rate is flat well before the limit's own
+    target time, which only keeps a dispatch's fixed cost out of the figure)."""
+    local = det["local_size"]
+    groups = max(1, round(det["invocations"] // local * REF_FMA_S / det["seconds"]))
+    max_x = grid_cap(ctx.limits["maxComputeWorkGroupCount"][0])
+    pipe = ctx.pipelines.get("bench_fma", (STORAGE,), 16, {0: local, 1: _FMA_ITERS})
+    out = ctx.allocate(65536 * 16)
+    return Reference(ctx, "fma_gflops", f"bench_fma {groups * local} invocations",
+                     groups * local * _FMA_FLOPS_PER_INVOCATION,
+                     lambda seq: _record_fma(seq, pipe, out, groups, local, max_x), [out])
+
+
+def references(dev, lim: dict) -> dict:
+    """``{limit key: Reference}`` for the FMA peak and the shader-copy bandwidth that
+    :func:`measure` read (``lim``, its result), each recorded as that limit was measured,
+    to time in turns with the workloads; close each when done."""
+    ctx = dev.context
+    det = lim["details"]
+    out = {}
+    try:
+        out["fma_gflops"] = _fma_reference(ctx, det["fma"])
+        out["shader_copy_gbs"] = _copy_reference(ctx, det["shader_copy"])
+    except BaseException:
+        for ref in out.values():
+            ref.close()
+        raise
+    return out
 
 
 def hot_path(dev, quick: bool = False, runs: int | None = None) -> dict:

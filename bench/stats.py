@@ -109,3 +109,64 @@ def sample_interleaved(fns, budget: Budget, per_turn: int = 3) -> list[list[floa
                 fns[i]()
                 out[i].append(time.perf_counter() - t)
     return out
+
+
+#: The most runs of a workload in one turn of :func:`sample_paired` (a workload far
+#: shorter than the reference gets this many, its turn then shorter than the reference's).
+MAX_BLOCK = 64
+
+
+@dataclass
+class Pairs:
+    """Timings taken in turns by :func:`sample_paired`: per turn, the workload's runs
+    (seconds; ``block`` of them, back to back) and the reference's one run (seconds)."""
+
+    work: list
+    ref: list
+    block: int
+
+    def work_samples(self) -> list[float]:
+        return [t for turn in self.work for t in turn]
+
+
+def sample_paired(work, reference, budget: Budget, max_block: int = MAX_BLOCK) -> Pairs:
+    """The workload ``work`` and the ``reference`` kernel (each a callable that runs once
+    and returns that run's seconds, device time where the device has timestamps) timed
+    in turns: after their warm-up runs, each turn is a block of workload runs lasting
+    about one reference run (at most ``max_block`` runs), and the reference's run, the
+    order swapped every turn (W R, R W, W R, ...), as many turns as
+    :meth:`Budget.count` gives for one turn's time.  On a CPU driver whose speed drifts
+    (steal time, other processes) a slow stretch lands on both halves of a turn, so the
+    ratio of a turn's two halves holds where a limit measured once would not."""
+    first_w = first_r = None
+    for _ in range(max(budget.warmup, 1)):
+        first_w = work()
+        first_r = reference()
+    block = max(1, min(max_block, round(first_r / max(first_w, 1e-9))))
+    pairs = Pairs([], [], block)
+    for i in range(budget.count(block * first_w + first_r)):
+        if i % 2:
+            pairs.ref.append(reference())
+        pairs.work.append([work() for _ in range(block)])
+        if not i % 2:
+            pairs.ref.append(reference())
+    return pairs
+
+
+def paired_share(pairs: Pairs, work_amount: float, ref_amount: float) -> dict | None:
+    """The workload's rate as a share (%) of the reference's, from timings in turns:
+    per turn, ``work_amount`` over the mean of the turn's workload runs (a block as long
+    as the reference's run, so both saw the same stretch of the machine's speed) against
+    ``ref_amount`` over the reference's run; ``median`` of the turns' shares (the
+    figure), their ``min`` and ``max``, ``n`` turns, and ``min_over_min`` (each side's
+    fastest run; shown for comparison).  None without a timed turn."""
+    turns = [(sum(w) / len(w), r) for w, r in zip(pairs.work, pairs.ref) if w and r]
+    if not turns:
+        return None
+    shares = [100 * (work_amount / w) / (ref_amount / r) for w, r in turns]
+    best_w = min(pairs.work_samples())
+    best_r = min(r for _, r in turns)
+    return {"n": len(turns), "block": pairs.block, "median": float(np.median(shares)),
+            "min": min(shares), "max": max(shares),
+            "min_over_min": 100 * (work_amount / best_w) / (ref_amount / best_r),
+            "reference_rate": float(np.median([ref_amount / r for _, r in turns]))}
