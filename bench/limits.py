@@ -124,15 +124,16 @@ def _copy_paths(ctx) -> list:
     return paths
 
 
-def _record_copy(seq, pipe, src, dst, size: int, window: int, fmt, local: int, max_x: int):
-    """Record bench_copy of ``size`` bytes from ``src`` to ``dst``, one dispatch per
-    ``window`` bytes (a binding's range is bounded)."""
+def _record_copy(seq, pipe, src, dst, size: int, window: int, fmt, local: int, max_x: int,
+                 base: int = 0):
+    """Record bench_copy of ``size`` bytes from ``src`` to ``dst`` from offset ``base``,
+    one dispatch per ``window`` bytes (a binding's range is bounded)."""
     for off, n in _copy_windows(size, window):
         count = n // 16
         gx, gy = _grid(ceil_div(count, (local * _PER)), max_x)
         push = pack(pipe.name, "push", count=count, row=gx * local)
-        seq.dispatch(pipe, [Bind(src, off, n, "r", fmt), Bind(dst, off, n, "w")],
-                     (gx, gy, 1), push)
+        seq.dispatch(pipe, [Bind(src, base + off, n, "r", fmt),
+                            Bind(dst, base + off, n, "w")], (gx, gy, 1), push)
 
 
 def shader_copy_gbs(dev, size: int, reps: int = 3) -> dict:
@@ -235,92 +236,135 @@ def measure(dev, quick: bool = False, size: int | None = None) -> dict:
                         "host_bytes": host["bytes"]}}
 
 
-#: How long one run of the FMA reference lasts (:func:`references`): long enough that a
-#: dispatch's fixed cost is a small part of it, short enough to take turns with a
-#: GEMM of a millisecond several times within a workload's time budget.
-REF_FMA_S = 0.02
+#: The FMA reference's longest run (:meth:`References.sized`), and its shortest: a run
+#: so short that a dispatch's fixed cost would show reads below the peak.
+REF_FMA_S, REF_FMA_MIN_S = 0.02, 0.001
+#: The copy reference's smallest chunk (bytes copied; it moves twice that).
+REF_COPY_MIN = 1 << 20
 
 
 class Reference:
-    """One limit's microkernel recorded once into a timed sequence, run in turns with
-    each workload (:func:`bench.stats.sample_paired`): ``limit`` is the limits key it
-    stands for, ``amount`` the bytes (read + written) or FLOPs of one run, ``name`` what
-    it runs.  A call runs it once and returns that run's seconds (GPU time from the
-    timestamps, wall time where the device has none)."""
+    """A limit's microkernel recorded into timed sequences, run in turns with one
+    workload (:func:`bench.stats.sample_paired`): ``limit`` is the limits key it stands
+    for, ``amount`` the bytes (read + written) or FLOPs of one run, ``name`` what it
+    runs.  A call runs the next sequence (they take turns) and returns that run's
+    seconds (GPU time from the timestamps, wall time where the device has none)."""
 
-    def __init__(self, ctx, limit: str, name: str, amount: float, record, buffers):
+    def __init__(self, ctx, limit: str, name: str, amount: float, records: list):
         self.limit, self.name, self.amount = limit, name, amount
-        self._buffers = buffers
-        self._seq = ctx.sequence(timed=True)
+        self._seqs, self._next = [], 0
         try:
-            record(self._seq)
+            for record in records:
+                self._seqs.append(ctx.sequence(timed=True))
+                record(self._seqs[-1])
         except BaseException:
             self.close()
             raise
 
     def __call__(self) -> float:
+        seq = self._seqs[self._next % len(self._seqs)]
+        self._next += 1
         t = time.perf_counter()
-        self._seq.run()
+        seq.run()
         wall = time.perf_counter() - t
-        return self._seq.gpu_time_ns * 1e-9 if self._seq.gpu_time_ns else wall
+        return seq.gpu_time_ns * 1e-9 if seq.gpu_time_ns else wall
 
     def close(self) -> None:
-        self._seq.close()
-        for b in self._buffers:
+        for seq in self._seqs:
+            seq.close()
+        self._seqs = []
+
+
+class References:
+    """The microkernels of the FMA peak and the shader-copy bandwidth as :func:`measure`
+    read them (``lim``, its result: the same kernels, paths, workgroup sizes and
+    buffers), from which :meth:`sized` records a :class:`Reference` sized like one
+    workload.  ``close`` frees the buffers."""
+
+    def __init__(self, dev, lim: dict):
+        ctx = self.ctx = dev.context
+        det = lim["details"]
+        self.fma, self.copy = det["fma"], det["shader_copy"]
+        self.size = self.copy["bytes"]
+        self.variant, self.best = max(((k, v) for k, v in self.copy["variants"].items()
+                                       if "gbs" in v), key=lambda kv: kv[1]["gbs"])
+        self.max_x = grid_cap(ctx.limits["maxComputeWorkGroupCount"][0])
+        self.buffers = []
+        try:
+            self.out = self._buffer(65536 * 16)
+            self.src, self.dst = self._buffer(self.size), self._buffer(self.size)
+        except BaseException:
+            self.close()
+            raise
+
+    def _buffer(self, size: int):
+        self.buffers.append(self.ctx.allocate(size))
+        self.ctx.write(self.buffers[-1], np.zeros(size // 4, np.uint32))  # pages touched
+        return self.buffers[-1]
+
+    def sized(self, limit: str, amount: float | None = None) -> Reference:
+        """The reference of ``limit`` ("fma_gflops", "shader_copy_gbs") for a workload
+        of ``amount`` FLOPs or bytes moved (None: the longest run)."""
+        if limit == "fma_gflops":
+            return self._fma(amount)
+        return self._copy(amount)
+
+    def _fma(self, flops: float | None) -> Reference:
+        """bench_fma at the limit's workgroup size, a grid of about ``flops`` (so a run
+        lasts about as long as the workload's at the peak), kept between
+        :data:`REF_FMA_MIN_S` and :data:`REF_FMA_S` at the limit's rate."""
+        det, local = self.fma, self.fma["local_size"]
+        rate = det["flops"] / det["seconds"]
+        flops = min(max(flops or rate * REF_FMA_S, rate * REF_FMA_MIN_S), rate * REF_FMA_S)
+        groups = max(1, round(flops / (local * _FMA_FLOPS_PER_INVOCATION)))
+        pipe = self.ctx.pipelines.get("bench_fma", (STORAGE,), 16, {0: local, 1: _FMA_ITERS})
+        return Reference(self.ctx, "fma_gflops", f"bench_fma {groups * local} invocations",
+                         groups * local * _FMA_FLOPS_PER_INVOCATION,
+                         [lambda seq: _record_fma(seq, pipe, self.out, groups, local,
+                                                  self.max_x)])
+
+    def _copy(self, moved: float | None) -> Reference:
+        """bench_copy's fastest path of the limit over chunks of the limit's buffers, each
+        chunk moving about ``moved`` bytes (at least :data:`REF_COPY_MIN` copied), the
+        chunks taken in turns: a chunk is read again only after the rest of the buffers,
+        larger than the CPU's caches, so it reads from memory as the limit's copy of the
+        whole buffer does, in a run as short as the workload's."""
+        chunk = min(self.size, max(REF_COPY_MIN, int(moved or 2 * self.size) // 2))
+        chunk = max(1 << 16, chunk >> 16 << 16)
+        texel = self.variant.startswith("texel")
+        local, window = self.best["local_size"], min(self.best["window"], chunk)
+        pipe = self.ctx.pipelines.get(f"bench_copy_{self.variant}",
+                                      (UNIFORM_TEXEL if texel else STORAGE, STORAGE), 8,
+                                      {0: local})
+        fmt = FORMAT_RGBA32_UINT if texel else 0
+
+        def record(off):
+            return lambda seq: _record_copy(seq, pipe, self.src, self.dst, chunk, window, fmt,
+                                            local, self.max_x, off)
+
+        offsets = range(0, self.size - chunk + 1, chunk)
+        return Reference(self.ctx, "shader_copy_gbs",
+                         f"bench_copy {self.variant}, {len(offsets)} chunks of "
+                         f"{chunk / (1 << 20):.4g} MiB", 2 * chunk, [record(o) for o in offsets])
+
+    def describe(self) -> dict:
+        """What each limit's reference runs, for the device's entry of the results."""
+        return {"fma_gflops": f"bench_fma, {self.fma['local_size']} invocations a group, "
+                              "a grid of about the workload's FLOPs",
+                "shader_copy_gbs": f"bench_copy {self.variant} over the limit's "
+                                   f"{self.size >> 20} MiB buffers in chunks moving about "
+                                   "the workload's bytes"}
+
+    def close(self) -> None:
+        for b in self.buffers:
             b.free()
+        self.buffers = []
 
 
-def _copy_reference(ctx, det: dict) -> Reference:
-    """bench_copy as the shader-copy limit was read: its fastest path, workgroup size and
-    binding window, over the limit's buffer size (the same DRAM-sized copy as the
-    table's figure: a copy that fits the CPU's caches reads faster)."""
-    size = det["bytes"]
-    variant, best = max(((k, v) for k, v in det["variants"].items() if "gbs" in v),
-                        key=lambda kv: kv[1]["gbs"])
-    texel = variant.startswith("texel")
-    max_x = grid_cap(ctx.limits["maxComputeWorkGroupCount"][0])
-    local = best["local_size"]
-    pipe = ctx.pipelines.get(f"bench_copy_{variant}", (UNIFORM_TEXEL if texel else STORAGE,
-                                                       STORAGE), 8, {0: local})
-    src, dst = ctx.allocate(size), ctx.allocate(size)
-    ctx.write(src, np.zeros(size // 4, np.uint32))     # every page touched before timing
-    ctx.write(dst, np.zeros(size // 4, np.uint32))
-    fmt = FORMAT_RGBA32_UINT if texel else 0
-    return Reference(ctx, "shader_copy_gbs", f"bench_copy {variant} {size >> 20} MiB",
-                     2 * size, lambda seq: _record_copy(seq, pipe, src, dst, size,
-                                                        best["window"], fmt, local, max_x),
-                     [src, dst])
-
-
-def _fma_reference(ctx, det: dict) -> Reference:
-    """bench_fma at the FMA limit's workgroup size, its grid cut to last about
-    :data:`REF_FMA_S` at the limit's rate (the rate is flat well before the limit's own
-    target time, which only keeps a dispatch's fixed cost out of the figure)."""
-    local = det["local_size"]
-    groups = max(1, round(det["invocations"] // local * REF_FMA_S / det["seconds"]))
-    max_x = grid_cap(ctx.limits["maxComputeWorkGroupCount"][0])
-    pipe = ctx.pipelines.get("bench_fma", (STORAGE,), 16, {0: local, 1: _FMA_ITERS})
-    out = ctx.allocate(65536 * 16)
-    return Reference(ctx, "fma_gflops", f"bench_fma {groups * local} invocations",
-                     groups * local * _FMA_FLOPS_PER_INVOCATION,
-                     lambda seq: _record_fma(seq, pipe, out, groups, local, max_x), [out])
-
-
-def references(dev, lim: dict) -> dict:
-    """``{limit key: Reference}`` for the FMA peak and the shader-copy bandwidth that
-    :func:`measure` read (``lim``, its result), each recorded as that limit was measured,
-    to time in turns with the workloads; close each when done."""
-    ctx = dev.context
-    det = lim["details"]
-    out = {}
-    try:
-        out["fma_gflops"] = _fma_reference(ctx, det["fma"])
-        out["shader_copy_gbs"] = _copy_reference(ctx, det["shader_copy"])
-    except BaseException:
-        for ref in out.values():
-            ref.close()
-        raise
-    return out
+def references(dev, lim: dict) -> References:
+    """The references of the limits :func:`measure` read (``lim``) to time in turns with
+    each workload; close it when done."""
+    return References(dev, lim)
 
 
 def hot_path(dev, quick: bool = False, runs: int | None = None) -> dict:

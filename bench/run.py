@@ -77,7 +77,7 @@ def rates(work: dict, seconds: float | None, lim: dict | None) -> dict:
 
 
 #: A row's share key (``pct_*``) for each limit a reference stands for.
-_PCT = {"fma_gflops": "pct_fma", "shader_copy_gbs": "pct_shader_copy"}
+PCT_KEYS = {"fma_gflops": "pct_fma", "shader_copy_gbs": "pct_shader_copy"}
 
 
 def paired(row: dict, pairs, ref, work: dict) -> None:
@@ -90,7 +90,7 @@ def paired(row: dict, pairs, ref, work: dict) -> None:
     share = stats.paired_share(pairs, amount, ref.amount) if amount else None
     if share is None:
         return
-    key = _PCT[ref.limit]
+    key = PCT_KEYS[ref.limit]
     if row.get(key) is not None:
         row[key + "_run"] = row[key]
     row[key] = share["median"]
@@ -189,8 +189,25 @@ class Bench:
         :func:`bench.limits.references`; FMA for FLOP workloads, the shader copy for
         the others), whose share replaces the run-wide limit's (:func:`paired`)."""
         inputs, ref, work = self.data(w)
-        reference = (refs or {}).get("fma_gflops" if work["flops"] else "shader_copy_gbs")
+        limit = "fma_gflops" if work["flops"] else "shader_copy_gbs"
+        try:
+            reference = refs.sized(limit, work["flops"] or work["bytes"]) if refs else None
+        except Exception as exc:          # noqa: BLE001  (the share then the run-wide one)
+            reference, row_note = None, f"{type(exc).__name__}: {exc}"
+        else:
+            row_note = None
+        try:
+            return self._measure_vkml(runner, w, device, lim, reference, row_note)
+        finally:
+            if reference is not None:
+                reference.close()
+
+    def _measure_vkml(self, runner, w, device: dict, lim: dict | None, reference,
+                      reference_error: str | None) -> dict:
+        inputs, ref, work = self.data(w)
         row = self.row(w, runner.name, device, work)
+        if reference_error:
+            row["reference_error"] = reference_error
         try:
             self._time_calls(runner, w, inputs, ref, row)
         except Exception as exc:          # noqa: BLE001
@@ -282,20 +299,20 @@ class Bench:
             except Exception as exc:      # noqa: BLE001
                 entry["tuning_cost_error"] = f"{type(exc).__name__}: {exc}"
         lim = entry["limits"]
-        refs = {}
+        refs = None
         if lim:
             try:
                 refs = limits.references(dev, lim)
+                entry["references"] = refs.describe()
             except Exception as exc:      # noqa: BLE001  (shares then against the table's)
                 entry["references_error"] = f"{type(exc).__name__}: {exc}"
-        entry["references"] = {k: r.name for k, r in refs.items()}
         try:
             self._workloads(dev, info, cpu_peers, peers, lim, refs)
         finally:
-            for r in refs.values():
-                r.close()
+            if refs is not None:
+                refs.close()
 
-    def _workloads(self, dev, info, cpu_peers: bool, peers: dict, lim, refs: dict) -> None:
+    def _workloads(self, dev, info, cpu_peers: bool, peers: dict, lim, refs) -> None:
         """Every workload on ``dev``: vkml (in turns with ``refs``), then the peers."""
         opts = self.opts
         device = {"index": info.index, "name": info.name}
