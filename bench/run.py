@@ -83,9 +83,11 @@ PCT_KEYS = {"fma_gflops": "pct_fma", "shader_copy_gbs": "pct_shader_copy"}
 def paired(row: dict, pairs, ref, work: dict) -> None:
     """The row's share of the limit ``ref`` stands for, from the compute runs timed in
     turns with it (``pairs``, :func:`bench.stats.paired_share`): ``pct_fma`` or
-    ``pct_shader_copy`` becomes that share (the median over turns), the share of the
-    run-wide limit moves to ``..._run``, and ``paired`` holds the turns' count, spread,
-    each side's-best reading and the reference's own rate in the limits' unit."""
+    ``pct_shader_copy`` becomes that share (each side's fastest run: across processes
+    on a loaded machine it moved less than the median of the turns' shares, which is
+    kept beside it), the share of the run-wide limit moves to ``..._run``, and
+    ``paired`` holds the turns' count and spread and the reference's own rate in the
+    limits' unit."""
     amount = work["flops"] if ref.limit == "fma_gflops" else work["bytes"]
     share = stats.paired_share(pairs, amount, ref.amount) if amount else None
     if share is None:
@@ -93,7 +95,7 @@ def paired(row: dict, pairs, ref, work: dict) -> None:
     key = PCT_KEYS[ref.limit]
     if row.get(key) is not None:
         row[key + "_run"] = row[key]
-    row[key] = share["median"]
+    row[key] = share["min_over_min"]
     row["paired"] = dict(share, limit=ref.limit, reference=ref.name,
                          reference_rate=share["reference_rate"] / 1e9)
 
@@ -183,21 +185,23 @@ class Bench:
         return row
 
     def measure_vkml(self, runner: VkmlRunner, w, device: dict, lim: dict | None,
-                     refs: dict | None = None) -> dict:
+                     refs: "limits.References | None" = None) -> dict:
         """vkml's row: the functional call end to end, then the DML layer's phases, its
-        compute runs in turns with the reference of its limit (``refs``:
-        :func:`bench.limits.references`; FMA for FLOP workloads, the shader copy for
-        the others), whose share replaces the run-wide limit's (:func:`paired`)."""
+        compute runs in turns with the reference of its limit sized like the workload
+        (``refs``: :func:`bench.limits.references`; FMA for FLOP workloads, the shader
+        copy for the others), whose share replaces the run-wide limit's
+        (:func:`paired`).  A reference that cannot be recorded leaves the run-wide
+        share, the reason in ``reference_error``."""
         inputs, ref, work = self.data(w)
         limit = "fma_gflops" if work["flops"] else "shader_copy_gbs"
         try:
             reference = refs.sized(limit, work["flops"] or work["bytes"]) if refs else None
         except Exception as exc:          # noqa: BLE001  (the share then the run-wide one)
-            reference, row_note = None, f"{type(exc).__name__}: {exc}"
+            reference, why = None, f"{type(exc).__name__}: {exc}"
         else:
-            row_note = None
+            why = None
         try:
-            return self._measure_vkml(runner, w, device, lim, reference, row_note)
+            return self._measure_vkml(runner, w, device, lim, reference, why)
         finally:
             if reference is not None:
                 reference.close()

@@ -165,13 +165,13 @@ def sample_paired(work, reference, budget: Budget, max_block: int = MAX_BLOCK) -
 
 
 def paired_share(pairs: Pairs, work_amount: float, ref_amount: float) -> dict | None:
-    """The workload's rate as a share (%) of the reference's, from timings in turns: per
-    turn, ``work_amount`` over the mean of the turn's workload runs against
-    ``ref_amount`` over the mean of its reference runs (halves of about one length, so
-    both saw the same stretch of the machine's speed); ``median`` of the turns' shares
-    (the figure), their ``min`` and ``max``, ``n`` turns, ``min_over_min`` (each side's
-    fastest run, for comparison) and ``reference_rate`` (the median turn's reference
-    amount per second).  None without a timed turn."""
+    """The workload's rate as a share (%) of the reference's, from timings in turns:
+    ``min_over_min``, each side's fastest run (the figure: contention only adds time,
+    and runs of like length taken in turns over the same stretch get like chances at
+    the machine's quiet moments); per turn, ``work_amount`` over the mean of the turn's
+    workload runs against ``ref_amount`` over the mean of its reference runs: the turns'
+    ``median``, ``min`` and ``max`` (the spread), ``n`` turns, and ``reference_rate``
+    (the median turn's reference amount per second).  None without a timed turn."""
     turns = [(sum(w) / len(w), sum(r) / len(r)) for w, r in zip(pairs.work, pairs.ref)
              if w and r]
     if not turns:
