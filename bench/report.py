@@ -52,8 +52,8 @@ def paired_note(row: dict) -> str:
         return ""
     key = PCT_KEYS[p["limit"]]
     run = row.get(key + "_run")
-    note = f"{p['n']} pairs, {p['min']:.0f}-{p['max']:.0f}% (median {p['median']:.0f}%)"
-    return note + (f"; {run:.0f}% of the run's limit" if run is not None else "")
+    note = f"{p['n']} pairs {p['min']:.0f}-{p['max']:.0f}%, median {p['median']:.0f}%"
+    return note + (f"; run-wide {run:.0f}%" if run is not None else "")
 
 
 def err(row: dict) -> str:
@@ -222,7 +222,10 @@ def results_table(doc: dict, wide: bool = False) -> Table:
         updown = (f"{ms(ph['upload']['median'])} / {ms(ph['download']['median'])}"
                   if ph.get("upload") and ph.get("download") else "")
         gpu = ms(r["gpu_ms"]["median"]) if r.get("gpu_ms") else ""
-        share = pct(r) + (f" ({paired_note(r)})" if r.get("paired") else "")
+        share = pct(r)
+        if r.get("paired"):             # the note after the share it is about (the first)
+            first, _, rest = share.partition(", ")
+            share = f"{first} ({paired_note(r)})" + (f", {rest}" if rest else "")
         t.add_row(wl, label, ms(w["median"]), f"{ms(w['p10'])}-{ms(w['p90'])}",
                   ms(r.get("cold_ms")), gpu, updown, rate(r), share, err(r), speed)
     return t

@@ -288,7 +288,7 @@ def test_shares_in_turns_in_the_json_and_markdown(tiny_run):
         assert p["limit"] == "shader_copy_gbs" and p["n"] == 2 and p["block"] >= 1
         assert r["pct_shader_copy"] == p["min_over_min"] and p["min"] <= p["median"] <= p["max"]
         assert r["pct_shader_copy_run"] > 0 and p["reference_rate"] > 0
-        assert f"| 2 pairs, {p['min']:.0f}-{p['max']:.0f}% (median {p['median']:.0f}%); " in md
+        assert f"| 2 pairs {p['min']:.0f}-{p['max']:.0f}%, median {p['median']:.0f}%; " in md
     with open(tmp / "run.csv") as f:
         vk = [row for row in csv.DictReader(f) if row["runner"] == "vkml"]
     assert all(row["paired_n"] == "2" and float(row["pct_shader_copy_run"]) > 0 for row in vk)
