@@ -236,9 +236,10 @@ def measure(dev, quick: bool = False, size: int | None = None) -> dict:
                         "host_bytes": host["bytes"]}}
 
 
-#: The FMA reference's longest run (:meth:`References.sized`), and its shortest: a run
-#: so short that a dispatch's fixed cost would show reads below the peak.
-REF_FMA_S, REF_FMA_MIN_S = 0.02, 0.001
+#: The FMA reference's run at the limit's rate where no workload sizes it (a model's
+#: hot runs, :meth:`References.sized`); its shortest (shorter, a dispatch's fixed cost
+#: reads below the peak) and its longest (a workload's turn stays within its budget).
+REF_FMA_S, REF_FMA_MIN_S, REF_FMA_MAX_S = 0.02, 0.001, 1.0
 #: The copy reference's smallest chunk (bytes copied; it moves twice that).
 REF_COPY_MIN = 1 << 20
 
@@ -312,10 +313,10 @@ class References:
     def _fma(self, flops: float | None) -> Reference:
         """bench_fma at the limit's workgroup size, a grid of about ``flops`` (so a run
         lasts about as long as the workload's at the peak), kept between
-        :data:`REF_FMA_MIN_S` and :data:`REF_FMA_S` at the limit's rate."""
+        :data:`REF_FMA_MIN_S` and :data:`REF_FMA_MAX_S` at the limit's rate."""
         det, local = self.fma, self.fma["local_size"]
         rate = det["flops"] / det["seconds"]
-        flops = min(max(flops or rate * REF_FMA_S, rate * REF_FMA_MIN_S), rate * REF_FMA_S)
+        flops = min(max(flops or rate * REF_FMA_S, rate * REF_FMA_MIN_S), rate * REF_FMA_MAX_S)
         groups = max(1, round(flops / (local * _FMA_FLOPS_PER_INVOCATION)))
         pipe = self.ctx.pipelines.get("bench_fma", (STORAGE,), 16, {0: local, 1: _FMA_ITERS})
         return Reference(self.ctx, "fma_gflops", f"bench_fma {groups * local} invocations",

@@ -228,11 +228,11 @@ def test_references_cover_the_limits_buffers(device):
         ctx.read(refs.dst, got)
         assert np.array_equal(got, np.arange(size // 4, dtype=np.uint32))
         per_run = 64 * limits._FMA_FLOPS_PER_INVOCATION
-        for flops, want in ((None, 2e8), (5e7, 5e7), (1.0, 1e7), (1e12, 2e8)):
+        for flops, want in ((None, 2e8), (5e7, 5e7), (1.0, 1e7), (1e9, 1e9), (1e12, 1e10)):
             fma = refs.sized("fma_gflops", flops)
             try:
                 assert fma.amount == pytest.approx(want, rel=per_run / want)
-                assert fma() > 0
+                assert want > 1e8 or fma() > 0          # (run only where it is short)
             finally:
                 fma.close()
     finally:
