@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .run import SCHEMA
+from .run import PCT_KEYS, SCHEMA
 
 # -- formatting -----------------------------------------------------------------------
 
@@ -41,6 +41,19 @@ def pct(row: dict, first_only: bool = False) -> str:
     if not parts:
         return "-"
     return parts[0] if first_only else ", ".join(parts)
+
+
+def paired_note(row: dict) -> str:
+    """How the row's share was read in turns with its limit's microkernel
+    (``bench.run.paired``): the turns, their shares' min-max and median, and the share
+    of the limit measured once at the run's start; "" for a row not read in turns."""
+    p = row.get("paired")
+    if not p:
+        return ""
+    key = PCT_KEYS[p["limit"]]
+    run = row.get(key + "_run")
+    note = f"{p['n']} pairs {p['min']:.0f}-{p['max']:.0f}%, median {p['median']:.0f}%"
+    return note + (f"; run-wide {run:.0f}%" if run is not None else "")
 
 
 def err(row: dict) -> str:
@@ -89,8 +102,13 @@ def device_tables(doc: dict) -> list[Table]:
                       f"{100 * lim['upload_vs_cpu_copy']:.0f}% of CPU copy (target >= 50%)")
             t.add_row("download", f"{lim['download_gbs']:.2f} GB/s",
                       f"{100 * lim['download_vs_cpu_copy']:.0f}% of CPU copy (target >= 50%)")
+            if d.get("references"):
+                t.add_row("timed in turns with each workload", "",
+                          escape("; ".join(d["references"].values())))
         elif d.get("limits_error"):
             t.add_row("limits", "[red]error[/]", escape(d["limits_error"]))
+        if d.get("references_error"):
+            t.add_row("references", "[red]error[/]", escape(d["references_error"]))
         hp = d.get("hot_path")
         if hp:
             tg = hp["targets"]
@@ -204,8 +222,12 @@ def results_table(doc: dict, wide: bool = False) -> Table:
         updown = (f"{ms(ph['upload']['median'])} / {ms(ph['download']['median'])}"
                   if ph.get("upload") and ph.get("download") else "")
         gpu = ms(r["gpu_ms"]["median"]) if r.get("gpu_ms") else ""
+        share = pct(r)
+        if r.get("paired"):             # the note after the share it is about (the first)
+            first, _, rest = share.partition(", ")
+            share = f"{first} ({paired_note(r)})" + (f", {rest}" if rest else "")
         t.add_row(wl, label, ms(w["median"]), f"{ms(w['p10'])}-{ms(w['p90'])}",
-                  ms(r.get("cold_ms")), gpu, updown, rate(r), pct(r), err(r), speed)
+                  ms(r.get("cold_ms")), gpu, updown, rate(r), share, err(r), speed)
     return t
 
 
@@ -275,8 +297,10 @@ def print_report(doc: dict, console: Console | None = None, wide: bool = False) 
                   "NumPy-in/NumPy-out call, 'dev' against its device time (GPU timestamps). "
                   "rel err = max |y - ref| / max |ref| against a float64 NumPy reference. "
                   + ("GB/s count bytes read + written." if wide else
-                     "'of limit': vkml's share of the FMA peak or the copy bandwidth "
-                     "measured above.") + "[/]")
+                     "'of limit': vkml's share of the FMA peak or the shader-copy "
+                     "bandwidth, their microkernel timed in turns with the workload "
+                     "(each side's fastest run; --wide: the turns' spread and the share "
+                     "of the limit measured above).") + "[/]")
 
 
 # -- files ----------------------------------------------------------------------------
@@ -301,7 +325,8 @@ CSV_COLUMNS = [
     "value", "cold_ms", "median_ms", "min_ms", "max_ms", "p10_ms", "p90_ms", "gpu_median_ms",
     "compute_wall_median_ms", "upload_median_ms", "download_median_ms", "flops", "bytes",
     "gflops", "gbs", "pct_fma", "pct_shader_copy", "pct_copy_buffer", "max_abs_err",
-    "max_rel_err", "tolerance", "flagged", "speedups"]
+    "max_rel_err", "tolerance", "flagged", "speedups", "pct_fma_run", "pct_shader_copy_run",
+    "paired_n", "paired_min", "paired_max", "paired_min_over_min", "paired_reference_rate"]
 
 
 def csv_rows(doc: dict):
@@ -335,6 +360,10 @@ def csv_rows(doc: dict):
             row[col] = (ph.get(k) or {}).get("median")
         if r.get("speedup"):
             row["speedups"] = json.dumps(r["speedup"])
+        row["pct_fma_run"], row["pct_shader_copy_run"] = (r.get("pct_fma_run"),
+                                                          r.get("pct_shader_copy_run"))
+        for k in ("n", "min", "max", "min_over_min", "reference_rate"):
+            row[f"paired_{k}"] = (r.get("paired") or {}).get(k)
         yield row
 
 
@@ -373,6 +402,9 @@ def markdown(doc: dict) -> str:
                           ("functional_tiny_pad_us", "vkml.pad on a tiny NumPy array")):
             if hp.get(key) is not None:
                 lines.append(f"| {name} | {hp[key]:.1f} us |")
+        if d.get("references"):
+            lines.append("| timed in turns with each workload | "
+                         f"{'; '.join(d['references'].values())} |")
         tc = d.get("tuning_cost") or {}
         if tc:
             lines.append(f"| cold conv, VKML_TUNE=fast / off | {tc['fast_cold_vs_off']:.2f}x "
@@ -396,12 +428,13 @@ def markdown(doc: dict) -> str:
         lines.append("")
     multi = len(doc["devices"]) > 1
     lines += ["| workload | runner | median ms | p10-p90 | cold ms | GPU ms | rate | of device "
-              "limit | rel err | vkml speedup e2e / dev |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "limit | in turns with the limit | rel err | vkml speedup e2e / dev |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     vk = {(r["workload"], r["device"]): r for r in doc["results"] if r["runner"] == "vkml"}
     for r in doc["results"]:
         label = r["runner"] + (f" [{r['device']}]" if multi and r["device"] is not None else "")
         if r["status"] != "ok":
-            lines.append(f"| {r['workload']} | {label} | {r['status']} | | | | | | | "
+            lines.append(f"| {r['workload']} | {label} | {r['status']} | | | | | | | | "
                          f"{r['reason']} |")
             continue
         w = r["wall_ms"]
@@ -414,7 +447,7 @@ def markdown(doc: dict) -> str:
         gpu = ms(r["gpu_ms"]["median"]) if r.get("gpu_ms") else ""
         lines.append(f"| {r['workload']} | {label} | {ms(w['median'])} | {ms(w['p10'])}-"
                      f"{ms(w['p90'])} | {ms(r.get('cold_ms'))} | {gpu} | {rate(r)} | {pct(r)} | "
-                     f"{plain(err(r))} | {'; '.join(sp)} |")
+                     f"{paired_note(r)} | {plain(err(r))} | {'; '.join(sp)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -432,6 +465,26 @@ _RESULT_OK = {"cold_ms": float, "wall_ms": dict, "max_abs_err": (int, float),
 _STATS = ("n", "median", "min", "max", "p10", "p90", "mean")
 _LIMITS = ("fma_gflops", "shader_copy_gbs", "copy_buffer_gbs", "cpu_copy_gbs", "upload_gbs",
            "download_gbs")
+
+
+_PAIRED = ("median", "min", "max", "min_over_min", "reference_rate")
+
+
+def _paired_problems(r: dict, where: str) -> list[str]:
+    """A row's share read in turns (``bench.run.paired``): its turns' count and shares,
+    the limit it stands for, and the share key holding its median."""
+    p, out = r["paired"], []
+    if not isinstance(p.get("n"), int) or p["n"] < 1:
+        out.append(f"{where}.paired.n: expected a positive count of turns")
+    for k in _PAIRED:
+        if not isinstance(p.get(k), (int, float)) or not p[k] > 0:
+            out.append(f"{where}.paired.{k}: expected a positive number")
+    key = PCT_KEYS.get(p.get("limit"))
+    if key is None:
+        out.append(f"{where}.paired.limit: {p.get('limit')!r}")
+    elif r.get(key) != p.get("min_over_min"):
+        out.append(f"{where}.{key}: expected the paired share (min_over_min)")
+    return out
 
 
 def validate(doc: dict) -> list[str]:
@@ -470,6 +523,8 @@ def validate(doc: dict) -> list[str]:
             problems.append(f"{where}: status {r.get('status')} without a reason")
         if r.get("runner") == "vkml" and r.get("status") == "ok" and "speedup" not in r:
             problems.append(f"{where}: vkml row without speedups")
+        if r.get("paired") is not None:
+            problems += _paired_problems(r, where)
     return problems
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 import vkml
 
-from . import graph, limits, operators, targets, tuning_cost
+from . import graph, limits, operators, stats, targets, tuning_cost
 from .runners import Absent, peer_classes
 from .runners.vkml_runner import VkmlRunner
 from .stats import Budget, Stats, sample
@@ -74,6 +74,30 @@ def rates(work: dict, seconds: float | None, lim: dict | None) -> dict:
                 if lim.get(key):
                     out["pct_" + key[:-4]] = 100 * out["gbs"] / lim[key]
     return out
+
+
+#: A row's share key (``pct_*``) for each limit a reference stands for.
+PCT_KEYS = {"fma_gflops": "pct_fma", "shader_copy_gbs": "pct_shader_copy"}
+
+
+def paired(row: dict, pairs, ref, work: dict) -> None:
+    """The row's share of the limit ``ref`` stands for, from the compute runs timed in
+    turns with it (``pairs``, :func:`bench.stats.paired_share`): ``pct_fma`` or
+    ``pct_shader_copy`` becomes that share (each side's fastest run: across processes
+    on a loaded machine it moved less than the median of the turns' shares, which is
+    kept beside it), the share of the run-wide limit moves to ``..._run``, and
+    ``paired`` holds the turns' count and spread and the reference's own rate in the
+    limits' unit."""
+    amount = work["flops"] if ref.limit == "fma_gflops" else work["bytes"]
+    share = stats.paired_share(pairs, amount, ref.amount) if amount else None
+    if share is None:
+        return
+    key = PCT_KEYS[ref.limit]
+    if row.get(key) is not None:
+        row[key + "_run"] = row[key]
+    row[key] = share["min_over_min"]
+    row["paired"] = dict(share, limit=ref.limit, reference=ref.name,
+                         reference_rate=share["reference_rate"] / 1e9)
 
 
 def stat(samples) -> dict | None:
@@ -160,16 +184,41 @@ class Bench:
             runner.close()
         return row
 
-    def measure_vkml(self, runner: VkmlRunner, w, device: dict, lim: dict | None) -> dict:
+    def measure_vkml(self, runner: VkmlRunner, w, device: dict, lim: dict | None,
+                     refs: "limits.References | None" = None) -> dict:
+        """vkml's row: the functional call end to end, then the DML layer's phases, its
+        compute runs in turns with the reference of its limit sized like the workload
+        (``refs``: :func:`bench.limits.references`; FMA for FLOP workloads, the shader
+        copy for the others), whose share replaces the run-wide limit's
+        (:func:`paired`).  A reference that cannot be recorded leaves the run-wide
+        share, the reason in ``reference_error``."""
+        inputs, ref, work = self.data(w)
+        limit = "fma_gflops" if work["flops"] else "shader_copy_gbs"
+        try:
+            reference = refs.sized(limit, work["flops"] or work["bytes"]) if refs else None
+        except Exception as exc:          # noqa: BLE001  (the share then the run-wide one)
+            reference, why = None, f"{type(exc).__name__}: {exc}"
+        else:
+            why = None
+        try:
+            return self._measure_vkml(runner, w, device, lim, reference, why)
+        finally:
+            if reference is not None:
+                reference.close()
+
+    def _measure_vkml(self, runner, w, device: dict, lim: dict | None, reference,
+                      reference_error: str | None) -> dict:
         inputs, ref, work = self.data(w)
         row = self.row(w, runner.name, device, work)
+        if reference_error:
+            row["reference_error"] = reference_error
         try:
             self._time_calls(runner, w, inputs, ref, row)
         except Exception as exc:          # noqa: BLE001
             return self.fail(row, exc)
         compute = row["wall_ms"]["median"] / 1e3
         try:
-            phases, y2 = runner.phases(w, inputs, self.opts.budget)
+            phases, y2 = runner.phases(w, inputs, self.opts.budget, reference)
             row["phases_ms"] = {k: stat(v) for k, v in phases.items()}
             if getattr(runner, "last_candidate", None):
                 row["candidate"] = runner.last_candidate
@@ -184,6 +233,9 @@ class Bench:
         except Exception as exc:          # noqa: BLE001
             row["phases_error"] = f"{type(exc).__name__}: {exc}"
         row.update(rates(work, compute, lim))
+        if reference is not None and getattr(runner, "last_pairs", None) and \
+                "phases_error" not in row:
+            paired(row, runner.last_pairs, reference, work)
         row["e2e"] = rates(work, row["wall_ms"]["median"] / 1e3, None)
         return row
 
@@ -251,6 +303,22 @@ class Bench:
             except Exception as exc:      # noqa: BLE001
                 entry["tuning_cost_error"] = f"{type(exc).__name__}: {exc}"
         lim = entry["limits"]
+        refs = None
+        if lim:
+            try:
+                refs = limits.references(dev, lim)
+                entry["references"] = refs.describe()
+            except Exception as exc:      # noqa: BLE001  (shares then against the table's)
+                entry["references_error"] = f"{type(exc).__name__}: {exc}"
+        try:
+            self._workloads(dev, info, cpu_peers, peers, lim, refs)
+        finally:
+            if refs is not None:
+                refs.close()
+
+    def _workloads(self, dev, info, cpu_peers: bool, peers: dict, lim, refs) -> None:
+        """Every workload on ``dev``: vkml (in turns with ``refs``), then the peers."""
+        opts = self.opts
         device = {"index": info.index, "name": info.name}
         runners = []
         for cls in self.peer_list():
@@ -265,7 +333,7 @@ class Bench:
                 self.results += graph.measure(self, w, device, dev, cpu_peers)
                 continue
             self.progress(f"{w.name}: vkml on {info.name}")
-            self.results.append(self.measure_vkml(vk, w, device, lim))
+            self.results.append(self.measure_vkml(vk, w, device, lim, refs))
             for r in runners:
                 self.progress(f"{w.name}: {r.name}")
                 self.results.append(self.measure_peer(r, w, device if r.on_device else None,

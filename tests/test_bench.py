@@ -136,6 +136,171 @@ def test_csv_has_every_figure(tiny_run):
     assert "| workload | runner |" in md and "tiny-pad-reflection" in md and "[/" not in md
 
 
+# -- shares read in turns with the limit's microkernel -------------------------------------
+def _turns(work_ms, ref_ms, block=4):
+    from bench.stats import Pairs
+    return Pairs([[w * 1e-3] * block for w in work_ms], [[r * 1e-3] for r in ref_ms], block)
+
+
+def test_paired_share_holds_through_a_burst():
+    """A burst that slows both halves of one turn, or only one half of another, leaves
+    the share (the median over turns) where it was; the spread shows it.  A limit read
+    once, during a burst, would move the share by the burst's factor."""
+    from bench.stats import paired_share
+
+    quiet = paired_share(_turns([1.0] * 9, [10.0] * 9), 1e6, 16e6)
+    assert quiet["n"] == 9 and quiet["block"] == 4
+    assert quiet["median"] == quiet["min"] == quiet["max"] == pytest.approx(62.5)
+    assert quiet["reference_rate"] == pytest.approx(16e6 / 10e-3)
+    work, ref = [1.0] * 9, [10.0] * 9
+    work[3], ref[3] = 3.0, 30.0          # both halves of turn 3, 3x slower
+    ref[6] = 20.0                         # only the reference's half of turn 6
+    work[7] = 2.0                         # only the workload's half of turn 7
+    burst = paired_share(_turns(work, ref), 1e6, 16e6)
+    assert burst["median"] == pytest.approx(62.5)
+    assert burst["min"] == pytest.approx(31.25) and burst["max"] == pytest.approx(125.0)
+    assert burst["min_over_min"] == pytest.approx(62.5)
+    # the same numbers against a limit measured once, in the burst: off by its factor
+    assert 100 * (1e6 / 1e-3) / (16e6 / 30e-3) == pytest.approx(3 * 62.5)
+    assert paired_share(_turns([], []), 1, 1) is None
+
+
+def test_sample_paired_takes_turns_under_a_drifting_clock():
+    """Scripted device times on a clock whose speed drops 3x for a stretch: the workload
+    runs in blocks lasting about one reference run, the order swapped every turn, as
+    many turns as the budget gives; the share read in turns stays at the quiet figure
+    while the workload's median time moves."""
+    from bench.stats import Budget, paired_share, sample_paired
+
+    clock, calls = [0.0], []
+
+    def timed(name, base):
+        def run():
+            slow = 3.0 if 0.2 <= clock[0] < 0.45 else 1.0
+            clock[0] += base * slow
+            calls.append(name)
+            return base * slow
+        return run
+
+    work, ref = timed("W", 0.5e-3), timed("R", 2.1e-3)
+    pairs = sample_paired(work, ref, Budget(warmup=2, min_repeats=5, max_repeats=50,
+                                            seconds=1.0))
+    assert pairs.block == 4 and calls[:4] == ["W", "R", "W", "R"]       # warm-up
+    turns = "".join(calls[4:])
+    assert turns.startswith("WWWWR" "RWWWW" "WWWWR")
+    assert len(pairs.ref) == len(pairs.work) == Budget(seconds=1.0).count(4 * 0.5e-3 + 2.1e-3)
+    assert all(len(w) == 4 for w in pairs.work)
+    share = paired_share(pairs, 1.0, 1.0)
+    assert share["median"] == share["min_over_min"] == pytest.approx(100 * 2.1 / 0.5)
+    assert share["max"] > share["median"] or share["min"] < share["median"]  # the edges
+    assert np.median(pairs.work_samples()) in (pytest.approx(0.5e-3), pytest.approx(1.5e-3))
+
+
+def test_references_cover_the_limits_buffers(device):
+    """The copy reference runs the limit's path over chunks of the limit's buffers sized
+    like the workload (1 MiB at least), one chunk a run in turn: a round of runs copies
+    the whole buffer; the FMA reference's grid follows the workload's FLOPs within its
+    bounds."""
+    size = 4 << 20
+    lim = {"details": {
+        "fma": {"local_size": 64, "flops": 1e9, "seconds": 0.1, "invocations": 64 * 64},
+        "shader_copy": {"bytes": size, "variants": {
+            "ssbo": {"gbs": 1.0, "local_size": 64, "window": size},
+            "texel": {"error": "not bound here"}}}}}
+    refs = limits.references(device, lim)
+    try:
+        ctx = device.context
+        ctx.write(refs.src, np.arange(size // 4, dtype=np.uint32))
+        copy = refs.sized("shader_copy_gbs", 3 << 20)        # moves 3 MiB: 1.5 copied
+        try:
+            assert copy.amount == 2 * (3 << 19) and "2 chunks" in copy.name
+            assert all(copy() > 0 for _ in range(2))
+        finally:
+            copy.close()
+        small = refs.sized("shader_copy_gbs", 1000)
+        try:
+            assert small.amount == 2 << 20 and "4 chunks" in small.name
+            for _ in range(4):
+                small()
+        finally:
+            small.close()
+        got = np.empty(size // 4, np.uint32)
+        ctx.read(refs.dst, got)
+        assert np.array_equal(got, np.arange(size // 4, dtype=np.uint32))
+        per_run = 64 * limits._FMA_FLOPS_PER_INVOCATION
+        for flops, want in ((None, 2e8), (5e7, 5e7), (1.0, 1e7), (1e9, 1e9), (1e12, 1e10)):
+            fma = refs.sized("fma_gflops", flops)
+            try:
+                assert fma.amount == pytest.approx(want, rel=per_run / want)
+                assert want > 1e8 or fma() > 0          # (run only where it is short)
+            finally:
+                fma.close()
+    finally:
+        refs.close()
+
+
+def test_model_shares_read_after_each_hot_run():
+    """``bench models``: the microkernels run after each hot run, untimed
+    (``sample(between=...)``), and the FMA and roofline shares are the median over the
+    hot runs of each against the rates read right after it: a run slowed 3x with its
+    references, or one faster run, leaves them where they were; the run-wide ones are
+    kept beside them."""
+    from bench.cnn import flops
+    from bench.cnn.run import paired_shares
+    from bench.stats import Budget, sample
+
+    calls = []
+    got = sample(lambda: calls.append("run"), Budget(warmup=1, repeats=3),
+                 between=lambda: calls.append("ref"))
+    assert len(got) == 3 and calls == ["run", "ref"] * 4
+    counted = {"conv_gemm_flops": 2e9, "layers": [("Conv", 2e9, 1e8), ("Add", 0, 4e8)]}
+    turns = {"run_s": [0.1, 0.3, 0.1, 0.1, 0.1], "fma_s": [0.01, 0.03, 0.01, 0.02, 0.01],
+             "copy_s": [0.01, 0.03, 0.01, 0.01, 0.01], "fma_flops": 5e8, "copy_bytes": 1e8,
+             "references": ["bench_fma", "bench_copy"]}
+    row = {"fma_share": 0.5, "roofline_share": 0.6}
+    paired_shares(row, counted, turns)
+    assert (row["fma_share_run"], row["roofline_share_run"]) == (0.5, 0.6)
+    assert row["fma_share"] == pytest.approx(0.4)        # 20 of 50 GFLOP/s
+    assert row["paired"]["n"] == 5 and row["paired"]["fma_share_max"] == pytest.approx(0.8)
+    bound = flops.roofline_seconds(counted["layers"], 50.0, 10.0)
+    assert row["roofline_share"] == pytest.approx(bound / 0.1)
+    turns["run_s"][0] = 0.05                      # one fast run moves the spread only
+    paired_shares(row, counted, turns)
+    assert row["fma_share"] == pytest.approx(0.4) and row["paired"]["fma_share_max"] == 0.8
+
+
+def test_shares_in_turns_in_the_json_and_markdown(tiny_run):
+    """Each vkml row's share of the shader copy is read in turns with bench_copy as the
+    limits table measured it: ``pct_shader_copy`` is the median over turns, the run-wide
+    share kept as ``pct_shader_copy_run``; the markdown and CSV show the turns' count
+    and spread, the device table the references."""
+    _, doc, tmp = tiny_run
+    d = doc["devices"][0]
+    assert set(d["references"]) == {"fma_gflops", "shader_copy_gbs"}
+    assert d["references"]["shader_copy_gbs"].startswith("bench_copy ")
+    md = report.markdown(doc)
+    assert "| in turns with the limit |" in md and "timed in turns with each workload" in md
+    for r in doc["results"]:
+        if r["runner"] != "vkml":
+            assert "paired" not in r
+            continue
+        p = r["paired"]
+        assert p["limit"] == "shader_copy_gbs" and p["n"] == 2 and p["block"] >= 1
+        assert r["pct_shader_copy"] == p["min_over_min"] and p["min"] <= p["median"] <= p["max"]
+        assert r["pct_shader_copy_run"] > 0 and p["reference_rate"] > 0
+        assert f"| 2 pairs {p['min']:.0f}-{p['max']:.0f}%, median {p['median']:.0f}%; " in md
+    with open(tmp / "run.csv") as f:
+        vk = [row for row in csv.DictReader(f) if row["runner"] == "vkml"]
+    assert all(row["paired_n"] == "2" and float(row["pct_shader_copy_run"]) > 0 for row in vk)
+    bad = copy.deepcopy(doc)
+    row = next(r for r in bad["results"] if r.get("paired"))
+    row["paired"]["n"] = 0
+    row["pct_shader_copy"] = row["pct_shader_copy_run"] + 1
+    problems = report.validate(bad)
+    assert any("paired.n" in p for p in problems)
+    assert any("expected the paired share" in p for p in problems)
+
+
 def test_absent_peer_and_operator(tmp_path, device, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)     # as if not installed
     monkeypatch.delattr(vkml, "pad")                          # as if not written yet
@@ -262,6 +427,7 @@ def test_model_operator_workloads(tmp_path, device):
     assert rows["tiny-split", "torch-cpu"]["status"] == "ok"
     assert rows["tiny-gemm-bias", "vkml"]["flops"] == 2 * 24 * 10
     assert rows["tiny-gemm-bias", "vkml"]["pct_fma"] > 0
+    assert rows["tiny-gemm-bias", "vkml"]["paired"]["limit"] == "fma_gflops"
     assert rows["tiny-max-pool", "vkml"]["pct_shader_copy"] > 0
     areas = {t["target"] for t in doc["targets"] if t["area"] == "model operators"}
     assert areas == set()           # tiny names match no goal's workload patterns

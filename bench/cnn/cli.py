@@ -125,7 +125,8 @@ def device_limits(dev) -> dict:
     fma = limits.fma_gflops(dev, target_s=0.05)
     copy = limits.shader_copy_gbs(dev, size)
     return {"fma_gflops": fma["gflops"], "shader_copy_gbs": copy["gbs"],
-            "fma_cpu_gflops": fma["flops"] / max(fma["cpu_seconds"], 1e-9) / 1e9}
+            "fma_cpu_gflops": fma["flops"] / max(fma["cpu_seconds"], 1e-9) / 1e9,
+            "details": {"fma": fma, "shader_copy": copy}}
 
 
 def _commit() -> str | None:
@@ -146,24 +147,66 @@ def run_devices(devices, specs, size_of, peers, budget, with_limits, log,
     for info in devices:
         with vkml.Device(info.index) as dev:
             lim = device_limits(dev) if with_limits else None
-            log(f"{info.name}: limits {lim}")
-            for spec in specs:
-                size = size_of[spec.name]
-                if (spec.name, size) not in exported:
-                    t = time.perf_counter()
-                    data, path, hit = models_mod.export_apart(spec, size)
-                    exported[spec.name, size] = data
-                    log(f"{spec.name} {size}x{size}: {'cached' if hit else 'exported'} "
-                        f"{path} ({time.perf_counter() - t:.1f} s)")
-                log(f"{info.name}: {spec.name}")
-                row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim,
-                                dtype=dtype, fuse=fuse, cold=cold)
-                row["limits"] = lim
-                if profile:
-                    from .profile import measure
-                    row["profile"] = measure(spec, size, exported[spec.name, size], dev, lim,
-                                             profile, log)
-                rows.append(row)
+            log(f"{info.name}: limits " + str(lim and {k: v for k, v in lim.items()
+                                                      if k != "details"}))
+            held, refs = _references(dev, lim, log)
+            try:
+                rows += _device_rows(dev, specs, size_of, peers, budget, lim, log, profile,
+                                     dtype, fuse, cold, exported, refs)
+            finally:
+                for r in refs.values():
+                    r.close()
+                if held is not None:
+                    held.close()
+    return rows
+
+
+def _references(dev, lim: dict | None, log) -> tuple:
+    """(their buffers' holder, ``{limit: Reference}``): the limits' microkernels at the
+    limits' own sizes, to run after each of vkml's hot runs (``run.paired_shares``);
+    none without limits or where they cannot be recorded (the shares then against the
+    limits measured once)."""
+    from .. import limits
+
+    if not lim:
+        return None, {}
+    held, refs = None, {}
+    try:
+        held = limits.references(dev, lim)
+        for key in ("fma_gflops", "shader_copy_gbs"):
+            refs[key] = held.sized(key)
+        return held, refs
+    except Exception as exc:              # noqa: BLE001
+        log(f"{dev.info.name}: no references in turns ({type(exc).__name__}: {exc})")
+        for r in refs.values():
+            r.close()
+        if held is not None:
+            held.close()
+        return None, {}
+
+
+def _device_rows(dev, specs, size_of, peers, budget, lim, log, profile, dtype, fuse, cold,
+                 exported: dict, refs: dict) -> list:
+    """The rows of every model on one open device (``run_devices``)."""
+    rows = []
+    info = dev.info
+    for spec in specs:
+        size = size_of[spec.name]
+        if (spec.name, size) not in exported:
+            t = time.perf_counter()
+            data, path, hit = models_mod.export_apart(spec, size)
+            exported[spec.name, size] = data
+            log(f"{spec.name} {size}x{size}: {'cached' if hit else 'exported'} "
+                f"{path} ({time.perf_counter() - t:.1f} s)")
+        log(f"{info.name}: {spec.name}")
+        row = model_row(spec, size, exported[spec.name, size], dev, peers, budget, lim,
+                        dtype=dtype, fuse=fuse, cold=cold, refs=refs)
+        row["limits"] = lim and {k: v for k, v in lim.items() if k != "details"}
+        if profile:
+            from .profile import measure
+            row["profile"] = measure(spec, size, exported[spec.name, size], dev, lim,
+                                     profile, log)
+        rows.append(row)
     return rows
 
 

@@ -106,8 +106,11 @@ def _limits_line(rows) -> str:
     lim = rows[0].get("limits")
     if not lim:
         return "device limits not measured"
+    paired = any(r.get("paired") for r in rows)
     return (f"FMA peak {lim['fma_gflops']:.1f} GFLOP/s, shader copy "
-            f"{lim['shader_copy_gbs']:.1f} GB/s (read + write)")
+            f"{lim['shader_copy_gbs']:.1f} GB/s (read + write)"
+            + ("; FMA % and roofline % against the microkernels run after each hot run"
+               if paired else ""))
 
 
 def print_tables(doc) -> None:

@@ -100,29 +100,43 @@ def strict_check(data: bytes, dev, dtype=None, fuse=True) -> dict:
 
 
 def vkml_row(data: bytes, dev, x, ref, budget: Budget, dtype=None, fuse=True,
-             cold: bool = True) -> dict:
+             cold: bool = True, refs: dict | None = None) -> dict:
     """vkml's figures for one model on ``dev``: timings, rel err, placement.  ``dtype``:
     ``prepare``'s (``"float16"``: the float32 model in float16 on the device, its rel err
     still against ONNX Runtime CPU float32); ``fuse``: ``prepare``'s too (the graph
-    fusions switched on, to measure them), recorded in the row."""
-    holder, cpu = {}, []
+    fusions switched on, to measure them), recorded in the row.  ``refs``
+    (``bench.limits.references``): the FMA and shader-copy microkernels, each run once
+    after every hot run, untimed (``turns``: each hot run's seconds with theirs, for
+    :func:`shares`)."""
+    holder, cpu, wall, after = {}, [], [], []
 
     def run(a):
-        c = time.process_time()
+        c, t = time.process_time(), time.perf_counter()
         y = holder["rep"].run([a])[0]
+        wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
         return y
+
+    def between():
+        after.append((refs["fma_gflops"](), refs["shader_copy_gbs"]()))
 
     def prepare():
         holder["rep"] = vkml.onnx.prepare(data, device=dev, dtype=dtype, fuse=fuse)
         return run
 
     try:
-        fig, y = timed(prepare, x, budget)
+        fig, y = timed(prepare, x, budget, between=between if refs else None)
     except vkml.VkmlError as exc:
         return {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     # the hot runs' process CPU ms (every thread), beside their wall ms (``shares``)
-    fig["hot_cpu"] = Stats.of(cpu[-fig["hot"]["n"]:]).as_dict()
+    n = fig["hot"]["n"]
+    fig["hot_cpu"] = Stats.of(cpu[-n:]).as_dict()
+    if refs and len(after) >= n:
+        fig["turns"] = {"run_s": wall[-n:], "fma_s": [a for a, _ in after[-n:]],
+                        "copy_s": [b for _, b in after[-n:]],
+                        "fma_flops": refs["fma_gflops"].amount,
+                        "copy_bytes": refs["shader_copy_gbs"].amount,
+                        "references": [refs[k].name for k in ("fma_gflops", "shader_copy_gbs")]}
     rep = holder["rep"]
     try:
         parts = collections.Counter(w for w, _ in rep.partitions)
@@ -184,9 +198,37 @@ def shares(row: dict, counted: dict, limits: dict | None) -> None:
     bound = flops_mod.roofline_seconds(counted["layers"], peak, bw)
     row["roofline_ms"] = bound * 1e3
     row["roofline_share"] = bound / hot_s
+    if vk.get("turns"):
+        paired_shares(row, counted, vk["turns"])
     if limits.get("fma_cpu_gflops") and vk.get("hot_cpu"):
         cpu_s = max(vk["hot_cpu"]["median"] / 1e3, 1e-9)
         row["fma_cpu_share"] = counted["conv_gemm_flops"] / cpu_s / 1e9 / limits["fma_cpu_gflops"]
+
+
+def paired_shares(row: dict, counted: dict, turns: dict) -> None:
+    """``fma_share`` and ``roofline_share`` read against the microkernels run after each
+    hot run (``vkml_row``'s ``turns``; a CPU driver's speed drifts within seconds: a
+    limit read once, at the start, moved the share by the drift): per hot run, its
+    share against the FMA rate and copy bandwidth read right after it, the median over
+    the runs.  Not each side's fastest run as ``python -m bench`` takes per operator:
+    here the references run far shorter than a model's run (sized like it they would
+    double the hot runs' time), and the shorter side catches the busy machine's quiet
+    moments more often.  The run-wide ones move to ``..._run``; ``paired`` holds the
+    runs' count and the spread."""
+    fma, rooflines = [], []
+    for run, f, c in zip(turns["run_s"], turns["fma_s"], turns["copy_s"]):
+        peak, bw = turns["fma_flops"] / f / 1e9, turns["copy_bytes"] / c / 1e9
+        fma.append(counted["conv_gemm_flops"] / run / 1e9 / peak)
+        rooflines.append(flops_mod.roofline_seconds(counted["layers"], peak, bw) / run)
+    if not fma:
+        return
+    row["fma_share_run"], row["roofline_share_run"] = row["fma_share"], row["roofline_share"]
+    row["fma_share"] = float(np.median(fma))
+    row["roofline_share"] = float(np.median(rooflines))
+    row["paired"] = {"n": len(fma), "fma_share_min": min(fma), "fma_share_max": max(fma),
+                     "roofline_share_min": min(rooflines),
+                     "roofline_share_max": max(rooflines),
+                     "references": turns["references"]}
 
 
 def reference(peer, spec, data: bytes, size: int, dev, x, budget: Budget) -> tuple:
@@ -200,7 +242,7 @@ def reference(peer, spec, data: bytes, size: int, dev, x, budget: Budget) -> tup
 
 def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
               limits: dict | None, seed: int = 0, dtype=None, fuse=True,
-              cold: bool = True) -> dict:
+              cold: bool = True, refs: dict | None = None) -> dict:
     """Every figure of one model on one device (the CPU peers run once per device too:
     the machine is the same, and their numbers sit next to the device's); vkml's in
     ``dtype`` (``vkml_row``), the peers' as the model says.  The reference output and
@@ -212,7 +254,7 @@ def model_row(spec, size: int, data: bytes, dev, peers, budget: Budget,
     counted = flops_mod.count_apart(data)
     row = {"model": spec.name, "size": size, "device": dev.info.name,
            "driver": dev.info.driver_info}
-    row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype, fuse, cold)
+    row["vkml"] = vkml_row(data, dev, x, ref, budget, dtype, fuse, cold, refs)
     row["peers"] = {p.name: ref_row if p is ref_peer else
                     peer_row(p, spec, data, size, dev, x, ref, budget) for p in peers}
     vk = row["vkml"]

@@ -38,13 +38,14 @@ def measure(prepare, x: np.ndarray, seconds: str, repeats: str, settle: int = 0,
 
 
 def timed(prepare, x: np.ndarray, budget: Budget, settle: int = 0,
-          files: tuple | None = None) -> tuple:
+          files: tuple | None = None, between=None) -> tuple:
     """(figures, output): ``prepare()`` returns a function of the input, its seconds
     ``prepare_s``; its first run is timed alone (``first_s``; with ``files`` = (FIG.json,
     Y.npy), recorded there by :func:`partial`), then ``settle`` untimed runs (a tracing
     JIT's capture run, which would otherwise count as a slow warm-up sample), then the
-    hot runs within ``budget`` (``hot``: their Stats in ms).  vkml's own rows and every
-    peer time their runs through it."""
+    hot runs within ``budget`` (``hot``: their Stats in ms; ``between``: called after
+    each, untimed, as :func:`bench.stats.sample` says).  vkml's own rows and every peer
+    time their runs through it."""
     t = time.perf_counter()
     fn = prepare()
     prep = time.perf_counter() - t
@@ -56,7 +57,7 @@ def timed(prepare, x: np.ndarray, budget: Budget, settle: int = 0,
         fn = _marking(fn, files[0], first)
     for _ in range(settle):
         fn(x)
-    hot = Stats.of(sample(lambda: fn(x), budget))
+    hot = Stats.of(sample(lambda: fn(x), budget, between))
     return {"prepare_s": prep, "first_s": first, "hot": hot.as_dict()}, y
 
 

@@ -12,13 +12,15 @@ An operator vkml does not have yet (``hasattr(vkml, "fold")`` false) is absent.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 import vkml
 from vkml import dml
 
 from .. import operators
-from ..stats import sample
+from ..stats import sample, sample_paired
 from . import Absent, Runner
 
 
@@ -28,6 +30,9 @@ class VkmlRunner(Runner):
     #: What the last ``phases`` call's operator ran (:func:`_candidate`; the JSON row's
     #: ``candidate``), None where it has no candidates.
     last_candidate: str | None = None
+    #: The last ``phases`` call's compute runs in turns with its reference
+    #: (``bench.stats.Pairs``), None without one.
+    last_pairs = None
 
     @classmethod
     def probe(cls) -> str:
@@ -43,9 +48,11 @@ class VkmlRunner(Runner):
         dev, op, p = self.device, workload.op, workload.p
         return lambda: operators.vkml_call(vkml, op, p, inputs, dev)
 
-    def phases(self, workload, inputs, budget):
+    def phases(self, workload, inputs, budget, reference=None):
         """Upload, compute (GPU and wall) and download samples, in seconds, and the
-        output of the DML-layer path: (dict of sample lists, output array)."""
+        output of the DML-layer path: (dict of sample lists, output array).  With a
+        ``reference`` (``bench.limits.Reference``) the compute runs take turns with it
+        (``bench.stats.sample_paired``), the turns kept in ``last_pairs``."""
         dev = self.device
         if not hasattr(dml, workload.spec.desc):
             raise Absent(f"vkml.dml.{workload.spec.desc} is not implemented yet")
@@ -70,15 +77,23 @@ class VkmlRunner(Runner):
 
             up = sample(upload, budget)
             compiled.record(seq, ins, outs)
-            gpu = []
+            gpu, wall = [], []
 
             def compute():
+                t = time.perf_counter()
                 seq.run()
+                wall.append(time.perf_counter() - t)
                 if seq.gpu_time_ns:
                     gpu.append(seq.gpu_time_ns * 1e-9)
+                return gpu[-1] if seq.gpu_time_ns else wall[-1]
 
-            wall = sample(compute, budget)
-            gpu = gpu[-len(wall):]
+            self.last_pairs = None
+            if reference is None:
+                n = len(sample(compute, budget))
+            else:
+                self.last_pairs = sample_paired(compute, reference, budget)
+                n = len(self.last_pairs.work_samples())
+            wall, gpu = wall[-n:], gpu[-n:]
             down = sample(download, budget)
             return {"upload": up, "compute_wall": wall, "compute_gpu": gpu,
                     "download": down}, results[0] if len(results) == 1 else results
