@@ -51,6 +51,24 @@ def tiny_run(device, tmp_path_factory):
     return rc, doc, tmp
 
 
+def test_vkml_runs_before_every_peer(tmp_path, device, monkeypatch):
+    """Every workload's vkml run comes before any peer's (a peer's thread pool spins on
+    after its call), and the results still stand grouped by workload."""
+    from bench import run as bench_run
+    calls = []
+    vkml_, peer_ = bench_run.Bench.measure_vkml, bench_run.Bench.measure_peer
+    monkeypatch.setattr(bench_run.Bench, "measure_vkml", lambda self, r, w, *a: (
+        calls.append(("vkml", w.name)), vkml_(self, r, w, *a))[1])
+    monkeypatch.setattr(bench_run.Bench, "measure_peer", lambda self, r, w, *a: (
+        calls.append((r.name, w.name)), peer_(self, r, w, *a))[1])
+    rc, doc = _run(tmp_path, device, "--quick", "--no-limits", "--peers", "numpy")
+    assert rc == 0
+    names = [w["name"] for w in TINY["workloads"]]
+    assert calls == [("vkml", n) for n in names] + [("numpy", n) for n in names]
+    assert [(r["workload"], r["runner"]) for r in doc["results"]] == [
+        (n, who) for n in names for who in ("vkml", "numpy")]
+
+
 def test_tiny_workload_end_to_end(tiny_run, device):
     rc, doc, _ = tiny_run
     assert rc == 0
