@@ -240,8 +240,8 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     (and a flattened plane's pixels stored) as float4 where they can (SG_SCALAR_COST; a
     flattened plane not of whole float4s can nowhere), with at most SG_ACC accumulators;
     with ``share`` (a strided 1x1), one of SG_SHARED_NB where it costs within
-    SG_SHARE_SLACK (fewer pipelines).  The unrolled
-    body (MB x NB x column taps products a channel) stays within GEMM_UNROLL, MB giving
+    SG_SHARE_SLACK (fewer pipelines).  The unrolled body (MB x NB x column taps
+    products a channel) stays within GEMM_UNROLL, MB giving
     way first (each weight's shuffle pays off over NB pixels; a body past the
     instruction cache runs at half the speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
     (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
