@@ -733,6 +733,38 @@ def test_strided_1x1_subsampled(device, budget, path):
     assert subsampled >= done // 2
 
 
+def test_gemm_sg_resnet_shortcuts_share_constants(device):
+    """ResNet-18's strided 1x1 shortcuts onto 14x14 and 7x7 maps (input channels cut, the
+    blocks the same: MB 16, CU 8, 8 subgroups a workgroup) take one constant set on gemm_sg with 8-lane subgroups
+    (``gemm.SG_SHARED_NB``: NB 8, not 12, for the 14x14 one), so one pipeline; each
+    matches the reference; without the rule (``share`` False) the 14x14 block is NB 12."""
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    rng = np.random.default_rng(98)
+    made = []
+    for x_shape, w_shape in (((1, 16, 28, 28), (128, 16, 1, 1)),
+                             ((1, 32, 14, 14), (256, 32, 1, 1))):
+        desc = _conv_desc("float32", x_shape, w_shape, strides=(2, 2))
+        x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+        w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+        b = rng.standard_normal(w_shape[0]).astype(np.float32)
+        got, compiled = run_path(device, desc, x, w, b, path="gemm_sg")
+        ref = desc_reference(desc, x, w, b)
+        np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                                   **tolerance(w, "float32"))
+        p = compiled.path
+        assert p.subsampled is not None
+        made.append([(d["kernel"], d["constants"]) for d in p.dispatches])
+        if x_shape[2] == 28:
+            pl = p.planes
+            unshared = gemm.sg_blocks(p.geo.cout_per_group, pl.phases, pl.row_len, pl.flat,
+                                      p.sg)
+    if _probe_op(device).ctx.limits["subgroupSize"] == 8:
+        assert made[0] == made[1] and made[0][0][1]["NB"] == 8
+        assert unshared[1] == 12
+
+
 @pytest.mark.parametrize("path", ["gemm", "gemm_sg", "gemm-stride", "gemm_sg-stride"])
 def test_strided_1x1_with_residual(device, path):
     """ResNet's downsample shortcut fused with the block's Add and Relu (a graph: the

@@ -176,6 +176,15 @@ SG_SHUFFLE_COST = 6
 #: 12-pixel blocks (24 lanes) faster than 13-pixel ones (16 lanes)
 SG_SCALAR_COST = (4, 10)
 SG_CBW = True
+#: SG, a strided 1x1 convolution (run on its subsampled view): blocks taken where their
+#: modelled cost is within SG_SHARE_SLACK of the best, so that a residual network's
+#: shortcuts, one a stage, share pipelines (each distinct NB is another pipeline to
+#: compile, 40-100 ms of lavapipe's CPU).  ResNet-18's 14x14 one: NB 12 modelled 4%
+#: cheaper than 8, timed the same, and with 8 it shares the 7x7 one's pipeline.  Not
+#: for every layer: MobileNetV2's and EfficientNet-B0's 14x14 1x1s would leave NB 12
+#: shared with their 28x28 ones for 8 of their own, a pipeline more each.
+SG_SHARED_NB = (8, 16)
+SG_SHARE_SLACK = 1.04
 
 
 def subgroup_shuffle_size(op: CompiledOperator) -> int:
@@ -223,14 +232,16 @@ def sg_span(phases, nb: int) -> int:
 
 
 def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
-              span_max: int | None = None) -> tuple[int, int]:
+              span_max: int | None = None, share: bool = False) -> tuple[int, int]:
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
-    count (4..16) that minimizes padded lanes x (NB + 6), rows read (and a flattened
-    plane's pixels stored) as float4 where they can (SG_SCALAR_COST; a flattened plane
-    not of whole float4s can nowhere), with at most SG_ACC accumulators.  The unrolled
-    body (MB x NB x column taps products a channel) stays within GEMM_UNROLL, MB giving
+    count (4..16) that minimizes padded lanes x (NB + 6) (:func:`sg_cost`), rows read
+    (and a flattened plane's pixels stored) as float4 where they can (SG_SCALAR_COST; a
+    flattened plane not of whole float4s can nowhere), with at most SG_ACC accumulators;
+    with ``share`` (a strided 1x1), one of SG_SHARED_NB where it costs within
+    SG_SHARE_SLACK (fewer pipelines).  The unrolled body (MB x NB x column taps
+    products a channel) stays within GEMM_UNROLL, MB giving
     way first (each weight's shuffle pays off over NB pixels; a body past the
     instruction cache runs at half the speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
     (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
@@ -242,20 +253,28 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), SG_ACC // mb))
     if span_max is not None:
         nb_max = max([4] + [n for n in range(4, nb_max + 1) if sg_span(phases, n) <= span_max])
-    best = None
-    for nb in range(4, nb_max + 1):
-        cost = 0
-        for ph, rl in zip(phases, row_len):
-            per_row = ceil_div(rl, nb)
-            blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
-            # (a flattened plane of no whole float4s, 7x7's 49 pixels, loads and stores
-            # none: there the fewest padded pixels win, 7-pixel blocks, not 8)
-            v4 = ((nb * ph[2].istep) % 4 == 0 or per_row == 1) and not (flat and rl % 4)
-            scalar = SG_SCALAR_COST[flat and rl % 4 == 0]
-            cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else scalar))
-        if best is None or cost <= best[0]:
-            best = (cost, nb)
-    return mb, best[1]
+    costs = {nb: sg_cost(phases, row_len, flat, sg, nb) for nb in range(4, nb_max + 1)}
+    best = min(costs.values())
+    shared = [nb for nb in SG_SHARED_NB if share and nb in costs
+              and costs[nb] <= best * SG_SHARE_SLACK]
+    if shared:
+        return mb, min(shared, key=lambda nb: (costs[nb], -nb))
+    return mb, max(nb for nb, c in costs.items() if c == best)
+
+
+def sg_cost(phases, row_len, flat: bool, sg: int, nb: int) -> int:
+    """The modelled cost of :func:`sg_blocks`' NB-pixel blocks: padded lanes x (NB +
+    SG_SHUFFLE_COST, + SG_SCALAR_COST where the block's pixels are not whole float4s)."""
+    cost = 0
+    for ph, rl in zip(phases, row_len):
+        per_row = ceil_div(rl, nb)
+        blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
+        # (a flattened plane of no whole float4s, 7x7's 49 pixels, loads and stores
+        # none: there the fewest padded pixels win, 7-pixel blocks, not 8)
+        v4 = ((nb * ph[2].istep) % 4 == 0 or per_row == 1) and not (flat and rl % 4)
+        scalar = SG_SCALAR_COST[flat and rl % 4 == 0]
+        cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else scalar))
+    return cost
 
 
 @dataclass

@@ -84,7 +84,7 @@ class GemmSgPath(GemmPath):
 
     def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
         return sg_blocks(self.geo.cout_per_group, phases, row_len, flat, self.sg,
-                         self.knobs["sg_span"])
+                         self.knobs["sg_span"], share=self.subsampled is not None)
 
     def _flat_short_rows(self) -> bool:
         return False
