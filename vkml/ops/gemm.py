@@ -455,9 +455,9 @@ def _family(name: str) -> str:
 #: within a factor of 4); the fast mode times only the families the device's ranking
 #: keeps (:func:`_fast`).  "sg" is no default: lavapipe runs it faster than "direct",
 #: SwiftShader several times slower.  ``recheck_cuts``: a candidate whose one timed
-#: warm-up ran past 3x the fastest is run once more before the fast mode cuts it: sg's
-#: 0.6 ms at 256 cubed is cut against direct's 2.7 by any stall of 8 ms in that one run,
-#: and the class keeps direct, 4x slower, until re-checked.
+#: warm-up ran past 3x the fastest is run once more before the fast mode cuts it: one
+#: scheduler stall in a sub-millisecond run had cut sg against a 4x slower direct, which
+#: the class then kept until re-checked (bench/RESULTS.md, "Model operators").
 PATH = tuning.register_path(
     "gemm_path", [("direct", {"path": "direct"}), ("tiled", {"path": "tiled"})]
     + [(f"sg-{mb}x{nb}", {"path": "sg", "sg_block": (mb, nb)}, i == 0)

@@ -188,7 +188,6 @@ def alias(code: bytes) -> bytes:
     return struct.pack(f"<{len(words) + len(new)}I", *words[:first], *new, *words[first:])
 
 
-
 OP_NAME, OP_PHI, OP_LOOP_MERGE, OP_LABEL, OP_UNREACHABLE = 5, 245, 246, 248, 255
 OP_SELECTION_MERGE, OP_BRANCH, OP_BRANCH_CONDITIONAL, OP_SWITCH = 247, 249, 250, 251
 OP_FUNCTION_END = 56
@@ -328,9 +327,8 @@ def prune(code: bytes) -> bytes:
     no branch then reaches removed: what a specializing compiler's dead-branch pass
     leaves, the same code.  A frozen ``ACT`` (:func:`freeze`) leaves the activation's
     switch in every inlined ``vkml_activation()`` call, and lavapipe translates and
-    optimizes every case of each before folding them: 16 such calls were ~85% of the
-    Winograd output pass's pipeline creation (bench/RESULTS.md, "Warm start, cheaper
-    pipelines").  A function with nothing to take, or that it cannot prune safely (a
+    optimizes every case of each before folding them: most of the Winograd output pass's
+    pipeline creation (bench/RESULTS.md, "What a pipeline costs lavapipe").  A function with nothing to take, or that it cannot prune safely (a
     loop's continue block left unreachable, a kept instruction naming a removed id), is
     left as it is."""
     words = struct.unpack(f"<{len(code) // 4}I", code)

@@ -283,7 +283,7 @@ class WinogradPath(Path):
         # two tiles' rows a u64vec4 only where asked (knob store64 True), not where the
         # device's store width alone would: on rows of a multiple of 4 the float4 stores'
         # pipeline then serves every width of 8 too, one pipeline fewer a model
-        # (bench/RESULTS.md, "Warm start, shared pipelines")
+        # (bench/RESULTS.md, "What a pipeline costs lavapipe")
         self.y8 = (self.knobs.get("store64") is True and self.v8 and self.y4 and self.m_texel
                    and ow % 8 == 0
                    and all(v % 8 == 0 for v in (ys[0], ys[1], ys[3]))
