@@ -36,8 +36,10 @@ def padding_cases(draw):
         else:
             start[d], end[d] = start[d] // 2, end[d] // 2
     out = [s + a + b for s, a, b in zip(shape, start, end)]
-    mutation = draw(st.sampled_from(["none"] * 6 + ["out_size", "count", "negative", "dtype",
-                                                    "rank", "in_strides", "out_overlap"]))
+    # about half the cases valid (with the bogus mode's sixth): the floor of valid cases
+    # (fuzzing.real_cases, a quarter) then holds by a wide margin on a slow device's draws
+    mutation = draw(st.sampled_from(["none"] * 12 + ["out_size", "count", "negative", "dtype",
+                                                     "rank", "in_strides", "out_overlap"]))
     in_strides = None
     if draw(st.booleans()):   # a non-packed input layout: padded, broadcast or permuted
         kind = draw(st.sampled_from(["padded", "broadcast", "permuted"]))
