@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import math
+import threading
 
 import numpy as np
 
@@ -241,8 +242,6 @@ def threads_share_one_operator(device, shared, ins, want, out_shape, functional,
     against its reference; False is an error) and the ``shared`` compiled operator run on
     ``ins`` into the thread's own output, which must match ``want``.  Releases ``shared``,
     then asserts that no thread saw an error."""
-    from test_lifetime import run_in_threads
-
     errors: list = []
 
     def work(k):
@@ -257,6 +256,33 @@ def threads_share_one_operator(device, shared, ins, want, out_shape, functional,
     run_in_threads(work, errors)
     shared.release()
     assert not errors, errors[:5]
+
+
+def run_in_threads(work, errors: list, count: int = 8) -> None:
+    """Run ``work(k)`` for k in range(count) concurrently; an exception is an error."""
+    def guarded(k):
+        try:
+            work(k)
+        except Exception as exc:  # noqa: BLE001
+            errors.append((k, repr(exc)))
+
+    threads = [threading.Thread(target=guarded, args=(k,), daemon=True) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    # a thread still running is a hang (and its work was never checked)
+    assert not [t for t in threads if t.is_alive()], "threads did not finish within 600 s"
+
+
+def run_graph(device, g, arrays, dtype, **kw):
+    """Compile graph ``g`` (``compile_graph`` keywords ``kw``) and execute it once on
+    ``arrays`` into fresh ``dtype`` outputs: (the compiled graph, the outputs as arrays)."""
+    cg = device.compile_graph(g, **kw)
+    outs = [device.empty(g.nodes[o.from_node_index].desc.outputs()[0].sizes, dtype)
+            for o in g.output_edges]
+    cg.execute([device.tensor(a) for a in arrays], outs)
+    return cg, [o.numpy() for o in outs]
 
 
 def run_two_node_graph(device, first, second, inputs, out_shape) -> np.ndarray:

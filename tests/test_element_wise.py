@@ -21,7 +21,7 @@ from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canarie
                      placement, run_checked)
 from helpers import assert_no_leaks, run_two_node_graph, same_bits, strided_view
 from test_activations import FORMULAS
-from test_lifetime import run_in_threads
+from helpers import run_in_threads
 
 OPS = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": None,
        "maximum": np.maximum, "minimum": np.minimum}

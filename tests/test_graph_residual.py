@@ -19,6 +19,8 @@ import vkml
 from vkml import dml
 from vkml.ops.convolution.epilogue import EpilogueConvolutionDesc
 
+from helpers import run_graph
+
 conv_ops = importlib.import_module("vkml.ops.convolution")   # the module, not the function
 
 torch = pytest.importorskip("torch")
@@ -104,14 +106,6 @@ def reference(arrays, kind="3x3", act=None):
     return z.numpy()
 
 
-def run(device, g, arrays, dtype, **kw):
-    cg = device.compile_graph(g, **kw)
-    outs = [device.empty(g.nodes[o.from_node_index].desc.outputs()[0].sizes, dtype)
-            for o in g.output_edges]
-    cg.execute([device.tensor(a) for a in arrays], outs)
-    return cg, [o.numpy() for o in outs]
-
-
 def _tolerance(dtype):
     """float32: the convolution's accumulation (Winograd's transforms the widest);
     float16: the output's rounding and tiled-f16's float16 partial sums."""
@@ -150,7 +144,7 @@ def test_fused_on_every_path(device, dtype):
         g = residual_graph(dtype, kind, act, add1=add1)
         arrays = inputs(rng, dtype, kind)
         try:
-            cg, (got,) = run(device, g, arrays, dtype, paths={0: cand})
+            cg, (got,) = run_graph(device, g, arrays, dtype, paths={0: cand})
         except vkml.UnsupportedError:
             continue                      # the device lacks the path's features
         ran.add(cand)
@@ -176,7 +170,7 @@ def test_fused_on_every_path(device, dtype):
                                    err_msg=what, **_tolerance(dtype))
         if cand != path:
             continue
-        cg, (plain,) = run(device, g, arrays, dtype, fuse=False, paths={0: cand})
+        cg, (plain,) = run_graph(device, g, arrays, dtype, fuse=False, paths={0: cand})
         assert not cg.fusions and len(cg.nodes) == len(g.nodes)
         cg.release()
         same = dict(rtol=1e-6, atol=1e-6) if dtype == "float32" else dict(rtol=2e-3, atol=4e-3)
@@ -197,14 +191,14 @@ def test_winograd_one_output_kernel_with_and_without_residual(device, dtype):
             g = residual_graph(dtype, kind, "relu", add1=True)
             arrays = inputs(rng, dtype, kind)
             try:
-                fused, (got,) = run(device, g, arrays, dtype, paths={0: cand})
+                fused, (got,) = run_graph(device, g, arrays, dtype, paths={0: cand})
             except vkml.UnsupportedError:
                 continue                  # (winograd-v8: no int64 shaders)
             what = f"{cand} {kind} {dtype}"
             assert [type(d) for d in fused.nodes] == [EpilogueConvolutionDesc], what
             np.testing.assert_allclose(got.astype(np.float64), reference(arrays, kind, "relu"),
                                        err_msg=what, **_tolerance(dtype))
-            plain, (apart,) = run(device, g, arrays, dtype, fuse=False, paths={0: cand})
+            plain, (apart,) = run_graph(device, g, arrays, dtype, fuse=False, paths={0: cand})
             np.testing.assert_allclose(apart.astype(np.float64),
                                        reference(arrays, kind, "relu"),
                                        err_msg=what, **_tolerance(dtype))
@@ -226,16 +220,16 @@ def test_chosen_path_and_switch(device, skip_first):
     g = residual_graph("float32", "3x3", "relu", skip_first=skip_first)
     arrays = inputs(rng, np.float32)
     want = reference(arrays, "3x3", "relu")
-    cg, (got,) = run(device, g, arrays, np.float32)
+    cg, (got,) = run_graph(device, g, arrays, np.float32)
     fused = cg._graph_nodes[0].compiled.path.RESIDUAL
     assert [f.kind for f in cg.fusions] == (["residual", "activation"] if fused else [])
     cg.release()
     np.testing.assert_allclose(got, want, **_tolerance("float32"))
-    cg, (off,) = run(device, g, arrays, np.float32, fuse={"residual": False})
+    cg, (off,) = run_graph(device, g, arrays, np.float32, fuse={"residual": False})
     assert not cg.fusions and len(cg.nodes) == 3
     cg.release()
     np.testing.assert_allclose(off, got, rtol=1e-6, atol=1e-6)
-    cg, (noact,) = run(device, g, arrays, np.float32, fuse={"activation": False})
+    cg, (noact,) = run_graph(device, g, arrays, np.float32, fuse={"activation": False})
     if fused:
         assert [f.kind for f in cg.fusions] == ["residual"] and len(cg.nodes) == 2
         assert cg.nodes[0].fused_activation is None
@@ -266,7 +260,7 @@ def test_refused(device, case):
     g = residual_graph("float32", "3x3", **kw)
     shape = (1, 1, 24, 24) if case == "broadcast" else None
     arrays = inputs(rng, np.float32, skip_shape=shape)
-    cg, outs = run(device, g, arrays, np.float32, paths={0: "gemm"})
+    cg, outs = run_graph(device, g, arrays, np.float32, paths={0: "gemm"})
     assert not any(f.kind == "residual" for f in cg.fusions), cg.fusions
     assert not any(isinstance(d, EpilogueConvolutionDesc) for d in cg.nodes)
     cg.release()
@@ -297,7 +291,7 @@ def test_residual_written_after_the_convolution(device):
               (rng.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32),
               rng.standard_normal((1, 16, 1, 1)).astype(np.float32),
               (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)]
-    cg, (got,) = run(device, g, arrays, np.float32, paths={0: "gemm", 1: "gemm"})
+    cg, (got,) = run_graph(device, g, arrays, np.float32, paths={0: "gemm", 1: "gemm"})
     assert [(f.kind, f.into) for f in cg.fusions] == [("residual", (0,)), ("activation", (0,))]
     assert cg.order == [1, 0]
     cg.release()
@@ -387,7 +381,7 @@ def test_transposed_convolution(device, path):
                       [MID(0, 0, 1, 1), MID(1, 0, 2, 0)])
     arrays = [rng.standard_normal(s).astype(np.float32)
               for s in ((1, 6, 5, 6), (6, 8, 3, 3), (1, 8, 1, 1), (1, 8, 11, 13))]
-    cg, (got,) = run(device, g, arrays, np.float32, paths={0: path})
+    cg, (got,) = run_graph(device, g, arrays, np.float32, paths={0: path})
     assert [f.kind for f in cg.fusions] == ["residual", "activation"]
     assert cg._graph_nodes[0].compiled.path.name == path
     cg.release()

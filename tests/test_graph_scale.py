@@ -23,6 +23,8 @@ import vkml.tuning
 from vkml import dml
 from vkml.ops.convolution.epilogue import EpilogueConvolutionDesc
 
+from helpers import run_graph
+
 conv_ops = importlib.import_module("vkml.ops.convolution")   # the module, not the function
 
 torch = pytest.importorskip("torch")
@@ -98,14 +100,6 @@ def reference(arrays, kind="1x1"):
     return z.numpy()
 
 
-def run(device, g, arrays, dtype, **kw):
-    cg = device.compile_graph(g, **kw)
-    outs = [device.empty(g.nodes[o.from_node_index].desc.outputs()[0].sizes, dtype)
-            for o in g.output_edges]
-    cg.execute([device.tensor(a) for a in arrays], outs)
-    return cg, [o.numpy() for o in outs]
-
-
 def _tolerance(dtype):
     return dict(rtol=5e-3, atol=5e-2) if dtype == "float16" else dict(rtol=1e-4, atol=3e-4)
 
@@ -137,7 +131,7 @@ def test_fused_on_every_path(device, dtype):
         arrays = inputs(rng, dtype, kind, residual)
         what = f"{cand} {kind} residual={residual}"
         try:
-            cg, (got,) = run(device, g, arrays, dtype, paths={1: cand})
+            cg, (got,) = run_graph(device, g, arrays, dtype, paths={1: cand})
         except vkml.UnsupportedError:
             continue                      # the device lacks the path's features
         ran.add(cand)
@@ -163,7 +157,7 @@ def test_fused_on_every_path(device, dtype):
         cg.release()
         np.testing.assert_allclose(got.astype(np.float64), reference(arrays, kind),
                                    err_msg=what, **_tolerance(dtype))
-        cg, (plain,) = run(device, g, arrays, dtype, fuse={"input scale": False},
+        cg, (plain,) = run_graph(device, g, arrays, dtype, fuse={"input scale": False},
                            paths={1: cand})
         assert not any(f.kind == "input scale" for f in cg.fusions)
         cg.release()
@@ -185,18 +179,18 @@ def test_chosen_path_and_switch(device):
     arrays = inputs(rng, np.float32, "1x1", True)
     want = reference(arrays)
     g = scale_graph("float32", "1x1", residual=True)
-    cg, (got,) = run(device, g, arrays, np.float32)
+    cg, (got,) = run_graph(device, g, arrays, np.float32)
     assert [f.kind for f in cg.fusions][0] == "input scale"
     assert len(cg.nodes) == 1 if cg._graph_nodes[1].compiled.path.RESIDUAL else 2
     cg.release()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=3e-4)
-    cg, (off,) = run(device, g, arrays, np.float32, fuse={"input scale": False})
+    cg, (off,) = run_graph(device, g, arrays, np.float32, fuse={"input scale": False})
     assert "input scale" not in [f.kind for f in cg.fusions]
     assert isinstance(cg.nodes[0], dml.ElementWiseMultiplyOperatorDesc)
     cg.release()
     np.testing.assert_array_equal(got, off)
     g = scale_graph("float32", "1x1", residual=True, scale_first=True)
-    cg, (first,) = run(device, g, arrays, np.float32)
+    cg, (first,) = run_graph(device, g, arrays, np.float32)
     assert [f.kind for f in cg.fusions][0] == "input scale"
     cg.release()
     np.testing.assert_array_equal(got, first)
@@ -208,14 +202,14 @@ def test_refused(device):
     rng = np.random.default_rng(23)
     arrays = inputs(rng, np.float32)
     g = scale_graph("float32", second_reader=True)
-    cg, (got, other) = run(device, g, arrays, np.float32)
+    cg, (got, other) = run_graph(device, g, arrays, np.float32)
     assert "input scale" not in [f.kind for f in cg.fusions]
     cg.release()
     np.testing.assert_allclose(got, reference(arrays), rtol=1e-4, atol=3e-4)
     xs = _shapes("1x1")[0]
     g = scale_graph("float32", scale_strides=(xs[1] * xs[3], xs[3], 0, 1))
     arrays[1] = rng.uniform(0.05, 1.0, (xs[0], xs[1], 1, xs[3])).astype(np.float32)
-    cg, (got,) = run(device, g, arrays, np.float32)
+    cg, (got,) = run_graph(device, g, arrays, np.float32)
     assert "input scale" not in [f.kind for f in cg.fusions]
     cg.release()
     x = torch.from_numpy((arrays[0] * arrays[1]).astype(np.float64))

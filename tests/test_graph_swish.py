@@ -17,6 +17,8 @@ import vkml
 from vkml import dml
 from vkml.ops.convolution.epilogue import EpilogueConvolutionDesc
 
+from helpers import run_graph
+
 conv_ops = importlib.import_module("vkml.ops.convolution")   # the module, not the function
 
 torch = pytest.importorskip("torch")
@@ -87,14 +89,6 @@ def reference(arrays, name, params, depthwise=False):
     return y.numpy()
 
 
-def run(device, g, arrays, dtype, **kw):
-    cg = device.compile_graph(g, **kw)
-    outs = [device.empty(e.output_tensor.sizes, dtype) for e in
-            (g.nodes[o.from_node_index].desc for o in g.output_edges)]
-    cg.execute([device.tensor(a) for a in arrays], outs)
-    return cg, [o.numpy() for o in outs]
-
-
 def _tolerance(dtype):
     """float32: the convolution's accumulation (Winograd's transforms the widest); float16:
     the output's rounding and tiled-f16's float16 partial sums ((TK + 1) 2^-11 sum |w x|)."""
@@ -132,7 +126,7 @@ def test_fused_on_every_path(device, dtype):
         g = act_graph(dtype, name, params, depthwise=dw)
         arrays = inputs(rng, dtype, dw)
         try:
-            cg, (got,) = run(device, g, arrays, dtype, paths={0: cand})
+            cg, (got,) = run_graph(device, g, arrays, dtype, paths={0: cand})
         except vkml.UnsupportedError:
             continue                      # the device lacks the path's features
         ran.add(cand)
@@ -150,7 +144,7 @@ def test_fused_on_every_path(device, dtype):
                                    **_tolerance(dtype))
         if cand != path:
             continue
-        cg, (plain,) = run(device, g, arrays, dtype, fuse=False, paths={0: cand})
+        cg, (plain,) = run_graph(device, g, arrays, dtype, fuse=False, paths={0: cand})
         assert not cg.fusions and len(cg.nodes) == 2
         cg.release()
         same = dict(rtol=1e-6, atol=1e-6) if dtype == "float32" else dict(rtol=2e-3, atol=2e-3)
@@ -167,7 +161,7 @@ def test_not_fused_where_the_output_has_a_second_reader(device, name):
     rng = np.random.default_rng(6)
     g = act_graph("float32", name, {}, second_reader=True)
     arrays = inputs(rng, np.float32)
-    cg, (y, s) = run(device, g, arrays, np.float32)
+    cg, (y, s) = run_graph(device, g, arrays, np.float32)
     assert not cg.fusions and len(cg.nodes) == 3
     assert type(cg.nodes[0]) is dml.ConvolutionOperatorDesc
     cg.release()
@@ -189,7 +183,7 @@ def test_with_lp_pooling_in_winograd(device, name):
     g = dml.GraphDesc(3, 1, [*g.nodes, N(pool, name="pool")], g.input_edges,
                       [OUT(2, 0, 0)], [*g.intermediate_edges, MID(1, 0, 2, 0)])
     arrays = inputs(rng, np.float32)
-    cg, (got,) = run(device, g, arrays, np.float32, paths={0: "winograd"})
+    cg, (got,) = run_graph(device, g, arrays, np.float32, paths={0: "winograd"})
     assert [type(d).__name__ for d in cg.nodes] == ["PooledConvolutionDesc"], cg.fusions
     assert [(f.kind, f.absorbed, f.into) for f in cg.fusions] == [
         ("activation", (1,), (0,)), ("pooling", (2,), (0, 1))]
@@ -212,7 +206,7 @@ def test_transposed_convolution(device):
                       [OUT(1, 0, 0)], [MID(0, 0, 1, 0)])
     arrays = [rng.standard_normal(s).astype(np.float32) for s in ((1, 4, 5, 6), (4, 3, 3, 3),
                                                                  (1, 3, 1, 1))]
-    cg, (got,) = run(device, g, arrays, np.float32)
+    cg, (got,) = run_graph(device, g, arrays, np.float32)
     assert [type(d) for d in cg.nodes] == [EpilogueConvolutionDesc] and cg.nodes[0].is_backward
     assert [f.operator for f in cg.fusions] == ["swish"]
     cg.release()

@@ -21,7 +21,7 @@ from vkml.errors import ArgumentTypeError, ValidationError
 from fuzzing import (TENSOR_BROKEN, break_tensor_rule, compiled_or_refused, fuzzer, lay_out,
                      padded_output, placement, run_checked)
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
-from test_lifetime import run_in_threads
+from helpers import run_in_threads
 
 CANARY = 0xA5
 OPS = importlib.import_module("vkml.ops.join_split_slice")

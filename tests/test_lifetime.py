@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
 import tracemalloc
 
 import numpy as np
@@ -16,7 +15,7 @@ import vkml
 from vkml import dml
 from vkml.errors import DeviceError, UnsupportedError
 
-from helpers import slow
+from helpers import run_in_threads, slow
 from references import PAD_MODES, pad_reference
 
 MODES = list(PAD_MODES)
@@ -301,23 +300,6 @@ def test_workgroup_limit_is_split(device):
             np.testing.assert_array_equal(
                 vkml.pad(x, [1, 2, 0, 3], [2, 0, 1, 1], mode, device=small),
                 pad_reference(x, [1, 2, 0, 3], [2, 0, 1, 1], mode))
-
-
-def run_in_threads(work, errors: list, count: int = 8) -> None:
-    """Run ``work(k)`` for k in range(count) concurrently; an exception is an error."""
-    def guarded(k):
-        try:
-            work(k)
-        except Exception as exc:  # noqa: BLE001
-            errors.append((k, repr(exc)))
-
-    threads = [threading.Thread(target=guarded, args=(k,), daemon=True) for k in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    # a thread still running is a hang (and its work was never checked)
-    assert not [t for t in threads if t.is_alive()], "threads did not finish within 600 s"
 
 
 # -- threads ----------------------------------------------------------------------------

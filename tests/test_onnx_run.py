@@ -9,8 +9,6 @@ threads at once, and after the device was closed.
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -21,6 +19,8 @@ from onnx.reference import ReferenceEvaluator  # noqa: E402
 import vkml  # noqa: E402
 import vkml.onnx as vonnx  # noqa: E402
 from vkml.runtime import scheduler  # noqa: E402
+
+from helpers import run_in_threads  # noqa: E402
 
 
 def _model():
@@ -120,17 +120,10 @@ def test_concurrent_runs_of_one_model(dev):
     errors = []
 
     def worker(k):
-        try:
-            for _ in range(15):
-                _check(rep.run([xs[k]]), want[k])
-        except BaseException as exc:     # noqa: BLE001  (reported by the main thread)
-            errors.append(exc)
+        for _ in range(15):
+            _check(rep.run([xs[k]]), want[k])
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(worker, errors, count=4)
     assert not errors, errors[0]
     rep.release()
 

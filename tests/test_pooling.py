@@ -382,7 +382,7 @@ def test_tensor_in_tensor_out(device):
 def test_no_leak_and_threads(device):
     """Create/compile/execute/release cycles leave the device's memory as it was; eight
     threads pooling at once get their own answers."""
-    from test_lifetime import run_in_threads
+    from helpers import run_in_threads
 
     desc = dml.MaxPooling2OperatorDesc(
         dml.TensorDesc("float32", (1, 2, 5, 5)), dml.TensorDesc("float32", (1, 2, 2, 2)),

@@ -567,7 +567,7 @@ def test_tensor_in_tensor_out(device):
 
 
 def test_no_leak_and_threads(device):
-    from test_lifetime import run_in_threads
+    from helpers import run_in_threads
 
     desc = dml.ReduceOperatorDesc("argmax", dml.TensorDesc("float32", (4, 6)),
                                   dml.TensorDesc("uint32", (4, 1)), (1,))

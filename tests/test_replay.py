@@ -8,13 +8,13 @@ recording which bound buffer views of a freed tensor is recorded again, and thre
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 import vkml
 from vkml.runtime import scheduler
+
+from helpers import run_in_threads
 
 
 @pytest.fixture
@@ -90,19 +90,12 @@ def test_threads_share_a_compiled_operator(device):
     errors = []
 
     def worker(k):
-        try:
-            y = None
-            for _ in range(20):
-                y = vkml.pad(ts[k], [0, 1, 2], [0, 2, 1])
-                np.testing.assert_array_equal(y.numpy(), _padded(xs[k]))
-        except BaseException as exc:         # noqa: BLE001  (reported by the main thread)
-            errors.append(exc)
+        y = None
+        for _ in range(20):
+            y = vkml.pad(ts[k], [0, 1, 2], [0, 2, 1])
+            np.testing.assert_array_equal(y.numpy(), _padded(xs[k]))
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads(worker, errors, count=4)
     assert not errors, errors[0]
 
 

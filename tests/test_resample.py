@@ -31,7 +31,7 @@ from vkml.ops.resample import NEAREST_MODES
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
                      fuzz_settings, lay_out, padded_output)
 from helpers import run_desc, run_two_node_graph, same_bits, strided_view
-from test_lifetime import run_in_threads
+from helpers import run_in_threads
 
 T = dml.TensorDesc
 NEAREST, LINEAR = dml.InterpolationMode.NEAREST_NEIGHBOR, dml.InterpolationMode.LINEAR

@@ -17,7 +17,7 @@ from fuzzing import (TENSOR_BROKEN, bind_with_canary, break_tensor_rule, canarie
 from helpers import ALL_DTYPES, assert_no_leaks, random_bits, same_bits
 from test_join import (FUZZ_SHARE, OPS, PARTS_BROKEN, break_shared_rule, check_out,
                        draw_parts_case, layout, on_path, out_layout, overlapping, run_copies)
-from test_lifetime import run_in_threads
+from helpers import run_in_threads
 
 X = np.arange(1, 13, dtype=np.float32).reshape(1, 1, 6, 2)
 
