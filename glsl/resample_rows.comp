@@ -102,6 +102,15 @@ layout(constant_id = 12) const uint FULL = 0u;
 // loop's trip count a plain constant.
 // vkml:frozen ROWS_K
 layout(constant_id = 13) const uint ROWS_K = 1u;
+// linear: WT[0], WT[1], the weights of the row's two phases, and for PAIR WH[0], WH[1],
+// those of the dimension before.  Frozen: as uniform-block members they were loaded in
+// every pass of the PAIR loop (lavapipe does not move a uniform load past the loop's
+// stores), and as constants the weights' (1 - w) and products fold.
+// vkml:frozen WT0 WT1 WH0 WH1
+layout(constant_id = 14) const float WT0 = 0.0;
+layout(constant_id = 15) const float WT1 = 0.0;
+layout(constant_id = 16) const float WH0 = 0.0;
+layout(constant_id = 17) const float WH1 = 0.0;
 // input quads an invocation: compile-time, so its arrays are registers on both drivers
 // (4 was no faster on lavapipe and slower on SwiftShader)
 const uint Q = 2u;
@@ -114,7 +123,6 @@ layout(std140, set = 0, binding = 2) uniform Params {
     vec4 coord_a[2];             // x = o * a + b per dimension (the general kernel's)
     vec4 coord_b[2];
     uvec4 phase;                 // x: input quads a row
-    vec4 phase_w;                // WT[0], WT[1]; PAIR: WH[0], WH[1]
 };
 
 layout(push_constant) uniform Push {
@@ -170,13 +178,12 @@ void load_window(uint row, uint m0, uint lastq, out T r[NW]) {
 
 // the row's interpolation of a window (combined along the dimension before already)
 void interpolate(T win[NW], out T o[8u * Q]) {
-    float w0 = phase_w.x, w1 = phase_w.y;
     [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
         // output 2k + j: input k + D[j] (window index k + D[j] + 1) and the next
         uint k = t / 2u;
         bool odd = (t & 1u) != 0u;
         int dj = odd ? PHASE_D1 : PHASE_D0;
-        float wj = odd ? w1 : w0;
+        float wj = odd ? WT1 : WT0;
         T a = dj < 0 ? win[k] : win[k + 1u];
         T b = dj < 0 ? win[k + 1u] : win[k + 2u];
         o[t] = (1.0 - wj) * a + wj * b;
@@ -296,13 +303,13 @@ void main() {
     for (uint p = 0u; p < REP_H / 2u; p++) {
         // H[0] = H[1]: both rows of the pair interpolate a, b (c is the next pair's b)
         load_window((row0 + uint(clamp(r + int(p) + 2, 0, last)) * st) >> 2, m0, lastq, c);
-        blend(a, b, phase_w.z, win);
+        blend(a, b, WH0, win);
         interpolate(win, o);
         store_row(so, o, count);
         if (PHASE_H1 == PHASE_H0) {
-            blend(a, b, phase_w.w, win);
+            blend(a, b, WH1, win);
         } else {
-            blend(b, c, phase_w.w, win);
+            blend(b, c, WH1, win);
         }
         interpolate(win, o);
         store_row(so + hstep, o, count);

@@ -86,7 +86,7 @@ VARIANTS.update(dict.fromkeys(
     [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin", "pair")
      for r in ("texel", "ssbo") for w in ("", "_u64")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H",
-     "PHASE_H0", "PHASE_H1", "FULL", "ROWS_K")))
+     "PHASE_H0", "PHASE_H1", "FULL", "ROWS_K", "WT0", "WT1", "WH0", "WH1")))
 #: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
 ROWS_Q = 2
 #: PAIR mode: at most this many pairs of output rows an invocation (its REP_H / 2).
@@ -292,8 +292,8 @@ class CompiledResample(BoxKernel):
             in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords]),
-            phase=[n // 4, 0, 0, 0], phase_w=[w0, w1, wh0, wh1]), np.uint8)),
-                     "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "rows_k": rows_k,
+            phase=[n // 4, 0, 0, 0]), np.uint8)),
+                     "d": (d0, d1), "h": (h0, h1), "w": tuple(map(float, (w0, w1, wh0, wh1))), "rep_h": rep_h, "rows_k": rows_k,
                      "walk": walk, "pair": bool(pair),
                      "full": self._full_stores(kernel)}
         self.kernel = kernel
@@ -345,7 +345,9 @@ class CompiledResample(BoxKernel):
                                               "PHASE_H0": plan["h"][0],
                                               "PHASE_H1": plan["h"][1],
                                               "FULL": int(plan["full"]),
-                                              "ROWS_K": plan["rows_k"]})
+                                              "ROWS_K": plan["rows_k"],
+                                              **dict(zip(("WT0", "WT1", "WH0", "WH1"),
+                                                         plan["w"]))})
         for o, e in split_groups([0] * len(box), box, lx,
                                  ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
             push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
