@@ -993,6 +993,37 @@ def test_rows_walk_down_rows(device, linear):
                         (-0.5,) * 4)
 
 
+def test_rows_weights_frozen_per_map(device):
+    """The rows kernel's weights (WT[j] along the row, WH[j] along the dimension before
+    for PAIR) are frozen into each pipeline: resamples of one shape whose offsets give
+    different period-2 maps along W and H, run one after the other on one device, each
+    get their own weights (those of :func:`rows_phases`, the general kernel's) and match
+    the general kernel and the float64 reference; rows of whole quad pairs (FULL) and of
+    3 quads, PAIR and one row an invocation (H 3x)."""
+    from vkml.ops.resample import CompiledResample, rows_phases
+    rng = np.random.default_rng(67)
+    for shape, out in [((1, 4, 8, 16), (1, 4, 16, 32)), ((2, 3, 5, 12), (2, 3, 10, 24)),
+                       ((1, 2, 4, 8), (1, 2, 12, 16))]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        seen = set()
+        for off_w in (0.5, 0.0, 0.75, 0.25, 0.125):
+            for off_h in (0.5, 0.0, 0.75):
+                ins, outs = (0.5, 0.5, off_h, off_w), (-0.5,) * 4
+                desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out),
+                                                 LINEAR, scales, ins, outs)
+                op, got, general = _rows_case(device, desc, x, path=None)
+                assert op.path == "rows", (shape, ins)
+                (_, wt0), (_, wt1) = rows_phases(op)
+                pair = rows_phases(op, 2) if op.rows["pair"] else ((0, 0.0), (0, 0.0))
+                assert op.rows["pair"] == (out[2] == 2 * shape[2]), (shape, ins)
+                assert op.rows["w"] == (wt0, wt1, pair[0][1], pair[1][1]), (shape, ins)
+                seen.add(op.rows["w"])
+                _check_rows(got, general, x, out, True, scales, ins, outs)
+        # W's five maps (H 3x: weights along W only), PAIR times H's three
+        assert len(seen) == (15 if out[2] == 2 * shape[2] else 5), seen
+
+
 def test_rows_pair_declines(device):
     """PAIR only for linear with the dimension before the last exactly 2x and of period
     2: H 2x + 1, 3x, halved, scale 1, size 1, and nearest keep one output row an
