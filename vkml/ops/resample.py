@@ -293,8 +293,10 @@ class CompiledResample(BoxKernel):
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords]),
             phase=[n // 4, 0, 0, 0]), np.uint8)),
-                     "d": (d0, d1), "h": (h0, h1), "w": tuple(map(float, (w0, w1, wh0, wh1))), "rep_h": rep_h, "rows_k": rows_k,
+                     "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "rows_k": rows_k,
                      "walk": walk, "pair": bool(pair),
+                     # WT[0], WT[1], WH[0], WH[1]: the kernel's frozen constants
+                     "w": tuple(float(v) for v in (w0, w1, wh0, wh1)),
                      "full": self._full_stores(kernel)}
         self.kernel = kernel
         return True
