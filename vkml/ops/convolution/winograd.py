@@ -67,12 +67,21 @@ def pool_rule(conv: ConvolutionOperatorDesc, pool) -> str | None:
     return None
 
 
+#: At most this many tiles, the 36 GEMMs' lanes take 16 output channels each where that
+#: pads no more channels than 8 would: with one block of 4 tiles a lane, each channel
+#: step's V fetch and shuffles serve twice the products (layer4 of ResNet-18, 512
+#: channels on 7x7: the GEMM pass about twice as fast as with 8, bench/RESULTS.md).
+FEW_TILES = 4
+
+
 def cl_blocks(cout: int, tiles: int, sg: int) -> tuple[int, int]:
     """(MB, NB) of the 36 GEMMs with lanes along output channels (``gemm`` knob "cl"):
-    MB (8 or 4) padding the fewest channels once channel blocks fill whole subgroups, the
-    larger on a tie; NB a multiple of 4 up to 32 tiles (and SG_ACC accumulators) wasting
-    the fewest tiles, the larger on a tie (a 56x56 image's 196 tiles: 8 x 28, none)."""
-    mb = min((8, 4), key=lambda m: (ceil_div(ceil_div(cout, m), sg) * sg * m, -m))
+    MB (8 or 4; 16 too up to :data:`FEW_TILES` tiles) padding the fewest channels once
+    channel blocks fill whole subgroups, the larger on a tie; NB a multiple of 4 up to 32
+    tiles (and SG_ACC accumulators) wasting the fewest tiles, the larger on a tie (a
+    56x56 image's 196 tiles: 8 x 28, none)."""
+    mbs = (16, 8, 4) if tiles <= FEW_TILES else (8, 4)
+    mb = min(mbs, key=lambda m: (ceil_div(ceil_div(cout, m), sg) * sg * m, -m))
     nb = min(range(4, min(32, SG_ACC // mb) + 1, 4),
              key=lambda n: (ceil_div(tiles, n) * n - tiles, -n))
     return mb, nb
