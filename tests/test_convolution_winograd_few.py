@@ -2,7 +2,8 @@
 channels on 7x7, 4 tiles): the lanes along output channels then take 16 channels each
 (``winograd.cl_blocks``, up to ``FEW_TILES`` tiles).  Against the float64 reference
 (``convolution_reference``): 1 to 4 tiles, one and two images, channel counts padded to
-the block or not, bias, a fused activation, both modes."""
+the block or not, bias, a fused activation, both modes; the small cases fit
+SwiftShader's texel views (the larger ones are declined there)."""
 from __future__ import annotations
 
 import importlib
@@ -25,6 +26,7 @@ def test_cl_blocks_rule():
     than 8 or 4 would; the blocks of more tiles are unchanged."""
     assert winograd.cl_blocks(512, 4, 8) == (16, 4)
     assert winograd.cl_blocks(128, 4, 4) == (16, 4)
+    assert winograd.cl_blocks(64, 4, 4) == (16, 4)          # SwiftShader: subgroups of 4
     assert winograd.cl_blocks(136, 4, 8)[0] == 4          # 16 would pad to 256
     assert winograd.cl_blocks(512, 16, 8) == (8, 16)
     assert winograd.cl_blocks(64, 196, 8) == (8, 28)
@@ -35,6 +37,9 @@ def test_cl_blocks_rule():
     ((2, 16, 4, 4), 256, "relu", "CROSS_CORRELATION"),     # one tile an image
     ((1, 40, 5, 8), 136, None, "CONVOLUTION"),             # 2 tiles, channels padded
     ((1, 17, 3, 3), 192, "sigmoid", "CROSS_CORRELATION"),  # a 3x3 output: one tile
+    # small enough for U and V to fit SwiftShader's texel views (65536 elements)
+    ((2, 16, 4, 4), 64, "relu", "CROSS_CORRELATION"),
+    ((1, 16, 7, 7), 64, None, "CONVOLUTION"),
 ])
 def test_few_tiles_many_channels(device, x_shape, cout, act, mode):
     rng = np.random.default_rng(cout + x_shape[1])
@@ -52,7 +57,8 @@ def test_few_tiles_many_channels(device, x_shape, cout, act, mode):
     try:
         compiled = compile_on_path(device, desc, "winograd-cl")
     except vkml.UnsupportedError:
-        pytest.skip("the device has no full subgroups with shuffles")
+        pytest.skip("winograd-cl declined: no full subgroups with shuffles, or U and V "
+                    "beyond the device's texel views")
     p = compiled.path
     tiles = p.T
     assert tiles <= winograd.FEW_TILES
