@@ -649,6 +649,57 @@ def test_gemm_sg_step_order(device, case):
                                    err_msg=str(desc), **tolerance(w, dtype))
 
 
+#: (input, filter, descriptor fields) of 1x1 convolutions whose gemm_sg loop takes 4 or 8
+#: input channels an iteration with the filter's channels packed: W4 (a lane's weights of
+#: four channels one RGBA32F fetch): a 112x112-like flat plane of whole float4s, 7x7
+#: planes (49 pixels) in a batch, groups, a strided 1x1 (run on its subsampled view) and
+#: a fused activation
+SG_W4_CASES = [
+    ((1, 16, 12, 12), (24, 16, 1, 1), dict(fused_activation="relu")),
+    ((2, 24, 7, 7), (40, 24, 1, 1), {}),
+    ((1, 32, 5, 6), (20, 16, 1, 1), dict(group_count=2)),
+    ((1, 8, 9, 9), (12, 8, 1, 1), dict(strides=(2, 2), fused_activation="leaky_relu")),
+    ((1, 64, 3, 5), (8, 64, 1, 1), {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SG_W4_CASES)))
+def test_gemm_sg_w4(device, case, monkeypatch):
+    """gemm_sg fetches a lane's weights of four input channels as one RGBA32F texel (W4)
+    where its loop takes channels four at a time over one column tap: the same bits as
+    the R32F fetches (the same weights, the same products in the same order), with and
+    without a bias, and it matches torch; float16 never takes it."""
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    xs, ws, kw = SG_W4_CASES[case]
+    desc = _conv_desc("float32", xs, ws, bias=case % 2 == 0, **kw)
+    rng = np.random.default_rng(110 + case)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(np.float32)
+         if desc.bias_tensor is not None else None)
+    a, on = run_path(device, desc, x, w, b, path="gemm_sg")
+    assert [d["constants"].get("W4") for d in on.path.dispatches] == [1]
+    sg_module = importlib.import_module("vkml.ops.convolution.gemm_sg")
+    monkeypatch.setattr(sg_module, "SG_W4", False)
+    c, off = run_path(device, desc, x, w, b, path="gemm_sg")
+    assert [d["constants"].get("W4") for d in off.path.dispatches] == [None]
+    np.testing.assert_array_equal(a, c, err_msg=str(desc))
+    ref = desc_reference(desc, x, w, b)
+    act = kw.get("fused_activation")
+    if act == "relu":
+        ref = np.maximum(ref, 0)
+    elif act == "leaky_relu":        # (the page's default alpha)
+        ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(a[:ref.size].reshape(ref.shape).astype(np.float64), ref,
+                               err_msg=str(desc), **tolerance(w))
+    monkeypatch.undo()
+    half = _conv_desc("float16", xs, ws, bias=b is not None, **kw)
+    _, f16 = run_path(device, half, x.astype(np.float16), w.astype(np.float16),
+                      None if b is None else b.astype(np.float16), path="gemm_sg")
+    assert all("W4" not in d["constants"] for d in f16.path.dispatches)
+
+
 def test_gemm_sg_strided_filter(device):
     """gemm_sg reads the filter through its DML strides: a channels-last filter."""
     rng = np.random.default_rng(70)
