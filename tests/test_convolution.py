@@ -892,6 +892,34 @@ def test_gemm_sg_span(device, case):
             compile_on_path(device, _conv_desc(dtype, xs, ws, **kw), "gemm_sg-span24")
 
 
+def test_gemm_sg_mb8(device):
+    """gemm_sg-mb8 (knob ``sg_mb``: at most 8 output channels a block) on a stem-like
+    3 -> 32 3x3 stride 2: its blocks hold 8 channels, it matches torch, float32 and
+    float16, and the fast list times it; a 1x1 of 16 input channels takes it when forced
+    but its fast list does not; where the default block holds 8 channels or fewer it
+    declines (the default's twin)."""
+    choice = importlib.import_module("vkml.ops.convolution.choice")
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(130)
+    for dtype in ("float32", "float16"):
+        desc = _conv_desc(dtype, (1, 3, 22, 30), (32, 3, 3, 3), strides=(2, 2),
+                          start_padding=(1, 1), end_padding=(1, 1))
+        default = _check_forced(device, desc, "gemm_sg", rng)
+        small = _check_forced(device, desc, "gemm_sg-mb8", rng)
+        assert default.path.mb > 8 >= small.path.mb
+        assert "gemm_sg-mb8" in choice._fast(desc, device)
+        default.release()
+        small.release()
+        one = _conv_desc(dtype, (1, 16, 6, 6), (32, 16, 1, 1))
+        _check_forced(device, one, "gemm_sg-mb8", rng).release()
+        assert "gemm_sg-mb8" not in choice._fast(one, device)
+        with pytest.raises(vkml.UnsupportedError):
+            compile_on_path(device, _conv_desc(dtype, (1, 3, 9, 9), (8, 3, 3, 3),
+                                               start_padding=(1, 1), end_padding=(1, 1)),
+                            "gemm_sg-mb8")
+
+
 def same_bits_with_rows_apart(device, desc, got, arrays, path):
     """Asserts that ``got`` (``desc`` run on ``path``) has the same bits as the same
     convolution writing output rows 3 elements apart (rows no longer packed: element

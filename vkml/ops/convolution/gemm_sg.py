@@ -54,7 +54,20 @@ class GemmSgPath(GemmPath):
         tail = (SG_BLOCKS[1] + 4) * geo.stride[2] + geo.kernel[2] * geo.dilation[2] + 4
         x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (ceil_div(ext[2], 4) * 4) + tail
         return (texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
-                and texel_ok(op, x_bound) and cls._span_differs(op, geo, phases, knobs))
+                and texel_ok(op, x_bound) and cls._span_differs(op, geo, phases, knobs)
+                and cls._mb_differs(op, geo, phases, knobs))
+
+    @staticmethod
+    def _mb_differs(op, geo, phases, knobs) -> bool:
+        """Without knob ``sg_mb``, True; with it, whether the default block holds more
+        output channels (else the candidate is the default's twin).  Rows as planned
+        unflattened (MB does not depend on the rows)."""
+        mb_max = knobs_of(knobs)["sg_mb"]
+        if mb_max is None:
+            return True
+        mb, _ = sg_blocks(geo.cout_per_group, phases, [ph[2].count for ph in phases], False,
+                          subgroup_shuffle_size(op))
+        return mb > mb_max
 
     @staticmethod
     def _span_differs(op, geo, phases, knobs) -> bool:
@@ -91,7 +104,8 @@ class GemmSgPath(GemmPath):
 
     def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
         return sg_blocks(self.geo.cout_per_group, phases, row_len, flat, self.sg,
-                         self.knobs["sg_span"], share=self.subsampled is not None)
+                         self.knobs["sg_span"], share=self.subsampled is not None,
+                         mb_max=self.knobs["sg_mb"])
 
     def _flat_short_rows(self) -> bool:
         return False
