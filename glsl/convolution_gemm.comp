@@ -91,9 +91,9 @@ layout(constant_id = 2) const int NB = 8;      // output pixels per invocation
 layout(constant_id = 3) const int SW = 1;      // X elements between consecutive pixels
 // Frozen into the module by the host (vkml.runtime.spirv), for drivers that do not fold
 // specialization constants before generating code: ACT selects code in vkml_activation.glsl's
-// switch, which SwiftShader otherwise runs case by case; ACC_RUN picks the accumulation order,
-// so only one order's code is compiled.
-// vkml:frozen ACT ACC_RUN
+// switch, which SwiftShader otherwise runs case by case; ACC_RUN picks the accumulation order
+// and W4 the weights' fetch, so only one order's and one fetch's code is compiled.
+// vkml:frozen ACT ACC_RUN W4
 layout(constant_id = 4) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
 layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bound RGBA32F;
                                                // SW == 1, NB and every row offset x4)
@@ -108,6 +108,9 @@ layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per w
 layout(constant_id = 12) const bool ACC_RUN = true; // an accumulator's products of a loop
                                                // iteration in a row (GEMM_RUN), else GEMM_STEP's
                                                // order
+layout(constant_id = 13) const bool W4 = false; // ACC_RUN, KW == 1, CU a multiple of 4: the
+                                               // filter bound RGBA32F, a lane's weights of 4
+                                               // consecutive input channels one fetch
 #endif
 
 // X elements one row tap reads for the block.  Where that is no more than the products'
@@ -237,8 +240,16 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
 #define B_AT(u, kw, j) b[u][ROWLOAD ? (kw) * DW + (j) * SW : (kw) * NB + (j)]
 #define GEMM_RUN() { \
     float wl[CU][GW]; \
-    [[unroll]] for (int u = 0; u < CU; u++) \
-        [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[u][k_] = LOAD_W1(wo + u * w_sg.y + woff[k_]); \
+    if (W4) { \
+        [[unroll]] for (int u4 = 0; u4 < CU; u4 += 4) \
+            [[unroll]] for (int k_ = 0; k_ < GW; k_++) { \
+                vec4 q_ = LOAD_W(((wo + woff[k_]) >> 2) + u4 / 4); \
+                wl[u4][k_] = q_.x; wl[min(u4 + 1, CU - 1)][k_] = q_.y; \
+                wl[min(u4 + 2, CU - 1)][k_] = q_.z; wl[min(u4 + 3, CU - 1)][k_] = q_.w; } \
+    } else { \
+        [[unroll]] for (int u = 0; u < CU; u++) \
+            [[unroll]] for (int k_ = 0; k_ < GW; k_++) wl[u][k_] = LOAD_W1(wo + u * w_sg.y + woff[k_]); \
+    } \
     float b[CU][BL]; \
     [[unroll]] for (int u = 0; u < CU; u++) { \
         int xu = xo + u * xs.y; \

@@ -649,6 +649,57 @@ def test_gemm_sg_step_order(device, case):
                                    err_msg=str(desc), **tolerance(w, dtype))
 
 
+#: (input, filter, descriptor fields) of 1x1 convolutions whose gemm_sg loop takes 4 or 8
+#: input channels an iteration with the filter's channels packed: W4 (a lane's weights of
+#: four channels one RGBA32F fetch): a 112x112-like flat plane of whole float4s, 7x7
+#: planes (49 pixels) in a batch, groups, a strided 1x1 (run on its subsampled view) and
+#: a fused activation
+SG_W4_CASES = [
+    ((1, 16, 12, 12), (24, 16, 1, 1), dict(fused_activation="relu")),
+    ((2, 24, 7, 7), (40, 24, 1, 1), {}),
+    ((1, 32, 5, 6), (20, 16, 1, 1), dict(group_count=2)),
+    ((1, 8, 9, 9), (12, 8, 1, 1), dict(strides=(2, 2), fused_activation="leaky_relu")),
+    ((1, 64, 3, 5), (8, 64, 1, 1), {}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SG_W4_CASES)))
+def test_gemm_sg_w4(device, case, monkeypatch):
+    """gemm_sg fetches a lane's weights of four input channels as one RGBA32F texel (W4)
+    where its loop takes channels four at a time over one column tap: the same bits as
+    the R32F fetches (the same weights, the same products in the same order), with and
+    without a bias, and it matches torch; float16 never takes it."""
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    xs, ws, kw = SG_W4_CASES[case]
+    desc = _conv_desc("float32", xs, ws, bias=case % 2 == 0, **kw)
+    rng = np.random.default_rng(110 + case)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = (rng.standard_normal(desc.output_tensor.sizes[1]).astype(np.float32)
+         if desc.bias_tensor is not None else None)
+    a, on = run_path(device, desc, x, w, b, path="gemm_sg")
+    assert [d["constants"].get("W4") for d in on.path.dispatches] == [1]
+    sg_module = importlib.import_module("vkml.ops.convolution.gemm_sg")
+    monkeypatch.setattr(sg_module, "SG_W4", False)
+    c, off = run_path(device, desc, x, w, b, path="gemm_sg")
+    assert [d["constants"].get("W4") for d in off.path.dispatches] == [None]
+    np.testing.assert_array_equal(a, c, err_msg=str(desc))
+    ref = desc_reference(desc, x, w, b)
+    act = kw.get("fused_activation")
+    if act == "relu":
+        ref = np.maximum(ref, 0)
+    elif act == "leaky_relu":        # (the page's default alpha)
+        ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(a[:ref.size].reshape(ref.shape).astype(np.float64), ref,
+                               err_msg=str(desc), **tolerance(w))
+    monkeypatch.undo()
+    half = _conv_desc("float16", xs, ws, bias=b is not None, **kw)
+    _, f16 = run_path(device, half, x.astype(np.float16), w.astype(np.float16),
+                      None if b is None else b.astype(np.float16), path="gemm_sg")
+    assert all("W4" not in d["constants"] for d in f16.path.dispatches)
+
+
 def test_gemm_sg_strided_filter(device):
     """gemm_sg reads the filter through its DML strides: a channels-last filter."""
     rng = np.random.default_rng(70)
@@ -839,6 +890,34 @@ def test_gemm_sg_span(device, case):
                        ((1, 8, 9, 9), (8, 8, 1, 1), dict(strides=(2, 2)))):
         with pytest.raises(vkml.UnsupportedError):
             compile_on_path(device, _conv_desc(dtype, xs, ws, **kw), "gemm_sg-span24")
+
+
+def test_gemm_sg_mb8(device):
+    """gemm_sg-mb8 (knob ``sg_mb``: at most 8 output channels a block) on a stem-like
+    3 -> 32 3x3 stride 2: its blocks hold 8 channels, it matches torch, float32 and
+    float16, and the fast list times it; a 1x1 of 16 input channels takes it when forced
+    but its fast list does not; where the default block holds 8 channels or fewer it
+    declines (the default's twin)."""
+    choice = importlib.import_module("vkml.ops.convolution.choice")
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    rng = np.random.default_rng(130)
+    for dtype in ("float32", "float16"):
+        desc = _conv_desc(dtype, (1, 3, 22, 30), (32, 3, 3, 3), strides=(2, 2),
+                          start_padding=(1, 1), end_padding=(1, 1))
+        default = _check_forced(device, desc, "gemm_sg", rng)
+        small = _check_forced(device, desc, "gemm_sg-mb8", rng)
+        assert default.path.mb > 8 >= small.path.mb
+        assert "gemm_sg-mb8" in choice._fast(desc, device)
+        default.release()
+        small.release()
+        one = _conv_desc(dtype, (1, 16, 6, 6), (32, 16, 1, 1))
+        _check_forced(device, one, "gemm_sg-mb8", rng).release()
+        assert "gemm_sg-mb8" not in choice._fast(one, device)
+        with pytest.raises(vkml.UnsupportedError):
+            compile_on_path(device, _conv_desc(dtype, (1, 3, 9, 9), (8, 3, 3, 3),
+                                               start_padding=(1, 1), end_padding=(1, 1)),
+                            "gemm_sg-mb8")
 
 
 def same_bits_with_rows_apart(device, desc, got, arrays, path):

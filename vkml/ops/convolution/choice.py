@@ -55,6 +55,7 @@ CANDIDATES = {
     "gemm_sg-stride": ("gemm_sg", {"subsample": False}),
     "gemm_sg-span24": ("gemm_sg", {"sg_span": 24}),
     "gemm_sg-step": ("gemm_sg", {"sg_acc_run": False}),
+    "gemm_sg-mb8": ("gemm_sg", {"sg_mb": 8}),
     "gemm": ("gemm", {}),
     "gemm-g256": ("gemm", {"relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-v8": ("gemm", {"store64": True}),
@@ -80,7 +81,7 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells, and only
 #: there: :func:`_also_takes`).
 _ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"),
-         "gemm_sg": ("gemm_sg-span24", "gemm_sg-step")}
+         "gemm_sg": ("gemm_sg-span24", "gemm_sg-step", "gemm_sg-mb8")}
 #: gemm_sg-step joins a fast list only for a unit-stride 3x3 whose default block holds
 #: this many pixels: the one geometry where it was measured ahead of gemm_sg (1.15-1.59x
 #: on 64->64 and 128->128 on 56x56, 64->64 on 48x48); on the stem, strided, 1x1 and
@@ -88,6 +89,14 @@ _ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"),
 #: order").  Elsewhere it compiled a pipeline and ran twice in each class of a model's
 #: cold start (ResNet-18: 10 of its 11 classes) for nothing; ``full`` still times it.
 STEP_NB = 12
+#: gemm_sg-mb8 (blocks of at most 8 output channels: fewer accumulators, and on a 112-wide
+#: row 16 pixels, stored as float4s, where the default takes 16 x 14 stored one by one)
+#: joins a fast list only for a first layer: at most this many input channels a group
+#: and several column taps, each loop iteration one channel (MobileNetV2's and
+#: EfficientNet-B0's 3 -> 32 3x3 stride-2 stem: 8 x 16 ahead of 16 x 14 in four turns of
+#: process CPU time on lavapipe, bench/RESULTS.md "Where the models lose"; not measured
+#: ahead elsewhere).
+MB8_CIN = 4
 
 
 def _path_class(name: str) -> type[Path]:
@@ -319,10 +328,13 @@ def _far_behind(fast: tuple, ranked: dict) -> tuple:
 
 def _also_takes(name: str, probe) -> bool:
     """Whether an :data:`_ALSO` candidate the shape accepts joins its fast list: all but
-    gemm_sg-step, which joins a unit-stride 3x3 of :data:`STEP_NB`-pixel blocks only."""
+    gemm_sg-step, which joins a unit-stride 3x3 of :data:`STEP_NB`-pixel blocks only, and
+    gemm_sg-mb8, a first layer's (:data:`MB8_CIN`) only."""
+    g = probe.geo
+    if name == "gemm_sg-mb8":
+        return g.cin_per_group <= MB8_CIN and g.kernel[2] > 1
     if name != "gemm_sg-step":
         return True
-    g = probe.geo
     return (g.kernel[1:] == (3, 3) and g.stride[1:] == (1, 1) and g.dilation[1:] == (1, 1)
             and GemmSgPath.default_nb(probe, g) == STEP_NB)
 

@@ -232,7 +232,8 @@ def sg_span(phases, nb: int) -> int:
 
 
 def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
-              span_max: int | None = None, share: bool = False) -> tuple[int, int]:
+              span_max: int | None = None, share: bool = False,
+              mb_max: int | None = None) -> tuple[int, int]:
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
@@ -245,9 +246,10 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     way first (each weight's shuffle pays off over NB pixels; a body past the
     instruction cache runs at half the speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
     (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
-    registers), at least 4."""
+    registers), at least 4.  ``mb_max`` (knob ``sg_mb``): MB kept to at most that many
+    output channels."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
-    fits = [m for m in (16, 12, 8, 4) if m <= SG_BLOCKS[0]
+    fits = [m for m in (16, 12, 8, 4) if m <= min(SG_BLOCKS[0], mb_max or SG_BLOCKS[0])
             and cog / (ceil_div(cog, m) * m) >= 0.88] or [4]
     mb = next((m for m in fits if m * SG_BLOCKS[1] * kw <= GEMM_UNROLL), fits[-1])
     nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), SG_ACC // mb))

@@ -10,18 +10,25 @@ import math
 from ... import runtime
 from ...dml.data_type import DataType
 from ...tuning import Declined
-from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes, padded_extents,
-                   sg_blocks, sg_span, subgroup_shuffle_size, transposed_axes, whole_vec4)
+from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes, gemm_cu,
+                   padded_extents, sg_blocks, sg_span, subgroup_shuffle_size, transposed_axes,
+                   whole_vec4)
 from .geometry import knobs_of
 from .geometry import STORAGES, texel_ok
 from .plan import Buf
 from ...intmath import ceil_div
 
 #: Kernel variants this path runs and the specialization constants it sets.
-VARIANTS = {f"convolution_gemm_sg_{s}{r}": GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN")
+SG_CONSTANTS = GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN", "W4")
+VARIANTS = {f"convolution_gemm_sg_{s}{r}": SG_CONSTANTS
             for s in STORAGES + ("f32_v8",) for r in ("", "_res")}
-VARIANTS.update({f"convolution_gemm_sg_f32{v}{r}_sc": GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN")
+VARIANTS.update({f"convolution_gemm_sg_f32{v}{r}_sc": SG_CONSTANTS
                  for v in ("", "_v8") for r in ("", "_res")})
+#: W4: where the kernel's loop takes input channels four at a time (CU) over one column
+#: tap and the filter's input channels are packed, a lane fetches its weights of four
+#: channels as one RGBA32F texel instead of four R32F ones (lavapipe pays a texel fetch
+#: per lane whatever its width): 1x1 convolutions, the weights' fetches a quarter.
+SG_W4 = True
 
 
 class GemmSgPath(GemmPath):
@@ -47,7 +54,20 @@ class GemmSgPath(GemmPath):
         tail = (SG_BLOCKS[1] + 4) * geo.stride[2] + geo.kernel[2] * geo.dilation[2] + 4
         x_bound = geo.n * geo.c_in * math.prod(ext[:2]) * (ceil_div(ext[2], 4) * 4) + tail
         return (texel_ok(op, fd.total_tensor_size_in_bytes // fd.data_type.size)
-                and texel_ok(op, x_bound) and cls._span_differs(op, geo, phases, knobs))
+                and texel_ok(op, x_bound) and cls._span_differs(op, geo, phases, knobs)
+                and cls._mb_differs(op, geo, phases, knobs))
+
+    @staticmethod
+    def _mb_differs(op, geo, phases, knobs) -> bool:
+        """Without knob ``sg_mb``, True; with it, whether the default block holds more
+        output channels (else the candidate is the default's twin).  Rows as planned
+        unflattened (MB does not depend on the rows)."""
+        mb_max = knobs_of(knobs)["sg_mb"]
+        if mb_max is None:
+            return True
+        mb, _ = sg_blocks(geo.cout_per_group, phases, [ph[2].count for ph in phases], False,
+                          subgroup_shuffle_size(op))
+        return mb > mb_max
 
     @staticmethod
     def _span_differs(op, geo, phases, knobs) -> bool:
@@ -84,7 +104,8 @@ class GemmSgPath(GemmPath):
 
     def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
         return sg_blocks(self.geo.cout_per_group, phases, row_len, flat, self.sg,
-                         self.knobs["sg_span"], share=self.subsampled is not None)
+                         self.knobs["sg_span"], share=self.subsampled is not None,
+                         mb_max=self.knobs["sg_mb"])
 
     def _flat_short_rows(self) -> bool:
         return False
@@ -138,6 +159,8 @@ class GemmSgPath(GemmPath):
         consts = {**super()._constants(d), "SG": self.sg}
         if not self.knobs["sg_acc_run"]:
             consts["ACC_RUN"] = 0
+        if self._w4():
+            consts["W4"] = 1
         qs = d["qsize"]
         blocks = qs[0] * qs[1] * qs[3]
         cbw = min(self.local // self.sg, self.groups_y)
@@ -148,14 +171,30 @@ class GemmSgPath(GemmPath):
         d["cbw"] = consts.get("CBW", 0)
         return consts
 
-    def _params(self, pl, row_offsets) -> dict:
+    def _filter_strides(self) -> tuple[int, int, int]:
+        """The filter's element strides: output channel (within a group), input channel,
+        group."""
         g = self.geo
         ws = g.w_strides
-        cig, cog = g.cin_per_group, g.cout_per_group
         if g.backward:       # filter (C_in, C_out/groups, *k)
-            col_s, ci_s, grp_s = ws[1], ws[0], cig * ws[0]
-        else:                # filter (C_out, C_in/groups, *k)
-            col_s, ci_s, grp_s = ws[0], ws[1], cog * ws[0]
+            return ws[1], ws[0], g.cin_per_group * ws[0]
+        return ws[0], ws[1], g.cout_per_group * ws[0]     # (C_out, C_in/groups, *k)
+
+    def _w4(self) -> bool:
+        """Whether the kernel fetches a lane's weights of four input channels as one
+        RGBA32F texel (W4, :data:`SG_W4`): float32, the accumulation order of GEMM_RUN
+        with CU a multiple of 4, one column tap, the filter's input channels packed and
+        every weight offset a multiple of 4 (whole texels)."""
+        g = self.geo
+        col_s, ci_s, grp_s = self._filter_strides()
+        return (SG_W4 and g.dtype == DataType.FLOAT32 and self.knobs["sg_acc_run"]
+                and all(d["kw"] == 1 for d in self.dispatches)
+                and gemm_cu(self.knobs, g.cin_per_group, self.mb * self.nb) % 4 == 0
+                and ci_s == 1 and col_s % 4 == 0 and grp_s % 4 == 0
+                and all(r % 4 == 0 for r in self.w_rows) and self.w_bytes % 16 == 0)
+
+    def _params(self, pl, row_offsets) -> dict:
+        col_s, ci_s, grp_s = self._filter_strides()
         return {**super()._params(pl, row_offsets), "w_sg": (col_s, ci_s, self.w_step, 0),
                 "w_sg_apart": (grp_s, 0, 0, 0), "wrows": whole_vec4(self.w_rows)}
 
@@ -169,4 +208,6 @@ class GemmSgPath(GemmPath):
         return ceil_div(blocks * cbl, self.local), ceil_div(self.groups_y, cbl), cbl
 
     def _filter_bind(self) -> Buf:
+        if self._w4():
+            return Buf("w", self.w_bytes, "r", runtime.FORMAT_RGBA32_SFLOAT, 16)
         return Buf("w", self.w_bytes, "r", self.w_fmt)

@@ -374,13 +374,14 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: ``sg_span``: gemm_sg's pixels a lane kept to a row span of at most that many input
 #: elements (None: no bound; ``gemm.sg_blocks``).  ``sg_acc_run``: gemm_sg adds each
 #: accumulator's products of a loop iteration in a row (False: one channel and column
-#: tap at a time over the whole block, convolution_gemm.comp ACC_RUN).  ``dw_plane``: the
+#: tap at a time over the whole block, convolution_gemm.comp ACC_RUN).  ``sg_mb``: the
+#: most output channels a gemm_sg block holds (None: ``gemm.SG_BLOCKS``).  ``dw_plane``: the
 #: depthwise block stores its packed rows as float4s of the flattened band where its rows
 #: cannot be stored four at a time, or whole planes of several channels a lane where one
 #: plane is not whole float4s (False: one float at a time; ``DepthwisePath.plane``).
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
                  "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True,
-                 "dw_plane": True, "gemv_split": None}
+                 "sg_mb": None, "dw_plane": True, "gemv_split": None}
 
 
 def knobs_of(knobs: dict | None) -> dict:
