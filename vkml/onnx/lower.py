@@ -796,7 +796,7 @@ def _reduce_axes(node, lw: _Lowering, rank: int):
         return None if int(a.get("noop_with_empty_axes", 0)) else list(range(rank))
     out = []
     for x in axes:
-        if not -max(rank, 1) <= x < max(rank, 1):
+        if not -rank <= x < rank:
             raise ValidationError(f"{node.op_type} {node.name!r}: axes", f"{x} is outside "
                                   f"the input's rank {rank}")
         x = x + rank if x < 0 else x
