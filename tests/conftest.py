@@ -115,7 +115,7 @@ def budget(speed) -> int:
 LONG_FIRST = ("test_convolution.py", "test_padding.py", "test_bench.py", "test_gemm.py",
               "test_element_wise.py", "test_lifetime.py", "test_pooling.py",
               "test_activations.py", "test_resample.py", "test_lp_pooling.py",
-              "test_bench_models.py", "test_dxdispatch.py", "test_reduce.py",
+              "test_bench_models.py", "test_onnx_zoo.py", "test_dxdispatch.py", "test_reduce.py",
               "test_functional.py", "test_onnx_backend.py", "test_tuning.py",
               "test_onnx_element_wise.py", "test_graph.py", "test_cache_files.py",
               "test_fold.py", "test_permute.py", "test_unfold.py", "test_onnx_float16.py",

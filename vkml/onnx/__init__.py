@@ -51,7 +51,9 @@ How a model runs (``prepare``), one module each:
    :data:`HOST_GATHER` listing what stays on the host; Expand as DML's identity reading
    its input with zero strides; Gemm and MatMul as DML_GEMM, :data:`HOST_GEMM`
    listing what stays on the host; Resize and Upsample as DML_RESAMPLE1,
-   :data:`HOST_RESIZE` listing what stays on the host); else on the host (the reference
+   :data:`HOST_RESIZE` listing what stays on the host; ReduceMean/ReduceSum/ReduceMax/...
+   (:data:`REDUCE_OPS`) as DML_REDUCE, float32/float16, :data:`HOST_REDUCE` listing what
+   stays on the host); else on the host (the reference
    evaluator), between device partitions, as
    ONNX Runtime does with nodes its GPU providers lack.  ``prepare(model, strict=True)``
    instead raises :class:`vkml.UnsupportedError` naming the node and its op type, as
@@ -97,11 +99,11 @@ from .backend import VkmlBackend, VkmlRep, prepare, run_model, run_node, support
 from .execute import GraphExecutor
 from .lower import (ACTIVATION_OPS, BINARY_OPS, DEVICE_OPS, GATHER_SLICES_MAX, HOST_ACTIVATIONS,
                     HOST_ALIASES, HOST_BATCH_NORMALIZATION, HOST_ELEMENT_WISE, HOST_GATHER,
-                    HOST_GEMM, HOST_POOLING, HOST_RESIZE, Step)
+                    HOST_GEMM, HOST_POOLING, HOST_REDUCE, HOST_RESIZE, REDUCE_OPS, Step)
 from .rewrite import KINDS as REWRITE_KINDS, Rewrite
 
 __all__ = ["VkmlBackend", "VkmlRep", "Step", "GraphExecutor", "DEVICE_OPS", "ACTIVATION_OPS",
            "BINARY_OPS", "HOST_ACTIVATIONS", "HOST_ELEMENT_WISE", "HOST_ALIASES", "HOST_POOLING",
            "HOST_BATCH_NORMALIZATION", "HOST_GATHER", "GATHER_SLICES_MAX", "HOST_GEMM",
-           "HOST_RESIZE", "Rewrite", "REWRITE_KINDS", "prepare", "run_model", "run_node",
-           "supports_device"]
+           "HOST_RESIZE", "HOST_REDUCE", "REDUCE_OPS", "Rewrite", "REWRITE_KINDS", "prepare",
+           "run_model", "run_node", "supports_device"]

@@ -767,6 +767,72 @@ def _lower_batch_normalization(lw: _Lowering, node):
     lw.emit(desc, ins, [node.output[0]], [(tuple(xs), dt)])
 
 
+# -- reductions -------------------------------------------------------------------------------
+
+#: ONNX Reduce* op -> its DML_REDUCE_FUNCTION (one to one: the same formula per function).
+REDUCE_OPS = {"ReduceMean": "AVERAGE", "ReduceSum": "SUM", "ReduceMax": "MAX",
+              "ReduceMin": "MIN", "ReduceProd": "MULTIPLY", "ReduceL1": "L1", "ReduceL2": "L2",
+              "ReduceLogSum": "LOG_SUM", "ReduceLogSumExp": "LOG_SUM_EXP",
+              "ReduceSumSquare": "SUM_SQUARE"}
+
+#: THE list of Reduce* cases that stay on the host: reason key -> why.
+HOST_REDUCE: dict[str, str] = {
+    "rank": "more than 8 dimensions (DML_REDUCE takes 1 to 8)",
+    "empty": "an empty input (DML sizes are at least 1; ONNX reduces it to the function's "
+             "identity value)",
+}
+
+
+def _reduce_axes(node, lw: _Lowering, rank: int):
+    """The reduced axes (sorted, non-negative), or None for ONNX's no-op (empty axes with
+    noop_with_empty_axes=1: the output is the input).  Axes are an attribute before
+    opset 18 (ReduceSum: 13), else input 1; absent or empty, every axis."""
+    a = _attrs(node)
+    axes = a.get("axes")
+    if axes is None:
+        v = lw.param(node, 1)
+        axes = [] if v is None else [int(x) for x in v.reshape(-1)]
+    if not axes:
+        return None if int(a.get("noop_with_empty_axes", 0)) else list(range(rank))
+    out = []
+    for x in axes:
+        if not -rank <= x < rank:
+            raise ValidationError(f"{node.op_type} {node.name!r}: axes", f"{x} is outside "
+                                  f"the input's rank {rank}")
+        x = x + rank if x < 0 else x
+        if x in out:
+            raise ValidationError(f"{node.op_type} {node.name!r}: axes", f"names axis {x} "
+                                  f"twice")
+        out.append(x)
+    return sorted(out)
+
+
+def _lower_reduce(lw: _Lowering, node):
+    """ReduceMean, ReduceSum, ReduceMax, ... as DML_REDUCE with the function of
+    :data:`REDUCE_OPS`; keepdims=0 as an alias view of the kept-dimension output (the same
+    elements in the same order)."""
+    shape, dt = lw.info(node.input[0])
+    shape = tuple(shape)
+    rank = len(shape)
+    axes = _reduce_axes(node, lw, rank)
+    if axes is None:
+        lw.emit(None, [node.input[0]], [node.output[0]], [(shape, dt)])
+        return
+    if rank > 8:
+        raise _HostFallback(HOST_REDUCE["rank"] + f" ({rank})")
+    if 0 in shape:
+        raise _HostFallback(HOST_REDUCE["empty"] + f" ({shape})")
+    view = shape or (1,)
+    axes = axes or [0]                              # a scalar: reduce its one element
+    kept = dml.reduce_output_sizes(view, axes)
+    keepdims = int(_attrs(node).get("keepdims", 1))
+    out = tuple(kept[:rank]) if keepdims else tuple(s for i, s in enumerate(shape)
+                                                    if i not in axes)
+    desc = dml.ReduceOperatorDesc(REDUCE_OPS[node.op_type], _tdesc(view, dt),
+                                  _tdesc(kept, dt), tuple(axes))
+    lw.emit(desc, [node.input[0]], [node.output[0]], [(out, dt)])
+
+
 # -- softmax --------------------------------------------------------------------------------
 
 def _lower_softmax(lw: _Lowering, node):
@@ -921,6 +987,10 @@ DEVICE_OPS["Slice"] = DeviceOp(_lower_slice, frozenset(_ALL), params=(1, 2, 3, 4
 DEVICE_OPS["Concat"] = DeviceOp(_lower_concat, frozenset(_ALL), tensors=tuple(range(64)))
 DEVICE_OPS["Split"] = DeviceOp(_lower_split, frozenset(_ALL), params=(1,))
 DEVICE_OPS["Softmax"] = DeviceOp(_lower_softmax, frozenset(_FLOATS))
+# float32/float16, which every DML reduce function takes (AVERAGE, L2 and the LOG_SUMs take
+# no integers): integer reductions stay on the host
+DEVICE_OPS.update({op: DeviceOp(_lower_reduce, frozenset(_FLOATS), params=(1,))
+                   for op in REDUCE_OPS})
 DEVICE_OPS["BatchNormalization"] = DeviceOp(_lower_batch_normalization, frozenset(_FLOATS),
                                             tensors=(0, 1, 2, 3, 4))
 DEVICE_OPS["Gather"] = DeviceOp(_lower_gather, frozenset(_ALL), params=(1,))
