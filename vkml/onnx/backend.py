@@ -125,14 +125,32 @@ def _shape_model(model) -> tuple:
         return model, set()
     inputs = {i.name for i in g.input}
     declared = {t.name for t in big if t.name not in inputs}
+    # (the model's fields but the graph, and the graph's but its initializers, copied one
+    # by one: a CopyFrom of the whole model copied tens of megabytes of weights only to
+    # drop them)
     m = onnx.ModelProto()
-    m.CopyFrom(model)
-    keep = [t for t in m.graph.initializer if math.prod(t.dims) <= _INFER_VALUES_MAX]
-    del m.graph.initializer[:]
-    m.graph.initializer.extend(keep)
+    _copy_fields(model, m, "graph")
+    _copy_fields(g, m.graph, "initializer")
+    m.graph.initializer.extend(t for t in g.initializer
+                               if math.prod(t.dims) <= _INFER_VALUES_MAX)
     m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
                          for t in big if t.name in declared)
     return m, declared
+
+
+def _copy_fields(src, dst, skip: str) -> None:
+    """Copy every field ``src`` has set into ``dst`` (a fresh message of its type) but
+    ``skip``."""
+    for fd, value in src.ListFields():
+        if fd.name == skip:
+            continue
+        into = getattr(dst, fd.name)
+        if hasattr(into, "extend"):            # (a repeated field)
+            into.extend(value)
+        elif fd.message_type is not None:
+            into.CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
 
 
 def _replay(model, dev: Device, args: tuple):
