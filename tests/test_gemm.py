@@ -1015,3 +1015,52 @@ def test_device_ranking_is_measured_once(device, tmp_path, monkeypatch):
     assert set(choice.times) <= set(kept) and choice.name in kept
     monkeypatch.setattr(tuning, "_run_once", None)          # would fail if it timed again
     assert gemm_mod.family_times(device) == times
+
+
+def test_fast_list_of_few_rows_needs_no_ranking(device, monkeypatch):
+    """A product of fewer rows than sg's block and "tiled"'s TILED_MIN_ROWS (a classifier's
+    one-row product) times "direct" alone: its fast list asks for no family ranking
+    (which would compile every family); sg joins from its block's rows on, "tiled" from
+    TILED_MIN_ROWS, both then filtered by the ranking as before."""
+    import importlib
+
+    from vkml import tuning
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+
+    class _NoRanking:
+        def effective_mode(self, mode=None):
+            return mode or "fast"
+
+        def choose(self, *a, **k):
+            raise AssertionError("ranked the families for a one-row product")
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _NoRanking())
+    rng = np.random.default_rng(11)
+    for m in [1] + [int(v) for v in rng.integers(1, gemm_mod.TILED_MIN_ROWS, size=4)]:
+        shape = {"m": m, "k": int(rng.integers(1, 2048)), "n": int(rng.integers(1, 2048)),
+                 "batch": 1, "dtype": "float32"}
+        assert gemm_mod._fast(shape, device) == ["direct"]
+    mb = gemm_mod.SG_BLOCKS[0][0]
+    times = {"direct": 1e-3, "sg-16x8": 1e-3, "tiled": 1e-3}
+    monkeypatch.setattr(tuning, "default_tuner", lambda: _Ranked(times))
+    for m, want in ((gemm_mod.TILED_MIN_ROWS, ["direct", "tiled"]),
+                    (mb - 1, ["direct", "tiled"]), (mb, ["direct", "tiled", "sg-16x8"])):
+        shape = {"m": m, "k": 64, "n": 64, "batch": 1, "dtype": "float32"}
+        assert gemm_mod._fast(shape, device) == want
+
+
+def test_sg_declines_the_rows_its_fast_list_leaves_out(device):
+    """The sg rule of the fast list is the kernel's own: a product of fewer rows than the
+    block runs on "direct" even when sg is asked for (so its run declines)."""
+    import importlib
+
+    gemm_mod = importlib.import_module("vkml.ops.gemm")
+    mb = gemm_mod.SG_BLOCKS[0][0]
+    for m in (1, mb - 1):
+        t = [dml.TensorDesc("float32", (1, 1, r, c)) for r, c in ((m, 64), (64, 64), (m, 64))]
+        op = gemm_mod.CompiledGemm(device, dml.GemmOperatorDesc(t[0], t[1], None, t[2]),
+                                   path="sg", sg_block=gemm_mod.SG_BLOCKS[0])
+        try:
+            assert op.path == "direct"
+        finally:
+            op.release()

@@ -528,3 +528,37 @@ def test_activation_parameters_dml_refuses_run_on_the_host(device):
         want = _reference(model, {"x": x})[0]
         got = rep.run([x])[0]
     np.testing.assert_array_equal(got, want)
+
+
+def test_shape_model_copies_all_but_the_large_initializers():
+    """The model shape inference sees (``backend._shape_model``) is the model with every
+    field kept (metadata, opsets, docs, value infos, small initializers) and only the
+    initializers over ``_INFER_VALUES_MAX`` elements turned into graph inputs: the same
+    bytes as a copy of the whole model with those removed."""
+    import math
+
+    from vkml.onnx import backend
+
+    rng = np.random.default_rng(3)
+    big = backend._INFER_VALUES_MAX + 1
+    inits = [numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), f"w{i}")
+             for i, n in enumerate([big, 3, big * 2, 1])]
+    nodes = [helper.make_node("Add", ["x", f"w{i}"], [f"y{i}"]) for i in range(4)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info(
+        f"y{i}", TensorProto.FLOAT, None) for i in range(4)], inits, doc_string="doc")
+    graph.value_info.append(helper.make_tensor_value_info("y1", TensorProto.FLOAT, [3]))
+    model = helper.make_model(graph, producer_name="p", doc_string="m")
+    helper.set_model_props(model, {"k": "v"})
+    got, declared = backend._shape_model(model)
+    assert declared == {"w0", "w2"}
+    want = onnx.ModelProto()
+    want.CopyFrom(model)
+    del want.graph.initializer[:]
+    want.graph.initializer.extend(t for t in model.graph.initializer
+                                  if math.prod(t.dims) <= backend._INFER_VALUES_MAX)
+    want.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                            for t in model.graph.initializer if t.name in declared)
+    assert got.SerializeToString(deterministic=True) == \
+        want.SerializeToString(deterministic=True)
+    assert len(model.graph.initializer) == 4            # the caller's model untouched

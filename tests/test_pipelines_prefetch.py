@@ -241,3 +241,33 @@ def test_onnx_prepare_prefetches_the_pipelines_the_last_one_kept(device, folder,
     assert timed, "the first preparation timed its convolution's candidates"
     assert at_replay == [0, len(saved)]
     assert made[1] == len(saved) < made[0]
+
+
+def test_a_serialised_models_key_follows_its_bytes():
+    """``backend._bytes_ident``: the same bytes (bytes, bytearray or memoryview) give one
+    key; a model up to twice IDENT_ENDS is hashed whole (any byte changed changes it);
+    a larger one by its length, its ends (its nodes, inputs and outputs) and pieces
+    between."""
+    from vkml.onnx import backend
+
+    rng = np.random.default_rng(9)
+    ends = backend.IDENT_ENDS
+    for n in (0, 1, 1000, 2 * ends):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        key = backend._bytes_ident(data)
+        assert key == backend._bytes_ident(bytearray(data)) == \
+            backend._bytes_ident(memoryview(data))
+        for at in rng.integers(0, max(n, 1), 4) if n else ():
+            changed = bytearray(data)
+            changed[at] ^= 0xFF
+            assert backend._bytes_ident(bytes(changed)) != key
+        assert backend._bytes_ident(data + b"\0") != key
+    big = rng.integers(0, 256, 5 * ends + 12345, dtype=np.uint8).tobytes()
+    key = backend._bytes_ident(big)
+    n = len(big)
+    step = (n - 2 * ends) // backend.IDENT_SAMPLES
+    for at in [0, ends - 1, n - ends, n - 1, ends, ends + 7 * step + 5]:
+        changed = bytearray(big)
+        changed[at] ^= 1
+        assert backend._bytes_ident(bytes(changed)) != key, at
+    assert backend._bytes_ident(big[:-1]) != key

@@ -775,3 +775,62 @@ def test_noise_is_the_median_spread_of_round_medians():
     assert tuning._margin(noisy, plain) == 1.0
     assert tuning._margin(noisy, tied) == tuning.NOISE_TIE_CAP
     assert tuning._margin([t(1.0, 1.02)], tied) == 1.1
+
+
+def _timed(name: str, first: float, warm: float) -> "tuning._Timed":
+    t = tuning._Timed(Candidate(name, {}), name, None, first)
+    t.warm = warm
+    return t
+
+
+def test_long_runs_with_a_clear_lead_take_one_round(monkeypatch):
+    """Fast mode: where every candidate's timed warm-up took LONG_RUN_S or more and one
+    led each other's warm-up and first run by CLEAR_MARGIN, the warm-ups are the one
+    round (no further run); a lead that one first run contradicts, a short run, a path
+    that re-checks its cuts or the full mode take their rounds as before."""
+    runs = []
+    monkeypatch.setattr(tuning, "_run_once", lambda seq: runs.append(seq) or script[seq])
+    long, m = tuning.LONG_RUN_S, tuning.CLEAR_MARGIN
+    cases = [  # (first, warm) of a and b, at_once, budget, rounds expected
+        (((1.1 * long, long), (1.3 * m * long, 1.3 * m * long)), True, 0.2, 1),
+        (((1.1 * long, long), (1.3 * m * long, 1.3 * m * long)), False, 0.2, tuning.MIN_ROUNDS),
+        (((1.1 * long, long), (0.9 * m * long, 1.3 * m * long)), True, 0.2, tuning.MIN_ROUNDS),
+        (((1.1 * long, long), (1.3 * m * long, 0.9 * m * long)), True, 0.2, tuning.MIN_ROUNDS),
+        (((0.5 * long, 0.5 * long), (m * long, m * long)), True, 0.2, tuning.MIN_ROUNDS),
+        (((1.1 * long, long), (1.3 * m * long, 1.3 * m * long)), True, None, 2),
+    ]
+    for (fa, wa), (fb, wb) in [c[0] for c in cases]:
+        assert tuning._clear_at_once([_timed("a", fa, wa), _timed("b", fb, wb)]) == (
+            wb > m * wa and fb > m * wa and min(wa, wb) >= long)
+    for ((fa, wa), (fb, wb)), at_once, budget, want in cases:
+        script = {"a": wa, "b": wb}
+        runs.clear()
+        timed = [_timed("a", fa, wa), _timed("b", fb, wb)]
+        got = tuning._rounds(timed, 2, budget, at_once=at_once)
+        assert got == want
+        # (a long run runs once a round in fast mode, the warm-up counting in round 1;
+        # RUNS_PER_ROUND a round in full mode)
+        per = 1 if budget is not None else tuning.RUNS_PER_ROUND
+        assert len(runs) == 2 * (per * got - 1)
+        assert all(len(t.medians) == got for t in timed)
+
+
+def test_one_round_choice_is_the_rounds_choice_wherever_the_lead_holds(monkeypatch):
+    """Random long run times, steady from run to run: where the one-round rule stops,
+    the choice is the one MIN_ROUNDS rounds make."""
+    rng = np.random.default_rng(17)
+    monkeypatch.setattr(tuning, "_run_once", lambda seq: script[seq])
+    stopped = 0
+    for _ in range(200):
+        n = int(rng.integers(2, 5))
+        warm = rng.uniform(0.5, 4.0, n) * tuning.LONG_RUN_S
+        first = warm * rng.uniform(0.8, 1.6, n)
+        script = {f"c{i}": float(w) for i, w in enumerate(warm)}
+        one = [_timed(f"c{i}", float(f), float(w)) for i, (f, w) in enumerate(zip(first, warm))]
+        done = tuning._rounds(one, tuning.FAST_ROUNDS, 10.0)
+        two = [_timed(f"c{i}", float(f), float(w)) for i, (f, w) in enumerate(zip(first, warm))]
+        tuning._rounds(two, tuning.FAST_ROUNDS, 10.0, at_once=False)
+        pick = lambda ts: min(ts, key=lambda t: min(t.medians)).candidate.name  # noqa: E731
+        assert pick(one) == pick(two)
+        stopped += done == 1
+    assert 0 < stopped < 200

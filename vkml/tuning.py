@@ -35,7 +35,8 @@ How (the rules a client can rely on):
   disturbed round, and interleaving makes a burst of load hit all candidates alike.
   ``fast`` stops after the round during which the budget ran out, or where one
   candidate was the fastest by :data:`CLEAR_MARGIN` in every round (at least
-  :data:`MIN_ROUNDS`), at most :data:`FAST_ROUNDS`, and runs no rounds where one
+  :data:`MIN_ROUNDS`; one for runs of :data:`LONG_RUN_S` and more whose lead held on
+  the first runs too), at most :data:`FAST_ROUNDS`, and runs no rounds where one
   candidate is left (its timed warm-up is its time); ``full`` runs
   :data:`FULL_ROUNDS`.  In ``fast`` mode a candidate whose timed warm-up took
   :data:`WARM_CUTOFF` x the fastest one's runs no rounds (one near that line, within
@@ -116,8 +117,15 @@ RUNS_PER_ROUND = 3
 #: once).  A long run already averages over its length, and the rounds stay interleaved;
 #: repeating it only multiplies what a cold first call costs (bench/RESULTS.md).
 ROUND_RUN_S = 0.010
-#: Rounds a fast tuning takes whatever its budget (the budget may end it after these).
+#: Rounds a fast tuning takes whatever its budget (the budget may end it after these)...
 MIN_ROUNDS = 2
+#: ...but for candidates whose timed warm-up each took at least this long, one round
+#: (the warm-ups themselves) where one leads by CLEAR_MARGIN there and each other one's
+#: first run also took CLEAR_MARGIN x the leader's warm-up (:func:`_clear_at_once`): a
+#: run this long already averages over its length, a lagging candidate stays behind on
+#: two runs, and the second round of a SwiftShader convolution class is a run of every
+#: candidate at 0.1-0.9 s each.
+LONG_RUN_S = 0.05
 #: ...and it ends there too where one candidate was the fastest by this factor in each
 #: of them: another round would not change the choice.
 CLEAR_MARGIN = 1.2
@@ -860,7 +868,8 @@ class Tuner:
                 slow, single = _cut_slow(timed, p.recheck_cuts)
                 dropped.update(slow)
                 once |= single
-            done = _rounds(timed, rounds, self.budget_s if fast else None)
+            done = _rounds(timed, rounds, self.budget_s if fast else None,
+                           at_once=not p.recheck_cuts)
             _retime_close(timed, _margin(timed, p), fast)
         finally:
             for t in timed:
@@ -980,12 +989,14 @@ def _cut_slow(timed: list, recheck_all: bool = False) -> tuple[dict, set]:
     return dropped, set(dropped) - twice
 
 
-def _rounds(timed: list, rounds: int, budget: float | None) -> int:
+def _rounds(timed: list, rounds: int, budget: float | None, at_once: bool = True) -> int:
     """Run interleaved rounds (module doc, "Timing"), appending each candidate's round
     median; returns the rounds run.  ``budget`` None: full mode.  The budget counts
     timing only, not compiling the candidates (a graph's convolution compiles four
     paths), and at least :data:`MIN_ROUNDS` run so that one disturbed run decides
-    nothing; in fast mode a lone candidate's timed warm-up is its time."""
+    nothing (``at_once``: but one where :func:`_clear_at_once`; not for a path that
+    re-checks its cuts, a device ranking); in fast mode a lone candidate's timed
+    warm-up is its time."""
     start = _perf()
     lone = budget is not None and len(timed) == 1
     done = 0
@@ -999,10 +1010,22 @@ def _rounds(timed: list, rounds: int, budget: float | None) -> int:
             t.medians.append(statistics.median(
                 first + [_run_once(t.seq) for _ in range(runs - len(first))]))
         done += 1
+        if budget is not None and at_once and done == 1 and _clear_at_once(timed):
+            break
         if budget is not None and done >= MIN_ROUNDS and (
                 _perf() - start >= budget or _clear([t.medians for t in timed])):
             break
     return done
+
+
+def _clear_at_once(timed: list) -> bool:
+    """Fast mode, after the first round: whether every candidate's timed warm-up took
+    :data:`LONG_RUN_S` or more, and one's was faster than each other's warm-up and first
+    run by :data:`CLEAR_MARGIN` (no further round would change the choice)."""
+    if len(timed) < 2 or min(t.warm for t in timed) < LONG_RUN_S:
+        return False
+    lead = min(timed, key=lambda t: t.warm)
+    return all(CLEAR_MARGIN * lead.warm < min(t.warm, t.first) for t in timed if t is not lead)
 
 
 def _close(timed: list, margin: float) -> list:

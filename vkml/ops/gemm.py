@@ -411,6 +411,9 @@ FAMILY_SHAPE = {"m": 64, "k": 64, "n": 64, "batch": 1, "dtype": "float32"}
 #: (the fast mode's own cut for a timed run, :data:`vkml.tuning.WARM_CUTOFF`): on SwiftShader
 #: a family that far behind there was never ahead on a larger product either.
 WEAK_FACTOR = float(tuning.WARM_CUTOFF)
+#: The fewest rows (M) of a product whose fast list times "tiled" (:func:`_may_take`):
+#: its classes M 4^0 and 4^1 (1-7 rows) leave it out whole.
+TILED_MIN_ROWS = 8
 
 
 def family_times(device) -> dict:
@@ -428,13 +431,31 @@ def _fast(shape, device) -> list[str]:
     :func:`family_times` puts beyond :data:`WEAK_FACTOR` of the fastest (never the
     default).  Timing a hopeless family's first run is most of a cold call's cost: "tiled"
     took 15-18 s on lavapipe for one 1024-cubed product, where "sg" takes 0.05."""
-    listed = [c.name for c in PATH.candidates if c.fast]
+    listed = [c.name for c in PATH.candidates if c.fast and _may_take(c, shape)]
+    if len(listed) < 2:     # (nothing to rank: the ranking would only cost a cold start)
+        return listed
     times = family_times(device)
     if not times:
         return listed
     best = min(times.values())
     return [n for n in listed
             if n == PATH.default or times.get(_family(n), 0.0) <= WEAK_FACTOR * best]
+
+
+def _may_take(cand, shape) -> bool:
+    """Whether fast-mode candidate ``cand`` is timed on ``shape``: an sg block takes no
+    product of fewer rows than it has (:meth:`CompiledGemm._sg_constants`: its run would
+    decline), and "tiled" none of fewer than :data:`TILED_MIN_ROWS` (its workgroups
+    compute 8 invocation rows of 4-8 rows each whatever M: a classifier's one-row product
+    wastes 31 of every 32, where "direct" puts all its lanes along N, :func:`block_shape`).
+    A fully connected layer then times "direct" alone, without the device's family
+    ranking first (three pipelines and their runs in a model's cold start); the full mode
+    still times every candidate."""
+    block = cand.params.get("sg_block")
+    m = int(shape["m"])
+    if block is not None:
+        return m >= block[0]
+    return cand.params["path"] != "tiled" or m >= TILED_MIN_ROWS
 
 
 def _family(name: str) -> str:

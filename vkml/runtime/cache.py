@@ -1,7 +1,8 @@
 """Files in vkml's cache folder: input to validate, never to trust; replaced atomically.
 
 Everything vkml keeps there (the Vulkan pipeline cache, padding calibrations, tuning
-results, the pipelines each prepared ONNX model asked for) is read through :func:`read_bytes` or :func:`read_json`, which give ``None``
+results, the pipelines each prepared ONNX model asked for, the frozen and pruned SPIR-V
+modules in ``modules``) is read through :func:`read_bytes` or :func:`read_json`, which give ``None``
 for anything but a regular file of at most :data:`MAX_BYTES` that passes its format's
 checks: a missing, truncated, oversized, unreadable or corrupt file, a directory or a
 FIFO in its place, JSON of the wrong shape or version.  The caller then works as if

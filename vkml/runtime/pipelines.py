@@ -17,7 +17,9 @@ process forever.
 Neither lavapipe nor SwiftShader keeps anything in that blob (32-byte headers), so each
 process compiles every pipeline it uses (lavapipe's LLVM code, made at a pipeline's first
 dispatch, is kept by Mesa's own disk cache, keyed by the NIR; the SPIR-V-to-NIR work of
-each creation is not, hence :func:`~vkml.runtime.spirv.prune`).  Compilation therefore
+each creation is not, hence :func:`~vkml.runtime.spirv.prune`, whose results are kept in
+the cache folder's ``modules``, :func:`read_module`, so that a later process skips its
+Python).  Compilation therefore
 runs on a small pool of threads (one per CPU; ``VKML_PIPELINE_THREADS`` sets the count, 0
 compiles on the calling thread): cffi releases the GIL inside ``vkCreateComputePipelines``,
 which is thread safe per device, and a ``VkPipelineCache`` created without the
@@ -73,6 +75,10 @@ MANIFEST_VERSION = 1
 PREFETCH_VERSION = 1
 PREFETCH_KEYS = 32
 PREFETCH_PIPELINES = 256
+#: The most frozen modules the module cache keeps (:func:`write_module`), and the
+#: largest it reads (the shipped modules are 2-130 KB).
+MODULES_KEPT = 1024
+MODULE_BYTES = 4 << 20
 
 
 #: VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT (the Python binding's
@@ -153,6 +159,55 @@ def _read_prefetch(path) -> dict:
     """The prefetch file's lists by key, in the file's order ({} where there is none)."""
     found = None if path is None else cache.read_json(path, PREFETCH_VERSION, _valid_prefetch)
     return {k: v for k, v in found["lists"]} if found else {}
+
+
+def module_key(spirv_sha256: bytes, aliased: bool, consts: tuple) -> str:
+    """The module cache's name of a frozen module: the shipped SPIR-V's SHA-256, whether
+    it was aliased (a source comment: the same words either way), the frozen ``(id,
+    value)`` pairs and :data:`~vkml.runtime.spirv.FREEZE_VERSION`."""
+    text = repr((spirv_sha256.hex(), bool(aliased), tuple(consts), spirv.FREEZE_VERSION))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def module_folder(folder=None):
+    """The module cache's folder (``modules`` in the cache folder; None when the disk
+    cache is off).  Modules are the same on every device: one folder for all."""
+    folder = cache_dir() if folder is None else folder
+    return None if folder is None else folder / "modules"
+
+
+def read_module(key: str, folder=None) -> bytes | None:
+    """The frozen module saved under ``key``: a file of its SHA-256 and its words, taken
+    only where the digest matches and the words start with SPIR-V's magic number (a
+    truncated or altered file is input, not trusted: it is made again and rewritten)."""
+    where = module_folder(folder)
+    data = None if where is None else cache.read_bytes(where / f"{key}.spv", MODULE_BYTES)
+    if data is None or len(data) < 52 or len(data) % 4:
+        return None
+    body = data[32:]
+    if hashlib.sha256(body).digest() != data[:32] \
+            or struct.unpack_from("<I", body)[0] != spirv.MAGIC:
+        return None
+    return body
+
+
+def write_module(key: str, code: bytes, folder=None) -> None:
+    """Save a frozen module under ``key`` (:func:`read_module`'s format), leaving at most
+    :data:`MODULES_KEPT` files: the least recently written go first (a folder shared
+    by every kernel version ever run would grow without bound)."""
+    where = module_folder(folder)
+    if where is None or not cache.write_bytes(where / f"{key}.spv",
+                                              hashlib.sha256(code).digest() + code,
+                                              MODULE_BYTES):
+        return
+    try:
+        found = [e for e in os.scandir(where) if e.name.endswith(".spv") and e.is_file()]
+        if len(found) > MODULES_KEPT:
+            found.sort(key=lambda e: e.stat().st_mtime)
+            for e in found[:len(found) - MODULES_KEPT * 3 // 4]:
+                os.unlink(e.path)
+    except OSError:
+        pass                        # (another process removed it first, or no permission)
 
 
 def _valid_manifest(data: dict) -> bool:
@@ -434,12 +489,7 @@ class PipelineCache:
         if mod is None:
             code = load_spirv(name)
             self._spirv_hash[name] = hashlib.sha256(code).digest()
-            if kernel_manifest()[name].get("aliased"):
-                code = spirv.alias(code)
-            if consts:
-                # (the selections on frozen constants pruned: lavapipe translates every
-                # case of an unpruned switch before folding it, spirv.prune)
-                code = spirv.prune(spirv.freeze(code, dict(consts)))
+            code = self._transformed(name, code, consts)
             words = ffi.new("char[]", code)
             info = ffi.new("VkShaderModuleCreateInfo*", {
                 "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -448,6 +498,25 @@ class PipelineCache:
             vk.check(lib.vkCreateShaderModule(self.device, info, vk.NULL, h), "vkCreateShaderModule")
             mod = self.modules[key] = h[0]
         return mod
+
+    def _transformed(self, name: str, code: bytes, consts: tuple) -> bytes:
+        """``code``, variant ``name``'s, aliased where its source says so, with ``consts``
+        frozen and the selections on them pruned (lavapipe translates every case of an
+        unpruned switch before folding it, :func:`~vkml.runtime.spirv.prune`); a frozen
+        one is read from the module cache where an earlier process saved it
+        (:func:`read_module`): the passes are Python on the thread that asks for the
+        pipeline, tens of ms a model."""
+        aliased = bool(kernel_manifest()[name].get("aliased"))
+        key = module_key(self._spirv_hash[name], aliased, consts) if consts else None
+        found = None if key is None else read_module(key)
+        if found is not None:
+            return found
+        if aliased:
+            code = spirv.alias(code)
+        if consts:
+            code = spirv.prune(spirv.freeze(code, dict(consts)))
+            write_module(key, code)
+        return code
 
     def layout(self, kinds: tuple, push_size: int):
         key = (kinds, push_size)
