@@ -111,6 +111,15 @@ layout(constant_id = 14) const float WT0 = 0.0;
 layout(constant_id = 15) const float WT1 = 0.0;
 layout(constant_id = 16) const float WH0 = 0.0;
 layout(constant_id = 17) const float WH1 = 0.0;
+// rows narrower than a workgroup (input rows of fewer than 8 invocations): SPREAD > 1
+// output-row groups share one workgroup row along x, SPREAD_X (the invocations a row)
+// lanes each, so the lanes are not idle past a row's end; the grid's y then counts
+// groups of SPREAD rows over the flattened rows of the whole box (z is 0), a plane's
+// last rows and the next plane's first sharing a workgroup.  Frozen: the division by
+// SPREAD_X becomes a multiply.
+// vkml:frozen SPREAD SPREAD_X
+layout(constant_id = 18) const uint SPREAD = 1u;
+layout(constant_id = 19) const uint SPREAD_X = 1u;
 // input quads an invocation: compile-time, so its arrays are registers on both drivers
 // (4 was no faster on lavapipe and slower on SwiftShader)
 const uint Q = 2u;
@@ -128,8 +137,9 @@ layout(std140, set = 0, binding = 2) uniform Params {
 layout(push_constant) uniform Push {
     uvec4 origin[2];             // the last dimension in input quads
     uvec4 extent[2];
-    uint x_count;                // invocations along x
-    uint pad0, pad1, pad2;
+    uint x_count;                // invocations along x (a row's, with SPREAD)
+    uint flat_rows;              // SPREAD: row groups in the box (the y extent times z's)
+    uint pad1, pad2;
     uvec4 magic[2];              // ceil(2^32 / extent): see divide()
 };
 
@@ -234,18 +244,31 @@ void main() {
     // x along the row (input quads), y the dimension before, z the rest (uniform per
     // workgroup); no early return (uniform loads after one become gathers on lavapipe)
     const int YDIM = RANK - 2;
-    bool live = gx < x_count
-        && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, max(YDIM, 0)));
+    uint gy = gl_GlobalInvocationID.y;
+    uint z = gl_GlobalInvocationID.z;
+    bool live;
+    if (SPREAD > 1u && YDIM >= 0) {
+        // lane gx: row group sub of this workgroup's SPREAD, invocation gx - sub of it;
+        // the flattened row group splits into z and y as the grid's z would
+        uint sub = gx / SPREAD_X;
+        gx -= sub * SPREAD_X;
+        uint fr = gy * SPREAD + sub;
+        live = gx < x_count && fr < flat_rows;
+        fr = min(fr, flat_rows - 1u);
+        z = divide(fr, max(YDIM, 0));
+        gy = fr - z * AT(extent, max(YDIM, 0));
+    } else {
+        live = gx < x_count && (YDIM < 0 || gy < AT(extent, max(YDIM, 0)));
+    }
     gx = min(gx, x_count - 1u);
     uint coord[8];
-    uint z = gl_GlobalInvocationID.z;
     [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
         uint q = divide(z, d);
         coord[d] = AT(origin, d) + z - q * AT(extent, d);
         z = q;
     }
     if (YDIM >= 0) {
-        uint gy = min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u);
+        gy = min(gy, AT(extent, max(YDIM, 0)) - 1u);
         coord[YDIM] = (AT(origin, YDIM) + gy) * (REP_H * ROWS_K);
     }
     uint m0 = AT(origin, LAST) + gx * Q;          // first input quad of the row

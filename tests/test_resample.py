@@ -14,6 +14,7 @@ of a float32 sum).  A fuzzer with canaries (tests/fuzzing.py) at the end.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 import vkml
 from vkml import dml
 from vkml.errors import ValidationError
+from vkml.intmath import ceil_div
 from vkml.ops.resample import NEAREST_MODES
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
@@ -1240,3 +1242,96 @@ def test_tuner_rows_read_candidates_run(device):
                     seq.run()
                     free()
     assert tuning.registered_paths()["resample_rows_read"] is mod.ROWS_READ_PATH
+
+
+SPREAD_CASES = [  # (input shape, output shape): rows of 1 to 8 quads, planes not whole groups
+    ((1, 3, 5, 4), (1, 3, 10, 8)), ((2, 3, 7, 8), (2, 3, 14, 16)), ((1, 5, 5, 20), (1, 5, 10, 40)),
+    ((1, 4, 7, 28), (1, 4, 14, 56)), ((3, 2, 3, 12), (3, 2, 6, 24)), ((2, 9, 16), (2, 18, 32)),
+    ((3, 24), (6, 48)), ((1, 2, 3, 56), (1, 2, 6, 112)), ((1, 1, 1, 4), (1, 1, 2, 8)),
+    ((1, 2, 5, 32), (1, 2, 10, 64)), ((2, 3, 9, 24), (2, 3, 9, 48))]
+
+
+@pytest.mark.parametrize("linear", [False, True])
+def test_rows_spread_over_rows(device, linear):
+    """Rows narrower than a workgroup (SPREAD row groups along x, the flattened rows of
+    the whole box along y, a plane's last rows sharing a workgroup with the next plane's
+    first): the rule's spread (taken exactly where a row has fewer than 8 invocations)
+    and forced 1, 2, 3, 5, 8 and 64, PAIR and one row an invocation for linear, walks of
+    1 and 3 for nearest: nearest bit for bit the general kernel, linear within a float32
+    rounding of it, both against the float64 reference."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    rng = np.random.default_rng(71 + linear)
+    mode = LINEAR if linear else NEAREST
+    for shape, out in SPREAD_CASES:
+        n = len(shape)
+        x = rng.standard_normal(shape).astype(np.float32)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        ins, outs = (0.5,) * n, (-0.5,) * n
+        desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), mode,
+                                         scales, ins, outs)
+        general = run_desc(device, desc, x, compiled=mod.CompiledResample(
+            device, desc, path="general"))
+        paths = ("rows", "rows1") if linear else ("rows",)
+        walks = (None,) if linear else (1, 3)
+        for path, walk, spread in itertools.product(paths, walks, (None, 1, 2, 3, 5, 8, 64)):
+            op = mod.CompiledResample(device, desc, path=path, walk=walk, spread=spread)
+            if op.rows is None:
+                # H not interpolated: not the rows kernel
+                assert linear and 1 in (shape[-2], out[-2] // shape[-2]), shape
+                continue
+            per = ceil_div(shape[-1] // 4, mod.ROWS_Q)
+            taken = op._spread(op._rows_box())
+            if spread is None:
+                assert (taken > 1) == (per < 8), (shape, taken)
+                assert taken == 1 or taken * per % 8 == 0 and taken * per <= 64
+            else:
+                # a workgroup of 64 fits every device
+                assert taken == spread or taken == 1 and spread * per > 64, (shape, spread)
+            got = run_desc(device, desc, x, compiled=op)
+            _check_rows(got, general, x, out, linear, scales, ins, outs)
+
+
+def test_rows_spread_strided_and_limits(device):
+    """The spread rows kernel on strided tensors (a broadcast input dimension, padded
+    output rows of whole quads), on 32-bit integers (nearest moves bits), and declined
+    where the flattened rows pass maxComputeWorkGroupCount's y (the split grid runs):
+    each against the general kernel and the reference."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    rng = np.random.default_rng(83)
+    shape, out = (2, 3, 5, 8), (2, 3, 10, 16)
+    for linear in (False, True):
+        mode = LINEAR if linear else NEAREST
+        flat = rng.standard_normal(3 * 5 * 8).astype(np.float32)
+        strides = (0, 40, 8, 1)                  # the batch dimension broadcast
+        ost = (3 * 10 * 20, 10 * 20, 20, 1)      # output rows padded to 20
+        desc = dml.Resample1OperatorDesc(T("float32", shape, strides),
+                                         T("float32", out, ost), mode, (1.0, 1.0, 2.0, 2.0),
+                                         (0.5,) * 4, (-0.5,) * 4)
+        op, got, general = _rows_case(device, desc, flat)
+        assert op.path == "rows" and op._spread(op._rows_box()) > 1
+        logical = np.lib.stride_tricks.as_strided(flat, shape, [4 * s for s in strides])
+        view, gview = (np.ascontiguousarray(np.lib.stride_tricks.as_strided(
+            a, out, [4 * s for s in ost])) for a in (got, general))
+        _check_rows(view, gview, np.array(logical), out, linear, (1.0, 1.0, 2.0, 2.0),
+                    (0.5,) * 4, (-0.5,) * 4)
+    xi = rng.integers(-2 ** 31, 2 ** 31, (1, 3, 7, 12), dtype=np.int64).astype(np.int32)
+    desc = dml.Resample1OperatorDesc(T("int32", xi.shape), T("int32", (1, 3, 14, 24)),
+                                     NEAREST, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
+    op = mod.CompiledResample(device, desc, path="rows")
+    assert op.path == "rows" and op._spread(op._rows_box()) > 1
+    got = run_desc(device, desc, xi, compiled=op)
+    assert np.array_equal(got.reshape(1, 3, 14, 24), xi.repeat(2, 2).repeat(2, 3))
+    shape, out = (4, 8, 22, 8), (4, 8, 44, 16)
+    x = rng.standard_normal(shape).astype(np.float32)
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 2, 2)}) as dev:
+        for linear in (False, True):
+            desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out),
+                                             LINEAR if linear else NEAREST,
+                                             (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
+            op, got, general = _rows_case(dev, desc, x)
+            # 352 row groups, 64 a workgroup, 2 workgroups a grid's y
+            assert op._spread(op._rows_box()) == 1
+            _check_rows(got, general, x, out, linear, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4,
+                        (-0.5,) * 4)

@@ -70,8 +70,8 @@ from . import permute
 from .base import check_choice, implements
 from .element_wise import CompiledElementWise
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, BoxKernel, box_grid, div_magic, record_on_scratch,
-                   split_groups, timed_read_candidate, words8)
+from .grid import (BOX_CONSTANTS, GRID_LIMIT, BoxKernel, box_grid, div_magic,
+                   record_on_scratch, split_groups, timed_read_candidate, words8)
 from .store_width import wide_stores
 
 __all__ = ["resample", "onnx_resize_geometry"]
@@ -86,7 +86,8 @@ VARIANTS.update(dict.fromkeys(
     [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin", "pair")
      for r in ("texel", "ssbo") for w in ("", "_u64")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H",
-     "PHASE_H0", "PHASE_H1", "FULL", "ROWS_K", "WT0", "WT1", "WH0", "WH1")))
+     "PHASE_H0", "PHASE_H1", "FULL", "ROWS_K", "WT0", "WT1", "WH0", "WH1", "SPREAD",
+     "SPREAD_X")))
 #: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
 ROWS_Q = 2
 #: PAIR mode: at most this many pairs of output rows an invocation (its REP_H / 2).
@@ -149,12 +150,16 @@ class CompiledResample(BoxKernel):
     #: tuner's :data:`ROWS_READ_PATH` candidate, else :data:`NEAR_ROWS`); ``walk=`` sets
     #: it.
     force_walk: int | None = None
+    #: The rows kernel: row groups sharing a workgroup row (its SPREAD; None: the rule of
+    #: :meth:`_spread`, 1: none); ``spread=`` sets it.
+    force_spread: int | None = None
 
     def __init__(self, device, desc, read: str | None = None, path: str | None = None,
-                 walk: int | None = None):
+                 walk: int | None = None, spread: int | None = None):
         check_choice("path", path, ("copy", "rows", "rows1", "general"))
         self.force_path = path
         self.force_walk = walk
+        self.force_spread = spread
         super().__init__(device, desc, read=read)
 
     @property
@@ -322,24 +327,79 @@ class CompiledResample(BoxKernel):
         # the kernel's rows r + H[0] .. r + H[0] + 2 hold both output rows' inputs
         return phases if phases and phases[1][0] - phases[0][0] in (0, 1) else None
 
+    def _rows_box(self) -> list:
+        """The rows kernel's box: the last dimension in input quads, the one before in
+        groups of the output rows an invocation stores."""
+        box = list(self.box[:-1]) + [self.in_sizes[-1] // 4]
+        if len(box) > 1:
+            box[-2] //= self.rows["rep_h"] * self.rows["rows_k"]
+        return box
+
+    def _spread(self, box) -> int:
+        """Row groups sharing a workgroup row (the kernel's SPREAD; 1: none): where a row
+        takes fewer invocations than 8 (lavapipe's lanes; SwiftShader's 4 divide them)
+        and not a multiple of them, as many rows as keep a workgroup of whole lanes
+        within 64 invocations, the whole box in one dispatch of at most that many rows.
+        A row of 3 invocations in a workgroup of 8 left 5 lanes idle."""
+        if self.force_spread is not None:
+            spread = self.force_spread
+        else:
+            per = ceil_div(box[-1], ROWS_Q)
+            unit = 8 // math.gcd(per, 8)
+            spread = unit * max(1, 64 // (unit * per)) if len(box) > 1 and per < 8 else 1
+        if spread <= 1 or len(box) < 2:
+            return 1
+        lim = self.ctx.limits
+        flat = math.prod(box[:-1])
+        lx = spread * ceil_div(box[-1], ROWS_Q)
+        ok = (lx <= min(lim["maxComputeWorkGroupSize"][0], self.workgroup_size)
+              and ceil_div(flat, spread) <= lim["maxComputeWorkGroupCount"][1]
+              and flat < GRID_LIMIT)
+        return spread if ok else 1
+
     def _encode_rows(self, seq, x, y) -> None:
         """Record the rows kernel over the output box, its last dimension in input
         quads (whole tensors bound)."""
         plan, ctx = self.rows, self.ctx
-        box = list(self.box[:-1]) + [self.in_sizes[-1] // 4]
-        if len(box) > 1:
-            box[-2] //= plan["rep_h"] * plan["rows_k"]
+        box = self._rows_box()
         fmt = FORMAT_RGBA32_SFLOAT if self.linear else FORMAT_RGBA32_UINT
         # whole quads: the last input element ends one (the strides and rows are quads)
         size = min(self.in_bytes // 16 * 16, x.size)
         rd = Bind(x, 0, size, "r", fmt) if plan["read"] == "texel" else Bind(x, 0, size, "r")
         binds = [rd, Bind(y, 0, self.out_bytes, "w"), Bind(plan["params"])]
+        spread = self._spread(box)
+        if spread > 1:
+            self._encode_spread(seq, box, spread, binds)
+            return
         local = min(64, self.workgroup_size)
         lx = min(local, max(8, round_up(ceil_div(box[-1], ROWS_Q), 8)))
         ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1]))
                  ) if len(box) > 1 else 1
-        pipe = self.pipeline(plan["kernel"], {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                              "RANK": len(box),
+        pipe = self._rows_pipeline(lx, ly, len(box))
+        for o, e in split_groups([0] * len(box), box, lx,
+                                 ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
+            push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
+                        x_count=ceil_div(e[-1], ROWS_Q), flat_rows=0, pad1=0, pad2=0,
+                        magic=words8(map(div_magic, e)))
+            seq.dispatch(pipe, binds, box_grid(e, lx, 1, ROWS_Q, ly), push)
+
+    def _encode_spread(self, seq, box, spread: int, binds) -> None:
+        """One dispatch of the rows kernel with SPREAD row groups a workgroup row
+        (:meth:`_spread`): x one workgroup of whole rows, y the flattened row groups."""
+        per = ceil_div(box[-1], ROWS_Q)
+        flat = math.prod(box[:-1])
+        pipe = self._rows_pipeline(spread * per, 1, len(box), spread, per)
+        push = pack(self.rows["kernel"], "push", origin=words8([0] * len(box)),
+                    extent=words8(box), x_count=per, flat_rows=flat, pad1=0, pad2=0,
+                    magic=words8(map(div_magic, box)))
+        seq.dispatch(pipe, binds, (1, ceil_div(flat, spread), 1), push)
+
+    def _rows_pipeline(self, lx: int, ly: int, rank: int, spread: int = 1, per: int = 1):
+        """The rows kernel's pipeline for a workgroup of lx by ly and the plan's frozen
+        constants."""
+        plan = self.rows
+        return self.pipeline(plan["kernel"], {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                              "RANK": rank,
                                               "LIN_MASK": self.lin_mask,
                                               "PHASE_D0": plan["d"][0],
                                               "PHASE_D1": plan["d"][1],
@@ -348,14 +408,9 @@ class CompiledResample(BoxKernel):
                                               "PHASE_H1": plan["h"][1],
                                               "FULL": int(plan["full"]),
                                               "ROWS_K": plan["rows_k"],
+                                              "SPREAD": spread, "SPREAD_X": per,
                                               **dict(zip(("WT0", "WT1", "WH0", "WH1"),
                                                          plan["w"]))})
-        for o, e in split_groups([0] * len(box), box, lx,
-                                 ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
-            push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
-                        x_count=ceil_div(e[-1], ROWS_Q), pad0=0, pad1=0, pad2=0,
-                        magic=words8(map(div_magic, e)))
-            seq.dispatch(pipe, binds, box_grid(e, lx, 1, ROWS_Q, ly), push)
 
     def weights(self, k: int, o) -> np.ndarray:
         """glsl/resample.comp's ``locate`` weight of i1 along dimension k (0 where the
