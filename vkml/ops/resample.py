@@ -337,21 +337,23 @@ class CompiledResample(BoxKernel):
 
     def _spread(self, box) -> int:
         """Row groups sharing a workgroup row (the kernel's SPREAD; 1: none): where a row
-        takes fewer invocations than 8 (lavapipe's lanes; SwiftShader's 4 divide them)
-        and not a multiple of them, as many rows as keep a workgroup of whole lanes
-        within 64 invocations, the whole box in one dispatch of at most that many rows.
-        A row of 3 invocations in a workgroup of 8 left 5 lanes idle."""
+        takes fewer invocations than 8 (lavapipe's lanes; SwiftShader's 4 divide them;
+        linear: at most 5), as many rows as keep a workgroup of whole lanes within 64
+        invocations, the whole box in one dispatch of at most that many rows.  A row of
+        3 invocations in a workgroup of 8 left 5 lanes idle; linear's PAIR with rows of
+        7 (one lane idle) ran slower spread on lavapipe (bench/RESULTS.md)."""
+        per = ceil_div(box[-1], ROWS_Q)
         if self.force_spread is not None:
             spread = self.force_spread
         else:
-            per = ceil_div(box[-1], ROWS_Q)
             unit = 8 // math.gcd(per, 8)
-            spread = unit * max(1, 64 // (unit * per)) if len(box) > 1 and per < 8 else 1
+            most = 5 if self.linear else 7
+            spread = unit * max(1, 64 // (unit * per)) if len(box) > 1 and per <= most else 1
         if spread <= 1 or len(box) < 2:
             return 1
         lim = self.ctx.limits
         flat = math.prod(box[:-1])
-        lx = spread * ceil_div(box[-1], ROWS_Q)
+        lx = spread * per
         ok = (lx <= min(lim["maxComputeWorkGroupSize"][0], self.workgroup_size)
               and ceil_div(flat, spread) <= lim["maxComputeWorkGroupCount"][1]
               and flat < GRID_LIMIT)
