@@ -30,6 +30,10 @@
 // vkml:variant resample_rows_near_ssbo NEAR=1
 // vkml:variant resample_rows_near_texel_u64 NEAR=1 TEXEL=1 U64=1
 // vkml:variant resample_rows_near_ssbo_u64 NEAR=1 U64=1
+// vkml:variant resample_rows_near2_texel NEAR=1 PAIRS=1 TEXEL=1
+// vkml:variant resample_rows_near2_ssbo NEAR=1 PAIRS=1
+// vkml:variant resample_rows_near2_texel_u64 NEAR=1 PAIRS=1 TEXEL=1 U64=1
+// vkml:variant resample_rows_near2_ssbo_u64 NEAR=1 PAIRS=1 U64=1
 // vkml:variant resample_rows_lin_texel TEXEL=1
 // vkml:variant resample_rows_lin_ssbo
 // vkml:variant resample_rows_lin_texel_u64 TEXEL=1 U64=1
@@ -60,6 +64,9 @@ layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 #endif
 #ifdef TEXEL
 #define LOAD4(q) texelFetch(Xt, int(q))
+#elif defined(PAIRS)
+layout(std430, set = 0, binding = 0) readonly buffer In { uvec2 x2[]; };
+#define LOAD4(q) uvec4(x2[q], 0u, 0u)
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { T4 x4[]; };
 #define LOAD4(q) x4[q]
@@ -206,11 +213,12 @@ void blend(T a[NW], T b[NW], float w, out T r[NW]) {
 }
 #endif
 
-// stores one output row's 8 Q outputs at element sh: two u64vec4s or four T4s a quad
-void store_row(uint sh, T o[8u * Q], uint count) {
+// stores one output row's 8 Q outputs at element sh: two u64vec4s or four T4s an input
+// quad (the first nvec T4s: 2 a quad, 1 an input pair)
+void store_row(uint sh, T o[8u * Q], uint nvec) {
 #ifdef U64
     if (FULL != 0u) {
-        if (count != 0u) {
+        if (nvec != 0u) {
             [[unroll]] for (uint k = 0u; k < Q; k++) {
                 uint b = 8u * k;
                 y8[(sh >> 3) + k] = vkml_u64x4(
@@ -220,7 +228,7 @@ void store_row(uint sh, T o[8u * Q], uint count) {
         }
         return;
     }
-    if (count == Q && (sh & 7u) == 0u) {
+    if (nvec == 2u * Q && (sh & 7u) == 0u) {
         [[unroll]] for (uint k = 0u; k < Q; k++) {
             uint b = 8u * k;
             y8[(sh >> 3) + k] = vkml_u64x4(
@@ -232,7 +240,7 @@ void store_row(uint sh, T o[8u * Q], uint count) {
 #endif
     [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
         uint b = 4u * k;
-        bool st = FULL != 0u ? count != 0u : k < 2u * count;
+        bool st = FULL != 0u ? nvec != 0u : k < nvec;
         if (st) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
     }
 }
@@ -271,9 +279,16 @@ void main() {
         gy = min(gy, AT(extent, max(YDIM, 0)) - 1u);
         coord[YDIM] = (AT(origin, YDIM) + gy) * (REP_H * ROWS_K);
     }
-    uint m0 = AT(origin, LAST) + gx * Q;          // first input quad of the row
-    uint nq = phase.x;                            // input quads a row
-    uint count = live ? min(Q, nq - m0) : 0u;     // quads this invocation stores
+#ifdef PAIRS
+    // input pairs (the row's units): 2 Q of them an invocation, 4 outputs (a T4) each
+    const uint UNITS = 2u * Q, OUT_UNIT = 4u;
+#else
+    const uint UNITS = Q, OUT_UNIT = 8u;
+#endif
+    uint m0 = AT(origin, LAST) + gx * UNITS;      // first input unit of the row
+    uint nq = phase.x;                            // input units a row
+    uint count = live ? min(UNITS, nq - m0) : 0u; // units this invocation stores
+    uint nvec = count * (OUT_UNIT / 4u);          // T4s it stores a row
 
     // the outer dimensions: one input row offset (two for linear) and a weight each;
     // PAIR: the dimension before the last is the pair's, below
@@ -293,21 +308,24 @@ void main() {
         if (((LIN_MASK >> d) & 1u) != 0u) wt = w;
         so += coord[d] * AT(out_stride, d);
     }
-    so += 8u * m0;
+    so += OUT_UNIT * m0;
     uint lastq = nq - 1u;
     uint hstep = YDIM >= 0 ? AT(out_stride, max(YDIM, 0)) : 0u;
     T o[8u * Q];
 
 #if defined(NEAR)
-    row0 >>= 2;
-    uint istep = YDIM >= 0 ? AT(in_stride, max(YDIM, 0)) >> 2 : 0u;
+    const uint SHIFT = OUT_UNIT == 4u ? 1u : 2u;  // elements an input unit, as a shift
+    row0 >>= SHIFT;
+    uint istep = YDIM >= 0 ? AT(in_stride, max(YDIM, 0)) >> SHIFT : 0u;
     for (uint i = 0u; i < ROWS_K; i++) {
         // output 2k + j reads input k (D = 0 both phases: the host's check)
-        T4 r[Q];
-        [[unroll]] for (uint k = 0u; k < Q; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
-        [[unroll]] for (uint t = 0u; t < 8u * Q; t++) o[t] = r[t / 8u][(t / 2u) % 4u];
+        T4 r[UNITS];
+        [[unroll]] for (uint k = 0u; k < UNITS; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
+        [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
+            o[t] = r[t / OUT_UNIT][(t / 2u) % (OUT_UNIT / 2u)];
+        }
         // to the REP_H output rows that read this input row
-        for (uint h = 0u; h < REP_H; h++) store_row(so + h * hstep, o, count);
+        for (uint h = 0u; h < REP_H; h++) store_row(so + h * hstep, o, nvec);
         row0 += istep;
         so += REP_H * hstep;
     }
@@ -328,14 +346,14 @@ void main() {
         load_window((row0 + uint(clamp(r + int(p) + 2, 0, last)) * st) >> 2, m0, lastq, c);
         blend(a, b, WH0, win);
         interpolate(win, o);
-        store_row(so, o, count);
+        store_row(so, o, nvec);
         if (PHASE_H1 == PHASE_H0) {
             blend(a, b, WH1, win);
         } else {
             blend(b, c, WH1, win);
         }
         interpolate(win, o);
-        store_row(so + hstep, o, count);
+        store_row(so + hstep, o, nvec);
         a = b;
         b = c;
         so += 2u * hstep;
@@ -349,6 +367,6 @@ void main() {
     load_window(row1 >> 2, m0, lastq, b);
     blend(a, b, wt, win);
     interpolate(win, o);
-    store_row(so, o, count);
+    store_row(so, o, nvec);
 #endif
 }
