@@ -1050,7 +1050,8 @@ def test_rows_only_where_the_map_agrees(device):
     """The rows kernel declines every geometry whose last dimension's map is not its
     own, and the rule then runs the copy or the general kernel, still correct: scale 2
     with offsets moving D out of {-1, 0} or the weights off period 2, align_corners,
-    scale 3 or 1 along the last dimension, rows not of whole quads, linear with an outer
+    scale 3 or 1 along the last dimension, rows not of whole quads (nearest: pairs),
+    linear with an outer
     dimension interpolated or the one before the last not, float16 / 8-bit types."""
     rng = np.random.default_rng(43)
     cases = [  # (shape, out, mode, ins, outs, dtype)
@@ -1059,7 +1060,8 @@ def test_rows_only_where_the_map_agrees(device):
         ((1, 2, 4, 8), (1, 2, 8, 16), LINEAR, (0.0,) * 4, (0.0, 0.0, 0.0, 0.3), "float32"),
         ((1, 2, 4, 8), (1, 2, 8, 24), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((1, 2, 4, 8), (1, 2, 8, 8), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
-        ((1, 2, 4, 6), (1, 2, 8, 12), NEAREST, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 6), (1, 2, 8, 12), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 7), (1, 2, 8, 14), NEAREST, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((1, 2, 4, 8), (1, 4, 8, 16), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((1, 2, 4, 8), (1, 2, 4, 16), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((8,), (16,), LINEAR, (0.5,), (-0.5,), "float32"),
@@ -1217,15 +1219,16 @@ def test_rows_read_paths_stores_and_limits(device, store64, monkeypatch):
 
 def test_tuner_rows_read_candidates_run(device):
     """The tunable path ``resample_rows_read``: each candidate records and runs the rows
-    kernel on a shape it takes, and is declined on one it does not (rows of 6; linear:
-    the candidates walking more nearest rows)."""
+    kernel on a shape it takes (nearest: rows of 6, whole pairs), and is declined on one
+    it does not (rows of 7; linear: rows of 6 and the candidates walking more nearest
+    rows)."""
     import importlib
 
     from vkml import tuning
 
     mod = importlib.import_module("vkml.ops.resample")
     for mode in (NEAREST, LINEAR):
-        for w, runs in ((8, True), (6, False)):
+        for w, runs in ((8, True), (7, False), (6, mode == NEAREST)):
             desc = dml.ResampleOperatorDesc(T("float32", (1, 2, 5, w)),
                                             T("float32", (1, 2, 10, 2 * w)), mode, (1, 1, 2, 2))
             shape = mod.read_shape(desc)
@@ -1294,7 +1297,7 @@ def test_rows_spread_over_rows(device, linear):
 
 def test_rows_spread_strided_and_limits(device):
     """The spread rows kernel on strided tensors (a broadcast input dimension, padded
-    output rows of whole quads), on 32-bit integers (nearest moves bits), and declined
+    output rows of whole quads), and declined
     where the flattened rows pass maxComputeWorkGroupCount's y (the split grid runs):
     each against the general kernel and the reference."""
     import importlib
@@ -1316,13 +1319,6 @@ def test_rows_spread_strided_and_limits(device):
             a, out, [4 * s for s in ost])) for a in (got, general))
         _check_rows(view, gview, np.array(logical), out, linear, (1.0, 1.0, 2.0, 2.0),
                     (0.5,) * 4, (-0.5,) * 4)
-    xi = rng.integers(-2 ** 31, 2 ** 31, (1, 3, 7, 12), dtype=np.int64).astype(np.int32)
-    desc = dml.Resample1OperatorDesc(T("int32", xi.shape), T("int32", (1, 3, 14, 24)),
-                                     NEAREST, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
-    op = mod.CompiledResample(device, desc, path="rows")
-    assert op.path == "rows" and op._spread(op._rows_box()) > 1
-    got = run_desc(device, desc, xi, compiled=op)
-    assert np.array_equal(got.reshape(1, 3, 14, 24), xi.repeat(2, 2).repeat(2, 3))
     shape, out = (4, 8, 22, 8), (4, 8, 44, 16)
     x = rng.standard_normal(shape).astype(np.float32)
     with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 2, 2)}) as dev:
@@ -1335,3 +1331,67 @@ def test_rows_spread_strided_and_limits(device):
             assert op._spread(op._rows_box()) == 1
             _check_rows(got, general, x, out, linear, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4,
                         (-0.5,) * 4)
+
+
+def test_rows_pairs_nearest(device):
+    """Nearest 2x on rows of whole input pairs but not quads (widths 2 to 30: the
+    ``near2`` variants, YOLOv8n's 10 and U-Net's 14), their rows spread or not, walks of
+    1 and 3, H scaled by 1, 2 or 3, ranks 2 to 4, a broadcast input dimension and padded
+    output rows of whole quads; odd widths (1 to 33) and input strides of odd elements
+    keep the broadcast copy or the general kernel.  Bit for bit the general kernel and
+    the page's elements."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    rng = np.random.default_rng(97)
+    dtype = "float32"
+
+    def check(shape, out, strides=None, ost=None, **kw):
+        n = len(shape)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        desc = dml.Resample1OperatorDesc(T(dtype, shape, strides), T(dtype, out, ost),
+                                         NEAREST, scales, (0.5,) * n, (-0.5,) * n)
+        span = 1 + sum((d - 1) * s for d, s in zip(shape, strides or C_strides(shape)))
+        flat = rng.standard_normal(span).astype(np.float32)
+        op = mod.CompiledResample(device, desc, **kw)
+        got = run_desc(device, desc, flat, compiled=op)
+        general = run_desc(device, desc, flat, compiled=mod.CompiledResample(
+            device, desc, path="general"))
+        assert same_bits(got, general), (shape, out, strides, kw)
+        x = np.lib.stride_tricks.as_strided(flat, shape, [4 * s for s in strides or
+                                                          C_strides(shape)])
+        view = np.lib.stride_tricks.as_strided(got, out, [4 * s for s in ost or C_strides(out)])
+        s32 = np.float32(scales).astype(np.float64)
+        assert_nearest(np.ascontiguousarray(view), np.array(x), out, s32,
+                       np.float32((0.5,) * n).astype(np.float64),
+                       np.float32((-0.5,) * n).astype(np.float64))
+        return op
+
+    for w in range(1, 34):
+        shape = (2, 3, 5, w)
+        for hs in ((1, 2) if w % 2 else (1, 2, 3)):
+            out = (2, 3, 5 * hs, 2 * w)
+            for kw in (({},) if w % 2 or w % 4 == 0 or hs != 2 else
+                       ({}, {"spread": 1}, {"walk": 3}, {"spread": 3, "walk": 1})):
+                op = check(shape, out, **kw)
+                pairs = w % 4 != 0 and w % 2 == 0
+                assert (op.path == "rows") == (w % 2 == 0), (w, hs)
+                assert op.rows is None or op.rows["unit"] == (2 if pairs else 4)
+                assert not pairs or op.kernel.startswith("resample_rows_near2_")
+    op = check((6, 10), (12, 20))
+    assert op.path == "rows" and op.rows["unit"] == 2
+    op = check((3, 14), (3, 28))
+    assert op.path == "rows" and op.rows["unit"] == 2
+    # a broadcast batch, rows of 10 padded to 12 (pairs): padded output rows of 24
+    op = check((2, 3, 4, 10), (2, 3, 8, 20), (0, 48, 12, 1), (3 * 8 * 24, 8 * 24, 24, 1))
+    assert op.path == "rows" and op.rows["unit"] == 2
+    # input rows of 10 at a stride of 11 (not whole pairs): not the rows kernel
+    op = check((2, 3, 4, 10), (2, 3, 8, 20), (132, 44, 11, 1))
+    assert op.path != "rows"
+    # storage-buffer reads
+    op = check((1, 4, 7, 14), (1, 4, 14, 28), read="ssbo")
+    assert op.path == "rows" and op.rows["read"] == "ssbo"
+
+
+def C_strides(shape):
+    """Packed element strides of ``shape``."""
+    return tuple(int(np.prod(shape[k + 1:])) for k in range(len(shape)))
