@@ -19,6 +19,10 @@
 // operations an input instead of an output; the general kernel's order differs by a
 // rounding).
 //
+// PAIRS (nearest, the near2 variants): rows of whole input pairs but not quads (widths
+// 10 and 14 of YOLOv8n's and U-Net's upsamples) read RG32 texels or uvec2 loads, 2 Q pairs
+// an invocation, each stored as one T4; output rows must start on 4 elements.
+//
 // PAIR (linear, the dimension before the last upsampled by 2 with a map of period 2 too:
 // output row 2r + j interpolates input rows clamp(r + H[j]) and the next, weighted
 // WH[j], H[j] in {-1, 0}): an invocation computes REP_H / 2 consecutive pairs of output

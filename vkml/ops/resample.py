@@ -33,10 +33,11 @@ map of period 2 (output 2k + j reads input ``clamp(k + D[j])``, and for linear
 asymmetric, nearest ``o // 2``), whatever the other dimensions' maps: an invocation reads
 input quads of one or two input rows and writes 16 outputs of a row as whole vectors
 (nearest: to every output row reading that input row, where the map of the dimension
-before the last is ``o // s``).  Its map is compared on the host with the general
-kernel's at every output coordinate of the last dimension (:func:`rows_phases`), so it
-runs only where the two kernels read the same inputs with the same weights.  Nearest
-moves the same bits as the general kernel; linear combines the two input rows before
+before the last is ``o // s``; nearest also on rows of whole input pairs, its ``near2``
+variants).  Its map is compared on the host with the general kernel's at every output
+coordinate of the last dimension (:func:`rows_phases`), so it runs only where the two
+kernels read the same inputs with the same weights.  Nearest moves the same bits as the
+general kernel; linear combines the two input rows before
 interpolating along the row (three operations an input, not an output), so it may differ
 from the general kernel by a float32 rounding.  Linear with the dimension before the
 last upsampled by 2 with a period-2 map too (:meth:`CompiledResample._pair_phases`, the
@@ -47,7 +48,9 @@ down :data:`NEAR_ROWS` input rows where the map of the dimension before the last
 ``o // s`` (SwiftShader wants 8: each invocation's fixed cost, the tuner's ``-walk8``
 candidates; lavapipe 2).  Its read (texels or storage loads) and nearest's walk are
 the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where
-it applies, ``"rows1"`` the rows kernel without PAIR; ``walk=`` nearest's walk.
+it applies, ``"rows1"`` the rows kernel without PAIR; ``walk=`` nearest's walk.  Rows
+of fewer than 8 invocations (linear: 5) share a workgroup row: :meth:`CompiledResample._spread`,
+``spread=`` forces a count.
 """
 from __future__ import annotations
 
