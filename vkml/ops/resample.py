@@ -338,8 +338,9 @@ class CompiledResample(BoxKernel):
         return phases if phases and phases[1][0] - phases[0][0] in (0, 1) else None
 
     def _rows_box(self) -> list:
-        """The rows kernel's box: the last dimension in input quads, the one before in
-        groups of the output rows an invocation stores."""
+        """The rows kernel's box: the last dimension in input units (quads, or pairs
+        for ``near2``), the one before in groups of the output rows an invocation
+        stores."""
         box = list(self.box[:-1]) + [self.in_sizes[-1] // self.rows["unit"]]
         if len(box) > 1:
             box[-2] //= self.rows["rep_h"] * self.rows["rows_k"]
