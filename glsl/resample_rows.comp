@@ -19,6 +19,10 @@
 // operations an input instead of an output; the general kernel's order differs by a
 // rounding).
 //
+// PAIRS (nearest, the near2 variants): rows of whole input pairs but not quads (widths
+// 10 and 14 of YOLOv8n's and U-Net's upsamples) read RG32 texels or uvec2 loads, 2 Q pairs
+// an invocation, each stored as one T4; output rows must start on 4 elements.
+//
 // PAIR (linear, the dimension before the last upsampled by 2 with a map of period 2 too:
 // output row 2r + j interpolates input rows clamp(r + H[j]) and the next, weighted
 // WH[j], H[j] in {-1, 0}): an invocation computes REP_H / 2 consecutive pairs of output
@@ -30,6 +34,10 @@
 // vkml:variant resample_rows_near_ssbo NEAR=1
 // vkml:variant resample_rows_near_texel_u64 NEAR=1 TEXEL=1 U64=1
 // vkml:variant resample_rows_near_ssbo_u64 NEAR=1 U64=1
+// vkml:variant resample_rows_near2_texel NEAR=1 PAIRS=1 TEXEL=1
+// vkml:variant resample_rows_near2_ssbo NEAR=1 PAIRS=1
+// vkml:variant resample_rows_near2_texel_u64 NEAR=1 PAIRS=1 TEXEL=1 U64=1
+// vkml:variant resample_rows_near2_ssbo_u64 NEAR=1 PAIRS=1 U64=1
 // vkml:variant resample_rows_lin_texel TEXEL=1
 // vkml:variant resample_rows_lin_ssbo
 // vkml:variant resample_rows_lin_texel_u64 TEXEL=1 U64=1
@@ -60,6 +68,9 @@ layout(set = 0, binding = 0) uniform samplerBuffer Xt;
 #endif
 #ifdef TEXEL
 #define LOAD4(q) texelFetch(Xt, int(q))
+#elif defined(PAIRS)
+layout(std430, set = 0, binding = 0) readonly buffer In { uvec2 x2[]; };
+#define LOAD4(q) uvec4(x2[q], 0u, 0u)
 #else
 layout(std430, set = 0, binding = 0) readonly buffer In { T4 x4[]; };
 #define LOAD4(q) x4[q]
@@ -111,6 +122,15 @@ layout(constant_id = 14) const float WT0 = 0.0;
 layout(constant_id = 15) const float WT1 = 0.0;
 layout(constant_id = 16) const float WH0 = 0.0;
 layout(constant_id = 17) const float WH1 = 0.0;
+// rows narrower than a workgroup (input rows of fewer than 8 invocations): SPREAD > 1
+// output-row groups share one workgroup row along x, SPREAD_X (the invocations a row)
+// lanes each, so the lanes are not idle past a row's end; the grid's y then counts
+// groups of SPREAD rows over the flattened rows of the whole box (z is 0), a plane's
+// last rows and the next plane's first sharing a workgroup.  Frozen: the division by
+// SPREAD_X becomes a multiply.
+// vkml:frozen SPREAD SPREAD_X
+layout(constant_id = 18) const uint SPREAD = 1u;
+layout(constant_id = 19) const uint SPREAD_X = 1u;
 // input quads an invocation: compile-time, so its arrays are registers on both drivers
 // (4 was no faster on lavapipe and slower on SwiftShader)
 const uint Q = 2u;
@@ -128,8 +148,9 @@ layout(std140, set = 0, binding = 2) uniform Params {
 layout(push_constant) uniform Push {
     uvec4 origin[2];             // the last dimension in input quads
     uvec4 extent[2];
-    uint x_count;                // invocations along x
-    uint pad0, pad1, pad2;
+    uint x_count;                // invocations along x (a row's, with SPREAD)
+    uint flat_rows;              // SPREAD: row groups in the box (the y extent times z's)
+    uint pad1, pad2;
     uvec4 magic[2];              // ceil(2^32 / extent): see divide()
 };
 
@@ -196,11 +217,12 @@ void blend(T a[NW], T b[NW], float w, out T r[NW]) {
 }
 #endif
 
-// stores one output row's 8 Q outputs at element sh: two u64vec4s or four T4s a quad
-void store_row(uint sh, T o[8u * Q], uint count) {
+// stores one output row's 8 Q outputs at element sh: two u64vec4s or four T4s an input
+// quad (the first nvec T4s: 2 a quad, 1 an input pair)
+void store_row(uint sh, T o[8u * Q], uint nvec) {
 #ifdef U64
     if (FULL != 0u) {
-        if (count != 0u) {
+        if (nvec != 0u) {
             [[unroll]] for (uint k = 0u; k < Q; k++) {
                 uint b = 8u * k;
                 y8[(sh >> 3) + k] = vkml_u64x4(
@@ -210,7 +232,7 @@ void store_row(uint sh, T o[8u * Q], uint count) {
         }
         return;
     }
-    if (count == Q && (sh & 7u) == 0u) {
+    if (nvec == 2u * Q && (sh & 7u) == 0u) {
         [[unroll]] for (uint k = 0u; k < Q; k++) {
             uint b = 8u * k;
             y8[(sh >> 3) + k] = vkml_u64x4(
@@ -222,7 +244,7 @@ void store_row(uint sh, T o[8u * Q], uint count) {
 #endif
     [[unroll]] for (uint k = 0u; k < 2u * Q; k++) {
         uint b = 4u * k;
-        bool st = FULL != 0u ? count != 0u : k < 2u * count;
+        bool st = FULL != 0u ? nvec != 0u : k < nvec;
         if (st) y4[(sh >> 2) + k] = T4(o[b], o[b + 1u], o[b + 2u], o[b + 3u]);
     }
 }
@@ -234,23 +256,43 @@ void main() {
     // x along the row (input quads), y the dimension before, z the rest (uniform per
     // workgroup); no early return (uniform loads after one become gathers on lavapipe)
     const int YDIM = RANK - 2;
-    bool live = gx < x_count
-        && (YDIM < 0 || gl_GlobalInvocationID.y < AT(extent, max(YDIM, 0)));
+    uint gy = gl_GlobalInvocationID.y;
+    uint z = gl_GlobalInvocationID.z;
+    bool live;
+    if (SPREAD > 1u && YDIM >= 0) {
+        // lane gx: row group sub of this workgroup's SPREAD, invocation gx - sub of it;
+        // the flattened row group splits into z and y as the grid's z would
+        uint sub = gx / SPREAD_X;
+        gx -= sub * SPREAD_X;
+        uint fr = gy * SPREAD + sub;
+        live = gx < x_count && fr < flat_rows;
+        fr = min(fr, flat_rows - 1u);
+        z = divide(fr, max(YDIM, 0));
+        gy = fr - z * AT(extent, max(YDIM, 0));
+    } else {
+        live = gx < x_count && (YDIM < 0 || gy < AT(extent, max(YDIM, 0)));
+    }
     gx = min(gx, x_count - 1u);
     uint coord[8];
-    uint z = gl_GlobalInvocationID.z;
     [[unroll]] for (int d = YDIM - 1; d >= 0; d--) {
         uint q = divide(z, d);
         coord[d] = AT(origin, d) + z - q * AT(extent, d);
         z = q;
     }
     if (YDIM >= 0) {
-        uint gy = min(gl_GlobalInvocationID.y, AT(extent, max(YDIM, 0)) - 1u);
+        gy = min(gy, AT(extent, max(YDIM, 0)) - 1u);
         coord[YDIM] = (AT(origin, YDIM) + gy) * (REP_H * ROWS_K);
     }
-    uint m0 = AT(origin, LAST) + gx * Q;          // first input quad of the row
-    uint nq = phase.x;                            // input quads a row
-    uint count = live ? min(Q, nq - m0) : 0u;     // quads this invocation stores
+#ifdef PAIRS
+    // input pairs (the row's units): 2 Q of them an invocation, 4 outputs (a T4) each
+    const uint UNITS = 2u * Q, OUT_UNIT = 4u;
+#else
+    const uint UNITS = Q, OUT_UNIT = 8u;
+#endif
+    uint m0 = AT(origin, LAST) + gx * UNITS;      // first input unit of the row
+    uint nq = phase.x;                            // input units a row
+    uint count = live ? min(UNITS, nq - m0) : 0u; // units this invocation stores
+    uint nvec = count * (OUT_UNIT / 4u);          // T4s it stores a row
 
     // the outer dimensions: one input row offset (two for linear) and a weight each;
     // PAIR: the dimension before the last is the pair's, below
@@ -270,21 +312,24 @@ void main() {
         if (((LIN_MASK >> d) & 1u) != 0u) wt = w;
         so += coord[d] * AT(out_stride, d);
     }
-    so += 8u * m0;
+    so += OUT_UNIT * m0;
     uint lastq = nq - 1u;
     uint hstep = YDIM >= 0 ? AT(out_stride, max(YDIM, 0)) : 0u;
     T o[8u * Q];
 
 #if defined(NEAR)
-    row0 >>= 2;
-    uint istep = YDIM >= 0 ? AT(in_stride, max(YDIM, 0)) >> 2 : 0u;
+    const uint SHIFT = OUT_UNIT == 4u ? 1u : 2u;  // elements an input unit, as a shift
+    row0 >>= SHIFT;
+    uint istep = YDIM >= 0 ? AT(in_stride, max(YDIM, 0)) >> SHIFT : 0u;
     for (uint i = 0u; i < ROWS_K; i++) {
         // output 2k + j reads input k (D = 0 both phases: the host's check)
-        T4 r[Q];
-        [[unroll]] for (uint k = 0u; k < Q; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
-        [[unroll]] for (uint t = 0u; t < 8u * Q; t++) o[t] = r[t / 8u][(t / 2u) % 4u];
+        T4 r[UNITS];
+        [[unroll]] for (uint k = 0u; k < UNITS; k++) r[k] = LOAD4(row0 + min(m0 + k, lastq));
+        [[unroll]] for (uint t = 0u; t < 8u * Q; t++) {
+            o[t] = r[t / OUT_UNIT][(t / 2u) % (OUT_UNIT / 2u)];
+        }
         // to the REP_H output rows that read this input row
-        for (uint h = 0u; h < REP_H; h++) store_row(so + h * hstep, o, count);
+        for (uint h = 0u; h < REP_H; h++) store_row(so + h * hstep, o, nvec);
         row0 += istep;
         so += REP_H * hstep;
     }
@@ -305,14 +350,14 @@ void main() {
         load_window((row0 + uint(clamp(r + int(p) + 2, 0, last)) * st) >> 2, m0, lastq, c);
         blend(a, b, WH0, win);
         interpolate(win, o);
-        store_row(so, o, count);
+        store_row(so, o, nvec);
         if (PHASE_H1 == PHASE_H0) {
             blend(a, b, WH1, win);
         } else {
             blend(b, c, WH1, win);
         }
         interpolate(win, o);
-        store_row(so + hstep, o, count);
+        store_row(so + hstep, o, nvec);
         a = b;
         b = c;
         so += 2u * hstep;
@@ -326,6 +371,6 @@ void main() {
     load_window(row1 >> 2, m0, lastq, b);
     blend(a, b, wt, win);
     interpolate(win, o);
-    store_row(so, o, count);
+    store_row(so, o, nvec);
 #endif
 }

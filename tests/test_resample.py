@@ -14,6 +14,7 @@ of a float32 sum).  A fuzzer with canaries (tests/fuzzing.py) at the end.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 import vkml
 from vkml import dml
 from vkml.errors import ValidationError
+from vkml.intmath import ceil_div
 from vkml.ops.resample import NEAREST_MODES
 
 from fuzzing import (LAYOUTS, canaries_intact, compiled_or_refused, execute_with_canaries,
@@ -1048,7 +1050,8 @@ def test_rows_only_where_the_map_agrees(device):
     """The rows kernel declines every geometry whose last dimension's map is not its
     own, and the rule then runs the copy or the general kernel, still correct: scale 2
     with offsets moving D out of {-1, 0} or the weights off period 2, align_corners,
-    scale 3 or 1 along the last dimension, rows not of whole quads, linear with an outer
+    scale 3 or 1 along the last dimension, rows not of whole quads (nearest: pairs),
+    linear with an outer
     dimension interpolated or the one before the last not, float16 / 8-bit types."""
     rng = np.random.default_rng(43)
     cases = [  # (shape, out, mode, ins, outs, dtype)
@@ -1057,7 +1060,8 @@ def test_rows_only_where_the_map_agrees(device):
         ((1, 2, 4, 8), (1, 2, 8, 16), LINEAR, (0.0,) * 4, (0.0, 0.0, 0.0, 0.3), "float32"),
         ((1, 2, 4, 8), (1, 2, 8, 24), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((1, 2, 4, 8), (1, 2, 8, 8), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
-        ((1, 2, 4, 6), (1, 2, 8, 12), NEAREST, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 6), (1, 2, 8, 12), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
+        ((1, 2, 4, 7), (1, 2, 8, 14), NEAREST, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((1, 2, 4, 8), (1, 4, 8, 16), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((1, 2, 4, 8), (1, 2, 4, 16), LINEAR, (0.5,) * 4, (-0.5,) * 4, "float32"),
         ((8,), (16,), LINEAR, (0.5,), (-0.5,), "float32"),
@@ -1215,15 +1219,16 @@ def test_rows_read_paths_stores_and_limits(device, store64, monkeypatch):
 
 def test_tuner_rows_read_candidates_run(device):
     """The tunable path ``resample_rows_read``: each candidate records and runs the rows
-    kernel on a shape it takes, and is declined on one it does not (rows of 6; linear:
-    the candidates walking more nearest rows)."""
+    kernel on a shape it takes (nearest: rows of 6, whole pairs), and is declined on one
+    it does not (rows of 7; linear: rows of 6 and the candidates walking more nearest
+    rows)."""
     import importlib
 
     from vkml import tuning
 
     mod = importlib.import_module("vkml.ops.resample")
     for mode in (NEAREST, LINEAR):
-        for w, runs in ((8, True), (6, False)):
+        for w, runs in ((8, True), (7, False), (6, mode == NEAREST)):
             desc = dml.ResampleOperatorDesc(T("float32", (1, 2, 5, w)),
                                             T("float32", (1, 2, 10, 2 * w)), mode, (1, 1, 2, 2))
             shape = mod.read_shape(desc)
@@ -1240,3 +1245,153 @@ def test_tuner_rows_read_candidates_run(device):
                     seq.run()
                     free()
     assert tuning.registered_paths()["resample_rows_read"] is mod.ROWS_READ_PATH
+
+
+SPREAD_CASES = [  # (input shape, output shape): rows of 1 to 14 quads, planes not whole groups
+    ((1, 3, 5, 4), (1, 3, 10, 8)), ((2, 3, 7, 8), (2, 3, 14, 16)), ((1, 5, 5, 20), (1, 5, 10, 40)),
+    ((1, 4, 7, 28), (1, 4, 14, 56)), ((3, 2, 3, 12), (3, 2, 6, 24)), ((2, 9, 16), (2, 18, 32)),
+    ((3, 24), (6, 48)), ((1, 2, 3, 56), (1, 2, 6, 112)), ((1, 1, 1, 4), (1, 1, 2, 8)),
+    ((1, 2, 5, 32), (1, 2, 10, 64)), ((2, 3, 9, 24), (2, 3, 9, 48))]
+
+
+@pytest.mark.parametrize("linear", [False, True])
+def test_rows_spread_over_rows(device, linear):
+    """Rows narrower than a workgroup (SPREAD row groups along x, the flattened rows of
+    the whole box along y, a plane's last rows sharing a workgroup with the next plane's
+    first): the rule's spread (taken exactly where a row has fewer than 8 invocations,
+    linear at most 5) and forced 1, 2, 3, 5, 8 and 64, PAIR and one row an invocation
+    for linear, walks of 1 and 3 for nearest: nearest bit for bit the general kernel,
+    linear within a float32 rounding of it, both against the float64 reference."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    rng = np.random.default_rng(71 + linear)
+    mode = LINEAR if linear else NEAREST
+    for shape, out in SPREAD_CASES:
+        n = len(shape)
+        x = rng.standard_normal(shape).astype(np.float32)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        ins, outs = (0.5,) * n, (-0.5,) * n
+        desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out), mode,
+                                         scales, ins, outs)
+        general = run_desc(device, desc, x, compiled=mod.CompiledResample(
+            device, desc, path="general"))
+        paths = ("rows", "rows1") if linear else ("rows",)
+        walks = (None,) if linear else (1, 3)
+        for path, walk, spread in itertools.product(paths, walks, (None, 1, 2, 3, 5, 8, 64)):
+            op = mod.CompiledResample(device, desc, path=path, walk=walk, spread=spread)
+            if op.rows is None:
+                # H not interpolated: not the rows kernel
+                assert linear and 1 in (shape[-2], out[-2] // shape[-2]), shape
+                continue
+            per = ceil_div(shape[-1] // 4, mod.ROWS_Q)
+            taken = op._spread(op._rows_box())
+            if spread is None:
+                assert (taken > 1) == (per <= (5 if linear else 7)), (shape, taken)
+                assert taken == 1 or taken * per % 8 == 0 and taken * per <= 64
+            else:
+                # a workgroup of 64 fits every device
+                assert taken == spread or taken == 1 and spread * per > 64, (shape, spread)
+            got = run_desc(device, desc, x, compiled=op)
+            _check_rows(got, general, x, out, linear, scales, ins, outs)
+
+
+def test_rows_spread_strided_and_limits(device):
+    """The spread rows kernel on strided tensors (a broadcast input dimension, padded
+    output rows of whole quads), and declined
+    where the flattened rows pass maxComputeWorkGroupCount's y (the split grid runs):
+    each against the general kernel and the reference."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    rng = np.random.default_rng(83)
+    shape, out = (2, 3, 5, 8), (2, 3, 10, 16)
+    for linear in (False, True):
+        mode = LINEAR if linear else NEAREST
+        flat = rng.standard_normal(3 * 5 * 8).astype(np.float32)
+        strides = (0, 40, 8, 1)                  # the batch dimension broadcast
+        ost = (3 * 10 * 20, 10 * 20, 20, 1)      # output rows padded to 20
+        desc = dml.Resample1OperatorDesc(T("float32", shape, strides),
+                                         T("float32", out, ost), mode, (1.0, 1.0, 2.0, 2.0),
+                                         (0.5,) * 4, (-0.5,) * 4)
+        op, got, general = _rows_case(device, desc, flat)
+        assert op.path == "rows" and op._spread(op._rows_box()) > 1
+        logical = np.lib.stride_tricks.as_strided(flat, shape, [4 * s for s in strides])
+        view, gview = (np.ascontiguousarray(np.lib.stride_tricks.as_strided(
+            a, out, [4 * s for s in ost])) for a in (got, general))
+        _check_rows(view, gview, np.array(logical), out, linear, (1.0, 1.0, 2.0, 2.0),
+                    (0.5,) * 4, (-0.5,) * 4)
+    shape, out = (4, 8, 22, 8), (4, 8, 44, 16)
+    x = rng.standard_normal(shape).astype(np.float32)
+    with vkml.Device(device.index, limits={"maxComputeWorkGroupCount": (1, 2, 2)}) as dev:
+        for linear in (False, True):
+            desc = dml.Resample1OperatorDesc(T("float32", shape), T("float32", out),
+                                             LINEAR if linear else NEAREST,
+                                             (1.0, 1.0, 2.0, 2.0), (0.5,) * 4, (-0.5,) * 4)
+            op, got, general = _rows_case(dev, desc, x)
+            # 352 row groups, 64 a workgroup, 2 workgroups a grid's y
+            assert op._spread(op._rows_box()) == 1
+            _check_rows(got, general, x, out, linear, (1.0, 1.0, 2.0, 2.0), (0.5,) * 4,
+                        (-0.5,) * 4)
+
+
+def test_rows_pairs_nearest(device):
+    """Nearest 2x on rows of whole input pairs but not quads (widths 2 to 30: the
+    ``near2`` variants, YOLOv8n's 10 and U-Net's 14), their rows spread or not, walks of
+    1 and 3, H scaled by 1, 2 or 3, ranks 2 to 4, a broadcast input dimension and padded
+    output rows of whole quads; odd widths (1 to 33) and input strides of odd elements
+    keep the broadcast copy or the general kernel.  Bit for bit the general kernel and
+    the page's elements."""
+    import importlib
+    mod = importlib.import_module("vkml.ops.resample")
+    rng = np.random.default_rng(97)
+    dtype = "float32"
+
+    def check(shape, out, strides=None, ost=None, **kw):
+        n = len(shape)
+        scales = tuple(o / i for i, o in zip(shape, out))
+        desc = dml.Resample1OperatorDesc(T(dtype, shape, strides), T(dtype, out, ost),
+                                         NEAREST, scales, (0.5,) * n, (-0.5,) * n)
+        span = 1 + sum((d - 1) * s for d, s in zip(shape, strides or C_strides(shape)))
+        flat = rng.standard_normal(span).astype(np.float32)
+        op = mod.CompiledResample(device, desc, **kw)
+        got = run_desc(device, desc, flat, compiled=op)
+        general = run_desc(device, desc, flat, compiled=mod.CompiledResample(
+            device, desc, path="general"))
+        assert same_bits(got, general), (shape, out, strides, kw)
+        x = np.lib.stride_tricks.as_strided(flat, shape, [4 * s for s in strides or
+                                                          C_strides(shape)])
+        view = np.lib.stride_tricks.as_strided(got, out, [4 * s for s in ost or C_strides(out)])
+        s32 = np.float32(scales).astype(np.float64)
+        assert_nearest(np.ascontiguousarray(view), np.array(x), out, s32,
+                       np.float32((0.5,) * n).astype(np.float64),
+                       np.float32((-0.5,) * n).astype(np.float64))
+        return op
+
+    for w in range(1, 34):
+        shape = (2, 3, 5, w)
+        for hs in ((1, 2) if w % 2 else (1, 2, 3)):
+            out = (2, 3, 5 * hs, 2 * w)
+            for kw in (({},) if w % 2 or w % 4 == 0 or hs != 2 else
+                       ({}, {"spread": 1}, {"walk": 3}, {"spread": 3, "walk": 1})):
+                op = check(shape, out, **kw)
+                pairs = w % 4 != 0 and w % 2 == 0
+                assert (op.path == "rows") == (w % 2 == 0), (w, hs)
+                assert op.rows is None or op.rows["unit"] == (2 if pairs else 4)
+                assert not pairs or op.kernel.startswith("resample_rows_near2_")
+    op = check((6, 10), (12, 20))
+    assert op.path == "rows" and op.rows["unit"] == 2
+    op = check((3, 14), (3, 28))
+    assert op.path == "rows" and op.rows["unit"] == 2
+    # a broadcast batch, rows of 10 padded to 12 (pairs): padded output rows of 24
+    op = check((2, 3, 4, 10), (2, 3, 8, 20), (0, 48, 12, 1), (3 * 8 * 24, 8 * 24, 24, 1))
+    assert op.path == "rows" and op.rows["unit"] == 2
+    # input rows of 10 at a stride of 11 (not whole pairs): not the rows kernel
+    op = check((2, 3, 4, 10), (2, 3, 8, 20), (132, 44, 11, 1))
+    assert op.path != "rows"
+    # storage-buffer reads
+    op = check((1, 4, 7, 14), (1, 4, 14, 28), read="ssbo")
+    assert op.path == "rows" and op.rows["read"] == "ssbo"
+
+
+def C_strides(shape):
+    """Packed element strides of ``shape``."""
+    return tuple(int(np.prod(shape[k + 1:])) for k in range(len(shape)))

@@ -33,10 +33,11 @@ map of period 2 (output 2k + j reads input ``clamp(k + D[j])``, and for linear
 asymmetric, nearest ``o // 2``), whatever the other dimensions' maps: an invocation reads
 input quads of one or two input rows and writes 16 outputs of a row as whole vectors
 (nearest: to every output row reading that input row, where the map of the dimension
-before the last is ``o // s``).  Its map is compared on the host with the general
-kernel's at every output coordinate of the last dimension (:func:`rows_phases`), so it
-runs only where the two kernels read the same inputs with the same weights.  Nearest
-moves the same bits as the general kernel; linear combines the two input rows before
+before the last is ``o // s``; nearest also on rows of whole input pairs, its ``near2``
+variants).  Its map is compared on the host with the general kernel's at every output
+coordinate of the last dimension (:func:`rows_phases`), so it runs only where the two
+kernels read the same inputs with the same weights.  Nearest moves the same bits as the
+general kernel; linear combines the two input rows before
 interpolating along the row (three operations an input, not an output), so it may differ
 from the general kernel by a float32 rounding.  Linear with the dimension before the
 last upsampled by 2 with a period-2 map too (:meth:`CompiledResample._pair_phases`, the
@@ -47,7 +48,9 @@ down :data:`NEAR_ROWS` input rows where the map of the dimension before the last
 ``o // s`` (SwiftShader wants 8: each invocation's fixed cost, the tuner's ``-walk8``
 candidates; lavapipe 2).  Its read (texels or storage loads) and nearest's walk are
 the tunable path ``resample_rows_read``.  ``path="rows"`` / ``"copy"`` force one where
-it applies, ``"rows1"`` the rows kernel without PAIR; ``walk=`` nearest's walk.
+it applies, ``"rows1"`` the rows kernel without PAIR; ``walk=`` nearest's walk.  Rows
+of fewer than 8 invocations (linear: 5) share a workgroup row: :meth:`CompiledResample._spread`,
+``spread=`` forces a count.
 """
 from __future__ import annotations
 
@@ -63,15 +66,15 @@ from ..dml.resample import (InterpolationMode, Resample1OperatorDesc, ResampleOp
 from ..dml.tensor_desc import TensorDesc, as_ints
 from ..intmath import ceil_div, round_up
 from ..errors import ArgumentTypeError, ValidationError
-from ..runtime import FORMAT_RGBA32_SFLOAT, FORMAT_RGBA32_UINT, Bind
+from ..runtime import FORMAT_RG32_UINT, FORMAT_RGBA32_SFLOAT, FORMAT_RGBA32_UINT, Bind
 from ..runtime.blocks import pack
 from .. import tuning
 from . import permute
 from .base import check_choice, implements
 from .element_wise import CompiledElementWise
 from .functional import as_array, pick_device, run
-from .grid import (BOX_CONSTANTS, BoxKernel, box_grid, div_magic, record_on_scratch,
-                   split_groups, timed_read_candidate, words8)
+from .grid import (BOX_CONSTANTS, GRID_LIMIT, BoxKernel, box_grid, div_magic,
+                   record_on_scratch, split_groups, timed_read_candidate, words8)
 from .store_width import wide_stores
 
 __all__ = ["resample", "onnx_resize_geometry"]
@@ -83,10 +86,11 @@ VARIANTS = dict.fromkeys(
      "resample_f16", "resample_f16_packed",
      "resample_i8", "resample_i8_packed", "resample_u8", "resample_u8_packed"], _CONSTS)
 VARIANTS.update(dict.fromkeys(
-    [f"resample_rows_{m}_{r}{w}" for m in ("near", "lin", "pair")
+    [f"resample_rows_{m}_{r}{w}" for m in ("near", "near2", "lin", "pair")
      for r in ("texel", "ssbo") for w in ("", "_u64")],
     ("LOCAL_SIZE_X", "LOCAL_SIZE_Y", "RANK", "LIN_MASK", "PHASE_D0", "PHASE_D1", "REP_H",
-     "PHASE_H0", "PHASE_H1", "FULL", "ROWS_K", "WT0", "WT1", "WH0", "WH1")))
+     "PHASE_H0", "PHASE_H1", "FULL", "ROWS_K", "WT0", "WT1", "WH0", "WH1", "SPREAD",
+     "SPREAD_X")))
 #: Input quads an invocation of glsl/resample_rows.comp (its compile-time Q).
 ROWS_Q = 2
 #: PAIR mode: at most this many pairs of output rows an invocation (its REP_H / 2).
@@ -149,12 +153,16 @@ class CompiledResample(BoxKernel):
     #: tuner's :data:`ROWS_READ_PATH` candidate, else :data:`NEAR_ROWS`); ``walk=`` sets
     #: it.
     force_walk: int | None = None
+    #: The rows kernel: row groups sharing a workgroup row (its SPREAD; None: the rule of
+    #: :meth:`_spread`, 1: none); ``spread=`` sets it.
+    force_spread: int | None = None
 
     def __init__(self, device, desc, read: str | None = None, path: str | None = None,
-                 walk: int | None = None):
+                 walk: int | None = None, spread: int | None = None):
         check_choice("path", path, ("copy", "rows", "rows1", "general"))
         self.force_path = path
         self.force_walk = walk
+        self.force_spread = spread
         super().__init__(device, desc, read=read)
 
     @property
@@ -241,25 +249,29 @@ class CompiledResample(BoxKernel):
 
     def _plan_rows(self) -> bool:
         """glsl/resample_rows.comp where it applies (its doc): float32 (nearest: any
-        32-bit type), the last dimension contiguous both sides, of whole input quads and
-        upsampled by 2 with the map the kernel assumes (:func:`rows_phases`; nearest:
-        ``o // 2``), every other stride a whole quad, linear weights along exactly the
-        last two dimensions, whole tensors in one binding."""
+        32-bit type), the last dimension contiguous both sides, of whole input quads
+        (nearest: or pairs, the ``near2`` variants) and upsampled by 2 with the map the
+        kernel assumes (:func:`rows_phases`; nearest: ``o // 2``), every other input
+        stride a whole unit (quad or pair) and output stride a whole quad, linear
+        weights along exactly the last two dimensions, whole tensors in one binding."""
         src = self.desc.input_tensor
         if src.data_type.size != 4 or (self.linear and src.data_type != DataType.FLOAT32):
             return False
         n, k = self.in_sizes[-1], self.rank - 1
-        if (self.in_strides[-1] != 1 or self.box_out_strides[-1] != 1 or n % 4
+        # rows of 10 or 14 (YOLOv8n's and U-Net's narrowest upsamples) are whole pairs
+        unit = 4 if n % 4 == 0 else 2 if n % 2 == 0 and not self.linear else 0
+        if (not unit or self.in_strides[-1] != 1 or self.box_out_strides[-1] != 1
                 or self.box[-1] != 2 * n
                 or (self.linear and (k < 1 or self.lin_mask != 3 << (k - 1)))
-                or any(st % 4 for st in self.in_strides[:-1] + self.box_out_strides[:-1])):
+                or any(st % unit for st in self.in_strides[:-1])
+                or any(st % 4 for st in self.box_out_strides[:-1])):
             return False
         phases = rows_phases(self)
         lim = self.ctx.limits
         if (phases is None or (not self.linear and phases[0][0] | phases[1][0])
                 or max(self.in_bytes, self.out_bytes) > lim["maxStorageBufferRange"]):
             return False       # nearest: the kernel reads input k for outputs 2k, 2k + 1
-        fits = ceil_div(self.in_bytes, 16) <= lim["maxTexelBufferElements"]
+        fits = ceil_div(self.in_bytes, 4 * unit) <= lim["maxTexelBufferElements"]
         read = "texel" if fits and self.force_read in (None, "auto", "texel") else "ssbo"
         walk = self.force_walk or NEAR_ROWS
         if self.force_read is None and (fits or not self.linear):
@@ -272,7 +284,7 @@ class CompiledResample(BoxKernel):
                 read = ROWS_READ_PATH.candidate(name).params["read"]
                 walk = self.force_walk or ROWS_READ_PATH.candidate(name).params["walk"]
         pair = self._pair_phases()
-        mode = "pair" if pair else "lin" if self.linear else "near"
+        mode = "pair" if pair else "lin" if self.linear else "near" if unit == 4 else "near2"
         kernel = f"resample_rows_{mode}_{read}" + ("_u64" if wide_stores(self.device) else "")
         (d0, w0), (d1, w1) = phases
         (h0, wh0), (h1, wh1) = pair or ((0, 0.0), (0, 0.0))
@@ -292,7 +304,9 @@ class CompiledResample(BoxKernel):
             in_stride=_vec4s(self.in_strides), in_size=_vec4s(self.in_sizes),
             coord_a=_vec4s([a for a, _ in self.coords]),
             coord_b=_vec4s([b for _, b in self.coords]),
-            phase=[n // 4, 0, 0, 0]), np.uint8)),
+            phase=[n // unit, 0, 0, 0]), np.uint8)),
+                     # input elements a unit of the row, and units an invocation
+                     "unit": unit, "group": ROWS_Q if unit == 4 else 2 * ROWS_Q,
                      "d": (d0, d1), "h": (h0, h1), "rep_h": rep_h, "rows_k": rows_k,
                      "walk": walk, "pair": bool(pair),
                      # WT[0], WT[1], WH[0], WH[1]: the kernel's frozen constants
@@ -303,12 +317,13 @@ class CompiledResample(BoxKernel):
 
     def _full_stores(self, kernel: str) -> bool:
         """Whether every live invocation of the rows kernel stores whole vectors (its
-        FULL): the input rows hold whole groups of ROWS_Q quads (dispatch pieces along
-        the row start on such groups) and, for u64vec4 stores, every output row starts on
-        8 elements."""
-        unit = 8 if kernel.endswith("_u64") else 4
-        return (self.in_sizes[-1] // 4 % ROWS_Q == 0
-                and all(st % unit == 0 for st in self.box_out_strides[:-1]))
+        FULL): the input rows hold whole groups of ROWS_Q quads (2 ROWS_Q pairs;
+        dispatch pieces along the row start on such groups) and, for u64vec4 stores,
+        every output row starts on 8 elements."""
+        out = 8 if kernel.endswith("_u64") else 4
+        unit, group = (2, 2 * ROWS_Q) if "_near2_" in kernel else (4, ROWS_Q)
+        return (self.in_sizes[-1] // unit % group == 0
+                and all(st % out == 0 for st in self.box_out_strides[:-1]))
 
     def _pair_phases(self) -> tuple | None:
         """The PAIR mode's ((H[0], WH[0]), (H[1], WH[1])) of the dimension before the last
@@ -322,24 +337,85 @@ class CompiledResample(BoxKernel):
         # the kernel's rows r + H[0] .. r + H[0] + 2 hold both output rows' inputs
         return phases if phases and phases[1][0] - phases[0][0] in (0, 1) else None
 
+    def _rows_box(self) -> list:
+        """The rows kernel's box: the last dimension in input units (quads, or pairs
+        for ``near2``), the one before in groups of the output rows an invocation
+        stores."""
+        box = list(self.box[:-1]) + [self.in_sizes[-1] // self.rows["unit"]]
+        if len(box) > 1:
+            box[-2] //= self.rows["rep_h"] * self.rows["rows_k"]
+        return box
+
+    def _spread(self, box) -> int:
+        """Row groups sharing a workgroup row (the kernel's SPREAD; 1: none): where a row
+        takes fewer invocations than 8 (lavapipe's lanes; SwiftShader's 4 divide them;
+        linear: at most 5), as many rows as keep a workgroup of whole lanes within 64
+        invocations, the whole box in one dispatch of at most that many rows.  A row of
+        3 invocations in a workgroup of 8 left 5 lanes idle; linear's PAIR with rows of
+        7 (one lane idle) ran slower spread on lavapipe (bench/RESULTS.md)."""
+        per = ceil_div(box[-1], self.rows["group"])
+        if self.force_spread is not None:
+            spread = self.force_spread
+        else:
+            unit = 8 // math.gcd(per, 8)
+            most = 5 if self.linear else 7
+            spread = unit * max(1, 64 // (unit * per)) if len(box) > 1 and per <= most else 1
+        if spread <= 1 or len(box) < 2:
+            return 1
+        lim = self.ctx.limits
+        flat = math.prod(box[:-1])
+        lx = spread * per
+        ok = (lx <= min(lim["maxComputeWorkGroupSize"][0], self.workgroup_size)
+              and ceil_div(flat, spread) <= lim["maxComputeWorkGroupCount"][1]
+              and flat < GRID_LIMIT)
+        return spread if ok else 1
+
     def _encode_rows(self, seq, x, y) -> None:
         """Record the rows kernel over the output box, its last dimension in input
         quads (whole tensors bound)."""
         plan, ctx = self.rows, self.ctx
-        box = list(self.box[:-1]) + [self.in_sizes[-1] // 4]
-        if len(box) > 1:
-            box[-2] //= plan["rep_h"] * plan["rows_k"]
-        fmt = FORMAT_RGBA32_SFLOAT if self.linear else FORMAT_RGBA32_UINT
-        # whole quads: the last input element ends one (the strides and rows are quads)
-        size = min(self.in_bytes // 16 * 16, x.size)
+        box = self._rows_box()
+        fmt = (FORMAT_RGBA32_SFLOAT if self.linear else FORMAT_RGBA32_UINT if plan["unit"] == 4
+               else FORMAT_RG32_UINT)
+        # whole units: the last input element ends one (the strides and rows are units)
+        ub = 4 * plan["unit"]
+        size = min(self.in_bytes // ub * ub, x.size)
         rd = Bind(x, 0, size, "r", fmt) if plan["read"] == "texel" else Bind(x, 0, size, "r")
         binds = [rd, Bind(y, 0, self.out_bytes, "w"), Bind(plan["params"])]
+        spread = self._spread(box)
+        if spread > 1:
+            self._encode_spread(seq, box, spread, binds)
+            return
         local = min(64, self.workgroup_size)
-        lx = min(local, max(8, round_up(ceil_div(box[-1], ROWS_Q), 8)))
+        group = plan["group"]
+        lx = min(local, max(8, round_up(ceil_div(box[-1], group), 8)))
         ly = max(1, min(local // lx, box[-2], int(ctx.limits["maxComputeWorkGroupSize"][1]))
                  ) if len(box) > 1 else 1
-        pipe = self.pipeline(plan["kernel"], {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
-                                              "RANK": len(box),
+        pipe = self._rows_pipeline(lx, ly, len(box))
+        for o, e in split_groups([0] * len(box), box, lx,
+                                 ctx.limits["maxComputeWorkGroupCount"], 1, group, ly):
+            push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
+                        x_count=ceil_div(e[-1], group), flat_rows=0, pad1=0, pad2=0,
+                        magic=words8(map(div_magic, e)))
+            seq.dispatch(pipe, binds, box_grid(e, lx, 1, group, ly), push)
+
+    def _encode_spread(self, seq, box, spread: int, binds) -> None:
+        """One dispatch of the rows kernel with SPREAD row groups a workgroup row
+        (:meth:`_spread`): x one workgroup of whole rows, y the flattened row groups."""
+        per = ceil_div(box[-1], self.rows["group"])
+        flat = math.prod(box[:-1])
+        pipe = self._rows_pipeline(spread * per, 1, len(box), spread, per)
+        push = pack(self.rows["kernel"], "push", origin=words8([0] * len(box)),
+                    extent=words8(box), x_count=per, flat_rows=flat, pad1=0, pad2=0,
+                    magic=words8(map(div_magic, box)))
+        seq.dispatch(pipe, binds, (1, ceil_div(flat, spread), 1), push)
+
+    def _rows_pipeline(self, lx: int, ly: int, rank: int, spread: int = 1, per: int = 1):
+        """The rows kernel's pipeline for a workgroup of lx by ly and the plan's frozen
+        constants."""
+        plan = self.rows
+        return self.pipeline(plan["kernel"], {"LOCAL_SIZE_X": lx, "LOCAL_SIZE_Y": ly,
+                                              "RANK": rank,
                                               "LIN_MASK": self.lin_mask,
                                               "PHASE_D0": plan["d"][0],
                                               "PHASE_D1": plan["d"][1],
@@ -348,14 +424,9 @@ class CompiledResample(BoxKernel):
                                               "PHASE_H1": plan["h"][1],
                                               "FULL": int(plan["full"]),
                                               "ROWS_K": plan["rows_k"],
+                                              "SPREAD": spread, "SPREAD_X": per,
                                               **dict(zip(("WT0", "WT1", "WH0", "WH1"),
                                                          plan["w"]))})
-        for o, e in split_groups([0] * len(box), box, lx,
-                                 ctx.limits["maxComputeWorkGroupCount"], 1, ROWS_Q, ly):
-            push = pack(plan["kernel"], "push", origin=words8(o), extent=words8(e),
-                        x_count=ceil_div(e[-1], ROWS_Q), pad0=0, pad1=0, pad2=0,
-                        magic=words8(map(div_magic, e)))
-            seq.dispatch(pipe, binds, box_grid(e, lx, 1, ROWS_Q, ly), push)
 
     def weights(self, k: int, o) -> np.ndarray:
         """glsl/resample.comp's ``locate`` weight of i1 along dimension k (0 where the
