@@ -155,14 +155,20 @@ void main() {
     int co0 = (lane - ci * (co_pad >> 2)) * 4;
     if (ci >= cin) return;
     bool flip = out_size.z != 0;
+    int cout = dims.z;
     vec4 u[6][6];
     [[unroll]] for (int q = 0; q < 4; q++) {
         int co = co0 + q;
+        // (the padded channels' reads made at index 0 and selected away: a conditional
+        // read is a branch of its own, see the input pass)
+        bool cok = co < cout;
         float g[3][3];
         [[unroll]] for (int r = 0; r < 3; r++)
             [[unroll]] for (int c = 0; c < 3; c++) {
                 int fr = flip ? 2 - r : r, fc = flip ? 2 - c : c;
-                g[r][c] = co < dims.z ? LOAD(co * fs.x + ci * fs.y + fr * fs.z + fc * fs.w) : 0.0;
+                int i = co * fs.x + ci * fs.y + fr * fs.z + fc * fs.w;
+                float x = LOAD(cok ? i : 0);
+                g[r][c] = cok ? x : 0.0;
             }
         // G g: 6x3
         float t[6][3];
