@@ -155,14 +155,20 @@ void main() {
     int co0 = (lane - ci * (co_pad >> 2)) * 4;
     if (ci >= cin) return;
     bool flip = out_size.z != 0;
+    int cout = dims.z;
     vec4 u[6][6];
     [[unroll]] for (int q = 0; q < 4; q++) {
         int co = co0 + q;
+        // (the padded channels' reads made at index 0 and selected away: a conditional
+        // read is a branch of its own, see the input pass)
+        bool cok = co < cout;
         float g[3][3];
         [[unroll]] for (int r = 0; r < 3; r++)
             [[unroll]] for (int c = 0; c < 3; c++) {
                 int fr = flip ? 2 - r : r, fc = flip ? 2 - c : c;
-                g[r][c] = co < dims.z ? LOAD(co * fs.x + ci * fs.y + fr * fs.z + fc * fs.w) : 0.0;
+                int i = co * fs.x + ci * fs.y + fr * fs.z + fc * fs.w;
+                float x = LOAD(cok ? i : 0);
+                g[r][c] = cok ? x : 0.0;
             }
         // G g: 6x3
         float t[6][3];
@@ -202,18 +208,41 @@ layout(std430, set = 0, binding = 2) writeonly buffer Dst4 { vec4 dst4[]; };
 const int QT = 4;
 #endif
 
+// One row (or column) of the input transform, B^T z: written once, used for the rows and
+// the columns of every tile.
+float[6] input_bt(float z[6]) {
+    return float[6](4.0 * z[0] - 5.0 * z[2] + z[4],
+                    -4.0 * (z[1] + z[2]) + z[3] + z[4],
+                    4.0 * (z[1] - z[2]) - z[3] + z[4],
+                    2.0 * (z[3] - z[1]) - z[2] + z[4],
+                    2.0 * (z[1] - z[3]) - z[2] + z[4],
+                    4.0 * z[1] - 5.0 * z[3] + z[5]);
+}
+
 // V[p][ci][t]: one invocation per QT consecutive tiles of one channel (lanes along
 // (ci, t / QT), no workgroup per channel: no idle lanes at a channel's end), stored as one
 // float4 per transform point (a quarter of the stores; storage-buffer stores go one
 // lane at a time on lavapipe), or with V8 (int64 shaders) eight tiles as one u64vec4:
 // lavapipe's store turn costs per component, and the 36 float4 stores would otherwise
 // dominate this pass.
+//
+// The reads outside the input (padding, the tiles past T) are not branches: every read
+// is made, at index 0 where the element is outside, and its value selected away.  A
+// conditional read (`ok ? LOAD(i) : 0.0`, or a short-circuit `&&` on a uniform) is a
+// branch of its own in SPIR-V, hundreds of blocks a module, which drivers that compile
+// at pipeline creation (SwiftShader, lavapipe) pay for; hence the bounds as locals,
+// combined without `&&` on anything but locals.
 void main() {
     int lane = int(gl_GlobalInvocationID.x);       // lanes run along (ci, t / QT)
     int per_ci = tiles.w / QT;
     int ci = lane / per_ci;
     int t0 = (lane - ci * per_ci) * QT;
     if (ci >= dims.x) return;
+    uint H = uint(in_size.x), W = uint(in_size.y);
+    int xh = xs.z;
+#ifndef X4
+    int xw = xs.w;
+#endif
     float v[6][6][QT];
     [[unroll]] for (int q = 0; q < QT; q++) {
         int t = t0 + q;
@@ -232,49 +261,50 @@ void main() {
         // wholly outside (zero): 18 fetches a tile instead of 36
         const int NV = (WINO_XO + 9) / 4;
         int a0 = w0 - WINO_XO;
+        bool aok[NV];
+        [[unroll]] for (int k = 0; k < NV; k++) aok[k] = uint(a0 + 4 * k) < W;
         [[unroll]] for (int r = 0; r < 6; r++) {
             int h = h0 + r;
-            bool hok = tok && h >= 0 && h < in_size.x;
+            bool hin = uint(h) < H;
+            bool hok = tok && hin;
+            int rb = base + h * xh + a0;
             float row[NV * 4];
             [[unroll]] for (int k = 0; k < NV; k++) {
-                int a = a0 + 4 * k;
-                vec4 v = hok && a >= 0 && a < in_size.y
-                    ? texelFetch(src, (base + h * xs.z + a) >> 2) : vec4(0.0);
-                row[4 * k] = v.x; row[4 * k + 1] = v.y; row[4 * k + 2] = v.z; row[4 * k + 3] = v.w;
+                bool ok = aok[k];
+                ok = hok && ok;
+                int i = rb + 4 * k;
+                vec4 x = texelFetch(src, ok ? i >> 2 : 0);
+                x = ok ? x : vec4(0.0);
+                row[4 * k] = x.x; row[4 * k + 1] = x.y; row[4 * k + 2] = x.z; row[4 * k + 3] = x.w;
             }
             [[unroll]] for (int c = 0; c < 6; c++) d[r][c] = row[WINO_XO + c];
         }
 #else
+        bool wok[6];
+        [[unroll]] for (int c = 0; c < 6; c++) wok[c] = uint(w0 + c) < W;
         [[unroll]] for (int r = 0; r < 6; r++) {
             int h = h0 + r;
-            bool hok = tok && h >= 0 && h < in_size.x;
+            bool hin = uint(h) < H;
+            bool hok = tok && hin;
+            int rb = base + h * xh + w0 * xw;
             [[unroll]] for (int c = 0; c < 6; c++) {
-                int w = w0 + c;
-                bool ok = hok && w >= 0 && w < in_size.y;
-                d[r][c] = ok ? LOAD(base + h * xs.z + w * xs.w) : 0.0;
+                bool ok = wok[c];
+                ok = hok && ok;
+                int i = rb + c * xw;
+                float x = LOAD(ok ? i : 0);
+                d[r][c] = ok ? x : 0.0;
             }
         }
 #endif
-        // B^T d: rows
+        // B^T d: the columns, then (B^T d) B: the rows
         float e[6][6];
         [[unroll]] for (int c = 0; c < 6; c++) {
-            float z0 = d[0][c], z1 = d[1][c], z2 = d[2][c], z3 = d[3][c], z4 = d[4][c], z5 = d[5][c];
-            e[0][c] = 4.0 * z0 - 5.0 * z2 + z4;
-            e[1][c] = -4.0 * (z1 + z2) + z3 + z4;
-            e[2][c] = 4.0 * (z1 - z2) - z3 + z4;
-            e[3][c] = 2.0 * (z3 - z1) - z2 + z4;
-            e[4][c] = 2.0 * (z1 - z3) - z2 + z4;
-            e[5][c] = 4.0 * z1 - 5.0 * z3 + z5;
+            float z[6] = input_bt(float[6](d[0][c], d[1][c], d[2][c], d[3][c], d[4][c], d[5][c]));
+            [[unroll]] for (int r = 0; r < 6; r++) e[r][c] = z[r];
         }
-        // (B^T d) B: columns
         [[unroll]] for (int r = 0; r < 6; r++) {
-            float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
-            v[r][0][q] = 4.0 * z0 - 5.0 * z2 + z4;
-            v[r][1][q] = -4.0 * (z1 + z2) + z3 + z4;
-            v[r][2][q] = 4.0 * (z1 - z2) - z3 + z4;
-            v[r][3][q] = 2.0 * (z3 - z1) - z2 + z4;
-            v[r][4][q] = 2.0 * (z1 - z3) - z2 + z4;
-            v[r][5][q] = 4.0 * z1 - 5.0 * z3 + z5;
+            float z[6] = input_bt(e[r]);
+            [[unroll]] for (int c = 0; c < 6; c++) v[r][c][q] = z[c];
         }
     }
 #ifdef V8
