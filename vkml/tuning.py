@@ -123,8 +123,8 @@ MIN_ROUNDS = 2
 #: (the warm-ups themselves) where one leads by CLEAR_MARGIN there and each other one's
 #: first run also took CLEAR_MARGIN x the leader's warm-up (:func:`_clear_at_once`): a
 #: run this long already averages over its length, a lagging candidate stays behind on
-#: two runs, and the second round of a SwiftShader convolution class is a run of every
-#: candidate at 0.1-0.9 s each.
+#: two runs, and a second round of a SwiftShader convolution class is most of its cold
+#: start (bench/RESULTS.md, cold start).
 LONG_RUN_S = 0.05
 #: ...and it ends there too where one candidate was the fastest by this factor in each
 #: of them: another round would not change the choice.

@@ -165,8 +165,8 @@ def _bytes_ident(data) -> str:
     """A serialised model's identity for :func:`_replay`: the SHA-256 of its length, its
     ends (the graph's nodes come first, its inputs and outputs last: protobuf writes
     fields in number order) and pieces between them, all of a model up to 2
-    ``IDENT_ENDS``.  Hashing every byte of the weights took 60 ms of the main thread
-    for ResNet-18's 46 MB before anything else started; the key only picks a hint (a
+    ``IDENT_ENDS``.  Hashing every byte of the weights held up the main thread before
+    anything else started (bench/RESULTS.md, cold start); the key only picks a hint (a
     path's is its size and time, and another model under the same key only compiles
     pipelines it does not ask for, once)."""
     view = memoryview(data).cast("B")

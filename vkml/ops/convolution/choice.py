@@ -93,9 +93,8 @@ STEP_NB = 12
 #: row 16 pixels, stored as float4s, where the default takes 16 x 14 stored one by one)
 #: joins a fast list only for a first layer: at most this many input channels a group
 #: and several column taps, each loop iteration one channel (MobileNetV2's and
-#: EfficientNet-B0's 3 -> 32 3x3 stride-2 stem: 8 x 16 ahead of 16 x 14 in four turns of
-#: process CPU time on lavapipe, bench/RESULTS.md "Where the models lose"; not measured
-#: ahead elsewhere).
+#: EfficientNet-B0's 3 -> 32 3x3 stride-2 stem, where it measured ahead; slower on the
+#: 1x1 expansions: bench/RESULTS.md "Where the models lose").
 MB8_CIN = 4
 
 
