@@ -390,13 +390,13 @@ float[4] output_at(float z[6]) {
 // V4 (a tile row a store): no store is conditional.  A partial tile at the bottom border
 // stores its rows past the output at the last row inside it, with that row's own values
 // (selected), so every element is written by its own tile alone, the same bits each
-// time; the residual is read at index 0 when absent (binding 4 then holds the
-// parameters) and selected away, as is the bias (binding 1).  A guarded store or read is
-// a branch of its own in SPIR-V (with `&&` on uniforms, two), which drivers that compile
-// at pipeline creation (SwiftShader, lavapipe) pay for.  Element by element (not V4) the
-// stores stay guarded, one local condition each, and the residual read under its
-// switch: there, on SwiftShader, clamped stores and selected reads cost more to create
-// than the branches they replace.
+// time.  A guarded store is a branch of its own in SPIR-V (with `&&` on uniforms, two),
+// which drivers that compile at pipeline creation (SwiftShader, lavapipe) pay for.  The
+// bias is read at index 0 where there is none (binding 1 then holds the parameters) and
+// selected away; the residual's reads stay under their run-time switch (made
+// unconditionally, lavapipe's load turns cost the pass more than the branch).  Element
+// by element (not V4) the stores stay guarded, one local condition each: there, on
+// SwiftShader, clamped stores cost more to create than the branches they replace.
 void main() {
     int lane = int(gl_GlobalInvocationID.x);       // lanes run along (co, t / 4)
     int per_co = tiles.z >> 2;
@@ -454,14 +454,15 @@ void main() {
             uint oh = uint(min(th * 4 + r, last_h));
             uint i4 = (yb + oh * ys.z + uint(tw * 4)) >> 2;
             vec4 s = vec4(v[0], v[1], v[2], v[3]) + bv;
-            uint rb = has_res ? i4 << 2 : 0u;                   // (V4: ys.w == 1)
+            if (has_res) {      // (a branch, not + 0.0: -0 + 0 = +0; V4: ys.w == 1)
 #ifdef F32
-            vec4 rv = res4[rb >> 2];
+                s += res4[i4];
 #else
-            vec4 rv = vec4(FLOAD(res, rb), FLOAD(res, rb + 1u), FLOAD(res, rb + 2u),
-                           FLOAD(res, rb + 3u));
+                uint rb = i4 << 2;
+                s += vec4(FLOAD(res, rb), FLOAD(res, rb + 1u), FLOAD(res, rb + 2u),
+                          FLOAD(res, rb + 3u));
 #endif
-            s = has_res ? s + rv : s;       // (selected, not + 0.0: -0 + 0 = +0)
+            }
             vec4 o = vec4(vkml_activation(ACT, s.x, act), vkml_activation(ACT, s.y, act),
                           vkml_activation(ACT, s.z, act), vkml_activation(ACT, s.w, act));
 #if (defined(F16) || defined(F16_PACKED)) && defined(V8)
