@@ -375,8 +375,28 @@ float lp_window(float w[4]) {
 }
 #endif
 
+// One row (or column) of the output transform, A^T z: written once, used for the
+// columns and the rows of every tile.
+float[4] output_at(float z[6]) {
+    return float[4](z[0] + z[1] + z[2] + z[3] + z[4],
+                    z[1] - z[2] + 2.0 * (z[3] - z[4]),
+                    z[1] + z[2] + 4.0 * (z[3] + z[4]),
+                    z[1] - z[2] + 8.0 * (z[3] - z[4]) + z[5]);
+}
+
 // y = A^T M A + bias: one invocation per four consecutive tiles of one output channel,
 // each transform point read as one float4 (four tiles).
+//
+// V4 (a tile row a store): no store is conditional.  A partial tile at the bottom border
+// stores its rows past the output at the last row inside it, with that row's own values
+// (selected), so every element is written by its own tile alone, the same bits each
+// time.  A guarded store is a branch of its own in SPIR-V (with `&&` on uniforms, two),
+// which drivers that compile at pipeline creation (SwiftShader, lavapipe) pay for.  The
+// bias is read at index 0 where there is none (binding 1 then holds the parameters) and
+// selected away; the residual's reads stay under their run-time switch (made
+// unconditionally, lavapipe's load turns cost the pass more than the branch).  Element
+// by element (not V4) the stores stay guarded, one local condition each: there, on
+// SwiftShader, clamped stores cost more to create than the branches they replace.
 void main() {
     int lane = int(gl_GlobalInvocationID.x);       // lanes run along (co, t / 4)
     int per_co = tiles.z >> 2;
@@ -388,7 +408,13 @@ void main() {
     vec4 m[6][6];
     [[unroll]] for (int r = 0; r < 6; r++)
         [[unroll]] for (int c = 0; c < 6; c++) m[r][c] = LOAD4((r * 6 + c) * plane4 + o4);
-    float bv = out_size.w != 0 ? FLOAD(bias, uint(co * bias_step.x)) : 0.0;
+    bool has_bias = out_size.w != 0;
+    float bv = FLOAD(bias, has_bias ? uint(co * bias_step.x) : 0u);
+    bv = has_bias ? bv : 0.0;
+#ifndef POOL
+    bool has_res = bias_step.y != 0;
+    int last_h = out_size.x - 1, last_w = out_size.y - 1;
+#endif
 #ifdef V8
     vec4 pend[4];               // the even tile's rows, stored with the odd tile's
     uvec2 pend_h[4];            // (float16: its four halves)
@@ -404,36 +430,35 @@ void main() {
         // A^T m: 4x6
         float e[4][6];
         [[unroll]] for (int c = 0; c < 6; c++) {
-            float z0 = m[0][c][q], z1 = m[1][c][q], z2 = m[2][c][q], z3 = m[3][c][q],
-                  z4 = m[4][c][q], z5 = m[5][c][q];
-            e[0][c] = z0 + z1 + z2 + z3 + z4;
-            e[1][c] = z1 - z2 + 2.0 * (z3 - z4);
-            e[2][c] = z1 + z2 + 4.0 * (z3 + z4);
-            e[3][c] = z1 - z2 + 8.0 * (z3 - z4) + z5;
+            float z[4] = output_at(float[6](m[0][c][q], m[1][c][q], m[2][c][q], m[3][c][q],
+                                            m[4][c][q], m[5][c][q]));
+            [[unroll]] for (int r = 0; r < 4; r++) e[r][c] = z[r];
         }
+#if !defined(POOL) && defined(V4)
+        // the rows past the output repeat the last one inside (th * 4 <= last_h)
+        [[unroll]] for (int r = 1; r < 4; r++) {
+            bool rin = th * 4 + r <= last_h;
+            [[unroll]] for (int c = 0; c < 6; c++) e[r][c] = rin ? e[r][c] : e[r - 1][c];
+        }
+#endif
         uint yb = uint(n) * ys.x + uint(co) * ys.y;
 #ifdef POOL
         float a[4][4];
 #endif
         [[unroll]] for (int r = 0; r < 4; r++) {
-            float z0 = e[r][0], z1 = e[r][1], z2 = e[r][2], z3 = e[r][3], z4 = e[r][4], z5 = e[r][5];
-            float v[4];
-            v[0] = z0 + z1 + z2 + z3 + z4;
-            v[1] = z1 - z2 + 2.0 * (z3 - z4);
-            v[2] = z1 + z2 + 4.0 * (z3 + z4);
-            v[3] = z1 - z2 + 8.0 * (z3 - z4) + z5;
+            float v[4] = output_at(e[r]);
 #ifdef POOL
             [[unroll]] for (int c = 0; c < 4; c++) a[r][c] = ROUND(vkml_activation(ACT, v[c] + bv, act));
 #else
-            int oh = th * 4 + r;
 #ifdef V4
-            uint i4 = (yb + uint(oh) * ys.z + uint(tw * 4)) >> 2;
+            uint oh = uint(min(th * 4 + r, last_h));
+            uint i4 = (yb + oh * ys.z + uint(tw * 4)) >> 2;
             vec4 s = vec4(v[0], v[1], v[2], v[3]) + bv;
-            if (bias_step.y != 0) {      // (a branch, not + 0.0: -0 + 0 = +0)
-                uint rb = oh < out_size.x ? i4 << 2 : 0u;       // (V4: ys.w == 1)
+            if (has_res) {      // (a branch, not + 0.0: -0 + 0 = +0; V4: ys.w == 1)
 #ifdef F32
-                s += res4[rb >> 2];
+                s += res4[i4];
 #else
+                uint rb = i4 << 2;
                 s += vec4(FLOAD(res, rb), FLOAD(res, rb + 1u), FLOAD(res, rb + 2u),
                           FLOAD(res, rb + 3u));
 #endif
@@ -447,32 +472,34 @@ void main() {
             if ((q & 1) == 0) {
                 pend_h[r] = h;
                 pend_i[r] = i4 >> 1;
-            } else if (oh < out_size.x) {
+            } else {
                 y8h[pend_i[r]] = vkml_u64x2(uvec4(pend_h[r], h));
             }
 #elif defined(F16) || defined(F16_PACKED)
             // (FSTORE's rounding: vkml_half_bits, the same on every driver)
-            if (oh < out_size.x)
-                y2[i4] = uvec2(vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
-                               vkml_half_bits(o.z) | (vkml_half_bits(o.w) << 16));
+            y2[i4] = uvec2(vkml_half_bits(o.x) | (vkml_half_bits(o.y) << 16),
+                           vkml_half_bits(o.z) | (vkml_half_bits(o.w) << 16));
 #elif defined(V8)
             if ((q & 1) == 0) {
                 pend[r] = o;
                 pend_i[r] = i4 >> 1;
-            } else if (oh < out_size.x) {
+            } else {
                 uvec4 a = floatBitsToUint(pend[r]), b = floatBitsToUint(o);
                 y8[pend_i[r]] = vkml_u64x4(a, b);
             }
 #else
-            if (oh < out_size.x) y4[i4] = o;
+            y4[i4] = o;
 #endif
 #else
+            bool rok = th * 4 + r <= last_h;      // (locals, not `&&` on uniforms)
             [[unroll]] for (int c = 0; c < 4; c++) {
                 int ow = tw * 4 + c;
-                if (oh < out_size.x && ow < out_size.y) {
-                    uint i = yb + uint(oh) * ys.z + uint(ow) * ys.w;
+                bool ok = ow <= last_w;
+                ok = rok && ok;
+                uint i = yb + uint(th * 4 + r) * ys.z + uint(ow) * ys.w;
+                if (ok) {
                     float s = v[c] + bv;
-                    if (bias_step.y != 0) s += FLOAD(res, i);
+                    if (has_res) s += FLOAD(res, i);
                     FSTORE(y, i, vkml_activation(ACT, s, act));
                 }
             }
@@ -481,16 +508,19 @@ void main() {
         }
 #ifdef POOL
         // pooled row th*2 + pr reads conv rows th*4 + 2pr, + 1: both inside the
-        // convolution's output wherever the pooled row is inside the pooled output
+        // convolution's output wherever the pooled row is inside the pooled output (a
+        // border tile may hold no pooled row at all: these stores stay guarded)
         [[unroll]] for (int pr = 0; pr < 2; pr++) {
             int ph = th * 2 + pr;
+            bool rok = ph < out_size.x;
             [[unroll]] for (int pc = 0; pc < 2; pc++) {
                 int pw = tw * 2 + pc;
                 float w[4] = float[4](a[2 * pr][2 * pc], a[2 * pr][2 * pc + 1],
                                       a[2 * pr + 1][2 * pc], a[2 * pr + 1][2 * pc + 1]);
                 float r = lp_window(w);
-                if (ph < out_size.x && pw < out_size.y)
-                    FSTORE(y, yb + uint(ph) * ys.z + uint(pw) * ys.w, r);
+                bool ok = pw < out_size.y;
+                ok = rok && ok;
+                if (ok) FSTORE(y, yb + uint(ph) * ys.z + uint(pw) * ys.w, r);
             }
         }
 #endif
