@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
 from ..errors import DeviceError
 from . import vk
 from .instance import DeviceInfo, Instance
-from .lifetime import Lifetime
+from .lifetime import CLOSE_MARGIN_S, CLOSE_WAIT_S, Lifetime
 from .memory import Allocation, HostImports, choose_heaps
 from .pipelines import STORAGE, STORAGE_TEXEL, UNIFORM, UNIFORM_TEXEL, PipelineCache
 from .scheduler import CommandPool, DescriptorPools, Sequence
@@ -94,6 +95,8 @@ class Context:
         self._pending: list = []
         self._resources: set = set()
         self._res_lock = threading.Lock()
+        #: monotonic time by which every wait allowed more than ``VKML_TIMEOUT`` ends
+        self._waits_until = 0.0
 
     # -- creation ----------------------------------------------------------------------
     @staticmethod
@@ -246,6 +249,19 @@ class Context:
         return lim["minTexelBufferOffsetAlignment" if kind in (UNIFORM_TEXEL, STORAGE_TEXEL)
                    else "minStorageBufferOffsetAlignment"]
 
+    def expect_wait(self, seconds: float) -> None:
+        """A submission's fence is about to be waited for up to ``seconds`` (more than
+        ``VKML_TIMEOUT``: a first run, see ``scheduler.wait_limit_s``); :meth:`close`
+        waits for calls in flight that long."""
+        until = time.monotonic() + seconds
+        with self._res_lock:
+            self._waits_until = max(self._waits_until, until)
+
+    def close_wait_s(self) -> float:
+        """How long :meth:`close` waits for calls in flight: ``VKML_TIMEOUT`` and a
+        margin, or longer while a first run's longer wait may be in flight."""
+        return max(CLOSE_WAIT_S, self._waits_until - time.monotonic() + CLOSE_MARGIN_S)
+
     def mask_timestamp(self, ticks: int) -> int:
         return ticks & self._ts_mask
 
@@ -323,7 +339,7 @@ class Context:
 
         New calls raise ``DeviceError`` from here on; calls already inside Vulkan finish
         first (see :mod:`.lifetime`), then everything is destroyed at once."""
-        if not self.lifetime.close():
+        if not self.lifetime.close(self.close_wait_s()):
             return
         try:
             with self.queue_lock:
