@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -168,3 +169,61 @@ if __name__ == "__main__":
     faulthandler.enable()
     faulthandler.dump_traceback_later(200, exit=True)
     _child(int(sys.argv[1]))
+
+
+# -- a real hang: a submission waiting for an event nobody sets -----------------------
+def test_a_hang_is_caught_after_the_allowance(device, monkeypatch):
+    """A command buffer that waits for an event the host has not set hangs its
+    submission: the wait ends with ``DeviceError`` naming the wait once ``VKML_TIMEOUT``
+    and the first-use allowance of its new pipelines are spent, not before; the device
+    is lost, and it still closes once the work can finish; a new device works."""
+    import vkml
+    from vkml import dml
+    from vkml.errors import DeviceError
+    from vkml.runtime import vk
+
+    timeout_s, per_s = 0.3, 0.2
+    monkeypatch.setattr(scheduler, "TIMEOUT_S", timeout_s)
+    monkeypatch.setattr(scheduler, "TIMEOUT_NS", int(timeout_s * 1e9))
+    monkeypatch.setattr(scheduler, "FIRST_USE_S", per_s)
+    dev = vkml.Device(device.index)
+    ctx = dev._ctx
+    event = vk.ffi.new("VkEvent*")
+    vk.check(vk.lib.vkCreateEvent(ctx.device, vk.ffi.new("VkEventCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_EVENT_CREATE_INFO}), vk.NULL, event), "vkCreateEvent")
+    # should the wait never time out, the "hang" ends after a minute and the test fails
+    rescue = threading.Timer(60.0, vk.lib.vkSetEvent, (ctx.device, event[0]))
+    rescue.start()
+    try:
+        desc = dml.PaddingOperatorDesc(dml.TensorDesc("float32", (6, 5)),
+                                       dml.TensorDesc("float32", (8, 7)), "edge", 0.0,
+                                       (1, 1), (1, 1))
+        op = dev.compile_operator(dev.create_operator(desc))
+        x, y = dev.tensor(np.ones((6, 5), np.float32)), dev.empty((8, 7))
+        seq = dev.sequence()
+        with seq.pool.lock:
+            vk.lib.vkCmdWaitEvents(seq.cmd, 1, event, vk.VK_PIPELINE_STAGE_HOST_BIT,
+                                   vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, vk.NULL,
+                                   0, vk.NULL, 0, vk.NULL)
+        op.record(seq, [x], [y])
+        n = len(seq._fresh)
+        assert n >= 1
+        t = time.perf_counter()
+        with pytest.raises(DeviceError, match="timed out") as err:
+            seq.run()
+        took = time.perf_counter() - t
+        assert f"{n} first-use pipeline(s)" in str(err.value) and "VKML_TIMEOUT" in str(err.value)
+        assert timeout_s + n * per_s - 0.01 <= took < timeout_s + n * per_s + 30, took
+        with pytest.raises(DeviceError, match="lost"):
+            dev.tensor(np.ones(3, np.float32))
+        vk.lib.vkSetEvent(ctx.device, event[0])     # the "hang" ends: the queue drains
+        ctx.wait_idle()
+    finally:
+        rescue.cancel()
+        if ctx.device is not None:
+            vk.lib.vkDestroyEvent(ctx.device, event[0], vk.NULL)
+        t = time.perf_counter()
+        dev.close()
+        assert time.perf_counter() - t < 30
+    with vkml.Device(device.index) as again:
+        assert float(again.tensor(np.full(3, 2.0, np.float32)).numpy().sum()) == 6.0
