@@ -9,6 +9,17 @@ Barriers are inserted automatically from what each command reads and writes: a
 command that reads or writes a byte range written earlier in the sequence, or writes
 a range read earlier, is preceded by a memory barrier; independent commands (the
 interior copy and the border kernel of a padding, say) run without one.
+
+Every fence wait (operators, transfers, replays, graphs: all are sequences) is bounded,
+so a hung GPU raises :class:`DeviceError` instead of hanging.  The bound is
+``VKML_TIMEOUT``, plus ``VKML_FIRST_USE_TIMEOUT`` for each pipeline the submission
+dispatches that no completed submission on the device dispatched before: a driver may
+compile a pipeline at its first dispatch (lavapipe does), so a model's first run on a
+machine with an empty shader cache may take minutes at no fault.  Counting the new
+pipelines a submission binds, rather than lengthening every first submission or asking
+the device's type, makes the allowance grow with the compilation that can happen and
+vanish once it cannot: replays, and later sequences of the same pipelines, wait
+``VKML_TIMEOUT`` alone.
 """
 from __future__ import annotations
 
