@@ -62,12 +62,22 @@ def test_default_allowance_covers_a_slow_first_run():
 
 def test_close_waits_for_a_first_run_in_flight(device):
     """A close waits for calls in flight as long as their waits were allowed."""
+    from vkml.runtime.lifetime import CLOSE_MARGIN_S, CLOSE_WAIT_S
+
     ctx: Context = device._ctx
-    base = ctx.close_wait_s()
-    ctx.expect_wait(base + 500.0)
-    assert ctx.close_wait_s() >= base + 499.0
-    ctx._waits_until = 0.0                # (no such wait is in flight: forget it)
-    assert ctx.close_wait_s() == pytest.approx(base)
+    kept = ctx._waits_until               # (earlier first runs of the session's device)
+    try:
+        ctx._waits_until = 0.0
+        assert ctx.close_wait_s() == CLOSE_WAIT_S
+        ctx.expect_wait(1.0)              # shorter than VKML_TIMEOUT: the default holds
+        assert ctx.close_wait_s() == CLOSE_WAIT_S
+        ctx.expect_wait(CLOSE_WAIT_S + 500.0)
+        assert CLOSE_WAIT_S + 499.0 + CLOSE_MARGIN_S <= ctx.close_wait_s() \
+            <= CLOSE_WAIT_S + 500.0 + CLOSE_MARGIN_S
+        ctx.expect_wait(2.0)              # a shorter wait begun later extends nothing
+        assert ctx.close_wait_s() >= CLOSE_WAIT_S + 499.0 + CLOSE_MARGIN_S
+    finally:
+        ctx._waits_until = kept
 
 
 def test_replays_wait_the_plain_timeout(device):
