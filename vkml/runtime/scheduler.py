@@ -699,6 +699,7 @@ class Sequence:
         self._keep.clear()
         self._allocs.clear()
         self._slots.clear()
+        self._fresh.clear()
 
     def __enter__(self) -> "Sequence":
         return self
