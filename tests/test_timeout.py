@@ -173,12 +173,84 @@ def test_without_the_allowance_the_first_run_times_out(device):
     assert r["again"] == 6.0, r
 
 
+def _hung_submission(dev):
+    """A sequence whose submission waits for an event the host has not set, and the
+    event (``VkEvent*``)."""
+    from vkml.runtime import vk
+
+    ctx = dev._ctx
+    event = vk.ffi.new("VkEvent*")
+    vk.check(vk.lib.vkCreateEvent(ctx.device, vk.ffi.new("VkEventCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_EVENT_CREATE_INFO}), vk.NULL, event), "vkCreateEvent")
+    x = dev.tensor(np.ones(64, np.float32))
+    y = dev.empty((64,))
+    seq = dev.sequence()
+    with seq.pool.lock:
+        vk.lib.vkCmdWaitEvents(seq.cmd, 1, event, vk.VK_PIPELINE_STAGE_HOST_BIT,
+                               vk.VK_PIPELINE_STAGE_TRANSFER_BIT, 0, vk.NULL,
+                               0, vk.NULL, 0, vk.NULL)
+    seq.copy(x._alloc, y._alloc, [(0, 0, 256)])
+    return seq, event
+
+
+def _child_hang(index: int) -> None:
+    """A device whose submission hangs: the wait times out, ``synchronize`` returns
+    after ``VKML_TIMEOUT``, a new device works while the hang lasts; once the hang ends
+    the lost device closes."""
+    import vkml
+    from vkml.errors import DeviceError
+    from vkml.runtime import vk
+
+    dev = vkml.Device(index)
+    handle = dev._ctx.device
+    seq, event = _hung_submission(dev)
+    result = {}
+    t = time.perf_counter()
+    try:
+        seq.run()
+        result["run"] = "ran"
+    except DeviceError as e:
+        result["run"] = str(e)
+    result["run_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    dev.synchronize()
+    result["synchronize_s"] = time.perf_counter() - t
+    with vkml.Device(index) as again:
+        result["again"] = float(again.tensor(np.full(3, 2.0, np.float32)).numpy().sum())
+    vk.lib.vkSetEvent(handle, event[0])     # the hang ends
+    dev.synchronize()
+    vk.lib.vkDestroyEvent(handle, event[0], vk.NULL)
+    t = time.perf_counter()
+    dev.close()
+    result["close_s"] = time.perf_counter() - t
+    result["destroyed"] = dev._ctx.device is None
+    print(json.dumps(result))
+
+
+def test_synchronize_of_a_hung_device_returns(device):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), VKML_TUNE="off",
+               VKML_TIMEOUT="0.5", VKML_CACHE_DIR="off")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(device.index),
+                          "hang"], capture_output=True, text=True, timeout=120, cwd=root,
+                         env=env)
+    assert out.returncode == 0, f"child ended with {out.returncode}:\n{out.stderr[-4000:]}"
+    assert "vkml-validation" not in out.stderr, out.stderr[-4000:]
+    r = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    assert "timed out" in r["run"] and 0.5 <= r["run_s"] < 20, r
+    assert 0.5 <= r["synchronize_s"] < 20 and r["close_s"] < 20 and r["destroyed"], r
+    assert r["again"] == 6.0, r
+
+
 if __name__ == "__main__":
     import faulthandler
 
     faulthandler.enable()
-    faulthandler.dump_traceback_later(200, exit=True)
-    _child(int(sys.argv[1]))
+    faulthandler.dump_traceback_later(100, exit=True)
+    if sys.argv[2:] == ["hang"]:
+        _child_hang(int(sys.argv[1]))
+    else:
+        _child(int(sys.argv[1]))
 
 
 # -- a real hang: a submission waiting for an event nobody sets -----------------------

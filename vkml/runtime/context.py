@@ -326,13 +326,33 @@ class Context:
 
     # -- teardown ----------------------------------------------------------------------
     def wait_idle(self) -> None:
-        """Wait for the queue to drain (nothing to wait for once closing)."""
+        """Wait for the queue to drain (nothing to wait for once closing); on a lost
+        device, for its timed-out submissions, as long as ``VKML_TIMEOUT`` (a hung one
+        would never let ``vkDeviceWaitIdle`` return)."""
         if self.lifetime.try_enter():
             try:
+                if self.lost:
+                    self._drained()
+                    return
                 with self.queue_lock:
                     lib.vkDeviceWaitIdle(self.device)
             finally:
                 self.lifetime.__exit__()
+
+    def _drained(self) -> bool:
+        """Whether the submissions whose waits timed out (their fences neither waited
+        for to the end nor reset) have finished or the device is really lost, waiting
+        at most ``VKML_TIMEOUT``."""
+        from .scheduler import TIMEOUT_NS
+
+        with self._res_lock:
+            fences = [r.fence[0] for r in self._resources if not r.idle and not r.released]
+        if not fences:
+            return True
+        arr = ffi.new("VkFence[]", fences)
+        # VK_ERROR_DEVICE_LOST too: a lost device runs nothing more
+        return lib.vkWaitForFences(self.device, len(fences), arr, vk.VK_TRUE,
+                                   TIMEOUT_NS) != vk.VK_TIMEOUT
 
     def close(self) -> None:
         """Release every Vulkan object of this device (idempotent, thread safe).

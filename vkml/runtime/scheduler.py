@@ -633,6 +633,7 @@ class Sequence:
         with ctx.queue_lock:
             result = _submit(ctx.queue, 1, self.submit_info, fence)
         if result < 0:
+            res.idle = True             # nothing was submitted: no fence to wait for
             ctx.fail(result, "vkQueueSubmit")
         result = _NOT_READY
         spin = self._spin
