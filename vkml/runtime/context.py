@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from ..errors import DeviceError
-from . import vk
+from . import scheduler, vk
 from .instance import DeviceInfo, Instance
 from .lifetime import CLOSE_MARGIN_S, CLOSE_WAIT_S, Lifetime
 from .memory import Allocation, HostImports, choose_heaps
@@ -343,8 +343,6 @@ class Context:
         """Whether the submissions whose waits timed out (their fences neither waited
         for to the end nor reset) have finished or the device is really lost, waiting
         at most ``VKML_TIMEOUT``."""
-        from .scheduler import TIMEOUT_NS
-
         with self._res_lock:
             fences = [r.fence[0] for r in self._resources if not r.idle and not r.released]
         if not fences:
@@ -352,7 +350,7 @@ class Context:
         arr = ffi.new("VkFence[]", fences)
         # VK_ERROR_DEVICE_LOST too: a lost device runs nothing more
         return lib.vkWaitForFences(self.device, len(fences), arr, vk.VK_TRUE,
-                                   TIMEOUT_NS) != vk.VK_TIMEOUT
+                                   scheduler.TIMEOUT_NS) != vk.VK_TIMEOUT
 
     def close(self) -> None:
         """Release every Vulkan object of this device (idempotent, thread safe).
