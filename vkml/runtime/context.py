@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
 from ..errors import DeviceError
-from . import vk
+from . import scheduler, vk
 from .instance import DeviceInfo, Instance
-from .lifetime import Lifetime
+from .lifetime import CLOSE_MARGIN_S, CLOSE_WAIT_S, Lifetime
 from .memory import Allocation, HostImports, choose_heaps
 from .pipelines import STORAGE, STORAGE_TEXEL, UNIFORM, UNIFORM_TEXEL, PipelineCache
 from .scheduler import CommandPool, DescriptorPools, Sequence
@@ -94,6 +95,8 @@ class Context:
         self._pending: list = []
         self._resources: set = set()
         self._res_lock = threading.Lock()
+        #: monotonic time by which every wait allowed more than ``VKML_TIMEOUT`` ends
+        self._waits_until = 0.0
 
     # -- creation ----------------------------------------------------------------------
     @staticmethod
@@ -246,6 +249,19 @@ class Context:
         return lim["minTexelBufferOffsetAlignment" if kind in (UNIFORM_TEXEL, STORAGE_TEXEL)
                    else "minStorageBufferOffsetAlignment"]
 
+    def expect_wait(self, seconds: float) -> None:
+        """A submission's fence is about to be waited for up to ``seconds`` (more than
+        ``VKML_TIMEOUT``: a first run, see ``scheduler.wait_limit_s``); :meth:`close`
+        waits for calls in flight that long."""
+        until = time.monotonic() + seconds
+        with self._res_lock:
+            self._waits_until = max(self._waits_until, until)
+
+    def close_wait_s(self) -> float:
+        """How long :meth:`close` waits for calls in flight: ``VKML_TIMEOUT`` and a
+        margin, or longer while a first run's longer wait may be in flight."""
+        return max(CLOSE_WAIT_S, self._waits_until - time.monotonic() + CLOSE_MARGIN_S)
+
     def mask_timestamp(self, ticks: int) -> int:
         return ticks & self._ts_mask
 
@@ -310,20 +326,38 @@ class Context:
 
     # -- teardown ----------------------------------------------------------------------
     def wait_idle(self) -> None:
-        """Wait for the queue to drain (nothing to wait for once closing)."""
+        """Wait for the queue to drain (nothing to wait for once closing); on a lost
+        device, for its timed-out submissions, as long as ``VKML_TIMEOUT`` (a hung one
+        would never let ``vkDeviceWaitIdle`` return)."""
         if self.lifetime.try_enter():
             try:
+                if self.lost:
+                    self._drained()
+                    return
                 with self.queue_lock:
                     lib.vkDeviceWaitIdle(self.device)
             finally:
                 self.lifetime.__exit__()
+
+    def _drained(self) -> bool:
+        """Whether the submissions whose waits timed out (their fences neither waited
+        for to the end nor reset) have finished or the device is really lost, waiting
+        at most ``VKML_TIMEOUT``."""
+        with self._res_lock:
+            fences = [r.fence[0] for r in self._resources if not r.idle and not r.released]
+        if not fences:
+            return True
+        arr = ffi.new("VkFence[]", fences)
+        # VK_ERROR_DEVICE_LOST too: a lost device runs nothing more
+        return lib.vkWaitForFences(self.device, len(fences), arr, vk.VK_TRUE,
+                                   scheduler.TIMEOUT_NS) != vk.VK_TIMEOUT
 
     def close(self) -> None:
         """Release every Vulkan object of this device (idempotent, thread safe).
 
         New calls raise ``DeviceError`` from here on; calls already inside Vulkan finish
         first (see :mod:`.lifetime`), then everything is destroyed at once."""
-        if not self.lifetime.close():
+        if not self.lifetime.close(self.close_wait_s()):
             return
         try:
             with self.queue_lock:

@@ -21,9 +21,13 @@ import time
 
 from ..errors import DeviceError
 
-#: How long :meth:`Lifetime.close` waits for calls in flight: the GPU wait timeout
-#: (``VKML_TIMEOUT``) and a margin, since a call in flight may itself wait that long.
-CLOSE_WAIT_S = float(os.environ.get("VKML_TIMEOUT", "120")) + 10.0
+#: What :meth:`Lifetime.close` waits for calls in flight beyond their own GPU waits.
+CLOSE_MARGIN_S = 10.0
+#: How long :meth:`Lifetime.close` waits for calls in flight by default: the GPU wait
+#: timeout (``VKML_TIMEOUT``) and a margin, since a call in flight may itself wait that
+#: long.  A first run's wait may be longer (``VKML_FIRST_USE_TIMEOUT``): the context's
+#: ``close`` passes what the waits in flight were allowed.
+CLOSE_WAIT_S = float(os.environ.get("VKML_TIMEOUT", "120")) + CLOSE_MARGIN_S
 
 
 class Lifetime:

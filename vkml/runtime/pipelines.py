@@ -312,7 +312,7 @@ class Pipeline:
     compiled (reading it waits, and raises the creation's :class:`DeviceError`)."""
 
     __slots__ = ("layout", "set_layout", "kinds", "push_size", "name", "future", "_handle",
-                 "reported")
+                 "reported", "dispatched")
 
     def __init__(self, layout, set_layout, kinds: tuple, push_size: int, name: str):
         self.layout = layout
@@ -323,6 +323,9 @@ class Pipeline:
         self.future: Future = Future()    # (before the pipeline is cached: others wait on it)
         self._handle = None               # set by the compiling thread inside its entry
         self.reported = False             # a failed creation already raised to a reader
+        #: whether a submission dispatching it completed on this device (a driver may
+        #: compile at the first dispatch: the scheduler's wait allows for that once)
+        self.dispatched = False
 
     @property
     def handle(self):

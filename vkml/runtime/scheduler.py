@@ -9,6 +9,17 @@ Barriers are inserted automatically from what each command reads and writes: a
 command that reads or writes a byte range written earlier in the sequence, or writes
 a range read earlier, is preceded by a memory barrier; independent commands (the
 interior copy and the border kernel of a padding, say) run without one.
+
+Every fence wait (operators, transfers, replays, graphs: all are sequences) is bounded,
+so a hung GPU raises :class:`DeviceError` instead of hanging.  The bound is
+``VKML_TIMEOUT``, plus ``VKML_FIRST_USE_TIMEOUT`` for each pipeline the submission
+dispatches that no completed submission on the device dispatched before: a driver may
+compile a pipeline at its first dispatch (lavapipe does), so a model's first run on a
+machine with an empty shader cache may take minutes at no fault.  Counting the new
+pipelines a submission binds, rather than lengthening every first submission or asking
+the device's type, makes the allowance grow with the compilation that can happen and
+vanish once it cannot: replays, and later sequences of the same pipelines, wait
+``VKML_TIMEOUT`` alone.
 """
 from __future__ import annotations
 
@@ -29,7 +40,37 @@ _XFER_RW = vk.VK_ACCESS_TRANSFER_READ_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
 _STAGES = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
 _WRITES = vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT
 _NOT_READY = vk.VK_NOT_READY
-TIMEOUT_NS = int(float(os.environ.get("VKML_TIMEOUT", "120")) * 1e9)
+#: How long a submission's fence is waited for before the device is considered lost
+#: (``VKML_TIMEOUT``, seconds), plus :data:`FIRST_USE_S` per first-use pipeline.
+TIMEOUT_S = float(os.environ.get("VKML_TIMEOUT", "120"))
+TIMEOUT_NS = int(TIMEOUT_S * 1e9)
+#: Seconds added to a submission's wait for each pipeline it dispatches that no completed
+#: submission of this device dispatched before (``VKML_FIRST_USE_TIMEOUT``).  A driver may
+#: make a pipeline's machine code at its first dispatch, not at its creation (lavapipe
+#: does, 1-2 s a pipeline with an empty Mesa shader cache and several times that on a
+#: loaded machine), so a first run of a model on a fresh machine may take minutes while
+#: nothing hangs; what is allowed depends on what the submission dispatches, never on the
+#: device's type.  A real hang is still caught: on a replay at once, on a first run once
+#: the allowance is spent.
+FIRST_USE_S = float(os.environ.get("VKML_FIRST_USE_TIMEOUT", "10"))
+
+
+def wait_limit_s(first_use: int, timeout_s: float | None = None,
+                 per_first_use_s: float | None = None) -> float:
+    """Seconds a submission dispatching ``first_use`` pipelines never completed on its
+    device before may wait for its fence: ``VKML_TIMEOUT`` + ``first_use`` x
+    ``VKML_FIRST_USE_TIMEOUT`` (the module's values unless given)."""
+    t = TIMEOUT_S if timeout_s is None else timeout_s
+    per = FIRST_USE_S if per_first_use_s is None else per_first_use_s
+    return t + max(0, first_use) * max(0.0, per)
+
+
+def describe_wait(first_use: int) -> str:
+    """What a timed-out wait was allowed, naming the settings that allowed it."""
+    text = f"more than {wait_limit_s(first_use):g} s: VKML_TIMEOUT={TIMEOUT_S:g}"
+    if first_use:
+        text += f" + {first_use} first-use pipeline(s) x VKML_FIRST_USE_TIMEOUT={FIRST_USE_S:g}"
+    return text
 #: How long :meth:`Sequence.run` polls the fence before sleeping in vkWaitForFences, for
 #: sequences whose last run was short.  A sleeping thread's wake-up is one more hop on the
 #: hot path, costly when other processes load the cores (bench/RESULTS.md).  Long runs
@@ -243,6 +284,9 @@ class Sequence:
         self._spin = SPIN_S             # 0 once a run took long (see run)
         self._tail = WAIT_TAIL_S if ctx.info.device_type != "cpu" else 0.0
         self._took = 0.0                # the previous run's seconds
+        self._fresh: dict = {}          # id -> pipeline recorded here, not yet dispatched
+        self._first_use = 0             # of those, in the submission being waited for
+        self._timeout_ns = TIMEOUT_NS   # that submission's wait (see wait_limit_s)
         self._lock = threading.Lock()
         self._query_pool = None
         self._queries = 2 + max(0, int(marks))
@@ -380,6 +424,8 @@ class Sequence:
             self._check_open()      # again under the lock: another thread may have ended it
             self._hazard(reads, writes)
             lib.vkCmdBindPipeline(self.cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
+            if not pipeline.dispatched:
+                self._fresh[id(pipeline)] = pipeline
             self._bind_descriptors(pipeline, infos)
             if push:
                 data = ffi.new("char[]", push)
@@ -549,8 +595,34 @@ class Sequence:
             if self._timed and ctx.pipelines.inflight:
                 ctx.pipelines.quiesce()     # (a CPU device's timing shares no CPU with them)
             with self._lock:
+                if self._fresh:
+                    self._allow_first_use(ctx)
                 self._submit_and_wait(ctx)
+                if self._first_use:
+                    self._first_use_done()
         return self
+
+    def _allow_first_use(self, ctx) -> None:
+        """Lengthen this submission's wait by the allowance of the pipelines it dispatches
+        that no completed submission dispatched yet (see :data:`FIRST_USE_S`), and tell
+        the context, whose ``close`` waits for calls in flight that long."""
+        fresh = [p for p in self._fresh.values() if not p.dispatched]
+        if not fresh:
+            self._fresh.clear()
+            return
+        self._first_use = len(fresh)
+        limit = wait_limit_s(len(fresh))
+        self._timeout_ns = int(limit * 1e9)
+        ctx.expect_wait(limit)
+
+    def _first_use_done(self) -> None:
+        """The submission completed: its pipelines were dispatched; replays wait
+        ``VKML_TIMEOUT`` alone."""
+        for p in self._fresh.values():
+            p.dispatched = True
+        self._fresh.clear()
+        self._first_use = 0
+        self._timeout_ns = TIMEOUT_NS
 
     def _submit_and_wait(self, ctx) -> None:
         device, fence_ptr = self.device, self._fence
@@ -561,6 +633,7 @@ class Sequence:
         with ctx.queue_lock:
             result = _submit(ctx.queue, 1, self.submit_info, fence)
         if result < 0:
+            res.idle = True             # nothing was submitted: no fence to wait for
             ctx.fail(result, "vkQueueSubmit")
         result = _NOT_READY
         spin = self._spin
@@ -577,11 +650,12 @@ class Sequence:
             if tail and self._took > 2 * tail:
                 result = self._wait_tail(device, fence_ptr, t0 + self._took - tail)
             else:
-                result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
+                result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE,
+                                             self._timeout_ns)
         self._took = took = _perf() - t0
         self._spin = SPIN_S if took < 4 * SPIN_S else 0.0
         if result == vk.VK_TIMEOUT:
-            ctx.fail(result, f"waiting for the GPU (more than {TIMEOUT_NS / 1e9:.0f} s)")
+            ctx.fail(result, f"waiting for the GPU ({describe_wait(self._first_use)})")
         if result < 0:
             ctx.fail(result, "vkWaitForFences")
         _reset_fences(device, 1, fence_ptr)
@@ -613,7 +687,7 @@ class Sequence:
             result = _fence_status(device, fence)
         if result == vk.VK_SUCCESS or result < 0:
             return result
-        return lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, TIMEOUT_NS)
+        return lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, self._timeout_ns)
 
     def close(self) -> None:
         """Release the command buffer, fence and descriptor sets (idempotent)."""
@@ -626,6 +700,7 @@ class Sequence:
         self._keep.clear()
         self._allocs.clear()
         self._slots.clear()
+        self._fresh.clear()
 
     def __enter__(self) -> "Sequence":
         return self
