@@ -124,6 +124,33 @@ def test_one_registry_of_shared_devices(monkeypatch):
             dev.close()
 
 
+def test_shared_device_replaced_once_lost(monkeypatch):
+    """A shared device that was lost (a timed-out wait marks it so) is replaced by a new
+    one for the functional API; the lost one still refuses new work with the
+    DeviceError naming what to do, and still closes."""
+    from vkml import device as vdevice
+
+    monkeypatch.setattr(vdevice, "_SHARED", {})   # the session's own shared devices stay
+    lost = vdevice.default_device()
+    try:
+        x = lost.tensor(np.ones(4, np.float32))
+        lost.context.lost = True
+        fresh = vdevice.default_device()
+        try:
+            assert fresh is not lost and not fresh.context.lost
+            assert vdevice.shared_device(lost.index) is fresh
+            out = vkml.pad(np.ones((2, 2), np.float32), (1, 1), (1, 1))  # the default
+            assert out.shape == (4, 4) and out.sum() == 4.0
+            with pytest.raises(DeviceError, match="create a new vkml.Device"):
+                lost.tensor(np.ones(4, np.float32))
+        finally:
+            fresh.close()
+        del x
+    finally:
+        lost.close()
+    assert lost.closed
+
+
 def test_validation_layer_reports_misuse(device):
     """With VKML_VALIDATION=1 (as tools/test runs) the Khronos layer is active and its
     messages reach ``validation_messages`` (which fail the test that caused them): a

@@ -244,8 +244,11 @@ _default_index: int | None = None
 
 def shared_device(selector=None) -> Device:
     """The process-wide :class:`Device` for ``selector`` (as ``Device(selector)`` takes
-    it; None: the default selection), created on first use and again once closed: every
-    caller naming the same Vulkan device gets the same object."""
+    it; None: the default selection), created on first use and again once closed or lost
+    (a timed-out wait or VK_ERROR_DEVICE_LOST: the functional API goes on with a new
+    device; the lost one is left to its holders, not closed here, since closing waits for
+    work that may never end): every caller naming the same Vulkan device gets the same
+    object."""
     global _default_index
     if selector is None:
         # chosen once, as the default device always was: the functional API asks per call
@@ -256,7 +259,7 @@ def shared_device(selector=None) -> Device:
         index = _select(selector).index
     with _shared_lock:
         dev = _SHARED.get(index)
-        if dev is None or dev.closed:
+        if dev is None or dev.closed or dev.context.lost:
             dev = _SHARED[index] = Device(index)
         return dev
 
