@@ -216,7 +216,10 @@ def slice_cases(draw):
     rank = draw(st.integers(1, 8))
     return dict(shape=fuzz_shape(draw, rank), slice1=draw(st.booleans()), dtype=draw(st.sampled_from(ALL_DTYPES)),
                 path=draw(st.sampled_from([None, "kernel", "copy"])),
-                broken=draw(st.sampled_from(["none"] * 12 + list(SLICE_BROKEN))),
+                # two thirds unbroken: with the 64-bit types a device may refuse, about
+                # half the cases stay valid, so the floor of valid cases (a quarter) holds
+                # on a slow device's few draws
+                broken=draw(st.sampled_from(["none"] * 26 + list(SLICE_BROKEN))),
                 **placement(draw, 1))
 
 
