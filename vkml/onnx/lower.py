@@ -787,19 +787,16 @@ def _reduce_axes(node, lw: _Lowering, rank: int):
     """The reduced axes (sorted, non-negative), or None for ONNX's no-op (empty axes with
     noop_with_empty_axes=1: the output is the input).  Axes are an attribute before
     opset 18 (ReduceSum: 13), else input 1; absent or empty, every axis."""
-    a = _attrs(node)
-    axes = a.get("axes")
-    if axes is None:
-        v = lw.param(node, 1)
-        axes = [] if v is None else [int(x) for x in v.reshape(-1)]
+    axes = _axes(node, lw, rank)        # read as Squeeze/Unsqueeze read theirs
     if not axes:
-        return None if int(a.get("noop_with_empty_axes", 0)) else list(range(rank))
+        noop = int(_attrs(node).get("noop_with_empty_axes", 0))
+        return None if noop else list(range(rank))
     out = []
     for x in axes:
-        if not -rank <= x < rank:
-            raise ValidationError(f"{node.op_type} {node.name!r}: axes", f"{x} is outside "
-                                  f"the input's rank {rank}")
-        x = x + rank if x < 0 else x
+        if not 0 <= x < rank:
+            raise ValidationError(f"{node.op_type} {node.name!r}: axes", f"axis {x} (a "
+                                  f"negative one counted from the end) is outside the "
+                                  f"input's rank {rank}")
         if x in out:
             raise ValidationError(f"{node.op_type} {node.name!r}: axes", f"names axis {x} "
                                   f"twice")
