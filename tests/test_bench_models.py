@@ -123,12 +123,15 @@ def test_torch_gpu_absent_without_gpu(monkeypatch):
 
     from bench.runners import Absent
 
+    from importlib.metadata import version
+
     torch = pytest.importorskip("torch")
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(Absent, match="nvidia-smi nor rocm-smi"):
         peers_mod.TorchGpu().version()
     monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
-    assert peers_mod.TorchGpu().version() == torch.__version__
+    # (the wheel's version: a CUDA build's torch.__version__ adds "+cu130")
+    assert peers_mod.TorchGpu().version() == version("torch")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(Absent, match="sees no GPU"):
         peers_mod.TorchGpu().prepare(TINY, b"", SIZE)

@@ -200,12 +200,14 @@ def test_closed_sequences_lend_their_command_buffer_and_fence(device):
     with vkml.Device(device.index) as dev:
         ctx = dev.context
         pool = ctx.command_pool()
-        pool.spares.clear()               # (destroying none: just start from empty)
+        # the uploads first: on a staged device each is a sequence of its own, and its
+        # pair is kept; the sequences below take every kept pair
         x = dev.tensor(np.arange(16, dtype=np.float32))
-        seqs = [dev.sequence() for _ in range(pool.SPARES + 2)]
-        pairs = [(s._cmd_ptr[0], s._fence[0]) for s in seqs]
         compiled, _ = _pad_op(dev, (16,), [1], [1])
         y = dev.empty((18,), "float32")
+        seqs = [dev.sequence() for _ in range(pool.SPARES + 2)]
+        assert not pool.spares
+        pairs = [(s._cmd_ptr[0], s._fence[0]) for s in seqs]
         compiled.record(seqs[0], [x], [y])
         seqs[0].run()
         for s in seqs:

@@ -2,14 +2,17 @@
 compiles at their first dispatch (``VKML_FIRST_USE_TIMEOUT``, runtime/scheduler.py).
 
 The integration tests run a child process with a wait limit far below what the work
-takes (``VKML_TIMEOUT`` of a millisecond, work of several): with a large per-first-use
-allowance the first run completes and its replay, which dispatches no new pipeline,
-times out; with the allowance 0 the first run times out, naming the wait.  Lavapipe's
-shader cache is disabled in the child, so it really compiles at the first dispatch.
+takes (``VKML_TIMEOUT`` of a millisecond, work of about ten, its pads repeated as the
+device's speed asks): with a large per-first-use allowance the first run completes and
+its replay, which dispatches no new pipeline, times out; with the allowance 0 the first
+run times out, naming the wait.  Lavapipe's shader cache is disabled in the child, so it
+really compiles at the first dispatch.  The child's uploads and checks wait the default
+(on a discrete GPU they are submissions too); the short limit holds for the runs alone.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,8 +26,10 @@ from vkml.runtime import scheduler
 from vkml.runtime.context import Context
 
 TIMEOUT_S = 0.001
-#: elements of each padded tensor: a few milliseconds of work a pad on either driver
+#: rows and columns of each padded tensor
 SIDE = 1536
+#: device seconds of the child's sequence: ten times ``TIMEOUT_S``
+WORK_S = 0.01
 
 
 # -- the rule -------------------------------------------------------------------------
@@ -102,11 +107,18 @@ def test_replays_wait_the_plain_timeout(device):
 
 
 # -- a first run in a child process ---------------------------------------------------
-def _child(index: int) -> None:
+def _limit(seconds: float) -> None:
+    """``VKML_TIMEOUT`` from here on in this process (the module's values)."""
+    scheduler.TIMEOUT_S, scheduler.TIMEOUT_NS = seconds, int(seconds * 1e9)
+
+
+def _child(index: int, reps: int, per_first_use_s: float) -> None:
     import vkml
     from vkml import dml
     from vkml.errors import DeviceError
 
+    default = scheduler.TIMEOUT_S
+    scheduler.FIRST_USE_S = per_first_use_s
     dev = vkml.Device(index)
     ops, ins, outs = [], [], []
     for mode, dtype in (("reflection", "float32"), ("edge", "float16"), ("wrap", "float32")):
@@ -117,9 +129,11 @@ def _child(index: int) -> None:
         ops.append(dev.compile_operator(dev.create_operator(desc)))
         ins.append(dev.tensor(np.ones(shape, dtype)))
         outs.append(dev.empty(out, dtype))
+    _limit(TIMEOUT_S)
     seq = dev.sequence()
-    for op, x, y in zip(ops, ins, outs):
-        op.record(seq, [x], [y])
+    for _ in range(reps):
+        for op, x, y in zip(ops, ins, outs):
+            op.record(seq, [x], [y])
     result = {"first_use": len(seq._fresh)}
     for name in ("first", "replay"):
         t = time.perf_counter()
@@ -131,7 +145,10 @@ def _child(index: int) -> None:
         result[name + "_s"] = time.perf_counter() - t
         if result[name] != "ran":
             break
+        _limit(default)
         result["agrees"] = all(bool(np.all(y.numpy() == 1)) for y in outs)
+        _limit(TIMEOUT_S)
+    _limit(default)
     t = time.perf_counter()
     dev.close()                        # a device considered lost still closes
     result["close_s"] = time.perf_counter() - t
@@ -140,13 +157,16 @@ def _child(index: int) -> None:
     print(json.dumps(result))
 
 
-def _run_child(index: int, per_first_use_s: float) -> dict:
+def _run_child(device, speed: float, per_first_use_s: float) -> dict:
+    """The child's result; ``speed``: the ``speed`` fixture (seconds a pad of 1M floats
+    takes), which sizes the work to :data:`WORK_S`."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), VKML_TUNE="off",
-               VKML_TIMEOUT=str(TIMEOUT_S), VKML_FIRST_USE_TIMEOUT=str(per_first_use_s),
                MESA_SHADER_CACHE_DISABLE="true")
     env["VKML_CACHE_DIR"] = "off"
+    reps = max(1, math.ceil(WORK_S / (3 * speed * SIDE * SIDE / 2**20)))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(index)],
+    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(device.index),
+                          str(reps), str(per_first_use_s)],
                          capture_output=True, text=True, timeout=240, cwd=root, env=env)
     assert out.returncode == 0, f"child ended with {out.returncode}:\n{out.stderr[-4000:]}"
     assert "vkml-validation" not in out.stderr, out.stderr[-4000:]
@@ -155,8 +175,8 @@ def _run_child(index: int, per_first_use_s: float) -> dict:
     return json.loads(lines[-1])
 
 
-def test_first_run_gets_the_first_use_allowance(device):
-    r = _run_child(device.index, 120.0)
+def test_first_run_gets_the_first_use_allowance(device, speed):
+    r = _run_child(device, speed, 120.0)
     assert r["first_use"] >= 2, r
     assert r["first"] == "ran" and r["agrees"], r
     # the replay dispatches no new pipeline: VKML_TIMEOUT alone, which the work exceeds
@@ -165,8 +185,8 @@ def test_first_run_gets_the_first_use_allowance(device):
     assert r["again"] == 6.0, r
 
 
-def test_without_the_allowance_the_first_run_times_out(device):
-    r = _run_child(device.index, 0.0)
+def test_without_the_allowance_the_first_run_times_out(device, speed):
+    r = _run_child(device, speed, 0.0)
     assert r["first_use"] >= 2, r
     assert "waiting for the GPU" in r["first"] and "timed out" in r["first"], r
     assert "VKML_TIMEOUT" in r["first"] and "first-use pipeline(s)" in r["first"], r
@@ -242,6 +262,43 @@ def test_synchronize_of_a_hung_device_returns(device):
     assert r["again"] == 6.0, r
 
 
+def _child_staged(index: int) -> None:
+    """A staged upload (``VKML_FORCE_STAGING``) whose wait times out: its staging buffer
+    and tensor may still be read by the copy, so nothing is freed before ``close``,
+    which waits for the device; the close does not crash and a new device works."""
+    import vkml
+    from vkml.errors import DeviceError
+
+    dev = vkml.Device(index)
+    result = {}
+    _limit(1e-5)
+    try:
+        dev.tensor(np.ones(16 << 20, np.float32))      # dropped at once: freed, were it not lost
+        result["upload"] = "ran"
+    except DeviceError as e:
+        result["upload"] = str(e)
+    _limit(120.0)
+    dev.close()
+    result["closed"] = dev._ctx.device is None
+    with vkml.Device(index) as again:
+        result["again"] = float(again.tensor(np.full(3, 2.0, np.float32)).numpy().sum())
+    print(json.dumps(result))
+
+
+def test_a_timed_out_staged_upload_frees_nothing_before_close(device):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), VKML_TUNE="off",
+               VKML_FORCE_STAGING="1", VKML_CACHE_DIR="off")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(device.index),
+                          "staged"], capture_output=True, text=True, timeout=120, cwd=root,
+                         env=env)
+    assert out.returncode == 0, f"child ended with {out.returncode}:\n{out.stderr[-4000:]}"
+    assert "vkml-validation" not in out.stderr, out.stderr[-4000:]
+    r = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    assert "timed out" in r["upload"], r
+    assert r["closed"] and r["again"] == 6.0, r
+
+
 if __name__ == "__main__":
     import faulthandler
 
@@ -249,8 +306,10 @@ if __name__ == "__main__":
     faulthandler.dump_traceback_later(100, exit=True)
     if sys.argv[2:] == ["hang"]:
         _child_hang(int(sys.argv[1]))
+    elif sys.argv[2:] == ["staged"]:
+        _child_staged(int(sys.argv[1]))
     else:
-        _child(int(sys.argv[1]))
+        _child(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))
 
 
 # -- a real hang: a submission waiting for an event nobody sets -----------------------

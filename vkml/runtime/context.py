@@ -270,7 +270,7 @@ class Context:
             self.lifetime.lost = True
             raise DeviceError(f"{what}: the device was lost (VK_ERROR_DEVICE_LOST)", result)
         if result == vk.VK_TIMEOUT:
-            self.lifetime.lost = True
+            self.lifetime.lost = self.lifetime.timed_out = True
             raise DeviceError(f"{what}: timed out; the device is considered lost", result)
         raise DeviceError(f"{what} failed with {vk.result_name(result)}", result)
 

@@ -33,7 +33,7 @@ CLOSE_WAIT_S = float(os.environ.get("VKML_TIMEOUT", "120")) + CLOSE_MARGIN_S
 class Lifetime:
     """In-flight counter and closing flag of one device, under one condition variable."""
 
-    __slots__ = ("_lock", "_cond", "_active", "closing", "closed", "lost")
+    __slots__ = ("_lock", "_cond", "_active", "closing", "closed", "lost", "timed_out")
 
     def __init__(self):
         # Readers take the condition's lock itself (``Condition.__enter__`` is one more
@@ -44,6 +44,8 @@ class Lifetime:
         self.closing = False      # set by close(): no new entries
         self.closed = False       # set once the device was destroyed
         self.lost = False         # VK_ERROR_DEVICE_LOST or a timeout: no new work
+        #: a wait timed out: that submission may still be running (see try_release)
+        self.timed_out = False
 
     def check(self) -> None:
         """Raise :class:`DeviceError` unless new work may start on the device."""
@@ -74,6 +76,17 @@ class Lifetime:
         still releases its objects (Vulkan allows destroying objects of a lost device)."""
         with self._lock:
             if self.closing:
+                return False
+            self._active += 1
+            return True
+
+    def try_release(self) -> bool:
+        """:meth:`try_enter` for destroying or freeing an object; False also after a wait
+        timed out: that submission may still run and read what would be freed (a staging
+        buffer, a tensor, a command buffer), so every object waits for ``close``, which
+        destroys them after the device drained."""
+        with self._lock:
+            if self.closing or self.timed_out:
                 return False
             self._active += 1
             return True
@@ -113,11 +126,12 @@ def entry(method):
 
 def release(method):
     """Decorator: run a release ``method`` inside an entry, or skip it (returning None)
-    once the device is closing (destroying it releases everything)."""
+    once the device is closing (destroying it releases everything) or a wait timed out
+    (:meth:`Lifetime.try_release`)."""
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
         life = self.ctx.lifetime
-        if not life.try_enter():
+        if not life.try_release():
             return None
         try:
             return method(self, *args, **kwargs)
