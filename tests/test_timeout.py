@@ -157,22 +157,28 @@ def _child(index: int, reps: int, per_first_use_s: float) -> None:
     print(json.dumps(result))
 
 
-def _run_child(device, speed: float, per_first_use_s: float) -> dict:
-    """The child's result; ``speed``: the ``speed`` fixture (seconds a pad of 1M floats
-    takes), which sizes the work to :data:`WORK_S`."""
+def _spawn(index: int, *args, timeout: float = 120, **env_vars) -> dict:
+    """Run this file's child ``args`` on device ``index`` (no tuning, no cache files,
+    ``env_vars`` added to the environment); the JSON it printed last."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), VKML_TUNE="off",
-               MESA_SHADER_CACHE_DISABLE="true")
-    env["VKML_CACHE_DIR"] = "off"
-    reps = max(1, math.ceil(WORK_S / (3 * speed * SIDE * SIDE / 2**20)))
+               VKML_CACHE_DIR="off", **env_vars)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(device.index),
-                          str(reps), str(per_first_use_s)],
-                         capture_output=True, text=True, timeout=240, cwd=root, env=env)
+    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(index),
+                          *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                         cwd=root, env=env)
     assert out.returncode == 0, f"child ended with {out.returncode}:\n{out.stderr[-4000:]}"
     assert "vkml-validation" not in out.stderr, out.stderr[-4000:]
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     assert lines, out.stdout[-2000:]
     return json.loads(lines[-1])
+
+
+def _run_child(device, speed: float, per_first_use_s: float) -> dict:
+    """The first-run child's result; ``speed``: the ``speed`` fixture (seconds a pad of
+    1M floats takes), which sizes the work to :data:`WORK_S`."""
+    reps = max(1, math.ceil(WORK_S / (3 * speed * SIDE * SIDE / 2**20)))
+    return _spawn(device.index, reps, per_first_use_s, timeout=240,
+                  MESA_SHADER_CACHE_DISABLE="true")
 
 
 def test_first_run_gets_the_first_use_allowance(device, speed):
@@ -248,15 +254,7 @@ def _child_hang(index: int) -> None:
 
 
 def test_synchronize_of_a_hung_device_returns(device):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), VKML_TUNE="off",
-               VKML_TIMEOUT="0.5", VKML_CACHE_DIR="off")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(device.index),
-                          "hang"], capture_output=True, text=True, timeout=120, cwd=root,
-                         env=env)
-    assert out.returncode == 0, f"child ended with {out.returncode}:\n{out.stderr[-4000:]}"
-    assert "vkml-validation" not in out.stderr, out.stderr[-4000:]
-    r = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    r = _spawn(device.index, "hang", VKML_TIMEOUT="0.5")
     assert "timed out" in r["run"] and 0.5 <= r["run_s"] < 20, r
     assert 0.5 <= r["synchronize_s"] < 20 and r["close_s"] < 20 and r["destroyed"], r
     assert r["again"] == 6.0, r
@@ -286,15 +284,7 @@ def _child_staged(index: int) -> None:
 
 
 def test_a_timed_out_staged_upload_frees_nothing_before_close(device):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), VKML_TUNE="off",
-               VKML_FORCE_STAGING="1", VKML_CACHE_DIR="off")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-m", "tests.test_timeout", str(device.index),
-                          "staged"], capture_output=True, text=True, timeout=120, cwd=root,
-                         env=env)
-    assert out.returncode == 0, f"child ended with {out.returncode}:\n{out.stderr[-4000:]}"
-    assert "vkml-validation" not in out.stderr, out.stderr[-4000:]
-    r = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    r = _spawn(device.index, "staged", VKML_FORCE_STAGING="1")
     assert "timed out" in r["upload"], r
     assert r["closed"] and r["again"] == 6.0, r
 
