@@ -24,6 +24,11 @@ from .tiled import TiledPath
 from .winograd import WinogradPath
 
 
+#: Slices of the split-K candidates (``gemm-split4``, ``gemm_sg-split16``, ...: knob
+#: ``split_k``), offered by a fast list only where a layer's GEMM has fewer workgroups
+#: than the device runs at once (:func:`_splits`).
+SPLITS = (4, 16)
+
 #: Paths in order of preference: without tuning (``VKML_TUNE=off``) the first that
 #: accepts and prefers a geometry runs it (:func:`heuristic`); tiled and blocked never
 #: prefer (they come after direct): only the tuner picks them.
@@ -61,6 +66,7 @@ CANDIDATES = {
     "gemm-v8": ("gemm", {"store64": True}),
     "gemm-narrow": ("gemm", {"blocks": "narrow", "relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-stride": ("gemm", {"subsample": False}),
+    **{f"{p}-split{k}": (p, {"split_k": k}) for p in ("gemm", "gemm_sg") for k in SPLITS},
     "tiled": ("tiled", {}),
     "tiled-32": ("tiled", {"tile": "32"}),
     "tiled-64x32": ("tiled", {"tile": "64x32"}),
