@@ -26,5 +26,7 @@ void main() {
         [[unroll]] for (int k = 0; k < CHAINS; k++) a[k] = fma(a[k], m, d);
     vec4 s = vec4(0.0);
     [[unroll]] for (int k = 0; k < CHAINS; k++) s += a[k];
-    y[gl_GlobalInvocationID.x] = s;
+    // a store no seed the host passes takes, but which the compiler cannot rule out: the
+    // sums stay live and the buffer holds one workgroup's lanes whatever the grid
+    if (s.x == -seed) y[gl_LocalInvocationID.x] = s;
 }

@@ -420,6 +420,22 @@ class SplitK:
         return (ks * geo.c_out * d * h * w, d * h * w, h * w, w, 1)
 
 
+def gemm_workgroups(op, geo: Geometry) -> int:
+    """The workgroups of the implicit GEMM's dispatches as ``gemm`` plans them by
+    default, without building it (nothing allocated; ``op`` need only have what
+    ``accepts`` reads): whether a split reduction could fill a wide device."""
+    plan = GemmPath.__new__(GemmPath)
+    Path.__init__(plan, op, geo)
+    plan.subsampled = subsampled(geo)
+    plan.geo = plan.subsampled or geo
+    plan.local = min(64, CompiledOperator.workgroup_size.fget(op))
+    plan.sg = 0
+    pl = plan._planes()
+    plan._dispatches(pl)
+    plan.groups_y = plan.geo.groups * pl.co_pad // pl.mb
+    return plan.geo.n * sum(gx * gy for gx, gy, _ in map(plan._grid, plan.dispatches))
+
+
 @dataclass
 class Planes:
     """The implicit GEMM's shape for a geometry: the dispatches' axes (``phases``), the
