@@ -213,8 +213,9 @@ def _fake_width(tuner, device, width: int) -> None:
 
 def test_fast_list_offers_splits_only_below_the_width(device, tmp_path, monkeypatch):
     """A layer whose GEMM grid is narrower than the stored width gets the split
-    candidates of its first GEMM path in its fast list (those whose slices keep
-    SPLIT_MIN_SLICE_K products); at or past the width, or with a short reduction, none."""
+    candidates of one GEMM path in its fast list (those whose slices keep
+    SPLIT_MIN_SLICE_K products; the path the device's family ranking puts ahead, gemm_sg
+    unranked); at or past the width, or with a short reduction, none."""
     t = tuning.Tuner("fast", folder=tmp_path)
     monkeypatch.setattr(tuning, "_DEFAULT", t)
     monkeypatch.setattr(choice, "family_times", lambda _device: {})
@@ -230,6 +231,9 @@ def test_fast_list_offers_splits_only_below_the_width(device, tmp_path, monkeypa
     assert cw.concurrent_width(device) > grid
     fast = choice._fast(shape, device)
     assert f"{family}-split4" in fast and f"{family}-split16" not in fast
+    monkeypatch.setattr(choice, "family_times", lambda _device: {"gemm_sg": 2e-3, "gemm": 1e-3})
+    assert "gemm-split4" in choice._fast(shape, device)   # the family the device ranks ahead
+    monkeypatch.setattr(choice, "family_times", lambda _device: {})
     short = _desc("float32", (1, 8, 7, 7), (64, 8, 3, 3), start_padding=(1, 1),
                   end_padding=(1, 1))         # K 72: no slice of 64 products in 4
     assert not any("split" in n for n in choice._fast(choice.tuning_shape(short), device))

@@ -308,20 +308,21 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
             fast += (name,)
     if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
-    return _far_behind(fast, ranked) + _splits(probe)
+    return _far_behind(fast, ranked) + _splits(probe, ranked)
 
 
-def _splits(probe) -> tuple[str, ...]:
+def _splits(probe, ranked: dict) -> tuple[str, ...]:
     """The split-K candidates a fast list times (after the family ranking's cut: the
-    reference convolution fills a device that a small plane does not): those of the
-    first GEMM path (gemm_sg, else gemm) that accepts a split of the shape with at least
-    :data:`~.gemm.SPLIT_MIN_SLICE_K` products a slice, and only where that GEMM's grid
+    reference convolution fills a device that a small plane does not): those of one GEMM
+    path, the one the device's ranking (``ranked``) puts ahead (unranked: gemm_sg, else
+    gemm), that accepts a split of the shape with at least
+    :data:`~.gemm.SPLIT_MIN_SLICE_K` products a slice, and only where the GEMM's grid
     unsplit has fewer workgroups than the device runs at once (its measured
     :func:`~vkml.ops.concurrent_width.concurrent_width`, asked for only then): a CPU
     driver, a few workgroups wide, compiles and times none of them."""
     g = probe.geo
     k = g.cin_per_group * math.prod(g.kernel)
-    for path in ("gemm_sg", "gemm"):
+    for path in sorted(("gemm_sg", "gemm"), key=lambda p: ranked.get(p, math.inf)):
         names = tuple(f"{path}-split{s}" for s in SPLITS if k >= SPLIT_MIN_SLICE_K * s
                       and _path_class(path).accepts(probe, g, knobs_of({"split_k": s})))
         if names:
