@@ -107,18 +107,11 @@ def _size(timed) -> int:
 
 def fit(device, times: dict) -> dict:
     """``{"width": workgroups}``: the largest grid timed within :data:`GROW` x the
-    smallest grid's time with every smaller grid also within it (0 where none was
-    timed)."""
-    timed = sorted((int(n[1:]), t) for n, t in times.items())
-    if not timed:
-        return {"width": 0}
-    base = min(t for _, t in timed)
-    width = 0
-    for g, t in timed:
-        if t > GROW * base:
-            break
-        width = g
-    return {"width": width}
+    fastest grid's time (0 where none was timed).  The sweep ends at the first grid past
+    that line, so a smaller grid past it was a disturbed run, not the width."""
+    base = min(times.values(), default=0.0)
+    return {"width": max((int(n[1:]) for n, t in times.items() if t <= GROW * base),
+                         default=0)}
 
 
 #: The measured model ``concurrent_width`` (keyed by the device alone: no feature
