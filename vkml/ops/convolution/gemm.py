@@ -3,7 +3,8 @@
 filter into the GEMM's order, the filter transpose (``convolution_filter.comp``), the
 register blocks, the axes of a forward or transposed dispatch, and :class:`GemmPath`,
 whose plan the subgroup variant (``gemm_sg.py``: the filter read in place and shared by
-shuffles) adapts and whose kernel Winograd's 36 GEMMs run on."""
+shuffles) adapts and whose kernel Winograd's 36 GEMMs run on; :class:`SplitK`, the
+second pass of a reduction split over the input channels (knob ``split_k``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -470,6 +471,11 @@ class GemmPath(Path):
     [output channel padded to the block] (flipped in the CONVOLUTION mode).  Output pixels
     go along rows in blocks of NB; a stride-1 convolution with short rows has its planes
     flattened (the padded row pitch as the row length) so lanes stay busy.
+
+    With knob ``split_k`` (S) the input channels are split into up to S slices of whole
+    CU groups (workgroup z: image x slices + slice), each storing float32 partials
+    without bias or activation, and :class:`SplitK` adds them and applies the output
+    pass: S times the workgroups, each walking 1/S of the reduction.
 
     The constructor plans (:meth:`_planes`, :meth:`_dispatches`, the re-layouts, the
     kernels, the parameter block, :meth:`_steps`); ``encode`` records the plan.
