@@ -93,7 +93,9 @@ layout(constant_id = 3) const int SW = 1;      // X elements between consecutive
 // specialization constants before generating code: ACT selects code in vkml_activation.glsl's
 // switch, which SwiftShader otherwise runs case by case; ACC_RUN picks the accumulation order
 // and W4 the weights' fetch, so only one order's and one fetch's code is compiled.
-// vkml:frozen ACT ACC_RUN W4
+// KS splits the reduction (below) and sizes nothing, but its division and modulo of the
+// workgroup's z would otherwise run in every kernel that does not split (KS = 1).
+// vkml:frozen ACT ACC_RUN W4 KS
 layout(constant_id = 4) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
 layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bound RGBA32F;
                                                // SW == 1, NB and every row offset x4)
@@ -102,6 +104,14 @@ layout(constant_id = 7) const int DW = 1;      // X elements between column taps
 layout(constant_id = 8) const int SG = 8;      // SGW: subgroup size
 layout(constant_id = 9) const int CU = 1;      // input channels per loop iteration (divides them)
 layout(constant_id = 11) const bool YV4 = false; // F32: pixels stored 4 at a time
+// KS > 1 (split-K, ops/convolution/gemm.py): the input channels split into KS slices of
+// whole CU groups, workgroup z = image * KS + slice; each slice stores its partial sums
+// (raw: the host sets ACT 0 and no bias, and binds Y to float32 partials laid out as
+// [image][slice][channel][pixel], ys.x the image's stride over all its slices) and a
+// second pass (convolution_partials.comp) adds the slices and applies the output pass.
+// Wide devices run the few workgroups of a small plane's GEMM in parallel this way,
+// each walking 1/KS of the reduction.
+layout(constant_id = 14) const int KS = 1;
 layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per workgroup, one
                                                // per subgroup (local size CBW * SG)
 #ifdef SGW
@@ -163,7 +173,7 @@ layout(set = 0, binding = SC_BINDING) uniform samplerBuffer S;  // R32F: per (im
 #define SC_LOAD(s, u) float s = texelFetch(S, so + (u) * sc_c).x;
 #define XSC(v, s) ((v) * (s))
 #define SC_NEXT(k) so += (k) * sc_c;
-#define SC_START() int so = n * sc_n + g * cig * sc_c;    // the group's first channel
+#define SC_START() int so = n * sc_n + (g * cig + c0) * sc_c;  // the slice's first channel
 #else
 #define SC_START()
 #define SC_LOAD(s, u)
@@ -373,8 +383,13 @@ void main() {
     int cb = cbi * MB;                               // padded output channel of the block
     int g = cb / chans.y;
     int col0 = cb - g * chans.y;
-    int n = n0 + int(gl_WorkGroupID.z);
+    int zi = int(gl_WorkGroupID.z);
+    int n = n0 + zi / KS;
+    int ks = zi - (zi / KS) * KS;                    // the slice of the reduction (KS > 1)
     int cig = chans.x;
+    int kc = CU * ((cig / CU + KS - 1) / KS);        // input channels of a slice
+    int c0 = ks * kc;
+    int c1 = min(cig, c0 + kc);
 
     vec4 acc[MB / 4][NB];
     [[unroll]] for (int i = 0; i < MB / 4; i++)
@@ -396,20 +411,21 @@ void main() {
     }
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
-        int xo = xb + rows[t >> 2][t & 3];
-        int wo = wrows[t >> 2][t & 3];
+        int xo = xb + rows[t >> 2][t & 3] + c0 * xs.y;
+        int wo = wrows[t >> 2][t & 3] + c0 * w_sg.y;
         SC_START()
-        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) GEMM_GROUP()  // (CU divides cig)
+        [[dont_unroll]] for (int ci = c0; ci < c1; ci += CU) GEMM_GROUP()  // (CU divides cig)
     }
 #else
     // Filters are re-laid as [image][group][row tap][channel][column tap][padded channel]
     int wstep = chans.y / 4;
-    int wi = w_base + n * chans.w + g * nrows * cig * KW * wstep + col0 / 4;
+    int wg = w_base + n * chans.w + g * nrows * cig * KW * wstep + col0 / 4;
     [[dont_unroll]] for (int rt = 0; rt < nrows; rt++) {
         int t = yorg.w + rt;
-        int xo = xb + rows[t >> 2][t & 3];
+        int xo = xb + rows[t >> 2][t & 3] + c0 * xs.y;
+        int wi = wg + (rt * cig + c0) * KW * wstep;
         SC_START()
-        [[dont_unroll]] for (int ci = 0; ci < cig; ci += CU) GEMM_GROUP()  // (CU divides cig)
+        [[dont_unroll]] for (int ci = c0; ci < c1; ci += CU) GEMM_GROUP()  // (CU divides cig)
     }
 #endif
 #ifdef SGW
@@ -442,7 +458,8 @@ void main() {
             ow = yorg.z + q * ystep.z;
         }
         bool ok = q < qsize.z && oh >= 0 && oh < ysz.y && ow >= 0 && ow < ysz.z;
-        yo[j] = ok ? int(uint(n) * ys.x + uint(od) * ys.z + uint(oh) * ys.w
+        yo[j] = ok ? int(uint(n) * ys.x + uint(ks) * (ys.x / uint(KS)) + uint(od) * ys.z
+                         + uint(oh) * ys.w
                          + uint(ow) * ys_w.x - uint(y_base)) : -1;
     }
     // (constant trip counts only: the block must stay in registers, a dynamic index

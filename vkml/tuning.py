@@ -226,6 +226,9 @@ class TunablePath:
     #: time the faster of the two), not only those near the line: a device-wide
     #: ranking whose times other choices read (:func:`tunable_path`).
     recheck_cuts: bool = False
+    #: A measured model's own sweep (:func:`measured_model`'s ``measure_fn``) instead of
+    #: timing every point in rounds.
+    measure: Callable | None = None
 
     @property
     def is_model(self) -> bool:
@@ -321,7 +324,7 @@ MODEL_CLASS = "device"
 
 def measured_model(name: str, points, default_model: Mapping, fit_fn, run_fn, *,
                    features_fn=None, stale_factor: float | None = None,
-                   from_workload=None) -> TunablePath:
+                   from_workload=None, measure_fn=None) -> TunablePath:
     """Declare a *measured model* (without registering it): a cost model whose parameters
     are fitted to a few timed *points*, so one measurement per device covers every shape.
 
@@ -333,6 +336,11 @@ def measured_model(name: str, points, default_model: Mapping, fit_fn, run_fn, *,
     ``fit_fn(device, {point: seconds}) -> params`` (JSON values; points that declined are
     absent).  ``default_model``: the params ``VKML_TUNE=off`` gives, the same on every run.
     :meth:`Tuner.model` answers the fitted params.
+    ``measure_fn(device, points, run_once) -> {point: seconds}``: a sweep that times the
+    points it needs itself (``run_once(seq)``: one timed run of a sequence, as the rounds
+    time them) and stops where it has its answer, instead of every point in rounds
+    (whose largest points can cost far more than the answer needs); the points it left
+    out are stored as declined.  ``run_fn`` is then unused (None).
     """
     p = tunable_path(name, [Candidate(c.name, c.params) if isinstance(c, Candidate) else c
                             for c in points], _first_name(points), lambda _shape: MODEL_CLASS,
@@ -340,7 +348,7 @@ def measured_model(name: str, points, default_model: Mapping, fit_fn, run_fn, *,
                      features_fn=features_fn)
     cands = tuple(replace(c, fast=True) for c in p.candidates)   # all timed
     return replace(p, candidates=cands, fit=fit_fn, default_model=dict(default_model),
-                   stale_factor=stale_factor)
+                   stale_factor=stale_factor, measure=measure_fn)
 
 
 def _first_name(points) -> str:
@@ -845,6 +853,8 @@ class Tuner:
         """Time ``listed`` for ``shape`` (module doc, "Timing"); the entry to store, or
         None where every candidate declined.  ``previous``: the entry's earlier choice
         (a tie goes to it, :func:`tunable_path`'s ``tie_margin``)."""
+        if p.measure is not None:
+            return _swept(device, p, listed, mode)
         fast = mode == "fast"
         rounds = self.rounds or (FULL_ROUNDS if mode == "full" else FAST_ROUNDS)
         t0 = _perf()
@@ -883,6 +893,21 @@ class Tuner:
                 "declined": declined, "rounds": done, "mode": mode, "stale": False,
                 "measured_at": time.time(), "elapsed_s": _perf() - t0,
                 **({"shape": shape} if _jsonable(shape) else {})}
+
+
+def _swept(device, p: TunablePath, listed, mode: str) -> dict | None:
+    """The entry of a measured model timed by its own sweep (``p.measure``): the points
+    it timed, the others declined; its "choice" is the fastest point (the fit reads the
+    times, not the choice)."""
+    t0 = _perf()
+    times = {n: float(t) for n, t in p.measure(device, listed, _run_once).items()}
+    if not times:
+        return None
+    choice = _pick(times, p, None)
+    return {"choice": choice, "seconds": times[choice], "times": times,
+            "declined": [c.name for c in listed if c.name not in times], "rounds": 1,
+            "mode": mode, "stale": False, "measured_at": time.time(),
+            "elapsed_s": _perf() - t0, "shape": MODEL_CLASS}
 
 
 def _unrecorded(device):

@@ -12,10 +12,11 @@ from ...dml.data_type import DataType
 from ...dml.tensor_desc import TensorDesc, TensorFlags
 from ...errors import UnsupportedError, ValidationError
 from ..base import CompiledOperator, empty_for, release_all
+from ..concurrent_width import concurrent_width
 from ..owned import owned_slots
 from .depthwise import DepthwisePath
 from .direct import DirectPath
-from .gemm import GemmPath
+from .gemm import SPLIT_MIN_SLICE_K, GemmPath, gemm_workgroups
 from .gemm_sg import GemmSgPath
 from .gemv import GemvPath
 from .geometry import RELAYOUT_GROUPS, Geometry, Path, knobs_of
@@ -23,6 +24,11 @@ from .blocked import BLOCKS, BlockedPath
 from .tiled import TiledPath
 from .winograd import WinogradPath
 
+
+#: Slices of the split-K candidates (``gemm-split4``, ``gemm_sg-split16``, ...: knob
+#: ``split_k``), offered by a fast list only where a layer's GEMM has fewer workgroups
+#: than the device runs at once (:func:`_splits`).
+SPLITS = (4, 16)
 
 #: Paths in order of preference: without tuning (``VKML_TUNE=off``) the first that
 #: accepts and prefers a geometry runs it (:func:`heuristic`); tiled and blocked never
@@ -61,6 +67,7 @@ CANDIDATES = {
     "gemm-v8": ("gemm", {"store64": True}),
     "gemm-narrow": ("gemm", {"blocks": "narrow", "relayout_groups": RELAYOUT_GROUPS[1]}),
     "gemm-stride": ("gemm", {"subsample": False}),
+    **{f"{p}-split{k}": (p, {"split_k": k}) for p in ("gemm", "gemm_sg") for k in SPLITS},
     "tiled": ("tiled", {}),
     "tiled-32": ("tiled", {"tile": "32"}),
     "tiled-64x32": ("tiled", {"tile": "64x32"}),
@@ -301,7 +308,28 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
             fast += (name,)
     if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
-    return _far_behind(fast, ranked)
+    return _far_behind(fast, ranked) + _splits(probe, ranked)
+
+
+def _splits(probe, ranked: dict) -> tuple[str, ...]:
+    """The split-K candidates a fast list times (after the family ranking's cut: the
+    reference convolution fills a device that a small plane does not): those of one GEMM
+    path, the one the device's ranking (``ranked``) puts ahead (unranked: gemm_sg, else
+    gemm), that accepts a split of the shape with at least
+    :data:`~.gemm.SPLIT_MIN_SLICE_K` products a slice, and only where the GEMM's grid
+    unsplit has fewer workgroups than the device runs at once (its measured
+    :func:`~vkml.ops.concurrent_width.concurrent_width`, asked for only then): a CPU
+    driver, a few workgroups wide, compiles and times none of them."""
+    g = probe.geo
+    k = g.cin_per_group * math.prod(g.kernel)
+    for path in sorted(("gemm_sg", "gemm"), key=lambda p: ranked.get(p, math.inf)):
+        names = tuple(f"{path}-split{s}" for s in SPLITS if k >= SPLIT_MIN_SLICE_K * s
+                      and _path_class(path).accepts(probe, g, knobs_of({"split_k": s})))
+        if names:
+            break
+    if not names or gemm_workgroups(probe, g) >= concurrent_width(probe.device):
+        return ()
+    return names
 
 
 def _family_of(name: str, times: dict) -> str:

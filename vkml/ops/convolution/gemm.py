@@ -3,7 +3,8 @@
 filter into the GEMM's order, the filter transpose (``convolution_filter.comp``), the
 register blocks, the axes of a forward or transposed dispatch, and :class:`GemmPath`,
 whose plan the subgroup variant (``gemm_sg.py``: the filter read in place and shared by
-shuffles) adapts and whose kernel Winograd's 36 GEMMs run on."""
+shuffles) adapts and whose kernel Winograd's 36 GEMMs run on; :class:`SplitK`, the
+second pass of a reduction split over the input channels (knob ``split_k``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,8 @@ from ...intmath import ceil_div
 
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
-GEMM_CONSTANTS = ("LOCAL_SIZE_X", "MB", "NB", "SW", "ACT", "XVEC4", "KW", "DW", "CU", "YV4")
+GEMM_CONSTANTS = ("LOCAL_SIZE_X", "MB", "NB", "SW", "ACT", "XVEC4", "KW", "DW", "CU", "YV4",
+                  "KS")
 VARIANTS = {
     **{f"convolution_relayout_{s}": ("LOCAL_SIZE_X", "V4") for s in STORAGES + ("texel",)},
     "convolution_filter_texel": ("LOCAL_SIZE_X", "KD", "KH", "KW", "FLIP"),
@@ -42,6 +44,9 @@ VARIANTS.update({k + "_res": v for k, v in VARIANTS.items() if k.startswith("con
 SCALE_KERNELS = ("convolution_gemm_f32", "convolution_gemm_sg_f32")
 VARIANTS.update({f"convolution_gemm_f32{v}{r}_sc": GEMM_CONSTANTS
                  for v in ("", "_v8") for r in ("", "_res")})
+#: The split reduction's second pass (``convolution_partials.comp``, :class:`SplitK`).
+VARIANTS.update({f"convolution_partials_{s}{r}": ("LOCAL_SIZE_X", "ACT", "KS")
+                 for s in STORAGES for r in ("", "_res")})
 
 
 # -- the re-layout pass and the filter transpose -------------------------------------------
@@ -354,6 +359,84 @@ def whole_vec4(values) -> list:
     return list(values) + [0] * (-len(values) % 4)
 
 
+#: Split-K (knob ``split_k``): the fewest products a slice of the reduction keeps (input
+#: channels x taps) for the fast list to offer a split (choice.py): below it the
+#: partials' store and second pass cost more than the shorter loop saves.
+SPLIT_MIN_SLICE_K = 64
+
+
+def split_cu(cu: int, channels: int, slices: int) -> int:
+    """The CU (input channels a loop iteration, :func:`gemm_cu`) of a split reduction:
+    halved while the channels hold fewer than ``slices`` groups of it (slices are whole
+    CU groups), so a layer of few channels still splits."""
+    while slices > 1 and cu > 1 and channels // cu < slices:
+        cu //= 2
+    return cu
+
+
+def split_slices(units: int, slices: int) -> int:
+    """Slices of ``units`` CU groups for a requested ``slices``: at most that many and
+    no empty one (units 10, slices 4: 3 + 3 + 3 + 1; units 5: 2 + 2 + 1)."""
+    slices = max(1, min(slices, units))
+    return ceil_div(units, ceil_div(units, slices))
+
+
+class SplitK:
+    """The second pass of a split reduction (``convolution_partials.comp``): the GEMM's
+    ``ks`` slices stored float32 partial sums as [image][slice][channel][pixel]; this
+    adds them, the bias and a graph's residual, applies the activation and stores through
+    the output's strides.  ``geo``: the convolution's own geometry (output strides)."""
+
+    LOCAL = 64
+
+    def __init__(self, path: "GemmPath", geo: Geometry, ks: int):
+        op = path.op
+        self.ks = ks
+        self.plane = math.prod(geo.out_size)
+        self.part_bytes = 4 * geo.n * ks * geo.c_out * self.plane
+        if self.part_bytes > op.ctx.limits["maxStorageBufferRange"]:
+            raise Declined("the split partials exceed maxStorageBufferRange")
+        self.part = op.scratch(self.part_bytes)
+        kernel = "convolution_partials_" + storage_suffix(op, geo.dtype) + path.out_res
+        self.params = op.upload(np.frombuffer(pack(
+            kernel, "Params", size=(*geo.out_size, self.plane),
+            chans=(geo.c_out, int(geo.b_stride is not None), geo.b_stride or 0, 0),
+            ys=geo.y_strides[:4], ys_w=(geo.y_strides[4], 0, 0, 0), act=path.act_params),
+            np.uint8))
+        y_bytes = op.desc.output_tensor.total_tensor_size_in_bytes
+        binds = (Buf(self.part, self.part_bytes), Buf("b", absent=self.part),
+                 Buf("y", y_bytes, "w"), Buf(self.params)) + (
+                     (Buf("r", y_bytes),) if path.out_res else ())
+        consts = {"LOCAL_SIZE_X": self.LOCAL, "ACT": path.out_act, "KS": ks}
+        _, my, mz = op.ctx.limits["maxComputeWorkGroupCount"]
+        self.steps = [Step(kernel, consts, (ceil_div(self.plane, self.LOCAL), nc, nn), binds,
+                           dict(c0=c0, n0=n0))
+                      for c0, nc in pieces(geo.c_out, my) for n0, nn in pieces(geo.n, mz)]
+
+    @staticmethod
+    def strides(geo: Geometry, ks: int) -> tuple:
+        """The partials' element strides (n, c, d, h, w) as the GEMM stores them: an
+        image's stride spans its ``ks`` slices (the kernel adds slice x stride / KS)."""
+        d, h, w = geo.out_size
+        return (ks * geo.c_out * d * h * w, d * h * w, h * w, w, 1)
+
+
+def gemm_workgroups(op, geo: Geometry) -> int:
+    """The workgroups of the implicit GEMM's dispatches as ``gemm`` plans them by
+    default, without building it (nothing allocated; ``op`` need only have what
+    ``accepts`` reads): whether a split reduction could fill a wide device."""
+    plan = GemmPath.__new__(GemmPath)
+    Path.__init__(plan, op, geo)
+    plan.subsampled = subsampled(geo)
+    plan.geo = plan.subsampled or geo
+    plan.local = min(64, CompiledOperator.workgroup_size.fget(op))
+    plan.sg = 0
+    pl = plan._planes()
+    plan._dispatches(pl)
+    plan.groups_y = plan.geo.groups * pl.co_pad // pl.mb
+    return plan.geo.n * sum(gx * gy for gx, gy, _ in map(plan._grid, plan.dispatches))
+
+
 @dataclass
 class Planes:
     """The implicit GEMM's shape for a geometry: the dispatches' axes (``phases``), the
@@ -389,6 +472,11 @@ class GemmPath(Path):
     go along rows in blocks of NB; a stride-1 convolution with short rows has its planes
     flattened (the padded row pitch as the row length) so lanes stay busy.
 
+    With knob ``split_k`` (S) the input channels are split into up to S slices of whole
+    CU groups (workgroup z: image x slices + slice), each storing float32 partials
+    without bias or activation, and :class:`SplitK` adds them and applies the output
+    pass: S times the workgroups, each walking 1/S of the reduction.
+
     The constructor plans (:meth:`_planes`, :meth:`_dispatches`, the re-layouts, the
     kernels, the parameter block, :meth:`_steps`); ``encode`` records the plan.
     :class:`~.gemm_sg.GemmSgPath` overrides the hooks marked "(gemm_sg overrides)".
@@ -401,9 +489,13 @@ class GemmPath(Path):
 
     @classmethod
     def accepts(cls, op, geo, knobs=None) -> bool:
-        if not knobs_of(knobs)["subsample"] and subsampled(geo) is None:
+        k = knobs_of(knobs)
+        if not k["subsample"] and subsampled(geo) is None:
             return False             # (the candidate without it: only where it differs)
         lim = op.ctx.limits
+        if k["split_k"] and not (geo.cin_per_group >= 2 and
+                                 k["split_k"] <= lim["maxComputeWorkGroupCount"][2]):
+            return False             # (the split runs along the input channels)
         rows = geo.kernel[0] * geo.kernel[1]
         if geo.backward:
             rows = ceil_div(geo.kernel[0], geo.stride[0]) * ceil_div(geo.kernel[1], geo.stride[1]) \
@@ -432,6 +524,15 @@ class GemmPath(Path):
         #: the strided view's geometry where it runs on one (:func:`subsampled`)
         self.subsampled = subsampled(geo) if self.knobs["subsample"] else None
         geo = self.geo = self.subsampled or geo
+        #: split-K (knob ``split_k``): the slices asked for; the GEMM then stores raw
+        #: float32 partials (no bias, activation or residual: :class:`SplitK` applies
+        #: them), planned on their packed strides
+        self.split = self.knobs["split_k"] or 1
+        self.out_geo, self.out_res, self.out_act = geo, self.res, self.act_id
+        if self.split > 1:
+            geo = self.geo = dataclasses.replace(geo, b_stride=None,
+                                                 y_strides=SplitK.strides(geo, 1))
+            self.res, self.act_id = "", 0
         self.local = min(64, op.workgroup_size)
         self.sg = self._subgroup()
         pl = self.planes = self._planes()
@@ -455,6 +556,14 @@ class GemmPath(Path):
         self.sc = self._scale_suffix(kernel)
         self.takes_scale = bool(self.sc)
         self.groups_y = g.groups * pl.co_pad // pl.mb
+        self.ks, self.partials = 1, None
+        if self.split > 1:
+            units = min(g.cin_per_group // self._cu(d["kw"]) for d in self.dispatches)
+            self.ks = split_slices(units, self.split)
+            if self.ks < 2:
+                raise Declined("too few input channels to split")
+            self.partials = SplitK(self, self.out_geo, self.ks)
+            self.geo = g = dataclasses.replace(g, y_strides=SplitK.strides(g, self.ks))
         self.params = op.upload(np.frombuffer(pack(kernel, "Params", **self._params(
             pl, row_offsets)), np.uint8))
         for d in self.dispatches:
@@ -463,7 +572,8 @@ class GemmPath(Path):
         self.filter_steps = compiled(op, [s for rl, off in self.w_relayouts
                                           for s in rl.steps("w", self.wt, off)])
         self.steps = compiled(op, ([] if pl.in_place else self.x_relayout.steps("x", self.xp))
-                              + self._steps())
+                              + self._steps()
+                              + (self.partials.steps if self.partials else []))
 
     # -- the plan ---------------------------------------------------------------------
     def _subgroup(self) -> int:
@@ -615,7 +725,10 @@ class GemmPath(Path):
         return texel
 
     def _kernel_name(self) -> str:
-        return variant(self.FAMILY, storage_suffix(self.op, self.geo.dtype), self.texel)
+        """The GEMM's variant (a split reduction's stores float32 partials whatever the
+        tensors' type: its operands are float32 planes or read as texels either way)."""
+        storage = "f32" if self.split > 1 else storage_suffix(self.op, self.geo.dtype)
+        return variant(self.FAMILY, storage, self.texel)
 
     def _stores(self, kernel: str) -> None:
         """Each dispatch's output stores: 4 pixels a store (``yv4``), 8 (``yv8``, knob
@@ -637,11 +750,17 @@ class GemmPath(Path):
         """A dispatch's specialization constants (gemm_sg adds its own)."""
         consts = {"LOCAL_SIZE_X": self.local, "MB": self.mb, "NB": self.nb, "SW": d["sw"],
                   "ACT": self.act_id, "XVEC4": int(d["xvec4"]), "KW": d["kw"], "DW": d["dw"],
-                  "CU": gemm_cu(self.knobs, self.geo.cin_per_group,
-                                self.mb * self.nb * d["kw"])}
+                  "CU": self._cu(d["kw"])}
         if d["yv4"]:
             consts["YV4"] = 1
+        if self.ks > 1:
+            consts["KS"] = self.ks
         return consts
+
+    def _cu(self, kw: int) -> int:
+        """Input channels a loop iteration (:func:`gemm_cu`; a split's, :func:`split_cu`)."""
+        cig = self.geo.cin_per_group
+        return split_cu(gemm_cu(self.knobs, cig, self.mb * self.nb * kw), cig, self.split)
 
     def _params(self, pl: Planes, row_offsets) -> dict:
         """The kernel's ``Params`` by member (gemm_sg adds the filter's strides)."""
@@ -672,7 +791,10 @@ class GemmPath(Path):
         g = self.geo
         src = "x" if self.in_place else self.xp
         y_bytes = self.op.desc.output_tensor.total_tensor_size_in_bytes
-        tail = (Buf("b", absent=self.params), Buf("y", y_bytes, "w"), Buf(self.params)) + (
+        y = Buf("y", y_bytes, "w")
+        if self.partials:
+            y = Buf(self.partials.part, self.partials.part_bytes, "w")
+        tail = (Buf("b", absent=self.params), y, Buf(self.params)) + (
             (Buf("r", y_bytes),) if self.res else ())
         scale = {}
         if self.sc:
@@ -691,8 +813,8 @@ class GemmPath(Path):
                 xb = (Buf(src, self.x_bytes, "r", fmt, align) if self.in_place
                       else Buf(src, self.x_bytes - self.x_bytes % align, "r", fmt))
             gx, gy, cbl = self._grid(d)
-            for n0, nn in pieces(g.n, mz):
-                steps.append(Step(d["kernel"], d["constants"], (gx, gy, nn),
+            for n0, nn in pieces(g.n, mz // self.ks):
+                steps.append(Step(d["kernel"], d["constants"], (gx, gy, nn * self.ks),
                                   (xb, self._filter_bind()) + tail, dict(
                                       qsize=d["qsize"], yorg=d["yorg"], nrows=d["nrows"],
                                       w_base=d["w_base"], x_base=0, y_base=0, n0=n0,
@@ -738,7 +860,7 @@ class GemmPath(Path):
         NB = 8a + 4 pixels starting 4 past a group adds a u64vec2): it stores 4 at a time
         (``d["yv4"]``, :meth:`_yv4`), float32 through the texel-view variants on an int64
         device, and its pixels lie in whole groups of 8 (:meth:`_groups_of`)."""
-        return (d["yv4"] and bool(self.op.features.get("int64"))
+        return (d["yv4"] and self.split == 1 and bool(self.op.features.get("int64"))
                 and name in ("convolution_gemm_f32", "convolution_gemm_sg_f32")
                 and self._groups_of(d, 8)
                 and self.op.desc.output_tensor.total_tensor_size_in_bytes % 32 == 0)

@@ -10,7 +10,7 @@ import math
 from ... import runtime
 from ...dml.data_type import DataType
 from ...tuning import Declined
-from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes, gemm_cu,
+from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes,
                    padded_extents, sg_blocks, sg_span, subgroup_shuffle_size, transposed_axes,
                    whole_vec4)
 from .geometry import knobs_of
@@ -189,7 +189,7 @@ class GemmSgPath(GemmPath):
         col_s, ci_s, grp_s = self._filter_strides()
         return (SG_W4 and g.dtype == DataType.FLOAT32 and self.knobs["sg_acc_run"]
                 and all(d["kw"] == 1 for d in self.dispatches)
-                and gemm_cu(self.knobs, g.cin_per_group, self.mb * self.nb) % 4 == 0
+                and self._cu(1) % 4 == 0
                 and ci_s == 1 and col_s % 4 == 0 and grp_s % 4 == 0
                 and all(r % 4 == 0 for r in self.w_rows) and self.w_bytes % 16 == 0)
 
