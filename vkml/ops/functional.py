@@ -163,12 +163,12 @@ class _Prepared:
 class _Replay:
     """The copy-and-replay of a prepared call, bound once: the I/O set, its typed host
     views (``_host_views``) and the recorded command buffer (a
-    ``CompiledOperator.replay`` token, staging copies included where there are any).  A repeated call copies in, replays and copies
-    out without re-checking what the first call established (the I/O tensors' key and
-    liveness, ``execute``'s argument checks): a third of a tiny ``vkml.pad``'s Python
-    time (docs/DEVELOPING.md, "A tiny call's time").  Any change (another I/O
-    set, a re-recorded buffer, a busy or released operator, a size now over
-    ``IMPORT_BYTES``) falls back to the full path."""
+    ``CompiledOperator.replay`` token, with the staging copies where there are any).
+    A repeated call copies in, replays and copies out without re-checking what the
+    first call established (the I/O tensors' key and liveness, ``execute``'s argument
+    checks): a third of a tiny ``vkml.pad``'s Python time (docs/DEVELOPING.md, "A tiny
+    call's time").  Any change (another I/O set, a re-recorded buffer, a busy or
+    released operator, a size now over ``IMPORT_BYTES``) falls back to the full path."""
 
     __slots__ = ("compiled", "io", "nargs", "ins", "absent", "outs", "token", "lifetime",
                  "imported_from")
@@ -320,7 +320,8 @@ def _host_views(compiled):
         return io[4]
     heap = compiled.ctx.staging_heap
     staging: list = []
-    copies: tuple = ([], [])
+    uploads: list = []
+    downloads: list = []
 
     def typed(t, upload: bool):
         n = t.size * t.dtype.itemsize
@@ -328,8 +329,10 @@ def _host_views(compiled):
         if alloc.host is None:
             stage = heap.allocate(n)
             staging.append(stage)
-            if n:
-                copies[not upload].append((stage, alloc, n) if upload else (alloc, stage, n))
+            if n and upload:
+                uploads.append((stage, alloc, n))
+            elif n:
+                downloads.append((alloc, stage, n))
             alloc = stage
         return alloc.host[:n].view(t.dtype).reshape(t.shape)
 
@@ -341,7 +344,7 @@ def _host_views(compiled):
             a.free()
         raise
     compiled.own(staging)
-    transfers = Transfers(tuple(copies[0]), tuple(copies[1])) if staging else None
+    transfers = Transfers(tuple(uploads), tuple(downloads)) if staging else None
     views = (ins, outs, transfers, staging)
     compiled.io = io[:4] + (views,)
     return views
