@@ -22,7 +22,7 @@ import pytest
 import vkml
 from vkml.ops import functional
 
-from helpers import random_bits, same_bits, slow
+from helpers import random_bits, run_in_threads, same_bits, slow
 
 PAGE = 4096
 
@@ -749,8 +749,6 @@ def test_staged_calls_from_threads_and_a_busy_operator(staged):
             if not same_bits(vkml.pad(x, *args, device=staged),
                              np.pad(x, [(2, 0), (0, 1)], mode="reflect")):
                 errors.append((k, i))
-
-    from helpers import run_in_threads
 
     run_in_threads(work, errors, count=2)
     assert not errors, errors[:5]
