@@ -108,6 +108,20 @@ def test_shader_copy_paths_are_each_checked(device):
     assert r["gbs"] == max(v["gbs"] for v in r["variants"].values())
 
 
+def test_numpy_calls_compares_one_submission_with_separate_transfers(device, capsys):
+    """``python -m bench.numpy_calls --staged``: both ways checked against NumPy, and the
+    submissions a call makes reported: one on vkml's path, one per transfer and one for
+    the operator on the rebuilt path before it."""
+    from bench import numpy_calls
+
+    assert numpy_calls.main(["--device", str(device.index), "--staged", "--rounds", "1",
+                             "--runs", "2"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()
+            if "submission(s)" in line]
+    assert [(r[0], r[-4]) for r in rows] == [("pad", "1"), ("pad", "3"), ("add", "1"),
+                                             ("add", "4")]
+
+
 def test_json_schema(tiny_run):
     _, doc, _ = tiny_run
     assert report.validate(doc) == []

@@ -22,7 +22,7 @@ import pytest
 import vkml
 from vkml.ops import functional
 
-from helpers import random_bits, same_bits, slow
+from helpers import random_bits, run_in_threads, same_bits, slow
 
 PAGE = 4096
 
@@ -563,9 +563,6 @@ def test_prepared_call_replays_its_bound_copy(device):
         got = vkml.pad(x, *args, device=device)
         assert same_bits(got, np.pad(x, 1, mode="reflect"))
     entry = _prepared_entry(device, xs[0], args)
-    if functional._host_views(entry.compiled) is None:      # staged I/O: no replay
-        assert entry.replay is None
-        return
     replay = entry.replay
     assert replay is not None
     t = vkml.tensor(xs[2], device=device)
@@ -574,10 +571,11 @@ def test_prepared_call_replays_its_bound_copy(device):
     again = _prepared_entry(device, xs[0], args).replay
     assert again is not None and again is not replay and again.token is not replay.token
     t.free()
-    with vkml.Device(device.index, force_staging=True) as staged:   # copies, no views
+    with vkml.Device(device.index, force_staging=True) as staged:   # views of staging
         for x in xs[:3]:
             assert same_bits(vkml.pad(x, *args, device=staged), np.pad(x, 1, mode="reflect"))
-        assert _prepared_entry(staged, xs[0], args).replay is None
+        replay = _prepared_entry(staged, xs[0], args).replay
+        assert replay is not None and replay.token.transfers is not None
 
 
 def test_replay_gives_way_to_a_busy_operator(device):
@@ -620,3 +618,184 @@ def test_prepared_calls_from_threads(device):
     for t in threads:
         t.join()
     assert not errors, errors[:5]
+
+
+# -- staged devices: a NumPy call is one submission (functional._host_views) -----------------
+
+@pytest.fixture(scope="module")
+def staged(device):
+    """The device again with device-only tensors and staged transfers (a discrete GPU's
+    memory), as ``VKML_FORCE_STAGING=1`` makes every device."""
+    with vkml.Device(device.index, force_staging=True) as dev:
+        yield dev
+
+
+@pytest.fixture
+def submissions(monkeypatch):
+    """The number of submissions (``Sequence._submit_and_wait``) since it was made."""
+    from vkml.runtime import scheduler
+
+    count = [0]
+    submit = scheduler.Sequence._submit_and_wait
+
+    def counted(self, ctx):
+        count[0] += 1
+        return submit(self, ctx)
+
+    monkeypatch.setattr(scheduler.Sequence, "_submit_and_wait", counted)
+    return count
+
+
+def _staged_calls(rng):
+    """(name, arrays, call, reference): small calls of pad, an element-wise op, a
+    multi-output op and an op with an optional input left out."""
+    a = rng.standard_normal((6, 10), dtype=np.float32)
+    b = rng.standard_normal((10,), dtype=np.float32)
+    x = rng.integers(-9, 9, (3, 5)).astype(np.int16)
+    return [
+        ("pad", [x], lambda v, d: vkml.pad(v[0], [1, 0], [2, 3], "symmetric", device=d),
+         lambda v: np.pad(v[0], [(1, 2), (0, 3)], "symmetric")),
+        ("add", [a, b], lambda v, d: vkml.add(v[0], v[1], device=d), lambda v: v[0] + v[1]),
+        ("split", [a], lambda v, d: vkml.split(v[0], 1, [3, 7], device=d),
+         lambda v: [v[0][:, :3], v[0][:, 3:]]),
+        ("gemm", [a, b.reshape(10, 1)], lambda v, d: vkml.gemm(v[0], v[1], device=d),
+         lambda v: v[0] @ v[1]),
+    ]
+
+
+def _evict(dev, compiled) -> None:
+    """Release ``compiled`` as the device's LRU of compiled operators would."""
+    with dev._compiled_lock:
+        for k, c in list(dev._compiled.items()):
+            if c is compiled:
+                del dev._compiled[k]
+    compiled.release()
+
+
+def _check(got, want) -> None:
+    if isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want)
+        for g, w in zip(got, want):
+            _check(g, w)
+        return
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["device", "staged"])
+def test_numpy_call_is_one_submission(device, staged, submissions, kind):
+    """A repeated NumPy call (new values each time) is one submission on any device:
+    on a staged one its recorded command buffer copies the staging buffers in and out
+    around the operator; results equal NumPy's for pad (prepared: the bound replay),
+    element-wise add, split (two outputs) and gemm without C (an absent input)."""
+    dev = device if kind == "device" else staged
+    rng = np.random.default_rng(11)
+    for name, arrays, call, reference in _staged_calls(rng):
+        for i in range(3):
+            values = [v * (i + 1) - i for v in arrays]
+            before = submissions[0]
+            _check(call(values, dev), reference(values))
+            if i:
+                assert submissions[0] - before == 1, (name, i, submissions[0] - before)
+
+
+def test_staged_call_falls_back_and_frees_its_staging(staged, submissions):
+    """The staging buffers live with the I/O set: another set of argument shapes for
+    the same compiled operator (b as (7,) or (1, 7): one descriptor) frees the old
+    set's, the operator's release frees them all, and neither leaves the staging heap
+    or the device's memory grown; a released operator's next call is right again."""
+    heap = staged.context.staging_heap
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((5, 7), dtype=np.float32)     # (shapes no other test adds)
+    b = rng.standard_normal((7,), dtype=np.float32)
+    gc.collect()
+    used = heap.stats()["used"], staged.memory_stats()["used"]
+    for i in range(6):
+        bb = b if i % 2 else b.reshape(1, 7)
+        before = submissions[0]
+        _check(vkml.add(a, bb * i, device=staged), a + bb * i)
+        assert i == 0 or submissions[0] - before == 1     # (the first builds the operator)
+    compiled = [c for c in staged._compiled.values()
+                if type(c.desc).__name__ == "ElementWiseAddOperatorDesc"
+                and c.desc.output_tensor.sizes == (5, 7)]
+    assert len(compiled) == 1 and compiled[0].io is not None
+    assert len(compiled[0].io[4][3]) == 3          # staging: the current set's a, b, out
+    _evict(staged, compiled[0])
+    gc.collect()
+    assert (heap.stats()["used"], staged.memory_stats()["used"]) == used
+    _check(vkml.add(a, b, device=staged), a + b)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for i in range(3):
+        _check(vkml.pad(x + i, [1, 1], [1, 1], "wrap", device=staged),
+               np.pad(x + i, 1, mode="wrap"))
+    entry = _prepared_entry(staged, x, ([1, 1], [1, 1], "wrap", 0.0))
+    assert entry.replay is not None
+    _evict(staged, entry.compiled)                 # the replay sees it and steps aside
+    assert entry.replay([x]) is None
+    _check(vkml.pad(x, [1, 1], [1, 1], "wrap", device=staged), np.pad(x, 1, mode="wrap"))
+
+
+def test_staged_calls_from_threads_and_a_busy_operator(staged):
+    """Two threads calling one staged padding (one waits for nothing: it takes fresh
+    tensors and separate transfers while the other holds the I/O set), and calls while
+    the I/O set or the recorded buffer is held: each gets its own right result."""
+    args = ([2, 0], [0, 1], "reflection", 0.0)
+    errors: list = []
+
+    def work(k):
+        for i in range(20):
+            x = np.full((4, 3), 100 * k + i, np.float32)
+            x[0, 0] = -k
+            if not same_bits(vkml.pad(x, *args, device=staged),
+                             np.pad(x, [(2, 0), (0, 1)], mode="reflect")):
+                errors.append((k, i))
+
+    run_in_threads(work, errors, count=2)
+    assert not errors, errors[:5]
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    compiled = _prepared_entry(staged, x, args).compiled
+    for lock in (compiled.io_lock, compiled._lock):
+        with lock:
+            assert same_bits(vkml.pad(x * 2, *args, device=staged),
+                             np.pad(x * 2, [(2, 0), (0, 1)], mode="reflect"))
+    assert same_bits(vkml.pad(x * 3, *args, device=staged),
+                     np.pad(x * 3, [(2, 0), (0, 1)], mode="reflect"))
+
+
+def test_staged_call_of_an_observed_operator(staged, monkeypatch):
+    """An operator whose tuned path is re-checked by timed executions
+    (``CompiledOperator.observed``) runs those with the staging copies in submissions of
+    their own: the results stay right, and the tuner is told the time."""
+    from vkml import tuning
+    from vkml.ops import base
+
+    told = []
+
+    class Tuner:
+        def observe(self, *args, **kwargs):
+            told.append(args)
+
+    x = np.arange(20, dtype=np.float32).reshape(4, 5)
+    args = ([0, 1], [1, 0], "edge", 0.0)
+    vkml.pad(x, *args, device=staged)
+    compiled = _prepared_entry(staged, x, args).compiled
+    monkeypatch.setattr(tuning, "default_tuner", lambda: Tuner())
+    monkeypatch.setattr(base, "OBSERVE_EVERY", 1)
+    monkeypatch.setattr(compiled, "observed", ("key", "candidate", None, None))
+    for i in range(3):
+        assert same_bits(vkml.pad(x - i, *args, device=staged),
+                         np.pad(x - i, [(0, 1), (1, 0)], mode="edge"))
+    assert len(told) == 3
+
+
+def test_staged_call_on_a_closed_device(device):
+    x = np.ones((3, 3), np.float32)
+    dev = vkml.Device(device.index, force_staging=True)
+    for _ in range(2):
+        vkml.pad(x, [1, 1], [1, 1], device=dev)
+        vkml.add(x, x, device=dev)
+    dev.close()
+    with pytest.raises(vkml.DeviceError):
+        vkml.pad(x, [1, 1], [1, 1], device=dev)
+    with pytest.raises(vkml.DeviceError):
+        vkml.add(x, x, device=dev)

@@ -214,10 +214,13 @@ class CompiledOperator:
             self.observed = (choice.key, choice.name,
                              tuning.default_tuner().expected(choice, shape, path), None)
 
-    def _execute_observed(self, inputs, outputs) -> None:
-        """One execution in a timed sequence of its own, its time told to the tuner."""
+    def _execute_observed(self, inputs, outputs, transfers=None) -> None:
+        """One execution in a timed sequence of its own, its time told to the tuner
+        (``transfers`` in sequences of their own, so that the time is the operator's)."""
         self._check_live()
         inputs, outputs = self._check_bindings(inputs, outputs)
+        if transfers is not None:
+            transfers.run(self.ctx, transfers.uploads)
         with self.ctx.sequence(timed=True) as seq:
             self.encode(seq, inputs, outputs)
             t0 = time.perf_counter()
@@ -227,6 +230,16 @@ class CompiledOperator:
         key, candidate, expected, factor = self.observed
         tuning.default_tuner().observe(key, candidate, seconds, expected=expected,
                                        factor=factor)
+        if transfers is not None:
+            transfers.run(self.ctx, transfers.downloads)
+
+    def _encode(self, seq, inputs, outputs, transfers) -> None:
+        """:meth:`encode`, between the copies of ``transfers`` where given."""
+        if transfers is not None:
+            transfers.record(seq, transfers.uploads)
+        self.encode(seq, inputs, outputs)
+        if transfers is not None:
+            transfers.record(seq, transfers.downloads)
 
     def record(self, seq: runtime.Sequence, inputs, outputs) -> None:
         """Record this operator into ``seq`` (several operators may share one sequence)."""
@@ -235,44 +248,50 @@ class CompiledOperator:
         self.encode(seq, inputs, outputs)
         seq.keep(self)   # the sequence uses this operator's pipelines and buffers
 
-    def execute(self, inputs, outputs) -> None:
+    def execute(self, inputs, outputs, transfers: "Transfers | None" = None) -> None:
         """Run once and wait.  Repeated calls with the same tensors replay the recorded
         command buffer instead of recording it again; with the very Tensor objects of the
         last call (still alive), without checking their bindings again either; with new
         tensors standing where the last call's freed ones stood, moved to them
-        (:func:`_rebound`)."""
+        (:func:`_rebound`).  ``transfers``: copies recorded into the same command
+        buffer before and after the operator (:class:`Transfers`); a recording is
+        replayed only for the very ``transfers`` it was made with."""
         if self.observed is not None and next(_CALLS) % OBSERVE_EVERY == 0:
-            self._execute_observed(inputs, outputs)
+            self._execute_observed(inputs, outputs, transfers)
             return
         self._check_live()
         if not self._lock.acquire(blocking=False):
             inputs, outputs = self._check_bindings(inputs, outputs)
             with self.ctx.sequence(hold=True) as seq:   # another thread is executing this one
-                self.encode(seq, inputs, outputs)
+                self._encode(seq, inputs, outputs, transfers)
                 seq.run()
             return
         try:
             c = self._cache
+            mine = c is not None and c.transfers is transfers
             given = _given(inputs, outputs)
-            if c is not None and given is not None and _same_tensors(c.tensors, given):
+            if mine and given is not None and _same_tensors(c.tensors, given):
                 c.seq.run()
                 return
             inputs, outputs = self._check_bindings(inputs, outputs)
             allocs = [t.allocation if t is not None else None for t in inputs + outputs]
             ids = tuple(id(a) for a in allocs)
             refs = _tensor_refs(given)
-            if (c is not None and c.ids == ids
+            if (mine and c.ids == ids
                     and all((r() if r is not None else None) is a
                             for r, a in zip(c.allocs, allocs))):
                 self._cache = replace(c, tensors=refs)
                 c.seq.run()
                 return
             weak = [weakref.ref(a) if a is not None else None for a in allocs]
-            if c is not None and _rebound(c, allocs):
+            # (recordings with transfers are bound to their I/O set: never moved)
+            movable = transfers is None and c is not None and c.transfers is None
+            if movable and _rebound(c, allocs):
                 self._cache = replace(c, ids=ids, allocs=weak, tensors=refs)
                 c.seq.run()
                 return
-            if c is not None and c.spare is not None and _rebound(c.spare, allocs):
+            if (movable and c.spare is not None and c.spare.transfers is None
+                    and _rebound(c.spare, allocs)):
                 spare = c.spare      # ``y = op(y)``: the results alternate between two ranges
                 self._cache = replace(spare, ids=ids, allocs=weak, tensors=refs,
                                       spare=replace(c, spare=None))
@@ -284,7 +303,7 @@ class CompiledOperator:
                 self._cache = None
             seq = self.ctx.sequence(hold=False)
             try:
-                self.encode(seq, inputs, outputs)
+                self._encode(seq, inputs, outputs, transfers)
             except BaseException:
                 seq.close()
                 if c is not None:
@@ -293,17 +312,19 @@ class CompiledOperator:
             # the last recording is kept as a spare (``_rebound``)
             self._cache = _Recording(ids, weak, seq, refs,
                                      tuple(None if a is None else place_of(a) for a in allocs),
-                                     None if c is None else replace(c, spare=None))
+                                     None if c is None else replace(c, spare=None), transfers)
             seq.run()
         finally:
             self._lock.release()
 
-    def replay_token(self, inputs, outputs):
+    def replay_token(self, inputs, outputs, transfers: "Transfers | None" = None):
         """An opaque token for :meth:`replay`: the command buffer ``execute`` recorded
-        for these very Tensor objects (the last call's), or None when it holds others."""
+        for these very Tensor objects (the last call's) and ``transfers``, or None when
+        it holds others."""
         c = self._cache
         given = _given(inputs, outputs)
-        if c is not None and given is not None and _same_tensors(c.tensors, given):
+        if (c is not None and c.transfers is transfers and given is not None
+                and _same_tensors(c.tensors, given)):
             return c
         return None
 
@@ -367,6 +388,33 @@ class _Recording:
     tensors: tuple | None   # the caller's Tensor objects (:func:`_tensor_refs`)
     places: tuple           # each allocation's ``place_of`` when recorded (:func:`_rebound`)
     spare: "_Recording | None" = None   # the recording before this one
+    transfers: "Transfers | None" = None    # the copies recorded around the operator
+
+
+@dataclass(frozen=True, eq=False)
+class Transfers:
+    """Buffer copies recorded into ``execute``'s command buffer around an operator:
+    ``uploads`` before it, ``downloads`` after it, each ``(source, destination, bytes)``
+    of allocations, copied from offset 0 to offset 0.  The functional API passes its
+    staging copies this way on devices whose tensors are not host-visible, so that a
+    NumPy call is one submission (``functional._host_views``).  The sequence's hazard
+    tracking puts the barriers between the copies and the operator, and its end makes
+    the downloads visible to the host."""
+
+    uploads: tuple
+    downloads: tuple
+
+    @staticmethod
+    def record(seq: runtime.Sequence, copies) -> None:
+        for src, dst, nbytes in copies:
+            seq.copy(src, dst, [(0, 0, nbytes)])
+
+    def run(self, ctx, copies) -> None:
+        """``copies`` in a submission of their own."""
+        if copies:
+            with ctx.sequence() as seq:
+                self.record(seq, copies)
+                seq.run()
 
 
 def _rebound(rec: _Recording, allocs) -> bool:

@@ -5,7 +5,11 @@ NumPy in -> NumPy out; Tensor in -> Tensor out (the result stays on the device).
 
 For NumPy calls the device tensors that carry the arrays are kept with the compiled
 operator (up to ``REUSE_BYTES``) and reused by the next call with the same descriptor,
-so a repeated call is: copy in, replay the recorded command buffer, copy out.
+so a repeated call is: copy in, replay the recorded command buffer, copy out.  Where
+those tensors are not host-visible (a discrete GPU: staged transfers), host-visible
+staging buffers are kept with them, and the recorded command buffer copies the staging
+buffers into the input tensors, runs the operator and copies the outputs back: still
+one submission a call (``_host_views``).
 
 Larger NumPy calls on devices that import host memory (``Context.host_imports``: CPU
 drivers and integrated GPUs with VK_EXT_external_memory_host; never with staging) copy
@@ -27,6 +31,7 @@ from ..dml.operator import as_real, as_tuple, as_uint  # noqa: F401  (the coerci
 from ..dml.tensor_desc import allocation_size
 from ..errors import ArgumentTypeError, ValidationError
 from ..tensor import Tensor
+from .base import Transfers
 
 #: Largest total size of NumPy-call tensors kept for reuse per compiled operator.  Beyond
 #: it the tensors are allocated per call, which costs nothing measurable (the heap keeps
@@ -156,14 +161,14 @@ class _Prepared:
 
 
 class _Replay:
-    """The copy-and-replay of a prepared call whose I/O tensors are host-visible, bound
-    once: the I/O set, its typed views and the recorded command buffer (a
-    ``CompiledOperator.replay`` token).  A repeated call copies in, replays and copies
-    out without re-checking what the first call established (the I/O tensors' key and
-    liveness, ``execute``'s argument checks): a third of a tiny ``vkml.pad``'s Python
-    time (docs/DEVELOPING.md, "A tiny call's time").  Any change (another I/O
-    set, a re-recorded buffer, a busy or released operator, a size now over
-    ``IMPORT_BYTES``) falls back to the full path."""
+    """The copy-and-replay of a prepared call, bound once: the I/O set, its typed host
+    views (``_host_views``) and the recorded command buffer (a
+    ``CompiledOperator.replay`` token, with the staging copies where there are any).
+    A repeated call copies in, replays and copies out without re-checking what the
+    first call established (the I/O tensors' key and liveness, ``execute``'s argument
+    checks): a third of a tiny ``vkml.pad``'s Python time (docs/DEVELOPING.md, "A tiny
+    call's time").  Any change (another I/O set, a re-recorded buffer, a busy or
+    released operator, a size now over ``IMPORT_BYTES``) falls back to the full path."""
 
     __slots__ = ("compiled", "io", "nargs", "ins", "absent", "outs", "token", "lifetime",
                  "imported_from")
@@ -254,15 +259,16 @@ def run_prepared(device, entry, args: list):
         try:
             inputs, outs, kept = _io_tensors(device, compiled, args, shapes, out_descs)
             views = _host_views(compiled) if kept else None
-            if views is not None:           # host-visible I/O tensors: copy through views
+            if views is not None:           # kept I/O tensors: copy through host views
                 ctx = device.context
+                transfers = views[2]
                 with ctx.lifetime:          # one entry: no close while we touch the memory
                     for v, a in zip(views[0], args):
                         if v is not None:
                             np.copyto(v, a)
-                    compiled.execute(inputs, outs)
+                    compiled.execute(inputs, outs, transfers)
                     result = [v.copy() for v in views[1]]
-                token = compiled.replay_token(inputs, outs)
+                token = compiled.replay_token(inputs, outs, transfers)
                 if token is not None and compiled.io is not None:
                     entry.replay = _Replay(compiled, compiled.io, views, token, ctx,
                                            entry.out_bytes)
@@ -297,21 +303,49 @@ def run_prepared(device, entry, args: list):
 
 
 def _host_views(compiled):
-    """Typed NumPy views of the compiled operator's reusable I/O tensors, (inputs,
-    outputs), where all of them are host-visible (else None); made once per I/O set and
-    kept with it, so a prepared call's copies are one ``np.copyto`` each way."""
+    """``(inputs, outputs, transfers)``: typed NumPy views through which a call's arrays
+    reach the compiled operator's reusable I/O tensors, made once per I/O set and kept
+    with it, so a prepared call's copies are one ``np.copyto`` each way (None without an
+    I/O set).  A host-visible tensor is viewed itself.  One that is not (staged
+    transfers) is viewed through a host-visible staging buffer of its own, which
+    ``transfers`` (a ``base.Transfers``, None where nothing is staged) copies into the
+    input, or out of the output, in the operator's recorded command buffer: the call
+    stays one submission, where separate staged copies would cost a submission and a
+    wait each.  The staging buffers go with the I/O set (``_io_tensors``) or with the
+    operator (``CompiledOperator.own``)."""
     io = compiled.io
     if io is None:
         return None
     if len(io) > 4:
         return io[4]
-    views = None
-    tensors = io[1] + io[2]
-    if all(t is None or t.allocation.host is not None for t in tensors):
-        def typed(t):
-            n = int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
-            return t.allocation.host[:n].view(t.dtype).reshape(t.shape)
-        views = ([None if t is None else typed(t) for t in io[1]], [typed(t) for t in io[2]])
+    heap = compiled.ctx.staging_heap
+    staging: list = []
+    uploads: list = []
+    downloads: list = []
+
+    def typed(t, upload: bool):
+        n = t.size * t.dtype.itemsize
+        alloc = t.allocation
+        if alloc.host is None:
+            stage = heap.allocate(n)
+            staging.append(stage)
+            if n and upload:
+                uploads.append((stage, alloc, n))
+            elif n:
+                downloads.append((alloc, stage, n))
+            alloc = stage
+        return alloc.host[:n].view(t.dtype).reshape(t.shape)
+
+    try:
+        ins = [None if t is None else typed(t, True) for t in io[1]]
+        outs = [typed(t, False) for t in io[2]]
+    except BaseException:
+        for a in staging:
+            a.free()
+        raise
+    compiled.own(staging)
+    transfers = Transfers(tuple(uploads), tuple(downloads)) if staging else None
+    views = (ins, outs, transfers, staging)
     compiled.io = io[:4] + (views,)
     return views
 
@@ -339,6 +373,8 @@ def _io_tensors(device, compiled, args, shapes, out_descs):
             return cached[1], cached[2], True
         for t in tensors:
             t.free()
+        for a in cached[4][3] if len(cached) > 4 else ():
+            a.free()                # (its staging buffers, see _host_views)
         compiled.io = None
     inputs = [None if a is None else device.empty(a.shape, a.dtype) for a in args]
     outs = [device.empty(s, d.dtype, nbytes=d.total_tensor_size_in_bytes)
