@@ -301,6 +301,18 @@ def run_two_node_graph(device, first, second, inputs, out_shape) -> np.ndarray:
     return out.numpy()
 
 
+def conv_add_relu_graph(conv, y) -> "dml.GraphDesc":
+    """The graph ``relu(conv(input, filter, bias) + residual)`` (inputs in that order, the
+    residual of desc ``y``, the convolution's output): the residual fusion's shape."""
+    N = dml.OperatorGraphNodeDesc
+    nodes = [N(conv, name="conv"), N(dml.ElementWiseAddOperatorDesc(y, y, y), name="add"),
+             N(dml.ActivationReluOperatorDesc(y, y), name="relu")]
+    return dml.GraphDesc(4, 1, nodes, [dml.InputGraphEdgeDesc(i, 0, i) for i in range(3)]
+                         + [dml.InputGraphEdgeDesc(3, 1, 1)], [dml.OutputGraphEdgeDesc(2, 0, 0)],
+                         [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0),
+                          dml.IntermediateGraphEdgeDesc(1, 0, 2, 0)])
+
+
 class Cases:
     """What the examples of a hypothesis test did, so that the test states and checks how
     many real cases it ran: ``assume()``, early returns and refusals can otherwise leave a

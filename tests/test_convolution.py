@@ -19,7 +19,7 @@ import vkml
 from vkml import dml
 from vkml.errors import ValidationError
 
-from helpers import compile_on_path, run_desc
+from helpers import compile_on_path, conv_add_relu_graph, run_desc
 from references import convolution_reference
 
 conv_ops = importlib.import_module("vkml.ops.convolution")   # vkml.ops.convolution: the function
@@ -824,17 +824,11 @@ def test_strided_1x1_with_residual(device, path):
     if path.startswith("gemm_sg") and not _has_sg(device):
         pytest.skip("no subgroup shuffles on this device")
     rng = np.random.default_rng(90)
-    TD, N = dml.TensorDesc, dml.OperatorGraphNodeDesc
+    TD = dml.TensorDesc
     x, w, b = TD("float32", (2, 12, 13, 9)), TD("float32", (16, 12, 1, 1)), \
         TD("float32", (1, 16, 1, 1))
     y = TD("float32", (2, 16, 7, 5))
-    nodes = [N(dml.ConvolutionOperatorDesc(x, w, b, y, strides=(2, 2)), name="conv"),
-             N(dml.ElementWiseAddOperatorDesc(y, y, y), name="add"),
-             N(dml.ActivationReluOperatorDesc(y, y), name="relu")]
-    g = dml.GraphDesc(4, 1, nodes, [dml.InputGraphEdgeDesc(i, 0, i) for i in range(3)]
-                      + [dml.InputGraphEdgeDesc(3, 1, 1)], [dml.OutputGraphEdgeDesc(2, 0, 0)],
-                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0),
-                       dml.IntermediateGraphEdgeDesc(1, 0, 2, 0)])
+    g = conv_add_relu_graph(dml.ConvolutionOperatorDesc(x, w, b, y, strides=(2, 2)), y)
     arrays = [rng.standard_normal(t.sizes).astype(np.float32) for t in (x, w, b, y)]
     cg = device.compile_graph(g, paths={0: path})
     out = device.empty(y.sizes, np.float32)

@@ -16,7 +16,7 @@ from vkml import dml, tuning
 from vkml.errors import UnsupportedError
 from vkml.ops import concurrent_width as cw
 
-from helpers import compile_on_path, run_desc
+from helpers import compile_on_path, conv_add_relu_graph, run_desc
 from references import convolution_reference
 
 conv_ops = importlib.import_module("vkml.ops.convolution")
@@ -144,17 +144,12 @@ def test_split_with_residual(device):
     """A graph's Add and Relu fused into a split convolution: the residual is added by
     the second pass (its ``_res`` variant), not by the GEMM's partial stores."""
     rng = np.random.default_rng(11)
-    TD, N = dml.TensorDesc, dml.OperatorGraphNodeDesc
+    TD = dml.TensorDesc
     x, w, b = TD("float32", (1, 12, 6, 6)), TD("float32", (8, 12, 3, 3)), \
         TD("float32", (1, 8, 1, 1))
     y = TD("float32", (1, 8, 6, 6))
     conv = dml.ConvolutionOperatorDesc(x, w, b, y, start_padding=(1, 1), end_padding=(1, 1))
-    nodes = [N(conv, name="conv"), N(dml.ElementWiseAddOperatorDesc(y, y, y), name="add"),
-             N(dml.ActivationReluOperatorDesc(y, y), name="relu")]
-    g = dml.GraphDesc(4, 1, nodes, [dml.InputGraphEdgeDesc(i, 0, i) for i in range(3)]
-                      + [dml.InputGraphEdgeDesc(3, 1, 1)], [dml.OutputGraphEdgeDesc(2, 0, 0)],
-                      [dml.IntermediateGraphEdgeDesc(0, 0, 1, 0),
-                       dml.IntermediateGraphEdgeDesc(1, 0, 2, 0)])
+    g = conv_add_relu_graph(conv, y)
     arrays = [rng.standard_normal(t.sizes).astype(np.float32) for t in (x, w, b, y)]
     cg = device.compile_graph(g, paths={0: "gemm-split4"})
     try:
