@@ -2,8 +2,9 @@
 not seen, timed in fresh processes (``python -m bench.tuning_cost --child``), four ways,
 each on a new cache folder where a first process has taken the device's one-time
 measurements: it ranked the convolution families
-(``vkml.ops.convolution.choice.strong_families``) and timed its store width
-(``vkml.ops.store_width.wide_stores``), once per device and folder, reported together as
+(``vkml.ops.convolution.choice.strong_families``), timed its store width
+(``vkml.ops.store_width.wide_stores``) and its concurrent width
+(``vkml.ops.concurrent_width``), once per device and folder, reported together as
 ``rank_ms`` (the same folder state for both modes):
 
 * ``off_cold``: ``VKML_TUNE=off``, the new shape (pipelines compiled, no timing);
@@ -64,14 +65,16 @@ def _rank(index: int) -> dict:
     import importlib
 
     import vkml
+    from vkml.ops.concurrent_width import concurrent_width
     from vkml.ops.store_width import wide_stores
     choice = importlib.import_module("vkml.ops.convolution.choice")
     with vkml.Device(index) as dev:
         t = time.perf_counter()
         strong = choice.strong_families(dev)
         wide = wide_stores(dev)
+        width = concurrent_width(dev)
         return {"rank_ms": (time.perf_counter() - t) * 1e3, "strong": list(strong),
-                "wide_stores": wide}
+                "wide_stores": wide, "concurrent_width": width}
 
 
 def _spawn(index: int, mode: str, cache: str, what: str = "--child") -> dict:
