@@ -279,3 +279,19 @@ def test_device_limits_count_the_fma_kernel_in_cpu_time(device):
     lim = device_limits(device)
     assert lim["fma_gflops"] > 0 and lim["shader_copy_gbs"] > 0
     assert lim["fma_cpu_gflops"] > 0
+
+
+def test_stand_in_packages_answer_find_spec(monkeypatch):
+    """The bare torchvision packages and stand-ins the model set puts in ``sys.modules``
+    carry a module spec, so a later ``importlib.util.find_spec`` in the same process (a
+    test asking whether torchvision is there) answers instead of raising."""
+    import importlib.util
+    import types
+
+    monkeypatch.setitem(sys.modules, "vkml_bare_pkg", None)
+    bare = models._bare("vkml_bare_pkg", os.path.dirname(__file__))
+    assert importlib.util.find_spec("vkml_bare_pkg") is bare.__spec__
+    assert bare.__path__ == bare.__spec__.submodule_search_locations
+    plain = models._stand_in(types.ModuleType("vkml_plain_mod"))
+    monkeypatch.setitem(sys.modules, "vkml_plain_mod", plain)
+    assert importlib.util.find_spec("vkml_plain_mod") is plain.__spec__

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import io
 import json
@@ -43,9 +44,19 @@ class ModelSpec:
     source: list = field(default_factory=list)
 
 
+def _stand_in(m: types.ModuleType, path: str | None = None) -> types.ModuleType:
+    """``m`` with a module spec (a package's where ``path`` is given), so that
+    ``importlib.util.find_spec`` answers for it as for an imported module instead of
+    raising (a module in ``sys.modules`` without ``__spec__``)."""
+    m.__spec__ = importlib.machinery.ModuleSpec(m.__name__, None, is_package=path is not None)
+    if path is not None:
+        m.__spec__.submodule_search_locations = [path]
+        m.__path__ = [path]
+    return m
+
+
 def _bare(name: str, path: str) -> types.ModuleType:
-    m = types.ModuleType(name)
-    m.__path__ = [path]
+    m = _stand_in(types.ModuleType(name), path)
     sys.modules[name] = m
     return m
 
@@ -75,7 +86,7 @@ def torchvision_models(name: str):
             setattr(presets, c, _Preset)
         presets.InterpolationMode = enum.Enum(
             "InterpolationMode", "NEAREST NEAREST_EXACT BILINEAR BICUBIC BOX HAMMING LANCZOS")
-        sys.modules[presets.__name__] = presets
+        sys.modules[presets.__name__] = _stand_in(presets)
         ops = _bare("torchvision.ops", os.path.join(root, "ops"))
         ops.misc = importlib.import_module("torchvision.ops.misc")
         depth = importlib.import_module("torchvision.ops.stochastic_depth")
@@ -111,7 +122,7 @@ def ultralytics_detection(cfg: str = "yolov8n.yaml"):
                 if name.startswith("__"):
                     raise AttributeError(name)
                 return lambda *a, **k: None
-        sys.modules["cv2"] = _NoCv2("cv2")
+        sys.modules["cv2"] = _stand_in(_NoCv2("cv2"))
     os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(_cache_dir(), "ultralytics"))
     os.environ.setdefault("YOLO_OFFLINE", "1")
     from ultralytics.nn.modules import Detect
