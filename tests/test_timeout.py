@@ -28,8 +28,12 @@ from vkml.runtime.context import Context
 TIMEOUT_S = 0.001
 #: rows and columns of each padded tensor
 SIDE = 1536
-#: device seconds of the child's sequence: ten times ``TIMEOUT_S``
+#: device seconds of the child's sequence: ten times ``TIMEOUT_S``, by the ``speed``
+#: fixture; at least MIN_REPS rounds of the pads, since a loaded machine's ``speed`` can
+#: read tens of times a quiet run's (lavapipe: 10 ms against 0.3 for its 1M floats), and
+#: the child's quiet replay of one round then finished within the timeout
 WORK_S = 0.01
+MIN_REPS = 4
 
 
 # -- the rule -------------------------------------------------------------------------
@@ -176,7 +180,7 @@ def _spawn(index: int, *args, timeout: float = 120, **env_vars) -> dict:
 def _run_child(device, speed: float, per_first_use_s: float) -> dict:
     """The first-run child's result; ``speed``: the ``speed`` fixture (seconds a pad of
     1M floats takes), which sizes the work to :data:`WORK_S`."""
-    reps = max(1, math.ceil(WORK_S / (3 * speed * SIDE * SIDE / 2**20)))
+    reps = max(MIN_REPS, math.ceil(WORK_S / (3 * speed * SIDE * SIDE / 2**20)))
     return _spawn(device.index, reps, per_first_use_s, timeout=240,
                   MESA_SHADER_CACHE_DISABLE="true")
 
