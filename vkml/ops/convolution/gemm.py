@@ -429,11 +429,7 @@ def gemm_workgroups(op, geo: Geometry) -> int:
     Path.__init__(plan, op, geo)
     plan.subsampled = subsampled(geo)
     plan.geo = plan.subsampled or geo
-    plan.local = min(64, CompiledOperator.workgroup_size.fget(op))
-    plan.sg = 0
-    pl = plan._planes()
-    plan._dispatches(pl)
-    plan.groups_y = plan.geo.groups * pl.co_pad // pl.mb
+    plan._plan_grid()
     return plan.geo.n * sum(gx * gy for gx, gy, _ in map(plan._grid, plan.dispatches))
 
 
@@ -533,11 +529,7 @@ class GemmPath(Path):
             geo = self.geo = dataclasses.replace(geo, b_stride=None,
                                                  y_strides=SplitK.strides(geo, 1))
             self.res, self.act_id = "", 0
-        self.local = min(64, op.workgroup_size)
-        self.sg = self._subgroup()
-        pl = self.planes = self._planes()
-        self.in_place, self.mb, self.nb = pl.in_place, pl.mb, pl.nb
-        row_offsets, w_texels, max_read = self._dispatches(pl)
+        pl, (row_offsets, w_texels, max_read) = self._plan_grid()
         self._check_dispatches()
         if len(row_offsets) > 1024:
             raise UnsupportedError("convolution", "more than 1024 kernel rows")
@@ -555,7 +547,6 @@ class GemmPath(Path):
         self._stores(kernel)
         self.sc = self._scale_suffix(kernel)
         self.takes_scale = bool(self.sc)
-        self.groups_y = g.groups * pl.co_pad // pl.mb
         self.ks, self.partials = 1, None
         if self.split > 1:
             units = min(g.cin_per_group // self._cu(d["kw"]) for d in self.dispatches)
@@ -576,6 +567,18 @@ class GemmPath(Path):
                               + (self.partials.steps if self.partials else []))
 
     # -- the plan ---------------------------------------------------------------------
+    def _plan_grid(self) -> tuple:
+        """The plan up to the dispatch grids (``local``, ``sg``, ``planes``, the block,
+        ``dispatches``, ``groups_y``): ``(planes, what _dispatches returns)``.  It
+        allocates nothing, so :func:`gemm_workgroups` runs it alone."""
+        self.local = min(64, CompiledOperator.workgroup_size.fget(self.op))
+        self.sg = self._subgroup()
+        pl = self.planes = self._planes()
+        self.in_place, self.mb, self.nb = pl.in_place, pl.mb, pl.nb
+        found = self._dispatches(pl)
+        self.groups_y = self.geo.groups * pl.co_pad // pl.mb
+        return pl, found
+
     def _subgroup(self) -> int:
         """The subgroup size the GEMM's pipelines require (0: none; gemm_sg overrides)."""
         return 0
