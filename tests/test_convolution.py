@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import vkml
 from vkml import dml
+from vkml.intmath import ceil_div
 from vkml.errors import ValidationError
 
 from helpers import compile_on_path, conv_add_relu_graph, run_desc
@@ -912,6 +913,41 @@ def test_gemm_sg_mb8(device):
             compile_on_path(device, _conv_desc(dtype, (1, 3, 9, 9), (8, 3, 3, 3),
                                                start_padding=(1, 1), end_padding=(1, 1)),
                             "gemm_sg-mb8")
+
+
+@pytest.mark.parametrize("width", [0, 2, 64])
+def test_workgroups_follow_the_concurrent_width(device, monkeypatch, width):
+    """gemm_sg's channel blocks a workgroup (CBW) and the depthwise kernel's lanes a
+    workgroup are :func:`~vkml.ops.grid.per_workgroup`'s for the device's concurrent
+    width (patched: unknown, two threads, a wide GPU), and every count matches torch: a
+    1x1 to 144 channels (9 blocks of 16: never 8 + 1) and a 3x3 depthwise of 20
+    channels."""
+    grid = importlib.import_module("vkml.ops.grid")
+    sg_mod = importlib.import_module("vkml.ops.convolution.gemm_sg")
+    dw_mod = importlib.import_module("vkml.ops.convolution.depthwise")
+    for mod in (sg_mod, dw_mod):
+        monkeypatch.setattr(mod, "concurrent_width", lambda _device: width)
+    rng = np.random.default_rng(140 + width)
+    if _has_sg(device):
+        compiled = _check_forced(device, _conv_desc("float32", (1, 24, 12, 12),
+                                                    (144, 24, 1, 1)), "gemm_sg", rng)
+        path = compiled.path
+        d = path.dispatches[0]
+        gx = ceil_div(math.prod(d["qsize"][i] for i in (0, 1, 3)), path.sg)
+        cbw = grid.per_workgroup(path.groups_y, path.local // path.sg, gx, width)
+        assert path.groups_y == 9 and d["constants"]["CBW"] == cbw
+        assert d["constants"]["LOCAL_SIZE_X"] == cbw * path.sg
+        compiled.release()
+    compiled = _check_forced(device, _conv_desc("float32", (1, 20, 9, 9), (20, 1, 3, 3),
+                                                group_count=20, start_padding=(1, 1),
+                                                end_padding=(1, 1)), "depthwise", rng)
+    path = compiled.path
+    unit = min(64, device.context.limits["subgroupSize"])
+    lanes = ceil_div(20, path.pc) * path.strips
+    assert path.local % unit == 0 and path.local == unit * grid.per_workgroup(
+        ceil_div(lanes, unit), min(64, compiled.workgroup_size) // unit,
+        ceil_div(9, path.R), width)
+    compiled.release()
 
 
 def same_bits_with_rows_apart(device, desc, got, arrays, path):

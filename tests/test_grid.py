@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 import vkml
 from references import fold_reference, lp_pooling_reference, pad_reference, unfold_reference
-from vkml.ops.grid import (GRID_LIMIT, binding_window, box_grid, div_magic, grid_cap,
+from vkml.ops.grid import (GRID_LIMIT, TURNS_SLACK, binding_window, box_grid, div_magic,
+                           grid_cap, per_workgroup,
                            pick_xdims, plan_windows, split_groups, strided_span, vector_width)
 from vkml.intmath import ceil_div
 
@@ -155,3 +156,35 @@ def test_lp_pooling_at_lowered_limits(device):
                           end_padding=[1, 1], p=2, device=dev)
     want = lp_pooling_reference(x, [3, 2], [1, 2], None, [1, 0], [1, 1], p=2)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def _turns(units, c, others, width):
+    return ceil_div(others * ceil_div(units, c), max(width, 1)) * c
+
+
+@pytest.mark.parametrize("units, most, others, width, expected", [
+    (9, 8, 33, 2, 3),      # 144 channels in blocks of 16 at 56x56: 3 a workgroup, not 8 + 1
+    (4, 8, 3, 2, 2),       # 3 pixel blocks of a 14x14 map: 6 workgroups of 2, not 3 of 4
+    (4, 8, 1000, 2, 4),    # a long grid: the whole 4
+    (9, 8, 1, 0, 3),       # width unknown: no short last workgroup
+    (20, 8, 1, 2, 5),      # 4 workgroups of 5, two turns each, not 3 of 8 (8, 8, 4)
+    (3, 8, 1, 64, 1),      # a wide device: one piece a workgroup
+    (1, 8, 5, 2, 1),
+    (5, 1, 7, 2, 1),
+])
+def test_per_workgroup_examples(units, most, others, width, expected):
+    assert per_workgroup(units, most, others, width) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 16), st.integers(1, 300), st.integers(0, 300))
+def test_per_workgroup_fewest_turns_then_most_pieces(units, most, others, width):
+    """The count is allowed, within the slack of the fewest turns of any allowed count,
+    and no larger count is."""
+    c = per_workgroup(units, most, others, width)
+    allowed = range(1, max(1, min(most, units)) + 1)
+    assert c in allowed
+    least = min(_turns(units, k, others, width) for k in allowed)
+    assert _turns(units, c, others, width) <= least * (1 + TURNS_SLACK)
+    assert all(_turns(units, k, others, width) > least * (1 + TURNS_SLACK)
+               for k in allowed if k > c)

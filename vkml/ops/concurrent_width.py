@@ -32,10 +32,12 @@ _CHAINS = 8
 #: A workgroup's work (steps of each accumulator) is sized on the device first
 #: (:func:`_size`): one workgroup's time at least TARGET_FACTOR x an empty dispatch's and
 #: TARGET_S, so that past the width a grid's time grows by nearly a workgroup's and the
-#: knee shows; no more, so that a slow device's sweep stays short (SwiftShader ran 512
-#: steps in 2.2 ms a workgroup, lavapipe in 0.09).  Steps start at ITERS_MIN and stay
-#: within ITERS_MAX (far below lavapipe's 65535-iteration loop limit).
-TARGET_S = 40e-6
+#: knee shows.  A CPU driver's second thread starts its share of a grid tens of
+#: microseconds late, so workgroups much shorter than TARGET_S read a width of 1 on an
+#: idle 2-CPU lavapipe as often as 2; no longer, so that a slow device's sweep stays short
+#: (both CPU drivers sweep in about 45 ms).  Steps start at ITERS_MIN and stay within
+#: ITERS_MAX (far below lavapipe's 65535-iteration loop limit).
+TARGET_S = 500e-6
 TARGET_FACTOR = 2
 ITERS_MIN = 16
 ITERS_MAX = 8192

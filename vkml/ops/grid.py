@@ -6,8 +6,9 @@ grid's x along the trailing dimension(s), y the one before, z the rest, so all b
 uniform per workgroup (see docs/DEVELOPING.md).  :func:`split_groups` cuts a box until
 every dispatch's grid fits the device; :func:`plan_windows` cuts it until the input and
 output elements it touches each fit one binding, and :func:`binding_window` turns such
-an element span into an aligned (offset, size) binding.  :class:`BoxKernel` is the
-operator base class putting these together.
+an element span into an aligned (offset, size) binding.  :func:`per_workgroup` sizes
+workgroups so that the device's concurrent width finishes the grid in the fewest turns.
+:class:`BoxKernel` is the operator base class putting these together.
 """
 from __future__ import annotations
 
@@ -144,6 +145,28 @@ def pieces(count: int, step: int, start: int = 0) -> list[tuple[int, int]]:
     """``(first, n)`` runs of at most ``step`` covering ``[start, start + count)``: one
     grid axis in dispatches the device takes (``maxComputeWorkGroupCount``)."""
     return [(a, min(step, start + count - a)) for a in range(start, start + count, step)]
+
+
+#: :func:`per_workgroup` takes the most pieces a workgroup among counts within this share
+#: of the fewest turns: a grid many turns long differs by a last turn's rounding only.
+TURNS_SLACK = 1 / 32
+
+
+def per_workgroup(units: int, most: int, others: int = 1, width: int = 0) -> int:
+    """How many of ``units`` equal pieces of work (a kernel's channel blocks, lanes of
+    one subgroup) one workgroup takes, at most ``most``.  The grid holds ``others``
+    workgroups for each workgroup of pieces, and the device runs ``width`` workgroups at
+    once (its measured concurrent width, :mod:`vkml.ops.concurrent_width`; 0, unknown,
+    counts as 1): a count's cost is its turns, the piece-times of the busiest
+    workgroup in each of ``ceil(workgroups / width)`` waves.  A last workgroup short of
+    pieces costs as a full one: the CPU drivers hand each thread a contiguous run of
+    workgroups in grid order (lavapipe ``count / threads`` a thread), so a run of short
+    ones leaves a thread idle.  Of the counts within :data:`TURNS_SLACK` of the fewest
+    turns, the most (fewer, fuller workgroups)."""
+    turns = {c: ceil_div(others * ceil_div(units, c), max(width, 1)) * c
+             for c in range(1, max(1, min(most, units)) + 1)}
+    least = min(turns.values())
+    return max(c for c, t in turns.items() if t <= least * (1 + TURNS_SLACK))
 
 
 def vector_width(extent, vec: int) -> int:

@@ -10,7 +10,8 @@ from ... import runtime
 from ...dml.data_type import DataType
 from ...errors import UnsupportedError
 from ...runtime import Bind
-from ..grid import pieces
+from ..concurrent_width import concurrent_width
+from ..grid import per_workgroup, pieces
 from ...runtime.blocks import pack
 from .geometry import STORAGES, Path, knobs_of, storage_suffix, texel_ok, variant
 from ...intmath import ceil_div
@@ -194,7 +195,7 @@ class DepthwisePath(Path):
                         self.texel, self.v4))
         if self.v4 and not self.texel:
             self.v4 = False
-        self.local = min(64, op.workgroup_size)
+        self.local = self._local(op, g)
         self.kernel = name
         self.pipe = op.pipeline(name, {
             "LOCAL_SIZE_X": self.local, "NB": nb, "SW": g.stride[2], "KW": kw,
@@ -209,6 +210,19 @@ class DepthwisePath(Path):
             ws=(g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]),
             ys=g.y_strides[:4], last=(g.x_strides[4], g.y_strides[4], int(g.flip), g.c_out),
             act=self.act_params), np.uint8))
+
+    def _local(self, op, g) -> int:
+        """Lanes a workgroup: whole subgroups (lavapipe's SIMD width where the device
+        reports none), as many as :func:`~vkml.ops.grid.per_workgroup` gives for the
+        grid's (channel, strip) lanes over the device's concurrent width (a 28x28 map of
+        192 channels: 3 workgroups of 64 lanes on two threads take two turns of 64
+        lanes, 6 of 32 three of 32)."""
+        most = min(64, op.workgroup_size)
+        unit = min(most, max(op.ctx.limits.get("subgroupSize") or 8, 1))
+        lanes = ceil_div(g.c_out, self.pc) * self.strips
+        others = ceil_div(g.out_size[1], self.R) * g.n * g.out_size[0]
+        return unit * per_workgroup(ceil_div(lanes, unit), most // unit, others,
+                                    concurrent_width(op.device))
 
     def encode(self, seq, x, w, b, y) -> None:
         g, op, d = self.geo, self.op, self.op.desc

@@ -16,6 +16,8 @@ from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes,
 from .geometry import knobs_of
 from .geometry import STORAGES, texel_ok
 from .plan import Buf
+from ..concurrent_width import concurrent_width
+from ..grid import per_workgroup
 from ...intmath import ceil_div
 
 #: Kernel variants this path runs and the specialization constants it sets.
@@ -152,20 +154,24 @@ class GemmSgPath(GemmPath):
         return True
 
     def _constants(self, d) -> dict:
-        """Adds SG; where a workgroup holds several subgroups, CBW: channel blocks of
-        the same pixels as subgroups of a workgroup (the input rows stay in cache between
-        them); ACC_RUN 0 for knob ``sg_acc_run`` False (one channel and column tap at a
-        time over the block)."""
+        """Adds SG; CBW where there are several channel blocks: channel blocks of the
+        same pixels as subgroups of a workgroup (the input rows stay in cache between
+        them), as many as :func:`~vkml.ops.grid.per_workgroup` gives for the device's
+        concurrent width (144 channels in 9 blocks: 3 a workgroup, not 8 and a workgroup
+        of 1 idling one of lavapipe's threads); ACC_RUN 0 for knob ``sg_acc_run`` False
+        (one channel and column tap at a time over the block)."""
         consts = {**super()._constants(d), "SG": self.sg}
         if not self.knobs["sg_acc_run"]:
             consts["ACC_RUN"] = 0
         if self._w4():
             consts["W4"] = 1
         qs = d["qsize"]
-        blocks = qs[0] * qs[1] * qs[3]
-        cbw = min(self.local // self.sg, self.groups_y)
-        cbw = cbw if SG_CBW and cbw >= 2 else 0
-        if cbw and ceil_div(blocks, self.sg) <= self.ctx.limits["maxComputeWorkGroupCount"][0]:
+        gx = ceil_div(qs[0] * qs[1] * qs[3], self.sg)
+        cbw = 0
+        if SG_CBW and self.groups_y >= 2 and gx <= self.ctx.limits["maxComputeWorkGroupCount"][0]:
+            cbw = per_workgroup(self.groups_y, self.local // self.sg,
+                                gx * self.geo.n * self.ks, concurrent_width(self.op.device))
+        if cbw:
             consts["CBW"] = cbw
             consts["LOCAL_SIZE_X"] = cbw * self.sg
         d["cbw"] = consts.get("CBW", 0)
