@@ -919,13 +919,14 @@ def test_gemm_sg_mb8(device):
 def test_workgroups_follow_the_concurrent_width(device, monkeypatch, width):
     """gemm_sg's channel blocks a workgroup (CBW) and the depthwise kernel's lanes a
     workgroup are :func:`~vkml.ops.grid.per_workgroup`'s for the device's concurrent
-    width (patched: unknown, two threads, a wide GPU), and every count matches torch: a
-    1x1 to 144 channels (9 blocks of 16: never 8 + 1) and a 3x3 depthwise of 20
-    channels."""
+    width (patched: unknown, two threads, a wide GPU), as are the gemv path's subgroups
+    a workgroup, and every count matches torch: a 1x1 to 144 channels (9 blocks of 16:
+    never 8 + 1), a 3x3 depthwise of 20 channels and a 64 -> 40 gemv."""
     grid = importlib.import_module("vkml.ops.grid")
     sg_mod = importlib.import_module("vkml.ops.convolution.gemm_sg")
     dw_mod = importlib.import_module("vkml.ops.convolution.depthwise")
-    for mod in (sg_mod, dw_mod):
+    gemv_mod = importlib.import_module("vkml.ops.convolution.gemv")
+    for mod in (sg_mod, dw_mod, gemv_mod):
         monkeypatch.setattr(mod, "concurrent_width", lambda _device: width)
     rng = np.random.default_rng(140 + width)
     if _has_sg(device):
@@ -948,6 +949,17 @@ def test_workgroups_follow_the_concurrent_width(device, monkeypatch, width):
         ceil_div(lanes, unit), min(64, compiled.workgroup_size) // unit,
         ceil_div(9, path.R), width)
     compiled.release()
+    if _has_sg(device):
+        compiled = _check_forced(device, _conv_desc("float32", (1, 64, 1, 1), (40, 64, 1, 1)),
+                                 "gemv", rng)
+        path = compiled.path
+        step = path.steps[0]
+        subgroups = ceil_div(10, path.sg // path.split)
+        local = path.sg * grid.per_workgroup(subgroups, min(64, compiled.workgroup_size)
+                                             // path.sg, 1, width)
+        assert step.constants["LOCAL_SIZE_X"] == local
+        assert step.grid[0] == ceil_div(10, local // path.split)
+        compiled.release()
 
 
 def same_bits_with_rows_apart(device, desc, got, arrays, path):

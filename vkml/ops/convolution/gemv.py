@@ -13,7 +13,8 @@ from ... import runtime
 from ...dml.data_type import DataType
 from ...intmath import ceil_div
 from ...runtime.blocks import pack
-from ..grid import pieces
+from ..concurrent_width import concurrent_width
+from ..grid import per_workgroup, pieces
 from .gemm import subgroup_shuffle_size
 from .geometry import Path, texel_ok
 from .plan import Buf, Step, compiled, record
@@ -48,7 +49,6 @@ class GemvPath(Path):
         super().__init__(op, geo, knobs)
         g = geo
         self.sg = subgroup_shuffle_size(op)
-        local = max(self.sg, min(64, op.workgroup_size) // self.sg * self.sg)
         kernel = "convolution_gemv_f32"
         params = op.upload(np.frombuffer(pack(
             kernel, "Params", size=(g.c_in, g.c_out, int(g.b_stride is not None),
@@ -65,6 +65,12 @@ class GemvPath(Path):
                  Buf("b", absent=params),
                  Buf("y", d.output_tensor.total_tensor_size_in_bytes, "w"), Buf(params))
         self.split = ks = self._split()
+        # whole subgroups a workgroup, as few turns as the device's width allows (a
+        # squeeze to 10 channels: two workgroups of one subgroup on two threads, not one
+        # of eight subgroups)
+        subgroups = ceil_div(ceil_div(g.c_out, MB), self.sg // ks)
+        local = self.sg * per_workgroup(subgroups, max(1, min(64, op.workgroup_size) // self.sg),
+                                        g.n, concurrent_width(op.device))
         consts = {"LOCAL_SIZE_X": local, "MB": MB, "SG": self.sg, "ACT": self.act_id, "KS": ks,
                   "X4": int(x4)}
         gx = ceil_div(ceil_div(g.c_out, MB), local // ks)
