@@ -1,6 +1,8 @@
 """Command sequences: batching, replay, barriers, timestamps, descriptors (runtime/scheduler.py)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -246,6 +248,39 @@ def test_waits_that_poll_the_tail(device, took):
                                                              "reflect"))
     assert scheduler.WAIT_TAIL_S >= 0
     op.release()
+
+
+def test_a_tail_wait_ends_by_the_submissions_timeout(device, monkeypatch):
+    """A replay after a slow run sleeps for about that run's length before it polls
+    (``WAIT_TAIL_S``), but its whole wait ends by its own timeout: a submission that
+    never finishes (the fence waits stubbed to time out, its status to read not ready)
+    fails after its 50 ms timeout, not after the previous run's 10 s, and no fence
+    wait is asked for longer than that timeout.  (Its own device: the timeout loses it.)"""
+    from vkml.runtime import scheduler
+
+    asked = []
+
+    def wait(dev, n, fences, wait_all, timeout_ns):
+        asked.append(timeout_ns)
+        time.sleep(timeout_ns * 1e-9)
+        return scheduler.vk.VK_TIMEOUT
+
+    with vkml.Device(device.index) as dev:
+        op, out = _pad_op(dev, (4,), (1,), (1,))
+        tx, ty = dev.tensor(np.ones(4, np.float32)), dev.empty(out)
+        seq = dev.sequence()
+        op.record(seq, [tx], [ty])
+        seq.run()
+        seq._spin, seq._tail, seq._took = 0.0, 1e-3, 10.0
+        seq._timeout_ns = int(0.05e9)
+        monkeypatch.setattr(scheduler, "_wait_fences", wait)
+        monkeypatch.setattr(scheduler, "_fence_status", lambda *_: scheduler._NOT_READY)
+        t = time.perf_counter()
+        with pytest.raises(DeviceError, match="timed out"):
+            seq.run()
+        took = time.perf_counter() - t
+        monkeypatch.undo()
+        assert took < 1.0 and asked and max(asked) <= 0.05e9
 
 
 def test_rebind_when_a_new_allocation_has_an_old_ones_id(device):

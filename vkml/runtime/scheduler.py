@@ -94,6 +94,12 @@ _yield = os.sched_yield
 _submit = lib.vkQueueSubmit
 _fence_status = lib.vkGetFenceStatus
 _reset_fences = lib.vkResetFences
+_wait_fences = lib.vkWaitForFences
+
+
+def _ns_until(deadline: float) -> int:
+    """Nanoseconds from now to ``deadline`` (perf_counter seconds), 0 once past it."""
+    return max(0, int((deadline - _perf()) * 1e9))
 
 
 @dataclass(frozen=True)
@@ -647,11 +653,11 @@ class Sequence:
                     _yield()
         if result == _NOT_READY:
             tail = self._tail
+            deadline = t0 + self._timeout_ns * 1e-9    # the submission's whole wait
             if tail and self._took > 2 * tail:
-                result = self._wait_tail(device, fence_ptr, t0 + self._took - tail)
+                result = self._wait_tail(device, fence_ptr, t0 + self._took - tail, deadline)
             else:
-                result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE,
-                                             self._timeout_ns)
+                result = _wait_fences(device, 1, fence_ptr, vk.VK_TRUE, _ns_until(deadline))
         self._took = took = _perf() - t0
         self._spin = SPIN_S if took < 4 * SPIN_S else 0.0
         if result == vk.VK_TIMEOUT:
@@ -673,21 +679,23 @@ class Sequence:
                     self.mark_ns = [ctx.mask_timestamp(s[k] - s[0]) * period
                                     for k in range(2, n)]
 
-    def _wait_tail(self, device, fence_ptr, poll_from: float) -> int:
+    def _wait_tail(self, device, fence_ptr, poll_from: float, deadline: float) -> int:
         """Sleep in vkWaitForFences until ``poll_from`` (perf_counter seconds), then poll
-        the fence for up to twice :data:`WAIT_TAIL_S`, then sleep again."""
-        left = poll_from - _perf()
+        the fence for up to twice :data:`WAIT_TAIL_S`, then sleep again; all of it ends
+        by ``deadline`` (the submission's timeout: a previous run's length, which sets
+        ``poll_from``, can exceed it)."""
+        left = min(poll_from, deadline) - _perf()
         result = _NOT_READY
         if left > 0:
-            result = lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, int(left * 1e9))
+            result = _wait_fences(device, 1, fence_ptr, vk.VK_TRUE, int(left * 1e9))
             if result != vk.VK_TIMEOUT:
                 return result
-        fence, until = fence_ptr[0], _perf() + 2 * self._tail
+        fence, until = fence_ptr[0], min(_perf() + 2 * self._tail, deadline)
         while result != vk.VK_SUCCESS and result >= 0 and _perf() < until:
             result = _fence_status(device, fence)
         if result == vk.VK_SUCCESS or result < 0:
             return result
-        return lib.vkWaitForFences(device, 1, fence_ptr, vk.VK_TRUE, self._timeout_ns)
+        return _wait_fences(device, 1, fence_ptr, vk.VK_TRUE, _ns_until(deadline))
 
     def close(self) -> None:
         """Release the command buffer, fence and descriptor sets (idempotent)."""
