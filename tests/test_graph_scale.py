@@ -237,8 +237,10 @@ def test_onnx_squeeze_excitation_block(device):
     """Through vkml.onnx, an EfficientNet MBConv block with its squeeze-excitation:
     1x1 Conv -> SiLU -> depthwise 3x3 Conv -> SiLU -> GlobalAveragePool -> 1x1 Conv ->
     SiLU -> 1x1 Conv -> Sigmoid -> Mul -> 1x1 Conv -> Add(x): the Mul fused into the
-    projecting convolution (and the Add after it), the SE's 1x1 convolutions of 1x1
-    planes on gemv where the device takes it; ONNX Runtime's values, fused or not."""
+    projecting convolution (and the Add after it), the pool and the SE's 1x1
+    convolutions of 1x1 planes one squeeze-excitation node (``VKML_TUNE=off``), those
+    convolutions on gemv where the device takes it with that fusion off; ONNX Runtime's
+    values, fused or not."""
     from onnx import helper, numpy_helper
     import vkml.onnx as vonnx
     from onnx_helpers import make_model, ort_expected, value_info
@@ -281,6 +283,14 @@ def test_onnx_squeeze_excitation_block(device):
     assert labels["scale"] == "Mul (fused into Conv)", labels
     assert "input scale" in {f.kind for f in rep.fusions}
     cg = rep._parts[0].last.compiled
+    kinds = {f.kind for f in rep.fusions}
+    if vkml.tuning.default_tuner().effective_mode() == "off":      # (else the tuner's)
+        assert "squeeze excitation" in kinds
+    # the two fully connected layers as convolutions of their own: on gemv
+    apart = vonnx.prepare(model, device=device, strict=True,
+                          fuse={"squeeze excitation": False})
+    np.testing.assert_allclose(apart.run(feeds)[0], want, **tol)
+    cg = apart._parts[0].last.compiled
     names = {n.desc: n.compiled.path.name for n in cg._graph_nodes.values()
              if isinstance(n.desc, dml.ConvolutionOperatorDesc)}
     fcs = [p for d, p in names.items() if d.input_tensor.sizes[2:] == (1, 1)]

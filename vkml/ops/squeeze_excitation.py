@@ -1,0 +1,280 @@
+"""A squeeze-excitation block's head as one graph node (``glsl/squeeze_excitation.comp``):
+the graph compiler's "squeeze excitation" fusion (``vkml/ops/graph.py``, step 1).
+
+The head is three DML nodes: a global average pool (an AVERAGE_POOLING whose window is
+the plane, as ONNX GlobalAveragePool lowers, or a REDUCE with the AVERAGE function over
+every spatial axis), then two 1x1 convolutions of 1x1 planes, the squeezing one and
+the exciting one, each with its fused activation (EfficientNet: SiLU, then sigmoid).  Each
+does almost no work; apart they cost three dispatches, and on a CPU driver a dispatch's
+own cost is several times that work.  :func:`head_desc` says where the three may run as
+one node, :class:`CompiledSqueezeExcitation` runs them: one workgroup an image pools
+the planes, then computes both layers from shared memory.  One workgroup is one thread of
+a CPU driver: where pooling the planes on one thread costs more than the two dispatches
+saved (SwiftShader, 14x14 and 28x28 planes), the nodes stay apart.  Which is measured:
+the tunable path ``squeeze_excitation`` (:data:`TUNED`: "apart" or "fused", timed on
+the block's shape and stored per shape like any choice); ``VKML_TUNE=off`` fuses.
+
+The fused node rounds as the three nodes do (float32 sums of products, the average as a
+sum over a count) but adds in its own order (planes in order, each layer's products in
+input-channel order): its results differ from the unfused graph's by float32 rounding
+only, not bit for bit.  It is not a DML operator: it exists inside compiled graphs only,
+and ``fuse={"squeeze excitation": False}`` keeps the three nodes."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import runtime
+from ..dml.convolution import ConvolutionOperatorDesc
+from ..dml.data_type import DataType
+from ..dml.pooling import AveragePooling1OperatorDesc, AveragePoolingOperatorDesc
+from ..dml.reduce import ReduceFunction, ReduceOperatorDesc
+from ..runtime import Bind
+from ..runtime.blocks import pack
+from .. import tuning
+from ..dml.convolution import ConvolutionOperatorDesc as _Conv
+from ..dml.tensor_desc import TensorDesc
+from .base import CompiledOperator, compile_operator, empty_for, release_all
+from .convolution.epilogue import (EpilogueConvolutionDesc, input_scale_of, kernel_activation,
+                                   residual_of)
+from .grid import pieces
+
+__all__: list[str] = []     # graph-internal: no functional form
+
+#: Kernel variants this module requests and the specialization constants it sets.
+VARIANTS = {"squeeze_excitation_f32": ("LOCAL_SIZE_X", "ACT1", "ACT2", "X4", "C", "C1", "W4A",
+                                       "W4B")}
+#: Lanes of the workgroup: each pools C / LANES planes and computes as many channels of
+#: each layer; one workgroup runs on one thread of a CPU driver whatever its size.
+LANES = 64
+
+
+@dataclass(frozen=True)
+class SqueezeExcitationDesc:
+    """The fused node's descriptor: the three declared nodes' descriptors.  Inputs: the
+    pooled tensor, then the squeezing layer's filter and bias, then the exciting layer's
+    (a bias may be None); output: the exciting layer's."""
+
+    pool: object               # ReduceOperatorDesc or AveragePooling(1)OperatorDesc
+    squeeze: ConvolutionOperatorDesc
+    excite: ConvolutionOperatorDesc
+
+    OPERATOR_TYPE = "squeeze excitation"
+
+    def inputs(self):
+        return [self.pool.input_tensor, self.squeeze.filter_tensor, self.squeeze.bias_tensor,
+                self.excite.filter_tensor, self.excite.bias_tensor]
+
+    def outputs(self):
+        return [self.excite.output_tensor]
+
+
+def _packed_planes(t) -> bool:
+    """Whether each (image, channel) plane of ``t`` is one packed run of elements."""
+    run = 1
+    for size, stride in zip(reversed(t.sizes[2:]), reversed(t.element_strides[2:])):
+        if size > 1 and stride != run:
+            return False
+        run *= size
+    return True
+
+
+def _global_average(pool) -> bool:
+    """Whether ``pool`` averages each whole (image, channel) plane: a REDUCE with the
+    AVERAGE function over every spatial axis, or an AVERAGE_POOLING (ONNX
+    GlobalAveragePool) whose one window is the plane (no padding, dilation 1)."""
+    rank = pool.input_tensor.dimension_count
+    if isinstance(pool, ReduceOperatorDesc):
+        return (pool.reduce_function == ReduceFunction.AVERAGE
+                and sorted(pool.axes) == list(range(2, rank)))
+    if isinstance(pool, (AveragePooling1OperatorDesc, AveragePoolingOperatorDesc)):
+        return (tuple(pool.window_size) == tuple(pool.input_tensor.sizes[2:])
+                and all(s == 1 for s in pool.output_tensor.sizes[2:])
+                and not any(pool.start_padding) and not any(pool.end_padding)
+                and all(d == 1 for d in (getattr(pool, "dilations", None) or ())))
+    return False
+
+
+def _dense_layer(conv, c_in: int) -> bool:
+    """Whether ``conv`` is a fully connected layer of ``c_in`` channels: a forward, one-group
+    float32 convolution with a 1x1 filter over 1x1 planes (no padding, stride, dilation
+    or output padding to matter), its filter of 2-D or more (out, in) and its bias one
+    value a channel, no residual or input scale of a graph fusion."""
+    if type(conv) not in (ConvolutionOperatorDesc, EpilogueConvolutionDesc):
+        return False
+    x, w = conv.input_tensor, conv.filter_tensor
+    return (not conv.is_backward and conv.group_count == 1
+            and x.data_type == DataType.FLOAT32 and x.sizes[1] == c_in
+            and all(s == 1 for s in x.sizes[2:]) and all(s == 1 for s in w.sizes[2:])
+            and all(s == 1 for s in conv.output_tensor.sizes[2:])
+            and not any(conv.start_padding) and not any(conv.end_padding)
+            and not any(conv.output_padding)
+            and residual_of(conv) is None and input_scale_of(conv) is None)
+
+
+def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
+    """The fused node of global average ``pool`` (:func:`_global_average`) feeding
+    convolution ``squeeze`` feeding
+    convolution ``excite`` (the graph has checked that each output feeds only the next
+    node, read as written), or None where the kernel does not take them: AVERAGE over
+    every spatial axis of a float32 tensor whose planes are packed; both layers dense
+    (:func:`_dense_layer`); the means and the squeezed channels within the device's
+    shared memory, the pooled tensor and both filters within its texel views.  (An
+    AVERAGE_POOLING with no padding has one divisor, the window, whatever
+    IncludePadding says.)"""
+    if not _global_average(pool):
+        return None
+    x = pool.input_tensor
+    if x.dimension_count < 3 or x.data_type != DataType.FLOAT32 or not _packed_planes(x):
+        return None
+    c = x.sizes[1]
+    c1 = squeeze.filter_tensor.sizes[0]
+    if not (_dense_layer(squeeze, c) and _dense_layer(excite, c1)
+            and excite.output_tensor.sizes[1] == c):
+        return None
+    lim = device.context.limits
+    tensors = (x, squeeze.filter_tensor, excite.filter_tensor)
+    if ((c + c1) * 4 > lim["maxComputeSharedMemorySize"]
+            or any(t.total_tensor_size_in_bytes // (16 if wide else 4)
+                   > lim["maxTexelBufferElements"]
+                   for t, wide in zip(tensors, whole_texels(x, squeeze, excite)))):
+        return None
+    return SqueezeExcitationDesc(pool, squeeze, excite)
+
+
+def whole_texels(x, squeeze, excite) -> tuple[bool, bool, bool]:
+    """Which of the input, W1 and W2 the kernel reads as RGBA32F texels (X4, W4A, W4B):
+    the input where its elements are whole texels, a filter where its rows (input
+    channels) are packed, whole texels and start on one."""
+    def rows(w) -> bool:
+        return (w.element_strides[1] == 1 and w.sizes[1] % 4 == 0
+                and w.element_strides[0] % 4 == 0
+                and (w.total_tensor_size_in_bytes // 4) % 4 == 0)
+    return ((x.total_tensor_size_in_bytes // 4) % 4 == 0, rows(squeeze.filter_tensor),
+            rows(excite.filter_tensor))
+
+
+class CompiledSqueezeExcitation(CompiledOperator):
+    """:class:`SqueezeExcitationDesc` on ``glsl/squeeze_excitation.comp`` (module doc)."""
+
+    kernel = "squeeze_excitation_f32"
+
+    def build(self) -> None:
+        d = self.desc
+        x, sq, ex = d.pool.input_tensor, d.squeeze, d.excite
+        plane = math.prod(x.sizes[2:])
+        xs = x.element_strides
+        self.x4, *self.w4 = whole_texels(x, sq, ex)
+        acts = [kernel_activation(c) for c in (sq, ex)]
+        self.pipe = self.pipeline(self.kernel, {
+            "LOCAL_SIZE_X": min(LANES, self.workgroup_size),
+            "ACT1": acts[0].SPEC.kernel_id if acts[0] is not None else 0,
+            "ACT2": acts[1].SPEC.kernel_id if acts[1] is not None else 0,
+            "X4": int(self.x4), "C": x.sizes[1], "C1": sq.filter_tensor.sizes[0],
+            "W4A": int(self.w4[0]), "W4B": int(self.w4[1])})
+        zero = np.zeros(4, np.float32)
+        ws1, ws2 = sq.filter_tensor.element_strides, ex.filter_tensor.element_strides
+        ys = ex.output_tensor.element_strides
+        self.params = self.upload_block(
+            self.kernel, "Params",
+            size=(plane, ex.output_tensor.sizes[1], int(sq.bias_tensor is not None),
+                  int(ex.bias_tensor is not None)),
+            xs=(xs[0], xs[1], *(b.element_strides[1] if b is not None else 0
+                                for b in (sq.bias_tensor, ex.bias_tensor))),
+            ws=(ws1[0], ws1[1], ws2[0], ws2[1]), ys=(ys[0], ys[1], 0, 0),
+            act1=acts[0].kernel_parameters() if acts[0] is not None else zero,
+            act2=acts[1].kernel_parameters() if acts[1] is not None else zero)
+
+    def encode(self, seq, inputs, outputs) -> None:
+        x, w1, b1, w2, b2 = (t.allocation if t is not None else None for t in inputs)
+        d = self.desc
+        r32, rgba = runtime.FORMAT_R32_SFLOAT, runtime.FORMAT_RGBA32_SFLOAT
+        binds = [Bind(x, 0, d.pool.input_tensor.total_tensor_size_in_bytes, "r",
+                      rgba if self.x4 else r32),
+                 Bind(w1, 0, d.squeeze.filter_tensor.total_tensor_size_in_bytes, "r",
+                      rgba if self.w4[0] else r32),
+                 Bind(b1, 0, d.squeeze.bias_tensor.total_tensor_size_in_bytes) if b1 is not None
+                 else Bind(self.params),
+                 Bind(w2, 0, d.excite.filter_tensor.total_tensor_size_in_bytes, "r",
+                      rgba if self.w4[1] else r32),
+                 Bind(b2, 0, d.excite.bias_tensor.total_tensor_size_in_bytes) if b2 is not None
+                 else Bind(self.params),
+                 Bind(outputs[0].allocation, 0, d.excite.output_tensor.total_tensor_size_in_bytes, "w"),
+                 Bind(self.params)]
+        mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
+        for n0, nn in pieces(d.pool.input_tensor.sizes[0], mz):
+            seq.dispatch(self.pipe, binds, (1, 1, nn), pack(self.kernel, "push", n0=n0))
+
+
+# -- the tunable path ``squeeze_excitation`` (module doc) -------------------------------
+def tuning_shape(desc: SqueezeExcitationDesc) -> dict:
+    """The tuner's shape of a fused head: images, channels, squeezed channels, plane."""
+    x = desc.pool.input_tensor
+    return {"n": int(x.sizes[0]), "c": int(x.sizes[1]),
+            "c1": int(desc.squeeze.filter_tensor.sizes[0]),
+            "plane": [int(v) for v in x.sizes[2:]]}
+
+
+def _shape_class(shape) -> str:
+    return (f"n{shape['n']}-c{shape['c']}-c{shape['c1']}-"
+            + "x".join(map(str, shape["plane"])))
+
+
+def _descs(shape) -> tuple:
+    """:func:`tuning_shape`'s inverse: packed float32 (pool, squeeze, excite) descriptors
+    (a RELU and a SIGMOID fused: the activations cost alike)."""
+    n, c, c1, plane = shape["n"], shape["c"], shape["c1"], tuple(shape["plane"])
+    ones = (1,) * len(plane)
+    f32 = DataType.FLOAT32
+    x, p = TensorDesc(f32, (n, c) + plane), TensorDesc(f32, (n, c) + ones)
+    h = TensorDesc(f32, (n, c1) + ones)
+    pool = AveragePooling1OperatorDesc(x, p, strides=ones, window_size=plane,
+                                       start_padding=(0,) * len(plane),
+                                       end_padding=(0,) * len(plane), dilations=ones)
+    squeeze = _Conv(p, TensorDesc(f32, (c1, c) + ones), TensorDesc(f32, (1, c1) + ones), h,
+                    fused_activation="relu")
+    excite = _Conv(h, TensorDesc(f32, (c, c1) + ones), TensorDesc(f32, (1, c) + ones), p,
+                   fused_activation="sigmoid")
+    return pool, squeeze, excite
+
+
+def _run(device, seq, cand, shape):
+    """Record candidate ``cand`` for ``shape`` into ``seq`` on fresh tensors: "apart",
+    the three operators one after the other; "fused", the one node."""
+    descs = _descs(shape)
+    made: list = []
+    try:
+        if cand.name == "apart":
+            ops = [compile_operator(device.create_operator(d)) for d in descs]
+            made += ops
+            x = empty_for(device, descs[0].input_tensor)
+            made.append(x)
+            for op, d in zip(ops, descs):
+                weights = [empty_for(device, t) for t in d.inputs()[1:] if t is not None]
+                made += weights
+                y = empty_for(device, d.outputs()[0])
+                made.append(y)
+                op.record(seq, [x] + weights, [y])
+                x = y
+        else:
+            desc = head_desc(device, *descs)
+            if desc is None:
+                raise tuning.Declined("the kernel does not take the shape")
+            op = CompiledSqueezeExcitation(device, desc)
+            made.append(op)
+            ins = [empty_for(device, t) for t in desc.inputs()]
+            made += ins
+            made.append(empty_for(device, desc.outputs()[0]))
+            op.record(seq, ins, [made[-1]])
+    except BaseException:
+        release_all(made)
+        raise
+    return lambda: release_all(made)
+
+
+#: The tunable path ``squeeze_excitation`` (module doc): "fused" is the ``VKML_TUNE=off``
+#: answer (one dispatch for three).
+TUNED = tuning.register_path("squeeze_excitation", ["fused", "apart"], "fused", _shape_class,
+                             _run)
