@@ -29,6 +29,10 @@
 //   of 4 (7x7: 49 floats) are not whole float4s, but PC packed planes one after the other
 //   are; a lane then computes PC consecutive channels' planes and stores them as float4s
 //   of the flattened (channel, row, column), not one float at a time.
+// * PLANE (PC planes a lane, channel multiplier 1): the lane's PC input planes, packed one
+//   after the other, are read whole as float4 texels (a 7x7 plane's rows are not whole
+//   texels, so X4 cannot take them: four 7x7 planes are 49 fetches, not 324 of one float);
+//   every tap's element is then a constant register and the padding a constant mask.
 //
 // vkml:variant convolution_depthwise_f32 F32=1 TEXEL=1
 // vkml:variant convolution_depthwise_f32_v4 F32=1 TEXEL=1 V4=1
@@ -74,6 +78,12 @@ layout(constant_id = 13) const int PW = 0;     // V4, > 0: plane stores, PW = ou
                                                // (one strip a row, rows packed)
 layout(constant_id = 14) const int PC = 1;     // PW: channels a lane (PC > 1: R = the
                                                // output height, planes packed)
+layout(constant_id = 15) const bool PLANE = false; // PW, R = the output height: the lane's
+                                               // PC input planes whole as float4 texels
+layout(constant_id = 16) const int IH = 1;     // PLANE: input height, width, start padding
+layout(constant_id = 17) const int IW = 1;     //   along h and w
+layout(constant_id = 18) const int PADH = 0;
+layout(constant_id = 19) const int PADW = 0;
 const int SPAN = (NB - 1) * SW + (KW - 1) * DW + 1;
 const int T4 = (SPAN + SHIFT + 3) / 4;         // X4: texels per row span
 const int NI = (R - 1) * SH + (KH - 1) * DH + 1;   // input rows of a band
@@ -267,8 +277,46 @@ void main() {
     }
     float acc[PC][R][NB];
     float bv[PC];
+    if (PLANE) {        // (KD = 1, one output depth, R = OH, NB = OW, one strip)
+        const int PE = PC * IH * IW;
+        float zero = intBitsToFloat(pad.w);     // (the block's unused member: 0)
+        float xin[PE];
+        int t0 = (n * xs.x + cb * xs.y) >> 2;
+        [[unroll]] for (int t = 0; t < PE / 4; t++) {
+            vec4 v = LOAD_X4(t0 + t);
+            [[unroll]] for (int q = 0; q < 4; q++) xin[4 * t + q] = v[q];
+        }
+        [[unroll]] for (int p = 0; p < PC; p++) {
+            int co = cb + p;
+            float wv[KH][KW];
+            [[unroll]] for (int kh = 0; kh < KH; kh++)
+                [[unroll]] for (int kw = 0; kw < KW; kw++)
+                    wv[kh][kw] = LOAD_W(co * ws.x + (flip ? KH - 1 - kh : kh) * ws.z
+                                        + (flip ? KW - 1 - kw : kw) * ws.w);
+            [[unroll]] for (int r = 0; r < R; r++)
+                [[unroll]] for (int j = 0; j < NB; j++) {
+                    float a = 0.0;
+                    [[unroll]] for (int kh = 0; kh < KH; kh++) {
+                        int ih = r * SH - PADH + kh * DH;              // (constants)
+                        [[unroll]] for (int kw = 0; kw < KW; kw++) {
+                            int iw = j * SW - PADW + kw * DW;
+                            // (a padded tap adds w * 0, as the rows read apart do:
+                            // the same bits, an infinite weight's NaN included; the zero
+                            // is read at run time, since drivers fold a constant one's
+                            // product away)
+                            bool inside = ih >= 0 && ih < IH && iw >= 0 && iw < IW;
+                            a = fma(wv[kh][kw], inside ? xin[clamp(p * IH * IW + ih * IW
+                                                                   + iw, 0, PE - 1)] : zero,
+                                    a);
+                        }
+                    }
+                    acc[p][r][j] = a;
+                }
+            bv[p] = flags.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
+        }
+    }
     // (PC > 1: the host takes it only where the channel count is a multiple of PC)
-    [[unroll]] for (int p = 0; p < PC; p++) {
+    [[unroll]] for (int p = 0; p < (PLANE ? 0 : PC); p++) {
         int co = cb + p;
         int ci = co / in_size.w;
         [[unroll]] for (int r = 0; r < R; r++)

@@ -1331,6 +1331,57 @@ def test_depthwise_packed_planes(device, case):
                                **tolerance(w, "float32"))
 
 
+#: (input, filter, fields, the channels a lane takes whole): 7x7 planes four channels a
+#: lane (flipped kernel, two images), 14x14 one (the plane is whole float4s), stride 2
+#: from 14x14 to 7x7 (the output's four planes), dilation 2 with uneven padding on 6x6
+#: planes (36 floats: one), and 5x5 planes of a 3x3 whose 25 floats take four
+DW_WHOLE = [
+    ((2, 8, 7, 7), (8, 1, 3, 3), dict(group_count=8, start_padding=(1, 1), end_padding=(1, 1),
+                                      mode="convolution"), 4),
+    ((1, 3, 14, 14), (3, 1, 3, 3), dict(group_count=3, start_padding=(1, 1),
+                                        end_padding=(1, 1)), 1),
+    ((1, 8, 14, 14), (8, 1, 3, 3), dict(group_count=8, strides=(2, 2), start_padding=(1, 1),
+                                        end_padding=(1, 1)), 4),
+    ((1, 4, 6, 6), (4, 1, 3, 3), dict(group_count=4, dilations=(2, 2), start_padding=(2, 1),
+                                      end_padding=(2, 3)), 1),
+    ((1, 4, 5, 5), (4, 1, 3, 3), dict(group_count=4, start_padding=(1, 1),
+                                      end_padding=(1, 1)), 4),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DW_WHOLE)))
+def test_depthwise_whole_planes(device, case):
+    """``depthwise-plane`` (knob ``dw_whole``): a lane reads its channels' whole input
+    planes as float4 texels and computes their whole output planes: the channels a
+    lane the rule says, the reference's values (a fused activation and a bias, an
+    infinite weight's NaNs where a padded tap meets it) and the same bits as the
+    default block's row reads; declined where the channel multiplier is not 1."""
+    xs, ws, kw, pc = DW_WHOLE[case]
+    rng = np.random.default_rng(180 + case)
+    desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    try:
+        got, compiled = run_path(device, desc, x, w, b, path="depthwise-plane")
+    except vkml.UnsupportedError:
+        pytest.skip("no texel views of these sizes on this device")
+    assert compiled.path.whole_planes and compiled.path.pc == pc
+    ref = desc_reference(desc, x, w, b)
+    ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                               **tolerance(w, "float32"))
+    w[0, 0, 0, 0] = np.inf
+    for weights in (w.copy(), np.where(np.isinf(w), 1.0, w)):
+        got, _ = run_path(device, desc, x, weights, b, path="depthwise-plane")
+        rows, _ = run_path(device, desc, x, weights, b, path="depthwise")
+        np.testing.assert_array_equal(got.view(np.uint32), rows.view(np.uint32))
+    multiplier = _conv_desc("float32", (1, 2, 7, 7), (8, 1, 3, 3), group_count=2,
+                            start_padding=(1, 1), end_padding=(1, 1))
+    with pytest.raises(vkml.UnsupportedError, match="depthwise-plane"):
+        compile_on_path(device, multiplier, "depthwise-plane")
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_gemm_filter_transpose(device, dtype):
     """The blocked filter transpose (packed filters, C_in/groups * kernel a multiple of

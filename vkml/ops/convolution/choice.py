@@ -51,6 +51,7 @@ CANDIDATES = {
     "depthwise": ("depthwise", {}),
     "depthwise-4x1": ("depthwise", {"dw_block": (4, 1)}),
     "depthwise-scalar": ("depthwise", {"dw_plane": False}),
+    "depthwise-plane": ("depthwise", {"dw_whole": True}),
     "depthwise-rows": ("depthwise", {"dw_rows": (32, 28)}),
     "depthwise-rows8": ("depthwise", {"dw_rows": (8, 28)}),
     "depthwise-rows-v8": ("depthwise", {"dw_rows": (32, 28), "dw_v8": True}),
@@ -80,14 +81,16 @@ CANDIDATES = {
 _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: Candidates the fast list times next to a heuristic choice although they compile a
 #: pipeline of their own, where they accept the shape: depthwise-rows (faster than the
-#: default block on lavapipe, slower on SwiftShader, so only timing tells) and
-#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices); gemm_sg-span24 where its
+#: default block on lavapipe, slower on SwiftShader, so only timing tells),
+#: depthwise-rows-v8 (its stores as u64vec4s, int64 devices) and depthwise-plane (whole
+#: planes read as float4 texels: 7x7 and 14x14 maps, 10-35% ahead of the default block on
+#: both CPU drivers in chains of one layer, bench/RESULTS.md); gemm_sg-span24 where its
 #: default block loads rows of more than 24 input elements (a 7x7 stride-2 stem: fewer
 #: pixels a lane, fewer registers; it takes no other shape); gemm_sg-step (gemm_sg's
 #: products one channel and column tap at a time over the block: slower on most shapes
 #: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells, and only
 #: there: :func:`_also_takes`).
-_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8"),
+_ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8", "depthwise-plane"),
          "gemm_sg": ("gemm_sg-span24", "gemm_sg-step", "gemm_sg-mb8")}
 #: gemm_sg-step joins a fast list only for a unit-stride 3x3 whose default block holds
 #: this many pixels: the one geometry where it was measured ahead of gemm_sg (1.15-1.59x

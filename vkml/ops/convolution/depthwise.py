@@ -19,7 +19,7 @@ from ...intmath import ceil_div
 #: Kernel variants this module requests (see :func:`variant`) and the specialization
 #: constants it sets.
 _DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "SHIFT", "R",
-              "SH", "DH", "PW", "PC")
+              "SH", "DH", "PW", "PC", "PLANE", "IH", "IW", "PADH", "PADW")
 VARIANTS = {
     **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
@@ -33,6 +33,8 @@ DW_UNROLL = 4096          # most products (or twice the loads) the depthwise ker
 DW_SPAN = 128             # most input elements of one unrolled row load
 #: Channels a lane may take where only several packed planes are whole float4s (PC).
 DW_CHANNELS = (2, 4)
+#: Most input elements a lane of the whole-plane block (knob ``dw_whole``) holds.
+DW_WHOLE = 1024
 
 
 class DepthwisePath(Path):
@@ -58,6 +60,7 @@ class DepthwisePath(Path):
                      else cls.blocks(geo, knobs)) is not None
                 and (not knobs.get("dw_v8")
                      or (bool(knobs.get("dw_rows")) and cls.v8_ok(op, geo)))
+                and (not knobs["dw_whole"] or cls.whole(op, geo, knobs) > 0)
                 # (without plane stores: only where they would apply, else the default's twin)
                 and (knobs["dw_plane"] or cls.plane(op, geo, {**knobs, "dw_plane": True})))
 
@@ -93,6 +96,33 @@ class DepthwisePath(Path):
         return next((pc for pc in DW_CHANNELS if (pc * oh * ow) % 4 == 0
                      and geo.c_out % pc == 0
                      and pc * cls.unrolled(geo, *blk) <= 2 * DW_UNROLL), 0)
+
+    @classmethod
+    def whole(cls, op, geo, knobs) -> int:
+        """The channels a lane takes whole (knob ``dw_whole``, the kernel's PLANE), 0
+        where it does not apply: float32 through texel views, 2-D, channel multiplier 1,
+        the input's planes packed one after the other (image offsets multiples of 4) and
+        the output's likewise; PC the fewest channels (1, then :data:`DW_CHANNELS`) whose
+        input and output planes are whole float4s, dividing the channel count, within
+        :data:`DW_UNROLL` products and :data:`DW_WHOLE` input elements."""
+        if not knobs["dw_whole"] or knobs.get("dw_rows") or geo.dtype != DataType.FLOAT32:
+            return 0
+        (idp, ih, iw), (od, oh, ow) = geo.in_size, geo.out_size
+        d = op.desc
+        xs, ys = geo.x_strides, geo.y_strides
+        x_el = d.input_tensor.total_tensor_size_in_bytes // 4
+        if not (geo.kernel[0] == 1 and idp == 1 and od == 1 and geo.cout_per_group == 1
+                and xs[4] == 1 and xs[3] == iw and xs[1] == ih * iw and xs[0] % 4 == 0
+                and x_el % 4 == 0 and texel_ok(op, x_el // 4)
+                and texel_ok(op, d.filter_tensor.total_tensor_size_in_bytes // 4)
+                and ys[4] == 1 and ys[3] == ow and ys[1] == oh * ow and ys[0] % 4 == 0
+                and (d.output_tensor.total_tensor_size_in_bytes // 4) % 4 == 0):
+            return 0
+        taps = geo.kernel[1] * geo.kernel[2]
+        return next((pc for pc in (1,) + DW_CHANNELS
+                     if (pc * ih * iw) % 4 == 0 and (pc * oh * ow) % 4 == 0
+                     and geo.c_out % pc == 0 and pc * oh * ow * taps <= DW_UNROLL
+                     and pc * ih * iw <= DW_WHOLE), 0)
 
     @staticmethod
     def v8_ok(op, geo) -> bool:
@@ -168,7 +198,9 @@ class DepthwisePath(Path):
         ow = g.out_size[2]
         kd, kh, kw = g.kernel
         rows = bool(self.knobs.get("dw_rows"))
-        nb, r = self.rows_block(geo, self.knobs) if rows else self.blocks(geo, self.knobs)
+        whole = self.whole(op, geo, self.knobs)
+        nb, r = (self.rows_block(geo, self.knobs) if rows else
+                 (ow, g.out_size[1]) if whole else self.blocks(geo, self.knobs))
         self.nb, self.R = nb, r
         self.strips = ceil_div(ow, nb)
         esize = g.dtype.size
@@ -185,8 +217,10 @@ class DepthwisePath(Path):
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
                    and all(s_ % 4 == 0 for s_ in g.y_strides[:4]) and y_el % 4 == 0)
-        self.pc = self.plane(op, g, self.knobs)
+        self.pc = whole or self.plane(op, g, self.knobs)
         self.pw = ow if self.pc else 0
+        self.whole_planes = bool(whole)
+        self.x4 = self.x4 and not whole
         self.pc = max(self.pc, 1)
         self.v4 = self.v4 or bool(self.pw)
         self.v8 = bool(self.knobs.get("dw_v8"))      # (accepts checked v8_ok)
@@ -201,7 +235,9 @@ class DepthwisePath(Path):
             "LOCAL_SIZE_X": self.local, "NB": nb, "SW": g.stride[2], "KW": kw,
             "DW": g.dilation[2], "ACT": self.act_id, "KH": kh, "KD": kd, "X4": int(self.x4),
             "SHIFT": (-g.start[2]) % 4, "R": r, "SH": g.stride[1], "DH": g.dilation[1],
-            "PW": self.pw, "PC": self.pc})
+            "PW": self.pw, "PC": self.pc, "PLANE": int(self.whole_planes),
+            **({"IH": g.in_size[1], "IW": g.in_size[2], "PADH": g.start[1],
+                "PADW": g.start[2]} if self.whole_planes else {})})
         self.params = op.upload(np.frombuffer(pack(
             name, "Params", in_size=(*g.in_size, g.cout_per_group),
             out_size=(*g.out_size, self.strips), flags=(kd, kh, 0, int(g.b_stride is not None)),
@@ -227,7 +263,7 @@ class DepthwisePath(Path):
     def encode(self, seq, x, w, b, y) -> None:
         g, op, d = self.geo, self.op, self.op.desc
         xb = Bind(x, 0, d.input_tensor.total_tensor_size_in_bytes, "r",
-                  runtime.FORMAT_RGBA32_SFLOAT if self.x4 else self.fmt)
+                  runtime.FORMAT_RGBA32_SFLOAT if self.x4 or self.whole_planes else self.fmt)
         wb = Bind(w, 0, d.filter_tensor.total_tensor_size_in_bytes, "r", self.fmt)
         bb = Bind(b, 0, op.whole(b, "bias")) if b is not None else Bind(self.params)
         yb = Bind(y, 0, d.output_tensor.total_tensor_size_in_bytes, "w")

@@ -379,13 +379,15 @@ DW_BLOCK = (16, 8)        # the default pixels per strip, rows per band (NB, R)
 #: depthwise block stores its packed rows as float4s of the flattened band where its rows
 #: cannot be stored four at a time, or whole planes of several channels a lane where one
 #: plane is not whole float4s (False: one float at a time; ``DepthwisePath.plane``).
+#: ``dw_whole``: the depthwise block takes whole planes of a few channels a lane, read as
+#: float4 texels (``DepthwisePath.whole``).
 #: ``split_k``: the GEMM paths split the reduction (input channels) into up to that many
 #: slices, each its own workgroups storing a partial sum, added by a second pass that
 #: applies the output pass (``gemm.SplitK``; None: no split): a small plane's few
 #: workgroups then fill a wide device.
 DEFAULT_KNOBS = {"relayout_groups": RELAYOUT_GROUPS[0], "blocks": "wide", "dw_block": DW_BLOCK,
                  "store64": None, "subsample": True, "sg_span": None, "sg_acc_run": True,
-                 "sg_mb": None, "dw_plane": True, "gemv_split": None,
+                 "sg_mb": None, "dw_plane": True, "dw_whole": False, "gemv_split": None,
                  "split_k": None}
 
 
