@@ -1305,6 +1305,17 @@ DW_PACKED = [
 ]
 
 
+def _leaky_case(case, seed):
+    """A float32 case of :data:`DW_PACKED` / :data:`DW_WHOLE` with a leaky ReLU fused:
+    (descriptor, input, filter, bias, the channels a lane takes)."""
+    xs, ws, kw, pc = case
+    rng = np.random.default_rng(seed)
+    desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
+    return (desc, rng.standard_normal(desc.input_tensor.sizes).astype(np.float32),
+            rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32),
+            rng.standard_normal(ws[0]).astype(np.float32), pc)
+
+
 @pytest.mark.parametrize("case", range(len(DW_PACKED)))
 def test_depthwise_packed_planes(device, case):
     """Where one plane is not whole float4s but a few packed ones are (7x7: 49 floats), a
@@ -1312,12 +1323,7 @@ def test_depthwise_packed_planes(device, case):
     float4s of the flattened (channel, row, column): the reference's values (with a
     fused activation and a bias) and the same bits as ``depthwise-scalar``'s element
     stores."""
-    xs, ws, kw, pc = DW_PACKED[case]
-    rng = np.random.default_rng(170 + case)
-    desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
-    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
-    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
-    b = rng.standard_normal(ws[0]).astype(np.float32)
+    desc, x, w, b, pc = _leaky_case(DW_PACKED[case], 170 + case)
     got, compiled = run_path(device, desc, x, w, b, path="depthwise")
     if not compiled.path.texel:
         pytest.skip("no texel views of these sizes on this device")
@@ -1356,12 +1362,7 @@ def test_depthwise_whole_planes(device, case):
     lane the rule says, the reference's values (a fused activation and a bias, an
     infinite weight's NaNs where a padded tap meets it) and the same bits as the
     default block's row reads; declined where the channel multiplier is not 1."""
-    xs, ws, kw, pc = DW_WHOLE[case]
-    rng = np.random.default_rng(180 + case)
-    desc = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
-    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
-    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
-    b = rng.standard_normal(ws[0]).astype(np.float32)
+    desc, x, w, b, pc = _leaky_case(DW_WHOLE[case], 180 + case)
     try:
         got, compiled = run_path(device, desc, x, w, b, path="depthwise-plane")
     except vkml.UnsupportedError:
