@@ -1340,7 +1340,8 @@ def test_depthwise_packed_planes(device, case):
 #: (input, filter, fields, the channels a lane takes whole): 7x7 planes four channels a
 #: lane (flipped kernel, two images), 14x14 one (the plane is whole float4s), stride 2
 #: from 14x14 to 7x7 (the output's four planes), dilation 2 with uneven padding on 6x6
-#: planes (36 floats: one), and 5x5 planes of a 3x3 whose 25 floats take four
+#: planes (36 floats: one), 5x5 planes of a 3x3 whose 25 floats take four, and an input
+#: of more floats than SwiftShader's 65536 texels (as RGBA32F texels, a quarter)
 DW_WHOLE = [
     ((2, 8, 7, 7), (8, 1, 3, 3), dict(group_count=8, start_padding=(1, 1), end_padding=(1, 1),
                                       mode="convolution"), 4),
@@ -1352,6 +1353,8 @@ DW_WHOLE = [
                                       end_padding=(2, 3)), 1),
     ((1, 4, 5, 5), (4, 1, 3, 3), dict(group_count=4, start_padding=(1, 1),
                                       end_padding=(1, 1)), 4),
+    ((1, 344, 14, 14), (344, 1, 3, 3), dict(group_count=344, start_padding=(1, 1),
+                                            end_padding=(1, 1)), 1),
 ]
 
 

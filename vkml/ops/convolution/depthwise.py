@@ -207,7 +207,8 @@ class DepthwisePath(Path):
         x_el = d.input_tensor.total_tensor_size_in_bytes // esize
         w_el = d.filter_tensor.total_tensor_size_in_bytes // esize
         f32 = g.dtype == DataType.FLOAT32
-        self.texel = texel_ok(op, x_el) and texel_ok(op, w_el)
+        # (whole planes bind the input as RGBA32F texels: a quarter of the elements)
+        self.texel = (texel_ok(op, x_el) or bool(whole)) and texel_ok(op, w_el)
         self.fmt = (runtime.FORMAT_R32_SFLOAT if f32 else
                     runtime.FORMAT_R16_SFLOAT) if self.texel else 0
         # float4 input rows / float4 output stores (see the kernel)
