@@ -1386,6 +1386,39 @@ def test_depthwise_whole_planes(device, case):
         compile_on_path(device, multiplier, "depthwise-plane")
 
 
+#: MobileNetV2's and EfficientNet-B0's depthwise layers at full size: inputs beyond
+#: SwiftShader's 65536 single-float texels, where a candidate takes another variant
+MODEL_DEPTHWISE = [((1, 384, 14, 14), 3, 1), ((1, 576, 14, 14), 3, 2), ((1, 960, 7, 7), 3, 1),
+                   ((1, 144, 56, 56), 3, 1), ((1, 672, 7, 7), 5, 1)]
+
+
+@pytest.mark.parametrize("case", range(len(MODEL_DEPTHWISE)))
+def test_depthwise_candidates_on_model_layers(device, case):
+    """Every depthwise candidate that takes a model's layer (what the tuner may choose
+    there) matches torch, a bias and a ReLU fused."""
+    xs, k, stride = MODEL_DEPTHWISE[case]
+    c = xs[1]
+    desc = _conv_desc("float32", xs, (c, 1, k, k), group_count=c, strides=(stride, stride),
+                      start_padding=(k // 2,) * 2, end_padding=(k // 2,) * 2,
+                      fused_activation="relu")
+    rng = np.random.default_rng(190 + case)
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    ref = np.maximum(desc_reference(desc, x, w, b), 0.0)
+    ran = []
+    for name in [n for n in conv_ops.CANDIDATES if n.startswith("depthwise")]:
+        try:
+            got, compiled = run_path(device, desc, x, w, b, path=name)
+        except vkml.UnsupportedError:
+            continue
+        ran.append(name)
+        np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                                   err_msg=name, **tolerance(w, "float32"))
+        compiled.release()
+    assert "depthwise" in ran, ran
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_gemm_filter_transpose(device, dtype):
     """The blocked filter transpose (packed filters, C_in/groups * kernel a multiple of
