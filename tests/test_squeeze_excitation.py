@@ -275,3 +275,16 @@ def test_onnx_efficientnet_block_against_onnx_runtime(device):
     got = rep.run([x])[0]
     assert [f.kind for f in rep.fusions].count("squeeze excitation") == 1, rep.fusions
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_fused_only_within_the_texel_views(device):
+    """A head whose input exceeds the device's RGBA32F texel views (SwiftShader: 65536
+    texels; 96 x 56 x 56 floats are 75264) stays apart there and is fused where the
+    views hold it; right either way."""
+    x_shape, c1 = (1, 96, 56, 56), 4
+    arrays = se_arrays(np.random.default_rng(11), x_shape, c1)
+    cg, got = _run(device, se_graph(x_shape, c1), arrays)
+    fits = 96 * 56 * 56 // 4 <= device.context.limits["maxTexelBufferElements"]
+    assert bool(fused(cg)) == fits, cg.fusions
+    cg.release()
+    np.testing.assert_allclose(got[0], reference(arrays, x_shape, c1), rtol=1e-5, atol=1e-6)
