@@ -16,9 +16,10 @@ the block's shape and stored per shape like any choice); ``VKML_TUNE=off`` fuses
 
 The fused node rounds as the three nodes do (float32 sums of products, the average as a
 sum over a count) but adds in its own order (planes in order, each layer's products in
-input-channel order): its results differ from the unfused graph's by float32 rounding
-only, not bit for bit.  It is not a DML operator: it exists inside compiled graphs only,
-and ``fuse={"squeeze excitation": False}`` keeps the three nodes."""
+input-channel order; four elements of a plane a fetch added pairwise): its results
+differ from the unfused graph's by float32 rounding only, not bit for bit.  It is not a
+DML operator: it exists inside compiled graphs only, and ``fuse={"squeeze excitation":
+False}`` keeps the three nodes."""
 from __future__ import annotations
 
 import math
@@ -26,16 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import runtime
+from .. import runtime, tuning
 from ..dml.convolution import ConvolutionOperatorDesc
 from ..dml.data_type import DataType
 from ..dml.pooling import AveragePooling1OperatorDesc, AveragePoolingOperatorDesc
 from ..dml.reduce import ReduceFunction, ReduceOperatorDesc
+from ..dml.tensor_desc import TensorDesc
 from ..runtime import Bind
 from ..runtime.blocks import pack
-from .. import tuning
-from ..dml.convolution import ConvolutionOperatorDesc as _Conv
-from ..dml.tensor_desc import TensorDesc
 from .base import CompiledOperator, compile_operator, empty_for, release_all
 from .convolution.epilogue import (EpilogueConvolutionDesc, input_scale_of, kernel_activation,
                                    residual_of)
@@ -201,7 +200,8 @@ class CompiledSqueezeExcitation(CompiledOperator):
                       rgba if self.w4[1] else r32),
                  Bind(b2, 0, d.excite.bias_tensor.total_tensor_size_in_bytes) if b2 is not None
                  else Bind(self.params),
-                 Bind(outputs[0].allocation, 0, d.excite.output_tensor.total_tensor_size_in_bytes, "w"),
+                 Bind(outputs[0].allocation, 0,
+                      d.excite.output_tensor.total_tensor_size_in_bytes, "w"),
                  Bind(self.params)]
         mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
         for n0, nn in pieces(d.pool.input_tensor.sizes[0], mz):
@@ -233,10 +233,10 @@ def _descs(shape) -> tuple:
     pool = AveragePooling1OperatorDesc(x, p, strides=ones, window_size=plane,
                                        start_padding=(0,) * len(plane),
                                        end_padding=(0,) * len(plane), dilations=ones)
-    squeeze = _Conv(p, TensorDesc(f32, (c1, c) + ones), TensorDesc(f32, (1, c1) + ones), h,
-                    fused_activation="relu")
-    excite = _Conv(h, TensorDesc(f32, (c, c1) + ones), TensorDesc(f32, (1, c) + ones), p,
-                   fused_activation="sigmoid")
+    w1, b1 = TensorDesc(f32, (c1, c) + ones), TensorDesc(f32, (1, c1) + ones)
+    w2, b2 = TensorDesc(f32, (c, c1) + ones), TensorDesc(f32, (1, c) + ones)
+    squeeze = ConvolutionOperatorDesc(p, w1, b1, h, fused_activation="relu")
+    excite = ConvolutionOperatorDesc(h, w2, b2, p, fused_activation="sigmoid")
     return pool, squeeze, excite
 
 
