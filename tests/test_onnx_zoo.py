@@ -13,7 +13,9 @@ AveragePool), GoogLeNet and Inception v3 (Concat, MaxPool ceil_mode, AveragePool
 count_include_pad), MNASNet (ReduceMean), RegNetX/RegNetY (grouped convs, SE), SqueezeNet
 1.0 (MaxPool ceil_mode), VGG-11 and AlexNet (their big Gemm classifiers behind the adaptive
 average pool at 224, Dropout), EfficientNet (SiLU, SE with Sigmoid).  ``ops`` lists op
-types the export must hold, so a case cannot pass by exporting something else."""
+types the export must hold, so a case cannot pass by exporting something else.  And
+MobileNetV2 and EfficientNet-B0 at full size with every tuning choice measured afresh
+(``TUNED``): the kernels the tuner picks for real layers, on both drivers."""
 from __future__ import annotations
 
 import importlib.util
@@ -155,6 +157,36 @@ def test_model(name, exported, device, speed):
     rep = vonnx.prepare(model, device=device, strict=True)
     (got,) = rep.run([x])
     assert [where for where, _ in rep.partitions] == ["device"] and not rep.fallbacks
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert got.shape == want.shape and err < TOL, (name, err)
+    rep.release()
+
+
+#: Models at full size under the default tuning, each fast-list candidate timed afresh:
+#: the kernels the tuner may choose for real layers (inputs beyond SwiftShader's 65536
+#: single-float texels among them), where the cases above run small and untuned
+TUNED = {"mobilenet_v2": Case(lambda: _tv("mobilenetv2").mobilenet_v2(), 224,
+                              ("Conv", "Add", "Clip", "Gemm")),
+         "efficientnet_b0": Case(lambda: _tv("efficientnet").efficientnet_b0(), 224,
+                                 ("Conv", "Sigmoid", "Mul", "GlobalAveragePool"))}
+
+
+@pytest.mark.parametrize("name", sorted(TUNED))
+def test_tuned_model_at_full_size(name, device, tmp_path, monkeypatch):
+    """MobileNetV2 and EfficientNet-B0 at 224x224, prepared with ``VKML_TUNE=fast`` in an
+    empty tuning folder: every choice measured on this device, and the output ONNX
+    Runtime's to 1e-4 of its magnitude."""
+    from vkml import tuning
+    t = tuning.Tuner("fast", folder=tmp_path)
+    monkeypatch.setattr(tuning, "default_tuner", lambda: t)
+    model = _export(TUNED[name])
+    ops = {n.op_type for n in model.graph.node}
+    assert set(TUNED[name].ops) <= ops, set(TUNED[name].ops) - ops
+    x = np.random.default_rng(2).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    (want,) = ort_expected(model, {"images": x})
+    rep = vonnx.prepare(model, device=device, strict=True)
+    (got,) = rep.run([x])
+    assert list(tmp_path.iterdir()), "nothing was tuned"
     err = float(np.abs(got - want).max() / np.abs(want).max())
     assert got.shape == want.shape and err < TOL, (name, err)
     rep.release()
