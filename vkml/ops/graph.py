@@ -405,6 +405,16 @@ class CompiledGraph(CompiledOperator):
         return [(j, s) for j, n in nodes.items() for s, src in enumerate(n.sources)
                 if src == ("node", i, k)]
 
+    def _only_reader(self, nodes, i, graph_out, k: int = 0):
+        """The node that alone reads node ``i``'s output ``k``, as its first input and with
+        the layout ``i`` writes (no graph output), else None."""
+        readers = self._consumers(nodes, i, k)
+        if (i, k) in graph_out or len(readers) != 1 or readers[0][1] != 0:
+            return None
+        j = readers[0][0]
+        produced = nodes[i].desc.outputs()[k]
+        return j if _same_layout(produced, nodes[j].desc.inputs()[0]) else None
+
     def _try(self, desc):
         try:
             self.device.create_operator(desc)
@@ -425,14 +435,10 @@ class CompiledGraph(CompiledOperator):
             for i in list(order):
                 n = nodes[i]
                 src = n.sources[0] if n.sources else None
-                if src is None or src[0] != "node" or (src[1], src[2]) in graph_out:
+                if (src is None or src[0] != "node"
+                        or self._only_reader(nodes, src[1], graph_out, src[2]) != i):
                     continue
                 p = nodes[src[1]]
-                if self._consumers(nodes, src[1], src[2]) != [(i, 0)]:
-                    continue
-                produced = p.desc.outputs()[src[2]]
-                if not _same_layout(produced, n.desc.inputs()[0]):
-                    continue
                 new = None
                 if (isinstance(n.desc, ActivationDesc) and not n.desc.is_fused_form
                         and isinstance(p.desc, ConvolutionOperatorDesc)
@@ -474,16 +480,6 @@ class CompiledGraph(CompiledOperator):
                 changed = True
                 break
 
-    def _only_reader(self, nodes, i, graph_out):
-        """The node that alone reads node ``i``'s output, as its first input and with the
-        layout ``i`` writes (no graph output), else None."""
-        readers = self._consumers(nodes, i, 0)
-        if (i, 0) in graph_out or len(readers) != 1 or readers[0][1] != 0:
-            return None
-        j = readers[0][0]
-        produced = nodes[i].desc.outputs()[0]
-        return j if _same_layout(produced, nodes[j].desc.inputs()[0]) else None
-
     def _fuse_squeeze_excitation(self, nodes, order, graph_out) -> None:
         """A global average pool and the two 1x1 layers after it as one node, in the
         exciting layer's place (module doc, step 1; ``squeeze_excitation.head_desc``)."""
@@ -516,19 +512,16 @@ class CompiledGraph(CompiledOperator):
         reading the multiply's other operand as its input."""
         for i in list(order):
             n = nodes.get(i)
-            if (n is None or not isinstance(n.desc, ElementWiseMultiplyOperatorDesc)
-                    or (i, 0) in graph_out):
+            if n is None or not isinstance(n.desc, ElementWiseMultiplyOperatorDesc):
                 continue
-            readers = self._consumers(nodes, i, 0)
-            if len(readers) != 1 or readers[0][1] != 0:
+            c = self._only_reader(nodes, i, graph_out)
+            if c is None:
                 continue
-            c = readers[0][0]
             p = nodes[c]
             if (type(p.desc) not in (ConvolutionOperatorDesc, EpilogueConvolutionDesc)
                     or p.compiled is not None or p.desc.is_backward
                     or input_scale_of(p.desc) is not None
-                    or getattr(p.desc, "residual", None) is not None
-                    or not _same_layout(n.desc.output_tensor, p.desc.input_tensor)):
+                    or getattr(p.desc, "residual", None) is not None):
                 continue
             for slot in (0, 1):
                 x, sc = n.desc.inputs()[slot], n.desc.inputs()[1 - slot]

@@ -212,8 +212,8 @@ class DepthwisePath(Path):
         self.fmt = (runtime.FORMAT_R32_SFLOAT if f32 else
                     runtime.FORMAT_R16_SFLOAT) if self.texel else 0
         # float4 input rows / float4 output stores (see the kernel)
-        self.x4 = (self.texel and f32 and g.x_strides[4] == 1 and x_el % 4 == 0
-                   and all(s_ % 4 == 0 for s_ in g.x_strides[:4])
+        self.x4 = (self.texel and f32 and not whole and g.x_strides[4] == 1
+                   and x_el % 4 == 0 and all(s_ % 4 == 0 for s_ in g.x_strides[:4])
                    and (nb * g.stride[2]) % 4 == 0)
         y_el = d.output_tensor.total_tensor_size_in_bytes // esize
         self.v4 = (f32 and g.y_strides[4] == 1 and ow % 4 == 0 and nb % 4 == 0
@@ -221,7 +221,6 @@ class DepthwisePath(Path):
         self.pc = whole or self.plane(op, g, self.knobs)
         self.pw = ow if self.pc else 0
         self.whole_planes = bool(whole)
-        self.x4 = self.x4 and not whole
         self.pc = max(self.pc, 1)
         self.v4 = self.v4 or bool(self.pw)
         self.v8 = bool(self.knobs.get("dw_v8"))      # (accepts checked v8_ok)
