@@ -788,8 +788,9 @@ def test_strided_1x1_subsampled(device, budget, path):
 def test_gemm_sg_resnet_shortcuts_share_constants(device):
     """ResNet-18's strided 1x1 shortcuts onto 14x14 and 7x7 maps (input channels cut, the
     blocks the same: MB 16, CU 8, 8 subgroups a workgroup) take one constant set on gemm_sg with 8-lane subgroups
-    (``gemm.SG_SHARED_NB``: NB 8, not 12, for the 14x14 one), so one pipeline; each
-    matches the reference; without the rule (``share`` False) the 14x14 block is NB 12."""
+    (``gemm.SG_SHARED_NB``: NB 8 for the 14x14 one, not the 16 of an unstrided 1x1's
+    plane), so one pipeline; each matches the reference; without the rule (``share``
+    False) the 14x14 block is NB 16."""
     if not _has_sg(device):
         pytest.skip("no subgroup shuffles on this device")
     gemm = importlib.import_module("vkml.ops.convolution.gemm")
@@ -814,7 +815,7 @@ def test_gemm_sg_resnet_shortcuts_share_constants(device):
                                       p.sg)
     if _probe_op(device).ctx.limits["subgroupSize"] == 8:
         assert made[0] == made[1] and made[0][0][1]["NB"] == 8
-        assert unshared[1] == 12
+        assert unshared[1] == 16
 
 
 @pytest.mark.parametrize("path", ["gemm", "gemm_sg", "gemm-stride", "gemm_sg-stride"])

@@ -87,7 +87,8 @@ def test_every_candidate_matches_the_reference(device, case):
 @pytest.mark.parametrize("case", ["7x7-s2", "1x1"])
 def test_gemm_sg_blocks_bounded(device, case):
     """gemm_sg's register blocks keep the unrolled body within GEMM_UNROLL (7 column taps:
-    MB gives way) and at most SG_ACC accumulators, and still match the reference."""
+    MB gives way) and at most SG_ACC accumulators (SG_ACC_FLAT on a 1x1's flattened plane
+    of whole float4s), and still match the reference."""
     gemm = importlib.import_module("vkml.ops.convolution.gemm")
     if case == "7x7-s2":
         xd, wd = dml.TensorDesc("float32", (1, 3, 20, 20)), dml.TensorDesc("float32",
@@ -104,7 +105,8 @@ def test_gemm_sg_blocks_bounded(device, case):
         pytest.skip("no gemm_sg on this device")
     p = op.path
     taps = desc.filter_tensor.sizes[3]
-    assert p.mb * p.nb * taps <= gemm.GEMM_UNROLL and p.mb * p.nb <= gemm.SG_ACC
+    acc = gemm.SG_ACC_FLAT if case == "1x1" else gemm.SG_ACC
+    assert p.mb * p.nb * taps <= gemm.GEMM_UNROLL and p.mb * p.nb <= acc
     rng = np.random.default_rng(7)
     x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
     w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
@@ -527,13 +529,15 @@ def test_sampled_executions_recheck_the_choice(device, tmp_path, monkeypatch):
     assert again.source == "measured" and not t.lookup(key)["stale"]
 
 
-@pytest.mark.parametrize("side, nb", [(7, 7), (13, 11), (14, 12), (28, 12), (56, 12)])
+@pytest.mark.parametrize("side, nb", [(7, 7), (13, 11), (27, 14), (14, 16), (28, 16),
+                                      (56, 16), (112, 16)])
 def test_gemm_sg_flat_plane_blocks(side, nb):
-    """gemm_sg's pixel block on a 1x1 convolution's flattened side x side plane: 12 pixels
-    (float4 rows and stores) where the plane is whole float4s, 14x14's included (not 13
-    pixels in 16 lanes: its element loads and stores cost more than 8 more lanes); where
-    it is not (49, 169 pixels: element loads and stores whatever the block) the block
-    padding the fewest pixels (7, 11), not the 8 or 12 a float4 block would take."""
+    """gemm_sg's pixel block on a 1x1 convolution's flattened side x side plane: 16 pixels
+    (float4 rows, two u64vec4 stores a channel: SG_ACC_FLAT's 16 x 16 block) where the
+    plane is whole float4s, 14x14's included (not 13 pixels in 16 lanes: its element
+    loads and stores cost more than 3 more pixels a lane); where it is not (49, 169, 729
+    pixels: element loads and stores whatever the block) at most SG_ACC accumulators,
+    the block padding the fewest pixels (7, 11, 14)."""
     gemm = importlib.import_module("vkml.ops.convolution.gemm")
     plane = side * side
     axes = [[gemm.Axis(0, 1, 1, 1, [(0, 0)]), gemm.Axis(0, 1, 1, 1, [(0, 0)]),

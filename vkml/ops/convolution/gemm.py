@@ -174,6 +174,13 @@ SG_BLOCKS = (16, 16)
 #: spills on lavapipe, and 224 rather than 192 so that rows of 28 split into two 16 x 14
 #: blocks instead of four 16 x 8 (both measured faster on lavapipe).
 SG_ACC = 224
+#: ...but a full 16 x 16 block on a flattened plane of whole float4s (a 1x1 convolution's
+#: 112x112 to 14x14 planes): there the block's cost is its stores, and 16 pixels are two
+#: whole u64vec4 stores a channel where 12 are a u64vec4 and a u64vec2 (bench/RESULTS.md,
+#: "1x1 blocks of 16 pixels").  A plane of no whole float4s stores element by element,
+#: and there 16 pixels were slower (SqueezeNet's 27x27 and 13x13 planes).  A strided 1x1
+#: keeps SG_ACC, so that its blocks stay SG_SHARED_NB's shared ones.
+SG_ACC_FLAT = 256
 SG_SHUFFLE_COST = 6
 #: SG: what a block of pixels not in whole float4s costs a lane more per weight, in FMAs
 #: of the block: its row loads as R32F fetches; on a flattened plane of whole float4s
@@ -244,7 +251,8 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
     count (4..16) that minimizes padded lanes x (NB + 6) (:func:`sg_cost`), rows read
     (and a flattened plane's pixels stored) as float4 where they can (SG_SCALAR_COST; a
-    flattened plane not of whole float4s can nowhere), with at most SG_ACC accumulators;
+    flattened plane not of whole float4s can nowhere), with at most SG_ACC accumulators
+    (SG_ACC_FLAT on a flattened plane of whole float4s, ``share`` apart);
     with ``share`` (a strided 1x1), one of SG_SHARED_NB where it costs within
     SG_SHARE_SLACK (fewer pipelines).  The unrolled body (MB x NB x column taps
     products a channel) stays within GEMM_UNROLL, MB giving
@@ -257,7 +265,9 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     fits = [m for m in (16, 12, 8, 4) if m <= min(SG_BLOCKS[0], mb_max or SG_BLOCKS[0])
             and cog / (ceil_div(cog, m) * m) >= 0.88] or [4]
     mb = next((m for m in fits if m * SG_BLOCKS[1] * kw <= GEMM_UNROLL), fits[-1])
-    nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), SG_ACC // mb))
+    acc = (SG_ACC_FLAT if flat and not share and all(r % 4 == 0 for r in row_len)
+           else SG_ACC)
+    nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), acc // mb))
     if span_max is not None:
         nb_max = max([4] + [n for n in range(4, nb_max + 1) if sg_span(phases, n) <= span_max])
     costs = {nb: sg_cost(phases, row_len, flat, sg, nb) for nb in range(4, nb_max + 1)}
