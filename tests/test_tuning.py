@@ -298,7 +298,7 @@ def test_fast_drops_a_candidate_whose_first_run_is_hopeless(device, tmp_path, mo
 def test_fast_times_a_near_cutoff_warm_up_twice(device, tmp_path, monkeypatch):
     """Fast mode: a warm-up beyond WARM_CUTOFF x the fastest but within WARM_RECHECK of
     the cutoff gets a second run, its time the faster of the two; one far beyond the
-    line is cut on its one run."""
+    line is cut on its one run, unless that run was shorter than SHORT_RUN_S."""
     calls = []
     base = copies_path(calls, fast=("x1", "x4", "x20"))
     names = {}
@@ -321,6 +321,13 @@ def test_fast_times_a_near_cutoff_warm_up_twice(device, tmp_path, monkeypatch):
     assert entry["dropped"] == ["x20"] and seen["x20"] == 1      # 5x: cut on one run
     assert "x4" not in entry["dropped"] and seen["x4"] >= 3      # 2.5x: run again (1.1x)
     assert c.name == "x1" and entry["once"] == ["x20"]
+    # one far past the line but shorter than SHORT_RUN_S runs again too: a stall
+    # multiplied it, and its second run wins
+    seen.clear()
+    script["x20"] = [tuning.SHORT_RUN_S / 2] + [1e-4] * 30
+    c = Tuner("fast", folder=tmp_path / "short", budget_s=0.0).choose(device, path, SIZE)
+    entry = entries(tmp_path / "short", device)[c.key[1:]]
+    assert seen["x20"] >= 3 and "x20" not in entry["dropped"] and c.name == "x20"
     # a path with recheck_cuts (a device-wide ranking) runs every cut one twice
     path = tuning.tunable_path("recheck-all", base.candidates, "x20", base.shape_class, run,
                                recheck_cuts=True)

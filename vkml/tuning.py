@@ -40,8 +40,9 @@ How (the rules a client can rely on):
   candidate is left (its timed warm-up is its time); ``full`` runs
   :data:`FULL_ROUNDS`.  In ``fast`` mode a candidate whose timed warm-up took
   :data:`WARM_CUTOFF` x the fastest one's runs no rounds (one near that line, within
-  :data:`WARM_RECHECK` of it, runs once more first; every one past it, for a path with
-  ``recheck_cuts``); the entry's ``once`` names the candidates dropped on one run.  A
+  :data:`WARM_RECHECK` of it, or shorter than :data:`SHORT_RUN_S`, runs once more first;
+  every one past it, for a path with ``recheck_cuts``); the entry's ``once`` names the
+  candidates dropped on one run.  A
   candidate whose run function raises :class:`Declined` or any ``VkmlError`` (a limit, a
   missing feature) does not take that shape and is skipped.  A path with a
   ``tie_margin`` (:func:`tunable_path`) times the candidates within it of the fastest
@@ -137,6 +138,11 @@ WARM_CUTOFF = 2.0
 #: faster of the two: one disturbed warm-up decides nothing near the line (a cut
 #: candidate also leaves every later fast list of the device that ranks families).
 WARM_RECHECK = 1.5
+#: ...and so does one whose warm-up took less than this, however far past the line: a
+#: second run of it costs little, and a short run is the one a stall of the machine
+#: multiplies (on this VM's lavapipe a fused squeeze-excitation head's 0.15 ms warm-up
+#: once took 1.26 ms, and its shape was stored "apart").
+SHORT_RUN_S = 0.002
 #: Rounds more for the candidates within a path's ``tie_margin`` of the fastest (a close
 #: call is timed again before the tie rule decides it; fast mode too).
 CLOSE_ROUNDS = 2
@@ -994,15 +1000,16 @@ def _cut_hopeless(timed: list) -> dict:
 
 def _cut_slow(timed: list, recheck_all: bool = False) -> tuple[dict, set]:
     """Fast mode: drop (and free) the candidates whose warm-up took :data:`WARM_CUTOFF`
-    x the best one's, after a second run for those near the line (``recheck_all``: for
-    every one past it); their warm-up time is kept (``{name: seconds}``, "considered",
-    never chosen).  Also returns the names dropped on one timed run."""
+    x the best one's, after a second run for those near the line or shorter than
+    :data:`SHORT_RUN_S` (``recheck_all``: for every one past it); their warm-up time is
+    kept (``{name: seconds}``, "considered", never chosen).  Also returns the names
+    dropped on one timed run."""
     if len(timed) < 2:
         return {}, set()
     best = min(t.warm for t in timed)
     twice = set()
     for t in timed:
-        if WARM_CUTOFF * best < t.warm and (recheck_all
+        if WARM_CUTOFF * best < t.warm and (recheck_all or t.warm < SHORT_RUN_S
                                             or t.warm <= WARM_RECHECK * WARM_CUTOFF * best):
             t.warm = min(t.warm, _run_once(t.seq))
             twice.add(t.candidate.name)
