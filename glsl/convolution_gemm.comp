@@ -95,7 +95,7 @@ layout(constant_id = 3) const int SW = 1;      // X elements between consecutive
 // and W4 the weights' fetch, so only one order's and one fetch's code is compiled.
 // KS splits the reduction (below) and sizes nothing, but its division and modulo of the
 // workgroup's z would otherwise run in every kernel that does not split (KS = 1).
-// vkml:frozen ACT ACC_RUN W4 KS
+// vkml:frozen ACT ACC_RUN W4 KS XSKEW
 layout(constant_id = 4) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
 layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bound RGBA32F;
                                                // SW == 1, NB and every row offset x4)
@@ -112,6 +112,12 @@ layout(constant_id = 11) const bool YV4 = false; // F32: pixels stored 4 at a ti
 // Wide devices run the few workgroups of a small plane's GEMM in parallel this way,
 // each walking 1/KS of the reduction.
 layout(constant_id = 14) const int KS = 1;
+// XSKEW (SGW, ACC_RUN, XVEC4 on a flattened plane of no whole float4s: 7x7's 49 pixels):
+// the channel stride mod 4.  A loop iteration's first channel starts on a texel (the
+// host's rule: the plane's images and the iteration's CU channels whole texels), so its
+// channel u starts (u * XSKEW) mod 4 elements past one, a constant of the unrolled body:
+// the row loads from that texel on and drops the elements before the channel's.
+layout(constant_id = 15) const int XSKEW = 0;
 layout(constant_id = 10) const int CBW = 0;    // SGW: > 0: channel blocks per workgroup, one
                                                // per subgroup (local size CBW * SG)
 #ifdef SGW
@@ -265,9 +271,13 @@ const int BL = ROWLOAD ? SPAN4 : KW * NB;            // X elements a channel hol
         int xu = xo + u * xs.y; \
         SC_LOAD(su, u) \
         if (ROWLOAD && XVEC4) { \
-            [[unroll]] for (int e = 0; e < SPAN4; e += 4) { \
-                vec4 v = XSC(LOAD_X4((xu + e) >> 2), su); \
-                b[u][e] = v.x; b[u][e + 1] = v.y; b[u][e + 2] = v.z; b[u][e + 3] = v.w; \
+            int sk = (u * XSKEW) & 3; \
+            [[unroll]] for (int e = 0; e < SPAN4 + 4; e += 4) { \
+                if (e < sk + SPAN) { \
+                    vec4 v = XSC(LOAD_X4((xu - sk + e) >> 2), su); \
+                    [[unroll]] for (int q_ = 0; q_ < 4; q_++) \
+                        if (e + q_ >= sk && e + q_ - sk < SPAN4) b[u][e + q_ - sk] = v[q_]; \
+                } \
             } \
         } else if (ROWLOAD) { \
             [[unroll]] for (int e = 0; e < SPAN; e++) b[u][e] = XSC(LOAD_X(xu + e), su); \

@@ -818,6 +818,42 @@ def test_gemm_sg_resnet_shortcuts_share_constants(device):
         assert unshared[1] == 16
 
 
+#: (input, filter, groups, the kernel's XSKEW): 1x1 convolutions on planes of no whole
+#: float4s (channel strides 1, 3 and 2 mod 4) over 2 images and 2 groups; 6 input
+#: channels are no whole groups of 4, so rows there load element by element
+SKEWED = [((2, 16, 7, 7), (24, 16, 1, 1), 1, 1), ((1, 8, 5, 3), (8, 4, 1, 1), 2, 3),
+          ((1, 12, 3, 6), (4, 12, 1, 1), 1, 2), ((1, 6, 7, 7), (8, 6, 1, 1), 1, 0)]
+
+
+@pytest.mark.parametrize("case", range(len(SKEWED)))
+def test_gemm_sg_reads_skewed_planes_as_texels(device, case, monkeypatch):
+    """gemm_sg on a 1x1 convolution whose planes are no whole float4s reads its rows as
+    float4 texels all the same (XSKEW, the channel stride mod 4) where the loop takes the
+    group's channels four at a time: the reference's values, and the bits of the rows
+    read element by element (each sum adds in the same order)."""
+    if not _has_sg(device):
+        pytest.skip("no subgroup shuffles on this device")
+    gs = importlib.import_module("vkml.ops.convolution.gemm_sg")
+    x_shape, w_shape, groups, skew = SKEWED[case]
+    desc = _conv_desc("float32", x_shape, w_shape, group_count=groups)
+    rng = np.random.default_rng(120 + case)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    got, compiled = run_path(device, desc, x, w, b, path="gemm_sg")
+    d = compiled.path.dispatches[0]
+    assert (d["xskew"], d["xvec4"]) == (skew, bool(skew)), d
+    if skew:
+        assert compiled.path.steps[-1].constants["XSKEW"] == skew
+    ref = desc_reference(desc, x, w, b)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref,
+                               **tolerance(w, "float32"))
+    monkeypatch.setattr(gs.GemmSgPath, "_skews", lambda self, in_place, flat: False)
+    plain, compiled = run_path(device, desc, x, w, b, path="gemm_sg")
+    assert not compiled.path.dispatches[0]["xvec4"]
+    np.testing.assert_array_equal(got, plain)
+
+
 @pytest.mark.parametrize("path", ["gemm", "gemm_sg", "gemm-stride", "gemm_sg-stride"])
 def test_strided_1x1_with_residual(device, path):
     """ResNet's downsample shortcut fused with the block's Add and Relu (a graph: the

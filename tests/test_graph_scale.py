@@ -41,6 +41,8 @@ def _shapes(kind: str):
         return (1, 8, 9, 11), (8, 1, 3, 3), 8, 1
     if kind == "1x1":
         return (2, 24, 7, 8), (16, 24, 1, 1), 1, 0
+    if kind == "1x1-7x7":         # planes of no whole float4s (gemm_sg's XSKEW)
+        return (2, 16, 7, 7), (24, 16, 1, 1), 1, 0
     return (1, 16, 12, 12), (16, 16, 3, 3), 1, 1
 
 
@@ -169,6 +171,28 @@ def test_fused_on_every_path(device, dtype):
     assert {"direct", "gemm"} <= ran, ran
     if dtype == "float32":
         assert "gemm" in took, took
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_skewed_planes_scale_in_kernel(device, residual):
+    """gemm_sg on 7x7 planes (channel strides of no whole float4s), its rows read as
+    float4 texels all the same (XSKEW), multiplies by the scale as it loads them, with and
+    without a residual: PyTorch's values and the unfused graph's bits."""
+    arrays = inputs(np.random.default_rng(23), "float32", "1x1-7x7", residual)
+    g = scale_graph("float32", "1x1-7x7", residual)
+    try:
+        cg, (got,) = run_graph(device, g, arrays, "float32", paths={1: "gemm_sg"})
+    except vkml.UnsupportedError:
+        pytest.skip("no gemm_sg on this device")
+    op = cg._graph_nodes[1].compiled
+    assert op.path.takes_scale and op.path.dispatches[0]["xskew"] == 49 % 4
+    cg.release()
+    np.testing.assert_allclose(got.astype(np.float64), reference(arrays, "1x1-7x7"),
+                               **_tolerance("float32"))
+    cg, (plain,) = run_graph(device, g, arrays, "float32", fuse={"input scale": False},
+                             paths={1: "gemm_sg"})
+    cg.release()
+    np.testing.assert_array_equal(got, plain)
 
 
 def test_chosen_path_and_switch(device):

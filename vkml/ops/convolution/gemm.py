@@ -245,7 +245,7 @@ def sg_span(phases, nb: int) -> int:
 
 def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
               span_max: int | None = None, share: bool = False,
-              mb_max: int | None = None) -> tuple[int, int]:
+              mb_max: int | None = None, skew: bool = False) -> tuple[int, int]:
     """Register block (MB, NB) of the SG GEMM.  Its lanes pad each channel block's pixel
     blocks to whole subgroups, and each weight a lane gets costs a shuffle (on lavapipe
     about SG_SHUFFLE_COST FMAs of the block's, i.e. NB + 6 per weight).  NB is the pixel
@@ -260,7 +260,9 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     instruction cache runs at half the speed).  ``span_max`` (knob ``sg_span``): NB kept to pixels whose row span
     (:func:`sg_span`) fits it (a long strided reach, the 7x7 stride-2 stem's, holds fewer
     registers), at least 4.  ``mb_max`` (knob ``sg_mb``): MB kept to at most that many
-    output channels."""
+    output channels.  ``skew``: a flattened plane of no whole float4s is read as float4s
+    all the same (the kernel's XSKEW), where NB is a multiple of 4 (its stores still go
+    element by element)."""
     kw = max([len(ph[2].taps) for ph in phases] + [1])
     fits = [m for m in (16, 12, 8, 4) if m <= min(SG_BLOCKS[0], mb_max or SG_BLOCKS[0])
             and cog / (ceil_div(cog, m) * m) >= 0.88] or [4]
@@ -270,7 +272,7 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     nb_max = max(4, min(SG_BLOCKS[1], GEMM_UNROLL // (mb * kw), acc // mb))
     if span_max is not None:
         nb_max = max([4] + [n for n in range(4, nb_max + 1) if sg_span(phases, n) <= span_max])
-    costs = {nb: sg_cost(phases, row_len, flat, sg, nb) for nb in range(4, nb_max + 1)}
+    costs = {nb: sg_cost(phases, row_len, flat, sg, nb, skew) for nb in range(4, nb_max + 1)}
     best = min(costs.values())
     shared = [nb for nb in SG_SHARED_NB if share and nb in costs
               and costs[nb] <= best * SG_SHARE_SLACK]
@@ -279,16 +281,18 @@ def sg_blocks(cog: int, phases, row_len, flat: bool, sg: int,
     return mb, max(nb for nb, c in costs.items() if c == best)
 
 
-def sg_cost(phases, row_len, flat: bool, sg: int, nb: int) -> int:
+def sg_cost(phases, row_len, flat: bool, sg: int, nb: int, skew: bool = False) -> int:
     """The modelled cost of :func:`sg_blocks`' NB-pixel blocks: padded lanes x (NB +
-    SG_SHUFFLE_COST, + SG_SCALAR_COST where the block's pixels are not whole float4s)."""
+    SG_SHUFFLE_COST, + SG_SCALAR_COST where the block's pixels are not whole float4s;
+    ``skew``: a flattened plane's rows are, for NB a multiple of 4)."""
     cost = 0
     for ph, rl in zip(phases, row_len):
         per_row = ceil_div(rl, nb)
         blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
         # (a flattened plane of no whole float4s, 7x7's 49 pixels, loads and stores
         # none: there the fewest padded pixels win, 7-pixel blocks, not 8)
-        v4 = ((nb * ph[2].istep) % 4 == 0 or per_row == 1) and not (flat and rl % 4)
+        v4 = ((nb * ph[2].istep) % 4 == 0 or per_row == 1) and not (flat and rl % 4
+                                                                     and not skew)
         scalar = SG_SCALAR_COST[flat and rl % 4 == 0]
         cost += ceil_div(blocks, sg) * sg * (nb + SG_SHUFFLE_COST + (0 if v4 else scalar))
     return cost
@@ -464,6 +468,8 @@ class Planes:
     co_pad: int
     x_img: int
     x_chan: int
+    #: rows read as float4 texels though the channel stride is not whole ones (XSKEW)
+    skew: bool = False
 
 
 class GemmPath(Path):
@@ -593,7 +599,12 @@ class GemmPath(Path):
         """The subgroup size the GEMM's pipelines require (0: none; gemm_sg overrides)."""
         return 0
 
-    def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
+    def _skews(self, in_place: bool, flat: bool) -> bool:
+        """Whether rows may be read as float4 texels on a channel stride of no whole
+        ones (the kernel's XSKEW; gemm_sg overrides)."""
+        return False
+
+    def _blocks(self, phases, row_len, flat, skew=False) -> tuple[int, int]:
         """The register block (MB, NB) (gemm_sg overrides)."""
         unit = all(ph[2].istep == 1 for ph in phases)
         return gemm_blocks(self.knobs, self.geo.cout_per_group, max(row_len),
@@ -625,11 +636,12 @@ class GemmPath(Path):
             wp = ceil_div(wp, 4) * 4          # float4-aligned rows
         plane = dp * hp * wp
         row_len = [g.valid[1] * wp if flat else ph[2].count for ph in phases]
-        mb, nb = self._blocks(phases, row_len, flat)
+        skew = self._skews(in_place, flat)
+        mb, nb = self._blocks(phases, row_len, flat, skew)
         return Planes(phases, lo, dp, hp, wp, in_place, flat, row_len, mb, nb,
                       ceil_div(g.cout_per_group, mb) * mb,
                       g.x_strides[0] if in_place else ceil_div(g.c_in * plane, 4) * 4,
-                      g.x_strides[1] if in_place else plane)
+                      g.x_strides[1] if in_place else plane, skew)
 
     def _dispatches(self, pl: Planes) -> tuple[list, int, int]:
         """``self.dispatches``: one per phase (a dict: its q extents, output origin, row
@@ -651,10 +663,13 @@ class GemmPath(Path):
                                                                  per_row)
             span = (nb - 1) * aw.istep + (kw - 1) * dw + 1
             rowload = span <= kw * nb          # as ROWLOAD in the kernel
+            # (channels off whole texels only where each loop iteration's first one is
+            # on one: XSKEW)
+            skew = pl.x_chan % 4 if pl.skew and self._cu(kw) % 4 == 0 else 0
             xvec4 = (rowload and ((nb * aw.istep) % 4 == 0 or per_row == 1)
-                     and pl.x_img % 4 == 0 and pl.x_chan % 4 == 0
+                     and pl.x_img % 4 == 0 and (pl.x_chan % 4 == 0 or skew)
                      and all(r % 4 == 0 for r in rows)
-                     and (ad.istep * hp * wp) % 4 == 0
+                     and (ad.count == 1 or (ad.istep * hp * wp) % 4 == 0)
                      and (pl.flat or (ah.istep * wp) % 4 == 0))   # (flat: one q row)
             if rows:
                 max_read = max(max_read, max(rows) + (qsize[0] - 1) * ad.istep * hp * wp
@@ -664,7 +679,7 @@ class GemmPath(Path):
             self.dispatches.append(dict(
                 qsize=qsize, yorg=(ad.o0, ah.o0, aw.o0, len(row_offsets)), nrows=len(rows),
                 w_base=w_texels, pitch=wp if pl.flat else 0, sw=aw.istep, kw=kw, dw=dw,
-                xvec4=xvec4, axes=ph))
+                xvec4=xvec4, xskew=skew if xvec4 else 0, axes=ph))
             row_offsets += rows
             w_texels += g.groups * len(rows) * g.cin_per_group * kw * pl.co_pad // 4
         self.w_texels = w_texels
@@ -734,7 +749,7 @@ class GemmPath(Path):
         texel = texel_ok(self.op, self.xp_floats) and texel_ok(self.op, w_texels)
         if not texel:
             for d in self.dispatches:
-                d["xvec4"] = False
+                d["xvec4"], d["xskew"] = False, 0
         return texel
 
     def _kernel_name(self) -> str:

@@ -21,7 +21,7 @@ from ..grid import per_workgroup
 from ...intmath import ceil_div
 
 #: Kernel variants this path runs and the specialization constants it sets.
-SG_CONSTANTS = GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN", "W4")
+SG_CONSTANTS = GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN", "W4", "XSKEW")
 VARIANTS = {f"convolution_gemm_sg_{s}{r}": SG_CONSTANTS
             for s in STORAGES + ("f32_v8",) for r in ("", "_res")}
 VARIANTS.update({f"convolution_gemm_sg_f32{v}{r}_sc": SG_CONSTANTS
@@ -104,10 +104,19 @@ class GemmSgPath(GemmPath):
             raise Declined("no subgroup shuffles, or the filter is too large for a texel view")
         return sg
 
-    def _blocks(self, phases, row_len, flat) -> tuple[int, int]:
+    def _skews(self, in_place: bool, flat: bool) -> bool:
+        """XSKEW (a 1x1's plane of no whole float4s, 7x7's 49 pixels, read as float4
+        texels): in place, the GEMM_RUN accumulation order (its loop body unrolls the
+        channels, whose offsets mod 4 are then constants) and the group's channels whole
+        groups of 4 (every iteration's first channel on a texel where the images are;
+        ``_dispatches`` checks CU)."""
+        return (in_place and flat and self.knobs["sg_acc_run"]
+                and self.geo.cin_per_group % 4 == 0)
+
+    def _blocks(self, phases, row_len, flat, skew=False) -> tuple[int, int]:
         return sg_blocks(self.geo.cout_per_group, phases, row_len, flat, self.sg,
                          self.knobs["sg_span"], share=self.subsampled is not None,
-                         mb_max=self.knobs["sg_mb"])
+                         mb_max=self.knobs["sg_mb"], skew=skew)
 
     def _flat_short_rows(self) -> bool:
         return False
@@ -161,6 +170,8 @@ class GemmSgPath(GemmPath):
         of 1 idling one of lavapipe's threads); ACC_RUN 0 for knob ``sg_acc_run`` False
         (one channel and column tap at a time over the block)."""
         consts = {**super()._constants(d), "SG": self.sg}
+        if d["xskew"]:
+            consts["XSKEW"] = d["xskew"]
         if not self.knobs["sg_acc_run"]:
             consts["ACC_RUN"] = 0
         if self._w4():
