@@ -210,40 +210,40 @@ void main() {
         const int N8 = NB / 8;
         const bool HALF = (NB & 7) != 0;
         bool odd = HALF && (strip & 1) != 0;
+        // (every activation outside the stores' branches: inside one, lavapipe ran an
+        // exp-based activation several times slower)
         [[unroll]] for (int i = 0; i < N8; i++) {
             int j = (odd ? 4 : 0) + 8 * i;
-            if (live && ow0 + j < out_size.z) {
-                uvec4 u[2];
-                [[unroll]] for (int q = 0; q < 8; q++)
-                    u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
-                        ACT, HALF ? (odd ? acc[4 + 8 * i + q] : acc[8 * i + q]) : acc[8 * i + q],
-                        act));
+            uvec4 u[2];
+            [[unroll]] for (int q = 0; q < 8; q++)
+                u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
+                    ACT, HALF ? (odd ? acc[4 + 8 * i + q] : acc[8 * i + q]) : acc[8 * i + q],
+                    act));
+            if (live && ow0 + j < out_size.z)
                 y8[(yb + uint(ow0 + j)) >> 3] = vkml_u64x4(u[0], u[1]);
-            }
         }
         if (HALF) {
             int j = odd ? 0 : 8 * N8;
-            if (live && ow0 + j < out_size.z) {
-                uvec4 u;
-                [[unroll]] for (int q = 0; q < 4; q++)
-                    u[q] = floatBitsToUint(vkml_activation(
-                        ACT, odd ? acc[q] : acc[min(8 * N8 + q, NB - 1)], act));
+            uvec4 u;
+            [[unroll]] for (int q = 0; q < 4; q++)
+                u[q] = floatBitsToUint(vkml_activation(
+                    ACT, odd ? acc[q] : acc[min(8 * N8 + q, NB - 1)], act));
+            if (live && ow0 + j < out_size.z)
                 y8h[(yb + uint(ow0 + j)) >> 2] = vkml_u64x2(u);
-            }
         }
 #elif defined(V4)
         [[unroll]] for (int j = 0; j < NB; j += 4) {
-            if (live && ow0 + j < out_size.z) {
-                vec4 v;
-                [[unroll]] for (int q = 0; q < 4; q++)
-                    v[q] = vkml_activation(ACT, acc[j + q], act);
+            vec4 v;
+            [[unroll]] for (int q = 0; q < 4; q++)
+                v[q] = vkml_activation(ACT, acc[j + q], act);
+            if (live && ow0 + j < out_size.z)
                 y4[(yb + uint(ow0 + j)) >> 2] = v;
-            }
         }
 #else
         [[unroll]] for (int j = 0; j < NB; j++) {
+            float v = vkml_activation(ACT, acc[j], act);
             if (live && ow0 + j < out_size.z)
-                FSTORE(y, yb + uint((ow0 + j) * last.y), vkml_activation(ACT, acc[j], act));
+                FSTORE(y, yb + uint((ow0 + j) * last.y), v);
         }
 #endif
     }
@@ -372,35 +372,33 @@ void main() {
         // whole float4s, or PC planes are: then every row is the output's)
         const int BAND = R * PW;
         [[unroll]] for (int f = 0; f < PC * BAND; f += 4) {
-            if (oh0 + (f + 3) % BAND / PW < out_size.y) {
-                vec4 v;
-                [[unroll]] for (int q = 0; q < 4; q++) {
-                    int p = (f + q) / BAND, e = (f + q) % BAND;
-                    v[q] = vkml_activation(ACT, acc[p][e / PW][e % PW] + bv[p], act);
-                }
-                y4[(yb + uint(f)) >> 2] = v;
+            vec4 v;
+            [[unroll]] for (int q = 0; q < 4; q++) {
+                int p = (f + q) / BAND, e = (f + q) % BAND;
+                v[q] = vkml_activation(ACT, acc[p][e / PW][e % PW] + bv[p], act);
             }
+            if (oh0 + (f + 3) % BAND / PW < out_size.y)
+                y4[(yb + uint(f)) >> 2] = v;
         }
         return;
     }
 #endif
     [[unroll]] for (int r = 0; r < R; r++) {
-        int oh = oh0 + r;
-        if (oh >= out_size.y) break;
+        bool row = oh0 + r < out_size.y;
         uint yr = yb + uint(r) * ys.w;
 #ifdef V4
         [[unroll]] for (int j = 0; j < NB; j += 4) {
-            if (ow0 + j < out_size.z) {
-                vec4 v;
-                [[unroll]] for (int q = 0; q < 4; q++)
-                    v[q] = vkml_activation(ACT, acc[0][r][j + q] + bv[0], act);
+            vec4 v;
+            [[unroll]] for (int q = 0; q < 4; q++)
+                v[q] = vkml_activation(ACT, acc[0][r][j + q] + bv[0], act);
+            if (row && ow0 + j < out_size.z)
                 y4[(yr + uint(ow0 + j)) >> 2] = v;
-            }
         }
 #else
         [[unroll]] for (int j = 0; j < NB; j++) {
-            if (ow0 + j < out_size.z)
-                FSTORE(y, yr + uint((ow0 + j) * last.y), vkml_activation(ACT, acc[0][r][j] + bv[0], act));
+            float v = vkml_activation(ACT, acc[0][r][j] + bv[0], act);
+            if (row && ow0 + j < out_size.z)
+                FSTORE(y, yr + uint((ow0 + j) * last.y), v);
         }
 #endif
     }
