@@ -89,9 +89,13 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: pixels a lane, fewer registers; it takes no other shape); gemm_sg-step (gemm_sg's
 #: products one channel and column tap at a time over the block: slower on most shapes
 #: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells, and only
-#: there: :func:`_also_takes`).
+#: there: :func:`_also_takes`).  The order is the fast list's, which decides a tie within
+#: the timing's noise (``tuning._pick``): gemm_sg-mb8 first, as it joins only the first
+#: layers it measured ahead on (MobileNetV2's 3x3 stem: 716-874 us against gemm_sg-span24's
+#: 967-1116 in quiet tunings, tied with it in a loaded one, where span24, listed first,
+#: took it; bench/RESULTS.md "1x1 blocks of 16 pixels").
 _ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8", "depthwise-plane"),
-         "gemm_sg": ("gemm_sg-span24", "gemm_sg-step", "gemm_sg-mb8")}
+         "gemm_sg": ("gemm_sg-mb8", "gemm_sg-span24", "gemm_sg-step")}
 #: gemm_sg-step joins a fast list only for a unit-stride 3x3 whose default block holds
 #: this many pixels: the one geometry where it was measured ahead of gemm_sg (1.15-1.59x
 #: on 64->64 and 128->128 on 56x56, 64->64 on 48x48); on the stem, strided, 1x1 and
