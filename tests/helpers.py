@@ -332,6 +332,12 @@ class Cases:
     def total(self) -> int:
         return sum(self.counts.values())
 
+    def short(self, **floors: int) -> bool:
+        """Whether some kind of ``floors`` (as :meth:`require` names them) was seen fewer
+        times than its floor."""
+        return any(sum(self.counts.get(k, 0) for k in kinds.split("__")) < floor
+                   for kinds, floor in floors.items())
+
     def require(self, **floors: int) -> None:
         for kinds, floor in floors.items():
             got = sum(self.counts.get(k, 0) for k in kinds.split("__"))
