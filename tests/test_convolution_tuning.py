@@ -543,3 +543,15 @@ def test_gemm_sg_flat_plane_blocks(side, nb):
     axes = [[gemm.Axis(0, 1, 1, 1, [(0, 0)]), gemm.Axis(0, 1, 1, 1, [(0, 0)]),
              gemm.Axis(0, 1, plane, 1, [(0, 0)])]]
     assert gemm.sg_blocks(96, axes, [plane], True, 8) == (16, nb)
+
+
+@pytest.mark.parametrize("side, nb", [(7, 8), (13, 12), (27, 12), (14, 16)])
+def test_gemm_sg_skewed_plane_blocks(side, nb):
+    """With XSKEW (``skew``: rows read as float4 texels on a plane of no whole ones) the
+    block is a multiple of 4 pixels there (7x7: 8, its 7 blocks one subgroup; 13x13 and
+    27x27: 12), at most SG_ACC accumulators; a plane of whole float4s is unchanged."""
+    gemm = importlib.import_module("vkml.ops.convolution.gemm")
+    plane = side * side
+    axes = [[gemm.Axis(0, 1, 1, 1, [(0, 0)]), gemm.Axis(0, 1, 1, 1, [(0, 0)]),
+             gemm.Axis(0, 1, plane, 1, [(0, 0)])]]
+    assert gemm.sg_blocks(96, axes, [plane], True, 8, skew=True) == (16, nb)
