@@ -560,15 +560,9 @@ void main() {
             // (the activation outside the store's branch: inside it, lavapipe ran an
             // exp-based one ~40x slower an element)
             [[unroll]] for (int j = 0; j < NB; j++) {
-                bool ok = has && yo[j] >= 0;
-#ifdef RES
-                float r = RESID(ok ? yc + uint(yo[j]) : 0u);
-#endif
-                float v = vkml_activation(ACT, acc[i4][j][c] + bv
-#ifdef RES
-                                          + r
-#endif
-                                          , act);
+                bool ok = has && yo[j] >= 0;        // (a residual read at 0 where not)
+                float v = vkml_activation(
+                    ACT, acc[i4][j][c] + bv PLUS_RESID(ok ? yc + uint(yo[j]) : 0u), act);
                 if (ok)
                     FSTORE(y, yc + uint(yo[j]), v);
             }
