@@ -69,13 +69,19 @@ def fuzzer(speed: float, cases, share: int = 4, valid: float = 0.25, refused: fl
         @functools.wraps(check)
         def counted():
             with _floor(drawn, valid, refused) as found:
-                run()
-                for _ in range(TOP_UPS):
-                    if not found.short(**_floors(drawn, valid, refused)):
-                        break
-                    run()
+                top_up(run, lambda: found.short(**_floors(drawn, valid, refused)))
         return counted
     return deco
+
+
+def top_up(run, short) -> None:
+    """``run()``, then again while ``short()`` (a floor of cases unmet), at most
+    :data:`TOP_UPS` times more: fresh batches of examples, every one checked."""
+    run()
+    for _ in range(TOP_UPS):
+        if not short():
+            break
+        run()
 
 
 _COUNTING: list[Cases] = []

@@ -24,7 +24,7 @@ from references import convolution_reference
 from vkml import dml
 from vkml.errors import ValidationError
 
-from fuzzing import TOP_UPS
+from fuzzing import top_up
 from helpers import compile_on_path
 from vkml.intmath import ceil_div
 
@@ -197,12 +197,9 @@ def test_whole_uint_range(device, budget):
         seen.append(run_case(device, c))
 
     # a quarter of the examples drawn ran (not of those that ran: hypothesis may stop
-    # early), fresh batches drawn where one left it short (fuzzing.TOP_UPS)
+    # early), fresh batches drawn where one left it short (fuzzing.top_up)
     floor = budget * 5 // 4
-    for _ in range(1 + TOP_UPS):
-        check()
-        if seen.count("ran") >= floor:
-            break
+    top_up(check, lambda: seen.count("ran") < floor)
     print("cases:", {k: seen.count(k) for k in set(seen)})
     assert seen.count("ran") >= floor, seen
 

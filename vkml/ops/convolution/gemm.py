@@ -289,8 +289,9 @@ def sg_cost(phases, row_len, flat: bool, sg: int, nb: int, skew: bool = False) -
     for ph, rl in zip(phases, row_len):
         per_row = ceil_div(rl, nb)
         blocks = (ph[0].count * (1 if flat else ph[1].count)) * per_row
-        # (a flattened plane of no whole float4s, 7x7's 49 pixels, loads and stores
-        # none: there the fewest padded pixels win, 7-pixel blocks, not 8)
+        # (a flattened plane of no whole float4s, 7x7's 49 pixels, stores none as
+        # float4s and loads them only with ``skew``: without it the fewest padded pixels
+        # win, 7-pixel blocks, not 8)
         v4 = ((nb * ph[2].istep) % 4 == 0 or per_row == 1) and not (flat and rl % 4
                                                                      and not skew)
         scalar = SG_SCALAR_COST[flat and rl % 4 == 0]
