@@ -4,8 +4,10 @@ run as one node.  Against a float64 NumPy reference and the unfused graph, on bo
 drivers, over shapes that take each read of the kernel (the input as RGBA32F texels
 whose ends cut through planes, or as floats; each filter's rows as texels or floats),
 batches, 3-D and 4-D inputs, with and without biases, from an AVERAGE_POOLING or a
-REDUCE; refused where the rule fails; switchable; chosen by the tuner where tuning is on
-(and stored); and through vkml.onnx, an EfficientNet block against ONNX Runtime."""
+REDUCE; the pools split over several workgroups (the last one computing the layers,
+executed again and again); refused where the rule fails; switchable; chosen by the
+tuner where tuning is on (and stored); and through vkml.onnx, an EfficientNet block
+against ONNX Runtime."""
 from __future__ import annotations
 
 import math
@@ -145,6 +147,56 @@ def test_fused_head_matches_the_reference_and_the_nodes_apart(device, case):
     ref = reference(arrays, x_shape, c1, strides, bias)
     np.testing.assert_allclose(got[0], ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-7)
+
+
+#: (input, squeezed channels, pooling workgroups): channels not a multiple of the groups
+#: (10 in groups of 4, 4, 2) over two images; more groups asked than channels; wide
+#: layers (C = 1152, C1 = 48, the squeezing layer's inputs shuffled 32 at a time) in
+#: three groups; 76 squeezed channels (more than the 64 lanes: two turns of the
+#: squeezing layer) from 9 channels (neither filter's rows whole texels)
+SPLITS = [((2, 10, 5, 3), 3, 3), ((1, 6, 3, 3), 4, 9), ((1, 1152, 7, 7), 48, 3),
+          ((1, 9, 4, 4), 76, 2)]
+
+
+@pytest.mark.parametrize("case", range(len(SPLITS)))
+def test_pools_split_over_workgroups(device, case):
+    """The pools spread over several workgroups per image, the last to finish computing
+    the layers (``groups``): the reference's output, and the same again when executed
+    twice more and when recorded twice into one sequence (each execution starts its
+    count from zero)."""
+    from vkml.ops.base import empty_for
+    x_shape, c1, groups = SPLITS[case]
+    rng = np.random.default_rng(300 + case)
+    arrays = se_arrays(rng, x_shape, c1)
+    g = se_graph(x_shape, c1)
+    desc = se.head_desc(device, *(n.desc for n in g.nodes))
+    if desc is None:
+        pytest.skip("the kernel does not take the shape on this device")
+    op = se.CompiledSqueezeExcitation(device, desc, groups=groups)
+    assert op.groups == min(groups, x_shape[1]) or x_shape[1] % op.groups
+    ins = [device.tensor(a) for a in arrays]
+    out = empty_for(device, desc.outputs()[0])
+    ref = reference(arrays, x_shape, c1)
+    for _ in range(3):
+        op.execute(ins, [out])
+        np.testing.assert_allclose(out.numpy().reshape(ref.shape), ref, rtol=1e-5, atol=1e-6)
+    outs = [empty_for(device, desc.outputs()[0]) for _ in range(2)]
+    seq = device.sequence()
+    for o in outs:
+        op.record(seq, ins, [o])
+    seq.run()
+    for o in outs:
+        np.testing.assert_allclose(o.numpy().reshape(ref.shape), ref, rtol=1e-5, atol=1e-6)
+    op.release()
+
+
+def test_pool_groups_and_lanes():
+    """One pooling workgroup a concurrent workgroup of the device, each of at least eight
+    channels; whole subgroups of lanes, as many as the squeezed channels up to 64."""
+    assert [se.pool_groups(c, w) for c, w in ((1152, 2), (1152, 0), (12, 4), (4, 16))] \
+        == [2, 1, 2, 1]
+    assert [se.lanes(8, c1, 256) for c1 in (4, 10, 48, 76)] == [8, 16, 48, 64]
+    assert se.lanes(4, 6, 256) == 8 and se.lanes(8, 48, 32) == 32
 
 
 def test_kernel_reads_as_the_rule_says(device):

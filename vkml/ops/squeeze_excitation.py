@@ -7,10 +7,13 @@ every spatial axis), then two 1x1 convolutions of 1x1 planes, the squeezing one 
 the exciting one, each with its fused activation (EfficientNet: SiLU, then sigmoid).  Each
 does almost no work; apart they cost three dispatches, and on a CPU driver a dispatch's
 own cost is several times that work.  :func:`head_desc` says where the three may run as
-one node, :class:`CompiledSqueezeExcitation` runs them: one workgroup an image pools
-the planes, then computes both layers from shared memory.  One workgroup is one thread of
-a CPU driver: where pooling the planes on one thread costs more than the two dispatches
-saved (SwiftShader, 14x14 and 28x28 planes), the nodes stay apart.  Which is measured:
+one node, :class:`CompiledSqueezeExcitation` runs them in one dispatch: G workgroups an
+image (:func:`pool_groups`: one a thread of the device's concurrent width) pool the
+planes of their share of the channels, and the last of them to finish, told by an atomic
+count, computes both layers from shared memory while the others end.  One workgroup is
+one thread of a CPU driver, so the pools are spread and the layers, a few thousand
+products, are not; where the node still costs more than the two dispatches it saves,
+the nodes stay apart.  Which is measured:
 the tunable path ``squeeze_excitation`` (:data:`TUNED`: "apart" or "fused", timed on
 the block's shape and stored per shape like any choice); ``VKML_TUNE=off`` fuses.
 
@@ -38,16 +41,38 @@ from ..runtime.blocks import pack
 from .base import CompiledOperator, compile_operator, empty_for, release_all
 from .convolution.epilogue import (EpilogueConvolutionDesc, input_scale_of, kernel_activation,
                                    residual_of)
+from .concurrent_width import concurrent_width
 from .grid import pieces
+from ..intmath import ceil_div
 
 __all__: list[str] = []     # graph-internal: no functional form
 
 #: Kernel variants this module requests and the specialization constants it sets.
 VARIANTS = {"squeeze_excitation_f32": ("LOCAL_SIZE_X", "ACT1", "ACT2", "X4", "C", "C1", "W4A",
-                                       "W4B")}
-#: Lanes of the workgroup: each pools C / LANES planes and computes as many channels of
-#: each layer; one workgroup runs on one thread of a CPU driver whatever its size.
+                                       "W4B", "SG")}
+#: Lanes of a workgroup: each pools CG / LANES planes (CG channels a workgroup) and the
+#: last workgroup's compute C1 / LANES and C / LANES channels of the layers; one workgroup
+#: runs on one thread of a CPU driver whatever its size.
 LANES = 64
+#: Fewest channels a pooling workgroup takes (a subgroup's worth of lavapipe lanes).
+FEWEST_CHANNELS = 8
+#: Most squeezed channels: every lane holds them all in registers (an unrolled loop).
+MOST_SQUEEZED = 128
+
+
+def lanes(sg: int, squeezed: int, most: int) -> int:
+    """The workgroup's lanes: whole subgroups, as many as the squeezed channels (the
+    squeezing layer's lanes, its one turn through the input channels) up to
+    :data:`LANES`; a CPU driver runs the pools' and the exciting layer's channels in as
+    many turns of a subgroup whatever the lanes."""
+    return max(sg, min(ceil_div(squeezed, sg) * sg, min(LANES, most) // sg * sg))
+
+
+def pool_groups(channels: int, width: int) -> int:
+    """Pooling workgroups an image (the kernel's G): one for each workgroup the device
+    runs at once (``width``, its measured concurrent width; 0, unknown, counts as 1),
+    each of at least :data:`FEWEST_CHANNELS` channels."""
+    return max(1, min(max(width, 1), ceil_div(channels, FEWEST_CHANNELS)))
 
 
 @dataclass(frozen=True)
@@ -119,8 +144,9 @@ def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
     convolution ``excite`` (the graph has checked that each output feeds only the next
     node, read as written), or None where the kernel does not take them: AVERAGE over
     every spatial axis of a float32 tensor whose planes are packed; both layers dense
-    (:func:`_dense_layer`); the means and the squeezed channels within the device's
-    shared memory, the pooled tensor and both filters within its texel views.  (An
+    (:func:`_dense_layer`); full subgroups with shuffles on the device
+    (:func:`subgroup_size`); at most :data:`MOST_SQUEEZED` squeezed channels, within the
+    device's shared memory; the pooled tensor and both filters within its texel views.  (An
     AVERAGE_POOLING with no padding has one divisor, the window, whatever
     IncludePadding says.)"""
     if not _global_average(pool):
@@ -135,12 +161,25 @@ def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
         return None
     lim = device.context.limits
     tensors = (x, squeeze.filter_tensor, excite.filter_tensor)
-    if ((c + c1) * 4 > lim["maxComputeSharedMemorySize"]
+    if (not subgroup_size(device) or c1 > MOST_SQUEEZED
+            or (c1 + subgroup_size(device)) * 4 > lim["maxComputeSharedMemorySize"]
             or any(t.total_tensor_size_in_bytes // (16 if wide else 4)
                    > lim["maxTexelBufferElements"]
                    for t, wide in zip(tensors, whole_texels(x, squeeze, excite)))):
         return None
     return SqueezeExcitationDesc(pool, squeeze, excite)
+
+
+def subgroup_size(device) -> int:
+    """The subgroup size the kernel runs in on ``device``, else 0: it shuffles the layers'
+    inputs across full subgroups (the device's ``subgroup_shuffle`` and
+    ``full_subgroups``, the reported size within the size range)."""
+    f, lim = device.context.features, device.context.limits
+    size = lim["subgroupSize"]
+    if not (f.get("subgroup_shuffle") and f.get("full_subgroups")
+            and lim["minSubgroupSize"] <= size <= lim["maxSubgroupSize"]):
+        return 0
+    return size
 
 
 def whole_texels(x, squeeze, excite) -> tuple[bool, bool, bool]:
@@ -156,23 +195,35 @@ def whole_texels(x, squeeze, excite) -> tuple[bool, bool, bool]:
 
 
 class CompiledSqueezeExcitation(CompiledOperator):
-    """:class:`SqueezeExcitationDesc` on ``glsl/squeeze_excitation.comp`` (module doc)."""
+    """:class:`SqueezeExcitationDesc` on ``glsl/squeeze_excitation.comp`` (module doc).
+    ``groups``: the pooling workgroups an image (None: :func:`pool_groups`)."""
 
     kernel = "squeeze_excitation_f32"
+
+    def __init__(self, device, desc, groups: int | None = None):
+        self.groups = groups
+        super().__init__(device, desc)
 
     def build(self) -> None:
         d = self.desc
         x, sq, ex = d.pool.input_tensor, d.squeeze, d.excite
         plane = math.prod(x.sizes[2:])
+        n, c = x.sizes[0], x.sizes[1]
         xs = x.element_strides
         self.x4, *self.w4 = whole_texels(x, sq, ex)
-        acts = [kernel_activation(c) for c in (sq, ex)]
-        self.pipe = self.pipeline(self.kernel, {
-            "LOCAL_SIZE_X": min(LANES, self.workgroup_size),
+        if self.groups is None:
+            self.groups = pool_groups(c, concurrent_width(self.device))
+        self.groups = max(1, min(self.groups, c))
+        per_group = ceil_div(c, self.groups)
+        self.groups = ceil_div(c, per_group)        # (no group without channels)
+        acts = [kernel_activation(conv) for conv in (sq, ex)]
+        sg = subgroup_size(self.device)
+        self.pipe = self.ctx.pipelines.variant(self.kernel, {
+            "LOCAL_SIZE_X": lanes(sg, sq.filter_tensor.sizes[0], self.workgroup_size),
             "ACT1": acts[0].SPEC.kernel_id if acts[0] is not None else 0,
             "ACT2": acts[1].SPEC.kernel_id if acts[1] is not None else 0,
-            "X4": int(self.x4), "C": x.sizes[1], "C1": sq.filter_tensor.sizes[0],
-            "W4A": int(self.w4[0]), "W4B": int(self.w4[1])})
+            "X4": int(self.x4), "C": c, "C1": sq.filter_tensor.sizes[0],
+            "W4A": int(self.w4[0]), "W4B": int(self.w4[1]), "SG": sg}, subgroup_size=sg)
         zero = np.zeros(4, np.float32)
         ws1, ws2 = sq.filter_tensor.element_strides, ex.filter_tensor.element_strides
         ys = ex.output_tensor.element_strides
@@ -180,11 +231,16 @@ class CompiledSqueezeExcitation(CompiledOperator):
             self.kernel, "Params",
             size=(plane, ex.output_tensor.sizes[1], int(sq.bias_tensor is not None),
                   int(ex.bias_tensor is not None)),
+            pool=(self.groups, per_group, 0, 0),
             xs=(xs[0], xs[1], *(b.element_strides[1] if b is not None else 0
                                 for b in (sq.bias_tensor, ex.bias_tensor))),
             ws=(ws1[0], ws1[1], ws2[0], ws2[1]), ys=(ys[0], ys[1], 0, 0),
             act1=acts[0].kernel_parameters() if acts[0] is not None else zero,
             act2=acts[1].kernel_parameters() if acts[1] is not None else zero)
+        # the means between the pools and the layers, and each image's count of finished
+        # pools (zero between executions: the last group resets it)
+        self.means = self.scratch(n * ceil_div(c, 4) * 16)
+        self.count = self.upload(np.zeros(n, np.uint32))
 
     def encode(self, seq, inputs, outputs) -> None:
         x, w1, b1, w2, b2 = (t.allocation if t is not None else None for t in inputs)
@@ -202,10 +258,12 @@ class CompiledSqueezeExcitation(CompiledOperator):
                  else Bind(self.params),
                  Bind(outputs[0].allocation, 0,
                       d.excite.output_tensor.total_tensor_size_in_bytes, "w"),
-                 Bind(self.params)]
+                 Bind(self.params), Bind(self.means, 0, None, "rw"),
+                 Bind(self.count, 0, None, "rw")]
         mz = self.ctx.limits["maxComputeWorkGroupCount"][2]
         for n0, nn in pieces(d.pool.input_tensor.sizes[0], mz):
-            seq.dispatch(self.pipe, binds, (1, 1, nn), pack(self.kernel, "push", n0=n0))
+            seq.dispatch(self.pipe, binds, (self.groups, 1, nn),
+                         pack(self.kernel, "push", n0=n0))
 
 
 # -- the tunable path ``squeeze_excitation`` (module doc) -------------------------------
