@@ -16,8 +16,9 @@
 // * a storage-buffer store runs one lane at a time but stores all of a vec4 in that
 //   lane's turn, while a texel-buffer imageStore takes a turn per component: float4
 //   SSBO stores (V4: packed float32 rows of a multiple of 4), not RGBA imageStores;
-// * V8 (ROWS, devices with int64): the store loop's cost goes with components, not
-//   bytes, so eight float32 outputs go as one u64vec4 (fewer components than two vec4s);
+// * V8 (devices with int64): the store loop's cost goes with components, not bytes, so
+//   eight float32 outputs go as one u64vec4 (fewer components than two vec4s): ROWS's
+//   strips, and without ROWS the plane stores (PW, below), which it requires;
 // * X4 reads the rows as float4 texels (packed float32 rows, the strip start aligned:
 //   the misalignment (-start padding) mod 4 is the constant SHIFT).
 // * PW (V4 without ROWS): rows narrower than a strip and not a multiple of 4 (14x14
@@ -36,6 +37,7 @@
 //
 // vkml:variant convolution_depthwise_f32 F32=1 TEXEL=1
 // vkml:variant convolution_depthwise_f32_v4 F32=1 TEXEL=1 V4=1
+// vkml:variant convolution_depthwise_f32_v8 F32=1 TEXEL=1 V8=1
 // vkml:variant convolution_depthwise_f16 F16=1 TEXEL=1
 // vkml:variant convolution_depthwise_f16_packed F16_PACKED=1 TEXEL=1
 // vkml:variant convolution_depthwise_f32_ssbo F32=1
@@ -74,7 +76,7 @@ layout(constant_id = 9) const int SHIFT = 0;   // X4: (-start padding along w) m
 layout(constant_id = 10) const int R = 1;      // output rows per invocation (band)
 layout(constant_id = 11) const int SH = 1;     // stride along h
 layout(constant_id = 12) const int DH = 1;     // dilation along h
-layout(constant_id = 13) const int PW = 0;     // V4, > 0: plane stores, PW = output width
+layout(constant_id = 13) const int PW = 0;     // V4 or V8, > 0: plane stores, PW = output width
                                                // (one strip a row, rows packed)
 layout(constant_id = 14) const int PC = 1;     // PW: channels a lane (PC > 1: R = the
                                                // output height, planes packed)
@@ -365,6 +367,49 @@ void main() {
         bv[p] = flags.w != 0 ? FLOAD(bias, uint(co * stride.w)) : 0.0;
     }
     uint yb = uint(n) * ys.x + uint(cb) * ys.y + uint(od) * ys.z + uint(oh0) * ys.w;
+#ifdef V8
+    {   // (PW > 0: the host's rule) the lane's T floats from yb, a multiple of 4, as
+        // u64vec4s where yb is 8-aligned, else a u64vec2 first; the band ends where the
+        // output's rows do (whole bands, or whole planes), so every store is the output's.
+        // The outputs of each store are picked by selects on that parity, not branches.
+        const int BAND = R * PW;
+        const int T = PC * BAND;
+        const int N8 = T / 8;
+        const bool HALF = (T & 7) != 0;
+        bool odd = (yb & 4u) != 0u;
+        // even: u64vec4 i at 8 i (i < N8), then (HALF) a u64vec2 at 8 N8;
+        // odd: a u64vec2 at 0, u64vec4 i at 4 + 8 i (i < N8 - 1 + HALF), then (!HALF)
+        // a u64vec2 at T - 4
+        [[unroll]] for (int i = 0; i < N8; i++) {
+            uvec4 u[2];
+            [[unroll]] for (int q = 0; q < 8; q++) {
+                int fe = 8 * i + q, fo = min(4 + 8 * i + q, T - 1);
+                float a = odd ? acc[fo / BAND][fo % BAND / PW][fo % PW] + bv[fo / BAND]
+                              : acc[fe / BAND][fe % BAND / PW][fe % PW] + bv[fe / BAND];
+                u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(ACT, a, act));
+            }
+            if (!odd || HALF || i < N8 - 1)
+                y8[(yb + uint(odd ? 4 + 8 * i : 8 * i)) >> 3] = vkml_u64x4(u[0], u[1]);
+        }
+        [[unroll]] for (int h = 0; h < (HALF ? 1 : 2); h++) {
+            // HALF: the one u64vec2 (at 8 N8, or at 0 where odd); else where odd, the
+            // two at 0 and T - 4
+            uvec4 u;
+            int at = HALF ? (odd ? 0 : 8 * N8) : (h == 0 ? 0 : T - 4);
+            [[unroll]] for (int q = 0; q < 4; q++) {
+                int f0 = q, f1 = HALF ? 8 * N8 + q : T - 4 + q;
+                int f = h == 0 && !HALF ? f0 : f1;          // (constants)
+                float a = (HALF ? odd : h == 0)
+                    ? acc[f0 / BAND][f0 % BAND / PW][f0 % PW] + bv[f0 / BAND]
+                    : acc[f / BAND][f % BAND / PW][f % PW] + bv[f / BAND];
+                u[q] = floatBitsToUint(vkml_activation(ACT, a, act));
+            }
+            if (HALF || odd)
+                y8h[(yb + uint(at)) >> 2] = vkml_u64x2(u);
+        }
+        return;
+    }
+#else
 #ifdef V4
     if (PW > 0) {
         // band element f is channel f / (R * PW), row f % (R * PW) / PW, column f % PW
@@ -402,5 +447,6 @@ void main() {
         }
 #endif
     }
+#endif
 }
 #endif

@@ -190,6 +190,11 @@ layout(set = 0, binding = SC_BINDING) uniform samplerBuffer S;  // R32F: per (im
 layout(std430, set = 0, binding = 5) readonly buffer Res { FSTORE_T res[]; };
 #ifdef F32
 layout(std430, set = 0, binding = 5) readonly buffer Res4 { vec4 res4[]; };
+#ifdef V8
+// (V8's groups of eight outputs read their residual as one u64vec4: a load, like a
+// store, takes a turn a lane and a scalar load a component within it)
+layout(std430, set = 0, binding = 5) readonly buffer Res8 { u64vec4 res8[]; };
+#endif
 #endif
 #define RESID(i) FLOAD(res, (i))
 #define PLUS_RESID(i) + FLOAD(res, (i))
@@ -495,13 +500,18 @@ void main() {
 #ifdef RES
                     int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
                     uint rb = (has && yj >= 0) ? yc + uint(yj) : 0u;  // R's first pixel
+                    float r[8];
+                    vkml_u64_floats(res8[rb >> 3], r);
+#define PLUS_R8(q) + r[q]
+#else
+#define PLUS_R8(q)
 #endif
                     uvec4 u[2];
                     [[unroll]] for (int q = 0; q < 8; q++)
                         u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(
                             ACT, (HALF && odd ? acc[i4][min(4 + 8 * i + q, NB - 1)][c]
                                               : acc[i4][8 * i + q][c]) + bv
-                                 PLUS_RESID(rb + uint(q)), act));
+                                 PLUS_R8(q), act));
 #ifndef RES
                     int yj = odd ? yo[min(4 + 8 * i, NB - 1)] : yo[8 * i];
 #endif
@@ -512,12 +522,16 @@ void main() {
 #ifdef RES
                     int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
                     uint rb = (has && yj >= 0) ? yc + uint(yj) : 0u;
+                    vec4 r4 = res4[rb >> 2];
+#define PLUS_R4(q) + r4[q]
+#else
+#define PLUS_R4(q)
 #endif
                     uvec4 u;
                     [[unroll]] for (int q = 0; q < 4; q++)
                         u[q] = floatBitsToUint(vkml_activation(
                             ACT, (odd ? acc[i4][q][c] : acc[i4][min(8 * N8 + q, NB - 1)][c]) + bv
-                                 PLUS_RESID(rb + uint(q)), act));
+                                 PLUS_R4(q), act));
 #ifndef RES
                     int yj = odd ? yo[0] : yo[min(8 * N8, NB - 1)];
 #endif

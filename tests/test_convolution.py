@@ -20,7 +20,7 @@ from vkml import dml
 from vkml.intmath import ceil_div
 from vkml.errors import ValidationError
 
-from helpers import compile_on_path, conv_add_relu_graph, run_desc
+from helpers import compile_on_path, conv_add_relu_graph, run_desc, run_into_nan
 from references import convolution_reference
 
 conv_ops = importlib.import_module("vkml.ops.convolution")   # vkml.ops.convolution: the function
@@ -1421,6 +1421,62 @@ def test_depthwise_whole_planes(device, case):
                             start_padding=(1, 1), end_padding=(1, 1))
     with pytest.raises(vkml.UnsupportedError, match="depthwise-plane"):
         compile_on_path(device, multiplier, "depthwise-plane")
+
+
+#: u64vec4 plane stores (the kernel's V8 without ROWS; candidates ``depthwise-plane-v8``
+#: and ``depthwise-v8``, knob store64): (candidate, input, filter, keywords, output
+#: strides).  Whole 7x7 planes four channels a lane (196 floats: a u64vec2 at one end,
+#: lanes starting 8-aligned and 4 past in turn), whole 14x14 planes one a lane (the flipped
+#: kernel), two images stride 2 from 14x14 on the default block, and a 6-wide map whose
+#: channels lie 52 floats apart (48 floats a lane, the odd channels' starting 4 past 8:
+#: a u64vec2 at both ends)
+PLANE_V8 = [
+    ("depthwise-plane-v8", (1, 8, 7, 7), (8, 1, 3, 3),
+     dict(group_count=8, start_padding=(1, 1), end_padding=(1, 1)), None),
+    ("depthwise-plane-v8", (1, 6, 14, 14), (6, 1, 3, 3),
+     dict(group_count=6, start_padding=(1, 1), end_padding=(1, 1), mode="convolution"), None),
+    ("depthwise-v8", (2, 8, 14, 14), (8, 1, 3, 3),
+     dict(group_count=8, strides=(2, 2), start_padding=(1, 1), end_padding=(1, 1)), None),
+    ("depthwise-v8", (1, 4, 8, 6), (4, 1, 3, 3),
+     dict(group_count=4, start_padding=(1, 1), end_padding=(1, 1)), (208, 52, 6, 1)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(PLANE_V8)))
+def test_depthwise_u64vec4_plane_stores(device, case):
+    """The plane stores as u64vec4s (and u64vec2s where a lane's floats start or end 4
+    past a multiple of 8): the reference's values, the same bits as the float4 plane
+    stores of the same block, and no element written outside the output's; refused
+    without int64 shaders (SwiftShader)."""
+    path, xs, ws, kw, ystrides = PLANE_V8[case]
+    rng = np.random.default_rng(400 + case)
+    plain = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
+    y = plain.output_tensor
+    desc = dataclasses.replace(plain, output_tensor=dml.TensorDesc("float32", y.sizes,
+                                                                   ystrides))
+    x = rng.standard_normal(xs).astype(np.float32)
+    w = rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    try:
+        wide = compile_on_path(device, desc, path)
+    except vkml.UnsupportedError:
+        assert not device.features.get("int64")
+        pytest.skip("no int64 shaders: no u64vec4 stores")
+    narrow = compile_on_path(device, desc, path[:-3])
+    assert wide.path.plane_v8 and wide.path.kernel == "convolution_depthwise_f32_v8"
+    assert not narrow.path.plane_v8 and wide.path.pc == narrow.path.pc
+    elems = desc.output_tensor.total_tensor_size_in_bytes // 4
+    got = run_into_nan(device, wide, [x, w, b], elems, np.float32)
+    want = run_into_nan(device, narrow, [x, w, b], elems, np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    strides = desc.output_tensor.element_strides
+    view = np.lib.stride_tricks.as_strided(got, y.sizes, [4 * s for s in strides])
+    ref = desc_reference(plain, x, w, b)
+    ref = np.where(ref >= 0, ref, 0.01 * ref)
+    np.testing.assert_allclose(view.astype(np.float64), ref, **tolerance(w, "float32"))
+    written = np.zeros(elems, bool)
+    np.lib.stride_tricks.as_strided(written, y.sizes, [s for s in strides])[...] = True
+    assert np.isnan(got[~written]).all()
 
 
 #: MobileNetV2's and EfficientNet-B0's depthwise layers at full size: inputs beyond

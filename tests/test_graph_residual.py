@@ -179,6 +179,47 @@ def test_fused_on_every_path(device, dtype):
     assert {"direct", "gemm", "winograd"} <= ran, ran
 
 
+#: 1x1 convolutions whose outputs the implicit GEMMs store eight a u64vec4 (knob
+#: store64): (input, output channels).  16x16 and 28x28 planes, and a 12x12 plane whose
+#: 144 floats end in a u64vec2 of four.
+U64_RESIDUAL = [((1, 16, 16, 16), 8), ((1, 24, 12, 12), 8), ((1, 8, 28, 28), 16)]
+
+
+@pytest.mark.parametrize("case", range(len(U64_RESIDUAL)))
+@pytest.mark.parametrize("path", ["gemm_sg", "gemm"])
+def test_residual_read_eight_at_a_time(device, path, case):
+    """Where the output pass stores eight floats as one u64vec4 (``-v8``) it reads their
+    residual as one too: PyTorch's values, and the same bits as the float4 stores'
+    output pass (the path's own candidate)."""
+    xs, cout = U64_RESIDUAL[case]
+    rng = np.random.default_rng(70 + case)
+    x = F("float32", xs)
+    y = F("float32", (xs[0], cout) + xs[2:])
+    conv = dml.ConvolutionOperatorDesc(x, F("float32", (cout, xs[1], 1, 1)),
+                                       F("float32", (1, cout, 1, 1)), y)
+    g = dml.GraphDesc(4, 1, [N(conv, name="conv"), N(dml.ElementWiseAddOperatorDesc(y, y, y),
+                                                     name="add")],
+                      [IN(0, 0, 0), IN(1, 0, 1), IN(2, 0, 2), IN(3, 1, 1)], [OUT(1, 0, 0)],
+                      [MID(0, 0, 1, 0)])
+    arrays = [rng.standard_normal(xs).astype(np.float32),
+              (rng.standard_normal((cout, xs[1], 1, 1)) / math.sqrt(xs[1])).astype(np.float32),
+              rng.standard_normal((1, cout, 1, 1)).astype(np.float32),
+              rng.standard_normal(y.sizes).astype(np.float32)]
+    try:
+        cg, got = run_graph(device, g, arrays, np.float32, paths={0: path + "-v8"})
+    except vkml.UnsupportedError:
+        assert not device.features.get("int64")
+        pytest.skip("no int64 shaders: no u64vec4 stores")
+    kernels = [st.kernel for st in cg._graph_nodes[0].compiled.path.steps]
+    assert [f.kind for f in cg.fusions] == ["residual"] and kernels[-1].endswith("_v8_res")
+    cg.release()
+    cg, want = run_graph(device, g, arrays, np.float32, paths={0: path})
+    cg.release()
+    np.testing.assert_array_equal(got[0].view(np.uint32), want[0].view(np.uint32))
+    ref = reference([a.astype(np.float64) for a in arrays], "1x1")
+    np.testing.assert_allclose(got[0], ref, rtol=1e-4, atol=3e-4)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_winograd_one_output_kernel_with_and_without_residual(device, dtype):
     """Winograd's output pass adds the residual by a run-time switch: the fused graph and

@@ -14,4 +14,13 @@ u64vec2 vkml_u64x2(uvec4 v) {
     return u64vec2(pack64(v.xy), pack64(v.zw));
 }
 
+// The eight float32 a u64vec4 holds (eight floats loaded in one lane turn)
+void vkml_u64_floats(u64vec4 v, out float f[8]) {
+    for (int i = 0; i < 4; i++) {
+        uvec2 w = unpack32(v[i]);
+        f[2 * i] = uintBitsToFloat(w.x);
+        f[2 * i + 1] = uintBitsToFloat(w.y);
+    }
+}
+
 #endif

@@ -55,6 +55,8 @@ CANDIDATES = {
     "depthwise-rows": ("depthwise", {"dw_rows": (32, 28)}),
     "depthwise-rows8": ("depthwise", {"dw_rows": (8, 28)}),
     "depthwise-rows-v8": ("depthwise", {"dw_rows": (32, 28), "dw_v8": True}),
+    "depthwise-v8": ("depthwise", {"store64": True}),
+    "depthwise-plane-v8": ("depthwise", {"dw_whole": True, "store64": True}),
     "gemv": ("gemv", {}),
     "gemm_sg": ("gemm_sg", {}),
     "gemm_sg-g256": ("gemm_sg", {"relayout_groups": RELAYOUT_GROUPS[1]}),

@@ -12,6 +12,7 @@ from ...errors import UnsupportedError
 from ...runtime import Bind
 from ..concurrent_width import concurrent_width
 from ..grid import per_workgroup, pieces
+from ..store_width import wide_stores
 from ...runtime.blocks import pack
 from .geometry import STORAGES, Path, knobs_of, storage_suffix, texel_ok, variant
 from ...intmath import ceil_div
@@ -23,6 +24,7 @@ _DEPTHWISE = ("LOCAL_SIZE_X", "NB", "SW", "KW", "DW", "ACT", "KH", "KD", "X4", "
 VARIANTS = {
     **{f"convolution_depthwise_{s}{r}": _DEPTHWISE for s in STORAGES for r in ("", "_ssbo")},
     "convolution_depthwise_f32_v4": _DEPTHWISE,
+    "convolution_depthwise_f32_v8": _DEPTHWISE,
     **{f"convolution_depthwise_rows_{s}{r}": _DEPTHWISE for s in STORAGES
        for r in ("", "_ssbo")},
     "convolution_depthwise_rows_f32_v4": _DEPTHWISE,
@@ -61,6 +63,7 @@ class DepthwisePath(Path):
                 and (not knobs.get("dw_v8")
                      or (bool(knobs.get("dw_rows")) and cls.v8_ok(op, geo)))
                 and (not knobs["dw_whole"] or cls.whole(op, geo, knobs) > 0)
+                and (not knobs.get("store64") or cls.plane_v8_ok(op, geo, knobs))
                 # (without plane stores: only where they would apply, else the default's twin)
                 and (knobs["dw_plane"] or cls.plane(op, geo, {**knobs, "dw_plane": True})))
 
@@ -224,7 +227,9 @@ class DepthwisePath(Path):
         self.pc = max(self.pc, 1)
         self.v4 = self.v4 or bool(self.pw)
         self.v8 = bool(self.knobs.get("dw_v8"))      # (accepts checked v8_ok)
+        self.plane_v8 = self._plane_v8(op, g)
         name = ("convolution_depthwise_rows_f32_v8" if self.v8 else
+                "convolution_depthwise_f32_v8" if self.plane_v8 else
                 variant("depthwise_rows" if rows else "depthwise", storage_suffix(op, g.dtype),
                         self.texel, self.v4))
         if self.v4 and not self.texel:
@@ -246,6 +251,29 @@ class DepthwisePath(Path):
             ws=(g.w_strides[0], g.w_strides[2], g.w_strides[3], g.w_strides[4]),
             ys=g.y_strides[:4], last=(g.x_strides[4], g.y_strides[4], int(g.flip), g.c_out),
             act=self.act_params), np.uint8))
+
+    @classmethod
+    def plane_v8_ok(cls, op, geo, knobs) -> bool:
+        """Whether the plane stores (:meth:`plane`, :meth:`whole`) can go eight floats a
+        u64vec4 (the kernel's V8 without ROWS): int64 shaders, and the lane's bands
+        ending where the output's rows do (whole planes, or bands dividing the height:
+        a u64vec4 may not reach past them, as a float4 store's row check allows).  (Both
+        plane stores are float32 through texel views.)"""
+        knobs = knobs_of(knobs)
+        if knobs.get("dw_rows") or not op.features.get("int64"):
+            return False
+        if cls.whole(op, geo, knobs):
+            return True
+        blk = cls.blocks(geo, knobs)
+        return bool(cls.plane(op, geo, knobs)) and geo.out_size[1] % blk[1] == 0
+
+    def _plane_v8(self, op, g) -> bool:
+        """Whether the plane stores go as u64vec4s (:meth:`plane_v8_ok`; knob ``store64``,
+        None: the device's measured store width, store_width.py)."""
+        if not self.plane_v8_ok(op, g, self.knobs):
+            return False
+        wide = self.knobs.get("store64")
+        return bool(wide_stores(op.device) if wide is None else wide)
 
     def _local(self, op, g) -> int:
         """Lanes a workgroup: whole subgroups (lavapipe's SIMD width where the device
