@@ -92,10 +92,11 @@ _CHEAP = {"gemm_sg": ("gemm_sg-g256",), "gemm": ("gemm-g256",)}
 #: products one channel and column tap at a time over the block: slower on most shapes
 #: on lavapipe, faster on some 3x3 blocks of 12 pixels, so only timing tells, and only
 #: there: :func:`_also_takes`).  The order is the fast list's, which decides a tie within
-#: the timing's noise (``tuning._pick``): gemm_sg-mb8 first, as it joins only the first
-#: layers it measured ahead on (MobileNetV2's 3x3 stem: 716-874 us against gemm_sg-span24's
-#: 967-1116 in quiet tunings, tied with it in a loaded one, where span24, listed first,
-#: took it; bench/RESULTS.md "1x1 blocks of 16 pixels").
+#: the timing's noise (``tuning._pick``): gemm_sg-mb8 before span24, as it joins only the
+#: first layers it measured ahead on (MobileNetV2's 3x3 stem: 716-874 us against
+#: gemm_sg-span24's 967-1116 in quiet tunings, tied with it in a loaded one, where span24,
+#: listed first, took it; bench/RESULTS.md "1x1 blocks of 16 pixels"), and before the
+#: heuristic's own choice where the layer is narrow (:data:`MB8_FIRST_COUT`).
 _ALSO = {"depthwise": ("depthwise-rows", "depthwise-rows-v8", "depthwise-plane"),
          "gemm_sg": ("gemm_sg-mb8", "gemm_sg-span24", "gemm_sg-step")}
 #: gemm_sg-step joins a fast list only for a unit-stride 3x3 whose default block holds
@@ -112,6 +113,13 @@ STEP_NB = 12
 #: EfficientNet-B0's 3 -> 32 3x3 stride-2 stem, where it measured ahead; slower on the
 #: 1x1 expansions: bench/RESULTS.md "Where the models lose").
 MB8_CIN = 4
+#: ... and leads that fast list (a tie within the timing's noise is its: ``tuning._pick``)
+#: where the layer has at most this many output channels a group: chains of 40 on
+#: lavapipe, gemm_sg / gemm_sg-mb8, 3 -> 32 3x3 stride 2 on 224x224 (MobileNetV2's and
+#: EfficientNet-B0's stem) 844 / 643 us, 3 -> 16 on 320x320 (YOLOv8n's) 999 / 759, but
+#: 3 -> 64 unpadded (SqueezeNet's) 1428 / 1589; a single timed run of a first layer
+#: reads its first dispatch's wake-up in the driver (bench/RESULTS.md).
+MB8_FIRST_COUT = 32
 
 
 def _path_class(name: str) -> type[Path]:
@@ -317,6 +325,8 @@ def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
             fast += (name,)
     if _outranked(order[0], fast, times if strong else {}, probe):
         fast = tuple(n for n in fast if n != order[0])
+    if "gemm_sg-mb8" in fast and probe.geo.cout_per_group <= MB8_FIRST_COUT:
+        fast = ("gemm_sg-mb8",) + tuple(n for n in fast if n != "gemm_sg-mb8")
     return _far_behind(fast, ranked) + _splits(probe, ranked)
 
 
