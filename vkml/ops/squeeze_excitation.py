@@ -39,6 +39,7 @@ from ..dml.tensor_desc import TensorDesc
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, compile_operator, empty_for, release_all
+from .convolution.gemm import subgroup_shuffle_size
 from .convolution.epilogue import (EpilogueConvolutionDesc, input_scale_of, kernel_activation,
                                    residual_of)
 from .concurrent_width import concurrent_width
@@ -145,8 +146,9 @@ def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
     node, read as written), or None where the kernel does not take them: AVERAGE over
     every spatial axis of a float32 tensor whose planes are packed; both layers dense
     (:func:`_dense_layer`); full subgroups with shuffles on the device
-    (:func:`subgroup_size`); at most :data:`MOST_SQUEEZED` squeezed channels, within the
-    device's shared memory; the pooled tensor and both filters within its texel views.  (An
+    (:func:`~.convolution.gemm.subgroup_shuffle_size`); at most :data:`MOST_SQUEEZED`
+    squeezed channels, within the device's shared memory; the pooled tensor and both
+    filters within its texel views.  (An
     AVERAGE_POOLING with no padding has one divisor, the window, whatever
     IncludePadding says.)"""
     if not _global_average(pool):
@@ -161,25 +163,13 @@ def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
         return None
     lim = device.context.limits
     tensors = (x, squeeze.filter_tensor, excite.filter_tensor)
-    if (not subgroup_size(device) or c1 > MOST_SQUEEZED
-            or (c1 + subgroup_size(device)) * 4 > lim["maxComputeSharedMemorySize"]
+    if (not subgroup_shuffle_size(device) or c1 > MOST_SQUEEZED
+            or (c1 + subgroup_shuffle_size(device)) * 4 > lim["maxComputeSharedMemorySize"]
             or any(t.total_tensor_size_in_bytes // (16 if wide else 4)
                    > lim["maxTexelBufferElements"]
                    for t, wide in zip(tensors, whole_texels(x, squeeze, excite)))):
         return None
     return SqueezeExcitationDesc(pool, squeeze, excite)
-
-
-def subgroup_size(device) -> int:
-    """The subgroup size the kernel runs in on ``device``, else 0: it shuffles the layers'
-    inputs across full subgroups (the device's ``subgroup_shuffle`` and
-    ``full_subgroups``, the reported size within the size range)."""
-    f, lim = device.context.features, device.context.limits
-    size = lim["subgroupSize"]
-    if not (f.get("subgroup_shuffle") and f.get("full_subgroups")
-            and lim["minSubgroupSize"] <= size <= lim["maxSubgroupSize"]):
-        return 0
-    return size
 
 
 def whole_texels(x, squeeze, excite) -> tuple[bool, bool, bool]:
@@ -217,7 +207,7 @@ class CompiledSqueezeExcitation(CompiledOperator):
         per_group = ceil_div(c, self.groups)
         self.groups = ceil_div(c, per_group)        # (no group without channels)
         acts = [kernel_activation(conv) for conv in (sq, ex)]
-        sg = subgroup_size(self.device)
+        sg = subgroup_shuffle_size(self.device)
         self.pipe = self.ctx.pipelines.variant(self.kernel, {
             "LOCAL_SIZE_X": lanes(sg, sq.filter_tensor.sizes[0], self.workgroup_size),
             "ACT1": acts[0].SPEC.kernel_id if acts[0] is not None else 0,

@@ -199,13 +199,16 @@ SG_SHARED_NB = (8, 16)
 SG_SHARE_SLACK = 1.04
 
 
-def subgroup_shuffle_size(op: CompiledOperator) -> int:
-    """The subgroup size gemm_sg runs in on ``op``'s device, else 0: the device must
-    have subgroup shuffles in compute shaders and guarantee full subgroups of a size a
-    pipeline names (``full_subgroups``: VK_EXT_subgroup_size_control / Vulkan 1.3
-    ``computeFullSubgroups``; its pipelines require the reported ``subgroupSize``), as
-    the kernel assumes every subgroup has SG lanes."""
-    f, lim = op.ctx.features, op.ctx.limits
+def subgroup_shuffle_size(op) -> int:
+    """The subgroup size gemm_sg (and every kernel that shuffles across full subgroups)
+    runs in on ``op``'s device (``op``: an operator's, a probe's, or the device itself), else
+    0: the device must have subgroup shuffles in compute shaders and guarantee full
+    subgroups of a size a pipeline names (``full_subgroups``:
+    VK_EXT_subgroup_size_control / Vulkan 1.3 ``computeFullSubgroups``; its pipelines
+    require the reported ``subgroupSize``), as the kernel assumes every subgroup has SG
+    lanes."""
+    ctx = op.ctx if hasattr(op, "ctx") else op.context
+    f, lim = ctx.features, ctx.limits
     size = lim["subgroupSize"]
     if not (f.get("subgroup_shuffle") and f.get("full_subgroups")
             and lim["minSubgroupSize"] <= size <= lim["maxSubgroupSize"]):
