@@ -18,7 +18,7 @@
 //   SSBO stores (V4: packed float32 rows of a multiple of 4), not RGBA imageStores;
 // * V8 (devices with int64): the store loop's cost goes with components, not bytes, so
 //   eight float32 outputs go as one u64vec4 (fewer components than two vec4s): ROWS's
-//   strips, and without ROWS the plane stores (PW, below), which it requires;
+//   strips, and without ROWS the plane stores (PW, below) or rows of NB outputs;
 // * X4 reads the rows as float4 texels (packed float32 rows, the strip start aligned:
 //   the misalignment (-start padding) mod 4 is the constant SHIFT).
 // * PW (V4 without ROWS): rows narrower than a strip and not a multiple of 4 (14x14
@@ -368,10 +368,11 @@ void main() {
     }
     uint yb = uint(n) * ys.x + uint(cb) * ys.y + uint(od) * ys.z + uint(oh0) * ys.w;
 #ifdef V8
-    {   // (PW > 0: the host's rule) the lane's T floats from yb, a multiple of 4, as
-        // u64vec4s where yb is 8-aligned, else a u64vec2 first; the band ends where the
-        // output's rows do (whole bands, or whole planes), so every store is the output's.
-        // The outputs of each store are picked by selects on that parity, not branches.
+    if (PW > 0) {
+        // the lane's T floats from yb, a multiple of 4, as u64vec4s where yb is 8-aligned,
+        // else a u64vec2 first; the band ends where the output's rows do (whole bands, or
+        // whole planes: the host's rule), so every store is the output's.  The outputs of
+        // each store are picked by selects on that parity, not branches.
         const int BAND = R * PW;
         const int T = PC * BAND;
         const int N8 = T / 8;
@@ -408,6 +409,20 @@ void main() {
                 y8h[(yb + uint(at)) >> 2] = vkml_u64x2(u);
         }
         return;
+    }
+    // rows of NB outputs as u64vec4s (NB, the output width and every stride multiples of
+    // 8: the host's rule, so a group of eight lies in the output whole or not at all)
+    [[unroll]] for (int r = 0; r < R; r++) {
+        bool row = oh0 + r < out_size.y;
+        uint yr = yb + uint(r) * ys.w;
+        [[unroll]] for (int j = 0; j < NB; j += 8) {
+            uvec4 u[2];
+            [[unroll]] for (int q = 0; q < 8; q++)
+                u[q >> 2][q & 3] = floatBitsToUint(
+                    vkml_activation(ACT, acc[0][r][j + q] + bv[0], act));
+            if (row && ow0 + j < out_size.z)
+                y8[(yr + uint(ow0 + j)) >> 3] = vkml_u64x4(u[0], u[1]);
+        }
     }
 #else
 #ifdef V4

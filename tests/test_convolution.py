@@ -1427,10 +1427,12 @@ def test_depthwise_whole_planes(device, case):
 #: and ``depthwise-v8``, knob store64): (candidate, input, filter, keywords, output
 #: strides).  Whole 7x7 planes four channels a lane (196 floats: a u64vec2 at one end,
 #: lanes starting 8-aligned and 4 past in turn), whole 14x14 planes one a lane (the flipped
-#: kernel), two images stride 2 from 14x14 on the default block, and a 6-wide map whose
+#: kernel), two images stride 2 from 14x14 on the default block, a 6-wide map whose
 #: channels lie 52 floats apart (48 floats a lane, the odd channels' starting 4 past 8:
-#: a u64vec2 at both ends)
-PLANE_V8 = [
+#: a u64vec2 at both ends); and the default block's rows of 16 (not plane stores): stride
+#: 2 from 32x32, and 24-wide rows of 20 (a strip's second group of eight past the row, a
+#: band's last rows past the output)
+DW_V8 = [
     ("depthwise-plane-v8", (1, 8, 7, 7), (8, 1, 3, 3),
      dict(group_count=8, start_padding=(1, 1), end_padding=(1, 1)), None),
     ("depthwise-plane-v8", (1, 6, 14, 14), (6, 1, 3, 3),
@@ -1439,16 +1441,20 @@ PLANE_V8 = [
      dict(group_count=8, strides=(2, 2), start_padding=(1, 1), end_padding=(1, 1)), None),
     ("depthwise-v8", (1, 4, 8, 6), (4, 1, 3, 3),
      dict(group_count=4, start_padding=(1, 1), end_padding=(1, 1)), (208, 52, 6, 1)),
+    ("depthwise-v8", (1, 8, 32, 32), (8, 1, 3, 3),
+     dict(group_count=8, strides=(2, 2), start_padding=(1, 1), end_padding=(1, 1)), None),
+    ("depthwise-v8", (2, 4, 20, 24), (4, 1, 3, 3),
+     dict(group_count=4, start_padding=(1, 1), end_padding=(1, 1)), None),
 ]
 
 
-@pytest.mark.parametrize("case", range(len(PLANE_V8)))
-def test_depthwise_u64vec4_plane_stores(device, case):
-    """The plane stores as u64vec4s (and u64vec2s where a lane's floats start or end 4
-    past a multiple of 8): the reference's values, the same bits as the float4 plane
-    stores of the same block, and no element written outside the output's; refused
-    without int64 shaders (SwiftShader)."""
-    path, xs, ws, kw, ystrides = PLANE_V8[case]
+@pytest.mark.parametrize("case", range(len(DW_V8)))
+def test_depthwise_u64vec4_stores(device, case):
+    """The stores as u64vec4s (plane stores with u64vec2s where a lane's floats start or
+    end 4 past a multiple of 8, or rows): the reference's values, the same bits as the
+    float4 stores of the same block, and no element written outside the output's;
+    refused without int64 shaders (SwiftShader)."""
+    path, xs, ws, kw, ystrides = DW_V8[case]
     rng = np.random.default_rng(400 + case)
     plain = _conv_desc("float32", xs, ws, fused_activation="leaky_relu", **kw)
     y = plain.output_tensor
@@ -1463,8 +1469,8 @@ def test_depthwise_u64vec4_plane_stores(device, case):
         assert not device.features.get("int64")
         pytest.skip("no int64 shaders: no u64vec4 stores")
     narrow = compile_on_path(device, desc, path[:-3])
-    assert wide.path.plane_v8 and wide.path.kernel == "convolution_depthwise_f32_v8"
-    assert not narrow.path.plane_v8 and wide.path.pc == narrow.path.pc
+    assert wide.path.stores_v8 and wide.path.kernel == "convolution_depthwise_f32_v8"
+    assert not narrow.path.stores_v8 and wide.path.pc == narrow.path.pc
     elems = desc.output_tensor.total_tensor_size_in_bytes // 4
     got = run_into_nan(device, wide, [x, w, b], elems, np.float32)
     want = run_into_nan(device, narrow, [x, w, b], elems, np.float32)

@@ -63,7 +63,7 @@ class DepthwisePath(Path):
                 and (not knobs.get("dw_v8")
                      or (bool(knobs.get("dw_rows")) and cls.v8_ok(op, geo)))
                 and (not knobs["dw_whole"] or cls.whole(op, geo, knobs) > 0)
-                and (not knobs.get("store64") or cls.plane_v8_ok(op, geo, knobs))
+                and (not knobs.get("store64") or cls.stores_v8_ok(op, geo, knobs))
                 # (without plane stores: only where they would apply, else the default's twin)
                 and (knobs["dw_plane"] or cls.plane(op, geo, {**knobs, "dw_plane": True})))
 
@@ -227,9 +227,9 @@ class DepthwisePath(Path):
         self.pc = max(self.pc, 1)
         self.v4 = self.v4 or bool(self.pw)
         self.v8 = bool(self.knobs.get("dw_v8"))      # (accepts checked v8_ok)
-        self.plane_v8 = self._plane_v8(op, g)
+        self.stores_v8 = self._stores_v8(op, g)
         name = ("convolution_depthwise_rows_f32_v8" if self.v8 else
-                "convolution_depthwise_f32_v8" if self.plane_v8 else
+                "convolution_depthwise_f32_v8" if self.stores_v8 else
                 variant("depthwise_rows" if rows else "depthwise", storage_suffix(op, g.dtype),
                         self.texel, self.v4))
         if self.v4 and not self.texel:
@@ -253,24 +253,28 @@ class DepthwisePath(Path):
             act=self.act_params), np.uint8))
 
     @classmethod
-    def plane_v8_ok(cls, op, geo, knobs) -> bool:
-        """Whether the plane stores (:meth:`plane`, :meth:`whole`) can go eight floats a
-        u64vec4 (the kernel's V8 without ROWS): int64 shaders, and the lane's bands
-        ending where the output's rows do (whole planes, or bands dividing the height:
-        a u64vec4 may not reach past them, as a float4 store's row check allows).  (Both
-        plane stores are float32 through texel views.)"""
+    def stores_v8_ok(cls, op, geo, knobs) -> bool:
+        """Whether the (not ``dw_rows``) block's stores can go eight floats a u64vec4 (the
+        kernel's V8 without ROWS), int64 shaders given: the plane stores (:meth:`plane`,
+        :meth:`whole`: float32 through texel views) where the lane's bands end where the
+        output's rows do (whole planes, or bands dividing the height: a u64vec4 may not
+        reach past them, as a float4 store's row check allows); else the rows, where
+        :meth:`v8_ok` (float32 texel views, output rows and strides multiples of 8) and
+        the block's NB a multiple of 8."""
         knobs = knobs_of(knobs)
         if knobs.get("dw_rows") or not op.features.get("int64"):
             return False
         if cls.whole(op, geo, knobs):
             return True
         blk = cls.blocks(geo, knobs)
-        return bool(cls.plane(op, geo, knobs)) and geo.out_size[1] % blk[1] == 0
+        if cls.plane(op, geo, knobs):
+            return geo.out_size[1] % blk[1] == 0
+        return blk is not None and blk[0] % 8 == 0 and cls.v8_ok(op, geo)
 
-    def _plane_v8(self, op, g) -> bool:
-        """Whether the plane stores go as u64vec4s (:meth:`plane_v8_ok`; knob ``store64``,
+    def _stores_v8(self, op, g) -> bool:
+        """Whether the stores go as u64vec4s (:meth:`stores_v8_ok`; knob ``store64``,
         None: the device's measured store width, store_width.py)."""
-        if not self.plane_v8_ok(op, g, self.knobs):
+        if not self.stores_v8_ok(op, g, self.knobs):
             return False
         wide = self.knobs.get("store64")
         return bool(wide_stores(op.device) if wide is None else wide)
