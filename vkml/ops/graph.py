@@ -33,12 +33,12 @@ work):
      as written, no graph output: a squeeze-excitation block's two fully connected
      layers, with their fused activations), run as one node in the exciting layer's
      place where ``squeeze_excitation.head_desc`` takes them (float32, packed planes,
-     within shared memory, texel views and subgroups, neither layer's path forced) and where it
-     runs faster: which is measured (the tunable path ``squeeze_excitation``: the three
-     apart against the one node, timed on the block's shape; ``VKML_TUNE=off`` fuses):
-     one dispatch instead of three (the pools spread over a few workgroups an image, the
-     last of them to finish computing the layers).  This fusion alone adds in
-     another order than the nodes apart (float32 rounding, not the unfused graph's
+     within shared memory, texel views and subgroups, neither layer's path forced) and
+     where it runs faster: which is measured (the tunable path ``squeeze_excitation``:
+     the three apart against the one node, timed on the block's shape; ``VKML_TUNE=off``
+     fuses): one dispatch instead of three (the pools spread over a few workgroups an
+     image, the last of them to finish computing the layers).  This fusion alone adds
+     in another order than the nodes apart (float32 rounding, not the unfused graph's
      bits; its module doc);
    * then (kind "input scale"): an ELEMENT_WISE_MULTIPLY whose output only the input of
      one forward Convolution reads (read as written), one of whose operands has the

@@ -10,7 +10,7 @@ own cost is several times that work.  :func:`head_desc` says where the three may
 one node, :class:`CompiledSqueezeExcitation` runs them in one dispatch: G workgroups an
 image (:func:`pool_groups`: one a thread of the device's concurrent width) pool the
 planes of their share of the channels, and the last of them to finish, told by an atomic
-count, computes both layers from shared memory while the others end.  One workgroup is
+count, computes both layers while the others end.  One workgroup is
 one thread of a CPU driver, so the pools are spread and the layers, a few thousand
 products, are not; where the node still costs more than the two dispatches it saves,
 the nodes stay apart.  Which is measured:
