@@ -378,36 +378,31 @@ void main() {
         const int N8 = T / 8;
         const bool HALF = (T & 7) != 0;
         bool odd = (yb & 4u) != 0u;
+        // the lane's float f (a constant): channel f / BAND, row f % BAND / PW, column f % PW
+#define PLANE_AT(f) (acc[(f) / BAND][(f) % BAND / PW][(f) % PW] + bv[(f) / BAND])
         // even: u64vec4 i at 8 i (i < N8), then (HALF) a u64vec2 at 8 N8;
         // odd: a u64vec2 at 0, u64vec4 i at 4 + 8 i (i < N8 - 1 + HALF), then (!HALF)
         // a u64vec2 at T - 4
         [[unroll]] for (int i = 0; i < N8; i++) {
             uvec4 u[2];
             [[unroll]] for (int q = 0; q < 8; q++) {
-                int fe = 8 * i + q, fo = min(4 + 8 * i + q, T - 1);
-                float a = odd ? acc[fo / BAND][fo % BAND / PW][fo % PW] + bv[fo / BAND]
-                              : acc[fe / BAND][fe % BAND / PW][fe % PW] + bv[fe / BAND];
+                float a = odd ? PLANE_AT(min(4 + 8 * i + q, T - 1)) : PLANE_AT(8 * i + q);
                 u[q >> 2][q & 3] = floatBitsToUint(vkml_activation(ACT, a, act));
             }
             if (!odd || HALF || i < N8 - 1)
                 y8[(yb + uint(odd ? 4 + 8 * i : 8 * i)) >> 3] = vkml_u64x4(u[0], u[1]);
         }
+        // the u64vec2s: where odd, at 0 and (!HALF) at T - 4; else (HALF) at 8 N8
         [[unroll]] for (int h = 0; h < (HALF ? 1 : 2); h++) {
-            // HALF: the one u64vec2 (at 8 N8, or at 0 where odd); else where odd, the
-            // two at 0 and T - 4
+            int fo = h == 0 ? 0 : T - 4, fe = min(8 * N8, T - 4);       // (constants)
             uvec4 u;
-            int at = HALF ? (odd ? 0 : 8 * N8) : (h == 0 ? 0 : T - 4);
-            [[unroll]] for (int q = 0; q < 4; q++) {
-                int f0 = q, f1 = HALF ? 8 * N8 + q : T - 4 + q;
-                int f = h == 0 && !HALF ? f0 : f1;          // (constants)
-                float a = (HALF ? odd : h == 0)
-                    ? acc[f0 / BAND][f0 % BAND / PW][f0 % PW] + bv[f0 / BAND]
-                    : acc[f / BAND][f % BAND / PW][f % PW] + bv[f / BAND];
-                u[q] = floatBitsToUint(vkml_activation(ACT, a, act));
-            }
-            if (HALF || odd)
-                y8h[(yb + uint(at)) >> 2] = vkml_u64x2(u);
+            [[unroll]] for (int q = 0; q < 4; q++)
+                u[q] = floatBitsToUint(vkml_activation(
+                    ACT, odd ? PLANE_AT(fo + q) : PLANE_AT(fe + q), act));
+            if (odd || HALF)
+                y8h[(yb + uint(odd ? fo : fe)) >> 2] = vkml_u64x2(u);
         }
+#undef PLANE_AT
         return;
     }
     // rows of NB outputs as u64vec4s (NB, the output width and every stride multiples of

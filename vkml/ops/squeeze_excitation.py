@@ -163,8 +163,8 @@ def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
         return None
     lim = device.context.limits
     tensors = (x, squeeze.filter_tensor, excite.filter_tensor)
-    if (not subgroup_shuffle_size(device) or c1 > MOST_SQUEEZED
-            or (c1 + subgroup_shuffle_size(device)) * 4 > lim["maxComputeSharedMemorySize"]
+    sg = subgroup_shuffle_size(device)
+    if (not sg or c1 > MOST_SQUEEZED or (c1 + sg) * 4 > lim["maxComputeSharedMemorySize"]
             or any(t.total_tensor_size_in_bytes // (16 if wide else 4)
                    > lim["maxTexelBufferElements"]
                    for t, wide in zip(tensors, whole_texels(x, squeeze, excite)))):
