@@ -45,7 +45,10 @@ class GraphExecutor:
     partitions' inputs) are recorded into one command buffer (:meth:`_record`) with
     host-visible buffers of their own on devices whose tensors are not host-visible; a
     replayed run copies the inputs in, submits once, waits once and copies the outputs
-    out.  Separate transfers cost a submission, a wait and a sequence each."""
+    out.  Separate transfers cost a submission, a wait and a sequence each.  A host
+    value that only a convolution's zero-padded planes take (``CompiledGraph.
+    host_inputs``: a model's image before its first convolution) is copied straight into
+    them (``laid``, by input name), and the graph runs without that relayout."""
 
     def __init__(self, device: Device, lowered: _Lowered, fuse=True, download=()):
         self.device = device
@@ -57,6 +60,7 @@ class GraphExecutor:
         self.download = frozenset(download)
         self._io = None                 # (key, weak refs, sequence, uploads, downloads)
         self._host: list = []           # host-visible staging allocations (uploads, downloads)
+        self.laid: dict = {}            # input name -> (graph input index, host view)
         self._lock = threading.Lock()
         if lw.graph is None:
             return
@@ -66,6 +70,8 @@ class GraphExecutor:
             self.compiled = device.compile_graph(lw.graph, constants=consts or None,
                                                  fuse=fuse)
             self.fusions = self._fusions()
+            self.laid = {lw.inputs[g]: (g, view)
+                         for g, view in self.compiled.host_inputs().items()}
             bound = self.compiled.desc.inputs()
             for g, name in enumerate(lw.inputs):
                 if name not in lw.constants:
@@ -89,8 +95,8 @@ class GraphExecutor:
 
     def _bindings(self, env: dict):
         """``(ins, fed)``: the graph's inputs from ``env`` (a previous partition's device
-        output as it is, else its staging tensor; None for a constant), and ``(staging
-        tensor, host value)`` for each staging tensor among them, in input order."""
+        output as it is, else its staging tensor; None for a constant), and ``(name,
+        staging tensor, host value)`` for each staging tensor among them, in input order."""
         lw = self.lowered
         ins, fed = [], []
         for name in lw.inputs:
@@ -103,28 +109,31 @@ class GraphExecutor:
                 ins.append(v)                  # a previous partition's output
             else:
                 ins.append(t)
-                fed.append((t, host_value(v)))
+                fed.append((name, t, host_value(v)))
         return ins, fed
 
-    def _bound_inputs(self, env: dict) -> list:
-        """:meth:`_bindings`' inputs, the host values written into their staging tensors."""
-        ins, fed = self._bindings(env)
-        for t, v in fed:
-            t.write(np.ascontiguousarray(v, dtype=t.dtype))
-        return ins
-
     def profile(self, env: dict, repeat: int):
-        """``CompiledGraph.profile`` on ``env``'s values (None: nothing on the device)."""
+        """``CompiledGraph.profile`` on ``env``'s values (None: nothing on the device),
+        each written where a run writes it."""
         if self.compiled is None:
             return None
-        return self.compiled.profile(self._bound_inputs(env), self.out_tensors, repeat)
+        ins, fed = self._bindings(env)
+        laid = set()
+        for name, t, v in fed:
+            if name in self.laid:
+                g, view = self.laid[name]
+                _put(view, v)
+                laid.add(g)
+            else:
+                t.write(np.ascontiguousarray(v, dtype=t.dtype))
+        return self.compiled.profile(ins, self.out_tensors, repeat, laid=laid)
 
     def run(self, env: dict) -> None:
         lw = self.lowered
         if self.compiled is not None:
             ins, fed = self._bindings(env)
             with self._lock:                       # (the I/O buffers are this executor's)
-                copies = self._run_once(ins, [v for _, v in fed])
+                copies = self._run_once(ins, [v for _, _, v in fed])
             for t, names in zip(self.out_tensors, lw.outputs):
                 for name in names:
                     env[name] = reshaped(t, lw.infos[name][0])
@@ -151,10 +160,7 @@ class GraphExecutor:
                                for r, a in zip(io[1], allocs))):
                 io = self._record(ins, allocs)
             for view, value in zip(io[3], fed):
-                value = np.asarray(value)
-                if value.shape != view.shape:   # (the bytes it has, as Tensor.write takes them)
-                    view, value = view.reshape(-1)[:value.size], value.reshape(-1)
-                np.copyto(view, value, casting="unsafe")  # (as ``astype``: float32 to float16)
+                _put(view, value)
             io[2].run()
             return {k: view.copy() for k, view in io[4]}
 
@@ -164,11 +170,16 @@ class GraphExecutor:
         ctx = self.device.context
         seq = ctx.sequence(hold=False)
         try:
-            ups, downs = [], []
+            ups, downs, laid = [], [], set()
             for name, t in zip(self.lowered.inputs, ins):
                 if t is not None and t is self.staging.get(name):
-                    ups.append(self._host_view(seq, t, upload=True))
-            self.compiled.record(seq, ins, self.out_tensors)
+                    if name in self.laid:
+                        g, view = self.laid[name]
+                        ups.append(view)
+                        laid.add(g)
+                    else:
+                        ups.append(self._host_view(seq, t, upload=True))
+            self.compiled.record(seq, ins, self.out_tensors, laid=laid)
             for k, (t, names) in enumerate(zip(self.out_tensors, self.lowered.outputs)):
                 if self.download.intersection(names):
                     downs.append((k, self._host_view(seq, t, upload=False)))
@@ -305,6 +316,19 @@ def reshaped(value, shape):
 
 def host_value(value):
     return value.numpy() if isinstance(value, Tensor) else value
+
+
+def _put(view: np.ndarray, value) -> None:
+    """Write a host value into an upload's host view: a staging view takes the bytes it
+    has, as ``Tensor.write`` does; a convolution's padded planes (no contiguous view)
+    its elements in the view's shape."""
+    value = np.asarray(value)
+    if value.shape != view.shape:
+        if view.flags.c_contiguous:
+            view, value = view.reshape(-1)[:value.size], value.reshape(-1)
+        else:
+            value = value.reshape(view.shape)
+    np.copyto(view, value, casting="unsafe")     # (as ``astype``: float32 to float16)
 
 
 class DevicePartition:

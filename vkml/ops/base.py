@@ -241,11 +241,13 @@ class CompiledOperator:
         if transfers is not None:
             transfers.record(seq, transfers.downloads)
 
-    def record(self, seq: runtime.Sequence, inputs, outputs) -> None:
-        """Record this operator into ``seq`` (several operators may share one sequence)."""
+    def record(self, seq: runtime.Sequence, inputs, outputs, **encode_args) -> None:
+        """Record this operator into ``seq`` (several operators may share one sequence).
+        ``encode_args``: what the operator's ``encode`` takes beyond the bindings (a
+        convolution's ``laid``)."""
         self._check_live()
         inputs, outputs = self._check_bindings(inputs, outputs)
-        self.encode(seq, inputs, outputs)
+        self.encode(seq, inputs, outputs, **encode_args)
         seq.keep(self)   # the sequence uses this operator's pipelines and buffers
 
     def execute(self, inputs, outputs, transfers: "Transfers | None" = None) -> None:

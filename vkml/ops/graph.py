@@ -122,6 +122,14 @@ Execution: :meth:`CompiledGraph.execute` records every node into one command buf
 (barriers where data flows, see ``runtime.Sequence``) and replays it while the same
 tensors are bound; :meth:`CompiledGraph.record` adds the graph to a caller's sequence,
 to compose several graphs and operators in one submission.
+
+Inputs the host writes (kind "host input"; not a rewrite of the graph but of how a caller
+feeds it): a graph input that only the input of one convolution reads, where that
+convolution copies it into zero-padded planes first (the implicit GEMM's relayout), may
+be written by the caller straight into those planes when they are host-visible memory
+(:meth:`CompiledGraph.host_inputs`), and the recordings it makes with ``record(...,
+laid=...)`` leave the copy out: a dispatch and a pass over the input less per run (the
+ONNX backend feeds a model's image this way).
 """
 from __future__ import annotations
 
@@ -162,7 +170,7 @@ __all__ = ["Fusion", "FUSION_KINDS"]
 
 #: The kinds of fusion (module doc, step 1), each switchable by ``fuse={kind: False}``.
 FUSION_KINDS = ("activation", "padding", "squeeze excitation", "input scale", "pooling",
-                "residual", "join in place")
+                "residual", "join in place", "host input")
 
 
 @dataclass(frozen=True)
@@ -811,9 +819,40 @@ class CompiledGraph(CompiledOperator):
             inputs = inputs[:bound]         # unconnected graph inputs, bound as None
         return super()._check_bindings(inputs, outputs)
 
-    def encode(self, seq, inputs, outputs, marks: bool = False) -> None:
+    def host_inputs(self) -> dict:
+        """{graph input index: view} for the inputs the caller may write itself (module
+        doc, "Inputs the host writes"): each one only the input slot of one convolution
+        node reads, whose ``CompiledConvolution.host_input`` gives the view (shaped like
+        the input; the planes around it zeroed now).  A recording made with
+        ``record(..., laid=those indices)`` reads what was written there last, not the
+        tensors bound for them.  Empty where kind "host input" is switched off."""
+        if "host input" not in self.fusion_kinds:
+            return {}
+        readers: dict = {}
+        for i in self.order:
+            for slot, src in enumerate(self._graph_nodes[i].sources):
+                if src is not None and src[0] == "input":
+                    readers.setdefault(src[1], []).append((i, slot))
+        views = {}
+        for g, found in sorted(readers.items()):
+            if len(found) != 1 or found[0][1] != 0 or g in self.constant_inputs:
+                continue
+            compiled = self._graph_nodes[found[0][0]].compiled
+            view = (compiled.host_input() if isinstance(compiled, CompiledConvolution)
+                    else None)
+            if view is not None:
+                views[g] = view
+        return views
+
+    def record(self, seq, inputs, outputs, laid=frozenset()) -> None:
+        """Add the graph to ``seq``; ``laid``: graph input indices of :meth:`host_inputs`
+        written through their views (their tensors in ``inputs`` are not read)."""
+        super().record(seq, inputs, outputs, laid=frozenset(laid))
+
+    def encode(self, seq, inputs, outputs, marks: bool = False,
+               laid=frozenset()) -> None:
         """Record every node; ``marks``: a ``seq.mark()`` before the first node and
-        after each (:meth:`profile`)."""
+        after each (:meth:`profile`); ``laid``: as :meth:`record`'s."""
         consts = self._constants
         if marks:
             seq.mark()
@@ -829,18 +868,22 @@ class CompiledGraph(CompiledOperator):
                 else:
                     ins.append(self._tensor_of(src[1], src[2], outputs))
             outs = [self._tensor_of(i, k, outputs) for k in range(len(n.desc.outputs()))]
-            n.compiled.record(seq, ins, outs)
+            src = n.sources[0] if n.sources else None
+            if src is not None and src[0] == "input" and src[1] in laid:
+                n.compiled.record(seq, ins, outs, laid=True)
+            else:
+                n.compiled.record(seq, ins, outs)
             if marks:
                 seq.mark()
         seq.keep(self)
 
-    def profile(self, inputs, outputs, repeat: int = 5):
+    def profile(self, inputs, outputs, repeat: int = 5, laid=frozenset()):
         """Device time per compiled node on these tensors, from timestamp queries: a
         :class:`vkml.ops.profile.GraphProfile` (its ``entries``: node index, the declared
         nodes it runs, names, operator, chosen kernel path, median ms; see that module
-        for what the marks between nodes cost)."""
+        for what the marks between nodes cost); ``laid``: as :meth:`record`'s."""
         from .profile import profile_graph
-        return profile_graph(self, inputs, outputs, repeat)
+        return profile_graph(self, inputs, outputs, repeat, frozenset(laid))
 
     def _tensor_of(self, i, k, outputs):
         g = self._graph_out.get((i, k))

@@ -68,8 +68,9 @@ def kernel_of(compiled) -> str | None:
     return kernel if isinstance(kernel, str) else None
 
 
-def profile_graph(graph, inputs, outputs, repeat: int) -> GraphProfile:
-    """The module doc's measurement of ``graph`` (a ``CompiledGraph``) on these tensors."""
+def profile_graph(graph, inputs, outputs, repeat: int, laid=frozenset()) -> GraphProfile:
+    """The module doc's measurement of ``graph`` (a ``CompiledGraph``) on these tensors
+    (``laid``: ``CompiledGraph.record``'s)."""
     if not graph.ctx.features.get("timestamps"):
         raise UnsupportedError("timestamps", "a profile times nodes with timestamp queries")
     repeat = max(1, int(repeat))
@@ -77,7 +78,7 @@ def profile_graph(graph, inputs, outputs, repeat: int) -> GraphProfile:
     inputs, outputs = graph._check_bindings(inputs, outputs)
     order = graph.order
     with graph.ctx.sequence(timed=True, marks=len(order) + 1) as seq:
-        graph.encode(seq, inputs, outputs, marks=True)
+        graph.encode(seq, inputs, outputs, marks=True, laid=laid)
         runs, totals = [], []
         for _ in range(repeat):
             seq.run()
@@ -85,7 +86,7 @@ def profile_graph(graph, inputs, outputs, repeat: int) -> GraphProfile:
             runs.append(np.diff(stamps))
             totals.append(stamps[-1] - stamps[0])
     with graph.ctx.sequence(timed=True) as seq:
-        graph.encode(seq, inputs, outputs)
+        graph.encode(seq, inputs, outputs, laid=laid)
         plain = []
         for _ in range(repeat):
             seq.run()

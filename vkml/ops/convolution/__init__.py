@@ -302,7 +302,22 @@ class CompiledConvolution(CompiledOperator):
             return need.total_tensor_size_in_bytes
         return alloc.size
 
-    def encode(self, seq, inputs, outputs) -> None:
+    def host_input(self) -> np.ndarray | None:
+        """Where the host may write the input itself: the padded planes the implicit GEMM
+        copies it into (``GemmPath.host_input``), as a NumPy view of their mapped memory
+        shaped like the input, everything else in them zeroed now; an execution recorded
+        with ``record(..., laid=True)`` then reads what was written there last instead of
+        its bound input.  None where the path reads the input otherwise (in place, another
+        path, a scale multiplied first), the relayout is more than a copy (float16,
+        strides) or the planes are not host-visible memory."""
+        if not isinstance(self.path, GemmPath):
+            return None
+        view = self.path.host_input(self.desc.input_tensor.sizes)
+        if view is not None:
+            self.path.xp.host[:] = 0
+        return view
+
+    def encode(self, seq, inputs, outputs, laid: bool = False) -> None:
         x, w, b = inputs[:3]
         args = (seq, x.allocation, w.allocation, b.allocation if b is not None else None,
                 outputs[0].allocation)
@@ -312,6 +327,8 @@ class CompiledConvolution(CompiledOperator):
             kw["s"] = extra.pop(0).allocation
         if extra:
             kw["r"] = extra.pop(0).allocation
+        if laid:
+            kw["laid"] = True
         self.path.encode(*args, **kw)
 
     def release(self) -> None:

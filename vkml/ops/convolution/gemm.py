@@ -69,6 +69,8 @@ class Relayout:
             dstride[first] = dst_image
         v4 = size[-1] % 4 == 0 and all(d % 4 == 0 for d in dstride[:-1]) and dstride[-1] == 1
         self.local = min(64, op.workgroup_size)
+        #: the box as given (8-D), before the dispatch order permutes it (host_view)
+        self.box = (dtype, *(tuple(v) for v in (size, stride, lo, hi, dstride)), base)
         self._order((size, stride, lo, hi, dstride), self.local * (4 if v4 else 1))
         self.op, self.size, self.v4 = op, size, v4
         self.src_bytes = src_bytes
@@ -103,6 +105,27 @@ class Relayout:
         k = max(range(6), key=lambda i: (size[i], i))
         for v in lists:
             v[k], v[5] = v[5], v[k]
+
+    def host_view(self, dst: runtime.Allocation, shape) -> np.ndarray | None:
+        """What the pass copies into ``dst`` (at element 0) from a dense float32 source of
+        sizes ``shape``, as a writable NumPy view of ``dst``'s mapped memory shaped like
+        the source: the host can then write the source there itself, and the pass need not
+        run while every other element of the box keeps the zero it was given once.  None
+        where the pass is more than the source moved into the box (another type, strides,
+        a flip, rows it leaves out) or ``dst`` is not host-visible."""
+        dtype, size, stride, lo, hi, dstride, base = self.box
+        extent = [h - l for l, h in zip(lo, hi)]
+        dense = packed_strides(extent)
+        if (dst.host is None or dtype != DataType.FLOAT32
+                or [e for e in extent if e > 1] != [d for d in shape if d > 1]
+                or any(h > s for h, s in zip(hi, size))
+                or any(e > 1 and st != d for e, st, d in zip(extent, stride, dense))
+                or base != -sum(l * st for l, st in zip(lo, stride))):
+            return None
+        box = np.ndarray(size, np.float32, dst.host, 0, [4 * d for d in dstride])
+        view = box[tuple(slice(l, h) for l, h in zip(lo, hi))]
+        view.shape = tuple(shape)         # (only unit axes differ: a view, never a copy)
+        return view
 
     def steps(self, src, dst, dst_offset_elems: int = 0) -> list[Step]:
         """The pass from ``src`` (a role or buffer) into buffer ``dst`` at element
@@ -582,8 +605,9 @@ class GemmPath(Path):
             d["constants"] = self._constants(d)
         self.filter_steps = compiled(op, [s for rl, off in self.w_relayouts
                                           for s in rl.steps("w", self.wt, off)])
-        self.steps = compiled(op, ([] if pl.in_place else self.x_relayout.steps("x", self.xp))
-                              + self._steps()
+        x_steps = [] if pl.in_place else self.x_relayout.steps("x", self.xp)
+        self.x_steps = len(x_steps)
+        self.steps = compiled(op, x_steps + self._steps()
                               + (self.partials.steps if self.partials else []))
 
     # -- the plan ---------------------------------------------------------------------
@@ -904,7 +928,19 @@ class GemmPath(Path):
     def encode_filter(self, seq, w) -> None:
         record(seq, self.op, self.filter_steps, w=w)
 
-    def encode(self, seq, x, w, b, y, r=None, s=None) -> None:
+    def host_input(self, shape) -> np.ndarray | None:
+        """The padded planes' elements the input relayout copies, as a host view shaped
+        like the input (:meth:`Relayout.host_view`; ``shape``: the input's sizes); None
+        where the input is read in place or the relayout is more than a copy.  Planes a
+        caller writes through it are recorded with ``encode(..., laid=True)``."""
+        if self.x_relayout is None:
+            return None
+        return self.x_relayout.host_view(self.xp, shape)
+
+    def encode(self, seq, x, w, b, y, r=None, s=None, laid: bool = False) -> None:
+        """Record the execution; ``laid``: the input's padded planes were written through
+        :meth:`host_input`, so its relayout is left out."""
         if not self.filter_ready:
             self.encode_filter(seq, w)
-        record(seq, self.op, self.steps, x=x, w=w, b=b, y=y, r=r, s=s)
+        record(seq, self.op, self.steps[self.x_steps:] if laid else self.steps,
+               x=x, w=w, b=b, y=y, r=r, s=s)
