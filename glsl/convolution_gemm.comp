@@ -95,7 +95,7 @@ layout(constant_id = 3) const int SW = 1;      // X elements between consecutive
 // and W4 the weights' fetch, so only one order's and one fetch's code is compiled.
 // KS splits the reduction (below) and sizes nothing, but its division and modulo of the
 // workgroup's z would otherwise run in every kernel that does not split (KS = 1).
-// vkml:frozen ACT ACC_RUN W4 KS XSKEW
+// vkml:frozen ACT ACC_RUN W4 KS XSKEW GPOOL
 layout(constant_id = 4) const int ACT = 0;     // ACT_* (vkml_activation.glsl)
 layout(constant_id = 5) const bool XVEC4 = false; // read B rows as float4 (X bound RGBA32F;
                                                // SW == 1, NB and every row offset x4)
@@ -127,6 +127,11 @@ layout(constant_id = 12) const bool ACC_RUN = true; // an accumulator's products
 layout(constant_id = 13) const bool W4 = false; // ACC_RUN, KW == 1, CU a multiple of 4: the
                                                // filter bound RGBA32F, a lane's weights of 4
                                                // consecutive input channels one fetch
+// GPOOL > 0: the output's global average pool (its GPOOL pixels an image) is stored
+// instead of the output, Y bound to the pooled tensor (image and channel strides in
+// ys_w.y, ys_w.z).  The host's rule: a subgroup's lanes hold every pixel block of an
+// image, so the pool is a sum within each lane and across the subgroup.
+layout(constant_id = 16) const int GPOOL = 0;
 #endif
 
 // X elements one row tap reads for the block.  Where that is no more than the products'
@@ -208,7 +213,7 @@ layout(std140, set = 0, binding = 4) uniform Params {
     ivec4 ysz;          // output D, H, W (positions that exist), has bias
     ivec4 ystep;        // output positions per q step in d, h, w; bias stride
     uvec4 ys;           // Y element strides: image, channel, d, h
-    uvec4 ys_w;         // Y element stride w, -, -, -
+    uvec4 ys_w;         // Y element stride w; GPOOL: pooled image and channel strides, -
     vec4 act;           // activation parameters
     ivec4 rows[256];    // row-tap offsets in X elements (kernel (d, h) positions), 4 per ivec4
 #ifdef SGW
@@ -456,11 +461,15 @@ void main() {
     }
     float bvs[MB];
     [[unroll]] for (int e = 0; e < MB; e++) bvs[e] = subgroupShuffle(bl[e / SG], uint(e % SG));
+#else
+    const int GPOOL = 0;
 #endif
-    if (!live) return;
+    // (GPOOL: every lane stays for the subgroup's shuffles, its pixels counted or not)
+    if (!live && GPOOL == 0) return;
 
     int od = yorg.x + qd * ystep.x;
-    if (od < 0 || od >= ysz.x) return;
+    bool counted = live && od >= 0 && od < ysz.x;
+    if (!counted && GPOOL == 0) return;
     // output offset of each pixel of the block; -1 where there is no output element
     int yo[NB];
     [[unroll]] for (int j = 0; j < NB; j++) {
@@ -477,6 +486,36 @@ void main() {
                          + uint(oh) * ys.w
                          + uint(ow) * ys_w.x - uint(y_base)) : -1;
     }
+#ifdef SGW
+    if (GPOOL > 0) {
+        // each lane sums its counted pixels, xor shuffles sum the subgroup's lanes, and
+        // lane l keeps the means of channels l, l + SG, ... to store (every index a
+        // constant of the unrolled loops: a dynamic one would move acc to memory)
+        const int GB = (MB + SG - 1) / SG;
+        float mine[GB];
+        [[unroll]] for (int e = 0; e < MB; e++) {
+            float t = 0.0;
+            [[unroll]] for (int j = 0; j < NB; j++) {
+                float v = vkml_activation(ACT, acc[e / 4][j][e % 4] + bvs[e], act);
+                t += (counted && yo[j] >= 0) ? v : 0.0;
+            }
+            t += subgroupShuffleXor(t, 1u);
+            t += subgroupShuffleXor(t, 2u);           // (SG >= 4: the host's rule)
+            if (SG > 4) t += subgroupShuffleXor(t, 4u);
+            if (SG > 8) t += subgroupShuffleXor(t, 8u);
+            if (SG > 16) t += subgroupShuffleXor(t, 16u);
+            if (SG > 32) t += subgroupShuffleXor(t, 32u);
+            mine[e / SG] = (e % SG == sl || e % SG == 0) ? t : mine[e / SG];
+        }
+        [[unroll]] for (int k = 0; k < GB; k++) {
+            int col = col0 + k * SG + sl;
+            if (k * SG + sl < MB && col < chans.z)
+                FSTORE(y, uint(n) * ys_w.y + uint(g * chans.z + col) * ys_w.z,
+                       mine[k] / float(GPOOL));
+        }
+        return;
+    }
+#endif
     // (constant trip counts only: the block must stay in registers, a dynamic index
     // into acc would move it to memory)
     [[unroll]] for (int i4 = 0; i4 < MB / 4; i4++) {

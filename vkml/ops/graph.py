@@ -66,6 +66,15 @@ work):
      same values in the same order as the pair (the convolution's outputs rounded to
      the tensor type, then glsl/lp_pooling.comp's sums) and stores only the pooled
      output: no pooling pass, no full-size intermediate;
+   * with them (kind "global pool"): a global average pool (an AVERAGE_POOLING whose
+     window is the plane, or a REDUCE with the AVERAGE function over every spatial axis)
+     whose input is a float32 forward Convolution output that nothing else reads, read
+     as written, is offered to the convolution's path as it is chosen for the
+     convolution alone (``CompiledConvolution(pool=)``); gemm_sg stores the pool's means
+     instead of the output where a subgroup holds every pixel block of an image (a
+     CNN's last 1x1 layer over 7x7 before its classifier: ``convolution/epilogue.py``,
+     "Global average pool"), and the pair becomes one node; elsewhere it stays apart.
+     Its sums run in another order than the pool's kernel (float32 rounding);
    * then (kind "residual"): an ELEMENT_WISE_ADD / ADD1 one of whose inputs is a
      Convolution output that nothing else reads, read as written, from a convolution
      that applies no activation of its own (``relu(conv) + skip`` is not
@@ -158,7 +167,7 @@ from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, relea
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
 from .convolution.epilogue import (EPILOGUE_ACTIVATIONS, EpilogueConvolutionDesc,
-                                   input_scale_of)
+                                   global_pool_rule, input_scale_of)
 from . import join_in_place
 from .squeeze_excitation import TUNED as SQUEEZE_EXCITATION
 from .squeeze_excitation import CompiledSqueezeExcitation, head_desc
@@ -170,7 +179,7 @@ __all__ = ["Fusion", "FUSION_KINDS"]
 
 #: The kinds of fusion (module doc, step 1), each switchable by ``fuse={kind: False}``.
 FUSION_KINDS = ("activation", "padding", "squeeze excitation", "input scale", "pooling",
-                "residual", "join in place", "host input")
+                "global pool", "residual", "join in place", "host input")
 
 
 @dataclass(frozen=True)
@@ -385,7 +394,7 @@ class CompiledGraph(CompiledOperator):
                     self._fuse_squeeze_excitation(nodes, order, graph_out)
                 if "input scale" in self.fusion_kinds:
                     self._fuse_input_scale(nodes, order, graph_out)
-                if "pooling" in self.fusion_kinds:
+                if {"pooling", "global pool"} & self.fusion_kinds:
                     self._fuse_pooling(nodes, order, graph_out)
                 if "residual" in self.fusion_kinds:
                     self._fuse_residual(nodes, order, graph_out)
@@ -548,13 +557,19 @@ class CompiledGraph(CompiledOperator):
                 break
 
     def _fuse_pooling(self, nodes, order, graph_out) -> None:
-        """LP pooling into the convolution before it (module doc, step 1): each candidate
-        convolution is compiled here with the pooling offered; it keeps that compilation
-        whether or not its path took the pooling."""
+        """LP pooling (kind "pooling") and global average pools (kind "global pool") into
+        the convolution before them (module doc, step 1): each candidate convolution is
+        compiled here with the pooling offered; it keeps that compilation whether or not
+        its path took the pooling."""
         for i in list(order):
             n = nodes.get(i)
-            if n is None or not isinstance(n.desc, (LpPooling1OperatorDesc,
-                                                    LpPoolingOperatorDesc)):
+            if n is None:
+                continue
+            lp = isinstance(n.desc, (LpPooling1OperatorDesc, LpPoolingOperatorDesc))
+            kind, rule = ("pooling", pool_rule) if lp else ("global pool", global_pool_rule)
+            if kind not in self.fusion_kinds or not (lp or isinstance(n.desc, (
+                    ReduceOperatorDesc, AveragePooling1OperatorDesc,
+                    AveragePoolingOperatorDesc))):
                 continue
             src = n.sources[0]
             if src is None or src[0] != "node" or (src[1], src[2]) in graph_out:
@@ -564,11 +579,11 @@ class CompiledGraph(CompiledOperator):
             if (not isinstance(p.desc, ConvolutionOperatorDesc) or p.desc.is_backward
                     or p.compiled is not None or input_scale_of(p.desc) is not None
                     or self._consumers(nodes, c, src[2]) != [(i, 0)]
-                    or pool_rule(p.desc, n.desc) is not None):
+                    or rule(p.desc, n.desc) is not None):
                 continue
             self.device.create_operator(p.desc)       # validated (as build would)
             path, offer = self.paths.get(c), n.desc
-            if path is None:
+            if lp and path is None:
                 chosen = tuning.default_tuner().choose(self.device, POOLED,
                                                        pooled_shape(p.desc, n.desc))
                 if chosen.source != "default":            # measured (module doc, step 1)
@@ -589,7 +604,7 @@ class CompiledGraph(CompiledOperator):
                                                for s in self.topology.output_source]
             del nodes[i]
             order.remove(i)
-            self.fusions.append(self._fusion("pooling", n, p, n.desc.OPERATOR_TYPE))
+            self.fusions.append(self._fusion(kind, n, p, n.desc.OPERATOR_TYPE))
 
     def _fuse_residual(self, nodes, order, graph_out) -> None:
         """Residual adds into the convolution that produces one of their inputs (module

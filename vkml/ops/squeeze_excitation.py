@@ -34,14 +34,13 @@ from .. import runtime, tuning
 from ..dml.convolution import ConvolutionOperatorDesc
 from ..dml.data_type import DataType
 from ..dml.pooling import AveragePooling1OperatorDesc, AveragePoolingOperatorDesc
-from ..dml.reduce import ReduceFunction, ReduceOperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..runtime import Bind
 from ..runtime.blocks import pack
 from .base import CompiledOperator, compile_operator, empty_for, release_all
 from .convolution.gemm import subgroup_shuffle_size
-from .convolution.epilogue import (EpilogueConvolutionDesc, input_scale_of, kernel_activation,
-                                   residual_of)
+from .convolution.epilogue import (EpilogueConvolutionDesc, global_average, input_scale_of,
+                                   kernel_activation, residual_of)
 from .concurrent_width import concurrent_width
 from .grid import pieces
 from ..intmath import ceil_div
@@ -106,22 +105,6 @@ def _packed_planes(t) -> bool:
     return True
 
 
-def _global_average(pool) -> bool:
-    """Whether ``pool`` averages each whole (image, channel) plane: a REDUCE with the
-    AVERAGE function over every spatial axis, or an AVERAGE_POOLING (ONNX
-    GlobalAveragePool) whose one window is the plane (no padding, dilation 1)."""
-    rank = pool.input_tensor.dimension_count
-    if isinstance(pool, ReduceOperatorDesc):
-        return (pool.reduce_function == ReduceFunction.AVERAGE
-                and sorted(pool.axes) == list(range(2, rank)))
-    if isinstance(pool, (AveragePooling1OperatorDesc, AveragePoolingOperatorDesc)):
-        return (tuple(pool.window_size) == tuple(pool.input_tensor.sizes[2:])
-                and all(s == 1 for s in pool.output_tensor.sizes[2:])
-                and not any(pool.start_padding) and not any(pool.end_padding)
-                and all(d == 1 for d in (getattr(pool, "dilations", None) or ())))
-    return False
-
-
 def _dense_layer(conv, c_in: int) -> bool:
     """Whether ``conv`` is a fully connected layer of ``c_in`` channels: a forward, one-group
     float32 convolution with a 1x1 filter over 1x1 planes (no padding, stride, dilation
@@ -140,9 +123,8 @@ def _dense_layer(conv, c_in: int) -> bool:
 
 
 def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
-    """The fused node of global average ``pool`` (:func:`_global_average`) feeding
-    convolution ``squeeze`` feeding
-    convolution ``excite`` (the graph has checked that each output feeds only the next
+    """The fused node of global average ``pool`` (``epilogue.global_average``) feeding
+    convolution ``squeeze`` feeding convolution ``excite`` (the graph has checked that each output feeds only the next
     node, read as written), or None where the kernel does not take them: AVERAGE over
     every spatial axis of a float32 tensor whose planes are packed; both layers dense
     (:func:`_dense_layer`); full subgroups with shuffles on the device
@@ -151,7 +133,7 @@ def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
     filters within its texel views.  (An
     AVERAGE_POOLING with no padding has one divisor, the window, whatever
     IncludePadding says.)"""
-    if not _global_average(pool):
+    if not global_average(pool):
         return None
     x = pool.input_tensor
     if x.dimension_count < 3 or x.data_type != DataType.FLOAT32 or not _packed_planes(x):

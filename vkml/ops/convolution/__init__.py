@@ -137,8 +137,9 @@ class CompiledConvolution(CompiledOperator):
     ``DML_TENSOR_FLAG_OWNED_BY_DML``; they are bound by :meth:`initialize`, not at
     execution (see "Owned filters" in the module doc).  ``path``: see
     :func:`choose_path` (a candidate name forces it; UnsupportedError where it does not
-    take the geometry).  ``pool``: an LP pooling descriptor that alone reads the output
-    (a graph's fusion): where the chosen path absorbs it (winograd, :func:`pool_rule`),
+    take the geometry).  ``pool``: a pooling descriptor that alone reads the output
+    (a graph's fusion): where the chosen path absorbs it (winograd an LP pooling,
+    :func:`pool_rule`; gemm_sg a global average, ``epilogue.global_pool_rule``),
     the operator stores the pooled output and ``desc`` becomes a
     :class:`PooledConvolutionDesc` (its ``outputs()``: the pooling's); else it runs the
     convolution alone (``desc`` unchanged).  ``residual``: an

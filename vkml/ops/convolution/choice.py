@@ -135,7 +135,7 @@ def heuristic(op: CompiledOperator, geo: Geometry) -> list[str]:
 
 
 def _build(op, geo, name: str, pool=None) -> Path:
-    """Candidate ``name`` built for the geometry with its knobs (and ``pool``, the LP
+    """Candidate ``name`` built for the geometry with its knobs (and ``pool``, the
     pooling offered to a path that can absorb it); raises Declined where it does not
     take the geometry."""
     path, extra = CANDIDATES[name]
@@ -152,7 +152,7 @@ def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None, p
                 avoid: tuple = ()) -> Path:
     """The path that runs the geometry: ``force`` (a candidate name, see
     :data:`CANDIDATES`), else the tuner's choice (``VKML_TUNE``; tunable path
-    ``convolution``), else the first of :func:`heuristic` that builds.  ``pool``: the LP
+    ``convolution``), else the first of :func:`heuristic` that builds.  ``pool``: the
     pooling offered to the path (``CompiledConvolution(pool=)``).  ``avoid``: path names
     not to take (a forced candidate of one of them included): an OWNED filter with
     non-finite values avoids Winograd (``CompiledConvolution.initialize``)."""

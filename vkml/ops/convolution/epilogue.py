@@ -34,6 +34,16 @@ convolution reads the other operand as its input): ``conv(x * s)``.  The in-plac
 products rounded as the multiply would store them), so nothing is written for ``x * s``;
 every other path runs the multiply apart inside the operator (:class:`ScaleApart` in
 ``__init__.py``), into a buffer of its own, with the same values.
+
+Global average pool: the graph compiler also offers a global average pool that alone reads
+a convolution's output (:func:`global_average`: ONNX GlobalAveragePool as an
+AVERAGE_POOLING over the plane or a REDUCE AVERAGE over the spatial axes) to the
+convolution's path (``CompiledConvolution(pool=)``).  gemm_sg takes it where a subgroup's
+lanes hold every pixel block of an image (7x7 planes: 7 blocks of 8 pixels on 8 lanes):
+its output pass sums each channel's activated outputs within the lanes and across the
+subgroup and stores the means, the pooled tensor its output (the operator's descriptor a
+``PooledConvolutionDesc``); no output plane is written and no pooling pass runs.  The sums
+run in another order than the pool's own kernel (float32 rounding, not the unfused bits).
 """
 from __future__ import annotations
 
@@ -41,7 +51,10 @@ from dataclasses import dataclass, fields, replace
 
 from ...dml.activations import ActivationDesc
 from ...dml.convolution import ConvolutionOperatorDesc
+from ...dml.data_type import DataType
 from ...dml.operator import FeatureLevel
+from ...dml.pooling import AveragePooling1OperatorDesc, AveragePoolingOperatorDesc
+from ...dml.reduce import ReduceFunction, ReduceOperatorDesc
 from ...dml.tensor_desc import TensorDesc
 
 #: The operator-only activations a graph runs in a convolution's output pass.
@@ -144,3 +157,38 @@ def kernel_activation(desc) -> ActivationDesc | None:
     ``PooledConvolutionDesc``), else None."""
     act = desc.fused_activation
     return act if act is not None else getattr(desc, "epilogue", None)
+
+
+def global_average(pool) -> bool:
+    """Whether ``pool`` averages each whole (image, channel) plane: a REDUCE with the
+    AVERAGE function over every spatial axis, or an AVERAGE_POOLING (ONNX
+    GlobalAveragePool) whose one window is the plane (no padding, dilation 1)."""
+    rank = pool.input_tensor.dimension_count
+    if isinstance(pool, ReduceOperatorDesc):
+        return (pool.reduce_function == ReduceFunction.AVERAGE
+                and sorted(pool.axes) == list(range(2, rank)))
+    if isinstance(pool, (AveragePooling1OperatorDesc, AveragePoolingOperatorDesc)):
+        return (tuple(pool.window_size) == tuple(pool.input_tensor.sizes[2:])
+                and all(s == 1 for s in pool.output_tensor.sizes[2:])
+                and not any(pool.start_padding) and not any(pool.end_padding)
+                and all(d == 1 for d in (getattr(pool, "dilations", None) or ())))
+    return False
+
+
+def global_pool_rule(conv, pool) -> str | None:
+    """Why a convolution's output pass cannot store global average ``pool`` of its output
+    in place of the output (module doc, "Global average pool"), else None: a global
+    average (:func:`global_average`) of the output read as written, float32, no residual
+    (the path checks that a subgroup holds an image's blocks)."""
+    if not isinstance(pool, (ReduceOperatorDesc, AveragePooling1OperatorDesc,
+                             AveragePoolingOperatorDesc)) or not global_average(pool):
+        return "not a global average pool"
+    src, y = pool.input_tensor, conv.output_tensor
+    if (src.data_type != y.data_type or src.sizes != y.sizes
+            or src.element_strides != y.element_strides):
+        return "the pool does not read the convolution's output as it is written"
+    if y.data_type != DataType.FLOAT32:
+        return "float32 only"
+    if residual_of(conv) is not None or input_scale_of(conv) is not None:
+        return "a residual or input scale fused into the convolution"
+    return None

@@ -13,6 +13,7 @@ from ...tuning import Declined
 from .gemm import (GEMM_CONSTANTS, SG_BLOCKS, SG_CBW, GemmPath, forward_axes,
                    padded_extents, sg_blocks, sg_span, subgroup_shuffle_size, transposed_axes,
                    whole_vec4)
+from .epilogue import global_pool_rule
 from .geometry import knobs_of
 from .geometry import STORAGES, texel_ok
 from .plan import Buf
@@ -21,7 +22,7 @@ from ..grid import per_workgroup
 from ...intmath import ceil_div
 
 #: Kernel variants this path runs and the specialization constants it sets.
-SG_CONSTANTS = GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN", "W4", "XSKEW")
+SG_CONSTANTS = GEMM_CONSTANTS + ("SG", "CBW", "ACC_RUN", "W4", "XSKEW", "GPOOL")
 VARIANTS = {f"convolution_gemm_sg_{s}{r}": SG_CONSTANTS
             for s in STORAGES + ("f32_v8",) for r in ("", "_res")}
 VARIANTS.update({f"convolution_gemm_sg_f32{v}{r}_sc": SG_CONSTANTS
@@ -43,6 +44,13 @@ class GemmSgPath(GemmPath):
 
     name = "gemm_sg"
     FAMILY = "gemm_sg"
+    POOLS = True
+
+    def __init__(self, op, geo, knobs=None, pool=None):
+        #: the global average pool offered (``CompiledConvolution(pool=)``); ``self.pool``
+        #: holds it where the output pass stores it (:meth:`_stores`), else None
+        self.pool_offer, self.pool = pool, None
+        super().__init__(op, geo, knobs)
 
     @classmethod
     def accepts(cls, op, geo, knobs=None) -> bool:
@@ -121,6 +129,22 @@ class GemmSgPath(GemmPath):
     def _flat_short_rows(self) -> bool:
         return False
 
+    def _stores(self, kernel: str) -> None:
+        """The output pass stores the offered global average pool instead of the output
+        (GPOOL, ``epilogue.py``'s "Global average pool") where
+        ``epilogue.global_pool_rule`` takes it and a subgroup holds every pixel block of an
+        image (one dispatch, no split); else as the GEMM stores."""
+        pool = self.pool_offer
+        if (pool is not None and global_pool_rule(self.op.desc, pool) is None
+                and self.split == 1 and len(self.dispatches) == 1
+                and all(d["qsize"][0] * d["qsize"][1] * d["qsize"][3] <= self.sg
+                        for d in self.dispatches)):
+            self.pool = pool
+            for d in self.dispatches:
+                d["yv4"] = d["yv8"] = False
+            return
+        super()._stores(kernel)
+
     def _check_dispatches(self) -> None:
         """The filter offsets of every dispatch's row taps (``self.w_rows``) and the one
         step between column taps they share (Declined where phases step differently)."""
@@ -170,6 +194,8 @@ class GemmSgPath(GemmPath):
         of 1 idling one of lavapipe's threads); ACC_RUN 0 for knob ``sg_acc_run`` False
         (one channel and column tap at a time over the block)."""
         consts = {**super()._constants(d), "SG": self.sg}
+        if self.pool is not None:
+            consts["GPOOL"] = math.prod(self.geo.out_size)
         if d["xskew"]:
             consts["XSKEW"] = d["xskew"]
         if not self.knobs["sg_acc_run"]:
@@ -212,7 +238,11 @@ class GemmSgPath(GemmPath):
 
     def _params(self, pl, row_offsets) -> dict:
         col_s, ci_s, grp_s = self._filter_strides()
-        return {**super()._params(pl, row_offsets), "w_sg": (col_s, ci_s, self.w_step, 0),
+        params = super()._params(pl, row_offsets)
+        if self.pool is not None:         # the pooled tensor's image and channel strides
+            ps = self.pool.output_tensor.element_strides
+            params["ys_w"] = (params["ys_w"][0], ps[0], ps[1], 0)
+        return {**params, "w_sg": (col_s, ci_s, self.w_step, 0),
                 "w_sg_apart": (grp_s, 0, 0, 0), "wrows": whole_vec4(self.w_rows)}
 
     def _grid(self, d) -> tuple[int, int, int]:

@@ -274,7 +274,8 @@ class Path:
     candidate's knobs (:data:`DEFAULT_KNOBS` and its own, see ``choice.CANDIDATES``)."""
 
     name = ""
-    #: Whether the constructor takes ``pool=`` (an LP pooling it may absorb).
+    #: Whether the constructor takes ``pool=`` (a pooling it may absorb: Winograd an LP
+    #: pooling, gemm_sg a global average).
     POOLS = False
     #: Whether its output pass adds a graph's residual (``EpilogueConvolutionDesc.
     #: residual``, read by ``encode``'s ``r``); ``CompiledConvolution`` runs a residual

@@ -14,6 +14,7 @@ from ...errors import ValidationError
 from ...runtime.blocks import pack
 from ...tuning import Declined
 from .gemm import SG_ACC, SG_CBW, Axis, gemm_blocks, gemm_cu, sg_blocks, subgroup_shuffle_size
+from .epilogue import global_pool_rule
 from .gemm_sg import GemmSgPath
 from ..store_width import wide_stores
 from .geometry import STORAGES, Path, storage_suffix, texel_ok, variant
@@ -89,14 +90,18 @@ def cl_blocks(cout: int, tiles: int, sg: int) -> tuple[int, int]:
 
 @dataclass(frozen=True, eq=False)
 class PooledConvolutionDesc:
-    """A convolution and the LP pooling that alone reads its output, run as one operator
-    (the graph compiler's fusion, ``vkml/ops/graph.py``): the convolution's fields (read
-    through), its inputs, the pooling's output."""
+    """A convolution and the pooling that alone reads its output, run as one operator
+    (the graph compiler's fusions, ``vkml/ops/graph.py``): an LP pooling in Winograd's
+    output pass (:func:`pool_rule`) or a global average pool in gemm_sg's
+    (``epilogue.global_pool_rule``); the convolution's fields (read through), its inputs,
+    the pooling's output."""
 
     convolution: ConvolutionOperatorDesc
     pooling: object
 
-    OPERATOR_TYPE = "DML_OPERATOR_CONVOLUTION + DML_OPERATOR_LP_POOLING (fused)"
+    @property
+    def OPERATOR_TYPE(self) -> str:      # noqa: N802 (as every descriptor's)
+        return f"DML_OPERATOR_CONVOLUTION + {self.pooling.OPERATOR_TYPE} (fused)"
 
     def __getattr__(self, name):
         if name in ("convolution", "pooling") or name.startswith("__"):
@@ -112,7 +117,8 @@ class PooledConvolutionDesc:
     def validate(self) -> None:
         self.convolution.validate()
         self.pooling.validate()
-        why = pool_rule(self.convolution, self.pooling)
+        lp = isinstance(self.pooling, (LpPooling1OperatorDesc, LpPoolingOperatorDesc))
+        why = (pool_rule if lp else global_pool_rule)(self.convolution, self.pooling)
         if why is not None:
             raise ValidationError("pooling", why)
 
