@@ -206,12 +206,13 @@ void main() {
                     acc[j] = fma(wv[kh][kw], win[kh][(X4 ? SHIFT : 0) + kw * DW + j * SW], acc[j]);
         uint yb = yc + uint(oh) * ys.w;
 #if defined(V8)
-        // NB = 8 N8 (+ 4): a strip starting 8-aligned (even strips where NB has the 4)
-        // stores N8 u64vec4s from its start and a u64vec2 at its end; an odd one the
-        // u64vec2 first (the outputs to store picked by selects, not branches)
+        // NB = 8 N8 (+ 4): a strip starting 8-aligned stores N8 u64vec4s from its start
+        // and a u64vec2 at its end; one starting 4 past 8 (an odd strip, or a row of
+        // 8 k + 4 outputs after one that is not) the u64vec2 first (the outputs to store
+        // picked by selects, not branches)
         const int N8 = NB / 8;
         const bool HALF = (NB & 7) != 0;
-        bool odd = HALF && (strip & 1) != 0;
+        bool odd = HALF && ((yb + uint(ow0)) & 4u) != 0u;
         // (every activation outside the stores' branches: inside one, lavapipe ran an
         // exp-based activation several times slower)
         [[unroll]] for (int i = 0; i < N8; i++) {

@@ -123,9 +123,35 @@ def test_rows_v8_matches_the_reference(device, case):
     np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref, **tolerance(w))
 
 
+@pytest.mark.parametrize("width", [28, 12])
+def test_rows_v8_on_rows_of_8k_plus_4(device, width):
+    """Rows of 28 (one strip a row) and 12 outputs: every other row starts 4 past a
+    group of 8, so its strip stores the u64vec2 first (the parity read off the offset);
+    the same bits as the float4 stores of depthwise-rows, and the reference."""
+    desc = _desc("float32", (2, 3, 9, width), (3, 1, 3, 3), group_count=3,
+                 start_padding=(1, 1), end_padding=(1, 1), fused_activation="relu")
+    if not device.context.features.get("int64"):
+        with pytest.raises(UnsupportedError):
+            compile_on_path(device, desc, "depthwise-rows-v8")
+        return
+    rng = np.random.default_rng(width)
+    x = rng.standard_normal(desc.input_tensor.sizes).astype(np.float32)
+    w = rng.standard_normal(desc.filter_tensor.sizes).astype(np.float32)
+    b = rng.standard_normal(3).astype(np.float32)
+    op = compile_on_path(device, desc, "depthwise-rows-v8")
+    assert op.path.v8 and op.path.nb % 8 == 4
+    got = run_desc(device, desc, x, w, b, compiled=op)
+    four = run_desc(device, desc, x, w, b,
+                    compiled=compile_on_path(device, desc, "depthwise-rows"))
+    np.testing.assert_array_equal(got, four)
+    ref = np.maximum(desc_reference(desc, x, w, b), 0)
+    np.testing.assert_allclose(got.reshape(ref.shape).astype(np.float64), ref, **tolerance(w))
+
+
 def test_rows_v8_declines(device):
-    """Output rows not a multiple of 8, float16, or no int64: UnsupportedError."""
-    odd = _desc("float32", (1, 2, 6, 12), (2, 1, 3, 3), group_count=2, start_padding=(1, 1),
+    """Output rows not a multiple of 4 (of 8 where the strips are of 8k), float16, or no
+    int64: UnsupportedError."""
+    odd = _desc("float32", (1, 2, 6, 10), (2, 1, 3, 3), group_count=2, start_padding=(1, 1),
                 end_padding=(1, 1))
     half = _desc("float16", (1, 2, 6, 16), (2, 1, 3, 3), group_count=2, start_padding=(1, 1),
                  end_padding=(1, 1))

@@ -61,7 +61,7 @@ class DepthwisePath(Path):
                 and (cls.rows_block(geo, knobs) if knobs.get("dw_rows")
                      else cls.blocks(geo, knobs)) is not None
                 and (not knobs.get("dw_v8")
-                     or (bool(knobs.get("dw_rows")) and cls.v8_ok(op, geo)))
+                     or (bool(knobs.get("dw_rows")) and cls.rows_v8_ok(op, geo, knobs)))
                 and (not knobs["dw_whole"] or cls.whole(op, geo, knobs) > 0)
                 and (not knobs.get("store64") or cls.stores_v8_ok(op, geo, knobs))
                 # (without plane stores: only where they would apply, else the default's twin)
@@ -128,17 +128,34 @@ class DepthwisePath(Path):
                      and pc * ih * iw <= DW_WHOLE), 0)
 
     @staticmethod
-    def v8_ok(op, geo) -> bool:
+    def v8_ok(op, geo, unit: int = 8) -> bool:
         """The ``dw_v8`` stores (eight float32 outputs as one u64vec4 store, int64
-        shaders): float32 through texel views, output rows and strides multiples of 8."""
+        shaders): float32 through texel views, output rows and strides multiples of
+        ``unit`` (8; 4 for :meth:`rows_v8_ok`'s strips of 8k + 4)."""
         d = op.desc
         y_el = d.output_tensor.total_tensor_size_in_bytes // geo.dtype.size
         x_el = d.input_tensor.total_tensor_size_in_bytes // geo.dtype.size
         w_el = d.filter_tensor.total_tensor_size_in_bytes // geo.dtype.size
         return (bool(op.features.get("int64")) and geo.dtype == DataType.FLOAT32
                 and texel_ok(op, x_el) and texel_ok(op, w_el)
-                and geo.y_strides[4] == 1 and geo.out_size[2] % 8 == 0 and y_el % 8 == 0
-                and all(s_ % 8 == 0 for s_ in geo.y_strides[:4]))
+                and geo.y_strides[4] == 1 and geo.out_size[2] % unit == 0
+                and y_el % unit == 0 and all(s_ % unit == 0 for s_ in geo.y_strides[:4]))
+
+    @classmethod
+    def rows_v8_ok(cls, op, geo, knobs) -> bool:
+        """The ``dw_rows`` kernel's u64vec4 stores (knob ``dw_v8``): :meth:`v8_ok`, or, for
+        strips of NB = 8k + 4, the same with output rows and strides multiples of 4 only
+        (a strip starting 4 past 8, a 28-wide map's odd rows, stores its u64vec2 first:
+        the kernel reads the parity off the offset)."""
+        blk = cls.rows_block(geo, knobs)
+        if blk is None:
+            return False
+        if cls.v8_ok(op, geo):
+            return True
+        d = op.desc
+        y_el = d.output_tensor.total_tensor_size_in_bytes // geo.dtype.size
+        return (blk[0] % 8 == 4 and cls.v8_ok(op, geo, 4)
+                and geo.out_size[2] % 4 == 0 and y_el % 4 == 0)
 
     @staticmethod
     def rows_block(geo, knobs):
