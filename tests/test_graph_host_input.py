@@ -15,7 +15,7 @@ import pytest
 
 import vkml
 from vkml import dml
-from vkml.errors import UnsupportedError
+from vkml.errors import UnsupportedError, ValidationError
 
 torch = pytest.importorskip("torch")
 
@@ -121,6 +121,28 @@ def test_not_offered_where_the_copy_is_more_than_a_move(device):
     assert _offered(device, conv_graph(*case, dtype="float16")[0], path="gemm") == {}
     with vkml.Device(device.index, force_staging=True) as staged:   # planes not mapped
         assert _offered(staged, conv_graph(*case)[0]) == {}
+
+
+def test_laid_names_only_offered_inputs(device):
+    """``laid`` naming an input host_inputs() gave no view of: a ValidationError naming
+    the field, and the graph still records and runs as before."""
+    shape, cout, k, stride, pad = CASES[0]
+    g, ys = conv_graph(shape, cout, k, stride, pad)
+    cg = compiled(device, g, "gemm_sg")
+    x = np.ones(shape, np.float32)
+    w, b = np.ones((cout, shape[1], k, k), np.float32), np.zeros((1, cout, 1, 1), np.float32)
+    ins = [device.tensor(x), device.tensor(w), device.tensor(b)]
+    y = device.empty(ys, np.float32)
+    seq = device.sequence()
+    with pytest.raises(ValidationError, match="laid"):
+        cg.record(seq, ins, [y], laid={0})           # (host_inputs() not asked yet)
+    assert list(cg.host_inputs()) == [0]
+    with pytest.raises(ValidationError, match="laid"):
+        cg.record(seq, ins, [y], laid={1})
+    seq.close()
+    cg.execute(ins, [y])
+    assert y.numpy().max() == 27.0                  # 3 channels x 3 x 3 ones
+    cg.release()
 
 
 def test_onnx_image_is_written_into_the_first_convolutions_planes(device):

@@ -857,12 +857,20 @@ class CompiledGraph(CompiledOperator):
                     else None)
             if view is not None:
                 views[g] = view
+        self._host_written = frozenset(views)
         return views
+
+    def _check_laid(self, laid) -> frozenset:
+        laid = frozenset(laid)
+        if not laid <= getattr(self, "_host_written", frozenset()):
+            raise ValidationError("laid", f"graph inputs {sorted(laid)} must be ones "
+                                  "host_inputs() gave a view of")
+        return laid
 
     def record(self, seq, inputs, outputs, laid=frozenset()) -> None:
         """Add the graph to ``seq``; ``laid``: graph input indices of :meth:`host_inputs`
         written through their views (their tensors in ``inputs`` are not read)."""
-        super().record(seq, inputs, outputs, laid=frozenset(laid))
+        super().record(seq, inputs, outputs, laid=self._check_laid(laid))
 
     def encode(self, seq, inputs, outputs, marks: bool = False,
                laid=frozenset()) -> None:
@@ -898,7 +906,7 @@ class CompiledGraph(CompiledOperator):
         nodes it runs, names, operator, chosen kernel path, median ms; see that module
         for what the marks between nodes cost); ``laid``: as :meth:`record`'s."""
         from .profile import profile_graph
-        return profile_graph(self, inputs, outputs, repeat, frozenset(laid))
+        return profile_graph(self, inputs, outputs, repeat, self._check_laid(laid))
 
     def _tensor_of(self, i, k, outputs):
         g = self._graph_out.get((i, k))

@@ -33,7 +33,7 @@ import numpy as np
 from .. import runtime, tuning
 from ..dml.convolution import ConvolutionOperatorDesc
 from ..dml.data_type import DataType
-from ..dml.pooling import AveragePooling1OperatorDesc, AveragePoolingOperatorDesc
+from ..dml.pooling import AveragePooling1OperatorDesc
 from ..dml.tensor_desc import TensorDesc
 from ..runtime import Bind
 from ..runtime.blocks import pack
