@@ -123,6 +123,38 @@ def test_not_offered_where_the_copy_is_more_than_a_move(device):
         assert _offered(staged, conv_graph(*case)[0]) == {}
 
 
+def test_tuned_without_the_relayout(device, monkeypatch, tmp_path):
+    """A convolution whose input the host will write is compiled with
+    ``input_from_host``: its tuning shape says so (a shape class of its own) and the
+    candidates are timed without the input's relayout; with the kind off, not."""
+    from vkml import tuning
+    from vkml.ops.convolution import choice
+
+    monkeypatch.setattr(tuning, "_DEFAULT", tuning.Tuner("fast", folder=tmp_path))
+    recorded = []
+    real = choice.record_as_run
+
+    def spy(dev, seq, op, made, output=None, laid=False):     # (this shape's candidates)
+        if tuple(op.desc.input_tensor.sizes) == CASES[0][0]:
+            recorded.append((op.path.name, laid))
+        return real(dev, seq, op, made, output, laid)
+    monkeypatch.setattr(choice, "record_as_run", spy)
+    g, _ = conv_graph(*CASES[0])
+    cg = device.compile_graph(g)
+    assert cg._graph_nodes[0].compiled.input_from_host
+    assert recorded and all(laid for _, laid in recorded), recorded
+    shape = choice.tuning_shape(cg._graph_nodes[0].compiled.desc, laid=True)
+    assert choice.shape_class(shape).endswith("-host")
+    assert not choice.shape_class(choice.tuning_shape(cg._graph_nodes[0].compiled.desc)
+                                  ).endswith("-host")
+    cg.release()
+    recorded.clear()
+    cg = device.compile_graph(g, fuse={"host input": False})
+    assert not cg._graph_nodes[0].compiled.input_from_host
+    assert recorded and not any(laid for _, laid in recorded), recorded
+    cg.release()
+
+
 def test_laid_names_only_offered_inputs(device):
     """``laid`` naming an input host_inputs() gave no view of: a ValidationError naming
     the field, and the graph still records and runs as before."""

@@ -403,12 +403,15 @@ class CompiledGraph(CompiledOperator):
             self.order = order
             self.nodes = [nodes[i].desc for i in order if not _idle(nodes[i])]
             self._graph_out = {src: g for g, src in enumerate(topo.output_source)}
+            from_host = self._host_written_nodes(nodes, order)
             for i in order:
                 n = nodes[i]
                 if n.compiled is None:         # (a convolution compiled by _fuse_pooling)
                     op = self.device.create_operator(n.desc)
-                    n.compiled = (CompiledConvolution(self.device, n.desc, self.paths.get(i))
+                    n.compiled = (CompiledConvolution(self.device, n.desc, self.paths.get(i),
+                                                      input_from_host=i in from_host)
                                   if isinstance(n.desc, EpilogueConvolutionDesc)  # (unregistered)
+                                  or i in from_host
                                   else compile_operator(op, self.paths.get(i)))
             self._plan_arena(nodes, order)
         except BaseException:
@@ -834,6 +837,26 @@ class CompiledGraph(CompiledOperator):
             inputs = inputs[:bound]         # unconnected graph inputs, bound as None
         return super()._check_bindings(inputs, outputs)
 
+    def _input_readers(self, nodes, order) -> dict:
+        """{graph input index: [(node, slot), ...]} of the inputs bound at execution."""
+        readers: dict = {}
+        for i in order:
+            for slot, src in enumerate(nodes[i].sources):
+                if src is not None and src[0] == "input" and src[1] not in self.constant_inputs:
+                    readers.setdefault(src[1], []).append((i, slot))
+        return readers
+
+    def _host_written_nodes(self, nodes, order) -> set:
+        """The convolution nodes whose input :meth:`host_inputs` may offer (kind "host
+        input", tensors in host-visible memory, a graph input that only the node's input
+        slot reads): compiled with ``input_from_host``, so their tuning leaves the
+        input's relayout out as their runs will."""
+        if "host input" not in self.fusion_kinds or not self.ctx.mappable:
+            return set()
+        return {found[0][0] for found in self._input_readers(nodes, order).values()
+                if len(found) == 1 and found[0][1] == 0
+                and isinstance(nodes[found[0][0]].desc, ConvolutionOperatorDesc)}
+
     def host_inputs(self) -> dict:
         """{graph input index: view} for the inputs the caller may write itself (module
         doc, "Inputs the host writes"): each one only the input slot of one convolution
@@ -843,14 +866,9 @@ class CompiledGraph(CompiledOperator):
         tensors bound for them.  Empty where kind "host input" is switched off."""
         if "host input" not in self.fusion_kinds:
             return {}
-        readers: dict = {}
-        for i in self.order:
-            for slot, src in enumerate(self._graph_nodes[i].sources):
-                if src is not None and src[0] == "input":
-                    readers.setdefault(src[1], []).append((i, slot))
         views = {}
-        for g, found in sorted(readers.items()):
-            if len(found) != 1 or found[0][1] != 0 or g in self.constant_inputs:
+        for g, found in sorted(self._input_readers(self._graph_nodes, self.order).items()):
+            if len(found) != 1 or found[0][1] != 0:
                 continue
             compiled = self._graph_nodes[found[0][0]].compiled
             view = (compiled.host_input() if isinstance(compiled, CompiledConvolution)

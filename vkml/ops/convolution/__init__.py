@@ -146,14 +146,18 @@ class CompiledConvolution(CompiledOperator):
     :class:`~.epilogue.EpilogueConvolutionDesc` of this convolution with a ``residual``
     (a graph's fusion, ``epilogue.py``): where the path the operator takes adds one
     (``Path.RESIDUAL``), ``desc`` becomes it (a fourth input, the residual, and its
-    output); else the convolution runs alone (``desc`` unchanged)."""
+    output); else the convolution runs alone (``desc`` unchanged).  ``input_from_host``:
+    the caller will write the input through :meth:`host_input` (a graph's "host input"),
+    so the tuner times the candidates without the input's relayout, as they will run."""
 
     INPUT_NAMES = ("input", "filter", "bias")
 
-    def __init__(self, device, desc, path: str | None = None, pool=None, residual=None):
+    def __init__(self, device, desc, path: str | None = None, pool=None, residual=None,
+                 input_from_host: bool = False):
         #: None: the tuner's or the heuristic's choice; a name of :data:`CANDIDATES`
         #: (a path name: that path, default knobs) forces it (tests, the tuner).
         self.force = path
+        self.input_from_host = input_from_host
         self._offered_pool = pool           # (read by build, which the base class calls)
         self._offered_residual = residual
         super().__init__(device, desc)

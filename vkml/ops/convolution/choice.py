@@ -170,7 +170,7 @@ def choose_path(op: CompiledOperator, geo: Geometry, force: str | None = None, p
     order = [n for n in heuristic(op, geo) if n not in avoid]
     tuner = tuning.default_tuner()
     if geo.plain and len(order) > 1 and tuner.effective_mode() != "off":
-        shape = tuning_shape(op.desc)
+        shape = tuning_shape(op.desc, laid=getattr(op, "input_from_host", False))
         c = tuner.choose(op.device, TUNABLE, shape)
         if c.source != "default" and CANDIDATES[c.name][0] not in avoid:
             try:
@@ -209,9 +209,12 @@ def tensor_of(j) -> TensorDesc | None:
                       flags=TensorFlags(j.get("flags", 0)))
 
 
-def tuning_shape(desc: ConvolutionOperatorDesc) -> dict:
+def tuning_shape(desc: ConvolutionOperatorDesc, laid: bool = False) -> dict:
     """The tuner's shape of a convolution: its descriptor as JSON (stored with the
-    choice, so ``python -m vkml.tune --refresh`` can re-measure it).  The fused
+    choice, so ``python -m vkml.tune --refresh`` can re-measure it); ``laid``: its input
+    is written by the host into the planes a GEMM path pads it into
+    (``CompiledConvolution(input_from_host=True)``), so the candidates are timed without
+    that relayout (:func:`record_as_run`) and the shape is a class of its own.  The fused
     activation goes in by name only (default parameters) and :func:`shape_class` leaves
     it out: it does not change which path is fastest, but the candidates are timed with
     it because it is frozen into their kernels (``ACT``), so the winner's pipelines are
@@ -224,7 +227,8 @@ def tuning_shape(desc: ConvolutionOperatorDesc) -> dict:
             "strides": g(desc.strides), "dilations": g(desc.dilations),
             "start_padding": g(desc.start_padding), "end_padding": g(desc.end_padding),
             "output_padding": g(desc.output_padding), "group_count": int(desc.group_count),
-            **({"activation": act.SPEC.name} if act is not None else {})}
+            **({"activation": act.SPEC.name} if act is not None else {}),
+            **({"laid": True} if laid else {})}
 
 
 def desc_of_shape(shape) -> ConvolutionOperatorDesc:
@@ -274,7 +278,9 @@ def shape_class(desc: ConvolutionOperatorDesc) -> str:
     stride, dilation, group kind (one, depthwise, other), layout (packed or not), the
     OWNED_BY_DML inputs (bound once: a path that transforms the filter then pays no
     transform per run, so the choice differs), and batch, channels in and out and output
-    sizes within the same power of two.  ``desc``: a descriptor or :func:`tuning_shape`."""
+    sizes within the same power of two; an input the host writes (:func:`tuning_shape`'s
+    ``laid``) is a class of its own.  ``desc``: a descriptor or :func:`tuning_shape`."""
+    laid = isinstance(desc, dict) and bool(desc.get("laid"))
     desc = desc_of_shape(desc)
     g = Geometry.of(desc)
     grp = "1" if g.groups == 1 else "dw" if g.cin_per_group == 1 else f"g{_round(g.groups)}"
@@ -285,7 +291,8 @@ def shape_class(desc: ConvolutionOperatorDesc) -> str:
     return (f"{'bwd' if g.backward else 'fwd'}-{g.dtype.name.lower()}-n{_round(g.n)}"
             f"-c{_round(g.c_in)}-{_round(g.c_out)}-g{grp}-o{dims(_round(v) for v in g.out_size)}"
             f"-k{dims(g.kernel)}-s{dims(g.stride)}-d{dims(g.dilation)}"
-            f"{'' if g.packed else '-strided'}{f'-owned{owned}' if owned else ''}")
+            f"{'' if g.packed else '-strided'}{f'-owned{owned}' if owned else ''}"
+            f"{'-host' if laid else ''}")
 
 
 def _fast(desc: ConvolutionOperatorDesc, device) -> tuple[str, ...]:
@@ -512,7 +519,8 @@ def _run(device, seq, cand, desc):
     op = CompiledConvolution(device, desc_of_shape(desc), path=cand.name)
     made = [op]
     try:
-        record_as_run(device, seq, op, made)
+        record_as_run(device, seq, op, made,
+                      laid=isinstance(desc, dict) and bool(desc.get("laid")))
     except BaseException:
         release_all(made)
         raise
@@ -526,12 +534,13 @@ def _prefetch(device, cand, shape) -> None:
     CompiledConvolution(device, desc_of_shape(shape), path=cand.name).release()
 
 
-def record_as_run(device, seq, op, made: list, output=None):
+def record_as_run(device, seq, op, made: list, output=None, laid: bool = False):
     """Record compiled convolution ``op`` into ``seq`` on fresh device tensors, as it will
     run: OWNED_BY_DML inputs bound once by :meth:`CompiledConvolution.initialize` (their
     transforms are not timed), the others bound at execution; ``output`` (None: a fresh
-    tensor) receives ``op.desc``'s output.  What it allocates joins ``made``; returns the
-    output tensor."""
+    tensor) receives ``op.desc``'s output; ``laid``: where the op's path takes its input
+    from the host (``host_input``), without the input's relayout.  What it allocates joins
+    ``made``; returns the output tensor."""
     ins, owned = [], {}
     for i, t in enumerate(op.desc.inputs()):
         if t is None:
@@ -549,7 +558,8 @@ def record_as_run(device, seq, op, made: list, output=None):
     if output is None:
         output = empty_for(device, op.desc.outputs()[0])
         made.append(output)
-    op.record(seq, ins, [output])
+    laid = laid and op.host_input() is not None
+    op.record(seq, ins, [output], **({"laid": True} if laid else {}))
     return output
 
 
