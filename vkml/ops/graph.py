@@ -385,6 +385,7 @@ class CompiledGraph(CompiledOperator):
         order = list(topo.order)
         graph_out = {(i, k) for i, k in topo.output_source}
         self.fusions: list[Fusion] = []
+        self._host_written: frozenset = frozenset()     # (host_inputs' graph inputs)
         self._graph_nodes = nodes
         try:
             self._aliases: dict = {}
@@ -879,8 +880,9 @@ class CompiledGraph(CompiledOperator):
         return views
 
     def _check_laid(self, laid) -> frozenset:
+        """``laid`` as a set, refused unless :meth:`host_inputs` offered each of them."""
         laid = frozenset(laid)
-        if not laid <= getattr(self, "_host_written", frozenset()):
+        if not laid <= self._host_written:
             raise ValidationError("laid", f"graph inputs {sorted(laid)} must be ones "
                                   "host_inputs() gave a view of")
         return laid
