@@ -157,8 +157,6 @@ from ..dml.element_wise import (ElementWiseAdd1OperatorDesc, ElementWiseAddOpera
 from ..dml.graph import GraphDesc
 from ..dml.lp_pooling import LpPooling1OperatorDesc, LpPoolingOperatorDesc
 from ..dml.padding import Padding1OperatorDesc, PaddingMode, PaddingOperatorDesc
-from ..dml.pooling import AveragePooling1OperatorDesc, AveragePoolingOperatorDesc
-from ..dml.reduce import ReduceOperatorDesc
 from ..dml.tensor_desc import TensorDesc, TensorFlags
 from ..errors import UnsupportedError, ValidationError
 from ..runtime import UNIFORM_TEXEL
@@ -167,7 +165,7 @@ from .base import REGISTRY, CompiledOperator, compile_operator, empty_for, relea
 from .convolution import CompiledConvolution, PooledConvolutionDesc, pool_rule
 from .convolution import choice
 from .convolution.epilogue import (EPILOGUE_ACTIVATIONS, EpilogueConvolutionDesc,
-                                   global_pool_rule, input_scale_of)
+                                   global_average, global_pool_rule, input_scale_of)
 from . import join_in_place
 from .squeeze_excitation import TUNED as SQUEEZE_EXCITATION
 from .squeeze_excitation import CompiledSqueezeExcitation, head_desc
@@ -506,8 +504,7 @@ class CompiledGraph(CompiledOperator):
         """A global average pool and the two 1x1 layers after it as one node, in the
         exciting layer's place (module doc, step 1; ``squeeze_excitation.head_desc``)."""
         for i in list(order):
-            if not isinstance(getattr(nodes.get(i), "desc", None), (
-                    ReduceOperatorDesc, AveragePooling1OperatorDesc, AveragePoolingOperatorDesc)):
+            if not global_average(getattr(nodes.get(i), "desc", None)):
                 continue
             s = self._only_reader(nodes, i, graph_out)
             e = None if s is None else self._only_reader(nodes, s, graph_out)
@@ -571,9 +568,7 @@ class CompiledGraph(CompiledOperator):
                 continue
             lp = isinstance(n.desc, (LpPooling1OperatorDesc, LpPoolingOperatorDesc))
             kind, rule = ("pooling", pool_rule) if lp else ("global pool", global_pool_rule)
-            if kind not in self.fusion_kinds or not (lp or isinstance(n.desc, (
-                    ReduceOperatorDesc, AveragePooling1OperatorDesc,
-                    AveragePoolingOperatorDesc))):
+            if kind not in self.fusion_kinds or not (lp or global_average(n.desc)):
                 continue
             src = n.sources[0]
             if src is None or src[0] != "node" or (src[1], src[2]) in graph_out:

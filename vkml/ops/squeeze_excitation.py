@@ -124,8 +124,8 @@ def _dense_layer(conv, c_in: int) -> bool:
 
 def head_desc(device, pool, squeeze, excite) -> SqueezeExcitationDesc | None:
     """The fused node of global average ``pool`` (``epilogue.global_average``) feeding
-    convolution ``squeeze`` feeding convolution ``excite`` (the graph has checked that each output feeds only the next
-    node, read as written), or None where the kernel does not take them: AVERAGE over
+    convolution ``squeeze`` feeding convolution ``excite`` (the graph has checked that
+    each output feeds only the next node, read as written), or None where the kernel does not take them: AVERAGE over
     every spatial axis of a float32 tensor whose planes are packed; both layers dense
     (:func:`_dense_layer`); full subgroups with shuffles on the device
     (:func:`~.convolution.gemm.subgroup_shuffle_size`); at most :data:`MOST_SQUEEZED`

@@ -231,6 +231,11 @@ def tuning_shape(desc: ConvolutionOperatorDesc, laid: bool = False) -> dict:
             **({"laid": True} if laid else {})}
 
 
+def _laid(shape) -> bool:
+    """Whether a :func:`tuning_shape` says the host writes the input (``laid``)."""
+    return isinstance(shape, dict) and bool(shape.get("laid"))
+
+
 def desc_of_shape(shape) -> ConvolutionOperatorDesc:
     """:func:`tuning_shape`'s inverse (a descriptor passes through)."""
     if isinstance(shape, ConvolutionOperatorDesc):
@@ -280,7 +285,7 @@ def shape_class(desc: ConvolutionOperatorDesc) -> str:
     transform per run, so the choice differs), and batch, channels in and out and output
     sizes within the same power of two; an input the host writes (:func:`tuning_shape`'s
     ``laid``) is a class of its own.  ``desc``: a descriptor or :func:`tuning_shape`."""
-    laid = isinstance(desc, dict) and bool(desc.get("laid"))
+    laid = _laid(desc)
     desc = desc_of_shape(desc)
     g = Geometry.of(desc)
     grp = "1" if g.groups == 1 else "dw" if g.cin_per_group == 1 else f"g{_round(g.groups)}"
@@ -519,8 +524,7 @@ def _run(device, seq, cand, desc):
     op = CompiledConvolution(device, desc_of_shape(desc), path=cand.name)
     made = [op]
     try:
-        record_as_run(device, seq, op, made,
-                      laid=isinstance(desc, dict) and bool(desc.get("laid")))
+        record_as_run(device, seq, op, made, laid=_laid(desc))
     except BaseException:
         release_all(made)
         raise

@@ -148,14 +148,8 @@ class DepthwisePath(Path):
         (a strip starting 4 past 8, a 28-wide map's odd rows, stores its u64vec2 first:
         the kernel reads the parity off the offset)."""
         blk = cls.rows_block(geo, knobs)
-        if blk is None:
-            return False
-        if cls.v8_ok(op, geo):
-            return True
-        d = op.desc
-        y_el = d.output_tensor.total_tensor_size_in_bytes // geo.dtype.size
-        return (blk[0] % 8 == 4 and cls.v8_ok(op, geo, 4)
-                and geo.out_size[2] % 4 == 0 and y_el % 4 == 0)
+        return blk is not None and (cls.v8_ok(op, geo)
+                                    or (blk[0] % 8 == 4 and cls.v8_ok(op, geo, 4)))
 
     @staticmethod
     def rows_block(geo, knobs):

@@ -162,11 +162,11 @@ def kernel_activation(desc) -> ActivationDesc | None:
 def global_average(pool) -> bool:
     """Whether ``pool`` averages each whole (image, channel) plane: a REDUCE with the
     AVERAGE function over every spatial axis, or an AVERAGE_POOLING (ONNX
-    GlobalAveragePool) whose one window is the plane (no padding, dilation 1)."""
-    rank = pool.input_tensor.dimension_count
+    GlobalAveragePool) whose one window is the plane (no padding, dilation 1); False
+    for any other descriptor."""
     if isinstance(pool, ReduceOperatorDesc):
         return (pool.reduce_function == ReduceFunction.AVERAGE
-                and sorted(pool.axes) == list(range(2, rank)))
+                and sorted(pool.axes) == list(range(2, pool.input_tensor.dimension_count)))
     if isinstance(pool, (AveragePooling1OperatorDesc, AveragePoolingOperatorDesc)):
         return (tuple(pool.window_size) == tuple(pool.input_tensor.sizes[2:])
                 and all(s == 1 for s in pool.output_tensor.sizes[2:])
@@ -180,8 +180,7 @@ def global_pool_rule(conv, pool) -> str | None:
     in place of the output (module doc, "Global average pool"), else None: a global
     average (:func:`global_average`) of the output read as written, float32, no residual
     (the path checks that a subgroup holds an image's blocks)."""
-    if not isinstance(pool, (ReduceOperatorDesc, AveragePooling1OperatorDesc,
-                             AveragePoolingOperatorDesc)) or not global_average(pool):
+    if not global_average(pool):
         return "not a global average pool"
     src, y = pool.input_tensor, conv.output_tensor
     if (src.data_type != y.data_type or src.sizes != y.sizes

@@ -930,12 +930,14 @@ class GemmPath(Path):
 
     def host_input(self, shape) -> np.ndarray | None:
         """The padded planes' elements the input relayout copies, as a host view shaped
-        like the input (:meth:`Relayout.host_view`; ``shape``: the input's sizes); None
-        where the input is read in place or the relayout is more than a copy.  Planes a
-        caller writes through it are recorded with ``encode(..., laid=True)``."""
-        if self.x_relayout is None:
-            return None
-        return self.x_relayout.host_view(self.xp, shape)
+        like the input (:meth:`Relayout.host_view`; ``shape``: the input's sizes), the
+        planes' other elements zeroed now; None where the input is read in place or the
+        relayout is more than a copy.  Planes a caller writes through it are recorded
+        with ``encode(..., laid=True)``."""
+        view = None if self.x_relayout is None else self.x_relayout.host_view(self.xp, shape)
+        if view is not None:
+            self.xp.host[:] = 0
+        return view
 
     def encode(self, seq, x, w, b, y, r=None, s=None, laid: bool = False) -> None:
         """Record the execution; ``laid``: the input's padded planes were written through

@@ -134,14 +134,12 @@ class GemmSgPath(GemmPath):
         (GPOOL, ``epilogue.py``'s "Global average pool") where
         ``epilogue.global_pool_rule`` takes it and a subgroup holds every pixel block of an
         image (one dispatch, no split); else as the GEMM stores."""
-        pool = self.pool_offer
+        pool, (d, *more) = self.pool_offer, self.dispatches
         if (pool is not None and global_pool_rule(self.op.desc, pool) is None
-                and self.split == 1 and len(self.dispatches) == 1
-                and all(d["qsize"][0] * d["qsize"][1] * d["qsize"][3] <= self.sg
-                        for d in self.dispatches)):
+                and self.split == 1 and not more
+                and d["qsize"][0] * d["qsize"][1] * d["qsize"][3] <= self.sg):
             self.pool = pool
-            for d in self.dispatches:
-                d["yv4"] = d["yv8"] = False
+            d["yv4"] = d["yv8"] = False
             return
         super()._stores(kernel)
 
